@@ -1,0 +1,17 @@
+// Helpers shared by the unit tests.
+#pragma once
+
+#include <string>
+
+namespace hablar::test {
+
+// ../shared/testdata beside the repo, or $HABLAR_TESTDATA.
+std::string testdata_dir();
+// The repository root (for golden files committed under tests/).
+std::string source_dir();
+// Path of the default model in the cache, or "" when it is not there.
+std::string default_model_path_or_empty();
+// A fresh temporary directory for one test.
+std::string make_temp_dir(const std::string& prefix);
+
+}  // namespace hablar::test
