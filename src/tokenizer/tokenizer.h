@@ -1,0 +1,100 @@
+// Tokenizers: text <-> token ids for the vocabularies stored in GGUF metadata.
+//
+// Supported tokenizer.ggml.model values:
+//   "llama"  SentencePiece-style: score-driven merges of symbols, byte fallback (<0xNN>),
+//            "▁" (U+2581) for spaces, optional leading space (add_space_prefix).
+//   "gpt2"   byte-level BPE: a regex pre-tokenizer chosen by tokenizer.ggml.pre splits the
+//            text into words; each word's bytes are mapped to printable code points and
+//            merged by rank (tokenizer.ggml.merges).
+//   "bert"   WordPiece: lowercasing, accent stripping, punctuation splitting, greedy
+//            longest-prefix with "##" continuation pieces.
+//
+// Invalid UTF-8 in the text is handled as llama.cpp does: the text is split into code
+// points where a lead byte announces a sequence length (continuation bytes are not
+// validated); a stray continuation byte or a truncated sequence at the very end of the
+// text becomes the single byte itself. Those bytes still reach the vocabulary: byte-level
+// BPE maps them through its byte alphabet, SentencePiece through byte fallback.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/gguf.h"
+
+namespace hablar::tokenizer {
+
+// Token attributes from tokenizer.ggml.token_type (GGUF numbering).
+enum class TokenType : int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
+};
+
+class Tokenizer {
+ public:
+  // Reads the vocabulary from GGUF metadata. Throws Error naming an unsupported
+  // tokenizer model or pre-tokenizer and listing the supported ones.
+  static std::unique_ptr<Tokenizer> from_gguf(const gguf::GgufFile& file);
+  virtual ~Tokenizer();
+
+  // add_special: prepend BOS / append EOS as the vocabulary asks (add_bos / add_eos).
+  // parse_special: control and user-defined tokens written in the text become their ids;
+  // otherwise they are plain text. Empty text gives no ids (besides BOS/EOS).
+  std::vector<int32_t> encode(std::string_view text, bool add_special,
+                              bool parse_special) const;
+  // Concatenated text of the ids. Control tokens are shown only when show_special.
+  // An id outside [0, n_vocab) throws Error(kInvalidArgument).
+  std::string decode(std::span<const int32_t> ids, bool show_special = false) const;
+  std::string token_piece(int32_t id) const;  // the vocabulary string of a token, as stored
+  int32_t n_vocab() const;
+  int32_t bos_id() const;  // -1 when none
+  int32_t eos_id() const;  // -1 when none
+  bool add_bos() const;
+  bool add_eos() const;
+  // End of generation: eos, eot, <|im_end|>, <|eot_id|>, ... (the control tokens that stop).
+  bool is_eog(int32_t id) const;
+  bool is_control(int32_t id) const;
+  std::optional<int32_t> find_token(std::string_view piece) const;
+
+  // The bytes a token stands for in decoded text (byte tokens become their byte, "▁" a
+  // space, byte-level BPE pieces their raw bytes). Control tokens give "" unless
+  // show_special. `first` is true for the first token of a text: SentencePiece then drops
+  // the leading space that add_space_prefix inserted.
+  std::string token_text(int32_t id, bool show_special, bool first) const;
+  TokenType token_type(int32_t id) const;
+  std::string_view model_name() const;  // "llama", "gpt2", "bert"
+  std::string_view pre_name() const;    // tokenizer.ggml.pre, or "default"
+
+  struct Impl;
+
+ protected:
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Streaming decode: text for each new token as soon as it is final. Never emits half a
+// UTF-8 character; the SentencePiece leading-space rule applies only to the first token
+// of the whole stream, not of each chunk.
+class IncrementalDetokenizer {
+ public:
+  explicit IncrementalDetokenizer(const Tokenizer& tok, bool show_special = false);
+  std::string push(int32_t id);  // text that became final with this token (may be "")
+  std::string flush();           // whatever remains (incomplete UTF-8 at the end -> U+FFFD)
+
+ private:
+  const Tokenizer& tok_;
+  bool show_special_;
+  bool first_ = true;
+  std::string pending_;  // bytes of an unfinished UTF-8 character
+};
+
+}  // namespace hablar::tokenizer
