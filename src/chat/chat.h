@@ -1,0 +1,140 @@
+// Chat templates and model-output parsing: the entry point of src/chat/.
+//
+// A model's chat template (GGUF key `tokenizer.chat_template`) is a Jinja2 program. ChatTemplate
+// parses it once with our own interpreter (src/chat/jinja_*.h) and renders it with the
+// conventions of Hugging Face's apply_chat_template: trim_blocks, lstrip_blocks, loop controls,
+// a sandboxed environment, tojson as json.dumps(ensure_ascii=False), and the globals
+// raise_exception(msg) and strftime_now(fmt).
+//
+// The reverse direction turns generated text back into an OpenAI message: content, reasoning
+// (<think>...</think>) and tool calls in the format of the model's family.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <ctime>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hablar::chat {
+
+namespace jinja {
+struct Program;  // the parsed template (jinja_ast.h)
+}
+
+// Limits that keep a hostile template from hanging or exhausting memory.
+struct RenderLimits {
+  std::size_t max_output_bytes = 64u << 20;      // rendered text
+  std::size_t max_call_depth = 200;              // nested macro / call / filter-block calls
+  std::size_t max_loop_iterations = 10'000'000;  // summed over every loop of one render
+  std::size_t max_sequence_length = 10'000'000;  // range() results, string repetition, lists
+};
+
+struct RenderOptions {
+  // The time strftime_now() formats (local time). Unset: the environment variable
+  // HABLAR_STRFTIME_NOW (seconds since the epoch) when set, else the current time.
+  std::optional<std::time_t> now;
+  RenderLimits limits;
+};
+
+// A parsed Jinja2 template. Immutable after construction: render() is const and thread-safe.
+class ChatTemplate {
+ public:
+  // Throws Error (kInvalidArgument) "template:LINE:COL: message" on syntax errors.
+  explicit ChatTemplate(std::string source);
+  ~ChatTemplate();
+  ChatTemplate(const ChatTemplate&);
+  ChatTemplate& operator=(const ChatTemplate&);
+  ChatTemplate(ChatTemplate&&) noexcept;
+  ChatTemplate& operator=(ChatTemplate&&) noexcept;
+
+  // `context` is an object whose keys become the template's variables. Errors (undefined use,
+  // raise_exception, type errors, limits) throw Error with "template:LINE:COL: message".
+  std::string render(const nlohmann::json& context) const;
+  std::string render(const nlohmann::json& context, const RenderOptions& options) const;
+
+  const std::string& source() const;
+
+ private:
+  std::string source_;
+  std::shared_ptr<const jinja::Program> program_;
+};
+
+struct ChatInput {
+  // OpenAI shape: role, content (string or list of parts), tool_calls, tool_call_id, name.
+  nlohmann::json messages = nlohmann::json::array();
+  nlohmann::json tools;  // null or an array of OpenAI function tools
+  bool add_generation_prompt = true;
+  std::string bos_token, eos_token;
+  nlohmann::json extra = nlohmann::json::object();  // e.g. {"enable_thinking": false}
+};
+
+// The variables a chat template sees: messages, tools (when not null), add_generation_prompt,
+// bos_token, eos_token and every key of `extra`.
+nlohmann::json chat_context(const ChatInput& input);
+std::string apply_chat_template(const ChatTemplate& tmpl, const ChatInput& input);
+std::string apply_chat_template(const ChatTemplate& tmpl, const ChatInput& input,
+                                const RenderOptions& options);
+
+// ChatML (<|im_start|>role\ncontent<|im_end|>\n), used when a model has no template.
+const std::string& chatml_template_source();
+
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text
+};
+
+struct ParsedMessage {
+  std::string content;
+  std::string reasoning;
+  std::vector<ToolCall> tool_calls;
+};
+
+enum class ToolFormat {
+  kNone,     // plain text, no tool calls
+  kHermes,   // <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Hermes, Qwen 2.5/3)
+  kLlama3,   // {"name": ..., "parameters": {...}} or <|python_tag|>
+  kMistral,  // [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] or [TOOL_CALLS]name[ARGS]{...}
+  kFunctionaryV3_1,  // <function=name>{...}</function>
+  kFunctionaryV3_2,  // >>>name\n{...}  (all\n = plain content)
+  kCommandR,         // Action: ```json [{"tool_name": ..., "parameters": {...}}] ```
+  kDeepSeek,  // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name ```json
+              // ...```
+  kGenericJson,  // {"tool_call": {"name": ..., "arguments": ...}} / {"tool_calls": [...]}
+};
+
+// Guesses the tool-call format from a template's source (its tags and keywords).
+ToolFormat detect_tool_format(std::string_view template_source);
+const char* tool_format_name(ToolFormat format);
+
+// Splits a whole generated message into reasoning, content and tool calls.
+ParsedMessage parse_model_output(std::string_view text, ToolFormat format,
+                                 bool extract_reasoning = true);
+
+// Incremental form of parse_model_output: feed each token's text as it arrives. push() returns
+// only what became certain (content and reasoning deltas, completed tool calls); text that may
+// be the start of a tag is held back until it is decided. The concatenation of all deltas plus
+// finish() equals parse_model_output() of the whole text.
+class StreamingOutputParser {
+ public:
+  explicit StreamingOutputParser(ToolFormat format, bool extract_reasoning = true);
+  ParsedMessage push(std::string_view text_delta);
+  ParsedMessage finish();
+
+ private:
+  ParsedMessage drain(bool final);
+
+  ToolFormat format_;
+  bool extract_reasoning_;
+  std::string text_;                 // everything received so far
+  std::size_t content_emitted_ = 0;  // bytes of parsed content already returned
+  std::size_t reasoning_emitted_ = 0;
+  std::size_t tool_calls_emitted_ = 0;
+};
+
+}  // namespace hablar::chat
