@@ -1,0 +1,72 @@
+// The CPU backend's ops: everything a transformer forward needs, over float activations
+// and weights in any supported DType. Kernels pick AVX-512 (+VNNI) or AVX2 code at start-up
+// (core/cpu_features.h); each has a scalar reference that the tests compare against.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/kv_layout.h"
+#include "core/tensor_view.h"
+#include "core/thread_pool.h"
+
+namespace hablar::cpu {
+
+// y[t * w.rows + r] = sum_c W[r][c] * x[t * w.cols + c], for t < n_tokens.
+// Integer formats quantize the activations to 8-bit blocks (Q8_0, Q8_1 or Q8_K, as the weight
+// type needs) and use integer dot products; F16/BF16/F32 weights use float FMA. Parallel over
+// output rows. Batch invariant: the value for token t is bit-identical whatever n_tokens is and
+// whatever the other tokens are. Throws hablar::Error for a type without a kernel or a
+// w.cols that is not a multiple of the type's block.
+void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+// Scalar form with the same activation quantization: the test oracle.
+void matmul_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+// True when matmul has a kernel for this weight type.
+bool matmul_supports(DType type);
+
+// y = x / sqrt(mean(x^2) + eps) * weight, n values (y may alias x).
+void rmsnorm(const float* x, const float* weight, float* y, int64_t n, float eps);
+
+struct RopeParams {
+  int n_dims = 0;  // rotated dimensions per head (<= head_dim; the rest pass through)
+  float freq_base = 10000.0f;
+  bool neox = false;  // pairs (i, i + n_dims/2) instead of (2i, 2i+1)
+  enum class Scaling { kNone, kLinear, kLlama3 } scaling = Scaling::kNone;
+  float factor = 1.0f;  // linear: positions divided by factor; llama3: low-frequency divisor
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_context = 8192;
+};
+// In place on x[n_heads][head_dim] for a token at position pos.
+void rope(float* x, int n_heads, int head_dim, int pos, const RopeParams& p);
+
+// out = silu(gate) * up, n values (out may alias gate or up).
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// y += x, n values.
+void add_inplace(float* y, const float* x, int64_t n);
+// out[0..table.cols) = row `token` of the table, dequantized. Throws for a token out of range.
+void embedding_row(const WeightView& table, int32_t token, float* out);
+
+// Paged KV cache (core/kv_layout.h; F16 elements in a uint16_t array). Stores the K and V of
+// one token at position pos: k and v are [n_kv_heads][head_dim].
+void kv_store(uint16_t* cache, const KvCacheLayout& layout, int layer, const int32_t* block_table,
+              int pos, const float* k, const float* v);
+
+// Attention of one query token at position pos over cache positions [0, pos] (its own K/V must
+// already be stored). q [n_heads][head_dim] -> out [n_heads][head_dim]. GQA: head h reads kv head
+// h / (n_heads / n_kv_heads). Scale 1/sqrt(head_dim); numerically stable softmax.
+void attention_one(const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                   const int32_t* block_table, int pos, const float* q, int n_heads, float* out);
+
+// Many query tokens (of one or several sequences), parallel over (token, head). Each query
+// gives the same result as attention_one with its arguments.
+struct AttentionQuery {
+  const int32_t* block_table;
+  int32_t pos;
+  const float* q;
+  float* out;
+};
+void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                     std::span<const AttentionQuery> queries, int n_heads, ThreadPool& pool);
+
+}  // namespace hablar::cpu
