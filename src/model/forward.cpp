@@ -1,0 +1,128 @@
+// The forward pass of the Llama family, for a batch of sequence chunks at once.
+//
+// Every token of every chunk goes through the same matmuls together (n_tokens = T rows of
+// activations), so prompt processing reads each weight once per step. Attention is per token,
+// over that token's own sequence in the paged cache, after the chunk's K/V are stored: a
+// prefill token at position p sees positions [0, p] (causal). Per-token values never mix
+// across tokens, which gives batch invariance as long as the kernels keep it.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "model/scratch.h"
+#include "model/weights.h"
+
+namespace hablar::model {
+namespace {
+
+// Runs fn(t) for t in [0, n) spread over the pool.
+template <typename Fn>
+void for_each_token(ThreadPool& pool, int64_t n, const Fn& fn) {
+  if (n == 1) return fn(0);
+  pool.run([&](int thread, int n_threads) {
+    const IndexRange r = split_range(n, thread, n_threads);
+    for (int64_t t = r.begin; t < r.end; ++t) fn(t);
+  });
+}
+
+void grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+}  // namespace
+
+void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
+                    std::vector<float>& logits) {
+  check_chunks(chunks, cache);
+  const ModelConfig& c = config_;
+  const Weights& w = *weights_;
+  Scratch& s = *scratch_;
+  ThreadPool& pool = *pool_;
+  const KvCacheLayout& layout = cache.layout();
+  const int E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), FF = c.n_ff, HD = c.head_dim;
+
+  // Flatten the chunks: token t has an id, a position and its sequence's block table.
+  s.tokens.clear(), s.positions.clear(), s.block_tables.clear(), s.logit_rows.clear();
+  for (const SequenceChunk& ch : chunks) {
+    for (size_t i = 0; i < ch.tokens.size(); ++i) {
+      if (ch.all_logits || i + 1 == ch.tokens.size())
+        s.logit_rows.push_back((int32_t)s.tokens.size());
+      s.tokens.push_back(ch.tokens[i]);
+      s.positions.push_back(ch.start_pos + (int32_t)i);
+      s.block_tables.push_back(ch.block_table.data());
+    }
+  }
+  const int64_t T = (int64_t)s.tokens.size();
+  grow(s.x, T * E), grow(s.xb, T * E), grow(s.q, T * QD), grow(s.k, T * KVD);
+  grow(s.v, T * KVD), grow(s.att, T * QD), grow(s.gate, T * FF), grow(s.up, T * FF);
+  float *x = s.x.data(), *xb = s.xb.data(), *q = s.q.data(), *k = s.k.data(), *v = s.v.data();
+  float *att = s.att.data(), *gate = s.gate.data(), *up = s.up.data();
+  s.queries.resize((size_t)T);
+  for (int64_t t = 0; t < T; ++t)
+    s.queries[(size_t)t] = {s.block_tables[(size_t)t], s.positions[(size_t)t], q + t * QD,
+                            att + t * QD};
+
+  // Token embeddings.
+  for_each_token(pool, T, [&](int64_t t) {
+    cpu::embedding_row(w.token_embd, s.tokens[(size_t)t], x + t * E);
+  });
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = w.layers[(size_t)l];
+
+    // Attention block: x += Wo · attention(rope(Wq·n), rope(Wk·n), Wv·n), n = rmsnorm(x).
+    for_each_token(pool, T, [&](int64_t t) {
+      cpu::rmsnorm(x + t * E, lw.attn_norm.data(), xb + t * E, E, c.rms_eps);
+    });
+    cpu::matmul(lw.wq, xb, T, q, pool);
+    cpu::matmul(lw.wk, xb, T, k, pool);
+    cpu::matmul(lw.wv, xb, T, v, pool);
+    for_each_token(pool, T, [&](int64_t t) {
+      float *qt = q + t * QD, *kt = k + t * KVD, *vt = v + t * KVD;
+      if (c.qkv_bias) {  // qwen2
+        cpu::add_inplace(qt, lw.bq.data(), QD);
+        cpu::add_inplace(kt, lw.bk.data(), KVD);
+        cpu::add_inplace(vt, lw.bv.data(), KVD);
+      }
+      if (c.qk_norm) {  // qwen3: RMSNorm over each head's vector
+        for (int h = 0; h < c.n_heads; ++h)
+          cpu::rmsnorm(qt + h * HD, lw.q_norm.data(), qt + h * HD, HD, c.rms_eps);
+        for (int h = 0; h < c.n_kv_heads; ++h)
+          cpu::rmsnorm(kt + h * HD, lw.k_norm.data(), kt + h * HD, HD, c.rms_eps);
+      }
+      const int pos = s.positions[(size_t)t];
+      cpu::rope(qt, c.n_heads, HD, pos, c.rope);
+      cpu::rope(kt, c.n_kv_heads, HD, pos, c.rope);
+      cpu::kv_store(cache.data(), layout, l, s.block_tables[(size_t)t], pos, kt, vt);
+    });
+    cpu::attention_batch(cache.data(), layout, l, s.queries, c.n_heads, pool);
+    cpu::matmul(lw.wo, att, T, xb, pool);
+    for_each_token(pool, T, [&](int64_t t) { cpu::add_inplace(x + t * E, xb + t * E, E); });
+
+    // Feed-forward block: x += W_down · (silu(W_gate·n) * W_up·n), n = rmsnorm(x).
+    for_each_token(pool, T, [&](int64_t t) {
+      cpu::rmsnorm(x + t * E, lw.ffn_norm.data(), xb + t * E, E, c.rms_eps);
+    });
+    cpu::matmul(lw.w_gate, xb, T, gate, pool);
+    cpu::matmul(lw.w_up, xb, T, up, pool);
+    for_each_token(pool, T,
+                   [&](int64_t t) { cpu::swiglu(gate + t * FF, up + t * FF, gate + t * FF, FF); });
+    cpu::matmul(lw.w_down, gate, T, xb, pool);
+    for_each_token(pool, T, [&](int64_t t) { cpu::add_inplace(x + t * E, xb + t * E, E); });
+  }
+
+  // Final norm and classifier, only for the rows that need logits.
+  const int64_t R = (int64_t)s.logit_rows.size();
+  grow(s.out_rows, R * E);
+  for_each_token(pool, R, [&](int64_t r) {
+    cpu::rmsnorm(x + (int64_t)s.logit_rows[(size_t)r] * E, w.output_norm.data(),
+                 s.out_rows.data() + r * E, E, c.rms_eps);
+  });
+  logits.resize((size_t)(R * c.n_vocab));
+  cpu::matmul(w.output, s.out_rows.data(), R, logits.data(), pool);
+}
+
+}  // namespace hablar::model

@@ -1,0 +1,102 @@
+// Weight views from a GGUF file, with every tensor checked against the configuration.
+#include "model/weights.h"
+
+#include <string>
+
+#include <fmt/format.h>
+
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+#include "core/quant.h"
+
+namespace hablar::model {
+namespace {
+
+std::string shape_str(int64_t cols, int64_t rows) {
+  return rows == 0 ? fmt::format("[{}]", cols) : fmt::format("[{}, {}]", cols, rows);
+}
+
+const gguf::TensorInfo& require_shape(const gguf::GgufFile& f, const std::string& name,
+                                      int64_t cols, int64_t rows) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (t == nullptr) throw_error(ErrorKind::kFormat, f.path() + ": tensor " + name + " is missing");
+  const bool is_vector = rows == 0;
+  const bool ok = is_vector ? (t->dims.size() == 1 && t->dims[0] == cols)
+                            : (t->dims.size() == 2 && t->dims[0] == cols && t->dims[1] == rows);
+  if (!ok)
+    throw_error(ErrorKind::kFormat, f.path() + ": tensor " + name + " has shape " +
+                                        t->shape_string() + ", metadata implies " +
+                                        shape_str(cols, rows));
+  if (!dtype_traits(t->type).supported)
+    throw_error(ErrorKind::kUnsupported,
+                f.path() + ": tensor " + name + " has type " + std::string(dtype_name(t->type)) +
+                    ", not supported (supported: " + supported_dtype_names() + ")");
+  return *t;
+}
+
+WeightView view_of(const gguf::TensorInfo& t) {
+  WeightView w;
+  w.type = t.type;
+  w.cols = t.dims[0];
+  w.rows = t.dims[1];
+  w.row_bytes = dtype_row_bytes(t.type, w.cols);
+  w.data = t.data;
+  return w;
+}
+
+// A matrix the forward multiplies by: its type needs a matmul kernel.
+WeightView matrix(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows) {
+  const gguf::TensorInfo& t = require_shape(f, name, cols, rows);
+  if (!cpu::matmul_supports(t.type))
+    throw_error(ErrorKind::kUnsupported, f.path() + ": tensor " + name + " has type " +
+                                             std::string(dtype_name(t.type)) +
+                                             ", which has no CPU matmul kernel");
+  return view_of(t);
+}
+
+std::vector<float> vector_f32(const gguf::GgufFile& f, const std::string& name, int64_t n) {
+  const gguf::TensorInfo& t = require_shape(f, name, n, 0);
+  std::vector<float> out((size_t)n);
+  dequantize_row(t.type, t.data, out.data(), n);
+  return out;
+}
+
+}  // namespace
+
+Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
+  Weights w;
+  const gguf::TensorInfo& embd = require_shape(f, "token_embd.weight", c.n_embd, c.n_vocab);
+  w.token_embd = view_of(embd);
+  w.output_norm = vector_f32(f, "output_norm.weight", c.n_embd);
+  w.output = c.tied_output ? w.token_embd : matrix(f, "output.weight", c.n_embd, c.n_vocab);
+  if (c.tied_output && !cpu::matmul_supports(w.output.type))
+    throw_error(ErrorKind::kUnsupported, f.path() + ": tied token_embd.weight has type " +
+                                             std::string(dtype_name(w.output.type)) +
+                                             ", which has no CPU matmul kernel");
+  w.layers.resize((size_t)c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    LayerWeights& l = w.layers[(size_t)i];
+    const std::string p = "blk." + std::to_string(i) + ".";
+    l.attn_norm = vector_f32(f, p + "attn_norm.weight", c.n_embd);
+    l.wq = matrix(f, p + "attn_q.weight", c.n_embd, c.q_dim());
+    l.wk = matrix(f, p + "attn_k.weight", c.n_embd, c.kv_dim());
+    l.wv = matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
+    if (c.qkv_bias) {
+      l.bq = vector_f32(f, p + "attn_q.bias", c.q_dim());
+      l.bk = vector_f32(f, p + "attn_k.bias", c.kv_dim());
+      l.bv = vector_f32(f, p + "attn_v.bias", c.kv_dim());
+    }
+    if (c.qk_norm) {
+      l.q_norm = vector_f32(f, p + "attn_q_norm.weight", c.head_dim);
+      l.k_norm = vector_f32(f, p + "attn_k_norm.weight", c.head_dim);
+    }
+    l.wo = matrix(f, p + "attn_output.weight", c.q_dim(), c.n_embd);
+    l.ffn_norm = vector_f32(f, p + "ffn_norm.weight", c.n_embd);
+    l.w_gate = matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
+    l.w_up = matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
+    l.w_down = matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
+  }
+  return w;
+}
+
+}  // namespace hablar::model
