@@ -74,7 +74,7 @@ struct TensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // dims[0] is the row length (innermost), as GGUF stores them
   DType type = DType::F32;
-  uint64_t offset = 0;        // from the start of the data section
+  uint64_t offset = 0;  // from the start of the data section
   uint64_t nbytes = 0;
   const uint8_t* data = nullptr;  // into the mapping (reader only)
 

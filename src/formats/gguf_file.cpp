@@ -8,19 +8,32 @@ namespace hablar::gguf {
 
 std::string_view value_type_name(ValueType t) {
   switch (t) {
-    case ValueType::U8: return "u8";
-    case ValueType::I8: return "i8";
-    case ValueType::U16: return "u16";
-    case ValueType::I16: return "i16";
-    case ValueType::U32: return "u32";
-    case ValueType::I32: return "i32";
-    case ValueType::F32: return "f32";
-    case ValueType::BOOL: return "bool";
-    case ValueType::STRING: return "string";
-    case ValueType::ARRAY: return "array";
-    case ValueType::U64: return "u64";
-    case ValueType::I64: return "i64";
-    case ValueType::F64: return "f64";
+    case ValueType::U8:
+      return "u8";
+    case ValueType::I8:
+      return "i8";
+    case ValueType::U16:
+      return "u16";
+    case ValueType::I16:
+      return "i16";
+    case ValueType::U32:
+      return "u32";
+    case ValueType::I32:
+      return "i32";
+    case ValueType::F32:
+      return "f32";
+    case ValueType::BOOL:
+      return "bool";
+    case ValueType::STRING:
+      return "string";
+    case ValueType::ARRAY:
+      return "array";
+    case ValueType::U64:
+      return "u64";
+    case ValueType::I64:
+      return "i64";
+    case ValueType::F64:
+      return "f64";
   }
   return "unknown";
 }
@@ -137,9 +150,12 @@ std::vector<float> GgufFile::get_f32_array(std::string_view key) const {
   std::vector<float> out;
   out.reserve(a.items.size());
   for (const Value& v : a.items) {
-    if (auto* d = std::get_if<double>(&v.data)) out.push_back((float)*d);
-    else if (auto* i = std::get_if<int64_t>(&v.data)) out.push_back((float)*i);
-    else if (auto* u = std::get_if<uint64_t>(&v.data)) out.push_back((float)*u);
+    if (auto* d = std::get_if<double>(&v.data))
+      out.push_back((float)*d);
+    else if (auto* i = std::get_if<int64_t>(&v.data))
+      out.push_back((float)*i);
+    else if (auto* u = std::get_if<uint64_t>(&v.data))
+      out.push_back((float)*u);
     else
       throw_error(ErrorKind::kFormat, name_ + ": key " + std::string(key) + " is array of " +
                                           std::string(value_type_name(a.elem_type)) +
@@ -152,9 +168,19 @@ std::vector<int32_t> GgufFile::get_i32_array(std::string_view key) const {
   const Array& a = get_array(key);
   std::vector<int32_t> out;
   out.reserve(a.items.size());
-  for (const Value& v : a.items) {
-    if (auto* i = std::get_if<int64_t>(&v.data)) out.push_back((int32_t)*i);
-    else if (auto* u = std::get_if<uint64_t>(&v.data)) out.push_back((int32_t)*u);
+  constexpr int64_t lo = std::numeric_limits<int32_t>::min();
+  constexpr int64_t hi = std::numeric_limits<int32_t>::max();
+  for (size_t k = 0; k < a.items.size(); ++k) {
+    const Value& v = a.items[k];
+    const auto* i = std::get_if<int64_t>(&v.data);
+    const auto* u = std::get_if<uint64_t>(&v.data);
+    if ((i && (*i < lo || *i > hi)) || (u && *u > (uint64_t)hi))
+      throw_error(ErrorKind::kFormat, name_ + ": key " + std::string(key) + " item " +
+                                          std::to_string(k) + " does not fit in i32");
+    if (i)
+      out.push_back((int32_t)*i);
+    else if (u)
+      out.push_back((int32_t)*u);
     else
       throw_error(ErrorKind::kFormat, name_ + ": key " + std::string(key) + " is array of " +
                                           std::string(value_type_name(a.elem_type)) +

@@ -65,9 +65,8 @@ class Parser {
   size_t remaining() const { return bytes_.size() - pos_; }
   void need(uint64_t n, const char* what) const {
     if (n > remaining())
-      fail(std::string("truncated: ") + what + " needs " + std::to_string(n) +
-           " bytes at offset " + std::to_string(pos_) + ", " + std::to_string(remaining()) +
-           " remain");
+      fail(std::string("truncated: ") + what + " needs " + std::to_string(n) + " bytes at offset " +
+           std::to_string(pos_) + ", " + std::to_string(remaining()) + " remain");
   }
   template <typename T>
   T read(const char* what) {
@@ -92,6 +91,9 @@ class Parser {
     const uint32_t magic = read<uint32_t>("magic");
     if (magic != kMagic) fail("bad magic: not a GGUF file");
     f_.version_ = read<uint32_t>("version");
+    if (f_.version_ != 0 && (f_.version_ & 0xffffu) == 0 && __builtin_bswap32(f_.version_) <= 3)
+      fail("big-endian GGUF (version " + std::to_string(__builtin_bswap32(f_.version_)) +
+           ") is not supported");
     if (f_.version_ == 1) fail("unsupported GGUF version 1 (only versions 2 and 3 are read)");
     if (f_.version_ != 2 && f_.version_ != 3)
       fail("unsupported GGUF version " + std::to_string(f_.version_) + " (expected 2 or 3)");
@@ -100,11 +102,15 @@ class Parser {
     // Each metadata entry takes at least 8 (key length) + 4 (type) + 1 bytes, each tensor
     // info at least 8 + 4 + 8 + 4 + 8 bytes.
     if (kv_count_ > remaining() / 13)
-      fail("absurd metadata count " + std::to_string(kv_count_) + " for a file of " +
-           std::to_string(bytes_.size()) + " bytes");
+      fail("absurd metadata count " + std::to_string(kv_count_) + ": the " +
+           std::to_string(remaining()) +
+           " bytes after the header hold fewer entries (truncated "
+           "or corrupt file)");
     if (tensor_count_ > remaining() / 32)
-      fail("absurd tensor count " + std::to_string(tensor_count_) + " for a file of " +
-           std::to_string(bytes_.size()) + " bytes");
+      fail("absurd tensor count " + std::to_string(tensor_count_) + ": the " +
+           std::to_string(remaining()) +
+           " bytes after the header hold fewer tensor infos "
+           "(truncated or corrupt file)");
   }
 
   ValueType read_type(const std::string& where) {
@@ -116,23 +122,35 @@ class Parser {
 
   Value read_value(ValueType t, const std::string& key, int depth) {
     switch (t) {
-      case ValueType::U8: return {t, uint64_t{read<uint8_t>("u8")}};
-      case ValueType::I8: return {t, int64_t{read<int8_t>("i8")}};
-      case ValueType::U16: return {t, uint64_t{read<uint16_t>("u16")}};
-      case ValueType::I16: return {t, int64_t{read<int16_t>("i16")}};
-      case ValueType::U32: return {t, uint64_t{read<uint32_t>("u32")}};
-      case ValueType::I32: return {t, int64_t{read<int32_t>("i32")}};
-      case ValueType::U64: return {t, read<uint64_t>("u64")};
-      case ValueType::I64: return {t, read<int64_t>("i64")};
-      case ValueType::F32: return {t, double{read<float>("f32")}};
-      case ValueType::F64: return {t, read<double>("f64")};
+      case ValueType::U8:
+        return {t, uint64_t{read<uint8_t>("u8")}};
+      case ValueType::I8:
+        return {t, int64_t{read<int8_t>("i8")}};
+      case ValueType::U16:
+        return {t, uint64_t{read<uint16_t>("u16")}};
+      case ValueType::I16:
+        return {t, int64_t{read<int16_t>("i16")}};
+      case ValueType::U32:
+        return {t, uint64_t{read<uint32_t>("u32")}};
+      case ValueType::I32:
+        return {t, int64_t{read<int32_t>("i32")}};
+      case ValueType::U64:
+        return {t, read<uint64_t>("u64")};
+      case ValueType::I64:
+        return {t, read<int64_t>("i64")};
+      case ValueType::F32:
+        return {t, double{read<float>("f32")}};
+      case ValueType::F64:
+        return {t, read<double>("f64")};
       case ValueType::BOOL: {
         const uint8_t b = read<uint8_t>("bool");
         if (b > 1) fail("key " + key + ": bool value " + std::to_string(b) + " is not 0 or 1");
         return {t, b == 1};
       }
-      case ValueType::STRING: return {t, read_string(("key " + key).c_str())};
-      case ValueType::ARRAY: return read_array(key, depth + 1);
+      case ValueType::STRING:
+        return {t, read_string(("key " + key).c_str())};
+      case ValueType::ARRAY:
+        return read_array(key, depth + 1);
     }
     fail("key " + key + ": unknown value type");
   }
@@ -172,6 +190,7 @@ class Parser {
   void read_tensor_info(uint64_t index) {
     TensorInfo t;
     t.name = read_string("tensor name");
+    if (t.name.empty()) fail("tensor info " + std::to_string(index) + " has an empty name");
     const std::string where = "tensor " + t.name;
     if (f_.tensor_index_.count(t.name)) fail("duplicate tensor name " + t.name);
     const uint32_t n_dims = read<uint32_t>("tensor dims");
@@ -193,11 +212,15 @@ class Parser {
     if (t.dims[0] % traits->block_elems != 0)
       fail(where + ": row length " + std::to_string(t.dims[0]) + " is not a multiple of " +
            std::string(traits->name) + "'s block size " + std::to_string(traits->block_elems));
-    t.nbytes = (uint64_t)(count / traits->block_elems) * traits->block_bytes;
+    const uint64_t blocks = (uint64_t)count / traits->block_elems;
+    if (blocks > bytes_.size() / traits->block_bytes)
+      fail(where + ": " + std::to_string(count) + " " + std::string(traits->name) +
+           " values need more bytes than the whole file has (" + std::to_string(bytes_.size()) +
+           ")");
+    t.nbytes = blocks * traits->block_bytes;
     t.offset = read<uint64_t>("tensor offset");
     f_.tensor_index_.emplace(t.name, f_.tensors_.size());
     f_.tensors_.push_back(std::move(t));
-    (void)index;
   }
 
   void place_tensors() {
@@ -205,8 +228,8 @@ class Parser {
     const uint64_t data_size = bytes_.size() - std::min<uint64_t>(f_.data_offset_, bytes_.size());
     for (TensorInfo& t : f_.tensors_) {
       if (t.offset % f_.alignment_ != 0)
-        fail("tensor " + t.name + ": offset " + std::to_string(t.offset) +
-             " is not aligned to " + std::to_string(f_.alignment_));
+        fail("tensor " + t.name + ": offset " + std::to_string(t.offset) + " is not aligned to " +
+             std::to_string(f_.alignment_));
       if (t.offset > data_size || t.nbytes > data_size - t.offset)
         fail("tensor " + t.name + ": data [" + std::to_string(t.offset) + ", +" +
              std::to_string(t.nbytes) + ") lies outside the " + std::to_string(data_size) +

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <variant>
 
 #include "core/error.h"
 #include "formats/gguf.h"
@@ -13,7 +14,9 @@ namespace hablar::gguf {
 
 namespace {
 
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+uint64_t align_up(uint64_t x, uint64_t a) {
+  return (x + a - 1) / a * a;
+}
 
 // Appends little-endian encodings to a byte vector or a stream (same interface).
 struct VectorSink {
@@ -52,18 +55,42 @@ void put_value(Sink& s, const Value& v, bool with_type);
 template <typename Sink>
 void put_payload(Sink& s, const Value& v) {
   switch (v.type) {
-    case ValueType::U8: put<Sink, uint8_t>(s, (uint8_t)std::get<uint64_t>(v.data)); break;
-    case ValueType::I8: put<Sink, int8_t>(s, (int8_t)std::get<int64_t>(v.data)); break;
-    case ValueType::U16: put<Sink, uint16_t>(s, (uint16_t)std::get<uint64_t>(v.data)); break;
-    case ValueType::I16: put<Sink, int16_t>(s, (int16_t)std::get<int64_t>(v.data)); break;
-    case ValueType::U32: put<Sink, uint32_t>(s, (uint32_t)std::get<uint64_t>(v.data)); break;
-    case ValueType::I32: put<Sink, int32_t>(s, (int32_t)std::get<int64_t>(v.data)); break;
-    case ValueType::U64: put<Sink, uint64_t>(s, std::get<uint64_t>(v.data)); break;
-    case ValueType::I64: put<Sink, int64_t>(s, std::get<int64_t>(v.data)); break;
-    case ValueType::F32: put<Sink, float>(s, (float)std::get<double>(v.data)); break;
-    case ValueType::F64: put<Sink, double>(s, std::get<double>(v.data)); break;
-    case ValueType::BOOL: put<Sink, uint8_t>(s, std::get<bool>(v.data) ? 1 : 0); break;
-    case ValueType::STRING: put_string(s, std::get<std::string>(v.data)); break;
+    case ValueType::U8:
+      put<Sink, uint8_t>(s, (uint8_t)std::get<uint64_t>(v.data));
+      break;
+    case ValueType::I8:
+      put<Sink, int8_t>(s, (int8_t)std::get<int64_t>(v.data));
+      break;
+    case ValueType::U16:
+      put<Sink, uint16_t>(s, (uint16_t)std::get<uint64_t>(v.data));
+      break;
+    case ValueType::I16:
+      put<Sink, int16_t>(s, (int16_t)std::get<int64_t>(v.data));
+      break;
+    case ValueType::U32:
+      put<Sink, uint32_t>(s, (uint32_t)std::get<uint64_t>(v.data));
+      break;
+    case ValueType::I32:
+      put<Sink, int32_t>(s, (int32_t)std::get<int64_t>(v.data));
+      break;
+    case ValueType::U64:
+      put<Sink, uint64_t>(s, std::get<uint64_t>(v.data));
+      break;
+    case ValueType::I64:
+      put<Sink, int64_t>(s, std::get<int64_t>(v.data));
+      break;
+    case ValueType::F32:
+      put<Sink, float>(s, (float)std::get<double>(v.data));
+      break;
+    case ValueType::F64:
+      put<Sink, double>(s, std::get<double>(v.data));
+      break;
+    case ValueType::BOOL:
+      put<Sink, uint8_t>(s, std::get<bool>(v.data) ? 1 : 0);
+      break;
+    case ValueType::STRING:
+      put_string(s, std::get<std::string>(v.data));
+      break;
     case ValueType::ARRAY: {
       const Array& a = std::get<Array>(v.data);
       put<Sink, uint32_t>(s, (uint32_t)a.elem_type);
@@ -96,10 +123,12 @@ void GgufWriter::set_alignment(uint32_t alignment) {
   set("general.alignment", Value::u32(alignment));
 }
 
-void GgufWriter::add_tensor(std::string name, DType type, std::vector<int64_t> dims,
-                            DataFn fill) {
+void GgufWriter::add_tensor(std::string name, DType type, std::vector<int64_t> dims, DataFn fill) {
   if (dims.empty() || dims.size() > 4)
     throw_error(ErrorKind::kInvalidArgument, "tensor " + name + ": 1 to 4 dimensions required");
+  for (int64_t d : dims)
+    if (d <= 0)
+      throw_error(ErrorKind::kInvalidArgument, "tensor " + name + ": dimensions must be positive");
   int64_t rows = 1;
   for (size_t i = 1; i < dims.size(); ++i) rows *= dims[i];
   const uint64_t nbytes = dtype_row_bytes(type, dims[0]) * (uint64_t)rows;
@@ -109,11 +138,12 @@ void GgufWriter::add_tensor(std::string name, DType type, std::vector<int64_t> d
 void GgufWriter::add_tensor_bytes(std::string name, DType type, std::vector<int64_t> dims,
                                   std::vector<uint8_t> bytes) {
   auto shared = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
-  add_tensor(std::move(name), type, std::move(dims), [shared, n = shared->size()](std::span<uint8_t> out) {
-    if (out.size() != n)
-      throw_error(ErrorKind::kInvalidArgument, "tensor byte count does not match its shape");
-    std::memcpy(out.data(), shared->data(), n);
-  });
+  add_tensor(
+      std::move(name), type, std::move(dims), [shared, n = shared->size()](std::span<uint8_t> out) {
+        if (out.size() != n)
+          throw_error(ErrorKind::kInvalidArgument, "tensor byte count does not match its shape");
+        std::memcpy(out.data(), shared->data(), n);
+      });
 }
 
 template <typename Sink>
@@ -125,7 +155,13 @@ void GgufWriter::emit(Sink& sink) const {
   for (const auto& [key, value] : kv_) {
     put_string(sink, key);
     put<Sink, uint32_t>(sink, (uint32_t)value.type);
-    put_payload(sink, value);
+    try {
+      put_payload(sink, value);
+    } catch (const std::bad_variant_access&) {
+      throw_error(ErrorKind::kInvalidArgument, "GGUF key " + key +
+                                                   ": value payload does not match its type " +
+                                                   std::string(value_type_name(value.type)));
+    }
   }
   uint64_t offset = 0;
   for (const PendingTensor& t : tensors_) {
@@ -156,15 +192,18 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
 
 void GgufWriter::write(const std::string& path) const {
   const std::string tmp = path + ".partial";
-  {
+  std::error_code ec;
+  try {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw_error(ErrorKind::kIo, tmp + ": cannot create: " + std::strerror(errno));
     StreamSink sink{out};
     emit(sink);
     out.flush();
     if (!out) throw_error(ErrorKind::kIo, tmp + ": write failed: " + std::strerror(errno));
+  } catch (...) {
+    std::filesystem::remove(tmp, ec);  // no half-written file is left behind
+    throw;
   }
-  std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) throw_error(ErrorKind::kIo, path + ": cannot rename from " + tmp + ": " + ec.message());
 }

@@ -2,8 +2,13 @@
 
 #include <cstring>
 
+#include <filesystem>
+#include <limits>
+
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "gguf_test_util.h"
+#include "support/test_support.h"
 
 namespace hablar::gguf {
 namespace {
@@ -60,6 +65,184 @@ TEST(GgufRoundTrip, TypedAccessorErrorsNameKeyAndTypes) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "mem.gguf: key nope missing");
+  }
+}
+
+TEST(GgufRoundTrip, EveryScalarTypeKeepsItsTypeAndValue) {
+  GgufWriter w;
+  w.set("u8", Value::u8(255));
+  w.set("i8", Value{ValueType::I8, int64_t{-128}});
+  w.set("u16", Value{ValueType::U16, uint64_t{65535}});
+  w.set("i16", Value{ValueType::I16, int64_t{-32768}});
+  w.set("u32", Value::u32(std::numeric_limits<uint32_t>::max()));
+  w.set("i32", Value::i32(std::numeric_limits<int32_t>::min()));
+  w.set("u64", Value::u64(std::numeric_limits<uint64_t>::max()));
+  w.set("i64", Value::i64(std::numeric_limits<int64_t>::min()));
+  w.set("f32", Value::f32(-1.5f));
+  w.set("f64", Value::f64(1e300));
+  w.set("b", Value::boolean(false));
+  w.set("s", Value::string(std::string("nul\0inside", 10)));
+  const std::vector<uint8_t> bytes = w.to_bytes();
+  const GgufFile f = GgufFile::parse(bytes, "mem.gguf");
+  const std::vector<std::pair<std::string, ValueType>> want = {
+      {"u8", ValueType::U8},   {"i8", ValueType::I8},   {"u16", ValueType::U16},
+      {"i16", ValueType::I16}, {"u32", ValueType::U32}, {"i32", ValueType::I32},
+      {"u64", ValueType::U64}, {"i64", ValueType::I64}, {"f32", ValueType::F32},
+      {"f64", ValueType::F64}, {"b", ValueType::BOOL},  {"s", ValueType::STRING}};
+  ASSERT_EQ(f.metadata().size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(f.metadata()[i].first, want[i].first);  // file order is kept
+    EXPECT_EQ(f.metadata()[i].second.type, want[i].second) << want[i].first;
+  }
+  EXPECT_EQ(f.get_uint("u8"), 255u);
+  EXPECT_EQ(f.get_int("i8"), -128);
+  EXPECT_EQ(f.get_uint("u16"), 65535u);
+  EXPECT_EQ(f.get_int("i16"), -32768);
+  EXPECT_EQ(f.get_uint("u32"), std::numeric_limits<uint32_t>::max());
+  EXPECT_EQ(f.get_int("i32"), std::numeric_limits<int32_t>::min());
+  EXPECT_EQ(f.get_uint("u64"), std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(f.get_int("i64"), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(f.get_float("f32"), -1.5);
+  EXPECT_EQ(f.get_float("f64"), 1e300);
+  EXPECT_FALSE(f.get_bool("b"));
+  EXPECT_EQ(f.get_string("s"), std::string("nul\0inside", 10));
+  EXPECT_TRUE(f.tensors().empty());
+}
+
+TEST(GgufRoundTrip, NestedArraysOfMixedElementTypes) {
+  GgufWriter w;
+  w.set("n",
+        Value::array(ValueType::ARRAY, {Value::string_array({"a", "bc"}), Value::f32_array({0.5f}),
+                                        Value::array(ValueType::ARRAY, {Value::i32_array({7})})}));
+  w.set("empty", Value::string_array({}));
+  const std::vector<uint8_t> bytes = w.to_bytes();
+  const GgufFile f = GgufFile::parse(bytes, "mem.gguf");
+  const Array& n = f.get_array("n");
+  EXPECT_EQ(n.elem_type, ValueType::ARRAY);
+  ASSERT_EQ(n.items.size(), 3u);
+  const Array& strings = std::get<Array>(n.items[0].data);
+  EXPECT_EQ(strings.elem_type, ValueType::STRING);
+  EXPECT_EQ(std::get<std::string>(strings.items[1].data), "bc");
+  EXPECT_EQ(std::get<double>(std::get<Array>(n.items[1].data).items[0].data), 0.5);
+  const Array& inner = std::get<Array>(std::get<Array>(n.items[2].data).items[0].data);
+  EXPECT_EQ(std::get<int64_t>(inner.items[0].data), 7);
+  EXPECT_TRUE(f.get_string_array("empty").empty());
+}
+
+TEST(GgufRoundTrip, VersionTwoFilesReadTheSame) {
+  std::vector<uint8_t> bytes = test::small_writer().to_bytes();
+  test::patch<uint32_t>(bytes, 4, 2);
+  const GgufFile f = GgufFile::parse(bytes, "v2.gguf");
+  EXPECT_EQ(f.version(), 2u);
+  EXPECT_EQ(f.get_uint("llama.block_count"), 2u);
+  EXPECT_EQ(f.tensors().size(), 3u);
+}
+
+TEST(GgufRoundTrip, CustomAlignmentPlacesEveryTensorOnIt) {
+  GgufWriter w = test::small_writer();
+  w.set_alignment(256);
+  const std::vector<uint8_t> bytes = w.to_bytes();
+  const GgufFile f = GgufFile::parse(bytes, "mem.gguf");
+  EXPECT_EQ(f.alignment(), 256u);
+  EXPECT_EQ(f.data_offset() % 256, 0u);
+  for (const TensorInfo& t : f.tensors()) {
+    EXPECT_EQ(t.offset % 256, 0u) << t.name;
+    EXPECT_EQ((size_t)(t.data - bytes.data()), f.data_offset() + t.offset) << t.name;
+  }
+  EXPECT_EQ(f.tensor("w.f16").data[0], 0x3c);
+}
+
+TEST(GgufRoundTrip, TensorInfosAndDataSurvive) {
+  const std::vector<uint8_t> bytes = test::small_writer().to_bytes();
+  const GgufFile f = GgufFile::parse(bytes, "mem.gguf");
+  ASSERT_EQ(f.tensors().size(), 3u);
+  const TensorInfo& q8 = f.tensors()[0];
+  EXPECT_EQ(q8.name, "w.q8");
+  EXPECT_EQ(q8.type, DType::Q8_0);
+  EXPECT_EQ(q8.rows(), 2);
+  EXPECT_EQ(q8.nbytes, 68u);
+  EXPECT_EQ(q8.shape_string(), "[32, 2]");
+  const TensorInfo& f32 = f.tensor("w.f32");
+  EXPECT_EQ(f32.n_elements(), 32);
+  for (int i = 0; i < 128; ++i) ASSERT_EQ(f32.data[i], (uint8_t)(i * 7)) << i;
+  EXPECT_EQ(f.find_tensor("nope"), nullptr);
+  EXPECT_THROW(f.tensor("nope"), Error);
+}
+
+TEST(GgufRoundTrip, WriteToDiskThenOpenMaps) {
+  const std::string dir = hablar::test::make_temp_dir("gguf-rt");
+  const std::string path = dir + "/small.gguf";
+  test::small_writer().write(path);
+  EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
+  const GgufFile f = GgufFile::open(path);
+  EXPECT_EQ(f.path(), path);
+  EXPECT_EQ(f.file_size(), test::small_writer().to_bytes().size());
+  EXPECT_EQ(f.tensor("w.f16").data[63], 0x3c);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GgufRoundTrip, WriterRejectsBadInputsWithoutLeavingAFile) {
+  const std::string dir = hablar::test::make_temp_dir("gguf-bad");
+  GgufWriter w;
+  EXPECT_THROW(w.add_tensor("x", DType::F32, {0, 2}, [](std::span<uint8_t>) {}), Error);
+  EXPECT_THROW(w.add_tensor("x", DType::Q4_0, {33}, [](std::span<uint8_t>) {}), Error);
+  EXPECT_THROW(w.set_alignment(24), Error);
+  w.add_tensor("t", DType::F32, {4},
+               [](std::span<uint8_t>) { throw Error(ErrorKind::kInternal, "fill failed"); });
+  EXPECT_THROW(w.write(dir + "/x.gguf"), Error);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x.gguf"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x.gguf.partial"));
+  GgufWriter mismatch;
+  mismatch.set("k", Value{ValueType::U32, std::string("not a number")});
+  EXPECT_THROW(mismatch.to_bytes(), Error);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GgufOpen, MissingFileNamesThePath) {
+  try {
+    GgufFile::open("/nonexistent/dir/model.gguf");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/dir/model.gguf"), std::string::npos);
+  }
+}
+
+TEST(GgufOpen, MalformedFileOnDiskNamesThePath) {
+  const std::string dir = hablar::test::make_temp_dir("gguf-open");
+  const std::string path = dir + "/cut.gguf";
+  std::vector<uint8_t> bytes = test::small_writer().to_bytes();
+  bytes.resize(bytes.size() / 2);
+  FILE* fp = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(fp, nullptr);
+  std::fwrite(bytes.data(), 1, bytes.size(), fp);
+  std::fclose(fp);
+  try {
+    GgufFile::open(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kFormat);
+    EXPECT_EQ(std::string(e.what()).rfind(path + ": ", 0), 0u) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Every prefix of a valid file (cut at every byte offset) must fail with an Error, never
+// crash or read past the end: the small file ends exactly where its last tensor ends.
+TEST(GgufTruncation, EveryByteOffsetGivesAnError) {
+  const std::vector<uint8_t> bytes = test::small_writer().to_bytes();
+  const GgufFile whole = GgufFile::parse(bytes, "whole.gguf");
+  const TensorInfo& last = whole.tensors().back();
+  ASSERT_EQ(whole.data_offset() + last.offset + last.nbytes, bytes.size());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    // A copy of exactly n bytes, so that a read past the end is caught by sanitizers.
+    const std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + (std::ptrdiff_t)n);
+    try {
+      GgufFile::parse(cut, "cut.gguf");
+      ADD_FAILURE() << "a file cut at " << n << " of " << bytes.size() << " bytes parsed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kFormat) << e.what();
+    }
   }
 }
 
