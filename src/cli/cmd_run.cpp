@@ -1,0 +1,170 @@
+// `hablar run`: generate text from a prompt with one model on the CPU. The generated text
+// streams to stdout; logs and the closing speeds go to stderr. With --json, one JSON object
+// with the prompt and generated ids and text is printed at the end instead.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/paths.h"
+#include "engine/sampler.h"
+#include "engine/stop_strings.h"
+#include "model/model.h"
+#include "model/sequence_runner.h"
+
+namespace hablar::cli {
+namespace {
+
+struct RunOptions {
+  std::string model;
+  std::string prompt;
+  int n_predict = 128;
+  int n_ctx = 4096;
+  int n_threads = 0;
+  int n_batch = 512;
+  bool json = false;
+  bool chat = false;
+  std::vector<std::string> stop;
+  engine::SamplingParams sampling;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void check_options(const RunOptions& o) {
+  if (o.n_predict <= 0)
+    throw_error(ErrorKind::kInvalidArgument,
+                "-n (tokens to generate) must be > 0, got " + std::to_string(o.n_predict));
+  if (o.n_ctx <= 0)
+    throw_error(ErrorKind::kInvalidArgument,
+                "-c (context size) must be > 0, got " + std::to_string(o.n_ctx));
+  if (o.n_threads < 0)
+    throw_error(ErrorKind::kInvalidArgument, "-t (threads) must be >= 0 (0 = all cores)");
+  o.sampling.validate();
+}
+
+int run_generate(const RunOptions& o) {
+  check_options(o);
+  model::LoadOptions load;
+  load.n_threads = o.n_threads;
+  auto m = model::Model::load(resolve_model_path(o.model), load);
+  const tokenizer::Tokenizer& tok = m->tokenizer();
+  if (o.chat) log::warn("--chat: chat templates are not applied yet; the prompt is used as is");
+
+  const std::vector<int32_t> prompt = tok.encode(o.prompt, true, true);
+  if (prompt.empty()) throw_error(ErrorKind::kInvalidArgument, "the prompt is empty");
+  if ((int)prompt.size() >= o.n_ctx)
+    throw_error(ErrorKind::kInvalidArgument,
+                "prompt is " + std::to_string(prompt.size()) + " tokens, the context holds " +
+                    std::to_string(o.n_ctx) + " (raise -c or shorten the prompt)");
+
+  model::SequenceRunner seq(*m, o.n_ctx, o.n_batch);
+  engine::Sampler sampler(o.sampling, m->config().n_vocab);
+  engine::StopStringMatcher stops(o.stop);
+  tokenizer::IncrementalDetokenizer detok(tok);
+  sampler.accept(prompt);
+
+  const auto t_prompt = Clock::now();
+  std::span<const float> logits = seq.eval(prompt);
+  const double prompt_s = seconds_since(t_prompt);
+
+  std::vector<int32_t> generated;
+  std::string text;
+  std::string finish = "length";
+  auto emit = [&](const std::string& piece) {
+    text += piece;
+    if (!o.json && !piece.empty()) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+  };
+  const auto t_gen = Clock::now();
+  for (int i = 0; i < o.n_predict; ++i) {
+    const int32_t token = sampler.sample(logits).token;
+    if (tok.is_eog(token)) {
+      finish = "stop";
+      break;
+    }
+    generated.push_back(token);
+    sampler.accept(token);
+    const engine::StopStringMatcher::Result r = stops.push(detok.push(token));
+    emit(r.text);
+    if (r.stopped) {
+      finish = "stop";
+      break;
+    }
+    if (i + 1 == o.n_predict) break;
+    if (seq.n_past() >= o.n_ctx) {
+      log::warn("context of {} tokens is full; generation stops", o.n_ctx);
+      break;
+    }
+    logits = seq.eval(std::span(&token, 1));
+  }
+  if (!stops.stopped()) emit(stops.push(detok.flush()).text + stops.flush());
+  const double gen_s = seconds_since(t_gen);
+
+  if (o.json) {
+    nlohmann::json j;
+    j["prompt"] = o.prompt;
+    j["prompt_ids"] = prompt;
+    j["generated_ids"] = generated;
+    j["text"] = text;
+    j["finish_reason"] = finish;
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  std::fprintf(
+      stderr,
+      "prompt: %zu tokens in %.3f s (%.1f t/s); generated: %zu tokens in %.3f s (%.1f t/s)\n",
+      prompt.size(), prompt_s, (double)prompt.size() / std::max(prompt_s, 1e-9), generated.size(),
+      gen_s, (double)generated.size() / std::max(gen_s, 1e-9));
+  return 0;
+}
+
+CommandRegistration reg{
+    "run", "Generate text from a prompt", [](CLI::App& app) {
+      auto o = std::make_shared<RunOptions>();
+      app.add_option("-m,--model", o->model,
+                     "model path or name in the model cache (default model when omitted)");
+      app.add_option("-p,--prompt", o->prompt, "prompt text")->required();
+      app.add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
+      app.add_option("-c,--ctx-size", o->n_ctx, "context size in tokens")->capture_default_str();
+      app.add_option("-t,--threads", o->n_threads, "threads (0 = all cores)")
+          ->capture_default_str();
+      app.add_option("-b,--batch-size", o->n_batch, "prompt tokens per forward call")
+          ->capture_default_str();
+      app.add_option("--temp", o->sampling.temperature, "temperature (0 = greedy)")
+          ->capture_default_str();
+      app.add_option("--top-k", o->sampling.top_k, "top-k (0 = off)")->capture_default_str();
+      app.add_option("--top-p", o->sampling.top_p, "top-p in (0, 1]")->capture_default_str();
+      app.add_option("--min-p", o->sampling.min_p, "min-p in [0, 1]")->capture_default_str();
+      app.add_option("--typical", o->sampling.typical_p, "typical-p in (0, 1]")
+          ->capture_default_str();
+      app.add_option("--repeat-penalty", o->sampling.repeat_penalty, "repetition penalty (1 = off)")
+          ->capture_default_str();
+      app.add_option("--repeat-last-n", o->sampling.repeat_last_n,
+                     "penalty window (-1 = all, 0 = off)")
+          ->capture_default_str();
+      app.add_option("--presence-penalty", o->sampling.presence_penalty, "presence penalty")
+          ->capture_default_str();
+      app.add_option("--frequency-penalty", o->sampling.frequency_penalty, "frequency penalty")
+          ->capture_default_str();
+      app.add_option("-s,--seed", o->sampling.seed, "RNG seed")->capture_default_str();
+      app.add_option("--stop", o->stop, "stop string (repeatable)");
+      app.add_flag("--json", o->json, "print prompt and generated ids and text as JSON at the end");
+      app.add_flag("--chat", o->chat, "chat mode (templates not applied yet)");
+      return [o] { return run_generate(*o); };
+    }};
+
+}  // namespace
+}  // namespace hablar::cli
