@@ -1,0 +1,175 @@
+#include "engine/block_manager.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+
+namespace hablar::engine {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "unknown";
+}
+
+BlockManager::BlockManager(int32_t n_blocks, int32_t block_size) : block_size_(block_size) {
+  if (n_blocks <= 0 || block_size <= 0)
+    throw_error(ErrorKind::kInvalidArgument,
+                "KV cache: need at least one block of at least one position (got " +
+                    std::to_string(n_blocks) + " blocks of " + std::to_string(block_size) + ")");
+  blocks_.resize((size_t)n_blocks);
+  for (int32_t i = 0; i < n_blocks; ++i) {
+    free_list_.push_back(i);
+    blocks_[(size_t)i].free_pos = std::prev(free_list_.end());
+    blocks_[(size_t)i].in_free_list = true;
+  }
+}
+
+uint64_t BlockManager::chain_hash(uint64_t previous, std::span<const int32_t> block_tokens) {
+  // splitmix64 finalizer over (previous, token...) folded one word at a time.
+  auto mix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  uint64_t h = mix(previous ^ 0x6a09e667f3bcc909ull);
+  for (int32_t t : block_tokens) h = mix(h ^ (uint64_t)(uint32_t)t);
+  return h;
+}
+
+int32_t BlockManager::take_free_block() {
+  HABLAR_CHECK(!free_list_.empty(), "no free KV block");
+  int32_t id = free_list_.front();
+  free_list_.pop_front();
+  Block& b = blocks_[(size_t)id];
+  b.in_free_list = false;
+  if (b.has_hash) {  // evict its old prefix-cache entry
+    auto it = hash_to_block_.find(b.hash);
+    if (it != hash_to_block_.end() && it->second == id) hash_to_block_.erase(it);
+    b.has_hash = false;
+    b.tokens.clear();
+  }
+  b.ref_count = 1;
+  return id;
+}
+
+void BlockManager::take_cached_block(int32_t id) {
+  Block& b = blocks_[(size_t)id];
+  if (b.in_free_list) {
+    free_list_.erase(b.free_pos);
+    b.in_free_list = false;
+  }
+  b.ref_count += 1;
+}
+
+void BlockManager::release_block(int32_t id) {
+  Block& b = blocks_[(size_t)id];
+  HABLAR_CHECK(b.ref_count > 0, "KV block " + std::to_string(id) + " freed twice");
+  if (--b.ref_count == 0) {
+    free_list_.push_back(id);
+    b.free_pos = std::prev(free_list_.end());
+    b.in_free_list = true;
+  }
+}
+
+int32_t BlockManager::match_prefix(Sequence& seq) {
+  HABLAR_CHECK(seq.block_table.empty(), "match_prefix on a sequence that holds blocks");
+  const int32_t n_tokens = (int32_t)seq.tokens.size();
+  const int32_t n_full = n_tokens / block_size_;
+  uint64_t h = 0;
+  int32_t matched = 0;
+  seq.block_hashes.clear();
+  for (int32_t i = 0; i < n_full; ++i) {
+    std::span<const int32_t> toks(seq.tokens.data() + (size_t)i * block_size_, (size_t)block_size_);
+    h = chain_hash(h, toks);
+    auto it = hash_to_block_.find(h);
+    if (it == hash_to_block_.end()) break;
+    const Block& b = blocks_[(size_t)it->second];
+    if (!std::equal(b.tokens.begin(), b.tokens.end(), toks.begin(), toks.end())) break;
+    take_cached_block(it->second);
+    seq.block_table.push_back(it->second);
+    seq.block_hashes.push_back(h);
+    matched += block_size_;
+  }
+  // Keep one token to compute: its logits give the next token.
+  seq.n_computed = std::min(matched, n_tokens - 1);
+  return seq.n_computed;
+}
+
+int32_t BlockManager::blocks_needed(const Sequence& seq, int32_t n_new) const {
+  const int32_t have = (int32_t)seq.block_table.size();
+  int32_t need = std::max(0, blocks_for(seq.n_computed + n_new, block_size_) - have);
+  const int32_t first = seq.n_computed / block_size_;
+  if (n_new > 0 && first < have && blocks_[(size_t)seq.block_table[(size_t)first]].ref_count > 1)
+    need += 1;  // copy-on-write of a shared block
+  return need;
+}
+
+bool BlockManager::allocate_slots(Sequence& seq, int32_t n_new, std::vector<BlockCopy>& copies) {
+  if (blocks_needed(seq, n_new) > n_free()) return false;
+  const int32_t first = seq.n_computed / block_size_;
+  if (n_new > 0 && first < (int32_t)seq.block_table.size()) {
+    int32_t& slot = seq.block_table[(size_t)first];
+    if (blocks_[(size_t)slot].ref_count > 1) {
+      int32_t copy = take_free_block();
+      copies.push_back({slot, copy});
+      release_block(slot);
+      slot = copy;
+      // A private copy about to be written no longer matches the shared block's hash.
+      if ((int32_t)seq.block_hashes.size() > first) seq.block_hashes.resize((size_t)first);
+    }
+  }
+  const int32_t want = blocks_for(seq.n_computed + n_new, block_size_);
+  while ((int32_t)seq.block_table.size() < want) seq.block_table.push_back(take_free_block());
+  return true;
+}
+
+void BlockManager::register_full_blocks(Sequence& seq) {
+  const int32_t n_full =
+      std::min<int32_t>(seq.n_computed / block_size_, (int32_t)seq.block_table.size());
+  while ((int32_t)seq.block_hashes.size() < n_full) {
+    const size_t i = seq.block_hashes.size();
+    const uint64_t prev = i == 0 ? 0 : seq.block_hashes[i - 1];
+    std::span<const int32_t> toks(seq.tokens.data() + i * (size_t)block_size_, (size_t)block_size_);
+    const uint64_t h = chain_hash(prev, toks);
+    seq.block_hashes.push_back(h);
+    const int32_t id = seq.block_table[i];
+    Block& b = blocks_[(size_t)id];
+    if (b.has_hash) continue;               // already registered (revived from the cache)
+    if (hash_to_block_.count(h)) continue;  // another block holds this prefix already
+    b.has_hash = true;
+    b.hash = h;
+    b.tokens.assign(toks.begin(), toks.end());
+    hash_to_block_[h] = id;
+  }
+}
+
+void BlockManager::free(Sequence& seq) {
+  // Tail first: the free list is LRU, so a prompt's head blocks outlive its tail.
+  for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) release_block(*it);
+  seq.block_table.clear();
+  seq.block_hashes.clear();
+  seq.n_computed = 0;
+}
+
+void BlockManager::fork(const Sequence& parent, Sequence& child) {
+  HABLAR_CHECK(child.block_table.empty(), "fork into a sequence that holds blocks");
+  for (int32_t id : parent.block_table) take_cached_block(id);
+  child.block_table = parent.block_table;
+  child.block_hashes = parent.block_hashes;
+  child.n_computed = parent.n_computed;
+}
+
+}  // namespace hablar::engine

@@ -1,0 +1,94 @@
+// Paged KV-cache bookkeeping: which physical blocks are free, who holds each block (ref
+// counts), and a prefix cache that lets sequences with a common prompt prefix share blocks.
+//
+// A block holds `block_size` consecutive positions of one sequence. A *full* block is
+// identified by a chained hash: hash(previous block's hash, the block's tokens), so equal
+// hashes mean equal whole prefixes, not just equal blocks. Full blocks are registered in a
+// hash -> block map when their K/V has been computed; a new sequence whose prompt starts with
+// the same blocks takes them (ref count + 1) instead of recomputing.
+//
+// Freed blocks go to the back of the free list but keep their hash entry, so a later request
+// can still revive them; allocation takes from the front (least recently freed) and only
+// then forgets the old hash. A sequence about to write into a block others also hold gets a
+// private copy first (copy-on-write): the manager picks the new block and reports the copy,
+// which the runner performs on the device before the step's forward.
+//
+// Pure bookkeeping: no memory is touched here, so it is unit-tested without a model.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/sequence.h"
+
+namespace hablar::engine {
+
+// The runner copies block `src` to block `dst` (every layer, K and V) before the forward.
+struct BlockCopy {
+  int32_t src = 0;
+  int32_t dst = 0;
+};
+
+class BlockManager {
+ public:
+  BlockManager(int32_t n_blocks, int32_t block_size);
+
+  int32_t n_blocks() const { return (int32_t)blocks_.size(); }
+  int32_t block_size() const { return block_size_; }
+  int32_t n_free() const { return (int32_t)free_list_.size(); }
+  int32_t n_used() const { return n_blocks() - n_free(); }
+  int32_t n_cached() const { return (int32_t)hash_to_block_.size(); }
+  int32_t ref_count(int32_t block) const { return blocks_.at(block).ref_count; }
+  static int32_t blocks_for(int32_t n_tokens, int32_t block_size) {
+    return (n_tokens + block_size - 1) / block_size;
+  }
+
+  // First scheduling of a sequence with an empty block table: takes the longest run of
+  // cached full blocks that match its tokens and sets n_computed accordingly (always leaving
+  // at least one token to compute, so the step yields logits). Returns the tokens reused.
+  int32_t match_prefix(Sequence& seq);
+
+  // Makes room for positions [0, seq.n_computed + n_new): appends new blocks and, where the
+  // first block to be written is shared, replaces it with a private copy (appended to
+  // `copies`). Returns false, changing nothing, when too few blocks are free.
+  bool allocate_slots(Sequence& seq, int32_t n_new, std::vector<BlockCopy>& copies);
+  // Blocks allocate_slots would take from the free list for this request.
+  int32_t blocks_needed(const Sequence& seq, int32_t n_new) const;
+
+  // After a step: registers every newly full, computed block of the sequence in the cache.
+  void register_full_blocks(Sequence& seq);
+
+  // Releases all of the sequence's blocks (finish, cancel or preemption) and clears its table.
+  void free(Sequence& seq);
+
+  // Gives `child` the parent's blocks (ref counts + 1): a fork for n > 1 completions. The
+  // first write into a shared partial block then copies it.
+  void fork(const Sequence& parent, Sequence& child);
+
+  // Chained hash of one full block of tokens.
+  static uint64_t chain_hash(uint64_t previous, std::span<const int32_t> block_tokens);
+
+ private:
+  struct Block {
+    int32_t ref_count = 0;
+    bool has_hash = false;
+    uint64_t hash = 0;
+    std::vector<int32_t> tokens;  // the block's tokens when hashed (guards against collisions)
+    std::list<int32_t>::iterator free_pos;
+    bool in_free_list = false;
+  };
+
+  int32_t take_free_block();
+  void release_block(int32_t id);
+  void take_cached_block(int32_t id);
+
+  int32_t block_size_;
+  std::vector<Block> blocks_;
+  std::list<int32_t> free_list_;  // front = next to allocate (least recently freed)
+  std::unordered_map<uint64_t, int32_t> hash_to_block_;
+};
+
+}  // namespace hablar::engine

@@ -1,0 +1,326 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace hablar::engine {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// The chosen token's log-probability under log_softmax(row), and the top k.
+void fill_logprobs(std::span<const float> row, int32_t chosen, int32_t k, StreamItem& item) {
+  std::vector<float> logp(row.size());
+  log_softmax(row, logp);
+  item.logprob = logp[(size_t)chosen];
+  if (k > 0) item.top_logprobs = top_logprobs(row, k);
+}
+
+}  // namespace
+
+bool RequestHandle::wait(std::vector<StreamItem>& out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !items_.empty(); })) return false;
+  while (!items_.empty()) {
+    out.push_back(std::move(items_.front()));
+    items_.pop_front();
+  }
+  return true;
+}
+
+void RequestHandle::push(StreamItem item) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    items_.push_back(std::move(item));
+  }
+  cv_.notify_all();
+}
+
+Engine::Engine(const EngineConfig& config, StepExecutor& executor)
+    : config_(config),
+      executor_(executor),
+      blocks_(config.n_blocks, config.block_size),
+      scheduler_(config.scheduler, blocks_) {
+  if (config_.n_ctx < 2)
+    throw_error(ErrorKind::kInvalidArgument, "engine: context must hold at least 2 tokens");
+  metrics_.update([&](MetricsSnapshot& m) { m.kv_blocks_total = config_.n_blocks; });
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  shutdown(std::chrono::milliseconds(0));
+}
+
+std::shared_ptr<RequestHandle> Engine::submit(GenerateRequest request) {
+  const int32_t n_prompt = (int32_t)request.prompt.size();
+  if (n_prompt == 0) throw_error(ErrorKind::kInvalidArgument, "the prompt has no tokens");
+  const int32_t capacity = std::min(config_.n_ctx, config_.n_blocks * config_.block_size);
+  if (n_prompt >= capacity)
+    throw_error(ErrorKind::kInvalidArgument,
+                "the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +
+                    std::to_string(capacity) +
+                    " (prompt and generated tokens together); shorten the prompt");
+  const int32_t vocab = executor_.n_vocab();
+  for (int32_t t : request.prompt)
+    if (t < 0 || t >= vocab)
+      throw_error(ErrorKind::kInvalidArgument, "prompt token id " + std::to_string(t) +
+                                                   " is outside the vocabulary [0, " +
+                                                   std::to_string(vocab) + ")");
+  if (request.max_tokens < 1)
+    throw_error(ErrorKind::kInvalidArgument, "max_tokens must be at least 1");
+  if (!accepting_.load()) throw_error(ErrorKind::kResource, "the server is shutting down");
+  if (n_queued_.fetch_add(1) >= config_.max_queue) {
+    n_queued_.fetch_sub(1);
+    metrics_.update([](MetricsSnapshot& m) { m.requests_rejected += 1; });
+    throw_error(ErrorKind::kResource, "the request queue is full (" +
+                                          std::to_string(config_.max_queue) +
+                                          " waiting); retry later");
+  }
+  auto a = std::make_unique<Active>();
+  a->handle = std::make_shared<RequestHandle>();
+  a->seq = std::make_unique<Sequence>();
+  const uint64_t id = next_id_.fetch_add(1);
+  a->handle->id_ = id;
+  a->seq->id = id;
+  a->seq->arrival = id;
+  a->seq->n_prompt = n_prompt;
+  a->seq->tokens = std::move(request.prompt);
+  // Bounded by the context: prompt + generated never exceeds it.
+  a->seq->max_tokens = std::min(request.max_tokens, capacity - n_prompt);
+  a->request = std::move(request);
+  a->submitted = Clock::now();
+  auto handle = a->handle;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    incoming_.push_back(std::move(a));
+  }
+  metrics_.update([&](MetricsSnapshot& m) {
+    m.requests_total += 1;
+    m.prompt_tokens_total += (uint64_t)n_prompt;
+  });
+  queue_cv_.notify_all();
+  return handle;
+}
+
+void Engine::shutdown(std::chrono::milliseconds grace) {
+  accepting_.store(false);
+  if (!thread_.joinable()) return;
+  const auto deadline = Clock::now() + grace;
+  while (Clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      if (incoming_.empty() && n_queued_.load() == 0 && metrics_.snapshot().requests_running == 0)
+        break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stop_.store(true);
+  queue_cv_.notify_all();
+  thread_.join();
+}
+
+void Engine::intake() {
+  std::vector<std::unique_ptr<Active>> fresh;
+  {
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    if (incoming_.empty() && scheduler_.empty() && !stop_.load())
+      queue_cv_.wait_for(lock, std::chrono::milliseconds(100));
+    fresh.swap(incoming_);
+  }
+  for (auto& a : fresh) {
+    Sequence* seq = a->seq.get();
+    scheduler_.add(seq);
+    active_.emplace(seq, std::move(a));
+  }
+  // Cancellations: freed before this step is planned.
+  std::vector<Active*> cancelled;
+  for (auto& [seq, a] : active_)
+    if (a->handle->cancelled()) cancelled.push_back(a.get());
+  for (Active* a : cancelled) finish(*a, FinishReason::kCancelled);
+}
+
+void Engine::loop() {
+  while (!stop_.load()) {
+    try {
+      intake();
+      if (stop_.load()) break;
+      if (!scheduler_.empty()) step();
+      n_queued_.store((int32_t)scheduler_.n_waiting() + [&] {
+        std::lock_guard<std::mutex> lock(queue_mu_);
+        return (int32_t)incoming_.size();
+      }());
+    } catch (const std::exception& e) {
+      log::error("engine step failed: {}", e.what());
+      fail_all(std::string("the engine failed: ") + e.what());
+    }
+  }
+  // Whatever is left ends cleanly: streams get a final item.
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    for (auto& a : incoming_) {
+      Sequence* seq = a->seq.get();
+      scheduler_.add(seq);
+      active_.emplace(seq, std::move(a));
+    }
+    incoming_.clear();
+  }
+  std::vector<Active*> rest;
+  for (auto& [seq, a] : active_) rest.push_back(a.get());
+  for (Active* a : rest) finish(*a, FinishReason::kCancelled, "the server is shutting down");
+  n_queued_.store(0);
+  publish_state(nullptr, 0, 0, 0);
+}
+
+void Engine::fail_all(const std::string& message) {
+  std::vector<Active*> all;
+  for (auto& [seq, a] : active_) all.push_back(a.get());
+  for (Active* a : all) finish(*a, FinishReason::kError, message);
+}
+
+void Engine::step() {
+  const auto t0 = Clock::now();
+  StepPlan plan = scheduler_.schedule();
+  for (Sequence* seq : plan.out_of_room) finish(*active_.at(seq), FinishReason::kLength);
+  if (plan.chunks.empty()) {
+    publish_state(&plan, 0, 0, 0);
+    return;
+  }
+  std::vector<ExecChunk> chunks;
+  chunks.reserve(plan.chunks.size());
+  int32_t n_prompt_tokens = 0, n_decode_tokens = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
+    const Sequence& s = *c.seq;
+    chunks.push_back({std::span<const int32_t>(s.tokens.data() + c.start_pos, (size_t)c.n_tokens),
+                      c.start_pos, std::span<const int32_t>(s.block_table)});
+    if (c.n_tokens == 1 && s.n_generated() > 0 && c.start_pos == (int32_t)s.tokens.size() - 1)
+      n_decode_tokens += 1;
+    else
+      n_prompt_tokens += c.n_tokens;
+    Active& a = *active_.at(c.seq);
+    if (!a.scheduled) {
+      a.scheduled = true;
+      a.first_scheduled = t0;
+    }
+  }
+  executor_.execute(plan.copies, chunks, logits_);
+  const size_t n_vocab = (size_t)executor_.n_vocab();
+  HABLAR_CHECK(logits_.size() >= plan.chunks.size() * n_vocab, "executor returned too few logits");
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    Sequence* seq = plan.chunks[i].seq;
+    seq->n_computed += plan.chunks[i].n_tokens;
+    blocks_.register_full_blocks(*seq);
+    if (seq->n_pending() == 0) sample_and_emit(*active_.at(seq), logits_.data() + i * n_vocab);
+  }
+  publish_state(&plan, seconds_between(t0, Clock::now()), n_prompt_tokens, n_decode_tokens);
+}
+
+void Engine::sample_and_emit(Active& a, float* logits_row) {
+  Sequence& seq = *a.seq;
+  const auto now = Clock::now();
+  std::span<float> row(logits_row, (size_t)executor_.n_vocab());
+  StreamItem item;
+  // Log-probabilities are those of the model's distribution, before sampling transforms.
+  std::vector<float> raw;
+  if (a.request.n_logprobs >= 0) raw.assign(row.begin(), row.end());
+  const int32_t token =
+      a.request.sampler ? a.request.sampler->sample(row, seq.tokens) : argmax(row);
+  if (a.request.n_logprobs >= 0) fill_logprobs(raw, token, a.request.n_logprobs, item);
+  seq.tokens.push_back(token);
+  item.token = token;
+
+  const bool first = seq.n_generated() == 1;
+  metrics_.update([&](MetricsSnapshot& m) {
+    m.generated_tokens_total += 1;
+    if (first)
+      m.ttft_seconds.observe(seconds_between(a.submitted, now));
+    else
+      m.token_latency_seconds.observe(seconds_between(a.last_token, now));
+  });
+  if (first) a.first_token = now;
+  a.last_token = now;
+
+  const bool eog = !a.request.ignore_eos && config_.is_eog && config_.is_eog(token);
+  bool stop = eog;
+  if (!eog && a.request.filter) {
+    OutputFilter::Result r = a.request.filter->push(token);
+    item.text = std::move(r.text);
+    stop = r.stop;
+    a.filter_stopped = r.stop;
+  }
+  a.handle->push(std::move(item));
+  if (stop)
+    finish(a, FinishReason::kStop);
+  else if (seq.n_generated() >= seq.max_tokens || (int32_t)seq.tokens.size() >= config_.n_ctx)
+    finish(a, FinishReason::kLength);
+}
+
+void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
+  Sequence& seq = *a.seq;
+  scheduler_.remove(&seq);
+  seq.finish_reason = reason;
+  const auto now = Clock::now();
+  StreamItem item;
+  item.kind = StreamItem::Kind::kFinal;
+  item.finish_reason = reason;
+  item.error = error;
+  // A stop-string match ends the text where the match began; otherwise held-back text
+  // (an incomplete character, a partial stop-string match) is final now.
+  if (a.request.filter && !a.filter_stopped &&
+      (reason == FinishReason::kStop || reason == FinishReason::kLength))
+    item.text = a.request.filter->flush();
+  item.n_prompt = seq.n_prompt;
+  item.n_generated = seq.n_generated();
+  item.n_cached_prompt = seq.n_cached_prompt;
+  const bool got_token = seq.n_generated() > 0;
+  item.queue_ms = a.scheduled ? seconds_between(a.submitted, a.first_scheduled) * 1e3 : 0;
+  item.prompt_ms = got_token ? seconds_between(a.submitted, a.first_token) * 1e3 : 0;
+  item.decode_ms = got_token ? seconds_between(a.first_token, now) * 1e3 : 0;
+  metrics_.update([&](MetricsSnapshot& m) {
+    m.requests_finished += 1;
+    m.preemptions_total += (uint64_t)seq.n_preemptions;
+    m.prompt_tokens_cached += (uint64_t)seq.n_cached_prompt;
+  });
+  a.handle->push(std::move(item));
+  active_.erase(&seq);
+}
+
+void Engine::publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,
+                           int32_t n_decode_tokens) {
+  std::vector<SlotInfo> slots;
+  slots.reserve(active_.size());
+  for (auto& [seq, a] : active_)
+    slots.push_back({seq->id, seq->status == SequenceStatus::kRunning, seq->n_prompt,
+                     seq->n_generated(), seq->n_computed, seq->n_cached_prompt, seq->max_tokens});
+  std::sort(slots.begin(), slots.end(),
+            [](const SlotInfo& x, const SlotInfo& y) { return x.id < y.id; });
+  metrics_.update([&](MetricsSnapshot& m) {
+    m.requests_running = scheduler_.n_running();
+    m.requests_waiting = scheduler_.n_waiting();
+    m.kv_blocks_used = blocks_.n_used();
+    m.kv_blocks_cached = blocks_.n_cached();
+    m.slots = std::move(slots);
+    if (plan && !plan->chunks.empty()) {
+      const int32_t batch = (int32_t)plan->chunks.size();
+      m.steps_total += 1;
+      m.batch_size.observe(batch);
+      m.max_batch_size = std::max(m.max_batch_size, batch);
+      m.prompt_tokens_computed += (uint64_t)n_prompt_tokens;
+      const int32_t total = n_prompt_tokens + n_decode_tokens;
+      if (total > 0) {
+        m.prompt_seconds_total += step_seconds * n_prompt_tokens / total;
+        m.decode_seconds_total += step_seconds * n_decode_tokens / total;
+      }
+    }
+  });
+}
+
+}  // namespace hablar::engine

@@ -1,0 +1,173 @@
+// The engine: a bounded request queue, the step loop on its own thread, and handles that
+// stream each request's tokens back.
+//
+//   Engine::step() = schedule -> execute -> postprocess (sample, detokenize, stop, emit)
+//
+// HTTP threads call submit() and then read their handle; only the step thread touches
+// sequences, the scheduler and the block manager. Cancelling a handle (the client went away)
+// is noticed at the next step, which frees the sequence's blocks.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/executor.h"
+#include "engine/metrics.h"
+#include "engine/sampler.h"  // TokenLogprob
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+
+namespace hablar::engine {
+
+// Chooses the next token from a row of logits (which it may modify in place). `history` is
+// the sequence's tokens so far (prompt + generated), for penalties.
+class NextTokenSampler {
+ public:
+  virtual ~NextTokenSampler() = default;
+  virtual int32_t sample(std::span<float> logits, std::span<const int32_t> history) = 0;
+};
+
+// Turns generated tokens into text on the step thread: detokenization and stop strings.
+class OutputFilter {
+ public:
+  struct Result {
+    std::string text;   // text that became final with this token
+    bool stop = false;  // a stop condition matched: finish with reason "stop"
+  };
+  virtual ~OutputFilter() = default;
+  virtual Result push(int32_t token) = 0;
+  virtual std::string flush() = 0;  // held-back text at the end (not after a stop match)
+};
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  int32_t max_tokens = 16;  // generated-token limit (further bounded by the context)
+  bool ignore_eos = false;  // keep going past end-of-generation tokens
+  int32_t n_logprobs = -1;  // -1 none; 0 the chosen token's; k > 0 also the top k
+  std::unique_ptr<NextTokenSampler> sampler;  // null: greedy (argmax)
+  std::unique_ptr<OutputFilter> filter;       // null: no text
+};
+
+struct StreamItem {
+  enum class Kind : uint8_t { kToken, kFinal } kind = Kind::kToken;
+  // kToken
+  int32_t token = -1;
+  std::string text;  // also the final flush's text for kFinal
+  float logprob = 0;
+  std::vector<TokenLogprob> top_logprobs;
+  // kFinal
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;
+  int32_t n_prompt = 0;
+  int32_t n_generated = 0;
+  int32_t n_cached_prompt = 0;
+  double queue_ms = 0;   // submit -> first scheduled
+  double prompt_ms = 0;  // submit -> first token
+  double decode_ms = 0;  // first token -> finish
+};
+
+class RequestHandle {
+ public:
+  // Appends whatever arrived to `out`, waiting up to `timeout` when nothing has. Returns
+  // false when nothing arrived within the timeout.
+  bool wait(std::vector<StreamItem>& out, std::chrono::milliseconds timeout);
+  // Asks the engine to stop this request; it frees its blocks at the next step and sends a
+  // final item with reason kCancelled.
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+  uint64_t id() const { return id_; }
+
+ private:
+  friend class Engine;
+  void push(StreamItem item);
+
+  uint64_t id_ = 0;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<StreamItem> items_;
+};
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  int32_t n_blocks = 256;
+  int32_t block_size = 16;
+  int32_t n_ctx = 2048;     // the most tokens (prompt + generated) of one sequence
+  int32_t max_queue = 256;  // submitted but not yet running; beyond this submit() refuses
+  std::function<bool(int32_t)> is_eog;  // end-of-generation tokens; null: none
+};
+
+class Engine {
+ public:
+  Engine(const EngineConfig& config, StepExecutor& executor);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Throws Error kInvalidArgument (empty prompt, prompt too long for the
+  // context: the message gives both numbers) or kResource (queue full, shutting down).
+  std::shared_ptr<RequestHandle> submit(GenerateRequest request);
+
+  // Stops taking requests, lets in-flight ones finish for up to `grace`, cancels the rest,
+  // and joins the step thread. Idempotent.
+  void shutdown(std::chrono::milliseconds grace);
+
+  const EngineConfig& config() const { return config_; }
+  const EngineMetrics& metrics() const { return metrics_; }
+  int32_t n_vocab() const { return executor_.n_vocab(); }
+  bool accepting() const { return accepting_.load(); }
+
+ private:
+  struct Active {
+    std::unique_ptr<Sequence> seq;
+    GenerateRequest request;
+    std::shared_ptr<RequestHandle> handle;
+    std::chrono::steady_clock::time_point submitted;
+    std::chrono::steady_clock::time_point first_scheduled;
+    std::chrono::steady_clock::time_point first_token;
+    std::chrono::steady_clock::time_point last_token;
+    bool scheduled = false;
+    bool filter_stopped = false;  // the output filter matched a stop string
+  };
+
+  void loop();
+  void intake();
+  void step();
+  void sample_and_emit(Active& a, float* logits_row);
+  void finish(Active& a, FinishReason reason, const std::string& error = {});
+  void publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,
+                     int32_t n_decode_tokens);
+  void fail_all(const std::string& message);
+
+  EngineConfig config_;
+  StepExecutor& executor_;
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  EngineMetrics metrics_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::vector<std::unique_ptr<Active>> incoming_;  // submitted, not yet seen by the loop
+  std::atomic<int32_t> n_queued_{0};               // incoming + waiting in the scheduler
+  std::atomic<bool> accepting_{true};
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> next_id_{1};
+
+  std::unordered_map<Sequence*, std::unique_ptr<Active>> active_;  // step thread only
+  std::vector<float> logits_;
+  std::thread thread_;
+};
+
+}  // namespace hablar::engine

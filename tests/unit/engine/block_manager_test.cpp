@@ -1,0 +1,143 @@
+#include "engine/block_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "core/error.h"
+
+namespace hablar::engine {
+namespace {
+
+Sequence make_seq(int32_t n_tokens, int32_t first = 100) {
+  Sequence s;
+  s.tokens.resize((size_t)n_tokens);
+  std::iota(s.tokens.begin(), s.tokens.end(), first);
+  s.n_prompt = n_tokens;
+  return s;
+}
+
+// Runs a whole prompt through allocation and "computation".
+void compute_all(BlockManager& bm, Sequence& s) {
+  std::vector<BlockCopy> copies;
+  bm.match_prefix(s);
+  ASSERT_TRUE(bm.allocate_slots(s, s.n_pending(), copies));
+  s.n_computed = (int32_t)s.tokens.size();
+  bm.register_full_blocks(s);
+}
+
+TEST(BlockManager, AllocatesAndFreesWithRefCounts) {
+  BlockManager bm(8, 4);
+  Sequence s = make_seq(10);
+  std::vector<BlockCopy> copies;
+  EXPECT_EQ(bm.blocks_needed(s, 10), 3);
+  ASSERT_TRUE(bm.allocate_slots(s, 10, copies));
+  EXPECT_EQ(s.block_table.size(), 3u);
+  EXPECT_EQ(bm.n_free(), 5);
+  for (int32_t b : s.block_table) EXPECT_EQ(bm.ref_count(b), 1);
+  bm.free(s);
+  EXPECT_EQ(bm.n_free(), 8);
+  EXPECT_TRUE(s.block_table.empty());
+  EXPECT_TRUE(copies.empty());
+}
+
+TEST(BlockManager, RefusesWhenFullAndChangesNothing) {
+  BlockManager bm(2, 4);
+  Sequence s = make_seq(12);
+  std::vector<BlockCopy> copies;
+  EXPECT_FALSE(bm.allocate_slots(s, 12, copies));
+  EXPECT_TRUE(s.block_table.empty());
+  EXPECT_EQ(bm.n_free(), 2);
+}
+
+TEST(BlockManager, SharesFullPrefixBlocks) {
+  BlockManager bm(16, 4);
+  Sequence a = make_seq(10);
+  compute_all(bm, a);
+  EXPECT_EQ(bm.n_cached(), 2);  // two full blocks of 4; the third is partial
+  Sequence b = make_seq(9);     // same first 9 tokens
+  EXPECT_EQ(bm.match_prefix(b), 8);
+  EXPECT_EQ(b.block_table[0], a.block_table[0]);
+  EXPECT_EQ(b.block_table[1], a.block_table[1]);
+  EXPECT_EQ(bm.ref_count(a.block_table[0]), 2);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(bm.allocate_slots(b, 1, copies));
+  EXPECT_TRUE(copies.empty());
+  EXPECT_NE(b.block_table[2], a.block_table[2]);
+}
+
+TEST(BlockManager, ChainedHashNeedsTheWholePrefix) {
+  BlockManager bm(16, 4);
+  Sequence a = make_seq(8);
+  compute_all(bm, a);
+  Sequence b = make_seq(8);
+  b.tokens[0] = 7;  // same second block, different first block
+  EXPECT_EQ(bm.match_prefix(b), 0);
+  EXPECT_TRUE(b.block_table.empty());
+}
+
+TEST(BlockManager, FullyCachedPromptRecomputesLastTokenWithCopyOnWrite) {
+  BlockManager bm(16, 4);
+  Sequence a = make_seq(8);
+  compute_all(bm, a);
+  Sequence b = make_seq(8);
+  EXPECT_EQ(bm.match_prefix(b), 7);  // one token left to compute
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(bm.allocate_slots(b, 1, copies));
+  ASSERT_EQ(copies.size(), 1u);  // its last block is shared with a: copied before writing
+  EXPECT_EQ(copies[0].src, a.block_table[1]);
+  EXPECT_EQ(copies[0].dst, b.block_table[1]);
+  EXPECT_EQ(bm.ref_count(a.block_table[1]), 1);
+  EXPECT_EQ(b.block_table[0], a.block_table[0]);
+}
+
+TEST(BlockManager, FreedBlocksStayCachedUntilReused) {
+  BlockManager bm(4, 4);
+  Sequence a = make_seq(8);
+  compute_all(bm, a);
+  const auto table = a.block_table;
+  bm.free(a);
+  EXPECT_EQ(bm.n_free(), 4);
+  EXPECT_EQ(bm.n_cached(), 2);
+  Sequence b = make_seq(9);
+  EXPECT_EQ(bm.match_prefix(b), 8);  // revived from the free list
+  EXPECT_EQ(b.block_table, table);
+  EXPECT_EQ(bm.n_free(), 2);
+  bm.free(b);
+  // Filling the cache with other tokens evicts them (least recently freed first).
+  Sequence c = make_seq(16, 5000);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(bm.allocate_slots(c, 16, copies));
+  EXPECT_EQ(bm.n_cached(), 0);
+  bm.free(c);
+  Sequence d = make_seq(8);
+  EXPECT_EQ(bm.match_prefix(d), 0);
+}
+
+TEST(BlockManager, ForkSharesAndCopiesOnFirstWrite) {
+  BlockManager bm(8, 4);
+  Sequence parent = make_seq(6);
+  compute_all(bm, parent);
+  Sequence child;
+  child.tokens = parent.tokens;
+  child.n_prompt = parent.n_prompt;
+  bm.fork(parent, child);
+  EXPECT_EQ(bm.ref_count(parent.block_table[1]), 2);
+  child.tokens.push_back(1);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(bm.allocate_slots(child, 1, copies));  // writes position 6, in shared block 1
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, parent.block_table[1]);
+  EXPECT_EQ(bm.ref_count(parent.block_table[1]), 1);
+  EXPECT_EQ(bm.ref_count(parent.block_table[0]), 2);  // still shared: nobody writes there
+  bm.free(parent);
+  bm.free(child);
+  EXPECT_EQ(bm.n_free(), 8);
+}
+
+TEST(BlockManager, RejectsEmptyCache) {
+  EXPECT_THROW(BlockManager(0, 16), Error);
+}
+
+}  // namespace
+}  // namespace hablar::engine

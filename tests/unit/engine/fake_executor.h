@@ -1,0 +1,85 @@
+// A fake model for engine tests. Its "KV cache" stores each position's token id in the slot
+// the block table names; the logits of a chunk's last token are computed from the tokens it
+// reads back from the cache through the block table. A wrong block table, a missed
+// copy-on-write, a stale prefix block or a wrong start position changes the next token, so
+// comparing with reference_next() (computed from the true token list) checks the wiring.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/executor.h"
+
+namespace hablar::engine::test {
+
+inline uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Logits for the token after `history`: a peaked distribution whose argmax depends on every
+// token and its position.
+inline void reference_logits(std::span<const int32_t> history, int32_t n_vocab, float* out) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t p = 0; p < history.size(); ++p) h = mix64(h ^ ((uint64_t)history[p] << 20 ^ p));
+  for (int32_t v = 0; v < n_vocab; ++v)
+    out[v] = (float)(mix64(h + (uint64_t)v) % 1000) / 1000.0f;  // in [0, 1)
+  out[h % (uint64_t)n_vocab] = 4.0f;                            // clear argmax
+}
+
+inline int32_t reference_next(std::span<const int32_t> history, int32_t n_vocab) {
+  std::vector<float> row((size_t)n_vocab);
+  reference_logits(history, n_vocab, row.data());
+  int32_t best = 0;
+  for (int32_t v = 1; v < n_vocab; ++v)
+    if (row[(size_t)v] > row[(size_t)best]) best = v;
+  return best;
+}
+
+class FakeExecutor : public StepExecutor {
+ public:
+  FakeExecutor(int32_t n_vocab, int32_t n_blocks, int32_t block_size)
+      : n_vocab_(n_vocab), block_size_(block_size), cache_((size_t)n_blocks * block_size, -1) {}
+
+  int32_t n_vocab() const override { return n_vocab_; }
+
+  void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
+               std::vector<float>& logits) override {
+    for (const BlockCopy& c : copies)
+      for (int32_t s = 0; s < block_size_; ++s) cache_[slot(c.dst, s)] = cache_[slot(c.src, s)];
+    logits.assign(chunks.size() * (size_t)n_vocab_, 0.0f);
+    steps += 1;
+    batch_sizes.push_back((int32_t)chunks.size());
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const ExecChunk& c = chunks[i];
+      const int32_t end = c.start_pos + (int32_t)c.tokens.size();
+      HABLAR_CHECK((int32_t)c.block_table.size() * block_size_ >= end, "block table too short");
+      for (size_t t = 0; t < c.tokens.size(); ++t) {
+        const int32_t pos = c.start_pos + (int32_t)t;
+        cache_[slot(c.block_table[(size_t)(pos / block_size_)], pos % block_size_)] = c.tokens[t];
+      }
+      std::vector<int32_t> seen((size_t)end);
+      for (int32_t pos = 0; pos < end; ++pos)
+        seen[(size_t)pos] =
+            cache_[slot(c.block_table[(size_t)(pos / block_size_)], pos % block_size_)];
+      reference_logits(seen, n_vocab_, logits.data() + i * (size_t)n_vocab_);
+      tokens_computed += (int64_t)c.tokens.size();
+    }
+  }
+
+  int64_t tokens_computed = 0;
+  int64_t steps = 0;
+  std::vector<int32_t> batch_sizes;
+
+ private:
+  size_t slot(int32_t block, int32_t s) const { return (size_t)block * block_size_ + (size_t)s; }
+  int32_t n_vocab_;
+  int32_t block_size_;
+  std::vector<int32_t> cache_;
+};
+
+}  // namespace hablar::engine::test
