@@ -1,0 +1,175 @@
+// `hablar bench`: prompt processing (pp) and text generation (tg) speed, measured the way
+// llama-bench measures them: pp = one sequence's prompt of P tokens from an empty cache (in
+// batches of -b), tg = N single-token decode steps from an empty cache; each test is run
+// once to warm up, then -r times; tokens/s given as mean ± sample standard deviation.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/paths.h"
+#include "model/model.h"
+#include "model/sequence_runner.h"
+
+namespace hablar::cli {
+namespace {
+
+struct BenchOptions {
+  std::string model;
+  std::vector<int> n_prompt{512};
+  std::vector<int> n_gen{128};
+  int repetitions = 5;
+  int n_threads = 0;
+  int n_batch = 512;
+  std::string output = "md";
+};
+
+struct TestResult {
+  std::string name;  // "pp512", "tg128"
+  int n_prompt = 0;
+  int n_gen = 0;
+  std::vector<double> samples_ts;
+  double mean() const {
+    double s = 0;
+    for (double v : samples_ts) s += v;
+    return s / (double)samples_ts.size();
+  }
+  double stddev() const {
+    if (samples_ts.size() < 2) return 0.0;
+    const double m = mean();
+    double s = 0;
+    for (double v : samples_ts) s += (v - m) * (v - m);
+    return std::sqrt(s / (double)(samples_ts.size() - 1));
+  }
+};
+
+using Clock = std::chrono::steady_clock;
+
+// Random token ids (fixed seed), as llama-bench feeds random tokens.
+std::vector<int32_t> random_tokens(int n, int n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t((size_t)n);
+  for (int32_t& v : t) v = (int32_t)(rng() % (uint32_t)n_vocab);
+  return t;
+}
+
+double time_prompt(model::SequenceRunner& seq, const std::vector<int32_t>& tokens) {
+  seq.reset();
+  const auto t0 = Clock::now();
+  seq.eval(tokens);
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double time_generation(model::SequenceRunner& seq, const std::vector<int32_t>& tokens) {
+  seq.reset();
+  const auto t0 = Clock::now();
+  for (int32_t t : tokens) seq.eval(std::span(&t, 1));
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+TestResult run_test(model::Model& m, const BenchOptions& o, int n_prompt, int n_gen) {
+  TestResult r;
+  r.n_prompt = n_prompt;
+  r.n_gen = n_gen;
+  r.name = n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+  const int n = std::max(n_prompt, n_gen);
+  model::SequenceRunner seq(m, n, o.n_batch);
+  const std::vector<int32_t> tokens = random_tokens(n, m.config().n_vocab, 1234);
+  auto once = [&] {
+    return n_prompt > 0 ? time_prompt(seq, tokens) : time_generation(seq, tokens);
+  };
+  once();  // warm-up
+  for (int i = 0; i < o.repetitions; ++i) r.samples_ts.push_back((double)n / once());
+  return r;
+}
+
+std::string human_size(double bytes) {
+  char buf[64];
+  if (bytes >= (1 << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1 << 30));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1 << 20));
+  return buf;
+}
+
+int run_bench(const BenchOptions& o) {
+  if (o.repetitions <= 0) throw_error(ErrorKind::kInvalidArgument, "-r must be > 0");
+  if (o.output != "md" && o.output != "json")
+    throw_error(ErrorKind::kInvalidArgument, "-o must be md or json, got " + o.output);
+  for (int v : o.n_prompt)
+    if (v < 0) throw_error(ErrorKind::kInvalidArgument, "-p values must be >= 0");
+  for (int v : o.n_gen)
+    if (v < 0) throw_error(ErrorKind::kInvalidArgument, "-n values must be >= 0");
+  model::LoadOptions load;
+  load.n_threads = o.n_threads;
+  const std::string path = resolve_model_path(o.model);
+  auto m = model::Model::load(path, load);
+
+  std::vector<TestResult> results;
+  for (int p : o.n_prompt)
+    if (p > 0) results.push_back(run_test(*m, o, p, 0));
+  for (int n : o.n_gen)
+    if (n > 0) results.push_back(run_test(*m, o, 0, n));
+
+  const std::string name = std::filesystem::path(path).filename().string();
+  const double file_bytes = (double)std::filesystem::file_size(path);
+  const double weight_bytes = (double)m->weight_bytes_per_token();
+  if (o.output == "json") {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const TestResult& r : results)
+      arr.push_back({{"model", name},
+                     {"model_size", file_bytes},
+                     {"n_threads", m->n_threads()},
+                     {"n_prompt", r.n_prompt},
+                     {"n_gen", r.n_gen},
+                     {"test", r.name},
+                     {"avg_ts", r.mean()},
+                     {"stddev_ts", r.stddev()},
+                     {"samples_ts", r.samples_ts},
+                     {"weight_bytes_per_token", weight_bytes}});
+    std::printf("%s\n", arr.dump(2).c_str());
+  } else {
+    std::printf("| model | size | backend | threads | test | t/s |\n");
+    std::printf("| --- | ---: | --- | ---: | ---: | ---: |\n");
+    for (const TestResult& r : results)
+      std::printf("| %s | %s | CPU | %d | %s | %.2f ± %.2f |\n", name.c_str(),
+                  human_size(file_bytes).c_str(), m->n_threads(), r.name.c_str(), r.mean(),
+                  r.stddev());
+  }
+  for (const TestResult& r : results)
+    if (r.n_gen > 0)
+      std::fprintf(stderr, "%s: %.1f MB of weights per token -> %.2f GB/s of weight reads\n",
+                   r.name.c_str(), weight_bytes / 1e6, weight_bytes * r.mean() / 1e9);
+  return 0;
+}
+
+CommandRegistration reg{
+    "bench", "Measure prompt-processing and generation speed", [](CLI::App& app) {
+      auto o = std::make_shared<BenchOptions>();
+      app.add_option("-m,--model", o->model, "model path or name (default model when omitted)");
+      app.add_option("-p,--n-prompt", o->n_prompt, "prompt lengths (comma-separated; 0 skips)")
+          ->delimiter(',')
+          ->capture_default_str();
+      app.add_option("-n,--n-gen", o->n_gen, "generation lengths (comma-separated; 0 skips)")
+          ->delimiter(',')
+          ->capture_default_str();
+      app.add_option("-r,--repetitions", o->repetitions, "runs per test")->capture_default_str();
+      app.add_option("-t,--threads", o->n_threads, "threads (0 = all cores)")
+          ->capture_default_str();
+      app.add_option("-b,--batch-size", o->n_batch, "prompt tokens per forward call")
+          ->capture_default_str();
+      app.add_option("-o,--output", o->output, "md or json")->capture_default_str();
+      return [o] { return run_bench(*o); };
+    }};
+
+}  // namespace
+}  // namespace hablar::cli

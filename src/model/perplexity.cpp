@@ -1,0 +1,65 @@
+#include "model/perplexity.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/sequence_runner.h"
+
+namespace hablar::model {
+namespace {
+
+// -log p(target) under softmax(row), in double.
+double nll_of(const float* row, int n_vocab, int32_t target) {
+  float max_logit = row[0];
+  for (int i = 1; i < n_vocab; ++i) max_logit = std::max(max_logit, row[i]);
+  double sum = 0.0;
+  for (int i = 0; i < n_vocab; ++i) sum += std::exp((double)(row[i] - max_logit));
+  return std::log(sum) - (double)(row[target] - max_logit);
+}
+
+}  // namespace
+
+PerplexityResult perplexity(Model& model, std::string_view text, int n_ctx, int n_batch,
+                            int max_chunks, const std::function<void(int, double)>& on_chunk) {
+  const tokenizer::Tokenizer& tok = model.tokenizer();
+  const bool add_bos = tok.add_bos() && tok.bos_id() >= 0;
+  const std::vector<int32_t> tokens = tok.encode(text, add_bos, false);
+  int n_chunks = (int)(tokens.size() / (size_t)n_ctx);
+  if (n_chunks == 0)
+    throw_error(ErrorKind::kInvalidArgument, "text has " + std::to_string(tokens.size()) +
+                                                 " tokens, fewer than one chunk of " +
+                                                 std::to_string(n_ctx));
+  if (max_chunks > 0) n_chunks = std::min(n_chunks, max_chunks);
+  const int n_vocab = model.config().n_vocab;
+  const int first = n_ctx / 2;
+  SequenceRunner seq(model, n_ctx, n_batch);
+  double sum = 0.0, sum_sq = 0.0;
+  int64_t count = 0;
+  PerplexityResult r;
+  for (int c = 0; c < n_chunks; ++c) {
+    std::vector<int32_t> chunk(tokens.begin() + (ptrdiff_t)c * n_ctx,
+                               tokens.begin() + (ptrdiff_t)(c + 1) * n_ctx);
+    if (add_bos) chunk[0] = tok.bos_id();
+    seq.reset();
+    std::span<const float> logits = seq.eval(chunk, true);
+    for (int j = first; j < n_ctx - 1; ++j) {
+      const double nll =
+          nll_of(logits.data() + (size_t)j * (size_t)n_vocab, n_vocab, chunk[(size_t)j + 1]);
+      sum += nll;
+      sum_sq += nll * nll;
+      ++count;
+    }
+    if (on_chunk) on_chunk(c, std::exp(sum / (double)count));
+  }
+  r.n_chunks = n_chunks;
+  r.n_scored = count;
+  r.mean_nll = sum / (double)count;
+  r.ppl = std::exp(r.mean_nll);
+  const double var = sum_sq / (double)count - r.mean_nll * r.mean_nll;
+  r.ppl_stderr = count > 1 ? r.ppl * std::sqrt(std::max(var, 0.0) / (double)(count - 1)) : 0.0;
+  return r;
+}
+
+}  // namespace hablar::model
