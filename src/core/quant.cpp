@@ -60,11 +60,23 @@ struct Codec {
   }
 
 const Codec kCodecs[] = {
-    {DType::F32, &dequantize_f32, &quantize_f32},    {DType::F16, &dequantize_f16, &quantize_f16},
-    {DType::BF16, &dequantize_bf16, &quantize_bf16}, HABLAR_BLOCK_CODEC(Q4_0, BlockQ4_0, q4_0),
-    HABLAR_BLOCK_CODEC(Q4_1, BlockQ4_1, q4_1),       HABLAR_BLOCK_CODEC(Q5_0, BlockQ5_0, q5_0),
-    HABLAR_BLOCK_CODEC(Q5_1, BlockQ5_1, q5_1),       HABLAR_BLOCK_CODEC(Q8_0, BlockQ8_0, q8_0),
+    {DType::F32, &dequantize_f32, &quantize_f32},
+    {DType::F16, &dequantize_f16, &quantize_f16},
+    {DType::BF16, &dequantize_bf16, &quantize_bf16},
+    HABLAR_BLOCK_CODEC(Q4_0, BlockQ4_0, q4_0),
+    HABLAR_BLOCK_CODEC(Q4_1, BlockQ4_1, q4_1),
+    HABLAR_BLOCK_CODEC(Q5_0, BlockQ5_0, q5_0),
+    HABLAR_BLOCK_CODEC(Q5_1, BlockQ5_1, q5_1),
+    HABLAR_BLOCK_CODEC(Q8_0, BlockQ8_0, q8_0),
     HABLAR_BLOCK_CODEC(Q8_1, BlockQ8_1, q8_1),
+    HABLAR_BLOCK_CODEC(Q2_K, BlockQ2_K, q2_k),
+    HABLAR_BLOCK_CODEC(Q3_K, BlockQ3_K, q3_k),
+    HABLAR_BLOCK_CODEC(Q4_K, BlockQ4_K, q4_k),
+    HABLAR_BLOCK_CODEC(Q5_K, BlockQ5_K, q5_k),
+    HABLAR_BLOCK_CODEC(Q6_K, BlockQ6_K, q6_k),
+    HABLAR_BLOCK_CODEC(Q8_K, BlockQ8_K, q8_k),
+    HABLAR_BLOCK_CODEC(IQ4_NL, BlockIQ4_NL, iq4_nl),
+    HABLAR_BLOCK_CODEC(IQ4_XS, BlockIQ4_XS, iq4_xs),
 };
 
 #undef HABLAR_BLOCK_CODEC
