@@ -1,0 +1,311 @@
+// Synthetic model files: shapes of public models, llama.cpp tensor names and metadata keys,
+// seeded random weights generated and quantized row by row on a thread pool.
+#include "formats/synthetic_model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace hablar::synth {
+
+namespace {
+
+using gguf::GgufFile;
+using gguf::GgufWriter;
+using gguf::Value;
+
+// The shapes of the public configurations (hidden size, layers, heads, KV heads, head
+// length, FFN length, vocabulary, context, RoPE base, RMS-norm epsilon, tied embeddings).
+const std::vector<ModelShape> kShapes = {
+    {"tiny", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0, 1e-5, false},
+    {"smollm2-135m", 576, 30, 9, 3, 64, 1536, 49152, 8192, 100000.0, 1e-5, true},
+    {"qwen2.5-0.5b", 896, 24, 14, 2, 64, 4864, 151936, 32768, 1000000.0, 1e-6, true},
+    {"qwen2.5-1.5b", 1536, 28, 12, 2, 128, 8960, 151936, 32768, 1000000.0, 1e-6, true},
+    {"qwen3-0.6b", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0, 1e-6, true},
+    {"llama3-8b", 4096, 32, 32, 8, 128, 14336, 128256, 8192, 500000.0, 1e-5, false},
+};
+
+// SplitMix64: a fast, well-mixed generator; one stream per (seed, tensor, row) so the
+// weights do not depend on how rows are spread over threads.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+};
+
+uint64_t row_stream_seed(uint64_t seed, uint64_t tensor_index, uint64_t row) {
+  SplitMix64 mix{seed ^ (tensor_index << 40) ^ row};
+  mix.next();
+  return mix.next() ^ seed;
+}
+
+// Fills dst[0..n) with values uniform in [center - half_width, center + half_width).
+void fill_uniform(SplitMix64& rng, float* dst, int64_t n, float center, float half_width) {
+  constexpr float kInv24 = 1.0f / 16777216.0f;  // 2^-24
+  int64_t i = 0;
+  for (; i + 1 < n; i += 2) {
+    const uint64_t bits = rng.next();
+    dst[i] = center + half_width * (2.0f * (float)(bits >> 40) * kInv24 - 1.0f);
+    dst[i + 1] = center + half_width * (2.0f * (float)((bits >> 8) & 0xffffff) * kInv24 - 1.0f);
+  }
+  if (i < n) dst[i] = center + half_width * (2.0f * (float)(rng.next() >> 40) * kInv24 - 1.0f);
+}
+
+std::string block_name(int64_t layer, std::string_view what) {
+  return "blk." + std::to_string(layer) + "." + std::string(what);
+}
+
+// Copies every tokenizer.* key of a vocabulary GGUF; returns its token count.
+int64_t copy_vocabulary(const std::string& path, GgufWriter& w) {
+  const GgufFile vocab = GgufFile::open(path);
+  if (!vocab.has("tokenizer.ggml.tokens"))
+    throw_error(ErrorKind::kFormat,
+                path + ": key tokenizer.ggml.tokens missing (not a vocabulary)");
+  for (const auto& [key, value] : vocab.metadata())
+    if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+  return (int64_t)vocab.get_array("tokenizer.ggml.tokens").items.size();
+}
+
+// A SentencePiece-style vocabulary that llama.cpp loads and that can spell any text:
+// <unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>, then "<tN>" filler tokens.
+void write_synthetic_vocabulary(int64_t size, GgufWriter& w) {
+  constexpr int64_t kFixed = 3 + 256;
+  if (size < kFixed)
+    throw_error(ErrorKind::kInvalidArgument, "synthetic vocabulary needs at least " +
+                                                 std::to_string(kFixed) + " tokens, got " +
+                                                 std::to_string(size));
+  enum TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kByte = 6 };
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {kUnknown, kControl, kControl};
+  char hex[8];
+  for (int b = 0; b < 256; ++b) {
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    tokens.emplace_back(hex);
+    types.push_back(kByte);
+  }
+  for (int64_t id = kFixed; id < size; ++id) {
+    tokens.push_back("<t" + std::to_string(id) + ">");
+    types.push_back(kNormal);
+  }
+  std::vector<float> scores(tokens.size(), 0.0f);
+  for (int64_t id = kFixed; id < size; ++id) scores[id] = -(float)(id - kFixed);
+  w.set("tokenizer.ggml.model", Value::string("llama"));
+  w.set("tokenizer.ggml.tokens", Value::string_array(tokens));
+  w.set("tokenizer.ggml.scores", Value::f32_array(scores));
+  w.set("tokenizer.ggml.token_type", Value::i32_array(types));
+  w.set("tokenizer.ggml.unknown_token_id", Value::u32(0));
+  w.set("tokenizer.ggml.bos_token_id", Value::u32(1));
+  w.set("tokenizer.ggml.eos_token_id", Value::u32(2));
+  w.set("tokenizer.ggml.add_bos_token", Value::boolean(true));
+  w.set("tokenizer.ggml.add_eos_token", Value::boolean(false));
+}
+
+void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
+                           std::string_view type_name, GgufWriter& w) {
+  const std::string a(arch_name(arch));
+  const auto u32 = [](int64_t v) { return Value::u32((uint32_t)v); };
+  w.set("general.architecture", Value::string(a));
+  w.set("general.name", Value::string("synthetic " + s.name + " (" + a + ")"));
+  if (const auto ft = file_type_of(type_name)) w.set("general.file_type", Value::u32(*ft));
+  w.set("general.quantization_version", Value::u32(2));
+  w.set(a + ".vocab_size", u32(vocab_size));
+  w.set(a + ".context_length", u32(s.context));
+  w.set(a + ".embedding_length", u32(s.hidden));
+  w.set(a + ".block_count", u32(s.n_layers));
+  w.set(a + ".feed_forward_length", u32(s.ffn));
+  w.set(a + ".attention.head_count", u32(s.n_heads));
+  w.set(a + ".attention.head_count_kv", u32(s.n_kv_heads));
+  w.set(a + ".attention.key_length", u32(s.head_dim));
+  w.set(a + ".attention.value_length", u32(s.head_dim));
+  w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32((float)s.norm_eps));
+  w.set(a + ".rope.freq_base", Value::f32((float)s.rope_theta));
+  w.set(a + ".rope.dimension_count", u32(s.head_dim));
+}
+
+void check_shape(const ModelShape& s) {
+  if (s.hidden <= 0 || s.n_layers <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 ||
+      s.ffn <= 0 || s.context <= 0)
+    throw_error(ErrorKind::kInvalidArgument,
+                "shape " + s.name + ": every dimension must be positive");
+  if (s.n_heads % s.n_kv_heads != 0)
+    throw_error(ErrorKind::kInvalidArgument, "shape " + s.name + ": " + std::to_string(s.n_heads) +
+                                                 " heads are not a multiple of " +
+                                                 std::to_string(s.n_kv_heads) + " KV heads");
+}
+
+// The fill callback of one tensor: rows spread over the pool, each generated into a
+// per-thread float buffer and quantized straight into the output.
+GgufWriter::DataFn make_fill(const PlannedTensor& t, uint64_t seed, uint64_t tensor_index,
+                             std::shared_ptr<ThreadPool> pool) {
+  const int64_t cols = t.dims[0];
+  float center = 0.0f;
+  float half_width = std::sqrt(3.0f / (float)cols);  // std 1/sqrt(cols)
+  if (t.init == PlannedTensor::Init::kNorm) {
+    center = 1.0f;
+    half_width = 0.1f;
+  } else if (t.init == PlannedTensor::Init::kBias) {
+    half_width = 0.02f;
+  }
+  const DType type = t.type;
+  return [=](std::span<uint8_t> out) {
+    const size_t row_bytes = dtype_row_bytes(type, cols);
+    const int64_t rows = (int64_t)(out.size() / row_bytes);
+    pool->run([&](int thread, int n_threads) {
+      const IndexRange range = split_range(rows, thread, n_threads);
+      std::vector<float> buffer((size_t)cols);
+      for (int64_t r = range.begin; r < range.end; ++r) {
+        SplitMix64 rng{row_stream_seed(seed, tensor_index, (uint64_t)r)};
+        fill_uniform(rng, buffer.data(), cols, center, half_width);
+        quantize_row(type, buffer.data(), out.data() + (size_t)r * row_bytes, cols);
+      }
+    });
+  };
+}
+
+}  // namespace
+
+const std::vector<ModelShape>& known_shapes() {
+  return kShapes;
+}
+
+std::optional<ModelShape> shape_from_name(std::string_view name) {
+  for (const ModelShape& s : kShapes)
+    if (s.name == name) return s;
+  return std::nullopt;
+}
+
+std::optional<Arch> arch_from_name(std::string_view name) {
+  if (name == "llama") return Arch::kLlama;
+  if (name == "qwen2") return Arch::kQwen2;
+  if (name == "qwen3") return Arch::kQwen3;
+  return std::nullopt;
+}
+
+std::string_view arch_name(Arch arch) {
+  switch (arch) {
+    case Arch::kLlama:
+      return "llama";
+    case Arch::kQwen2:
+      return "qwen2";
+    case Arch::kQwen3:
+      return "qwen3";
+  }
+  return "unknown";
+}
+
+std::optional<uint32_t> file_type_of(std::string_view type_name) {
+  struct Entry {
+    std::string_view name;
+    uint32_t file_type;
+  };
+  // llama_ftype numbers; a plain K type counts as its "_S" (small) mix.
+  static constexpr Entry kFileTypes[] = {
+      {"f32", 0},     {"f16", 1},   {"q4_0", 2},    {"q4_1", 3},    {"q8_0", 7},    {"q5_0", 8},
+      {"q5_1", 9},    {"q2_k", 10}, {"q3_k", 11},   {"q4_k", 14},   {"q4_k_m", 15}, {"q5_k", 16},
+      {"q5_k_m", 17}, {"q6_k", 18}, {"iq4_nl", 25}, {"iq4_xs", 30}, {"bf16", 32},
+  };
+  std::string lower(type_name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return (char)std::tolower(c); });
+  for (const Entry& e : kFileTypes)
+    if (e.name == lower) return e.file_type;
+  return std::nullopt;
+}
+
+std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t vocab_size,
+                                        const QuantMix& mix) {
+  using Init = PlannedTensor::Init;
+  const int n_layers = (int)s.n_layers;
+  const bool has_output = !s.tied_embeddings;
+  std::vector<PlannedTensor> out;
+  const auto add = [&](std::string name, std::vector<int64_t> dims, Init init, int layer) {
+    const DType type = quant_mix_tensor_type(mix, name, layer, n_layers, dims[0], has_output);
+    out.push_back({std::move(name), std::move(dims), type, init});
+  };
+  const int64_t q_len = s.n_heads * s.head_dim;
+  const int64_t kv_len = s.n_kv_heads * s.head_dim;
+  add("token_embd.weight", {s.hidden, vocab_size}, Init::kMatrix, -1);
+  for (int l = 0; l < n_layers; ++l) {
+    add(block_name(l, "attn_norm.weight"), {s.hidden}, Init::kNorm, l);
+    add(block_name(l, "attn_q.weight"), {s.hidden, q_len}, Init::kMatrix, l);
+    add(block_name(l, "attn_k.weight"), {s.hidden, kv_len}, Init::kMatrix, l);
+    add(block_name(l, "attn_v.weight"), {s.hidden, kv_len}, Init::kMatrix, l);
+    if (arch == Arch::kQwen2) {
+      add(block_name(l, "attn_q.bias"), {q_len}, Init::kBias, l);
+      add(block_name(l, "attn_k.bias"), {kv_len}, Init::kBias, l);
+      add(block_name(l, "attn_v.bias"), {kv_len}, Init::kBias, l);
+    }
+    if (arch == Arch::kQwen3) {
+      add(block_name(l, "attn_q_norm.weight"), {s.head_dim}, Init::kNorm, l);
+      add(block_name(l, "attn_k_norm.weight"), {s.head_dim}, Init::kNorm, l);
+    }
+    add(block_name(l, "attn_output.weight"), {q_len, s.hidden}, Init::kMatrix, l);
+    add(block_name(l, "ffn_norm.weight"), {s.hidden}, Init::kNorm, l);
+    add(block_name(l, "ffn_gate.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
+    add(block_name(l, "ffn_up.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
+    add(block_name(l, "ffn_down.weight"), {s.ffn, s.hidden}, Init::kMatrix, l);
+  }
+  add("output_norm.weight", {s.hidden}, Init::kNorm, -1);
+  if (has_output) add("output.weight", {s.hidden, vocab_size}, Init::kMatrix, -1);
+  return out;
+}
+
+GgufWriter build_synthetic_model(const SyntheticModelOptions& o, SyntheticModelSummary* summary) {
+  check_shape(o.shape);
+  const std::optional<QuantMix> mix = quant_mix_from_name(o.type);
+  if (!mix)
+    throw_error(ErrorKind::kInvalidArgument,
+                "unknown or unquantizable type '" + o.type +
+                    "' (use q4_k_m, q5_k_m or a type with a quantizer: " + supported_dtype_names() +
+                    ")");
+  GgufWriter w;
+  // The vocabulary decides the embedding size, so it is read first; the hyperparameters are
+  // set first in the file all the same (set() keeps a replaced key's position).
+  write_hyperparameters(o.arch, o.shape, o.shape.vocab, o.type, w);
+  int64_t vocab_size = o.shape.vocab;
+  if (!o.vocab_path.empty())
+    vocab_size = copy_vocabulary(o.vocab_path, w);
+  else
+    write_synthetic_vocabulary(vocab_size, w);
+  w.set(std::string(arch_name(o.arch)) + ".vocab_size", Value::u32((uint32_t)vocab_size));
+
+  const int n_threads =
+      o.n_threads > 0 ? o.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
+  auto pool = std::make_shared<ThreadPool>(n_threads);
+  SyntheticModelSummary sum;
+  sum.vocab_size = vocab_size;
+  const std::vector<PlannedTensor> plan = plan_tensors(o.arch, o.shape, vocab_size, *mix);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const PlannedTensor& t = plan[i];
+    if (!has_quantizer(t.type))
+      throw_error(ErrorKind::kUnsupported, "tensor " + t.name + ": no quantizer for type " +
+                                               std::string(dtype_name(t.type)));
+    int64_t n = 1;
+    for (int64_t d : t.dims) n *= d;
+    sum.n_params += n;
+    sum.n_bytes += dtype_row_bytes(t.type, t.dims[0]) * (uint64_t)(n / t.dims[0]);
+    w.add_tensor(t.name, t.type, t.dims, make_fill(t, o.seed, i, pool));
+  }
+  sum.n_tensors = plan.size();
+  if (summary) *summary = sum;
+  return w;
+}
+
+SyntheticModelSummary write_synthetic_model(const SyntheticModelOptions& options,
+                                            const std::string& path) {
+  SyntheticModelSummary summary;
+  build_synthetic_model(options, &summary).write(path);
+  return summary;
+}
+
+}  // namespace hablar::synth

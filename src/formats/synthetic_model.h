@@ -1,0 +1,86 @@
+// Synthetic models: GGUF files with the tensor names, shapes and metadata of real Llama- and
+// Qwen-family models, filled with seeded random weights. They give benchmarks and tests
+// production-shape models without downloads.
+//
+// Weights are scaled so activations stay finite through every layer: matrices are uniform
+// with standard deviation 1/sqrt(row length) (a unit-variance input gives a unit-variance
+// output), norm weights are 1 +- 0.1, biases +- 0.02.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/quant.h"
+#include "formats/gguf.h"
+
+namespace hablar::synth {
+
+// The dimensions of a model, as in its public configuration.
+struct ModelShape {
+  std::string name;
+  int64_t hidden = 0;      // embedding length
+  int64_t n_layers = 0;    // transformer blocks
+  int64_t n_heads = 0;     // query heads
+  int64_t n_kv_heads = 0;  // key/value heads (grouped-query attention)
+  int64_t head_dim = 0;    // per head; not always hidden / n_heads (Qwen3)
+  int64_t ffn = 0;         // feed-forward (SwiGLU) inner length
+  int64_t vocab = 0;       // synthetic vocabulary size (a real vocabulary overrides it)
+  int64_t context = 0;     // training context length
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  bool tied_embeddings = false;  // output projection shares token_embd
+};
+
+// tiny, smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b, qwen3-0.6b, llama3-8b.
+const std::vector<ModelShape>& known_shapes();
+std::optional<ModelShape> shape_from_name(std::string_view name);
+
+enum class Arch { kLlama, kQwen2, kQwen3 };
+std::optional<Arch> arch_from_name(std::string_view name);
+std::string_view arch_name(Arch arch);  // as GGUF general.architecture spells it
+
+struct SyntheticModelOptions {
+  Arch arch = Arch::kLlama;
+  ModelShape shape;
+  std::string type = "f16";  // a type with a quantizer, or a mix (q4_k_m, q5_k_m)
+  std::string vocab_path;    // a GGUF whose tokenizer.* keys are copied; "" for synthetic
+  uint64_t seed = 0;
+  int n_threads = 0;  // 0: one per hardware thread
+};
+
+// One tensor of the planned file. dims[0] is the row length, as GGUF stores it.
+struct PlannedTensor {
+  enum class Init { kMatrix, kNorm, kBias };
+  std::string name;
+  std::vector<int64_t> dims;
+  DType type;
+  Init init;
+};
+
+// The tensors of the model in file order, with the type each gets under the mix.
+std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& shape, int64_t vocab_size,
+                                        const QuantMix& mix);
+
+// GGUF general.file_type (llama_ftype numbering) of a type or mix name; nullopt if none.
+std::optional<uint32_t> file_type_of(std::string_view type_name);
+
+// Writes the model to `path` (through a temporary name). Throws Error naming the fault
+// (unknown type, row length a type cannot hold, unreadable vocabulary, I/O).
+struct SyntheticModelSummary {
+  int64_t vocab_size = 0;
+  int64_t n_params = 0;
+  uint64_t n_bytes = 0;  // tensor data bytes
+  size_t n_tensors = 0;
+};
+SyntheticModelSummary write_synthetic_model(const SyntheticModelOptions& options,
+                                            const std::string& path);
+
+// The same model built in memory (tests; small shapes only).
+gguf::GgufWriter build_synthetic_model(const SyntheticModelOptions& options,
+                                       SyntheticModelSummary* summary = nullptr);
+
+}  // namespace hablar::synth
