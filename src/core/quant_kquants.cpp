@@ -123,8 +123,8 @@ float fit_scale_min(const float* x, const float* w, int n, int nmax, const Scale
 // that lowers the weighted error (at most 5 sweeps). q[i] = l[i] + nmax. Used by Q3_K.
 float fit_symmetric_by_moves(const float* x, int n, int nmax, uint8_t* q) {
   const float max = signed_absmax(x, n);
-  if (std::fabs(max) < kGroupEps) {
-    std::fill(q, q + n, (uint8_t)nmax);
+  if (std::fabs(max) < kGroupEps) {  // all zero: scale 0, codes 0
+    std::fill(q, q + n, 0);
     return 0.0f;
   }
   const float iscale = -(float)nmax / max;
@@ -134,7 +134,7 @@ float fit_symmetric_by_moves(const float* x, int n, int nmax, uint8_t* q) {
     l[i] = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
     const float w = x[i] * x[i];
     sum_lx += w * x[i] * (float)l[i];
-    sum_l2 += w * (float)(l[i] * l[i]);
+    sum_l2 += w * (float)l[i] * (float)l[i];
   }
   for (int sweep = 0; sweep < 5; ++sweep) {
     int changed = 0;
@@ -142,11 +142,11 @@ float fit_symmetric_by_moves(const float* x, int n, int nmax, uint8_t* q) {
       const float w = x[i] * x[i];
       float slx = sum_lx - w * x[i] * (float)l[i];
       if (!(slx > 0.0f)) continue;
-      float sl2 = sum_l2 - w * (float)(l[i] * l[i]);
+      float sl2 = sum_l2 - w * (float)l[i] * (float)l[i];
       const int candidate = clamp_int(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
       if (candidate == l[i]) continue;
       slx += w * x[i] * (float)candidate;
-      sl2 += w * (float)(candidate * candidate);
+      sl2 += w * (float)candidate * (float)candidate;
       // Better when slx^2 / sl2 (the explained energy) grows.
       if (sl2 > 0.0f && slx * slx * sum_l2 > sum_lx * sum_lx * sl2) {
         l[i] = candidate;
@@ -165,8 +165,8 @@ float fit_symmetric_by_moves(const float* x, int n, int nmax, uint8_t* q) {
 // single codes. Used by Q6_K.
 float fit_symmetric_by_grid(const float* x, int n, int nmax, uint8_t* q) {
   const float max = signed_absmax(x, n);
-  if (std::fabs(max) < kGroupEps) {
-    std::fill(q, q + n, (uint8_t)nmax);
+  if (std::fabs(max) < kGroupEps) {  // all zero: scale 0, codes 0
+    std::fill(q, q + n, 0);
     return 0.0f;
   }
   float best_scale = 0.0f, best_energy = 0.0f;
@@ -178,7 +178,7 @@ float fit_symmetric_by_grid(const float* x, int n, int nmax, uint8_t* q) {
       const int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
       const float w = x[i] * x[i];
       sum_lx += w * x[i] * (float)l;
-      sum_l2 += w * (float)(l * l);
+      sum_l2 += w * (float)l * (float)l;
     }
     const bool better =
         !have_best ? true : (sum_l2 > 0.0f && sum_lx * sum_lx > best_energy * sum_l2);
