@@ -1,0 +1,115 @@
+// The host twin of the CUDA decode-step attention: the same step (scatter this step's K/V,
+// then attend over prior + 1 positions, split-K with a reduce, advance the lengths) built on
+// the same online-softmax functions (online_softmax.h), walking positions in the kernel's
+// split / row-group order. It builds with g++ alone, so CI, which has no GPU, runs the
+// decode-wiring oracle against the very algorithm the GPU runs. All pointers are host
+// pointers here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/decode_attention_params.h"
+#include "backend/cuda/online_softmax.h"
+#include "core/error.h"
+#include "core/fp16.h"
+
+namespace hablar::cuda {
+
+namespace host_twin {
+
+inline float load_kv(const DecodeAttentionParams& p, size_t offset) {
+  const uint16_t bits = static_cast<const uint16_t*>(p.kv_cache)[offset];
+  return p.layout.dtype == KvDType::F16 ? fp16_to_f32(bits) : bf16_to_f32(bits);
+}
+
+inline void store_kv(const DecodeAttentionParams& p, size_t offset, float value) {
+  static_cast<uint16_t*>(p.kv_cache)[offset] =
+      p.layout.dtype == KvDType::F16 ? f32_to_fp16(value) : f32_to_bf16(value);
+}
+
+// Scatter: this step's K and V of every live slot into the cache at position seq_lens[s].
+inline void scatter(const DecodeAttentionParams& p) {
+  const int d_head = p.layout.head_dim;
+  for (int s = 0; s < p.n_slots; ++s) {
+    if (!p.active[s]) continue;
+    const int32_t pos = p.seq_lens[s];
+    if (pos >= p.max_blocks_per_seq * p.layout.block_size) continue;
+    const int32_t* table = p.block_tables + (size_t)s * p.max_blocks_per_seq;
+    for (int kvh = 0; kvh < p.layout.n_kv_heads; ++kvh) {
+      const size_t src = ((size_t)s * p.layout.n_kv_heads + kvh) * d_head;
+      for (int kv = 0; kv < 2; ++kv) {
+        const float* from = kv == 0 ? p.k_new : p.v_new;
+        const size_t dst = p.layout.position_offset(table, p.layer, kv, kvh, pos);
+        for (int d = 0; d < d_head; ++d) store_kv(p, dst + d, from[src + d]);
+      }
+    }
+  }
+}
+
+// Partial attention of one query head over positions [begin, end), walked as the kernel
+// does: row group r takes positions begin + r, begin + r + row_groups, ...; the row groups'
+// states are then merged in order 0..row_groups-1.
+inline SoftmaxState attend_split(const DecodeAttentionParams& p, const int32_t* table,
+                                 const float* q, int kvh, int begin, int end, float* acc) {
+  const int d_head = p.layout.head_dim;
+  const int row_groups = decode_row_groups(d_head);
+  SoftmaxState total = softmax_empty();
+  std::vector<float> acc_r(d_head);
+  for (int d = 0; d < d_head; ++d) acc[d] = 0.0f;
+  for (int r = 0; r < row_groups; ++r) {
+    SoftmaxState state = softmax_empty();
+    for (int d = 0; d < d_head; ++d) acc_r[d] = 0.0f;
+    for (int pos = begin + r; pos < end; pos += row_groups) {
+      const size_t k_at = p.layout.position_offset(table, p.layer, 0, kvh, pos);
+      const size_t v_at = p.layout.position_offset(table, p.layer, 1, kvh, pos);
+      float score = 0.0f;
+      for (int d = 0; d < d_head; ++d) score += q[d] * p.scale * load_kv(p, k_at + d);
+      float rescale = 0.0f;
+      const float weight = softmax_push(state, score, &rescale);
+      for (int d = 0; d < d_head; ++d)
+        acc_r[d] = acc_r[d] * rescale + weight * load_kv(p, v_at + d);
+    }
+    const SoftmaxMerge merge = softmax_merge(total, state);
+    for (int d = 0; d < d_head; ++d) acc[d] = acc[d] * merge.factor_a + acc_r[d] * merge.factor_b;
+  }
+  return total;
+}
+
+}  // namespace host_twin
+
+// The whole decode step on the host; same contract as decode_attention() in attention.h.
+inline void decode_attention_host(const DecodeAttentionParams& p) {
+  HABLAR_CHECK(p.n_heads % p.layout.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads");
+  host_twin::scatter(p);
+  const int d_head = p.layout.head_dim;
+  const int group = p.n_heads / p.layout.n_kv_heads;
+  const int split_len = decode_split_len(p);
+  const int capacity = p.max_blocks_per_seq * p.layout.block_size;
+  std::vector<float> acc_split(d_head), acc(d_head);
+  for (int s = 0; s < p.n_slots; ++s) {
+    if (!p.active[s]) continue;
+    const int32_t* table = p.block_tables + (size_t)s * p.max_blocks_per_seq;
+    const int context = p.seq_lens[s] + 1 < capacity ? p.seq_lens[s] + 1 : capacity;
+    for (int h = 0; h < p.n_heads; ++h) {
+      const float* q = p.q + ((size_t)s * p.n_heads + h) * d_head;
+      SoftmaxState total = softmax_empty();
+      for (int d = 0; d < d_head; ++d) acc[d] = 0.0f;
+      for (int begin = 0; begin < context; begin += split_len) {
+        const int end = begin + split_len < context ? begin + split_len : context;
+        const SoftmaxState part =
+            host_twin::attend_split(p, table, q, h / group, begin, end, acc_split.data());
+        const SoftmaxMerge merge = softmax_merge(total, part);
+        for (int d = 0; d < d_head; ++d)
+          acc[d] = acc[d] * merge.factor_a + acc_split[d] * merge.factor_b;
+      }
+      const float inv = softmax_inverse_sum(total);
+      float* out = p.out + ((size_t)s * p.n_heads + h) * d_head;
+      for (int d = 0; d < d_head; ++d) out[d] = acc[d] * inv;
+    }
+  }
+  for (int s = 0; s < p.n_slots; ++s)
+    if (p.active[s]) p.seq_lens[s] += 1;
+}
+
+}  // namespace hablar::cuda

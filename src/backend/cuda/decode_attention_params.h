@@ -1,0 +1,84 @@
+// Parameters of the decode-step attention (one layer, one step, a padded batch of slots).
+// Plain C++ with no CUDA types, so the host twin (decode_attention_host.h) and the tests
+// build without nvcc.
+//
+// Shapes (row-major, f32 activations):
+//   q      [n_slots][n_heads][head_dim]      this step's queries (RoPE already applied)
+//   k_new  [n_slots][n_kv_heads][head_dim]   this step's keys   (RoPE already applied)
+//   v_new  [n_slots][n_kv_heads][head_dim]   this step's values
+//   out    [n_slots][n_heads][head_dim]      attention output; untouched for inactive slots
+// GQA: query head h reads KV head h / (n_heads / n_kv_heads).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/kv_layout.h"
+
+namespace hablar::cuda {
+
+struct DecodeAttentionParams {
+  KvCacheLayout layout;
+  int32_t layer = 0;
+  void* kv_cache = nullptr;  // layout.total_elems() elements of layout.dtype
+
+  // The batch: every array has n_slots entries; a slot with active[s] == 0 (padding or a
+  // finished sequence) is neither read nor written, and its length is not advanced.
+  int32_t n_slots = 0;
+  const int32_t* block_tables = nullptr;  // [n_slots][max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  int32_t* seq_lens = nullptr;  // tokens in the cache before the step; +1 after it
+  const uint8_t* active = nullptr;
+
+  int32_t n_heads = 0;
+  const float* q = nullptr;
+  const float* k_new = nullptr;
+  const float* v_new = nullptr;
+  float* out = nullptr;
+  float scale = 0.0f;  // usually 1 / sqrt(head_dim)
+
+  // Upper bound of (seq_len + 1) over the live slots; sizes the split-K grid. 0 means the
+  // block-table capacity (max_blocks_per_seq * block_size), which suits a captured graph.
+  int32_t max_context = 0;
+};
+
+inline int32_t decode_max_context(const DecodeAttentionParams& p) {
+  const int32_t capacity = p.max_blocks_per_seq * p.layout.block_size;
+  return p.max_context > 0 && p.max_context < capacity ? p.max_context : capacity;
+}
+
+// Positions per split ("flash decoding"): short enough that slots x KV heads x splits fills
+// the GPU (about 4 blocks per multiprocessor of a 132-SM part), never under 64.
+inline int32_t decode_split_len(const DecodeAttentionParams& p) {
+  const int64_t target_blocks = 4 * 132;
+  const int32_t context = decode_max_context(p);
+  int32_t split = 1024;
+  while (split > 64) {
+    const int64_t splits = (context + split - 1) / split;
+    if ((int64_t)p.n_slots * p.layout.n_kv_heads * splits >= target_blocks) break;
+    split /= 2;
+  }
+  return split;
+}
+
+inline int32_t decode_num_splits(const DecodeAttentionParams& p) {
+  const int32_t split = decode_split_len(p);
+  return (decode_max_context(p) + split - 1) / split;
+}
+
+// Row groups of the decode kernel: 4 warps, each split into rows of head_dim / 8 lanes
+// (one 16-byte load of 8 elements per lane). The host twin walks positions in this same
+// interleave so that it merges partial softmax states in the same order as the GPU.
+inline constexpr int kDecodeWarps = 4;
+inline int32_t decode_row_groups(int32_t head_dim) {
+  return kDecodeWarps * (32 / (head_dim / 8));
+}
+
+// Workspace of one decode call: per (slot, head, split) a partial state (max, sum) and an
+// unnormalized accumulator of head_dim floats.
+inline size_t decode_attention_workspace_bytes(const DecodeAttentionParams& p) {
+  return (size_t)p.n_slots * (size_t)p.n_heads * (size_t)decode_num_splits(p) *
+         (size_t)(p.layout.head_dim + 2) * sizeof(float);
+}
+
+}  // namespace hablar::cuda

@@ -1,0 +1,118 @@
+// RAII owners of device resources: memory, streams, events and the cuBLAS handle. None of
+// them throws from a destructor; release failures there are ignored (the context may
+// already be gone at exit).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+
+struct cublasContext;
+
+namespace hablar::cuda {
+
+// Number of usable CUDA devices; 0 (never an error) when there is no driver or no device.
+// *reason, when given, receives why there is none.
+int device_count(std::string* reason = nullptr);
+
+// Untyped device allocation of `bytes` bytes (cudaMalloc).
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  explicit DeviceMemory(size_t bytes);
+  ~DeviceMemory();
+  DeviceMemory(DeviceMemory&& other) noexcept
+      : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  DeviceMemory& operator=(DeviceMemory&& other) noexcept;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Typed device array of n elements.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n) : memory_(n * sizeof(T)), size_(n) {}
+  // Allocates and copies host data (synchronous).
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+
+  T* get() const { return static_cast<T*>(memory_.get()); }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * sizeof(T); }
+
+  void upload(const std::vector<T>& host) {
+    HABLAR_CHECK(host.size() == size_, "DeviceBuffer::upload: size mismatch");
+    if (size_ != 0)
+      HABLAR_CUDA_CHECK(cudaMemcpy(get(), host.data(), bytes(), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(size_);
+    if (size_ != 0)
+      HABLAR_CUDA_CHECK(cudaMemcpy(host.data(), get(), bytes(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  DeviceMemory memory_;
+  size_t size_ = 0;
+};
+
+class Stream {
+ public:
+  Stream();  // a non-blocking stream
+  ~Stream();
+  Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  Stream& operator=(Stream&&) = delete;
+
+  cudaStream_t get() const { return stream_; }
+  void synchronize() const { HABLAR_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  cudaEvent_t get() const { return event_; }
+  void record(cudaStream_t stream) { HABLAR_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+  // Milliseconds from `start` to this event (both recorded, this one completed).
+  float elapsed_ms_since(const Event& start) const;
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+class CublasHandle {
+ public:
+  CublasHandle();
+  ~CublasHandle();
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+
+  cublasContext* get() const { return handle_; }
+
+ private:
+  cublasContext* handle_ = nullptr;
+};
+
+}  // namespace hablar::cuda

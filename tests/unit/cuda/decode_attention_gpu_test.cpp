@@ -1,0 +1,93 @@
+// The decode-wiring test against the CUDA decode-step entry point (decode_attention), and
+// the split-K long-context case; the host twin runs the same scenarios in CI.
+#include <limits>
+
+#include "backend/cuda/attention.h"
+#include "cuda_test_util.h"
+#include "decode_split_case.h"
+#include "decode_wiring_case.h"
+
+namespace hablar::test {
+namespace {
+
+using cuda::DeviceBuffer;
+
+class DecodeWiringGpu : public ::testing::TestWithParam<KvDType> {};
+
+// Runs one decode step on the device over the case's buffers and checks it.
+std::string run_wiring_step(DecodeWiringCase& c, const std::vector<uint8_t>& active, int done) {
+  DeviceBuffer<uint16_t> cache(c.cache);
+  DeviceBuffer<int32_t> tables(c.block_tables), lens(c.seq_lens);
+  DeviceBuffer<uint8_t> act(active);
+  DeviceBuffer<float> q(c.q), k(c.k_new), v(c.v_new), out(c.out);
+  const auto p = c.params(cache.get(), tables.get(), lens.get(), act.get(), q.get(), k.get(),
+                          v.get(), out.get());
+  DeviceBuffer<float> workspace(cuda::decode_attention_workspace_bytes(p) / sizeof(float));
+  cuda::Stream stream;
+  cuda::decode_attention(p, workspace.get(), workspace.bytes(), stream.get());
+  stream.synchronize();
+  return c.check(out.download(), lens.download(), cache.download(), done);
+}
+
+TEST_P(DecodeWiringGpu, ThreeLiveInEightSlots) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  DecodeWiringCase c(GetParam());
+  EXPECT_EQ(run_wiring_step(c, c.active, -1), "");
+}
+
+TEST_P(DecodeWiringGpu, DoneSequenceIsNeitherAttendedNorAdvanced) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  DecodeWiringCase c(GetParam());
+  std::vector<uint8_t> active = c.active;
+  const int done = c.live_slots[1];
+  active[done] = 0;
+  EXPECT_EQ(run_wiring_step(c, active, done), "");
+}
+
+TEST_P(DecodeWiringGpu, SplitKLongContextMatchesOracle) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  for (int dim : {64, 128, 256}) {
+    DecodeSplitCase c(GetParam(), dim, 11u + (uint32_t)dim);
+    DeviceBuffer<uint16_t> cache(c.cache);
+    DeviceBuffer<int32_t> tables(c.tables), lens(c.lens);
+    DeviceBuffer<uint8_t> act(c.active);
+    DeviceBuffer<float> q(c.q), k(c.k_new), v(c.v_new);
+    DeviceBuffer<float> out(
+        std::vector<float>(c.q.size(), std::numeric_limits<float>::quiet_NaN()));
+    const auto p = c.params(cache.get(), tables.get(), lens.get(), act.get(), q.get(), k.get(),
+                            v.get(), out.get());
+    ASSERT_GT(cuda::decode_num_splits(p), 4);
+    DeviceBuffer<float> workspace(cuda::decode_attention_workspace_bytes(p) / sizeof(float));
+    cuda::Stream stream;
+    cuda::decode_attention(p, workspace.get(), workspace.bytes(), stream.get());
+    stream.synchronize();
+    std::string fault;
+    const double err = c.max_error(out.download(), &fault);
+    EXPECT_EQ(fault, "");
+    EXPECT_LT(err, 2e-3) << "head_dim " << dim;
+    const auto got_lens = lens.download();
+    for (int s = 0; s < c.slots; ++s) EXPECT_EQ(got_lens[s], c.lens[s] + (c.active[s] ? 1 : 0));
+  }
+}
+
+TEST(DecodeAttentionGpu, RejectsUnsupportedShapesWithAnError) {
+  DecodeWiringCase c(KvDType::F16);
+  auto p = c.params(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+  p.layout.head_dim = 96;
+  try {
+    cuda::decode_attention(p, nullptr, 0, nullptr);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("head_dim 96"), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(KvTypes, DecodeWiringGpu, ::testing::Values(KvDType::F16, KvDType::BF16),
+                         [](const auto& info) {
+                           return info.param == KvDType::F16 ? std::string("F16")
+                                                             : std::string("BF16");
+                         });
+
+}  // namespace
+}  // namespace hablar::test
