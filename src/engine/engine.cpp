@@ -146,6 +146,7 @@ void Engine::intake() {
   for (auto& [seq, a] : active_)
     if (a->handle->cancelled()) cancelled.push_back(a.get());
   for (Active* a : cancelled) finish(*a, FinishReason::kCancelled);
+  if (!cancelled.empty()) publish_state(nullptr, 0, 0, 0);
 }
 
 void Engine::loop() {

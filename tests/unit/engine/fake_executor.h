@@ -5,8 +5,10 @@
 // comparing with reference_next() (computed from the true token list) checks the wiring.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -53,6 +55,7 @@ class FakeExecutor : public StepExecutor {
       for (int32_t s = 0; s < block_size_; ++s) cache_[slot(c.dst, s)] = cache_[slot(c.src, s)];
     logits.assign(chunks.size() * (size_t)n_vocab_, 0.0f);
     steps += 1;
+    if (step_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(step_delay_us));
     batch_sizes.push_back((int32_t)chunks.size());
     for (size_t i = 0; i < chunks.size(); ++i) {
       const ExecChunk& c = chunks[i];
@@ -71,6 +74,7 @@ class FakeExecutor : public StepExecutor {
     }
   }
 
+  int64_t step_delay_us = 0;  // makes steps take device-like time
   int64_t tokens_computed = 0;
   int64_t steps = 0;
   std::vector<int32_t> batch_sizes;

@@ -1,0 +1,247 @@
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "fake_executor.h"
+
+namespace hablar::engine {
+namespace {
+
+using std::chrono::milliseconds;
+constexpr int32_t kVocab = 97;
+
+std::vector<int32_t> reference_generation(std::vector<int32_t> prompt, int32_t n) {
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < n; ++i) {
+    int32_t t = test::reference_next(prompt, kVocab);
+    out.push_back(t);
+    prompt.push_back(t);
+  }
+  return out;
+}
+
+struct Result {
+  std::vector<int32_t> tokens;
+  StreamItem final;
+};
+
+// Reads a handle to its final item; `items` may hold items already taken from it.
+Result collect(RequestHandle& h, std::vector<StreamItem> items = {}) {
+  Result r;
+  for (bool first = true;; first = false) {
+    if (!first || items.empty())
+      if (!h.wait(items, milliseconds(10000))) ADD_FAILURE() << "engine stalled";
+    for (auto& it : items) {
+      if (it.kind == StreamItem::Kind::kFinal) {
+        r.final = it;
+        return r;
+      }
+      r.tokens.push_back(it.token);
+    }
+    if (items.empty()) return r;
+    items.clear();
+  }
+}
+
+// Polls the metrics until `pred` holds (they are published after each step).
+template <typename Pred>
+bool eventually(const Engine& e, Pred pred) {
+  for (int i = 0; i < 200; ++i) {
+    if (pred(e.metrics().snapshot())) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return false;
+}
+
+GenerateRequest request(std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerateRequest g;
+  g.prompt = std::move(prompt);
+  g.max_tokens = max_tokens;
+  return g;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int32_t n) {
+  std::vector<int32_t> p((size_t)n);
+  for (auto& t : p) t = (int32_t)(rng() % kVocab);
+  return p;
+}
+
+EngineConfig config(int32_t n_blocks, int32_t block_size, int32_t max_running) {
+  EngineConfig c;
+  c.n_blocks = n_blocks;
+  c.block_size = block_size;
+  c.n_ctx = 4096;
+  c.scheduler = {.max_running = max_running, .max_step_tokens = 64, .max_prefill_chunk = 32};
+  return c;
+}
+
+TEST(Engine, ConcurrentRequestsEachGetTheirSoloOutput) {
+  test::FakeExecutor exec(kVocab, 256, 8);
+  Engine engine(config(256, 8, 8), exec);
+  std::mt19937 rng(1);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 16; ++i) {
+    prompts.push_back(random_prompt(rng, 5 + 7 * i));
+    handles.push_back(engine.submit(request(prompts.back(), 12)));
+  }
+  for (int i = 0; i < 16; ++i) {
+    Result r = collect(*handles[(size_t)i]);
+    EXPECT_EQ(r.tokens, reference_generation(prompts[(size_t)i], 12)) << "request " << i;
+    EXPECT_EQ(r.final.finish_reason, FinishReason::kLength);
+    EXPECT_EQ(r.final.n_generated, 12);
+  }
+  const MetricsSnapshot m = engine.metrics().snapshot();
+  EXPECT_GT(m.max_batch_size, 1);
+  EXPECT_EQ(m.requests_finished, 16u);
+}
+
+TEST(Engine, SharedPrefixIsServedFromTheCache) {
+  test::FakeExecutor exec(kVocab, 128, 8);
+  Engine engine(config(128, 8, 4), exec);
+  std::mt19937 rng(2);
+  std::vector<int32_t> prefix = random_prompt(rng, 200);
+  std::vector<int32_t> p1 = prefix, p2 = prefix;
+  p1.push_back(1);
+  p2.push_back(2);
+  Result r1 = collect(*engine.submit(request(p1, 4)));
+  const int64_t before = exec.tokens_computed;
+  Result r2 = collect(*engine.submit(request(p2, 4)));
+  EXPECT_EQ(r1.tokens, reference_generation(p1, 4));
+  EXPECT_EQ(r2.tokens, reference_generation(p2, 4));
+  EXPECT_EQ(r2.final.n_cached_prompt, 200);  // 25 full blocks of 8
+  EXPECT_LE(exec.tokens_computed - before, 1 + 4);
+  // The same prompt again: all cached but the last token, recomputed into a private copy.
+  Result r3 = collect(*engine.submit(request(p1, 4)));
+  EXPECT_EQ(r3.tokens, r1.tokens);
+}
+
+TEST(Engine, PreemptionKeepsEveryOutputIntact) {
+  // 12 blocks of 4 positions = 48 slots for 6 sequences growing to ~20 tokens each.
+  test::FakeExecutor exec(kVocab, 12, 4);
+  EngineConfig c = config(12, 4, 6);
+  Engine engine(c, exec);
+  std::mt19937 rng(3);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(random_prompt(rng, 6 + i));
+    handles.push_back(engine.submit(request(prompts.back(), 14)));
+  }
+  for (int i = 0; i < 6; ++i) {
+    Result r = collect(*handles[(size_t)i]);
+    EXPECT_EQ(r.tokens, reference_generation(prompts[(size_t)i], 14)) << "request " << i;
+  }
+  EXPECT_GT(engine.metrics().snapshot().preemptions_total, 0u);
+  EXPECT_TRUE(eventually(engine, [](const MetricsSnapshot& m) { return m.kv_blocks_used == 0; }));
+}
+
+TEST(Engine, CancelFreesBlocksAtTheNextStep) {
+  test::FakeExecutor exec(kVocab, 64, 8);
+  exec.step_delay_us = 1000;
+  Engine engine(config(64, 8, 4), exec);
+  std::mt19937 rng(4);
+  auto h = engine.submit(request(random_prompt(rng, 30), 4000));
+  std::vector<StreamItem> items;
+  ASSERT_TRUE(h->wait(items, milliseconds(5000)));  // generating
+  h->cancel();
+  Result r = collect(*h, items);
+  EXPECT_EQ(r.final.finish_reason, FinishReason::kCancelled);
+  EXPECT_LT(r.final.n_generated, 400);
+  EXPECT_TRUE(eventually(engine, [](const MetricsSnapshot& m) { return m.kv_blocks_used == 0; }));
+}
+
+TEST(Engine, ShortRequestFinishesBeforeALongOne) {
+  test::FakeExecutor exec(kVocab, 256, 8);
+  exec.step_delay_us = 1000;
+  Engine engine(config(256, 8, 4), exec);
+  std::mt19937 rng(5);
+  auto long_h = engine.submit(request(random_prompt(rng, 10), 400));
+  std::vector<StreamItem> items;
+  ASSERT_TRUE(long_h->wait(items, milliseconds(5000)));
+  auto short_h = engine.submit(request(random_prompt(rng, 10), 3));
+  Result s = collect(*short_h);
+  EXPECT_EQ(s.final.n_generated, 3);
+  // The long one is still going when the short one is done.
+  std::vector<StreamItem> more;
+  long_h->wait(more, milliseconds(0));
+  for (const auto& it : more) EXPECT_NE(it.kind, StreamItem::Kind::kFinal);
+  items.insert(items.end(), more.begin(), more.end());
+  Result l = collect(*long_h, items);
+  EXPECT_EQ(l.final.n_generated, 400);
+}
+
+TEST(Engine, EndOfGenerationStopsAndMaxTokensIsBoundedByContext) {
+  test::FakeExecutor exec(kVocab, 64, 8);
+  EngineConfig c = config(64, 8, 4);
+  std::vector<int32_t> prompt = {1, 2, 3};
+  const int32_t eog = reference_generation(prompt, 3)[2];
+  c.is_eog = [eog](int32_t t) { return t == eog; };
+  c.n_ctx = 40;
+  Engine engine(c, exec);
+  Result r = collect(*engine.submit(request(prompt, 100)));
+  EXPECT_EQ(r.final.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(r.tokens.size(), 3u);
+  GenerateRequest g = request({5, 6, 7}, 1000000);
+  g.ignore_eos = true;
+  Result r2 = collect(*engine.submit(std::move(g)));
+  EXPECT_EQ(r2.final.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(r2.final.n_generated, 40 - 3);
+}
+
+TEST(Engine, RejectsBadRequestsWithClearErrors) {
+  test::FakeExecutor exec(kVocab, 8, 8);
+  EngineConfig c = config(8, 8, 2);
+  c.max_queue = 2;
+  Engine engine(c, exec);
+  EXPECT_THROW(engine.submit(request({}, 4)), Error);
+  try {
+    engine.submit(request(std::vector<int32_t>(70, 1), 4));
+    FAIL() << "a prompt longer than the cache was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("70"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("64"), std::string::npos);
+  }
+  EXPECT_THROW(engine.submit(request({kVocab}, 4)), Error);
+  EXPECT_THROW(engine.submit(request({1}, 0)), Error);
+}
+
+TEST(Engine, QueueFullIsAResourceError) {
+  test::FakeExecutor exec(kVocab, 64, 8);
+  exec.step_delay_us = 1000;
+  EngineConfig c = config(64, 8, 1);
+  c.max_queue = 3;
+  Engine engine(c, exec);
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  int rejected = 0;
+  for (int i = 0; i < 20; ++i) {
+    try {
+      hs.push_back(engine.submit(request({1, 2, 3}, 3000)));
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kResource);
+      rejected += 1;
+    }
+  }
+  EXPECT_GT(rejected, 0);
+  for (auto& h : hs) h->cancel();
+  for (auto& h : hs) collect(*h);
+}
+
+TEST(Engine, ShutdownEndsStreamsCleanly) {
+  test::FakeExecutor exec(kVocab, 64, 8);
+  exec.step_delay_us = 1000;
+  auto engine = std::make_unique<Engine>(config(64, 8, 2), exec);
+  auto h = engine->submit(request({1, 2, 3}, 3000));
+  engine->shutdown(milliseconds(50));
+  Result r = collect(*h);
+  EXPECT_NE(r.final.finish_reason, FinishReason::kNone);
+  EXPECT_THROW(engine->submit(request({1}, 1)), Error);
+}
+
+}  // namespace
+}  // namespace hablar::engine
