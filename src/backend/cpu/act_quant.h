@@ -1,0 +1,52 @@
+// Activation quantization for the integer matmul paths, and the layout of the quantized rows
+// the kernels read. Internal to the CPU backend.
+//
+// Rows of the 32-value formats ("Act32"): for a row of n values (nb = n / 32 blocks)
+//   int8_t qs[nb][32] | float d[nb] | float s[nb]
+// with d = fp16(max|x| / 127) and s = fp16(d_exact * sum(qs)): the values of a Q8_0 / Q8_1
+// block (core/quant_blocks.h), with the halves already widened to float.
+// Rows of the K formats are BlockQ8_K[n / 256] as core/quant_blocks.h defines them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/quant_blocks.h"
+
+namespace hablar::cpu {
+
+enum class ActKind {
+  kF32,    // the float activations themselves (F32, F16, BF16 weights)
+  kAct32,  // 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL)
+  kQ8K,    // 256-value super-blocks (K-quants, IQ4_XS)
+};
+
+// Which activation rows a weight type's dot products use, and the row's size in bytes;
+// ActKind::kF32 for types without an integer path.
+ActKind act_kind_for(DType weight_type);
+size_t act_row_bytes(ActKind kind, int64_t n);
+
+// Views of one Act32 row.
+struct Act32Row {
+  const int8_t* qs;
+  const float* d;
+  const float* s;
+};
+inline Act32Row act32_row(const void* row, int64_t n) {
+  const int64_t nb = n / kQK;
+  const auto* base = static_cast<const uint8_t*>(row);
+  const auto* d = reinterpret_cast<const float*>(base + nb * kQK);
+  return {reinterpret_cast<const int8_t*>(base), d, d + nb};
+}
+
+// Scalar quantizers (the reference the SIMD ones are tested against).
+void quantize_act32_scalar(const float* x, int64_t n, void* row);
+void quantize_q8k_scalar(const float* x, int64_t n, BlockQ8_K* blocks);
+
+// Rounding as the reference quantizers do it: half away from zero for the 32-value blocks,
+// half to even for Q8_K.
+int round_half_away(float v);
+int round_half_even(float v);
+
+}  // namespace hablar::cpu

@@ -1,0 +1,336 @@
+// Scalar reference of matmul: the activations are quantized exactly as the SIMD path does
+// (act_quant.h) and every block's dot product is an integer sum, scaled in float in a fixed
+// order. Written for clarity; the SIMD kernels are tested against it.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/act_quant.h"
+#include "backend/cpu/matmul_internal.h"
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/quant_blocks.h"
+
+namespace hablar::cpu {
+namespace {
+
+float h2f(uint16_t h) {
+  return fp16_to_f32(h);
+}
+
+// --- 32-value formats: codes[j] is the integer weight value (offset removed) ---------------
+
+void codes_q4_0(const BlockQ4_0& b, int* c) {
+  for (int j = 0; j < kQK / 2; ++j) {
+    c[j] = (b.qs[j] & 0xF) - 8;
+    c[j + kQK / 2] = (b.qs[j] >> 4) - 8;
+  }
+}
+void codes_q4_1(const BlockQ4_1& b, int* c) {
+  for (int j = 0; j < kQK / 2; ++j) {
+    c[j] = b.qs[j] & 0xF;
+    c[j + kQK / 2] = b.qs[j] >> 4;
+  }
+}
+uint32_t high_bits(const uint8_t* qh) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  return h;
+}
+void codes_q5(const uint8_t* qs, const uint8_t* qh_bytes, int offset, int* c) {
+  const uint32_t qh = high_bits(qh_bytes);
+  for (int j = 0; j < kQK / 2; ++j) {
+    c[j] = ((qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - offset;
+    c[j + kQK / 2] = ((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - offset;
+  }
+}
+void codes_iq4_nl(const uint8_t* qs, int* c) {
+  for (int j = 0; j < kQK / 2; ++j) {
+    c[j] = kIQ4NLValues[qs[j] & 0xF];
+    c[j + kQK / 2] = kIQ4NLValues[qs[j] >> 4];
+  }
+}
+
+int dot32(const int* c, const int8_t* a) {
+  int sum = 0;
+  for (int j = 0; j < kQK; ++j) sum += c[j] * a[j];
+  return sum;
+}
+
+float dot_act32(DType type, const uint8_t* w, const Act32Row& a, int64_t nb) {
+  float acc = 0.0f;
+  int c[kQK];
+  for (int64_t b = 0; b < nb; ++b) {
+    const int8_t* qa = a.qs + b * kQK;
+    switch (type) {
+      case DType::Q4_0: {
+        const auto& blk = reinterpret_cast<const BlockQ4_0*>(w)[b];
+        codes_q4_0(blk, c);
+        acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa);
+        break;
+      }
+      case DType::Q4_1: {
+        const auto& blk = reinterpret_cast<const BlockQ4_1*>(w)[b];
+        codes_q4_1(blk, c);
+        acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa) + h2f(blk.m) * a.s[b];
+        break;
+      }
+      case DType::Q5_0: {
+        const auto& blk = reinterpret_cast<const BlockQ5_0*>(w)[b];
+        codes_q5(blk.qs, blk.qh, 16, c);
+        acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa);
+        break;
+      }
+      case DType::Q5_1: {
+        const auto& blk = reinterpret_cast<const BlockQ5_1*>(w)[b];
+        codes_q5(blk.qs, blk.qh, 0, c);
+        acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa) + h2f(blk.m) * a.s[b];
+        break;
+      }
+      case DType::Q8_0: {
+        const auto& blk = reinterpret_cast<const BlockQ8_0*>(w)[b];
+        for (int j = 0; j < kQK; ++j) c[j] = blk.qs[j];
+        acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa);
+        break;
+      }
+      case DType::IQ4_NL: {
+        const auto& blk = reinterpret_cast<const BlockIQ4_NL*>(w)[b];
+        codes_iq4_nl(blk.qs, c);
+        acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa);
+        break;
+      }
+      default:
+        throw_error(ErrorKind::kInternal, "dot_act32: not a 32-value format");
+    }
+  }
+  return acc;
+}
+
+// --- K formats: per super-block, codes[256] and per-16 integer scales/mins -----------------
+
+// Integer content of one super-block: x[v] = d * scale[v/16] * code[v] - dmin * min[v/16].
+struct SuperBlock {
+  int code[kQK_K];
+  int scale[16];
+  int min[16];
+  float d;
+  float dmin;
+};
+
+void k4_scale_min(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+void decode_q2_k(const BlockQ2_K& b, SuperBlock& o) {
+  for (int v = 0; v < kQK_K; ++v) {
+    const int h = v / 128, j = (v % 128) / 32, l = v % 32;
+    o.code[v] = (b.qs[32 * h + l] >> (2 * j)) & 3;
+  }
+  for (int i = 0; i < 16; ++i) {
+    o.scale[i] = b.scales[i] & 0xF;
+    o.min[i] = b.scales[i] >> 4;
+  }
+  o.d = h2f(b.d);
+  o.dmin = h2f(b.dmin);
+}
+void decode_q3_k(const BlockQ3_K& b, SuperBlock& o) {
+  for (int v = 0; v < kQK_K; ++v) {
+    const int h = v / 128, j = (v % 128) / 32, l = v % 32;
+    const int low = (b.qs[32 * h + l] >> (2 * j)) & 3;
+    const bool high = (b.hmask[l] >> (4 * h + j)) & 1;
+    o.code[v] = low - (high ? 0 : 4);
+  }
+  for (int k = 0; k < 16; ++k) {
+    const int low = k < 8 ? (b.scales[k] & 0xF) : (b.scales[k - 8] >> 4);
+    const int high = (b.scales[8 + k % 4] >> (2 * (k / 4))) & 3;
+    o.scale[k] = (low | (high << 4)) - 32;
+    o.min[k] = 0;
+  }
+  o.d = h2f(b.d);
+  o.dmin = 0.0f;
+}
+void decode_q4_k(const BlockQ4_K& b, SuperBlock& o) {
+  for (int g = 0; g < 4; ++g) {
+    for (int l = 0; l < 32; ++l) {
+      o.code[64 * g + l] = b.qs[32 * g + l] & 0xF;
+      o.code[64 * g + 32 + l] = b.qs[32 * g + l] >> 4;
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    k4_scale_min(b.scales, j, &sc, &m);
+    o.scale[2 * j] = o.scale[2 * j + 1] = sc;
+    o.min[2 * j] = o.min[2 * j + 1] = m;
+  }
+  o.d = h2f(b.d);
+  o.dmin = h2f(b.dmin);
+}
+void decode_q5_k(const BlockQ5_K& b, SuperBlock& o) {
+  for (int g = 0; g < 4; ++g) {
+    for (int l = 0; l < 32; ++l) {
+      o.code[64 * g + l] = (b.qs[32 * g + l] & 0xF) | (((b.qh[l] >> (2 * g)) & 1) << 4);
+      o.code[64 * g + 32 + l] = (b.qs[32 * g + l] >> 4) | (((b.qh[l] >> (2 * g + 1)) & 1) << 4);
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    k4_scale_min(b.scales, j, &sc, &m);
+    o.scale[2 * j] = o.scale[2 * j + 1] = sc;
+    o.min[2 * j] = o.min[2 * j + 1] = m;
+  }
+  o.d = h2f(b.d);
+  o.dmin = h2f(b.dmin);
+}
+void decode_q6_k(const BlockQ6_K& b, SuperBlock& o) {
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = b.ql + 64 * h;
+    const uint8_t* qh = b.qh + 32 * h;
+    int* c = o.code + 128 * h;
+    for (int l = 0; l < 32; ++l) {
+      c[l] = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      c[l + 32] = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      c[l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      c[l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+    }
+  }
+  for (int i = 0; i < 16; ++i) {
+    o.scale[i] = b.scales[i];
+    o.min[i] = 0;
+  }
+  o.d = h2f(b.d);
+  o.dmin = 0.0f;
+}
+void decode_iq4_xs(const BlockIQ4_XS& b, SuperBlock& o) {
+  for (int j = 0; j < 8; ++j) {
+    const int ls =
+        ((b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b.scales_h >> (2 * j)) & 3) << 4);
+    o.scale[2 * j] = o.scale[2 * j + 1] = ls - 32;
+    o.min[2 * j] = o.min[2 * j + 1] = 0;
+    codes_iq4_nl(b.qs + 16 * j, o.code + 32 * j);
+  }
+  o.d = h2f(b.d);
+  o.dmin = 0.0f;
+}
+
+void decode_super_block(DType type, const uint8_t* w, int64_t b, SuperBlock& o) {
+  switch (type) {
+    case DType::Q2_K:
+      return decode_q2_k(reinterpret_cast<const BlockQ2_K*>(w)[b], o);
+    case DType::Q3_K:
+      return decode_q3_k(reinterpret_cast<const BlockQ3_K*>(w)[b], o);
+    case DType::Q4_K:
+      return decode_q4_k(reinterpret_cast<const BlockQ4_K*>(w)[b], o);
+    case DType::Q5_K:
+      return decode_q5_k(reinterpret_cast<const BlockQ5_K*>(w)[b], o);
+    case DType::Q6_K:
+      return decode_q6_k(reinterpret_cast<const BlockQ6_K*>(w)[b], o);
+    case DType::IQ4_XS:
+      return decode_iq4_xs(reinterpret_cast<const BlockIQ4_XS*>(w)[b], o);
+    default:
+      throw_error(ErrorKind::kInternal, "decode_super_block: not a K format");
+  }
+}
+
+// Per super-block: d * dx * sum_i scale_i * dot_i - dmin * dx * sum_i min_i * bsum_i.
+float dot_q8k(DType type, const uint8_t* w, const BlockQ8_K* a, int64_t nb) {
+  float acc = 0.0f;
+  SuperBlock sb;
+  for (int64_t b = 0; b < nb; ++b) {
+    decode_super_block(type, w, b, sb);
+    int32_t isum = 0, msum = 0;
+    for (int i = 0; i < 16; ++i) {
+      int32_t part = 0;
+      for (int j = 0; j < 16; ++j) part += sb.code[16 * i + j] * a[b].qs[16 * i + j];
+      isum += sb.scale[i] * part;
+      msum += sb.min[i] * a[b].bsums[i];
+    }
+    acc += sb.d * a[b].d * (float)isum - sb.dmin * a[b].d * (float)msum;
+  }
+  return acc;
+}
+
+float weight_value(DType type, const uint8_t* row, int64_t c) {
+  if (type == DType::F32) return reinterpret_cast<const float*>(row)[c];
+  if (type == DType::F16) return fp16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+  return bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+}
+
+float reference_dot(DType type, const uint8_t* w_row, const uint8_t* act, int64_t n) {
+  switch (act_kind_for(type)) {
+    case ActKind::kAct32:
+      return dot_act32(type, w_row, act32_row(act, n), n / kQK);
+    case ActKind::kQ8K:
+      return dot_q8k(type, w_row, reinterpret_cast<const BlockQ8_K*>(act), n / kQK_K);
+    case ActKind::kF32:
+      break;
+  }
+  const auto* x = reinterpret_cast<const float*>(act);
+  float v = 0.0f;
+  for (int64_t c = 0; c < n; ++c) v += weight_value(type, w_row, c) * x[c];
+  return v;
+}
+
+void gemm_scalar(const WeightView& w, int64_t row_begin, int64_t row_end, const uint8_t* act,
+                 size_t act_stride, int64_t n_tokens, float* y) {
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t r = row_begin; r < row_end; ++r)
+      y[t * w.rows + r] = reference_dot(w.type, w.row(r), act + t * act_stride, w.cols);
+}
+
+GemmFn scalar_gemm_for(DType type) {
+  switch (type) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q8_0:
+    case DType::IQ4_NL:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_XS:
+      return &gemm_scalar;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
+const IsaKernels& scalar_kernels() {
+  static const IsaKernels kernels{&quantize_act32_scalar, &quantize_q8k_scalar, &scalar_gemm_for};
+  return kernels;
+}
+
+void matmul_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  check_matmul_args(w, x, n_tokens, y);
+  const ActKind kind = act_kind_for(w.type);
+  std::vector<uint8_t> act(act_row_bytes(kind, w.cols));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xt = x + t * w.cols;
+    const uint8_t* row = reinterpret_cast<const uint8_t*>(xt);
+    if (kind == ActKind::kAct32) {
+      quantize_act32_scalar(xt, w.cols, act.data());
+      row = act.data();
+    } else if (kind == ActKind::kQ8K) {
+      quantize_q8k_scalar(xt, w.cols, reinterpret_cast<BlockQ8_K*>(act.data()));
+      row = act.data();
+    }
+    for (int64_t r = 0; r < w.rows; ++r)
+      y[t * w.rows + r] = reference_dot(w.type, w.row(r), row, w.cols);
+  }
+}
+
+}  // namespace hablar::cpu

@@ -1,0 +1,119 @@
+// Element-wise and normalization ops, RoPE, the embedding lookup and the KV cache store.
+#include <cmath>
+#include <string>
+
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/quant.h"
+
+namespace hablar::cpu {
+
+void rmsnorm(const float* x, const float* weight, float* y, int64_t n, float eps) {
+  // Sum of squares in double over 8 partial sums: stable and independent of the batch.
+  double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) partial[j] += (double)x[i + j] * (double)x[i + j];
+  for (; i < n; ++i) partial[0] += (double)x[i] * (double)x[i];
+  double sum = 0.0;
+  for (double p : partial) sum += p;
+  const float scale = (float)(1.0 / std::sqrt(sum / (double)n + (double)eps));
+  for (i = 0; i < n; ++i) y[i] = x[i] * scale * weight[i];
+}
+
+namespace {
+
+// Frequency of pair i after Llama-3 scaling: long wavelengths are divided by `factor`, short
+// ones kept, and the band between blended smoothly.
+float llama3_scaled_freq(float freq, const RopeParams& p) {
+  const float kPi = 3.14159265358979323846f;
+  const float wavelen = 2.0f * kPi / freq;
+  const float low_freq_wavelen = (float)p.original_context / p.low_freq_factor;
+  const float high_freq_wavelen = (float)p.original_context / p.high_freq_factor;
+  if (wavelen < high_freq_wavelen) return freq;
+  if (wavelen > low_freq_wavelen) return freq / p.factor;
+  const float smooth = ((float)p.original_context / wavelen - p.low_freq_factor) /
+                       (p.high_freq_factor - p.low_freq_factor);
+  return (1.0f - smooth) * freq / p.factor + smooth * freq;
+}
+
+void check_rope(int head_dim, const RopeParams& p) {
+  if (p.n_dims <= 0 || p.n_dims > head_dim || p.n_dims % 2 != 0)
+    throw_error(ErrorKind::kInvalidArgument,
+                "rope: n_dims " + std::to_string(p.n_dims) +
+                    " must be even and in (0, head_dim=" + std::to_string(head_dim) + "]");
+  if (p.scaling != RopeParams::Scaling::kNone && !(p.factor > 0.0f))
+    throw_error(ErrorKind::kInvalidArgument, "rope: scaling factor must be > 0");
+}
+
+}  // namespace
+
+void rope(float* x, int n_heads, int head_dim, int pos, const RopeParams& p) {
+  check_rope(head_dim, p);
+  const int half = p.n_dims / 2;
+  float cos_t[512], sin_t[512];
+  if (half > 512) throw_error(ErrorKind::kInvalidArgument, "rope: n_dims above 1024");
+  // theta_i = pos * base^(-2i/n_dims), built by repeated multiplication as the reference does.
+  const float theta_scale = std::pow(p.freq_base, -2.0f / (float)p.n_dims);
+  float theta = (float)pos;
+  float freq = 1.0f;
+  for (int i = 0; i < half; ++i) {
+    float angle = theta;
+    if (p.scaling == RopeParams::Scaling::kLinear) {
+      angle = theta / p.factor;
+    } else if (p.scaling == RopeParams::Scaling::kLlama3) {
+      angle = (float)pos * llama3_scaled_freq(freq, p);
+    }
+    cos_t[i] = std::cos(angle);
+    sin_t[i] = std::sin(angle);
+    theta *= theta_scale;
+    freq *= theta_scale;
+  }
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + (int64_t)h * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const int a = p.neox ? i : 2 * i;
+      const int b = p.neox ? i + half : 2 * i + 1;
+      const float x0 = v[a], x1 = v[b];
+      v[a] = x0 * cos_t[i] - x1 * sin_t[i];
+      v[b] = x0 * sin_t[i] + x1 * cos_t[i];
+    }
+  }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void embedding_row(const WeightView& table, int32_t token, float* out) {
+  if (token < 0 || token >= table.rows)
+    throw_error(ErrorKind::kInvalidArgument, "embedding: token id " + std::to_string(token) +
+                                                 " outside the vocabulary of " +
+                                                 std::to_string(table.rows));
+  dequantize_row(table.type, table.row(token), out, table.cols);
+}
+
+void kv_store(uint16_t* cache, const KvCacheLayout& layout, int layer, const int32_t* block_table,
+              int pos, const float* k, const float* v) {
+  const bool bf16 = layout.dtype == KvDType::BF16;
+  for (int h = 0; h < layout.n_kv_heads; ++h) {
+    uint16_t* kd = cache + layout.position_offset(block_table, layer, 0, h, pos);
+    uint16_t* vd = cache + layout.position_offset(block_table, layer, 1, h, pos);
+    const float* ks = k + (int64_t)h * layout.head_dim;
+    const float* vs = v + (int64_t)h * layout.head_dim;
+    for (int d = 0; d < layout.head_dim; ++d) {
+      kd[d] = bf16 ? f32_to_bf16(ks[d]) : f32_to_fp16(ks[d]);
+      vd[d] = bf16 ? f32_to_bf16(vs[d]) : f32_to_fp16(vs[d]);
+    }
+  }
+}
+
+}  // namespace hablar::cpu

@@ -1,0 +1,239 @@
+// matmul: every weight type on every instruction set against the scalar reference, the
+// reference against plain float math on dequantized weights, batch invariance and the
+// activation quantizers against core/quant.h.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/act_quant.h"
+#include "backend/cpu/matmul_internal.h"
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/quant.h"
+
+namespace hablar::cpu {
+namespace {
+
+const DType kTypes[] = {DType::Q4_0,   DType::Q4_1,   DType::Q5_0, DType::Q5_1, DType::Q8_0,
+                        DType::Q2_K,   DType::Q3_K,   DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                        DType::IQ4_NL, DType::IQ4_XS, DType::F16,  DType::BF16, DType::F32};
+
+std::vector<float> random_values(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v((size_t)n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// A rows x cols matrix in `type`, quantized from random values with the reference quantizer.
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  std::vector<float> dequantized;  // what the weights decode to
+  WeightView view;
+};
+Matrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  Matrix m;
+  const size_t row_bytes = dtype_row_bytes(type, cols);
+  m.bytes.resize(row_bytes * (size_t)rows);
+  m.dequantized.resize((size_t)(rows * cols));
+  const std::vector<float> src = random_values(rows * cols, seed, 0.5f);
+  for (int64_t r = 0; r < rows; ++r) {
+    quantize_row(type, src.data() + r * cols, m.bytes.data() + r * row_bytes, cols);
+    dequantize_row(type, m.bytes.data() + r * row_bytes, m.dequantized.data() + r * cols, cols);
+  }
+  m.view = WeightView{type, rows, cols, row_bytes, m.bytes.data()};
+  return m;
+}
+
+// sum_c |w[r][c] * x[t][c]|: the scale of the rounding error of one output.
+std::vector<float> magnitudes(const Matrix& m, const std::vector<float>& x, int64_t n_tokens) {
+  const int64_t rows = m.view.rows, cols = m.view.cols;
+  std::vector<float> out((size_t)(rows * n_tokens));
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      double s = 0;
+      for (int64_t c = 0; c < cols; ++c)
+        s += std::fabs((double)m.dequantized[r * cols + c] * x[t * cols + c]);
+      out[t * rows + r] = (float)s;
+    }
+  return out;
+}
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> isas{Isa::kScalar};
+  if (isa_kernels(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
+  if (isa_kernels(Isa::kAvx512)) isas.push_back(Isa::kAvx512);
+  return isas;
+}
+
+class MatmulType : public ::testing::TestWithParam<DType> {};
+
+std::string type_param_name(const ::testing::TestParamInfo<DType>& info) {
+  return std::string(dtype_name(info.param));
+}
+
+// Every ISA's kernel agrees with matmul_reference to float rounding: both use the same 8-bit
+// activations and exact integer block sums, so only the order of the float additions
+// differs. Tolerance: 1e-5 of sum |w * x| (plus 1e-6 absolute).
+TEST_P(MatmulType, SimdMatchesReference) {
+  const DType type = GetParam();
+  ASSERT_TRUE(has_quantizer(type)) << dtype_name(type);
+  const int64_t rows = 37, cols = 512, n_tokens = 11;  // odd sizes exercise tile remainders
+  const Matrix m = make_matrix(type, rows, cols, 7);
+  const std::vector<float> x = random_values(n_tokens * cols, 11);
+  std::vector<float> want((size_t)(rows * n_tokens));
+  matmul_reference(m.view, x.data(), n_tokens, want.data());
+  const std::vector<float> mag = magnitudes(m, x, n_tokens);
+  ThreadPool pool(2);
+  for (Isa isa : available_isas()) {
+    std::vector<float> got((size_t)(rows * n_tokens), NAN);
+    matmul_with_isa(isa, m.view, x.data(), n_tokens, got.data(), pool);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5f * mag[i] + 1e-6f)
+          << isa_name(isa) << " " << dtype_name(type) << " output " << i;
+  }
+}
+
+// The reference itself computes the product of the decoded weights with x, up to the 8-bit
+// quantization of x (relative error of the whole output well under 2%; exact for floats).
+TEST_P(MatmulType, ReferenceMatchesFloatMath) {
+  const DType type = GetParam();
+  const int64_t rows = 16, cols = 768, n_tokens = 3;
+  const Matrix m = make_matrix(type, rows, cols, 3);
+  const std::vector<float> x = random_values(n_tokens * cols, 5);
+  std::vector<float> got((size_t)(rows * n_tokens));
+  matmul_reference(m.view, x.data(), n_tokens, got.data());
+  double err = 0, norm = 0;
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      double exact = 0;
+      for (int64_t c = 0; c < cols; ++c)
+        exact += (double)m.dequantized[r * cols + c] * x[t * cols + c];
+      const double diff = got[t * rows + r] - exact;
+      err += diff * diff;
+      norm += exact * exact;
+    }
+  const bool is_float = act_kind_for(type) == ActKind::kF32;
+  EXPECT_LT(std::sqrt(err / norm), is_float ? 1e-5 : 0.02) << dtype_name(type);
+}
+
+// A token's outputs are bit-identical whether it runs alone or inside any batch.
+TEST_P(MatmulType, BatchInvariant) {
+  const DType type = GetParam();
+  const int64_t rows = 45, cols = 256;
+  const Matrix m = make_matrix(type, rows, cols, 9);
+  const std::vector<float> batch = random_values(13 * cols, 21);
+  ThreadPool pool(2);
+  std::vector<float> all((size_t)(13 * rows));
+  matmul(m.view, batch.data(), 13, all.data(), pool);
+  // Other batch sizes, the token at different places among other tokens.
+  std::vector<float> other = random_values(9 * cols, 33);
+  for (int64_t t = 0; t < 13; ++t) {
+    std::vector<float> alone((size_t)rows);
+    matmul(m.view, batch.data() + t * cols, 1, alone.data(), pool);
+    ASSERT_EQ(0, std::memcmp(alone.data(), all.data() + t * rows, rows * sizeof(float)))
+        << dtype_name(type) << " token " << t;
+    const int64_t slot = t % 9;
+    std::copy(batch.begin() + t * cols, batch.begin() + (t + 1) * cols,
+              other.begin() + slot * cols);
+    std::vector<float> mixed((size_t)(9 * rows));
+    ThreadPool pool3(3);
+    matmul(m.view, other.data(), 9, mixed.data(), pool3);
+    ASSERT_EQ(0, std::memcmp(alone.data(), mixed.data() + slot * rows, rows * sizeof(float)))
+        << dtype_name(type) << " token " << t << " in slot " << slot;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulType, ::testing::ValuesIn(kTypes), type_param_name);
+
+// Large prefill shapes span several token chunks and every tile remainder.
+TEST(Matmul, LargeBatchMatchesReference) {
+  for (DType type : {DType::Q4_1, DType::Q4_K, DType::Q8_0}) {
+    const int64_t rows = 21, cols = 2048, n_tokens = 150;
+    const Matrix m = make_matrix(type, rows, cols, 1);
+    const std::vector<float> x = random_values(n_tokens * cols, 2);
+    std::vector<float> want((size_t)(rows * n_tokens)), got(want.size());
+    matmul_reference(m.view, x.data(), n_tokens, want.data());
+    ThreadPool pool(2);
+    matmul(m.view, x.data(), n_tokens, got.data(), pool);
+    const std::vector<float> mag = magnitudes(m, x, n_tokens);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5f * mag[i] + 1e-6f) << dtype_name(type) << " " << i;
+  }
+}
+
+// The SIMD activation quantizers produce what core/quant.h's Q8_0 / Q8_1 / Q8_K give.
+TEST(ActivationQuant, MatchesCoreQuantizers) {
+  const int64_t n = 1024;
+  std::vector<float> x = random_values(n, 17, 3.0f);
+  // Exact halves, zeros and ties exercise the rounding rules.
+  for (int i = 0; i < 32; ++i) x[(size_t)i] = (float)(i - 16) * 0.5f;
+  for (int i = 64; i < 96; ++i) x[(size_t)i] = 0.0f;
+  std::vector<BlockQ8_0> q80((size_t)n / kQK);
+  std::vector<BlockQ8_1> q81((size_t)n / kQK);
+  std::vector<BlockQ8_K> q8k((size_t)n / kQK_K);
+  quantize_row(DType::Q8_0, x.data(), q80.data(), n);
+  quantize_row(DType::Q8_1, x.data(), q81.data(), n);
+  quantize_row(DType::Q8_K, x.data(), q8k.data(), n);
+  for (Isa isa : available_isas()) {
+    const IsaKernels& k = *isa_kernels(isa);
+    std::vector<uint8_t> row(act_row_bytes(ActKind::kAct32, n));
+    k.quantize_act32(x.data(), n, row.data());
+    const Act32Row a = act32_row(row.data(), n);
+    for (int64_t b = 0; b < n / kQK; ++b) {
+      ASSERT_EQ(0, std::memcmp(a.qs + b * kQK, q80[(size_t)b].qs, kQK))
+          << isa_name(isa) << " block " << b;
+      ASSERT_EQ(0, std::memcmp(a.qs + b * kQK, q81[(size_t)b].qs, kQK))
+          << isa_name(isa) << " block " << b;
+      ASSERT_EQ(a.d[b], fp16_to_f32(q80[(size_t)b].d)) << isa_name(isa);
+      ASSERT_EQ(a.s[b], fp16_to_f32(q81[(size_t)b].s)) << isa_name(isa);
+    }
+    std::vector<BlockQ8_K> mine((size_t)n / kQK_K);
+    k.quantize_q8k(x.data(), n, mine.data());
+    for (size_t b = 0; b < mine.size(); ++b) {
+      ASSERT_EQ(mine[b].d, q8k[b].d) << isa_name(isa);
+      ASSERT_EQ(0, std::memcmp(mine[b].qs, q8k[b].qs, kQK_K)) << isa_name(isa);
+      ASSERT_EQ(0, std::memcmp(mine[b].bsums, q8k[b].bsums, sizeof mine[b].bsums)) << isa_name(isa);
+    }
+  }
+}
+
+TEST(Matmul, ThreadCountDoesNotChangeResults) {
+  const Matrix m = make_matrix(DType::Q4_K, 100, 512, 4);
+  const std::vector<float> x = random_values(5 * 512, 8);
+  std::vector<float> one(500), three(500);
+  ThreadPool p1(1), p3(3);
+  matmul(m.view, x.data(), 5, one.data(), p1);
+  matmul(m.view, x.data(), 5, three.data(), p3);
+  EXPECT_EQ(0, std::memcmp(one.data(), three.data(), one.size() * sizeof(float)));
+}
+
+TEST(Matmul, RejectsBadInput) {
+  ThreadPool pool(1);
+  std::vector<uint8_t> bytes(4096);
+  std::vector<float> x(512), y(16);
+  const WeightView iq2{DType::IQ2_XXS, 1, 256, 66, bytes.data()};
+  try {
+    matmul(iq2, x.data(), 1, y.data(), pool);
+    FAIL() << "IQ2_XXS accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("iq2_xxs"), std::string::npos) << e.what();
+  }
+  // Q4_K rows need a multiple of 256 columns.
+  const WeightView q4k{DType::Q4_K, 1, 96, 144, bytes.data()};
+  EXPECT_THROW(matmul(q4k, x.data(), 1, y.data(), pool), Error);
+  const WeightView null_data{DType::F32, 1, 4, 16, nullptr};
+  EXPECT_THROW(matmul(null_data, x.data(), 1, y.data(), pool), Error);
+  EXPECT_FALSE(matmul_supports(DType::IQ2_XXS));
+  EXPECT_TRUE(matmul_supports(DType::Q6_K));
+}
+
+}  // namespace
+}  // namespace hablar::cpu
