@@ -11,16 +11,63 @@
 namespace hablar {
 namespace {
 
-uint16_t half_bits(_Float16 h) {
+// Independent references in double precision: a half's value is m * 2^e exactly; a float
+// rounds to the half whose value is nearest (ties to an even code), found by binary search
+// over the ordered positive codes.
+double half_value(uint16_t h) {
+  const int exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  const double sign = (h & 0x8000u) ? -1.0 : 1.0;
+  if (exp == 0x1f) return man ? std::copysign((double)NAN, sign) : sign * INFINITY;
+  if (exp == 0) return sign * std::ldexp((double)man, -24);
+  return sign * std::ldexp((double)(man | 0x400), exp - 25);
+}
+
+uint16_t reference_to_half(float x) {
+  if (std::isnan(x)) return 0x7e00;
+  const uint16_t sign = std::signbit(x) ? 0x8000u : 0;
+  const double a = std::fabs((double)x);
+  if (a >= 65520.0) return sign | 0x7c00u;  // beyond the largest half + half an ulp
+  uint16_t lo = 0, hi = 0x7bff;             // largest code with value <= a
+  while (lo < hi) {
+    const uint16_t mid = (uint16_t)((lo + hi + 1) / 2);
+    if (half_value(mid) <= a) {
+      lo = mid;
+    } else {
+      hi = (uint16_t)(mid - 1);
+    }
+  }
+  if (half_value(lo) == a) return sign | lo;
+  const double below = a - half_value(lo), above = half_value((uint16_t)(lo + 1)) - a;
+  const uint16_t pick = below < above   ? lo
+                        : above < below ? (uint16_t)(lo + 1)
+                        : (lo & 1u)     ? (uint16_t)(lo + 1)
+                                        : lo;
+  return sign | pick;
+}
+
+// The compiler's IEEE binary16 type, where the target has one (GCC 12+, clang 15+ on x86).
+#if defined(__FLT16_MAX__)
+constexpr bool kHaveFloat16 = true;
+uint16_t compiler_to_half(float x) {
+  const _Float16 h = (_Float16)x;
   uint16_t u;
   memcpy(&u, &h, sizeof u);
   return u;
 }
-_Float16 bits_half(uint16_t u) {
+float compiler_from_half(uint16_t u) {
   _Float16 h;
   memcpy(&h, &u, sizeof h);
-  return h;
+  return (float)h;
 }
+#else
+constexpr bool kHaveFloat16 = false;
+uint16_t compiler_to_half(float x) {
+  return reference_to_half(x);
+}
+float compiler_from_half(uint16_t u) {
+  return (float)half_value(u);
+}
+#endif
 
 // Equal bits, or both NaN with the same sign (NaN payload quieting differs between
 // hardware and software conversions).
@@ -36,19 +83,28 @@ bool is_half_nan(uint16_t h) {
 }
 
 void expect_f32_to_fp16_matches(float x) {
-  const uint16_t want = half_bits((_Float16)x);
   const uint16_t got = f32_to_fp16(x);
-  if (is_half_nan(want)) {
-    EXPECT_TRUE(is_half_nan(got)) << std::hexfloat << x;
-  } else {
-    EXPECT_EQ(got, want) << std::hexfloat << x;
+  for (const uint16_t want : {compiler_to_half(x), reference_to_half(x)}) {
+    if (is_half_nan(want)) {
+      EXPECT_TRUE(is_half_nan(got)) << std::hexfloat << x;
+    } else {
+      EXPECT_EQ(got, want) << std::hexfloat << x;
+    }
   }
+}
+
+TEST(Fp16, CompilerHalfTypeIsUsedWhereAvailable) {
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && defined(__x86_64__)
+  EXPECT_TRUE(kHaveFloat16);
+#endif
+  SUCCEED() << (kHaveFloat16 ? "comparing with _Float16" : "comparing with references only");
 }
 
 TEST(Fp16, EveryHalfToFloatMatchesCompiler) {
   for (uint32_t h = 0; h < 65536; ++h) {
-    const float want = (float)bits_half((uint16_t)h);
-    ASSERT_TRUE(same_float(fp16_to_f32((uint16_t)h), want)) << "half 0x" << std::hex << h;
+    const float got = fp16_to_f32((uint16_t)h);
+    ASSERT_TRUE(same_float(got, compiler_from_half((uint16_t)h))) << "half 0x" << std::hex << h;
+    ASSERT_TRUE(same_float(got, (float)half_value((uint16_t)h))) << "half 0x" << std::hex << h;
   }
 }
 
