@@ -56,6 +56,9 @@ class ChatTemplate {
   // raise_exception, type errors, limits) throw Error with "template:LINE:COL: message".
   std::string render(const nlohmann::json& context) const;
   std::string render(const nlohmann::json& context, const RenderOptions& options) const;
+  // Keeps the keys of every object in their given order (nlohmann::json sorts them), as
+  // Python dicts do: use it when the order of tool parameters must match the request's.
+  std::string render(const nlohmann::ordered_json& context, const RenderOptions& options) const;
 
   const std::string& source() const;
 

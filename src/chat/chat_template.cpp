@@ -1,0 +1,104 @@
+// ChatTemplate: a parsed template plus the chat-application conventions of Hugging Face's
+// apply_chat_template.
+#include "chat/chat.h"
+
+#include "chat/jinja_interpreter.h"
+#include "core/error.h"
+
+namespace hablar::chat {
+
+ChatTemplate::ChatTemplate(std::string source) : source_(std::move(source)) {
+  try {
+    program_ = jinja::parse_template(source_);
+  } catch (const jinja::JinjaError& e) {
+    throw_error(ErrorKind::kInvalidArgument, e.formatted());
+  }
+}
+
+ChatTemplate::~ChatTemplate() = default;
+ChatTemplate::ChatTemplate(const ChatTemplate&) = default;
+ChatTemplate& ChatTemplate::operator=(const ChatTemplate&) = default;
+ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
+ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
+
+const std::string& ChatTemplate::source() const {
+  return source_;
+}
+
+namespace {
+
+std::string render_program(const jinja::Program& program, jinja::Value context,
+                           const RenderOptions& options) {
+  try {
+    jinja::Interpreter interpreter(program, std::move(context), options);
+    return interpreter.render();
+  } catch (const jinja::JinjaError& e) {
+    throw_error(ErrorKind::kInvalidArgument, e.formatted());
+  }
+}
+
+jinja::Value context_value(jinja::Value v) {
+  if (!v.is_dict() && !v.is_none())
+    throw_error(ErrorKind::kInvalidArgument, "template context must be a JSON object");
+  return v;
+}
+
+}  // namespace
+
+std::string ChatTemplate::render(const nlohmann::json& context) const {
+  return render(context, RenderOptions{});
+}
+
+std::string ChatTemplate::render(const nlohmann::json& context,
+                                 const RenderOptions& options) const {
+  return render_program(*program_, context_value(jinja::from_json(context)), options);
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& context,
+                                 const RenderOptions& options) const {
+  return render_program(*program_, context_value(jinja::from_json(context)), options);
+}
+
+nlohmann::json chat_context(const ChatInput& input) {
+  nlohmann::json context = nlohmann::json::object();
+  context["messages"] = input.messages;
+  if (!input.tools.is_null()) context["tools"] = input.tools;
+  context["add_generation_prompt"] = input.add_generation_prompt;
+  context["bos_token"] = input.bos_token;
+  context["eos_token"] = input.eos_token;
+  if (input.extra.is_object())
+    for (auto it = input.extra.begin(); it != input.extra.end(); ++it)
+      context[it.key()] = it.value();
+  return context;
+}
+
+std::string apply_chat_template(const ChatTemplate& tmpl, const ChatInput& input) {
+  return apply_chat_template(tmpl, input, RenderOptions{});
+}
+
+std::string apply_chat_template(const ChatTemplate& tmpl, const ChatInput& input,
+                                const RenderOptions& options) {
+  if (!input.messages.is_array())
+    throw_error(ErrorKind::kInvalidArgument, "chat messages must be a JSON array");
+  if (!input.tools.is_null() && !input.tools.is_array())
+    throw_error(ErrorKind::kInvalidArgument, "chat tools must be null or a JSON array");
+  return tmpl.render(chat_context(input), options);
+}
+
+const std::string& chatml_template_source() {
+  static const std::string source =
+      "{%- for message in messages -%}\n"
+      "{{- '<|im_start|>' + message['role'] + '\\n' -}}\n"
+      "{%- if message['content'] is string -%}\n"
+      "{{- message['content'] -}}\n"
+      "{%- else -%}\n"
+      "{%- for part in message['content'] if part['type'] == 'text' -%}{{- part['text'] -}}{%- "
+      "endfor -%}\n"
+      "{%- endif -%}\n"
+      "{{- '<|im_end|>\\n' -}}\n"
+      "{%- endfor -%}\n"
+      "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}\n";
+  return source;
+}
+
+}  // namespace hablar::chat
