@@ -88,20 +88,22 @@ void pack_codes(const float* x, float d, uint8_t* qs) {
 
 void dequantize_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, y += kQK) {
-    const float d = fp16_to_f32(x[b].d);
+    const BlockIQ4_NL blk = x[b];  // a local copy cannot alias y
+    const float d = fp16_to_f32(blk.d);
     for (int j = 0; j < kQK / 2; ++j) {
-      y[j] = d * (float)kIQ4NLValues[x[b].qs[j] & 0xF];
-      y[j + kQK / 2] = d * (float)kIQ4NLValues[x[b].qs[j] >> 4];
+      y[j] = d * (float)kIQ4NLValues[blk.qs[j] & 0xF];
+      y[j + kQK / 2] = d * (float)kIQ4NLValues[blk.qs[j] >> 4];
     }
   }
 }
 
 void dequantize_iq4_xs(const BlockIQ4_XS* x, float* y, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const float d = fp16_to_f32(x[b].d);
+    const BlockIQ4_XS blk = x[b];  // a local copy cannot alias y
+    const float d = fp16_to_f32(blk.d);
     for (int g = 0; g < kQK_K / kGroup; ++g, y += kGroup) {
-      const float dl = d * (float)iq4xs_scale(x[b], g);
-      const uint8_t* qs = x[b].qs + 16 * g;
+      const float dl = d * (float)iq4xs_scale(blk, g);
+      const uint8_t* qs = blk.qs + 16 * g;
       for (int j = 0; j < 16; ++j) {
         y[j] = dl * (float)kIQ4NLValues[qs[j] & 0xF];
         y[j + 16] = dl * (float)kIQ4NLValues[qs[j] >> 4];

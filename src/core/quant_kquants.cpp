@@ -258,80 +258,112 @@ void pack_2bit(const uint8_t* codes, uint8_t* qs) {
 
 // ---- dequantization ----------------------------------------------------------------------
 
+// Each routine copies the block to a local first: the output floats cannot alias it then,
+// which lets the compiler vectorize the inner loops.
+
+// Sub-block g (16 values) of the 2-bit layouts (Q2_K, Q3_K): bits 2 * ((g % 8) / 2) of
+// bytes 32 * (g / 8) + 16 * (g % 2) ... + 15.
+inline const uint8_t* two_bit_bytes(const uint8_t* qs, int g) {
+  return qs + 32 * (g / 8) + 16 * (g % 2);
+}
+inline int two_bit_shift(int g) {
+  return 2 * ((g % 8) / 2);
+}
+
 void dequantize_q2_k(const BlockQ2_K* x, float* y, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const float d = fp16_to_f32(x[b].d), dmin = fp16_to_f32(x[b].dmin);
-    for (int i = 0; i < kQK_K; ++i, ++y) {
-      const uint8_t sc = x[b].scales[i / 16];
-      const int q = (x[b].qs[(i / 128) * 32 + i % 32] >> (2 * ((i % 128) / 32))) & 3;
-      const float dl = d * (float)(sc & 0xF), ml = dmin * (float)(sc >> 4);
-      *y = dl * (float)q - ml;
+    const BlockQ2_K blk = x[b];
+    const float d = fp16_to_f32(blk.d), dmin = fp16_to_f32(blk.dmin);
+    for (int g = 0; g < 16; ++g, y += 16) {
+      const float dl = d * (float)(blk.scales[g] & 0xF), ml = dmin * (float)(blk.scales[g] >> 4);
+      const uint8_t* q = two_bit_bytes(blk.qs, g);
+      const int shift = two_bit_shift(g);
+      for (int l = 0; l < 16; ++l) y[l] = dl * (float)((q[l] >> shift) & 3) - ml;
     }
   }
 }
 
 void dequantize_q3_k(const BlockQ3_K* x, float* y, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const float d = fp16_to_f32(x[b].d);
-    float dl[16];
-    for (int j = 0; j < 16; ++j) dl[j] = d * (float)q3k_scale(x[b].scales, j);
-    for (int i = 0; i < kQK_K; ++i, ++y) {
-      const int low = (x[b].qs[(i / 128) * 32 + i % 32] >> (2 * ((i % 128) / 32))) & 3;
-      const bool high = (x[b].hmask[i % 32] >> (i / 32)) & 1;
-      *y = dl[i / 16] * (float)(low - (high ? 0 : 4));
+    const BlockQ3_K blk = x[b];
+    const float d = fp16_to_f32(blk.d);
+    for (int g = 0; g < 16; ++g, y += 16) {
+      const float dl = d * (float)q3k_scale(blk.scales, g);
+      const uint8_t* q = two_bit_bytes(blk.qs, g);
+      const uint8_t* hm = blk.hmask + 16 * (g % 2);  // bit g / 2: the value's third bit
+      const int shift = two_bit_shift(g), hbit = g / 2;
+      for (int l = 0; l < 16; ++l)
+        y[l] = dl * (float)(((q[l] >> shift) & 3) - (((hm[l] >> hbit) & 1) ? 0 : 4));
     }
+  }
+}
+
+// The 8 sub-block multipliers of a Q4_K / Q5_K super-block: x = dl[j] * q - ml[j].
+void scale_min_multipliers(uint16_t d_half, uint16_t dmin_half, const uint8_t* packed, float* dl,
+                           float* ml) {
+  const float d = fp16_to_f32(d_half), dmin = fp16_to_f32(dmin_half);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    kquant_scale_min(packed, j, &sc, &m);
+    dl[j] = d * (float)sc;
+    ml[j] = dmin * (float)m;
   }
 }
 
 void dequantize_q4_k(const BlockQ4_K* x, float* y, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const float d = fp16_to_f32(x[b].d), dmin = fp16_to_f32(x[b].dmin);
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      kquant_scale_min(x[b].scales, j, &sc, &m);
-      const float dl = d * (float)sc, ml = dmin * (float)m;
-      const uint8_t* qs = x[b].qs + 32 * (j / 2);
+    const BlockQ4_K blk = x[b];
+    float dl[8], ml[8];
+    scale_min_multipliers(blk.d, blk.dmin, blk.scales, dl, ml);
+    for (int j = 0; j < 8; ++j, y += 32) {
+      const uint8_t* qs = blk.qs + 32 * (j / 2);
       const int shift = 4 * (j % 2);
-      for (int l = 0; l < 32; ++l, ++y) *y = dl * (float)((qs[l] >> shift) & 0xF) - ml;
+      for (int l = 0; l < 32; ++l) y[l] = dl[j] * (float)((qs[l] >> shift) & 0xF) - ml[j];
     }
   }
 }
 
 void dequantize_q5_k(const BlockQ5_K* x, float* y, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const float d = fp16_to_f32(x[b].d), dmin = fp16_to_f32(x[b].dmin);
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      kquant_scale_min(x[b].scales, j, &sc, &m);
-      const float dl = d * (float)sc, ml = dmin * (float)m;
-      const uint8_t* qs = x[b].qs + 32 * (j / 2);
+    const BlockQ5_K blk = x[b];
+    float dl[8], ml[8];
+    scale_min_multipliers(blk.d, blk.dmin, blk.scales, dl, ml);
+    for (int j = 0; j < 8; ++j, y += 32) {
+      const uint8_t* qs = blk.qs + 32 * (j / 2);
       const int shift = 4 * (j % 2);
-      for (int l = 0; l < 32; ++l, ++y) {
-        const int q = ((qs[l] >> shift) & 0xF) | (((x[b].qh[l] >> j) & 1) << 4);
-        *y = dl * (float)q - ml;
+      for (int l = 0; l < 32; ++l) {
+        const int q = ((qs[l] >> shift) & 0xF) | (((blk.qh[l] >> j) & 1) << 4);
+        y[l] = dl[j] * (float)q - ml[j];
       }
     }
   }
 }
 
+// Value 128h + 32k + l (k < 4, l < 32): low nibble from ql[64h + l + 32(k % 2)] (the high
+// nibble when k >= 2), top 2 bits from bits 2k of qh[32h + l].
 void dequantize_q6_k(const BlockQ6_K* x, float* y, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const float d = fp16_to_f32(x[b].d);
-    for (int i = 0; i < kQK_K; ++i, ++y) {
-      const int half = i / 128, quarter = (i % 128) / 32, l = i % 32;
-      // quarters 0/1 take the low nibbles of ql[l] / ql[l + 32], quarters 2/3 the high ones
-      const uint8_t ql = x[b].ql[64 * half + l + 32 * (quarter % 2)];
-      const int low = (ql >> (4 * (quarter / 2))) & 0xF;
-      const int high = (x[b].qh[32 * half + l] >> (2 * quarter)) & 3;
-      const float dl = d * (float)x[b].scales[i / 16];
-      *y = dl * (float)((low | (high << 4)) - 32);
+    const BlockQ6_K blk = x[b];
+    const float d = fp16_to_f32(blk.d);
+    for (int g = 0; g < 16; ++g, y += 16) {
+      const int half = g / 8, k = (g % 8) / 2, l0 = 16 * (g % 2);
+      const uint8_t* ql = blk.ql + 64 * half + 32 * (k % 2) + l0;
+      const uint8_t* qh = blk.qh + 32 * half + l0;
+      const int low_shift = 4 * (k / 2), high_shift = 2 * k;
+      const float dl = d * (float)blk.scales[g];
+      for (int l = 0; l < 16; ++l) {
+        const int q = ((ql[l] >> low_shift) & 0xF) | (((qh[l] >> high_shift) & 3) << 4);
+        y[l] = dl * (float)(q - 32);
+      }
     }
   }
 }
 
 void dequantize_q8_k(const BlockQ8_K* x, float* y, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b)
-    for (int i = 0; i < kQK_K; ++i, ++y) *y = x[b].d * (float)x[b].qs[i];
+  for (int64_t b = 0; b < n_blocks; ++b, y += kQK_K) {
+    const BlockQ8_K blk = x[b];
+    for (int i = 0; i < kQK_K; ++i) y[i] = blk.d * (float)blk.qs[i];
+  }
 }
 
 // ---- quantization ------------------------------------------------------------------------

@@ -56,32 +56,35 @@ uint32_t load_qh(const uint8_t* qh_bytes) {
 
 void dequantize_q4_0(const BlockQ4_0* x, float* y, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, y += kQK) {
-    const float d = fp16_to_f32(x[b].d);
+    const BlockQ4_0 blk = x[b];  // a local copy cannot alias y
+    const float d = fp16_to_f32(blk.d);
     for (int j = 0; j < kHalf; ++j) {
-      y[j] = d * (float)((x[b].qs[j] & 0xF) - 8);
-      y[j + kHalf] = d * (float)((x[b].qs[j] >> 4) - 8);
+      y[j] = d * (float)((blk.qs[j] & 0xF) - 8);
+      y[j + kHalf] = d * (float)((blk.qs[j] >> 4) - 8);
     }
   }
 }
 
 void dequantize_q4_1(const BlockQ4_1* x, float* y, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, y += kQK) {
-    const float d = fp16_to_f32(x[b].d);
-    const float m = fp16_to_f32(x[b].m);
+    const BlockQ4_1 blk = x[b];  // a local copy cannot alias y
+    const float d = fp16_to_f32(blk.d);
+    const float m = fp16_to_f32(blk.m);
     for (int j = 0; j < kHalf; ++j) {
-      y[j] = d * (float)(x[b].qs[j] & 0xF) + m;
-      y[j + kHalf] = d * (float)(x[b].qs[j] >> 4) + m;
+      y[j] = d * (float)(blk.qs[j] & 0xF) + m;
+      y[j + kHalf] = d * (float)(blk.qs[j] >> 4) + m;
     }
   }
 }
 
 void dequantize_q5_0(const BlockQ5_0* x, float* y, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, y += kQK) {
-    const float d = fp16_to_f32(x[b].d);
-    const uint32_t qh = load_qh(x[b].qh);
+    const BlockQ5_0 blk = x[b];  // a local copy cannot alias y
+    const float d = fp16_to_f32(blk.d);
+    const uint32_t qh = load_qh(blk.qh);
     for (int j = 0; j < kHalf; ++j) {
-      const int q0 = (x[b].qs[j] & 0xF) | (int)(((qh >> j) & 1u) << 4);
-      const int q1 = (x[b].qs[j] >> 4) | (int)(((qh >> (j + kHalf)) & 1u) << 4);
+      const int q0 = (blk.qs[j] & 0xF) | (int)(((qh >> j) & 1u) << 4);
+      const int q1 = (blk.qs[j] >> 4) | (int)(((qh >> (j + kHalf)) & 1u) << 4);
       y[j] = d * (float)(q0 - 16);
       y[j + kHalf] = d * (float)(q1 - 16);
     }
@@ -90,12 +93,13 @@ void dequantize_q5_0(const BlockQ5_0* x, float* y, int64_t n_blocks) {
 
 void dequantize_q5_1(const BlockQ5_1* x, float* y, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, y += kQK) {
-    const float d = fp16_to_f32(x[b].d);
-    const float m = fp16_to_f32(x[b].m);
-    const uint32_t qh = load_qh(x[b].qh);
+    const BlockQ5_1 blk = x[b];  // a local copy cannot alias y
+    const float d = fp16_to_f32(blk.d);
+    const float m = fp16_to_f32(blk.m);
+    const uint32_t qh = load_qh(blk.qh);
     for (int j = 0; j < kHalf; ++j) {
-      const int q0 = (x[b].qs[j] & 0xF) | (int)(((qh >> j) & 1u) << 4);
-      const int q1 = (x[b].qs[j] >> 4) | (int)(((qh >> (j + kHalf)) & 1u) << 4);
+      const int q0 = (blk.qs[j] & 0xF) | (int)(((qh >> j) & 1u) << 4);
+      const int q1 = (blk.qs[j] >> 4) | (int)(((qh >> (j + kHalf)) & 1u) << 4);
       y[j] = d * (float)q0 + m;
       y[j + kHalf] = d * (float)q1 + m;
     }
@@ -104,15 +108,17 @@ void dequantize_q5_1(const BlockQ5_1* x, float* y, int64_t n_blocks) {
 
 void dequantize_q8_0(const BlockQ8_0* x, float* y, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, y += kQK) {
-    const float d = fp16_to_f32(x[b].d);
-    for (int j = 0; j < kQK; ++j) y[j] = d * (float)x[b].qs[j];
+    const BlockQ8_0 blk = x[b];  // a local copy cannot alias y
+    const float d = fp16_to_f32(blk.d);
+    for (int j = 0; j < kQK; ++j) y[j] = d * (float)blk.qs[j];
   }
 }
 
 void dequantize_q8_1(const BlockQ8_1* x, float* y, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, y += kQK) {
-    const float d = fp16_to_f32(x[b].d);
-    for (int j = 0; j < kQK; ++j) y[j] = d * (float)x[b].qs[j];
+    const BlockQ8_1 blk = x[b];  // a local copy cannot alias y
+    const float d = fp16_to_f32(blk.d);
+    for (int j = 0; j < kQK; ++j) y[j] = d * (float)blk.qs[j];
   }
 }
 
