@@ -90,6 +90,25 @@ def main():
             f.write("\n")
     print(f"rendered {counts['output']} outputs, {counts['error']} template errors",
           file=sys.stderr)
+    write_feature_cases(env)
+
+
+def write_feature_cases(env):
+    """One small template per interpreter feature, rendered by jinja2 (features.json)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from chat_feature_cases import CASES
+    results = []
+    for name, source, context in CASES:
+        case = {"name": name, "template": source, "context": context}
+        try:
+            case["output"] = env.from_string(source).render(**context)
+        except Exception as error:
+            case["error"] = str(error)
+        results.append(case)
+    with open(os.path.join(GOLDEN, "features.json"), "w", encoding="utf-8") as f:
+        json.dump(results, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print(f"{len(results)} feature cases", file=sys.stderr)
 
 
 if __name__ == "__main__":

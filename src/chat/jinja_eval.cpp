@@ -313,7 +313,8 @@ Value Interpreter::invoke_macro(const Stmt& s, const std::shared_ptr<Frame>& clo
   }
   Dict kwargs;
   for (const auto& [key, value] : args.keyword) {
-    bool is_param = false;
+    bool is_param = key == "caller";  // {% call %} passes its body as `caller`
+    if (is_param) frame->set(key, value);
     for (std::size_t i = 0; i < s.params.size(); ++i) {
       if (s.params[i].name != key) continue;
       if (i < args.positional.size())
