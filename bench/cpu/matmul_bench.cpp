@@ -1,0 +1,237 @@
+// matmul speed per weight type at decode (1 token) and prefill (128 tokens) shapes, hablar
+// beside ggml (llama.cpp's CPU kernels, loaded at run time when present), plus the machine's
+// memory bandwidth (a STREAM-like read and copy) that bounds decode.
+//
+//   build-*/bench/cpu/cpu_bench [--threads=N] [google-benchmark flags]
+//
+// Counters: GB/s = weight bytes / time (compare with the read bandwidth at decode);
+// GFLOP/s = 2 * rows * cols * tokens / time. The closing table gives hablar / ggml ratios.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/matmul_internal.h"
+#include "backend/cpu/ops.h"
+#include "core/cpu_features.h"
+#include "core/quant.h"
+#include "ggml_peer.h"
+
+namespace hablar::bench {
+namespace {
+
+int g_threads = 2;
+
+ThreadPool& pool() {
+  static ThreadPool p(g_threads);
+  return p;
+}
+
+struct Shape {
+  int64_t rows, cols;
+};
+// SmolLM2-135M FFN up/down and Qwen2.5-0.5B FFN up/down: rows x cols (out x in).
+const Shape kShapes[] = {{1536, 576}, {576, 1536}, {4864, 896}, {896, 4864}};
+const DType kTypes[] = {DType::Q4_0,   DType::Q4_1,   DType::Q5_0, DType::Q5_1, DType::Q8_0,
+                        DType::Q2_K,   DType::Q3_K,   DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                        DType::IQ4_NL, DType::IQ4_XS, DType::F16,  DType::BF16, DType::F32};
+
+struct Weights {
+  std::vector<uint8_t> bytes;
+  WeightView view;
+};
+const Weights& weights(DType type, Shape s) {
+  static std::map<std::tuple<int, int64_t, int64_t>, std::unique_ptr<Weights>> cache;
+  auto& slot = cache[{(int)type, s.rows, s.cols}];
+  if (!slot) {
+    slot = std::make_unique<Weights>();
+    const size_t row_bytes = dtype_row_bytes(type, s.cols);
+    slot->bytes.resize(row_bytes * (size_t)s.rows);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> dist(0.0f, 0.05f);
+    std::vector<float> row((size_t)s.cols);
+    for (int64_t r = 0; r < s.rows; ++r) {
+      for (float& v : row) v = dist(rng);
+      quantize_row(type, row.data(), slot->bytes.data() + r * row_bytes, s.cols);
+    }
+    slot->view = WeightView{type, s.rows, s.cols, row_bytes, slot->bytes.data()};
+  }
+  return *slot;
+}
+
+std::vector<float> activations(int64_t n) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x((size_t)n);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+void set_counters(benchmark::State& state, const WeightView& w, int64_t n_tokens) {
+  const double bytes = (double)w.row_bytes * (double)w.rows;
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * (double)w.rows * (double)w.cols * (double)n_tokens * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void bm_hablar(benchmark::State& state, DType type, Shape s, int64_t n_tokens) {
+  const WeightView& w = weights(type, s).view;
+  const std::vector<float> x = activations(s.cols * n_tokens);
+  std::vector<float> y((size_t)(s.rows * n_tokens));
+  for (auto _ : state) {
+    cpu::matmul(w, x.data(), n_tokens, y.data(), pool());
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_counters(state, w, n_tokens);
+}
+
+void bm_ggml(benchmark::State& state, DType type, Shape s, int64_t n_tokens) {
+  const WeightView& w = weights(type, s).view;
+  std::string why;
+  auto peer = GgmlMatmul::create(w, n_tokens, g_threads, &why);
+  if (!peer) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const std::vector<float> x = activations(s.cols * n_tokens);
+  peer->set_input(x.data());
+  for (auto _ : state) {
+    peer->run();
+    benchmark::DoNotOptimize(peer->output());
+  }
+  set_counters(state, w, n_tokens);
+}
+
+// STREAM-like: sum of a 256 MiB buffer (read) and a 128 MiB -> 128 MiB copy, over the pool.
+std::vector<float>& stream_buffer() {
+  static std::vector<float> buf((size_t)64 << 20, 1.0f);
+  return buf;
+}
+void bm_memory_read(benchmark::State& state) {
+  std::vector<float>& buf = stream_buffer();
+  const int64_t n = (int64_t)buf.size();
+  std::vector<double> partial((size_t)pool().size() * 8);
+  for (auto _ : state) {
+    pool().run([&](int i, int nt) {
+      const IndexRange r = split_range(n, i, nt, 16);
+      float acc[16] = {};
+      for (int64_t k = r.begin; k < r.end; k += 16)
+        for (int j = 0; j < 16; ++j) acc[j] += buf[(size_t)(k + j)];
+      double s = 0;
+      for (float a : acc) s += a;
+      partial[(size_t)i * 8] = s;
+    });
+    benchmark::DoNotOptimize(partial.data());
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter((double)n * 4e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+void bm_memory_copy(benchmark::State& state) {
+  std::vector<float>& buf = stream_buffer();
+  const int64_t half = (int64_t)buf.size() / 2;
+  for (auto _ : state) {
+    pool().run([&](int i, int nt) {
+      const IndexRange r = split_range(half, i, nt, 16);
+      std::memcpy(buf.data() + half + r.begin, buf.data() + r.begin, (size_t)(r.end - r.begin) * 4);
+    });
+    benchmark::ClobberMemory();
+  }
+  // Bytes moved: read + write.
+  state.counters["GB/s"] =
+      benchmark::Counter((double)half * 8e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Collects the GB/s of each run to print hablar / ggml side by side at the end.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.error_occurred) continue;
+      // Strip the "/min_time:..." and "/real_time" decorations.
+      std::string name = run.benchmark_name();
+      for (const char* tag : {"/min_time:", "/real_time"}) {
+        const size_t at = name.find(tag);
+        if (at != std::string::npos) name = name.substr(0, at);
+      }
+      const auto it = run.counters.find("GB/s");
+      if (it != run.counters.end()) gbps_[name] = it->second.value;
+    }
+  }
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    auto find = [&](const std::string& name) {
+      const auto it = gbps_.find(name);
+      return it == gbps_.end() ? NAN : it->second;
+    };
+    std::printf("\nmemory: read %.1f GB/s, copy %.1f GB/s (%d threads)\n", find("memory/read"),
+                find("memory/copy"), g_threads);
+    std::printf("%-8s %-10s %6s %12s %12s %8s %9s\n", "type", "shape", "tokens", "hablar GB/s",
+                "ggml GB/s", "ratio", "%read bw");
+    for (const auto& [name, v] : gbps_) {
+      if (name.rfind("hablar/", 0) != 0) continue;
+      const std::string rest = name.substr(7);
+      const double peer = find("ggml/" + rest);
+      char type[16], shape[32];
+      long tokens = 0;
+      if (std::sscanf(rest.c_str(), "%15[^/]/%31[^/]/%ld", type, shape, &tokens) != 3) continue;
+      std::printf("%-8s %-10s %6ld %12.2f %12.2f %8.2f %8.0f%%\n", type, shape, tokens, v, peer,
+                  v / peer, 100.0 * v / find("memory/read"));
+    }
+  }
+
+ private:
+  std::map<std::string, double> gbps_;
+};
+
+void register_all() {
+  benchmark::RegisterBenchmark("memory/read", bm_memory_read)->UseRealTime()->MinTime(0.5);
+  benchmark::RegisterBenchmark("memory/copy", bm_memory_copy)->UseRealTime()->MinTime(0.5);
+  for (DType type : kTypes) {
+    const int64_t block = std::max<int64_t>(
+        dtype_traits(type).block_elems, cpu::act_kind_for(type) == cpu::ActKind::kQ8K ? 256 : 1);
+    for (const Shape& s : kShapes) {
+      if (s.cols % block != 0) continue;
+      for (int64_t n_tokens : {1, 128}) {
+        const std::string suffix = std::string(dtype_name(type)) + "/" + std::to_string(s.rows) +
+                                   "x" + std::to_string(s.cols) + "/" + std::to_string(n_tokens);
+        benchmark::RegisterBenchmark(("hablar/" + suffix).c_str(), bm_hablar, type, s, n_tokens)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark(("ggml/" + suffix).c_str(), bm_ggml, type, s, n_tokens)
+            ->UseRealTime();
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hablar::bench
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+      hablar::bench::g_threads = std::atoi(argv[i] + 10);
+      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+      --argc;
+      --i;
+    }
+  }
+  std::printf("hablar cpu bench: %d threads, isa %s, cpu: %s\n", hablar::bench::g_threads,
+              hablar::cpu::isa_name(hablar::cpu::best_isa()),
+              hablar::cpu_features().describe().c_str());
+  benchmark::Initialize(&argc, argv);
+  hablar::bench::register_all();
+  hablar::bench::RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}
