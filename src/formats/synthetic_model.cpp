@@ -3,7 +3,6 @@
 #include "formats/synthetic_model.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -11,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "formats/model_info.h"
 
 namespace hablar::synth {
 
@@ -116,7 +116,8 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
   const auto u32 = [](int64_t v) { return Value::u32((uint32_t)v); };
   w.set("general.architecture", Value::string(a));
   w.set("general.name", Value::string("synthetic " + s.name + " (" + a + ")"));
-  if (const auto ft = file_type_of(type_name)) w.set("general.file_type", Value::u32(*ft));
+  if (const auto ft = gguf::file_type_from_name(type_name))
+    w.set("general.file_type", Value::u32(*ft));
   w.set("general.quantization_version", Value::u32(2));
   w.set(a + ".vocab_size", u32(vocab_size));
   w.set(a + ".context_length", u32(s.context));
@@ -201,25 +202,6 @@ std::string_view arch_name(Arch arch) {
       return "qwen3";
   }
   return "unknown";
-}
-
-std::optional<uint32_t> file_type_of(std::string_view type_name) {
-  struct Entry {
-    std::string_view name;
-    uint32_t file_type;
-  };
-  // llama_ftype numbers; a plain K type counts as its "_S" (small) mix.
-  static constexpr Entry kFileTypes[] = {
-      {"f32", 0},     {"f16", 1},   {"q4_0", 2},    {"q4_1", 3},    {"q8_0", 7},    {"q5_0", 8},
-      {"q5_1", 9},    {"q2_k", 10}, {"q3_k", 11},   {"q4_k", 14},   {"q4_k_m", 15}, {"q5_k", 16},
-      {"q5_k_m", 17}, {"q6_k", 18}, {"iq4_nl", 25}, {"iq4_xs", 30}, {"bf16", 32},
-  };
-  std::string lower(type_name);
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return (char)std::tolower(c); });
-  for (const Entry& e : kFileTypes)
-    if (e.name == lower) return e.file_type;
-  return std::nullopt;
 }
 
 std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t vocab_size,

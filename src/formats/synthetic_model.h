@@ -65,9 +65,6 @@ struct PlannedTensor {
 std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& shape, int64_t vocab_size,
                                         const QuantMix& mix);
 
-// GGUF general.file_type (llama_ftype numbering) of a type or mix name; nullopt if none.
-std::optional<uint32_t> file_type_of(std::string_view type_name);
-
 // Writes the model to `path` (through a temporary name). Throws Error naming the fault
 // (unknown type, row length a type cannot hold, unreadable vocabulary, I/O).
 struct SyntheticModelSummary {
