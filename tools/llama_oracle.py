@@ -117,16 +117,18 @@ def greedy(llm, ids, n):
 def perplexity(llm, text):
     ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
     ids = ids[: PPL_CTX * PPL_CHUNKS]
-    bos = llm.token_bos()
+    # As llama.cpp's perplexity tool: chunks start with BOS only when the vocabulary adds one.
+    bos = llm.token_bos() if ids and ids[0] == llm.token_bos() else -1
     nll, count = 0.0, 0
     for c in range(PPL_CHUNKS):
         chunk = list(ids[c * PPL_CTX:(c + 1) * PPL_CTX])
-        chunk[0] = bos
+        if bos >= 0:
+            chunk[0] = bos
         lsm = teacher_forced(llm, chunk)
         for j in range(PPL_CTX // 2, PPL_CTX - 1):
             nll -= lsm[j][chunk[j + 1]]
             count += 1
-    return {"n_ctx": PPL_CTX, "n_chunks": PPL_CHUNKS, "ids": [int(i) for i in ids],
+    return {"n_ctx": PPL_CTX, "n_chunks": PPL_CHUNKS, "bos": bos, "ids": [int(i) for i in ids],
             "ppl": float(np.exp(nll / count))}
 
 

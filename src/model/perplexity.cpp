@@ -26,6 +26,14 @@ PerplexityResult perplexity(Model& model, std::string_view text, int n_ctx, int 
   const tokenizer::Tokenizer& tok = model.tokenizer();
   const bool add_bos = tok.add_bos() && tok.bos_id() >= 0;
   const std::vector<int32_t> tokens = tok.encode(text, add_bos, false);
+  return perplexity_of_tokens(model, tokens, n_ctx, n_batch, max_chunks,
+                              add_bos ? tok.bos_id() : -1, on_chunk);
+}
+
+PerplexityResult perplexity_of_tokens(Model& model, std::span<const int32_t> tokens, int n_ctx,
+                                      int n_batch, int max_chunks, int32_t bos_id,
+                                      const std::function<void(int, double)>& on_chunk) {
+  if (n_ctx < 4) throw_error(ErrorKind::kInvalidArgument, "perplexity needs n_ctx >= 4");
   int n_chunks = (int)(tokens.size() / (size_t)n_ctx);
   if (n_chunks == 0)
     throw_error(ErrorKind::kInvalidArgument, "text has " + std::to_string(tokens.size()) +
@@ -41,7 +49,7 @@ PerplexityResult perplexity(Model& model, std::string_view text, int n_ctx, int 
   for (int c = 0; c < n_chunks; ++c) {
     std::vector<int32_t> chunk(tokens.begin() + (ptrdiff_t)c * n_ctx,
                                tokens.begin() + (ptrdiff_t)(c + 1) * n_ctx);
-    if (add_bos) chunk[0] = tok.bos_id();
+    if (bos_id >= 0) chunk[0] = bos_id;
     seq.reset();
     std::span<const float> logits = seq.eval(chunk, true);
     for (int j = first; j < n_ctx - 1; ++j) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string_view>
 
 #include "model/model.h"
@@ -24,5 +25,9 @@ struct PerplexityResult {
 // = 0 scores every chunk. on_chunk(i, running ppl).
 PerplexityResult perplexity(Model& model, std::string_view text, int n_ctx, int n_batch,
                             int max_chunks, const std::function<void(int, double)>& on_chunk = {});
+// The same over given token ids; each chunk's first token becomes bos_id when bos_id >= 0.
+PerplexityResult perplexity_of_tokens(Model& model, std::span<const int32_t> tokens, int n_ctx,
+                                      int n_batch, int max_chunks, int32_t bos_id,
+                                      const std::function<void(int, double)>& on_chunk = {});
 
 }  // namespace hablar::model
