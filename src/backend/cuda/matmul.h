@@ -1,0 +1,56 @@
+// Matrix products y = x · Wᵀ with quantized weights, as every linear layer needs them.
+//
+//   W  [N][K]  WeightView (core/tensor_view.h) whose data is DEVICE memory, any of Q4_0,
+//              Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16; K a multiple of the
+//              type's block (256 for the K-quants, 32 otherwise)
+//   x  [M][K]  f32 activations, row-major
+//   y  [M][N]  f32, row-major
+//
+// matmul_fused(): M = 1..256, dequantization fused into the product, each weight read from
+// memory once for all M rows. M <= 8 runs a bandwidth-bound kernel on CUDA cores
+// (f32 math); 8 < M <= 256 dequantizes tiles to bf16 in shared memory and multiplies on
+// tensor cores (WMMA, f32 accumulation).
+// PrefillMatmul: large M (prompt chunks): W dequantized to bf16 once per call (or given
+// already in bf16) and multiplied by cuBLAS on tensor cores.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/device_memory.h"
+#include "core/tensor_view.h"
+
+namespace hablar::cuda {
+
+inline constexpr int kFusedMatmulMaxRows = 256;
+inline constexpr int kGemvMaxRows = 8;
+
+bool cuda_supports_weight_type(DType type);
+// Throws unless W's type has a CUDA kernel and its shape and row bytes are consistent.
+void validate_weight(const WeightView& w, const char* what);
+
+// Throws kInvalidArgument for an unsupported type, a bad K, or M outside 1..256.
+void matmul_fused(const WeightView& w, const float* x, int m, float* y, cudaStream_t stream);
+
+// Dequantizes the whole of W into out[N][K] (bf16 bits, device).
+void dequantize_to_bf16(const WeightView& w, uint16_t* out, cudaStream_t stream);
+// f32 -> bf16 (round to nearest even) of n values.
+void convert_f32_to_bf16(const float* in, uint16_t* out, int64_t n, cudaStream_t stream);
+
+class PrefillMatmul {
+ public:
+  PrefillMatmul() = default;
+  // y = x · Wᵀ for any M >= 1: W dequantized into scratch, then one cuBLAS GEMM.
+  void run(const WeightView& w, const float* x, int m, float* y, cudaStream_t stream);
+  // The GEMM alone, over W already in bf16 ([N][K]) and x in bf16 ([M][K]).
+  void gemm_bf16(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n, int64_t k, int m,
+                 float* y, cudaStream_t stream);
+
+ private:
+  void reserve(size_t bytes);
+  CublasHandle handle_;
+  DeviceMemory scratch_;
+};
+
+}  // namespace hablar::cuda

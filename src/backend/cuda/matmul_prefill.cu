@@ -1,0 +1,95 @@
+// The large-M matmul: W dequantized to bf16, x converted to bf16, one cuBLAS GEMM with f32
+// accumulation and f32 output (tensor cores).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/matmul.h"
+#include "backend/cuda/quant_device.cuh"
+
+namespace hablar::cuda {
+namespace {
+
+// One thread per 32-value unit of W.
+template <DType T>
+__global__ void dequantize_bf16_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n,
+                                       int64_t k, __nv_bfloat16* __restrict__ out) {
+  const int64_t units_per_row = k / 32;
+  const int64_t unit = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (unit >= n * units_per_row) return;
+  const int64_t row = unit / units_per_row;
+  const int u = (int)(unit % units_per_row);
+  float v[32];
+  dequant_unit<T>(w + row * row_bytes, u, v);
+  uint4* dst = reinterpret_cast<uint4*>(out + row * k + 32 * u);
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    __nv_bfloat162 pairs[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      pairs[i] = __floats2bfloat162_rn(v[8 * c + 2 * i], v[8 * c + 2 * i + 1]);
+    dst[c] = *reinterpret_cast<const uint4*>(pairs);
+  }
+}
+
+__global__ void f32_to_bf16_kernel(const float* __restrict__ in, __nv_bfloat16* __restrict__ out,
+                                   int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = __float2bfloat16_rn(in[i]);
+}
+
+}  // namespace
+
+void dequantize_to_bf16(const WeightView& w, uint16_t* out, cudaStream_t stream) {
+  validate_weight(w, "dequantize_to_bf16");
+  const int64_t units = w.rows * (w.cols / 32);
+  const int threads = 256;
+  const unsigned blocks = (unsigned)((units + threads - 1) / threads);
+  dispatch_weight_type(w.type, [&]<DType T>() {
+    dequantize_bf16_kernel<T>
+        <<<blocks, threads, 0, stream>>>(static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows,
+                                         w.cols, reinterpret_cast<__nv_bfloat16*>(out));
+  });
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void convert_f32_to_bf16(const float* in, uint16_t* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  const int64_t blocks = (n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096;
+  f32_to_bf16_kernel<<<(unsigned)blocks, 256, 0, stream>>>(
+      in, reinterpret_cast<__nv_bfloat16*>(out), n);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void PrefillMatmul::reserve(size_t bytes) {
+  if (scratch_.bytes() < bytes) scratch_ = DeviceMemory(bytes);
+}
+
+void PrefillMatmul::run(const WeightView& w, const float* x, int m, float* y, cudaStream_t stream) {
+  validate_weight(w, "PrefillMatmul");
+  if (m < 1) throw_error(ErrorKind::kInvalidArgument, "PrefillMatmul: M must be >= 1");
+  const size_t w_elems = (size_t)w.rows * (size_t)w.cols;
+  const size_t x_elems = (size_t)m * (size_t)w.cols;
+  reserve((w_elems + x_elems) * sizeof(uint16_t) + 256);
+  uint16_t* w_bf16 = static_cast<uint16_t*>(scratch_.get());
+  uint16_t* x_bf16 = w_bf16 + ((w_elems + 127) / 128) * 128;
+  dequantize_to_bf16(w, w_bf16, stream);
+  convert_f32_to_bf16(x, x_bf16, (int64_t)x_elems, stream);
+  gemm_bf16(w_bf16, x_bf16, w.rows, w.cols, m, y, stream);
+}
+
+void PrefillMatmul::gemm_bf16(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n, int64_t k,
+                              int m, float* y, cudaStream_t stream) {
+  // Column-major view: y^T [N x M] = (W as K x N)^T · (x as K x M).
+  const float alpha = 1.0f, beta = 0.0f;
+  HABLAR_CUBLAS_CHECK(cublasSetStream(handle_.get(), stream));
+  HABLAR_CUBLAS_CHECK(cublasGemmEx(handle_.get(), CUBLAS_OP_T, CUBLAS_OP_N, (int)n, m, (int)k,
+                                   &alpha, w_bf16, CUDA_R_16BF, (int)k, x_bf16, CUDA_R_16BF, (int)k,
+                                   &beta, y, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace hablar::cuda

@@ -1,0 +1,132 @@
+// Element-wise and row-wise ops (see ops.h).
+#include <cub/block/block_reduce.cuh>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/matmul.h"
+#include "backend/cuda/ops.h"
+#include "backend/cuda/quant_device.cuh"
+
+namespace hablar::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+__global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight,
+                                float* out, int dim, float eps) {
+  using Reduce = cub::BlockReduce<float, kRowThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  __shared__ float inv_rms;
+  const float* row = x + (size_t)blockIdx.x * dim;
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += kRowThreads) sum = fmaf(row[i], row[i], sum);
+  sum = Reduce(temp).Sum(sum);
+  if (threadIdx.x == 0) inv_rms = rsqrtf(sum / (float)dim + eps);
+  __syncthreads();
+  float* dst = out + (size_t)blockIdx.x * dim;
+  for (int i = threadIdx.x; i < dim; i += kRowThreads) dst[i] = row[i] * inv_rms * weight[i];
+}
+
+__global__ void rope_kernel(float* x, const int32_t* __restrict__ positions, int heads,
+                            int head_dim, int rot_dim, float theta, bool neox) {
+  const int t = blockIdx.x;
+  const float pos = (float)positions[t];
+  const int half = rot_dim / 2;
+  for (int idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    const float freq = powf(theta, -2.0f * (float)i / (float)rot_dim);
+    float s, c;
+    sincosf(pos * freq, &s, &c);
+    float* head = x + ((size_t)t * heads + h) * head_dim;
+    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    const float x0 = head[a], x1 = head[b];
+    head[a] = x0 * c - x1 * s;
+    head[b] = x0 * s + x1 * c;
+  }
+}
+
+__global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = a[i] + b[i];
+}
+
+template <DType T>
+__global__ void embedding_kernel(const uint8_t* __restrict__ table, size_t row_bytes, int64_t rows,
+                                 int64_t cols, const int32_t* __restrict__ ids,
+                                 float* __restrict__ out) {
+  const int t = blockIdx.x;
+  const int32_t id = ids[t];
+  float* dst = out + (size_t)t * cols;
+  for (int u = threadIdx.x; u < cols / 32; u += blockDim.x) {
+    float v[32];
+    if (id >= 0 && id < rows) {
+      dequant_unit<T>(table + (size_t)id * row_bytes, u, v);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) v[i] = 0.0f;
+    }
+    float4* d4 = reinterpret_cast<float4*>(dst + 32 * u);
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+      d4[c] = make_float4(v[4 * c], v[4 * c + 1], v[4 * c + 2], v[4 * c + 3]);
+  }
+}
+
+unsigned grid_for(int64_t n) {
+  const int64_t blocks = (n + 255) / 256;
+  return (unsigned)(blocks < 8192 ? (blocks > 0 ? blocks : 1) : 8192);
+}
+
+}  // namespace
+
+void rms_norm(const float* x, const float* weight, float* out, int rows, int dim, float eps,
+              cudaStream_t stream) {
+  if (rows <= 0) return;
+  rms_norm_kernel<<<rows, kRowThreads, 0, stream>>>(x, weight, out, dim, eps);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void rope(float* x, const int32_t* positions, int tokens, int heads, int head_dim, int rot_dim,
+          float theta, RopeStyle style, cudaStream_t stream) {
+  if (rot_dim <= 0 || rot_dim > head_dim || rot_dim % 2 != 0)
+    throw_error(ErrorKind::kInvalidArgument, "rope: rot_dim " + std::to_string(rot_dim) +
+                                                 " must be even and within head_dim " +
+                                                 std::to_string(head_dim));
+  if (tokens <= 0) return;
+  rope_kernel<<<tokens, 256, 0, stream>>>(x, positions, heads, head_dim, rot_dim, theta,
+                                          style == RopeStyle::kNeox);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  swiglu_kernel<<<grid_for(n), 256, 0, stream>>>(gate, up, out, n);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  add_kernel<<<grid_for(n), 256, 0, stream>>>(a, b, out, n);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void embedding_gather(const WeightView& table, const int32_t* ids, int n, float* out,
+                      cudaStream_t stream) {
+  validate_weight(table, "embedding_gather");
+  if (n <= 0) return;
+  dispatch_weight_type(table.type, [&]<DType T>() {
+    embedding_kernel<T><<<n, 128, 0, stream>>>(static_cast<const uint8_t*>(table.data),
+                                               table.row_bytes, table.rows, table.cols, ids, out);
+  });
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hablar::cuda

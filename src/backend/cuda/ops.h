@@ -1,0 +1,35 @@
+// The element-wise and row-wise ops of a transformer layer, on device f32 activations.
+// Every function launches on `stream` and returns at once; shapes are row-major.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/tensor_view.h"
+
+namespace hablar::cuda {
+
+// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for rows x [rows][dim]; out may be x.
+void rms_norm(const float* x, const float* weight, float* out, int rows, int dim, float eps,
+              cudaStream_t stream);
+
+// Rotary embedding in place on x [tokens][heads][head_dim], the first rot_dim dims of each
+// head. kNormal rotates adjacent pairs (2i, 2i+1) (Llama GGUF); kNeox rotates (i, i + rot/2)
+// (Qwen2, NeoX). Pair i turns by positions[t] * theta^(-2i / rot_dim).
+enum class RopeStyle { kNormal, kNeox };
+void rope(float* x, const int32_t* positions, int tokens, int heads, int head_dim, int rot_dim,
+          float theta, RopeStyle style, cudaStream_t stream);
+
+// out = silu(gate) * up over n values; out may alias either input.
+void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+
+// out = a + b over n values (the residual add); out may alias a or b.
+void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+
+// out[t] = row ids[t] of `table` dequantized to f32 (table.data on the device, any type of
+// cuda_supports_weight_type). An id outside 0..rows-1 yields a row of zeros.
+void embedding_gather(const WeightView& table, const int32_t* ids, int n, float* out,
+                      cudaStream_t stream);
+
+}  // namespace hablar::cuda

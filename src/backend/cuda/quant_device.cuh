@@ -1,0 +1,271 @@
+// Device dequantization of every weight type the CUDA kernels take, one 32-value "unit" at
+// a time: a whole block of the 32-value formats, one 32-value sub-block of a K-quant
+// super-block, or 32 consecutive F16 / BF16 values. Block layouts are core/quant_blocks.h;
+// the scalar reference is core/quant.h (dequantize_row). Rows are assumed 2-byte aligned
+// (every block size is even); K-quant and F16/BF16 rows 16-byte aligned, as cudaMalloc'd
+// GGUF tensors with 256-multiple rows are.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/quant_blocks.h"
+
+namespace hablar::cuda {
+
+__device__ __forceinline__ float half_at(const uint8_t* p) {
+  return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));
+}
+__device__ __forceinline__ uint32_t u16_pair(const uint8_t* p) {  // 4 bytes, 2-byte aligned
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+  return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+}
+
+template <DType T>
+struct QuantTraits;
+
+// Unpacks the 16 bytes of a 32-value 4-bit block (2-byte aligned) into nibbles:
+// low nibbles are values 0..15, high nibbles 16..31.
+__device__ __forceinline__ void nibbles32(const uint8_t* qs, int q[32]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint16_t two = reinterpret_cast<const uint16_t*>(qs)[i];
+    q[2 * i] = two & 0xF;
+    q[2 * i + 1] = (two >> 8) & 0xF;
+    q[16 + 2 * i] = (two >> 4) & 0xF;
+    q[16 + 2 * i + 1] = two >> 12;
+  }
+}
+
+template <>
+struct QuantTraits<DType::Q4_0> {
+  static constexpr int kValues = kQK, kBytes = sizeof(BlockQ4_0);
+  __device__ static void unit(const uint8_t* b, int, float out[32]) {
+    const float d = half_at(b);
+    int q[32];
+    nibbles32(b + 2, q);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) out[i] = d * (float)(q[i] - 8);
+  }
+};
+
+template <>
+struct QuantTraits<DType::Q4_1> {
+  static constexpr int kValues = kQK, kBytes = sizeof(BlockQ4_1);
+  __device__ static void unit(const uint8_t* b, int, float out[32]) {
+    const float d = half_at(b), m = half_at(b + 2);
+    int q[32];
+    nibbles32(b + 4, q);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) out[i] = fmaf(d, (float)q[i], m);
+  }
+};
+
+template <>
+struct QuantTraits<DType::Q5_0> {
+  static constexpr int kValues = kQK, kBytes = sizeof(BlockQ5_0);
+  __device__ static void unit(const uint8_t* b, int, float out[32]) {
+    const float d = half_at(b);
+    const uint32_t qh = u16_pair(b + 2);
+    int q[32];
+    nibbles32(b + 6, q);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) out[i] = d * (float)((q[i] | (((qh >> i) & 1) << 4)) - 16);
+  }
+};
+
+template <>
+struct QuantTraits<DType::Q5_1> {
+  static constexpr int kValues = kQK, kBytes = sizeof(BlockQ5_1);
+  __device__ static void unit(const uint8_t* b, int, float out[32]) {
+    const float d = half_at(b), m = half_at(b + 2);
+    const uint32_t qh = u16_pair(b + 4);
+    int q[32];
+    nibbles32(b + 8, q);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) out[i] = fmaf(d, (float)(q[i] | (((qh >> i) & 1) << 4)), m);
+  }
+};
+
+template <>
+struct QuantTraits<DType::Q8_0> {
+  static constexpr int kValues = kQK, kBytes = sizeof(BlockQ8_0);
+  __device__ static void unit(const uint8_t* b, int, float out[32]) {
+    const float d = half_at(b);
+    const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const uint16_t two = reinterpret_cast<const uint16_t*>(qs)[i];
+      out[2 * i] = d * (float)(int8_t)(two & 0xFF);
+      out[2 * i + 1] = d * (float)(int8_t)(two >> 8);
+    }
+  }
+};
+
+// 6-bit scale and min of sub-block j of a Q4_K / Q5_K super-block.
+__device__ __forceinline__ void k_scale_min(const uint8_t* scales, int j, float* sc, float* m) {
+  if (j < 4) {
+    *sc = (float)(scales[j] & 63);
+    *m = (float)(scales[j + 4] & 63);
+  } else {
+    *sc = (float)((scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4));
+    *m = (float)((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+  }
+}
+
+template <>
+struct QuantTraits<DType::Q4_K> {
+  static constexpr int kValues = kQK_K, kBytes = sizeof(BlockQ4_K);
+  __device__ static void unit(const uint8_t* b, int j, float out[32]) {
+    float sc, m;
+    k_scale_min(b + 4, j, &sc, &m);
+    const float d = half_at(b) * sc, dmin = half_at(b + 2) * m;
+    const uint4* qs = reinterpret_cast<const uint4*>(b + 16 + 32 * (j / 2));
+    const uint4 lo = qs[0], hi = qs[1];
+    const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    const int shift = (j & 1) * 4;
+#pragma unroll
+    for (int w = 0; w < 8; ++w)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        out[4 * w + i] = fmaf(d, (float)((words[w] >> (8 * i + shift)) & 0xF), -dmin);
+  }
+};
+
+template <>
+struct QuantTraits<DType::Q5_K> {
+  static constexpr int kValues = kQK_K, kBytes = sizeof(BlockQ5_K);
+  __device__ static void unit(const uint8_t* b, int j, float out[32]) {
+    float sc, m;
+    k_scale_min(b + 4, j, &sc, &m);
+    const float d = half_at(b) * sc, dmin = half_at(b + 2) * m;
+    const uint4* qh4 = reinterpret_cast<const uint4*>(b + 16);
+    const uint4* qs4 = reinterpret_cast<const uint4*>(b + 48 + 32 * (j / 2));
+    const uint4 h0 = qh4[0], h1 = qh4[1], l0 = qs4[0], l1 = qs4[1];
+    const uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+    const uint32_t lw[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+    const int shift = (j & 1) * 4;
+#pragma unroll
+    for (int w = 0; w < 8; ++w)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int q = ((lw[w] >> (8 * i + shift)) & 0xF) | (((hw[w] >> (8 * i + j)) & 1) << 4);
+        out[4 * w + i] = fmaf(d, (float)q, -dmin);
+      }
+  }
+};
+
+template <>
+struct QuantTraits<DType::Q6_K> {
+  static constexpr int kValues = kQK_K, kBytes = sizeof(BlockQ6_K);
+  __device__ static void unit(const uint8_t* b, int j, float out[32]) {
+    const int half = j / 4, quarter = j % 4;
+    const uint8_t* ql = b + 64 * half + 32 * (quarter & 1);
+    const uint8_t* qh = b + 128 + 32 * half;
+    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192) + 8 * half + 2 * quarter;
+    const float d = half_at(b + 208);
+    const float d0 = d * (float)scales[0], d1 = d * (float)scales[1];
+    const int lshift = quarter >= 2 ? 4 : 0, hshift = 2 * quarter;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const uint16_t l2 = reinterpret_cast<const uint16_t*>(ql)[i];
+      const uint16_t h2 = reinterpret_cast<const uint16_t*>(qh)[i];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int lo = ((l2 >> (8 * k)) >> lshift) & 0xF;
+        const int hi = ((h2 >> (8 * k)) >> hshift) & 3;
+        out[2 * i + k] = (2 * i + k < 16 ? d0 : d1) * (float)((lo | (hi << 4)) - 32);
+      }
+    }
+  }
+};
+
+template <>
+struct QuantTraits<DType::F16> {
+  static constexpr int kValues = 32, kBytes = 64;
+  __device__ static void unit(const uint8_t* b, int, float out[32]) {
+    const uint4* v = reinterpret_cast<const uint4*>(b);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint4 raw = v[c];
+      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+        out[8 * c + 2 * i] = f.x;
+        out[8 * c + 2 * i + 1] = f.y;
+      }
+    }
+  }
+};
+
+template <>
+struct QuantTraits<DType::BF16> {
+  static constexpr int kValues = 32, kBytes = 64;
+  __device__ static void unit(const uint8_t* b, int, float out[32]) {
+    const uint4* v = reinterpret_cast<const uint4*>(b);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint4 raw = v[c];
+      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        out[8 * c + 2 * i] = __uint_as_float(words[i] << 16);
+        out[8 * c + 2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+      }
+    }
+  }
+};
+
+// Dequantizes unit u (values 32u .. 32u+31) of a row.
+template <DType T>
+__device__ __forceinline__ void dequant_unit(const uint8_t* row, int u, float out[32]) {
+  using Q = QuantTraits<T>;
+  constexpr int kUnitsPerBlock = Q::kValues / 32;
+  QuantTraits<T>::unit(row + (size_t)(u / kUnitsPerBlock) * Q::kBytes, u % kUnitsPerBlock, out);
+}
+
+// Calls fn.template operator()<T>() with the compile-time type of `type`; false when the
+// type has no CUDA kernel.
+template <typename Fn>
+bool dispatch_weight_type(DType type, Fn&& fn) {
+  switch (type) {
+    case DType::Q4_0:
+      fn.template operator()<DType::Q4_0>();
+      return true;
+    case DType::Q4_1:
+      fn.template operator()<DType::Q4_1>();
+      return true;
+    case DType::Q5_0:
+      fn.template operator()<DType::Q5_0>();
+      return true;
+    case DType::Q5_1:
+      fn.template operator()<DType::Q5_1>();
+      return true;
+    case DType::Q8_0:
+      fn.template operator()<DType::Q8_0>();
+      return true;
+    case DType::Q4_K:
+      fn.template operator()<DType::Q4_K>();
+      return true;
+    case DType::Q5_K:
+      fn.template operator()<DType::Q5_K>();
+      return true;
+    case DType::Q6_K:
+      fn.template operator()<DType::Q6_K>();
+      return true;
+    case DType::F16:
+      fn.template operator()<DType::F16>();
+      return true;
+    case DType::BF16:
+      fn.template operator()<DType::BF16>();
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace hablar::cuda

@@ -1,0 +1,40 @@
+// Device-side sampling: one token per sequence from its logits row, without copying logits
+// to the host. Per sequence, in this order:
+//   1. penalties over its token history (each distinct token once): repetition (logit / r
+//      if positive, * r if not), presence (- p), frequency (- f * count); in place;
+//   2. temperature <= 0: greedy (argmax, lowest index on ties) and stop;
+//   3. z = (logit - max) / temperature;
+//   4. top-k (k > 0): keep z >= the k-th largest z (ties at the boundary kept);
+//   5. top-p (< 1): of what is kept, keep the highest z whose probability mass reaches p
+//      (ties at the boundary kept);
+//   6. min-p (> 0): keep z >= ln(min_p), i.e. prob >= min_p * the top prob;
+//   7. draw u = sample_uniform(seed, step) and pick, in token-id order, the kept token where
+//      the running sum of exp(z) passes u * (sum of kept exp(z)).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace hablar::cuda {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // <= 0: greedy
+  int32_t top_k = 0;                // <= 0: off
+  float top_p = 1.0f;               // >= 1: off
+  float min_p = 0.0f;               // <= 0: off
+  float repetition_penalty = 1.0f;  // 1: off
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0;
+  uint64_t step = 0;  // the draw's counter (e.g. the number of tokens generated so far)
+};
+
+// logits [n_seqs][vocab] (device, penalized in place); params [n_seqs] (device);
+// history [n_seqs][max_history] token ids of which the first history_len[s] count (device,
+// may be null when max_history is 0); tokens_out [n_seqs] (device).
+void sample_tokens(float* logits, int n_seqs, int vocab, const SamplingParams* params,
+                   const int32_t* history, const int32_t* history_len, int max_history,
+                   int32_t* tokens_out, cudaStream_t stream);
+
+}  // namespace hablar::cuda
