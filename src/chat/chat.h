@@ -30,7 +30,7 @@ struct Program;  // the parsed template (jinja_ast.h)
 struct RenderLimits {
   std::size_t max_output_bytes = 64u << 20;      // rendered text
   std::size_t max_call_depth = 200;              // nested macro / call / filter-block calls
-  std::size_t max_loop_iterations = 10'000'000;  // summed over every loop of one render
+  std::size_t max_loop_iterations = 1'000'000;   // loop iterations + macro calls, per render
   std::size_t max_sequence_length = 10'000'000;  // range() results, string repetition, lists
 };
 

@@ -73,7 +73,8 @@ void Interpreter::count_iterations(std::size_t n) {
   iterations_ += n;
   if (iterations_ > options_.limits.max_loop_iterations)
     throw JinjaError("template runs more than " +
-                     std::to_string(options_.limits.max_loop_iterations) + " loop iterations");
+                     std::to_string(options_.limits.max_loop_iterations) +
+                     " loop iterations and macro calls");
 }
 
 void Interpreter::check_sequence_length(std::size_t n) {
@@ -292,6 +293,7 @@ void Interpreter::exec_macro(const Stmt& s) {
 
 Value Interpreter::invoke_macro(const Stmt& s, const std::shared_ptr<Frame>& closure,
                                 const CallArgs& args, const Value& caller) {
+  count_iterations(1);  // macro calls share the loop budget: fan-out recursion stays bounded
   if (++call_depth_ > options_.limits.max_call_depth) {
     --call_depth_;
     throw JinjaError("maximum recursion depth exceeded (" +

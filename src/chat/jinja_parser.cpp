@@ -142,6 +142,13 @@ class Parser {
 
   StmtPtr parse_statement() {
     const Token& tag = next();
+    if (++block_depth_ > kMaxNesting) fail(tag.pos, "blocks nested too deeply");
+    StmtPtr stmt = parse_tag(tag);
+    --block_depth_;
+    return stmt;
+  }
+
+  StmtPtr parse_tag(const Token& tag) {
     const std::string& name = tag.text;
     if (name == "if") return parse_if(tag.pos);
     if (name == "for") return parse_for(tag.pos);
@@ -616,7 +623,7 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    auto e = make_expr(ExprKind::kCall, peek().pos);
+    auto e = make_expr(ExprKind::kCall, callee->pos);
     e->children.push_back(std::move(callee));
     parse_call_args(*e);
     return e;
@@ -689,6 +696,7 @@ class Parser {
   std::size_t index_ = 0;
   int loop_depth_ = 0;
   int nesting_ = 0;
+  int block_depth_ = 0;
 };
 
 }  // namespace
