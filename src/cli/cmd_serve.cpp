@@ -1,0 +1,318 @@
+// `hablar serve [-m MODEL]`: the OpenAI-, llama.cpp- and Ollama-compatible HTTP server.
+//
+// Flags follow llama-server where they overlap, so switching is a change of binary name:
+//   --host --port -m/--model -c/--ctx-size -np/--parallel -t/--threads --temp --seed
+//   -n/--n-predict --alias --api-key --api-key-file --metrics --slots --jinja
+//   --chat-template-file -ngl/--n-gpu-layers -cb/--cont-batching --no-webui -b/--batch-size
+//   -to/--timeout --threads-http
+// llama-server spells some flags with one dash and several letters (-np, -ngl, -cb, -to,
+// -tb); the option parser takes one-letter short flags only, so those spellings are
+// rewritten to their long forms before main() parses them (see rewrite_llama_flags).
+//
+// The port is bound first and /health answers 503 while the model loads; SIGTERM or SIGINT
+// stops taking requests, lets running generations finish (up to --shutdown-grace seconds)
+// and exits.
+#include <pthread.h>
+#include <unistd.h>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/paths.h"
+#include "engine/model_runner.h"
+#include "model/model.h"
+#include "server/http_server.h"
+
+namespace hablar::cli {
+namespace {
+
+// glibc passes (argc, argv, envp) to constructors; argv is the array main() receives.
+__attribute__((constructor)) void rewrite_llama_flags(int argc, char** argv, char**) {
+  static const char* const kPairs[][2] = {
+      {"-np", "--parallel"},          {"-ngl", "--n-gpu-layers"}, {"-cb", "--cont-batching"},
+      {"-to", "--timeout"},           {"-tb", "--threads-batch"}, {"-fa", "--flash-attn"},
+      {"-nocb", "--no-cont-batching"}};
+  bool serving = false;
+  for (int i = 1; i < argc && argv[i]; ++i) {
+    if (std::strcmp(argv[i], "serve") == 0) serving = true;
+    if (!serving) continue;
+    for (const auto& pair : kPairs)
+      if (std::strcmp(argv[i], pair[0]) == 0) argv[i] = const_cast<char*>(pair[1]);
+  }
+}
+
+struct ServeOptions {
+  std::string model;
+  std::string alias;
+  server::ServerOptions http;
+  int n_ctx = 0;  // KV cache size in tokens shared by all sequences; 0: 8192
+  int n_parallel = 8;
+  int n_threads = 0;
+  int n_batch = 512;
+  int n_predict = -1;
+  int max_queue = 256;
+  float temp = 0.8f;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  int top_k = 40;
+  float repeat_penalty = 1.0f;
+  int64_t seed = -1;
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
+  std::string chat_template_file;
+  std::string cors;
+  int n_gpu_layers = 0;
+  bool jinja = true;
+  bool cont_batching = true;
+  bool no_webui = false;
+  bool no_slots = false;
+  bool metrics = false;
+  bool slots = false;
+  int threads_batch = 0;
+  std::string flash_attn;
+};
+
+std::string read_text_file(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw_error(ErrorKind::kNotFound, std::string("cannot read ") + what + " '" + path + "'");
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// Reads the model file once, showing progress on a terminal: the cost of loading is the
+// disk, and the pages stay cached for the mmap that follows.
+void warm_file_with_progress(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return;
+  std::fseek(f, 0, SEEK_END);
+  const long total = std::ftell(f);
+  std::fseek(f, 0, SEEK_SET);
+  const bool tty = isatty(STDERR_FILENO);
+  std::vector<char> buf(8u << 20);
+  long done = 0;
+  int shown = -1;
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), f)) > 0;) {
+    done += (long)n;
+    const int pct = total > 0 ? (int)(100.0 * (double)done / (double)total) : 100;
+    if (tty && pct != shown) {
+      std::fprintf(stderr, "\rloading model %3d%% (%ld / %ld MiB)", pct, done >> 20, total >> 20);
+      shown = pct;
+    }
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  std::fclose(f);
+}
+
+std::string model_id_for(const ServeOptions& o, const std::string& path) {
+  if (!o.alias.empty()) return o.alias;
+  std::string name = path.substr(path.find_last_of('/') + 1);
+  if (name.size() > 5 && name.substr(name.size() - 5) == ".gguf") name.resize(name.size() - 5);
+  return name;
+}
+
+std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
+                                                         const std::string& path) {
+  const auto t0 = std::chrono::steady_clock::now();
+  warm_file_with_progress(path);
+  auto sm = std::make_shared<server::ServingModel>();
+  model::LoadOptions load;
+  load.n_threads = o.n_threads;
+  sm->model = model::Model::load(path, load);
+  const auto& cfg = sm->model->config();
+  std::string tmpl = o.chat_template_file.empty()
+                         ? sm->model->file().get_string_or("tokenizer.chat_template", "")
+                         : read_text_file(o.chat_template_file, "chat template");
+  if (tmpl.empty()) {
+    log::warn("the model has no chat template; using ChatML");
+    tmpl = chat::chatml_template_source();
+  }
+  sm->chat_template = std::make_unique<chat::ChatTemplate>(tmpl);
+  sm->tool_format = chat::detect_tool_format(tmpl);
+
+  const int block = kDefaultKvBlockSize;
+  const int pool_tokens = o.n_ctx > 0 ? o.n_ctx : 8192;
+  const int n_blocks = (pool_tokens + block - 1) / block;
+  sm->n_ctx = std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : pool_tokens, n_blocks * block);
+  sm->n_slots = o.n_parallel;
+  sm->runner = std::make_unique<engine::ModelRunner>(*sm->model, n_blocks, block);
+
+  engine::EngineConfig ec;
+  ec.n_blocks = n_blocks;
+  ec.block_size = block;
+  ec.n_ctx = sm->n_ctx;
+  ec.max_queue = o.max_queue;
+  ec.scheduler.max_running = o.n_parallel;
+  ec.scheduler.max_step_tokens = std::max(o.n_batch, o.n_parallel);
+  ec.scheduler.max_prefill_chunk = o.n_batch;
+  const tokenizer::Tokenizer* tok = &sm->model->tokenizer();
+  ec.is_eog = [tok](int32_t t) { return tok->is_eog(t); };
+  sm->engine = std::make_unique<engine::Engine>(ec, *sm->runner);
+
+  sm->id = model_id_for(o, path);
+  sm->path = path;
+  sm->created = server::unix_time_now();
+  auto& d = sm->defaults;
+  d.sampling.temperature = o.temp;
+  d.sampling.top_k = o.top_k;
+  d.sampling.top_p = o.top_p;
+  d.sampling.min_p = o.min_p;
+  d.sampling.repeat_penalty = o.repeat_penalty;
+  d.seed_random = o.seed < 0;
+  if (o.seed >= 0) d.sampling.seed = (uint64_t)o.seed;
+  d.n_predict = o.n_predict;
+  d.sampling.validate();
+  sm->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log::info(
+      "model {} loaded in {:.2f} s: {} layers, vocab {}, KV cache {} blocks x {} = {} "
+      "tokens ({:.0f} MiB), {} sequences at once, context {} per sequence, tools: {}",
+      sm->id, sm->load_seconds, cfg.n_layers, cfg.n_vocab, n_blocks, block, n_blocks * block,
+      (double)sm->runner->layout().total_bytes() / (1 << 20), o.n_parallel, sm->n_ctx,
+      chat::tool_format_name(sm->tool_format));
+  return sm;
+}
+
+void check_options(ServeOptions& o) {
+  auto fail = [](const std::string& m) { throw_error(ErrorKind::kInvalidArgument, m); };
+  if (o.n_parallel < 1) fail("-np/--parallel must be at least 1");
+  if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (0 = 8192)");
+  if (o.n_batch < 1) fail("-b/--batch-size must be at least 1");
+  if (o.max_queue < 1) fail("--max-queue must be at least 1");
+  if (o.n_threads < 0) fail("-t/--threads must be >= 0 (0 = all cores)");
+  if (o.http.port < 0 || o.http.port > 65535) fail("--port must be in 0..65535");
+  if (o.n_gpu_layers != 0)
+    log::warn("-ngl {}: this build serves on the CPU; the flag is accepted and ignored",
+              o.n_gpu_layers);
+  if (!o.cont_batching) log::warn("continuous batching is always on; --no-cont-batching ignored");
+  for (const std::string& k : o.api_keys)
+    for (size_t a = 0, b; a <= k.size(); a = b + 1) {
+      b = k.find(',', a);
+      if (b == std::string::npos) b = k.size();
+      if (b > a) o.http.api_keys.push_back(k.substr(a, b - a));
+    }
+  if (!o.api_key_file.empty()) {
+    std::string text = read_text_file(o.api_key_file, "API key file");
+    for (size_t a = 0, b; a < text.size(); a = b + 1) {
+      b = text.find('\n', a);
+      if (b == std::string::npos) b = text.size();
+      std::string line = text.substr(a, b - a);
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (!line.empty() && line[0] != '#') o.http.api_keys.push_back(line);
+    }
+    if (o.http.api_keys.empty()) fail("--api-key-file '" + o.api_key_file + "' holds no key");
+  }
+  if (!o.cors.empty()) {
+    o.http.cors_origins.clear();
+    for (size_t a = 0, b; a <= o.cors.size(); a = b + 1) {
+      b = o.cors.find(',', a);
+      if (b == std::string::npos) b = o.cors.size();
+      if (b > a) o.http.cors_origins.push_back(o.cors.substr(a, b - a));
+    }
+  }
+  o.http.enable_metrics = o.metrics;
+  o.http.enable_slots = !o.no_slots;
+  o.http.enable_webui = !o.no_webui;
+}
+
+int run_serve(ServeOptions& o) {
+  check_options(o);
+  const std::string path = resolve_model_path(o.model);
+  // Signals go to a waiting thread only: block them before any thread starts.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  server::HttpServer http(o.http);
+  http.bind();
+  log::info("listening on http://{}:{} (loading the model; /health answers 503 until ready)",
+            o.http.host, http.port());
+  std::thread listener([&] { http.run(); });
+  std::thread loader([&] {
+    try {
+      http.set_model(load_serving_model(o, path));
+      log::info("ready: http://{}:{}/  (OpenAI API at /v1)", o.http.host, http.port());
+    } catch (const std::exception& e) {
+      log::error("loading {} failed: {}", path, e.what());
+      http.set_load_error(e.what());
+      kill(getpid(), SIGTERM);
+    }
+  });
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  log::info("{} received: finishing running requests (up to {} s), then exiting",
+            sig == SIGTERM ? "SIGTERM" : "SIGINT", o.http.shutdown_grace_seconds);
+  loader.join();
+  http.stop();
+  listener.join();
+  log::info("stopped");
+  return 0;
+}
+
+CommandRegistration serve_registration{
+    "serve", "Serve a model over HTTP (OpenAI, llama.cpp and Ollama APIs, web chat at /)",
+    [](CLI::App& app) {
+      auto o = std::make_shared<ServeOptions>();
+      app.add_option("-m,--model", o->model,
+                     "GGUF file or model name (default: the default model)");
+      app.add_option("--host", o->http.host, "address to listen on")->capture_default_str();
+      app.add_option("--port", o->http.port, "port (0: any free port)")->capture_default_str();
+      app.add_option("-a,--alias", o->alias, "model name shown to clients");
+      app.add_option("-c,--ctx-size", o->n_ctx,
+                     "KV cache size in tokens, shared by all sequences (0: 8192)");
+      app.add_option("--parallel", o->n_parallel, "sequences decoded at once (-np)")
+          ->capture_default_str();
+      app.add_option("-t,--threads", o->n_threads, "CPU threads (0: all cores)");
+      app.add_option("--threads-batch", o->threads_batch, "accepted for compatibility (-tb)");
+      app.add_option("-b,--batch-size", o->n_batch, "most tokens in one engine step")
+          ->capture_default_str();
+      app.add_option("-n,--n-predict", o->n_predict,
+                     "default tokens to generate (-1: until the context is full)");
+      app.add_option("--temp", o->temp, "default temperature")->capture_default_str();
+      app.add_option("--top-k", o->top_k, "default top-k")->capture_default_str();
+      app.add_option("--top-p", o->top_p, "default top-p")->capture_default_str();
+      app.add_option("--min-p", o->min_p, "default min-p")->capture_default_str();
+      app.add_option("--repeat-penalty", o->repeat_penalty, "default repetition penalty");
+      app.add_option("-s,--seed", o->seed, "default seed (-1: random per request)");
+      app.add_option("--api-key", o->api_keys,
+                     "API key(s) clients must send as Bearer tokens (comma-separated)");
+      app.add_option("--api-key-file", o->api_key_file, "file with one API key per line");
+      app.add_flag("--metrics", o->metrics, "enable /metrics (Prometheus)");
+      app.add_flag("--slots", o->slots, "enable /slots (on by default)");
+      app.add_flag("--no-slots", o->no_slots, "disable /slots");
+      app.add_flag("--jinja", o->jinja, "use the Jinja chat template (always on)");
+      app.add_option("--chat-template-file", o->chat_template_file,
+                     "Jinja chat template to use instead of the model's");
+      app.add_option("--n-gpu-layers", o->n_gpu_layers, "accepted for compatibility (-ngl)");
+      app.add_flag("--cont-batching", o->cont_batching, "continuous batching (always on) (-cb)");
+      app.add_flag("--no-cont-batching{false}", o->cont_batching, "accepted; batching stays on");
+      app.add_option("--flash-attn", o->flash_attn, "accepted for compatibility (-fa)");
+      app.add_flag("--no-webui", o->no_webui, "do not serve the chat page at /");
+      app.add_option("--timeout", o->http.timeout_seconds,
+                     "read/write timeout of a connection in seconds (-to)")
+          ->capture_default_str();
+      app.add_option("--threads-http", o->http.max_http_threads,
+                     "most HTTP threads (one per open connection)")
+          ->capture_default_str();
+      app.add_option("--max-queue", o->max_queue, "requests waiting beyond which new ones get 503")
+          ->capture_default_str();
+      app.add_option("--max-body", o->http.max_body_bytes, "largest request body in bytes")
+          ->capture_default_str();
+      app.add_option("--cors-origins", o->cors,
+                     "allowed CORS origins, comma-separated (default *)");
+      app.add_option("--shutdown-grace", o->http.shutdown_grace_seconds,
+                     "seconds running requests get to finish on SIGTERM")
+          ->capture_default_str();
+      return [o] { return run_serve(*o); };
+    }};
+
+}  // namespace
+}  // namespace hablar::cli

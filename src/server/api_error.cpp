@@ -1,0 +1,150 @@
+#include "server/api_error.h"
+
+#include "server/request_fields.h"
+
+namespace hablar::server {
+
+const char* error_type_for_status(int status) {
+  switch (status) {
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "request_too_large";
+    case 429:
+      return "rate_limit_error";
+    case 501:
+      return "not_supported_error";
+    case 503:
+      return "unavailable_error";
+    default:
+      return status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+nlohmann::json error_body(int status, const std::string& message, const std::string& param) {
+  nlohmann::json e = {{"message", message},
+                      {"type", error_type_for_status(status)},
+                      {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
+                      {"code", status}};
+  return {{"error", e}};
+}
+
+int status_for_error_kind(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kInvalidArgument:
+      return 400;
+    case ErrorKind::kNotFound:
+      return 404;
+    case ErrorKind::kUnsupported:
+      return 400;
+    case ErrorKind::kResource:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+std::string dump_json(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+nlohmann::json parse_body_object(const std::string& body) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(body);
+  } catch (const nlohmann::json::parse_error& e) {
+    bad_request(std::string("the request body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad_request("the request body must be a JSON object");
+  return j;
+}
+
+namespace {
+const nlohmann::json* field(const nlohmann::json& body, const char* key) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+std::string range_text(double lo, double hi) {
+  auto fmt = [](double v) {
+    std::string s = nlohmann::json(v).dump();
+    if (s.size() > 2 && s.substr(s.size() - 2) == ".0") s.resize(s.size() - 2);
+    return s;
+  };
+  return fmt(lo) + " and " + fmt(hi);
+}
+}  // namespace
+
+std::optional<double> opt_number(const nlohmann::json& body, const char* key, double lo,
+                                 double hi) {
+  const nlohmann::json* f = field(body, key);
+  if (!f) return std::nullopt;
+  if (!f->is_number() || f->get<double>() < lo || f->get<double>() > hi)
+    bad_request(std::string("'") + key + "' must be a number between " + range_text(lo, hi) +
+                    " (got " + dump_json(*f) + ")",
+                key);
+  return f->get<double>();
+}
+
+std::optional<int64_t> opt_integer(const nlohmann::json& body, const char* key, int64_t lo,
+                                   int64_t hi) {
+  const nlohmann::json* f = field(body, key);
+  if (!f) return std::nullopt;
+  const bool integral =
+      f->is_number_integer() ||
+      (f->is_number_float() && f->get<double>() == (double)(int64_t)f->get<double>());
+  if (!integral)
+    bad_request(std::string("'") + key + "' must be an integer (got " + dump_json(*f) + ")", key);
+  const double v = f->get<double>();
+  if (v < (double)lo || v > (double)hi)
+    bad_request(std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +
+                    std::to_string(hi) + " (got " + dump_json(*f) + ")",
+                key);
+  return f->is_number_integer() ? f->get<int64_t>() : (int64_t)v;
+}
+
+std::optional<bool> opt_bool(const nlohmann::json& body, const char* key) {
+  const nlohmann::json* f = field(body, key);
+  if (!f) return std::nullopt;
+  if (!f->is_boolean())
+    bad_request(std::string("'") + key + "' must be true or false (got " + dump_json(*f) + ")",
+                key);
+  return f->get<bool>();
+}
+
+std::optional<std::string> opt_string(const nlohmann::json& body, const char* key) {
+  const nlohmann::json* f = field(body, key);
+  if (!f) return std::nullopt;
+  if (!f->is_string())
+    bad_request(std::string("'") + key + "' must be a string (got " + dump_json(*f) + ")", key);
+  return f->get<std::string>();
+}
+
+std::vector<std::string> opt_string_list(const nlohmann::json& body, const char* key,
+                                         size_t max_items) {
+  const nlohmann::json* f = field(body, key);
+  if (!f) return {};
+  std::vector<std::string> out;
+  if (f->is_string()) {
+    out.push_back(f->get<std::string>());
+  } else if (f->is_array()) {
+    for (const auto& v : *f) {
+      if (!v.is_string())
+        bad_request(std::string("'") + key + "' must be a string or a list of strings", key);
+      out.push_back(v.get<std::string>());
+    }
+  } else {
+    bad_request(std::string("'") + key + "' must be a string or a list of strings", key);
+  }
+  if (out.size() > max_items)
+    bad_request(std::string("'") + key + "' has " + std::to_string(out.size()) +
+                    " entries; at most " + std::to_string(max_items) + " are allowed",
+                key);
+  return out;
+}
+
+}  // namespace hablar::server

@@ -1,0 +1,39 @@
+// Errors the HTTP layer sends back, in OpenAI's shape:
+//   {"error": {"message": "...", "type": "invalid_request_error", "param": "...", "code": ...}}
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+#include <string>
+
+#include "core/error.h"
+
+namespace hablar::server {
+
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string message, std::string param = {})
+      : std::runtime_error(std::move(message)), status_(status), param_(std::move(param)) {}
+  int status() const { return status_; }
+  const std::string& param() const { return param_; }
+
+ private:
+  int status_;
+  std::string param_;
+};
+
+[[noreturn]] inline void bad_request(std::string message, std::string param = {}) {
+  throw ApiError(400, std::move(message), std::move(param));
+}
+
+// OpenAI's error "type" for a status code.
+const char* error_type_for_status(int status);
+nlohmann::json error_body(int status, const std::string& message, const std::string& param = {});
+// The HTTP status of an engine or library error.
+int status_for_error_kind(ErrorKind kind);
+
+// JSON text that never throws on invalid UTF-8 (such bytes become U+FFFD).
+std::string dump_json(const nlohmann::json& j);
+
+}  // namespace hablar::server

@@ -1,0 +1,365 @@
+// llama.cpp-server-compatible routes: /completion, /tokenize, /detokenize, /apply-template,
+// /health, /props, /slots, /metrics.
+#include <httplib.h>
+
+#include <sstream>
+
+#include "server/api_error.h"
+#include "server/http_server.h"
+#include "server/openai_chat.h"
+#include "server/request_fields.h"
+#include "server/sampling_fields.h"
+
+namespace hablar::server {
+
+namespace {
+
+using engine::StreamItem;
+using nlohmann::json;
+
+// A piece as llama.cpp shows it: the text when it is valid UTF-8, else its bytes.
+json piece_json(const std::string& s) {
+  json probe = s;
+  try {
+    (void)probe.dump();
+    return s;
+  } catch (const json::type_error&) {
+    return token_bytes(s);
+  }
+}
+
+std::vector<int32_t> llama_prompt(const json& body, const ServingModel& m) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) bad_request("'prompt' is required", "prompt");
+  std::vector<int32_t> ids;
+  auto add = [&](const json& part, bool first) {
+    if (part.is_string()) {
+      auto t = first ? tokenize_prompt(m, part.get<std::string>())
+                     : m.tok().encode(part.get<std::string>(), false, true);
+      ids.insert(ids.end(), t.begin(), t.end());
+    } else if (part.is_number_integer()) {
+      const int64_t v = part.get<int64_t>();
+      if (v < 0 || v >= m.tok().n_vocab())
+        bad_request("'prompt' token id " + std::to_string(v) + " is outside the vocabulary",
+                    "prompt");
+      ids.push_back((int32_t)v);
+    } else {
+      bad_request("'prompt' must be text, token ids, or a list mixing both", "prompt");
+    }
+  };
+  if (it->is_array()) {
+    bool first = true;
+    for (const auto& p : *it) {
+      add(p, first);
+      first = false;
+    }
+  } else {
+    add(*it, true);
+  }
+  if (ids.empty()) bad_request("'prompt' is empty", "prompt");
+  return ids;
+}
+
+json timings_json(const StreamItem& f) {
+  auto per = [](double ms, int n) { return n > 0 ? ms / n : 0.0; };
+  auto rate = [](double ms, int n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
+  const int prompt_n = f.n_prompt - f.n_cached_prompt;
+  return {{"prompt_n", prompt_n},
+          {"prompt_ms", f.prompt_ms},
+          {"prompt_per_token_ms", per(f.prompt_ms, prompt_n)},
+          {"prompt_per_second", rate(f.prompt_ms, prompt_n)},
+          {"predicted_n", f.n_generated},
+          {"predicted_ms", f.decode_ms},
+          {"predicted_per_token_ms", per(f.decode_ms, f.n_generated)},
+          {"predicted_per_second", rate(f.decode_ms, std::max(0, f.n_generated - 1))}};
+}
+
+json probs_json(const ServingModel& m, const StreamItem& t) {
+  json top = json::array();
+  for (const auto& alt : t.top_logprobs)
+    top.push_back({{"id", alt.token},
+                   {"token", piece_json(token_string(m, alt.token))},
+                   {"logprob", alt.logprob}});
+  return {{"id", t.token},
+          {"token", piece_json(token_string(m, t.token))},
+          {"logprob", t.logprob},
+          {"top_logprobs", top}};
+}
+
+const char* stop_type(const StreamItem& f, bool eog) {
+  if (f.finish_reason == engine::FinishReason::kLength) return "limit";
+  if (f.finish_reason == engine::FinishReason::kStop) return eog ? "eos" : "word";
+  return "none";
+}
+
+void completion(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  json body = request_json(req);
+  GenerationSpec spec;
+  spec.prompt = llama_prompt(body, *m);
+  spec.sampling = parse_sampling(body, *m, Dialect::kLlama);
+  spec.stop = opt_string_list(body, "stop", 64);
+  spec.ignore_eos = opt_bool(body, "ignore_eos").value_or(false);
+  const auto n_probs = opt_integer(body, "n_probs", 0, 100).value_or(0);
+  spec.n_logprobs = n_probs > 0 ? (int32_t)n_probs : -1;
+  opt_bool(body, "cache_prompt");  // the prefix cache is always on
+  auto n_predict = opt_integer(body, "n_predict", -1, INT32_MAX);
+  if (n_predict && *n_predict == 0)
+    bad_request("'n_predict' must be -1 or at least 1", "n_predict");
+  if (n_predict && *n_predict < 0) n_predict.reset();
+  if (!n_predict) n_predict = opt_integer(body, "max_tokens", 1, INT32_MAX);
+  spec.max_tokens = bounded_max_tokens(*m, n_predict, spec.prompt.size());
+  const bool stream = opt_bool(body, "stream").value_or(false);
+  const bool return_tokens = opt_bool(body, "return_tokens").value_or(false);
+  const auto& tok = m->tok();
+  auto handle = start_generation(*m, spec);
+  auto final_fields = [m, n_probs](json& j, const StreamItem& f, const std::vector<int32_t>& toks) {
+    const bool eog = !toks.empty() && m->tok().is_eog(toks.back());
+    j["stop"] = true;
+    j["model"] = m->id;
+    j["tokens_predicted"] = f.n_generated;
+    j["tokens_evaluated"] = f.n_prompt;
+    j["tokens_cached"] = f.n_cached_prompt;
+    j["stop_type"] = stop_type(f, eog);
+    j["truncated"] = false;
+    j["id_slot"] = 0;
+    j["timings"] = timings_json(f);
+    (void)n_probs;
+  };
+  if (!stream) {
+    CollectedOutput out = collect_output(*handle);
+    if (out.final.finish_reason == engine::FinishReason::kError)
+      throw ApiError(500, "generation failed: " + out.final.error);
+    std::vector<int32_t> toks;
+    for (const auto& t : out.tokens) toks.push_back(t.token);
+    json j = {{"content", out.text}, {"index", 0}};
+    if (return_tokens) j["tokens"] = toks;
+    if (n_probs > 0) {
+      json probs = json::array();
+      for (const auto& t : out.tokens) probs.push_back(probs_json(*m, t));
+      j["completion_probabilities"] = probs;
+    }
+    final_fields(j, out.final, toks);
+    send_json(res, j);
+    return;
+  }
+  auto toks = std::make_shared<std::vector<int32_t>>();
+  (void)tok;
+  StreamPump pump = [=](bool& done) {
+    std::string out;
+    for (StreamItem& it : next_items(*handle)) {
+      json j = {{"content", it.text}, {"index", 0}, {"stop", false}};
+      if (it.kind == StreamItem::Kind::kToken) {
+        toks->push_back(it.token);
+        if (return_tokens) j["tokens"] = json::array({it.token});
+        if (n_probs > 0) j["completion_probabilities"] = json::array({probs_json(*m, it)});
+      } else if (it.finish_reason == engine::FinishReason::kError) {
+        j = error_body(500, it.error);
+      } else {
+        final_fields(j, it, *toks);
+      }
+      out += "data: " + dump_json(j) + "\n\n";
+      if (it.kind == StreamItem::Kind::kFinal) {
+        done = true;
+        break;
+      }
+    }
+    return out;
+  };
+  stream_response(res, "text/event-stream", pump, [handle] { handle->cancel(); });
+}
+
+void tokenize(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  json body = request_json(req);
+  const std::string content = opt_string(body, "content").value_or("");
+  const bool add_special = opt_bool(body, "add_special").value_or(false);
+  const bool parse_special = opt_bool(body, "parse_special").value_or(true);
+  const bool with_pieces = opt_bool(body, "with_pieces").value_or(false);
+  const auto ids = m->tok().encode(content, add_special, parse_special);
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    if (with_pieces)
+      tokens.push_back({{"id", id}, {"piece", piece_json(token_string(*m, id))}});
+    else
+      tokens.push_back(id);
+  }
+  send_json(res, {{"tokens", tokens}});
+}
+
+void detokenize(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  json body = request_json(req);
+  std::vector<int32_t> ids;
+  if (body.contains("tokens")) {
+    if (!body["tokens"].is_array()) bad_request("'tokens' must be a list of token ids", "tokens");
+    for (const auto& t : body["tokens"]) {
+      if (!t.is_number_integer()) bad_request("'tokens' must be a list of token ids", "tokens");
+      const int64_t v = t.get<int64_t>();
+      if (v < 0 || v >= m->tok().n_vocab())
+        bad_request("token id " + std::to_string(v) + " is outside the vocabulary [0, " +
+                        std::to_string(m->tok().n_vocab()) + ")",
+                    "tokens");
+      ids.push_back((int32_t)v);
+    }
+  }
+  send_json(res, {{"content", m->tok().decode(ids)}});
+}
+
+void apply_template(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  json body = request_json(req);
+  json messages = normalize_messages(body.contains("messages") ? body["messages"] : json());
+  json tools = select_tools(body);
+  const bool add_gen = opt_bool(body, "add_generation_prompt").value_or(true);
+  send_json(res, {{"prompt", render_chat(*m, messages, tools, add_gen)}});
+}
+
+json generation_settings(const ServingModel& m) {
+  const auto& s = m.defaults.sampling;
+  return {{"n_ctx", m.n_ctx},
+          {"n_predict", m.defaults.n_predict},
+          {"model", m.path},
+          {"temperature", s.temperature},
+          {"top_k", s.top_k},
+          {"top_p", s.top_p},
+          {"min_p", s.min_p},
+          {"typical_p", s.typical_p},
+          {"repeat_penalty", s.repeat_penalty},
+          {"repeat_last_n", s.repeat_last_n},
+          {"presence_penalty", s.presence_penalty},
+          {"frequency_penalty", s.frequency_penalty},
+          {"seed", m.defaults.seed_random ? json(-1) : json(s.seed)}};
+}
+
+void props(HttpServer& server, const httplib::Request&, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  const auto& tok = m->tok();
+  send_json(res, {{"default_generation_settings", generation_settings(*m)},
+                  {"total_slots", m->n_slots},
+                  {"model_path", m->path},
+                  {"model_alias", m->id},
+                  {"chat_template", m->chat_template->source()},
+                  {"bos_token", tok.bos_id() >= 0 ? tok.token_piece(tok.bos_id()) : ""},
+                  {"eos_token", tok.eos_id() >= 0 ? tok.token_piece(tok.eos_id()) : ""},
+                  {"tool_format", chat::tool_format_name(m->tool_format)},
+                  {"build_info", std::string("hablar ") + HABLAR_SERVER_VERSION}});
+}
+
+void slots(HttpServer& server, const httplib::Request&, httplib::Response& res) {
+  if (!server.options().enable_slots)
+    throw ApiError(501, "the /slots endpoint is disabled (start with --slots)");
+  auto m = server.model_or_throw();
+  const engine::MetricsSnapshot s = m->engine->metrics().snapshot();
+  json out = json::array();
+  int id = 0;
+  for (const auto& slot : s.slots) {
+    out.push_back({{"id", id++},
+                   {"id_task", slot.id},
+                   {"n_ctx", m->n_ctx},
+                   {"is_processing", true},
+                   {"state", slot.running ? "running" : "waiting"},
+                   {"n_prompt_tokens", slot.n_prompt},
+                   {"n_decoded", slot.n_generated},
+                   {"n_computed", slot.n_computed},
+                   {"n_cached_prompt", slot.n_cached_prompt},
+                   {"n_predict", slot.max_tokens}});
+  }
+  for (; id < m->n_slots; ++id)
+    out.push_back({{"id", id}, {"id_task", -1}, {"n_ctx", m->n_ctx}, {"is_processing", false}});
+  send_json(res, out);
+}
+
+void histogram_text(std::ostringstream& o, const char* name, const char* help,
+                    const engine::Histogram& h) {
+  o << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
+  for (size_t i = 0; i < h.bounds.size(); ++i)
+    o << name << "_bucket{le=\"" << h.bounds[i] << "\"} " << h.counts[i] << "\n";
+  o << name << "_bucket{le=\"+Inf\"} " << h.count << "\n";
+  o << name << "_sum " << h.sum << "\n" << name << "_count " << h.count << "\n";
+}
+
+void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res) {
+  if (!server.options().enable_metrics)
+    throw ApiError(501, "the /metrics endpoint is disabled (start with --metrics)");
+  auto m = server.model_or_throw();
+  const engine::MetricsSnapshot s = m->engine->metrics().snapshot();
+  std::ostringstream o;
+  auto metric = [&](const char* name, const char* type, const char* help, double v) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n"
+      << name << " " << v << "\n";
+  };
+  metric("hablar_prompt_tokens_total", "counter", "Prompt tokens received.",
+         (double)s.prompt_tokens_total);
+  metric("hablar_prompt_tokens_computed_total", "counter", "Prompt tokens run through the model.",
+         (double)s.prompt_tokens_computed);
+  metric("hablar_prompt_tokens_cached_total", "counter",
+         "Prompt tokens served from the prefix cache.", (double)s.prompt_tokens_cached);
+  metric("hablar_generated_tokens_total", "counter", "Tokens generated.",
+         (double)s.generated_tokens_total);
+  metric("hablar_prompt_seconds_total", "counter", "Step time spent on prompt tokens.",
+         s.prompt_seconds_total);
+  metric("hablar_decode_seconds_total", "counter", "Step time spent on generated tokens.",
+         s.decode_seconds_total);
+  metric(
+      "hablar_prompt_tokens_per_second", "gauge", "Average prompt throughput.",
+      s.prompt_seconds_total > 0 ? (double)s.prompt_tokens_computed / s.prompt_seconds_total : 0);
+  metric(
+      "hablar_generated_tokens_per_second", "gauge", "Average generation throughput.",
+      s.decode_seconds_total > 0 ? (double)s.generated_tokens_total / s.decode_seconds_total : 0);
+  metric("hablar_requests_total", "counter", "Requests accepted.", (double)s.requests_total);
+  metric("hablar_requests_finished_total", "counter", "Requests finished.",
+         (double)s.requests_finished);
+  metric("hablar_requests_rejected_total", "counter", "Requests refused (queue full).",
+         (double)s.requests_rejected);
+  metric("hablar_preemptions_total", "counter", "Sequences preempted for recomputation.",
+         (double)s.preemptions_total);
+  metric("hablar_steps_total", "counter", "Engine steps run.", (double)s.steps_total);
+  metric("hablar_requests_running", "gauge", "Sequences in the running batch.", s.requests_running);
+  metric("hablar_requests_waiting", "gauge", "Sequences waiting to run.", s.requests_waiting);
+  metric("hablar_kv_cache_blocks_total", "gauge", "KV cache blocks.", s.kv_blocks_total);
+  metric("hablar_kv_cache_blocks_used", "gauge", "KV cache blocks held by sequences.",
+         s.kv_blocks_used);
+  metric("hablar_kv_cache_usage_ratio", "gauge", "Share of KV cache blocks in use.",
+         s.kv_blocks_total > 0 ? (double)s.kv_blocks_used / s.kv_blocks_total : 0);
+  metric("hablar_kv_cache_blocks_cached", "gauge", "Full blocks registered in the prefix cache.",
+         s.kv_blocks_cached);
+  metric("hablar_batch_size_max", "gauge", "Largest batch (sequences in one step) so far.",
+         s.max_batch_size);
+  histogram_text(o, "hablar_batch_size", "Sequences per engine step.", s.batch_size);
+  histogram_text(o, "hablar_time_to_first_token_seconds", "Submit to first token.", s.ttft_seconds);
+  histogram_text(o, "hablar_time_per_output_token_seconds", "Time between generated tokens.",
+                 s.token_latency_seconds);
+  res.set_content(o.str(), "text/plain; version=0.0.4; charset=utf-8");
+}
+
+}  // namespace
+
+void install_llama_routes(httplib::Server& http, HttpServer& server) {
+  using Fn = void (*)(HttpServer&, const httplib::Request&, httplib::Response&);
+  auto route = [&](bool is_post, const char* path, Fn fn) {
+    auto h = [&server, fn](const httplib::Request& req, httplib::Response& res) {
+      handle_json(req, res, [&] { fn(server, req, res); });
+    };
+    if (is_post)
+      http.Post(path, h);
+    else
+      http.Get(path, h);
+  };
+  route(true, "/completion", completion);
+  route(true, "/completions", completion);
+  route(true, "/tokenize", tokenize);
+  route(true, "/detokenize", detokenize);
+  route(true, "/apply-template", apply_template);
+  route(false, "/props", props);
+  route(false, "/slots", slots);
+  route(false, "/metrics", metrics);
+  http.Get("/health", [&server](const httplib::Request& req, httplib::Response& res) {
+    handle_json(req, res, [&] {
+      server.model_or_throw();
+      send_json(res, {{"status", "ok"}});
+    });
+  });
+}
+
+}  // namespace hablar::server

@@ -1,0 +1,203 @@
+// Ollama-compatible routes: /api/chat and /api/generate (NDJSON streams by default),
+// /api/tags, /api/show, /api/version.
+#include <httplib.h>
+
+#include <ctime>
+
+#include "server/api_error.h"
+#include "server/http_server.h"
+#include "server/openai_chat.h"
+#include "server/request_fields.h"
+#include "server/sampling_fields.h"
+
+namespace hablar::server {
+
+namespace {
+
+using engine::StreamItem;
+using nlohmann::json;
+
+std::string iso_time_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Ollama puts sampling under "options" with its own names.
+json ollama_options(const json& body) {
+  json o =
+      body.contains("options") && body["options"].is_object() ? body["options"] : json::object();
+  json mapped = json::object();
+  for (const char* k : {"temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
+                        "repeat_last_n", "presence_penalty", "frequency_penalty", "seed"})
+    if (o.contains(k)) mapped[k] = o[k];
+  return mapped;
+}
+
+GenerationSpec ollama_spec(const json& body, ServingModel& m, std::vector<int32_t> prompt) {
+  GenerationSpec spec;
+  spec.prompt = std::move(prompt);
+  json opts = ollama_options(body);
+  spec.sampling = parse_sampling(opts, m, Dialect::kOllama);
+  json raw =
+      body.contains("options") && body["options"].is_object() ? body["options"] : json::object();
+  spec.stop = opt_string_list(raw, "stop", 64);
+  auto n = opt_integer(raw, "num_predict", -2, INT32_MAX);
+  if (n && *n == 0) bad_request("'num_predict' must be -1 or at least 1", "num_predict");
+  if (n && *n < 0) n.reset();
+  spec.max_tokens = bounded_max_tokens(m, n, spec.prompt.size());
+  return spec;
+}
+
+json final_fields(json j, const StreamItem& f) {
+  j["done"] = true;
+  j["done_reason"] = f.finish_reason == engine::FinishReason::kLength ? "length" : "stop";
+  const double ns = 1e6;
+  j["total_duration"] = (int64_t)((f.prompt_ms + f.decode_ms) * ns);
+  j["load_duration"] = 0;
+  j["prompt_eval_count"] = f.n_prompt;
+  j["prompt_eval_duration"] = (int64_t)(f.prompt_ms * ns);
+  j["eval_count"] = f.n_generated;
+  j["eval_duration"] = (int64_t)(f.decode_ms * ns);
+  return j;
+}
+
+void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
+             std::shared_ptr<engine::RequestHandle> handle, bool stream, bool is_chat) {
+  auto line = [m, is_chat](const std::string& text) {
+    json j = {{"model", m->id}, {"created_at", iso_time_now()}, {"done", false}};
+    if (is_chat)
+      j["message"] = {{"role", "assistant"}, {"content", text}};
+    else
+      j["response"] = text;
+    return j;
+  };
+  if (!stream) {
+    CollectedOutput out = collect_output(*handle);
+    if (out.final.finish_reason == engine::FinishReason::kError)
+      throw ApiError(500, "generation failed: " + out.final.error);
+    send_json(res, final_fields(line(out.text), out.final));
+    return;
+  }
+  StreamPump pump = [=](bool& done) {
+    std::string out;
+    for (StreamItem& it : next_items(*handle)) {
+      if (it.kind == StreamItem::Kind::kToken) {
+        if (!it.text.empty()) out += dump_json(line(it.text)) + "\n";
+        continue;
+      }
+      if (it.finish_reason == engine::FinishReason::kError)
+        out += dump_json(json{{"error", it.error}}) + "\n";
+      else
+        out += dump_json(final_fields(line(it.text), it)) + "\n";
+      done = true;
+      break;
+    }
+    return out;
+  };
+  stream_response(res, "application/x-ndjson", pump, [handle] { handle->cancel(); });
+}
+
+void api_chat(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  json body = request_json(req);
+  json messages = normalize_messages(body.contains("messages") ? body["messages"] : json());
+  json tools = select_tools(body);
+  const std::string text = render_chat(*m, messages, tools, true);
+  GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text));
+  const bool stream = opt_bool(body, "stream").value_or(true);
+  respond(res, m, start_generation(*m, std::move(spec)), stream, true);
+}
+
+void api_generate(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  json body = request_json(req);
+  const std::string prompt = opt_string(body, "prompt").value_or("");
+  const bool raw = opt_bool(body, "raw").value_or(false);
+  const auto system = opt_string(body, "system");
+  const bool stream = opt_bool(body, "stream").value_or(true);
+  if (prompt.empty()) {
+    // Ollama answers an empty prompt by loading the model: done at once.
+    send_json(res, {{"model", m->id},
+                    {"created_at", iso_time_now()},
+                    {"response", ""},
+                    {"done", true},
+                    {"done_reason", "load"}});
+    return;
+  }
+  std::string text = prompt;
+  if (!raw) {
+    json messages = json::array();
+    if (system) messages.push_back({{"role", "system"}, {"content", *system}});
+    messages.push_back({{"role", "user"}, {"content", prompt}});
+    text = render_chat(*m, messages, nullptr, true);
+  }
+  GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text));
+  respond(res, m, start_generation(*m, std::move(spec)), stream, false);
+}
+
+json details(const ServingModel& m) {
+  const auto& f = m.model->file();
+  const uint64_t ftype = f.get_uint_or("general.file_type", 0);
+  return {{"format", "gguf"},
+          {"family", m.model->config().arch},
+          {"families", json::array({m.model->config().arch})},
+          {"parameter_size", f.get_string_or("general.size_label", "")},
+          {"quantization_level", "file_type " + std::to_string(ftype)}};
+}
+
+void api_tags(HttpServer& server, const httplib::Request&, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  send_json(res, {{"models", json::array({{{"name", m->id},
+                                           {"model", m->id},
+                                           {"modified_at", iso_time_now()},
+                                           {"size", 0},
+                                           {"digest", ""},
+                                           {"details", details(*m)}}})}});
+}
+
+void api_show(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  json body = request_json(req);
+  const auto name = opt_string(body, "model").value_or(opt_string(body, "name").value_or(m->id));
+  if (name != m->id) throw ApiError(404, "model '" + name + "' not found");
+  const auto& c = m->model->config();
+  const std::string a = c.arch;
+  send_json(res, {{"modelfile", "FROM " + m->path},
+                  {"parameters", ""},
+                  {"template", m->chat_template->source()},
+                  {"details", details(*m)},
+                  {"model_info",
+                   {{"general.architecture", a},
+                    {a + ".block_count", c.n_layers},
+                    {a + ".embedding_length", c.n_embd},
+                    {a + ".attention.head_count", c.n_heads},
+                    {a + ".attention.head_count_kv", c.n_kv_heads},
+                    {a + ".context_length", c.n_ctx_train},
+                    {a + ".feed_forward_length", c.n_ff},
+                    {"tokenizer.ggml.model", std::string(m->tok().model_name())}}},
+                  {"capabilities", json::array({"completion"})}});
+}
+
+}  // namespace
+
+void install_ollama_routes(httplib::Server& http, HttpServer& server) {
+  using Fn = void (*)(HttpServer&, const httplib::Request&, httplib::Response&);
+  auto wrap = [&server](Fn fn) {
+    return [&server, fn](const httplib::Request& req, httplib::Response& res) {
+      handle_json(req, res, [&] { fn(server, req, res); });
+    };
+  };
+  http.Post("/api/chat", wrap(api_chat));
+  http.Post("/api/generate", wrap(api_generate));
+  http.Get("/api/tags", wrap(api_tags));
+  http.Post("/api/show", wrap(api_show));
+  http.Get("/api/version", [](const httplib::Request&, httplib::Response& res) {
+    send_json(res, {{"version", HABLAR_SERVER_VERSION}});
+  });
+}
+
+}  // namespace hablar::server

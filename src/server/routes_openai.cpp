@@ -1,0 +1,478 @@
+// OpenAI-compatible routes: /v1/chat/completions, /v1/completions, /v1/models.
+#include <httplib.h>
+
+#include "server/api_error.h"
+#include "server/http_server.h"
+#include "server/openai_chat.h"
+#include "server/request_fields.h"
+#include "server/sampling_fields.h"
+
+namespace hablar::server {
+
+namespace {
+
+using engine::StreamItem;
+using nlohmann::json;
+
+const char* finish_reason_text(engine::FinishReason r, bool tool_calls) {
+  if (tool_calls && r == engine::FinishReason::kStop) return "tool_calls";
+  return r == engine::FinishReason::kLength ? "length" : "stop";
+}
+
+json usage_json(const StreamItem& final) {
+  return {{"prompt_tokens", final.n_prompt},
+          {"completion_tokens", final.n_generated},
+          {"total_tokens", final.n_prompt + final.n_generated},
+          {"prompt_tokens_details", {{"cached_tokens", final.n_cached_prompt}}}};
+}
+
+// Chat logprobs entries ({"token", "logprob", "bytes", "top_logprobs"}) of some tokens.
+json chat_logprobs(const ServingModel& m, const std::vector<StreamItem>& tokens) {
+  json content = json::array();
+  for (const StreamItem& t : tokens) {
+    const std::string s = token_string(m, t.token);
+    json top = json::array();
+    for (const auto& alt : t.top_logprobs) {
+      const std::string a = token_string(m, alt.token);
+      top.push_back({{"token", a}, {"logprob", alt.logprob}, {"bytes", token_bytes(a)}});
+    }
+    content.push_back(
+        {{"token", s}, {"logprob", t.logprob}, {"bytes", token_bytes(s)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json tool_calls_json(const std::vector<chat::ToolCall>& calls, size_t first_index, bool delta) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", calls[i].id.empty() ? random_id("call_") : calls[i].id},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (delta) c["index"] = first_index + i;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+struct ChatRequest {
+  json messages;
+  json tools;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;
+  bool parse_output = false;
+  std::string prefill;  // a final assistant message the model continues
+  GenerationSpec spec;
+};
+
+ChatRequest parse_chat_request(const json& body, ServingModel& m) {
+  ChatRequest r;
+  r.messages = normalize_messages(body.contains("messages") ? body["messages"] : json());
+  r.tools = select_tools(body);
+  r.stream = opt_bool(body, "stream").value_or(false);
+  if (body.contains("stream_options") && body["stream_options"].is_object())
+    r.include_usage = opt_bool(body["stream_options"], "include_usage").value_or(false);
+  if (auto n = opt_integer(body, "n", 1, 128); n && *n != 1)
+    bad_request("'n' > 1 is not supported; send separate requests", "n");
+  opt_string(body, "user");
+  opt_string(body, "model");
+  r.logprobs = opt_bool(body, "logprobs").value_or(false);
+  auto top = opt_integer(body, "top_logprobs", 0, 20);
+  if (top && !r.logprobs) bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  r.spec.n_logprobs = r.logprobs ? (int32_t)top.value_or(0) : -1;
+  r.spec.stop = opt_string_list(body, "stop", 16);
+  r.spec.sampling = parse_sampling(body, m, Dialect::kOpenAI);
+  auto max_tokens = opt_integer(body, "max_completion_tokens", 1, INT32_MAX);
+  if (!max_tokens) max_tokens = opt_integer(body, "max_tokens", 1, INT32_MAX);
+  r.parse_output = needs_output_parser(m, r.tools);
+
+  // A last assistant message is a prefix the model continues (no generation prompt).
+  const bool continue_last = r.messages.back()["role"] == "assistant";
+  if (continue_last) r.prefill = r.messages.back()["content"].get<std::string>();
+  std::string text = render_chat(m, r.messages, r.tools, !continue_last);
+  if (continue_last && !r.prefill.empty()) {
+    // The template closes the assistant turn; cut what follows its content.
+    const size_t at = text.rfind(r.prefill);
+    if (at != std::string::npos) text.resize(at + r.prefill.size());
+  }
+  r.spec.prompt = tokenize_prompt(m, text);
+  r.spec.max_tokens = bounded_max_tokens(m, max_tokens, r.spec.prompt.size());
+  return r;
+}
+
+// Builds chat.completion.chunk objects for one request.
+struct ChunkMaker {
+  std::string id = random_id("chatcmpl-");
+  int64_t created = unix_time_now();
+  std::string model;
+  bool include_usage = false;
+  json make(json delta, const json& logprobs, const char* finish_reason) const {
+    json c = {{"id", id},
+              {"object", "chat.completion.chunk"},
+              {"created", created},
+              {"model", model},
+              {"system_fingerprint", "hablar"},
+              {"choices",
+               json::array({{{"index", 0},
+                             {"delta", std::move(delta)},
+                             {"logprobs", logprobs},
+                             {"finish_reason", finish_reason ? json(finish_reason) : json()}}})}};
+    if (include_usage) c["usage"] = nullptr;
+    return c;
+  }
+};
+
+std::string sse(const json& j) {
+  return "data: " + dump_json(j) + "\n\n";
+}
+
+void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, ChatRequest r,
+                 std::shared_ptr<engine::RequestHandle> handle) {
+  struct State {
+    ChunkMaker maker;
+    bool sent_role = false;
+    bool tool_calls = false;
+    size_t n_calls = 0;
+    std::unique_ptr<chat::StreamingOutputParser> parser;
+    std::vector<StreamItem> pending_logprobs;
+  };
+  auto st = std::make_shared<State>();
+  st->maker.model = m->id;
+  st->maker.include_usage = r.include_usage;
+  if (r.parse_output) {
+    st->parser = std::make_unique<chat::StreamingOutputParser>(
+        r.tools.is_null() ? chat::ToolFormat::kNone : m->tool_format, true);
+    if (!r.prefill.empty()) st->parser->push(r.prefill);  // context only; not re-sent
+  }
+  const bool logprobs = r.logprobs;
+  auto emit_parsed = [st, m, logprobs](const chat::ParsedMessage& p, std::string& out) {
+    json lp = logprobs && !st->pending_logprobs.empty() ? chat_logprobs(*m, st->pending_logprobs)
+                                                        : json();
+    bool used_lp = false;
+    if (!p.reasoning.empty()) {
+      out += sse(st->maker.make({{"reasoning_content", p.reasoning}}, json(), nullptr));
+    }
+    if (!p.content.empty()) {
+      out += sse(st->maker.make({{"content", p.content}}, lp, nullptr));
+      used_lp = true;
+    }
+    if (!p.tool_calls.empty()) {
+      out += sse(st->maker.make({{"tool_calls", tool_calls_json(p.tool_calls, st->n_calls, true)}},
+                                used_lp ? json() : lp, nullptr));
+      st->n_calls += p.tool_calls.size();
+      st->tool_calls = true;
+      used_lp = true;
+    }
+    if (used_lp) st->pending_logprobs.clear();
+  };
+  StreamPump pump = [st, m, handle, emit_parsed, include_usage = r.include_usage](bool& done) {
+    std::string out;
+    if (!st->sent_role) {
+      out += sse(st->maker.make({{"role", "assistant"}, {"content", ""}}, json(), nullptr));
+      st->sent_role = true;
+    }
+    for (StreamItem& it : next_items(*handle)) {
+      if (it.kind == StreamItem::Kind::kToken) st->pending_logprobs.push_back(it);
+      chat::ParsedMessage p;
+      if (st->parser) {
+        p = st->parser->push(it.text);
+      } else {
+        p.content = it.text;
+      }
+      if (it.kind == StreamItem::Kind::kFinal && st->parser) {
+        chat::ParsedMessage rest = st->parser->finish();
+        p.content += rest.content;
+        p.reasoning += rest.reasoning;
+        for (auto& c : rest.tool_calls) p.tool_calls.push_back(std::move(c));
+      }
+      emit_parsed(p, out);
+      if (it.kind != StreamItem::Kind::kFinal) continue;
+      if (it.finish_reason == engine::FinishReason::kError) {
+        out += sse(error_body(500, it.error));
+      } else {
+        out += sse(st->maker.make(json::object(), json(),
+                                  finish_reason_text(it.finish_reason, st->tool_calls)));
+        if (include_usage) {
+          json u = st->maker.make(json::object(), json(), nullptr);
+          u["choices"] = json::array();
+          u["usage"] = usage_json(it);
+          out += sse(u);
+        }
+      }
+      out += "data: [DONE]\n\n";
+      done = true;
+      break;
+    }
+    return out;
+  };
+  stream_response(res, "text/event-stream", pump, [handle] { handle->cancel(); });
+}
+
+void chat_completions(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  json body = request_json(req);
+  ChatRequest r = parse_chat_request(body, *m);
+  auto handle = start_generation(*m, r.spec);
+  if (r.stream) return stream_chat(res, m, std::move(r), handle);
+
+  CollectedOutput out = collect_output(*handle);
+  if (out.final.finish_reason == engine::FinishReason::kError)
+    throw ApiError(500, "generation failed: " + out.final.error);
+  json message = {{"role", "assistant"}};
+  bool has_calls = false;
+  if (r.parse_output) {
+    chat::ParsedMessage p = chat::parse_model_output(
+        r.prefill + out.text, r.tools.is_null() ? chat::ToolFormat::kNone : m->tool_format, true);
+    std::string content = p.content;
+    if (!r.prefill.empty() && content.compare(0, r.prefill.size(), r.prefill) == 0)
+      content = content.substr(r.prefill.size());
+    message["content"] = content.empty() && !p.tool_calls.empty() ? json() : json(content);
+    if (!p.reasoning.empty()) message["reasoning_content"] = p.reasoning;
+    if (!p.tool_calls.empty()) {
+      message["tool_calls"] = tool_calls_json(p.tool_calls, 0, false);
+      has_calls = true;
+    }
+  } else {
+    message["content"] = out.text;
+  }
+  json choice = {{"index", 0},
+                 {"message", message},
+                 {"logprobs", r.logprobs ? chat_logprobs(*m, out.tokens) : json()},
+                 {"finish_reason", finish_reason_text(out.final.finish_reason, has_calls)}};
+  send_json(res, {{"id", random_id("chatcmpl-")},
+                  {"object", "chat.completion"},
+                  {"created", unix_time_now()},
+                  {"model", m->id},
+                  {"system_fingerprint", "hablar"},
+                  {"choices", json::array({choice})},
+                  {"usage", usage_json(out.final)}});
+}
+
+// "prompt": text, list of texts, token ids, or list of token-id lists.
+std::vector<std::vector<int32_t>> parse_prompts(const json& body, const ServingModel& m) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) bad_request("'prompt' is required", "prompt");
+  auto from_ids = [&](const json& ids) {
+    std::vector<int32_t> out;
+    for (const auto& t : ids) {
+      if (!t.is_number_integer()) bad_request("'prompt' token ids must be integers", "prompt");
+      const int64_t v = t.get<int64_t>();
+      if (v < 0 || v >= m.tok().n_vocab())
+        bad_request("'prompt' token id " + std::to_string(v) + " is outside the vocabulary [0, " +
+                        std::to_string(m.tok().n_vocab()) + ")",
+                    "prompt");
+      out.push_back((int32_t)v);
+    }
+    return out;
+  };
+  std::vector<std::vector<int32_t>> prompts;
+  if (it->is_string()) {
+    prompts.push_back(tokenize_prompt(m, it->get<std::string>()));
+  } else if (it->is_array() && !it->empty() && (*it)[0].is_number()) {
+    prompts.push_back(from_ids(*it));
+  } else if (it->is_array() && !it->empty()) {
+    for (const auto& p : *it) {
+      if (p.is_string())
+        prompts.push_back(tokenize_prompt(m, p.get<std::string>()));
+      else if (p.is_array())
+        prompts.push_back(from_ids(p));
+      else
+        bad_request("'prompt' must be text, a list of texts or token ids", "prompt");
+    }
+  } else {
+    bad_request("'prompt' must be text, a list of texts or token ids (and not empty)", "prompt");
+  }
+  if (prompts.size() > 64) bad_request("'prompt' holds more than 64 prompts", "prompt");
+  for (const auto& p : prompts)
+    if (p.empty()) bad_request("'prompt' is empty", "prompt");
+  return prompts;
+}
+
+// Legacy completions logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
+json completion_logprobs(const ServingModel& m, const std::vector<StreamItem>& tokens,
+                         size_t text_offset) {
+  json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  for (const StreamItem& t : tokens) {
+    const std::string s = token_string(m, t.token);
+    toks.push_back(s);
+    lps.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& alt : t.top_logprobs) top[token_string(m, alt.token)] = alt.logprob;
+    tops.push_back(top);
+    offs.push_back(text_offset);
+    text_offset += s.size();
+  }
+  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
+void completions(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  json body = request_json(req);
+  const auto prompts = parse_prompts(body, *m);
+  const bool stream = opt_bool(body, "stream").value_or(false);
+  bool include_usage = false;
+  if (body.contains("stream_options") && body["stream_options"].is_object())
+    include_usage = opt_bool(body["stream_options"], "include_usage").value_or(false);
+  if (auto n = opt_integer(body, "n", 1, 128); n && *n != 1)
+    bad_request("'n' > 1 is not supported; send separate requests", "n");
+  if (auto n = opt_integer(body, "best_of", 1, 128); n && *n != 1)
+    bad_request("'best_of' > 1 is not supported", "best_of");
+  const bool echo = opt_bool(body, "echo").value_or(false);
+  const auto logprobs = opt_integer(body, "logprobs", 0, 20);
+  auto max_tokens = opt_integer(body, "max_tokens", 1, INT32_MAX);
+  const auto stop = opt_string_list(body, "stop", 16);
+  opt_string(body, "user");
+  const engine::SamplingParams sampling = parse_sampling(body, *m, Dialect::kOpenAI);
+
+  std::vector<std::shared_ptr<engine::RequestHandle>> handles;
+  std::vector<std::string> echoes;
+  try {
+    for (const auto& p : prompts) {
+      GenerationSpec spec;
+      spec.prompt = p;
+      spec.sampling = sampling;
+      spec.stop = stop;
+      spec.n_logprobs = logprobs ? (int32_t)*logprobs : -1;
+      spec.max_tokens = bounded_max_tokens(*m, max_tokens, p.size());
+      echoes.push_back(echo ? m->tok().decode(p) : "");
+      handles.push_back(start_generation(*m, std::move(spec)));
+    }
+  } catch (...) {
+    for (auto& h : handles) h->cancel();
+    throw;
+  }
+  const std::string id = random_id("cmpl-");
+  const int64_t created = unix_time_now();
+  auto choice = [&](size_t i, const std::string& text, json lp, const char* finish) {
+    return json{{"text", text},
+                {"index", i},
+                {"logprobs", lp},
+                {"finish_reason", finish ? json(finish) : json()}};
+  };
+  if (!stream) {
+    json choices = json::array();
+    StreamItem total;
+    for (size_t i = 0; i < handles.size(); ++i) {
+      CollectedOutput out = collect_output(*handles[i]);
+      if (out.final.finish_reason == engine::FinishReason::kError)
+        throw ApiError(500, "generation failed: " + out.final.error);
+      json lp = logprobs ? completion_logprobs(*m, out.tokens, echoes[i].size()) : json();
+      choices.push_back(
+          choice(i, echoes[i] + out.text, lp, finish_reason_text(out.final.finish_reason, false)));
+      total.n_prompt += out.final.n_prompt;
+      total.n_generated += out.final.n_generated;
+      total.n_cached_prompt += out.final.n_cached_prompt;
+    }
+    send_json(res, {{"id", id},
+                    {"object", "text_completion"},
+                    {"created", created},
+                    {"model", m->id},
+                    {"system_fingerprint", "hablar"},
+                    {"choices", choices},
+                    {"usage", usage_json(total)}});
+    return;
+  }
+  struct State {
+    size_t current = 0;
+    bool echoed = false;
+    size_t offset = 0;
+    StreamItem total;
+  };
+  auto st = std::make_shared<State>();
+  auto chunk = [id, created, model = m->id, include_usage](json choices) {
+    json c = {{"id", id},       {"object", "text_completion"},    {"created", created},
+              {"model", model}, {"system_fingerprint", "hablar"}, {"choices", std::move(choices)}};
+    if (include_usage) c["usage"] = nullptr;
+    return c;
+  };
+  StreamPump pump = [=](bool& done) {
+    std::string out;
+    const size_t i = st->current;
+    if (!st->echoed) {
+      st->echoed = true;
+      st->offset = echoes[i].size();
+      if (!echoes[i].empty())
+        out += sse(chunk(json::array({choice(i, echoes[i], json(), nullptr)})));
+    }
+    for (StreamItem& it : next_items(*handles[i])) {
+      if (it.kind == StreamItem::Kind::kToken) {
+        json lp = logprobs ? completion_logprobs(*m, {it}, st->offset) : json();
+        st->offset += token_string(*m, it.token).size();
+        if (!it.text.empty() || logprobs)
+          out += sse(chunk(json::array({choice(i, it.text, lp, nullptr)})));
+        continue;
+      }
+      if (it.finish_reason == engine::FinishReason::kError) {
+        out += sse(error_body(500, it.error));
+        out += "data: [DONE]\n\n";
+        done = true;
+        return out;
+      }
+      out += sse(chunk(
+          json::array({choice(i, it.text, json(), finish_reason_text(it.finish_reason, false))})));
+      st->total.n_prompt += it.n_prompt;
+      st->total.n_generated += it.n_generated;
+      st->total.n_cached_prompt += it.n_cached_prompt;
+      st->current += 1;
+      st->echoed = false;
+      if (st->current == handles.size()) {
+        if (include_usage) {
+          json u = chunk(json::array());
+          u["usage"] = usage_json(st->total);
+          out += sse(u);
+        }
+        out += "data: [DONE]\n\n";
+        done = true;
+      }
+      break;
+    }
+    return out;
+  };
+  stream_response(res, "text/event-stream", pump, [handles] {
+    for (auto& h : handles) h->cancel();
+  });
+}
+
+json model_entry(const ServingModel& m) {
+  const auto& c = m.model->config();
+  return {{"id", m.id},
+          {"object", "model"},
+          {"created", m.created},
+          {"owned_by", "hablar"},
+          {"meta",
+           {{"n_vocab", c.n_vocab},
+            {"n_ctx_train", c.n_ctx_train},
+            {"n_embd", c.n_embd},
+            {"n_layers", c.n_layers},
+            {"arch", c.arch}}}};
+}
+
+}  // namespace
+
+void install_openai_routes(httplib::Server& http, HttpServer& server) {
+  auto post = [&](const char* path,
+                  void (*fn)(HttpServer&, const httplib::Request&, httplib::Response&)) {
+    http.Post(path, [&server, fn](const httplib::Request& req, httplib::Response& res) {
+      handle_json(req, res, [&] { fn(server, req, res); });
+    });
+  };
+  post("/v1/chat/completions", chat_completions);
+  post("/chat/completions", chat_completions);
+  post("/v1/completions", completions);
+  http.Get("/v1/models", [&server](const httplib::Request& req, httplib::Response& res) {
+    handle_json(req, res, [&] {
+      auto m = server.model_or_throw();
+      send_json(res, {{"object", "list"}, {"data", json::array({model_entry(*m)})}});
+    });
+  });
+  http.Get(R"(/v1/models/(.+))", [&server](const httplib::Request& req, httplib::Response& res) {
+    handle_json(req, res, [&] {
+      auto m = server.model_or_throw();
+      if (req.matches[1] != m->id)
+        throw ApiError(404, "no model named '" + std::string(req.matches[1]) + "'");
+      send_json(res, model_entry(*m));
+    });
+  });
+}
+
+}  // namespace hablar::server

@@ -1,0 +1,19 @@
+// Sampling parameters from a request body, in the dialect of each API family. Values the
+// request leaves out come from the server's defaults (the command line).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampler.h"
+#include "server/serving_model.h"
+
+namespace hablar::server {
+
+enum class Dialect { kOpenAI, kLlama, kOllama };
+
+// Reads temperature, top_p, penalties, logit_bias, seed, ... (and for kLlama / kOllama also
+// top_k, min_p, typical_p, repeat_penalty, repeat_last_n). Throws ApiError 400 naming the field.
+engine::SamplingParams parse_sampling(const nlohmann::json& body, const ServingModel& m,
+                                      Dialect dialect);
+
+}  // namespace hablar::server

@@ -1,0 +1,83 @@
+// What the routes serve once loading is done: the model, its engine and chat template, and
+// the helpers every route uses to turn a request into a running generation.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chat/chat.h"
+#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hablar::server {
+
+// Sampling defaults from the command line (llama-server's --temp, --seed, -n, ...).
+struct GenerationDefaults {
+  engine::SamplingParams sampling;  // seed is per request: random when seed_random
+  bool seed_random = true;
+  int32_t n_predict = -1;  // -1: until the context is full
+};
+
+struct ServingModel {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<engine::ModelRunner> runner;
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<chat::ChatTemplate> chat_template;
+  chat::ToolFormat tool_format = chat::ToolFormat::kNone;
+  std::string id;       // the name clients use (alias, or the file name)
+  std::string path;     // the GGUF file
+  int32_t n_ctx = 0;    // tokens one sequence may hold (prompt + generated)
+  int32_t n_slots = 0;  // sequences running at once
+  int64_t created = 0;  // unix time the model was loaded
+  double load_seconds = 0;
+  GenerationDefaults defaults;
+
+  const tokenizer::Tokenizer& tok() const { return model->tokenizer(); }
+};
+
+// One generation request in engine terms (no JSON).
+struct GenerationSpec {
+  std::vector<int32_t> prompt;
+  engine::SamplingParams sampling;
+  int32_t max_tokens = 16;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  int32_t n_logprobs = -1;  // -1 none, 0 chosen token, k > 0 top k
+};
+
+// Text of a chat conversation after the template, and the prompt's tokens.
+std::string render_chat(const ServingModel& m, const nlohmann::json& messages,
+                        const nlohmann::json& tools, bool add_generation_prompt);
+std::vector<int32_t> tokenize_prompt(const ServingModel& m, const std::string& text);
+
+// Submits to the engine: throws ApiError (400 bad input, 503 queue full / shutting down).
+std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, GenerationSpec spec);
+
+// max_tokens as the client asked (or the default), bounded by the room the context leaves.
+int32_t bounded_max_tokens(const ServingModel& m, std::optional<int64_t> requested,
+                           size_t n_prompt);
+
+// Everything one request produced, for non-streaming responses.
+struct CollectedOutput {
+  std::string text;
+  std::vector<engine::StreamItem> tokens;  // kToken items in order
+  engine::StreamItem final;
+};
+CollectedOutput collect_output(engine::RequestHandle& handle);
+
+// A token's text for logprobs (special tokens shown) and its UTF-8 bytes.
+std::string token_string(const ServingModel& m, int32_t token);
+nlohmann::json token_bytes(const std::string& s);
+
+// A random id with a prefix, e.g. "chatcmpl-3f9a...".
+std::string random_id(const char* prefix);
+int64_t unix_time_now();
+
+}  // namespace hablar::server
