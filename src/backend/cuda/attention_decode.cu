@@ -151,7 +151,8 @@ __global__ void decode_reduce_kernel(DecodeAttentionParams p, int split_len, int
   const int slot = blockIdx.x;
   if (!p.active[slot]) return;
   const int d_head = p.layout.head_dim;
-  const int n_valid = (decode_context(p, slot) + split_len - 1) / split_len;
+  // Splits past the grid (a context beyond max_context, a caller error) are not read.
+  const int n_valid = min(n_splits, (decode_context(p, slot) + split_len - 1) / split_len);
   for (int idx = threadIdx.x; idx < p.n_heads * d_head; idx += blockDim.x) {
     const int head = idx / d_head, d = idx % d_head;
     const float* parts = workspace + ((size_t)slot * p.n_heads + head) * n_splits * (d_head + 2);

@@ -1,0 +1,288 @@
+// CUDA kernel microbenchmarks, each printed next to the limit it is measured against in the
+// same run: device-to-device copy bandwidth (bytes read + written) for the memory-bound
+// kernels and a cuBLAS bf16 8192^3 GEMM for the compute-bound ones. Inputs are random and,
+// for memory-bound kernels, rotated over enough copies to exceed the L2 cache several times.
+//
+// Usage: cuda_bench [--quick]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/matmul.h"
+#include "core/dtype.h"
+#include "core/fp16.h"
+#include "core/quant_blocks.h"
+
+namespace hablar::cuda {
+namespace {
+
+constexpr size_t kRotateBytes = 512ull << 20;  // > 8x the H200's 60 MB L2
+
+uint64_t g_state = 0x9E3779B97F4A7C15ull;
+uint64_t next_random() {
+  g_state ^= g_state << 13;
+  g_state ^= g_state >> 7;
+  g_state ^= g_state << 17;
+  return g_state;
+}
+
+// Random bytes with every block's scales set to small halves (no NaN / inf on the path).
+std::vector<uint8_t> random_weights(DType type, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> data(dtype_row_bytes(type, cols) * rows);
+  for (size_t i = 0; i + 8 <= data.size(); i += 8) {
+    const uint64_t r = next_random();
+    std::memcpy(&data[i], &r, 8);
+  }
+  const auto traits = dtype_traits(type);
+  const uint16_t small = f32_to_fp16(0.01f);
+  for (size_t b = 0; b < data.size() / traits.block_bytes; ++b) {
+    uint8_t* block = data.data() + b * traits.block_bytes;
+    if (type == DType::Q6_K) {
+      std::memcpy(block + 208, &small, 2);
+    } else if (type == DType::F16 || type == DType::BF16) {
+      for (uint32_t i = 0; i < traits.block_bytes; i += 2) std::memcpy(block + i, &small, 2);
+    } else {
+      std::memcpy(block, &small, 2);
+      if (type == DType::Q4_1 || type == DType::Q5_1 || type == DType::Q4_K || type == DType::Q5_K)
+        std::memcpy(block + 2, &small, 2);
+    }
+  }
+  return data;
+}
+
+std::vector<float> random_floats(size_t n) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = (float)((next_random() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+  return v;
+}
+
+// Median milliseconds per call of `body` (called with the call index), timed as a CUDA
+// graph of `per_graph` calls replayed `reps` times.
+double time_graph_ms(Stream& stream, int per_graph, int reps,
+                     const std::function<void(int)>& body) {
+  for (int i = 0; i < 3; ++i) body(i);  // warm up outside the graph
+  stream.synchronize();
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  HABLAR_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < per_graph; ++i) body(i);
+  HABLAR_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  HABLAR_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  HABLAR_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+  stream.synchronize();
+  std::vector<double> times;
+  Event start, stop;
+  for (int r = 0; r < reps; ++r) {
+    start.record(stream.get());
+    HABLAR_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    stop.record(stream.get());
+    times.push_back(stop.elapsed_ms_since(start) / per_graph);
+  }
+  HABLAR_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  HABLAR_CUDA_CHECK(cudaGraphDestroy(graph));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+double copy_bandwidth_gbs(Stream& stream) {
+  const size_t bytes = 2ull << 30;
+  DeviceMemory a(bytes), b(bytes);
+  HABLAR_CUDA_CHECK(cudaMemset(a.get(), 1, bytes));
+  const double ms = time_graph_ms(stream, 4, 10, [&](int) {
+    HABLAR_CUDA_CHECK(
+        cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
+  });
+  return 2.0 * bytes / (ms * 1e-3) / 1e9;
+}
+
+double cublas_bf16_tflops(Stream& stream, int n) {
+  DeviceBuffer<uint16_t> a((size_t)n * n), b((size_t)n * n);
+  std::vector<uint16_t> host((size_t)n * n);
+  for (auto& x : host) x = f32_to_bf16((float)((next_random() >> 40) * (1.0 / 16777216.0)) - 0.5f);
+  a.upload(host);
+  b.upload(host);
+  DeviceBuffer<float> c((size_t)n * n);
+  PrefillMatmul mm;
+  const double ms = time_graph_ms(
+      stream, 1, 10, [&](int) { mm.gemm_bf16(a.get(), b.get(), n, n, n, c.get(), stream.get()); });
+  return 2.0 * n * n * n / (ms * 1e-3) / 1e12;
+}
+
+struct Row {
+  std::string name;
+  double us;
+  double achieved;  // GB/s or TFLOP/s
+  double limit;
+  const char* unit;
+  double goal;  // fraction of the limit the acceptance asks for (0: none)
+};
+
+void print_row(const Row& r) {
+  const double ratio = r.achieved / r.limit;
+  std::printf("%-46s %10.2f us %9.1f %-7s of %7.1f  = %5.1f%%%s\n", r.name.c_str(), r.us,
+              r.achieved, r.unit, r.limit, 100 * ratio,
+              r.goal > 0 ? (ratio >= r.goal ? "  [goal met]" : "  [below goal]") : "");
+  std::fflush(stdout);
+}
+
+Row bench_decode_matmul(Stream& stream, DType type, int64_t n, int64_t k, int m, double copy_gbs,
+                        double goal) {
+  const auto host = random_weights(type, n, k);
+  const size_t bytes = host.size();
+  const int copies = (int)std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes);
+  std::vector<DeviceBuffer<uint8_t>> w;
+  for (int i = 0; i < copies; ++i) w.emplace_back(host);
+  DeviceBuffer<float> x(random_floats((size_t)m * k)), y((size_t)m * n);
+  const double ms = time_graph_ms(stream, copies * 2, 7, [&](int i) {
+    WeightView view{type, n, k, dtype_row_bytes(type, k), w[i % copies].get()};
+    matmul_fused(view, x.get(), m, y.get(), stream.get());
+  });
+  const double moved = (double)bytes + 4.0 * m * (k + n);
+  char name[96];
+  std::snprintf(name, sizeof name, "matmul %s M=%d N=%lld K=%lld",
+                std::string(dtype_name(type)).c_str(), m, (long long)n, (long long)k);
+  return Row{name, ms * 1e3, moved / (ms * 1e-3) / 1e9, copy_gbs, "GB/s", goal};
+}
+
+Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gbs, double goal) {
+  const int heads = 32, kv_heads = 8, dim = 128, iters = 16;
+  const int blocks_per_seq = (context + iters + 64) / 16 + 1;
+  KvCacheLayout layout{1, kv_heads, dim, 16, seqs * blocks_per_seq, KvDType::F16};
+  DeviceBuffer<uint16_t> cache(layout.total_elems());
+  {
+    std::vector<uint16_t> host(layout.total_elems());
+    for (auto& e : host)
+      e = f32_to_fp16((float)((next_random() >> 40) * (1.0 / 16777216.0)) - 0.5f);
+    cache.upload(host);
+  }
+  std::vector<int32_t> tables((size_t)seqs * blocks_per_seq);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = (int32_t)i;
+  DeviceBuffer<int32_t> dtables(tables), lens(std::vector<int32_t>(seqs, context - 1));
+  DeviceBuffer<uint8_t> active(std::vector<uint8_t>(seqs, 1));
+  DeviceBuffer<float> q(random_floats((size_t)seqs * heads * dim)),
+      kn(random_floats((size_t)seqs * kv_heads * dim)),
+      vn(random_floats((size_t)seqs * kv_heads * dim)), out((size_t)seqs * heads * dim);
+  DecodeAttentionParams p;
+  p.layout = layout;
+  p.kv_cache = cache.get();
+  p.n_slots = seqs;
+  p.block_tables = dtables.get();
+  p.max_blocks_per_seq = blocks_per_seq;
+  p.seq_lens = lens.get();
+  p.active = active.get();
+  p.n_heads = heads;
+  p.q = q.get();
+  p.k_new = kn.get();
+  p.v_new = vn.get();
+  p.out = out.get();
+  p.scale = 1.0f / std::sqrt((float)dim);
+  p.max_context = context + iters + 48;
+  DeviceMemory ws(decode_attention_workspace_bytes(p));
+  // Each call advances the lengths: over warm-up and graph replays the context grows from
+  // `context`; bytes are counted at the mean context of the timed calls.
+  const int reps = 5;
+  const double ms = time_graph_ms(stream, iters / 4, reps, [&](int) {
+    decode_attention(p, ws.get(), ws.bytes(), stream.get());
+  });
+  const double mean_context = context + 3 + iters / 4 + (double)reps * (iters / 4) / 2;
+  const double kv_bytes = (double)seqs * mean_context * kv_heads * dim * 2 * 2;
+  char name[96];
+  std::snprintf(name, sizeof name, "decode attention %d seqs x %d tok (32/8 heads, d128)", seqs,
+                context);
+  return Row{name, ms * 1e3, kv_bytes / (ms * 1e-3) / 1e9, copy_gbs, "GB/s", goal};
+}
+
+void bench_prefill(Stream& stream, DType type, int64_t n, int64_t k, int m, double peak_tflops) {
+  const auto host = random_weights(type, n, k);
+  DeviceBuffer<uint8_t> w(host);
+  WeightView view{type, n, k, dtype_row_bytes(type, k), w.get()};
+  DeviceBuffer<float> x(random_floats((size_t)m * k)), y((size_t)m * n);
+  DeviceBuffer<uint16_t> w16((size_t)(n * k)), x16((size_t)m * k);
+  dequantize_to_bf16(view, w16.get(), stream.get());
+  convert_f32_to_bf16(x.get(), x16.get(), (int64_t)m * k, stream.get());
+  PrefillMatmul mm;
+  const double flops = 2.0 * m * n * k;
+  char base[64];
+  std::snprintf(base, sizeof base, "%s M=%d N=%lld K=%lld", std::string(dtype_name(type)).c_str(),
+                m, (long long)n, (long long)k);
+  const double gemm_ms = time_graph_ms(stream, 1, 10, [&](int) {
+    mm.gemm_bf16(w16.get(), x16.get(), n, k, m, y.get(), stream.get());
+  });
+  print_row({std::string("prefill cuBLAS bf16 GEMM ") + base, gemm_ms * 1e3,
+             flops / (gemm_ms * 1e-3) / 1e12, peak_tflops, "TFLOP/s", 0.5});
+  mm.run(view, x.get(), m, y.get(), stream.get());  // sizes the scratch outside capture
+  const double full_ms =
+      time_graph_ms(stream, 1, 10, [&](int) { mm.run(view, x.get(), m, y.get(), stream.get()); });
+  print_row({std::string("prefill dequant+GEMM ") + base, full_ms * 1e3,
+             flops / (full_ms * 1e-3) / 1e12, peak_tflops, "TFLOP/s", 0});
+  const double fused_ms = time_graph_ms(stream, 1, 10, [&](int) {
+    for (int r = 0; r < m; r += kFusedMatmulMaxRows)
+      matmul_fused(view, x.get() + (size_t)r * k, std::min(kFusedMatmulMaxRows, m - r),
+                   y.get() + (size_t)r * n, stream.get());
+  });
+  print_row({std::string("prefill fused WMMA tiles ") + base, fused_ms * 1e3,
+             flops / (fused_ms * 1e-3) / 1e12, peak_tflops, "TFLOP/s", 0});
+}
+
+int run(bool quick) {
+  std::string reason;
+  if (device_count(&reason) == 0) {
+    std::printf("no CUDA device (%s): nothing to measure\n", reason.c_str());
+    return 0;
+  }
+  cudaDeviceProp prop;
+  HABLAR_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20);
+  Stream stream;
+  const double copy_gbs = copy_bandwidth_gbs(stream);
+  const double peak = cublas_bf16_tflops(stream, 8192);
+  std::printf(
+      "limits measured now: copy %.1f GB/s (read+write), cuBLAS bf16 8192^3 %.1f TFLOP/s "
+      "(reference figures: 4300 GB/s, 790 TFLOP/s)\n\n",
+      copy_gbs, peak);
+  std::printf("== decode matmul (fused dequant, M rows of activations) vs copy bandwidth ==\n");
+  print_row(bench_decode_matmul(stream, DType::Q4_K, 1536, 8960, 1, copy_gbs, 0.75));
+  print_row(bench_decode_matmul(stream, DType::Q4_K, 8960, 1536, 1, copy_gbs, 0.75));
+  print_row(bench_decode_matmul(stream, DType::Q4_K, 4096, 14336, 1, copy_gbs, 0.75));
+  print_row(bench_decode_matmul(stream, DType::Q4_K, 14336, 4096, 1, copy_gbs, 0.75));
+  if (!quick) {
+    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q5_K,
+                    DType::Q6_K, DType::F16, DType::BF16})
+      print_row(bench_decode_matmul(stream, t, 4096, 14336, 1, copy_gbs, 0));
+    for (int m : {2, 4, 8, 16, 64, 256})
+      print_row(bench_decode_matmul(stream, DType::Q4_K, 4096, 14336, m, copy_gbs, 0));
+  }
+  std::printf("\n== decode attention (F16 KV, split-K) vs copy bandwidth ==\n");
+  print_row(bench_decode_attention(stream, 128, 1024, copy_gbs, 0.60));
+  if (!quick) {
+    print_row(bench_decode_attention(stream, 1, 4096, copy_gbs, 0));
+    print_row(bench_decode_attention(stream, 16, 2048, copy_gbs, 0));
+    print_row(bench_decode_attention(stream, 64, 512, copy_gbs, 0));
+  }
+  std::printf("\n== prefill matmul vs cuBLAS bf16 peak measured above ==\n");
+  bench_prefill(stream, DType::Q4_K, 14336, 4096, 512, peak);
+  bench_prefill(stream, DType::Q4_K, 4096, 14336, 512, peak);
+  return 0;
+}
+
+}  // namespace
+}  // namespace hablar::cuda
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  try {
+    return hablar::cuda::run(quick);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_bench: %s\n", e.what());
+    return 1;
+  }
+}
