@@ -3,7 +3,10 @@
 //
 // Dequantization is bit-exact with the GGUF format's definition: each value is computed in
 // float32 in the same order of operations as the format's reference (no fused multiply-add),
-// so results match other readers of the format bit for bit.
+// so results match other readers of the format bit for bit. Quantization reproduces the
+// format's reference quantizers (llama.cpp's, without an importance matrix) byte for byte.
+// The implementation files disable floating-point contraction for this reason; vector
+// kernels that fuse multiply-adds are compared with these references with a tolerance.
 #pragma once
 
 #include <cstddef>
