@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian 12 machine: install what is missing, build, fetch the
-# default model, and run hablar on it. Extra arguments are passed to the command.
+# default model, and serve it over HTTP (OpenAI-compatible API and a chat page at /).
+# Extra arguments go to `hablar serve` (e.g. --host 0.0.0.0 --port 8080).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 install_system_packages
@@ -8,5 +9,5 @@ setup_venv
 build_hablar
 fetch_default_model
 
-say "hablar info (default model)"
-exec "$HABLAR_BIN" info "$@"
+say "hablar serve (default model) on http://127.0.0.1:8080 unless told otherwise"
+exec "$HABLAR_BIN" serve "$@"
