@@ -161,7 +161,7 @@ class Parser {
     const uint64_t count = read<uint64_t>("array count");
     if (count > remaining() / min_encoded_size(elem))
       fail("key " + key + ": absurd array count " + std::to_string(count) + " for the " +
-           std::to_string(remaining()) + " bytes left");
+           std::to_string(remaining()) + " bytes left (truncated or corrupt file)");
     Array arr{elem, {}};
     arr.items.reserve((size_t)count);
     for (uint64_t i = 0; i < count; ++i) arr.items.push_back(read_value(elem, key, depth));
