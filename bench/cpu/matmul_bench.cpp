@@ -2,7 +2,7 @@
 // beside ggml (llama.cpp's CPU kernels, loaded at run time when present), plus the machine's
 // memory bandwidth (a STREAM-like read and copy) that bounds decode.
 //
-//   build-*/bench/cpu/cpu_bench [--threads=N] [google-benchmark flags]
+//   build-*/bench/cpu/cpu_bench [--threads=N] [--cpu-time] [google-benchmark flags]
 //
 // Counters: GB/s = weight bytes / time (compare with the read bandwidth at decode);
 // GFLOP/s = 2 * rows * cols * tokens / time. The closing table gives hablar / ggml ratios.
@@ -28,6 +28,8 @@ namespace hablar::bench {
 namespace {
 
 int g_threads = 2;
+// Rates from CPU time instead of wall time (meaningful with --threads=1 on a busy machine).
+bool g_cpu_time = false;
 
 ThreadPool& pool() {
   static ThreadPool p(g_threads);
@@ -204,10 +206,14 @@ void register_all() {
       for (int64_t n_tokens : {1, 128}) {
         const std::string suffix = std::string(dtype_name(type)) + "/" + std::to_string(s.rows) +
                                    "x" + std::to_string(s.cols) + "/" + std::to_string(n_tokens);
-        benchmark::RegisterBenchmark(("hablar/" + suffix).c_str(), bm_hablar, type, s, n_tokens)
-            ->UseRealTime();
-        benchmark::RegisterBenchmark(("ggml/" + suffix).c_str(), bm_ggml, type, s, n_tokens)
-            ->UseRealTime();
+        auto* mine = benchmark::RegisterBenchmark(("hablar/" + suffix).c_str(), bm_hablar, type, s,
+                                                  n_tokens);
+        auto* peer =
+            benchmark::RegisterBenchmark(("ggml/" + suffix).c_str(), bm_ggml, type, s, n_tokens);
+        if (!g_cpu_time) {
+          mine->UseRealTime();
+          peer->UseRealTime();
+        }
       }
     }
   }
@@ -218,8 +224,11 @@ void register_all() {
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--threads=", 10) == 0) {
-      hablar::bench::g_threads = std::atoi(argv[i] + 10);
+    const bool threads = std::strncmp(argv[i], "--threads=", 10) == 0;
+    const bool cpu_time = std::strcmp(argv[i], "--cpu-time") == 0;
+    if (threads || cpu_time) {
+      if (threads) hablar::bench::g_threads = std::atoi(argv[i] + 10);
+      if (cpu_time) hablar::bench::g_cpu_time = true;
       for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
       --argc;
       --i;

@@ -37,7 +37,7 @@ ActKind act_kind_for(DType t) {
 size_t act_row_bytes(ActKind kind, int64_t n) {
   switch (kind) {
     case ActKind::kAct32:
-      return (size_t)(n / kQK) * (kQK + 2 * sizeof(float));
+      return (size_t)(n / kQK) * (kQK + 2 * sizeof(float) + sizeof(int32_t));
     case ActKind::kQ8K:
       return (size_t)(n / kQK_K) * sizeof(BlockQ8_K);
     case ActKind::kF32:
@@ -59,6 +59,7 @@ void quantize_act32_scalar(const float* x, int64_t n, void* row) {
   auto* qs = static_cast<int8_t*>(row);
   auto* d_out = reinterpret_cast<float*>(static_cast<uint8_t*>(row) + nb * kQK);
   float* s_out = d_out + nb;
+  auto* sum_out = reinterpret_cast<int32_t*>(s_out + nb);
   for (int64_t b = 0; b < nb; ++b, x += kQK, qs += kQK) {
     float amax = 0.0f;
     for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
@@ -71,6 +72,7 @@ void quantize_act32_scalar(const float* x, int64_t n, void* row) {
     }
     d_out[b] = fp16_to_f32(f32_to_fp16(d));
     s_out[b] = fp16_to_f32(f32_to_fp16((float)sum * d));
+    sum_out[b] = sum;
   }
 }
 

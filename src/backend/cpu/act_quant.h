@@ -2,9 +2,10 @@
 // the kernels read. Internal to the CPU backend.
 //
 // Rows of the 32-value formats ("Act32"): for a row of n values (nb = n / 32 blocks)
-//   int8_t qs[nb][32] | float d[nb] | float s[nb]
+//   int8_t qs[nb][32] | float d[nb] | float s[nb] | int32_t sum[nb]
 // with d = fp16(max|x| / 127) and s = fp16(d_exact * sum(qs)): the values of a Q8_0 / Q8_1
-// block (core/quant_blocks.h), with the halves already widened to float.
+// block (core/quant_blocks.h), with the halves already widened to float; sum = sum(qs), for
+// the weight formats whose codes carry an offset.
 // Rows of the K formats are BlockQ8_K[n / 256] as core/quant_blocks.h defines them.
 #pragma once
 
@@ -32,13 +33,17 @@ struct Act32Row {
   const int8_t* qs;
   const float* d;
   const float* s;
+  const int32_t* sum;
 };
 inline Act32Row act32_row(const void* row, int64_t n) {
   const int64_t nb = n / kQK;
   const auto* base = static_cast<const uint8_t*>(row);
   const auto* d = reinterpret_cast<const float*>(base + nb * kQK);
-  return {reinterpret_cast<const int8_t*>(base), d, d + nb};
+  return {reinterpret_cast<const int8_t*>(base), d, d + nb,
+          reinterpret_cast<const int32_t*>(d + 2 * nb)};
 }
+// Kernels may read up to this many bytes past the end of the last activation row.
+inline constexpr size_t kActReadPastEnd = 256;
 
 // Scalar quantizers (the reference the SIMD ones are tested against).
 void quantize_act32_scalar(const float* x, int64_t n, void* row);

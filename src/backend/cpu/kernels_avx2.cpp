@@ -2,6 +2,7 @@
 #define HABLAR_ISA_NS avx2
 #define HABLAR_TILE_TOKENS 4
 #define HABLAR_TILE_ROWS 2
+#define HABLAR_ROWS8_TILE_TOKENS 4
 #include "backend/cpu/kernels_x86.inc"
 
 namespace hablar::cpu {

@@ -3,6 +3,7 @@
 #define HABLAR_ISA_NS avx512
 #define HABLAR_TILE_TOKENS 4
 #define HABLAR_TILE_ROWS 4
+#define HABLAR_ROWS8_TILE_TOKENS 8
 #include "backend/cpu/kernels_x86.inc"
 
 namespace hablar::cpu {

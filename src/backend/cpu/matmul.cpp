@@ -112,7 +112,8 @@ void matmul_with_isa(Isa isa, const WeightView& w, const float* x, int64_t n_tok
   if (kind != ActKind::kF32) {
     stride = act_row_bytes(kind, w.cols);
     std::vector<uint8_t>& scratch = act_scratch();
-    if (scratch.size() < stride * (size_t)n_tokens) scratch.resize(stride * (size_t)n_tokens);
+    const size_t need = stride * (size_t)n_tokens + kActReadPastEnd;
+    if (scratch.size() < need) scratch.resize(need);
     uint8_t* buf = scratch.data();
     if (n_tokens < 4 || pool.size() == 1) {
       quantize_rows(*kernels, kind, x, w.cols, 0, n_tokens, buf, stride);
