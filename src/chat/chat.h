@@ -115,9 +115,16 @@ enum class ToolFormat {
 ToolFormat detect_tool_format(std::string_view template_source);
 const char* tool_format_name(ToolFormat format);
 
-// Splits a whole generated message into reasoning, content and tool calls.
+// True when a rendered prompt ends inside an open reasoning block ("<think>\n" and the like, as
+// Qwen3 and DeepSeek-R1 templates emit): the model's output then starts with reasoning.
+bool prompt_opens_reasoning(std::string_view prompt);
+
+// Splits a whole generated message into reasoning, content and tool calls. Content and
+// reasoning are trimmed of surrounding white space. `reasoning_started`: the output begins inside
+// a reasoning block (see prompt_opens_reasoning). A tool-call block that does not parse stays in
+// the content as text. Tool calls carry the id the model wrote, or none.
 ParsedMessage parse_model_output(std::string_view text, ToolFormat format,
-                                 bool extract_reasoning = true);
+                                 bool extract_reasoning = true, bool reasoning_started = false);
 
 // Incremental form of parse_model_output: feed each token's text as it arrives. push() returns
 // only what became certain (content and reasoning deltas, completed tool calls); text that may
@@ -125,7 +132,8 @@ ParsedMessage parse_model_output(std::string_view text, ToolFormat format,
 // finish() equals parse_model_output() of the whole text.
 class StreamingOutputParser {
  public:
-  explicit StreamingOutputParser(ToolFormat format, bool extract_reasoning = true);
+  explicit StreamingOutputParser(ToolFormat format, bool extract_reasoning = true,
+                                 bool reasoning_started = false);
   ParsedMessage push(std::string_view text_delta);
   ParsedMessage finish();
 
@@ -134,6 +142,7 @@ class StreamingOutputParser {
 
   ToolFormat format_;
   bool extract_reasoning_;
+  bool reasoning_started_;
   std::string text_;                 // everything received so far
   std::size_t content_emitted_ = 0;  // bytes of parsed content already returned
   std::size_t reasoning_emitted_ = 0;
