@@ -49,8 +49,7 @@ class Tokenizer {
   // add_special: prepend BOS / append EOS as the vocabulary asks (add_bos / add_eos).
   // parse_special: control and user-defined tokens written in the text become their ids;
   // otherwise they are plain text. Empty text gives no ids (besides BOS/EOS).
-  std::vector<int32_t> encode(std::string_view text, bool add_special,
-                              bool parse_special) const;
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
   // Concatenated text of the ids. Control tokens are shown only when show_special.
   // An id outside [0, n_vocab) throws Error(kInvalidArgument).
   std::string decode(std::span<const int32_t> ids, bool show_special = false) const;
