@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   constexpr int kLanesPerRow = kDim / 8;
   constexpr int kRowsPerWarp = 32 / kLanesPerRow;
   constexpr int kRows = kDecodeWarps * kRowsPerWarp;
-  constexpr int kUnroll = 2;
+  constexpr int kUnroll = 4;
   __shared__ SoftmaxState row_state[kRows][kGroup];
   __shared__ float row_acc[kRows][kGroup][kDim];
 

@@ -44,19 +44,23 @@ __global__ void __launch_bounds__(kGemvThreads)
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
         const float4* xv = reinterpret_cast<const float4*>(x + (size_t)m * k + 32 * u);
+        // Four independent partial sums per row: short FMA dependency chains.
+        float part[kRowsPerGroup][4] = {};
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
           const float4 xx = __ldg(xv + c);
 #pragma unroll
           for (int r = 0; r < kRowsPerGroup; ++r) {
-            float a = acc[r][m];
+            float& a = part[r][c % 4];
             a = fmaf(wv[r][4 * c], xx.x, a);
             a = fmaf(wv[r][4 * c + 1], xx.y, a);
             a = fmaf(wv[r][4 * c + 2], xx.z, a);
             a = fmaf(wv[r][4 * c + 3], xx.w, a);
-            acc[r][m] = a;
           }
         }
+#pragma unroll
+        for (int r = 0; r < kRowsPerGroup; ++r)
+          acc[r][m] += (part[r][0] + part[r][1]) + (part[r][2] + part[r][3]);
       }
     }
   }
@@ -87,7 +91,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
 }
 
-constexpr int kTileN = 64, kTileM = 128, kTileK = 64, kTilePad = 8, kTileThreads = 256;
+constexpr int kTileN = 128, kTileM = 128, kTileK = 64, kTilePad = 8, kTileThreads = 256;
 
 template <DType T>
 __global__ void __launch_bounds__(kTileThreads)

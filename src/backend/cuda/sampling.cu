@@ -58,14 +58,13 @@ __device__ void apply_penalties(float* row, const SamplingParams& sp, const int3
   __syncthreads();
 }
 
-// Largest key t with measure(t) >= target, measure non-increasing in t.
+// Largest key t with measure(t) >= target, measure non-increasing in t: built bit by bit
+// from the most significant one.
 template <typename Measure>
-__device__ uint32_t search_threshold(Shared& sh, float target, uint32_t floor_key,
-                                     Measure measure) {
-  uint32_t prefix = floor_key;
+__device__ uint32_t search_threshold(Shared& sh, float target, Measure measure) {
+  uint32_t prefix = 0;
   for (int bit = 31; bit >= 0; --bit) {
     const uint32_t candidate = prefix | (1u << bit);
-    if (candidate <= prefix) continue;
     const float m = Reduce(sh.temp.reduce).Sum(measure(candidate));
     if (threadIdx.x == 0) sh.value = m;
     __syncthreads();
@@ -107,13 +106,15 @@ __global__ void __launch_bounds__(kThreads)
 
   uint32_t keep = 0;  // keep tokens with float_key(z) >= keep
   if (sp.top_k > 0 && sp.top_k < vocab) {
-    keep = search_threshold(sh, (float)sp.top_k, keep, [&](uint32_t t) {
+    keep = search_threshold(sh, (float)sp.top_k, [&](uint32_t t) {
       float c = 0;
       for (int i = threadIdx.x; i < vocab; i += kThreads) c += float_key(z_of(i)) >= t ? 1.f : 0.f;
       return c;
     });
   }
-  auto kept_mass = [&](uint32_t t) {
+  const uint32_t keep_k = keep;
+  auto kept_mass = [&](uint32_t t) {  // mass of the top-k survivors with key >= t
+    t = max(t, keep_k);
     float s = 0;
     for (int i = threadIdx.x; i < vocab; i += kThreads) {
       const float z = z_of(i);
@@ -125,7 +126,9 @@ __global__ void __launch_bounds__(kThreads)
     const float total = Reduce(sh.temp.reduce).Sum(kept_mass(keep));
     if (threadIdx.x == 0) sh.value = total;
     __syncthreads();
-    keep = search_threshold(sh, sp.top_p * sh.value, keep, kept_mass);
+    const float target = sp.top_p * sh.value;
+    __syncthreads();  // every thread has read sh.value before the search rewrites it
+    keep = max(keep_k, search_threshold(sh, target, kept_mass));
   }
   if (sp.min_p > 0.0f) keep = max(keep, float_key(logf(sp.min_p)));
   if (keep > float_key(0.0f)) keep = float_key(0.0f);  // the top token always stays
