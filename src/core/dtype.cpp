@@ -23,7 +23,7 @@ constexpr std::array<Entry, 29> kTypes = {{
     {6, {"q5_0", 32, 22, true, true}},
     {7, {"q5_1", 32, 24, true, true}},
     {8, {"q8_0", 32, 34, true, true}},
-    {9, {"q8_1", 32, 36, true, true}},
+    {9, {"q8_1", 32, 36, true, false}},
     {10, {"q2_K", 256, 84, true, true}},
     {11, {"q3_K", 256, 110, true, true}},
     {12, {"q4_K", 256, 144, true, true}},

@@ -49,7 +49,7 @@ struct DTypeTraits {
   uint32_t block_elems;   // values per block (1 for plain types)
   uint32_t block_bytes;   // bytes per block
   bool quantized;
-  bool supported;  // hablar can read (dequantize) it
+  bool supported;  // hablar can run models stored in it (Q8_1 is an activation format only)
 };
 
 // Traits of a type number; nullopt for a number GGUF does not define.
