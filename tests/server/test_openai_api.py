@@ -1,0 +1,187 @@
+"""OpenAI API through the official client: chat, streaming delta rules, completions, models,
+logprobs, seeds, stop strings, finish reasons and usage counts."""
+import json
+
+import requests
+
+from conftest import chat, sse_events
+
+HELLO = [{"role": "user", "content": "Say hello in one short sentence."}]
+
+
+def prompt_token_count(server, messages):
+    prompt = requests.post(server.url + "/apply-template", json={"messages": messages}).json()["prompt"]
+    ids = requests.post(server.url + "/tokenize", json={"content": prompt, "add_special": True}).json()["tokens"]
+    return len(ids)
+
+
+def test_models_lists_the_loaded_model(client):
+    models = client.models.list()
+    assert len(models.data) == 1
+    assert models.data[0].id == "SmolLM2-135M-Instruct.Q4_1"
+    assert models.data[0].object == "model"
+
+
+def test_chat_plain_with_usage_equal_to_our_tokenizer(server, client):
+    r = client.chat.completions.create(model="any", messages=HELLO, max_tokens=12, temperature=0)
+    choice = r.choices[0]
+    assert r.object == "chat.completion"
+    assert choice.message.role == "assistant"
+    assert choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens == prompt_token_count(server, HELLO)
+    assert 0 < r.usage.completion_tokens <= 12
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    if choice.finish_reason == "length":
+        assert r.usage.completion_tokens == 12
+
+
+def test_chat_stream_follows_the_delta_rules(server, client):
+    stream = client.chat.completions.create(model="any", messages=HELLO, max_tokens=8, temperature=0,
+                                            stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[0].choices[0].delta.content == ""
+    content_chunks = chunks[1:-2]
+    assert content_chunks, "no content deltas"
+    for c in content_chunks:
+        assert c.object == "chat.completion.chunk"
+        assert c.choices[0].delta.role is None
+        assert c.choices[0].finish_reason is None
+        assert c.usage is None
+    finish = chunks[-2]
+    assert finish.choices[0].finish_reason in ("stop", "length")
+    assert finish.choices[0].delta.content is None
+    usage_chunk = chunks[-1]
+    assert usage_chunk.choices == []
+    assert usage_chunk.usage.completion_tokens <= 8
+    assert usage_chunk.usage.prompt_tokens == prompt_token_count(server, HELLO)
+    assert len({c.id for c in chunks}) == 1
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    plain = client.chat.completions.create(model="any", messages=HELLO, max_tokens=8, temperature=0)
+    assert text == plain.choices[0].message.content
+
+
+def test_raw_stream_ends_with_done(server):
+    r = chat(server, {"messages": HELLO, "max_tokens": 3, "stream": True}, stream=True)
+    assert r.headers["Content-Type"].startswith("text/event-stream")
+    events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    assert all(json.loads(e)["object"] == "chat.completion.chunk" for e in events[:-1])
+    # Without include_usage there is no usage chunk and no usage key.
+    assert all("usage" not in json.loads(e) for e in events[:-1])
+
+
+def test_finish_reason_length(client):
+    r = client.chat.completions.create(model="any", max_completion_tokens=3, temperature=0,
+                                       messages=[{"role": "user", "content": "Write a long story about a dragon."}])
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 3
+
+
+def test_stop_string_cuts_the_output(client):
+    msgs = [{"role": "user", "content": "Count from one to ten in words, separated by commas."}]
+    full = client.chat.completions.create(model="any", messages=msgs, max_tokens=16, temperature=0)
+    text = full.choices[0].message.content
+    assert len(text) > 6
+    stop = text[len(text) // 2: len(text) // 2 + 3]
+    expected = text[: text.index(stop)]
+    cut = client.chat.completions.create(model="any", messages=msgs, max_tokens=16, temperature=0, stop=[stop])
+    assert cut.choices[0].message.content == expected
+    assert cut.choices[0].finish_reason == "stop"
+    streamed = client.chat.completions.create(model="any", messages=msgs, max_tokens=16, temperature=0,
+                                              stop=stop, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == expected
+
+
+def test_seed_reproducibility(client):
+    def sample(seed):
+        return client.chat.completions.create(model="any", messages=HELLO, max_tokens=8, temperature=1.2,
+                                              top_p=1.0, seed=seed).choices[0].message.content
+    first = sample(1234)
+    assert sample(1234) == first
+    others = {sample(s) for s in (1, 2, 3)}
+    assert len(others | {first}) > 1, "different seeds all gave the same text"
+
+
+def test_chat_logprobs_shape(client):
+    r = client.chat.completions.create(model="any", messages=HELLO, max_tokens=4, temperature=0,
+                                       logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for entry in content:
+        assert entry.logprob <= 0
+        assert len(entry.top_logprobs) == 3
+        assert entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob >= entry.top_logprobs[2].logprob
+        # Greedy: the chosen token is the most likely one.
+        assert entry.token == entry.top_logprobs[0].token
+        assert bytes(entry.bytes).decode("utf-8", "replace") == entry.token
+
+
+def test_completions_text_list_and_token_ids(server, client):
+    r = client.completions.create(model="any", prompt="The capital of France is", max_tokens=4, temperature=0)
+    assert r.object == "text_completion"
+    text = r.choices[0].text
+    assert text
+    ids = requests.post(server.url + "/tokenize", json={"content": "The capital of France is"}).json()["tokens"]
+    by_ids = client.completions.create(model="any", prompt=ids, max_tokens=4, temperature=0)
+    assert by_ids.choices[0].text == text
+    assert r.usage.prompt_tokens == len(ids)
+    two = client.completions.create(model="any", prompt=["The capital of France is", "One, two,"],
+                                    max_tokens=4, temperature=0)
+    assert [c.index for c in two.choices] == [0, 1]
+    assert two.choices[0].text == text
+
+
+def test_completions_echo_and_logprobs(client):
+    prompt = "Roses are red,"
+    r = client.completions.create(model="any", prompt=prompt, max_tokens=3, temperature=0, echo=True, logprobs=2)
+    choice = r.choices[0]
+    assert choice.text.startswith(prompt)
+    lp = choice.logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 3
+    assert all(x <= 0 for x in lp.token_logprobs)
+    assert all(len(t) <= 2 for t in lp.top_logprobs)
+    assert lp.text_offset[0] == len(prompt)
+    assert "".join(lp.tokens) == choice.text[len(prompt):]
+
+
+def test_completions_stream(client):
+    stream = client.completions.create(model="any", prompt="Once upon a time", max_tokens=5, temperature=0,
+                                       stream=True)
+    chunks = list(stream)
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    text = "".join(c.choices[0].text for c in chunks)
+    plain = client.completions.create(model="any", prompt="Once upon a time", max_tokens=5, temperature=0)
+    assert text == plain.choices[0].text
+
+
+def test_n_greater_than_one_is_a_clear_400(server):
+    r = chat(server, {"messages": HELLO, "n": 2})
+    assert r.status_code == 400
+    assert "'n'" in r.json()["error"]["message"]
+
+
+def test_penalties_bias_and_user_are_accepted(client):
+    r = client.chat.completions.create(model="any", messages=HELLO, max_tokens=4, temperature=0,
+                                       frequency_penalty=0.5, presence_penalty=0.5, user="tester",
+                                       logit_bias={"0": -100})
+    assert r.choices[0].message.content is not None
+
+
+def test_logit_bias_changes_the_choice(client):
+    base = client.chat.completions.create(model="any", messages=HELLO, max_tokens=1, temperature=0,
+                                          logprobs=True, top_logprobs=2)
+    first = base.choices[0].logprobs.content[0]
+    banned = client.chat.completions.create(model="any", messages=HELLO, max_tokens=1, temperature=0,
+                                            logprobs=True, top_logprobs=2,
+                                            logit_bias=_bias_against(client, first.token))
+    assert banned.choices[0].logprobs.content[0].token != first.token
+
+
+def _bias_against(client, token_text):
+    import requests as rq
+    base = str(client.base_url).rstrip("/").removesuffix("/v1")
+    ids = rq.post(base + "/tokenize", json={"content": token_text, "parse_special": False}).json()["tokens"]
+    assert len(ids) == 1
+    return {str(ids[0]): -100}

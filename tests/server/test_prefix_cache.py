@@ -1,0 +1,45 @@
+"""Prefix caching: a second request sharing a ~1,000-token prefix gets its first token in at
+most a quarter of the first request's time, with identical output."""
+import json
+import time
+
+import requests
+
+from conftest import sse_events
+
+# About 1,000 tokens of varied text (a fixed paragraph with numbered sentences).
+SENTENCES = [f"Fact {i}: the {w} in room {i * 7 % 13} weighs {i * 3 + 1} kilograms." for i, w in
+             zip(range(1, 200), ["lamp", "chair", "table", "book", "clock", "vase", "rug"] * 40)]
+LONG_SYSTEM = "You keep an inventory. " + " ".join(SENTENCES[:80])
+
+
+def first_token_time_and_text(server, messages):
+    body = {"messages": messages, "max_tokens": 6, "temperature": 0, "stream": True}
+    t0 = time.perf_counter()
+    r = requests.post(server.url + "/v1/chat/completions", json=body, stream=True, timeout=600)
+    ttft, text = None, ""
+    for e in sse_events(r):
+        if e == "[DONE]":
+            break
+        delta = json.loads(e)["choices"][0]["delta"].get("content")
+        if delta and ttft is None:
+            ttft = time.perf_counter() - t0
+        text += delta or ""
+    return ttft, text
+
+
+def test_shared_prefix_is_four_times_faster_to_first_token(server):
+    messages = [{"role": "system", "content": LONG_SYSTEM},
+                {"role": "user", "content": "How much does the lamp in room 7 weigh?"}]
+    prompt = requests.post(server.url + "/apply-template", json={"messages": messages}).json()["prompt"]
+    n_tokens = len(requests.post(server.url + "/tokenize", json={"content": prompt}).json()["tokens"])
+    assert n_tokens >= 1000, n_tokens
+    cached_before = server.metrics()["hablar_prompt_tokens_cached_total"]
+    first_ttft, first_text = first_token_time_and_text(server, messages)
+    second_ttft, second_text = first_token_time_and_text(server, messages)
+    print(f"\nprefix cache: {n_tokens}-token prompt, first token after {first_ttft * 1e3:.0f} ms cold, "
+          f"{second_ttft * 1e3:.0f} ms cached (ratio {first_ttft / second_ttft:.1f}x)")
+    assert second_text == first_text
+    assert second_ttft <= first_ttft / 4
+    cached = server.metrics()["hablar_prompt_tokens_cached_total"] - cached_before
+    assert cached >= 1000 - 16
