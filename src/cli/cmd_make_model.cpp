@@ -20,6 +20,7 @@ struct MakeModelOptions {
   std::string output;
   uint64_t seed = 0;
   int n_threads = 0;
+  bool exact = false;
 };
 
 std::string shape_names() {
@@ -47,6 +48,7 @@ int run_make_model(const MakeModelOptions& o) {
   opts.vocab_path = o.vocab;
   opts.seed = o.seed;
   opts.n_threads = o.n_threads;
+  opts.exact_quantization = o.exact;
 
   const auto t0 = std::chrono::steady_clock::now();
   const synth::SyntheticModelSummary sum = synth::write_synthetic_model(opts, o.output);
@@ -75,6 +77,9 @@ const CommandRegistration registration{
       app.add_option("--seed", o->seed, "random seed")->capture_default_str();
       app.add_option("-t,--threads", o->n_threads, "threads (0 = all cores)")
           ->capture_default_str();
+      app.add_flag("--exact", o->exact,
+                   "quantize every row of K-quant/IQ4 tensors (slow) instead of assembling "
+                   "large ones from a seeded pool of quantized blocks");
       app.add_option("-o,--output", o->output, "output GGUF path")->required();
       return [o] { return run_make_model(*o); };
     }};

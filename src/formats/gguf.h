@@ -150,6 +150,12 @@ class GgufWriter {
   void set(std::string key, Value value);  // replaces an existing key, keeps its position
   void set_alignment(uint32_t alignment);  // also written as general.alignment
   void add_tensor(std::string name, DType type, std::vector<int64_t> dims, DataFn fill);
+  // Fills rows [first_row, first_row + n_rows) into `out` (n_rows whole rows). The writer
+  // calls it on chunks of at most row_chunk_bytes (64 MiB unless set; at least one row), so
+  // a tensor of any size is written with a bounded buffer.
+  using RowsFn = std::function<void(int64_t first_row, int64_t n_rows, std::span<uint8_t> out)>;
+  void add_tensor_rows(std::string name, DType type, std::vector<int64_t> dims, RowsFn fill);
+  void set_row_chunk_bytes(uint64_t bytes) { row_chunk_bytes_ = bytes; }
   void add_tensor_bytes(std::string name, DType type, std::vector<int64_t> dims,
                         std::vector<uint8_t> bytes);
 
@@ -164,12 +170,16 @@ class GgufWriter {
     DType type;
     std::vector<int64_t> dims;
     uint64_t nbytes;
-    DataFn fill;
+    DataFn fill;       // whole tensor at once, or
+    RowsFn fill_rows;  // chunks of rows
   };
+  template <typename Sink>
+  void emit_data(Sink& sink, const PendingTensor& t, std::vector<uint8_t>& buffer) const;
   template <typename Sink>
   void emit(Sink& sink) const;
 
   uint32_t alignment_ = 32;
+  uint64_t row_chunk_bytes_ = 64ull << 20;
   std::vector<std::pair<std::string, Value>> kv_;
   std::vector<PendingTensor> tensors_;
 };

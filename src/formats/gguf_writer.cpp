@@ -1,5 +1,6 @@
 // GGUF writer (version 3). Header, metadata and tensor infos are emitted first; tensor
 // data follows, each tensor padded to the alignment, produced by its DataFn on demand.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -132,7 +133,13 @@ void GgufWriter::add_tensor(std::string name, DType type, std::vector<int64_t> d
   int64_t rows = 1;
   for (size_t i = 1; i < dims.size(); ++i) rows *= dims[i];
   const uint64_t nbytes = dtype_row_bytes(type, dims[0]) * (uint64_t)rows;
-  tensors_.push_back({std::move(name), type, std::move(dims), nbytes, std::move(fill)});
+  tensors_.push_back({std::move(name), type, std::move(dims), nbytes, std::move(fill), {}});
+}
+
+void GgufWriter::add_tensor_rows(std::string name, DType type, std::vector<int64_t> dims,
+                                 RowsFn fill) {
+  add_tensor(std::move(name), type, std::move(dims), {});
+  tensors_.back().fill_rows = std::move(fill);
 }
 
 void GgufWriter::add_tensor_bytes(std::string name, DType type, std::vector<int64_t> dims,
@@ -176,10 +183,28 @@ void GgufWriter::emit(Sink& sink) const {
   sink.write(zeros.data(), align_up(sink.position(), alignment_) - sink.position());
   std::vector<uint8_t> buffer;
   for (const PendingTensor& t : tensors_) {
-    buffer.assign(t.nbytes, 0);
+    emit_data(sink, t, buffer);
+    sink.write(zeros.data(), align_up(t.nbytes, alignment_) - t.nbytes);
+  }
+}
+
+template <typename Sink>
+void GgufWriter::emit_data(Sink& sink, const PendingTensor& t, std::vector<uint8_t>& buffer) const {
+  if (!t.fill_rows) {
+    buffer.resize(t.nbytes);
+    std::memset(buffer.data(), 0, buffer.size());
     t.fill(std::span<uint8_t>(buffer));
     sink.write(buffer.data(), buffer.size());
-    sink.write(zeros.data(), align_up(t.nbytes, alignment_) - t.nbytes);
+    return;
+  }
+  const uint64_t row_bytes = dtype_row_bytes(t.type, t.dims[0]);
+  const int64_t rows = (int64_t)(t.nbytes / row_bytes);
+  const int64_t chunk_rows = std::max<int64_t>(1, (int64_t)(row_chunk_bytes_ / row_bytes));
+  for (int64_t first = 0; first < rows; first += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, rows - first);
+    buffer.resize((size_t)n * row_bytes);  // every byte is written by fill_rows
+    t.fill_rows(first, n, std::span<uint8_t>(buffer));
+    sink.write(buffer.data(), buffer.size());
   }
 }
 

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -144,30 +147,114 @@ void check_shape(const ModelShape& s) {
                                                  std::to_string(s.n_kv_heads) + " KV heads");
 }
 
-// The fill callback of one tensor: rows spread over the pool, each generated into a
-// per-thread float buffer and quantized straight into the output.
-GgufWriter::DataFn make_fill(const PlannedTensor& t, uint64_t seed, uint64_t tensor_index,
-                             std::shared_ptr<ThreadPool> pool) {
-  const int64_t cols = t.dims[0];
+// Value distribution of one tensor: uniform in [center - half_width, center + half_width).
+struct Distribution {
   float center = 0.0f;
-  float half_width = std::sqrt(3.0f / (float)cols);  // std 1/sqrt(cols)
-  if (t.init == PlannedTensor::Init::kNorm) {
-    center = 1.0f;
-    half_width = 0.1f;
-  } else if (t.init == PlannedTensor::Init::kBias) {
-    half_width = 0.02f;
+  float half_width = 0.0f;
+};
+Distribution distribution_of(const PlannedTensor& t) {
+  switch (t.init) {
+    case PlannedTensor::Init::kNorm:
+      return {1.0f, 0.1f};
+    case PlannedTensor::Init::kBias:
+      return {0.0f, 0.02f};
+    case PlannedTensor::Init::kMatrix:
+      break;
   }
+  return {0.0f, std::sqrt(3.0f / (float)t.dims[0])};  // std 1/sqrt(row length)
+}
+
+// Types whose reference quantizer searches scales (K-quants, IQ4): 20-200 times slower than
+// generating the values.
+bool has_slow_quantizer(DType type) {
+  switch (type) {
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::Q8_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A seeded pool of quantized blocks, all from one distribution; rows of large tensors in
+// slow types are assembled from randomly chosen pool blocks.
+struct BlockPool {
+  size_t block_bytes = 0;
+  int64_t n_blocks = 0;
+  std::vector<uint8_t> bytes;
+};
+
+BlockPool make_block_pool(DType type, Distribution dist, int64_t n_blocks, uint64_t seed,
+                          ThreadPool& threads) {
+  const DTypeTraits& traits = dtype_traits(type);
+  BlockPool pool{traits.block_bytes, n_blocks, {}};
+  pool.bytes.resize((size_t)n_blocks * traits.block_bytes);
+  threads.run([&](int thread, int n_threads) {
+    const IndexRange range = split_range(n_blocks, thread, n_threads);
+    std::vector<float> values(traits.block_elems);
+    for (int64_t b = range.begin; b < range.end; ++b) {
+      SplitMix64 rng{row_stream_seed(seed, ~uint64_t{0}, (uint64_t)b)};
+      fill_uniform(rng, values.data(), traits.block_elems, dist.center, dist.half_width);
+      quantize_row(type, values.data(), pool.bytes.data() + b * pool.block_bytes,
+                   traits.block_elems);
+    }
+  });
+  return pool;
+}
+
+// Shared by the fill callbacks of one model: the thread pool and the block pools, made on
+// first use and keyed by type and distribution.
+struct FillContext {
+  std::shared_ptr<ThreadPool> threads;
+  uint64_t seed = 0;
+  int64_t pool_blocks = 0;  // 0: every row generated and quantized exactly
+  int64_t pool_min_tensor_blocks = 0;
+  std::map<std::tuple<uint32_t, float, float>, std::shared_ptr<const BlockPool>> pools;
+
+  const BlockPool& pool_for(DType type, Distribution dist) {
+    auto& slot = pools[{(uint32_t)type, dist.center, dist.half_width}];
+    if (!slot)
+      slot = std::make_shared<const BlockPool>(make_block_pool(
+          type, dist, pool_blocks, seed ^ (0x51ed27ull * (pools.size() + 1)), *threads));
+    return *slot;
+  }
+};
+
+// The fill callback of one tensor: rows spread over the thread pool. Each row is generated
+// into a per-thread float buffer and quantized straight into the output, or, for a large
+// tensor in a slow type, assembled from seeded random picks of pool blocks.
+GgufWriter::RowsFn make_fill(const PlannedTensor& t, uint64_t tensor_index,
+                             std::shared_ptr<FillContext> ctx) {
+  const int64_t cols = t.dims[0];
+  const Distribution dist = distribution_of(t);
   const DType type = t.type;
-  return [=](std::span<uint8_t> out) {
+  const int64_t n_blocks = (int64_t)(t.n_elements() / dtype_traits(type).block_elems);
+  const bool use_pool =
+      ctx->pool_blocks > 0 && has_slow_quantizer(type) && n_blocks >= ctx->pool_min_tensor_blocks;
+  return [=](int64_t first_row, int64_t n_rows, std::span<uint8_t> out) {
     const size_t row_bytes = dtype_row_bytes(type, cols);
-    const int64_t rows = (int64_t)(out.size() / row_bytes);
-    pool->run([&](int thread, int n_threads) {
-      const IndexRange range = split_range(rows, thread, n_threads);
-      std::vector<float> buffer((size_t)cols);
+    const BlockPool* pool = use_pool ? &ctx->pool_for(type, dist) : nullptr;
+    ctx->threads->run([&](int thread, int n_threads) {
+      const IndexRange range = split_range(n_rows, thread, n_threads);
+      std::vector<float> buffer(pool ? 0 : (size_t)cols);
       for (int64_t r = range.begin; r < range.end; ++r) {
-        SplitMix64 rng{row_stream_seed(seed, tensor_index, (uint64_t)r)};
-        fill_uniform(rng, buffer.data(), cols, center, half_width);
-        quantize_row(type, buffer.data(), out.data() + (size_t)r * row_bytes, cols);
+        SplitMix64 rng{row_stream_seed(ctx->seed, tensor_index, (uint64_t)(first_row + r))};
+        uint8_t* dst = out.data() + (size_t)r * row_bytes;
+        if (!pool) {
+          fill_uniform(rng, buffer.data(), cols, dist.center, dist.half_width);
+          quantize_row(type, buffer.data(), dst, cols);
+          continue;
+        }
+        for (size_t at = 0; at < row_bytes; at += pool->block_bytes) {
+          const uint64_t pick = rng.next() % (uint64_t)pool->n_blocks;
+          std::memcpy(dst + at, pool->bytes.data() + pick * pool->block_bytes, pool->block_bytes);
+        }
       }
     });
   };
@@ -263,7 +350,11 @@ GgufWriter build_synthetic_model(const SyntheticModelOptions& o, SyntheticModelS
 
   const int n_threads =
       o.n_threads > 0 ? o.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
-  auto pool = std::make_shared<ThreadPool>(n_threads);
+  auto ctx = std::make_shared<FillContext>();
+  ctx->threads = std::make_shared<ThreadPool>(n_threads);
+  ctx->seed = o.seed;
+  ctx->pool_blocks = o.exact_quantization ? 0 : o.pool_blocks;
+  ctx->pool_min_tensor_blocks = o.pool_min_tensor_blocks;
   SyntheticModelSummary sum;
   sum.vocab_size = vocab_size;
   const std::vector<PlannedTensor> plan = plan_tensors(o.arch, o.shape, vocab_size, *mix);
@@ -276,7 +367,7 @@ GgufWriter build_synthetic_model(const SyntheticModelOptions& o, SyntheticModelS
     for (int64_t d : t.dims) n *= d;
     sum.n_params += n;
     sum.n_bytes += dtype_row_bytes(t.type, t.dims[0]) * (uint64_t)(n / t.dims[0]);
-    w.add_tensor(t.name, t.type, t.dims, make_fill(t, o.seed, i, pool));
+    w.add_tensor_rows(t.name, t.type, t.dims, make_fill(t, i, ctx));
   }
   sum.n_tensors = plan.size();
   if (summary) *summary = sum;

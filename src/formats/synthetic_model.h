@@ -50,6 +50,15 @@ struct SyntheticModelOptions {
   std::string vocab_path;    // a GGUF whose tokenizer.* keys are copied; "" for synthetic
   uint64_t seed = 0;
   int n_threads = 0;  // 0: one per hardware thread
+  // The reference quantizers of K-quant and IQ4 types search scales and cost ~100 ns a
+  // value, minutes for a 1.5B model. Tensors of those types with at least
+  // pool_min_tensor_blocks blocks are therefore assembled from seeded random picks out of a
+  // pool of pool_blocks blocks (one pool per type and value distribution, shared by every
+  // layer), each generated and quantized with quantize_row. exact_quantization quantizes
+  // every row instead.
+  int64_t pool_blocks = 1 << 14;
+  int64_t pool_min_tensor_blocks = 1024;
+  bool exact_quantization = false;
 };
 
 // One tensor of the planned file. dims[0] is the row length, as GGUF stores it.
@@ -59,6 +68,11 @@ struct PlannedTensor {
   std::vector<int64_t> dims;
   DType type;
   Init init;
+  int64_t n_elements() const {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    return n;
+  }
 };
 
 // The tensors of the model in file order, with the type each gets under the mix.

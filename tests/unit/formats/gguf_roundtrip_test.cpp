@@ -198,6 +198,34 @@ TEST(GgufRoundTrip, WriterRejectsBadInputsWithoutLeavingAFile) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(GgufRoundTrip, RowChunkedTensorsAreWrittenInBoundedChunks) {
+  GgufWriter w;
+  w.set_row_chunk_bytes(100);  // 3 rows of 32 bytes per call
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  w.add_tensor_rows("rows", DType::F32, {8, 10},
+                    [&](int64_t first, int64_t n, std::span<uint8_t> out) {
+                      calls.emplace_back(first, n);
+                      ASSERT_EQ(out.size(), (size_t)n * 32);
+                      for (int64_t r = 0; r < n; ++r)
+                        for (int c = 0; c < 8; ++c) {
+                          const float v = (float)((first + r) * 100 + c);
+                          std::memcpy(out.data() + r * 32 + c * 4, &v, 4);
+                        }
+                    });
+  w.add_tensor_bytes("after", DType::F16, {4}, std::vector<uint8_t>(8, 9));
+  const std::vector<uint8_t> bytes = w.to_bytes();
+  EXPECT_EQ(calls, (std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 3}, {6, 3}, {9, 1}}));
+  const GgufFile f = GgufFile::parse(bytes, "rows.gguf");
+  const TensorInfo& t = f.tensor("rows");
+  for (int r = 0; r < 10; ++r)
+    for (int c = 0; c < 8; ++c) {
+      float v;
+      std::memcpy(&v, t.data + r * 32 + c * 4, 4);
+      ASSERT_EQ(v, (float)(r * 100 + c)) << r << "," << c;
+    }
+  EXPECT_EQ(f.tensor("after").data[7], 9);
+}
+
 TEST(GgufOpen, MissingFileNamesThePath) {
   try {
     GgufFile::open("/nonexistent/dir/model.gguf");

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -218,6 +219,48 @@ TEST(SyntheticModel, RealVocabularyIsCopiedAndSizesTheEmbedding) {
   EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), v.get_string("tokenizer.ggml.pre"));
   EXPECT_FALSE(f.has("tokenizer.ggml.scores"));  // nothing synthetic mixed in
   std::filesystem::remove_all(dir);
+}
+
+TEST(SyntheticModel, ExactKQuantRowsDecodeNearTheF32Weights) {
+  // Same seed, same value streams: exact Q4_K rows are the F32 rows, quantized.
+  auto exact = tiny_options(Arch::kLlama, "q4_k", 11);
+  exact.exact_quantization = true;
+  const auto f32 = build_synthetic_model(tiny_options(Arch::kLlama, "f32", 11)).to_bytes();
+  const auto q4k = build_synthetic_model(exact).to_bytes();
+  const GgufFile a = GgufFile::parse(f32, "f32.gguf");
+  const GgufFile b = GgufFile::parse(q4k, "q4k.gguf");
+  EXPECT_EQ(b.tensor("blk.0.ffn_gate.weight").type, DType::Q4_K);
+  const std::vector<float> x = tensor_values(a.tensor("blk.0.ffn_gate.weight"));
+  const std::vector<float> y = tensor_values(b.tensor("blk.0.ffn_gate.weight"));
+  double max_err = 0;
+  for (size_t i = 0; i < x.size(); ++i) max_err = std::max(max_err, (double)std::fabs(x[i] - y[i]));
+  // 4-bit codes over a sub-block's range (<= 2 * sqrt(3/256)): error below a 15th of it.
+  EXPECT_LT(max_err, 2.0 * std::sqrt(3.0 / 256.0) / 15.0);
+}
+
+TEST(SyntheticModel, LargeSlowTypeTensorsComeFromASeededBlockPool) {
+  auto pooled = tiny_options(Arch::kLlama, "q4_k", 11);
+  pooled.pool_blocks = 64;
+  pooled.pool_min_tensor_blocks = 100;  // ffn matrices (512 blocks) pooled, norms not
+  const auto bytes = build_synthetic_model(pooled).to_bytes();
+  auto other_threads = pooled;
+  other_threads.n_threads = 1;
+  EXPECT_EQ(bytes, build_synthetic_model(other_threads).to_bytes());
+  const GgufFile f = GgufFile::parse(bytes, "pooled.gguf");
+  const gguf::TensorInfo& t = f.tensor("blk.1.ffn_up.weight");
+  ASSERT_EQ(t.type, DType::Q4_K);
+  // At most pool_blocks distinct 144-byte blocks, and rows that differ from each other.
+  std::set<std::string> blocks;
+  for (uint64_t at = 0; at < t.nbytes; at += 144)
+    blocks.insert(std::string((const char*)t.data + at, 144));
+  EXPECT_LE(blocks.size(), 64u);
+  EXPECT_GT(blocks.size(), 40u);
+  const size_t row_bytes = dtype_row_bytes(t.type, t.dims[0]);
+  EXPECT_NE(std::memcmp(t.data, t.data + row_bytes, row_bytes), 0);
+  // Same distribution as exact rows: std 1/sqrt(256) within the quantization error.
+  const Stats st = stats_of(tensor_values(t));
+  EXPECT_NEAR(st.stddev, 1.0 / 16.0, 0.004);
+  EXPECT_NEAR(st.mean, 0.0, 0.004);
 }
 
 TEST(SyntheticModel, ClearErrors) {
