@@ -7,9 +7,44 @@
 
 namespace hablar::chat {
 
+namespace {
+
+// jinja2 rejects unknown filters and tests when it compiles a template, even in branches that
+// never run; so do we.
+void check_names(const jinja::Expr& e) {
+  if (e.kind == jinja::ExprKind::kFilter && !jinja::builtin_filters().count(e.name))
+    throw jinja::JinjaError("No filter named '" + e.name + "'.", e.pos);
+  if (e.kind == jinja::ExprKind::kTest && !jinja::builtin_tests().count(e.name))
+    throw jinja::JinjaError("No test named '" + e.name + "'.", e.pos);
+  for (const auto& c : e.children)
+    if (c) check_names(*c);
+  for (const auto& [name, c] : e.keywords) check_names(*c);
+}
+
+void check_names(const jinja::Body& body) {
+  for (const auto& s : body) {
+    for (const jinja::Expr* e : {s->expr.get(), s->condition.get()})
+      if (e) check_names(*e);
+    for (const auto& f : s->filters) check_names(*f);
+    for (const auto& p : s->params)
+      if (p.default_value) check_names(*p.default_value);
+    for (const auto& [name, e] : s->assignments) check_names(*e);
+    for (const auto& [cond, branch] : s->branches) {
+      check_names(*cond);
+      check_names(branch);
+    }
+    check_names(s->body);
+    check_names(s->else_body);
+  }
+}
+
+}  // namespace
+
 ChatTemplate::ChatTemplate(std::string source) : source_(std::move(source)) {
   try {
-    program_ = jinja::parse_template(source_);
+    auto program = jinja::parse_template(source_);
+    check_names(program->body);
+    program_ = std::move(program);
   } catch (const jinja::JinjaError& e) {
     throw_error(ErrorKind::kInvalidArgument, e.formatted());
   }
