@@ -130,3 +130,30 @@ def test_cli_errors_name_the_fault(tmp_path):
     cut.write_bytes(cut.read_bytes()[:1000])
     result = hablar("info", cut, check=False)
     assert result.returncode == 1 and str(cut) in result.stderr and "truncated" in result.stderr
+
+
+# gguf package value type names -> hablar's.
+TYPE_NAMES = {"UINT8": "u8", "INT8": "i8", "UINT16": "u16", "INT16": "i16", "UINT32": "u32",
+              "INT32": "i32", "FLOAT32": "f32", "BOOL": "bool", "STRING": "string", "ARRAY": "array",
+              "UINT64": "u64", "INT64": "i64", "FLOAT64": "f64"}
+
+
+@pytest.mark.parametrize("name", ["ggml-vocab-bert-bge.gguf", "ggml-vocab-llama-spm.gguf"])
+def test_metadata_of_real_files_matches_the_gguf_package(name):
+    path = TESTDATA / "vocab" / name
+    info = json.loads(hablar("info", "--json", "--metadata", path).stdout)
+    reader = GGUFReader(path)
+    want = {k: f for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+    assert list(info["metadata"]) == list(want)  # same keys, same order
+    for key, f in want.items():
+        shown = info["metadata"][key]
+        if f.types[0].name == "ARRAY":
+            assert shown.startswith(f"[{len(f.data)} x {TYPE_NAMES[f.types[1].name]}]"), key
+        elif f.types[0].name == "STRING":
+            assert shown.startswith('"' + f.contents()[:20].replace("\n", "\\n").replace('"', '\\"')), key
+        elif f.types[0].name in ("FLOAT32", "FLOAT64"):
+            assert float(shown) == pytest.approx(f.contents(), rel=1e-5), key
+        elif f.types[0].name == "BOOL":
+            assert shown == str(bool(f.contents())).lower(), key
+        else:
+            assert int(shown) == f.contents(), key
