@@ -46,7 +46,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   gguf::GgufFile file = gguf::GgufFile::open(path);
   std::unique_ptr<Model> m(new Model(std::move(file), opts));
   const ModelConfig& c = m->config();
-  log::info("loaded {}: {} layers, n_embd {}, heads {}/{} x {}, ffn {}, vocab {}, {} threads", path,
+  log::info("loaded {}: {}, {} layers, n_embd {}, heads {}/{} x {}, ffn {}, vocab {}, {} threads", path,
             c.arch, c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff, c.n_vocab,
             m->n_threads());
   return m;

@@ -1,0 +1,96 @@
+// Shared pieces of the model tests: golden files, synthetic models, teacher forcing.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "formats/synthetic_model.h"
+#include "model/model.h"
+#include "model/sequence_runner.h"
+#include "support/test_support.h"
+
+namespace hablar::test {
+
+inline nlohmann::json load_model_golden(const std::string& name) {
+  const std::string path = source_dir() + "/tests/golden/model/" + name + ".json";
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("missing golden file " + path);
+  return nlohmann::json::parse(in);
+}
+
+// The synthetic model tools/llama_oracle.py made with `hablar make-model` (same options, so
+// the same bytes), written into dir.
+inline std::string write_synthetic(const std::string& dir, const std::string& arch,
+                                   const std::string& type, const std::string& vocab_file,
+                                   uint64_t seed, const std::string& shape = "tiny") {
+  synth::SyntheticModelOptions o;
+  o.arch = *synth::arch_from_name(arch);
+  o.shape = *synth::shape_from_name(shape);
+  o.type = type;
+  o.vocab_path = vocab_file.empty() ? "" : testdata_dir() + "/vocab/" + vocab_file;
+  o.seed = seed;
+  const std::string path = dir + "/" + arch + "-" + type + ".gguf";
+  synth::write_synthetic_model(o, path);
+  return path;
+}
+
+// log_softmax rows of every position of `ids`, evaluated as one prompt.
+inline std::vector<std::vector<float>> teacher_forced_logsoftmax(model::Model& m,
+                                                                 const std::vector<int32_t>& ids) {
+  model::SequenceRunner seq(m, (int)ids.size());
+  const std::span<const float> logits = seq.eval(ids, true);
+  const size_t n_vocab = (size_t)m.config().n_vocab;
+  std::vector<std::vector<float>> rows(ids.size(), std::vector<float>(n_vocab));
+  for (size_t p = 0; p < ids.size(); ++p)
+    engine::log_softmax(logits.subspan(p * n_vocab, n_vocab), rows[p]);
+  return rows;
+}
+
+// Agreement of our teacher-forced log-softmax with a golden file's prompts.
+struct GoldenComparison {
+  int positions = 0;
+  int top1_equal = 0;
+  double max_abs_top = 0.0;    // over the golden top-K tokens of every position
+  double max_abs_probe = 0.0;  // over the strided vocabulary sample at probe positions
+  std::string worst;           // where max_abs_top was seen
+};
+
+inline GoldenComparison compare_with_golden(model::Model& m, const nlohmann::json& golden) {
+  GoldenComparison c;
+  for (size_t pi = 0; pi < golden["prompts"].size(); ++pi) {
+    const nlohmann::json& pr = golden["prompts"][pi];
+    const std::vector<int32_t> ids = pr["ids"].get<std::vector<int32_t>>();
+    const auto rows = teacher_forced_logsoftmax(m, ids);
+    for (size_t p = 0; p < ids.size(); ++p) {
+      const auto top_ids = pr["top_ids"][p].get<std::vector<int32_t>>();
+      const auto top_lsm = pr["top_logsoftmax"][p].get<std::vector<double>>();
+      ++c.positions;
+      if (engine::argmax(rows[p]) == top_ids[0]) ++c.top1_equal;
+      for (size_t k = 0; k < top_ids.size(); ++k) {
+        const double d = std::abs((double)rows[p][(size_t)top_ids[k]] - top_lsm[k]);
+        if (d > c.max_abs_top) {
+          c.max_abs_top = d;
+          c.worst = "prompt " + std::to_string(pi) + " position " + std::to_string(p);
+        }
+      }
+    }
+    const auto probe_ids = pr["probe_ids"].get<std::vector<int32_t>>();
+    const auto probe_pos = pr["probe_positions"].get<std::vector<int>>();
+    for (size_t j = 0; j < probe_pos.size(); ++j) {
+      const auto want = pr["probe_logsoftmax"][j].get<std::vector<double>>();
+      for (size_t k = 0; k < probe_ids.size(); ++k)
+        c.max_abs_probe =
+            std::max(c.max_abs_probe,
+                     std::abs((double)rows[(size_t)probe_pos[j]][(size_t)probe_ids[k]] - want[k]));
+    }
+  }
+  return c;
+}
+
+}  // namespace hablar::test

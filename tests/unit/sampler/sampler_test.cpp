@@ -1,0 +1,236 @@
+// The sampling chain: each stage against a hand computation, seeded reproducibility, the
+// distribution drawn at temperature 1 against softmax, and parameter validation.
+#include "engine/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace hablar::engine {
+namespace {
+
+// Logits with a clear order: token i has logit log(weights[i]) so probabilities are known.
+std::vector<float> logits_from_probs(const std::vector<double>& p) {
+  std::vector<float> l;
+  for (double v : p) l.push_back((float)std::log(v));
+  return l;
+}
+
+SamplingParams plain(float temp) {
+  SamplingParams p;
+  p.temperature = temp;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  return p;
+}
+
+// Frequencies of n draws.
+std::map<int32_t, int> histogram(Sampler& s, const std::vector<float>& logits, int n) {
+  std::map<int32_t, int> h;
+  for (int i = 0; i < n; ++i) ++h[s.sample(logits).token];
+  return h;
+}
+
+TEST(Sampler, GreedyIsArgmaxWhateverTheSeed) {
+  const std::vector<float> logits{0.1f, 2.5f, -1.0f, 2.4f};
+  for (uint64_t seed : {1ull, 2ull, 99ull}) {
+    SamplingParams p = SamplingParams::greedy();
+    p.seed = seed;
+    Sampler s(p, 4);
+    EXPECT_EQ(s.sample(logits).token, 1);
+  }
+  EXPECT_EQ(argmax(logits), 1);
+}
+
+TEST(Sampler, SameSeedSameTokensDifferentSeedDifferent) {
+  const std::vector<float> logits = logits_from_probs({0.2, 0.2, 0.2, 0.2, 0.2});
+  auto draw = [&](uint64_t seed) {
+    SamplingParams p = plain(1.0f);
+    p.seed = seed;
+    Sampler s(p, 5);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 64; ++i) out.push_back(s.sample(logits).token);
+    return out;
+  };
+  EXPECT_EQ(draw(123), draw(123));
+  EXPECT_NE(draw(123), draw(124));
+}
+
+TEST(Sampler, TemperatureOneDrawsTheSoftmaxDistribution) {
+  const std::vector<double> probs{0.5, 0.25, 0.125, 0.125};
+  Sampler s(plain(1.0f), 4);
+  const int n = 40000;
+  const auto h = histogram(s, logits_from_probs(probs), n);
+  for (int i = 0; i < 4; ++i) {
+    const double freq = (double)(h.count(i) ? h.at(i) : 0) / n;
+    const double sd = std::sqrt(probs[(size_t)i] * (1 - probs[(size_t)i]) / n);
+    EXPECT_NEAR(freq, probs[(size_t)i], 5 * sd) << "token " << i;
+  }
+}
+
+TEST(Sampler, LowTemperatureSharpens) {
+  // At T = 0.5 probabilities become p^2 / sum(p^2): 0.5^2 / (0.25 + 0.0625 + 2 * 0.015625).
+  const std::vector<double> probs{0.5, 0.25, 0.125, 0.125};
+  Sampler s(plain(0.5f), 4);
+  const int n = 40000;
+  const auto h = histogram(s, logits_from_probs(probs), n);
+  const double want = 0.25 / (0.25 + 0.0625 + 0.015625 * 2);
+  EXPECT_NEAR((double)h.at(0) / n, want, 5 * std::sqrt(want * (1 - want) / n));
+}
+
+TEST(Sampler, TopKKeepsOnlyTheKBest) {
+  SamplingParams p = plain(1.0f);
+  p.top_k = 2;
+  Sampler s(p, 5);
+  const auto h = histogram(s, logits_from_probs({0.1, 0.3, 0.05, 0.25, 0.3}), 2000);
+  const std::set<int32_t> seen = [&] {
+    std::set<int32_t> out;
+    for (auto& [t, c] : h) out.insert(t);
+    return out;
+  }();
+  EXPECT_EQ(seen, (std::set<int32_t>{1, 4}));
+}
+
+TEST(Sampler, TopPKeepsSmallestPrefixReachingMass) {
+  SamplingParams p = plain(1.0f);
+  p.top_p = 0.6f;  // 0.4 + 0.3 >= 0.6: tokens 2 and 0
+  Sampler s(p, 4);
+  const auto h = histogram(s, logits_from_probs({0.3, 0.2, 0.4, 0.1}), 3000);
+  EXPECT_EQ(h.size(), 2u);
+  EXPECT_TRUE(h.count(0) && h.count(2));
+  // Renormalized: 0.4 / 0.7 for token 2.
+  EXPECT_NEAR((double)h.at(2) / 3000, 0.4 / 0.7, 0.05);
+}
+
+TEST(Sampler, MinPDropsTokensFarBelowTheBest) {
+  SamplingParams p = plain(1.0f);
+  p.min_p = 0.3f;  // keep p >= 0.3 * 0.5 = 0.15
+  Sampler s(p, 4);
+  const auto h = histogram(s, logits_from_probs({0.5, 0.2, 0.14, 0.16}), 3000);
+  EXPECT_FALSE(h.count(2));
+  EXPECT_TRUE(h.count(0) && h.count(1) && h.count(3));
+}
+
+TEST(Sampler, TypicalPKeepsTokensNearTheEntropy) {
+  // Entropy of {0.7, 0.1, 0.1, 0.1} is ~0.94 nats; surprises: 0.36 (token 0) and 2.30 (others):
+  // |0.36 - 0.94| = 0.58 < |2.30 - 0.94| = 1.36, so token 0 ranks first and mass 0.7 >= 0.5.
+  SamplingParams p = plain(1.0f);
+  p.typical_p = 0.5f;
+  Sampler s(p, 4);
+  const auto h = histogram(s, logits_from_probs({0.7, 0.1, 0.1, 0.1}), 500);
+  EXPECT_EQ(h.size(), 1u);
+  EXPECT_TRUE(h.count(0));
+}
+
+TEST(Sampler, RepetitionPenaltyFollowsLlamaCppRule) {
+  // Token 0 (logit 2.0) seen: 2.0 / 2 = 1.0 < token 1's 1.5. Token 2 (logit -1) seen: -2.
+  SamplingParams p = SamplingParams::greedy();
+  p.repeat_penalty = 2.0f;
+  Sampler s(p, 3);
+  s.accept(std::vector<int32_t>{0, 2});
+  EXPECT_EQ(s.sample(std::vector<float>{2.0f, 1.5f, -1.0f}).token, 1);
+  // Outside the window the penalty no longer applies.
+  SamplingParams q = p;
+  q.repeat_last_n = 1;
+  Sampler s2(q, 3);
+  s2.accept(std::vector<int32_t>{0, 2});
+  EXPECT_EQ(s2.sample(std::vector<float>{2.0f, 1.5f, -1.0f}).token, 0);
+}
+
+TEST(Sampler, PresenceAndFrequencyPenalties) {
+  // Token 0 seen 3 times: 3.0 - 3 * 0.4 - 0.5 = 1.3 < 1.4 (token 1).
+  SamplingParams p = SamplingParams::greedy();
+  p.frequency_penalty = 0.4f;
+  p.presence_penalty = 0.5f;
+  Sampler s(p, 2);
+  s.accept(std::vector<int32_t>{0, 0, 0});
+  EXPECT_EQ(s.sample(std::vector<float>{3.0f, 1.4f}).token, 1);
+  // Two occurrences only: 3.0 - 0.8 - 0.5 = 1.7 > 1.4.
+  s.reset_history();
+  s.accept(std::vector<int32_t>{0, 0});
+  EXPECT_EQ(s.sample(std::vector<float>{3.0f, 1.4f}).token, 0);
+}
+
+TEST(Sampler, LogitBiasBansAndBoosts) {
+  SamplingParams p = plain(1.0f);
+  p.logit_bias = {{0, -std::numeric_limits<float>::infinity()}, {2, 5.0f}};
+  Sampler s(p, 3);
+  const auto h = histogram(s, std::vector<float>{3.0f, 0.0f, 0.0f}, 2000);
+  EXPECT_FALSE(h.count(0));
+  EXPECT_GT(h.at(2), 1900);  // e^5 / (e^5 + 1)
+}
+
+TEST(Sampler, LogprobsAreRawLogSoftmax) {
+  SamplingParams p = SamplingParams::greedy();
+  p.n_probs = 2;
+  Sampler s(p, 3);
+  const std::vector<float> logits = logits_from_probs({0.6, 0.3, 0.1});
+  const SampleResult r = s.sample(logits);
+  EXPECT_EQ(r.token, 0);
+  EXPECT_NEAR(r.logprob, std::log(0.6), 1e-6);
+  ASSERT_EQ(r.top.size(), 2u);
+  EXPECT_EQ(r.top[0].token, 0);
+  EXPECT_EQ(r.top[1].token, 1);
+  EXPECT_NEAR(r.top[1].logprob, std::log(0.3), 1e-6);
+  std::vector<float> lsm(3);
+  log_softmax(logits, lsm);
+  EXPECT_NEAR(lsm[2], std::log(0.1), 1e-6);
+}
+
+TEST(SamplerParams, InvalidValuesAreClearErrors) {
+  auto expect_bad = [](SamplingParams p, const std::string& needle) {
+    try {
+      p.validate();
+      ADD_FAILURE() << "expected an error about " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  SamplingParams p;
+  p.temperature = std::nanf("");
+  expect_bad(p, "temperature");
+  p = {};
+  p.temperature = -0.5f;
+  expect_bad(p, "temperature");
+  for (float top_p : {0.0f, -0.1f, 1.5f, std::nanf("")}) {
+    p = {};
+    p.top_p = top_p;
+    expect_bad(p, "top_p");
+  }
+  p = {};
+  p.min_p = 1.5f;
+  expect_bad(p, "min_p");
+  p = {};
+  p.repeat_penalty = 0.0f;
+  expect_bad(p, "repeat_penalty");
+  p = {};
+  p.n_probs = -1;
+  expect_bad(p, "n_probs");
+  p = {};
+  p.logit_bias = {{7, 1.0f}};
+  EXPECT_THROW(Sampler(p, 5), Error);  // token outside the vocabulary
+  EXPECT_NO_THROW(SamplingParams{}.validate());
+}
+
+TEST(Rng, DeterministicAndUniform) {
+  Rng a(5), b(5);
+  double sum = 0;
+  for (int i = 0; i < 10000; ++i) {
+    const double u = a.uniform();
+    EXPECT_EQ(u, b.uniform());
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+  }
+  EXPECT_NEAR(sum / 10000, 0.5, 0.02);
+}
+
+}  // namespace
+}  // namespace hablar::engine
