@@ -1,11 +1,13 @@
 // Decode-step attention: scatter kernel, split-K attention kernel, reduce kernel.
 //
 // Attention grid: (n_kv_heads, n_slots, n_splits), 128 threads. A block reads its KV head's
-// positions [split * split_len, ...) once and serves every query head of the GQA group.
-// Each warp is cut into rows of head_dim / 8 lanes; a row takes one position at a time,
-// each lane one 16-byte load of K and of V (8 elements). Rows keep their own online-softmax
-// state per query head; the block merges rows in order, writes one partial per
-// (slot, head, split), and the reduce kernel merges the splits and advances the lengths.
+// positions [split * split_len, ...) once, in tiles of 64 copied asynchronously into shared
+// memory (double-buffered), and serves every query head of the GQA group: per tile the
+// scores, a tile softmax state merged into each head's running state (online_softmax.h),
+// and P·V. The block writes one partial per (slot, head, split); the reduce kernel merges
+// the splits and advances the lengths.
+#include <cuda_pipeline.h>
+
 #include <algorithm>
 #include <string>
 
@@ -41,15 +43,78 @@ __global__ void decode_scatter_kernel(DecodeAttentionParams p) {
 }
 
 template <bool kBf16, int kDim, int kGroup>
+struct DecodeSmem {
+  static constexpr int kLd = kDim + 8;  // halves per K/V row: 16 bytes of padding (banks)
+  static constexpr size_t kKv = 0;      // [2 stages][K, V][kDecodeTile][kLd] halves
+  static constexpr size_t kQ = kKv + sizeof(uint16_t) * 2 * 2 * kDecodeTile * kLd;
+  static constexpr size_t kS = kQ + sizeof(float) * kGroup * kDim;  // [kGroup][kDecodeTile]
+  static constexpr size_t kBytes = kS + sizeof(float) * kGroup * kDecodeTile;
+};
+
+// Starts the asynchronous copy of one tile of K and V rows into a shared-memory stage;
+// rows past `end` are zeroed (never left stale: P = 0 times garbage could be NaN).
+template <int kDim>
+__device__ void issue_kv_tile(const DecodeAttentionParams& p, const int32_t* table, int kvh, int t0,
+                              int end, uint16_t* k_stage, uint16_t* v_stage) {
+  constexpr int kLd = kDim + 8, kChunks = kDim / 8;
+  const uint16_t* cache = static_cast<const uint16_t*>(p.kv_cache);
+  for (int i = threadIdx.x; i < kDecodeTile * kChunks; i += blockDim.x) {
+    const int r = i / kChunks, c = (i % kChunks) * 8;
+    uint16_t* dk = k_stage + r * kLd + c;
+    uint16_t* dv = v_stage + r * kLd + c;
+    if (t0 + r < end) {
+      const size_t at = p.layout.position_offset(table, p.layer, 0, kvh, t0 + r) + c;
+      __pipeline_memcpy_async(dk, cache + at, 16);
+      __pipeline_memcpy_async(dv, cache + at + p.layout.pool_elems(), 16);
+    } else {
+      *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(dv) = make_uint4(0, 0, 0, 0);
+    }
+  }
+  __pipeline_commit();
+}
+
+// Scores of one tile: thread t takes position t % 64 and query heads t / 64, + 2, + 4, ...
+template <bool kBf16, int kDim, int kGroup>
+__device__ void tile_scores(const uint16_t* ks, const float* q_s, float* s_s, int group,
+                            int valid) {
+  constexpr int kLd = kDim + 8, kPerThread = (kGroup + 1) / 2;
+  const int pos = threadIdx.x % kDecodeTile, g0 = threadIdx.x / kDecodeTile;
+  float dot[kPerThread] = {};
+#pragma unroll 4
+  for (int c = 0; c < kDim; c += 8) {
+    float k[8];
+    kv_unpack8<kBf16>(*reinterpret_cast<const uint4*>(ks + pos * kLd + c), k);
+#pragma unroll
+    for (int gi = 0; gi < kPerThread; ++gi) {
+      const float4* q4 = reinterpret_cast<const float4*>(q_s + (g0 + 2 * gi) * kDim + c);
+      const float4 a = q4[0], b = q4[1];
+      dot[gi] += a.x * k[0] + a.y * k[1] + a.z * k[2] + a.w * k[3] + b.x * k[4] + b.y * k[5] +
+                 b.z * k[6] + b.w * k[7];
+    }
+  }
+#pragma unroll
+  for (int gi = 0; gi < kPerThread; ++gi) {
+    const int g = g0 + 2 * gi;
+    if (g < kGroup) s_s[g * kDecodeTile + pos] = (pos < valid && g < group) ? dot[gi] : -INFINITY;
+  }
+}
+
+// Grid (n_kv_heads, n_slots, n_splits), 128 threads. Per tile of 64 positions (copied
+// asynchronously, double-buffered): scores of every GQA head into shared memory; warp w
+// turns the scores of heads w, w+4 into a tile softmax state, merges it into its running
+// state (softmax_merge) and accumulates P·V for its heads, each lane owning head_dim / 32
+// dimensions.
+template <bool kBf16, int kDim, int kGroup>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_attention_kernel(DecodeAttentionParams p, int split_len, int n_splits,
                             float* workspace) {
-  constexpr int kLanesPerRow = kDim / 8;
-  constexpr int kRowsPerWarp = 32 / kLanesPerRow;
-  constexpr int kRows = kDecodeWarps * kRowsPerWarp;
-  constexpr int kUnroll = 4;
-  __shared__ SoftmaxState row_state[kRows][kGroup];
-  __shared__ float row_acc[kRows][kGroup][kDim];
+  using L = DecodeSmem<kBf16, kDim, kGroup>;
+  constexpr int kLd = L::kLd, kDpl = kDim / 32, kHeadsPerWarp = (kGroup + 3) / 4;
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint16_t* kv_s = reinterpret_cast<uint16_t*>(smem + L::kKv);
+  float* q_s = reinterpret_cast<float*>(smem + L::kQ);
+  float* s_s = reinterpret_cast<float*>(smem + L::kS);
 
   const int kvh = blockIdx.x, slot = blockIdx.y, split = blockIdx.z;
   if (!p.active[slot]) return;
@@ -59,87 +124,105 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int end = min(begin + split_len, context);
   const int group = p.n_heads / p.layout.n_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row = warp * kRowsPerWarp + lane / kLanesPerRow;
-  const int dim0 = (lane % kLanesPerRow) * 8;
-
-  float q[kGroup][8];
-  float acc[kGroup][8];
-  SoftmaxState state[kGroup];
-#pragma unroll
-  for (int g = 0; g < kGroup; ++g) {
-    state[g] = softmax_empty();
-    const float* qp = p.q + ((size_t)slot * p.n_heads + kvh * group + g) * kDim + dim0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      q[g][i] = g < group ? qp[i] * p.scale : 0.0f;
-      acc[g][i] = 0.0f;
-    }
-  }
-
   const int32_t* table = p.block_tables + (size_t)slot * p.max_blocks_per_seq;
-  const uint16_t* cache = static_cast<const uint16_t*>(p.kv_cache);
-  const size_t v_shift = p.layout.pool_elems();
-  // The loop bound is uniform per warp (shuffles need every lane); rows past `end` idle.
-  for (int base = begin + warp * kRowsPerWarp; base < end; base += kRows * kUnroll) {
-    uint4 k_raw[kUnroll], v_raw[kUnroll];
-    bool valid[kUnroll];
+
+  for (int i = threadIdx.x; i < kGroup * kDim; i += blockDim.x) {
+    const int g = i / kDim;
+    q_s[i] = g < group ? p.q[((size_t)slot * p.n_heads + kvh * group) * kDim + i] * p.scale : 0.f;
+  }
+  const int n_tiles = (end - begin + kDecodeTile - 1) / kDecodeTile;
+  auto stage_k = [&](int stage) { return kv_s + (size_t)(stage * 2) * kDecodeTile * kLd; };
+  issue_kv_tile<kDim>(p, table, kvh, begin, end, stage_k(0), stage_k(0) + kDecodeTile * kLd);
+
+  SoftmaxState state[kHeadsPerWarp];
+  float acc[kHeadsPerWarp][kDpl];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int pos = base + u * kRows + (lane / kLanesPerRow);
-      valid[u] = pos < end;
-      if (valid[u]) {
-        const size_t at = p.layout.position_offset(table, p.layer, 0, kvh, pos) + dim0;
-        k_raw[u] = __ldg(reinterpret_cast<const uint4*>(cache + at));
-        v_raw[u] = __ldg(reinterpret_cast<const uint4*>(cache + at + v_shift));
-      } else {
-        k_raw[u] = v_raw[u] = make_uint4(0, 0, 0, 0);
-      }
+  for (int hi = 0; hi < kHeadsPerWarp; ++hi) {
+    state[hi] = softmax_empty();
+#pragma unroll
+    for (int i = 0; i < kDpl; ++i) acc[hi][i] = 0.0f;
+  }
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const int t0 = begin + tile * kDecodeTile;
+    if (tile + 1 < n_tiles) {
+      uint16_t* next = stage_k((tile + 1) & 1);
+      issue_kv_tile<kDim>(p, table, kvh, t0 + kDecodeTile, end, next, next + kDecodeTile * kLd);
+      __pipeline_wait_prior(1);
+    } else {
+      __pipeline_wait_prior(0);
     }
+    __syncthreads();  // this tile (and q_s) visible to every thread
+    const uint16_t* ks = stage_k(tile & 1);
+    const uint16_t* vs = ks + kDecodeTile * kLd;
+    tile_scores<kBf16, kDim, kGroup>(ks, q_s, s_s, group, end - t0);
+    __syncthreads();
+
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float k[8], v[8];
-      kv_unpack8<kBf16>(k_raw[u], k);
-      kv_unpack8<kBf16>(v_raw[u], v);
+    for (int hi = 0; hi < kHeadsPerWarp; ++hi) {
+      const int g = warp + 4 * hi;
+      if (g >= group) continue;
+      float* row = s_s + g * kDecodeTile;
+      const float s0 = row[lane], s1 = row[lane + 32];
+      // The tile's softmax state, itself online: each lane pushes its two scores, then the
+      // lanes' states merge in a butterfly (every lane ends with the tile's state).
+      SoftmaxState tile_state = softmax_empty();
+      float unused;
+      if (s0 != -INFINITY) softmax_push(tile_state, s0, &unused);
+      if (s1 != -INFINITY) softmax_push(tile_state, s1, &unused);
 #pragma unroll
-      for (int g = 0; g < kGroup; ++g) {
-        float score = 0.0f;
+      for (int off = 16; off > 0; off /= 2) {
+        const SoftmaxState other{__shfl_xor_sync(0xffffffffu, tile_state.max, off),
+                                 __shfl_xor_sync(0xffffffffu, tile_state.sum, off)};
+        softmax_merge(tile_state, other);
+      }
+      const float mx = tile_state.max;
+      const float e0 = s0 == -INFINITY ? 0.0f : softmax_exp(s0 - mx);
+      const float e1 = s1 == -INFINITY ? 0.0f : softmax_exp(s1 - mx);
+      const SoftmaxMerge merge = softmax_merge(state[hi], tile_state);
+      row[lane] = e0 * merge.factor_b;
+      row[lane + 32] = e1 * merge.factor_b;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) score = fmaf(q[g][i], k[i], score);
+      for (int i = 0; i < kDpl; ++i) acc[hi][i] *= merge.factor_a;
+    }
+    __syncwarp();
+    for (int pos = 0; pos < kDecodeTile; ++pos) {
+      float v[kDpl];
+      const uint16_t* vrow = vs + pos * kLd + lane * kDpl;
+      if constexpr (kDpl == 8) {
+        kv_unpack8<kBf16>(*reinterpret_cast<const uint4*>(vrow), v);
+      } else {
 #pragma unroll
-        for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2)
-          score += __shfl_xor_sync(0xffffffffu, score, offset);
-        if (valid[u] && g < group) {
-          float rescale;
-          const float weight = softmax_push(state[g], score, &rescale);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(acc[g][i], rescale, weight * v[i]);
+        for (int i = 0; i < kDpl; i += 2) {
+          const uint32_t two = *reinterpret_cast<const uint32_t*>(vrow + i);
+          float pair[8];
+          kv_unpack8<kBf16>(make_uint4(two, 0, 0, 0), pair);
+          v[i] = pair[0];
+          v[i + 1] = pair[1];
         }
       }
+#pragma unroll
+      for (int hi = 0; hi < kHeadsPerWarp; ++hi) {
+        const int g = warp + 4 * hi;
+        if (g >= group) continue;
+        const float weight = s_s[g * kDecodeTile + pos];
+#pragma unroll
+        for (int i = 0; i < kDpl; ++i) acc[hi][i] = fmaf(weight, v[i], acc[hi][i]);
+      }
     }
+    __syncthreads();  // the stage and the scores are rewritten next round
   }
 
 #pragma unroll
-  for (int g = 0; g < kGroup; ++g) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) row_acc[row][g][dim0 + i] = acc[g][i];
-    if (dim0 == 0) row_state[row][g] = state[g];
-  }
-  __syncthreads();
-
-  for (int idx = threadIdx.x; idx < group * kDim; idx += blockDim.x) {
-    const int g = idx / kDim, d = idx % kDim;
-    SoftmaxState total = softmax_empty();
-    float merged = 0.0f;
-    for (int r = 0; r < kRows; ++r) {
-      const SoftmaxMerge m = softmax_merge(total, row_state[r][g]);
-      merged = merged * m.factor_a + row_acc[r][g][d] * m.factor_b;
-    }
+  for (int hi = 0; hi < kHeadsPerWarp; ++hi) {
+    const int g = warp + 4 * hi;
+    if (g >= group) continue;
     const int head = kvh * group + g;
     float* part = workspace + (((size_t)slot * p.n_heads + head) * n_splits + split) * (kDim + 2);
-    part[2 + d] = merged;
-    if (d == 0) {
-      part[0] = total.max;
-      part[1] = total.sum;
+#pragma unroll
+    for (int i = 0; i < kDpl; ++i) part[2 + lane * kDpl + i] = acc[hi][i];
+    if (lane == 0) {
+      part[0] = state[hi].max;
+      part[1] = state[hi].sum;
     }
   }
 }
@@ -169,26 +252,31 @@ __global__ void decode_reduce_kernel(DecodeAttentionParams p, int split_len, int
   if (threadIdx.x == 0) p.seq_lens[slot] += 1;
 }
 
+template <bool kBf16, int kDim, int kGroup>
+void launch_attention_group(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
+                            cudaStream_t stream) {
+  const size_t smem = DecodeSmem<kBf16, kDim, kGroup>::kBytes;
+  auto kernel = decode_attention_kernel<kBf16, kDim, kGroup>;
+  HABLAR_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  const dim3 grid(p.layout.n_kv_heads, p.n_slots, n_splits);
+  kernel<<<grid, kDecodeWarps * 32, smem, stream>>>(p, split_len, n_splits, ws);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
 template <bool kBf16, int kDim>
 void launch_attention(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
                       cudaStream_t stream) {
-  const dim3 grid(p.layout.n_kv_heads, p.n_slots, n_splits);
   const int group = p.n_heads / p.layout.n_kv_heads;
-  const int threads = kDecodeWarps * 32;
   if (group <= 1) {
-    decode_attention_kernel<kBf16, kDim, 1>
-        <<<grid, threads, 0, stream>>>(p, split_len, n_splits, ws);
+    launch_attention_group<kBf16, kDim, 1>(p, split_len, n_splits, ws, stream);
   } else if (group <= 2) {
-    decode_attention_kernel<kBf16, kDim, 2>
-        <<<grid, threads, 0, stream>>>(p, split_len, n_splits, ws);
+    launch_attention_group<kBf16, kDim, 2>(p, split_len, n_splits, ws, stream);
   } else if (group <= 4) {
-    decode_attention_kernel<kBf16, kDim, 4>
-        <<<grid, threads, 0, stream>>>(p, split_len, n_splits, ws);
+    launch_attention_group<kBf16, kDim, 4>(p, split_len, n_splits, ws, stream);
   } else {
-    decode_attention_kernel<kBf16, kDim, 8>
-        <<<grid, threads, 0, stream>>>(p, split_len, n_splits, ws);
+    launch_attention_group<kBf16, kDim, 8>(p, split_len, n_splits, ws, stream);
   }
-  HABLAR_CUDA_CHECK_LAUNCH();
 }
 
 template <bool kBf16>

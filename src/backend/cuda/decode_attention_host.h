@@ -6,6 +6,8 @@
 // pointers here.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -47,31 +49,52 @@ inline void scatter(const DecodeAttentionParams& p) {
   }
 }
 
+// The softmax state of one tile of scores as the kernel's warp forms it: lane l pushes
+// scores l and l + 32 (online, with rescale), then lanes merge in a butterfly (offsets 16,
+// 8, 4, 2, 1, each lane merging its partner into itself); lane 0's state is the result.
+inline SoftmaxState tile_state(const float* scores, int n) {
+  SoftmaxState lanes[32], next[32];
+  float unused = 0.0f;
+  for (int l = 0; l < 32; ++l) {
+    lanes[l] = softmax_empty();
+    if (l < n) softmax_push(lanes[l], scores[l], &unused);
+    if (l + 32 < n) softmax_push(lanes[l], scores[l + 32], &unused);
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    for (int l = 0; l < 32; ++l) {
+      next[l] = lanes[l];
+      softmax_merge(next[l], lanes[l ^ off]);
+    }
+    for (int l = 0; l < 32; ++l) lanes[l] = next[l];
+  }
+  return lanes[0];
+}
+
 // Partial attention of one query head over positions [begin, end), walked as the kernel
-// does: row group r takes positions begin + r, begin + r + row_groups, ...; the row groups'
-// states are then merged in order 0..row_groups-1.
+// does: tiles of kDecodeTile positions, each a softmax state (tile_state) merged into the
+// running state, its weights scaled by the merge's factor before P·V.
 inline SoftmaxState attend_split(const DecodeAttentionParams& p, const int32_t* table,
                                  const float* q, int kvh, int begin, int end, float* acc) {
   const int d_head = p.layout.head_dim;
-  const int row_groups = decode_row_groups(d_head);
   SoftmaxState total = softmax_empty();
-  std::vector<float> acc_r(d_head);
+  std::vector<float> scores(kDecodeTile);
   for (int d = 0; d < d_head; ++d) acc[d] = 0.0f;
-  for (int r = 0; r < row_groups; ++r) {
-    SoftmaxState state = softmax_empty();
-    for (int d = 0; d < d_head; ++d) acc_r[d] = 0.0f;
-    for (int pos = begin + r; pos < end; pos += row_groups) {
-      const size_t k_at = p.layout.position_offset(table, p.layer, 0, kvh, pos);
-      const size_t v_at = p.layout.position_offset(table, p.layer, 1, kvh, pos);
+  for (int t0 = begin; t0 < end; t0 += kDecodeTile) {
+    const int n = end - t0 < kDecodeTile ? end - t0 : kDecodeTile;
+    for (int i = 0; i < n; ++i) {
+      const size_t k_at = p.layout.position_offset(table, p.layer, 0, kvh, t0 + i);
       float score = 0.0f;
       for (int d = 0; d < d_head; ++d) score += q[d] * p.scale * load_kv(p, k_at + d);
-      float rescale = 0.0f;
-      const float weight = softmax_push(state, score, &rescale);
-      for (int d = 0; d < d_head; ++d)
-        acc_r[d] = acc_r[d] * rescale + weight * load_kv(p, v_at + d);
+      scores[i] = score;
     }
-    const SoftmaxMerge merge = softmax_merge(total, state);
-    for (int d = 0; d < d_head; ++d) acc[d] = acc[d] * merge.factor_a + acc_r[d] * merge.factor_b;
+    const SoftmaxState tile = tile_state(scores.data(), n);
+    const SoftmaxMerge merge = softmax_merge(total, tile);
+    for (int d = 0; d < d_head; ++d) acc[d] *= merge.factor_a;
+    for (int i = 0; i < n; ++i) {
+      const size_t v_at = p.layout.position_offset(table, p.layer, 1, kvh, t0 + i);
+      const float weight = softmax_exp(scores[i] - tile.max) * merge.factor_b;
+      for (int d = 0; d < d_head; ++d) acc[d] += weight * load_kv(p, v_at + d);
+    }
   }
   return total;
 }

@@ -66,13 +66,11 @@ inline int32_t decode_num_splits(const DecodeAttentionParams& p) {
   return (decode_max_context(p) + split - 1) / split;
 }
 
-// Row groups of the decode kernel: 4 warps, each split into rows of head_dim / 8 lanes
-// (one 16-byte load of 8 elements per lane). The host twin walks positions in this same
-// interleave so that it merges partial softmax states in the same order as the GPU.
+// Positions per tile of the decode kernel: each tile's scores form one softmax state that
+// is merged into the running state. The host twin walks the same tiles so that it merges
+// in the same order as the GPU. Split lengths are multiples of it.
 inline constexpr int kDecodeWarps = 4;
-inline int32_t decode_row_groups(int32_t head_dim) {
-  return kDecodeWarps * (32 / (head_dim / 8));
-}
+inline constexpr int kDecodeTile = 64;
 
 // Workspace of one decode call: per (slot, head, split) a partial state (max, sum) and an
 // unnormalized accumulator of head_dim floats.

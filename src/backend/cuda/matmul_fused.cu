@@ -31,36 +31,36 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int groups = kGemvThreads / group_threads;
   const int group = threadIdx.x / group_threads, t = threadIdx.x % group_threads;
   const int row0 = (blockIdx.x * groups + group) * kRowsPerGroup;
-  const int n_units = k / 32;
+  const int n_eights = k / 8;
   float acc[kRowsPerGroup][kM] = {};
   if (row0 < n) {
-    for (int u = t; u < n_units; u += group_threads) {
-      float wv[kRowsPerGroup][32];
+    const uint8_t* rows[kRowsPerGroup];
 #pragma unroll
-      for (int r = 0; r < kRowsPerGroup; ++r) {
-        const int row = min(row0 + r, n - 1);  // a missing last row repeats, unused
-        dequant_unit<T>(w + (size_t)row * row_bytes, u, wv[r]);
-      }
+    for (int r = 0; r < kRowsPerGroup; ++r)
+      rows[r] = w + (size_t)min(row0 + r, n - 1) * row_bytes;  // a missing last row repeats
+      // Consecutive threads take consecutive groups of 8 values: weight bytes and activations
+      // are both read coalesced. Unrolled so several groups' loads are in flight at once.
+#pragma unroll 4
+    for (int e = t; e < n_eights; e += group_threads) {
+      float wv[kRowsPerGroup][8];
+#pragma unroll
+      for (int r = 0; r < kRowsPerGroup; ++r) dequant_group<T>(rows[r], e, wv[r]);
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
-        const float4* xv = reinterpret_cast<const float4*>(x + (size_t)m * k + 32 * u);
-        // Four independent partial sums per row: short FMA dependency chains.
-        float part[kRowsPerGroup][4] = {};
+        const float4* xv = reinterpret_cast<const float4*>(x + (size_t)m * k + 8 * e);
+        const float4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
 #pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          const float4 xx = __ldg(xv + c);
-#pragma unroll
-          for (int r = 0; r < kRowsPerGroup; ++r) {
-            float& a = part[r][c % 4];
-            a = fmaf(wv[r][4 * c], xx.x, a);
-            a = fmaf(wv[r][4 * c + 1], xx.y, a);
-            a = fmaf(wv[r][4 * c + 2], xx.z, a);
-            a = fmaf(wv[r][4 * c + 3], xx.w, a);
-          }
+        for (int r = 0; r < kRowsPerGroup; ++r) {
+          float a = wv[r][0] * x0.x;
+          float b = wv[r][1] * x0.y;
+          a = fmaf(wv[r][2], x0.z, a);
+          b = fmaf(wv[r][3], x0.w, b);
+          a = fmaf(wv[r][4], x1.x, a);
+          b = fmaf(wv[r][5], x1.y, b);
+          a = fmaf(wv[r][6], x1.z, a);
+          b = fmaf(wv[r][7], x1.w, b);
+          acc[r][m] += a + b;
         }
-#pragma unroll
-        for (int r = 0; r < kRowsPerGroup; ++r)
-          acc[r][m] += (part[r][0] + part[r][1]) + (part[r][2] + part[r][3]);
       }
     }
   }
@@ -164,8 +164,13 @@ __global__ void __launch_bounds__(kTileThreads)
 
 template <DType T, int kM>
 void launch_gemv(const WeightView& w, const float* x, float* y, cudaStream_t stream) {
-  const int n_units = (int)(w.cols / 32);
-  const int group_threads = n_units >= 512 ? 128 : n_units >= 128 ? 64 : 32;
+  // Threads per row pair: enough warps to fill the GPU (about 32 per multiprocessor),
+  // while every thread keeps at least 4 groups of 8 values to walk.
+  const int64_t n_eights = w.cols / 8, row_pairs = (w.rows + 1) / 2;
+  int group_threads = 32;
+  while (group_threads < kGemvThreads && row_pairs * (group_threads / 32) < 132 * 32 &&
+         n_eights / (group_threads * 2) >= 4)
+    group_threads *= 2;
   const int rows_per_block = kGemvThreads / group_threads * kRowsPerGroup;
   const int blocks = (int)((w.rows + rows_per_block - 1) / rows_per_block);
   gemv_kernel<T, kM><<<blocks, kGemvThreads, 0, stream>>>(static_cast<const uint8_t*>(w.data),

@@ -246,6 +246,184 @@ struct QuantTraits<DType::BF16> {
   }
 };
 
+// ---- Groups of 8 values: the GEMV path, where 32 lanes take 32 consecutive groups so that
+// both the weight bytes and the activations they meet are read coalesced. group(b, g, out)
+// dequantizes values 8g .. 8g+7 of block b.
+
+// 8 nibbles from 8 bytes (as two words): low (shift 0) or high (shift 4) halves.
+__host__ __device__ __forceinline__ void nibbles8(uint32_t lo, uint32_t hi, int shift,
+                                                  uint32_t q[8]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    q[i] = (lo >> (8 * i + shift)) & 0xF;
+    q[4 + i] = (hi >> (8 * i + shift)) & 0xF;
+  }
+}
+
+template <DType T>
+struct QuantGroup;
+
+template <>
+struct QuantGroup<DType::Q4_0> {
+  __host__ __device__ static void group(const uint8_t* b, int g, float out[8]) {
+    const float d = half_at(b);
+    uint32_t q[8];
+    const uint8_t* qs = b + 2 + 8 * (g & 1);
+    nibbles8(u16_pair(qs), u16_pair(qs + 4), (g >> 1) * 4, q);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = d * (small_uint_to_float(q[i]) - 8.0f);
+  }
+};
+
+template <>
+struct QuantGroup<DType::Q4_1> {
+  __host__ __device__ static void group(const uint8_t* b, int g, float out[8]) {
+    const float d = half_at(b), m = half_at(b + 2);
+    uint32_t q[8];
+    const uint32_t* qs = reinterpret_cast<const uint32_t*>(b + 4 + 8 * (g & 1));
+    nibbles8(qs[0], qs[1], (g >> 1) * 4, q);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = fmaf(d, small_uint_to_float(q[i]), m);
+  }
+};
+
+template <>
+struct QuantGroup<DType::Q5_0> {
+  __host__ __device__ static void group(const uint8_t* b, int g, float out[8]) {
+    const float d = half_at(b);
+    const uint32_t qh = u16_pair(b + 2) >> (8 * g);
+    uint32_t q[8];
+    const uint8_t* qs = b + 6 + 8 * (g & 1);
+    nibbles8(u16_pair(qs), u16_pair(qs + 4), (g >> 1) * 4, q);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      out[i] = d * (small_uint_to_float(q[i] | (((qh >> i) & 1) << 4)) - 16.0f);
+  }
+};
+
+template <>
+struct QuantGroup<DType::Q5_1> {
+  __host__ __device__ static void group(const uint8_t* b, int g, float out[8]) {
+    const float d = half_at(b), m = half_at(b + 2);
+    const uint32_t qh = *reinterpret_cast<const uint32_t*>(b + 4) >> (8 * g);
+    uint32_t q[8];
+    const uint32_t* qs = reinterpret_cast<const uint32_t*>(b + 8 + 8 * (g & 1));
+    nibbles8(qs[0], qs[1], (g >> 1) * 4, q);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      out[i] = fmaf(d, small_uint_to_float(q[i] | (((qh >> i) & 1) << 4)), m);
+  }
+};
+
+template <>
+struct QuantGroup<DType::Q8_0> {
+  __host__ __device__ static void group(const uint8_t* b, int g, float out[8]) {
+    const float d = half_at(b);
+    const uint8_t* qs = b + 2 + 8 * g;
+    const uint32_t words[2] = {u16_pair(qs), u16_pair(qs + 4)};
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      out[i] =
+          d * (small_uint_to_float(((words[i / 4] >> (8 * (i % 4))) & 0xFFu) ^ 0x80u) - 128.0f);
+  }
+};
+
+template <>
+struct QuantGroup<DType::Q4_K> {
+  __host__ __device__ static void group(const uint8_t* b, int g, float out[8]) {
+    const int j = g / 4;  // sub-block of 32
+    float sc, m;
+    k_scale_min(b + 4, j, &sc, &m);
+    const float d = half_at(b) * sc, dmin = half_at(b + 2) * m;
+    const uint2 raw = *reinterpret_cast<const uint2*>(b + 16 + 32 * (j / 2) + 8 * (g % 4));
+    uint32_t q[8];
+    nibbles8(raw.x, raw.y, (j & 1) * 4, q);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = fmaf(d, small_uint_to_float(q[i]), -dmin);
+  }
+};
+
+template <>
+struct QuantGroup<DType::Q5_K> {
+  __host__ __device__ static void group(const uint8_t* b, int g, float out[8]) {
+    const int j = g / 4;
+    float sc, m;
+    k_scale_min(b + 4, j, &sc, &m);
+    const float d = half_at(b) * sc, dmin = half_at(b + 2) * m;
+    const uint2 raw = *reinterpret_cast<const uint2*>(b + 48 + 32 * (j / 2) + 8 * (g % 4));
+    const uint2 high = *reinterpret_cast<const uint2*>(b + 16 + 8 * (g % 4));
+    uint32_t q[8];
+    nibbles8(raw.x, raw.y, (j & 1) * 4, q);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t h = ((i < 4 ? high.x : high.y) >> (8 * (i % 4) + j)) & 1;
+      out[i] = fmaf(d, small_uint_to_float(q[i] | (h << 4)), -dmin);
+    }
+  }
+};
+
+template <>
+struct QuantGroup<DType::Q6_K> {
+  __host__ __device__ static void group(const uint8_t* b, int g, float out[8]) {
+    const int j = g / 4, within = g % 4;
+    const int half = j / 4, quarter = j % 4;
+    const uint8_t* ql = b + 64 * half + 32 * (quarter & 1) + 8 * within;
+    const uint8_t* qh = b + 128 + 32 * half + 8 * within;
+    const int8_t scale =
+        reinterpret_cast<const int8_t*>(b + 192)[8 * half + 2 * quarter + within / 2];
+    const float d = half_at(b + 208) * (float)scale;
+    const uint32_t lw[2] = {u16_pair(ql), u16_pair(ql + 4)};
+    const uint32_t hw[2] = {u16_pair(qh), u16_pair(qh + 4)};
+    const int lshift = quarter >= 2 ? 4 : 0, hshift = 2 * quarter;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t lo = (lw[i / 4] >> (8 * (i % 4) + lshift)) & 0xF;
+      const uint32_t hi = (hw[i / 4] >> (8 * (i % 4) + hshift)) & 3;
+      out[i] = d * (small_uint_to_float(lo | (hi << 4)) - 32.0f);
+    }
+  }
+};
+
+template <>
+struct QuantGroup<DType::F16> {
+  __host__ __device__ static void group(const uint8_t* b, int g, float out[8]) {
+    const uint4 raw = reinterpret_cast<const uint4*>(b)[g];
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#if defined(__CUDA_ARCH__)
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+#else
+      out[2 * i] = fp16_to_f32((uint16_t)(words[i] & 0xFFFF));
+      out[2 * i + 1] = fp16_to_f32((uint16_t)(words[i] >> 16));
+#endif
+    }
+  }
+};
+
+template <>
+struct QuantGroup<DType::BF16> {
+  __host__ __device__ static void group(const uint8_t* b, int g, float out[8]) {
+    const uint4 raw = reinterpret_cast<const uint4*>(b)[g];
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = bits_f32(words[i] << 16);
+      out[2 * i + 1] = bits_f32(words[i] & 0xFFFF0000u);
+    }
+  }
+};
+
+// Dequantizes group g (values 8g .. 8g+7) of a row.
+template <DType T>
+__host__ __device__ __forceinline__ void dequant_group(const uint8_t* row, int g, float out[8]) {
+  using Q = QuantTraits<T>;
+  constexpr int kGroupsPerBlock = Q::kValues / 8;
+  QuantGroup<T>::group(row + (size_t)(g / kGroupsPerBlock) * Q::kBytes, g % kGroupsPerBlock, out);
+}
+
 // Dequantizes unit u (values 32u .. 32u+31) of a row.
 template <DType T>
 __host__ __device__ __forceinline__ void dequant_unit(const uint8_t* row, int u, float out[32]) {
