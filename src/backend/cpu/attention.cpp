@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/ops_x86.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/fp16.h"
 
@@ -16,9 +18,9 @@ float kv_value(const uint16_t* p, bool bf16) {
 
 // One head: scores over positions [0, pos], softmax, weighted sum of V. `scores` has room
 // for pos + 1 values.
-void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
-                 const int32_t* block_table, int pos, int kv_head, const float* q, float scale,
-                 float* scores, float* out) {
+void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                        const int32_t* block_table, int pos, int kv_head, const float* q,
+                        float scale, float* scores, float* out) {
   const int hd = layout.head_dim;
   const bool bf16 = layout.dtype == KvDType::BF16;
   float max_score = -INFINITY;
@@ -40,6 +42,19 @@ void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
     const uint16_t* v = cache + layout.position_offset(block_table, layer, 1, kv_head, p);
     const float w = scores[p] * inv;
     for (int d = 0; d < hd; ++d) out[d] += w * kv_value(v + d, bf16);
+  }
+}
+
+// The AVX2 form when the CPU has it (the same one for every call, so results never depend
+// on which path a query took).
+void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                 const int32_t* block_table, int pos, int kv_head, const float* q, float scale,
+                 float* scores, float* out) {
+  static const bool simd = cpu_features().has_avx2_kernels();
+  if (simd && layout.head_dim % 8 == 0) {
+    avx2::attend_head(cache, layout, layer, block_table, pos, kv_head, q, scale, scores, out);
+  } else {
+    attend_head_scalar(cache, layout, layer, block_table, pos, kv_head, q, scale, scores, out);
   }
 }
 

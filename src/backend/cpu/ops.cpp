@@ -3,6 +3,8 @@
 #include <string>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/ops_x86.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/quant.h"
@@ -83,6 +85,11 @@ void rope(float* x, int n_heads, int head_dim, int pos, const RopeParams& p) {
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  static const bool simd = cpu_features().has_avx2_kernels();
+  if (simd) {
+    avx2::swiglu(gate, up, out, n);
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];

@@ -1,0 +1,18 @@
+// SIMD forms of the non-matmul ops, built with AVX2 + FMA + F16C (ops_avx2.cpp); ops.cpp and
+// attention.cpp call them when the CPU has those extensions, else their scalar forms.
+#pragma once
+
+#include <cstdint>
+
+#include "core/kv_layout.h"
+
+namespace hablar::cpu::avx2 {
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// head_dim must be a multiple of 8.
+void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                 const int32_t* block_table, int pos, int kv_head, const float* q, float scale,
+                 float* scores, float* out);
+float exp_scalar(float x);
+
+}  // namespace hablar::cpu::avx2

@@ -1,0 +1,334 @@
+// The non-matmul ops against straightforward double-precision oracles written here, the KV
+// cache store and attention against a softmax over K/V the test placed itself, and the
+// thread pool.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/quant.h"
+
+namespace hablar::cpu {
+namespace {
+
+std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(Ops, RmsNormMatchesDoubleFormula) {
+  const int64_t n = 579;
+  const auto x = random_values(n, 1, 3.0f), w = random_values(n, 2);
+  std::vector<float> y(n);
+  rmsnorm(x.data(), w.data(), y.data(), n, 1e-5f);
+  double ss = 0;
+  for (float v : x) ss += (double)v * v;
+  const double inv = 1.0 / std::sqrt(ss / n + 1e-5);
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_NEAR(y[i], x[i] * inv * w[i], 1e-5 * std::fabs(x[i] * inv * w[i]) + 1e-7);
+  // In place gives the same.
+  std::vector<float> z = x;
+  rmsnorm(z.data(), w.data(), z.data(), n, 1e-5f);
+  EXPECT_EQ(0, std::memcmp(z.data(), y.data(), n * sizeof(float)));
+}
+
+TEST(Ops, SwigluMatchesDoubleFormula) {
+  const int64_t n = 1003;
+  auto g = random_values(n, 3, 4.0f);
+  g[0] = -100.0f;  // exp overflow territory
+  g[1] = 100.0f;
+  g[2] = 0.0f;
+  const auto u = random_values(n, 4);
+  std::vector<float> out(n);
+  swiglu(g.data(), u.data(), out.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = g[i] / (1.0 + std::exp(-(double)g[i])) * u[i];
+    EXPECT_NEAR(out[i], want, 2e-6 * std::fabs(want) + 1e-30) << "i=" << i << " g=" << g[i];
+  }
+}
+
+TEST(Ops, AddInplace) {
+  std::vector<float> y = {1, 2, 3}, x = {0.5f, -2, 4};
+  add_inplace(y.data(), x.data(), 3);
+  EXPECT_EQ(y, (std::vector<float>{1.5f, 0, 7}));
+}
+
+// Oracle: rotation of pair i by pos * freq_i, freq_i = base^(-2i/n_dims) after scaling.
+double oracle_freq(int i, const RopeParams& p) {
+  double freq = std::pow((double)p.freq_base, -2.0 * i / p.n_dims);
+  if (p.scaling == RopeParams::Scaling::kLinear) return freq / p.factor;
+  if (p.scaling == RopeParams::Scaling::kLlama3) {
+    const double wavelen = 2 * M_PI / freq;
+    const double low = p.original_context / p.low_freq_factor;
+    const double high = p.original_context / p.high_freq_factor;
+    if (wavelen < high) return freq;
+    if (wavelen > low) return freq / p.factor;
+    const double smooth = (p.original_context / wavelen - p.low_freq_factor) /
+                          (p.high_freq_factor - p.low_freq_factor);
+    return (1 - smooth) * freq / p.factor + smooth * freq;
+  }
+  return freq;
+}
+
+void check_rope(const RopeParams& p, int head_dim, int pos) {
+  const int n_heads = 3;
+  const auto x = random_values((size_t)n_heads * head_dim, 7);
+  std::vector<float> y = x;
+  rope(y.data(), n_heads, head_dim, pos, p);
+  const int half = p.n_dims / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    const float* a = x.data() + h * head_dim;
+    const float* b = y.data() + h * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const int i0 = p.neox ? i : 2 * i, i1 = p.neox ? i + half : 2 * i + 1;
+      const double th = pos * oracle_freq(i, p);
+      EXPECT_NEAR(b[i0], a[i0] * std::cos(th) - a[i1] * std::sin(th), 2e-4) << "pair " << i;
+      EXPECT_NEAR(b[i1], a[i0] * std::sin(th) + a[i1] * std::cos(th), 2e-4) << "pair " << i;
+    }
+    for (int d = p.n_dims; d < head_dim; ++d) EXPECT_EQ(b[d], a[d]) << "pass-through dim " << d;
+  }
+}
+
+TEST(Ops, RopeNormalAndNeox) {
+  RopeParams p;
+  p.n_dims = 64;
+  p.freq_base = 10000.0f;
+  for (bool neox : {false, true}) {
+    p.neox = neox;
+    for (int pos : {0, 1, 17, 100}) check_rope(p, 64, pos);
+  }
+  // Partial rotation: only the first n_dims dimensions move.
+  p.n_dims = 32;
+  check_rope(p, 64, 9);
+}
+
+TEST(Ops, RopeScaling) {
+  RopeParams p;
+  p.n_dims = 128;
+  p.freq_base = 500000.0f;
+  p.scaling = RopeParams::Scaling::kLinear;
+  p.factor = 4.0f;
+  check_rope(p, 128, 77);
+  p.scaling = RopeParams::Scaling::kLlama3;
+  p.factor = 8.0f;
+  p.low_freq_factor = 1.0f;
+  p.high_freq_factor = 4.0f;
+  p.original_context = 8192;
+  for (int pos : {3, 90}) check_rope(p, 128, pos);
+}
+
+TEST(Ops, RopeRejectsBadParams) {
+  std::vector<float> x(64);
+  RopeParams p;
+  p.n_dims = 65;
+  EXPECT_THROW(rope(x.data(), 1, 64, 0, p), Error);
+  p.n_dims = 0;
+  EXPECT_THROW(rope(x.data(), 1, 64, 0, p), Error);
+}
+
+TEST(Ops, EmbeddingRowDequantizes) {
+  const int64_t rows = 5, cols = 256;
+  for (DType type : {DType::Q4_K, DType::Q8_0, DType::F16, DType::F32}) {
+    const size_t rb = dtype_row_bytes(type, cols);
+    std::vector<uint8_t> bytes(rb * rows);
+    const auto src = random_values((size_t)(rows * cols), 5);
+    for (int64_t r = 0; r < rows; ++r)
+      quantize_row(type, src.data() + r * cols, bytes.data() + r * rb, cols);
+    const WeightView table{type, rows, cols, rb, bytes.data()};
+    std::vector<float> got(cols), want(cols);
+    embedding_row(table, 3, got.data());
+    dequantize_row(type, bytes.data() + 3 * rb, want.data(), cols);
+    EXPECT_EQ(got, want) << dtype_name(type);
+    EXPECT_THROW(embedding_row(table, 5, got.data()), Error);
+    EXPECT_THROW(embedding_row(table, -1, got.data()), Error);
+  }
+}
+
+// A small paged cache whose sequences use scattered physical blocks.
+struct CacheFixture {
+  KvCacheLayout layout;
+  std::vector<uint16_t> cache;
+  CacheFixture(int n_kv_heads, int head_dim, int n_blocks, KvDType dtype = KvDType::F16) {
+    layout.n_layers = 2;
+    layout.n_kv_heads = n_kv_heads;
+    layout.head_dim = head_dim;
+    layout.block_size = 16;
+    layout.n_blocks = n_blocks;
+    layout.dtype = dtype;
+    cache.assign(layout.total_elems(), 0x7e00);  // NaN everywhere not written
+  }
+};
+
+float kv_round(float v, KvDType t) {
+  return t == KvDType::BF16 ? bf16_to_f32(f32_to_bf16(v)) : fp16_to_f32(f32_to_fp16(v));
+}
+
+// Softmax attention in double over K/V as the test stored them (rounded to the cache type).
+std::vector<double> oracle_attention(const std::vector<std::vector<float>>& ks,
+                                     const std::vector<std::vector<float>>& vs, const float* q,
+                                     int n_heads, int n_kv_heads, int head_dim, int pos,
+                                     KvDType t) {
+  std::vector<double> out((size_t)n_heads * head_dim, 0.0);
+  const int group = n_heads / n_kv_heads;
+  for (int h = 0; h < n_heads; ++h) {
+    const int kvh = h / group;
+    std::vector<double> s(pos + 1);
+    double mx = -1e300;
+    for (int p = 0; p <= pos; ++p) {
+      double dot = 0;
+      for (int d = 0; d < head_dim; ++d)
+        dot += (double)q[h * head_dim + d] * kv_round(ks[p][kvh * head_dim + d], t);
+      s[p] = dot / std::sqrt((double)head_dim);
+      mx = std::max(mx, s[p]);
+    }
+    double sum = 0;
+    for (double& v : s) sum += (v = std::exp(v - mx));
+    for (int p = 0; p <= pos; ++p)
+      for (int d = 0; d < head_dim; ++d)
+        out[h * head_dim + d] += s[p] / sum * kv_round(vs[p][kvh * head_dim + d], t);
+  }
+  return out;
+}
+
+void check_attention_case(int n_heads, int n_kv_heads, int head_dim, KvDType dtype) {
+  CacheFixture f(n_kv_heads, head_dim, 12, dtype);
+  const int32_t table[] = {7, 2, 10, 4};  // positions 0..63 in scattered blocks
+  const int n_pos = 50;
+  std::vector<std::vector<float>> ks, vs;
+  for (int p = 0; p < n_pos; ++p) {
+    ks.push_back(random_values((size_t)n_kv_heads * head_dim, 100 + p));
+    vs.push_back(random_values((size_t)n_kv_heads * head_dim, 200 + p));
+    kv_store(f.cache.data(), f.layout, 1, table, p, ks.back().data(), vs.back().data());
+  }
+  ThreadPool pool(2);
+  for (int pos : {0, 15, 16, 49}) {
+    const auto q = random_values((size_t)n_heads * head_dim, 300 + pos);
+    std::vector<float> out((size_t)n_heads * head_dim);
+    attention_one(f.cache.data(), f.layout, 1, table, pos, q.data(), n_heads, out.data());
+    const auto want = oracle_attention(ks, vs, q.data(), n_heads, n_kv_heads, head_dim, pos, dtype);
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_NEAR(out[i], want[i], 1e-4) << "pos " << pos << " i " << i;
+    // The batched form gives the same bits.
+    std::vector<float> batched(out.size());
+    const AttentionQuery query{table, pos, q.data(), batched.data()};
+    attention_batch(f.cache.data(), f.layout, 1, std::span<const AttentionQuery>(&query, 1),
+                    n_heads, pool);
+    EXPECT_EQ(0, std::memcmp(out.data(), batched.data(), out.size() * sizeof(float)));
+  }
+}
+
+TEST(Attention, MatchesSoftmaxOracle) {
+  check_attention_case(4, 4, 64, KvDType::F16);
+}
+TEST(Attention, GroupedQueryHeads) {
+  check_attention_case(9, 3, 64, KvDType::F16);
+}
+TEST(Attention, OddHeadDimAndBf16Cache) {
+  check_attention_case(2, 1, 12, KvDType::F16);  // head_dim not a multiple of 8: scalar path
+  check_attention_case(4, 2, 32, KvDType::BF16);
+}
+
+// Several sequences at different positions in one call, more queries than threads; each
+// result equals attention_one's, and the newest position dominates when its score is largest.
+TEST(Attention, BatchOfSequences) {
+  const int n_heads = 6, n_kv = 2, hd = 64;
+  CacheFixture f(n_kv, hd, 16);
+  const int32_t tables[3][4] = {{0, 5, 9, 1}, {3, 11, 2, 6}, {14, 7, 12, 8}};
+  const int lengths[3] = {5, 37, 20};
+  for (int s = 0; s < 3; ++s)
+    for (int p = 0; p < lengths[s]; ++p) {
+      const auto k = random_values((size_t)n_kv * hd, 1000 * s + p);
+      const auto v = random_values((size_t)n_kv * hd, 2000 * s + p);
+      kv_store(f.cache.data(), f.layout, 0, tables[s], p, k.data(), v.data());
+    }
+  std::vector<std::vector<float>> qs, outs;
+  std::vector<AttentionQuery> queries;
+  for (int s = 0; s < 3; ++s) {
+    qs.push_back(random_values((size_t)n_heads * hd, 50 + s));
+    outs.emplace_back((size_t)n_heads * hd);
+  }
+  for (int s = 0; s < 3; ++s)
+    queries.push_back({tables[s], lengths[s] - 1, qs[s].data(), outs[s].data()});
+  ThreadPool pool(3);
+  attention_batch(f.cache.data(), f.layout, 0, queries, n_heads, pool);
+  for (int s = 0; s < 3; ++s) {
+    std::vector<float> alone((size_t)n_heads * hd);
+    attention_one(f.cache.data(), f.layout, 0, tables[s], lengths[s] - 1, qs[s].data(), n_heads,
+                  alone.data());
+    EXPECT_EQ(0, std::memcmp(alone.data(), outs[s].data(), alone.size() * sizeof(float)))
+        << "seq " << s;
+  }
+}
+
+TEST(Attention, RejectsBadArguments) {
+  CacheFixture f(2, 64, 4);
+  const int32_t table[] = {0};
+  std::vector<float> q(3 * 64), out(3 * 64);
+  EXPECT_THROW(attention_one(f.cache.data(), f.layout, 0, table, 0, q.data(), 3, out.data()),
+               Error);
+  EXPECT_THROW(attention_one(f.cache.data(), f.layout, 5, table, 0, q.data(), 4, out.data()),
+               Error);
+  EXPECT_THROW(attention_one(f.cache.data(), f.layout, 0, table, -1, q.data(), 4, out.data()),
+               Error);
+}
+
+TEST(ThreadPool, RunsEveryThreadOnce) {
+  for (int n : {1, 2, 5}) {
+    ThreadPool pool(n);
+    EXPECT_EQ(pool.size(), n);
+    for (int round = 0; round < 200; ++round) {
+      std::vector<std::atomic<int>> hits(n);
+      pool.run([&](int i, int total) {
+        EXPECT_EQ(total, n);
+        hits[i].fetch_add(1);
+      });
+      for (int i = 0; i < n; ++i)
+        ASSERT_EQ(hits[i].load(), 1) << "thread " << i << " round " << round;
+    }
+  }
+}
+
+TEST(ThreadPool, RethrowsWorkerErrorsAndStaysUsable) {
+  ThreadPool pool(3);
+  EXPECT_THROW(pool.run([](int i, int) {
+    if (i == 2) throw std::runtime_error("worker failed");
+  }),
+               std::runtime_error);
+  std::atomic<int> count{0};
+  pool.run([&](int, int) { count.fetch_add(1); });
+  EXPECT_EQ(count.load(), 3);
+  EXPECT_THROW(ThreadPool(0), Error);
+}
+
+TEST(ThreadPool, SplitRangeCoversEverythingOnce) {
+  for (int64_t n : {0, 1, 7, 100, 1001})
+    for (int parts : {1, 2, 3, 8})
+      for (int64_t align : {1, 8, 16}) {
+        int64_t next = 0;
+        for (int i = 0; i < parts; ++i) {
+          const IndexRange r = split_range(n, i, parts, align);
+          ASSERT_EQ(r.begin, next);
+          ASSERT_LE(r.begin, r.end);
+          if (r.end < n) {
+            ASSERT_EQ(r.end % align, 0);
+          }
+          next = r.end;
+        }
+        ASSERT_EQ(next, n);
+      }
+}
+
+}  // namespace
+}  // namespace hablar::cpu
