@@ -1,6 +1,7 @@
 // Python's arithmetic and ordering on Jinja values, and the methods of str, dict and list that
 // templates call (bound to their receiver). Mutating methods are refused, as jinja2's
 // ImmutableSandboxedEnvironment refuses them.
+#include "chat/jinja_format.h"
 #include "chat/jinja_interpreter.h"
 #include "chat/jinja_text.h"
 
@@ -134,6 +135,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "+") return add(a, b);
   if (op == "*") return multiply(a, b);
   if (op == "**") return power(a, b);
+  if (op == "%" && a.is_string()) return Value(percent_format(a.as_string(), b));
   if (!a.is_number() || !b.is_number()) unsupported(op, a, b);
   bool use_float = a.is_float() || b.is_float();
   if (op == "-") {
@@ -264,6 +266,7 @@ Value string_method(const std::string& name, const Value& self, Interpreter& in,
     in.check_sequence_length(out.size());
     return Value(std::move(out));
   }
+  if (name == "format") return Value(brace_format(s, a));
   if (name == "upper") return Value(text::upper(s));
   if (name == "lower") return Value(text::lower(s));
   if (name == "title") return Value(text::title(s));
@@ -379,10 +382,10 @@ Value bound_method(const Value& obj, const std::string& name, bool* unsafe) {
   };
   if (obj.is_string()) {
     static const std::initializer_list<const char*> kNames = {
-        "strip",    "lstrip",  "rstrip",  "split",  "rsplit", "splitlines", "startswith",
-        "endswith", "replace", "upper",   "lower",  "title",  "capitalize", "find",
-        "rfind",    "index",   "rindex",  "count",  "join",   "isdigit",    "isspace",
-        "isalpha",  "isalnum", "islower", "isupper"};
+        "strip",    "lstrip",  "rstrip",  "split",   "rsplit", "splitlines", "startswith",
+        "endswith", "replace", "upper",   "lower",   "title",  "capitalize", "find",
+        "rfind",    "index",   "rindex",  "count",   "join",   "format",     "isdigit",
+        "isspace",  "isalpha", "isalnum", "islower", "isupper"};
     if (!is_one_of(name, kNames)) return Value();
     return Value::function(
         name,
