@@ -1,11 +1,14 @@
 // libFuzzer target for the GGUF reader: parses arbitrary bytes, and when they parse, reads
-// every metadata value through every typed accessor, summarises the model and touches the
-// first and last byte of every tensor's data. Any crash, sanitizer report, or exception other
-// than hablar::Error is a finding.
+// every metadata value through every typed accessor, summarises the model, touches the first
+// and last byte of every tensor's data, then writes it all again with GgufWriter and checks
+// that the rewritten file parses to the same contents. Any crash, sanitizer report, trap or
+// exception other than hablar::Error is a finding.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "formats/gguf.h"
@@ -52,6 +55,51 @@ void touch_tensors(const GgufFile& f) {
   }
 }
 
+bool same_value(const hablar::gguf::Value& a, const hablar::gguf::Value& b) {
+  using hablar::gguf::Array;
+  if (a.type != b.type || a.data.index() != b.data.index()) return false;
+  if (const auto* x = std::get_if<double>(&a.data)) {
+    const double y = std::get<double>(b.data);
+    return std::memcmp(x, &y, sizeof y) == 0;  // NaNs compare by their bits
+  }
+  if (const auto* u = std::get_if<uint64_t>(&a.data)) return *u == std::get<uint64_t>(b.data);
+  if (const auto* i = std::get_if<int64_t>(&a.data)) return *i == std::get<int64_t>(b.data);
+  if (const auto* t = std::get_if<bool>(&a.data)) return *t == std::get<bool>(b.data);
+  if (const auto* s = std::get_if<std::string>(&a.data)) return *s == std::get<std::string>(b.data);
+  const Array* x = std::get_if<Array>(&a.data);
+  const Array& y = std::get<Array>(b.data);
+  if (x->elem_type != y.elem_type || x->items.size() != y.items.size()) return false;
+  for (size_t i = 0; i < x->items.size(); ++i)
+    if (!same_value(x->items[i], y.items[i])) return false;
+  return true;
+}
+
+// Differential check: what was parsed, written again by GgufWriter, parses to the same
+// metadata and tensors (general.alignment is rewritten as u32).
+void check_rewrite_round_trip(const GgufFile& f) {
+  hablar::gguf::GgufWriter w;
+  for (const auto& [key, value] : f.metadata()) w.set(key, value);
+  if (f.has("general.alignment")) w.set_alignment((uint32_t)f.alignment());
+  for (const hablar::gguf::TensorInfo& t : f.tensors())
+    w.add_tensor_bytes(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.nbytes));
+  const std::vector<uint8_t> bytes = w.to_bytes();
+  const GgufFile g = GgufFile::parse(bytes, "rewritten.gguf");
+  if (g.metadata().size() != f.metadata().size() || g.tensors().size() != f.tensors().size())
+    __builtin_trap();
+  for (size_t i = 0; i < f.metadata().size(); ++i) {
+    const auto& [key, value] = f.metadata()[i];
+    if (g.metadata()[i].first != key) __builtin_trap();
+    if (key != "general.alignment" && !same_value(g.metadata()[i].second, value)) __builtin_trap();
+  }
+  for (size_t i = 0; i < f.tensors().size(); ++i) {
+    const auto& a = f.tensors()[i];
+    const auto& b = g.tensors()[i];
+    if (a.name != b.name || a.dims != b.dims || a.type != b.type || a.nbytes != b.nbytes ||
+        std::memcmp(a.data, b.data, a.nbytes) != 0)
+      __builtin_trap();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -59,6 +107,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const GgufFile f = GgufFile::parse(std::span<const uint8_t>(data, size), "fuzz.gguf");
     touch_metadata(f);
     touch_tensors(f);
+    check_rewrite_round_trip(f);
     const hablar::gguf::ModelInfo info = hablar::gguf::summarize_model(f);
     volatile double bpw = info.bits_per_weight();
     (void)bpw;
