@@ -13,6 +13,10 @@ namespace {
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as little-endian u32
 constexpr int kMaxDims = 4;
 constexpr int kMaxArrayDepth = 16;
+// Each parsed metadata value takes ~48 bytes in memory, so a file of one-byte array items
+// would cost 48 times its size. Real models hold about a million values (tokens, scores,
+// types, merges); 16 Mi is far beyond any and bounds the parse at under 1 GB.
+constexpr uint64_t kMaxMetadataValues = uint64_t{1} << 24;
 constexpr uint64_t kMaxAlignment = 1u << 20;
 
 size_t min_encoded_size(ValueType t) {
@@ -163,6 +167,10 @@ class Parser {
       fail("key " + key + ": absurd array count " + std::to_string(count) + " for the " +
            std::to_string(remaining()) + " bytes left (truncated or corrupt file)");
     Array arr{elem, {}};
+    metadata_values_ += count;
+    if (metadata_values_ > kMaxMetadataValues)
+      fail("key " + key + ": metadata holds more than " + std::to_string(kMaxMetadataValues) +
+           " values in all (array of " + std::to_string(count) + ")");
     arr.items.reserve((size_t)count);
     for (uint64_t i = 0; i < count; ++i) arr.items.push_back(read_value(elem, key, depth));
     return {ValueType::ARRAY, std::move(arr)};
@@ -251,6 +259,7 @@ class Parser {
   uint64_t pos_ = 0;
   uint64_t tensor_count_ = 0;
   uint64_t kv_count_ = 0;
+  uint64_t metadata_values_ = 0;  // array items parsed so far
 };
 
 GgufFile GgufFile::open(const std::string& path) {

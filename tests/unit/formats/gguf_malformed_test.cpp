@@ -150,6 +150,18 @@ TEST(GgufMalformed, DuplicateKey) {
   expect_format_error(b, {"duplicate metadata key a.u16"});
 }
 
+TEST(GgufMalformed, TooManyMetadataValues) {
+  // One u8 array of 16 Mi + 1 items: it fits the file, but would cost ~48 bytes of memory per
+  // item; the budget of parsed values rejects it before anything is allocated.
+  const uint64_t count = (uint64_t{1} << 24) + 1;
+  GgufWriter w;
+  w.set("a.big", Value::array(ValueType::U8, {Value::u8(0)}));
+  Bytes b = w.to_bytes();
+  patch<uint64_t>(b, value_type_field(b, "a.big") + 8, count);
+  b.resize(b.size() + count);
+  expect_format_error(b, {"key a.big", "more than 16777216 values"});
+}
+
 TEST(GgufMalformed, AlignmentNotPowerOfTwo) {
   GgufWriter w = small_writer();
   w.set("general.alignment", Value::u32(48));
