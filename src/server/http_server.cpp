@@ -174,6 +174,7 @@ HttpServer::HttpServer(ServerOptions options)
   http_->set_payload_max_length(options_.max_body_bytes);
   http_->set_read_timeout(options_.timeout_seconds, 0);
   http_->set_write_timeout(options_.timeout_seconds, 0);
+  http_->set_tcp_nodelay(true);  // SSE writes many small chunks: no Nagle delays
   http_->set_keep_alive_max_count(1000);
   http_->set_keep_alive_timeout(30);
   install_middleware();

@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Serving benchmark for any OpenAI-compatible server (hablar, llama.cpp's server, vLLM, ...).
+
+Drives /v1/completions with streaming at a fixed concurrency (each of N workers sends its next
+request when the previous one ends) or at a Poisson arrival rate, with a fixed-length workload
+(e.g. 512 prompt tokens / 128 output tokens) or a mixed one (lengths drawn from ranges), and
+reports per level: request and output-token throughput, TTFT, TPOT and inter-token latency
+(mean, p50, p90, p99). Results go to JSON; --plot draws them against concurrency, and
+--compare overlays several result files (e.g. hablar vs llama.cpp) in one PNG and prints the
+ratios.
+
+  bench_serving.py --base-url http://127.0.0.1:8080 --label hablar --concurrency 1,2,4,8 \
+      --input-len 512 --output-len 128 --requests-per-level 16 --out hablar.json
+  bench_serving.py --compare hablar.json llamacpp.json --plot serving.png
+"""
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+
+import httpx
+
+WORDS = ("time person year way day thing man world life hand part child eye woman place work week "
+         "case point government company number group problem fact river mountain garden window "
+         "music paper story light voice table money water history market summer winter city").split()
+
+
+def make_prompt(rng, n_tokens):
+    # Roughly one token per word plus punctuation; the server's usage gives the exact count.
+    words = [rng.choice(WORDS) for _ in range(max(1, int(n_tokens * 0.9)))]
+    return " ".join(words).capitalize() + "."
+
+
+def percentile(values, p):
+    if not values:
+        return None
+    s = sorted(values)
+    k = (len(s) - 1) * p / 100
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def summary(values, scale=1e3):
+    if not values:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    return {"mean": statistics.fmean(values) * scale, "p50": percentile(values, 50) * scale,
+            "p90": percentile(values, 90) * scale, "p99": percentile(values, 99) * scale}
+
+
+async def one_request(client, args, prompt, max_tokens):
+    body = {"model": args.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "stream": True}
+    if args.ban_tokens:
+        body["logit_bias"] = {str(t): -100 for t in args.ban_tokens}
+    t0 = time.perf_counter()
+    times = []
+    usage = None
+    error = None
+    try:
+        async with client.stream("POST", args.base_url + "/v1/completions", json=body) as r:
+            if r.status_code != 200:
+                error = f"HTTP {r.status_code}: {(await r.aread())[:200]!r}"
+            else:
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    data = line[6:].strip()
+                    if data == "[DONE]":
+                        break
+                    chunk = json.loads(data)
+                    if chunk.get("usage"):
+                        usage = chunk["usage"]
+                    for c in chunk.get("choices", []):
+                        if c.get("text"):
+                            times.append(time.perf_counter())
+    except Exception as e:  # noqa: BLE001 - a failed request is counted, not fatal
+        error = repr(e)
+    end = time.perf_counter()
+    n_out = (usage or {}).get("completion_tokens") or len(times)
+    return {"start": t0, "end": end, "token_times": times, "n_out": n_out,
+            "n_in": (usage or {}).get("prompt_tokens"), "error": error}
+
+
+def workload(args, n, seed):
+    rng = random.Random(seed)
+    items = []
+    for _ in range(n):
+        if args.workload == "mixed":
+            n_in = rng.randint(args.mixed_input[0], args.mixed_input[1])
+            n_out = rng.randint(args.mixed_output[0], args.mixed_output[1])
+        else:
+            n_in, n_out = args.input_len, args.output_len
+        items.append((make_prompt(rng, n_in), n_out))
+    return items
+
+
+async def run_level(args, concurrency):
+    items = workload(args, args.requests_per_level or max(2 * concurrency, 4), seed=concurrency)
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(3600.0), limits=limits) as client:
+        queue = list(items)
+        results = []
+        t_start = time.perf_counter()
+        if args.rate:
+            rng = random.Random(1)
+            tasks = []
+            for prompt, n_out in queue:
+                tasks.append(asyncio.create_task(one_request(client, args, prompt, n_out)))
+                await asyncio.sleep(rng.expovariate(args.rate))
+            results = await asyncio.gather(*tasks)
+        else:
+            async def worker():
+                while queue:
+                    prompt, n_out = queue.pop()
+                    results.append(await one_request(client, args, prompt, n_out))
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+        duration = time.perf_counter() - t_start
+    ok = [r for r in results if not r["error"]]
+    ttft = [r["token_times"][0] - r["start"] for r in ok if r["token_times"]]
+    tpot = [(r["end"] - r["token_times"][0]) / (r["n_out"] - 1) for r in ok
+            if r["token_times"] and r["n_out"] > 1]
+    itl = [b - a for r in ok for a, b in zip(r["token_times"], r["token_times"][1:])]
+    out_tokens = sum(r["n_out"] for r in ok)
+    in_tokens = sum(r["n_in"] or 0 for r in ok)
+    level = {
+        "concurrency": concurrency, "rate": args.rate, "requests": len(results), "failed": len(results) - len(ok),
+        "errors": sorted({r["error"] for r in results if r["error"]})[:3],
+        "duration_s": duration, "request_throughput": len(ok) / duration,
+        "output_token_throughput": out_tokens / duration,
+        "total_token_throughput": (out_tokens + in_tokens) / duration,
+        "prompt_tokens_mean": in_tokens / len(ok) if ok else None,
+        "output_tokens_mean": out_tokens / len(ok) if ok else None,
+        "ttft_ms": summary(ttft), "tpot_ms": summary(tpot), "itl_ms": summary(itl),
+    }
+    return level
+
+
+def print_level(label, lv):
+    f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    print(f"[{label}] c={lv['concurrency']:>3} req/s={lv['request_throughput']:.3f} "
+          f"out tok/s={lv['output_token_throughput']:.1f} TTFT p50={f(lv['ttft_ms']['p50'])} ms "
+          f"p99={f(lv['ttft_ms']['p99'])} ms TPOT p50={f(lv['tpot_ms']['p50'])} ms "
+          f"ITL p50={f(lv['itl_ms']['p50'])} ms p99={f(lv['itl_ms']['p99'])} ms failed={lv['failed']}",
+          flush=True)
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
+    panels = [("output_token_throughput", None, "output tokens/s"), ("ttft_ms", "p50", "TTFT p50 (ms)"),
+              ("tpot_ms", "p50", "TPOT p50 (ms)"), ("itl_ms", "p99", "ITL p99 (ms)")]
+    for res in results:
+        xs = [lv["concurrency"] for lv in res["levels"]]
+        for ax, (key, sub, title) in zip(axes, panels):
+            ys = [lv[key][sub] if sub else lv[key] for lv in res["levels"]]
+            ax.plot(xs, ys, marker="o", label=res["label"])
+            ax.set_title(title)
+            ax.set_xlabel("concurrency")
+            ax.set_xscale("log", base=2)
+            ax.grid(alpha=.3)
+    axes[0].legend()
+    w = results[0]["workload"]
+    fig.suptitle(f"{w['kind']} workload: {w['desc']} - {results[0].get('model', '')}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot written to {path}")
+
+
+def compare(results):
+    base = results[0]
+    for other in results[1:]:
+        print(f"\n{base['label']} vs {other['label']} (ratio = {base['label']} / {other['label']})")
+        print("  conc   out tok/s (ratio)            TTFT p50 ms (ratio)        TPOT p50 ms")
+        by_c = {lv["concurrency"]: lv for lv in other["levels"]}
+        for lv in base["levels"]:
+            o = by_c.get(lv["concurrency"])
+            if not o:
+                continue
+            a, b = lv["output_token_throughput"], o["output_token_throughput"]
+            ta, tb = lv["ttft_ms"]["p50"], o["ttft_ms"]["p50"]
+            pa, pb = lv["tpot_ms"]["p50"], o["tpot_ms"]["p50"]
+            print(f"  {lv['concurrency']:>4}   {a:7.1f} vs {b:7.1f} ({a / b if b else float('nan'):.2f}x)   "
+                  f"{ta:8.0f} vs {tb:8.0f} ({ta / tb if tb else float('nan'):.2f}x)   "
+                  f"{pa or 0:6.1f} vs {pb or 0:6.1f}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base-url", default="http://127.0.0.1:8080")
+    p.add_argument("--model", default="default")
+    p.add_argument("--label", default="server")
+    p.add_argument("--concurrency", default="1,2,4,8", help="comma-separated levels")
+    p.add_argument("--rate", type=float, default=0.0, help="Poisson arrivals per second instead of workers")
+    p.add_argument("--workload", choices=["fixed", "mixed"], default="fixed")
+    p.add_argument("--input-len", type=int, default=512)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--mixed-input", type=lambda s: tuple(map(int, s.split(","))), default=(64, 1024))
+    p.add_argument("--mixed-output", type=lambda s: tuple(map(int, s.split(","))), default=(16, 256))
+    p.add_argument("--requests-per-level", type=int, default=0, help="default: 2 x concurrency (min 4)")
+    p.add_argument("--ban-tokens", type=lambda s: [int(x) for x in s.split(",") if x], default=[],
+                   help="token ids to ban (end-of-generation ids, so outputs have their full length)")
+    p.add_argument("--warmup", type=int, default=1, help="requests sent before measuring")
+    p.add_argument("--out", help="write results JSON here")
+    p.add_argument("--plot", help="write a PNG here")
+    p.add_argument("--compare", nargs="+", help="result JSON files to overlay and compare (first = base)")
+    args = p.parse_args()
+
+    if args.compare:
+        results = [json.load(open(f)) for f in args.compare]
+        compare(results)
+        if args.plot:
+            plot(results, args.plot)
+        return 0
+
+    async def run_all():
+        async with httpx.AsyncClient(timeout=3600) as c:
+            for i in range(args.warmup):
+                await one_request(c, args, make_prompt(random.Random(99 + i), 32), 4)
+        levels = []
+        for conc in [int(x) for x in args.concurrency.split(",")]:
+            lv = await run_level(args, conc)
+            print_level(args.label, lv)
+            levels.append(lv)
+        return levels
+
+    levels = asyncio.run(run_all())
+    desc = (f"{args.input_len} in / {args.output_len} out" if args.workload == "fixed" else
+            f"in {args.mixed_input[0]}-{args.mixed_input[1]}, out {args.mixed_output[0]}-{args.mixed_output[1]}")
+    result = {"label": args.label, "base_url": args.base_url, "model": args.model,
+              "workload": {"kind": args.workload, "desc": desc,
+                           "mode": f"poisson {args.rate}/s" if args.rate else "fixed concurrency"},
+              "levels": levels}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+    if args.plot:
+        plot([result], args.plot)
+    return 0 if all(lv["failed"] == 0 for lv in levels) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
