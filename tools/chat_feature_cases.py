@@ -122,4 +122,6 @@ CASES = [
     ("items_on_undefined", "{% for k, v in u | items %}x{% else %}empty{% endfor %}", {}),
     ("slice_negative_step", "{{ [1,2,3,4,5][4:1:-2] }} {{ 'abcdef'[-2:] }} {{ 'abcdef'[:100] }}", {}),
     ("dict_literal_order_and_repr", "{{ {'b': 1, 'a': {'c': [none]}} }} {{ {'b': 1, 'a': 2} | tojson }}", {}),
+    ("recursive_loop", "{% for n in tree recursive %}<{{ n.name }}:{{ loop.depth }}{% if n.children %}[{{ loop(n.children) }}]{% endif %}>{% endfor %}", {"tree": [{"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}, {"name": "d"}]}, {"name": "e"}]}),
+    ("loop_changed", "{% for x in [1, 1, 2, 2, 1] %}{% if loop.changed(x) %}{{ x }}{% endif %}{% endfor %}", {}),
 ]

@@ -162,11 +162,14 @@ Interpreter::Flow Interpreter::exec_if(const Stmt& s) {
 
 namespace {
 
-Value make_loop(const ValueList& items, std::size_t i, Value cycle_fn) {
+// The `loop` variable of one iteration. `extras` holds cycle, changed and, for recursive
+// loops, the hidden __call__ that `loop(children)` uses.
+Value make_loop(const ValueList& items, std::size_t i, int depth,
+                std::vector<std::pair<std::string, Value>> extras) {
   std::int64_t n = static_cast<std::int64_t>(items.size());
   std::int64_t k = static_cast<std::int64_t>(i);
   Dict d;
-  d.entries.reserve(12);
+  d.entries.reserve(12 + extras.size());
   d.entries.emplace_back("index", Value(k + 1));
   d.entries.emplace_back("index0", Value(k));
   d.entries.emplace_back("revindex", Value(n - k));
@@ -174,21 +177,26 @@ Value make_loop(const ValueList& items, std::size_t i, Value cycle_fn) {
   d.entries.emplace_back("first", Value(k == 0));
   d.entries.emplace_back("last", Value(k == n - 1));
   d.entries.emplace_back("length", Value(n));
-  d.entries.emplace_back("depth", Value(1));
-  d.entries.emplace_back("depth0", Value(0));
+  d.entries.emplace_back("depth", Value(depth));
+  d.entries.emplace_back("depth0", Value(depth - 1));
   d.entries.emplace_back("previtem",
                          i > 0 ? items[i - 1] : Value::undefined("there is no previous item"));
   d.entries.emplace_back(
       "nextitem", i + 1 < items.size() ? items[i + 1] : Value::undefined("there is no next item"));
-  d.entries.emplace_back("cycle", std::move(cycle_fn));
+  for (auto& e : extras) d.entries.push_back(std::move(e));
   return Value::dict(std::move(d), Kind::kNamespace);
 }
 
 }  // namespace
 
 void Interpreter::exec_for(const Stmt& s) {
-  if (s.recursive) throw JinjaError("recursive loops are not supported", s.pos);
-  ValueList source = iterate(eval(*s.expr));
+  run_loop(s, eval(*s.expr), 1, frame_);
+}
+
+void Interpreter::run_loop(const Stmt& s, const Value& iterable, int depth,
+                           const std::shared_ptr<Frame>& scope_frame) {
+  ScopeGuard outer(frame_, scope_frame);
+  ValueList source = iterate(iterable);
   ValueList items;
   if (s.condition) {
     // The inline filter sees each item bound to the loop targets.
@@ -205,14 +213,50 @@ void Interpreter::exec_for(const Stmt& s) {
     return;
   }
   count_iterations(items.size());
+  auto last_changed = std::make_shared<std::optional<ValueList>>();
+  Value changed = Value::function("changed", [last_changed](Interpreter&, const CallArgs& args) {
+    bool differs =
+        !*last_changed || !values_equal(Value::list(**last_changed), Value::list(args.positional));
+    *last_changed = args.positional;
+    return Value(differs);
+  });
+  Value recurse;
+  if (s.recursive) {
+    const Stmt* stmt = &s;
+    std::shared_ptr<Frame> base = scope_frame;
+    recurse = Value::function("loop", [stmt, base, depth](Interpreter& in, const CallArgs& args) {
+      if (args.positional.size() != 1) throw JinjaError("loop() takes exactly one argument");
+      if (++in.call_depth_ > in.options_.limits.max_call_depth) {
+        --in.call_depth_;
+        throw JinjaError("maximum recursion depth exceeded in a recursive loop");
+      }
+      std::string buffer;
+      std::string* saved = in.out_;
+      in.out_ = &buffer;
+      try {
+        in.run_loop(*stmt, args.positional[0], depth + 1, base);
+      } catch (...) {
+        in.out_ = saved;
+        --in.call_depth_;
+        throw;
+      }
+      in.out_ = saved;
+      --in.call_depth_;
+      return Value(std::move(buffer));
+    });
+  }
   for (std::size_t i = 0; i < items.size(); ++i) {
     Value cycle = Value::function("cycle", [i](Interpreter&, const CallArgs& args) -> Value {
       if (args.positional.empty()) throw JinjaError("no items for cycling given");
       return args.positional[i % args.positional.size()];
     });
+    std::vector<std::pair<std::string, Value>> extras;
+    extras.emplace_back("cycle", std::move(cycle));
+    extras.emplace_back("changed", changed);
+    if (s.recursive) extras.emplace_back("__call__", recurse);
     auto frame = std::make_shared<Frame>();
     frame->parent = frame_;
-    frame->vars.emplace_back("loop", make_loop(items, i, std::move(cycle)));
+    frame->vars.emplace_back("loop", make_loop(items, i, depth, std::move(extras)));
     ScopeGuard scope(frame_, std::move(frame));
     assign(s.targets, items[i]);
     if (exec_body(s.body) == Flow::kBreak) break;
@@ -464,6 +508,8 @@ Value Interpreter::eval_call(const Expr& e) {
 
 Value Interpreter::call(const Value& callee, const CallArgs& args) {
   if (callee.is_undefined()) throw JinjaError(callee.undefined_message());
+  if (callee.is_namespace())  // a recursive loop's `loop(...)`
+    if (const Value* fn = callee.as_dict().find("__call__")) return call(*fn, args);
   if (!callee.is_callable())
     throw JinjaError("'" + python_type_name(callee) + "' object is not callable");
   return callee.as_callable().call(*this, args);

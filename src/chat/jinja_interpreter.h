@@ -58,6 +58,9 @@ class Interpreter {
   Flow exec(const Stmt& s);
   Flow exec_if(const Stmt& s);
   void exec_for(const Stmt& s);
+  // Runs a for statement over `iterable` in `scope_frame`; recursive loops call it again.
+  void run_loop(const Stmt& s, const Value& iterable, int depth,
+                const std::shared_ptr<Frame>& scope_frame);
   void exec_set(const Stmt& s);
   void exec_set_block(const Stmt& s);
   void exec_macro(const Stmt& s);
