@@ -80,6 +80,22 @@ void BM_Parse(benchmark::State& state) {
   }
 }
 
+// A long streamed answer (reasoning, then about 16 KB of text) fed in 4-byte pieces: the cost a
+// server pays per generated token for output parsing.
+void BM_ParseLong(benchmark::State& state, hablar::chat::ToolFormat format) {
+  std::string answer = "<think>\nThe user wants a long essay; plan it first.\n</think>\n\n";
+  while (answer.size() < 16384) answer += "Paragraph about llamas, alpacas and <b>markup</b> [1]. ";
+  for (auto _ : state) {
+    hablar::chat::StreamingOutputParser parser(format);
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < answer.size(); i += 4)
+      bytes += parser.push(std::string_view(answer).substr(i, 4)).content.size();
+    bytes += parser.finish().content.size();
+    benchmark::DoNotOptimize(bytes);
+  }
+  state.counters["pieces"] = static_cast<double>(answer.size() / 4);
+}
+
 // CPU microseconds per render of `name`, measured like the peer measures itself (process time,
 // at least half a second of renders): the machine is often shared, so wall time would mostly
 // measure the other tenants.
@@ -134,6 +150,15 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("render/" + std::string(name)).c_str(), BM_Render,
                                  std::string(name))
         ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("parse_streamed/long_answer_none", BM_ParseLong,
+                               hablar::chat::ToolFormat::kNone)
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("parse_streamed/long_answer_hermes", BM_ParseLong,
+                               hablar::chat::ToolFormat::kHermes)
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("parse_streamed/long_answer_llama3", BM_ParseLong,
+                               hablar::chat::ToolFormat::kLlama3)
+      ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("parse_streamed/hermes_tool_call", BM_Parse)
       ->Unit(benchmark::kMicrosecond);
   benchmark::Initialize(&argc, argv);
