@@ -124,4 +124,6 @@ CASES = [
     ("dict_literal_order_and_repr", "{{ {'b': 1, 'a': {'c': [none]}} }} {{ {'b': 1, 'a': 2} | tojson }}", {}),
     ("recursive_loop", "{% for n in tree recursive %}<{{ n.name }}:{{ loop.depth }}{% if n.children %}[{{ loop(n.children) }}]{% endif %}>{% endfor %}", {"tree": [{"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}, {"name": "d"}]}, {"name": "e"}]}),
     ("loop_changed", "{% for x in [1, 1, 2, 2, 1] %}{% if loop.changed(x) %}{{ x }}{% endif %}{% endfor %}", {}),
+    ("items_filter_is_a_generator", "{{ d | items | length }}", {"d": {"a": 1}}),
+    ("dict_items_method_has_length", "{{ d.items() | length }} {{ d.keys() | first }}", {"d": {"a": 1}}),
 ]

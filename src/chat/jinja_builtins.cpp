@@ -109,12 +109,13 @@ Value filter_join(Interpreter& in, const Value& v, const CallArgs& a) {
   return Value(std::move(out));
 }
 
+// jinja2's items filter is a generator: no len(), not JSON, iterable once.
 Value filter_items(Interpreter&, const Value& v, const CallArgs&) {
-  if (v.is_undefined()) return Value::list({});
+  if (v.is_undefined()) return Value::list({}, Kind::kGenerator);
   if (!v.is_dict()) throw JinjaError("Can only get item pairs from a mapping.");
   ValueList out;
   for (const auto& [k, val] : v.as_dict().entries) out.push_back(Value::tuple({Value(k), val}));
-  return Value::list(std::move(out));
+  return Value::list(std::move(out), Kind::kGenerator);
 }
 
 Value filter_map(Interpreter& in, const Value& v, const CallArgs& a) {
