@@ -148,16 +148,18 @@ void print_row(const Row& r) {
 }
 
 Row bench_decode_matmul(Stream& stream, DType type, int64_t n, int64_t k, int m, double copy_gbs,
-                        double goal) {
+                        double goal, bool int8_path = false) {
   const auto host = random_weights(type, n, k);
   const size_t bytes = host.size();
   const int copies = (int)std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes);
   std::vector<DeviceBuffer<uint8_t>> w;
   for (int i = 0; i < copies; ++i) w.emplace_back(host);
   DeviceBuffer<float> x(random_floats((size_t)m * k)), y((size_t)m * n);
+  WeightView shape{type, n, k, dtype_row_bytes(type, k), w[0].get()};
+  DeviceMemory ws(int8_path ? matmul_fused_workspace_bytes(shape, m) : 0);
   const double ms = time_graph_ms(stream, copies * 2, 7, [&](int i) {
     WeightView view{type, n, k, dtype_row_bytes(type, k), w[i % copies].get()};
-    matmul_fused(view, x.get(), m, y.get(), stream.get());
+    matmul_fused(view, x.get(), m, y.get(), stream.get(), ws.get(), ws.bytes());
   });
   const double moved = (double)bytes + 4.0 * m * (k + n);
   char name[96];
@@ -264,14 +266,18 @@ int run(bool quick) {
       "(reference figures: 4300 GB/s, 790 TFLOP/s)\n\n",
       copy_gbs, peak);
   std::printf("== decode matmul (fused dequant, M rows of activations) vs copy bandwidth ==\n");
-  print_row(bench_decode_matmul(stream, DType::Q4_K, 1536, 8960, 1, copy_gbs, 0.75));
-  print_row(bench_decode_matmul(stream, DType::Q4_K, 8960, 1536, 1, copy_gbs, 0.75));
-  print_row(bench_decode_matmul(stream, DType::Q4_K, 4096, 14336, 1, copy_gbs, 0.75));
-  print_row(bench_decode_matmul(stream, DType::Q4_K, 14336, 4096, 1, copy_gbs, 0.75));
+  for (bool int8_path : {true, false}) {
+    print_row(bench_decode_matmul(stream, DType::Q4_K, 1536, 8960, 1, copy_gbs, 0.75, int8_path));
+    print_row(bench_decode_matmul(stream, DType::Q4_K, 8960, 1536, 1, copy_gbs, 0.75, int8_path));
+    print_row(bench_decode_matmul(stream, DType::Q4_K, 4096, 14336, 1, copy_gbs, 0.75, int8_path));
+    print_row(bench_decode_matmul(stream, DType::Q4_K, 14336, 4096, 1, copy_gbs, 0.75, int8_path));
+  }
   if (!quick) {
     for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q5_K,
                     DType::Q6_K, DType::F16, DType::BF16})
       print_row(bench_decode_matmul(stream, t, 4096, 14336, 1, copy_gbs, 0));
+    for (int m : {2, 4, 8})
+      print_row(bench_decode_matmul(stream, DType::Q4_K, 4096, 14336, m, copy_gbs, 0, true));
     for (int m : {2, 4, 8, 16, 64, 256})
       print_row(bench_decode_matmul(stream, DType::Q4_K, 4096, 14336, m, copy_gbs, 0));
   }

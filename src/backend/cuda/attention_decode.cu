@@ -193,11 +193,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       } else {
 #pragma unroll
         for (int i = 0; i < kDpl; i += 2) {
-          const uint32_t two = *reinterpret_cast<const uint32_t*>(vrow + i);
-          float pair[8];
-          kv_unpack8<kBf16>(make_uint4(two, 0, 0, 0), pair);
-          v[i] = pair[0];
-          v[i + 1] = pair[1];
+          const float2 pair = kv_unpack2<kBf16>(*reinterpret_cast<const uint32_t*>(vrow + i));
+          v[i] = pair.x;
+          v[i + 1] = pair.y;
         }
       }
 #pragma unroll

@@ -27,6 +27,16 @@ __device__ __forceinline__ void kv_unpack8(const uint4& raw, float out[8]) {
   }
 }
 
+// Two elements packed in one word.
+template <bool kBf16>
+__device__ __forceinline__ float2 kv_unpack2(uint32_t word) {
+  if constexpr (kBf16) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&word));
+  } else {
+    return __half22float2(*reinterpret_cast<const __half2*>(&word));
+  }
+}
+
 template <bool kBf16>
 __device__ __forceinline__ uint16_t kv_from_float(float x) {
   if constexpr (kBf16) {

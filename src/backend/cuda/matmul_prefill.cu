@@ -12,26 +12,21 @@
 namespace hablar::cuda {
 namespace {
 
-// One thread per 32-value unit of W.
+// One thread per 8 values of W: consecutive threads write consecutive 16-byte pieces.
 template <DType T>
 __global__ void dequantize_bf16_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n,
                                        int64_t k, __nv_bfloat16* __restrict__ out) {
-  const int64_t units_per_row = k / 32;
-  const int64_t unit = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (unit >= n * units_per_row) return;
-  const int64_t row = unit / units_per_row;
-  const int u = (int)(unit % units_per_row);
-  float v[32];
-  dequant_unit<T>(w + row * row_bytes, u, v);
-  uint4* dst = reinterpret_cast<uint4*>(out + row * k + 32 * u);
+  const int64_t groups_per_row = k / 8;
+  const int64_t group = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (group >= n * groups_per_row) return;
+  const int64_t row = group / groups_per_row;
+  const int g = (int)(group % groups_per_row);
+  float v[8];
+  dequant_group<T>(w + row * row_bytes, g, v);
+  __nv_bfloat162 pairs[4];
 #pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    __nv_bfloat162 pairs[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      pairs[i] = __floats2bfloat162_rn(v[8 * c + 2 * i], v[8 * c + 2 * i + 1]);
-    dst[c] = *reinterpret_cast<const uint4*>(pairs);
-  }
+  for (int i = 0; i < 4; ++i) pairs[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+  reinterpret_cast<uint4*>(out + row * k)[g] = *reinterpret_cast<const uint4*>(pairs);
 }
 
 __global__ void f32_to_bf16_kernel(const float* __restrict__ in, __nv_bfloat16* __restrict__ out,
@@ -45,9 +40,9 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ in, __nv_bfloat16* 
 
 void dequantize_to_bf16(const WeightView& w, uint16_t* out, cudaStream_t stream) {
   validate_weight(w, "dequantize_to_bf16");
-  const int64_t units = w.rows * (w.cols / 32);
+  const int64_t groups = w.rows * (w.cols / 8);
   const int threads = 256;
-  const unsigned blocks = (unsigned)((units + threads - 1) / threads);
+  const unsigned blocks = (unsigned)((groups + threads - 1) / threads);
   dispatch_weight_type(w.type, [&]<DType T>() {
     dequantize_bf16_kernel<T>
         <<<blocks, threads, 0, stream>>>(static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows,
