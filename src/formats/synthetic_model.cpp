@@ -1,5 +1,6 @@
 // Synthetic model files: shapes of public models, llama.cpp tensor names and metadata keys,
-// seeded random weights generated and quantized row by row on a thread pool.
+// seeded random weights generated and quantized row by row on a thread pool (large K-quant
+// and IQ4 tensors assembled from seeded pools of quantized blocks; see the header).
 #include "formats/synthetic_model.h"
 
 #include <algorithm>
