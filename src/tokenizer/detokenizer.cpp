@@ -27,7 +27,7 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, bool show_s
 
 std::string IncrementalDetokenizer::push(int32_t id) {
   std::string piece = tok_.token_text(id, show_special_, first_);
-  if (!piece.empty()) first_ = false;
+  if (!tok_.is_hidden(id, show_special_)) first_ = false;
   pending_ += piece;
   const size_t ready = complete_prefix(pending_);
   std::string out = pending_.substr(0, ready);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 
 #include "core/error.h"
 #include "tokenizer/unicode.h"
@@ -238,6 +239,17 @@ void split_trailing_ws(const uint8_t* fl, size_t begin, size_t end, std::vector<
   if (end > s) out.push_back(static_cast<uint32_t>(end - s));
 }
 
+template <size_t N>
+std::string pcre2_class(const Range (&ranges)[N]) {
+  std::string cls = "[";
+  char buf[32];
+  for (const Range& r : ranges) {
+    std::snprintf(buf, sizeof buf, "\\x{%X}-\\x{%X}", r.lo, r.hi);
+    cls += buf;
+  }
+  return cls + "]";
+}
+
 PrePattern gpt2() {
   return {PrePattern::Kind::kGpt2,
           PrePattern::Class::kNone,
@@ -260,6 +272,9 @@ PrePattern llama3(int max_digits) {
 PrePattern run(PrePattern::Class cls, bool ws_prefix, int count, std::string regex) {
   return {PrePattern::Kind::kClassRun, cls, ws_prefix, count, 0, std::move(regex)};
 }
+
+// [一-龥ࠀ-一가-퟿]+ without the white space inside those ranges (see class_has).
+constexpr const char* kCjkHangulRegex = R"((?:(?!\p{Z})[\x{800}-\x{9FA5}\x{AC00}-\x{D7FF}])+)";
 
 struct NamedChain {
   std::vector<std::string_view> names;
@@ -294,19 +309,18 @@ const std::vector<NamedChain>& chains() {
          PrePattern trailing{PrePattern::Kind::kTrailingWs, C::kNone, false, 0, 0, R"(\s+$)"};
          return std::vector<PrePattern>{
              run(C::kNewline, false, 1, "[\\r\\n]"),
-             run(C::kDeepseekLetters, true, 0, "(deepseek cased letters)"),
-             run(C::kDeepseekPunct, true, 0, R"(\s?[!-/:-~！-／：-～‘-‟　-。]+)"),
+             run(C::kDeepseekLetters, true, 0, "\\s?" + pcre2_class(kDeepseekLetterRanges) + "+"),
+             run(C::kDeepseekPunct, true, 0, R"(\s?[!-/:-~！-／：-～‘-‟、-。]+)"),
              trailing,
-             run(C::kCjkHangul, false, 0, "[一-龥ࠀ-一가-퟿]+"),
+             run(C::kCjkHangul, false, 0, kCjkHangulRegex),
              run(C::kNumber, false, 0, R"(\p{N}+)")};
        }},
       {{"deepseek-coder"},
        [] {
-         return std::vector<PrePattern>{run(C::kNewline, false, 1, "[\\r\\n]"),
-                                        run(C::kLetter, true, 0, R"(\s?\p{L}+)"),
-                                        run(C::kPunct, true, 0, R"(\s?\p{P}+)"),
-                                        run(C::kCjkHangul, false, 0, "[一-龥ࠀ-一가-퟿]+"),
-                                        run(C::kNumber, false, 1, R"(\p{N})")};
+         return std::vector<PrePattern>{
+             run(C::kNewline, false, 1, "[\\r\\n]"), run(C::kLetter, true, 0, R"(\s?\p{L}+)"),
+             run(C::kPunct, true, 0, R"(\s?\p{P}+)"), run(C::kCjkHangul, false, 0, kCjkHangulRegex),
+             run(C::kNumber, false, 1, R"(\p{N})")};
        }},
   };
   return kChains;

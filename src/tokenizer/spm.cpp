@@ -96,9 +96,9 @@ void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& ou
 }
 
 // WordPiece: lowercase, keep the first code point of each canonical decomposition (drops
-// accents), drop control characters, split on white space, punctuation, ASCII symbols and
-// CJK ideographs; then each word is matched greedily longest-first against the vocabulary,
-// whose word-initial pieces carry U+2581 and continuation pieces none.
+// accents), drop control characters and combining marks, split on white space, punctuation, ASCII
+// symbols and CJK ideographs; then each word is matched greedily longest-first against the
+// vocabulary, whose word-initial pieces carry U+2581 and continuation pieces none.
 void Tokenizer::Impl::encode_wpm(std::string_view text, std::vector<int32_t>& out) const {
   std::vector<std::string> words(1);
   for (size_t pos = 0; pos < text.size();) {
@@ -109,7 +109,7 @@ void Tokenizer::Impl::encode_wpm(std::string_view text, std::vector<int32_t>& ou
       continue;
     }
     const auto cat = unicode::category_of(f);
-    if (cp == 0 || cp == 0xFFFD || cat == unicode::kControl) continue;
+    if (cp == 0 || cp == 0xFFFD || cat == unicode::kControl || cat == unicode::kMark) continue;
     const std::string s = unicode::to_utf8(unicode::to_lower(cp));
     if (cat == unicode::kPunctuation || (cp < 0x7F && cat == unicode::kSymbol) ||
         is_cjk_ideograph(cp)) {

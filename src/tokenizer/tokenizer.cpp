@@ -126,9 +126,18 @@ std::string Tokenizer::token_text(int32_t id, bool show_special, bool first) con
   return piece;
 }
 
+bool Tokenizer::is_hidden(int32_t id, bool show_special) const {
+  const TokenType t = token_type(id);
+  return !show_special && (t == TokenType::kControl || t == TokenType::kUnknown);
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool show_special) const {
   std::string out;
-  for (int32_t id : ids) out += token_text(id, show_special, out.empty());
+  bool first = true;  // the first token that is not hidden drops the inserted leading space
+  for (int32_t id : ids) {
+    out += token_text(id, show_special, first);
+    if (!is_hidden(id, show_special)) first = false;
+  }
   return out;
 }
 

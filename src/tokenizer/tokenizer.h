@@ -51,6 +51,8 @@ class Tokenizer {
   // otherwise they are plain text. Empty text gives no ids (besides BOS/EOS).
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
   // Concatenated text of the ids. Control tokens are shown only when show_special.
+  // SentencePiece vocabularies drop the leading space of the first token that is not
+  // hidden (the space encode() inserted), so decode(encode(t)) == t.
   // An id outside [0, n_vocab) throws Error(kInvalidArgument).
   std::string decode(std::span<const int32_t> ids, bool show_special = false) const;
   std::string token_piece(int32_t id) const;  // the vocabulary string of a token, as stored
@@ -70,6 +72,8 @@ class Tokenizer {
   // the leading space that add_space_prefix inserted.
   std::string token_text(int32_t id, bool show_special, bool first) const;
   TokenType token_type(int32_t id) const;
+  // True for control / unknown tokens that decode to nothing unless show_special.
+  bool is_hidden(int32_t id, bool show_special) const;
   std::string_view model_name() const;  // "llama", "gpt2", "bert"
   std::string_view pre_name() const;    // tokenizer.ggml.pre, or "default"
 
@@ -81,8 +85,8 @@ class Tokenizer {
 };
 
 // Streaming decode: text for each new token as soon as it is final. Never emits half a
-// UTF-8 character; the SentencePiece leading-space rule applies only to the first token
-// of the whole stream, not of each chunk.
+// UTF-8 character; the chunks of a stream add up to decode() of all its ids, so the
+// SentencePiece leading-space rule applies to the first visible token of the stream only.
 class IncrementalDetokenizer {
  public:
   explicit IncrementalDetokenizer(const Tokenizer& tok, bool show_special = false);

@@ -14,10 +14,10 @@ constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiec
 
 // Texts of the tokens that end generation, and of end-of-turn / fill-in-the-middle tokens;
 // a vocabulary that stores them as plain tokens still gets them treated as control tokens.
-constexpr std::string_view kEogTexts[] = {"<|eot_id|>",    "<|im_end|>",      "<|end|>",
-                                          "<|return|>",    "<|call|>",        "<end_of_turn>",
-                                          "<|endoftext|>", "<|eom_id|>",      "<EOT>",
-                                          "_<EOT>",        "<|end_of_text|>", "<end_of_utterance>"};
+constexpr std::string_view kEogTexts[] = {
+    "<|eot_id|>",      "<|im_end|>",         "<|end|>",    "<|return|>", "<|call|>",
+    "<end_of_turn>",   "<|endoftext|>",      "<|eom_id|>", "<EOT>",      "_<EOT>",
+    "<|end_of_text|>", "<end_of_utterance>", "</s>"};
 constexpr std::string_view kEotTexts[] = {"<|eot_id|>",
                                           "<|im_end|>",
                                           "<|end|>",
@@ -129,10 +129,13 @@ void load_special_ids(const gguf::GgufFile& f, Tokenizer::Impl& v) {
       if (in_list(kEotTexts, v.texts[id])) v.eot = id;
   }
   if (v.eot >= 0) force_control(v.eot);
-  for (const auto& role : fim_texts()) {
+  // Fill-in-the-middle roles; pad, repo, separator and end-of-message also end generation.
+  const auto& roles = fim_texts();
+  for (size_t r = 0; r < roles.size(); ++r) {
     for (int32_t id = 0; id < n; ++id) {
-      if (std::find(role.begin(), role.end(), v.texts[id]) != role.end()) {
+      if (std::find(roles[r].begin(), roles[r].end(), v.texts[id]) != roles[r].end()) {
         force_control(id);
+        if (r >= 3) v.eog[id] = 1;
         break;
       }
     }
