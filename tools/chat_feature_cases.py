@@ -127,3 +127,54 @@ CASES = [
     ("items_filter_is_a_generator", "{{ d | items | length }}", {"d": {"a": 1}}),
     ("dict_items_method_has_length", "{{ d.items() | length }} {{ d.keys() | first }}", {"d": {"a": 1}}),
 ]
+
+
+def random_cases(seed=2024, count=1500):
+    """Random expressions over literals, context variables, operators, filters, tests and
+    methods: a differential check of the interpreter against jinja2. Where jinja2 raises, the
+    test only requires that we raise too (Python's wording of TypeErrors is not the point)."""
+    import random
+
+    rng = random.Random(seed)
+    atoms = ["0", "1", "3", "-2", "10", "0.5", "2.25", "-1.5", "'ab'", "'Hé'", "' x '", "''", "'a,b'",
+             "none", "true", "false", "[1, 'a']", "[3, 1, 2]", "[]", "{'k': 1, 'a': 'z'}", "{}",
+             "s", "n", "f", "l", "d", "u", "e", "m.role", "m.content", "m.missing"]
+    filters = ["length", "upper", "lower", "trim", "string", "list", "first", "last", "join",
+               "join(', ')", "default('D')", "default('D', true)", "int", "float", "abs", "round",
+               "round(1)", "tojson", "reverse | list", "sort", "unique | list", "sum", "min", "max",
+               "capitalize", "title", "replace('a', 'b')", "center(7)", "items | list", "dictsort",
+               "wordcount", "indent(2)", "batch(2) | list", "select('odd') | list",
+               "map('string') | list", "reject('none') | list", "count", "tojson(indent=1)"]
+    tests = ["defined", "undefined", "none", "string", "number", "integer", "float", "mapping",
+             "iterable", "sequence", "boolean", "true", "false", "odd", "even", "divisibleby 2",
+             "eq 1", "in [1, 'ab']", "lower", "upper", "callable"]
+    methods = [".upper()", ".strip()", ".split()", ".split(',')", ".startswith('a')",
+               ".endswith('b')", ".get('k', 0)", ".items() | list", ".keys() | list",
+               ".replace('a', 'X')", ".title()", ".find('b')", ".count('a')", ".lstrip()",
+               "[0]", "[-1]", "[1:]", "[::-1]", "['k']", ".k"]
+    binops = ["+", "-", "*", "/", "//", "%", "~", "==", "!=", "<", "<=", ">", ">=", "and", "or",
+              "in", "not in"]
+
+    def expr(depth):
+        roll = rng.random()
+        if depth <= 0 or roll < 0.3:
+            return rng.choice(atoms)
+        if roll < 0.5:
+            return f"({expr(depth - 1)} {rng.choice(binops)} {expr(depth - 1)})"
+        if roll < 0.65:
+            return f"({expr(depth - 1)} | {rng.choice(filters)})"
+        if roll < 0.75:
+            neg = "not " if rng.random() < 0.3 else ""
+            return f"({expr(depth - 1)} is {neg}{rng.choice(tests)})"
+        if roll < 0.85:
+            return f"{rng.choice(atoms)}{rng.choice(methods)}"
+        if roll < 0.92:
+            return f"({expr(depth - 1)} if {expr(depth - 1)} else {expr(depth - 1)})"
+        return f"(not {expr(depth - 1)})"
+
+    context = {"s": "Hello, World", "n": 7, "f": 1.25, "l": ["b", "a", "c"], "d": {"k": 2, "z": None},
+               "e": "", "m": {"role": "user", "content": "hi there"}}
+    cases = []
+    for i in range(count):
+        cases.append((f"random_{i:03d}", "{{ " + expr(3) + " }}", context))
+    return cases

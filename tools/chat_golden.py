@@ -96,14 +96,16 @@ def main():
 def write_feature_cases(env):
     """One small template per interpreter feature, rendered by jinja2 (features.json)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from chat_feature_cases import CASES
+    from chat_feature_cases import CASES, random_cases
     results = []
-    for name, source, context in CASES:
+    for name, source, context in CASES + random_cases():
         case = {"name": name, "template": source, "context": context}
         try:
             case["output"] = env.from_string(source).render(**context)
         except Exception as error:
             case["error"] = str(error)
+            if name.startswith("random_"):
+                case["error_kind"] = type(error).__name__
         results.append(case)
     with open(os.path.join(GOLDEN, "features.json"), "w", encoding="utf-8") as f:
         json.dump(results, f, ensure_ascii=False, indent=1)

@@ -250,7 +250,10 @@ Value filter_indent(Interpreter&, const Value& v, const CallArgs& a) {
           : std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, width->as_int())), ' ');
   bool first = arg_bool(a, 1, "first", false);
   bool blank = arg_bool(a, 2, "blank", false);
-  std::string s = to_str(v) + "\n";
+  if (v.is_undefined()) throw JinjaError(v.undefined_message());
+  if (!v.is_string())
+    throw JinjaError("unsupported operand type(s) for +=: '" + python_type_name(v) + "' and 'str'");
+  std::string s = v.as_string() + "\n";
   auto lines = text::splitlines(s);
   std::string rv;
   if (blank) {
@@ -307,6 +310,12 @@ Value filter_round(Interpreter&, const Value& v, const CallArgs& a) {
   std::string how = method ? to_str(*method) : "common";
   if (!v.is_number())
     throw JinjaError("type " + python_type_name(v) + " doesn't define __round__ method");
+  if (how == "common" && !v.is_float()) {  // round(int, n) stays an int in Python
+    if (precision >= 0) return Value(v.as_int());
+    double unit = std::pow(10.0, static_cast<double>(-precision));
+    return Value(
+        static_cast<std::int64_t>(std::nearbyint(static_cast<double>(v.as_int()) / unit) * unit));
+  }
   double scale = std::pow(10.0, static_cast<double>(precision));
   double x = v.as_double() * scale;
   double r;
@@ -502,11 +511,14 @@ std::unordered_map<std::string, TestFn> make_tests() {
   simple("sequence", test_sequence);
   simple("callable", [](const Value& v) { return v.is_callable(); });
   simple("escaped", [](const Value& v) { return v.is_safe(); });
+  // str(value).islower() / .isupper(): some cased letter, and none of the other case.
   simple("lower", [](const Value& v) {
-    return v.is_string() && text::lower(v.as_string()) == v.as_string();
+    std::string s = to_str(v);
+    return text::lower(s) == s && text::upper(s) != s;
   });
   simple("upper", [](const Value& v) {
-    return v.is_string() && text::upper(v.as_string()) == v.as_string();
+    std::string s = to_str(v);
+    return text::upper(s) == s && text::lower(s) != s;
   });
   auto int_of = [](const Value& v) {
     if (v.is_undefined()) throw JinjaError(v.undefined_message());
@@ -515,9 +527,16 @@ std::unordered_map<std::string, TestFn> make_tests() {
                        "' and 'int'");
     return v.as_int();
   };
-  t["odd"] = [int_of](Interpreter&, const Value& v, const CallArgs&) { return int_of(v) % 2 != 0; };
-  t["even"] = [int_of](Interpreter&, const Value& v, const CallArgs&) {
-    return int_of(v) % 2 == 0;
+  // value % 2 == 1 / == 0, with Python's float modulo for floats.
+  auto remainder = [](const Value& v) {
+    if (v.is_undefined()) throw JinjaError(v.undefined_message());
+    return binary_op("%", v, Value(2));
+  };
+  t["odd"] = [remainder](Interpreter&, const Value& v, const CallArgs&) {
+    return values_equal(remainder(v), Value(1));
+  };
+  t["even"] = [remainder](Interpreter&, const Value& v, const CallArgs&) {
+    return values_equal(remainder(v), Value(0));
   };
   t["divisibleby"] = [int_of](Interpreter&, const Value& v, const CallArgs& a) {
     std::int64_t n = arg_int(a, 0, "num", 1);

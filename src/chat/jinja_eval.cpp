@@ -573,6 +573,19 @@ Value Interpreter::eval_binary(const Expr& e) {
   return binary_op(op, a, b);
 }
 
+namespace {
+
+bool is_constant(const Expr& e) {
+  if (e.kind == ExprKind::kLiteral) return true;
+  if (e.kind != ExprKind::kList && e.kind != ExprKind::kTuple && e.kind != ExprKind::kDict)
+    return false;
+  for (const auto& c : e.children)
+    if (!is_constant(*c)) return false;
+  return true;
+}
+
+}  // namespace
+
 Value Interpreter::eval_slice(const Expr& e) {
   Value obj = eval(*e.children[0]);
   std::optional<std::int64_t> bounds[3];
@@ -594,8 +607,15 @@ Value Interpreter::eval_slice(const Expr& e) {
     n = static_cast<std::int64_t>(chars.size());
   } else if (obj.is_list_like()) {
     n = static_cast<std::int64_t>(obj.items().size());
-  } else {
+  } else if (!is_constant(*e.children[0])) {
+    // jinja2 compiles a slice to a plain Python subscript: the TypeError escapes...
     throw JinjaError("'" + python_type_name(obj) + "' object is not subscriptable");
+  } else {  // ...except on constants, which its optimizer folds through getitem into Undefined
+    auto part = [](const std::optional<std::int64_t>& b) {
+      return b ? std::to_string(*b) : std::string("None");
+    };
+    return Value::undefined(object_type_repr(obj) + " has no element slice(" + part(bounds[0]) +
+                            ", " + part(bounds[1]) + ", " + part(bounds[2]) + ")");
   }
   auto clamp = [&](std::optional<std::int64_t> v, std::int64_t dflt) {
     if (!v) return dflt;

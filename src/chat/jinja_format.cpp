@@ -125,12 +125,13 @@ std::string format_one(const Value& v, const Spec& spec) {
 std::string percent_format(const std::string& fmt, const Value& args) {
   std::vector<Value> items;
   const Value* mapping = nullptr;
-  if (args.kind() == Kind::kTuple)
+  if (args.kind() == Kind::kTuple) {
     items = args.items();
-  else if (args.is_dict())
-    mapping = &args;
-  else
+  } else {
+    // A mapping serves %(name)s; a lone %s shows the mapping itself.
+    if (args.is_dict() || args.is_undefined()) mapping = &args;
     items.push_back(args);
+  }
   std::size_t next = 0;
   std::string out;
   for (std::size_t i = 0; i < fmt.size(); ++i) {
@@ -144,6 +145,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     if (fmt[i] == '(') {
       std::size_t close = fmt.find(')', i);
       if (close == std::string::npos || !mapping) throw JinjaError("format requires a mapping");
+      if (mapping->is_undefined()) throw JinjaError(mapping->undefined_message());
       const Value* v = mapping->as_dict().find(fmt.substr(i + 1, close - i - 1));
       if (!v) throw JinjaError("'" + fmt.substr(i + 1, close - i - 1) + "'");
       named = *v;

@@ -130,12 +130,13 @@ std::int64_t floor_div(std::int64_t a, std::int64_t b) {
 }  // namespace
 
 Value binary_op(const std::string& op, const Value& a, const Value& b) {
+  // str % Undefined: Python treats the Undefined as a mapping (it has __getitem__).
+  if (op == "%" && a.is_string()) return Value(percent_format(a.as_string(), b));
   if (a.is_undefined()) throw JinjaError(a.undefined_message());
   if (b.is_undefined()) throw JinjaError(b.undefined_message());
   if (op == "+") return add(a, b);
   if (op == "*") return multiply(a, b);
   if (op == "**") return power(a, b);
-  if (op == "%" && a.is_string()) return Value(percent_format(a.as_string(), b));
   if (!a.is_number() || !b.is_number()) unsupported(op, a, b);
   bool use_float = a.is_float() || b.is_float();
   if (op == "-") {
