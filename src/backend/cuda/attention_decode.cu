@@ -1,8 +1,8 @@
 // Decode-step attention: scatter kernel, split-K attention kernel, reduce kernel.
 //
 // Attention grid: (n_kv_heads, n_slots, n_splits), 128 threads. A block reads its KV head's
-// positions [split * split_len, ...) once, in tiles of 64 copied asynchronously into shared
-// memory (double-buffered), and serves every query head of the GQA group: per tile the
+// positions [split * split_len, ...) once, in tiles of kDecodeTile copied asynchronously into
+// shared memory (double-buffered), and serves every query head of the GQA group: per tile the
 // scores, a tile softmax state merged into each head's running state (online_softmax.h),
 // and P·V. The block writes one partial per (slot, head, split); the reduce kernel merges
 // the splits and advances the lengths.
@@ -74,11 +74,13 @@ __device__ void issue_kv_tile(const DecodeAttentionParams& p, const int32_t* tab
   __pipeline_commit();
 }
 
-// Scores of one tile: thread t takes position t % 64 and query heads t / 64, + 2, + 4, ...
+// Scores of one tile: thread t takes position t % kDecodeTile and query heads
+// t / kDecodeTile + j * (threads / kDecodeTile).
 template <bool kBf16, int kDim, int kGroup>
 __device__ void tile_scores(const uint16_t* ks, const float* q_s, float* s_s, int group,
                             int valid) {
-  constexpr int kLd = kDim + 8, kPerThread = (kGroup + 1) / 2;
+  constexpr int kLd = kDim + 8, kStride = kDecodeWarps * 32 / kDecodeTile;
+  constexpr int kPerThread = (kGroup + kStride - 1) / kStride;
   const int pos = threadIdx.x % kDecodeTile, g0 = threadIdx.x / kDecodeTile;
   float dot[kPerThread] = {};
 #pragma unroll 4
@@ -87,7 +89,9 @@ __device__ void tile_scores(const uint16_t* ks, const float* q_s, float* s_s, in
     kv_unpack8<kBf16>(*reinterpret_cast<const uint4*>(ks + pos * kLd + c), k);
 #pragma unroll
     for (int gi = 0; gi < kPerThread; ++gi) {
-      const float4* q4 = reinterpret_cast<const float4*>(q_s + (g0 + 2 * gi) * kDim + c);
+      const int g = g0 + kStride * gi;
+      if (g >= kGroup) continue;
+      const float4* q4 = reinterpret_cast<const float4*>(q_s + g * kDim + c);
       const float4 a = q4[0], b = q4[1];
       dot[gi] += a.x * k[0] + a.y * k[1] + a.z * k[2] + a.w * k[3] + b.x * k[4] + b.y * k[5] +
                  b.z * k[6] + b.w * k[7];
@@ -95,12 +99,12 @@ __device__ void tile_scores(const uint16_t* ks, const float* q_s, float* s_s, in
   }
 #pragma unroll
   for (int gi = 0; gi < kPerThread; ++gi) {
-    const int g = g0 + 2 * gi;
+    const int g = g0 + kStride * gi;
     if (g < kGroup) s_s[g * kDecodeTile + pos] = (pos < valid && g < group) ? dot[gi] : -INFINITY;
   }
 }
 
-// Grid (n_kv_heads, n_slots, n_splits), 128 threads. Per tile of 64 positions (copied
+// Grid (n_kv_heads, n_slots, n_splits), 128 threads. Per tile of kDecodeTile positions (copied
 // asynchronously, double-buffered): scores of every GQA head into shared memory; warp w
 // turns the scores of heads w, w+4 into a tile softmax state, merges it into its running
 // state (softmax_merge) and accumulates P·V for its heads, each lane owning head_dim / 32
@@ -162,25 +166,28 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       const int g = warp + 4 * hi;
       if (g >= group) continue;
       float* row = s_s + g * kDecodeTile;
-      const float s0 = row[lane], s1 = row[lane + 32];
-      // The tile's softmax state, itself online: each lane pushes its two scores, then the
+      constexpr int kPerLane = kDecodeTile / 32;
+      float sc[kPerLane];
+      // The tile's softmax state, itself online: each lane pushes its scores, then the
       // lanes' states merge in a butterfly (every lane ends with the tile's state).
       SoftmaxState tile_state = softmax_empty();
       float unused;
-      if (s0 != -INFINITY) softmax_push(tile_state, s0, &unused);
-      if (s1 != -INFINITY) softmax_push(tile_state, s1, &unused);
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        sc[i] = row[lane + 32 * i];
+        if (sc[i] != -INFINITY) softmax_push(tile_state, sc[i], &unused);
+      }
 #pragma unroll
       for (int off = 16; off > 0; off /= 2) {
         const SoftmaxState other{__shfl_xor_sync(0xffffffffu, tile_state.max, off),
                                  __shfl_xor_sync(0xffffffffu, tile_state.sum, off)};
         softmax_merge(tile_state, other);
       }
-      const float mx = tile_state.max;
-      const float e0 = s0 == -INFINITY ? 0.0f : softmax_exp(s0 - mx);
-      const float e1 = s1 == -INFINITY ? 0.0f : softmax_exp(s1 - mx);
       const SoftmaxMerge merge = softmax_merge(state[hi], tile_state);
-      row[lane] = e0 * merge.factor_b;
-      row[lane + 32] = e1 * merge.factor_b;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i)
+        row[lane + 32 * i] =
+            sc[i] == -INFINITY ? 0.0f : softmax_exp(sc[i] - tile_state.max) * merge.factor_b;
 #pragma unroll
       for (int i = 0; i < kDpl; ++i) acc[hi][i] *= merge.factor_a;
     }

@@ -50,15 +50,14 @@ inline void scatter(const DecodeAttentionParams& p) {
 }
 
 // The softmax state of one tile of scores as the kernel's warp forms it: lane l pushes
-// scores l and l + 32 (online, with rescale), then lanes merge in a butterfly (offsets 16,
+// scores l, l + 32, ... (online, with rescale), then lanes merge in a butterfly (offsets 16,
 // 8, 4, 2, 1, each lane merging its partner into itself); lane 0's state is the result.
 inline SoftmaxState tile_state(const float* scores, int n) {
   SoftmaxState lanes[32], next[32];
   float unused = 0.0f;
   for (int l = 0; l < 32; ++l) {
     lanes[l] = softmax_empty();
-    if (l < n) softmax_push(lanes[l], scores[l], &unused);
-    if (l + 32 < n) softmax_push(lanes[l], scores[l + 32], &unused);
+    for (int i = l; i < n; i += 32) softmax_push(lanes[l], scores[i], &unused);
   }
   for (int off = 16; off > 0; off /= 2) {
     for (int l = 0; l < 32; ++l) {

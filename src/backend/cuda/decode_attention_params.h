@@ -71,7 +71,7 @@ inline int32_t decode_num_splits(const DecodeAttentionParams& p) {
 // is merged into the running state. The host twin walks the same tiles so that it merges
 // in the same order as the GPU. Split lengths are multiples of it.
 inline constexpr int kDecodeWarps = 4;
-inline constexpr int kDecodeTile = 64;
+inline constexpr int kDecodeTile = 32;
 
 // Workspace of one decode call: per (slot, head, split) a partial state (max, sum) and an
 // unnormalized accumulator of head_dim floats.

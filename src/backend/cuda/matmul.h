@@ -39,6 +39,15 @@ size_t matmul_fused_workspace_bytes(const WeightView& w, int m);
 void matmul_fused(const WeightView& w, const float* x, int m, float* y, cudaStream_t stream,
                   void* workspace = nullptr, size_t workspace_bytes = 0);
 
+// The two halves of the int8 path, for products that share one input (Q, K and V; gate
+// and up): quantize x once into a workspace of q8_activation_bytes(m, k) bytes, then run
+// each Q4_K product (M <= 8) from it.
+size_t q8_activation_bytes(int m, int64_t k);
+void quantize_activations_q8(const float* x, int m, int64_t k, void* workspace,
+                             size_t workspace_bytes, cudaStream_t stream);
+void matmul_q4k_prequantized(const WeightView& w, int m, float* y, void* workspace,
+                             cudaStream_t stream);
+
 // Dequantizes the whole of W into out[N][K] (bf16 bits, device).
 void dequantize_to_bf16(const WeightView& w, uint16_t* out, cudaStream_t stream);
 // f32 -> bf16 (round to nearest even) of n values.

@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kGemvThreads)
     const uint8_t* rows[kRowsPerGroup];
 #pragma unroll
     for (int r = 0; r < kRowsPerGroup; ++r) rows[r] = w + (size_t)min(row0 + r, n - 1) * row_bytes;
-#pragma unroll 2
+#pragma unroll 4
     for (int sb = t; sb < n_sub; sb += group_threads) {
       const int j = sb % 8;
       uint32_t qw[kRowsPerGroup][8];
@@ -189,32 +189,36 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
 }
 
-int gemv_group_threads(int64_t rows, int64_t units_per_row) {
+int gemv_group_threads(int64_t rows, int64_t units_per_row, int min_units) {
   // Threads per row pair: enough warps to fill the GPU (about 32 per multiprocessor), while
-  // every thread keeps at least 4 units (groups of 8, or sub-blocks) to walk.
+  // every thread keeps at least min_units units (groups of 8, or sub-blocks) to walk.
   const int64_t row_pairs = (rows + 1) / 2;
   int group_threads = 32;
   while (group_threads < kGemvThreads && row_pairs * (group_threads / 32) < 132 * 32 &&
-         units_per_row / (group_threads * 2) >= 4)
+         units_per_row / (group_threads * 2) >= min_units)
     group_threads *= 2;
   return group_threads;
 }
 
+// Workspace layout: int8 codes [m][k], then (d, d * sum) per block of 32 at a 256-byte
+// aligned offset.
+struct Q8Activations {
+  int8_t* codes;
+  float2* scales;
+};
+Q8Activations q8_layout(void* workspace, int m, int64_t k) {
+  int8_t* codes = static_cast<int8_t*>(workspace);
+  return {codes, reinterpret_cast<float2*>(codes + ((m * k + 255) / 256) * 256)};
+}
+
 template <int kM>
-void launch_q4k_q8(const WeightView& w, const float* x, float* y, void* workspace,
-                   cudaStream_t stream) {
-  const int64_t n_blocks = kM * w.cols / 32;
-  int8_t* xq = static_cast<int8_t*>(workspace);
-  float2* xs = reinterpret_cast<float2*>(xq + ((kM * w.cols + 255) / 256) * 256);
-  quantize_x_q8_kernel<<<(unsigned)((n_blocks * 32 + 255) / 256), 256, 0, stream>>>(x, n_blocks, xq,
-                                                                                    xs);
-  HABLAR_CUDA_CHECK_LAUNCH();
-  const int group_threads = gemv_group_threads(w.rows, w.cols / 32);
+void launch_q4k_q8(const WeightView& w, const Q8Activations& xa, float* y, cudaStream_t stream) {
+  const int group_threads = gemv_group_threads(w.rows, w.cols / 32, 2);
   const int rows_per_block = kGemvThreads / group_threads * kRowsPerGroup;
   const int blocks = (int)((w.rows + rows_per_block - 1) / rows_per_block);
-  gemv_q4k_q8_kernel<kM><<<blocks, kGemvThreads, 0, stream>>>(static_cast<const uint8_t*>(w.data),
-                                                              w.row_bytes, (int)w.rows, (int)w.cols,
-                                                              xq, xs, y, group_threads);
+  gemv_q4k_q8_kernel<kM><<<blocks, kGemvThreads, 0, stream>>>(
+      static_cast<const uint8_t*>(w.data), w.row_bytes, (int)w.rows, (int)w.cols, xa.codes,
+      xa.scales, y, group_threads);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 
@@ -300,7 +304,7 @@ __global__ void __launch_bounds__(kTileThreads)
 
 template <DType T, int kM>
 void launch_gemv(const WeightView& w, const float* x, float* y, cudaStream_t stream) {
-  const int group_threads = gemv_group_threads(w.rows, w.cols / 8);
+  const int group_threads = gemv_group_threads(w.rows, w.cols / 8, 4);
   const int rows_per_block = kGemvThreads / group_threads * kRowsPerGroup;
   const int blocks = (int)((w.rows + rows_per_block - 1) / rows_per_block);
   gemv_kernel<T, kM><<<blocks, kGemvThreads, 0, stream>>>(static_cast<const uint8_t*>(w.data),
@@ -383,9 +387,54 @@ void validate_weight(const WeightView& w, const char* what) {
                                                  " does not match the type and row length");
 }
 
+size_t q8_activation_bytes(int m, int64_t k) {
+  return (size_t)((m * k + 255) / 256) * 256 + (size_t)(m * k / 32) * sizeof(float2);
+}
+
 size_t matmul_fused_workspace_bytes(const WeightView& w, int m) {
   if (w.type != DType::Q4_K || m < 1 || m > kGemvMaxRows) return 0;
-  return (size_t)((m * w.cols + 255) / 256) * 256 + (size_t)(m * w.cols / 32) * sizeof(float2);
+  return q8_activation_bytes(m, w.cols);
+}
+
+void quantize_activations_q8(const float* x, int m, int64_t k, void* workspace,
+                             size_t workspace_bytes, cudaStream_t stream) {
+  if (m < 1 || k <= 0 || k % 32 != 0 || workspace_bytes < q8_activation_bytes(m, k))
+    throw_error(ErrorKind::kInvalidArgument,
+                "quantize_activations_q8: needs K a multiple of 32 and " +
+                    std::to_string(q8_activation_bytes(m, k)) + " bytes of workspace");
+  const Q8Activations xa = q8_layout(workspace, m, k);
+  const int64_t n_blocks = m * k / 32;
+  quantize_x_q8_kernel<<<(unsigned)((n_blocks * 32 + 255) / 256), 256, 0, stream>>>(
+      x, n_blocks, xa.codes, xa.scales);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void matmul_q4k_prequantized(const WeightView& w, int m, float* y, void* workspace,
+                             cudaStream_t stream) {
+  validate_weight(w, "matmul_q4k_prequantized");
+  if (w.type != DType::Q4_K || m < 1 || m > kGemvMaxRows)
+    throw_error(
+        ErrorKind::kInvalidArgument,
+        "matmul_q4k_prequantized: needs Q4_K weights and M in 1.." + std::to_string(kGemvMaxRows));
+  const Q8Activations xa = q8_layout(workspace, m, w.cols);
+  switch (m) {
+    case 1:
+      return launch_q4k_q8<1>(w, xa, y, stream);
+    case 2:
+      return launch_q4k_q8<2>(w, xa, y, stream);
+    case 3:
+      return launch_q4k_q8<3>(w, xa, y, stream);
+    case 4:
+      return launch_q4k_q8<4>(w, xa, y, stream);
+    case 5:
+      return launch_q4k_q8<5>(w, xa, y, stream);
+    case 6:
+      return launch_q4k_q8<6>(w, xa, y, stream);
+    case 7:
+      return launch_q4k_q8<7>(w, xa, y, stream);
+    default:
+      return launch_q4k_q8<8>(w, xa, y, stream);
+  }
 }
 
 void matmul_fused(const WeightView& w, const float* x, int m, float* y, cudaStream_t stream,
@@ -397,28 +446,8 @@ void matmul_fused(const WeightView& w, const float* x, int m, float* y, cudaStre
                                                  std::to_string(kFusedMatmulMaxRows));
   const size_t need = matmul_fused_workspace_bytes(w, m);
   if (need > 0 && workspace != nullptr) {
-    if (workspace_bytes < need)
-      throw_error(ErrorKind::kInvalidArgument,
-                  "matmul_fused: workspace of " + std::to_string(workspace_bytes) +
-                      " bytes is below the " + std::to_string(need) + " needed");
-    switch (m) {
-      case 1:
-        return launch_q4k_q8<1>(w, x, y, workspace, stream);
-      case 2:
-        return launch_q4k_q8<2>(w, x, y, workspace, stream);
-      case 3:
-        return launch_q4k_q8<3>(w, x, y, workspace, stream);
-      case 4:
-        return launch_q4k_q8<4>(w, x, y, workspace, stream);
-      case 5:
-        return launch_q4k_q8<5>(w, x, y, workspace, stream);
-      case 6:
-        return launch_q4k_q8<6>(w, x, y, workspace, stream);
-      case 7:
-        return launch_q4k_q8<7>(w, x, y, workspace, stream);
-      default:
-        return launch_q4k_q8<8>(w, x, y, workspace, stream);
-    }
+    quantize_activations_q8(x, m, w.cols, workspace, workspace_bytes, stream);
+    return matmul_q4k_prequantized(w, m, y, workspace, stream);
   }
   dispatch_weight_type(w.type, [&]<DType T>() { launch_fused<T>(w, x, m, y, stream); });
 }
