@@ -118,22 +118,6 @@ __global__ void quantize_x_q8_kernel(const float* __restrict__ x, int64_t n_bloc
   if (lane == 0) xs[block] = make_float2(d, d * (float)sum);
 }
 
-// Rows per thread group of the int8 path: four rows share each activation load.
-constexpr int kQ8Rows = 4;
-
-// k_scale_min over the 12 scale bytes held in three words (one load each, no byte loads).
-__device__ __forceinline__ void k_scale_min_words(const uint32_t words[3], int j, float* sc,
-                                                  float* m) {
-  auto byte = [&](int i) { return (words[i / 4] >> (8 * (i % 4))) & 0xFFu; };
-  if (j < 4) {
-    *sc = small_uint_to_float(byte(j) & 63);
-    *m = small_uint_to_float(byte(j + 4) & 63);
-  } else {
-    *sc = small_uint_to_float((byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4));
-    *m = small_uint_to_float((byte(j + 4) >> 4) | ((byte(j) >> 6) << 4));
-  }
-}
-
 template <int kM>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_q4k_q8_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n, int k,
@@ -141,20 +125,20 @@ __global__ void __launch_bounds__(kGemvThreads)
                        float* __restrict__ y, int group_threads) {
   const int groups = kGemvThreads / group_threads;
   const int group = threadIdx.x / group_threads, t = threadIdx.x % group_threads;
-  const int row0 = (blockIdx.x * groups + group) * kQ8Rows;
+  const int row0 = (blockIdx.x * groups + group) * kRowsPerGroup;
   const int n_sub = k / 32;
-  float acc[kQ8Rows][kM] = {};
+  float acc[kRowsPerGroup][kM] = {};
   if (row0 < n) {
-    const uint8_t* rows[kQ8Rows];
+    const uint8_t* rows[kRowsPerGroup];
 #pragma unroll
-    for (int r = 0; r < kQ8Rows; ++r) rows[r] = w + (size_t)min(row0 + r, n - 1) * row_bytes;
-#pragma unroll 4
+    for (int r = 0; r < kRowsPerGroup; ++r) rows[r] = w + (size_t)min(row0 + r, n - 1) * row_bytes;
+#pragma unroll 2
     for (int sb = t; sb < n_sub; sb += group_threads) {
       const int j = sb % 8;
-      uint32_t qw[kQ8Rows][8];
-      float dq[kQ8Rows], dm[kQ8Rows];
+      uint32_t qw[kRowsPerGroup][8];
+      float dq[kRowsPerGroup], dm[kRowsPerGroup];
 #pragma unroll
-      for (int r = 0; r < kQ8Rows; ++r) {
+      for (int r = 0; r < kRowsPerGroup; ++r) {
         const uint8_t* b = rows[r] + (size_t)(sb / 8) * sizeof(BlockQ4_K);
         const uint4* qs = reinterpret_cast<const uint4*>(b + 16 + 32 * (j / 2));
         const uint4 lo = qs[0], hi = qs[1];
@@ -162,10 +146,8 @@ __global__ void __launch_bounds__(kGemvThreads)
         const uint32_t raw[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
         for (int i = 0; i < 8; ++i) qw[r][i] = (raw[i] >> shift) & 0x0F0F0F0Fu;
-        const uint32_t* sw = reinterpret_cast<const uint32_t*>(b + 4);  // 12 scale bytes
-        const uint32_t scale_words[3] = {sw[0], sw[1], sw[2]};
         float sc, mn;
-        k_scale_min_words(scale_words, j, &sc, &mn);
+        k_scale_min(b + 4, j, &sc, &mn);
         dq[r] = half_at(b) * sc;
         dm[r] = half_at(b + 2) * mn;
       }
@@ -177,7 +159,7 @@ __global__ void __launch_bounds__(kGemvThreads)
                            (int)c.x, (int)c.y, (int)c.z, (int)c.w};
         const float2 ds = __ldg(xs + (size_t)m * n_sub + sb);
 #pragma unroll
-        for (int r = 0; r < kQ8Rows; ++r) {
+        for (int r = 0; r < kRowsPerGroup; ++r) {
           int dot = 0;
 #pragma unroll
           for (int i = 0; i < 8; ++i) dot = __dp4a((int)qw[r][i], xw[i], dot);
@@ -186,10 +168,10 @@ __global__ void __launch_bounds__(kGemvThreads)
       }
     }
   }
-  __shared__ float partial[kGemvThreads / 32][kQ8Rows][kM];
+  __shared__ float partial[kGemvThreads / 32][kRowsPerGroup][kM];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
-  for (int r = 0; r < kQ8Rows; ++r)
+  for (int r = 0; r < kRowsPerGroup; ++r)
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       float v = acc[r][m];
@@ -199,7 +181,7 @@ __global__ void __launch_bounds__(kGemvThreads)
     }
   __syncthreads();
   const int warps_per_group = group_threads / 32;
-  if (t < kQ8Rows * kM) {
+  if (t < kRowsPerGroup * kM) {
     const int r = t / kM, m = t % kM;
     float sum = 0.0f;
     for (int wi = 0; wi < warps_per_group; ++wi) sum += partial[group * warps_per_group + wi][r][m];
@@ -207,12 +189,12 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
 }
 
-int gemv_group_threads(int64_t rows, int rows_per_group, int64_t units_per_row, int min_units) {
-  // Threads per row group: enough warps to fill the GPU (about 32 per multiprocessor), while
-  // every thread keeps at least min_units units (groups of 8, or sub-blocks) to walk.
-  const int64_t row_pairs = (rows + rows_per_group - 1) / rows_per_group;
+int gemv_group_threads(int64_t rows, int64_t units_per_row, int min_units, int target_warps) {
+  // Threads per row pair: enough warps to fill the GPU (target_warps in all), while every
+  // thread keeps at least min_units units (groups of 8, or sub-blocks) to walk.
+  const int64_t row_pairs = (rows + 1) / 2;
   int group_threads = 32;
-  while (group_threads < kGemvThreads && row_pairs * (group_threads / 32) < 132 * 32 &&
+  while (group_threads < kGemvThreads && row_pairs * (group_threads / 32) < target_warps &&
          units_per_row / (group_threads * 2) >= min_units)
     group_threads *= 2;
   return group_threads;
@@ -231,8 +213,8 @@ Q8Activations q8_layout(void* workspace, int m, int64_t k) {
 
 template <int kM>
 void launch_q4k_q8(const WeightView& w, const Q8Activations& xa, float* y, cudaStream_t stream) {
-  const int group_threads = gemv_group_threads(w.rows, kQ8Rows, w.cols / 32, 2);
-  const int rows_per_block = kGemvThreads / group_threads * kQ8Rows;
+  const int group_threads = gemv_group_threads(w.rows, w.cols / 32, 2, 132 * 24);
+  const int rows_per_block = kGemvThreads / group_threads * kRowsPerGroup;
   const int blocks = (int)((w.rows + rows_per_block - 1) / rows_per_block);
   gemv_q4k_q8_kernel<kM><<<blocks, kGemvThreads, 0, stream>>>(
       static_cast<const uint8_t*>(w.data), w.row_bytes, (int)w.rows, (int)w.cols, xa.codes,
@@ -322,7 +304,7 @@ __global__ void __launch_bounds__(kTileThreads)
 
 template <DType T, int kM>
 void launch_gemv(const WeightView& w, const float* x, float* y, cudaStream_t stream) {
-  const int group_threads = gemv_group_threads(w.rows, kRowsPerGroup, w.cols / 8, 4);
+  const int group_threads = gemv_group_threads(w.rows, w.cols / 8, 4, 132 * 32);
   const int rows_per_block = kGemvThreads / group_threads * kRowsPerGroup;
   const int blocks = (int)((w.rows + rows_per_block - 1) / rows_per_block);
   gemv_kernel<T, kM><<<blocks, kGemvThreads, 0, stream>>>(static_cast<const uint8_t*>(w.data),
