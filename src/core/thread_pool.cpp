@@ -25,25 +25,33 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
     throw_error(ErrorKind::kInvalidArgument,
                 "ThreadPool: n_threads must be >= 1, got " + std::to_string(n_threads));
   workers_.reserve((size_t)n_threads - 1);
-  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_.store(true, std::memory_order_release);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    stop_.store(true, std::memory_order_seq_cst);
+    state_.fetch_add(uint64_t{1} << 32, std::memory_order_seq_cst);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_task(int thread_index) {
-  try {
-    (*task_)(thread_index, n_threads_);
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(error_mutex_);
-    if (!first_error_) first_error_ = std::current_exception();
+void ThreadPool::claim_parts(uint64_t generation) {
+  for (;;) {
+    uint64_t s = state_.load(std::memory_order_acquire);
+    if ((s >> 32) != generation) return;
+    const int part = (int)(s & 0xffffffffu);
+    if (part >= n_threads_) return;
+    if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) continue;
+    try {
+      (*task_)(part, n_threads_);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!first_error_) first_error_ = std::current_exception();
+    }
+    done_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 
@@ -54,15 +62,16 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
   task_ = &fn;
   first_error_ = nullptr;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  {
-    // The lock orders the generation bump against a worker that is about to sleep.
+  done_.store(0, std::memory_order_relaxed);
+  // Publishes the task: a new run number with part 0 next.
+  const uint64_t generation = (state_.load(std::memory_order_relaxed) >> 32) + 1;
+  state_.store(generation << 32, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    wake_.notify_all();
   }
-  if (sleepers_.load(std::memory_order_acquire) > 0) wake_.notify_all();
-  run_task(0);
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+  claim_parts(generation);
+  for (int spin = 0; done_.load(std::memory_order_acquire) != n_threads_; ++spin) {
     if (spin < kSpinIterations) {
       HABLAR_CPU_RELAX();
     } else {
@@ -73,25 +82,24 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   if (first_error_) std::rethrow_exception(first_error_);
 }
 
-void ThreadPool::worker_loop(int thread_index) {
+void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
-    uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
+    uint64_t generation = state_.load(std::memory_order_acquire) >> 32;
+    for (int spin = 0; generation == seen && spin < kSpinIterations; ++spin) {
       HABLAR_CPU_RELAX();
-      gen = generation_.load(std::memory_order_acquire);
+      generation = state_.load(std::memory_order_acquire) >> 32;
     }
-    if (gen == seen) {
+    if (generation == seen) {
       std::unique_lock<std::mutex> lock(mutex_);
-      sleepers_.fetch_add(1, std::memory_order_acq_rel);
-      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-      sleepers_.fetch_sub(1, std::memory_order_acq_rel);
-      gen = generation_.load(std::memory_order_acquire);
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      wake_.wait(lock, [&] { return (state_.load(std::memory_order_seq_cst) >> 32) != seen; });
+      sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+      generation = state_.load(std::memory_order_acquire) >> 32;
     }
-    seen = gen;
+    seen = generation;
     if (stop_.load(std::memory_order_acquire)) return;
-    run_task(thread_index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    claim_parts(generation);
   }
 }
 

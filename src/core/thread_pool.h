@@ -1,7 +1,9 @@
 // A persistent pool of worker threads for the CPU kernels. Workers are created once and
-// wait for work; run() hands every thread (the caller included, as thread 0) the same
-// function and returns when all have finished. Waiting spins briefly before sleeping, so
-// the many short parallel sections of a decode step do not pay a wake-up each.
+// wait for work; run() splits a task into n_threads parts, fn(0, n) .. fn(n-1, n), which the
+// caller and the workers claim one at a time, and returns when all parts are done. Waiting
+// spins briefly before sleeping, so the many short parallel sections of a decode step do not
+// pay a wake-up each; and since parts are claimed rather than assigned, a worker the OS has
+// not scheduled yet never holds the caller up (the caller runs the part itself).
 #pragma once
 
 #include <atomic>
@@ -24,21 +26,23 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Runs fn(thread_index, n_threads) on every thread and waits for all of them. An
-  // exception thrown by fn on any thread is rethrown here (the first one) after all finish.
+  // Runs fn(part, n_threads) for every part in [0, n_threads), each exactly once and on some
+  // thread of the pool (never two parts at once on one thread), and waits for all of them.
+  // An exception thrown by a part is rethrown here (the first one) after all parts finish.
   // Not reentrant: fn must not call run() on the same pool.
   void run(const std::function<void(int thread_index, int n_threads)>& fn);
 
  private:
-  void worker_loop(int thread_index);
-  void run_task(int thread_index);
+  void worker_loop();
+  // Claims and runs parts of the run numbered `generation` until none is left.
+  void claim_parts(uint64_t generation);
 
   int n_threads_;
   std::vector<std::thread> workers_;
   const std::function<void(int, int)>* task_ = nullptr;
-  // generation_ counts run() calls; a worker starts the task when it sees a new value.
-  alignas(64) std::atomic<uint64_t> generation_{0};
-  alignas(64) std::atomic<int> pending_{0};
+  // (run number << 32) | next unclaimed part: a worker claims parts only of the run it saw.
+  alignas(64) std::atomic<uint64_t> state_{0};
+  alignas(64) std::atomic<int> done_{0};
   alignas(64) std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
   std::mutex mutex_;
