@@ -13,9 +13,11 @@
 // stops taking requests, lets running generations finish (up to --shutdown-grace seconds)
 // and exits.
 #include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -220,8 +222,19 @@ void check_options(ServeOptions& o) {
   o.http.enable_webui = !o.no_webui;
 }
 
+// Each connection is a file descriptor: lift the soft limit to the hard one so a thousand
+// clients fit (the usual soft limit is 1024).
+void raise_open_file_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
 int run_serve(ServeOptions& o) {
   check_options(o);
+  raise_open_file_limit();
   const std::string path = resolve_model_path(o.model);
   // Signals go to a waiting thread only: block them before any thread starts.
   sigset_t stop_signals;
@@ -254,7 +267,12 @@ int run_serve(ServeOptions& o) {
   http.stop();
   listener.join();
   log::info("stopped");
-  return 0;
+  // Connection threads of clients that keep idle connections open may still exist; exit
+  // without running destructors under them.
+  spdlog::default_logger()->flush();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(0);
 }
 
 CommandRegistration serve_registration{

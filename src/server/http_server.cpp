@@ -17,6 +17,8 @@ namespace hablar::server {
 
 namespace {
 
+constexpr int kKeepAliveSeconds = 5;
+
 // httplib's task queue: a thread per connection, created when no idle thread is there, up
 // to `max_threads`; idle threads exit after a while. Beyond the limit, connections wait.
 class ElasticTaskQueue : public httplib::TaskQueue {
@@ -35,12 +37,18 @@ class ElasticTaskQueue : public httplib::TaskQueue {
     }
   }
 
+  // Waits for the connection threads, but not past the keep-alive timeout and a little:
+  // a client holding an idle keep-alive connection must not stall a shutdown. Threads still
+  // alive then are abandoned to the process exit (the caller exits right after).
   void shutdown() override {
     std::unique_lock<std::mutex> lock(mu_);
     shutdown_ = true;
     cv_.notify_all();
-    done_cv_.wait(lock, [&] { return live_ == 0; });
+    done_cv_.wait_for(lock, std::chrono::seconds(kKeepAliveSeconds + 1),
+                      [&] { return live_ == 0; });
+    all_joined_ = live_ == 0;
   }
+  bool all_joined() const { return all_joined_; }
 
  private:
   void work() {
@@ -68,6 +76,7 @@ class ElasticTaskQueue : public httplib::TaskQueue {
   std::deque<std::function<void()>> jobs_;
   size_t live_ = 0, idle_ = 0;
   bool shutdown_ = false;
+  bool all_joined_ = false;
 };
 
 // The packaged httplib listens with a backlog of 5; a burst of clients connecting at once
@@ -176,7 +185,7 @@ HttpServer::HttpServer(ServerOptions options)
   http_->set_write_timeout(options_.timeout_seconds, 0);
   http_->set_tcp_nodelay(true);  // SSE writes many small chunks: no Nagle delays
   http_->set_keep_alive_max_count(1000);
-  http_->set_keep_alive_timeout(30);
+  http_->set_keep_alive_timeout(kKeepAliveSeconds);
   install_middleware();
   install_routes();
 }
