@@ -5,7 +5,7 @@
 // shared memory (double-buffered), and serves every query head of the GQA group: per tile the
 // scores, a tile softmax state merged into each head's running state (online_softmax.h),
 // and P·V. The block writes one partial per (slot, head, split); the reduce kernel merges
-// the splits and advances the lengths.
+// the splits (one block per slot and head) and a last one-block kernel advances the lengths.
 #include <cuda_pipeline.h>
 
 #include <algorithm>
@@ -232,29 +232,30 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
 }
 
-// One block per slot: merges the splits of every head, writes the output, then advances
-// the slot's length (after every thread has read it).
+// One block per (slot, head), one thread per dimension: merges the head's splits in order
+// and writes the normalized output.
 __global__ void decode_reduce_kernel(DecodeAttentionParams p, int split_len, int n_splits,
                                      const float* workspace) {
-  const int slot = blockIdx.x;
+  const int slot = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
   if (!p.active[slot]) return;
   const int d_head = p.layout.head_dim;
   // Splits past the grid (a context beyond max_context, a caller error) are not read.
   const int n_valid = min(n_splits, (decode_context(p, slot) + split_len - 1) / split_len);
-  for (int idx = threadIdx.x; idx < p.n_heads * d_head; idx += blockDim.x) {
-    const int head = idx / d_head, d = idx % d_head;
-    const float* parts = workspace + ((size_t)slot * p.n_heads + head) * n_splits * (d_head + 2);
-    SoftmaxState total = softmax_empty();
-    float merged = 0.0f;
-    for (int s = 0; s < n_valid; ++s) {
-      const float* part = parts + (size_t)s * (d_head + 2);
-      const SoftmaxMerge m = softmax_merge(total, SoftmaxState{part[0], part[1]});
-      merged = merged * m.factor_a + part[2 + d] * m.factor_b;
-    }
-    p.out[((size_t)slot * p.n_heads + head) * d_head + d] = merged * softmax_inverse_sum(total);
+  const float* parts = workspace + ((size_t)slot * p.n_heads + head) * n_splits * (d_head + 2);
+  SoftmaxState total = softmax_empty();
+  float merged = 0.0f;
+  for (int s = 0; s < n_valid; ++s) {
+    const float* part = parts + (size_t)s * (d_head + 2);
+    const SoftmaxMerge m = softmax_merge(total, SoftmaxState{part[0], part[1]});
+    merged = merged * m.factor_a + part[2 + d] * m.factor_b;
   }
-  __syncthreads();
-  if (threadIdx.x == 0) p.seq_lens[slot] += 1;
+  p.out[((size_t)slot * p.n_heads + head) * d_head + d] = merged * softmax_inverse_sum(total);
+}
+
+// After every reader of the lengths: each live slot's length + 1.
+__global__ void decode_advance_kernel(DecodeAttentionParams p) {
+  for (int slot = threadIdx.x; slot < p.n_slots; slot += blockDim.x)
+    if (p.active[slot]) p.seq_lens[slot] += 1;
 }
 
 template <bool kBf16, int kDim, int kGroup>
@@ -337,7 +338,10 @@ void decode_attention(const DecodeAttentionParams& p, void* workspace, size_t wo
   } else {
     launch_for_dtype<false>(p, split_len, n_splits, ws, stream);
   }
-  decode_reduce_kernel<<<p.n_slots, 256, 0, stream>>>(p, split_len, n_splits, ws);
+  decode_reduce_kernel<<<dim3(p.n_slots, p.n_heads), p.layout.head_dim, 0, stream>>>(p, split_len,
+                                                                                     n_splits, ws);
+  HABLAR_CUDA_CHECK_LAUNCH();
+  decode_advance_kernel<<<1, 256, 0, stream>>>(p);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 
