@@ -115,7 +115,9 @@ void matmul_with_isa(Isa isa, const WeightView& w, const float* x, int64_t n_tok
     const size_t need = stride * (size_t)n_tokens + kActReadPastEnd;
     if (scratch.size() < need) scratch.resize(need);
     uint8_t* buf = scratch.data();
-    if (n_tokens < 4 || pool.size() == 1) {
+    // Quantizing is cheap next to the matmul; below ~1M values one thread does it, which saves
+    // a synchronization of the pool (costly when the OS is slow to schedule the workers).
+    if (n_tokens * w.cols < (int64_t)1 << 20 || pool.size() == 1) {
       quantize_rows(*kernels, kind, x, w.cols, 0, n_tokens, buf, stride);
     } else {
       pool.run([&](int i, int n) {
