@@ -1,7 +1,7 @@
 // The host twin of the CUDA decode-step attention: the same step (scatter this step's K/V,
 // then attend over prior + 1 positions, split-K with a reduce, advance the lengths) built on
 // the same online-softmax functions (online_softmax.h), walking positions in the kernel's
-// split / row-group order. It builds with g++ alone, so CI, which has no GPU, runs the
+// split / tile order. It builds with g++ alone, so CI, which has no GPU, runs the
 // decode-wiring oracle against the very algorithm the GPU runs. All pointers are host
 // pointers here.
 #pragma once

@@ -1,5 +1,5 @@
 // The decode-wiring test against the HOST twin of the CUDA decode step (same online-softmax
-// code, same split / row-group order). Builds and runs without nvcc or a GPU, so CI checks
+// code, same split / tile order). Builds and runs without nvcc or a GPU, so CI checks
 // the algorithm; built a second time with HABLAR_ONLINE_SOFTMAX_BREAK_RESCALE, where it
 // must fail (see CMakeLists.txt).
 #include <gtest/gtest.h>
