@@ -40,7 +40,7 @@ step() {
   timeout "$limit" "$@" >"$log_dir/$log" 2>&1
   local rc=$?
   local verdict=PASS
-  [ $rc -ne 0 ] && verdict="FAIL (exit $rc)"
+  [ $rc -ne 0 ] && verdict="FAIL (exit $rc)" && failures=$((failures + 1))
   [ $rc -eq 124 ] && verdict="TIMEOUT after ${limit}s"
   printf '%-44s %-22s %4ds  %s\n' "$name" "$verdict" $((SECONDS - start)) "$log" | tee -a "$log_dir/summary.txt"
 }
@@ -48,6 +48,7 @@ step() {
 run() {
   local full=$1
   log_dir=${2:-${OUT:-/tmp/cuda-lab}}
+  failures=0
   mkdir -p "$log_dir"
   : >"$log_dir/summary.txt"
   local libs="$carry/lib"
@@ -90,8 +91,12 @@ run() {
   echo
   cat "$log_dir/bench.txt"
   for f in memcheck racecheck; do
-    [ -f "$log_dir/$f.txt" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error" "$log_dir/$f.txt" | tail -3
+    if [ -f "$log_dir/$f.txt" ]; then
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error" "$log_dir/$f.txt" | tail -3
+    fi
   done
+  echo "steps failed: $failures"
+  [ "$failures" -eq 0 ]
 }
 
 case $mode in

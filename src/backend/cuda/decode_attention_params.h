@@ -48,10 +48,10 @@ inline int32_t decode_max_context(const DecodeAttentionParams& p) {
 }
 
 // Positions per split ("flash decoding"): short enough that slots x KV heads x splits fills
-// the GPU (about 16 blocks per multiprocessor of a 132-SM part, so that the last wave of
+// the GPU (about 32 blocks per multiprocessor of a 132-SM part, so that the last wave of
 // blocks is a small part of the whole), never under 64.
 inline int32_t decode_split_len(const DecodeAttentionParams& p) {
-  const int64_t target_blocks = 16 * 132;
+  const int64_t target_blocks = 32 * 132;
   const int32_t context = decode_max_context(p);
   int32_t split = 1024;
   while (split > 64) {
