@@ -100,47 +100,49 @@ void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& ou
 // symbols and CJK ideographs; then each word is matched greedily longest-first against the
 // vocabulary, whose word-initial pieces carry U+2581 and continuation pieces none.
 void Tokenizer::Impl::encode_wpm(std::string_view text, std::vector<int32_t>& out) const {
-  std::vector<std::string> words(1);
+  std::vector<std::string> words(1, std::string("\xE2\x96\x81"));
+  auto finish_word = [&] {
+    if (words.back().size() > 3) words.emplace_back("\xE2\x96\x81");
+  };
   for (size_t pos = 0; pos < text.size();) {
-    const uint32_t cp = unicode::nfd_first(unicode::decode_one(text, pos));
+    uint32_t cp = unicode::decode_one(text, pos);
+    if (cp >= 0xC0) cp = unicode::nfd_first(cp);
     const uint8_t f = unicode::flags_of(cp);
     if (unicode::is_whitespace(f)) {
-      if (!words.back().empty()) words.emplace_back();
+      finish_word();
       continue;
     }
     const auto cat = unicode::category_of(f);
     if (cp == 0 || cp == 0xFFFD || cat == unicode::kControl || cat == unicode::kMark) continue;
-    const std::string s = unicode::to_utf8(unicode::to_lower(cp));
+    const uint32_t lower =
+        cp < 0x80 ? (cp >= 'A' && cp <= 'Z' ? cp + 32 : cp) : unicode::to_lower(cp);
     if (cat == unicode::kPunctuation || (cp < 0x7F && cat == unicode::kSymbol) ||
         is_cjk_ideograph(cp)) {
-      if (!words.back().empty()) words.emplace_back();
-      words.back() = s;
-      words.emplace_back();
+      finish_word();
+      unicode::append_utf8(words.back(), lower);
+      words.emplace_back("\xE2\x96\x81");
     } else {
-      words.back() += s;
+      unicode::append_utf8(words.back(), lower);
     }
   }
-  for (const std::string& w : words) {
-    if (w.empty()) continue;
-    const std::string word = "\xE2\x96\x81" + w;
-    const std::string_view view = word;
-    const size_t n = word.size();
+  // Each word (with its U+2581 mark) is covered greedily by the longest token starting at
+  // each position; a word with a position no token starts at becomes the unknown token.
+  for (const std::string& word : words) {
+    if (word.size() <= 3) continue;
     const size_t before = out.size();
-    for (size_t i = 0; i < n;) {
-      bool matched = false;
-      for (size_t j = std::min(n, i + max_token_len + 1); j > i; --j) {
-        const int32_t id = lookup(view.substr(i, j - i));
-        if (id >= 0) {
-          out.push_back(id);
-          matched = true;
-          i = j;
-          break;
-        }
-      }
-      if (!matched) {
+    for (size_t i = 0; i < word.size();) {
+      int32_t longest = -1;
+      size_t longest_len = 0;
+      wpm_pieces.match_at(word, i, [&](int32_t id) {
+        longest = id;
+        longest_len = texts[id].size();
+      });
+      if (longest < 0) {
         out.resize(before);
         break;
       }
+      out.push_back(longest);
+      i += longest_len;
     }
     if (out.size() == before && unk >= 0) out.push_back(unk);
   }

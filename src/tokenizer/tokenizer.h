@@ -9,11 +9,18 @@
 //   "bert"   WordPiece: lowercasing, accent stripping, punctuation splitting, greedy
 //            longest-prefix with "##" continuation pieces.
 //
-// Invalid UTF-8 in the text is handled as llama.cpp does: the text is split into code
-// points where a lead byte announces a sequence length (continuation bytes are not
-// validated); a stray continuation byte or a truncated sequence at the very end of the
-// text becomes the single byte itself. Those bytes still reach the vocabulary: byte-level
-// BPE maps them through its byte alphabet, SentencePiece through byte fallback.
+// Invalid UTF-8 in the text is handled exactly as llama.cpp does (the golden tests check it):
+//   - byte-level BPE and WordPiece decode the text first: a lead byte whose continuation
+//     bytes (10xxxxxx) are missing or cut off by the end of the text, a stray continuation
+//     byte, or a byte 0xF8..0xFF each become one U+FFFD; overlong forms and surrogates
+//     decode to their code point (re-encoded in shortest form). BPE then encodes U+FFFD
+//     like any character; WordPiece drops it.
+//   - SentencePiece works on the bytes: a symbol is the lead byte plus the number of bytes
+//     it announces; a symbol that is no token becomes byte tokens (<0xNN>), so decoding
+//     gives the original bytes back.
+//   - A 4-byte sequence above U+10FFFF (which makes llama.cpp abort) is treated as invalid:
+//     U+FFFD for its lead byte and for each following continuation byte.
+// Encoding is iterative (no recursion) and O(n log n) in the text length.
 #pragma once
 
 #include <cstdint>

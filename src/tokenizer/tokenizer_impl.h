@@ -120,6 +120,7 @@ struct Tokenizer::Impl {
   std::vector<int32_t> special_tokens;
   SpecialTrie all_specials;   // every special token, by rank in special_tokens
   SpecialTrie user_specials;  // user-defined ones only (split even without parse_special)
+  SpecialTrie wpm_pieces;     // WordPiece: every token text, for longest-prefix matching
 
   // Byte-level BPE.
   PreTokenizer pre;

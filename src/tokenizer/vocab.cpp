@@ -282,6 +282,9 @@ void build_spm(Tokenizer::Impl& v) {
 
 void build_wpm(Tokenizer::Impl& v) {
   v.pieces.assign(v.n_vocab(), std::string());
+  // Added last id first, so that a text stored twice maps to its last id, as in text_to_id.
+  for (int32_t id = v.n_vocab() - 1; id >= 0; --id)
+    if (!v.texts[id].empty()) v.wpm_pieces.add(v.texts[id], id);
   for (int32_t id = 0; id < v.n_vocab(); ++id) {
     const TokenType t = v.types[id];
     if (t == TokenType::kNormal)
