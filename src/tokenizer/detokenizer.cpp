@@ -22,8 +22,9 @@ size_t complete_prefix(std::string_view s) {
 
 }  // namespace
 
-IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, bool show_special)
-    : tok_(tok), show_special_(show_special) {}
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, bool show_special,
+                                               bool at_text_start)
+    : tok_(tok), show_special_(show_special), first_(at_text_start) {}
 
 std::string IncrementalDetokenizer::push(int32_t id) {
   std::string piece = tok_.token_text(id, show_special_, first_);

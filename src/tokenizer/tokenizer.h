@@ -96,7 +96,10 @@ class Tokenizer {
 // SentencePiece leading-space rule applies to the first visible token of the stream only.
 class IncrementalDetokenizer {
  public:
-  explicit IncrementalDetokenizer(const Tokenizer& tok, bool show_special = false);
+  // at_text_start = false: the stream continues a text (e.g. generated tokens after a
+  // prompt), so its first token keeps its SentencePiece leading space.
+  explicit IncrementalDetokenizer(const Tokenizer& tok, bool show_special = false,
+                                  bool at_text_start = true);
   std::string push(int32_t id);  // text that became final with this token (may be "")
   std::string flush();           // whatever remains (incomplete UTF-8 at the end -> U+FFFD)
 

@@ -63,7 +63,8 @@ TEST(TokenizerApi, InvalidUtf8IsDefined) {
 std::string big_text(size_t bytes) {
   const std::string base =
       "The quick brown fox jumps over the lazy dog. 東京は日本の首都です。 "
-      "مرحبا بالعالم  नमस्ते दुनिया 👨‍👩‍👧 1234567890\n\tint main() { return 0; "
+      "مرحبا بالعالم  नमस्ते दुनिया 👨‍👩‍👧 1234567890\n\tint main() { return "
+      "0; "
       "}\n";
   std::string s;
   s.reserve(bytes + base.size());
@@ -220,6 +221,15 @@ TEST(IncrementalDetokenizer, LeadingSpaceOnlyAtStreamStart) {
   EXPECT_EQ(chunks[0], "Hello");
   EXPECT_EQ(chunks[1], " world");
   EXPECT_EQ(chunks[2], " again");
+}
+
+TEST(IncrementalDetokenizer, MidTextStreamKeepsLeadingSpace) {
+  const Tokenizer& spm = load("llama-spm");
+  const auto ids = spm.encode("Hello world", false, false);
+  IncrementalDetokenizer continuing(spm, false, /*at_text_start=*/false);
+  std::string out;
+  for (int32_t id : ids) out += continuing.push(id);
+  EXPECT_EQ(out + continuing.flush(), " Hello world");
 }
 
 TEST(IncrementalDetokenizer, UnfinishedCharacterBecomesReplacement) {
