@@ -150,21 +150,23 @@ def smollm2_golden(model_path):
                       "greedy": greedy_runs, "perplexity": ppl})
 
 
-def synthetic_goldens(hablar, vocab_dir):
+def synthetic_goldens(hablar, vocab_dir, models_dir=None):
     with tempfile.TemporaryDirectory() as tmp:
         for arch in SYNTH_ARCHES:
             for typ in SYNTH_TYPES:
-                path = os.path.join(tmp, f"{arch}-{typ}.gguf")
-                subprocess.run([hablar, "make-model", "--arch", arch, "--shape", "tiny",
-                                "--type", typ, "--vocab", os.path.join(vocab_dir, SYNTH_VOCAB),
-                                "--seed", str(SYNTH_SEED), "-o", path], check=True)
+                path = os.path.join(models_dir or tmp, f"{arch}-{typ}.gguf")
+                if not models_dir:
+                    subprocess.run([hablar, "make-model", "--arch", arch, "--shape", "tiny",
+                                    "--type", typ, "--vocab", os.path.join(vocab_dir, SYNTH_VOCAB),
+                                    "--seed", str(SYNTH_SEED), "-o", path], check=True)
                 llm = open_model(path, n_ctx=256)
                 prompts = [prompt_record(llm, p, parse_special=False) for p in SYNTH_PROMPTS]
                 write(f"synthetic-{arch}-{typ}",
                       {"model": {"arch": arch, "shape": "tiny", "type": typ, "vocab": SYNTH_VOCAB,
                                  "seed": SYNTH_SEED}, "top_k": TOP_K, "prompts": prompts})
                 del llm
-                os.remove(path)
+                if not models_dir:
+                    os.remove(path)
 
 
 def main():
@@ -174,12 +176,14 @@ def main():
         "~/.cache/hablar/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--testdata", default=os.path.join(ROOT, "..", "shared", "testdata"))
     ap.add_argument("--only", choices=["smollm2", "synthetic"])
+    ap.add_argument("--synthetic-dir", help="read <arch>-<type>.gguf from here instead of "
+                    "running make-model (files written by the same seeded generator)")
     args = ap.parse_args()
     os.makedirs(GOLDEN, exist_ok=True)
     if args.only in (None, "smollm2"):
         smollm2_golden(args.model)
     if args.only in (None, "synthetic"):
-        synthetic_goldens(args.hablar, os.path.join(args.testdata, "vocab"))
+        synthetic_goldens(args.hablar, os.path.join(args.testdata, "vocab"), args.synthetic_dir)
 
 
 if __name__ == "__main__":
