@@ -178,3 +178,59 @@ def random_cases(seed=2024, count=1500):
     for i in range(count):
         cases.append((f"random_{i:03d}", "{{ " + expr(3) + " }}", context))
     return cases
+
+
+def random_statement_cases(seed=77, count=600):
+    """Random templates of text, white space and nested blocks with random whitespace control
+    ({%- -%} {%+ {{- -}} {#- -#}), loops with break/continue, sets and macros: a differential
+    check of the lexer's trimming and of scoping against jinja2."""
+    import random
+
+    rng = random.Random(seed)
+    texts = ["", " ", "  ", "\n", "\n\n", " \n ", "\t", "a", "b ", " c\n", "\n  d", "e\n  "]
+
+    def tag(body):
+        left = rng.choice(["", "", "-", "+"])
+        right = rng.choice(["", "", "-"])
+        return "{%" + left + " " + body + " " + right + "%}"
+
+    def var(body):
+        return "{{" + rng.choice(["", "-"]) + " " + body + " " + rng.choice(["", "-"]) + "}}"
+
+    def block(depth, in_loop):
+        parts = []
+        for _ in range(rng.randint(1, 4)):
+            parts.append(rng.choice(texts))
+            roll = rng.random()
+            if depth > 0 and roll < 0.2:
+                parts.append(tag(f"for i in range({rng.randint(0, 3)})") + block(depth - 1, True) +
+                             (tag("else") + block(depth - 1, in_loop) if rng.random() < 0.3 else "") +
+                             tag("endfor"))
+            elif depth > 0 and roll < 0.4:
+                parts.append(tag(f"if x {rng.choice(['>', '<', '=='])} {rng.randint(0, 3)}") +
+                             block(depth - 1, in_loop) +
+                             (tag("elif y") + block(depth - 1, in_loop) if rng.random() < 0.3 else "") +
+                             (tag("else") + block(depth - 1, in_loop) if rng.random() < 0.4 else "") +
+                             tag("endif"))
+            elif roll < 0.5:
+                parts.append(tag(f"set x = x + {rng.randint(0, 2)}"))
+            elif roll < 0.6:
+                parts.append("{#" + rng.choice(["", "-"]) + " note " + rng.choice(["", "-"]) + "#}")
+            elif roll < 0.7 and in_loop:
+                parts.append(tag(rng.choice(["break", "continue"])))
+            elif roll < 0.8:
+                parts.append(var(rng.choice(["x", "y", "i if i is defined else 'n'", "loop.index if loop is defined else '-'"])))
+            elif depth > 0 and roll < 0.85:
+                parts.append(tag("filter trim") + block(depth - 1, False) + tag("endfilter"))
+            elif depth > 0 and roll < 0.9:
+                parts.append(tag("set blk") + block(depth - 1, False) + tag("endset") + var("blk"))
+            else:
+                parts.append(var("'<' ~ x ~ '>'"))
+        parts.append(rng.choice(texts))
+        return "".join(parts)
+
+    cases = []
+    for i in range(count):
+        source = rng.choice(["", "\n", "  "]) + block(3, False) + rng.choice(["", "\n", "\n\n"])
+        cases.append((f"random_stmt_{i:03d}", source, {"x": rng.randint(0, 3), "y": rng.choice([True, False])}))
+    return cases

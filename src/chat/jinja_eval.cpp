@@ -83,12 +83,13 @@ void Interpreter::check_sequence_length(std::size_t n) {
                      std::to_string(options_.limits.max_sequence_length));
 }
 
-std::string Interpreter::capture(const Body& body) {
+std::string Interpreter::capture(const Body& body, Flow* flow) {
   std::string buffer;
   std::string* saved = out_;
   out_ = &buffer;
   try {
-    exec_body(body);
+    Flow f = exec_body(body);
+    if (flow) *flow = f;
   } catch (...) {
     out_ = saved;
     throw;
@@ -122,8 +123,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
       case StmtKind::kIf:
         return exec_if(s);
       case StmtKind::kFor:
-        exec_for(s);
-        break;
+        return exec_for(s);
       case StmtKind::kSet:
         exec_set(s);
         break;
@@ -189,12 +189,12 @@ Value make_loop(const ValueList& items, std::size_t i, int depth,
 
 }  // namespace
 
-void Interpreter::exec_for(const Stmt& s) {
-  run_loop(s, eval(*s.expr), 1, frame_);
+Interpreter::Flow Interpreter::exec_for(const Stmt& s) {
+  return run_loop(s, eval(*s.expr), 1, frame_);
 }
 
-void Interpreter::run_loop(const Stmt& s, const Value& iterable, int depth,
-                           const std::shared_ptr<Frame>& scope_frame) {
+Interpreter::Flow Interpreter::run_loop(const Stmt& s, const Value& iterable, int depth,
+                                        const std::shared_ptr<Frame>& scope_frame) {
   ScopeGuard outer(frame_, scope_frame);
   ValueList source = iterate(iterable);
   ValueList items;
@@ -208,10 +208,7 @@ void Interpreter::run_loop(const Stmt& s, const Value& iterable, int depth,
   } else {
     items = std::move(source);
   }
-  if (items.empty()) {
-    exec_body(s.else_body);
-    return;
-  }
+  if (items.empty()) return run_else(s);
   count_iterations(items.size());
   auto last_changed = std::make_shared<std::optional<ValueList>>();
   Value changed = Value::function("changed", [last_changed](Interpreter&, const CallArgs& args) {
@@ -245,6 +242,7 @@ void Interpreter::run_loop(const Stmt& s, const Value& iterable, int depth,
       return Value(std::move(buffer));
     });
   }
+  bool completed_an_iteration = false;
   for (std::size_t i = 0; i < items.size(); ++i) {
     Value cycle = Value::function("cycle", [i](Interpreter&, const CallArgs& args) -> Value {
       if (args.positional.empty()) throw JinjaError("no items for cycling given");
@@ -259,8 +257,22 @@ void Interpreter::run_loop(const Stmt& s, const Value& iterable, int depth,
     frame->vars.emplace_back("loop", make_loop(items, i, depth, std::move(extras)));
     ScopeGuard scope(frame_, std::move(frame));
     assign(s.targets, items[i]);
-    if (exec_body(s.body) == Flow::kBreak) break;
+    Flow flow = exec_body(s.body);
+    if (flow == Flow::kBreak) break;
+    if (flow == Flow::kNormal) completed_an_iteration = true;
   }
+  // jinja2 marks an iteration done only when its body ran to the end: a loop whose every
+  // iteration broke off or continued still runs its else block.
+  if (!completed_an_iteration) return run_else(s);
+  return Flow::kNormal;
+}
+
+// A for loop's else block has a scope of its own, like its body; it lies outside the loop, so
+// a break or continue in it belongs to the enclosing loop.
+Interpreter::Flow Interpreter::run_else(const Stmt& s) {
+  if (s.else_body.empty()) return Flow::kNormal;
+  ScopeGuard scope(frame_, std::make_shared<Frame>(Frame{{}, frame_}));
+  return exec_body(s.else_body);
 }
 
 void Interpreter::assign(const std::vector<std::string>& targets, const Value& value) {
@@ -289,36 +301,53 @@ void Interpreter::exec_set(const Stmt& s) {
   ns.mutable_dict().set(s.attribute, std::move(value));
 }
 
-void Interpreter::exec_set_block(const Stmt& s) {
-  Value value(capture(s.body));
+// Block sets and filter blocks render their body in a scope of its own (a `set` inside does
+// not leak out); a break or continue inside ends the enclosing loop's iteration and drops the
+// body's text, as in jinja2.
+Interpreter::Flow Interpreter::exec_set_block(const Stmt& s) {
+  Flow flow = Flow::kNormal;
+  Value value;
+  {
+    ScopeGuard scope(frame_, std::make_shared<Frame>(Frame{{}, frame_}));
+    value = Value(capture(s.body, &flow));
+  }
+  if (flow != Flow::kNormal) return flow;
   for (const auto& f : s.filters) {
     CallArgs args = eval_args(*f, 1);
     value = apply_filter(f->name, value, args);
   }
   if (s.attribute.empty()) {
     frame_->set(s.targets[0], value);
-    return;
+    return flow;
   }
   Value ns = lookup(s.targets[0]);
   if (!ns.is_namespace()) throw JinjaError("cannot assign attribute on non-namespace object");
   ns.mutable_dict().set(s.attribute, std::move(value));
+  return flow;
 }
 
-void Interpreter::exec_filter_block(const Stmt& s) {
-  Value value(capture(s.body));
+Interpreter::Flow Interpreter::exec_filter_block(const Stmt& s) {
+  Flow flow = Flow::kNormal;
+  Value value;
+  {
+    ScopeGuard scope(frame_, std::make_shared<Frame>(Frame{{}, frame_}));
+    value = Value(capture(s.body, &flow));
+  }
+  if (flow != Flow::kNormal) return flow;
   for (const auto& f : s.filters) {
     CallArgs args = eval_args(*f, 1);
     value = apply_filter(f->name, value, args);
   }
   write(to_str(value));
+  return flow;
 }
 
-void Interpreter::exec_with(const Stmt& s) {
+Interpreter::Flow Interpreter::exec_with(const Stmt& s) {
   auto frame = std::make_shared<Frame>();
   frame->parent = frame_;
   for (const auto& [name, expr] : s.assignments) frame->set(name, eval(*expr));
   ScopeGuard scope(frame_, std::move(frame));
-  exec_body(s.body);
+  return exec_body(s.body);
 }
 
 Value Interpreter::make_macro(const Stmt& s, std::shared_ptr<Frame> closure) {

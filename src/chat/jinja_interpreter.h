@@ -57,18 +57,19 @@ class Interpreter {
   Flow exec_body(const Body& body);
   Flow exec(const Stmt& s);
   Flow exec_if(const Stmt& s);
-  void exec_for(const Stmt& s);
+  Flow exec_for(const Stmt& s);
   // Runs a for statement over `iterable` in `scope_frame`; recursive loops call it again.
-  void run_loop(const Stmt& s, const Value& iterable, int depth,
+  Flow run_loop(const Stmt& s, const Value& iterable, int depth,
                 const std::shared_ptr<Frame>& scope_frame);
+  Flow run_else(const Stmt& s);
   void exec_set(const Stmt& s);
-  void exec_set_block(const Stmt& s);
+  Flow exec_set_block(const Stmt& s);
   void exec_macro(const Stmt& s);
   void exec_call_block(const Stmt& s);
-  void exec_filter_block(const Stmt& s);
-  void exec_with(const Stmt& s);
+  Flow exec_filter_block(const Stmt& s);
+  Flow exec_with(const Stmt& s);
   void assign(const std::vector<std::string>& targets, const Value& value);
-  std::string capture(const Body& body);
+  std::string capture(const Body& body, Flow* flow = nullptr);
   void write(std::string_view text);
 
   Value eval(const Expr& e);

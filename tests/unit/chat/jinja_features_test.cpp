@@ -1,5 +1,6 @@
 // One small template per interpreter feature (whitespace control, operators, scoping, macros,
-// filters, tests, methods, undefined semantics) plus 1500 random expressions, each checked
+// filters, tests, methods, undefined semantics), 1500 random expressions and 600 random
+// templates of nested blocks with random whitespace control, each checked
 // against Python jinja2's output recorded in tests/golden/chat/features.json by
 // tools/chat_golden.py.
 #include "chat/chat.h"
@@ -89,7 +90,8 @@ TEST(JinjaRandomExpressions, MatchPythonJinja2) {
       ADD_FAILURE() << c["name"].get<std::string>() << ": " << c["template"].get<std::string>()
                     << "\n  " << diff;
   }
-  std::cout << "random expressions: " << passed << " / " << total << " agree with Python jinja2\n";
+  std::cout << "random expressions and templates: " << passed << " / " << total
+            << " agree with Python jinja2\n";
   EXPECT_GE(total, 1000);
 }
 
