@@ -234,3 +234,44 @@ def random_statement_cases(seed=77, count=600):
         source = rng.choice(["", "\n", "  "]) + block(3, False) + rng.choice(["", "\n", "\n\n"])
         cases.append((f"random_stmt_{i:03d}", source, {"x": rng.randint(0, 3), "y": rng.choice([True, False])}))
     return cases
+
+
+def random_macro_cases(seed=5, count=300):
+    """Random templates that define macros (defaults, keyword arguments, varargs/kwargs), call
+    them, use {% call %} blocks with caller arguments, and update a namespace inside loops."""
+    import random
+
+    rng = random.Random(seed)
+    texts = ["", " ", "\n", "a", " b\n", "\n  c"]
+
+    def tag(body):
+        return "{%" + rng.choice(["", "-", "+"]) + " " + body + " " + rng.choice(["", "-"]) + "%}"
+
+    def body(depth):
+        out = []
+        for _ in range(rng.randint(1, 3)):
+            out.append(rng.choice(texts))
+            roll = rng.random()
+            if roll < 0.2:
+                out.append("{{ m(" + rng.choice(["1", "x", "'s'", "n=2", ""]) + ") }}")
+            elif roll < 0.35:
+                out.append(tag("set ns.v = ns.v + 1") + "{{ ns.v }}")
+            elif roll < 0.5 and depth > 0:
+                out.append(tag("for i in range(2)") + body(depth - 1) + tag("endfor"))
+            elif roll < 0.6 and depth > 0:
+                out.append(tag("call(q) w(x)") + body(depth - 1) + "{{ q }}" + tag("endcall"))
+            elif roll < 0.7:
+                out.append(tag("set x = x + 1") + "{{ x }}")
+            elif roll < 0.8 and depth > 0:
+                out.append(tag("if x > 1") + body(depth - 1) + tag("else") + body(depth - 1) + tag("endif"))
+            else:
+                out.append("{{ varargs if varargs is defined else '' }}{{ kwargs if kwargs is defined else '' }}")
+        return "".join(out)
+
+    cases = []
+    for i in range(count):
+        source = ("{% set ns = namespace(v=0) %}" + tag("macro m(a=0, n=1)") + body(1) + "{{ a }}{{ n }}" +
+                  tag("endmacro") + tag("macro w(p)") + body(1) + "{{ caller(p) }}" + tag("endmacro") +
+                  body(2))
+        cases.append((f"random_macro_{i:03d}", source, {"x": rng.randint(0, 3)}))
+    return cases

@@ -96,9 +96,10 @@ def main():
 def write_feature_cases(env):
     """One small template per interpreter feature, rendered by jinja2 (features.json)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from chat_feature_cases import CASES, random_cases, random_statement_cases
+    from chat_feature_cases import CASES, random_cases, random_macro_cases, random_statement_cases
     results = []
-    for name, source, context in CASES + random_cases() + random_statement_cases():
+    for name, source, context in (CASES + random_cases() + random_statement_cases() +
+                                  random_macro_cases()):
         case = {"name": name, "template": source, "context": context}
         try:
             case["output"] = env.from_string(source).render(**context)
