@@ -123,6 +123,11 @@ int run_bench(const BenchOptions& o) {
   const std::string name = std::filesystem::path(path).filename().string();
   const double file_bytes = (double)std::filesystem::file_size(path);
   const double weight_bytes = (double)m->weight_bytes_per_token();
+  int max_tokens = 1;
+  for (const TestResult& r : results) max_tokens = std::max({max_tokens, r.n_prompt, r.n_gen});
+  const double kv_bytes =
+      (double)m->kv_layout_for((max_tokens + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize)
+          .total_bytes();
   if (o.output == "json") {
     nlohmann::json arr = nlohmann::json::array();
     for (const TestResult& r : results)
@@ -135,7 +140,8 @@ int run_bench(const BenchOptions& o) {
                      {"avg_ts", r.mean()},
                      {"stddev_ts", r.stddev()},
                      {"samples_ts", r.samples_ts},
-                     {"weight_bytes_per_token", weight_bytes}});
+                     {"weight_bytes_per_token", weight_bytes},
+                     {"kv_cache_bytes", kv_bytes}});
     std::printf("%s\n", arr.dump(2).c_str());
   } else {
     std::printf("| model | size | backend | threads | test | t/s |\n");
