@@ -10,6 +10,8 @@
 #                                         everything from carry/cuda; logs to LOG_DIR
 #                                         (default $OUT, else /tmp/cuda-lab)
 #   scripts/cuda-lab.sh quick [LOG_DIR]   as run, without the sanitizers and long benchmarks
+#   scripts/cuda-lab.sh lab [LOG_DIR]     as quick, then cuda_bench --lab (the acceptance
+#                                         benchmarks under each lab knob variant) to lab.txt
 set -u
 mode=${1:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -73,7 +75,10 @@ run() {
   step "broken rescale build must FAIL" broken_rescale.txt 120 \
     bash -c "! '$carry/cuda_host_twin_broken_rescale' --gtest_filter='*ThreeLive*:*SplitK*'"
   step "kernel tests on the GPU" kernel_tests.txt 150 "$carry/cuda_kernel_tests"
-  if [ "$full" = 1 ]; then
+  if [ "$full" = lab ]; then
+    step "benchmarks (quick)" bench.txt 180 "$carry/cuda_bench" --quick
+    step "kernel variants (cuda_bench --lab)" lab.txt 180 "$carry/cuda_bench" --lab
+  elif [ "$full" = 1 ]; then
     step "benchmarks" bench.txt 180 "$carry/cuda_bench"
   else
     step "benchmarks (quick)" bench.txt 180 "$carry/cuda_bench" --quick
@@ -90,6 +95,7 @@ run() {
   grep -E "PASSED|FAILED|SKIPPED" "$log_dir/kernel_tests.txt" | head -40
   echo
   cat "$log_dir/bench.txt"
+  [ -f "$log_dir/lab.txt" ] && cat "$log_dir/lab.txt"
   for f in memcheck racecheck; do
     if [ -f "$log_dir/$f.txt" ]; then
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error" "$log_dir/$f.txt" | tail -3
@@ -103,5 +109,6 @@ case $mode in
   pack) pack "${2:-}" ;;
   run) run 1 "${2:-}" ;;
   quick) run 0 "${2:-}" ;;
+  lab) run lab "${2:-}" ;;
   *) sed -n '2,14p' "$0"; exit 2 ;;
 esac

@@ -3,12 +3,13 @@
 // kernels and a cuBLAS bf16 8192^3 GEMM for the compute-bound ones. Inputs are random and,
 // for memory-bound kernels, rotated over enough copies to exceed the L2 cache several times.
 //
-// Usage: cuda_bench [--quick]
+// Usage: cuda_bench [--quick | --lab]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -149,18 +150,19 @@ void print_row(const Row& r) {
 
 // int8_path: 0 f32 path; 1 x quantized to int8 in the call; 2 x quantized once beforehand
 // (as Q/K/V or gate/up share one input), only the product timed.
+// rotate: false keeps one copy of W, hot in the L2 cache (the kernel's own speed, not DRAM's).
 Row bench_decode_matmul(Stream& stream, DType type, int64_t n, int64_t k, int m, double copy_gbs,
-                        double goal, int int8_path = 0) {
+                        double goal, int int8_path = 0, bool rotate = true) {
   const auto host = random_weights(type, n, k);
   const size_t bytes = host.size();
-  const int copies = (int)std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes);
+  const int copies = rotate ? (int)std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes) : 1;
   std::vector<DeviceBuffer<uint8_t>> w;
   for (int i = 0; i < copies; ++i) w.emplace_back(host);
   DeviceBuffer<float> x(random_floats((size_t)m * k)), y((size_t)m * n);
   WeightView shape{type, n, k, dtype_row_bytes(type, k), w[0].get()};
   DeviceMemory ws(int8_path ? matmul_fused_workspace_bytes(shape, m) : 0);
   if (int8_path == 2) quantize_activations_q8(x.get(), m, k, ws.get(), ws.bytes(), stream.get());
-  const double ms = time_graph_ms(stream, copies * 2, 7, [&](int i) {
+  const double ms = time_graph_ms(stream, rotate ? copies * 2 : 100, 7, [&](int i) {
     WeightView view{type, n, k, dtype_row_bytes(type, k), w[i % copies].get()};
     if (int8_path == 2) {
       matmul_q4k_prequantized(view, m, y.get(), ws.get(), stream.get());
@@ -170,12 +172,41 @@ Row bench_decode_matmul(Stream& stream, DType type, int64_t n, int64_t k, int m,
   });
   const double moved = (double)bytes + 4.0 * m * (k + n);
   char name[96];
-  std::snprintf(name, sizeof name, "matmul %s M=%d N=%lld K=%lld",
-                std::string(dtype_name(type)).c_str(), m, (long long)n, (long long)k);
+  std::snprintf(name, sizeof name, "matmul %s M=%d N=%lld K=%lld%s",
+                std::string(dtype_name(type)).c_str(), m, (long long)n, (long long)k,
+                rotate ? "" : " (W hot in L2)");
   return Row{name, ms * 1e3, moved / (ms * 1e-3) / 1e9, copy_gbs, "GB/s", goal};
 }
 
-Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gbs, double goal) {
+// Sets (or clears, for an empty value) one tuning knob of lab_knobs.h.
+void set_knob(const char* name, const std::string& value) {
+  if (value.empty()) {
+    unsetenv(name);
+  } else {
+    setenv(name, value.c_str(), 1);
+  }
+}
+
+// A variant: knob assignments "NAME=value" applied before a measurement (empty: defaults)
+// and cleared after it.
+using Variant = std::vector<std::string>;
+void apply_variant(const Variant& variant, bool clear = false) {
+  for (const auto& assignment : variant) {
+    const auto eq = assignment.find('=');
+    set_knob(assignment.substr(0, eq).c_str(), clear ? "" : assignment.substr(eq + 1));
+  }
+}
+std::string variant_name(const Variant& variant) {
+  std::string name;
+  for (const auto& a : variant) {
+    if (!name.empty()) name += ' ';
+    name.append(a, a.find('_', 7) + 1);
+  }
+  return name.empty() ? "default" : name;
+}
+
+Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gbs, double goal,
+                           const std::vector<Variant>& variants = {{}}) {
   const int heads = 32, kv_heads = 8, dim = 128, iters = 16;
   const int blocks_per_seq = (context + iters + 64) / 16 + 1;
   KvCacheLayout layout{1, kv_heads, dim, 16, seqs * blocks_per_seq, KvDType::F16};
@@ -208,19 +239,28 @@ Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gb
   p.out = out.get();
   p.scale = 1.0f / std::sqrt((float)dim);
   p.max_context = context + iters + 48;
-  DeviceMemory ws(decode_attention_workspace_bytes(p));
-  // Each call advances the lengths: over warm-up and graph replays the context grows from
-  // `context`; bytes are counted at the mean context of the timed calls.
-  const int reps = 5;
-  const double ms = time_graph_ms(stream, iters / 4, reps, [&](int) {
-    decode_attention(p, ws.get(), ws.bytes(), stream.get());
-  });
-  const double mean_context = context + 3 + iters / 4 + (double)reps * (iters / 4) / 2;
-  const double kv_bytes = (double)seqs * mean_context * kv_heads * dim * 2 * 2;
-  char name[96];
-  std::snprintf(name, sizeof name, "decode attention %d seqs x %d tok (32/8 heads, d128)", seqs,
-                context);
-  return Row{name, ms * 1e3, kv_bytes / (ms * 1e-3) / 1e9, copy_gbs, "GB/s", goal};
+  Row row;
+  for (const auto& variant : variants) {
+    apply_variant(variant);
+    lens.upload(std::vector<int32_t>(seqs, context - 1));
+    DeviceMemory ws(decode_attention_workspace_bytes(p));
+    // Each call advances the lengths: over warm-up and graph replays the context grows from
+    // `context`; bytes are counted at the mean context of the timed calls.
+    const int reps = 5;
+    const double ms = time_graph_ms(stream, iters / 4, reps, [&](int) {
+      decode_attention(p, ws.get(), ws.bytes(), stream.get());
+    });
+    const double mean_context = context + 3 + iters / 4 + (double)reps * (iters / 4) / 2;
+    const double kv_bytes = (double)seqs * mean_context * kv_heads * dim * 2 * 2;
+    char name[160];
+    std::snprintf(name, sizeof name, "decode attention %d seqs x %d tok (32/8 heads, d128)%s%s",
+                  seqs, context, variant.empty() ? "" : " ",
+                  variant.empty() ? "" : variant_name(variant).c_str());
+    row = Row{name, ms * 1e3, kv_bytes / (ms * 1e-3) / 1e9, copy_gbs, "GB/s", goal};
+    if (variants.size() > 1) print_row(row);
+    apply_variant(variant, true);
+  }
+  return row;
 }
 
 void bench_prefill(Stream& stream, DType type, int64_t n, int64_t k, int m, double peak_tflops) {
@@ -255,7 +295,46 @@ void bench_prefill(Stream& stream, DType type, int64_t n, int64_t k, int m, doub
              flops / (fused_ms * 1e-3) / 1e12, peak_tflops, "TFLOP/s", 0});
 }
 
-int run(bool quick) {
+// The copy kernel moving `bytes` per call over buffers rotated past the L2 cache, as a
+// decode matmul of that many weight bytes is timed: the bandwidth one call of that size
+// reaches (bytes read + written).
+Row bench_copy_per_call(Stream& stream, size_t bytes, double copy_gbs) {
+  const size_t stride = (bytes + 4095) / 4096 * 4096;
+  const int copies = (int)std::max<size_t>(2, kRotateBytes / stride);
+  DeviceMemory src(stride * copies), dst(stride * copies);
+  HABLAR_CUDA_CHECK(cudaMemset(src.get(), 1, stride * copies));
+  const double ms = time_graph_ms(stream, copies * 2, 7, [&](int i) {
+    const size_t at = (size_t)(i % copies) * stride;
+    bench_copy_kernel(static_cast<uint8_t*>(src.get()) + at, static_cast<uint8_t*>(dst.get()) + at,
+                      bytes / 16 * 16, stream.get());
+  });
+  char name[96];
+  std::snprintf(name, sizeof name, "copy kernel, %.1f MB per call", bytes / 1e6);
+  return Row{name, ms * 1e3, 2.0 * bytes / (ms * 1e-3) / 1e9, copy_gbs, "GB/s", 0};
+}
+
+// --lab: the acceptance benchmarks under every kernel variant the knobs select.
+void run_lab(Stream& stream, double copy_gbs) {
+  const int64_t shapes[4][2] = {{1536, 8960}, {8960, 1536}, {4096, 14336}, {14336, 4096}};
+  std::printf("-- the copy kernel at the weight bytes of one Q4_K call\n");
+  for (const auto& shape : shapes)
+    print_row(
+        bench_copy_per_call(stream, dtype_row_bytes(DType::Q4_K, shape[1]) * shape[0], copy_gbs));
+  std::printf("-- Q4_K M=1 (x quantized once), W from DRAM and W hot in L2\n");
+  for (const auto& shape : {shapes[0], shapes[2]})
+    for (bool rotate : {true, false})
+      print_row(bench_decode_matmul(stream, DType::Q4_K, shape[0], shape[1], 1, copy_gbs,
+                                    rotate ? 0.75 : 0, 2, rotate));
+  std::vector<Variant> attention_variants;
+  for (const char* stages : {"1", "2"})
+    for (const char* per_sm : {"32", "64"})
+      attention_variants.push_back({std::string("HABLAR_DECODE_STAGES=") + stages,
+                                    std::string("HABLAR_DECODE_BLOCKS_PER_SM=") + per_sm});
+  bench_decode_attention(stream, 128, 1024, copy_gbs, 0.60, attention_variants);
+  bench_decode_attention(stream, 16, 2048, copy_gbs, 0, attention_variants);
+}
+
+int run(bool quick, bool lab) {
   std::string reason;
   if (device_count(&reason) == 0) {
     std::printf("no CUDA device (%s): nothing to measure\n", reason.c_str());
@@ -272,6 +351,10 @@ int run(bool quick) {
       "limits measured now: copy %.1f GB/s (read+write), cuBLAS bf16 8192^3 %.1f TFLOP/s "
       "(reference figures: 4300 GB/s, 790 TFLOP/s)\n\n",
       copy_gbs, peak);
+  if (lab) {
+    run_lab(stream, copy_gbs);
+    return 0;
+  }
   std::printf("== decode matmul (fused dequant, M rows of activations) vs copy bandwidth ==\n");
   for (int int8_path : {2, 1, 0}) {
     print_row(bench_decode_matmul(stream, DType::Q4_K, 1536, 8960, 1, copy_gbs, 0.75, int8_path));
@@ -306,8 +389,9 @@ int run(bool quick) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool lab = argc > 1 && std::strcmp(argv[1], "--lab") == 0;
   try {
-    return hablar::cuda::run(quick);
+    return hablar::cuda::run(quick, lab);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_bench: %s\n", e.what());
     return 1;

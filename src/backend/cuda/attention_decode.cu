@@ -2,10 +2,13 @@
 //
 // Attention grid: (n_kv_heads, n_slots, n_splits), 128 threads. A block reads its KV head's
 // positions [split * split_len, ...) once, in tiles of kDecodeTile copied asynchronously into
-// shared memory (double-buffered), and serves every query head of the GQA group: per tile the
+// shared memory, and serves every query head of the GQA group: per tile the
 // scores, a tile softmax state merged into each head's running state (online_softmax.h),
-// and P·V. The block writes one partial per (slot, head, split); the reduce kernel merges
-// the splits (one block per slot and head) and a last one-block kernel advances the lengths.
+// and P·V. One shared-memory stage per block (about 20 KB) lets ten blocks share a
+// multiprocessor, whose copies overlap each other's arithmetic: faster on the H200 than two
+// stages (double buffering) at six blocks (HABLAR_DECODE_STAGES=2 selects that for the lab).
+// The block writes one partial per (slot, head, split); the reduce kernel merges the splits (one
+// block per slot and head) and a last one-block kernel advances the lengths.
 #include <cuda_pipeline.h>
 
 #include <algorithm>
@@ -42,11 +45,11 @@ __global__ void decode_scatter_kernel(DecodeAttentionParams p) {
   }
 }
 
-template <bool kBf16, int kDim, int kGroup>
+template <bool kBf16, int kDim, int kGroup, int kStages>
 struct DecodeSmem {
   static constexpr int kLd = kDim + 8;  // halves per K/V row: 16 bytes of padding (banks)
-  static constexpr size_t kKv = 0;      // [2 stages][K, V][kDecodeTile][kLd] halves
-  static constexpr size_t kQ = kKv + sizeof(uint16_t) * 2 * 2 * kDecodeTile * kLd;
+  static constexpr size_t kKv = 0;      // [kStages][K, V][kDecodeTile][kLd] halves
+  static constexpr size_t kQ = kKv + sizeof(uint16_t) * kStages * 2 * kDecodeTile * kLd;
   static constexpr size_t kS = kQ + sizeof(float) * kGroup * kDim;  // [kGroup][kDecodeTile]
   static constexpr size_t kBytes = kS + sizeof(float) * kGroup * kDecodeTile;
 };
@@ -104,16 +107,35 @@ __device__ void tile_scores(const uint16_t* ks, const float* q_s, float* s_s, in
   }
 }
 
+// A lane's kDpl consecutive V values of one row, in one shared-memory load.
+template <bool kBf16, int kDpl>
+__device__ __forceinline__ void load_v_lane(const uint16_t* vrow, float v[kDpl]) {
+  if constexpr (kDpl == 8) {
+    kv_unpack8<kBf16>(*reinterpret_cast<const uint4*>(vrow), v);
+  } else if constexpr (kDpl == 4) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(vrow);
+    const float2 a = kv_unpack2<kBf16>(raw.x), b = kv_unpack2<kBf16>(raw.y);
+    v[0] = a.x;
+    v[1] = a.y;
+    v[2] = b.x;
+    v[3] = b.y;
+  } else {
+    const float2 a = kv_unpack2<kBf16>(*reinterpret_cast<const uint32_t*>(vrow));
+    v[0] = a.x;
+    v[1] = a.y;
+  }
+}
+
 // Grid (n_kv_heads, n_slots, n_splits), 128 threads. Per tile of kDecodeTile positions (copied
-// asynchronously, double-buffered): scores of every GQA head into shared memory; warp w
-// turns the scores of heads w, w+4 into a tile softmax state, merges it into its running
-// state (softmax_merge) and accumulates P·V for its heads, each lane owning head_dim / 32
-// dimensions.
-template <bool kBf16, int kDim, int kGroup>
+// asynchronously into one of kStages shared-memory stages): scores of every GQA head into
+// shared memory; warp w turns the scores of heads w, w+4 into a tile softmax state, merges it into
+// its running state (softmax_merge) and accumulates P·V for its heads, each lane owning head_dim /
+// 32 dimensions.
+template <bool kBf16, int kDim, int kGroup, int kStages>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_attention_kernel(DecodeAttentionParams p, int split_len, int n_splits,
                             float* workspace) {
-  using L = DecodeSmem<kBf16, kDim, kGroup>;
+  using L = DecodeSmem<kBf16, kDim, kGroup, kStages>;
   constexpr int kLd = L::kLd, kDpl = kDim / 32, kHeadsPerWarp = (kGroup + 3) / 4;
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* kv_s = reinterpret_cast<uint16_t*>(smem + L::kKv);
@@ -148,7 +170,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int t0 = begin + tile * kDecodeTile;
-    if (tile + 1 < n_tiles) {
+    if constexpr (kStages == 1) {
+      // One stage: more blocks fit on a multiprocessor, and other blocks' copies overlap
+      // this block's arithmetic.
+      if (tile > 0)
+        issue_kv_tile<kDim>(p, table, kvh, t0, end, stage_k(0), stage_k(0) + kDecodeTile * kLd);
+      __pipeline_wait_prior(0);
+    } else if (tile + 1 < n_tiles) {
       uint16_t* next = stage_k((tile + 1) & 1);
       issue_kv_tile<kDim>(p, table, kvh, t0 + kDecodeTile, end, next, next + kDecodeTile * kLd);
       __pipeline_wait_prior(1);
@@ -156,7 +184,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       __pipeline_wait_prior(0);
     }
     __syncthreads();  // this tile (and q_s) visible to every thread
-    const uint16_t* ks = stage_k(tile & 1);
+    const uint16_t* ks = stage_k(kStages == 1 ? 0 : tile & 1);
     const uint16_t* vs = ks + kDecodeTile * kLd;
     tile_scores<kBf16, kDim, kGroup>(ks, q_s, s_s, group, end - t0);
     __syncthreads();
@@ -192,26 +220,28 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       for (int i = 0; i < kDpl; ++i) acc[hi][i] *= merge.factor_a;
     }
     __syncwarp();
-    for (int pos = 0; pos < kDecodeTile; ++pos) {
-      float v[kDpl];
-      const uint16_t* vrow = vs + pos * kLd + lane * kDpl;
-      if constexpr (kDpl == 8) {
-        kv_unpack8<kBf16>(*reinterpret_cast<const uint4*>(vrow), v);
-      } else {
+    // P·V, four positions at a time: one 16-byte load of each head's four weights, one load
+    // of the lane's kDpl values per position; every accumulator still adds positions in order.
+    for (int p4 = 0; p4 < kDecodeTile; p4 += 4) {
+      float4 weights[kHeadsPerWarp];
 #pragma unroll
-        for (int i = 0; i < kDpl; i += 2) {
-          const float2 pair = kv_unpack2<kBf16>(*reinterpret_cast<const uint32_t*>(vrow + i));
-          v[i] = pair.x;
-          v[i + 1] = pair.y;
+      for (int hi = 0; hi < kHeadsPerWarp; ++hi)  // rows past the group are read, not used
+        weights[hi] = *reinterpret_cast<const float4*>(
+            s_s + min(warp + 4 * hi, kGroup - 1) * kDecodeTile + p4);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float v[kDpl];
+        load_v_lane<kBf16, kDpl>(vs + (p4 + j) * kLd + lane * kDpl, v);
+#pragma unroll
+        for (int hi = 0; hi < kHeadsPerWarp; ++hi) {
+          if (warp + 4 * hi >= group) continue;
+          const float weight = j == 0   ? weights[hi].x
+                               : j == 1 ? weights[hi].y
+                               : j == 2 ? weights[hi].z
+                                        : weights[hi].w;
+#pragma unroll
+          for (int i = 0; i < kDpl; ++i) acc[hi][i] = fmaf(weight, v[i], acc[hi][i]);
         }
-      }
-#pragma unroll
-      for (int hi = 0; hi < kHeadsPerWarp; ++hi) {
-        const int g = warp + 4 * hi;
-        if (g >= group) continue;
-        const float weight = s_s[g * kDecodeTile + pos];
-#pragma unroll
-        for (int i = 0; i < kDpl; ++i) acc[hi][i] = fmaf(weight, v[i], acc[hi][i]);
       }
     }
     __syncthreads();  // the stage and the scores are rewritten next round
@@ -258,16 +288,26 @@ __global__ void decode_advance_kernel(DecodeAttentionParams p) {
     if (p.active[slot]) p.seq_lens[slot] += 1;
 }
 
-template <bool kBf16, int kDim, int kGroup>
-void launch_attention_group(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
-                            cudaStream_t stream) {
-  const size_t smem = DecodeSmem<kBf16, kDim, kGroup>::kBytes;
-  auto kernel = decode_attention_kernel<kBf16, kDim, kGroup>;
+template <bool kBf16, int kDim, int kGroup, int kStages>
+void launch_attention_stages(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
+                             cudaStream_t stream) {
+  const size_t smem = DecodeSmem<kBf16, kDim, kGroup, kStages>::kBytes;
+  auto kernel = decode_attention_kernel<kBf16, kDim, kGroup, kStages>;
   HABLAR_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const dim3 grid(p.layout.n_kv_heads, p.n_slots, n_splits);
   kernel<<<grid, kDecodeWarps * 32, smem, stream>>>(p, split_len, n_splits, ws);
   HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kBf16, int kDim, int kGroup>
+void launch_attention_group(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
+                            cudaStream_t stream) {
+  if (lab_knob("HABLAR_DECODE_STAGES", 1) == 1) {
+    launch_attention_stages<kBf16, kDim, kGroup, 1>(p, split_len, n_splits, ws, stream);
+  } else {
+    launch_attention_stages<kBf16, kDim, kGroup, 2>(p, split_len, n_splits, ws, stream);
+  }
 }
 
 template <bool kBf16, int kDim>

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/lab_knobs.h"
 #include "core/kv_layout.h"
 
 namespace hablar::cuda {
@@ -48,10 +49,12 @@ inline int32_t decode_max_context(const DecodeAttentionParams& p) {
 }
 
 // Positions per split ("flash decoding"): short enough that slots x KV heads x splits fills
-// the GPU (about 32 blocks per multiprocessor of a 132-SM part, so that the last wave of
-// blocks is a small part of the whole), never under 64.
+// the GPU (about 64 blocks per multiprocessor of a 132-SM part, so that the last wave of
+// blocks is a small part of the whole), never under 64. The target is a lab knob
+// (HABLAR_DECODE_BLOCKS_PER_SM, lab_knobs.h); the host twin sizes its splits through this
+// same function.
 inline int32_t decode_split_len(const DecodeAttentionParams& p) {
-  const int64_t target_blocks = 32 * 132;
+  const int64_t target_blocks = (int64_t)lab_knob("HABLAR_DECODE_BLOCKS_PER_SM", 64) * 132;
   const int32_t context = decode_max_context(p);
   int32_t split = 1024;
   while (split > 64) {

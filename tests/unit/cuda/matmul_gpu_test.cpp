@@ -99,8 +99,9 @@ TEST(FusedMatmulInt8Activations, Q4KWithWorkspaceMatchesReference) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   // int8 rounding of the activations (per block of 32, to 1/254 of its largest value):
   // normalized error a few 1e-3, held under 1e-2.
+  // K = 14336 gives the rows kernel groups of more than one warp per row.
   const int64_t n = 67;
-  for (int64_t k : {256, 2048}) {
+  for (int64_t k : {256, 2048, 14336}) {
     const auto host_w = random_weight_bytes(DType::Q4_K, n, k, 555u + (uint32_t)k);
     const auto ref_w = dequantize_matrix(DType::Q4_K, host_w, n, k);
     DeviceWeights w(DType::Q4_K, n, k, host_w);
