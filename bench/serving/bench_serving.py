@@ -99,7 +99,7 @@ def workload(args, n, seed):
 
 
 async def run_level(args, concurrency):
-    items = workload(args, args.requests_per_level or max(2 * concurrency, 4), seed=concurrency)
+    items = workload(args, args.requests_per_level or max(2, concurrency), seed=concurrency)
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
     async with httpx.AsyncClient(timeout=httpx.Timeout(3600.0), limits=limits) as client:
         queue = list(items)
@@ -202,7 +202,7 @@ def main():
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--mixed-input", type=lambda s: tuple(map(int, s.split(","))), default=(64, 1024))
     p.add_argument("--mixed-output", type=lambda s: tuple(map(int, s.split(","))), default=(16, 256))
-    p.add_argument("--requests-per-level", type=int, default=0, help="default: 2 x concurrency (min 4)")
+    p.add_argument("--requests-per-level", type=int, default=0, help="default: the concurrency (at least 2): one full wave")
     p.add_argument("--ban-tokens", type=lambda s: [int(x) for x in s.split(",") if x], default=[],
                    help="token ids to ban (end-of-generation ids, so outputs have their full length)")
     p.add_argument("--warmup", type=int, default=1, help="requests sent before measuring")

@@ -111,9 +111,8 @@ void completion(HttpServer& server, const httplib::Request& req, httplib::Respon
   spec.max_tokens = bounded_max_tokens(*m, n_predict, spec.prompt.size());
   const bool stream = opt_bool(body, "stream").value_or(false);
   const bool return_tokens = opt_bool(body, "return_tokens").value_or(false);
-  const auto& tok = m->tok();
   auto handle = start_generation(*m, spec);
-  auto final_fields = [m, n_probs](json& j, const StreamItem& f, const std::vector<int32_t>& toks) {
+  auto final_fields = [m](json& j, const StreamItem& f, const std::vector<int32_t>& toks) {
     const bool eog = !toks.empty() && m->tok().is_eog(toks.back());
     j["stop"] = true;
     j["model"] = m->id;
@@ -124,7 +123,6 @@ void completion(HttpServer& server, const httplib::Request& req, httplib::Respon
     j["truncated"] = false;
     j["id_slot"] = 0;
     j["timings"] = timings_json(f);
-    (void)n_probs;
   };
   if (!stream) {
     CollectedOutput out = collect_output(*handle);
@@ -144,7 +142,6 @@ void completion(HttpServer& server, const httplib::Request& req, httplib::Respon
     return;
   }
   auto toks = std::make_shared<std::vector<int32_t>>();
-  (void)tok;
   StreamPump pump = [=](bool& done) {
     std::string out;
     for (StreamItem& it : next_items(*handle)) {

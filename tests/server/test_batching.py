@@ -18,7 +18,7 @@ PROMPTS = [
     "Where is the sun at noon?",
     "Tell me a number between one and ten.",
 ]
-MAX_TOKENS = 8
+MAX_TOKENS = 6
 
 
 def stream_text(server, prompt, max_tokens=MAX_TOKENS):
@@ -53,7 +53,7 @@ def test_short_request_finishes_during_a_long_one(server):
     long_done = {}
 
     def long_request():
-        stream_text(server, "Write a long story about a brave knight.", max_tokens=48)
+        stream_text(server, "Write a long story about a brave knight.", max_tokens=32)
         long_done["t"] = time.time()
 
     with cf.ThreadPoolExecutor(2) as pool:

@@ -100,8 +100,7 @@ def test_seed_reproducibility(client):
                                               top_p=1.0, seed=seed).choices[0].message.content
     first = sample(1234)
     assert sample(1234) == first
-    others = {sample(s) for s in (1, 2, 3)}
-    assert len(others | {first}) > 1, "different seeds all gave the same text"
+    assert sample(99) != first, "a different seed gave the same text"
 
 
 def test_chat_logprobs_shape(client):
