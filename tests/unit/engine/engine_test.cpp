@@ -81,6 +81,7 @@ EngineConfig config(int32_t n_blocks, int32_t block_size, int32_t max_running) {
 
 TEST(Engine, ConcurrentRequestsEachGetTheirSoloOutput) {
   test::FakeExecutor exec(kVocab, 256, 8);
+  exec.step_delay_us = 300;  // steps take time, so the 16 submissions overlap
   Engine engine(config(256, 8, 8), exec);
   std::mt19937 rng(1);
   std::vector<std::vector<int32_t>> prompts;
@@ -123,6 +124,7 @@ TEST(Engine, SharedPrefixIsServedFromTheCache) {
 TEST(Engine, PreemptionKeepsEveryOutputIntact) {
   // 12 blocks of 4 positions = 48 slots for 6 sequences growing to ~20 tokens each.
   test::FakeExecutor exec(kVocab, 12, 4);
+  exec.step_delay_us = 300;  // the six requests overlap
   EngineConfig c = config(12, 4, 6);
   Engine engine(c, exec);
   std::mt19937 rng(3);
