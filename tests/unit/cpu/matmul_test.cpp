@@ -101,7 +101,7 @@ TEST_P(MatmulType, SimdMatchesReference) {
 }
 
 // The reference itself computes the product of the decoded weights with x, up to the 8-bit
-// quantization of x (relative error of the whole output well under 2%; exact for floats).
+// quantization of x (relative error of the whole output under 1.2%; exact for floats).
 TEST_P(MatmulType, ReferenceMatchesFloatMath) {
   const DType type = GetParam();
   const int64_t rows = 16, cols = 768, n_tokens = 3;
@@ -120,7 +120,8 @@ TEST_P(MatmulType, ReferenceMatchesFloatMath) {
       norm += exact * exact;
     }
   const bool is_float = act_kind_for(type) == ActKind::kF32;
-  EXPECT_LT(std::sqrt(err / norm), is_float ? 1e-5 : 0.02) << dtype_name(type);
+  // Measured: about 0.006 for the 32-value formats, 0.009 for the K formats (Q8_K blocks).
+  EXPECT_LT(std::sqrt(err / norm), is_float ? 1e-5 : 0.012) << dtype_name(type);
 }
 
 // A token's outputs are bit-identical whether it runs alone or inside any batch.
