@@ -155,10 +155,6 @@ void Engine::loop() {
       intake();
       if (stop_.load()) break;
       if (!scheduler_.empty()) step();
-      n_queued_.store((int32_t)scheduler_.n_waiting() + [&] {
-        std::lock_guard<std::mutex> lock(queue_mu_);
-        return (int32_t)incoming_.size();
-      }());
     } catch (const std::exception& e) {
       log::error("engine step failed: {}", e.what());
       fail_all(std::string("the engine failed: ") + e.what());
@@ -207,9 +203,10 @@ void Engine::step() {
     else
       n_prompt_tokens += c.n_tokens;
     Active& a = *active_.at(c.seq);
-    if (!a.scheduled) {
+    if (!a.scheduled) {  // leaves the queue: it runs now
       a.scheduled = true;
       a.first_scheduled = t0;
+      n_queued_.fetch_sub(1);
     }
   }
   executor_.execute(plan.copies, chunks, logits_);
@@ -268,6 +265,7 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
   Sequence& seq = *a.seq;
   scheduler_.remove(&seq);
   seq.finish_reason = reason;
+  if (!a.scheduled) n_queued_.fetch_sub(1);  // ended while still queued
   const auto now = Clock::now();
   StreamItem item;
   item.kind = StreamItem::Kind::kFinal;

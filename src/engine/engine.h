@@ -160,7 +160,7 @@ class Engine {
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
   std::vector<std::unique_ptr<Active>> incoming_;  // submitted, not yet seen by the loop
-  std::atomic<int32_t> n_queued_{0};               // incoming + waiting in the scheduler
+  std::atomic<int32_t> n_queued_{0};  // submitted, never scheduled yet (not preempted ones)
   std::atomic<bool> accepting_{true};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> next_id_{1};

@@ -63,15 +63,15 @@ def test_api_key_and_cors(tmp_path):
 def test_queue_full_is_503_with_retry_after():
     s = ServerProcess("-np", "1", "--max-queue", "2", "-t", "1").wait_ready()
     try:
-        body = {"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 24,
+        body = {"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 64,
                 "temperature": 0}
 
         def send(_):
             r = requests.post(s.url + "/v1/chat/completions", json=body, timeout=600)
             return r.status_code, r.headers.get("Retry-After"), r.json()
 
-        with cf.ThreadPoolExecutor(10) as pool:
-            results = list(pool.map(send, range(10)))
+        with cf.ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(send, range(16)))
         codes = [c for c, _, _ in results]
         assert 200 in codes and 503 in codes, codes
         for code, retry, j in results:
