@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -67,6 +69,7 @@ inline GoldenComparison compare_with_golden(model::Model& m, const nlohmann::jso
     const nlohmann::json& pr = golden["prompts"][pi];
     const std::vector<int32_t> ids = pr["ids"].get<std::vector<int32_t>>();
     const auto rows = teacher_forced_logsoftmax(m, ids);
+    std::vector<double> per_pos(ids.size(), 0.0);
     for (size_t p = 0; p < ids.size(); ++p) {
       const auto top_ids = pr["top_ids"][p].get<std::vector<int32_t>>();
       const auto top_lsm = pr["top_logsoftmax"][p].get<std::vector<double>>();
@@ -74,11 +77,17 @@ inline GoldenComparison compare_with_golden(model::Model& m, const nlohmann::jso
       if (engine::argmax(rows[p]) == top_ids[0]) ++c.top1_equal;
       for (size_t k = 0; k < top_ids.size(); ++k) {
         const double d = std::abs((double)rows[p][(size_t)top_ids[k]] - top_lsm[k]);
+        per_pos[p] = std::max(per_pos[p], d);
         if (d > c.max_abs_top) {
           c.max_abs_top = d;
           c.worst = "prompt " + std::to_string(pi) + " position " + std::to_string(p);
         }
       }
+    }
+    if (std::getenv("HABLAR_TEST_VERBOSE")) {
+      std::printf("prompt %zu max |d| by position:", pi);
+      for (double d : per_pos) std::printf(" %.3f", d);
+      std::printf("\n");
     }
     const auto probe_ids = pr["probe_ids"].get<std::vector<int32_t>>();
     const auto probe_pos = pr["probe_positions"].get<std::vector<int>>();
