@@ -19,6 +19,10 @@ namespace {
 
 constexpr int kKeepAliveSeconds = 5;
 
+// Streams whose last bytes are not yet written. httplib cuts chunked responses short once it
+// is stopping, so stop() waits for these to drain first.
+std::atomic<int> g_open_streams{0};
+
 // httplib's task queue: a thread per connection, created when no idle thread is there, up
 // to `max_threads`; idle threads exit after a while. Beyond the limit, connections wait.
 class ElasticTaskQueue : public httplib::TaskQueue {
@@ -157,6 +161,7 @@ void stream_response(httplib::Response& res, const char* content_type, StreamPum
     bool done = false;
   };
   auto state = std::make_shared<State>(State{std::move(pump), std::move(on_abort)});
+  g_open_streams.fetch_add(1);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -173,6 +178,7 @@ void stream_response(httplib::Response& res, const char* content_type, StreamPum
       },
       [state](bool) {
         if (!state->done && state->on_abort) state->on_abort();
+        g_open_streams.fetch_sub(1);
       });
 }
 
@@ -218,6 +224,10 @@ void HttpServer::stop() {
   }
   // In-flight generations finish (streams end with their final chunk), then the listener.
   if (m && m->engine) m->engine->shutdown(std::chrono::seconds(options_.shutdown_grace_seconds));
+  // Every generation has ended; let the streams write their last chunk before httplib stops.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (g_open_streams.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   http_->stop();
 }
 
