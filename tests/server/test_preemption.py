@@ -9,20 +9,20 @@ import requests
 from conftest import ServerProcess
 
 PROMPTS = ["Tell me about the moon.", "Tell me about the ocean.", "Tell me about mountains.",
-           "Tell me about rivers."]
+           "Tell me about rivers.", "Tell me about forests.", "Tell me about deserts."]
 
 
 @pytest.fixture(scope="module")
 def small_cache_server():
-    # 8 blocks of 16 = 128 positions. Four sequences of ~36 prompt + 24 generated tokens need
-    # 4 blocks each, 2 of them shared (the template's system prompt): 10 blocks in all.
-    s = ServerProcess("--metrics", "-np", "4", "-c", "128", "-t", "2", "-b", "64").wait_ready()
+    # 8 blocks of 16 = 128 positions. Six sequences of ~36 prompt + 32 generated tokens need
+    # 5 blocks each, 2 of them shared (the template's system prompt): 20 blocks in all.
+    s = ServerProcess("--metrics", "-np", "6", "-c", "128", "-t", "2", "-b", "64").wait_ready()
     yield s
     s.stop()
 
 
 def complete(server, prompt):
-    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 24, "temperature": 0,
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 32, "temperature": 0,
             "stream": False}
     r = requests.post(server.url + "/v1/chat/completions", json=body, timeout=600)
     r.raise_for_status()
