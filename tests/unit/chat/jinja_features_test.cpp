@@ -20,19 +20,20 @@ namespace {
 
 using nlohmann::ordered_json;
 
-ordered_json load_cases() {
-  std::ifstream in(std::filesystem::path(test::source_dir()) / "tests/golden/chat/features.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ordered_json::parse(ss.str());
+// Parsed once per process: test discovery names every case, and the file is large.
+const ordered_json& load_cases() {
+  static const ordered_json all = [] {
+    std::ifstream in(std::filesystem::path(test::source_dir()) / "tests/golden/chat/features.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ordered_json::parse(ss.str());
+  }();
+  return all;
 }
 
 class JinjaFeature : public ::testing::TestWithParam<std::size_t> {
  protected:
-  static const ordered_json& cases() {
-    static const ordered_json all = load_cases();
-    return all;
-  }
+  static const ordered_json& cases() { return load_cases(); }
 };
 
 // Renders one case; returns "" when it agrees with jinja2, else what differs.
@@ -99,7 +100,7 @@ TEST(JinjaRandomExpressions, MatchPythonJinja2) {
 // Named cases only: the random ones run as one test above.
 std::vector<std::size_t> named_case_indices() {
   std::vector<std::size_t> out;
-  ordered_json all = load_cases();
+  const ordered_json& all = load_cases();
   for (std::size_t i = 0; i < all.size(); ++i)
     if (all[i]["name"].get<std::string>().rfind("random_", 0) != 0) out.push_back(i);
   return out;
