@@ -6,8 +6,7 @@
 //   --chat-template-file -ngl/--n-gpu-layers -cb/--cont-batching --no-webui -b/--batch-size
 //   -to/--timeout --threads-http
 // llama-server spells some flags with one dash and several letters (-np, -ngl, -cb, -to,
-// -tb); the option parser takes one-letter short flags only, so those spellings are
-// rewritten to their long forms before main() parses them (see rewrite_llama_flags).
+// -tb); they are registered as flag aliases of the subcommand (cli/command.h).
 //
 // The port is bound first and /health answers 503 while the model loads; SIGTERM or SIGINT
 // stops taking requests, lets running generations finish (up to --shutdown-grace seconds)
@@ -35,21 +34,6 @@
 
 namespace hablar::cli {
 namespace {
-
-// glibc passes (argc, argv, envp) to constructors; argv is the array main() receives.
-__attribute__((constructor)) void rewrite_llama_flags(int argc, char** argv, char**) {
-  static const char* const kPairs[][2] = {
-      {"-np", "--parallel"},          {"-ngl", "--n-gpu-layers"}, {"-cb", "--cont-batching"},
-      {"-to", "--timeout"},           {"-tb", "--threads-batch"}, {"-fa", "--flash-attn"},
-      {"-nocb", "--no-cont-batching"}};
-  bool serving = false;
-  for (int i = 1; i < argc && argv[i]; ++i) {
-    if (std::strcmp(argv[i], "serve") == 0) serving = true;
-    if (!serving) continue;
-    for (const auto& pair : kPairs)
-      if (std::strcmp(argv[i], pair[0]) == 0) argv[i] = const_cast<char*>(pair[1]);
-  }
-}
 
 struct ServeOptions {
   std::string model;
@@ -330,7 +314,14 @@ CommandRegistration serve_registration{
                      "seconds running requests get to finish on SIGTERM")
           ->capture_default_str();
       return [o] { return run_serve(*o); };
-    }};
+    },
+    {{"-np", "--parallel"},
+     {"-ngl", "--n-gpu-layers"},
+     {"-cb", "--cont-batching"},
+     {"-nocb", "--no-cont-batching"},
+     {"-to", "--timeout"},
+     {"-tb", "--threads-batch"},
+     {"-fa", "--flash-attn"}}};
 
 }  // namespace
 }  // namespace hablar::cli

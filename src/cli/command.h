@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hablar::cli {
@@ -19,17 +20,25 @@ namespace hablar::cli {
 // Configures the subcommand's options and returns the action that runs it (exit code).
 using CommandSetup = std::function<std::function<int()>(CLI::App&)>;
 
+// Spellings a subcommand accepts besides its own flags, e.g. {"-np", "--parallel"}: the
+// option parser takes one-letter short flags only, while llama-server users type -np, -ngl.
+// main() rewrites them to the long form for arguments after the subcommand's name.
+using FlagAliases = std::vector<std::pair<std::string, std::string>>;
+
 struct CommandSpec {
   std::string name;
   std::string description;
   CommandSetup setup;
+  FlagAliases flag_aliases;
 };
 
 std::vector<CommandSpec>& command_registry();
 
 struct CommandRegistration {
-  CommandRegistration(std::string name, std::string description, CommandSetup setup) {
-    command_registry().push_back({std::move(name), std::move(description), std::move(setup)});
+  CommandRegistration(std::string name, std::string description, CommandSetup setup,
+                      FlagAliases flag_aliases = {}) {
+    command_registry().push_back(
+        {std::move(name), std::move(description), std::move(setup), std::move(flag_aliases)});
   }
 };
 

@@ -19,6 +19,31 @@ std::vector<CommandSpec>& command_registry() {
 
 namespace {
 
+// Arguments with each subcommand's flag aliases rewritten (only after the subcommand's
+// name, so nothing before it is touched). `value_options` are the top-level options that
+// take a value, whose value must not be mistaken for a subcommand's name.
+std::vector<std::string> apply_flag_aliases(int argc, char** argv,
+                                            const std::vector<CommandSpec>& registry,
+                                            const std::vector<std::string>& value_options) {
+  std::vector<std::string> args(argv, argv + argc);
+  const CommandSpec* command = nullptr;
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& arg = args[i];
+    if (command) {
+      for (const auto& [alias, flag] : command->flag_aliases)
+        if (arg == alias) arg = flag;
+      continue;
+    }
+    if (std::find(value_options.begin(), value_options.end(), arg) != value_options.end()) {
+      ++i;  // skip the option's value
+      continue;
+    }
+    for (const CommandSpec& spec : registry)
+      if (arg == spec.name) command = &spec;
+  }
+  return args;
+}
+
 int run_main(int argc, char** argv) {
   CLI::App app{"hablar: LLM inference engine and OpenAI-compatible server"};
   app.require_subcommand(1);
@@ -35,8 +60,11 @@ int run_main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(spec.name, spec.description);
     actions[sub] = spec.setup(*sub);
   }
+  std::vector<std::string> args = apply_flag_aliases(argc, argv, registry, {"--log-level"});
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse((int)arg_ptrs.size(), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
