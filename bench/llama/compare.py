@@ -54,8 +54,11 @@ def ensure_models(hablar):
 def hablar_bench(hablar, model, args):
     cmd = [hablar, "bench", "-m", model, "-p", str(args.p), "-n", str(args.n), "-r", str(args.r),
            "-t", str(args.t), "-o", "json"]
-    out, rss = peak_rss_of(cmd)
+    out, _ = peak_rss_of(cmd)
     rows = json.loads(out)
+    # hablar reports its own VmHWM: a child's ru_maxrss includes this Python process's peak,
+    # which the child inherits across fork + exec.
+    rss = max(r["peak_rss_bytes"] for r in rows)
     return {r["test"]: (r["avg_ts"], r["stddev_ts"]) for r in rows}, rows[0], rss
 
 

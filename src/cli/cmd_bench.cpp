@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -92,6 +93,16 @@ TestResult run_test(model::Model& m, const BenchOptions& o, int n_prompt, int n_
   return r;
 }
 
+// This process's peak resident set (VmHWM) in bytes, or -1 where /proc is unavailable.
+// Unlike getrusage's ru_maxrss, it does not inherit the parent's peak across fork + exec.
+double peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) * 1024.0;  // kB
+  return -1;
+}
+
 std::string human_size(double bytes) {
   char buf[64];
   if (bytes >= (1 << 30))
@@ -141,7 +152,8 @@ int run_bench(const BenchOptions& o) {
                      {"stddev_ts", r.stddev()},
                      {"samples_ts", r.samples_ts},
                      {"weight_bytes_per_token", weight_bytes},
-                     {"kv_cache_bytes", kv_bytes}});
+                     {"kv_cache_bytes", kv_bytes},
+                     {"peak_rss_bytes", peak_rss_bytes()}});
     std::printf("%s\n", arr.dump(2).c_str());
   } else {
     std::printf("| model | size | backend | threads | test | t/s |\n");
