@@ -156,6 +156,18 @@ void decode_q3_k(const BlockQ3_K& b, SuperBlock& o) {
   o.d = h2f(b.d);
   o.dmin = 0.0f;
 }
+// The eight packed 6-bit (scale, min) pairs of Q4_K / Q5_K, one per 32 values, spread over
+// the sixteen 16-value sub-blocks of a SuperBlock, and the two block factors.
+void unpack_k4_scales(const uint8_t* scales, uint16_t d, uint16_t dmin, SuperBlock& o) {
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    k4_scale_min(scales, j, &sc, &m);
+    o.scale[2 * j] = o.scale[2 * j + 1] = sc;
+    o.min[2 * j] = o.min[2 * j + 1] = m;
+  }
+  o.d = h2f(d);
+  o.dmin = h2f(dmin);
+}
 void decode_q4_k(const BlockQ4_K& b, SuperBlock& o) {
   for (int g = 0; g < 4; ++g) {
     for (int l = 0; l < 32; ++l) {
@@ -163,14 +175,7 @@ void decode_q4_k(const BlockQ4_K& b, SuperBlock& o) {
       o.code[64 * g + 32 + l] = b.qs[32 * g + l] >> 4;
     }
   }
-  for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    k4_scale_min(b.scales, j, &sc, &m);
-    o.scale[2 * j] = o.scale[2 * j + 1] = sc;
-    o.min[2 * j] = o.min[2 * j + 1] = m;
-  }
-  o.d = h2f(b.d);
-  o.dmin = h2f(b.dmin);
+  unpack_k4_scales(b.scales, b.d, b.dmin, o);
 }
 void decode_q5_k(const BlockQ5_K& b, SuperBlock& o) {
   for (int g = 0; g < 4; ++g) {
@@ -179,14 +184,7 @@ void decode_q5_k(const BlockQ5_K& b, SuperBlock& o) {
       o.code[64 * g + 32 + l] = (b.qs[32 * g + l] >> 4) | (((b.qh[l] >> (2 * g + 1)) & 1) << 4);
     }
   }
-  for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    k4_scale_min(b.scales, j, &sc, &m);
-    o.scale[2 * j] = o.scale[2 * j + 1] = sc;
-    o.min[2 * j] = o.min[2 * j + 1] = m;
-  }
-  o.d = h2f(b.d);
-  o.dmin = h2f(b.dmin);
+  unpack_k4_scales(b.scales, b.d, b.dmin, o);
 }
 void decode_q6_k(const BlockQ6_K& b, SuperBlock& o) {
   for (int h = 0; h < 2; ++h) {
