@@ -1,6 +1,7 @@
 // `hablar run`: generate text from a prompt with one model on the CPU. The generated text
 // streams to stdout; logs and the closing speeds go to stderr. With --json, one JSON object
-// with the prompt and generated ids and text is printed at the end instead.
+// with the prompt and generated ids and text is printed at the end instead. With --chat the
+// prompt is the user's message of one chat turn, rendered with the model's chat template.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "chat/chat.h"
+#include "cli/chat_prompt.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -30,6 +33,8 @@ struct RunOptions {
   int n_batch = 512;
   bool json = false;
   bool chat = false;
+  std::string system;              // system message in chat mode
+  std::string chat_template_file;  // overrides the model's template in chat mode
   std::vector<std::string> stop;
   engine::SamplingParams sampling;
 };
@@ -49,6 +54,8 @@ void check_options(const RunOptions& o) {
   if (o.n_threads < 0)
     throw_error(ErrorKind::kInvalidArgument, "-t (threads) must be >= 0 (0 = all cores)");
   o.sampling.validate();
+  if (!o.chat && (!o.system.empty() || !o.chat_template_file.empty()))
+    throw_error(ErrorKind::kInvalidArgument, "--system and --chat-template-file need --chat");
 }
 
 int run_generate(const RunOptions& o) {
@@ -57,9 +64,16 @@ int run_generate(const RunOptions& o) {
   load.n_threads = o.n_threads;
   auto m = model::Model::load(resolve_model_path(o.model), load);
   const tokenizer::Tokenizer& tok = m->tokenizer();
-  if (o.chat) log::warn("--chat: chat templates are not applied yet; the prompt is used as is");
-
-  const std::vector<int32_t> prompt = tok.encode(o.prompt, true, true);
+  std::string prompt_text = o.prompt;
+  std::vector<int32_t> prompt;
+  if (o.chat) {
+    const chat::ChatTemplate tmpl(chat_template_source(m->file(), o.chat_template_file));
+    prompt_text = render_single_turn(tmpl, tok, o.system, o.prompt);
+    log::debug("chat prompt: {}", prompt_text);
+    prompt = encode_rendered_prompt(tok, prompt_text);
+  } else {
+    prompt = tok.encode(o.prompt, true, true);
+  }
   if (prompt.empty()) throw_error(ErrorKind::kInvalidArgument, "the prompt is empty");
   if ((int)prompt.size() >= o.n_ctx)
     throw_error(ErrorKind::kInvalidArgument,
@@ -113,7 +127,7 @@ int run_generate(const RunOptions& o) {
 
   if (o.json) {
     nlohmann::json j;
-    j["prompt"] = o.prompt;
+    j["prompt"] = prompt_text;
     j["prompt_ids"] = prompt;
     j["generated_ids"] = generated;
     j["text"] = text;
@@ -162,7 +176,11 @@ CommandRegistration reg{
       app.add_option("-s,--seed", o->sampling.seed, "RNG seed")->capture_default_str();
       app.add_option("--stop", o->stop, "stop string (repeatable)");
       app.add_flag("--json", o->json, "print prompt and generated ids and text as JSON at the end");
-      app.add_flag("--chat", o->chat, "chat mode (templates not applied yet)");
+      app.add_flag("--chat", o->chat,
+                   "the prompt is a user message, rendered with the model's chat template");
+      app.add_option("--system", o->system, "system message (with --chat)");
+      app.add_option("--chat-template-file", o->chat_template_file,
+                     "Jinja chat template to use instead of the model's (with --chat)");
       return [o] { return run_generate(*o); };
     }};
 

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/chat_prompt.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -66,12 +67,6 @@ struct ServeOptions {
   std::string flash_attn;
 };
 
-std::string read_text_file(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw_error(ErrorKind::kNotFound, std::string("cannot read ") + what + " '" + path + "'");
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
 // Reads the model file once, showing progress on a terminal: the cost of loading is the
 // disk, and the pages stay cached for the mmap that follows.
 void warm_file_with_progress(const std::string& path) {
@@ -112,13 +107,7 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   load.n_threads = o.n_threads;
   sm->model = model::Model::load(path, load);
   const auto& cfg = sm->model->config();
-  std::string tmpl = o.chat_template_file.empty()
-                         ? sm->model->file().get_string_or("tokenizer.chat_template", "")
-                         : read_text_file(o.chat_template_file, "chat template");
-  if (tmpl.empty()) {
-    log::warn("the model has no chat template; using ChatML");
-    tmpl = chat::chatml_template_source();
-  }
+  const std::string tmpl = chat_template_source(sm->model->file(), o.chat_template_file);
   sm->chat_template = std::make_unique<chat::ChatTemplate>(tmpl);
   sm->tool_format = chat::detect_tool_format(tmpl);
 
@@ -260,7 +249,8 @@ int run_serve(ServeOptions& o) {
 }
 
 CommandRegistration serve_registration{
-    "serve", "Serve a model over HTTP (OpenAI, llama.cpp and Ollama APIs, web chat at /)",
+    "serve",
+    "Serve a model over HTTP (OpenAI, llama.cpp and Ollama APIs, web chat at /)",
     [](CLI::App& app) {
       auto o = std::make_shared<ServeOptions>();
       app.add_option("-m,--model", o->model,
