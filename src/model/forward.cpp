@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/matmul_fused.h"
 #include "backend/cpu/ops.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -77,9 +78,8 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
     for_each_token(pool, T, [&](int64_t t) {
       cpu::rmsnorm(x + t * E, lw.attn_norm.data(), xb + t * E, E, c.rms_eps);
     });
-    cpu::matmul(lw.wq, xb, T, q, pool);
-    cpu::matmul(lw.wk, xb, T, k, pool);
-    cpu::matmul(lw.wv, xb, T, v, pool);
+    const cpu::MatmulTarget qkv[] = {{&lw.wq, q}, {&lw.wk, k}, {&lw.wv, v}};
+    cpu::matmul_many(qkv, xb, T, pool);  // one quantization of xb, one parallel region
     for_each_token(pool, T, [&](int64_t t) {
       float *qt = q + t * QD, *kt = k + t * KVD, *vt = v + t * KVD;
       if (c.qkv_bias) {  // qwen2
@@ -106,10 +106,7 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
     for_each_token(pool, T, [&](int64_t t) {
       cpu::rmsnorm(x + t * E, lw.ffn_norm.data(), xb + t * E, E, c.rms_eps);
     });
-    cpu::matmul(lw.w_gate, xb, T, gate, pool);
-    cpu::matmul(lw.w_up, xb, T, up, pool);
-    for_each_token(pool, T,
-                   [&](int64_t t) { cpu::swiglu(gate + t * FF, up + t * FF, gate + t * FF, FF); });
+    cpu::matmul_swiglu(lw.w_gate, lw.w_up, xb, T, gate, up, pool);  // gate = silu(gate) * up
     cpu::matmul(lw.w_down, gate, T, xb, pool);
     for_each_token(pool, T, [&](int64_t t) { cpu::add_inplace(x + t * E, xb + t * E, E); });
   }

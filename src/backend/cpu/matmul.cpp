@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/matmul_fused.h"
 #include "backend/cpu/matmul_internal.h"
 #include "backend/cpu/ops.h"
 #include "core/cpu_features.h"
@@ -74,10 +75,12 @@ void check_matmul_args(const WeightView& w, const float* x, int64_t n_tokens, co
 namespace {
 
 // Scratch for the quantized activations, owned by the calling thread (matmul may be called
-// from several threads with different pools).
-std::vector<uint8_t>& act_scratch() {
-  thread_local std::vector<uint8_t> buffer;
-  return buffer;
+// from several threads with different pools); one buffer per distinct activation kind of a
+// matmul_many call.
+std::vector<uint8_t>& act_scratch(size_t slot) {
+  thread_local std::vector<std::vector<uint8_t>> buffers;
+  if (buffers.size() <= slot) buffers.resize(slot + 1);
+  return buffers[slot];
 }
 
 void quantize_rows(const IsaKernels& k, ActKind kind, const float* x, int64_t cols, int64_t t0,
@@ -91,47 +94,148 @@ void quantize_rows(const IsaKernels& k, ActKind kind, const float* x, int64_t co
   }
 }
 
+// The kernel a weight type runs on an instruction set (the scalar one where that set has
+// none), with the activation rows it reads.
+struct Plan {
+  const IsaKernels* kernels;
+  GemmFn gemm;
+  ActKind kind;
+};
+Plan plan_for(Isa isa, DType type) {
+  const IsaKernels* kernels = isa_kernels(isa);
+  if (kernels == nullptr)
+    throw_error(ErrorKind::kUnsupported,
+                std::string("matmul: this CPU has no ") + isa_name(isa) + " support");
+  GemmFn gemm = kernels->gemm_for(type);
+  if (gemm == nullptr) {
+    kernels = &scalar_kernels();
+    gemm = kernels->gemm_for(type);
+  }
+  return {kernels, gemm, act_kind_for(type)};
+}
+
+// The activation rows a plan reads: x itself for the float formats, else x quantized into
+// scratch slot `slot`. *stride: bytes from one token's row to the next.
+const uint8_t* activations(const Plan& plan, const float* x, int64_t cols, int64_t n_tokens,
+                           ThreadPool& pool, size_t slot, size_t* stride) {
+  if (plan.kind == ActKind::kF32) {
+    *stride = (size_t)cols * sizeof(float);
+    return reinterpret_cast<const uint8_t*>(x);
+  }
+  const size_t row = act_row_bytes(plan.kind, cols);
+  *stride = row;
+  std::vector<uint8_t>& scratch = act_scratch(slot);
+  const size_t need = row * (size_t)n_tokens + kActReadPastEnd;
+  if (scratch.size() < need) scratch.resize(need);
+  uint8_t* buf = scratch.data();
+  // Quantizing is cheap next to the matmul; below ~1M values one thread does it, which saves
+  // a synchronization of the pool (costly when the OS is slow to schedule the workers).
+  if (n_tokens * cols < (int64_t)1 << 20 || pool.size() == 1) {
+    quantize_rows(*plan.kernels, plan.kind, x, cols, 0, n_tokens, buf, row);
+  } else {
+    pool.run([&](int i, int n) {
+      const IndexRange r = split_range(n_tokens, i, n);
+      quantize_rows(*plan.kernels, plan.kind, x, cols, r.begin, r.end, buf, row);
+    });
+  }
+  return buf;
+}
+
+// Part `part` of `n_parts` of a weight's rows; in multiples of 16 when there are enough rows,
+// so that threads never write the same cache line of y.
+IndexRange row_share(const WeightView& w, int part, int n_parts) {
+  const int64_t align = w.rows >= 16 * n_parts ? 16 : 1;
+  return split_range(w.rows, part, n_parts, align);
+}
+
+// One weight of a matmul_many call, ready to run.
+struct Prepared {
+  const WeightView* w;
+  float* y;
+  GemmFn gemm;
+  const uint8_t* act;
+  size_t stride;
+};
+
+// Checks the targets and quantizes x once per distinct (kernels, activation kind).
+std::vector<Prepared> prepare_many(std::span<const MatmulTarget> targets, const float* x,
+                                   int64_t n_tokens, ThreadPool& pool) {
+  if (targets.empty()) return {};
+  std::vector<Prepared> out;
+  struct Quantized {
+    const IsaKernels* kernels;
+    ActKind kind;
+    const uint8_t* act;
+    size_t stride;
+  };
+  std::vector<Quantized> done;
+  const int64_t cols = targets[0].w->cols;
+  for (const MatmulTarget& t : targets) {
+    check_matmul_args(*t.w, x, n_tokens, t.y);
+    if (t.w->cols != cols)
+      throw_error(ErrorKind::kInvalidArgument, "matmul_many: weights with " + std::to_string(cols) +
+                                                   " and " + std::to_string(t.w->cols) +
+                                                   " columns share one input");
+    const Plan plan = plan_for(best_isa(), t.w->type);
+    auto it = std::find_if(done.begin(), done.end(), [&](const Quantized& q) {
+      return q.kernels == plan.kernels && q.kind == plan.kind;
+    });
+    if (it == done.end()) {
+      size_t stride = 0;
+      const uint8_t* act = activations(plan, x, cols, n_tokens, pool, done.size(), &stride);
+      done.push_back({plan.kernels, plan.kind, act, stride});
+      it = done.end() - 1;
+    }
+    out.push_back({t.w, t.y, plan.gemm, it->act, it->stride});
+  }
+  return out;
+}
+
 }  // namespace
 
 void matmul_with_isa(Isa isa, const WeightView& w, const float* x, int64_t n_tokens, float* y,
                      ThreadPool& pool) {
   check_matmul_args(w, x, n_tokens, y);
   if (n_tokens == 0) return;
-  const IsaKernels* kernels = isa_kernels(isa);
-  if (kernels == nullptr)
-    throw_error(ErrorKind::kUnsupported,
-                std::string("matmul: this CPU has no ") + isa_name(isa) + " support");
-  GemmFn gemm = kernels->gemm_for(w.type);
-  if (gemm == nullptr) {
-    kernels = &scalar_kernels();
-    gemm = kernels->gemm_for(w.type);
-  }
-  const ActKind kind = act_kind_for(w.type);
-  const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
-  size_t stride = (size_t)w.cols * sizeof(float);
-  if (kind != ActKind::kF32) {
-    stride = act_row_bytes(kind, w.cols);
-    std::vector<uint8_t>& scratch = act_scratch();
-    const size_t need = stride * (size_t)n_tokens + kActReadPastEnd;
-    if (scratch.size() < need) scratch.resize(need);
-    uint8_t* buf = scratch.data();
-    // Quantizing is cheap next to the matmul; below ~1M values one thread does it, which saves
-    // a synchronization of the pool (costly when the OS is slow to schedule the workers).
-    if (n_tokens * w.cols < (int64_t)1 << 20 || pool.size() == 1) {
-      quantize_rows(*kernels, kind, x, w.cols, 0, n_tokens, buf, stride);
-    } else {
-      pool.run([&](int i, int n) {
-        const IndexRange r = split_range(n_tokens, i, n);
-        quantize_rows(*kernels, kind, x, w.cols, r.begin, r.end, buf, stride);
-      });
-    }
-    act = buf;
-  }
-  // Rows in multiples of 16 so that threads never write the same cache line of y.
-  const int64_t align = w.rows >= 16 * pool.size() ? 16 : 1;
+  const Plan plan = plan_for(isa, w.type);
+  size_t stride = 0;
+  const uint8_t* act = activations(plan, x, w.cols, n_tokens, pool, 0, &stride);
   pool.run([&](int i, int n) {
-    const IndexRange r = split_range(w.rows, i, n, align);
-    if (r.begin < r.end) gemm(w, r.begin, r.end, act, stride, n_tokens, y);
+    const IndexRange r = row_share(w, i, n);
+    if (r.begin < r.end) plan.gemm(w, r.begin, r.end, act, stride, n_tokens, y);
+  });
+}
+
+void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
+                 ThreadPool& pool) {
+  const std::vector<Prepared> jobs = prepare_many(targets, x, n_tokens, pool);
+  if (n_tokens == 0 || jobs.empty()) return;
+  pool.run([&](int i, int n) {
+    for (const Prepared& p : jobs) {
+      const IndexRange r = row_share(*p.w, i, n);
+      if (r.begin < r.end) p.gemm(*p.w, r.begin, r.end, p.act, p.stride, n_tokens, p.y);
+    }
+  });
+}
+
+void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* x, int64_t n_tokens,
+                   float* out, float* up_scratch, ThreadPool& pool) {
+  if (gate.rows != up.rows)
+    throw_error(ErrorKind::kInvalidArgument, "matmul_swiglu: gate has " +
+                                                 std::to_string(gate.rows) + " rows, up " +
+                                                 std::to_string(up.rows));
+  const MatmulTarget targets[2] = {{&gate, out}, {&up, up_scratch}};
+  const std::vector<Prepared> jobs = prepare_many(targets, x, n_tokens, pool);
+  if (n_tokens == 0) return;
+  const int64_t rows = gate.rows;
+  pool.run([&](int i, int n) {
+    const IndexRange r = row_share(gate, i, n);  // the same rows of both
+    if (r.begin >= r.end) return;
+    for (const Prepared& p : jobs) p.gemm(*p.w, r.begin, r.end, p.act, p.stride, n_tokens, p.y);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      float* g = out + t * rows + r.begin;
+      swiglu(g, up_scratch + t * rows + r.begin, g, r.end - r.begin);
+    }
   });
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/act_quant.h"
+#include "backend/cpu/matmul_fused.h"
 #include "backend/cpu/matmul_internal.h"
 #include "backend/cpu/ops.h"
 #include "core/error.h"
@@ -246,6 +247,45 @@ TEST(Matmul, ThreadCountDoesNotChangeResults) {
   matmul(m.view, x.data(), 5, one.data(), p1);
   matmul(m.view, x.data(), 5, three.data(), p3);
   EXPECT_EQ(0, std::memcmp(one.data(), three.data(), one.size() * sizeof(float)));
+}
+
+// One input through several weights at once (q/k/v; gate/up with SwiGLU) gives exactly what
+// separate matmuls give, for weights of different types and activation kinds.
+TEST(Matmul, ManyAndSwigluMatchSeparateCalls) {
+  ThreadPool pool(2);
+  const int64_t cols = 512;
+  const Matrix a = make_matrix(DType::Q5_0, 48, cols, 61);
+  const Matrix b = make_matrix(DType::Q8_0, 23, cols, 62);
+  const Matrix c = make_matrix(DType::Q4_K, 16, cols, 63);
+  const Matrix gate = make_matrix(DType::Q4_1, 37, cols, 64);
+  const Matrix up = make_matrix(DType::Q6_K, 37, cols, 65);
+  for (int64_t n_tokens : {1, 3, 20}) {
+    const std::vector<float> x = random_values(n_tokens * cols, 66);
+    std::vector<float> ya(a.view.rows * n_tokens), yb(b.view.rows * n_tokens),
+        yc(c.view.rows * n_tokens);
+    const MatmulTarget targets[] = {
+        {&a.view, ya.data()}, {&b.view, yb.data()}, {&c.view, yc.data()}};
+    matmul_many(targets, x.data(), n_tokens, pool);
+    for (const MatmulTarget& t : targets) {
+      std::vector<float> want(t.w->rows * n_tokens);
+      matmul(*t.w, x.data(), n_tokens, want.data(), pool);
+      ASSERT_EQ(0, std::memcmp(want.data(), t.y, want.size() * sizeof(float)))
+          << dtype_name(t.w->type) << " tokens " << n_tokens;
+    }
+    std::vector<float> fused(gate.view.rows * n_tokens), scratch(fused.size());
+    matmul_swiglu(gate.view, up.view, x.data(), n_tokens, fused.data(), scratch.data(), pool);
+    std::vector<float> g(fused.size()), u(fused.size());
+    matmul(gate.view, x.data(), n_tokens, g.data(), pool);
+    matmul(up.view, x.data(), n_tokens, u.data(), pool);
+    swiglu(g.data(), u.data(), g.data(), (int64_t)g.size());
+    ASSERT_EQ(0, std::memcmp(g.data(), fused.data(), g.size() * sizeof(float)))
+        << "tokens " << n_tokens;
+  }
+  const Matrix narrow = make_matrix(DType::Q8_0, 8, 256, 67);
+  std::vector<float> x(cols), y(64);
+  const MatmulTarget mixed[] = {{&a.view, y.data()}, {&narrow.view, y.data()}};
+  EXPECT_THROW(matmul_many(mixed, x.data(), 1, pool), Error);
+  EXPECT_THROW(matmul_swiglu(gate.view, a.view, x.data(), 1, y.data(), y.data(), pool), Error);
 }
 
 TEST(Matmul, RejectsBadInput) {

@@ -1,0 +1,32 @@
+// Several matmuls of one input in one parallel region: the forward's q/k/v projections and
+// its gate/up pair read the same normed activations, so those are quantized once and every
+// thread takes its share of each weight's rows in a single run of the pool (one wake-up and
+// one join instead of three). Each output is bit-identical to cpu::matmul's (ops.h): the
+// same kernels run on the same rows.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/tensor_view.h"
+#include "core/thread_pool.h"
+
+namespace hablar::cpu {
+
+// y[t * w->rows + r] = sum_c W[r][c] * x[t * w->cols + c] for each target.
+struct MatmulTarget {
+  const WeightView* w;
+  float* y;
+};
+
+// Every target's matmul of x [n_tokens x cols]; all weights have the same number of columns.
+// Throws hablar::Error (as matmul does) for a bad shape or type, or unequal columns.
+void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
+                 ThreadPool& pool);
+
+// out = silu(W_gate · x) * (W_up · x), as cpu::matmul for both and cpu::swiglu after, each
+// thread finishing the rows it computed. up_scratch holds n_tokens x rows floats.
+void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* x, int64_t n_tokens,
+                   float* out, float* up_scratch, ThreadPool& pool);
+
+}  // namespace hablar::cpu
