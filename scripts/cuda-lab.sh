@@ -10,8 +10,10 @@
 #                                         everything from carry/cuda; logs to LOG_DIR
 #                                         (default $OUT, else /tmp/cuda-lab)
 #   scripts/cuda-lab.sh quick [LOG_DIR]   as run, without the sanitizers and long benchmarks
-#   scripts/cuda-lab.sh lab [LOG_DIR]     as quick, then cuda_bench --lab (the acceptance
-#                                         benchmarks under each lab knob variant) to lab.txt
+#   scripts/cuda-lab.sh lab [LOG_DIR]     as quick, plus the decode and int8 tests under each
+#                                         lab knob, cuda_bench --lab (the acceptance
+#                                         benchmarks under each knob variant) to lab.txt, and
+#                                         compute-sanitizer on the decode and int8 tests
 set -u
 mode=${1:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -76,12 +78,36 @@ run() {
     bash -c "! '$carry/cuda_host_twin_broken_rescale' --gtest_filter='*ThreeLive*:*SplitK*'"
   step "kernel tests on the GPU" kernel_tests.txt 150 "$carry/cuda_kernel_tests"
   if [ "$full" = lab ]; then
-    step "benchmarks (quick)" bench.txt 180 "$carry/cuda_bench" --quick
-    step "kernel variants (cuda_bench --lab)" lab.txt 180 "$carry/cuda_bench" --lab
+    # The changed kernels' tests again under every lab knob the benchmarks compare.
+    local variant i=0
+    for variant in "HABLAR_DECODE_KERNEL=0" "HABLAR_DECODE_MMA_BLOCKS=3 HABLAR_DECODE_BLOCKS_PER_SM=64" \
+      "HABLAR_Q4K_KERNEL=0" "HABLAR_Q4K_TEAM=16 HABLAR_Q4K_ROWS=4" "HABLAR_Q4K_PDL=0" \
+      "HABLAR_Q4K_GRID=-3 HABLAR_Q4K_L2HINT=1" "HABLAR_Q4K_GRID=-5 HABLAR_Q4K_ROWS=1" \
+      "HABLAR_Q4K_GRID=0"; do
+      i=$((i + 1))
+      step "tests with $variant" "variant_tests_$i.txt" 60 env $variant \
+        "$carry/cuda_kernel_tests" --gtest_filter='*Decode*:*Int8*'
+    done
+    step "benchmarks (quick)" bench.txt 120 "$carry/cuda_bench" --quick
+    step "kernel variants (cuda_bench --lab)" lab.txt 150 "$carry/cuda_bench" --lab
   elif [ "$full" = 1 ]; then
     step "benchmarks" bench.txt 180 "$carry/cuda_bench"
   else
     step "benchmarks (quick)" bench.txt 180 "$carry/cuda_bench" --quick
+  fi
+  if [ "$full" = lab ] && [ -n "$sanitizer" ]; then
+    # The changed kernels only (decode attention, Q4_K int8 products).
+    step "memcheck (decode, int8 matmul)" memcheck.txt 60 "$sanitizer" --tool memcheck \
+      --error-exitcode 9 "$carry/cuda_kernel_tests" --gtest_filter='*Decode*:*Int8*'
+    step "racecheck (decode, int8 matmul)" racecheck.txt 60 "$sanitizer" --tool racecheck \
+      --error-exitcode 9 "$carry/cuda_kernel_tests" --gtest_filter='*Decode*:*Int8*'
+    # Every Q4_K product through the looping kernel, each block walking several row groups.
+    step "memcheck, looping Q4_K kernel" memcheck_loop.txt 60 env HABLAR_Q4K_GRID=-3 \
+      "$sanitizer" --tool memcheck --error-exitcode 9 "$carry/cuda_kernel_tests" \
+      --gtest_filter='*Int8*'
+    step "racecheck, looping Q4_K kernel" racecheck_loop.txt 60 env HABLAR_Q4K_GRID=-3 \
+      "$sanitizer" --tool racecheck --error-exitcode 9 "$carry/cuda_kernel_tests" \
+      --gtest_filter='*Int8*'
   fi
   if [ "$full" = 1 ] && [ -n "$sanitizer" ]; then
     # The large sampling draw is the same kernel as the small ones: left out to save time.
@@ -94,14 +120,22 @@ run() {
   echo
   grep -E "PASSED|FAILED|SKIPPED" "$log_dir/kernel_tests.txt" | head -40
   echo
-  cat "$log_dir/bench.txt"
-  [ -f "$log_dir/lab.txt" ] && cat "$log_dir/lab.txt"
+  if [ "$full" = lab ]; then  # the reply shows the end of the output: the lab table last
+    grep -E "limits|goal" "$log_dir/bench.txt"
+    cat "$log_dir/lab.txt"
+  else
+    cat "$log_dir/bench.txt"
+  fi
   for f in memcheck racecheck; do
     if [ -f "$log_dir/$f.txt" ]; then
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error" "$log_dir/$f.txt" | tail -3
     fi
   done
   echo "steps failed: $failures"
+  # At most 8 files come back from a device call: every log in one archive, the summary and
+  # the benchmark tables beside it.
+  (cd "$log_dir" && tar -czf logs.tar.gz ./*.txt &&
+    find . -maxdepth 1 -name '*.txt' ! -name summary.txt ! -name bench.txt ! -name lab.txt -delete)
   [ "$failures" -eq 0 ]
 }
 

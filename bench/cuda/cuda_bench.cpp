@@ -148,36 +148,6 @@ void print_row(const Row& r) {
   std::fflush(stdout);
 }
 
-// int8_path: 0 f32 path; 1 x quantized to int8 in the call; 2 x quantized once beforehand
-// (as Q/K/V or gate/up share one input), only the product timed.
-// rotate: false keeps one copy of W, hot in the L2 cache (the kernel's own speed, not DRAM's).
-Row bench_decode_matmul(Stream& stream, DType type, int64_t n, int64_t k, int m, double copy_gbs,
-                        double goal, int int8_path = 0, bool rotate = true) {
-  const auto host = random_weights(type, n, k);
-  const size_t bytes = host.size();
-  const int copies = rotate ? (int)std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes) : 1;
-  std::vector<DeviceBuffer<uint8_t>> w;
-  for (int i = 0; i < copies; ++i) w.emplace_back(host);
-  DeviceBuffer<float> x(random_floats((size_t)m * k)), y((size_t)m * n);
-  WeightView shape{type, n, k, dtype_row_bytes(type, k), w[0].get()};
-  DeviceMemory ws(int8_path ? matmul_fused_workspace_bytes(shape, m) : 0);
-  if (int8_path == 2) quantize_activations_q8(x.get(), m, k, ws.get(), ws.bytes(), stream.get());
-  const double ms = time_graph_ms(stream, rotate ? copies * 2 : 100, 7, [&](int i) {
-    WeightView view{type, n, k, dtype_row_bytes(type, k), w[i % copies].get()};
-    if (int8_path == 2) {
-      matmul_q4k_prequantized(view, m, y.get(), ws.get(), stream.get());
-    } else {
-      matmul_fused(view, x.get(), m, y.get(), stream.get(), ws.get(), ws.bytes());
-    }
-  });
-  const double moved = (double)bytes + 4.0 * m * (k + n);
-  char name[96];
-  std::snprintf(name, sizeof name, "matmul %s M=%d N=%lld K=%lld%s",
-                std::string(dtype_name(type)).c_str(), m, (long long)n, (long long)k,
-                rotate ? "" : " (W hot in L2)");
-  return Row{name, ms * 1e3, moved / (ms * 1e-3) / 1e9, copy_gbs, "GB/s", goal};
-}
-
 // Sets (or clears, for an empty value) one tuning knob of lab_knobs.h.
 void set_knob(const char* name, const std::string& value) {
   if (value.empty()) {
@@ -203,6 +173,53 @@ std::string variant_name(const Variant& variant) {
     name.append(a, a.find('_', 7) + 1);
   }
   return name.empty() ? "default" : name;
+}
+// The variant's name after a space, as a suffix of a row's name.
+std::string variant_label(const Variant& variant) {
+  std::string label(1, ' ');
+  label.append(variant_name(variant));
+  return label;
+}
+
+// int8_path: 0 f32 path; 1 x quantized to int8 in the call; 2 x quantized once beforehand
+// (as Q/K/V or gate/up share one input), only the product timed.
+// rotate: false keeps one copy of W, hot in the L2 cache (the kernel's own speed, not DRAM's).
+// variants: knob settings measured one after another on the same weights (each printed when
+// there are several); the last one's row is returned.
+Row bench_decode_matmul(Stream& stream, DType type, int64_t n, int64_t k, int m, double copy_gbs,
+                        double goal, int int8_path = 0, bool rotate = true,
+                        const std::vector<Variant>& variants = {{}}) {
+  const auto host = random_weights(type, n, k);
+  const size_t bytes = host.size();
+  const int copies = rotate ? (int)std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes) : 1;
+  std::vector<DeviceBuffer<uint8_t>> w;
+  for (int i = 0; i < copies; ++i) w.emplace_back(host);
+  DeviceBuffer<float> x(random_floats((size_t)m * k)), y((size_t)m * n);
+  WeightView shape{type, n, k, dtype_row_bytes(type, k), w[0].get()};
+  DeviceMemory ws(int8_path ? matmul_fused_workspace_bytes(shape, m) : 0);
+  if (int8_path == 2) quantize_activations_q8(x.get(), m, k, ws.get(), ws.bytes(), stream.get());
+  Row row;
+  for (const auto& variant : variants) {
+    apply_variant(variant);
+    const double ms = time_graph_ms(stream, rotate ? copies * 2 : 100, 7, [&](int i) {
+      WeightView view{type, n, k, dtype_row_bytes(type, k), w[i % copies].get()};
+      if (int8_path == 2) {
+        matmul_q4k_prequantized(view, m, y.get(), ws.get(), stream.get());
+      } else {
+        matmul_fused(view, x.get(), m, y.get(), stream.get(), ws.get(), ws.bytes());
+      }
+    });
+    const double moved = (double)bytes + 4.0 * m * (k + n);
+    char name[160];
+    const std::string label = variants.size() > 1 ? variant_label(variant) : std::string();
+    std::snprintf(name, sizeof name, "matmul %s M=%d N=%lld K=%lld%s%s",
+                  std::string(dtype_name(type)).c_str(), m, (long long)n, (long long)k,
+                  rotate ? "" : " (W hot in L2)", label.c_str());
+    row = Row{name, ms * 1e3, moved / (ms * 1e-3) / 1e9, copy_gbs, "GB/s", goal};
+    if (variants.size() > 1) print_row(row);
+    apply_variant(variant, true);
+  }
+  return row;
 }
 
 Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gbs, double goal,
@@ -253,9 +270,9 @@ Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gb
     const double mean_context = context + 3 + iters / 4 + (double)reps * (iters / 4) / 2;
     const double kv_bytes = (double)seqs * mean_context * kv_heads * dim * 2 * 2;
     char name[160];
-    std::snprintf(name, sizeof name, "decode attention %d seqs x %d tok (32/8 heads, d128)%s%s",
-                  seqs, context, variant.empty() ? "" : " ",
-                  variant.empty() ? "" : variant_name(variant).c_str());
+    const std::string label = variants.size() > 1 ? variant_label(variant) : std::string();
+    std::snprintf(name, sizeof name, "decode attention %d seqs x %d tok (32/8 heads, d128)%s", seqs,
+                  context, label.c_str());
     row = Row{name, ms * 1e3, kv_bytes / (ms * 1e-3) / 1e9, copy_gbs, "GB/s", goal};
     if (variants.size() > 1) print_row(row);
     apply_variant(variant, true);
@@ -320,18 +337,35 @@ void run_lab(Stream& stream, double copy_gbs) {
   for (const auto& shape : shapes)
     print_row(
         bench_copy_per_call(stream, dtype_row_bytes(DType::Q4_K, shape[1]) * shape[0], copy_gbs));
-  std::printf("-- Q4_K M=1 (x quantized once), W from DRAM and W hot in L2\n");
+  std::printf("-- Q4_K M=1 (x quantized once), W from DRAM: kernels and team shapes\n");
+  // The shipped choice twice (KERNEL=1 is the default), to show the spread of one run.
+  const std::vector<Variant> q4k_variants = {{"HABLAR_Q4K_KERNEL=0"},
+                                             {},
+                                             {"HABLAR_Q4K_PDL=0"},
+                                             {"HABLAR_Q4K_GRID=0"},
+                                             {"HABLAR_Q4K_ROWS=4"},
+                                             {"HABLAR_Q4K_GRID=4", "HABLAR_Q4K_ROWS=1"},
+                                             {"HABLAR_Q4K_GRID=3", "HABLAR_Q4K_ROWS=1"},
+                                             {"HABLAR_Q4K_KERNEL=1"}};
+  for (const auto& shape : shapes)
+    bench_decode_matmul(stream, DType::Q4_K, shape[0], shape[1], 1, copy_gbs, 0.75, 2, true,
+                        q4k_variants);
+  std::printf("-- Q4_K M=1, W hot in L2 (the kernel's own speed)\n");
   for (const auto& shape : {shapes[0], shapes[2]})
-    for (bool rotate : {true, false})
-      print_row(bench_decode_matmul(stream, DType::Q4_K, shape[0], shape[1], 1, copy_gbs,
-                                    rotate ? 0.75 : 0, 2, rotate));
-  std::vector<Variant> attention_variants;
-  for (const char* stages : {"1", "2"})
-    for (const char* per_sm : {"32", "64"})
-      attention_variants.push_back({std::string("HABLAR_DECODE_STAGES=") + stages,
-                                    std::string("HABLAR_DECODE_BLOCKS_PER_SM=") + per_sm});
+    bench_decode_matmul(stream, DType::Q4_K, shape[0], shape[1], 1, copy_gbs, 0, 2, false,
+                        {{"HABLAR_Q4K_KERNEL=0"}, {"HABLAR_Q4K_PDL=0"}, {}});
+  std::printf("-- Q4_K M=1, x quantized in the call\n");
+  for (const auto& shape : shapes)
+    bench_decode_matmul(stream, DType::Q4_K, shape[0], shape[1], 1, copy_gbs, 0.75, 1, true,
+                        {{"HABLAR_Q4K_KERNEL=0"}, {"HABLAR_Q4K_PDL=0"}, {}});
+  std::vector<Variant> attention_variants = {
+      {"HABLAR_DECODE_KERNEL=0", "HABLAR_DECODE_BLOCKS_PER_SM=64"}, {}};
+  for (const char* per_sm : {"1", "4"})
+    attention_variants.push_back({std::string("HABLAR_DECODE_BLOCKS_PER_SM=") + per_sm});
+  attention_variants.push_back({"HABLAR_DECODE_KERNEL=1"});
   bench_decode_attention(stream, 128, 1024, copy_gbs, 0.60, attention_variants);
   bench_decode_attention(stream, 16, 2048, copy_gbs, 0, attention_variants);
+  bench_decode_attention(stream, 1, 4096, copy_gbs, 0, attention_variants);
 }
 
 int run(bool quick, bool lab) {

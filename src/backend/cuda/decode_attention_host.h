@@ -1,7 +1,8 @@
 // The host twin of the CUDA decode-step attention: the same step (scatter this step's K/V,
 // then attend over prior + 1 positions, split-K with a reduce, advance the lengths) built on
 // the same online-softmax functions (online_softmax.h), walking positions in the kernel's
-// split / tile order. It builds with g++ alone, so CI, which has no GPU, runs the
+// split / tile / warp order (the tensor-core kernel's for head_dim <= 128, else the CUDA-core
+// kernel's). It builds with g++ alone, so CI, which has no GPU, runs the
 // decode-wiring oracle against the very algorithm the GPU runs. All pointers are host
 // pointers here.
 #pragma once
@@ -69,33 +70,105 @@ inline SoftmaxState tile_state(const float* scores, int n) {
   return lanes[0];
 }
 
-// Partial attention of one query head over positions [begin, end), walked as the kernel
-// does: tiles of kDecodeTile positions, each a softmax state (tile_state) merged into the
-// running state, its weights scaled by the merge's factor before P·V.
-inline SoftmaxState attend_split(const DecodeAttentionParams& p, const int32_t* table,
-                                 const float* q, int kvh, int begin, int end, float* acc) {
+// Scores of positions [t0, t0 + n) for one query head.
+inline void tile_scores(const DecodeAttentionParams& p, const int32_t* table, const float* q,
+                        int kvh, int t0, int n, float* scores) {
   const int d_head = p.layout.head_dim;
+  for (int i = 0; i < n; ++i) {
+    const size_t k_at = p.layout.position_offset(table, p.layer, 0, kvh, t0 + i);
+    float score = 0.0f;
+    for (int d = 0; d < d_head; ++d) score += q[d] * p.scale * load_kv(p, k_at + d);
+    scores[i] = score;
+  }
+}
+
+// acc = acc * factor + sum_i weight_i * v(t0 + i).
+inline void rescale_and_add_values(const DecodeAttentionParams& p, const int32_t* table, int kvh,
+                                   int t0, int n, const float* weights, float factor, float* acc) {
+  const int d_head = p.layout.head_dim;
+  for (int d = 0; d < d_head; ++d) acc[d] *= factor;
+  for (int i = 0; i < n; ++i) {
+    const size_t v_at = p.layout.position_offset(table, p.layer, 1, kvh, t0 + i);
+    for (int d = 0; d < d_head; ++d) acc[d] += weights[i] * load_kv(p, v_at + d);
+  }
+}
+
+// Partial attention of one query head over positions [begin, end), walked as the CUDA-core
+// kernel does: tiles of kDecodeTile positions, each a softmax state (tile_state) merged into
+// the running state, its weights scaled by the merge's factor before P·V.
+inline SoftmaxState attend_split_tiles(const DecodeAttentionParams& p, const int32_t* table,
+                                       const float* q, int kvh, int begin, int end, float* acc) {
   SoftmaxState total = softmax_empty();
-  std::vector<float> scores(kDecodeTile);
-  for (int d = 0; d < d_head; ++d) acc[d] = 0.0f;
+  std::vector<float> scores(kDecodeTile), weights(kDecodeTile);
+  for (int d = 0; d < p.layout.head_dim; ++d) acc[d] = 0.0f;
   for (int t0 = begin; t0 < end; t0 += kDecodeTile) {
     const int n = end - t0 < kDecodeTile ? end - t0 : kDecodeTile;
-    for (int i = 0; i < n; ++i) {
-      const size_t k_at = p.layout.position_offset(table, p.layer, 0, kvh, t0 + i);
-      float score = 0.0f;
-      for (int d = 0; d < d_head; ++d) score += q[d] * p.scale * load_kv(p, k_at + d);
-      scores[i] = score;
-    }
+    tile_scores(p, table, q, kvh, t0, n, scores.data());
     const SoftmaxState tile = tile_state(scores.data(), n);
     const SoftmaxMerge merge = softmax_merge(total, tile);
-    for (int d = 0; d < d_head; ++d) acc[d] *= merge.factor_a;
-    for (int i = 0; i < n; ++i) {
-      const size_t v_at = p.layout.position_offset(table, p.layer, 1, kvh, t0 + i);
-      const float weight = softmax_exp(scores[i] - tile.max) * merge.factor_b;
-      for (int d = 0; d < d_head; ++d) acc[d] += weight * load_kv(p, v_at + d);
+    for (int i = 0; i < n; ++i) weights[i] = softmax_exp(scores[i] - tile.max) * merge.factor_b;
+    rescale_and_add_values(p, table, kvh, t0, n, weights.data(), merge.factor_a, acc);
+  }
+  return total;
+}
+
+// The softmax state of one 16-position sub-tile as the tensor-core kernel's four lanes of a
+// head form it: lane t pushes the scores of positions 2t, 2t + 1, 2t + 8, 2t + 9 (those
+// inside the split), then the lanes merge in a butterfly (offsets 1, 2); lane 0's state.
+inline SoftmaxState quad_state(const float* scores, int n) {
+  SoftmaxState lanes[4], next[4];
+  float unused = 0.0f;
+  for (int t = 0; t < 4; ++t) {
+    lanes[t] = softmax_empty();
+    for (int i : {2 * t, 2 * t + 1, 2 * t + 8, 2 * t + 9})
+      if (i < n) softmax_push(lanes[t], scores[i], &unused);
+  }
+  for (int off = 1; off < 4; off *= 2) {
+    for (int t = 0; t < 4; ++t) {
+      next[t] = lanes[t];
+      softmax_merge(next[t], lanes[t ^ off]);
+    }
+    for (int t = 0; t < 4; ++t) lanes[t] = next[t];
+  }
+  return lanes[0];
+}
+
+// Partial attention over [begin, end) as the tensor-core kernel walks it: warp w takes the
+// sub-tiles of kDecodeMmaSubTile positions w, w + kDecodeWarps, ... with its own running
+// state; the block then merges warps 0, 1, 2, 3 in order, starting from warp 0's state.
+inline SoftmaxState attend_split_warps(const DecodeAttentionParams& p, const int32_t* table,
+                                       const float* q, int kvh, int begin, int end, float* acc) {
+  constexpr int kSub = kDecodeMmaSubTile;
+  const int d_head = p.layout.head_dim;
+  std::vector<float> scores(kSub), weights(kSub), warp_acc(d_head);
+  SoftmaxState total = softmax_empty();
+  for (int w = 0; w < kDecodeWarps; ++w) {
+    SoftmaxState state = softmax_empty();
+    for (int d = 0; d < d_head; ++d) warp_acc[d] = 0.0f;
+    for (int t0 = begin + kSub * w; t0 < end; t0 += kSub * kDecodeWarps) {
+      const int n = end - t0 < kSub ? end - t0 : kSub;
+      tile_scores(p, table, q, kvh, t0, n, scores.data());
+      const SoftmaxState tile = quad_state(scores.data(), n);
+      const SoftmaxMerge merge = softmax_merge(state, tile);
+      for (int i = 0; i < n; ++i) weights[i] = softmax_exp(scores[i] - tile.max) * merge.factor_b;
+      rescale_and_add_values(p, table, kvh, t0, n, weights.data(), merge.factor_a, warp_acc.data());
+    }
+    if (w == 0) {
+      total = state;
+      for (int d = 0; d < d_head; ++d) acc[d] = warp_acc[d];
+    } else {
+      const SoftmaxMerge merge = softmax_merge(total, state);
+      for (int d = 0; d < d_head; ++d)
+        acc[d] = acc[d] * merge.factor_a + warp_acc[d] * merge.factor_b;
     }
   }
   return total;
+}
+
+inline SoftmaxState attend_split(const DecodeAttentionParams& p, const int32_t* table,
+                                 const float* q, int kvh, int begin, int end, float* acc) {
+  return decode_uses_mma(p) ? attend_split_warps(p, table, q, kvh, begin, end, acc)
+                            : attend_split_tiles(p, table, q, kvh, begin, end, acc);
 }
 
 }  // namespace host_twin

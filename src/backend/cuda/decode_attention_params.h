@@ -48,13 +48,24 @@ inline int32_t decode_max_context(const DecodeAttentionParams& p) {
   return p.max_context > 0 && p.max_context < capacity ? p.max_context : capacity;
 }
 
+// The tensor-core kernel (head_dim <= 128; HABLAR_DECODE_KERNEL=0 selects the CUDA-core
+// kernel for the lab) walks a split in sub-tiles of kDecodeMmaSubTile positions, warp w
+// taking sub-tiles w, w + kDecodeWarps, ...; the host twin follows whichever kernel runs.
+inline constexpr int kDecodeMmaSubTile = 16;
+inline bool decode_uses_mma(const DecodeAttentionParams& p) {
+  return p.layout.head_dim <= 128 && lab_knob("HABLAR_DECODE_KERNEL", 1) != 0;
+}
+
 // Positions per split ("flash decoding"): short enough that slots x KV heads x splits fills
-// the GPU (about 64 blocks per multiprocessor of a 132-SM part, so that the last wave of
-// blocks is a small part of the whole), never under 64. The target is a lab knob
-// (HABLAR_DECODE_BLOCKS_PER_SM, lab_knobs.h); the host twin sizes its splits through this
-// same function.
+// the GPU (a target of blocks per multiprocessor of a 132-SM part: 2 for the tensor-core
+// kernel, whose blocks are cheap and gain from long splits, 64 for the CUDA-core kernel, so
+// that the last wave of blocks is a small part of the whole; both measured, docs/CUDA.md),
+// never under 64. The target is a lab
+// knob (HABLAR_DECODE_BLOCKS_PER_SM, lab_knobs.h); the host twin sizes its splits through this same
+// function.
 inline int32_t decode_split_len(const DecodeAttentionParams& p) {
-  const int64_t target_blocks = (int64_t)lab_knob("HABLAR_DECODE_BLOCKS_PER_SM", 64) * 132;
+  const int64_t target_blocks =
+      (int64_t)lab_knob("HABLAR_DECODE_BLOCKS_PER_SM", decode_uses_mma(p) ? 2 : 64) * 132;
   const int32_t context = decode_max_context(p);
   int32_t split = 1024;
   while (split > 64) {

@@ -15,7 +15,9 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul.h"
+#include "backend/cuda/matmul_q4k_rows.h"
 #include "backend/cuda/quant_device.cuh"
 #include "core/dtype.h"
 
@@ -102,6 +104,11 @@ __global__ void __launch_bounds__(kGemvThreads)
 
 __global__ void quantize_x_q8_kernel(const float* __restrict__ x, int64_t n_blocks,
                                      int8_t* __restrict__ xq, float2* __restrict__ xs) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The product launched after this kernel may start loading its weights now; it waits for
+  // this kernel to finish before it reads the codes.
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
   const int64_t block = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (block >= n_blocks) return;  // whole warps leave together
@@ -417,6 +424,10 @@ void matmul_q4k_prequantized(const WeightView& w, int m, float* y, void* workspa
         ErrorKind::kInvalidArgument,
         "matmul_q4k_prequantized: needs Q4_K weights and M in 1.." + std::to_string(kGemvMaxRows));
   const Q8Activations xa = q8_layout(workspace, m, w.cols);
+  // M = 1 (decode of one sequence): the rows kernel (matmul_q4k_rows.cu);
+  // HABLAR_Q4K_KERNEL=0 selects the sub-block kernel below for the lab.
+  if (m == 1 && q4k_rows_supported(w) && lab_knob("HABLAR_Q4K_KERNEL", 1) != 0)
+    return matmul_q4k_rows(w, xa.codes, xa.scales, y, stream);
   switch (m) {
     case 1:
       return launch_q4k_q8<1>(w, xa, y, stream);

@@ -99,9 +99,11 @@ TEST(FusedMatmulInt8Activations, Q4KWithWorkspaceMatchesReference) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   // int8 rounding of the activations (per block of 32, to 1/254 of its largest value):
   // normalized error a few 1e-3, held under 1e-2.
-  // K = 14336 gives the rows kernel groups of more than one warp per row.
+  // K = 14336 gives the sub-block kernel (M > 1) groups of more than one warp per row; at
+  // M = 1 the rows kernel takes teams of 16 (K = 256), 32 (1536, 2048) and 128 (8960,
+  // 14336) threads, with some threads short of chunks (8960: 140 chunks of 64 values).
   const int64_t n = 67;
-  for (int64_t k : {256, 2048, 14336}) {
+  for (int64_t k : {256, 1536, 2048, 8960, 14336}) {
     const auto host_w = random_weight_bytes(DType::Q4_K, n, k, 555u + (uint32_t)k);
     const auto ref_w = dequantize_matrix(DType::Q4_K, host_w, n, k);
     DeviceWeights w(DType::Q4_K, n, k, host_w);
@@ -119,6 +121,54 @@ TEST(FusedMatmulInt8Activations, Q4KWithWorkspaceMatchesReference) {
       EXPECT_GT(err, 0.0) << "the int8 path must have run (exact results mean it did not)";
     }
   }
+}
+
+// Products launched back to back on one stream (the M = 1 kernel starts loading weights
+// before the kernel ahead of it ends): each must see the activations quantized just before
+// it, and none may disturb another's output.
+TEST(FusedMatmulInt8Activations, BackToBackProductsOnAStreamSeeTheirOwnInput) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const int64_t n = 301, k = 4096;
+  const auto host_a = random_weight_bytes(DType::Q4_K, n, k, 71u);
+  const auto host_b = random_weight_bytes(DType::Q4_K, n, k, 72u);
+  DeviceWeights a(DType::Q4_K, n, k, host_a), b(DType::Q4_K, n, k, host_b);
+  const auto x1 = random_floats((size_t)k, 5u), x2 = random_floats((size_t)k, 6u, -3.0f, 3.0f);
+  DeviceBuffer<float> dx1(x1), dx2(x2);
+  const size_t ws_bytes = cuda::q8_activation_bytes(1, k);
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  std::vector<DeviceBuffer<float>> y;
+  for (int i = 0; i < 4; ++i) y.emplace_back(std::vector<float>((size_t)n, NAN));
+  cuda::Stream stream;
+  cuda::quantize_activations_q8(dx1.get(), 1, k, ws.get(), ws_bytes, stream.get());
+  cuda::matmul_q4k_prequantized(a.view, 1, y[0].get(), ws.get(), stream.get());
+  cuda::matmul_q4k_prequantized(b.view, 1, y[1].get(), ws.get(), stream.get());
+  cuda::quantize_activations_q8(dx2.get(), 1, k, ws.get(), ws_bytes, stream.get());
+  cuda::matmul_q4k_prequantized(a.view, 1, y[2].get(), ws.get(), stream.get());
+  cuda::matmul_fused(b.view, dx1.get(), 1, y[3].get(), stream.get(), ws.get(), ws_bytes);
+  stream.synchronize();
+  const auto ref_a = dequantize_matrix(DType::Q4_K, host_a, n, k);
+  const auto ref_b = dequantize_matrix(DType::Q4_K, host_b, n, k);
+  const std::vector<double> want[4] = {
+      reference_product(ref_a, x1, 1, n, k), reference_product(ref_b, x1, 1, n, k),
+      reference_product(ref_a, x2, 1, n, k), reference_product(ref_b, x1, 1, n, k)};
+  for (int i = 0; i < 4; ++i) EXPECT_LT(normalized_error(y[i].download(), want[i]), 1e-2) << i;
+}
+
+// A tall matrix of long rows (at least 16 rows per multiprocessor, K > 8192) takes the
+// looping M = 1 kernel by default: each block walks many row groups.
+TEST(FusedMatmulInt8Activations, TallMatrixOfLongRowsMatchesReference) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const int64_t n = 2203, k = 8448;
+  const auto host_w = random_weight_bytes(DType::Q4_K, n, k, 303u);
+  DeviceWeights w(DType::Q4_K, n, k, host_w);
+  const auto x = random_floats((size_t)k, 404u);
+  DeviceBuffer<float> dx(x), dy(std::vector<float>((size_t)n, NAN));
+  DeviceBuffer<uint8_t> ws(cuda::matmul_fused_workspace_bytes(w.view, 1));
+  cuda::Stream stream;
+  cuda::matmul_fused(w.view, dx.get(), 1, dy.get(), stream.get(), ws.get(), ws.bytes());
+  stream.synchronize();
+  const auto ref = reference_product(dequantize_matrix(DType::Q4_K, host_w, n, k), x, 1, n, k);
+  EXPECT_LT(normalized_error(dy.download(), ref), 1e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(WeightTypes, FusedMatmulGpu, ::testing::ValuesIn(cuda_weight_types()),
