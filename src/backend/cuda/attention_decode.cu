@@ -1,14 +1,19 @@
 // Decode-step attention: scatter kernel, split-K attention kernel, reduce kernel.
 //
 // Attention grid: (n_kv_heads, n_slots, n_splits), 128 threads. A block reads its KV head's
-// positions [split * split_len, ...) once, in tiles of kDecodeTile copied asynchronously into
-// shared memory, and serves every query head of the GQA group: per tile the
-// scores, a tile softmax state merged into each head's running state (online_softmax.h),
-// and P·V. One shared-memory stage per block (about 20 KB) lets ten blocks share a
-// multiprocessor, whose copies overlap each other's arithmetic: faster on the H200 than two
-// stages (double buffering) at six blocks (HABLAR_DECODE_STAGES=2 selects that for the lab).
-// The block writes one partial per (slot, head, split); the reduce kernel merges the splits (one
-// block per slot and head) and a last one-block kernel advances the lengths.
+// positions [split * split_len, ...) once and serves every query head of the GQA group; it
+// writes one partial per (slot, head, split); the reduce kernel merges the splits (one block
+// per slot and head) and a last one-block kernel advances the lengths.
+//
+// Two attention kernels (decode_uses_mma() picks one; the host twin follows the same one):
+// - decode_attention_mma_kernel (head_dim <= 128, the one that runs): scores and P·V on
+//   tensor cores, each warp its own 16-position sub-tiles and softmax state, K and V loaded
+//   straight into registers; described above the kernel.
+// - decode_attention_kernel (head_dim 256, and the lab's HABLAR_DECODE_KERNEL=0): CUDA
+//   cores, tiles of kDecodeTile positions copied asynchronously into shared memory; per tile
+//   the scores, a tile softmax state merged into each head's running state
+//   (online_softmax.h), and P·V. One shared-memory stage per block (about 20 KB) lets ten
+//   blocks share a multiprocessor (HABLAR_DECODE_STAGES=2 selects double buffering).
 #include <cuda_pipeline.h>
 
 #include <algorithm>

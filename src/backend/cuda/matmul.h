@@ -34,7 +34,9 @@ void validate_weight(const WeightView& w, const char* what);
 // With a workspace of matmul_fused_workspace_bytes(w, m) bytes (nonzero for Q4_K at
 // M <= 8), x is quantized to int8 blocks of 32 and the product runs on dp4a: about five
 // times fewer instructions, at the cost of int8 rounding of the activations (normalized
-// error about 3e-3 instead of 1e-6). Without one, every type takes the f32 path.
+// error about 3e-3 instead of 1e-6). Without one, every type takes the f32 path. At M = 1
+// the product is matmul_q4k_rows.cu's kernel, launched with programmatic dependent launch
+// on a stream of the caller's (its weight loads overlap the end of the kernel before it).
 size_t matmul_fused_workspace_bytes(const WeightView& w, int m);
 void matmul_fused(const WeightView& w, const float* x, int m, float* y, cudaStream_t stream,
                   void* workspace = nullptr, size_t workspace_bytes = 0);
