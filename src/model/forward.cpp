@@ -12,6 +12,7 @@
 #include "backend/cpu/ops.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "model/dump.h"
 #include "model/model.h"
 #include "model/scratch.h"
 #include "model/weights.h"
@@ -66,6 +67,12 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
     s.queries[(size_t)t] = {s.block_tables[(size_t)t], s.positions[(size_t)t], q + t * QD,
                             att + t * QD};
 
+  // Intermediates for op-by-op comparison with a reference (HABLAR_DUMP_DIR; off: nullptr).
+  ActivationDump* const dump = ActivationDump::instance();
+  const auto dump_rows = [&](const char* name, int layer, const float* rows, int64_t width) {
+    if (dump) dump->write(name, layer, rows, T, width);
+  };
+
   // Token embeddings.
   for_each_token(pool, T, [&](int64_t t) {
     cpu::embedding_row(w.token_embd, s.tokens[(size_t)t], x + t * E);
@@ -78,6 +85,7 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
     for_each_token(pool, T, [&](int64_t t) {
       cpu::rmsnorm(x + t * E, lw.attn_norm.data(), xb + t * E, E, c.rms_eps);
     });
+    dump_rows("attn_norm", l, xb, E);
     const cpu::MatmulTarget qkv[] = {{&lw.wq, q}, {&lw.wk, k}, {&lw.wv, v}};
     cpu::matmul_many(qkv, xb, T, pool);  // one quantization of xb, one parallel region
     for_each_token(pool, T, [&](int64_t t) {
@@ -98,17 +106,24 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
       cpu::rope(kt, c.n_kv_heads, HD, pos, c.rope);
       cpu::kv_store(cache.data(), layout, l, s.block_tables[(size_t)t], pos, kt, vt);
     });
+    dump_rows("q_rope", l, q, QD), dump_rows("k_rope", l, k, KVD), dump_rows("v", l, v, KVD);
     cpu::attention_batch(cache.data(), layout, l, s.queries, c.n_heads, pool);
+    dump_rows("attn_out", l, att, QD);
     cpu::matmul(lw.wo, att, T, xb, pool);
     for_each_token(pool, T, [&](int64_t t) { cpu::add_inplace(x + t * E, xb + t * E, E); });
+    dump_rows("ffn_inp", l, x, E);
 
     // Feed-forward block: x += W_down · (silu(W_gate·n) * W_up·n), n = rmsnorm(x).
     for_each_token(pool, T, [&](int64_t t) {
       cpu::rmsnorm(x + t * E, lw.ffn_norm.data(), xb + t * E, E, c.rms_eps);
     });
+    dump_rows("ffn_norm", l, xb, E);
     cpu::matmul_swiglu(lw.w_gate, lw.w_up, xb, T, gate, up, pool);  // gate = silu(gate) * up
+    dump_rows("ffn_swiglu", l, gate, FF);
     cpu::matmul(lw.w_down, gate, T, xb, pool);
+    dump_rows("ffn_out", l, xb, E);
     for_each_token(pool, T, [&](int64_t t) { cpu::add_inplace(x + t * E, xb + t * E, E); });
+    dump_rows("l_out", l, x, E);
   }
 
   // Final norm and classifier, only for the rows that need logits.

@@ -46,10 +46,6 @@ size_t act_row_bytes(ActKind kind, int64_t n) {
   return (size_t)n * sizeof(float);
 }
 
-int round_half_away(float v) {
-  return (int)std::round(v);
-}
-
 int round_half_even(float v) {
   return (int)std::nearbyint(v);
 }
@@ -64,10 +60,10 @@ void quantize_act32_scalar(const float* x, int64_t n, void* row) {
     float amax = 0.0f;
     for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
     const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     int sum = 0;
     for (int j = 0; j < kQK; ++j) {
-      qs[j] = (int8_t)round_half_away(x[j] * id);
+      qs[j] = (int8_t)round_half_even(x[j] * id);
       sum += qs[j];
     }
     d_out[b] = fp16_to_f32(f32_to_fp16(d));

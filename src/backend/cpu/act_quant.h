@@ -3,7 +3,8 @@
 //
 // Rows of the 32-value formats ("Act32"): for a row of n values (nb = n / 32 blocks)
 //   int8_t qs[nb][32] | float d[nb] | float s[nb] | int32_t sum[nb]
-// with d = fp16(max|x| / 127) and s = fp16(d_exact * sum(qs)): the values of a Q8_0 / Q8_1
+// with d = fp16(max|x| / 127), qs = round-to-even(x * (127 / max|x|)) and
+// s = fp16(d_exact * sum(qs)): the values of a Q8_0 / Q8_1
 // block (core/quant_blocks.h), with the halves already widened to float; sum = sum(qs), for
 // the weight formats whose codes carry an offset.
 // Rows of the K formats are BlockQ8_K[n / 256] as core/quant_blocks.h defines them.
@@ -49,9 +50,7 @@ inline constexpr size_t kActReadPastEnd = 256;
 void quantize_act32_scalar(const float* x, int64_t n, void* row);
 void quantize_q8k_scalar(const float* x, int64_t n, BlockQ8_K* blocks);
 
-// Rounding as the reference quantizers do it: half away from zero for the 32-value blocks,
-// half to even for Q8_K.
-int round_half_away(float v);
+// Rounding as the quantizers do it (both block kinds): to nearest, ties to even.
 int round_half_even(float v);
 
 }  // namespace hablar::cpu

@@ -16,32 +16,53 @@ float kv_value(const uint16_t* p, bool bf16) {
   return bf16 ? bf16_to_f32(*p) : fp16_to_f32(*p);
 }
 
+// x rounded to the cache's element type (to nearest, ties to even).
+float round_to_kv(float x, bool bf16) {
+  return bf16 ? bf16_to_f32(f32_to_bf16(x)) : fp16_to_f32(f32_to_fp16(x));
+}
+
 // One head: scores over positions [0, pos], softmax, weighted sum of V. `scores` has room
-// for pos + 1 values.
+// for pos + 1 values. The numerics are llama.cpp's (non-flash CPU attention), so that both
+// round alike: q is rounded to the cache type before q·k; each dot product keeps 16 partial
+// sums (lane = index mod 16) reduced by halves (reduce16); softmax uses exp_approx, sums
+// 16-position blocks (each reduce16'd in float) in double; the weights are rounded to the
+// cache type before the weighted sum of V, which again keeps 16 partial sums by position.
+// Every product of two cache-type values is exact in float, so FMA or not gives the same.
 void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                         const int32_t* block_table, int pos, int kv_head, const float* q,
                         float scale, float* scores, float* out) {
   const int hd = layout.head_dim;
   const bool bf16 = layout.dtype == KvDType::BF16;
+  std::vector<float> qr((size_t)hd), acc((size_t)kReduceLanes * hd, 0.0f);
+  for (int d = 0; d < hd; ++d) qr[(size_t)d] = round_to_kv(q[d], bf16);
   float max_score = -INFINITY;
   for (int p = 0; p <= pos; ++p) {
     const uint16_t* k = cache + layout.position_offset(block_table, layer, 0, kv_head, p);
-    float dot = 0.0f;
-    for (int d = 0; d < hd; ++d) dot += q[d] * kv_value(k + d, bf16);
-    scores[p] = dot * scale;
+    float lanes[kReduceLanes] = {};
+    for (int d = 0; d < hd; ++d) lanes[d % kReduceLanes] += qr[(size_t)d] * kv_value(k + d, bf16);
+    scores[p] = reduce16(lanes) * scale;
     if (scores[p] > max_score) max_score = scores[p];
   }
-  float sum = 0.0f;
-  for (int p = 0; p <= pos; ++p) {
-    scores[p] = std::exp(scores[p] - max_score);
-    sum += scores[p];
+  double sum = 0.0;
+  for (int p0 = 0; p0 <= pos; p0 += kReduceLanes) {
+    float block[kReduceLanes] = {};
+    for (int p = p0; p <= pos && p < p0 + kReduceLanes; ++p) {
+      scores[p] = exp_approx(scores[p] - max_score);
+      block[p - p0] = scores[p];
+    }
+    sum += (double)reduce16(block);
   }
-  const float inv = 1.0f / sum;
-  for (int d = 0; d < hd; ++d) out[d] = 0.0f;
+  const float inv = (float)(1.0 / sum);
   for (int p = 0; p <= pos; ++p) {
     const uint16_t* v = cache + layout.position_offset(block_table, layer, 1, kv_head, p);
-    const float w = scores[p] * inv;
-    for (int d = 0; d < hd; ++d) out[d] += w * kv_value(v + d, bf16);
+    const float w = round_to_kv(scores[p] * inv, bf16);
+    float* lane = acc.data() + (size_t)(p % kReduceLanes) * hd;
+    for (int d = 0; d < hd; ++d) lane[d] += w * kv_value(v + d, bf16);
+  }
+  for (int d = 0; d < hd; ++d) {
+    float lanes[kReduceLanes];
+    for (int l = 0; l < kReduceLanes; ++l) lanes[l] = acc[(size_t)l * hd + d];
+    out[d] = reduce16(lanes);
   }
 }
 
@@ -76,16 +97,35 @@ std::vector<float>& score_scratch() {
 
 }  // namespace
 
-void attention_one(const uint16_t* cache, const KvCacheLayout& layout, int layer,
-                   const int32_t* block_table, int pos, const float* q, int n_heads, float* out) {
+namespace {
+
+using HeadFn = void (*)(const uint16_t*, const KvCacheLayout&, int, const int32_t*, int, int,
+                        const float*, float, float*, float*);
+
+void attention_one_with(HeadFn head, const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                        const int32_t* block_table, int pos, const float* q, int n_heads,
+                        float* out) {
   check_attention(layout, layer, pos, n_heads);
   std::vector<float>& scores = score_scratch();
   if (scores.size() < (size_t)pos + 1) scores.resize((size_t)pos + 1);
   const int group = n_heads / layout.n_kv_heads;
   const float scale = 1.0f / std::sqrt((float)layout.head_dim);
   for (int h = 0; h < n_heads; ++h)
-    attend_head(cache, layout, layer, block_table, pos, h / group, q + (int64_t)h * layout.head_dim,
-                scale, scores.data(), out + (int64_t)h * layout.head_dim);
+    head(cache, layout, layer, block_table, pos, h / group, q + (int64_t)h * layout.head_dim, scale,
+         scores.data(), out + (int64_t)h * layout.head_dim);
+}
+
+}  // namespace
+
+void attention_one(const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                   const int32_t* block_table, int pos, const float* q, int n_heads, float* out) {
+  attention_one_with(&attend_head, cache, layout, layer, block_table, pos, q, n_heads, out);
+}
+
+void attention_one_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                          const int32_t* block_table, int pos, const float* q, int n_heads,
+                          float* out) {
+  attention_one_with(&attend_head_scalar, cache, layout, layer, block_table, pos, q, n_heads, out);
 }
 
 void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,

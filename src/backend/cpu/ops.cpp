@@ -12,16 +12,13 @@
 namespace hablar::cpu {
 
 void rmsnorm(const float* x, const float* weight, float* y, int64_t n, float eps) {
-  // Sum of squares in double over 8 partial sums: stable and independent of the batch.
-  double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) partial[j] += (double)x[i + j] * (double)x[i + j];
-  for (; i < n; ++i) partial[0] += (double)x[i] * (double)x[i];
+  // As llama.cpp (ggml) computes it, so that both round alike: each square rounded to float,
+  // summed in order in double; the mean and the scale in float; y = (x * scale) * weight.
   double sum = 0.0;
-  for (double p : partial) sum += p;
-  const float scale = (float)(1.0 / std::sqrt(sum / (double)n + (double)eps));
-  for (i = 0; i < n; ++i) y[i] = x[i] * scale * weight[i];
+  for (int64_t i = 0; i < n; ++i) sum += (double)(x[i] * x[i]);
+  const float mean = (float)(sum / (double)n);
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * weight[i];
 }
 
 namespace {
@@ -63,7 +60,7 @@ void rope(float* x, int n_heads, int head_dim, int pos, const RopeParams& p) {
   for (int i = 0; i < half; ++i) {
     float angle = theta;
     if (p.scaling == RopeParams::Scaling::kLinear) {
-      angle = theta / p.factor;
+      angle = (1.0f / p.factor) * theta;  // llama.cpp's freq_scale * theta
     } else if (p.scaling == RopeParams::Scaling::kLlama3) {
       angle = (float)pos * llama3_scaled_freq(freq, p);
     }
@@ -78,10 +75,28 @@ void rope(float* x, int n_heads, int head_dim, int pos, const RopeParams& p) {
       const int a = p.neox ? i : 2 * i;
       const int b = p.neox ? i + half : 2 * i + 1;
       const float x0 = v[a], x1 = v[b];
-      v[a] = x0 * cos_t[i] - x1 * sin_t[i];
-      v[b] = x0 * sin_t[i] + x1 * cos_t[i];
+      // Fused as llama.cpp's compiled rotation is (the first product kept exact), so that
+      // both round alike.
+      v[a] = std::fma(x0, cos_t[i], -(x1 * sin_t[i]));
+      v[b] = std::fma(x0, sin_t[i], x1 * cos_t[i]);
     }
   }
+}
+
+float exp_approx(float x) {
+  // n = round(x / ln2) by the 1.5 * 2^23 shifter; b = x - n ln2 in two parts; e^b by a
+  // degree-5 polynomial; then two exact-or-once-rounded scalings by 2^(n - n/2) and 2^(n/2).
+  if (std::isnan(x)) return x;
+  const float shifter = 0x1.8p23f;
+  const float n = std::fma(x, 0x1.715476p+0f, shifter) - shifter;
+  const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+  if (std::fabs(n) > 192.0f) return n > 0.0f ? INFINITY : 0.0f;
+  const float u = b * b;
+  const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                    std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                           u, std::fma(0x1.ffffecp-1f, b, 1.0f));
+  const int ni = (int)n, half = ni / 2;
+  return j * std::ldexp(1.0f, ni - half) * std::ldexp(1.0f, half);
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
@@ -90,9 +105,13 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
     avx2::swiglu(gate, up, out, n);
     return;
   }
+  swiglu_scalar(gate, up, out, n);
+}
+
+void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    out[i] = g / (1.0f + exp_approx(-g)) * up[i];
   }
 }
 

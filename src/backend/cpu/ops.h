@@ -40,8 +40,27 @@ struct RopeParams {
 // In place on x[n_heads][head_dim] for a token at position pos.
 void rope(float* x, int n_heads, int head_dim, int pos, const RopeParams& p);
 
-// out = silu(gate) * up, n values (out may alias gate or up).
+// e^x as llama.cpp's vectorized expf computes it (round-to-nearest n = x/ln2, a degree-5
+// polynomial in the remainder, scaled by 2^n), bit for bit; within 2 ulp of the true value.
+// swiglu and attention's softmax use it (their SIMD forms give the same bits), so that their
+// results round as the reference implementation's do.
+float exp_approx(float x);
+
+// Sum of 16 partial sums in the order of a 512-bit horizontal add: a[i] + a[i + 8], then
+// the halves of that, then pairs: ((b0 + b2) + (b1 + b3)) with b = the four-lane sums.
+inline constexpr int kReduceLanes = 16;
+inline float reduce16(const float* a) {
+  float b[8], c[4];
+  for (int i = 0; i < 8; ++i) b[i] = a[i] + a[i + 8];
+  for (int i = 0; i < 4; ++i) c[i] = b[i] + b[i + 4];
+  return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+// out = silu(gate) * up with silu(g) = g / (1 + exp_approx(-g)), n values (out may alias
+// gate or up).
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// Its scalar form (the SIMD one gives the same bits; tests compare them).
+void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n);
 // y += x, n values.
 void add_inplace(float* y, const float* x, int64_t n);
 // out[0..table.cols) = row `token` of the table, dequantized. Throws for a token out of range.
@@ -54,9 +73,16 @@ void kv_store(uint16_t* cache, const KvCacheLayout& layout, int layer, const int
 
 // Attention of one query token at position pos over cache positions [0, pos] (its own K/V must
 // already be stored). q [n_heads][head_dim] -> out [n_heads][head_dim]. GQA: head h reads kv head
-// h / (n_heads / n_kv_heads). Scale 1/sqrt(head_dim); numerically stable softmax.
+// h / (n_heads / n_kv_heads). Scale 1/sqrt(head_dim); numerically stable softmax. Rounds as
+// llama.cpp's CPU attention does (attention.cpp): q and the softmax weights are rounded to
+// the cache's type, sums are kept in 16 lanes.
 void attention_one(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                    const int32_t* block_table, int pos, const float* q, int n_heads, float* out);
+
+// The scalar form of attention_one (the SIMD one gives the same bits; tests compare them).
+void attention_one_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                          const int32_t* block_table, int pos, const float* q, int n_heads,
+                          float* out);
 
 // Many query tokens (of one or several sequences), parallel over (token, head). Each query
 // gives the same result as attention_one with its arguments.

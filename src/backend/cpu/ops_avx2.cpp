@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
+#include "backend/cpu/ops.h"
 #include "backend/cpu/ops_x86.h"
 
 namespace hablar::cpu::avx2 {
@@ -23,34 +25,50 @@ __m256 load8(const uint16_t* p, bool bf16) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-// e^x for float lanes: x = n ln2 + r, |r| <= ln2/2, e^r by its degree-6 Taylor polynomial
-// (relative error below 4e-7), scaled by 2^n through the exponent bits. Inputs are clamped to
-// [-87.3, 88.3] so that the result stays a normal float.
+__m256 round_to_kv8(__m256 x, bool bf16) {
+  if (!bf16) return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+  // bf16: round the low 16 bits to nearest, ties to even (finite values; NaN stays NaN).
+  const __m256i bits = _mm256_castps_si256(x);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd));
+  const __m256i kept = _mm256_and_si256(rounded, _mm256_set1_epi32((int)0xffff0000u));
+  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+  return _mm256_blendv_ps(_mm256_castsi256_ps(kept), x, nan);
+}
+
+// 2^n for integral float lanes n in [-126, 127].
+__m256 pow2_8(__m256 n) {
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+
+// exp_approx (ops.h) on 8 lanes, bit for bit.
 __m256 exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln2 high part, exact
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);      // ln2 low part
-  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i bits =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  const __m256 shifter = _mm256_set1_ps(0x1.8p23f);
+  const __m256 n =
+      _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shifter), shifter);
+  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                    _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 j = _mm256_fmadd_ps(
+      _mm256_fmadd_ps(
+          _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+          _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+      u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+  // Scale by 2^(n - n/2) then 2^(n/2) (n/2 truncated toward zero): both factors are normal
+  // floats for |n| <= 192, the first product is exact, the second rounds once.
+  const __m256 big =
+      _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), n), _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+  const __m256 nc = _mm256_blendv_ps(n, _mm256_setzero_ps(), big);
+  const __m256 half = _mm256_round_ps(_mm256_mul_ps(nc, _mm256_set1_ps(0.5f)),
+                                      _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 res = _mm256_mul_ps(_mm256_mul_ps(j, pow2_8(_mm256_sub_ps(nc, half))), pow2_8(half));
+  const __m256 alt = _mm256_blendv_ps(_mm256_set1_ps(INFINITY), _mm256_setzero_ps(),
+                                      _mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ));
+  return _mm256_blendv_ps(res, alt, big);
 }
 
 }  // namespace
-
-float exp_scalar(float x) {
-  alignas(32) float v[8] = {x};
-  _mm256_store_ps(v, exp8(_mm256_load_ps(v)));
-  return v[0];
-}
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   int64_t i = 0;
@@ -61,17 +79,24 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
     const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
     _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
   }
-  for (; i < n; ++i) out[i] = gate[i] / (1.0f + exp_scalar(-gate[i])) * up[i];
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
 }
 
-// One head of one query: scores over positions [0, pos], softmax, weighted sum of V.
-// head_dim is a multiple of 8; scores has room for pos + 1 values.
+// attend_head_scalar (attention.cpp) with 8-lane vectors, bit for bit: the 16 partial sums
+// of q·k are two vectors over d mod 16; those of the V sum are 16 rows of hd values, row =
+// position mod 16. head_dim is a multiple of 8; scores has room for pos + 1 values.
 void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                  const int32_t* block_table, int pos, int kv_head, const float* q, float scale,
                  float* scores, float* out) {
   const int hd = layout.head_dim;
   const bool bf16 = layout.dtype == KvDType::BF16;
   const int bs = layout.block_size;
+  thread_local std::vector<float> scratch;
+  scratch.assign((size_t)(kReduceLanes + 1) * (size_t)hd, 0.0f);  // qr, then acc zeroed
+  float* qr = scratch.data();
+  float* acc = qr + hd;
+  for (int d = 0; d < hd; d += 8)
+    _mm256_storeu_ps(qr + d, round_to_kv8(_mm256_loadu_ps(q + d), bf16));
   float max_score = -INFINITY;
   for (int p0 = 0; p0 <= pos; p0 += bs) {
     const uint16_t* k = cache + layout.position_offset(block_table, layer, 0, kv_head, p0);
@@ -80,38 +105,50 @@ void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
       __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
       int d = 0;
       for (; d + 16 <= hd; d += 16) {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(k + d, bf16), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), load8(k + d + 8, bf16), acc1);
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), load8(k + d, bf16), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d + 8), load8(k + d + 8, bf16), acc1);
       }
-      if (d < hd) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(k + d, bf16), acc0);
+      if (d < hd) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), load8(k + d, bf16), acc0);
       const float score = hsum8(_mm256_add_ps(acc0, acc1)) * scale;
       scores[p0 + s] = score;
       max_score = std::max(max_score, score);
     }
   }
+  // Softmax numerators, and their sum by 16-position blocks (zeros past pos).
   const __m256 vmax = _mm256_set1_ps(max_score);
-  __m256 vsum = _mm256_setzero_ps();
-  int p = 0;
-  for (; p + 8 <= pos + 1; p += 8) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + p), vmax));
-    _mm256_storeu_ps(scores + p, e);
-    vsum = _mm256_add_ps(vsum, e);
+  double sum = 0.0;
+  for (int p = 0; p <= pos; p += kReduceLanes) {
+    alignas(32) float block[kReduceLanes] = {};
+    const int n = std::min(kReduceLanes, pos + 1 - p);
+    std::copy(scores + p, scores + p + n, block);
+    const __m256 e0 = exp8(_mm256_sub_ps(_mm256_load_ps(block), vmax));
+    const __m256 e1 = exp8(_mm256_sub_ps(_mm256_load_ps(block + 8), vmax));
+    _mm256_store_ps(block, e0), _mm256_store_ps(block + 8, e1);
+    std::copy(block, block + n, scores + p);
+    for (int i = n; i < kReduceLanes; ++i) block[i] = 0.0f;
+    sum += (double)hsum8(_mm256_add_ps(_mm256_load_ps(block), _mm256_load_ps(block + 8)));
   }
-  float sum = hsum8(vsum);
-  for (; p <= pos; ++p) {
-    scores[p] = exp_scalar(scores[p] - max_score);
-    sum += scores[p];
-  }
-  const float inv = 1.0f / sum;
-  for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(out + d, _mm256_setzero_ps());
+  const float inv = (float)(1.0 / sum);
   for (int p0 = 0; p0 <= pos; p0 += bs) {
     const uint16_t* v = cache + layout.position_offset(block_table, layer, 1, kv_head, p0);
     const int n = std::min(bs, pos + 1 - p0);
     for (int s = 0; s < n; ++s, v += hd) {
-      const __m256 w = _mm256_set1_ps(scores[p0 + s] * inv);
+      const float w = _mm256_cvtss_f32(round_to_kv8(_mm256_set1_ps(scores[p0 + s] * inv), bf16));
+      const __m256 wv = _mm256_set1_ps(w);
+      float* lane = acc + (size_t)((p0 + s) % kReduceLanes) * hd;
       for (int d = 0; d < hd; d += 8)
-        _mm256_storeu_ps(out + d, _mm256_fmadd_ps(w, load8(v + d, bf16), _mm256_loadu_ps(out + d)));
+        _mm256_storeu_ps(lane + d,
+                         _mm256_fmadd_ps(wv, load8(v + d, bf16), _mm256_loadu_ps(lane + d)));
     }
+  }
+  // reduce16 over the 16 rows, 8 dimensions at a time.
+  for (int d = 0; d < hd; d += 8) {
+    __m256 b[8], c[4];
+    for (int i = 0; i < 8; ++i)
+      b[i] = _mm256_add_ps(_mm256_loadu_ps(acc + (size_t)i * hd + d),
+                           _mm256_loadu_ps(acc + (size_t)(i + 8) * hd + d));
+    for (int i = 0; i < 4; ++i) c[i] = _mm256_add_ps(b[i], b[i + 4]);
+    _mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3])));
   }
 }
 

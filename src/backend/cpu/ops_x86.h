@@ -13,6 +13,5 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                  const int32_t* block_table, int pos, int kv_head, const float* q, float scale,
                  float* scores, float* out);
-float exp_scalar(float x);
 
 }  // namespace hablar::cpu::avx2

@@ -3,6 +3,7 @@
 // activation quantizers against core/quant.h.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -203,32 +204,53 @@ TEST(Matmul, LargeBatchMatchesReference) {
   }
 }
 
-// The SIMD activation quantizers produce what core/quant.h's Q8_0 / Q8_1 / Q8_K give.
-TEST(ActivationQuant, MatchesCoreQuantizers) {
+// The activation quantizers round as llama.cpp's x86 ones do (qs = round-to-even(x * 127 /
+// amax)), which can differ by one code from the file format's reference quantizer (core/
+// quant.h: x * (1 / d), ties away from zero); every SIMD form equals the scalar one bit for
+// bit, and the Q8_K rows equal the reference's.
+TEST(ActivationQuant, SimdMatchesScalarAndRoundsTiesToEven) {
   const int64_t n = 1024;
   std::vector<float> x = random_values(n, 17, 3.0f);
-  // Exact halves, zeros and ties exercise the rounding rules.
-  for (int i = 0; i < 32; ++i) x[(size_t)i] = (float)(i - 16) * 0.5f;
-  for (int i = 64; i < 96; ++i) x[(size_t)i] = 0.0f;
+  // Block 0: amax 127 makes the multiplier exactly 1, so k + 0.5 are exact ties.
+  for (int i = 0; i < 32; ++i) x[(size_t)i] = (float)(i - 16) + 0.5f;
+  x[31] = 127.0f;
+  for (int i = 64; i < 96; ++i) x[(size_t)i] = 0.0f;  // an all-zero block
+  std::vector<uint8_t> want(act_row_bytes(ActKind::kAct32, n));
+  quantize_act32_scalar(x.data(), n, want.data());
+  const Act32Row w = act32_row(want.data(), n);
+  for (int i = 0; i < 31; ++i) {
+    const float v = (float)(i - 16) + 0.5f;
+    EXPECT_EQ(w.qs[i], (int)std::nearbyint(v)) << "tie " << v << " rounds to even";
+  }
+  EXPECT_EQ(w.d[2], 0.0f);
   std::vector<BlockQ8_0> q80((size_t)n / kQK);
-  std::vector<BlockQ8_1> q81((size_t)n / kQK);
   std::vector<BlockQ8_K> q8k((size_t)n / kQK_K);
   quantize_row(DType::Q8_0, x.data(), q80.data(), n);
-  quantize_row(DType::Q8_1, x.data(), q81.data(), n);
   quantize_row(DType::Q8_K, x.data(), q8k.data(), n);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    ASSERT_EQ(w.d[b], fp16_to_f32(q80[(size_t)b].d)) << "block " << b;
+    int sum = 0;
+    for (int j = 0; j < kQK; ++j) {
+      ASSERT_LE(std::abs(w.qs[b * kQK + j] - q80[(size_t)b].qs[j]), 1) << "block " << b;
+      sum += w.qs[b * kQK + j];
+    }
+    ASSERT_EQ(w.sum[b], sum);
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[(size_t)(b * kQK + j)]));
+    ASSERT_EQ(w.s[b], fp16_to_f32(f32_to_fp16((float)sum * (amax / 127.0f)))) << "block " << b;
+  }
+  std::vector<BlockQ8_K> q8k_scalar((size_t)n / kQK_K);
+  quantize_q8k_scalar(x.data(), n, q8k_scalar.data());
+  for (size_t b = 0; b < q8k.size(); ++b) {
+    ASSERT_EQ(q8k_scalar[b].d, q8k[b].d);
+    ASSERT_EQ(0, std::memcmp(q8k_scalar[b].qs, q8k[b].qs, kQK_K));
+    ASSERT_EQ(0, std::memcmp(q8k_scalar[b].bsums, q8k[b].bsums, sizeof q8k[b].bsums));
+  }
   for (Isa isa : available_isas()) {
     const IsaKernels& k = *isa_kernels(isa);
     std::vector<uint8_t> row(act_row_bytes(ActKind::kAct32, n));
     k.quantize_act32(x.data(), n, row.data());
-    const Act32Row a = act32_row(row.data(), n);
-    for (int64_t b = 0; b < n / kQK; ++b) {
-      ASSERT_EQ(0, std::memcmp(a.qs + b * kQK, q80[(size_t)b].qs, kQK))
-          << isa_name(isa) << " block " << b;
-      ASSERT_EQ(0, std::memcmp(a.qs + b * kQK, q81[(size_t)b].qs, kQK))
-          << isa_name(isa) << " block " << b;
-      ASSERT_EQ(a.d[b], fp16_to_f32(q80[(size_t)b].d)) << isa_name(isa);
-      ASSERT_EQ(a.s[b], fp16_to_f32(q81[(size_t)b].s)) << isa_name(isa);
-    }
+    ASSERT_EQ(0, std::memcmp(row.data(), want.data(), row.size())) << isa_name(isa);
     std::vector<BlockQ8_K> mine((size_t)n / kQK_K);
     k.quantize_q8k(x.data(), n, mine.data());
     for (size_t b = 0; b < mine.size(); ++b) {

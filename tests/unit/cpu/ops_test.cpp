@@ -59,6 +59,30 @@ TEST(Ops, SwigluMatchesDoubleFormula) {
   }
 }
 
+// exp_approx is within 2 ulp of e^x over the normal range, saturates like expf, and the
+// SIMD swiglu (which uses its vector form) equals the scalar one bit for bit.
+TEST(Ops, ExpApproxAccuracyAndSimdSwigluBitExact) {
+  for (float x = -87.0f; x < 88.5f; x += 0.0137f) {
+    const double want = std::exp((double)x);
+    EXPECT_NEAR(exp_approx(x), want, 2.5e-7 * want) << "x=" << x;
+  }
+  EXPECT_EQ(exp_approx(0.0f), 1.0f);
+  EXPECT_EQ(exp_approx(-INFINITY), 0.0f);
+  EXPECT_EQ(exp_approx(-200.0f), 0.0f);
+  EXPECT_EQ(exp_approx(200.0f), INFINITY);
+  EXPECT_TRUE(std::isnan(exp_approx(NAN)));
+  EXPECT_GT(exp_approx(-100.0f), 0.0f);  // subnormal results survive
+  const int64_t n = 4099;
+  auto g = random_values(n, 9, 6.0f);
+  const float extremes[] = {-150.0f, -104.0f, -90.0f, -88.7f, 88.5f, 89.0f, 150.0f, 0.0f, -0.0f};
+  for (size_t i = 0; i < std::size(extremes); ++i) g[i * 7] = extremes[i];
+  const auto u = random_values(n, 10);
+  std::vector<float> simd(n), scalar(n);
+  swiglu(g.data(), u.data(), simd.data(), n);
+  swiglu_scalar(g.data(), u.data(), scalar.data(), n);
+  EXPECT_EQ(0, std::memcmp(simd.data(), scalar.data(), n * sizeof(float)));
+}
+
 TEST(Ops, AddInplace) {
   std::vector<float> y = {1, 2, 3}, x = {0.5f, -2, 4};
   add_inplace(y.data(), x.data(), 3);
@@ -175,13 +199,18 @@ float kv_round(float v, KvDType t) {
   return t == KvDType::BF16 ? bf16_to_f32(f32_to_bf16(v)) : fp16_to_f32(f32_to_fp16(v));
 }
 
-// Softmax attention in double over K/V as the test stored them (rounded to the cache type).
+// Softmax attention in double over K/V as the test stored them (rounded to the cache type),
+// with q and the softmax weights rounded to the cache type as attention does. `bound` gets,
+// per output, the most that one-step differences in the weights' rounding can move it
+// (sum_p ulp(w_p) |v_p|), plus float accumulation error.
 std::vector<double> oracle_attention(const std::vector<std::vector<float>>& ks,
                                      const std::vector<std::vector<float>>& vs, const float* q,
-                                     int n_heads, int n_kv_heads, int head_dim, int pos,
-                                     KvDType t) {
+                                     int n_heads, int n_kv_heads, int head_dim, int pos, KvDType t,
+                                     std::vector<double>& bound) {
   std::vector<double> out((size_t)n_heads * head_dim, 0.0);
+  bound.assign(out.size(), 2e-6);
   const int group = n_heads / n_kv_heads;
+  const double weight_ulp = t == KvDType::BF16 ? 1.0 / 128 : 1.0 / 1024;
   for (int h = 0; h < n_heads; ++h) {
     const int kvh = h / group;
     std::vector<double> s(pos + 1);
@@ -189,15 +218,20 @@ std::vector<double> oracle_attention(const std::vector<std::vector<float>>& ks,
     for (int p = 0; p <= pos; ++p) {
       double dot = 0;
       for (int d = 0; d < head_dim; ++d)
-        dot += (double)q[h * head_dim + d] * kv_round(ks[p][kvh * head_dim + d], t);
+        dot += (double)kv_round(q[h * head_dim + d], t) * kv_round(ks[p][kvh * head_dim + d], t);
       s[p] = dot / std::sqrt((double)head_dim);
       mx = std::max(mx, s[p]);
     }
     double sum = 0;
     for (double& v : s) sum += (v = std::exp(v - mx));
-    for (int p = 0; p <= pos; ++p)
-      for (int d = 0; d < head_dim; ++d)
-        out[h * head_dim + d] += s[p] / sum * kv_round(vs[p][kvh * head_dim + d], t);
+    for (int p = 0; p <= pos; ++p) {
+      const double w = kv_round((float)(s[p] / sum), t);
+      for (int d = 0; d < head_dim; ++d) {
+        const double v = kv_round(vs[p][kvh * head_dim + d], t);
+        out[h * head_dim + d] += w * v;
+        bound[h * head_dim + d] += (w * weight_ulp + 1e-7) * std::fabs(v);
+      }
+    }
   }
   return out;
 }
@@ -217,9 +251,15 @@ void check_attention_case(int n_heads, int n_kv_heads, int head_dim, KvDType dty
     const auto q = random_values((size_t)n_heads * head_dim, 300 + pos);
     std::vector<float> out((size_t)n_heads * head_dim);
     attention_one(f.cache.data(), f.layout, 1, table, pos, q.data(), n_heads, out.data());
-    const auto want = oracle_attention(ks, vs, q.data(), n_heads, n_kv_heads, head_dim, pos, dtype);
+    std::vector<double> bound;
+    const auto want =
+        oracle_attention(ks, vs, q.data(), n_heads, n_kv_heads, head_dim, pos, dtype, bound);
     for (size_t i = 0; i < out.size(); ++i)
-      ASSERT_NEAR(out[i], want[i], 1e-4) << "pos " << pos << " i " << i;
+      ASSERT_NEAR(out[i], want[i], bound[i]) << "pos " << pos << " i " << i;
+    // The scalar form gives the same bits.
+    std::vector<float> scalar(out.size());
+    attention_one_scalar(f.cache.data(), f.layout, 1, table, pos, q.data(), n_heads, scalar.data());
+    EXPECT_EQ(0, std::memcmp(out.data(), scalar.data(), out.size() * sizeof(float)));
     // The batched form gives the same bits.
     std::vector<float> batched(out.size());
     const AttentionQuery query{table, pos, q.data(), batched.data()};
@@ -238,6 +278,9 @@ TEST(Attention, GroupedQueryHeads) {
 TEST(Attention, OddHeadDimAndBf16Cache) {
   check_attention_case(2, 1, 12, KvDType::F16);  // head_dim not a multiple of 8: scalar path
   check_attention_case(4, 2, 32, KvDType::BF16);
+}
+TEST(Attention, WideHeads) {
+  check_attention_case(2, 2, 128, KvDType::F16);
 }
 
 // Several sequences at different positions in one call, more queries than threads; each
