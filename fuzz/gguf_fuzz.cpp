@@ -36,7 +36,7 @@ void touch_metadata(const GgufFile& f) {
     expect_value_or_error([&] { sink = sink + (f.get_float(key) > 0 ? 1 : 0); });
     expect_value_or_error([&] { sink = sink + f.get_bool(key); });
     expect_value_or_error([&] { sink = sink + f.get_string(key).size(); });
-    expect_value_or_error([&] { sink = sink + f.get_array(key).items.size(); });
+    expect_value_or_error([&] { sink = sink + f.get_array(key).size(); });
     expect_value_or_error([&] { sink = sink + f.get_string_array(key).size(); });
     expect_value_or_error([&] { sink = sink + f.get_f32_array(key).size(); });
     expect_value_or_error([&] { sink = sink + f.get_i32_array(key).size(); });
@@ -68,9 +68,9 @@ bool same_value(const hablar::gguf::Value& a, const hablar::gguf::Value& b) {
   if (const auto* s = std::get_if<std::string>(&a.data)) return *s == std::get<std::string>(b.data);
   const Array* x = std::get_if<Array>(&a.data);
   const Array& y = std::get<Array>(b.data);
-  if (x->elem_type != y.elem_type || x->items.size() != y.items.size()) return false;
-  for (size_t i = 0; i < x->items.size(); ++i)
-    if (!same_value(x->items[i], y.items[i])) return false;
+  if (x->elem_type != y.elem_type || x->size() != y.size()) return false;
+  for (size_t i = 0; i < x->size(); ++i)
+    if (!same_value(x->at(i), y.at(i))) return false;
   return true;
 }
 

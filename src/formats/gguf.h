@@ -42,10 +42,21 @@ enum class ValueType : uint32_t {
 std::string_view value_type_name(ValueType t);  // "u32", "string", "array", ...
 
 struct Value;
+// An array value. Strings and nested arrays are held as Values in `items`; numbers and
+// bools are held packed, as GGUF stores them (little-endian, `value_type_size` bytes each),
+// which keeps a 150k-entry vocabulary's scores at 4 bytes per entry instead of a Value each.
 struct Array {
   ValueType elem_type = ValueType::U8;
-  std::vector<Value> items;
+  std::vector<Value> items;     // STRING and ARRAY elements
+  std::vector<uint8_t> packed;  // every other element type
+
+  static bool is_packed_type(ValueType t) {
+    return t != ValueType::STRING && t != ValueType::ARRAY;
+  }
+  size_t size() const;
+  Value at(size_t i) const;  // element i of either form (a copy)
 };
+size_t value_type_size(ValueType t);  // bytes of one packed element; 0 for string and array
 
 // One metadata value. Integers keep their GGUF type in `type`; the payload is widened to
 // u64 / i64 / double so that accessors can range-check conversions.
@@ -62,9 +73,8 @@ struct Value {
   static Value f64(double v) { return {ValueType::F64, v}; }
   static Value boolean(bool v) { return {ValueType::BOOL, v}; }
   static Value string(std::string v) { return {ValueType::STRING, std::move(v)}; }
-  static Value array(ValueType elem, std::vector<Value> items) {
-    return {ValueType::ARRAY, Array{elem, std::move(items)}};
-  }
+  // Items of a packed type are packed here.
+  static Value array(ValueType elem, std::vector<Value> items);
   static Value string_array(const std::vector<std::string>& items);
   static Value f32_array(const std::vector<float>& items);
   static Value i32_array(const std::vector<int32_t>& items);

@@ -1,4 +1,5 @@
 // GgufFile accessors and Value helpers.
+#include <cstring>
 #include <limits>
 
 #include "core/error.h"
@@ -38,6 +39,136 @@ std::string_view value_type_name(ValueType t) {
   return "unknown";
 }
 
+size_t value_type_size(ValueType t) {
+  switch (t) {
+    case ValueType::U8:
+    case ValueType::I8:
+    case ValueType::BOOL:
+      return 1;
+    case ValueType::U16:
+    case ValueType::I16:
+      return 2;
+    case ValueType::U32:
+    case ValueType::I32:
+    case ValueType::F32:
+      return 4;
+    case ValueType::U64:
+    case ValueType::I64:
+    case ValueType::F64:
+      return 8;
+    case ValueType::STRING:
+    case ValueType::ARRAY:
+      return 0;
+  }
+  return 0;
+}
+
+namespace {
+
+template <typename T>
+T load_le(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <typename T>
+void store_le(std::vector<uint8_t>& out, T v) {
+  const size_t at = out.size();
+  out.resize(at + sizeof v);
+  std::memcpy(out.data() + at, &v, sizeof v);
+}
+
+// Appends a scalar Value's payload in its packed form.
+void pack_scalar(std::vector<uint8_t>& out, const Value& v) {
+  switch (v.type) {
+    case ValueType::U8:
+      return store_le<uint8_t>(out, (uint8_t)std::get<uint64_t>(v.data));
+    case ValueType::I8:
+      return store_le<int8_t>(out, (int8_t)std::get<int64_t>(v.data));
+    case ValueType::U16:
+      return store_le<uint16_t>(out, (uint16_t)std::get<uint64_t>(v.data));
+    case ValueType::I16:
+      return store_le<int16_t>(out, (int16_t)std::get<int64_t>(v.data));
+    case ValueType::U32:
+      return store_le<uint32_t>(out, (uint32_t)std::get<uint64_t>(v.data));
+    case ValueType::I32:
+      return store_le<int32_t>(out, (int32_t)std::get<int64_t>(v.data));
+    case ValueType::U64:
+      return store_le<uint64_t>(out, std::get<uint64_t>(v.data));
+    case ValueType::I64:
+      return store_le<int64_t>(out, std::get<int64_t>(v.data));
+    case ValueType::F32:
+      return store_le<float>(out, (float)std::get<double>(v.data));
+    case ValueType::F64:
+      return store_le<double>(out, std::get<double>(v.data));
+    case ValueType::BOOL:
+      return store_le<uint8_t>(out, std::get<bool>(v.data) ? 1 : 0);
+    case ValueType::STRING:
+    case ValueType::ARRAY:
+      break;
+  }
+  throw_error(ErrorKind::kInvalidArgument, "GGUF: a string or array cannot be packed");
+}
+
+}  // namespace
+
+size_t Array::size() const {
+  return is_packed_type(elem_type) ? packed.size() / value_type_size(elem_type) : items.size();
+}
+
+Value Array::at(size_t i) const {
+  if (i >= size())
+    throw_error(ErrorKind::kInvalidArgument, "GGUF array index " + std::to_string(i) +
+                                                 " out of range (size " + std::to_string(size()) +
+                                                 ")");
+  if (!is_packed_type(elem_type)) return items[i];
+  const uint8_t* p = packed.data() + i * value_type_size(elem_type);
+  const ValueType t = elem_type;
+  switch (t) {
+    case ValueType::U8:
+      return {t, uint64_t{load_le<uint8_t>(p)}};
+    case ValueType::I8:
+      return {t, int64_t{load_le<int8_t>(p)}};
+    case ValueType::U16:
+      return {t, uint64_t{load_le<uint16_t>(p)}};
+    case ValueType::I16:
+      return {t, int64_t{load_le<int16_t>(p)}};
+    case ValueType::U32:
+      return {t, uint64_t{load_le<uint32_t>(p)}};
+    case ValueType::I32:
+      return {t, int64_t{load_le<int32_t>(p)}};
+    case ValueType::U64:
+      return {t, load_le<uint64_t>(p)};
+    case ValueType::I64:
+      return {t, load_le<int64_t>(p)};
+    case ValueType::F32:
+      return {t, double{load_le<float>(p)}};
+    case ValueType::F64:
+      return {t, load_le<double>(p)};
+    case ValueType::BOOL:
+      return {t, *p != 0};
+    default:
+      break;
+  }
+  return {};
+}
+
+Value Value::array(ValueType elem, std::vector<Value> items) {
+  Array a{elem, {}, {}};
+  if (!Array::is_packed_type(elem)) {
+    a.items = std::move(items);
+    return {ValueType::ARRAY, std::move(a)};
+  }
+  a.packed.reserve(items.size() * value_type_size(elem));
+  for (const Value& v : items) {
+    if (v.type != elem)
+      throw_error(ErrorKind::kInvalidArgument, "GGUF array item type differs from its array's");
+    pack_scalar(a.packed, v);
+  }
+  return {ValueType::ARRAY, std::move(a)};
+}
+
 Value Value::string_array(const std::vector<std::string>& items) {
   std::vector<Value> v;
   v.reserve(items.size());
@@ -45,16 +176,14 @@ Value Value::string_array(const std::vector<std::string>& items) {
   return array(ValueType::STRING, std::move(v));
 }
 Value Value::f32_array(const std::vector<float>& items) {
-  std::vector<Value> v;
-  v.reserve(items.size());
-  for (float x : items) v.push_back(Value::f32(x));
-  return array(ValueType::F32, std::move(v));
+  Array a{ValueType::F32, {}, std::vector<uint8_t>(items.size() * sizeof(float))};
+  if (!items.empty()) std::memcpy(a.packed.data(), items.data(), a.packed.size());
+  return {ValueType::ARRAY, std::move(a)};
 }
 Value Value::i32_array(const std::vector<int32_t>& items) {
-  std::vector<Value> v;
-  v.reserve(items.size());
-  for (int32_t x : items) v.push_back(Value::i32(x));
-  return array(ValueType::I32, std::move(v));
+  Array a{ValueType::I32, {}, std::vector<uint8_t>(items.size() * sizeof(int32_t))};
+  if (!items.empty()) std::memcpy(a.packed.data(), items.data(), a.packed.size());
+  return {ValueType::ARRAY, std::move(a)};
 }
 
 int64_t TensorInfo::n_elements() const {
@@ -148,8 +277,14 @@ std::vector<std::string> GgufFile::get_string_array(std::string_view key) const 
 std::vector<float> GgufFile::get_f32_array(std::string_view key) const {
   const Array& a = get_array(key);
   std::vector<float> out;
-  out.reserve(a.items.size());
-  for (const Value& v : a.items) {
+  out.reserve(a.size());
+  if (a.elem_type == ValueType::F32) {  // the common case, straight from the packed bytes
+    out.resize(a.size());
+    if (!out.empty()) std::memcpy(out.data(), a.packed.data(), a.packed.size());
+    return out;
+  }
+  for (size_t k = 0; k < a.size(); ++k) {
+    const Value v = a.at(k);
     if (auto* d = std::get_if<double>(&v.data))
       out.push_back((float)*d);
     else if (auto* i = std::get_if<int64_t>(&v.data))
@@ -167,11 +302,11 @@ std::vector<float> GgufFile::get_f32_array(std::string_view key) const {
 std::vector<int32_t> GgufFile::get_i32_array(std::string_view key) const {
   const Array& a = get_array(key);
   std::vector<int32_t> out;
-  out.reserve(a.items.size());
+  out.reserve(a.size());
   constexpr int64_t lo = std::numeric_limits<int32_t>::min();
   constexpr int64_t hi = std::numeric_limits<int32_t>::max();
-  for (size_t k = 0; k < a.items.size(); ++k) {
-    const Value& v = a.items[k];
+  for (size_t k = 0; k < a.size(); ++k) {
+    const Value v = a.at(k);
     const auto* i = std::get_if<int64_t>(&v.data);
     const auto* u = std::get_if<uint64_t>(&v.data);
     if ((i && (*i < lo || *i > hi)) || (u && *u > (uint64_t)hi))

@@ -80,6 +80,13 @@ class Parser {
     pos_ += sizeof(T);
     return v;
   }
+  // The next n bytes, which must be there.
+  const uint8_t* take(uint64_t n, const char* what) {
+    need(n, what);
+    const uint8_t* p = bytes_.data() + pos_;
+    pos_ += n;
+    return p;
+  }
   std::string read_string(const char* what) {
     const uint64_t len = read<uint64_t>(what);
     if (len > remaining())
@@ -166,13 +173,23 @@ class Parser {
     if (count > remaining() / min_encoded_size(elem))
       fail("key " + key + ": absurd array count " + std::to_string(count) + " for the " +
            std::to_string(remaining()) + " bytes left (truncated or corrupt file)");
-    Array arr{elem, {}};
+    Array arr{elem, {}, {}};
     metadata_values_ += count;
     if (metadata_values_ > kMaxMetadataValues)
       fail("key " + key + ": metadata holds more than " + std::to_string(kMaxMetadataValues) +
            " values in all (array of " + std::to_string(count) + ")");
-    arr.items.reserve((size_t)count);
-    for (uint64_t i = 0; i < count; ++i) arr.items.push_back(read_value(elem, key, depth));
+    if (Array::is_packed_type(elem)) {
+      // Numbers are copied as stored; bools are checked like single values.
+      const size_t n_bytes = (size_t)count * value_type_size(elem);
+      const uint8_t* src = take(n_bytes, "array items");
+      arr.packed.assign(src, src + n_bytes);
+      if (elem == ValueType::BOOL)
+        for (uint8_t b : arr.packed)
+          if (b > 1) fail("key " + key + ": bool value " + std::to_string(b) + " is not 0 or 1");
+    } else {
+      arr.items.reserve((size_t)count);
+      for (uint64_t i = 0; i < count; ++i) arr.items.push_back(read_value(elem, key, depth));
+    }
     return {ValueType::ARRAY, std::move(arr)};
   }
 

@@ -95,7 +95,13 @@ void put_payload(Sink& s, const Value& v) {
     case ValueType::ARRAY: {
       const Array& a = std::get<Array>(v.data);
       put<Sink, uint32_t>(s, (uint32_t)a.elem_type);
-      put<Sink, uint64_t>(s, a.items.size());
+      put<Sink, uint64_t>(s, a.size());
+      if (Array::is_packed_type(a.elem_type)) {
+        if (a.packed.size() % value_type_size(a.elem_type) != 0)
+          throw_error(ErrorKind::kInvalidArgument, "GGUF packed array has a partial element");
+        s.write(a.packed.data(), a.packed.size());
+        break;
+      }
       for (const Value& item : a.items) {
         if (item.type != a.elem_type)
           throw_error(ErrorKind::kInvalidArgument, "GGUF array item type differs from its array's");

@@ -174,14 +174,14 @@ std::string value_preview(const Value& v, size_t max_chars) {
   if (auto* s = std::get_if<std::string>(&v.data)) return quoted(*s, max_chars);
   const Array& a = std::get<Array>(v.data);
   std::string out = "[";
-  out += std::to_string(a.items.size());
+  out += std::to_string(a.size());
   out += " x ";
   out += value_type_name(a.elem_type);
   out += ']';
   std::string items;
-  for (size_t k = 0; k < a.items.size() && items.size() < max_chars; ++k) {
+  for (size_t k = 0; k < a.size() && items.size() < max_chars; ++k) {
     if (k) items += ", ";
-    items += value_preview(a.items[k], 16);
+    items += value_preview(a.at(k), 16);
   }
   if (!items.empty()) {
     out += ' ';

@@ -77,7 +77,7 @@ int64_t copy_vocabulary(const std::string& path, GgufWriter& w) {
                 path + ": key tokenizer.ggml.tokens missing (not a vocabulary)");
   for (const auto& [key, value] : vocab.metadata())
     if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
-  return (int64_t)vocab.get_array("tokenizer.ggml.tokens").items.size();
+  return (int64_t)vocab.get_array("tokenizer.ggml.tokens").size();
 }
 
 // A SentencePiece-style vocabulary that llama.cpp loads and that can spell any text:

@@ -246,9 +246,9 @@ void build_spm(Tokenizer::Impl& v) {
     v.byte_token[b] = id;
   }
   v.pieces.assign(n, std::string());
-  size_t n_pairs = 0;
-  for (const auto& t : v.texts) n_pairs += t.size();
-  v.spm_pairs.reserve(n_pairs);
+  // Most splits of a token are not two tokens: start at one slot pair per token and let the
+  // table grow (reserving for every split point would cost tens of MB on large vocabularies).
+  v.spm_pairs.reserve(static_cast<size_t>(n));
   for (int32_t id = 0; id < n; ++id) {
     const std::string& text = v.texts[id];
     switch (v.types[id]) {

@@ -41,7 +41,7 @@ TEST(GgufRoundTrip, MetadataAndTensorsSurvive) {
   EXPECT_EQ(f.get_string_array("tokens"), (std::vector<std::string>{"a", "", "\xe2\x96\x81hello"}));
   const Array& nested = f.get_array("nested");
   ASSERT_EQ(nested.items.size(), 2u);
-  EXPECT_EQ(std::get<Array>(nested.items[0].data).items.size(), 2u);
+  EXPECT_EQ(std::get<Array>(nested.items[0].data).size(), 2u);
   ASSERT_EQ(f.tensors().size(), 2u);
   const TensorInfo& t = f.tensor("t.f32");
   EXPECT_EQ(t.dims, (std::vector<int64_t>{4, 2}));
@@ -123,9 +123,9 @@ TEST(GgufRoundTrip, NestedArraysOfMixedElementTypes) {
   const Array& strings = std::get<Array>(n.items[0].data);
   EXPECT_EQ(strings.elem_type, ValueType::STRING);
   EXPECT_EQ(std::get<std::string>(strings.items[1].data), "bc");
-  EXPECT_EQ(std::get<double>(std::get<Array>(n.items[1].data).items[0].data), 0.5);
+  EXPECT_EQ(std::get<double>(std::get<Array>(n.items[1].data).at(0).data), 0.5);
   const Array& inner = std::get<Array>(std::get<Array>(n.items[2].data).items[0].data);
-  EXPECT_EQ(std::get<int64_t>(inner.items[0].data), 7);
+  EXPECT_EQ(std::get<int64_t>(inner.at(0).data), 7);
   EXPECT_TRUE(f.get_string_array("empty").empty());
 }
 
