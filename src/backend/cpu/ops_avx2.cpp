@@ -92,9 +92,14 @@ void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
   const bool bf16 = layout.dtype == KvDType::BF16;
   const int bs = layout.block_size;
   thread_local std::vector<float> scratch;
-  scratch.assign((size_t)(kReduceLanes + 1) * (size_t)hd, 0.0f);  // qr, then acc zeroed
+  if (scratch.size() < (size_t)(kReduceLanes + 1) * (size_t)hd)
+    scratch.resize((size_t)(kReduceLanes + 1) * (size_t)hd);
   float* qr = scratch.data();
   float* acc = qr + hd;
+  // Rows of acc past the number of positions stay unused: they count as zeros.
+  const int used_rows = std::min(kReduceLanes, pos + 1);
+  for (int64_t i = 0; i < (int64_t)used_rows * hd; i += 8)
+    _mm256_storeu_ps(acc + i, _mm256_setzero_ps());
   for (int d = 0; d < hd; d += 8)
     _mm256_storeu_ps(qr + d, round_to_kv8(_mm256_loadu_ps(q + d), bf16));
   float max_score = -INFINITY;
@@ -117,15 +122,22 @@ void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
   // Softmax numerators, and their sum by 16-position blocks (zeros past pos).
   const __m256 vmax = _mm256_set1_ps(max_score);
   double sum = 0.0;
-  for (int p = 0; p <= pos; p += kReduceLanes) {
+  int p = 0;
+  for (; p + kReduceLanes <= pos + 1; p += kReduceLanes) {
+    const __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + p), vmax));
+    const __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + p + 8), vmax));
+    _mm256_storeu_ps(scores + p, e0), _mm256_storeu_ps(scores + p + 8, e1);
+    sum += (double)hsum8(_mm256_add_ps(e0, e1));
+  }
+  if (p <= pos) {  // the last, partial block
     alignas(32) float block[kReduceLanes] = {};
-    const int n = std::min(kReduceLanes, pos + 1 - p);
+    const int n = pos + 1 - p;
     std::copy(scores + p, scores + p + n, block);
     const __m256 e0 = exp8(_mm256_sub_ps(_mm256_load_ps(block), vmax));
     const __m256 e1 = exp8(_mm256_sub_ps(_mm256_load_ps(block + 8), vmax));
     _mm256_store_ps(block, e0), _mm256_store_ps(block + 8, e1);
-    std::copy(block, block + n, scores + p);
     for (int i = n; i < kReduceLanes; ++i) block[i] = 0.0f;
+    std::copy(block, block + n, scores + p);
     sum += (double)hsum8(_mm256_add_ps(_mm256_load_ps(block), _mm256_load_ps(block + 8)));
   }
   const float inv = (float)(1.0 / sum);
@@ -144,9 +156,10 @@ void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
   // reduce16 over the 16 rows, 8 dimensions at a time.
   for (int d = 0; d < hd; d += 8) {
     __m256 b[8], c[4];
-    for (int i = 0; i < 8; ++i)
-      b[i] = _mm256_add_ps(_mm256_loadu_ps(acc + (size_t)i * hd + d),
-                           _mm256_loadu_ps(acc + (size_t)(i + 8) * hd + d));
+    const auto row = [&](int i) {
+      return i < used_rows ? _mm256_loadu_ps(acc + (size_t)i * hd + d) : _mm256_setzero_ps();
+    };
+    for (int i = 0; i < 8; ++i) b[i] = _mm256_add_ps(row(i), row(i + 8));
     for (int i = 0; i < 4; ++i) c[i] = _mm256_add_ps(b[i], b[i + 4]);
     _mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3])));
   }
