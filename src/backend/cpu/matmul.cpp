@@ -1,6 +1,7 @@
 // matmul: activation quantization, instruction-set dispatch and the split of the work over
 // the thread pool. The kernels themselves live in kernels_*.cpp.
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -141,11 +142,44 @@ const uint8_t* activations(const Plan& plan, const float* x, int64_t cols, int64
   return buf;
 }
 
-// Part `part` of `n_parts` of a weight's rows; in multiples of 16 when there are enough rows,
-// so that threads never write the same cache line of y.
-IndexRange row_share(const WeightView& w, int part, int n_parts) {
-  const int64_t align = w.rows >= 16 * n_parts ? 16 : 1;
-  return split_range(w.rows, part, n_parts, align);
+// The rows of one or more weights in chunks that the pool's threads claim one at a time, about
+// kChunksPerThread per thread: a thread that the OS holds up (other processes on the cores)
+// delays the step by one chunk, not by its whole share. Chunks are whole 16-row groups, so no
+// two threads write one cache line of y.
+constexpr int kChunksPerThread = 4;
+constexpr size_t kMaxJobs = 4;
+
+struct ChunkedRows {
+  int64_t rows;
+  int64_t chunk;
+  int64_t n_chunks;
+};
+ChunkedRows chunk_rows(int64_t rows, int n_threads) {
+  const int64_t parts = (int64_t)kChunksPerThread * n_threads;
+  const int64_t chunk = std::max<int64_t>(16, ((rows + parts - 1) / parts + 15) / 16 * 16);
+  return {rows, chunk, (rows + chunk - 1) / chunk};
+}
+
+// body(job, row_begin, row_end) for every chunk of every job's rows, over the pool.
+template <typename Body>
+void run_chunked(ThreadPool& pool, std::span<const int64_t> job_rows, const Body& body) {
+  HABLAR_CHECK(job_rows.size() <= kMaxJobs, "run_chunked: too many jobs");
+  ChunkedRows jobs[kMaxJobs];
+  int64_t total = 0;
+  for (size_t j = 0; j < job_rows.size(); ++j) {
+    jobs[j] = chunk_rows(job_rows[j], pool.size());
+    total += jobs[j].n_chunks;
+  }
+  std::atomic<int64_t> next{0};
+  pool.run([&](int, int) {
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < total;
+         c = next.fetch_add(1, std::memory_order_relaxed)) {
+      size_t j = 0;
+      while (c >= jobs[j].n_chunks) c -= jobs[j++].n_chunks;
+      const int64_t begin = c * jobs[j].chunk;
+      body(j, begin, std::min(jobs[j].rows, begin + jobs[j].chunk));
+    }
+  });
 }
 
 // One weight of a matmul_many call, ready to run.
@@ -200,22 +234,26 @@ void matmul_with_isa(Isa isa, const WeightView& w, const float* x, int64_t n_tok
   const Plan plan = plan_for(isa, w.type);
   size_t stride = 0;
   const uint8_t* act = activations(plan, x, w.cols, n_tokens, pool, 0, &stride);
-  pool.run([&](int i, int n) {
-    const IndexRange r = row_share(w, i, n);
-    if (r.begin < r.end) plan.gemm(w, r.begin, r.end, act, stride, n_tokens, y);
+  const int64_t rows[] = {w.rows};
+  run_chunked(pool, rows, [&](size_t, int64_t begin, int64_t end) {
+    plan.gemm(w, begin, end, act, stride, n_tokens, y);
   });
 }
 
 void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
                  ThreadPool& pool) {
+  if (targets.size() > kMaxJobs)
+    throw_error(ErrorKind::kInvalidArgument,
+                "matmul_many: at most " + std::to_string(kMaxJobs) + " weights at once");
   const std::vector<Prepared> jobs = prepare_many(targets, x, n_tokens, pool);
   if (n_tokens == 0 || jobs.empty()) return;
-  pool.run([&](int i, int n) {
-    for (const Prepared& p : jobs) {
-      const IndexRange r = row_share(*p.w, i, n);
-      if (r.begin < r.end) p.gemm(*p.w, r.begin, r.end, p.act, p.stride, n_tokens, p.y);
-    }
-  });
+  int64_t rows[kMaxJobs];
+  for (size_t j = 0; j < jobs.size(); ++j) rows[j] = jobs[j].w->rows;
+  run_chunked(pool, std::span<const int64_t>(rows, jobs.size()),
+              [&](size_t j, int64_t begin, int64_t end) {
+                const Prepared& p = jobs[j];
+                p.gemm(*p.w, begin, end, p.act, p.stride, n_tokens, p.y);
+              });
 }
 
 void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* x, int64_t n_tokens,
@@ -227,14 +265,13 @@ void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* x,
   const MatmulTarget targets[2] = {{&gate, out}, {&up, up_scratch}};
   const std::vector<Prepared> jobs = prepare_many(targets, x, n_tokens, pool);
   if (n_tokens == 0) return;
-  const int64_t rows = gate.rows;
-  pool.run([&](int i, int n) {
-    const IndexRange r = row_share(gate, i, n);  // the same rows of both
-    if (r.begin >= r.end) return;
-    for (const Prepared& p : jobs) p.gemm(*p.w, r.begin, r.end, p.act, p.stride, n_tokens, p.y);
+  const int64_t rows[] = {gate.rows};
+  run_chunked(pool, rows, [&](size_t, int64_t begin, int64_t end) {
+    // The same rows of both, then their SwiGLU.
+    for (const Prepared& p : jobs) p.gemm(*p.w, begin, end, p.act, p.stride, n_tokens, p.y);
     for (int64_t t = 0; t < n_tokens; ++t) {
-      float* g = out + t * rows + r.begin;
-      swiglu(g, up_scratch + t * rows + r.begin, g, r.end - r.begin);
+      float* g = out + t * gate.rows + begin;
+      swiglu(g, up_scratch + t * gate.rows + begin, g, end - begin);
     }
   });
 }
