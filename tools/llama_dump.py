@@ -10,8 +10,8 @@ one raw little-endian float32 file <name>-<layer>.f32 per intermediate, [n_token
 rows appended in evaluation order.
 
 Usage (oracle venv has llama_cpp):
-  python tools/llama_dump.py dump --prompt "The capital of France is" --out /tmp/ref.npz
-  HABLAR_DUMP_DIR=/tmp/ours build/src/cli/hablar run -p "The capital of France is" -n 1 --temp 0
+  python tools/llama_dump.py dump --prompt "The capital of France is" --decode 8 --out /tmp/ref.npz
+  HABLAR_DUMP_DIR=/tmp/ours build/src/cli/hablar run -p "The capital of France is" -n 9 --temp 0
   python tools/llama_dump.py compare --ref /tmp/ref.npz --ours /tmp/ours
 The comparison prints, for each intermediate in graph order, the largest absolute and
 relative difference per token position, so the first op that departs beyond rounding shows.
@@ -79,7 +79,8 @@ def dump(args):
     from llama_cpp import Llama
 
     wanted = set(args.names.split(",")) if args.names else None
-    captured = {}
+    step = {}  # this evaluation's tensors
+    steps = []
 
     def on_eval(tensor_ptr, ask, _user):
         t = GgmlTensor.from_address(tensor_ptr)
@@ -90,8 +91,8 @@ def dump(args):
             return keep
         if keep and t.data:
             # A name may be given to several nodes (e.g. Qcur before and after RoPE): the last
-            # one computed wins, which is the value the next op reads.
-            captured[name] = tensor_array(t)
+            # one computed in an evaluation wins, which is the value the next op reads.
+            step[name] = tensor_array(t)
         return True
 
     callback = lc.ggml_backend_sched_eval_callback(on_eval)
@@ -110,9 +111,32 @@ def dump(args):
     ids = llm.tokenize(args.prompt.encode("utf-8"), add_bos=True, special=True)
     print("ids:", ids, file=sys.stderr)
     llm.eval(ids)
-    np.savez(args.out, ids=np.array(ids, dtype=np.int32),
-             **{k: v for k, v in captured.items()})
-    print(f"wrote {len(captured)} tensors to {args.out}", file=sys.stderr)
+    steps.append(dict(step))
+    for _ in range(args.decode):  # greedy, one token per evaluation
+        tok = int(np.argmax(np.array(llm.scores[llm.n_tokens - 1])))
+        ids.append(tok)
+        step.clear()
+        llm.eval([tok])
+        steps.append(dict(step))
+    print("ids with generated:", ids, file=sys.stderr)
+    # Rows of every evaluation one after the other (as hablar appends them); tensors whose
+    # shape changes with the cache length (kq, ...) are kept from the prompt only.
+    out = {}
+    for name in steps[0]:
+        if not all(name in st for st in steps):
+            print(f"{name}: missing from some evaluations, kept from the prompt only",
+                  file=sys.stderr)
+            out[name] = steps[0][name]
+            continue
+        parts = [st[name] for st in steps]
+        rows = [p.reshape(n, -1) for p, n in zip(parts, [len(ids) - args.decode] +
+                                                  [1] * args.decode)]
+        if all(r.shape[1] == rows[0].shape[1] for r in rows):
+            out[name] = np.vstack(rows)
+        else:
+            out[name] = steps[0][name]
+    np.savez(args.out, ids=np.array(ids, dtype=np.int32), **out)
+    print(f"wrote {len(out)} tensors to {args.out}", file=sys.stderr)
 
 
 def as_rows(a, n_tokens):
@@ -155,6 +179,8 @@ def main():
     d.add_argument("--prompt", required=True)
     d.add_argument("--names", help="comma-separated llama.cpp node names (without -L); "
                    "default: every F32 node")
+    d.add_argument("--decode", type=int, default=0,
+                   help="then generate this many tokens greedily, one evaluation each")
     d.add_argument("--out", required=True)
     c = sub.add_parser("compare")
     c.add_argument("--ref", required=True)

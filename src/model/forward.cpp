@@ -47,9 +47,15 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
   const int E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), FF = c.n_ff, HD = c.head_dim;
 
   // Flatten the chunks: token t has an id, a position and its sequence's block table.
+  // Attention sums as llama.cpp does for a chunk of one token (decode) or of several
+  // (cpu::SumOrder), which depends on the chunk only, never on the other sequences.
   s.tokens.clear(), s.positions.clear(), s.block_tables.clear(), s.logit_rows.clear();
+  s.sum_orders.clear();
   for (const SequenceChunk& ch : chunks) {
+    const cpu::SumOrder order =
+        ch.tokens.size() == 1 ? cpu::SumOrder::kLanes64 : cpu::SumOrder::kLanes16;
     for (size_t i = 0; i < ch.tokens.size(); ++i) {
+      s.sum_orders.push_back(order);
       if (ch.all_logits || i + 1 == ch.tokens.size())
         s.logit_rows.push_back((int32_t)s.tokens.size());
       s.tokens.push_back(ch.tokens[i]);
@@ -65,7 +71,7 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
   s.queries.resize((size_t)T);
   for (int64_t t = 0; t < T; ++t)
     s.queries[(size_t)t] = {s.block_tables[(size_t)t], s.positions[(size_t)t], q + t * QD,
-                            att + t * QD};
+                            att + t * QD, s.sum_orders[(size_t)t]};
 
   // Intermediates for op-by-op comparison with a reference (HABLAR_DUMP_DIR; off: nullptr).
   ActivationDump* const dump = ActivationDump::instance();

@@ -22,6 +22,7 @@ struct Scratch {
   std::vector<int32_t> positions;            // [T]
   std::vector<const int32_t*> block_tables;  // [T] the block table of each token's sequence
   std::vector<int32_t> logit_rows;           // token indices whose logits are wanted
+  std::vector<cpu::SumOrder> sum_orders;     // [T] attention's summation order per token
   std::vector<cpu::AttentionQuery> queries;  // [T]
 };
 

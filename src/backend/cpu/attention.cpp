@@ -1,4 +1,5 @@
 // Attention of query tokens over the paged F16 (or BF16) KV cache.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -21,26 +22,41 @@ float round_to_kv(float x, bool bf16) {
   return bf16 ? bf16_to_f32(f32_to_bf16(x)) : fp16_to_f32(f32_to_fp16(x));
 }
 
+// q·k of one position in the given order (ops.h SumOrder); q is already rounded.
+float dot_qk(const float* qr, const uint16_t* k, int hd, bool bf16, SumOrder order) {
+  if (order == SumOrder::kLanes16 && hd % kReduceLanes == 0) {
+    float lanes[kReduceLanes] = {};
+    for (int d = 0; d < hd; ++d) lanes[d % kReduceLanes] += qr[d] * kv_value(k + d, bf16);
+    return reduce16(lanes);
+  }
+  const int main_dims = hd / 64 * 64;
+  float part[64] = {}, folded[kReduceLanes];
+  for (int d = 0; d < main_dims; ++d) part[d % 64] += qr[d] * kv_value(k + d, bf16);
+  fold64(part, folded);
+  double sum = (double)reduce16(folded);
+  for (int d = main_dims; d < hd; ++d) sum += (double)(qr[d] * kv_value(k + d, bf16));
+  return (float)sum;
+}
+
 // One head: scores over positions [0, pos], softmax, weighted sum of V. `scores` has room
 // for pos + 1 values. The numerics are llama.cpp's (non-flash CPU attention), so that both
-// round alike: q is rounded to the cache type before q·k; each dot product keeps 16 partial
-// sums (lane = index mod 16) reduced by halves (reduce16); softmax uses exp_approx, sums
-// 16-position blocks (each reduce16'd in float) in double; the weights are rounded to the
-// cache type before the weighted sum of V, which again keeps 16 partial sums by position.
-// Every product of two cache-type values is exact in float, so FMA or not gives the same.
+// round alike: q is rounded to the cache type before q·k; each dot product keeps 16 or 64
+// partial sums (SumOrder); softmax uses exp_approx and sums 16-position blocks (each
+// reduce16'd in float) in double; the weights are rounded to the cache type before the
+// weighted sum of V, which keeps 16 or 64 partial sums by position. Every product of two
+// cache-type values is exact in float, so FMA or not gives the same.
 void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                         const int32_t* block_table, int pos, int kv_head, const float* q,
-                        float scale, float* scores, float* out) {
+                        float scale, SumOrder order, float* scores, float* out) {
   const int hd = layout.head_dim;
   const bool bf16 = layout.dtype == KvDType::BF16;
-  std::vector<float> qr((size_t)hd), acc((size_t)kReduceLanes * hd, 0.0f);
+  const int rows = order == SumOrder::kLanes64 ? 64 : kReduceLanes;
+  std::vector<float> qr((size_t)hd), acc((size_t)rows * hd, 0.0f);
   for (int d = 0; d < hd; ++d) qr[(size_t)d] = round_to_kv(q[d], bf16);
   float max_score = -INFINITY;
   for (int p = 0; p <= pos; ++p) {
     const uint16_t* k = cache + layout.position_offset(block_table, layer, 0, kv_head, p);
-    float lanes[kReduceLanes] = {};
-    for (int d = 0; d < hd; ++d) lanes[d % kReduceLanes] += qr[(size_t)d] * kv_value(k + d, bf16);
-    scores[p] = reduce16(lanes) * scale;
+    scores[p] = dot_qk(qr.data(), k, hd, bf16, order) * scale;
     if (scores[p] > max_score) max_score = scores[p];
   }
   double sum = 0.0;
@@ -56,12 +72,17 @@ void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int 
   for (int p = 0; p <= pos; ++p) {
     const uint16_t* v = cache + layout.position_offset(block_table, layer, 1, kv_head, p);
     const float w = round_to_kv(scores[p] * inv, bf16);
-    float* lane = acc.data() + (size_t)(p % kReduceLanes) * hd;
-    for (int d = 0; d < hd; ++d) lane[d] += w * kv_value(v + d, bf16);
+    float* row = acc.data() + (size_t)(p % rows) * hd;
+    for (int d = 0; d < hd; ++d) row[d] += w * kv_value(v + d, bf16);
   }
   for (int d = 0; d < hd; ++d) {
-    float lanes[kReduceLanes];
-    for (int l = 0; l < kReduceLanes; ++l) lanes[l] = acc[(size_t)l * hd + d];
+    float part[64], lanes[kReduceLanes];
+    for (int r = 0; r < rows; ++r) part[r] = acc[(size_t)r * hd + d];
+    if (rows == 64) {
+      fold64(part, lanes);
+    } else {
+      std::copy(part, part + kReduceLanes, lanes);
+    }
     out[d] = reduce16(lanes);
   }
 }
@@ -70,12 +91,14 @@ void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int 
 // on which path a query took).
 void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                  const int32_t* block_table, int pos, int kv_head, const float* q, float scale,
-                 float* scores, float* out) {
+                 SumOrder order, float* scores, float* out) {
   static const bool simd = cpu_features().has_avx2_kernels();
   if (simd && layout.head_dim % 8 == 0) {
-    avx2::attend_head(cache, layout, layer, block_table, pos, kv_head, q, scale, scores, out);
+    avx2::attend_head(cache, layout, layer, block_table, pos, kv_head, q, scale, order, scores,
+                      out);
   } else {
-    attend_head_scalar(cache, layout, layer, block_table, pos, kv_head, q, scale, scores, out);
+    attend_head_scalar(cache, layout, layer, block_table, pos, kv_head, q, scale, order, scores,
+                       out);
   }
 }
 
@@ -100,11 +123,11 @@ std::vector<float>& score_scratch() {
 namespace {
 
 using HeadFn = void (*)(const uint16_t*, const KvCacheLayout&, int, const int32_t*, int, int,
-                        const float*, float, float*, float*);
+                        const float*, float, SumOrder, float*, float*);
 
 void attention_one_with(HeadFn head, const uint16_t* cache, const KvCacheLayout& layout, int layer,
                         const int32_t* block_table, int pos, const float* q, int n_heads,
-                        float* out) {
+                        float* out, SumOrder order) {
   check_attention(layout, layer, pos, n_heads);
   std::vector<float>& scores = score_scratch();
   if (scores.size() < (size_t)pos + 1) scores.resize((size_t)pos + 1);
@@ -112,20 +135,22 @@ void attention_one_with(HeadFn head, const uint16_t* cache, const KvCacheLayout&
   const float scale = 1.0f / std::sqrt((float)layout.head_dim);
   for (int h = 0; h < n_heads; ++h)
     head(cache, layout, layer, block_table, pos, h / group, q + (int64_t)h * layout.head_dim, scale,
-         scores.data(), out + (int64_t)h * layout.head_dim);
+         order, scores.data(), out + (int64_t)h * layout.head_dim);
 }
 
 }  // namespace
 
 void attention_one(const uint16_t* cache, const KvCacheLayout& layout, int layer,
-                   const int32_t* block_table, int pos, const float* q, int n_heads, float* out) {
-  attention_one_with(&attend_head, cache, layout, layer, block_table, pos, q, n_heads, out);
+                   const int32_t* block_table, int pos, const float* q, int n_heads, float* out,
+                   SumOrder order) {
+  attention_one_with(&attend_head, cache, layout, layer, block_table, pos, q, n_heads, out, order);
 }
 
 void attention_one_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                           const int32_t* block_table, int pos, const float* q, int n_heads,
-                          float* out) {
-  attention_one_with(&attend_head_scalar, cache, layout, layer, block_table, pos, q, n_heads, out);
+                          float* out, SumOrder order) {
+  attention_one_with(&attend_head_scalar, cache, layout, layer, block_table, pos, q, n_heads, out,
+                     order);
 }
 
 void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
@@ -141,7 +166,7 @@ void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int lay
       const int h = (int)(item % n_heads);
       if (scores.size() < (size_t)q.pos + 1) scores.resize((size_t)q.pos + 1);
       attend_head(cache, layout, layer, q.block_table, q.pos, h / group,
-                  q.q + (int64_t)h * layout.head_dim, scale, scores.data(),
+                  q.q + (int64_t)h * layout.head_dim, scale, q.order, scores.data(),
                   q.out + (int64_t)h * layout.head_dim);
     }
   });

@@ -55,6 +55,10 @@ inline float reduce16(const float* a) {
   for (int i = 0; i < 4; ++i) c[i] = b[i] + b[i + 4];
   return (c[0] + c[2]) + (c[1] + c[3]);
 }
+// 64 partial sums folded to 16 as four 16-lane accumulators are: (s0 + s2) + (s1 + s3).
+inline void fold64(const float* s, float* t) {
+  for (int l = 0; l < 16; ++l) t[l] = (s[l] + s[l + 32]) + (s[l + 16] + s[l + 48]);
+}
 
 // out = silu(gate) * up with silu(g) = g / (1 + exp_approx(-g)), n values (out may alias
 // gate or up).
@@ -71,18 +75,25 @@ void embedding_row(const WeightView& table, int32_t token, float* out);
 void kv_store(uint16_t* cache, const KvCacheLayout& layout, int layer, const int32_t* block_table,
               int pos, const float* k, const float* v);
 
+// The two summation orders of llama.cpp's CPU attention, which ours copies: its kernel for
+// several query tokens keeps 16 partial sums per dot product (index mod 16, reduce16); its
+// one-token kernel keeps 64 (index mod 64, fold64 then reduce16; a head_dim tail past the
+// last 64 is added in double). q·k with head_dim not a multiple of 16 always takes the second.
+enum class SumOrder { kLanes16, kLanes64 };
+
 // Attention of one query token at position pos over cache positions [0, pos] (its own K/V must
 // already be stored). q [n_heads][head_dim] -> out [n_heads][head_dim]. GQA: head h reads kv head
 // h / (n_heads / n_kv_heads). Scale 1/sqrt(head_dim); numerically stable softmax. Rounds as
 // llama.cpp's CPU attention does (attention.cpp): q and the softmax weights are rounded to
 // the cache's type, sums are kept in 16 lanes.
 void attention_one(const uint16_t* cache, const KvCacheLayout& layout, int layer,
-                   const int32_t* block_table, int pos, const float* q, int n_heads, float* out);
+                   const int32_t* block_table, int pos, const float* q, int n_heads, float* out,
+                   SumOrder order = SumOrder::kLanes16);
 
 // The scalar form of attention_one (the SIMD one gives the same bits; tests compare them).
 void attention_one_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                           const int32_t* block_table, int pos, const float* q, int n_heads,
-                          float* out);
+                          float* out, SumOrder order = SumOrder::kLanes16);
 
 // Many query tokens (of one or several sequences), parallel over (token, head). Each query
 // gives the same result as attention_one with its arguments.
@@ -91,6 +102,7 @@ struct AttentionQuery {
   int32_t pos;
   const float* q;
   float* out;
+  SumOrder order = SumOrder::kLanes16;  // kLanes64 for a sequence decoding one token
 };
 void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                      std::span<const AttentionQuery> queries, int n_heads, ThreadPool& pool);

@@ -82,44 +82,42 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   for (; i < n; ++i) out[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
 }
 
-// attend_head_scalar (attention.cpp) with 8-lane vectors, bit for bit: the 16 partial sums
-// of q·k are two vectors over d mod 16; those of the V sum are 16 rows of hd values, row =
-// position mod 16. head_dim is a multiple of 8; scores has room for pos + 1 values.
-void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
-                 const int32_t* block_table, int pos, int kv_head, const float* q, float scale,
-                 float* scores, float* out) {
-  const int hd = layout.head_dim;
-  const bool bf16 = layout.dtype == KvDType::BF16;
-  const int bs = layout.block_size;
-  thread_local std::vector<float> scratch;
-  if (scratch.size() < (size_t)(kReduceLanes + 1) * (size_t)hd)
-    scratch.resize((size_t)(kReduceLanes + 1) * (size_t)hd);
-  float* qr = scratch.data();
-  float* acc = qr + hd;
-  // Rows of acc past the number of positions stay unused: they count as zeros.
-  const int used_rows = std::min(kReduceLanes, pos + 1);
-  for (int64_t i = 0; i < (int64_t)used_rows * hd; i += 8)
-    _mm256_storeu_ps(acc + i, _mm256_setzero_ps());
-  for (int d = 0; d < hd; d += 8)
-    _mm256_storeu_ps(qr + d, round_to_kv8(_mm256_loadu_ps(q + d), bf16));
-  float max_score = -INFINITY;
-  for (int p0 = 0; p0 <= pos; p0 += bs) {
-    const uint16_t* k = cache + layout.position_offset(block_table, layer, 0, kv_head, p0);
-    const int n = std::min(bs, pos + 1 - p0);
-    for (int s = 0; s < n; ++s, k += hd) {
-      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-      int d = 0;
-      for (; d + 16 <= hd; d += 16) {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), load8(k + d, bf16), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d + 8), load8(k + d + 8, bf16), acc1);
-      }
-      if (d < hd) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), load8(k + d, bf16), acc0);
-      const float score = hsum8(_mm256_add_ps(acc0, acc1)) * scale;
-      scores[p0 + s] = score;
-      max_score = std::max(max_score, score);
-    }
+namespace {
+
+// q·k with 16 partial sums (d mod 16) as two vectors; hd is a multiple of 16.
+float dot_qk16(const float* qr, const uint16_t* k, int hd, bool bf16) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (int d = 0; d < hd; d += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), load8(k + d, bf16), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d + 8), load8(k + d + 8, bf16), acc1);
   }
-  // Softmax numerators, and their sum by 16-position blocks (zeros past pos).
+  return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+// q·k with 64 partial sums (d mod 64) as eight vectors, folded and reduced as fold64 and
+// reduce16 do, then the tail past the last 64 added in double; hd is a multiple of 8.
+float dot_qk64(const float* qr, const uint16_t* k, int hd, bool bf16) {
+  __m256 acc[8];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  const int main_dims = hd / 64 * 64;
+  for (int d = 0; d < main_dims; d += 64)
+    for (int j = 0; j < 8; ++j)
+      acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d + 8 * j), load8(k + d + 8 * j, bf16), acc[j]);
+  // Lanes 0-7 of the 16 are vectors 0, 2, 4, 6 (offsets 0, 16, 32, 48); lanes 8-15 the odd ones.
+  const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+  const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+  double sum = (double)hsum8(_mm256_add_ps(lo, hi));
+  alignas(32) float tail[8];
+  for (int d = main_dims; d < hd; d += 8) {
+    _mm256_store_ps(tail, _mm256_mul_ps(_mm256_loadu_ps(qr + d), load8(k + d, bf16)));
+    for (float t : tail) sum += (double)t;
+  }
+  return (float)sum;
+}
+
+// scores[0..pos] -> exp_approx(score - max) in place; returns their sum, taken by 16-position
+// blocks (each reduce16'd in float, zeros past pos) in double.
+double softmax_numerators(float* scores, int pos, float max_score) {
   const __m256 vmax = _mm256_set1_ps(max_score);
   double sum = 0.0;
   int p = 0;
@@ -140,29 +138,73 @@ void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
     std::copy(block, block + n, scores + p);
     sum += (double)hsum8(_mm256_add_ps(_mm256_load_ps(block), _mm256_load_ps(block + 8)));
   }
-  const float inv = (float)(1.0 / sum);
+  return sum;
+}
+
+// out[d] = the rows' partial sums (rows 16 or 64; those from used_rows on are zeros) folded
+// (fold64) and reduced (reduce16), 8 dimensions at a time.
+void reduce_rows(const float* acc, int rows, int used_rows, int hd, float* out) {
+  for (int d = 0; d < hd; d += 8) {
+    const auto row = [&](int i) {
+      return i < used_rows ? _mm256_loadu_ps(acc + (size_t)i * hd + d) : _mm256_setzero_ps();
+    };
+    __m256 t[kReduceLanes], b[8], c[4];
+    for (int l = 0; l < kReduceLanes; ++l)
+      t[l] = rows == 64 ? _mm256_add_ps(_mm256_add_ps(row(l), row(l + 32)),
+                                        _mm256_add_ps(row(l + 16), row(l + 48)))
+                        : row(l);
+    for (int i = 0; i < 8; ++i) b[i] = _mm256_add_ps(t[i], t[i + 8]);
+    for (int i = 0; i < 4; ++i) c[i] = _mm256_add_ps(b[i], b[i + 4]);
+    _mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3])));
+  }
+}
+
+}  // namespace
+
+// attend_head_scalar (attention.cpp) with 8-lane vectors, bit for bit: q·k in dot_qk16 or
+// dot_qk64; the V sum in rows of hd values, row = position mod 16 (or 64), then reduce_rows.
+// head_dim is a multiple of 8; scores has room for pos + 1 values.
+void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                 const int32_t* block_table, int pos, int kv_head, const float* q, float scale,
+                 SumOrder order, float* scores, float* out) {
+  const int hd = layout.head_dim;
+  const bool bf16 = layout.dtype == KvDType::BF16;
+  const int bs = layout.block_size;
+  const int rows = order == SumOrder::kLanes64 ? 64 : kReduceLanes;
+  const bool qk16 = order == SumOrder::kLanes16 && hd % kReduceLanes == 0;
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < (size_t)(rows + 1) * (size_t)hd) scratch.resize((size_t)(rows + 1) * hd);
+  float* qr = scratch.data();
+  float* acc = qr + hd;
+  const int used_rows = std::min(rows, pos + 1);  // rows past these stay zeros
+  for (int64_t i = 0; i < (int64_t)used_rows * hd; i += 8)
+    _mm256_storeu_ps(acc + i, _mm256_setzero_ps());
+  for (int d = 0; d < hd; d += 8)
+    _mm256_storeu_ps(qr + d, round_to_kv8(_mm256_loadu_ps(q + d), bf16));
+  float max_score = -INFINITY;
+  for (int p0 = 0; p0 <= pos; p0 += bs) {
+    const uint16_t* k = cache + layout.position_offset(block_table, layer, 0, kv_head, p0);
+    const int n = std::min(bs, pos + 1 - p0);
+    for (int s = 0; s < n; ++s, k += hd) {
+      const float dot = qk16 ? dot_qk16(qr, k, hd, bf16) : dot_qk64(qr, k, hd, bf16);
+      scores[p0 + s] = dot * scale;
+      max_score = std::max(max_score, scores[p0 + s]);
+    }
+  }
+  const float inv = (float)(1.0 / softmax_numerators(scores, pos, max_score));
   for (int p0 = 0; p0 <= pos; p0 += bs) {
     const uint16_t* v = cache + layout.position_offset(block_table, layer, 1, kv_head, p0);
     const int n = std::min(bs, pos + 1 - p0);
     for (int s = 0; s < n; ++s, v += hd) {
       const float w = _mm256_cvtss_f32(round_to_kv8(_mm256_set1_ps(scores[p0 + s] * inv), bf16));
       const __m256 wv = _mm256_set1_ps(w);
-      float* lane = acc + (size_t)((p0 + s) % kReduceLanes) * hd;
+      float* row = acc + (size_t)((p0 + s) % rows) * hd;
       for (int d = 0; d < hd; d += 8)
-        _mm256_storeu_ps(lane + d,
-                         _mm256_fmadd_ps(wv, load8(v + d, bf16), _mm256_loadu_ps(lane + d)));
+        _mm256_storeu_ps(row + d,
+                         _mm256_fmadd_ps(wv, load8(v + d, bf16), _mm256_loadu_ps(row + d)));
     }
   }
-  // reduce16 over the 16 rows, 8 dimensions at a time.
-  for (int d = 0; d < hd; d += 8) {
-    __m256 b[8], c[4];
-    const auto row = [&](int i) {
-      return i < used_rows ? _mm256_loadu_ps(acc + (size_t)i * hd + d) : _mm256_setzero_ps();
-    };
-    for (int i = 0; i < 8; ++i) b[i] = _mm256_add_ps(row(i), row(i + 8));
-    for (int i = 0; i < 4; ++i) c[i] = _mm256_add_ps(b[i], b[i + 4]);
-    _mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3])));
-  }
+  reduce_rows(acc, rows, used_rows, hd, out);
 }
 
 }  // namespace hablar::cpu::avx2

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "backend/cpu/ops.h"
 #include "core/kv_layout.h"
 
 namespace hablar::cpu::avx2 {
@@ -12,6 +13,6 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 // head_dim must be a multiple of 8.
 void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                  const int32_t* block_table, int pos, int kv_head, const float* q, float scale,
-                 float* scores, float* out);
+                 SumOrder order, float* scores, float* out);
 
 }  // namespace hablar::cpu::avx2

@@ -238,8 +238,8 @@ std::vector<double> oracle_attention(const std::vector<std::vector<float>>& ks,
 
 void check_attention_case(int n_heads, int n_kv_heads, int head_dim, KvDType dtype) {
   CacheFixture f(n_kv_heads, head_dim, 12, dtype);
-  const int32_t table[] = {7, 2, 10, 4};  // positions 0..63 in scattered blocks
-  const int n_pos = 50;
+  const int32_t table[] = {7, 2, 10, 4, 11, 0};  // positions 0..95 in scattered blocks
+  const int n_pos = 90;
   std::vector<std::vector<float>> ks, vs;
   for (int p = 0; p < n_pos; ++p) {
     ks.push_back(random_values((size_t)n_kv_heads * head_dim, 100 + p));
@@ -247,7 +247,7 @@ void check_attention_case(int n_heads, int n_kv_heads, int head_dim, KvDType dty
     kv_store(f.cache.data(), f.layout, 1, table, p, ks.back().data(), vs.back().data());
   }
   ThreadPool pool(2);
-  for (int pos : {0, 15, 16, 49}) {
+  for (int pos : {0, 15, 16, 49, 63, 64, 89}) {
     const auto q = random_values((size_t)n_heads * head_dim, 300 + pos);
     std::vector<float> out((size_t)n_heads * head_dim);
     attention_one(f.cache.data(), f.layout, 1, table, pos, q.data(), n_heads, out.data());
@@ -256,10 +256,18 @@ void check_attention_case(int n_heads, int n_kv_heads, int head_dim, KvDType dty
         oracle_attention(ks, vs, q.data(), n_heads, n_kv_heads, head_dim, pos, dtype, bound);
     for (size_t i = 0; i < out.size(); ++i)
       ASSERT_NEAR(out[i], want[i], bound[i]) << "pos " << pos << " i " << i;
-    // The scalar form gives the same bits.
-    std::vector<float> scalar(out.size());
+    // The scalar form gives the same bits, in both summation orders; the one-token order
+    // agrees with the oracle as closely.
+    std::vector<float> scalar(out.size()), wide(out.size()), wide_scalar(out.size());
     attention_one_scalar(f.cache.data(), f.layout, 1, table, pos, q.data(), n_heads, scalar.data());
     EXPECT_EQ(0, std::memcmp(out.data(), scalar.data(), out.size() * sizeof(float)));
+    attention_one(f.cache.data(), f.layout, 1, table, pos, q.data(), n_heads, wide.data(),
+                  SumOrder::kLanes64);
+    attention_one_scalar(f.cache.data(), f.layout, 1, table, pos, q.data(), n_heads,
+                         wide_scalar.data(), SumOrder::kLanes64);
+    EXPECT_EQ(0, std::memcmp(wide.data(), wide_scalar.data(), out.size() * sizeof(float)));
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_NEAR(wide[i], want[i], bound[i]) << "one-token order, pos " << pos << " i " << i;
     // The batched form gives the same bits.
     std::vector<float> batched(out.size());
     const AttentionQuery query{table, pos, q.data(), batched.data()};
@@ -282,6 +290,11 @@ TEST(Attention, OddHeadDimAndBf16Cache) {
 TEST(Attention, WideHeads) {
   check_attention_case(2, 2, 128, KvDType::F16);
 }
+// head_dim 80 is no multiple of 16 (q·k takes the 64-lane order with a tail); 96 has a tail.
+TEST(Attention, HeadDimsWithTails) {
+  check_attention_case(2, 1, 80, KvDType::F16);
+  check_attention_case(2, 2, 96, KvDType::BF16);
+}
 
 // Several sequences at different positions in one call, more queries than threads; each
 // result equals attention_one's, and the newest position dominates when its score is largest.
@@ -302,14 +315,16 @@ TEST(Attention, BatchOfSequences) {
     qs.push_back(random_values((size_t)n_heads * hd, 50 + s));
     outs.emplace_back((size_t)n_heads * hd);
   }
+  // Sequence 1 decodes (the one-token summation order); the others use the default.
+  const SumOrder orders[3] = {SumOrder::kLanes16, SumOrder::kLanes64, SumOrder::kLanes16};
   for (int s = 0; s < 3; ++s)
-    queries.push_back({tables[s], lengths[s] - 1, qs[s].data(), outs[s].data()});
+    queries.push_back({tables[s], lengths[s] - 1, qs[s].data(), outs[s].data(), orders[s]});
   ThreadPool pool(3);
   attention_batch(f.cache.data(), f.layout, 0, queries, n_heads, pool);
   for (int s = 0; s < 3; ++s) {
     std::vector<float> alone((size_t)n_heads * hd);
     attention_one(f.cache.data(), f.layout, 0, tables[s], lengths[s] - 1, qs[s].data(), n_heads,
-                  alone.data());
+                  alone.data(), orders[s]);
     EXPECT_EQ(0, std::memcmp(alone.data(), outs[s].data(), alone.size() * sizeof(float)))
         << "seq " << s;
   }
