@@ -1,4 +1,5 @@
-// matmul speed per weight type at decode (1 token) and prefill (128 tokens) shapes, hablar
+// matmul speed per weight type at decode (1 token) and prefill (128 tokens) shapes, and at
+// decode on an output head larger than the caches (memory-bound, like decode itself), hablar
 // beside ggml (llama.cpp's CPU kernels, loaded at run time when present), plus the machine's
 // memory bandwidth (a STREAM-like read and copy) that bounds decode.
 //
@@ -39,8 +40,13 @@ ThreadPool& pool() {
 struct Shape {
   int64_t rows, cols;
 };
-// SmolLM2-135M FFN up/down and Qwen2.5-0.5B FFN up/down: rows x cols (out x in).
+// SmolLM2-135M FFN up/down and Qwen2.5-0.5B FFN up/down: rows x cols (out x in). These fit in
+// the last-level cache, so they time the kernels' arithmetic.
 const Shape kShapes[] = {{1536, 576}, {576, 1536}, {4864, 896}, {896, 4864}};
+// Qwen2.5-0.5B's tied output head (136 MB in Q8_0): far larger than the caches, so at one token
+// it times how well a kernel streams weights from memory, as decode does.
+const Shape kHeadShape = {151936, 896};
+const DType kHeadTypes[] = {DType::Q8_0, DType::Q5_0, DType::Q4_1};
 const DType kTypes[] = {DType::Q4_0,   DType::Q4_1,   DType::Q5_0, DType::Q5_1, DType::Q8_0,
                         DType::Q2_K,   DType::Q3_K,   DType::Q4_K, DType::Q5_K, DType::Q6_K,
                         DType::IQ4_NL, DType::IQ4_XS, DType::F16,  DType::BF16, DType::F32};
@@ -198,6 +204,19 @@ class RatioReporter : public benchmark::ConsoleReporter {
 void register_all() {
   benchmark::RegisterBenchmark("memory/read", bm_memory_read)->UseRealTime()->MinTime(0.5);
   benchmark::RegisterBenchmark("memory/copy", bm_memory_copy)->UseRealTime()->MinTime(0.5);
+  for (DType type : kHeadTypes) {
+    const std::string suffix = std::string(dtype_name(type)) + "/" +
+                               std::to_string(kHeadShape.rows) + "x" +
+                               std::to_string(kHeadShape.cols) + "/1";
+    auto* mine =
+        benchmark::RegisterBenchmark(("hablar/" + suffix).c_str(), bm_hablar, type, kHeadShape, 1);
+    auto* peer =
+        benchmark::RegisterBenchmark(("ggml/" + suffix).c_str(), bm_ggml, type, kHeadShape, 1);
+    if (!g_cpu_time) {
+      mine->UseRealTime();
+      peer->UseRealTime();
+    }
+  }
   for (DType type : kTypes) {
     const int64_t block = std::max<int64_t>(
         dtype_traits(type).block_elems, cpu::act_kind_for(type) == cpu::ActKind::kQ8K ? 256 : 1);
