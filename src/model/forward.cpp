@@ -72,6 +72,13 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
   for (int64_t t = 0; t < T; ++t)
     s.queries[(size_t)t] = {s.block_tables[(size_t)t], s.positions[(size_t)t], q + t * QD,
                             att + t * QD, s.sum_orders[(size_t)t]};
+  // RoPE angles of each token's position, computed once for every layer, q and k.
+  const int RP = c.rope.n_dims / 2;
+  grow(s.rope_cos, T * RP), grow(s.rope_sin, T * RP);
+  float *rope_cos = s.rope_cos.data(), *rope_sin = s.rope_sin.data();
+  for_each_token(pool, T, [&](int64_t t) {
+    cpu::rope_angles(s.positions[(size_t)t], c.rope, rope_cos + t * RP, rope_sin + t * RP);
+  });
 
   // Intermediates for op-by-op comparison with a reference (HABLAR_DUMP_DIR; off: nullptr).
   ActivationDump* const dump = ActivationDump::instance();
@@ -108,8 +115,8 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
           cpu::rmsnorm(kt + h * HD, lw.k_norm.data(), kt + h * HD, HD, c.rms_eps);
       }
       const int pos = s.positions[(size_t)t];
-      cpu::rope(qt, c.n_heads, HD, pos, c.rope);
-      cpu::rope(kt, c.n_kv_heads, HD, pos, c.rope);
+      cpu::rope_apply(qt, c.n_heads, HD, c.rope, rope_cos + t * RP, rope_sin + t * RP);
+      cpu::rope_apply(kt, c.n_kv_heads, HD, c.rope, rope_cos + t * RP, rope_sin + t * RP);
       cpu::kv_store(cache.data(), layout, l, s.block_tables[(size_t)t], pos, kt, vt);
     });
     dump_rows("q_rope", l, q, QD), dump_rows("k_rope", l, k, KVD), dump_rows("v", l, v, KVD);

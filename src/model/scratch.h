@@ -18,6 +18,8 @@ struct Scratch {
   std::vector<float> gate;                   // [T x n_ff]
   std::vector<float> up;                     // [T x n_ff]
   std::vector<float> out_rows;               // [R x n_embd] final-normed rows that need logits
+  std::vector<float> rope_cos;               // [T x n_dims/2] RoPE angles of each position
+  std::vector<float> rope_sin;               // [T x n_dims/2]
   std::vector<int32_t> tokens;               // [T]
   std::vector<int32_t> positions;            // [T]
   std::vector<const int32_t*> block_tables;  // [T] the block table of each token's sequence

@@ -48,16 +48,17 @@ void check_rope(int head_dim, const RopeParams& p) {
 
 }  // namespace
 
-void rope(float* x, int n_heads, int head_dim, int pos, const RopeParams& p) {
-  check_rope(head_dim, p);
-  const int half = p.n_dims / 2;
-  float cos_t[512], sin_t[512];
-  if (half > 512) throw_error(ErrorKind::kInvalidArgument, "rope: n_dims above 1024");
+void rope_angles(int pos, const RopeParams& p, float* cos_t, float* sin_t) {
+  if (p.n_dims <= 0 || p.n_dims % 2 != 0)
+    throw_error(ErrorKind::kInvalidArgument,
+                "rope: n_dims " + std::to_string(p.n_dims) + " must be even and positive");
+  if (p.scaling != RopeParams::Scaling::kNone && !(p.factor > 0.0f))
+    throw_error(ErrorKind::kInvalidArgument, "rope: scaling factor must be > 0");
   // theta_i = pos * base^(-2i/n_dims), built by repeated multiplication as the reference does.
   const float theta_scale = std::pow(p.freq_base, -2.0f / (float)p.n_dims);
   float theta = (float)pos;
   float freq = 1.0f;
-  for (int i = 0; i < half; ++i) {
+  for (int i = 0; i < p.n_dims / 2; ++i) {
     float angle = theta;
     if (p.scaling == RopeParams::Scaling::kLinear) {
       angle = (1.0f / p.factor) * theta;  // llama.cpp's freq_scale * theta
@@ -69,6 +70,11 @@ void rope(float* x, int n_heads, int head_dim, int pos, const RopeParams& p) {
     theta *= theta_scale;
     freq *= theta_scale;
   }
+}
+
+void rope_apply_scalar(float* x, int n_heads, int head_dim, const RopeParams& p, const float* cos_t,
+                       const float* sin_t) {
+  const int half = p.n_dims / 2;
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + (int64_t)h * head_dim;
     for (int i = 0; i < half; ++i) {
@@ -81,6 +87,27 @@ void rope(float* x, int n_heads, int head_dim, int pos, const RopeParams& p) {
       v[b] = std::fma(x0, sin_t[i], x1 * cos_t[i]);
     }
   }
+}
+
+void rope_apply(float* x, int n_heads, int head_dim, const RopeParams& p, const float* cos_t,
+                const float* sin_t) {
+  check_rope(head_dim, p);
+  static const bool simd = cpu_features().has_avx2_kernels();
+  if (simd) {
+    avx2::rope_apply(x, n_heads, head_dim, p, cos_t, sin_t);
+  } else {
+    rope_apply_scalar(x, n_heads, head_dim, p, cos_t, sin_t);
+  }
+}
+
+void rope(float* x, int n_heads, int head_dim, int pos, const RopeParams& p) {
+  check_rope(head_dim, p);
+  if (p.n_dims > 2 * kMaxRopePairs)
+    throw_error(ErrorKind::kInvalidArgument,
+                "rope: n_dims above " + std::to_string(2 * kMaxRopePairs));
+  float cos_t[kMaxRopePairs], sin_t[kMaxRopePairs];
+  rope_angles(pos, p, cos_t, sin_t);
+  rope_apply(x, n_heads, head_dim, p, cos_t, sin_t);
 }
 
 float exp_approx(float x) {

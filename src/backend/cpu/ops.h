@@ -37,8 +37,19 @@ struct RopeParams {
   float high_freq_factor = 4.0f;
   int original_context = 8192;
 };
-// In place on x[n_heads][head_dim] for a token at position pos.
+// In place on x[n_heads][head_dim] for a token at position pos: rope_angles, then rope_apply.
 void rope(float* x, int n_heads, int head_dim, int pos, const RopeParams& p);
+inline constexpr int kMaxRopePairs = 512;
+// The rotation angles of position pos as cos_t / sin_t [n_dims / 2], computed as llama.cpp
+// does (theta multiplied by base^(-2/n_dims) pair after pair, in float; cosf/sinf), so that a
+// forward computes them once per token for every layer, q and k.
+void rope_angles(int pos, const RopeParams& p, float* cos_t, float* sin_t);
+// Rotates the pairs of x[n_heads][head_dim] by those angles (one fused multiply-add each, as
+// llama.cpp's compiled rotation); the SIMD form gives the same bits as the scalar one.
+void rope_apply(float* x, int n_heads, int head_dim, const RopeParams& p, const float* cos_t,
+                const float* sin_t);
+void rope_apply_scalar(float* x, int n_heads, int head_dim, const RopeParams& p, const float* cos_t,
+                       const float* sin_t);
 
 // e^x as llama.cpp's vectorized expf computes it (round-to-nearest n = x/ln2, a degree-5
 // polynomial in the remainder, scaled by 2^n), bit for bit; within 2 ulp of the true value.

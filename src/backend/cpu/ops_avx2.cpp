@@ -82,6 +82,30 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   for (; i < n; ++i) out[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
 }
 
+void rope_apply(float* x, int n_heads, int head_dim, const RopeParams& p, const float* cos_t,
+                const float* sin_t) {
+  const int half = p.n_dims / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + (int64_t)h * head_dim;
+    int i = 0;
+    if (p.neox) {  // pairs (i, i + half): 8 at a time
+      for (; i + 8 <= half; i += 8) {
+        const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + i + half);
+        const __m256 c = _mm256_loadu_ps(cos_t + i), s = _mm256_loadu_ps(sin_t + i);
+        _mm256_storeu_ps(v + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
+        _mm256_storeu_ps(v + i + half, _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+      }
+    }
+    for (; i < half; ++i) {
+      const int a = p.neox ? i : 2 * i;
+      const int b = p.neox ? i + half : 2 * i + 1;
+      const float x0 = v[a], x1 = v[b];
+      v[a] = std::fma(x0, cos_t[i], -(x1 * sin_t[i]));
+      v[b] = std::fma(x0, sin_t[i], x1 * cos_t[i]);
+    }
+  }
+}
+
 namespace {
 
 // q·k with 16 partial sums (d mod 16) as two vectors; hd is a multiple of 16.

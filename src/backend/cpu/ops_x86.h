@@ -10,6 +10,8 @@
 namespace hablar::cpu::avx2 {
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+void rope_apply(float* x, int n_heads, int head_dim, const RopeParams& p, const float* cos_t,
+                const float* sin_t);
 // head_dim must be a multiple of 8.
 void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                  const int32_t* block_table, int pos, int kv_head, const float* q, float scale,

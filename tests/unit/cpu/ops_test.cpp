@@ -153,6 +153,28 @@ TEST(Ops, RopeScaling) {
   for (int pos : {3, 90}) check_rope(p, 128, pos);
 }
 
+// rope_apply's SIMD form equals the scalar one bit for bit (NeoX pairs 8 at a time plus a
+// tail; normal pairs; partial rotation), and rope is rope_angles then rope_apply.
+TEST(Ops, RopeApplySimdMatchesScalar) {
+  for (bool neox : {false, true})
+    for (int n_dims : {64, 40, 22}) {
+      RopeParams p;
+      p.n_dims = n_dims;
+      p.freq_base = 1000000.0f;
+      p.neox = neox;
+      float cos_t[kMaxRopePairs], sin_t[kMaxRopePairs];
+      rope_angles(1234, p, cos_t, sin_t);
+      const auto x = random_values(5 * 64, 11, 20.0f);
+      std::vector<float> simd = x, scalar = x, whole = x;
+      rope_apply(simd.data(), 5, 64, p, cos_t, sin_t);
+      rope_apply_scalar(scalar.data(), 5, 64, p, cos_t, sin_t);
+      rope(whole.data(), 5, 64, 1234, p);
+      EXPECT_EQ(0, std::memcmp(simd.data(), scalar.data(), x.size() * sizeof(float)))
+          << "neox " << neox << " n_dims " << n_dims;
+      EXPECT_EQ(0, std::memcmp(whole.data(), scalar.data(), x.size() * sizeof(float)));
+    }
+}
+
 TEST(Ops, RopeRejectsBadParams) {
   std::vector<float> x(64);
   RopeParams p;
