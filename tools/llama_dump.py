@@ -106,6 +106,7 @@ def dump(args):
 
     lc.llama_context_default_params = params_with_callback
     llm = Llama(model_path=args.model, n_ctx=1024, n_batch=1024, n_threads=2, logits_all=True,
+                flash_attn=False,
                 verbose=False, seed=0)
     lc.llama_context_default_params = default_params
     ids = llm.tokenize(args.prompt.encode("utf-8"), add_bos=True, special=True)

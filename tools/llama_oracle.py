@@ -70,8 +70,10 @@ def log_softmax(rows):
 
 
 def open_model(path, n_ctx=512):
+    # Non-flash attention (llama-cpp-python's default, stated here because hablar's attention
+    # copies that path's roundings: q and the softmax weights rounded to F16).
     return Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_threads=2, logits_all=True,
-                 verbose=False, seed=0)
+                 flash_attn=False, verbose=False, seed=0)
 
 
 def teacher_forced(llm, ids):

@@ -11,17 +11,25 @@ namespace hablar {
 namespace {
 
 // Agreement with llama.cpp on the default model (Q4_1), as measured: top-1 equal at 229 of
-// 234 positions (97.9%), max |log-softmax difference| 0.74 over each position's top 8 and
-// 1.35 over the strided vocabulary probes. This is short of the 99% goal: F32 synthetic
-// models agree to 2e-3 (so RoPE, attention and norms match), quantized ones drift by ~0.1
-// from the second position on, which points at a numeric difference in the quantized
-// paths still to be found. The bounds below hold what is reached, with a little margin.
+// 234 positions (97.9%), max |log-softmax difference| 0.63 over each position's top 8 and
+// 1.19 over the strided vocabulary probes; greedy 64-token continuations identical for 6 of
+// 20 prompts; perplexity -0.46%.
+//
+// The ops outside matmul round as llama.cpp's do (RMSNorm, activation quantization, RoPE,
+// SwiGLU's exp, attention with its F16 roundings and summation orders): compared op by op
+// with tools/llama_dump.py they give the same bits. What is left is the float accumulation
+// order inside the quantized dot products (llama.cpp's Q4_1 x Q8_1 keeps eight partial sums
+// per row, one per 4 consecutive values of a block, scaled block by block, plus the block
+// minimums summed apart). Those one-ulp differences flip an F16 rounding in attention or an
+// 8-bit activation code now and then, after which the two runs carry different quantization
+// noise (about 1% of the activations). With the dot products in that order (checked with a
+// scalar form) every intermediate is identical, and the figures become 234/234 (max
+// |difference| 1e-5, the golden file's rounding), 20/20 greedy and a perplexity equal to
+// four decimals. The bounds below hold what is reached now, with a margin.
 constexpr double kSmolTop1Fraction = 0.97;
 constexpr double kSmolLogSoftmaxTol = 1.0;
 constexpr double kSmolProbeTol = 1.6;
-// Greedy 64-token continuations identical to llama.cpp's: the goal is 18 of 20; measured 3
-// (the others diverge after 1 to 54 tokens, printed by the test) — the same numeric gap.
-constexpr int kSmolGreedyIdentical = 2;  // measured 3, one of margin
+constexpr int kSmolGreedyIdentical = 4;  // measured 6
 
 class SmolLM2Golden : public ::testing::Test {
  protected:

@@ -11,19 +11,20 @@
 namespace hablar {
 namespace {
 
-// Bounds against llama.cpp, as measured (6 prompts, 98 positions per model). F32 and F16
-// weights agree to 0.0035 in log-softmax: the structure (RoPE layout per arch, GQA, q/k
-// norms, biases, attention) matches. Quantized weights differ by 0.04 to 0.10, and random
-// weights give flat distributions with near-ties, so top-1 agrees at 90 to 98 of 98
-// positions: short of the 99% goal, the same gap the default model shows.
+// Bounds against llama.cpp, as measured (6 prompts, 98 positions per model). F32 weights
+// agree to 1e-5 (the golden file's rounding): every op rounds as llama.cpp's does. F16 weights
+// agree to 0.0042: llama.cpp rounds the activations to F16 before an F16 matmul, ours keep
+// them in float. Quantized weights agree to 0.055 (probes 0.062): the float accumulation
+// order inside the quantized dot products differs (see golden_smollm2_test.cpp), and random
+// weights give flat distributions with near-ties, so top-1 agrees at 96 to 98 of 98 positions.
 bool is_float_type(const std::string& t) {
   return t == "f32" || t == "f16";
 }
 double logsoftmax_tol(const std::string& t) {
-  return is_float_type(t) ? 0.01 : 0.12;
+  return is_float_type(t) ? 0.01 : 0.1;
 }
 double top1_fraction(const std::string& t) {
-  return is_float_type(t) ? 0.97 : 0.90;
+  return is_float_type(t) ? 0.99 : 0.95;
 }
 
 struct SynthCase {
