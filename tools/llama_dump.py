@@ -106,8 +106,7 @@ def dump(args):
 
     lc.llama_context_default_params = params_with_callback
     llm = Llama(model_path=args.model, n_ctx=1024, n_batch=1024, n_threads=2, logits_all=True,
-                flash_attn=False,
-                verbose=False, seed=0)
+                flash_attn=False, verbose=False, seed=0)
     lc.llama_context_default_params = default_params
     ids = llm.tokenize(args.prompt.encode("utf-8"), add_bos=True, special=True)
     print("ids:", ids, file=sys.stderr)
@@ -120,8 +119,9 @@ def dump(args):
         llm.eval([tok])
         steps.append(dict(step))
     print("ids with generated:", ids, file=sys.stderr)
-    # Rows of every evaluation one after the other (as hablar appends them); tensors whose
-    # shape changes with the cache length (kq, ...) are kept from the prompt only.
+    # Rows of every evaluation one after the other (as hablar appends them). Only token-major
+    # tensors ([n_tokens x width], those compare reads) make sense as rows; tensors whose width
+    # changes between evaluations are kept from the prompt only.
     out = {}
     for name in steps[0]:
         if not all(name in st for st in steps):
