@@ -1,6 +1,7 @@
 // Scalar reference of matmul: the activations are quantized exactly as the SIMD path does
 // (act_quant.h) and every block's dot product is an integer sum, scaled in float in a fixed
 // order. Written for clarity; the SIMD kernels are tested against it.
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -58,7 +59,42 @@ int dot32(const int* c, const int8_t* a) {
   return sum;
 }
 
+// Eight float lanes per row, lane k holding elements 4k..4k+3 of every 32 values, summed
+// pairwise at the end: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+float sum_lanes(const float* l) {
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+// Q4_1 and Q8_0 in lane order: per block, lane k = fma(d_w * d_x, float(dot of its 4 values),
+// lane k); Q4_1's minimum term fma(m_w, s_x, summs) beside, added after the lanes' sum.
+float dot_act32_lanes(DType type, const uint8_t* w, const Act32Row& a, int64_t nb) {
+  float lanes[8] = {};
+  float summs = 0.0f;
+  int c[kQK];
+  for (int64_t b = 0; b < nb; ++b) {
+    float d;
+    if (type == DType::Q4_1) {
+      const auto& blk = reinterpret_cast<const BlockQ4_1*>(w)[b];
+      codes_q4_1(blk, c);
+      d = h2f(blk.d) * a.d[b];
+      summs = std::fma(h2f(blk.m), a.s[b], summs);
+    } else {
+      const auto& blk = reinterpret_cast<const BlockQ8_0*>(w)[b];
+      for (int j = 0; j < kQK; ++j) c[j] = blk.qs[j];
+      d = h2f(blk.d) * a.d[b];
+    }
+    const int8_t* qa = a.qs + b * kQK;
+    for (int k = 0; k < 8; ++k) {
+      int part = 0;
+      for (int j = 4 * k; j < 4 * k + 4; ++j) part += c[j] * qa[j];
+      lanes[k] = std::fma(d, (float)part, lanes[k]);
+    }
+  }
+  return sum_lanes(lanes) + summs;
+}
+
 float dot_act32(DType type, const uint8_t* w, const Act32Row& a, int64_t nb) {
+  if (type == DType::Q4_1 || type == DType::Q8_0) return dot_act32_lanes(type, w, a, nb);
   float acc = 0.0f;
   int c[kQK];
   for (int64_t b = 0; b < nb; ++b) {
@@ -68,12 +104,6 @@ float dot_act32(DType type, const uint8_t* w, const Act32Row& a, int64_t nb) {
         const auto& blk = reinterpret_cast<const BlockQ4_0*>(w)[b];
         codes_q4_0(blk, c);
         acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa);
-        break;
-      }
-      case DType::Q4_1: {
-        const auto& blk = reinterpret_cast<const BlockQ4_1*>(w)[b];
-        codes_q4_1(blk, c);
-        acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa) + h2f(blk.m) * a.s[b];
         break;
       }
       case DType::Q5_0: {
@@ -86,12 +116,6 @@ float dot_act32(DType type, const uint8_t* w, const Act32Row& a, int64_t nb) {
         const auto& blk = reinterpret_cast<const BlockQ5_1*>(w)[b];
         codes_q5(blk.qs, blk.qh, 0, c);
         acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa) + h2f(blk.m) * a.s[b];
-        break;
-      }
-      case DType::Q8_0: {
-        const auto& blk = reinterpret_cast<const BlockQ8_0*>(w)[b];
-        for (int j = 0; j < kQK; ++j) c[j] = blk.qs[j];
-        acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa);
         break;
       }
       case DType::IQ4_NL: {
