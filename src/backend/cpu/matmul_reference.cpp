@@ -260,8 +260,36 @@ void decode_super_block(DType type, const uint8_t* w, int64_t b, SuperBlock& o) 
   }
 }
 
+// Q5_K and Q6_K in lane order: value v of a super-block goes to lane (v % 32) / 4, whose exact
+// integer partial sum_v scale[v / 16] * u[v] * x[v] (u the unsigned code) enters
+// lane = fma(d_x * d, float(partial), lane) per super-block. Q6_K's offset (u = code + 32) is
+// taken per lane k as 32 * (bsum[2k] * scale[2k] + bsum[2k + 1] * scale[2k + 1]); Q5_K's mins
+// go to summs = fma(-d_x * dmin, float(sum_k min_k * bsum_k), summs), added after the lanes.
+float dot_q8k_lanes(DType type, const uint8_t* w, const BlockQ8_K* a, int64_t nb) {
+  const int offset = type == DType::Q6_K ? 32 : 0;
+  float lanes[8] = {};
+  float summs = 0.0f;
+  SuperBlock sb;
+  for (int64_t b = 0; b < nb; ++b) {
+    decode_super_block(type, w, b, sb);
+    int32_t part[8] = {};
+    for (int v = 0; v < kQK_K; ++v)
+      part[(v % 32) / 4] += sb.scale[v / 16] * (sb.code[v] + offset) * a[b].qs[v];
+    for (int k = 0; k < 8; ++k) {
+      part[k] -= offset * (a[b].bsums[2 * k] * sb.scale[2 * k] +
+                           a[b].bsums[2 * k + 1] * sb.scale[2 * k + 1]);
+      lanes[k] = std::fma(a[b].d * sb.d, (float)part[k], lanes[k]);
+    }
+    int32_t msum = 0;
+    for (int i = 0; i < 16; ++i) msum += sb.min[i] * a[b].bsums[i];
+    if (type == DType::Q5_K) summs = std::fma(-a[b].d * sb.dmin, (float)msum, summs);
+  }
+  return sum_lanes(lanes) + summs;
+}
+
 // Per super-block: d * dx * sum_i scale_i * dot_i - dmin * dx * sum_i min_i * bsum_i.
 float dot_q8k(DType type, const uint8_t* w, const BlockQ8_K* a, int64_t nb) {
+  if (type == DType::Q5_K || type == DType::Q6_K) return dot_q8k_lanes(type, w, a, nb);
   float acc = 0.0f;
   SuperBlock sb;
   for (int64_t b = 0; b < nb; ++b) {

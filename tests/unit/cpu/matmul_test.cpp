@@ -102,6 +102,30 @@ TEST_P(MatmulType, SimdMatchesReference) {
   }
 }
 
+// The formats summed in llama.cpp's lane order (8 float lanes per row, see
+// matmul_reference.cpp): every ISA gives the reference's floats bit for bit, alone (the
+// one-token path) and in batches that fill and leave remainders of every tile.
+TEST(MatmulLaneOrder, SimdEqualsReferenceBitForBit) {
+  ThreadPool pool(2);
+  for (DType type : {DType::Q4_1, DType::Q8_0, DType::Q5_K, DType::Q6_K}) {
+    for (int64_t rows : {7, 16, 45}) {
+      const Matrix m = make_matrix(type, rows, 1024, 60 + (uint32_t)rows);
+      for (int64_t n_tokens : {1, 2, 3, 9}) {
+        const std::vector<float> x = random_values(n_tokens * 1024, 70 + (uint32_t)n_tokens);
+        std::vector<float> want((size_t)(rows * n_tokens));
+        matmul_reference(m.view, x.data(), n_tokens, want.data());
+        for (Isa isa : available_isas()) {
+          std::vector<float> got((size_t)(rows * n_tokens), NAN);
+          matmul_with_isa(isa, m.view, x.data(), n_tokens, got.data(), pool);
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(got[i], want[i]) << isa_name(isa) << " " << dtype_name(type) << " rows "
+                                       << rows << " tokens " << n_tokens << " output " << i;
+        }
+      }
+    }
+  }
+}
+
 // The reference itself computes the product of the decoded weights with x, up to the 8-bit
 // quantization of x (relative error of the whole output under 1.2%; exact for floats).
 TEST_P(MatmulType, ReferenceMatchesFloatMath) {
