@@ -10,26 +10,24 @@
 namespace hablar {
 namespace {
 
-// Agreement with llama.cpp on the default model (Q4_1), as measured: top-1 equal at 229 of
-// 234 positions (97.9%), max |log-softmax difference| 0.63 over each position's top 8 and
-// 1.19 over the strided vocabulary probes; greedy 64-token continuations identical for 6 of
-// 20 prompts; perplexity -0.46%.
+// Agreement with llama.cpp on the default model (Q4_1), as measured: top-1 equal at 234 of
+// 234 positions, max |log-softmax difference| 1e-5 (the golden file's rounding) over each
+// position's top 8 and over the strided vocabulary probes; greedy 64-token continuations
+// identical for 20 of 20 prompts; perplexity equal to four decimals (19.2798).
 //
-// The ops outside matmul round as llama.cpp's do (RMSNorm, activation quantization, RoPE,
-// SwiGLU's exp, attention with its F16 roundings and summation orders): compared op by op
-// with tools/llama_dump.py they give the same bits. What is left is the float accumulation
-// order inside the quantized dot products (llama.cpp's Q4_1 x Q8_1 keeps eight partial sums
-// per row, one per 4 consecutive values of a block, scaled block by block, plus the block
-// minimums summed apart). Those one-ulp differences flip an F16 rounding in attention or an
-// 8-bit activation code now and then, after which the two runs carry different quantization
-// noise (about 1% of the activations). With the dot products in that order (checked with a
-// scalar form) every intermediate is identical, and the figures become 234/234 (max
-// |difference| 1e-5, the golden file's rounding), 20/20 greedy and a perplexity equal to
-// four decimals. The bounds below hold what is reached now, with a margin.
-constexpr double kSmolTop1Fraction = 0.97;
-constexpr double kSmolLogSoftmaxTol = 1.0;
-constexpr double kSmolProbeTol = 1.6;
-constexpr int kSmolGreedyIdentical = 4;  // measured 6
+// Every op rounds as llama.cpp's does: RMSNorm, activation quantization, RoPE, SwiGLU's exp,
+// attention with its F16 roundings and summation orders, and the quantized dot products,
+// whose Q4_1 x Q8_1 form keeps eight float partial sums per row (one per 4 consecutive values
+// of each block), scaled block by block, with the block minimums summed apart
+// (matmul_reference.cpp). Compared op by op with tools/llama_dump.py the two give the same
+// bits. A one-ulp difference anywhere flips an F16 rounding in attention or an 8-bit
+// activation code now and then, after which the runs drift apart (this is what the bounds
+// catch: before the dot products took that order the figures were 229/234, max 0.63, 6/20
+// greedy and -0.46% perplexity).
+constexpr double kSmolTop1Fraction = 0.99;
+constexpr double kSmolLogSoftmaxTol = 1e-3;
+constexpr double kSmolProbeTol = 1e-3;
+constexpr int kSmolGreedyIdentical = 18;  // measured 20
 
 class SmolLM2Golden : public ::testing::Test {
  protected:
@@ -98,7 +96,7 @@ TEST_F(SmolLM2Golden, PerplexityWithinHalfPercentOfLlamaCpp) {
   std::printf("perplexity: ours %.4f, llama.cpp %.4f (%+.3f%%)\n", r.ppl, want,
               100.0 * (r.ppl / want - 1.0));
   EXPECT_EQ(r.n_chunks, p["n_chunks"].get<int>());
-  EXPECT_NEAR(r.ppl, want, 0.005 * want);
+  EXPECT_NEAR(r.ppl, want, 0.005 * want);  // the goal; measured equal to four decimals
 }
 
 }  // namespace

@@ -11,20 +11,27 @@
 namespace hablar {
 namespace {
 
-// Bounds against llama.cpp, as measured (6 prompts, 98 positions per model). F32 weights
-// agree to 1e-5 (the golden file's rounding): every op rounds as llama.cpp's does. F16 weights
-// agree to 0.0042: llama.cpp rounds the activations to F16 before an F16 matmul, ours keep
-// them in float. Quantized weights agree to 0.055 (probes 0.062): the float accumulation
-// order inside the quantized dot products differs (see golden_smollm2_test.cpp), and random
-// weights give flat distributions with near-ties, so top-1 agrees at 96 to 98 of 98 positions.
-bool is_float_type(const std::string& t) {
-  return t == "f32" || t == "f16";
+// Bounds against llama.cpp, as measured (6 prompts, 98 positions per model).
+//  - F32, Q8_0, Q4_0 and Q4_1 weights: identical (top-1 98/98, max |difference| 1e-5, the
+//    golden file's rounding): every op and every dot product rounds as llama.cpp's.
+//  - F16 weights: top-1 98/98, max 0.0042: llama.cpp rounds the activations to F16 before an
+//    F16 matmul, ours keep them in float.
+//  - Q4_K, Q5_K, Q6_K weights: top-1 95 to 98 of 98 (qwen3 Q5_K 95, llama Q5_K 96, qwen2
+//    Q6_K 97, the others 98), max 0.055. Our K-quant dot products take llama.cpp's one-token
+//    (vec_dot) order, bit for bit, so decoding matches; but for a batch of 8 or more tokens
+//    llama.cpp switches to other kernels (Q4_K repacked 8 rows at a time; Q5_K / Q6_K tiled,
+//    one float sum per super-block), which a teacher-forced prompt of these lengths takes.
+//    Random weights give flat distributions with near-ties, so one-ulp differences flip some
+//    top-1 choices.
+bool is_exact_type(const std::string& t) {
+  return t == "f32" || t == "q8_0" || t == "q4_0" || t == "q4_1";
 }
 double logsoftmax_tol(const std::string& t) {
-  return is_float_type(t) ? 0.01 : 0.1;
+  if (is_exact_type(t)) return 1e-3;
+  return t == "f16" ? 0.01 : 0.1;
 }
 double top1_fraction(const std::string& t) {
-  return is_float_type(t) ? 0.99 : 0.95;
+  return is_exact_type(t) || t == "f16" ? 0.99 : 0.95;
 }
 
 struct SynthCase {
