@@ -321,9 +321,13 @@ float reference_dot(DType type, const uint8_t* w_row, const uint8_t* act, int64_
     case ActKind::kF32:
       break;
   }
+  // F16 weights multiply the activations rounded to F16 (as llama.cpp does).
   const auto* x = reinterpret_cast<const float*>(act);
   float v = 0.0f;
-  for (int64_t c = 0; c < n; ++c) v += weight_value(type, w_row, c) * x[c];
+  for (int64_t c = 0; c < n; ++c) {
+    const float xc = type == DType::F16 ? fp16_to_f32(f32_to_fp16(x[c])) : x[c];
+    v += weight_value(type, w_row, c) * xc;
+  }
   return v;
 }
 
