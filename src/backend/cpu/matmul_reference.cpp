@@ -284,7 +284,7 @@ float dot_q8k_lanes(DType type, const uint8_t* w, const BlockQ8_K* a, int64_t nb
     for (int i = 0; i < 16; ++i) msum += sb.min[i] * a[b].bsums[i];
     if (type == DType::Q5_K) summs = std::fma(-a[b].d * sb.dmin, (float)msum, summs);
   }
-  return sum_lanes(lanes) + summs;
+  return type == DType::Q5_K ? sum_lanes(lanes) + summs : sum_lanes(lanes);
 }
 
 // Per super-block: d * dx * sum_i scale_i * dot_i - dmin * dx * sum_i min_i * bsum_i.
