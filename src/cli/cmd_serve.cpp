@@ -44,6 +44,7 @@ struct ServeOptions {
   int n_parallel = 8;
   int n_threads = 0;
   int n_batch = 512;
+  int decode_step_tokens = 128;  // step budget while any stream is decoding (0 = n_batch)
   int n_predict = -1;
   int max_queue = 256;
   float temp = 0.8f;
@@ -126,6 +127,7 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   ec.scheduler.max_running = o.n_parallel;
   ec.scheduler.max_step_tokens = std::max(o.n_batch, o.n_parallel);
   ec.scheduler.max_prefill_chunk = o.n_batch;
+  ec.scheduler.max_step_tokens_decoding = o.decode_step_tokens;
   const tokenizer::Tokenizer* tok = &sm->model->tokenizer();
   ec.is_eog = [tok](int32_t t) { return tok->is_eog(t); };
   sm->engine = std::make_unique<engine::Engine>(ec, *sm->runner);
@@ -158,6 +160,7 @@ void check_options(ServeOptions& o) {
   if (o.n_parallel < 1) fail("-np/--parallel must be at least 1");
   if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (0 = 8192)");
   if (o.n_batch < 1) fail("-b/--batch-size must be at least 1");
+  if (o.decode_step_tokens < 0) fail("--decode-step-tokens must be >= 0 (0 = -b)");
   if (o.max_queue < 1) fail("--max-queue must be at least 1");
   if (o.n_threads < 0) fail("-t/--threads must be >= 0 (0 = all cores)");
   if (o.http.port < 0 || o.http.port > 65535) fail("--port must be in 0..65535");
@@ -265,6 +268,10 @@ CommandRegistration serve_registration{
       app.add_option("-t,--threads", o->n_threads, "CPU threads (0: all cores)");
       app.add_option("--threads-batch", o->threads_batch, "accepted for compatibility (-tb)");
       app.add_option("-b,--batch-size", o->n_batch, "most tokens in one engine step")
+          ->capture_default_str();
+      app.add_option("--decode-step-tokens", o->decode_step_tokens,
+                     "most tokens in one engine step while any stream is decoding: bounds the "
+                     "inter-token latency that prompt chunks add (0 = -b)")
           ->capture_default_str();
       app.add_option("-n,--n-predict", o->n_predict,
                      "default tokens to generate (-1: until the context is full)");

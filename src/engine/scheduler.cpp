@@ -9,10 +9,10 @@ namespace hablar::engine {
 Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks)
     : config_(config), blocks_(blocks) {
   if (config_.max_running < 1 || config_.max_step_tokens < config_.max_running ||
-      config_.max_prefill_chunk < 1)
+      config_.max_prefill_chunk < 1 || config_.max_step_tokens_decoding < 0)
     throw_error(ErrorKind::kInvalidArgument,
-                "scheduler: need max_running >= 1, max_step_tokens >= max_running and "
-                "max_prefill_chunk >= 1");
+                "scheduler: need max_running >= 1, max_step_tokens >= max_running, "
+                "max_prefill_chunk >= 1 and max_step_tokens_decoding >= 0");
 }
 
 void Scheduler::add(Sequence* seq) {
@@ -109,9 +109,17 @@ void Scheduler::admit_waiting(int32_t& budget, StepPlan& plan) {
   }
 }
 
+int32_t Scheduler::step_budget() const {
+  if (config_.max_step_tokens_decoding == 0) return config_.max_step_tokens;
+  int32_t decoders = 0;
+  for (const Sequence* s : running_) decoders += s->n_pending() == 1 ? 1 : 0;
+  if (decoders == 0) return config_.max_step_tokens;
+  return std::min(config_.max_step_tokens, std::max(config_.max_step_tokens_decoding, decoders));
+}
+
 StepPlan Scheduler::schedule() {
   StepPlan plan;
-  int32_t budget = config_.max_step_tokens;
+  int32_t budget = step_budget();
   // Walk oldest first; preemption removes from the back (newest), which is never a
   // sequence already planned in this loop.
   for (size_t i = 0; i < running_.size();) {

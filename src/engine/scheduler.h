@@ -10,6 +10,7 @@
 //      to be recomputed later (its prefix blocks usually survive in the prefix cache).
 //   2. Waiting sequences, strictly first come first served (nothing jumps the queue, so
 //      nothing starves), while there is budget, a free running slot and cache room.
+// The budget is max_step_tokens, or max_step_tokens_decoding when some sequence decodes.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,11 @@ struct SchedulerConfig {
   int32_t max_running = 8;          // sequences in the running set at once
   int32_t max_step_tokens = 512;    // tokens processed in one forward step
   int32_t max_prefill_chunk = 512;  // the most prompt tokens of one sequence in one step
+  // The step budget while any running sequence is decoding (0: max_step_tokens). A step's
+  // time is every token's wait for its next one, so a smaller budget while streams are live
+  // keeps their inter-token latency low; prompts then prefill in more, smaller chunks. Each
+  // decoder still gets its token when there are more decoders than this.
+  int32_t max_step_tokens_decoding = 0;
 };
 
 struct ScheduledChunk {
@@ -63,6 +69,7 @@ class Scheduler {
   void preempt(Sequence* seq, StepPlan& plan);
   bool schedule_running(size_t index, int32_t& budget, int32_t decoders_left, StepPlan& plan);
   void admit_waiting(int32_t& budget, StepPlan& plan);
+  int32_t step_budget() const;
   void insert_running(Sequence* seq);
 
   SchedulerConfig config_;

@@ -73,6 +73,41 @@ TEST(Scheduler, DecodesFirstThenPrefillsWithWhatIsLeft) {
   EXPECT_EQ(p.n_tokens(), 32);
 }
 
+TEST(Scheduler, SmallerBudgetWhileSequencesDecode) {
+  Fixture f(64, 16,
+            {.max_running = 4,
+             .max_step_tokens = 64,
+             .max_prefill_chunk = 512,
+             .max_step_tokens_decoding = 16});
+  Sequence* a = f.add(4);
+  Sequence* c = f.add(200);
+  StepPlan p = f.sched.schedule();
+  EXPECT_EQ(p.n_tokens(), 64);  // nobody decodes yet: the full budget
+  EXPECT_EQ(Fixture::tokens_of(p, a), 4);
+  EXPECT_EQ(Fixture::tokens_of(p, c), 60);
+  f.run(p);
+  ASSERT_EQ(a->n_pending(), 1);
+  p = f.sched.schedule();
+  EXPECT_EQ(p.n_tokens(), 16);  // a decodes: the step shrinks
+  EXPECT_EQ(Fixture::tokens_of(p, a), 1);
+  EXPECT_EQ(Fixture::tokens_of(p, c), 15);
+}
+
+TEST(Scheduler, EveryDecoderKeepsItsTokenUnderTheDecodingBudget) {
+  Fixture f(64, 16,
+            {.max_running = 8,
+             .max_step_tokens = 64,
+             .max_prefill_chunk = 512,
+             .max_step_tokens_decoding = 2});
+  std::vector<Sequence*> s;
+  for (int i = 0; i < 5; ++i) s.push_back(f.add(3));
+  f.run(f.sched.schedule());  // all five prefilled in one step
+  for (Sequence* q : s) ASSERT_EQ(q->n_pending(), 1);
+  const StepPlan p = f.sched.schedule();
+  EXPECT_EQ(p.n_tokens(), 5);  // five decoders, more than the budget of 2
+  for (Sequence* q : s) EXPECT_EQ(Fixture::tokens_of(p, q), 1);
+}
+
 TEST(Scheduler, OlderPrefillLeavesATokenForEachYoungerDecoder) {
   Fixture f(64, 16, {.max_running = 4, .max_step_tokens = 16, .max_prefill_chunk = 512});
   Sequence* b = f.add(4);
