@@ -19,28 +19,12 @@ constexpr int kMaxArrayDepth = 16;
 constexpr uint64_t kMaxMetadataValues = uint64_t{1} << 24;
 constexpr uint64_t kMaxAlignment = 1u << 20;
 
+// Bytes an encoded value takes at least: its packed size, a string's u64 length, or an
+// array's u32 type + u64 count.
 size_t min_encoded_size(ValueType t) {
-  switch (t) {
-    case ValueType::U8:
-    case ValueType::I8:
-    case ValueType::BOOL:
-      return 1;
-    case ValueType::U16:
-    case ValueType::I16:
-      return 2;
-    case ValueType::U32:
-    case ValueType::I32:
-    case ValueType::F32:
-      return 4;
-    case ValueType::U64:
-    case ValueType::I64:
-    case ValueType::F64:
-    case ValueType::STRING:  // its u64 length
-      return 8;
-    case ValueType::ARRAY:  // u32 type + u64 count
-      return 12;
-  }
-  return 1;
+  if (t == ValueType::STRING) return 8;
+  if (t == ValueType::ARRAY) return 12;
+  return value_type_size(t);
 }
 }  // namespace
 
