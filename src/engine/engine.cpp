@@ -197,7 +197,7 @@ void Engine::step() {
   for (const ScheduledChunk& c : plan.chunks) {
     const Sequence& s = *c.seq;
     chunks.push_back({std::span<const int32_t>(s.tokens.data() + c.start_pos, (size_t)c.n_tokens),
-                      c.start_pos, std::span<const int32_t>(s.block_table)});
+                      c.start_pos, std::span<const int32_t>(s.block_table), s.n_prompt});
     if (c.n_tokens == 1 && s.n_generated() > 0 && c.start_pos == (int32_t)s.tokens.size() - 1)
       n_decode_tokens += 1;
     else

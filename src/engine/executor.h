@@ -16,6 +16,7 @@ struct ExecChunk {
   std::span<const int32_t> tokens;       // tokens to process now
   int32_t start_pos = 0;                 // position of tokens[0]; the cache holds [0, start_pos)
   std::span<const int32_t> block_table;  // blocks covering [0, start_pos + tokens.size())
+  int32_t generated_from = -1;           // positions >= this hold sampled tokens (-1: unknown)
 };
 
 class StepExecutor {

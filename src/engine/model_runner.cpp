@@ -26,6 +26,7 @@ void ModelRunner::execute(std::span<const BlockCopy> copies, std::span<const Exe
     m.start_pos = c.start_pos;
     m.block_table = c.block_table;
     m.all_logits = false;
+    m.generated_from = c.generated_from;
     chunks_.push_back(m);
   }
   model_.forward(chunks_, cache_, logits);

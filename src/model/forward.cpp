@@ -48,14 +48,18 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
 
   // Flatten the chunks: token t has an id, a position and its sequence's block table.
   // Attention sums as llama.cpp does for a chunk of one token (decode) or of several
-  // (cpu::SumOrder), which depends on the chunk only, never on the other sequences.
+  // (cpu::SumOrder). When the caller says which positions hold sampled tokens
+  // (generated_from), those take the one-token order and prompt tokens the other, however
+  // the sequence is chunked: a sequence recomputed after preemption, or a prompt split so
+  // that one token is left, gets the same values again. The order never depends on the
+  // other sequences of the batch.
   s.tokens.clear(), s.positions.clear(), s.block_tables.clear(), s.logit_rows.clear();
   s.sum_orders.clear();
   for (const SequenceChunk& ch : chunks) {
-    const cpu::SumOrder order =
-        ch.tokens.size() == 1 ? cpu::SumOrder::kLanes64 : cpu::SumOrder::kLanes16;
     for (size_t i = 0; i < ch.tokens.size(); ++i) {
-      s.sum_orders.push_back(order);
+      const bool sampled = ch.generated_from >= 0 ? ch.start_pos + (int32_t)i >= ch.generated_from
+                                                  : ch.tokens.size() == 1;
+      s.sum_orders.push_back(sampled ? cpu::SumOrder::kLanes64 : cpu::SumOrder::kLanes16);
       if (ch.all_logits || i + 1 == ch.tokens.size())
         s.logit_rows.push_back((int32_t)s.tokens.size());
       s.tokens.push_back(ch.tokens[i]);

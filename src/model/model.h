@@ -80,6 +80,9 @@ struct SequenceChunk {
   int32_t start_pos = 0;                 // position of tokens[0]; cache holds [0, start_pos)
   std::span<const int32_t> block_table;  // physical blocks covering [0, start_pos + tokens.size())
   bool all_logits = false;  // logits for every token (perplexity, echo) or only the last
+  // Positions >= generated_from hold sampled tokens (attention in llama.cpp's one-token
+  // order); -1: unknown, and a one-token chunk is taken as a decode step.
+  int32_t generated_from = -1;
 };
 
 struct Weights;  // weights.h

@@ -107,5 +107,58 @@ TEST(BatchInvariance, EightStaggeredSequencesMatchEachAlone) {
   std::filesystem::remove_all(dir);
 }
 
+// Logits of the last token after feeding `tokens` in chunks of the given sizes, with
+// positions >= generated_from marked as sampled.
+std::vector<float> last_logits(model::Model& m, const std::vector<int32_t>& tokens,
+                               const std::vector<int>& chunk_sizes, int32_t generated_from) {
+  const int n_blocks = ((int)tokens.size() + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize;
+  model::KvCache cache(m.kv_layout_for(n_blocks));
+  std::vector<int32_t> table((size_t)n_blocks);
+  for (int b = 0; b < n_blocks; ++b) table[(size_t)b] = b;
+  std::vector<float> logits;
+  int pos = 0;
+  for (int n : chunk_sizes) {
+    model::SequenceChunk ch;
+    ch.tokens = std::span(tokens).subspan((size_t)pos, (size_t)n);
+    ch.start_pos = pos;
+    ch.block_table = table;
+    ch.generated_from = generated_from;
+    m.forward(std::span(&ch, 1), cache, logits);
+    pos += n;
+  }
+  EXPECT_EQ(pos, (int)tokens.size());
+  return logits;
+}
+
+// A sequence recomputed after preemption (prompt and sampled tokens in one chunk), or a
+// prompt split so that one token is left, gives the same logits as the original run: the
+// attention's order follows the token's role (prompt or sampled), not the chunking.
+TEST(BatchInvariance, RecomputationAndSplitsKeepTheOriginalValues) {
+  // The default model: its 64-wide heads are where the two orders round differently.
+  const std::string path = test::default_model_path_or_empty();
+  ASSERT_FALSE(path.empty()) << "default model missing: run scripts/fetch-model.sh";
+  auto m = model::Model::load(path, {});
+  std::mt19937 rng(7);
+  std::vector<int32_t> prompt(21);
+  for (int32_t& t : prompt) t = (int32_t)(rng() % (uint32_t)m->config().n_vocab);
+  const Trace original = run_alone(*m, prompt);  // prompt in one chunk, then decode steps
+  const int n_prompt = (int)prompt.size();
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), original.tokens.begin(), original.tokens.begin() + 5);
+  const std::vector<float>& want = original.logits[5];  // after 5 sampled tokens
+
+  const std::vector<std::vector<int>> chunkings = {
+      {n_prompt + 5},                    // recomputed in one chunk
+      {n_prompt - 1, 1, 1, 1, 1, 1, 1},  // prompt split leaving one token, then decodes
+      {7, 7, 7, 5},                      // chunks across the prompt/sampled boundary
+  };
+  for (const auto& sizes : chunkings) {
+    const std::vector<float> got = last_logits(*m, all, sizes, n_prompt);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+        << "chunking with " << sizes.size() << " chunks differs";
+  }
+}
+
 }  // namespace
 }  // namespace hablar
