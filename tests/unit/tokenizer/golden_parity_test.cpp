@@ -79,13 +79,7 @@ std::vector<std::string> golden_names() {
   return names;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, GoldenParity, ::testing::ValuesIn(golden_names()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(All, GoldenParity, ::testing::ValuesIn(golden_names()), VocabParamName());
 
 }  // namespace
 }  // namespace hablar::tokenizer::test

@@ -89,4 +89,15 @@ inline bool valid_utf8(std::string_view s) {
   return true;
 }
 
+// GoogleTest parameter names from vocabulary names ("llama-bpe" -> "llama_bpe").
+struct VocabParamName {
+  template <typename Info>
+  std::string operator()(const Info& info) const {
+    std::string n = info.param;
+    for (char& c : n)
+      if (c == '-') c = '_';
+    return n;
+  }
+};
+
 }  // namespace hablar::tokenizer::test

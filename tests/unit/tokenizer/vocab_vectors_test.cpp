@@ -44,13 +44,7 @@ TEST_P(VocabVectors, DecodeRoundTrips) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, VocabVectors, ::testing::ValuesIn(vocab_names()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(All, VocabVectors, ::testing::ValuesIn(vocab_names()), VocabParamName());
 
 }  // namespace
 }  // namespace hablar::tokenizer::test
