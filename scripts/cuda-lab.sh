@@ -108,6 +108,8 @@ run() {
     step "racecheck, looping Q4_K kernel" racecheck_loop.txt 60 env HABLAR_Q4K_GRID=-3 \
       "$sanitizer" --tool racecheck --error-exitcode 9 "$carry/cuda_kernel_tests" \
       --gtest_filter='*Int8*'
+    step "synccheck (decode, int8 matmul)" synccheck.txt 60 "$sanitizer" --tool synccheck \
+      --error-exitcode 9 "$carry/cuda_kernel_tests" --gtest_filter='*Decode*:*Int8*'
   fi
   if [ "$full" = 1 ] && [ -n "$sanitizer" ]; then
     # The large sampling draw is the same kernel as the small ones: left out to save time.
@@ -116,6 +118,8 @@ run() {
     step "compute-sanitizer racecheck" racecheck.txt 120 "$sanitizer" --tool racecheck \
       --error-exitcode 9 "$carry/cuda_kernel_tests" \
       --gtest_filter=-*Frequencies*:*Greedy*:*MatchesReferenceForEveryRowCount*
+    step "compute-sanitizer synccheck" synccheck.txt 120 "$sanitizer" --tool synccheck \
+      --error-exitcode 9 "$carry/cuda_kernel_tests" --gtest_filter=-*Frequencies*
   fi
   echo
   grep -E "PASSED|FAILED|SKIPPED" "$log_dir/kernel_tests.txt" | head -40
@@ -126,7 +130,7 @@ run() {
   else
     cat "$log_dir/bench.txt"
   fi
-  for f in memcheck racecheck; do
+  for f in memcheck racecheck synccheck; do
     if [ -f "$log_dir/$f.txt" ]; then
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error" "$log_dir/$f.txt" | tail -3
     fi
