@@ -83,7 +83,7 @@ run() {
     for variant in "HABLAR_DECODE_KERNEL=0" "HABLAR_DECODE_MMA_BLOCKS=3 HABLAR_DECODE_BLOCKS_PER_SM=64" \
       "HABLAR_Q4K_KERNEL=0" "HABLAR_Q4K_TEAM=16 HABLAR_Q4K_ROWS=4" "HABLAR_Q4K_PDL=0" \
       "HABLAR_Q4K_GRID=-3 HABLAR_Q4K_L2HINT=1" "HABLAR_Q4K_GRID=-5 HABLAR_Q4K_ROWS=1" \
-      "HABLAR_Q4K_GRID=0"; do
+      "HABLAR_Q4K_GRID=0" "HABLAR_Q4K_MMA_FROM=2"; do
       i=$((i + 1))
       step "tests with $variant" "variant_tests_$i.txt" 60 env $variant \
         "$carry/cuda_kernel_tests" --gtest_filter='*Decode*:*Int8*'

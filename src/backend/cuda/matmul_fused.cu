@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul.h"
+#include "backend/cuda/matmul_q4k_mma.h"
 #include "backend/cuda/matmul_q4k_rows.h"
 #include "backend/cuda/quant_device.cuh"
 #include "core/dtype.h"
@@ -94,7 +95,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
 }
 
-// ---- Q4_K with int8 activations (M <= 8, when the caller gives a workspace): x is first
+// ---- Q4_K with int8 activations (M <= 5, when the caller gives a workspace): x is first
 // quantized to int8 in blocks of 32 (scale d, and d * sum of the codes); then each thread
 // takes a whole 32-value sub-block of a weight row: its 32 nibbles meet the 32 int8
 // activations in 8 dp4a instructions, and the scales apply once per sub-block:
@@ -398,9 +399,16 @@ size_t q8_activation_bytes(int m, int64_t k) {
   return (size_t)((m * k + 255) / 256) * 256 + (size_t)(m * k / 32) * sizeof(float2);
 }
 
+// The workspace: the quantized activations, then (tensor-core kernel) the partial sums of
+// its K slices.
+size_t mma_scratch_offset(int m, int64_t k) {
+  return (q8_activation_bytes(m, k) + 255) / 256 * 256;
+}
+
 size_t matmul_fused_workspace_bytes(const WeightView& w, int m) {
-  if (w.type != DType::Q4_K || m < 1 || m > kGemvMaxRows) return 0;
-  return q8_activation_bytes(m, w.cols);
+  if (w.type != DType::Q4_K || m < 1 || m > kFusedMatmulMaxRows) return 0;
+  if (m == 1) return q8_activation_bytes(m, w.cols);
+  return mma_scratch_offset(m, w.cols) + q4k_mma_scratch_bytes(w, m);
 }
 
 void quantize_activations_q8(const float* x, int m, int64_t k, void* workspace,
@@ -419,15 +427,25 @@ void quantize_activations_q8(const float* x, int m, int64_t k, void* workspace,
 void matmul_q4k_prequantized(const WeightView& w, int m, float* y, void* workspace,
                              cudaStream_t stream) {
   validate_weight(w, "matmul_q4k_prequantized");
-  if (w.type != DType::Q4_K || m < 1 || m > kGemvMaxRows)
-    throw_error(
-        ErrorKind::kInvalidArgument,
-        "matmul_q4k_prequantized: needs Q4_K weights and M in 1.." + std::to_string(kGemvMaxRows));
+  if (w.type != DType::Q4_K || m < 1 || m > kFusedMatmulMaxRows)
+    throw_error(ErrorKind::kInvalidArgument,
+                "matmul_q4k_prequantized: needs Q4_K weights and M in 1.." +
+                    std::to_string(kFusedMatmulMaxRows));
   const Q8Activations xa = q8_layout(workspace, m, w.cols);
   // M = 1 (decode of one sequence): the rows kernel (matmul_q4k_rows.cu);
   // HABLAR_Q4K_KERNEL=0 selects the sub-block kernel below for the lab.
   if (m == 1 && q4k_rows_supported(w) && lab_knob("HABLAR_Q4K_KERNEL", 1) != 0)
     return matmul_q4k_rows(w, xa.codes, xa.scales, y, stream);
+  // From M = HABLAR_Q4K_MMA_FROM (default 6) up: integer tensor cores (matmul_q4k_mma.cu);
+  // below, the dp4a kernel, which is faster at M = 2 and level at M = 4 (docs/CUDA.md).
+  const int mma_from = std::clamp(lab_knob("HABLAR_Q4K_MMA_FROM", 6), 2, kGemvMaxRows + 1);
+  if (m >= mma_from && q4k_mma_supported(w))
+    return matmul_q4k_mma(w, xa.codes, xa.scales, m, y,
+                          static_cast<uint8_t*>(workspace) + mma_scratch_offset(m, w.cols), stream);
+  if (m > kGemvMaxRows)
+    throw_error(ErrorKind::kInvalidArgument, "matmul_q4k_prequantized: M > " +
+                                                 std::to_string(kGemvMaxRows) +
+                                                 " needs 16-byte aligned Q4_K rows");
   switch (m) {
     case 1:
       return launch_q4k_q8<1>(w, xa, y, stream);

@@ -123,6 +123,32 @@ TEST(FusedMatmulInt8Activations, Q4KWithWorkspaceMatchesReference) {
   }
 }
 
+// A batch of 9 to 256 activation rows takes the integer tensor-core kernel
+// (matmul_q4k_mma.cu): weight rows not a multiple of its 16, activation rows not a multiple
+// of its 8 / 16 / 32, K of one and of many super-blocks per warp. Error bound as above.
+TEST(FusedMatmulInt8Activations, Q4KBatchOnTensorCoresMatchesReference) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const int64_t shapes[][2] = {{67, 256}, {301, 2048}, {40, 8960}};
+  for (const auto& shape : shapes) {
+    const int64_t n = shape[0], k = shape[1];
+    const auto host_w = random_weight_bytes(DType::Q4_K, n, k, 901u + (uint32_t)k);
+    const auto ref_w = dequantize_matrix(DType::Q4_K, host_w, n, k);
+    DeviceWeights w(DType::Q4_K, n, k, host_w);
+    for (int m : {9, 16, 17, 33, 100, 256}) {
+      DeviceBuffer<uint8_t> ws(cuda::matmul_fused_workspace_bytes(w.view, m));
+      ASSERT_GT(ws.size(), 0u);
+      const auto x = random_floats((size_t)m * k, 17u + (uint32_t)m);
+      DeviceBuffer<float> dx(x);
+      DeviceBuffer<float> dy(std::vector<float>((size_t)m * n, NAN));
+      cuda::matmul_fused(w.view, dx.get(), m, dy.get(), nullptr, ws.get(), ws.size());
+      HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+      const double err = normalized_error(dy.download(), reference_product(ref_w, x, m, n, k));
+      EXPECT_LT(err, 1e-2) << "M=" << m << " N=" << n << " K=" << k;
+      EXPECT_GT(err, 0.0) << "the int8 path must have run";
+    }
+  }
+}
+
 // Products launched back to back on one stream (the M = 1 kernel starts loading weights
 // before the kernel ahead of it ends): each must see the activations quantized just before
 // it, and none may disturb another's output.
