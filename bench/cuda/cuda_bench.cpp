@@ -359,12 +359,11 @@ void run_lab(Stream& stream, double copy_gbs) {
     bench_decode_matmul(stream, DType::Q4_K, shape[0], shape[1], 1, copy_gbs, 0.75, 1, true,
                         {{"HABLAR_Q4K_KERNEL=0"}, {"HABLAR_Q4K_PDL=0"}, {}});
   std::printf("-- Q4_K batched decode (x quantized once): dp4a kernel vs tensor cores\n");
-  for (int m : {4, 6, 8})
+  for (int m : {2, 3, 4, 8})
     bench_decode_matmul(stream, DType::Q4_K, 4096, 14336, m, copy_gbs, 0, 2, true,
                         {{"HABLAR_Q4K_MMA_FROM=9"}, {"HABLAR_Q4K_MMA_FROM=2"}});
   for (int m : {16, 32, 64, 128, 256})
-    bench_decode_matmul(stream, DType::Q4_K, 4096, 14336, m, copy_gbs, 0, 2, true,
-                        {{}, {"HABLAR_Q4K_MMA_OCC=1"}});
+    bench_decode_matmul(stream, DType::Q4_K, 4096, 14336, m, copy_gbs, 0, 2, true, {{}, {}});
   std::printf("-- the same on the f32 path (tensor cores on bf16 tiles)\n");
   for (int m : {32, 64, 128, 256})
     print_row(bench_decode_matmul(stream, DType::Q4_K, 4096, 14336, m, copy_gbs, 0, 0));
@@ -410,7 +409,7 @@ int run(bool quick, bool lab) {
     for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q5_K,
                     DType::Q6_K, DType::F16, DType::BF16})
       print_row(bench_decode_matmul(stream, t, 4096, 14336, 1, copy_gbs, 0));
-    for (int m : {2, 4, 8, 16, 32, 64, 128, 256})
+    for (int m : {2, 3, 4, 8, 16, 32, 64, 128, 256})
       print_row(bench_decode_matmul(stream, DType::Q4_K, 4096, 14336, m, copy_gbs, 0, 1));
     for (int m : {2, 4, 8, 16, 64, 256})
       print_row(bench_decode_matmul(stream, DType::Q4_K, 4096, 14336, m, copy_gbs, 0));

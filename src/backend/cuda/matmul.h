@@ -33,7 +33,7 @@ void validate_weight(const WeightView& w, const char* what);
 // Throws kInvalidArgument for an unsupported type, a bad K, or M outside 1..256.
 // With a workspace of matmul_fused_workspace_bytes(w, m) bytes (nonzero for Q4_K), x is
 // quantized to int8 blocks of 32 and the product runs on integer arithmetic: dp4a for
-// M <= 5, integer tensor cores (matmul_q4k_mma.cu) for M = 6..256; far fewer instructions,
+// M <= 3, integer tensor cores (matmul_q4k_mma.cu) for M = 4..256; far fewer instructions,
 // at the cost of int8 rounding of the activations (normalized error about 3e-3 instead of
 // 1e-6). Without one, every type takes the f32 path. At M = 1
 // the product is matmul_q4k_rows.cu's kernel, launched with programmatic dependent launch

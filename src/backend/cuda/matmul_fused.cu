@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
 }
 
-// ---- Q4_K with int8 activations (M <= 5, when the caller gives a workspace): x is first
+// ---- Q4_K with int8 activations (M <= 3, when the caller gives a workspace): x is first
 // quantized to int8 in blocks of 32 (scale d, and d * sum of the codes); then each thread
 // takes a whole 32-value sub-block of a weight row: its 32 nibbles meet the 32 int8
 // activations in 8 dp4a instructions, and the scales apply once per sub-block:
@@ -436,9 +436,9 @@ void matmul_q4k_prequantized(const WeightView& w, int m, float* y, void* workspa
   // HABLAR_Q4K_KERNEL=0 selects the sub-block kernel below for the lab.
   if (m == 1 && q4k_rows_supported(w) && lab_knob("HABLAR_Q4K_KERNEL", 1) != 0)
     return matmul_q4k_rows(w, xa.codes, xa.scales, y, stream);
-  // From M = HABLAR_Q4K_MMA_FROM (default 6) up: integer tensor cores (matmul_q4k_mma.cu);
-  // below, the dp4a kernel, which is faster at M = 2 and level at M = 4 (docs/CUDA.md).
-  const int mma_from = std::clamp(lab_knob("HABLAR_Q4K_MMA_FROM", 6), 2, kGemvMaxRows + 1);
+  // From M = HABLAR_Q4K_MMA_FROM (default 4) up: integer tensor cores (matmul_q4k_mma.cu);
+  // below, the dp4a kernel, which is faster at M = 2 (docs/CUDA.md).
+  const int mma_from = std::clamp(lab_knob("HABLAR_Q4K_MMA_FROM", 4), 2, kGemvMaxRows + 1);
   if (m >= mma_from && q4k_mma_supported(w))
     return matmul_q4k_mma(w, xa.codes, xa.scales, m, y,
                           static_cast<uint8_t*>(workspace) + mma_scratch_offset(m, w.cols), stream);

@@ -1,4 +1,4 @@
-// Q4_K x int8 activations for a batch of M = 2 .. 256 rows of activations (batched decode):
+// Q4_K x int8 activations for a batch of M = 4 .. 256 rows of activations (batched decode):
 // integer tensor cores (mma.sync m16n8k32, s8 x s8 -> s32), one instruction per sub-block of
 // 32 weights for 16 weight rows x 8 activation rows.
 //
@@ -17,18 +17,17 @@
 // 32 bytes, so one 32-bit load feeds both: (word >> 4h) & 0x0F0F0F0F for sub-block 2j+h.
 //
 // Block: kWarps warps over 16 * kWarps weight rows (a 16-row tile each) and T = 8*kNT
-// activation rows, all on the same super-blocks in step: the activations of the next
-// super-block are copied into shared memory (cp.async, double-buffered) and each warp's
-// weights of it loaded into registers while the current one is multiplied, so each
-// activation byte is read from memory once per block and every weight byte once per T
-// activation rows. Where that gives too few blocks to fill the GPU, K is split into slices
-// (grid z) whose partial sums are added afterwards in slice order (deterministic).
+// activation rows, all on the same super-blocks in step: the weights and activations of the
+// super-blocks ahead are copied into shared memory (cp.async, three stages) while the
+// current one is multiplied, so each activation byte is read from memory once per block and
+// every weight byte once per T activation rows. Where that gives too few blocks to fill the GPU, K
+// is split into slices (grid z) whose partial sums are added afterwards in slice order
+// (deterministic).
 #include <cuda_fp16.h>
 
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul_q4k_mma.h"
 #include "core/quant_blocks.h"
 
@@ -80,17 +79,19 @@ struct SuperBlockRows {  // what a thread needs of one super-block for weight ro
   uint32_t lo[2][4], hi[2][4];  // [row][chunk j]: nibble words at 4q and 16+4q of chunk j
 };
 
-__device__ __forceinline__ void load_super_block(const uint8_t* row_g, const uint8_t* row_g8,
-                                                 int sb, int q, SuperBlockRows& out) {
-  const uint8_t* rows[2] = {row_g + (size_t)sb * kBlockBytes, row_g8 + (size_t)sb * kBlockBytes};
+// Loads them from a super-block staged in shared memory (rows 144 bytes apart, so the eight
+// rows of a fragment fall in different banks).
+__device__ __forceinline__ void load_staged_super_block(const uint8_t* row_g, const uint8_t* row_g8,
+                                                        int q, SuperBlockRows& out) {
+  const uint8_t* rows[2] = {row_g, row_g8};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    out.head[r] = __ldg(reinterpret_cast<const uint4*>(rows[r]));
+    out.head[r] = *reinterpret_cast<const uint4*>(rows[r]);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const uint8_t* nibbles = rows[r] + 16 + 32 * j;
-      out.lo[r][j] = __ldg(reinterpret_cast<const uint32_t*>(nibbles + 4 * q));
-      out.hi[r][j] = __ldg(reinterpret_cast<const uint32_t*>(nibbles + 16 + 4 * q));
+      out.lo[r][j] = *reinterpret_cast<const uint32_t*>(nibbles + 4 * q);
+      out.hi[r][j] = *reinterpret_cast<const uint32_t*>(nibbles + 16 + 4 * q);
     }
   }
 }
@@ -118,9 +119,10 @@ __device__ __forceinline__ void commit_async() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wait_async_all() {
+template <int kPending>
+__device__ __forceinline__ void wait_async_but() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 #endif
 }
 
@@ -141,7 +143,6 @@ __device__ __forceinline__ void stage_x(XTile<kNT>& tile, const int8_t* codes, c
         scales + (size_t)min(tok0 + t, m - 1) * (k / 32) + (size_t)sb * 8 + 2 * piece;
     copy16_async(&tile.scales[t][2 * piece], src);
   }
-  commit_async();
 }
 
 // This warp's 16 weight rows times the tile's activation rows, for the eight sub-blocks of
@@ -176,39 +177,67 @@ __device__ __forceinline__ void add_super_block(const SuperBlockRows& w, const X
   }
 }
 
+// One pipeline stage of the multi-stage kernel: the block's 128 weight rows of one
+// super-block and its activation tile.
+template <int kNT>
+struct Stage {
+  uint8_t w[16 * kWarps][kBlockBytes];
+  XTile<kNT> x;
+};
+constexpr int kStages = 3;
+
+// All threads copy super-block sb of weight rows row_blk .. row_blk + 127 (rows past N
+// repeat the last one) into the stage.
+template <int kNT>
+__device__ __forceinline__ void stage_weights(Stage<kNT>& st, const uint8_t* w, size_t row_bytes,
+                                              int n, int row_blk, int sb) {
+  constexpr int kPieces = kBlockBytes / 16;  // 9
+  for (int i = threadIdx.x; i < 16 * kWarps * kPieces; i += blockDim.x) {
+    const int r = i / kPieces, piece = i % kPieces;
+    const uint8_t* src =
+        w + (size_t)min(row_blk + r, n - 1) * row_bytes + (size_t)sb * kBlockBytes + 16 * piece;
+    copy16_async(&st.w[r][16 * piece], src);
+  }
+}
+
 // Grid: (ceil(N / (16 * kWarps)), ceil(M / T), slices). Block: kWarps warps, warp w on weight
-// rows row0 + 16w .. + 15, all on the same super-blocks: those of slice blockIdx.z. With one
-// slice the sums go to y [M][N]; with several, to part [slice][M][N] (summed by
-// sum_slices_kernel).
-// kMinBlocks: blocks per multiprocessor the registers must allow.
+// rows row_blk + 16w .. + 15 and all T activation rows, all warps on the same super-blocks
+// (those of slice blockIdx.z), both operands staged in shared memory through a kStages-deep
+// cp.async pipeline (dynamic shared memory: kStages * sizeof(Stage<kNT>)). With one slice
+// the sums go to y [M][N]; with several, to part [slice][M][N] (summed by
+// sum_slices_kernel). kMinBlocks: blocks per multiprocessor the registers must allow.
 template <int kNT, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     q4k_mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n, int k,
                    const int8_t* __restrict__ codes, const float2* __restrict__ scales, int m,
                    float* __restrict__ out) {
-  __shared__ __align__(16) XTile<kNT> tiles[2];
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  Stage<kNT>* stages = reinterpret_cast<Stage<kNT>*>(smem_raw);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
-  const int row0 = blockIdx.x * 16 * kWarps + 16 * warp, tok0 = blockIdx.y * 8 * kNT;
-  // Rows past the end repeat the last one (loads stay in bounds; their sums are not stored).
-  const uint8_t* row_g = w + (size_t)min(row0 + g, n - 1) * row_bytes;
-  const uint8_t* row_g8 = w + (size_t)min(row0 + g + 8, n - 1) * row_bytes;
+  const int row_blk = blockIdx.x * 16 * kWarps, row0 = row_blk + 16 * warp;
+  const int tok0 = blockIdx.y * 8 * kNT;
   const int super_blocks = k / 256;
   const int sb_begin = (int)((int64_t)blockIdx.z * super_blocks / gridDim.z);
   const int sb_end = (int)((int64_t)(blockIdx.z + 1) * super_blocks / gridDim.z);
-  float acc[kNT][4] = {};
-  SuperBlockRows cur{}, next{};
-  load_super_block(row_g, row_g8, sb_begin, q, cur);
-  stage_x<kNT>(tiles[0], codes, scales, k, m, tok0, sb_begin);
-  for (int sb = sb_begin; sb < sb_end; ++sb) {
-    const int buf = (sb - sb_begin) & 1;
-    wait_async_all();
-    __syncthreads();  // tile[buf] complete; everyone is done with tile[buf ^ 1]
-    if (sb + 1 < sb_end) {
-      stage_x<kNT>(tiles[buf ^ 1], codes, scales, k, m, tok0, sb + 1);
-      load_super_block(row_g, row_g8, sb + 1, q, next);
+  auto fill = [&](int sb) {  // one commit group per stage, empty past the end
+    if (sb < sb_end) {
+      Stage<kNT>& st = stages[(sb - sb_begin) % kStages];
+      stage_weights<kNT>(st, w, row_bytes, n, row_blk, sb);
+      stage_x<kNT>(st.x, codes, scales, k, m, tok0, sb);
     }
-    add_super_block<kNT>(cur, tiles[buf], g, q, acc);
-    cur = next;
+    commit_async();
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) fill(sb_begin + i);
+  float acc[kNT][4] = {};
+  for (int sb = sb_begin; sb < sb_end; ++sb) {
+    wait_async_but<kStages - 2>();  // stage of sb complete (later ones may be in flight)
+    __syncthreads();                // visible to all; the stage refilled next is free
+    fill(sb + kStages - 1);
+    const Stage<kNT>& st = stages[(sb - sb_begin) % kStages];
+    SuperBlockRows wr;
+    load_staged_super_block(st.w[16 * warp + g], st.w[16 * warp + g + 8], q, wr);
+    add_super_block<kNT>(wr, st.x, g, q, acc);
   }
   float* dst = out + (size_t)blockIdx.z * m * n;
 #pragma unroll
@@ -231,17 +260,34 @@ __global__ void sum_slices_kernel(const float* __restrict__ part, int slices, in
   y[i] = sum;
 }
 
+int multiprocessor_count() {
+  static const int count = [] {
+    int device = 0, sms = 132;
+    if (cudaGetDevice(&device) == cudaSuccess)
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    return sms;
+  }();
+  return count;
+}
+
 int tokens_per_block(int m) {
   return m <= 8 ? 8 : (m <= 16 ? 16 : 32);
 }
 
-// K slices: enough blocks for two per multiprocessor of a 132-multiprocessor GPU, at most 8
-// and at most one per super-block.
+// K slices: the count (1 .. 16, at most one per super-block) whose blocks fill whole waves
+// of two blocks per multiprocessor best: time ~ waves / slices.
 int k_slices(const WeightView& w, int m) {
   const int64_t blocks = (w.rows + 16 * kWarps - 1) / (16 * kWarps) *
                          ((m + tokens_per_block(m) - 1) / tokens_per_block(m));
-  const int64_t want = (264 + blocks - 1) / blocks;
-  return (int)std::clamp<int64_t>(want, 1, std::min<int64_t>(8, w.cols / 256));
+  const int64_t slots = 2 * multiprocessor_count();
+  const int most = (int)std::min<int64_t>(16, w.cols / 256);
+  int best = 1;
+  for (int s = 2; s <= most; ++s) {
+    const int64_t waves = (blocks * s + slots - 1) / slots;
+    const int64_t best_waves = (blocks * best + slots - 1) / slots;
+    if (waves * best < best_waves * s) best = s;  // waves / s < best_waves / best
+  }
+  return best;
 }
 
 template <int kNT>
@@ -249,11 +295,16 @@ void launch(const WeightView& w, const int8_t* codes, const float2* scales, int 
             float* out, cudaStream_t stream) {
   const dim3 grid((unsigned)((w.rows + 16 * kWarps - 1) / (16 * kWarps)),
                   (unsigned)((m + 8 * kNT - 1) / (8 * kNT)), (unsigned)slices);
-  // Two blocks per multiprocessor unless the lab asks for one (HABLAR_Q4K_MMA_OCC=1).
-  const auto kernel =
-      lab_knob("HABLAR_Q4K_MMA_OCC", 2) == 1 ? q4k_mma_kernel<kNT, 1> : q4k_mma_kernel<kNT, 2>;
-  kernel<<<grid, kWarps * 32, 0, stream>>>(static_cast<const uint8_t*>(w.data), w.row_bytes,
-                                           (int)w.rows, (int)w.cols, codes, scales, m, out);
+  const size_t bytes = kStages * sizeof(Stage<kNT>);
+  static const bool configured = [bytes] {
+    HABLAR_CUDA_CHECK(cudaFuncSetAttribute(
+        q4k_mma_kernel<kNT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return true;
+  }();
+  (void)configured;
+  q4k_mma_kernel<kNT, 2><<<grid, kWarps * 32, bytes, stream>>>(static_cast<const uint8_t*>(w.data),
+                                                               w.row_bytes, (int)w.rows,
+                                                               (int)w.cols, codes, scales, m, out);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 
