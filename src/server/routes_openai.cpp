@@ -14,6 +14,37 @@ namespace {
 using engine::StreamItem;
 using nlohmann::json;
 
+// Most choices one request may ask for ('n', times the prompts of a completions request).
+constexpr int64_t kMaxChoices = 64;
+
+// Starts one generation per choice: copies of spec, choice j drawing with seed + j. If one
+// cannot start, those already started are cancelled and the error propagates.
+std::vector<std::shared_ptr<engine::RequestHandle>> start_choices(ServingModel& m,
+                                                                  const GenerationSpec& spec,
+                                                                  int n) {
+  std::vector<std::shared_ptr<engine::RequestHandle>> handles;
+  try {
+    for (int j = 0; j < n; ++j) {
+      GenerationSpec copy = spec;
+      copy.sampling.seed = spec.sampling.seed + (uint64_t)j;
+      handles.push_back(start_generation(m, std::move(copy)));
+    }
+  } catch (...) {
+    for (auto& h : handles) h->cancel();
+    throw;
+  }
+  return handles;
+}
+
+// Adds a finished choice to the usage totals. The choices of one prompt share it: its tokens
+// count once (first_of_prompt), as OpenAI counts them.
+void add_usage(StreamItem& total, const StreamItem& final, bool first_of_prompt) {
+  total.n_generated += final.n_generated;
+  if (!first_of_prompt) return;
+  total.n_prompt += final.n_prompt;
+  total.n_cached_prompt += final.n_cached_prompt;
+}
+
 const char* finish_reason_text(engine::FinishReason r, bool tool_calls) {
   if (tool_calls && r == engine::FinishReason::kStop) return "tool_calls";
   return r == engine::FinishReason::kLength ? "length" : "stop";
@@ -57,6 +88,7 @@ json tool_calls_json(const std::vector<chat::ToolCall>& calls, size_t first_inde
 struct ChatRequest {
   json messages;
   json tools;
+  int n = 1;  // choices, each its own sequence (with a seed, choice j draws with seed + j)
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
@@ -72,8 +104,7 @@ ChatRequest parse_chat_request(const json& body, ServingModel& m) {
   r.stream = opt_bool(body, "stream").value_or(false);
   if (body.contains("stream_options") && body["stream_options"].is_object())
     r.include_usage = opt_bool(body["stream_options"], "include_usage").value_or(false);
-  if (auto n = opt_integer(body, "n", 1, 128); n && *n != 1)
-    bad_request("'n' > 1 is not supported; send separate requests", "n");
+  r.n = (int)opt_integer(body, "n", 1, kMaxChoices).value_or(1);
   opt_string(body, "user");
   opt_string(body, "model");
   r.logprobs = opt_bool(body, "logprobs").value_or(false);
@@ -106,14 +137,14 @@ struct ChunkMaker {
   int64_t created = unix_time_now();
   std::string model;
   bool include_usage = false;
-  json make(json delta, const json& logprobs, const char* finish_reason) const {
+  json make(size_t index, json delta, const json& logprobs, const char* finish_reason) const {
     json c = {{"id", id},
               {"object", "chat.completion.chunk"},
               {"created", created},
               {"model", model},
               {"system_fingerprint", "hablar"},
               {"choices",
-               json::array({{{"index", 0},
+               json::array({{{"index", index},
                              {"delta", std::move(delta)},
                              {"logprobs", logprobs},
                              {"finish_reason", finish_reason ? json(finish_reason) : json()}}})}};
@@ -126,103 +157,119 @@ std::string sse(const json& j) {
   return "data: " + dump_json(j) + "\n\n";
 }
 
+// One choice of a streamed chat response: its output parser and what it has sent so far.
+struct ChoiceStream {
+  bool sent_role = false;
+  bool tool_calls = false;
+  size_t n_calls = 0;
+  std::unique_ptr<chat::StreamingOutputParser> parser;
+  std::vector<StreamItem> pending_logprobs;
+};
+
+// Sends what the parser made of a piece of choice `index`'s output as chunks.
+void emit_parsed(const ServingModel& m, const ChunkMaker& maker, bool logprobs, size_t index,
+                 ChoiceStream& cs, const chat::ParsedMessage& p, std::string& out) {
+  json lp =
+      logprobs && !cs.pending_logprobs.empty() ? chat_logprobs(m, cs.pending_logprobs) : json();
+  bool used_lp = false;
+  if (!p.reasoning.empty())
+    out += sse(maker.make(index, {{"reasoning_content", p.reasoning}}, json(), nullptr));
+  if (!p.content.empty()) {
+    out += sse(maker.make(index, {{"content", p.content}}, lp, nullptr));
+    used_lp = true;
+  }
+  if (!p.tool_calls.empty()) {
+    out += sse(maker.make(index, {{"tool_calls", tool_calls_json(p.tool_calls, cs.n_calls, true)}},
+                          used_lp ? json() : lp, nullptr));
+    cs.n_calls += p.tool_calls.size();
+    cs.tool_calls = true;
+    used_lp = true;
+  }
+  if (used_lp) cs.pending_logprobs.clear();
+}
+
+// Streams the choices one after another (each chunk names its choice's index); after the
+// last one, the usage of all (when asked) and [DONE].
 void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, ChatRequest r,
-                 std::shared_ptr<engine::RequestHandle> handle) {
+                 std::vector<std::shared_ptr<engine::RequestHandle>> handles) {
   struct State {
     ChunkMaker maker;
-    bool sent_role = false;
-    bool tool_calls = false;
-    size_t n_calls = 0;
-    std::unique_ptr<chat::StreamingOutputParser> parser;
-    std::vector<StreamItem> pending_logprobs;
+    std::vector<ChoiceStream> choices;
+    size_t current = 0;
+    StreamItem total;
   };
   auto st = std::make_shared<State>();
   st->maker.model = m->id;
   st->maker.include_usage = r.include_usage;
-  if (r.parse_output) {
-    st->parser = std::make_unique<chat::StreamingOutputParser>(
+  st->choices.resize(handles.size());
+  for (ChoiceStream& cs : st->choices) {
+    if (!r.parse_output) continue;
+    cs.parser = std::make_unique<chat::StreamingOutputParser>(
         r.tools.is_null() ? chat::ToolFormat::kNone : m->tool_format, true);
-    if (!r.prefill.empty()) st->parser->push(r.prefill);  // context only; not re-sent
+    if (!r.prefill.empty()) cs.parser->push(r.prefill);  // context only; not re-sent
   }
-  const bool logprobs = r.logprobs;
-  auto emit_parsed = [st, m, logprobs](const chat::ParsedMessage& p, std::string& out) {
-    json lp = logprobs && !st->pending_logprobs.empty() ? chat_logprobs(*m, st->pending_logprobs)
-                                                        : json();
-    bool used_lp = false;
-    if (!p.reasoning.empty()) {
-      out += sse(st->maker.make({{"reasoning_content", p.reasoning}}, json(), nullptr));
-    }
-    if (!p.content.empty()) {
-      out += sse(st->maker.make({{"content", p.content}}, lp, nullptr));
-      used_lp = true;
-    }
-    if (!p.tool_calls.empty()) {
-      out += sse(st->maker.make({{"tool_calls", tool_calls_json(p.tool_calls, st->n_calls, true)}},
-                                used_lp ? json() : lp, nullptr));
-      st->n_calls += p.tool_calls.size();
-      st->tool_calls = true;
-      used_lp = true;
-    }
-    if (used_lp) st->pending_logprobs.clear();
-  };
-  StreamPump pump = [st, m, handle, emit_parsed, include_usage = r.include_usage](bool& done) {
+  StreamPump pump = [st, m, handles, logprobs = r.logprobs,
+                     include_usage = r.include_usage](bool& done) {
     std::string out;
-    if (!st->sent_role) {
-      out += sse(st->maker.make({{"role", "assistant"}, {"content", ""}}, json(), nullptr));
-      st->sent_role = true;
+    const size_t i = st->current;
+    ChoiceStream& cs = st->choices[i];
+    if (!cs.sent_role) {
+      out += sse(st->maker.make(i, {{"role", "assistant"}, {"content", ""}}, json(), nullptr));
+      cs.sent_role = true;
     }
-    for (StreamItem& it : next_items(*handle)) {
-      if (it.kind == StreamItem::Kind::kToken) st->pending_logprobs.push_back(it);
+    for (StreamItem& it : next_items(*handles[i])) {
+      if (it.kind == StreamItem::Kind::kToken) cs.pending_logprobs.push_back(it);
       chat::ParsedMessage p;
-      if (st->parser) {
-        p = st->parser->push(it.text);
+      if (cs.parser) {
+        p = cs.parser->push(it.text);
       } else {
         p.content = it.text;
       }
-      if (it.kind == StreamItem::Kind::kFinal && st->parser) {
-        chat::ParsedMessage rest = st->parser->finish();
+      if (it.kind == StreamItem::Kind::kFinal && cs.parser) {
+        chat::ParsedMessage rest = cs.parser->finish();
         p.content += rest.content;
         p.reasoning += rest.reasoning;
         for (auto& c : rest.tool_calls) p.tool_calls.push_back(std::move(c));
       }
-      emit_parsed(p, out);
+      emit_parsed(*m, st->maker, logprobs, i, cs, p, out);
       if (it.kind != StreamItem::Kind::kFinal) continue;
       if (it.finish_reason == engine::FinishReason::kError) {
         out += sse(error_body(500, it.error));
-      } else {
-        out += sse(st->maker.make(json::object(), json(),
-                                  finish_reason_text(it.finish_reason, st->tool_calls)));
+        out += "data: [DONE]\n\n";
+        done = true;
+        break;
+      }
+      out += sse(st->maker.make(i, json::object(), json(),
+                                finish_reason_text(it.finish_reason, cs.tool_calls)));
+      add_usage(st->total, it, i == 0);
+      st->current += 1;
+      if (st->current == handles.size()) {
         if (include_usage) {
-          json u = st->maker.make(json::object(), json(), nullptr);
+          json u = st->maker.make(0, json::object(), json(), nullptr);
           u["choices"] = json::array();
-          u["usage"] = usage_json(it);
+          u["usage"] = usage_json(st->total);
           out += sse(u);
         }
+        out += "data: [DONE]\n\n";
+        done = true;
       }
-      out += "data: [DONE]\n\n";
-      done = true;
       break;
     }
     return out;
   };
-  stream_response(res, "text/event-stream", pump, [handle] { handle->cancel(); });
+  stream_response(res, "text/event-stream", pump, [handles] {
+    for (auto& h : handles) h->cancel();
+  });
 }
 
-void chat_completions(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
-  auto m = server.model_or_throw();
-  json body = request_json(req);
-  ChatRequest r = parse_chat_request(body, *m);
-  auto handle = start_generation(*m, r.spec);
-  if (r.stream) return stream_chat(res, m, std::move(r), handle);
-
-  CollectedOutput out = collect_output(*handle);
-  if (out.final.finish_reason == engine::FinishReason::kError)
-    throw ApiError(500, "generation failed: " + out.final.error);
+// The "choices" entry of a finished chat generation.
+json chat_choice(const ServingModel& m, const ChatRequest& r, const CollectedOutput& out,
+                 size_t index) {
   json message = {{"role", "assistant"}};
   bool has_calls = false;
   if (r.parse_output) {
     chat::ParsedMessage p = chat::parse_model_output(
-        r.prefill + out.text, r.tools.is_null() ? chat::ToolFormat::kNone : m->tool_format, true);
+        r.prefill + out.text, r.tools.is_null() ? chat::ToolFormat::kNone : m.tool_format, true);
     std::string content = p.content;
     if (!r.prefill.empty() && content.compare(0, r.prefill.size(), r.prefill) == 0)
       content = content.substr(r.prefill.size());
@@ -235,17 +282,37 @@ void chat_completions(HttpServer& server, const httplib::Request& req, httplib::
   } else {
     message["content"] = out.text;
   }
-  json choice = {{"index", 0},
-                 {"message", message},
-                 {"logprobs", r.logprobs ? chat_logprobs(*m, out.tokens) : json()},
-                 {"finish_reason", finish_reason_text(out.final.finish_reason, has_calls)}};
+  return {{"index", index},
+          {"message", message},
+          {"logprobs", r.logprobs ? chat_logprobs(m, out.tokens) : json()},
+          {"finish_reason", finish_reason_text(out.final.finish_reason, has_calls)}};
+}
+
+void chat_completions(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  json body = request_json(req);
+  ChatRequest r = parse_chat_request(body, *m);
+  auto handles = start_choices(*m, r.spec, r.n);
+  if (r.stream) return stream_chat(res, m, std::move(r), std::move(handles));
+
+  json choices = json::array();
+  StreamItem total;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    CollectedOutput out = collect_output(*handles[i]);
+    if (out.final.finish_reason == engine::FinishReason::kError) {
+      for (auto& h : handles) h->cancel();
+      throw ApiError(500, "generation failed: " + out.final.error);
+    }
+    choices.push_back(chat_choice(*m, r, out, i));
+    add_usage(total, out.final, i == 0);
+  }
   send_json(res, {{"id", random_id("chatcmpl-")},
                   {"object", "chat.completion"},
                   {"created", unix_time_now()},
                   {"model", m->id},
                   {"system_fingerprint", "hablar"},
-                  {"choices", json::array({choice})},
-                  {"usage", usage_json(out.final)}});
+                  {"choices", choices},
+                  {"usage", usage_json(total)}});
 }
 
 // "prompt": text, list of texts, token ids, or list of token-id lists.
@@ -313,10 +380,11 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
   bool include_usage = false;
   if (body.contains("stream_options") && body["stream_options"].is_object())
     include_usage = opt_bool(body["stream_options"], "include_usage").value_or(false);
-  if (auto n = opt_integer(body, "n", 1, 128); n && *n != 1)
-    bad_request("'n' > 1 is not supported; send separate requests", "n");
-  if (auto n = opt_integer(body, "best_of", 1, 128); n && *n != 1)
-    bad_request("'best_of' > 1 is not supported", "best_of");
+  const int n = (int)opt_integer(body, "n", 1, kMaxChoices).value_or(1);
+  if (auto best = opt_integer(body, "best_of", 1, kMaxChoices); best && *best != 1 && *best != n)
+    bad_request("'best_of' other than 1 or 'n' is not supported", "best_of");
+  if ((int64_t)prompts.size() * n > kMaxChoices)
+    bad_request("'n' times the number of prompts is more than " + std::to_string(kMaxChoices), "n");
   const bool echo = opt_bool(body, "echo").value_or(false);
   const auto logprobs = opt_integer(body, "logprobs", 0, 20);
   auto max_tokens = opt_integer(body, "max_tokens", 1, INT32_MAX);
@@ -324,6 +392,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
   opt_string(body, "user");
   const engine::SamplingParams sampling = parse_sampling(body, *m, Dialect::kOpenAI);
 
+  // Choice i is prompt i / n's (i % n)-th: choices of one prompt are next to each other.
   std::vector<std::shared_ptr<engine::RequestHandle>> handles;
   std::vector<std::string> echoes;
   try {
@@ -334,8 +403,10 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
       spec.stop = stop;
       spec.n_logprobs = logprobs ? (int32_t)*logprobs : -1;
       spec.max_tokens = bounded_max_tokens(*m, max_tokens, p.size());
-      echoes.push_back(echo ? m->tok().decode(p) : "");
-      handles.push_back(start_generation(*m, std::move(spec)));
+      for (auto& h : start_choices(*m, spec, n)) {
+        echoes.push_back(echo ? m->tok().decode(p) : "");
+        handles.push_back(std::move(h));
+      }
     }
   } catch (...) {
     for (auto& h : handles) h->cancel();
@@ -359,9 +430,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
       json lp = logprobs ? completion_logprobs(*m, out.tokens, echoes[i].size()) : json();
       choices.push_back(
           choice(i, echoes[i] + out.text, lp, finish_reason_text(out.final.finish_reason, false)));
-      total.n_prompt += out.final.n_prompt;
-      total.n_generated += out.final.n_generated;
-      total.n_cached_prompt += out.final.n_cached_prompt;
+      add_usage(total, out.final, i % n == 0);
     }
     send_json(res, {{"id", id},
                     {"object", "text_completion"},
@@ -410,9 +479,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
       }
       out += sse(chunk(
           json::array({choice(i, it.text, json(), finish_reason_text(it.finish_reason, false))})));
-      st->total.n_prompt += it.n_prompt;
-      st->total.n_generated += it.n_generated;
-      st->total.n_cached_prompt += it.n_cached_prompt;
+      add_usage(st->total, it, i % n == 0);
       st->current += 1;
       st->echoed = false;
       if (st->current == handles.size()) {

@@ -155,10 +155,73 @@ def test_completions_stream(client):
     assert text == plain.choices[0].text
 
 
-def test_n_greater_than_one_is_a_clear_400(server):
-    r = chat(server, {"messages": HELLO, "n": 2})
+def test_chat_n_choices_each_seeded_apart(server, client):
+    kw = dict(model="any", messages=HELLO, max_tokens=8, temperature=1.3, top_p=1.0, seed=77)
+    r = client.chat.completions.create(n=3, **kw)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    texts = [c.message.content for c in r.choices]
+    assert len(set(texts)) > 1, "three sampled choices were all the same"
+    # Choice j draws with seed + j: choice 0 is the n = 1 answer with the same seed.
+    assert texts[0] == client.chat.completions.create(**kw).choices[0].message.content
+    assert texts[1] == client.chat.completions.create(**{**kw, "seed": 78}).choices[0].message.content
+    # The prompt is counted once; the completions of every choice add up.
+    assert r.usage.prompt_tokens == prompt_token_count(server, HELLO)
+    assert r.usage.completion_tokens >= sum(1 for t in texts if t)
+    assert r.usage.completion_tokens <= 3 * 8
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_chat_n_choices_stream_by_index(server, client):
+    kw = dict(model="any", messages=HELLO, max_tokens=6, temperature=0)
+    stream = client.chat.completions.create(n=2, stream=True, stream_options={"include_usage": True}, **kw)
+    texts, finishes, roles = {}, {}, {}
+    usage = None
+    for c in stream:
+        if not c.choices:
+            usage = c.usage
+            continue
+        ch = c.choices[0]
+        texts[ch.index] = texts.get(ch.index, "") + (ch.delta.content or "")
+        if ch.delta.role:
+            roles[ch.index] = ch.delta.role
+        if ch.finish_reason:
+            finishes[ch.index] = ch.finish_reason
+    assert sorted(texts) == [0, 1] and roles == {0: "assistant", 1: "assistant"}
+    assert set(finishes) == {0, 1}
+    plain = client.chat.completions.create(**kw).choices[0].message.content
+    assert texts[0] == texts[1] == plain  # greedy: every choice the same
+    assert usage.prompt_tokens == prompt_token_count(server, HELLO)
+
+
+def test_completions_n_per_prompt(client):
+    prompts = ["Roses are red,", "The capital of France is"]
+    r = client.completions.create(model="any", prompt=prompts, n=2, max_tokens=3, temperature=0, echo=True)
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]
+    assert r.choices[0].text.startswith(prompts[0]) and r.choices[1].text.startswith(prompts[0])
+    assert r.choices[2].text.startswith(prompts[1]) and r.choices[3].text.startswith(prompts[1])
+    assert r.choices[0].text == r.choices[1].text
+    single = client.completions.create(model="any", prompt=prompts[1], max_tokens=3, temperature=0)
+    assert r.choices[2].text == prompts[1] + single.choices[0].text
+    streamed = client.completions.create(model="any", prompt=prompts, n=2, max_tokens=3, temperature=0,
+                                         stream=True)
+    got = {}
+    for c in streamed:
+        for ch in c.choices:
+            got[ch.index] = got.get(ch.index, "") + ch.text
+    assert got == {i: r.choices[i].text[len(prompts[i // 2]):] for i in range(4)}
+
+
+def test_n_out_of_range_is_a_clear_400(server):
+    for n in (0, 65, "2"):
+        r = chat(server, {"messages": HELLO, "n": n})
+        assert r.status_code == 400, n
+        assert "'n'" in r.json()["error"]["message"]
+    r = requests.post(server.url + "/v1/completions", json={"prompt": ["a"] * 9, "n": 8})
     assert r.status_code == 400
     assert "'n'" in r.json()["error"]["message"]
+    r = requests.post(server.url + "/v1/completions", json={"prompt": "a", "n": 2, "best_of": 3})
+    assert r.status_code == 400
+    assert "best_of" in r.json()["error"]["message"]
 
 
 def test_penalties_bias_and_user_are_accepted(client):
