@@ -75,8 +75,9 @@ std::shared_ptr<RequestHandle> Engine::submit(GenerateRequest request) {
       throw_error(ErrorKind::kInvalidArgument, "prompt token id " + std::to_string(t) +
                                                    " is outside the vocabulary [0, " +
                                                    std::to_string(vocab) + ")");
-  if (request.max_tokens < 1)
-    throw_error(ErrorKind::kInvalidArgument, "max_tokens must be at least 1");
+  if (request.max_tokens < 1 && !(request.max_tokens == 0 && request.n_prompt_logprobs >= 0))
+    throw_error(ErrorKind::kInvalidArgument,
+                "max_tokens must be at least 1 (0 only with prompt log-probabilities)");
   if (!accepting_.load()) throw_error(ErrorKind::kResource, "the server is shutting down");
   if (n_queued_.fetch_add(1) >= config_.max_queue) {
     n_queued_.fetch_sub(1);
@@ -94,6 +95,7 @@ std::shared_ptr<RequestHandle> Engine::submit(GenerateRequest request) {
   a->seq->arrival = id;
   a->seq->n_prompt = n_prompt;
   a->seq->tokens = std::move(request.prompt);
+  a->seq->prompt_logits = request.n_prompt_logprobs >= 0;
   // Bounded by the context: prompt + generated never exceeds it.
   a->seq->max_tokens = std::min(request.max_tokens, capacity - n_prompt);
   a->request = std::move(request);
@@ -194,10 +196,16 @@ void Engine::step() {
   std::vector<ExecChunk> chunks;
   chunks.reserve(plan.chunks.size());
   int32_t n_prompt_tokens = 0, n_decode_tokens = 0;
+  size_t n_rows = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     const Sequence& s = *c.seq;
+    // Rows for every token while prompt positions whose successor's log-probability is
+    // wanted are in the chunk.
+    const bool all_logits = s.prompt_logits && c.start_pos < s.n_prompt - 1;
     chunks.push_back({std::span<const int32_t>(s.tokens.data() + c.start_pos, (size_t)c.n_tokens),
-                      c.start_pos, std::span<const int32_t>(s.block_table), s.n_prompt});
+                      c.start_pos, std::span<const int32_t>(s.block_table), s.n_prompt,
+                      all_logits});
+    n_rows += all_logits ? (size_t)c.n_tokens : 1;
     if (c.n_tokens == 1 && s.n_generated() > 0 && c.start_pos == (int32_t)s.tokens.size() - 1)
       n_decode_tokens += 1;
     else
@@ -211,14 +219,56 @@ void Engine::step() {
   }
   executor_.execute(plan.copies, chunks, logits_);
   const size_t n_vocab = (size_t)executor_.n_vocab();
-  HABLAR_CHECK(logits_.size() >= plan.chunks.size() * n_vocab, "executor returned too few logits");
+  HABLAR_CHECK(logits_.size() >= n_rows * n_vocab, "executor returned too few logits");
+  size_t row = 0;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
-    Sequence* seq = plan.chunks[i].seq;
-    seq->n_computed += plan.chunks[i].n_tokens;
+    const ScheduledChunk& c = plan.chunks[i];
+    Sequence* seq = c.seq;
+    Active& a = *active_.at(seq);
+    const size_t rows = chunks[i].all_logits ? (size_t)c.n_tokens : 1;
+    const float* first_row = logits_.data() + row * n_vocab;
+    row += rows;
+    if (chunks[i].all_logits) emit_prompt_logprobs(a, c.start_pos, c.n_tokens, first_row);
+    seq->n_computed += c.n_tokens;
     blocks_.register_full_blocks(*seq);
-    if (seq->n_pending() == 0) sample_and_emit(*active_.at(seq), logits_.data() + i * n_vocab);
+    if (seq->n_pending() != 0) continue;
+    if (seq->max_tokens == 0) {  // prompt log-probabilities only
+      finish(a, FinishReason::kLength);
+      continue;
+    }
+    sample_and_emit(a, logits_.data() + (row - 1) * n_vocab);
   }
   publish_state(&plan, seconds_between(t0, Clock::now()), n_prompt_tokens, n_decode_tokens);
+}
+
+// Sends kPrompt items for the prompt tokens whose predecessors are in this chunk: row j
+// (position start_pos + j) gives the log-probability of the token at start_pos + j + 1. Items
+// already sent (before a preemption made the sequence compute its prompt again) are not
+// repeated. The first prompt token has no log-probability.
+void Engine::emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens,
+                                  const float* rows) {
+  const Sequence& s = *a.seq;
+  const size_t n_vocab = (size_t)executor_.n_vocab();
+  if (a.prompt_items_sent == 0 && start_pos == 0) {
+    StreamItem first;
+    first.kind = StreamItem::Kind::kPrompt;
+    first.token = s.tokens[0];
+    first.has_logprob = false;
+    a.handle->push(std::move(first));
+    a.prompt_items_sent = 1;
+  }
+  for (int32_t j = 0; j < n_tokens; ++j) {
+    const int32_t target = start_pos + j + 1;
+    if (target >= s.n_prompt) break;
+    if (target != a.prompt_items_sent) continue;  // sent already (or not next in order)
+    StreamItem item;
+    item.kind = StreamItem::Kind::kPrompt;
+    item.token = s.tokens[(size_t)target];
+    fill_logprobs(std::span<const float>(rows + (size_t)j * n_vocab, n_vocab), item.token,
+                  a.request.n_prompt_logprobs, item);
+    a.handle->push(std::move(item));
+    a.prompt_items_sent = target + 1;
+  }
 }
 
 void Engine::sample_and_emit(Active& a, float* logits_row) {

@@ -56,16 +56,24 @@ struct GenerateRequest {
   int32_t max_tokens = 16;  // generated-token limit (further bounded by the context)
   bool ignore_eos = false;  // keep going past end-of-generation tokens
   int32_t n_logprobs = -1;  // -1 none; 0 the chosen token's; k > 0 also the top k
+  // Log-probabilities of the prompt's own tokens (each given the tokens before it), sent as
+  // kPrompt items before the first generated token: -1 none; 0 each token's; k > 0 also the
+  // top k. Every prompt position is computed (no prefix-cache reuse). With it, max_tokens
+  // may be 0: the request ends (kLength) once the prompt is processed.
+  int32_t n_prompt_logprobs = -1;
   std::unique_ptr<NextTokenSampler> sampler;  // null: greedy (argmax)
   std::unique_ptr<OutputFilter> filter;       // null: no text
 };
 
 struct StreamItem {
-  enum class Kind : uint8_t { kToken, kFinal } kind = Kind::kToken;
-  // kToken
+  // kPrompt: a prompt token and its log-probability (GenerateRequest::n_prompt_logprobs);
+  // kToken: a generated token; kFinal: the end.
+  enum class Kind : uint8_t { kToken, kFinal, kPrompt } kind = Kind::kToken;
+  // kToken, kPrompt
   int32_t token = -1;
   std::string text;  // also the final flush's text for kFinal
   float logprob = 0;
+  bool has_logprob = true;  // false for the first prompt token (nothing before it)
   std::vector<TokenLogprob> top_logprobs;
   // kFinal
   FinishReason finish_reason = FinishReason::kNone;
@@ -139,13 +147,15 @@ class Engine {
     std::chrono::steady_clock::time_point first_token;
     std::chrono::steady_clock::time_point last_token;
     bool scheduled = false;
-    bool filter_stopped = false;  // the output filter matched a stop string
+    bool filter_stopped = false;    // the output filter matched a stop string
+    int32_t prompt_items_sent = 0;  // kPrompt items pushed (prompt positions 0 .. n - 1)
   };
 
   void loop();
   void intake();
   void step();
   void sample_and_emit(Active& a, float* logits_row);
+  void emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens, const float* rows);
   void finish(Active& a, FinishReason reason, const std::string& error = {});
   void publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,
                      int32_t n_decode_tokens);

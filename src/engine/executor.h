@@ -17,14 +17,16 @@ struct ExecChunk {
   int32_t start_pos = 0;                 // position of tokens[0]; the cache holds [0, start_pos)
   std::span<const int32_t> block_table;  // blocks covering [0, start_pos + tokens.size())
   int32_t generated_from = -1;           // positions >= this hold sampled tokens (-1: unknown)
+  bool all_logits = false;               // a logits row for every token, not just the last
 };
 
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
   virtual int32_t n_vocab() const = 0;
-  // Performs the block copies (copy-on-write) first, then the forward; writes one row of
-  // n_vocab logits per chunk (for its last token) into `logits`.
+  // Performs the block copies (copy-on-write) first, then the forward; writes rows of
+  // n_vocab logits into `logits` in chunk order: one per token of an all_logits chunk, else
+  // one (for its last token).
   virtual void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                        std::vector<float>& logits) = 0;
 };

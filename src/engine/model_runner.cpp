@@ -25,7 +25,7 @@ void ModelRunner::execute(std::span<const BlockCopy> copies, std::span<const Exe
     m.tokens = c.tokens;
     m.start_pos = c.start_pos;
     m.block_table = c.block_table;
-    m.all_logits = false;
+    m.all_logits = c.all_logits;
     m.generated_from = c.generated_from;
     chunks_.push_back(m);
   }

@@ -88,7 +88,7 @@ void Scheduler::admit_waiting(int32_t& budget, StepPlan& plan) {
     Sequence* seq = waiting_.front();
     // Sequences preempted in this very step wait for the next one.
     if (std::find(plan.preempted.begin(), plan.preempted.end(), seq) != plan.preempted.end()) break;
-    if (seq->block_table.empty())
+    if (seq->block_table.empty() && !seq->prompt_logits)
       seq->n_cached_prompt =
           std::max(seq->n_cached_prompt, std::min(blocks_.match_prefix(*seq), seq->n_prompt));
     const int32_t n = std::min({seq->n_pending(), config_.max_prefill_chunk, budget});

@@ -38,6 +38,8 @@ struct Sequence {
   std::vector<uint64_t> block_hashes;  // chained prefix hash of each full block, registered
                                        // in the prefix cache (size <= block_table.size())
   int32_t n_cached_prompt = 0;         // prompt tokens served from the prefix cache
+  bool prompt_logits = false;          // logits wanted at every prompt position: the
+                                       // prompt is never taken from the prefix cache
   int32_t n_preemptions = 0;
 
   FinishReason finish_reason = FinishReason::kNone;

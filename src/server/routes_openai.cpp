@@ -355,21 +355,30 @@ std::vector<std::vector<int32_t>> parse_prompts(const json& body, const ServingM
   return prompts;
 }
 
-// Legacy completions logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
+// Legacy completions logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}
+// of some tokens (prompt tokens first when echoed; the first of those has null entries).
 json completion_logprobs(const ServingModel& m, const std::vector<StreamItem>& tokens,
                          size_t text_offset) {
   json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
   for (const StreamItem& t : tokens) {
     const std::string s = token_string(m, t.token);
     toks.push_back(s);
-    lps.push_back(t.logprob);
     json top = json::object();
     for (const auto& alt : t.top_logprobs) top[token_string(m, alt.token)] = alt.logprob;
-    tops.push_back(top);
+    lps.push_back(t.has_logprob ? json(t.logprob) : json());
+    tops.push_back(t.has_logprob ? top : json());
     offs.push_back(text_offset);
     text_offset += s.size();
   }
   return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
+// The prompt's items followed by the generated ones.
+std::vector<StreamItem> joined(const std::vector<StreamItem>& prompt,
+                               const std::vector<StreamItem>& tokens) {
+  std::vector<StreamItem> all = prompt;
+  all.insert(all.end(), tokens.begin(), tokens.end());
+  return all;
 }
 
 void completions(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
@@ -387,7 +396,13 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
     bad_request("'n' times the number of prompts is more than " + std::to_string(kMaxChoices), "n");
   const bool echo = opt_bool(body, "echo").value_or(false);
   const auto logprobs = opt_integer(body, "logprobs", 0, 20);
-  auto max_tokens = opt_integer(body, "max_tokens", 1, INT32_MAX);
+  auto max_tokens = opt_integer(body, "max_tokens", 0, INT32_MAX);
+  if (max_tokens == 0 && !echo)
+    bad_request("'max_tokens': 0 needs 'echo': true (the prompt and its log-probabilities only)",
+                "max_tokens");
+  // Echo with logprobs gives the prompt tokens' log-probabilities too.
+  const int32_t n_prompt_logprobs =
+      echo && logprobs ? (int32_t)*logprobs : (max_tokens == 0 ? 0 : -1);
   const auto stop = opt_string_list(body, "stop", 16);
   opt_string(body, "user");
   const engine::SamplingParams sampling = parse_sampling(body, *m, Dialect::kOpenAI);
@@ -402,6 +417,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
       spec.sampling = sampling;
       spec.stop = stop;
       spec.n_logprobs = logprobs ? (int32_t)*logprobs : -1;
+      spec.n_prompt_logprobs = n_prompt_logprobs;
       spec.max_tokens = bounded_max_tokens(*m, max_tokens, p.size());
       for (auto& h : start_choices(*m, spec, n)) {
         echoes.push_back(echo ? m->tok().decode(p) : "");
@@ -427,7 +443,9 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
       CollectedOutput out = collect_output(*handles[i]);
       if (out.final.finish_reason == engine::FinishReason::kError)
         throw ApiError(500, "generation failed: " + out.final.error);
-      json lp = logprobs ? completion_logprobs(*m, out.tokens, echoes[i].size()) : json();
+      json lp = !logprobs ? json()
+                : echo    ? completion_logprobs(*m, joined(out.prompt, out.tokens), 0)
+                          : completion_logprobs(*m, out.tokens, 0);
       choices.push_back(
           choice(i, echoes[i] + out.text, lp, finish_reason_text(out.final.finish_reason, false)));
       add_usage(total, out.final, i % n == 0);
@@ -445,6 +463,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
     size_t current = 0;
     bool echoed = false;
     size_t offset = 0;
+    std::vector<StreamItem> prompt_items;  // of the current choice, until its echo is sent
     StreamItem total;
   };
   auto st = std::make_shared<State>();
@@ -457,13 +476,21 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
   StreamPump pump = [=](bool& done) {
     std::string out;
     const size_t i = st->current;
-    if (!st->echoed) {
-      st->echoed = true;
-      st->offset = echoes[i].size();
-      if (!echoes[i].empty())
-        out += sse(chunk(json::array({choice(i, echoes[i], json(), nullptr)})));
-    }
     for (StreamItem& it : next_items(*handles[i])) {
+      if (it.kind == StreamItem::Kind::kPrompt) {
+        st->prompt_items.push_back(std::move(it));
+        continue;
+      }
+      if (!st->echoed) {  // the echo, with the prompt's log-probabilities when asked
+        st->echoed = true;
+        st->offset = 0;
+        if (!echoes[i].empty()) {
+          json lp = logprobs ? completion_logprobs(*m, st->prompt_items, 0) : json();
+          for (const auto& p : st->prompt_items) st->offset += token_string(*m, p.token).size();
+          out += sse(chunk(json::array({choice(i, echoes[i], lp, nullptr)})));
+        }
+        st->prompt_items.clear();
+      }
       if (it.kind == StreamItem::Kind::kToken) {
         json lp = logprobs ? completion_logprobs(*m, {it}, st->offset) : json();
         st->offset += token_string(*m, it.token).size();

@@ -96,6 +96,7 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
   req.max_tokens = spec.max_tokens;
   req.ignore_eos = spec.ignore_eos;
   req.n_logprobs = spec.n_logprobs;
+  req.n_prompt_logprobs = spec.n_prompt_logprobs;
   spec.sampling.n_probs = 0;  // the engine reports log-probabilities itself
   try {
     req.sampler = std::make_unique<SamplerAdapter>(spec.sampling, m.tok().n_vocab());
@@ -121,6 +122,10 @@ CollectedOutput collect_output(engine::RequestHandle& handle) {
       if (it.kind == engine::StreamItem::Kind::kFinal) {
         out.final = std::move(it);
         return out;
+      }
+      if (it.kind == engine::StreamItem::Kind::kPrompt) {
+        out.prompt.push_back(std::move(it));
+        continue;
       }
       out.tokens.push_back(std::move(it));
     }

@@ -49,7 +49,8 @@ struct GenerationSpec {
   int32_t max_tokens = 16;
   std::vector<std::string> stop;
   bool ignore_eos = false;
-  int32_t n_logprobs = -1;  // -1 none, 0 chosen token, k > 0 top k
+  int32_t n_logprobs = -1;         // -1 none, 0 chosen token, k > 0 top k
+  int32_t n_prompt_logprobs = -1;  // the prompt tokens' own (same values); max_tokens may be 0
 };
 
 // Text of a chat conversation after the template, and the prompt's tokens.
@@ -67,6 +68,7 @@ int32_t bounded_max_tokens(const ServingModel& m, std::optional<int64_t> request
 // Everything one request produced, for non-streaming responses.
 struct CollectedOutput {
   std::string text;
+  std::vector<engine::StreamItem> prompt;  // kPrompt items in order (prompt log-probabilities)
   std::vector<engine::StreamItem> tokens;  // kToken items in order
   engine::StreamItem final;
 };

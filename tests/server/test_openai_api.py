@@ -138,11 +138,15 @@ def test_completions_echo_and_logprobs(client):
     choice = r.choices[0]
     assert choice.text.startswith(prompt)
     lp = choice.logprobs
-    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 3
-    assert all(x <= 0 for x in lp.token_logprobs)
-    assert all(len(t) <= 2 for t in lp.top_logprobs)
-    assert lp.text_offset[0] == len(prompt)
-    assert "".join(lp.tokens) == choice.text[len(prompt):]
+    # Echoed: the prompt's tokens come first (the first without a log-probability).
+    n = r.usage.prompt_tokens + 3
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == n
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(x <= 0 for x in lp.token_logprobs[1:])
+    assert all(len(t) <= 2 for t in lp.top_logprobs[1:])
+    assert "".join(lp.tokens) == choice.text
+    assert lp.text_offset == [len("".join(lp.tokens[:i])) for i in range(n)]
+    assert lp.text_offset[r.usage.prompt_tokens] == len(prompt)
 
 
 def test_completions_stream(client):
@@ -247,3 +251,44 @@ def _bias_against(client, token_text):
     ids = rq.post(base + "/tokenize", json={"content": token_text, "parse_special": False}).json()["tokens"]
     assert len(ids) == 1
     return {str(ids[0]): -100}
+
+
+def _ids(server, text):
+    return requests.post(server.url + "/tokenize", json={"content": text, "add_special": False}).json()["tokens"]
+
+
+def test_completions_echo_gives_prompt_logprobs_equal_to_next_token_ones(server, client):
+    ids = _ids(server, "The capital of France is Paris, and the capital of Spain is")
+    r = client.completions.create(model="any", prompt=ids, max_tokens=0, echo=True, logprobs=3)
+    lp = r.choices[0].logprobs
+    assert r.usage.completion_tokens == 0 and r.usage.prompt_tokens == len(ids)
+    assert len(lp.tokens) == len(ids)
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(x is not None and x <= 0 for x in lp.token_logprobs[1:])
+    assert all(len(t) == 3 for t in lp.top_logprobs[1:])
+    # Each prompt token's log-probability is the one the model gives it as the next token
+    # after the tokens before it (a prefix request's top log-probabilities).
+    checked = 0
+    for i in range(1, len(ids)):
+        nxt = client.completions.create(model="any", prompt=ids[:i], max_tokens=1, temperature=0, logprobs=20)
+        top = nxt.choices[0].logprobs.top_logprobs[0]
+        if lp.tokens[i] in top:
+            assert abs(top[lp.tokens[i]] - lp.token_logprobs[i]) < 1e-3, (i, lp.tokens[i])
+            checked += 1
+    assert checked >= len(ids) // 2
+    # Streamed: the echo chunk carries the same log-probabilities.
+    chunks = list(client.completions.create(model="any", prompt=ids, max_tokens=2, echo=True, logprobs=3,
+                                            temperature=0, stream=True))
+    first = chunks[0].choices[0]
+    assert first.logprobs.token_logprobs == lp.token_logprobs
+    assert first.logprobs.tokens == lp.tokens
+
+
+def test_max_tokens_zero_needs_echo(server):
+    r = requests.post(server.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 0})
+    assert r.status_code == 400
+    assert "echo" in r.json()["error"]["message"]
+    r = requests.post(server.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 0, "echo": True})
+    assert r.status_code == 200
+    assert r.json()["choices"][0]["text"] == "Hello"
+    assert r.json()["usage"]["completion_tokens"] == 0

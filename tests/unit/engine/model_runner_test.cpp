@@ -1,15 +1,18 @@
 // The engine over the real CPU model runner, on a small synthetic Llama model: requests run
 // together (batched, some preempted, some sharing cached prefix blocks and copying them on
-// write) produce exactly the greedy tokens each produces alone.
+// write) produce exactly the greedy tokens each produces alone; prompt log-probabilities
+// are the model's own, once per prompt token, however the prompt was chunked or preempted.
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <random>
 
+#include "core/error.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "formats/synthetic_model.h"
 #include "model/model.h"
+#include "model/sequence_runner.h"
 #include "support/test_support.h"
 
 namespace hablar::engine {
@@ -119,6 +122,93 @@ TEST_F(ModelRunnerTest, PreemptionKeepsOutputs) {
   const auto squeezed = generate(prompts, 10, 7, 12, false, &m);
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(squeezed[i], alone[i]) << "request " << i;
   EXPECT_GT(m.preemptions_total, 0u);
+}
+
+// Each prompt's kPrompt items, through an engine with the given cache, for max_tokens = 0.
+std::vector<std::vector<StreamItem>> prompt_items(model::Model& model,
+                                                  const std::vector<std::vector<int32_t>>& prompts,
+                                                  int32_t n_blocks,
+                                                  std::vector<StreamItem>* finals) {
+  ModelRunner runner(model, n_blocks, 16);
+  EngineConfig c;
+  c.n_blocks = n_blocks;
+  c.block_size = 16;
+  c.n_ctx = 1024;
+  c.scheduler = {.max_running = 8, .max_step_tokens = 96, .max_prefill_chunk = 40};
+  Engine engine(c, runner);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (const auto& p : prompts) {
+    GenerateRequest g;
+    g.prompt = p;
+    g.max_tokens = 0;
+    g.n_prompt_logprobs = 2;
+    handles.push_back(engine.submit(std::move(g)));
+  }
+  std::vector<std::vector<StreamItem>> out(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (bool done = false; !done;) {
+      std::vector<StreamItem> items;
+      EXPECT_TRUE(handles[i]->wait(items, milliseconds(60000))) << "engine stalled";
+      if (items.empty()) break;
+      for (auto& it : items) {
+        if (it.kind == StreamItem::Kind::kFinal) {
+          done = true;
+          finals->push_back(it);
+        } else {
+          out[i].push_back(it);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST_F(ModelRunnerTest, PromptLogprobsAreTheModelsOwnOncePerToken) {
+  const auto prompts = test_prompts();  // shared heads: the prefix cache must not serve them
+  // Reference: every position's logits from one sequence alone.
+  std::vector<std::vector<float>> want(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    model::SequenceRunner alone(*model_, 1024);
+    const auto rows = alone.eval(prompts[i], /*all_logits=*/true);
+    const size_t n_vocab = rows.size() / prompts[i].size();
+    std::vector<float> logp(n_vocab);
+    for (size_t t = 1; t < prompts[i].size(); ++t) {
+      log_softmax(rows.subspan((t - 1) * n_vocab, n_vocab), logp);
+      want[i].push_back(logp[(size_t)prompts[i][t]]);
+    }
+  }
+  // Batched with 40-token prefill chunks (64 blocks), then squeezed so that sequences are
+  // preempted and compute their prompts again (10 blocks).
+  for (int32_t n_blocks : {64, 10}) {
+    std::vector<StreamItem> finals;
+    const auto got = prompt_items(*model_, prompts, n_blocks, &finals);
+    ASSERT_EQ(finals.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(got[i].size(), prompts[i].size()) << "blocks " << n_blocks << " request " << i;
+      EXPECT_FALSE(got[i][0].has_logprob);
+      for (size_t t = 0; t < got[i].size(); ++t) {
+        EXPECT_EQ(got[i][t].kind, StreamItem::Kind::kPrompt);
+        EXPECT_EQ(got[i][t].token, prompts[i][t]);
+        if (t == 0) continue;
+        EXPECT_NEAR(got[i][t].logprob, want[i][t - 1], 1e-4) << "request " << i << " pos " << t;
+        EXPECT_EQ(got[i][t].top_logprobs.size(), 2u);
+      }
+      EXPECT_EQ(finals[i].finish_reason, FinishReason::kLength);
+      EXPECT_EQ(finals[i].n_generated, 0);
+      EXPECT_EQ(finals[i].n_cached_prompt, 0);
+    }
+  }
+}
+
+TEST_F(ModelRunnerTest, MaxTokensZeroNeedsPromptLogprobs) {
+  ModelRunner runner(*model_, 16, 16);
+  EngineConfig c;
+  c.n_blocks = 16;
+  Engine engine(c, runner);
+  GenerateRequest g;
+  g.prompt = {100, 200, 300};
+  g.max_tokens = 0;
+  EXPECT_THROW(engine.submit(std::move(g)), hablar::Error);
 }
 
 }  // namespace
