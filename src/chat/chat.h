@@ -67,18 +67,20 @@ class ChatTemplate {
   std::shared_ptr<const jinja::Program> program_;
 };
 
+// Objects keep their keys in the order given (as Python's dicts do, so that a template
+// prints a tool's parameters in the order the client listed them).
 struct ChatInput {
   // OpenAI shape: role, content (string or list of parts), tool_calls, tool_call_id, name.
-  nlohmann::json messages = nlohmann::json::array();
-  nlohmann::json tools;  // null or an array of OpenAI function tools
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;  // null or an array of OpenAI function tools
   bool add_generation_prompt = true;
   std::string bos_token, eos_token;
-  nlohmann::json extra = nlohmann::json::object();  // e.g. {"enable_thinking": false}
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // {"enable_thinking": false}
 };
 
 // The variables a chat template sees: messages, tools (when not null), add_generation_prompt,
 // bos_token, eos_token and every key of `extra`.
-nlohmann::json chat_context(const ChatInput& input);
+nlohmann::ordered_json chat_context(const ChatInput& input);
 std::string apply_chat_template(const ChatTemplate& tmpl, const ChatInput& input);
 std::string apply_chat_template(const ChatTemplate& tmpl, const ChatInput& input,
                                 const RenderOptions& options);

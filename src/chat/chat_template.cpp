@@ -94,8 +94,8 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& context,
   return render_program(*program_, context_value(jinja::from_json(context)), options);
 }
 
-nlohmann::json chat_context(const ChatInput& input) {
-  nlohmann::json context = nlohmann::json::object();
+nlohmann::ordered_json chat_context(const ChatInput& input) {
+  nlohmann::ordered_json context = nlohmann::ordered_json::object();
   context["messages"] = input.messages;
   if (!input.tools.is_null()) context["tools"] = input.tools;
   context["add_generation_prompt"] = input.add_generation_prompt;

@@ -6,7 +6,7 @@ namespace hablar::server {
 
 namespace {
 
-std::string flatten_content(const nlohmann::json& content, size_t index) {
+std::string flatten_content(const OrderedJson& content, size_t index) {
   const std::string where = "messages[" + std::to_string(index) + "].content";
   if (content.is_string()) return content.get<std::string>();
   if (content.is_null()) return "";
@@ -34,11 +34,11 @@ std::string flatten_content(const nlohmann::json& content, size_t index) {
 
 }  // namespace
 
-nlohmann::json normalize_messages(const nlohmann::json& messages) {
+OrderedJson normalize_messages(const OrderedJson& messages) {
   if (messages.is_null()) bad_request("'messages' is required", "messages");
   if (!messages.is_array()) bad_request("'messages' must be a list of messages", "messages");
   if (messages.empty()) bad_request("'messages' must contain at least one message", "messages");
-  nlohmann::json out = nlohmann::json::array();
+  OrderedJson out = OrderedJson::array();
   for (size_t i = 0; i < messages.size(); ++i) {
     const auto& msg = messages[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
@@ -51,12 +51,12 @@ nlohmann::json normalize_messages(const nlohmann::json& messages) {
       bad_request("'" + where + ".role' must be system, developer, user, assistant or tool (got '" +
                       role + "')",
                   where + ".role");
-    nlohmann::json m = msg;
+    OrderedJson m = msg;
     const bool has_calls =
         msg.contains("tool_calls") && msg["tool_calls"].is_array() && !msg["tool_calls"].empty();
     if (!msg.contains("content") && !(role == "assistant" && has_calls))
       bad_request("'" + where + ".content' is required", where + ".content");
-    m["content"] = flatten_content(msg.contains("content") ? msg["content"] : nlohmann::json(), i);
+    m["content"] = flatten_content(msg.contains("content") ? msg["content"] : OrderedJson(), i);
     if (has_calls) {
       for (auto& call : m["tool_calls"]) {
         if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
@@ -64,7 +64,7 @@ nlohmann::json normalize_messages(const nlohmann::json& messages) {
                       where + ".tool_calls");
         auto& fn = call["function"];
         if (fn.contains("arguments") && fn["arguments"].is_string()) {
-          auto parsed = nlohmann::json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+          auto parsed = OrderedJson::parse(fn["arguments"].get<std::string>(), nullptr, false);
           if (!parsed.is_discarded() && parsed.is_object()) fn["arguments"] = parsed;
         }
       }
@@ -74,7 +74,7 @@ nlohmann::json normalize_messages(const nlohmann::json& messages) {
   return out;
 }
 
-nlohmann::json select_tools(const nlohmann::json& body) {
+OrderedJson select_tools(const OrderedJson& body) {
   auto it = body.find("tools");
   if (it == body.end() || it->is_null()) return nullptr;
   if (!it->is_array()) bad_request("'tools' must be a list of tools", "tools");
@@ -98,7 +98,7 @@ nlohmann::json select_tools(const nlohmann::json& body) {
   if (choice->is_object() && choice->contains("function") && (*choice)["function"].is_object() &&
       (*choice)["function"].contains("name")) {
     const auto name = (*choice)["function"]["name"];
-    nlohmann::json picked = nlohmann::json::array();
+    OrderedJson picked = OrderedJson::array();
     for (const auto& t : *it)
       if (t["function"]["name"] == name) picked.push_back(t);
     if (picked.empty())
@@ -108,7 +108,14 @@ nlohmann::json select_tools(const nlohmann::json& body) {
   bad_request("'tool_choice' must be none, auto, required or a function", "tool_choice");
 }
 
-bool needs_output_parser(const ServingModel& m, const nlohmann::json& tools) {
+ChatParts chat_parts(const std::string& body_text) {
+  const OrderedJson body = OrderedJson::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  if (!body.is_object()) bad_request("the request body must be a JSON object");
+  return {normalize_messages(body.contains("messages") ? body["messages"] : OrderedJson()),
+          select_tools(body)};
+}
+
+bool needs_output_parser(const ServingModel& m, const OrderedJson& tools) {
   if (!tools.is_null()) return true;
   return m.chat_template && m.chat_template->source().find("<think>") != std::string::npos;
 }

@@ -8,14 +8,25 @@
 
 namespace hablar::server {
 
+// Chat messages and tools keep every object's keys in the client's order (see ChatInput).
+using OrderedJson = nlohmann::ordered_json;
+
 // Checks `messages` (a non-empty list of {role, content, ...}) and returns them in the form
 // templates expect: content parts joined into one string, tool-call arguments as objects.
-nlohmann::json normalize_messages(const nlohmann::json& messages);
+OrderedJson normalize_messages(const OrderedJson& messages);
 
 // The tools a template should see given "tools" and "tool_choice" (null when none).
-nlohmann::json select_tools(const nlohmann::json& body);
+OrderedJson select_tools(const OrderedJson& body);
+
+// A chat request's messages and tools, read from its body text in the client's key order
+// (the body has already been checked by request_json).
+struct ChatParts {
+  OrderedJson messages;
+  OrderedJson tools;
+};
+ChatParts chat_parts(const std::string& body_text);
 
 // Whether generated text needs the output parser (tool calls or reasoning tags).
-bool needs_output_parser(const ServingModel& m, const nlohmann::json& tools);
+bool needs_output_parser(const ServingModel& m, const OrderedJson& tools);
 
 }  // namespace hablar::server

@@ -206,10 +206,9 @@ void detokenize(HttpServer& server, const httplib::Request& req, httplib::Respon
 void apply_template(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
   auto m = server.model_or_throw();
   json body = request_json(req);
-  json messages = normalize_messages(body.contains("messages") ? body["messages"] : json());
-  json tools = select_tools(body);
+  const ChatParts chat = chat_parts(req.body);
   const bool add_gen = opt_bool(body, "add_generation_prompt").value_or(true);
-  send_json(res, {{"prompt", render_chat(*m, messages, tools, add_gen)}});
+  send_json(res, {{"prompt", render_chat(*m, chat.messages, chat.tools, add_gen)}});
 }
 
 json generation_settings(const ServingModel& m) {

@@ -104,9 +104,8 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
 void api_chat(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
   auto m = server.model_or_throw();
   json body = request_json(req);
-  json messages = normalize_messages(body.contains("messages") ? body["messages"] : json());
-  json tools = select_tools(body);
-  const std::string text = render_chat(*m, messages, tools, true);
+  const ChatParts chat = chat_parts(req.body);
+  const std::string text = render_chat(*m, chat.messages, chat.tools, true);
   GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text));
   const bool stream = opt_bool(body, "stream").value_or(true);
   respond(res, m, start_generation(*m, std::move(spec)), stream, true);

@@ -86,8 +86,8 @@ json tool_calls_json(const std::vector<chat::ToolCall>& calls, size_t first_inde
 }
 
 struct ChatRequest {
-  json messages;
-  json tools;
+  OrderedJson messages;  // in the client's key order (templates print them so)
+  OrderedJson tools;
   int n = 1;  // choices, each its own sequence (with a seed, choice j draws with seed + j)
   bool stream = false;
   bool include_usage = false;
@@ -97,10 +97,11 @@ struct ChatRequest {
   GenerationSpec spec;
 };
 
-ChatRequest parse_chat_request(const json& body, ServingModel& m) {
+ChatRequest parse_chat_request(const json& body, const std::string& body_text, ServingModel& m) {
   ChatRequest r;
-  r.messages = normalize_messages(body.contains("messages") ? body["messages"] : json());
-  r.tools = select_tools(body);
+  ChatParts chat = chat_parts(body_text);
+  r.messages = std::move(chat.messages);
+  r.tools = std::move(chat.tools);
   r.stream = opt_bool(body, "stream").value_or(false);
   if (body.contains("stream_options") && body["stream_options"].is_object())
     r.include_usage = opt_bool(body["stream_options"], "include_usage").value_or(false);
@@ -291,7 +292,7 @@ json chat_choice(const ServingModel& m, const ChatRequest& r, const CollectedOut
 void chat_completions(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
   auto m = server.model_or_throw();
   json body = request_json(req);
-  ChatRequest r = parse_chat_request(body, *m);
+  ChatRequest r = parse_chat_request(body, req.body, *m);
   auto handles = start_choices(*m, r.spec, r.n);
   if (r.stream) return stream_chat(res, m, std::move(r), std::move(handles));
 

@@ -49,8 +49,8 @@ class TextFilter : public engine::OutputFilter {
 
 }  // namespace
 
-std::string render_chat(const ServingModel& m, const nlohmann::json& messages,
-                        const nlohmann::json& tools, bool add_generation_prompt) {
+std::string render_chat(const ServingModel& m, const nlohmann::ordered_json& messages,
+                        const nlohmann::ordered_json& tools, bool add_generation_prompt) {
   chat::ChatInput input;
   input.messages = messages;
   input.tools = tools;

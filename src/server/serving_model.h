@@ -54,8 +54,8 @@ struct GenerationSpec {
 };
 
 // Text of a chat conversation after the template, and the prompt's tokens.
-std::string render_chat(const ServingModel& m, const nlohmann::json& messages,
-                        const nlohmann::json& tools, bool add_generation_prompt);
+std::string render_chat(const ServingModel& m, const nlohmann::ordered_json& messages,
+                        const nlohmann::ordered_json& tools, bool add_generation_prompt);
 std::vector<int32_t> tokenize_prompt(const ServingModel& m, const std::string& text);
 
 // Submits to the engine: throws ApiError (400 bad input, 503 queue full / shutting down).

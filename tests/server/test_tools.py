@@ -43,6 +43,20 @@ def test_tools_reach_the_template(tools_server):
     assert "get_weather" not in none
 
 
+def test_tool_parameters_keep_the_clients_order(tools_server):
+    # Templates print tool schemas as given (Python dicts keep insertion order); a server that
+    # sorted keys would show alpha before zeta both times.
+    def prompt(names):
+        tool = {"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {n: {"type": "string"} for n in names}}}}
+        return requests.post(tools_server.url + "/apply-template",
+                             json={"messages": [QUESTION], "tools": [tool]}).json()["prompt"]
+    forward, backward = prompt(["zeta", "alpha"]), prompt(["alpha", "zeta"])
+    assert forward.index('"zeta"') < forward.index('"alpha"')
+    assert backward.index('"alpha"') < backward.index('"zeta"')
+    assert forward.index('"type": "function"') < forward.index('"function": {')
+
+
 def test_tool_call_round_trip(tools_client):
     r = tools_client.chat.completions.create(model="x", messages=[QUESTION, PREFILL], tools=TOOLS,
                                              max_tokens=64, temperature=0)
