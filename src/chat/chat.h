@@ -117,6 +117,12 @@ enum class ToolFormat {
 ToolFormat detect_tool_format(std::string_view template_source);
 const char* tool_format_name(ToolFormat format);
 
+// The text that opens a tool call in `format`, naming `function` when it is not empty: an
+// assistant turn started with it makes the model write a call (OpenAI's tool_choice
+// "required" or a named function). Empty where the format has no single opening (kNone,
+// kFunctionaryV3_2, kCommandR). The function name is JSON-escaped where the format is JSON.
+std::string tool_call_opening(ToolFormat format, std::string_view function);
+
 // True when a rendered prompt ends inside an open reasoning block ("<think>\n" and the like, as
 // Qwen3 and DeepSeek-R1 templates emit): the model's output then starts with reasoning.
 bool prompt_opens_reasoning(std::string_view prompt);

@@ -97,6 +97,32 @@ struct ChatRequest {
   GenerationSpec spec;
 };
 
+// The function a request's tool_choice requires: nullopt when none is required, "" for
+// "required" (any), else the named function.
+std::optional<std::string> required_tool(const json& body) {
+  auto it = body.find("tool_choice");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return *it == "required" ? std::optional<std::string>("") : std::nullopt;
+  const json& name = it->at("function").at("name");  // present: select_tools checked
+  if (!name.is_string()) bad_request("'tool_choice.function.name' must be a string", "tool_choice");
+  return name.get<std::string>();
+}
+
+// tool_choice "required" or a named function: the assistant turn starts with the format's
+// call opening, so that the model writes a call (unless the client began the turn itself).
+void start_required_tool_call(const json& body, const ServingModel& m, ChatRequest& r) {
+  if (r.tools.is_null() || r.messages.back()["role"] == "assistant") return;
+  const auto function = required_tool(body);
+  if (!function) return;
+  const std::string opening = chat::tool_call_opening(m.tool_format, *function);
+  if (opening.empty())
+    bad_request(std::string("'tool_choice' cannot require a call: this model's chat template has "
+                            "no tool-call format that can be started (") +
+                    chat::tool_format_name(m.tool_format) + ")",
+                "tool_choice");
+  r.messages.push_back({{"role", "assistant"}, {"content", opening}});
+}
+
 ChatRequest parse_chat_request(const json& body, const std::string& body_text, ServingModel& m) {
   ChatRequest r;
   ChatParts chat = chat_parts(body_text);
@@ -117,6 +143,7 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   auto max_tokens = opt_integer(body, "max_completion_tokens", 1, INT32_MAX);
   if (!max_tokens) max_tokens = opt_integer(body, "max_tokens", 1, INT32_MAX);
   r.parse_output = needs_output_parser(m, r.tools);
+  start_required_tool_call(body, m, r);
 
   // A last assistant message is a prefix the model continues (no generation prompt).
   const bool continue_last = r.messages.back()["role"] == "assistant";

@@ -292,3 +292,10 @@ def test_max_tokens_zero_needs_echo(server):
     assert r.status_code == 200
     assert r.json()["choices"][0]["text"] == "Hello"
     assert r.json()["usage"]["completion_tokens"] == 0
+
+
+def test_required_tool_choice_without_a_tool_format_is_a_clear_400(server):
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    r = chat(server, {"messages": HELLO, "tools": tools, "tool_choice": "required"})
+    assert r.status_code == 400
+    assert "tool_choice" in r.json()["error"]["message"]

@@ -57,6 +57,23 @@ def test_tool_parameters_keep_the_clients_order(tools_server):
     assert forward.index('"type": "function"') < forward.index('"function": {')
 
 
+def test_named_tool_choice_makes_the_model_call_it(tools_client):
+    # No prefill from the client: the server starts the turn with the call's opening.
+    r = tools_client.chat.completions.create(
+        model="any", messages=[QUESTION], tools=TOOLS, max_tokens=64, temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert [c.function.name for c in choice.message.tool_calls] == ["get_weather"]
+    json.loads(choice.message.tool_calls[0].function.arguments)
+    streamed = tools_client.chat.completions.create(
+        model="any", messages=[QUESTION], tools=TOOLS, max_tokens=64, temperature=0, stream=True,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    names = [tc.function.name for c in streamed if c.choices and c.choices[0].delta.tool_calls
+             for tc in c.choices[0].delta.tool_calls if tc.function and tc.function.name]
+    assert names == ["get_weather"]
+
+
 def test_tool_call_round_trip(tools_client):
     r = tools_client.chat.completions.create(model="x", messages=[QUESTION, PREFILL], tools=TOOLS,
                                              max_tokens=64, temperature=0)
