@@ -16,6 +16,16 @@ int device_count(std::string* reason) {
   return count;
 }
 
+int device_multiprocessors() {
+  static const int count = [] {
+    int device = 0, sms = 132;
+    if (cudaGetDevice(&device) == cudaSuccess)
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    return sms;
+  }();
+  return count;
+}
+
 DeviceMemory::DeviceMemory(size_t bytes) : bytes_(bytes) {
   if (bytes == 0) return;
   const cudaError_t status = cudaMalloc(&ptr_, bytes);

@@ -20,6 +20,10 @@ namespace hablar::cuda {
 // *reason, when given, receives why there is none.
 int device_count(std::string* reason = nullptr);
 
+// Multiprocessors of the current device (read once; 132, an H200's, if it cannot be read),
+// for sizing grids.
+int device_multiprocessors();
+
 // Untyped device allocation of `bytes` bytes (cudaMalloc).
 class DeviceMemory {
  public:

@@ -28,6 +28,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_memory.h"
 #include "backend/cuda/matmul_q4k_mma.h"
 #include "core/quant_blocks.h"
 
@@ -260,16 +261,6 @@ __global__ void sum_slices_kernel(const float* __restrict__ part, int slices, in
   y[i] = sum;
 }
 
-int multiprocessor_count() {
-  static const int count = [] {
-    int device = 0, sms = 132;
-    if (cudaGetDevice(&device) == cudaSuccess)
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    return sms;
-  }();
-  return count;
-}
-
 int tokens_per_block(int m) {
   return m <= 8 ? 8 : (m <= 16 ? 16 : 32);
 }
@@ -279,7 +270,7 @@ int tokens_per_block(int m) {
 int k_slices(const WeightView& w, int m) {
   const int64_t blocks = (w.rows + 16 * kWarps - 1) / (16 * kWarps) *
                          ((m + tokens_per_block(m) - 1) / tokens_per_block(m));
-  const int64_t slots = 2 * multiprocessor_count();
+  const int64_t slots = 2 * device_multiprocessors();
   const int most = (int)std::min<int64_t>(16, w.cols / 256);
   int best = 1;
   for (int s = 2; s <= most; ++s) {

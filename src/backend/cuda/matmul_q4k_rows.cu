@@ -20,6 +20,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_memory.h"
 #include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul_q4k_rows.h"
 #include "core/quant_blocks.h"
@@ -256,16 +257,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, sms = 132;
-    if (cudaGetDevice(&device) == cudaSuccess)
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    return sms;
-  }();
-  return count;
-}
-
 struct Shape {
   int team_threads;
   int rows;       // kR
@@ -286,7 +277,7 @@ Shape choose_shape(int n_chunks, int64_t n_rows) {
   if (team != 16 && team != 32 && team != 64 && team != 128) team = 128;
   while (team < kThreads && (n_chunks + team - 1) / team > 8) team *= 2;
   const int chunks = (n_chunks + team - 1) / team;
-  const bool tall_and_long = chunks >= 2 && n_rows >= 16 * (int64_t)multiprocessors();
+  const bool tall_and_long = chunks >= 2 && n_rows >= 16 * (int64_t)device_multiprocessors();
   const int loop_grid = lab_knob("HABLAR_Q4K_GRID", tall_and_long ? 4 : 0);
   int rows = lab_knob("HABLAR_Q4K_ROWS", loop_grid != 0 ? 1 : 2);
   if (rows != 1 && rows != 2 && rows != 4) rows = 1;
@@ -303,7 +294,7 @@ void launch_shape(const WeightView& w, const int8_t* xq, const float2* xs, float
   // loop_grid: the looping kernel with that many blocks per multiprocessor (negative: that
   // many blocks in all, which the tests use to make every block loop).
   const int loop_grid = shape.loop_grid;
-  const int loop_blocks = loop_grid > 0 ? loop_grid * multiprocessors() : -loop_grid;
+  const int loop_blocks = loop_grid > 0 ? loop_grid * device_multiprocessors() : -loop_grid;
   const bool l2_hint = lab_knob("HABLAR_Q4K_L2HINT", 0) != 0;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(loop_grid != 0 ? std::min(groups, loop_blocks) : groups);
