@@ -37,6 +37,11 @@ bool RequestHandle::wait(std::vector<StreamItem>& out, std::chrono::milliseconds
   return true;
 }
 
+bool RequestHandle::wait_ready(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return !items_.empty(); });
+}
+
 void RequestHandle::push(StreamItem item) {
   {
     std::lock_guard<std::mutex> lock(mu_);

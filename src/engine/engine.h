@@ -91,6 +91,8 @@ class RequestHandle {
   // Appends whatever arrived to `out`, waiting up to `timeout` when nothing has. Returns
   // false when nothing arrived within the timeout.
   bool wait(std::vector<StreamItem>& out, std::chrono::milliseconds timeout);
+  // Waits up to `timeout` until an item is there, without taking it. Returns whether one is.
+  bool wait_ready(std::chrono::milliseconds timeout);
   // Asks the engine to stop this request; it frees its blocks at the next step and sends a
   // final item with reason kCancelled.
   void cancel() { cancelled_.store(true); }

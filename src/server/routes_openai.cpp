@@ -16,18 +16,26 @@ using nlohmann::json;
 
 // Most choices one request may ask for ('n', times the prompts of a completions request).
 constexpr int64_t kMaxChoices = 64;
+// Prompts longer than this (two cache blocks of 16) are computed once for all n choices.
+constexpr int64_t kSharedPromptTokens = 32;
 
-// Starts one generation per choice: copies of spec, choice j drawing with seed + j. If one
-// cannot start, those already started are cancelled and the error propagates.
+// Starts one generation per choice: copies of spec, choice j drawing with seed + j. When the
+// prompt fills whole cache blocks, the others start once the first has its prompt computed
+// (its first item is there), so that they take those blocks from the prefix cache instead of
+// computing the prompt again. If one cannot start, those already started are cancelled and
+// the error propagates.
 std::vector<std::shared_ptr<engine::RequestHandle>> start_choices(ServingModel& m,
                                                                   const GenerationSpec& spec,
                                                                   int n) {
   std::vector<std::shared_ptr<engine::RequestHandle>> handles;
+  const bool share_prompt =
+      n > 1 && spec.n_prompt_logprobs < 0 && (int64_t)spec.prompt.size() > kSharedPromptTokens;
   try {
     for (int j = 0; j < n; ++j) {
       GenerationSpec copy = spec;
       copy.sampling.seed = spec.sampling.seed + (uint64_t)j;
       handles.push_back(start_generation(m, std::move(copy)));
+      if (j == 0 && share_prompt) handles[0]->wait_ready(std::chrono::minutes(10));
     }
   } catch (...) {
     for (auto& h : handles) h->cancel();

@@ -175,6 +175,20 @@ def test_chat_n_choices_each_seeded_apart(server, client):
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
 
 
+def test_chat_n_choices_compute_a_long_prompt_once(server, client):
+    system = "You answer questions about a list. " + " ".join(
+        f"Item {i} is a {c} box of {i * 3} marbles." for i, c in enumerate(["red", "blue", "green"] * 6))
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Which item is largest?"}]
+    n_tokens = prompt_token_count(server, messages)
+    assert n_tokens > 100
+    before = server.metrics()["hablar_prompt_tokens_cached_total"]
+    r = client.chat.completions.create(model="any", messages=messages, n=3, max_tokens=4, temperature=0)
+    assert len(r.choices) == 3 and r.choices[0].message.content == r.choices[2].message.content
+    cached = server.metrics()["hablar_prompt_tokens_cached_total"] - before
+    # Choices 1 and 2 take every full block of the prompt from the cache.
+    assert cached >= 2 * (n_tokens - 16), (cached, n_tokens)
+
+
 def test_chat_n_choices_stream_by_index(server, client):
     kw = dict(model="any", messages=HELLO, max_tokens=6, temperature=0)
     stream = client.chat.completions.create(n=2, stream=True, stream_options={"include_usage": True}, **kw)
