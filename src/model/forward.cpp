@@ -34,6 +34,21 @@ void grow(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
+// llama.cpp's default micro-batch: a prompt longer than this is evaluated in pieces.
+constexpr int32_t kLlamaUbatch = 512;
+
+// Token i's place in llama.cpp's batch (cpu::TokenRoles, for the K formats' summation
+// orders). A sampled token is a batch of its own. A prompt token stands in its prompt's
+// batch, known from where the prompt ends (generated_from) whatever the chunking; without it,
+// the chunk is taken for the batch.
+uint8_t token_role(const SequenceChunk& ch, size_t i, bool sampled) {
+  if (sampled) return cpu::llama_batch_role(0, 1);
+  if (ch.generated_from < 0) return cpu::llama_batch_role((int64_t)i, (int64_t)ch.tokens.size());
+  const int32_t pos = ch.start_pos + (int32_t)i;
+  const int32_t begin = pos / kLlamaUbatch * kLlamaUbatch;
+  return cpu::llama_batch_role(pos - begin, std::min(kLlamaUbatch, ch.generated_from - begin));
+}
+
 }  // namespace
 
 void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
@@ -54,14 +69,19 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
   // that one token is left, gets the same values again. The order never depends on the
   // other sequences of the batch.
   s.tokens.clear(), s.positions.clear(), s.block_tables.clear(), s.logit_rows.clear();
-  s.sum_orders.clear();
+  s.sum_orders.clear(), s.roles.clear(), s.logit_roles.clear();
   for (const SequenceChunk& ch : chunks) {
     for (size_t i = 0; i < ch.tokens.size(); ++i) {
       const bool sampled = ch.generated_from >= 0 ? ch.start_pos + (int32_t)i >= ch.generated_from
                                                   : ch.tokens.size() == 1;
       s.sum_orders.push_back(sampled ? cpu::SumOrder::kLanes64 : cpu::SumOrder::kLanes16);
-      if (ch.all_logits || i + 1 == ch.tokens.size())
+      s.roles.push_back(token_role(ch, i, sampled));
+      // llama.cpp's output matmul takes only the rows whose logits are wanted: all of the
+      // batch's, or the last one alone.
+      if (ch.all_logits || i + 1 == ch.tokens.size()) {
         s.logit_rows.push_back((int32_t)s.tokens.size());
+        s.logit_roles.push_back(ch.all_logits ? s.roles.back() : cpu::llama_batch_role(0, 1));
+      }
       s.tokens.push_back(ch.tokens[i]);
       s.positions.push_back(ch.start_pos + (int32_t)i);
       s.block_tables.push_back(ch.block_table.data());
@@ -104,7 +124,7 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
     });
     dump_rows("attn_norm", l, xb, E);
     const cpu::MatmulTarget qkv[] = {{&lw.wq, q}, {&lw.wk, k}, {&lw.wv, v}};
-    cpu::matmul_many(qkv, xb, T, pool);  // one quantization of xb, one parallel region
+    cpu::matmul_many(qkv, xb, T, pool, s.roles);  // one quantization of xb, one parallel region
     for_each_token(pool, T, [&](int64_t t) {
       float *qt = q + t * QD, *kt = k + t * KVD, *vt = v + t * KVD;
       if (c.qkv_bias) {  // qwen2
@@ -126,7 +146,7 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
     dump_rows("q_rope", l, q, QD), dump_rows("k_rope", l, k, KVD), dump_rows("v", l, v, KVD);
     cpu::attention_batch(cache.data(), layout, l, s.queries, c.n_heads, pool);
     dump_rows("attn_out", l, att, QD);
-    cpu::matmul(lw.wo, att, T, xb, pool);
+    cpu::matmul(lw.wo, att, T, xb, pool, s.roles);
     for_each_token(pool, T, [&](int64_t t) { cpu::add_inplace(x + t * E, xb + t * E, E); });
     dump_rows("ffn_inp", l, x, E);
 
@@ -135,9 +155,9 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
       cpu::rmsnorm(x + t * E, lw.ffn_norm.data(), xb + t * E, E, c.rms_eps);
     });
     dump_rows("ffn_norm", l, xb, E);
-    cpu::matmul_swiglu(lw.w_gate, lw.w_up, xb, T, gate, up, pool);  // gate = silu(gate) * up
+    cpu::matmul_swiglu(lw.w_gate, lw.w_up, xb, T, gate, up, pool, s.roles);  // silu(gate) * up
     dump_rows("ffn_swiglu", l, gate, FF);
-    cpu::matmul(lw.w_down, gate, T, xb, pool);
+    cpu::matmul(lw.w_down, gate, T, xb, pool, s.roles);
     dump_rows("ffn_out", l, xb, E);
     for_each_token(pool, T, [&](int64_t t) { cpu::add_inplace(x + t * E, xb + t * E, E); });
     dump_rows("l_out", l, x, E);
@@ -151,7 +171,7 @@ void Model::forward(std::span<const SequenceChunk> chunks, KvCache& cache,
                  s.out_rows.data() + r * E, E, c.rms_eps);
   });
   logits.resize((size_t)(R * c.n_vocab));
-  cpu::matmul(w.output, s.out_rows.data(), R, logits.data(), pool);
+  cpu::matmul(w.output, s.out_rows.data(), R, logits.data(), pool, s.logit_roles);
 }
 
 }  // namespace hablar::model

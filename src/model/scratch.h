@@ -25,6 +25,8 @@ struct Scratch {
   std::vector<const int32_t*> block_tables;  // [T] the block table of each token's sequence
   std::vector<int32_t> logit_rows;           // token indices whose logits are wanted
   std::vector<cpu::SumOrder> sum_orders;     // [T] attention's summation order per token
+  std::vector<uint8_t> roles;                // [T] each token's place in llama.cpp's batch
+  std::vector<uint8_t> logit_roles;          // the same for the logit rows' output matmul
   std::vector<cpu::AttentionQuery> queries;  // [T]
 };
 

@@ -47,6 +47,25 @@ Isa best_isa() {
   return best;
 }
 
+uint8_t llama_batch_role(int64_t index, int64_t batch_size) {
+  uint8_t role = 0;
+  if (batch_size >= 8) role |= kRoleBatchOf8;
+  if (index < batch_size - batch_size % 4) role |= kRoleGroupOf4;
+  return role;
+}
+
+KOrder k_order_for(DType type, uint8_t role) {
+  switch (type) {
+    case DType::Q4_K:
+      return (role & kRoleGroupOf4) ? KOrder::kGroupOf4 : KOrder::kOneToken;
+    case DType::Q5_K:
+    case DType::Q6_K:
+      return (role & kRoleBatchOf8) ? KOrder::kTiled : KOrder::kOneToken;
+    default:
+      return KOrder::kOneToken;
+  }
+}
+
 bool matmul_supports(DType type) {
   return scalar_kernels().gemm_for(type) != nullptr;
 }
@@ -113,6 +132,43 @@ Plan plan_for(Isa isa, DType type) {
     gemm = kernels->gemm_for(type);
   }
   return {kernels, gemm, act_kind_for(type)};
+}
+
+// Consecutive tokens [begin, end) whose dot products take one kernel (one summation order).
+struct TokenRun {
+  int64_t begin;
+  int64_t end;
+  GemmFn gemm;
+};
+void check_roles(TokenRoles roles, int64_t n_tokens) {
+  if (!roles.empty() && (int64_t)roles.size() != n_tokens)
+    throw_error(ErrorKind::kInvalidArgument, "matmul: " + std::to_string(roles.size()) +
+                                                 " token roles for " + std::to_string(n_tokens) +
+                                                 " tokens");
+}
+// The runs of a call: one run of every token for the types with a single order.
+std::vector<TokenRun> token_runs(const Plan& plan, DType type, int64_t n_tokens, TokenRoles roles) {
+  std::vector<TokenRun> runs;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const KOrder order = k_order_for(type, roles.empty() ? 0 : roles[(size_t)t]);
+    GemmFn gemm = plan.gemm;
+    if (order != KOrder::kOneToken) {
+      gemm = plan.kernels->gemm_ordered_for(type, order);
+      HABLAR_CHECK(gemm != nullptr, "matmul: no kernel for a K-format order");
+    }
+    if (!runs.empty() && runs.back().gemm == gemm && runs.back().end == t) {
+      runs.back().end = t + 1;
+    } else {
+      runs.push_back({t, t + 1, gemm});
+    }
+  }
+  return runs;
+}
+// Rows [begin, end) of every run.
+void run_gemm(std::span<const TokenRun> runs, const WeightView& w, int64_t begin, int64_t end,
+              const uint8_t* act, size_t stride, float* y) {
+  for (const TokenRun& r : runs)
+    r.gemm(w, begin, end, act + r.begin * stride, stride, r.end - r.begin, y + r.begin * w.rows);
 }
 
 // The activation rows a plan reads: x itself for the float formats, else x quantized into
@@ -186,14 +242,15 @@ void run_chunked(ThreadPool& pool, std::span<const int64_t> job_rows, const Body
 struct Prepared {
   const WeightView* w;
   float* y;
-  GemmFn gemm;
+  std::vector<TokenRun> runs;
   const uint8_t* act;
   size_t stride;
 };
 
 // Checks the targets and quantizes x once per distinct (kernels, activation kind).
 std::vector<Prepared> prepare_many(std::span<const MatmulTarget> targets, const float* x,
-                                   int64_t n_tokens, ThreadPool& pool) {
+                                   int64_t n_tokens, ThreadPool& pool, TokenRoles roles) {
+  check_roles(roles, n_tokens);
   if (targets.empty()) return {};
   std::vector<Prepared> out;
   struct Quantized {
@@ -220,7 +277,7 @@ std::vector<Prepared> prepare_many(std::span<const MatmulTarget> targets, const 
       done.push_back({plan.kernels, plan.kind, act, stride});
       it = done.end() - 1;
     }
-    out.push_back({t.w, t.y, plan.gemm, it->act, it->stride});
+    out.push_back({t.w, t.y, token_runs(plan, t.w->type, n_tokens, roles), it->act, it->stride});
   }
   return out;
 }
@@ -228,47 +285,49 @@ std::vector<Prepared> prepare_many(std::span<const MatmulTarget> targets, const 
 }  // namespace
 
 void matmul_with_isa(Isa isa, const WeightView& w, const float* x, int64_t n_tokens, float* y,
-                     ThreadPool& pool) {
+                     ThreadPool& pool, TokenRoles roles) {
   check_matmul_args(w, x, n_tokens, y);
+  check_roles(roles, n_tokens);
   if (n_tokens == 0) return;
   const Plan plan = plan_for(isa, w.type);
+  const std::vector<TokenRun> runs = token_runs(plan, w.type, n_tokens, roles);
   size_t stride = 0;
   const uint8_t* act = activations(plan, x, w.cols, n_tokens, pool, 0, &stride);
   const int64_t rows[] = {w.rows};
   run_chunked(pool, rows, [&](size_t, int64_t begin, int64_t end) {
-    plan.gemm(w, begin, end, act, stride, n_tokens, y);
+    run_gemm(runs, w, begin, end, act, stride, y);
   });
 }
 
 void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
-                 ThreadPool& pool) {
+                 ThreadPool& pool, TokenRoles roles) {
   if (targets.size() > kMaxJobs)
     throw_error(ErrorKind::kInvalidArgument,
                 "matmul_many: at most " + std::to_string(kMaxJobs) + " weights at once");
-  const std::vector<Prepared> jobs = prepare_many(targets, x, n_tokens, pool);
+  const std::vector<Prepared> jobs = prepare_many(targets, x, n_tokens, pool, roles);
   if (n_tokens == 0 || jobs.empty()) return;
   int64_t rows[kMaxJobs];
   for (size_t j = 0; j < jobs.size(); ++j) rows[j] = jobs[j].w->rows;
   run_chunked(pool, std::span<const int64_t>(rows, jobs.size()),
               [&](size_t j, int64_t begin, int64_t end) {
                 const Prepared& p = jobs[j];
-                p.gemm(*p.w, begin, end, p.act, p.stride, n_tokens, p.y);
+                run_gemm(p.runs, *p.w, begin, end, p.act, p.stride, p.y);
               });
 }
 
 void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* x, int64_t n_tokens,
-                   float* out, float* up_scratch, ThreadPool& pool) {
+                   float* out, float* up_scratch, ThreadPool& pool, TokenRoles roles) {
   if (gate.rows != up.rows)
     throw_error(ErrorKind::kInvalidArgument, "matmul_swiglu: gate has " +
                                                  std::to_string(gate.rows) + " rows, up " +
                                                  std::to_string(up.rows));
   const MatmulTarget targets[2] = {{&gate, out}, {&up, up_scratch}};
-  const std::vector<Prepared> jobs = prepare_many(targets, x, n_tokens, pool);
+  const std::vector<Prepared> jobs = prepare_many(targets, x, n_tokens, pool, roles);
   if (n_tokens == 0) return;
   const int64_t rows[] = {gate.rows};
   run_chunked(pool, rows, [&](size_t, int64_t begin, int64_t end) {
     // The same rows of both, then their SwiGLU.
-    for (const Prepared& p : jobs) p.gemm(*p.w, begin, end, p.act, p.stride, n_tokens, p.y);
+    for (const Prepared& p : jobs) run_gemm(p.runs, *p.w, begin, end, p.act, p.stride, p.y);
     for (int64_t t = 0; t < n_tokens; ++t) {
       float* g = out + t * gate.rows + begin;
       swiglu(g, up_scratch + t * gate.rows + begin, g, end - begin);
@@ -276,8 +335,9 @@ void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* x,
   });
 }
 
-void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-  matmul_with_isa(best_isa(), w, x, n_tokens, y, pool);
+void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
+            TokenRoles roles) {
+  matmul_with_isa(best_isa(), w, x, n_tokens, y, pool, roles);
 }
 
 }  // namespace hablar::cpu

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 
+#include "backend/cpu/ops.h"
 #include "core/tensor_view.h"
 #include "core/thread_pool.h"
 
@@ -22,11 +23,11 @@ struct MatmulTarget {
 // Every target's matmul of x [n_tokens x cols]; all weights have the same number of columns.
 // Throws hablar::Error (as matmul does) for a bad shape or type, or unequal columns.
 void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
-                 ThreadPool& pool);
+                 ThreadPool& pool, TokenRoles roles = {});
 
 // out = silu(W_gate · x) * (W_up · x), as cpu::matmul for both and cpu::swiglu after, each
 // thread finishing the rows it computed. up_scratch holds n_tokens x rows floats.
 void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* x, int64_t n_tokens,
-                   float* out, float* up_scratch, ThreadPool& pool);
+                   float* out, float* up_scratch, ThreadPool& pool, TokenRoles roles = {});
 
 }  // namespace hablar::cpu

@@ -287,8 +287,60 @@ float dot_q8k_lanes(DType type, const uint8_t* w, const BlockQ8_K* a, int64_t nb
   return type == DType::Q5_K ? sum_lanes(lanes) + summs : sum_lanes(lanes);
 }
 
+// The exact integer sums of a 16-value sub-block range [k0, k1) of a super-block:
+// isum = sum_k scale_k * (dot of codes and activations), msum = sum_k min_k * bsum_k.
+void sub_block_sums(const SuperBlock& sb, const BlockQ8_K& a, int k0, int k1, int32_t* isum,
+                    int32_t* msum) {
+  *isum = 0, *msum = 0;
+  for (int k = k0; k < k1; ++k) {
+    int32_t part = 0;
+    for (int j = 0; j < 16; ++j) part += sb.code[16 * k + j] * a.qs[16 * k + j];
+    *isum += sb.scale[k] * part;
+    *msum += sb.min[k] * a.bsums[k];
+  }
+}
+
+// Q4_K as llama.cpp's repacked kernels sum it: the scaled codes and the mins terms in two
+// float sums, acc = fma(float(isum), d * d_x, acc) and accm = fma(float(msum), dmin * d_x,
+// accm), one step per `step` sub-blocks of 16 (16: the one-token gemv, 4: the 4-token gemm),
+// then acc - accm.
+float dot_q8k_mins_apart(DType type, const uint8_t* w, const BlockQ8_K* a, int64_t nb, int step) {
+  float acc = 0.0f, accm = 0.0f;
+  SuperBlock sb;
+  for (int64_t b = 0; b < nb; ++b) {
+    decode_super_block(type, w, b, sb);
+    for (int k0 = 0; k0 < 16; k0 += step) {
+      int32_t isum, msum;
+      sub_block_sums(sb, a[b], k0, k0 + step, &isum, &msum);
+      acc = std::fma((float)isum, sb.d * a[b].d, acc);
+      accm = std::fma((float)msum, sb.dmin * a[b].d, accm);
+    }
+  }
+  return acc - accm;
+}
+
+// Q5_K and Q6_K as llama.cpp's tiled kernel sums them: per super-block
+// r = fma(-dmin, float(msum), d * float(isum)) (Q6_K: d * float(isum), codes signed), then
+// acc = fma(r, d_x, acc).
+float dot_q8k_tiled(DType type, const uint8_t* w, const BlockQ8_K* a, int64_t nb) {
+  float acc = 0.0f;
+  SuperBlock sb;
+  for (int64_t b = 0; b < nb; ++b) {
+    decode_super_block(type, w, b, sb);
+    int32_t isum, msum;
+    sub_block_sums(sb, a[b], 0, 16, &isum, &msum);
+    float r = (float)isum * sb.d;
+    if (type == DType::Q5_K) r = std::fma(-sb.dmin, (float)msum, r);
+    acc = std::fma(r, a[b].d, acc);
+  }
+  return acc;
+}
+
 // Per super-block: d * dx * sum_i scale_i * dot_i - dmin * dx * sum_i min_i * bsum_i.
-float dot_q8k(DType type, const uint8_t* w, const BlockQ8_K* a, int64_t nb) {
+float dot_q8k(DType type, const uint8_t* w, const BlockQ8_K* a, int64_t nb, KOrder order) {
+  if (type == DType::Q4_K)
+    return dot_q8k_mins_apart(type, w, a, nb, order == KOrder::kGroupOf4 ? 4 : 16);
+  if (order == KOrder::kTiled) return dot_q8k_tiled(type, w, a, nb);
   if (type == DType::Q5_K || type == DType::Q6_K) return dot_q8k_lanes(type, w, a, nb);
   float acc = 0.0f;
   SuperBlock sb;
@@ -312,12 +364,12 @@ float weight_value(DType type, const uint8_t* row, int64_t c) {
   return bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
 }
 
-float reference_dot(DType type, const uint8_t* w_row, const uint8_t* act, int64_t n) {
+float reference_dot(DType type, const uint8_t* w_row, const uint8_t* act, int64_t n, KOrder order) {
   switch (act_kind_for(type)) {
     case ActKind::kAct32:
       return dot_act32(type, w_row, act32_row(act, n), n / kQK);
     case ActKind::kQ8K:
-      return dot_q8k(type, w_row, reinterpret_cast<const BlockQ8_K*>(act), n / kQK_K);
+      return dot_q8k(type, w_row, reinterpret_cast<const BlockQ8_K*>(act), n / kQK_K, order);
     case ActKind::kF32:
       break;
   }
@@ -331,11 +383,19 @@ float reference_dot(DType type, const uint8_t* w_row, const uint8_t* act, int64_
   return v;
 }
 
+template <KOrder kOrder>
 void gemm_scalar(const WeightView& w, int64_t row_begin, int64_t row_end, const uint8_t* act,
                  size_t act_stride, int64_t n_tokens, float* y) {
   for (int64_t t = 0; t < n_tokens; ++t)
     for (int64_t r = row_begin; r < row_end; ++r)
-      y[t * w.rows + r] = reference_dot(w.type, w.row(r), act + t * act_stride, w.cols);
+      y[t * w.rows + r] = reference_dot(w.type, w.row(r), act + t * act_stride, w.cols, kOrder);
+}
+
+GemmFn scalar_gemm_ordered_for(DType type, KOrder order) {
+  if (order == KOrder::kGroupOf4 && type == DType::Q4_K) return &gemm_scalar<KOrder::kGroupOf4>;
+  if (order == KOrder::kTiled && (type == DType::Q5_K || type == DType::Q6_K))
+    return &gemm_scalar<KOrder::kTiled>;
+  return nullptr;
 }
 
 GemmFn scalar_gemm_for(DType type) {
@@ -355,7 +415,7 @@ GemmFn scalar_gemm_for(DType type) {
     case DType::Q5_K:
     case DType::Q6_K:
     case DType::IQ4_XS:
-      return &gemm_scalar;
+      return &gemm_scalar<KOrder::kOneToken>;
     default:
       return nullptr;
   }
@@ -364,12 +424,18 @@ GemmFn scalar_gemm_for(DType type) {
 }  // namespace
 
 const IsaKernels& scalar_kernels() {
-  static const IsaKernels kernels{&quantize_act32_scalar, &quantize_q8k_scalar, &scalar_gemm_for};
+  static const IsaKernels kernels{&quantize_act32_scalar, &quantize_q8k_scalar, &scalar_gemm_for,
+                                  &scalar_gemm_ordered_for};
   return kernels;
 }
 
-void matmul_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+void matmul_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y,
+                      TokenRoles roles) {
   check_matmul_args(w, x, n_tokens, y);
+  if (!roles.empty() && (int64_t)roles.size() != n_tokens)
+    throw_error(ErrorKind::kInvalidArgument, "matmul_reference: " + std::to_string(roles.size()) +
+                                                 " token roles for " + std::to_string(n_tokens) +
+                                                 " tokens");
   const ActKind kind = act_kind_for(w.type);
   std::vector<uint8_t> act(act_row_bytes(kind, w.cols));
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -382,8 +448,9 @@ void matmul_reference(const WeightView& w, const float* x, int64_t n_tokens, flo
       quantize_q8k_scalar(xt, w.cols, reinterpret_cast<BlockQ8_K*>(act.data()));
       row = act.data();
     }
+    const KOrder order = k_order_for(w.type, roles.empty() ? 0 : roles[(size_t)t]);
     for (int64_t r = 0; r < w.rows; ++r)
-      y[t * w.rows + r] = reference_dot(w.type, w.row(r), row, w.cols);
+      y[t * w.rows + r] = reference_dot(w.type, w.row(r), row, w.cols, order);
   }
 }
 

@@ -12,15 +12,34 @@
 
 namespace hablar::cpu {
 
+// Where a token stands in llama.cpp's batch (the tokens of one llama_decode step), for the K
+// formats whose summation order in llama.cpp's CPU kernels depends on it (on x86):
+//  - kRoleBatchOf8: the batch has 8 tokens or more. Q5_K and Q6_K then take llama.cpp's tiled
+//    kernel (one float step per super-block), else its one-token vec_dot (8 float lanes).
+//  - kRoleGroupOf4: the token lies in the batch's leading multiple of 4 tokens. Q4_K weights,
+//    which llama.cpp repacks 8 rows at a time, then take its 4-token gemm kernel (one float
+//    step per 64 values), else its one-token gemv (one per super-block).
+// A role of 0 is a batch of one token (decoding). Roles are the caller's statement about each
+// token alone, so a token's result never depends on the other tokens of the call.
+inline constexpr uint8_t kRoleBatchOf8 = 1;
+inline constexpr uint8_t kRoleGroupOf4 = 2;
+// One role per token; empty: every token takes role 0.
+using TokenRoles = std::span<const uint8_t>;
+// The role of token `index` (0-based) of a llama.cpp batch of batch_size tokens.
+uint8_t llama_batch_role(int64_t index, int64_t batch_size);
+
 // y[t * w.rows + r] = sum_c W[r][c] * x[t * w.cols + c], for t < n_tokens.
 // Integer formats quantize the activations to 8-bit blocks (Q8_0, Q8_1 or Q8_K, as the weight
 // type needs) and use integer dot products; F16/BF16/F32 weights use float FMA. Parallel over
 // output rows. Batch invariant: the value for token t is bit-identical whatever n_tokens is and
-// whatever the other tokens are. Throws hablar::Error for a type without a kernel or a
-// w.cols that is not a multiple of the type's block.
-void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+// whatever the other tokens are (given its role, see above). Throws hablar::Error for a type
+// without a kernel, a w.cols that is not a multiple of the type's block, or roles of another
+// length than n_tokens.
+void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
+            TokenRoles roles = {});
 // Scalar form with the same activation quantization: the test oracle.
-void matmul_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+void matmul_reference(const WeightView& w, const float* x, int64_t n_tokens, float* y,
+                      TokenRoles roles = {});
 // True when matmul has a kernel for this weight type.
 bool matmul_supports(DType type);
 
