@@ -126,6 +126,61 @@ TEST(MatmulLaneOrder, SimdEqualsReferenceBitForBit) {
   }
 }
 
+// The K formats' orders chosen by the token's role (llama.cpp's batch place, ops.h): every
+// ISA gives the reference's floats bit for bit for every role, with the roles mixed in one
+// call (runs of each kernel) and a token alone, and the roles do change the sums.
+TEST(MatmulKOrders, SimdEqualsReferenceBitForBitForEveryRole) {
+  ThreadPool pool(2);
+  const uint8_t kRoles[] = {0, kRoleBatchOf8, kRoleGroupOf4, kRoleBatchOf8 | kRoleGroupOf4};
+  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (int64_t rows : {7, 16, 45}) {
+      const Matrix m = make_matrix(type, rows, 1024, 80 + (uint32_t)rows);
+      const int64_t n_tokens = 11;
+      const std::vector<float> x = random_values(n_tokens * 1024, 90 + (uint32_t)rows);
+      std::vector<uint8_t> roles((size_t)n_tokens);
+      for (int64_t t = 0; t < n_tokens; ++t) roles[(size_t)t] = kRoles[(t / 2 + t) % 4];
+      std::vector<float> want((size_t)(rows * n_tokens));
+      matmul_reference(m.view, x.data(), n_tokens, want.data(), roles);
+      std::vector<float> one_token((size_t)(rows * n_tokens));
+      matmul_reference(m.view, x.data(), n_tokens, one_token.data());
+      int differing = 0;
+      for (size_t i = 0; i < want.size(); ++i) differing += want[i] != one_token[i];
+      EXPECT_GT(differing, 0) << dtype_name(type) << ": the roles change no sum";
+      for (Isa isa : available_isas()) {
+        std::vector<float> got((size_t)(rows * n_tokens), NAN);
+        matmul_with_isa(isa, m.view, x.data(), n_tokens, got.data(), pool, roles);
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(got[i], want[i])
+              << isa_name(isa) << " " << dtype_name(type) << " rows " << rows << " output " << i;
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          std::vector<float> alone((size_t)rows, NAN);
+          matmul_with_isa(isa, m.view, x.data() + t * 1024, 1, alone.data(), pool,
+                          TokenRoles(roles.data() + t, 1));
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_EQ(alone[(size_t)r], want[(size_t)(t * rows + r)])
+                << isa_name(isa) << " " << dtype_name(type) << " token " << t << " alone";
+        }
+      }
+    }
+  }
+}
+
+// The role of a token in a llama.cpp batch: 8 tokens or more take the batched K orders, and
+// the last (size mod 4) tokens are left out of the 4-token groups.
+TEST(MatmulKOrders, BatchRoles) {
+  EXPECT_EQ(llama_batch_role(0, 1), 0);
+  EXPECT_EQ(llama_batch_role(0, 4), kRoleGroupOf4);
+  EXPECT_EQ(llama_batch_role(4, 6), 0);
+  EXPECT_EQ(llama_batch_role(3, 6), kRoleGroupOf4);
+  EXPECT_EQ(llama_batch_role(7, 8), kRoleBatchOf8 | kRoleGroupOf4);
+  EXPECT_EQ(llama_batch_role(8, 9), kRoleBatchOf8);
+  EXPECT_EQ(k_order_for(DType::Q4_K, kRoleBatchOf8), KOrder::kOneToken);
+  EXPECT_EQ(k_order_for(DType::Q4_K, kRoleGroupOf4), KOrder::kGroupOf4);
+  EXPECT_EQ(k_order_for(DType::Q6_K, kRoleBatchOf8), KOrder::kTiled);
+  EXPECT_EQ(k_order_for(DType::Q5_K, kRoleGroupOf4), KOrder::kOneToken);
+  EXPECT_EQ(k_order_for(DType::Q8_0, kRoleBatchOf8 | kRoleGroupOf4), KOrder::kOneToken);
+}
+
 // The reference itself computes the product of the decoded weights with x, up to the 8-bit
 // quantization of x (relative error of the whole output under 1.2%), or its F16 rounding
 // for F16 weights (under 5e-4); exact for F32 and BF16.
@@ -356,6 +411,11 @@ TEST(Matmul, RejectsBadInput) {
   EXPECT_THROW(matmul(null_data, x.data(), 1, y.data(), pool), Error);
   EXPECT_FALSE(matmul_supports(DType::IQ2_XXS));
   EXPECT_TRUE(matmul_supports(DType::Q6_K));
+  // One role per token, or none.
+  const WeightView f32{DType::F32, 1, 4, 16, bytes.data()};
+  const uint8_t roles[3] = {};
+  EXPECT_THROW(matmul(f32, x.data(), 2, y.data(), pool, TokenRoles(roles, 3)), Error);
+  EXPECT_THROW(matmul_reference(f32, x.data(), 2, y.data(), TokenRoles(roles, 1)), Error);
 }
 
 }  // namespace
