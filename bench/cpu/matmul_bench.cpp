@@ -95,8 +95,12 @@ void bm_hablar(benchmark::State& state, DType type, Shape s, int64_t n_tokens) {
   const WeightView& w = weights(type, s).view;
   const std::vector<float> x = activations(s.cols * n_tokens);
   std::vector<float> y((size_t)(s.rows * n_tokens));
+  // The tokens as one prompt of n_tokens (the K formats' batched orders, as the forward takes
+  // them for a prompt and as ggml does for one call).
+  std::vector<uint8_t> roles((size_t)n_tokens);
+  for (int64_t t = 0; t < n_tokens; ++t) roles[(size_t)t] = cpu::llama_batch_role(t, n_tokens);
   for (auto _ : state) {
-    cpu::matmul(w, x.data(), n_tokens, y.data(), pool());
+    cpu::matmul(w, x.data(), n_tokens, y.data(), pool(), roles);
     benchmark::DoNotOptimize(y.data());
   }
   set_counters(state, w, n_tokens);
