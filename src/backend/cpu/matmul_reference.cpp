@@ -1,6 +1,7 @@
 // Scalar reference of matmul: the activations are quantized exactly as the SIMD path does
 // (act_quant.h) and every block's dot product is an integer sum, scaled in float in a fixed
-// order. Written for clarity; the SIMD kernels are tested against it.
+// order (for Q4_K, Q5_K and Q6_K, the order of the token's role: KOrder, matmul_internal.h).
+// Written for clarity; the SIMD kernels are tested against it.
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -336,7 +337,8 @@ float dot_q8k_tiled(DType type, const uint8_t* w, const BlockQ8_K* a, int64_t nb
   return acc;
 }
 
-// Per super-block: d * dx * sum_i scale_i * dot_i - dmin * dx * sum_i min_i * bsum_i.
+// Per super-block: d * dx * sum_i scale_i * dot_i - dmin * dx * sum_i min_i * bsum_i, in the
+// order of the type and the token's role.
 float dot_q8k(DType type, const uint8_t* w, const BlockQ8_K* a, int64_t nb, KOrder order) {
   if (type == DType::Q4_K)
     return dot_q8k_mins_apart(type, w, a, nb, order == KOrder::kGroupOf4 ? 4 : 16);
