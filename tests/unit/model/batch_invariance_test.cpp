@@ -107,14 +107,18 @@ TEST(BatchInvariance, EightStaggeredSequencesMatchEachAlone) {
   std::filesystem::remove_all(dir);
 }
 
-// Logits of the last token after feeding `tokens` in chunks of the given sizes, with
-// positions >= generated_from marked as sampled.
-std::vector<float> last_logits(model::Model& m, const std::vector<int32_t>& tokens,
-                               const std::vector<int>& chunk_sizes, int32_t generated_from) {
+// The logits of each chunk's last token (every token's with all_logits), by position, after
+// feeding `tokens` in chunks of the given sizes, with positions >= generated_from marked as
+// sampled.
+std::vector<std::pair<int, std::vector<float>>> chunk_end_logits(
+    model::Model& m, const std::vector<int32_t>& tokens, const std::vector<int>& chunk_sizes,
+    int32_t generated_from, bool all_logits = false) {
+  const size_t n_vocab = (size_t)m.config().n_vocab;
   const int n_blocks = ((int)tokens.size() + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize;
   model::KvCache cache(m.kv_layout_for(n_blocks));
   std::vector<int32_t> table((size_t)n_blocks);
   for (int b = 0; b < n_blocks; ++b) table[(size_t)b] = b;
+  std::vector<std::pair<int, std::vector<float>>> out;
   std::vector<float> logits;
   int pos = 0;
   for (int n : chunk_sizes) {
@@ -123,42 +127,83 @@ std::vector<float> last_logits(model::Model& m, const std::vector<int32_t>& toke
     ch.start_pos = pos;
     ch.block_table = table;
     ch.generated_from = generated_from;
+    ch.all_logits = all_logits;
     m.forward(std::span(&ch, 1), cache, logits);
+    for (int i = all_logits ? 0 : n - 1; i < n; ++i) {
+      const auto row = logits.begin() + (ptrdiff_t)((size_t)(all_logits ? i : 0) * n_vocab);
+      out.emplace_back(pos + i, std::vector<float>(row, row + (ptrdiff_t)n_vocab));
+    }
     pos += n;
   }
   EXPECT_EQ(pos, (int)tokens.size());
-  return logits;
+  return out;
 }
 
 // A sequence recomputed after preemption (prompt and sampled tokens in one chunk), or a
-// prompt split so that one token is left, gives the same logits as the original run: the
-// attention's order follows the token's role (prompt or sampled), not the chunking.
-TEST(BatchInvariance, RecomputationAndSplitsKeepTheOriginalValues) {
-  // The default model: its 64-wide heads are where the two orders round differently.
-  const std::string path = test::default_model_path_or_empty();
-  ASSERT_FALSE(path.empty()) << "default model missing: run scripts/fetch-model.sh";
-  auto m = model::Model::load(path, {});
+// prompt split so that one token is left, gives the same logits as the original run, at the
+// prompt's last token and after each sampled one: the attention's order and the K formats'
+// matmul orders follow the token's role (prompt or sampled, and its place in the prompt), not
+// the chunking.
+void expect_chunkings_keep_the_original_values(model::Model& m) {
   std::mt19937 rng(7);
   std::vector<int32_t> prompt(21);
-  for (int32_t& t : prompt) t = (int32_t)(rng() % (uint32_t)m->config().n_vocab);
-  const Trace original = run_alone(*m, prompt);  // prompt in one chunk, then decode steps
+  for (int32_t& t : prompt) t = (int32_t)(rng() % (uint32_t)m.config().n_vocab);
+  const Trace original = run_alone(m, prompt);  // prompt in one chunk, then decode steps
   const int n_prompt = (int)prompt.size();
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), original.tokens.begin(), original.tokens.begin() + 5);
-  const std::vector<float>& want = original.logits[5];  // after 5 sampled tokens
 
   const std::vector<std::vector<int>> chunkings = {
       {n_prompt + 5},                    // recomputed in one chunk
       {n_prompt - 1, 1, 1, 1, 1, 1, 1},  // prompt split leaving one token, then decodes
       {7, 7, 7, 5},                      // chunks across the prompt/sampled boundary
+      {3, 2, 16, 5},                     // chunks shorter than the K formats' batches
   };
   for (const auto& sizes : chunkings) {
-    const std::vector<float> got = last_logits(*m, all, sizes, n_prompt);
-    ASSERT_EQ(got.size(), want.size());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
-        << "chunking with " << sizes.size() << " chunks differs";
+    for (const auto& [pos, got] : chunk_end_logits(m, all, sizes, n_prompt)) {
+      if (pos < n_prompt - 1) continue;  // no logits of the original run there
+      const std::vector<float>& want = original.logits[(size_t)(pos - (n_prompt - 1))];
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+          << "chunking with " << sizes.size() << " chunks differs at position " << pos;
+    }
+  }
+  // Every position's logits (perplexity, echo): each chunking as the prompt in one chunk then
+  // one token per step.
+  const auto want_all = chunk_end_logits(m, all, {n_prompt, 1, 1, 1, 1, 1}, n_prompt, true);
+  for (const auto& sizes : chunkings) {
+    const auto got_all = chunk_end_logits(m, all, sizes, n_prompt, true);
+    ASSERT_EQ(got_all.size(), want_all.size());
+    for (size_t p = 0; p < got_all.size(); ++p)
+      EXPECT_EQ(got_all[p], want_all[p])
+          << "all logits: chunking with " << sizes.size() << " chunks differs at position " << p;
   }
 }
+
+TEST(BatchInvariance, RecomputationAndSplitsKeepTheOriginalValues) {
+  // The default model: its 64-wide heads are where the two attention orders round differently.
+  const std::string path = test::default_model_path_or_empty();
+  ASSERT_FALSE(path.empty()) << "default model missing: run scripts/fetch-model.sh";
+  auto m = model::Model::load(path, {});
+  expect_chunkings_keep_the_original_values(*m);
+}
+
+// The same for the K formats, whose matmul order depends on the token's place in llama.cpp's
+// batch (a 21-token prompt: Q4_K's 4-token groups and one token left, Q5_K and Q6_K's batch
+// of 8 or more; one-token orders for the sampled tokens).
+class KFormatChunkings : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KFormatChunkings, RecomputationAndSplitsKeepTheOriginalValues) {
+  const std::string dir = test::make_temp_dir("hablar-korder");
+  const std::string path =
+      test::write_synthetic(dir, "qwen2", GetParam(), "ggml-vocab-llama-spm.gguf", 13);
+  auto m = model::Model::load(path, {});
+  expect_chunkings_keep_the_original_values(*m);
+  m.reset();
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(KFormats, KFormatChunkings, ::testing::Values("q4_k", "q5_k", "q6_k"));
 
 }  // namespace
 }  // namespace hablar
