@@ -43,6 +43,9 @@ struct Shape {
 // SmolLM2-135M FFN up/down and Qwen2.5-0.5B FFN up/down: rows x cols (out x in). These fit in
 // the last-level cache, so they time the kernels' arithmetic.
 const Shape kShapes[] = {{1536, 576}, {576, 1536}, {4864, 896}, {896, 4864}};
+// Qwen2.5-0.5B's attention projections (q/o and k/v): small enough for the L2 cache.
+const Shape kAttentionShapes[] = {{896, 896}, {128, 896}};
+const DType kAttentionTypes[] = {DType::Q8_0, DType::Q4_K};
 // Qwen2.5-0.5B's tied output head (136 MB in Q8_0): far larger than the caches, so at one token
 // it times how well a kernel streams weights from memory, as decode does.
 const Shape kHeadShape = {151936, 896};
@@ -221,23 +224,27 @@ void register_all() {
       peer->UseRealTime();
     }
   }
+  auto register_shape = [](DType type, const Shape& s, int64_t n_tokens) {
+    const std::string suffix = std::string(dtype_name(type)) + "/" + std::to_string(s.rows) + "x" +
+                               std::to_string(s.cols) + "/" + std::to_string(n_tokens);
+    auto* mine =
+        benchmark::RegisterBenchmark(("hablar/" + suffix).c_str(), bm_hablar, type, s, n_tokens);
+    auto* peer =
+        benchmark::RegisterBenchmark(("ggml/" + suffix).c_str(), bm_ggml, type, s, n_tokens);
+    if (!g_cpu_time) {
+      mine->UseRealTime();
+      peer->UseRealTime();
+    }
+  };
+  for (DType type : kAttentionTypes)
+    for (const Shape& s : kAttentionShapes)
+      for (int64_t n_tokens : {1, 128}) register_shape(type, s, n_tokens);
   for (DType type : kTypes) {
     const int64_t block = std::max<int64_t>(
         dtype_traits(type).block_elems, cpu::act_kind_for(type) == cpu::ActKind::kQ8K ? 256 : 1);
     for (const Shape& s : kShapes) {
       if (s.cols % block != 0) continue;
-      for (int64_t n_tokens : {1, 128}) {
-        const std::string suffix = std::string(dtype_name(type)) + "/" + std::to_string(s.rows) +
-                                   "x" + std::to_string(s.cols) + "/" + std::to_string(n_tokens);
-        auto* mine = benchmark::RegisterBenchmark(("hablar/" + suffix).c_str(), bm_hablar, type, s,
-                                                  n_tokens);
-        auto* peer =
-            benchmark::RegisterBenchmark(("ggml/" + suffix).c_str(), bm_ggml, type, s, n_tokens);
-        if (!g_cpu_time) {
-          mine->UseRealTime();
-          peer->UseRealTime();
-        }
-      }
+      for (int64_t n_tokens : {1, 128}) register_shape(type, s, n_tokens);
     }
   }
 }
