@@ -216,17 +216,60 @@ ChunkedRows chunk_rows(int64_t rows, int n_threads) {
   return {rows, chunk, (rows + chunk - 1) / chunk};
 }
 
+// At decode (a token or two) the rows stream from memory and the step waits at every matmul
+// for the thread that finishes last: there the chunks shrink instead, each a share of the rows
+// still unclaimed (1 / (kShareDivisor * threads) of them, whole 16-row groups, at least one),
+// so the first are large and the last small and the threads finish close together. (Prefill
+// keeps the fixed chunks: each chunk call there has a per-call cost, the activations' start
+// values for every token.)
+constexpr int64_t kShrinkingMaxTokens = 2;
+constexpr int64_t kShareDivisor = 2;
+
+// Rows [*begin, *end) of job *job to run next (false when none are left); `next` counts rows
+// over all jobs, one after the other.
+bool claim_shrinking(std::atomic<int64_t>& next, std::span<const int64_t> job_rows, int64_t total,
+                     int n_threads, size_t* job, int64_t* begin, int64_t* end) {
+  int64_t at = next.load(std::memory_order_relaxed);
+  for (;;) {
+    if (at >= total) return false;
+    size_t j = 0;
+    int64_t job_start = 0;
+    while (at >= job_start + job_rows[j]) job_start += job_rows[j++];
+    const int64_t share = (total - at) / (kShareDivisor * n_threads);
+    const int64_t size = std::max<int64_t>(16, (share + 15) / 16 * 16);
+    const int64_t stop = std::min(at + size, job_start + job_rows[j]);
+    if (next.compare_exchange_weak(at, stop, std::memory_order_relaxed)) {
+      *job = j;
+      *begin = at - job_start;
+      *end = stop - job_start;
+      return true;
+    }
+  }
+}
+
 // body(job, row_begin, row_end) for every chunk of every job's rows, over the pool.
 template <typename Body>
-void run_chunked(ThreadPool& pool, std::span<const int64_t> job_rows, const Body& body) {
+void run_chunked(ThreadPool& pool, std::span<const int64_t> job_rows, int64_t n_tokens,
+                 const Body& body) {
   HABLAR_CHECK(job_rows.size() <= kMaxJobs, "run_chunked: too many jobs");
+  std::atomic<int64_t> next{0};
+  if (n_tokens <= kShrinkingMaxTokens) {
+    int64_t total = 0;
+    for (int64_t rows : job_rows) total += rows;
+    pool.run([&](int, int n_threads) {
+      size_t job = 0;
+      int64_t begin = 0, end = 0;
+      while (claim_shrinking(next, job_rows, total, n_threads, &job, &begin, &end))
+        body(job, begin, end);
+    });
+    return;
+  }
   ChunkedRows jobs[kMaxJobs];
   int64_t total = 0;
   for (size_t j = 0; j < job_rows.size(); ++j) {
     jobs[j] = chunk_rows(job_rows[j], pool.size());
     total += jobs[j].n_chunks;
   }
-  std::atomic<int64_t> next{0};
   pool.run([&](int, int) {
     for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < total;
          c = next.fetch_add(1, std::memory_order_relaxed)) {
@@ -294,7 +337,7 @@ void matmul_with_isa(Isa isa, const WeightView& w, const float* x, int64_t n_tok
   size_t stride = 0;
   const uint8_t* act = activations(plan, x, w.cols, n_tokens, pool, 0, &stride);
   const int64_t rows[] = {w.rows};
-  run_chunked(pool, rows, [&](size_t, int64_t begin, int64_t end) {
+  run_chunked(pool, rows, n_tokens, [&](size_t, int64_t begin, int64_t end) {
     run_gemm(runs, w, begin, end, act, stride, y);
   });
 }
@@ -308,7 +351,7 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
   if (n_tokens == 0 || jobs.empty()) return;
   int64_t rows[kMaxJobs];
   for (size_t j = 0; j < jobs.size(); ++j) rows[j] = jobs[j].w->rows;
-  run_chunked(pool, std::span<const int64_t>(rows, jobs.size()),
+  run_chunked(pool, std::span<const int64_t>(rows, jobs.size()), n_tokens,
               [&](size_t j, int64_t begin, int64_t end) {
                 const Prepared& p = jobs[j];
                 run_gemm(p.runs, *p.w, begin, end, p.act, p.stride, p.y);
@@ -325,7 +368,7 @@ void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* x,
   const std::vector<Prepared> jobs = prepare_many(targets, x, n_tokens, pool, roles);
   if (n_tokens == 0) return;
   const int64_t rows[] = {gate.rows};
-  run_chunked(pool, rows, [&](size_t, int64_t begin, int64_t end) {
+  run_chunked(pool, rows, n_tokens, [&](size_t, int64_t begin, int64_t end) {
     // The same rows of both, then their SwiGLU.
     for (const Prepared& p : jobs) run_gemm(p.runs, *p.w, begin, end, p.act, p.stride, p.y);
     for (int64_t t = 0; t < n_tokens; ++t) {
