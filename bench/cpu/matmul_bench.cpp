@@ -43,9 +43,11 @@ struct Shape {
 // SmolLM2-135M FFN up/down and Qwen2.5-0.5B FFN up/down: rows x cols (out x in). These fit in
 // the last-level cache, so they time the kernels' arithmetic.
 const Shape kShapes[] = {{1536, 576}, {576, 1536}, {4864, 896}, {896, 4864}};
-// Qwen2.5-0.5B's attention projections (q/o and k/v): small enough for the L2 cache.
+// Qwen2.5-0.5B's attention projections (q/o and k/v): small enough for the L2 cache. Rows of
+// 896 values do not fit the K formats' 256-value blocks: its Q4_K_M mix stores them as Q5_0
+// (and some as Q8_0), as llama.cpp's quantizer does.
 const Shape kAttentionShapes[] = {{896, 896}, {128, 896}};
-const DType kAttentionTypes[] = {DType::Q8_0, DType::Q4_K};
+const DType kAttentionTypes[] = {DType::Q8_0, DType::Q5_0};
 // Qwen2.5-0.5B's tied output head (136 MB in Q8_0): far larger than the caches, so at one token
 // it times how well a kernel streams weights from memory, as decode does.
 const Shape kHeadShape = {151936, 896};
@@ -225,6 +227,9 @@ void register_all() {
     }
   }
   auto register_shape = [](DType type, const Shape& s, int64_t n_tokens) {
+    const int64_t block = std::max<int64_t>(
+        dtype_traits(type).block_elems, cpu::act_kind_for(type) == cpu::ActKind::kQ8K ? 256 : 1);
+    if (s.cols % block != 0) return;  // no such matrix in this type
     const std::string suffix = std::string(dtype_name(type)) + "/" + std::to_string(s.rows) + "x" +
                                std::to_string(s.cols) + "/" + std::to_string(n_tokens);
     auto* mine =
@@ -239,14 +244,9 @@ void register_all() {
   for (DType type : kAttentionTypes)
     for (const Shape& s : kAttentionShapes)
       for (int64_t n_tokens : {1, 128}) register_shape(type, s, n_tokens);
-  for (DType type : kTypes) {
-    const int64_t block = std::max<int64_t>(
-        dtype_traits(type).block_elems, cpu::act_kind_for(type) == cpu::ActKind::kQ8K ? 256 : 1);
-    for (const Shape& s : kShapes) {
-      if (s.cols % block != 0) continue;
+  for (DType type : kTypes)
+    for (const Shape& s : kShapes)
       for (int64_t n_tokens : {1, 128}) register_shape(type, s, n_tokens);
-    }
-  }
 }
 
 }  // namespace
