@@ -56,7 +56,7 @@ PROMPTS = [
 ]
 SYNTH_PROMPTS = PROMPTS[:6]
 SYNTH_ARCHES = ["llama", "qwen2", "qwen3"]
-SYNTH_TYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k"]
+SYNTH_TYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"]
 SYNTH_SEED = 7
 SYNTH_VOCAB = "ggml-vocab-llama-spm.gguf"
 PPL_CTX = 256
@@ -152,10 +152,10 @@ def smollm2_golden(model_path):
                       "greedy": greedy_runs, "perplexity": ppl})
 
 
-def synthetic_goldens(hablar, vocab_dir, models_dir=None):
+def synthetic_goldens(hablar, vocab_dir, models_dir=None, types=None):
     with tempfile.TemporaryDirectory() as tmp:
         for arch in SYNTH_ARCHES:
-            for typ in SYNTH_TYPES:
+            for typ in types or SYNTH_TYPES:
                 path = os.path.join(models_dir or tmp, f"{arch}-{typ}.gguf")
                 if not models_dir:
                     subprocess.run([hablar, "make-model", "--arch", arch, "--shape", "tiny",
@@ -178,6 +178,7 @@ def main():
         "~/.cache/hablar/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--testdata", default=os.path.join(ROOT, "..", "shared", "testdata"))
     ap.add_argument("--only", choices=["smollm2", "synthetic"])
+    ap.add_argument("--types", help="comma-separated synthetic types to regenerate (default: all)")
     ap.add_argument("--synthetic-dir", help="read <arch>-<type>.gguf from here instead of "
                     "running make-model (files written by the same seeded generator)")
     args = ap.parse_args()
@@ -185,7 +186,8 @@ def main():
     if args.only in (None, "smollm2"):
         smollm2_golden(args.model)
     if args.only in (None, "synthetic"):
-        synthetic_goldens(args.hablar, os.path.join(args.testdata, "vocab"), args.synthetic_dir)
+        synthetic_goldens(args.hablar, os.path.join(args.testdata, "vocab"), args.synthetic_dir,
+                          args.types.split(",") if args.types else None)
 
 
 if __name__ == "__main__":

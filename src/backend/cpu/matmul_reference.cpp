@@ -66,8 +66,9 @@ float sum_lanes(const float* l) {
   return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
-// Q4_1 and Q8_0 in lane order: per block, lane k = fma(d_w * d_x, float(dot of its 4 values),
-// lane k); Q4_1's minimum term fma(m_w, s_x, summs) beside, added after the lanes' sum.
+// Q4_1, Q5_0 and Q8_0 in lane order: per block, lane k = fma(d_w * d_x, float(dot of its 4
+// values), lane k); Q4_1's minimum term fma(m_w, s_x, summs) beside, added after the lanes'
+// sum.
 float dot_act32_lanes(DType type, const uint8_t* w, const Act32Row& a, int64_t nb) {
   float lanes[8] = {};
   float summs = 0.0f;
@@ -79,6 +80,10 @@ float dot_act32_lanes(DType type, const uint8_t* w, const Act32Row& a, int64_t n
       codes_q4_1(blk, c);
       d = h2f(blk.d) * a.d[b];
       summs = std::fma(h2f(blk.m), a.s[b], summs);
+    } else if (type == DType::Q5_0) {
+      const auto& blk = reinterpret_cast<const BlockQ5_0*>(w)[b];
+      codes_q5(blk.qs, blk.qh, 16, c);
+      d = h2f(blk.d) * a.d[b];
     } else {
       const auto& blk = reinterpret_cast<const BlockQ8_0*>(w)[b];
       for (int j = 0; j < kQK; ++j) c[j] = blk.qs[j];
@@ -95,7 +100,8 @@ float dot_act32_lanes(DType type, const uint8_t* w, const Act32Row& a, int64_t n
 }
 
 float dot_act32(DType type, const uint8_t* w, const Act32Row& a, int64_t nb) {
-  if (type == DType::Q4_1 || type == DType::Q8_0) return dot_act32_lanes(type, w, a, nb);
+  if (type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q8_0)
+    return dot_act32_lanes(type, w, a, nb);
   float acc = 0.0f;
   int c[kQK];
   for (int64_t b = 0; b < nb; ++b) {
@@ -104,12 +110,6 @@ float dot_act32(DType type, const uint8_t* w, const Act32Row& a, int64_t nb) {
       case DType::Q4_0: {
         const auto& blk = reinterpret_cast<const BlockQ4_0*>(w)[b];
         codes_q4_0(blk, c);
-        acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa);
-        break;
-      }
-      case DType::Q5_0: {
-        const auto& blk = reinterpret_cast<const BlockQ5_0*>(w)[b];
-        codes_q5(blk.qs, blk.qh, 16, c);
         acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa);
         break;
       }

@@ -107,7 +107,7 @@ TEST_P(MatmulType, SimdMatchesReference) {
 // one-token path) and in batches that fill and leave remainders of every tile.
 TEST(MatmulLaneOrder, SimdEqualsReferenceBitForBit) {
   ThreadPool pool(2);
-  for (DType type : {DType::Q4_1, DType::Q8_0, DType::Q5_K, DType::Q6_K}) {
+  for (DType type : {DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q5_K, DType::Q6_K}) {
     for (int64_t rows : {7, 16, 45}) {
       const Matrix m = make_matrix(type, rows, 1024, 60 + (uint32_t)rows);
       for (int64_t n_tokens : {1, 2, 3, 9}) {

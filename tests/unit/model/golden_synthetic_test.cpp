@@ -13,8 +13,8 @@ namespace {
 
 // Bounds against llama.cpp, as measured (6 prompts of 6 to 27 tokens, 98 positions per
 // model): every type is identical, top-1 98/98 and max |difference| 1e-5 (the golden file's
-// rounding), for F32, F16, Q8_0, Q4_0, Q4_1 and the K formats Q4_K, Q5_K, Q6_K alike. Every op
-// and every dot product rounds as llama.cpp's (F16 weights multiply the activations rounded to
+// rounding), for F32, F16, Q8_0, Q4_0, Q4_1, Q5_0 and the K formats Q4_K, Q5_K, Q6_K alike. Every
+// op and every dot product rounds as llama.cpp's (F16 weights multiply the activations rounded to
 // F16). For the K formats llama.cpp's summation order depends on where a token stands in its
 // batch (one llama_decode call; here a teacher-forced prompt is one batch), and the forward
 // gives each token that place (cpu::TokenRoles, from its own sequence only, so batch
@@ -58,7 +58,7 @@ TEST_P(SyntheticGolden, TeacherForcedLogitsMatchLlamaCpp) {
 std::vector<SynthCase> all_cases() {
   std::vector<SynthCase> cases;
   for (const char* arch : {"llama", "qwen2", "qwen3"})
-    for (const char* type : {"f32", "f16", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k"})
+    for (const char* type : {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"})
       cases.push_back({arch, type});
   return cases;
 }
