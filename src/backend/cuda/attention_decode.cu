@@ -32,6 +32,19 @@ __device__ __forceinline__ int decode_context(const DecodeAttentionParams& p, in
   return min(p.seq_lens[slot] + 1, capacity);
 }
 
+// The positions [begin, end) that split `split` of slot `slot` attends to; empty (begin >= end)
+// when the slot is done or its context ends before the split.
+struct SplitRange {
+  int begin, end;
+};
+__device__ __forceinline__ SplitRange split_range(const DecodeAttentionParams& p, int slot,
+                                                  int split, int split_len) {
+  if (!p.active[slot]) return {0, 0};
+  const int context = decode_context(p, slot);
+  const int begin = split * split_len;
+  return {begin, min(begin + split_len, context)};
+}
+
 template <bool kBf16>
 __global__ void decode_scatter_kernel(DecodeAttentionParams p) {
   const int slot = blockIdx.x;
@@ -148,11 +161,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   float* s_s = reinterpret_cast<float*>(smem + L::kS);
 
   const int kvh = blockIdx.x, slot = blockIdx.y, split = blockIdx.z;
-  if (!p.active[slot]) return;
-  const int context = decode_context(p, slot);
-  const int begin = split * split_len;
-  if (begin >= context) return;
-  const int end = min(begin + split_len, context);
+  const auto [begin, end] = split_range(p, slot, split, split_len);
+  if (begin >= end) return;
   const int group = p.n_heads / p.layout.n_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int32_t* table = p.block_tables + (size_t)slot * p.max_blocks_per_seq;
@@ -344,11 +354,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
   __shared__ SoftmaxState state_s[kDecodeWarps][8];
 
   const int kvh = blockIdx.x, slot = blockIdx.y, split = blockIdx.z;
-  if (!p.active[slot]) return;
-  const int context = decode_context(p, slot);
-  const int begin = split * split_len;
-  if (begin >= context) return;
-  const int end = min(begin + split_len, context);
+  const auto [begin, end] = split_range(p, slot, split, split_len);
+  if (begin >= end) return;
   const int group = p.n_heads / p.layout.n_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;

@@ -110,6 +110,12 @@ struct TeamPlace {
   bool l2_hint;
 };
 
+// This thread's place: team_threads threads per team, the thread's index within its team.
+__device__ __forceinline__ TeamPlace team_place(const uint8_t* w, size_t row_bytes, int n,
+                                                int n_chunks, int team_threads, bool l2_hint) {
+  return {w, row_bytes, n, n_chunks, team_threads, (int)threadIdx.x % team_threads, l2_hint};
+}
+
 // Issues every weight load of rows row0 .. row0 + kR - 1 for the thread's chunks.
 template <int kR, int kCpt>
 __device__ __forceinline__ void load_chunks(const TeamPlace& at, int row0,
@@ -180,8 +186,7 @@ __global__ void __launch_bounds__(kThreads)
                     float* __restrict__ y, int team_threads, bool l2_hint) {
   allow_next_kernel_to_start();
   const int teams = kThreads / team_threads, team = threadIdx.x / team_threads;
-  const TeamPlace at{w,      row_bytes, n, n_chunks, team_threads, (int)threadIdx.x % team_threads,
-                     l2_hint};
+  const TeamPlace at = team_place(w, row_bytes, n, n_chunks, team_threads, l2_hint);
   const int row0 = (blockIdx.x * teams + team) * kR;
   Chunk chunk[kR][kCpt];
   load_chunks<kR, kCpt>(at, row0, chunk);
@@ -230,8 +235,7 @@ __global__ void __launch_bounds__(kThreads)
                          float* __restrict__ y, int team_threads, bool l2_hint) {
   allow_next_kernel_to_start();
   const int teams = kThreads / team_threads, team = threadIdx.x / team_threads;
-  const TeamPlace at{w,      row_bytes, n, n_chunks, team_threads, (int)threadIdx.x % team_threads,
-                     l2_hint};
+  const TeamPlace at = team_place(w, row_bytes, n, n_chunks, team_threads, l2_hint);
   const int rows_per_block = teams * kR;
   const int groups = (n + rows_per_block - 1) / rows_per_block;
   auto first_row = [&](int bg) { return (bg * teams + team) * kR; };
