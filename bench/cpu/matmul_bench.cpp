@@ -1,4 +1,6 @@
-// matmul speed per weight type at decode (1 token) and prefill (128 tokens) shapes, and at
+// matmul speed per weight type at decode (1 token), batched decode (8 sequences' sampled
+// tokens, "8d": each token in the one-token order, as the forward gives them) and prefill
+// (128 tokens) shapes, and at
 // decode on an output head larger than the caches (memory-bound, like decode itself), hablar
 // beside ggml (llama.cpp's CPU kernels, loaded at run time when present), plus the machine's
 // memory bandwidth (a STREAM-like read and copy) that bounds decode.
@@ -96,14 +98,19 @@ void set_counters(benchmark::State& state, const WeightView& w, int64_t n_tokens
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void bm_hablar(benchmark::State& state, DType type, Shape s, int64_t n_tokens) {
+// n_tokens > 0: one prompt of n_tokens; n_tokens < 0: -n_tokens sequences' sampled tokens.
+void bm_hablar(benchmark::State& state, DType type, Shape s, int64_t signed_tokens) {
+  const bool decode_batch = signed_tokens < 0;
+  const int64_t n_tokens = decode_batch ? -signed_tokens : signed_tokens;
   const WeightView& w = weights(type, s).view;
   const std::vector<float> x = activations(s.cols * n_tokens);
   std::vector<float> y((size_t)(s.rows * n_tokens));
   // The tokens as one prompt of n_tokens (the K formats' batched orders, as the forward takes
   // them for a prompt and as ggml does for one call).
   std::vector<uint8_t> roles((size_t)n_tokens);
-  for (int64_t t = 0; t < n_tokens; ++t) roles[(size_t)t] = cpu::llama_batch_role(t, n_tokens);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    roles[(size_t)t] =
+        decode_batch ? cpu::llama_batch_role(0, 1) : cpu::llama_batch_role(t, n_tokens);
   for (auto _ : state) {
     cpu::matmul(w, x.data(), n_tokens, y.data(), pool(), roles);
     benchmark::DoNotOptimize(y.data());
@@ -111,7 +118,8 @@ void bm_hablar(benchmark::State& state, DType type, Shape s, int64_t n_tokens) {
   set_counters(state, w, n_tokens);
 }
 
-void bm_ggml(benchmark::State& state, DType type, Shape s, int64_t n_tokens) {
+void bm_ggml(benchmark::State& state, DType type, Shape s, int64_t signed_tokens) {
+  const int64_t n_tokens = std::abs(signed_tokens);  // ggml takes the 8 tokens as one batch
   const WeightView& w = weights(type, s).view;
   std::string why;
   auto peer = GgmlMatmul::create(w, n_tokens, g_threads, &why);
@@ -198,10 +206,9 @@ class RatioReporter : public benchmark::ConsoleReporter {
       if (name.rfind("hablar/", 0) != 0) continue;
       const std::string rest = name.substr(7);
       const double peer = find("ggml/" + rest);
-      char type[16], shape[32];
-      long tokens = 0;
-      if (std::sscanf(rest.c_str(), "%15[^/]/%31[^/]/%ld", type, shape, &tokens) != 3) continue;
-      std::printf("%-8s %-10s %6ld %12.2f %12.2f %8.2f %8.0f%%\n", type, shape, tokens, v, peer,
+      char type[16], shape[32], tokens[8];
+      if (std::sscanf(rest.c_str(), "%15[^/]/%31[^/]/%7[0-9d]", type, shape, tokens) != 3) continue;
+      std::printf("%-8s %-10s %6s %12.2f %12.2f %8.2f %8.0f%%\n", type, shape, tokens, v, peer,
                   v / peer, 100.0 * v / find("memory/read"));
     }
   }
@@ -231,7 +238,8 @@ void register_all() {
         dtype_traits(type).block_elems, cpu::act_kind_for(type) == cpu::ActKind::kQ8K ? 256 : 1);
     if (s.cols % block != 0) return;  // no such matrix in this type
     const std::string suffix = std::string(dtype_name(type)) + "/" + std::to_string(s.rows) + "x" +
-                               std::to_string(s.cols) + "/" + std::to_string(n_tokens);
+                               std::to_string(s.cols) + "/" + std::to_string(std::abs(n_tokens)) +
+                               (n_tokens < 0 ? "d" : "");
     auto* mine =
         benchmark::RegisterBenchmark(("hablar/" + suffix).c_str(), bm_hablar, type, s, n_tokens);
     auto* peer =
@@ -246,7 +254,7 @@ void register_all() {
       for (int64_t n_tokens : {1, 128}) register_shape(type, s, n_tokens);
   for (DType type : kTypes)
     for (const Shape& s : kShapes)
-      for (int64_t n_tokens : {1, 128}) register_shape(type, s, n_tokens);
+      for (int64_t n_tokens : {1, -8, 128}) register_shape(type, s, n_tokens);
 }
 
 }  // namespace

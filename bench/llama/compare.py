@@ -146,7 +146,7 @@ def main():
         def run_peer():
             return llama_bench(args.llama_bench, model, args) if use_llama_bench \
                 else llama_cpp_python(model, args)
-        ours, theirs, rss = {}, {}, 0
+        ours, theirs, rss, read_gbs = {}, {}, 0, 0.0
         for k in range(max(1, args.rounds)):
             if k % 2 == 0:
                 mine, meta, round_rss = hablar_bench(args.hablar, model, args)
@@ -155,6 +155,7 @@ def main():
                 peer_res = run_peer()
                 mine, meta, round_rss = hablar_bench(args.hablar, model, args)
             rss = max(rss, round_rss)
+            read_gbs = max(read_gbs, meta.get("weight_read_gbs", 0.0))
             keep_best(ours, mine)
             keep_best(theirs, peer_res)
         name = os.path.basename(model)
@@ -164,6 +165,7 @@ def main():
         kv = meta.get("kv_cache_bytes", 0)
         per_token = meta["weight_bytes_per_token"] + kv / 2  # on average half the cache is read
         tg = ours[f"tg{args.n}"][0]
+        tg_peer = theirs[f"tg{args.n}"][0]
         file_size = os.path.getsize(model)
         budget = file_size + kv + 64 * 2**20
         notes.append(f"- {name}: decode reads {per_token / 1e6:.1f} MB/token -> {per_token * tg / 1e9:.2f} GB/s "
@@ -171,6 +173,16 @@ def main():
                      f"peak RSS {rss / 2**20:.0f} MiB vs file {file_size / 2**20:.0f} MiB + KV "
                      f"{kv / 2**20:.0f} MiB + 64 MiB = {budget / 2**20:.0f} MiB "
                      f"({'ok' if rss <= budget else 'OVER'})")
+        if read_gbs > 0:
+            # The decode bound on this run: both tools read the same weights, so neither can
+            # go faster than these threads read them with no arithmetic at all.
+            mine_gbs, peer_gbs = meta["weight_bytes_per_token"] * tg / 1e9, \
+                meta["weight_bytes_per_token"] * tg_peer / 1e9
+            notes.append(f"  weight reads at tg: hablar {mine_gbs:.1f} GB/s, llama.cpp {peer_gbs:.1f} GB/s, "
+                         f"bound {read_gbs:.1f} GB/s (the same threads reading the weights, best pass): "
+                         f"hablar at {100 * mine_gbs / read_gbs:.0f}%, llama.cpp at "
+                         f"{100 * peer_gbs / read_gbs:.0f}%, highest possible ratio "
+                         f"{read_gbs / peer_gbs:.2f}x")
     rounds = f", best of {args.rounds} alternating rounds" if args.rounds > 1 else ""
     print(f"threads {args.t}, {args.r} repetitions{rounds}; peer: {peer}\n")
     print("| model | test | hablar t/s | llama.cpp t/s | ratio |")

@@ -2,6 +2,8 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 
@@ -46,9 +48,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   gguf::GgufFile file = gguf::GgufFile::open(path);
   std::unique_ptr<Model> m(new Model(std::move(file), opts));
   const ModelConfig& c = m->config();
-  log::info("loaded {}: {}, {} layers, n_embd {}, heads {}/{} x {}, ffn {}, vocab {}, {} threads", path,
-            c.arch, c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff, c.n_vocab,
-            m->n_threads());
+  log::info("loaded {}: {}, {} layers, n_embd {}, heads {}/{} x {}, ffn {}, vocab {}, {} threads",
+            path, c.arch, c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff,
+            c.n_vocab, m->n_threads());
   return m;
 }
 
@@ -76,6 +78,44 @@ size_t Model::weight_bytes_per_token() const {
     total += bytes(l.wq) + bytes(l.wk) + bytes(l.wv) + bytes(l.wo) + bytes(l.w_gate) +
              bytes(l.w_up) + bytes(l.w_down);
   return total;
+}
+
+double Model::weight_read_gbs(int passes) const {
+  struct Span {
+    const uint8_t* data;
+    size_t bytes;
+  };
+  std::vector<Span> spans;
+  size_t total = 0;
+  auto add = [&](const WeightView& w) {
+    // Whole 64-byte lines inside the matrix (its start is 32-byte aligned in a GGUF file).
+    const auto start = (reinterpret_cast<uintptr_t>(w.data) + 63) & ~(uintptr_t)63;
+    const size_t end_bytes = (size_t)w.rows * w.row_bytes;
+    const size_t skip = start - reinterpret_cast<uintptr_t>(w.data);
+    if (end_bytes <= skip) return;
+    spans.push_back({reinterpret_cast<const uint8_t*>(start), (end_bytes - skip) & ~(size_t)63});
+    total += spans.back().bytes;
+  };
+  add(weights_->output);
+  for (const LayerWeights& l : weights_->layers)
+    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*w);
+  std::atomic<uint64_t> sink{0};  // the words read, so the reads are not optimized away
+  double best = 0;
+  for (int pass = 0; pass < std::max(1, passes); ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool_->run([&](int thread, int n_threads) {
+      uint64_t acc = 0;
+      for (const Span& s : spans) {
+        const IndexRange r = split_range((int64_t)s.bytes, thread, n_threads, 64);
+        acc ^= cpu::read_through(s.data + r.begin, (size_t)(r.end - r.begin));
+      }
+      sink.fetch_xor(acc, std::memory_order_relaxed);
+    });
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, (double)total / seconds / 1e9);
+  }
+  return best;
 }
 
 void Model::check_chunks(std::span<const SequenceChunk> chunks, const KvCache& cache) const {

@@ -113,6 +113,9 @@ class Model {
 
   // Bytes of weights read by one decode step (every matrix once), for speed-of-light figures.
   size_t weight_bytes_per_token() const;
+  // The rate (GB/s) at which the model's threads read those bytes with no arithmetic, in one
+  // parallel pass over every matrix, best of `passes`: the memory bound on decode speed.
+  double weight_read_gbs(int passes) const;
 
  private:
   Model(gguf::GgufFile file, const LoadOptions& opts);

@@ -125,6 +125,20 @@ void check_rope(const RopeParams& p, int head_dim, int pos) {
   }
 }
 
+TEST(Ops, ReadThroughXorsEveryWord) {
+  std::vector<uint64_t> words(64 * 8 + 8);  // a 64-byte line per 8 words; one extra line
+  std::mt19937_64 rng(5);
+  for (uint64_t& w : words) w = rng();
+  uint64_t want = 0;
+  for (size_t i = 0; i < 64 * 8; ++i) want ^= words[i];
+  const auto* bytes = reinterpret_cast<const uint8_t*>(words.data());
+  EXPECT_EQ(read_through(bytes, 64 * 64), want);
+  // Each word counts: flipping one bit anywhere in the range changes the result.
+  words[123] ^= 1u << 7;
+  EXPECT_EQ(read_through(bytes, 64 * 64), want ^ (1u << 7));
+  EXPECT_EQ(read_through(bytes, 0), 0u);
+}
+
 TEST(Ops, RopeNormalAndNeox) {
   RopeParams p;
   p.n_dims = 64;
