@@ -174,14 +174,15 @@ def main():
                      f"{kv / 2**20:.0f} MiB + 64 MiB = {budget / 2**20:.0f} MiB "
                      f"({'ok' if rss <= budget else 'OVER'})")
         if read_gbs > 0:
-            # The decode bound on this run: both tools read the same weights, so neither can
-            # go faster than these threads read them with no arithmetic at all.
+            # A reference for this run: both tools read the same weights at every step; how fast
+            # these threads read them with no arithmetic (a plain read, best pass) bounds decode
+            # up to the prefetch differences between access patterns.
             mine_gbs, peer_gbs = meta["weight_bytes_per_token"] * tg / 1e9, \
                 meta["weight_bytes_per_token"] * tg_peer / 1e9
             notes.append(f"  weight reads at tg: hablar {mine_gbs:.1f} GB/s, llama.cpp {peer_gbs:.1f} GB/s, "
-                         f"bound {read_gbs:.1f} GB/s (the same threads reading the weights, best pass): "
+                         f"plain read of the same bytes {read_gbs:.1f} GB/s: "
                          f"hablar at {100 * mine_gbs / read_gbs:.0f}%, llama.cpp at "
-                         f"{100 * peer_gbs / read_gbs:.0f}%, highest possible ratio "
+                         f"{100 * peer_gbs / read_gbs:.0f}%; ratio if hablar decoded at the plain-read speed "
                          f"{read_gbs / peer_gbs:.2f}x")
     rounds = f", best of {args.rounds} alternating rounds" if args.rounds > 1 else ""
     print(f"threads {args.t}, {args.r} repetitions{rounds}; peer: {peer}\n")

@@ -147,6 +147,12 @@ void add_inplace(float* y, const float* x, int64_t n) {
 }
 
 uint64_t read_through(const uint8_t* p, size_t n) {
+  static const bool simd = cpu_features().has_avx2_kernels();
+  if (simd) return avx2::read_through(p, n);
+  return read_through_scalar(p, n);
+}
+
+uint64_t read_through_scalar(const uint8_t* p, size_t n) {
   const auto* words = reinterpret_cast<const uint64_t*>(p);
   uint64_t acc[8] = {};  // eight independent chains: one 64-byte line per iteration
   for (size_t i = 0; i < n / 8; i += 8)

@@ -100,6 +100,7 @@ void add_inplace(float* y, const float* x, int64_t n);
 // Reads n bytes (n a multiple of 64, p 8-byte aligned) and returns their 64-bit words XORed:
 // a pure streaming read, which times the memory bound of decode.
 uint64_t read_through(const uint8_t* p, size_t n);
+uint64_t read_through_scalar(const uint8_t* p, size_t n);  // the same, without SIMD
 // out[0..table.cols) = row `token` of the table, dequantized. Throws for a token out of range.
 void embedding_row(const WeightView& table, int32_t token, float* out);
 

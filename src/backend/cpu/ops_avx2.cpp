@@ -70,6 +70,25 @@ __m256 exp8(__m256 x) {
 
 }  // namespace
 
+uint64_t read_through(const uint8_t* p, size_t n) {
+  // Four 32-byte loads per 128 bytes into two xor chains; the scalar form's result.
+  __m256i a = _mm256_setzero_si256(), b = a;
+  size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    a = _mm256_xor_si256(a, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+    b = _mm256_xor_si256(b, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a = _mm256_xor_si256(a, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    b = _mm256_xor_si256(b, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  if (i < n) {  // one 64-byte line left
+    a = _mm256_xor_si256(a, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+    b = _mm256_xor_si256(b, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+  }
+  const __m256i v = _mm256_xor_si256(a, b);
+  const __m128i h = _mm_xor_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  return (uint64_t)_mm_cvtsi128_si64(h) ^ (uint64_t)_mm_extract_epi64(h, 1);
+}
+
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   int64_t i = 0;
   const __m256 one = _mm256_set1_ps(1.0f);

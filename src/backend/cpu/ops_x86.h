@@ -9,6 +9,7 @@
 
 namespace hablar::cpu::avx2 {
 
+uint64_t read_through(const uint8_t* p, size_t n);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void rope_apply(float* x, int n_heads, int head_dim, const RopeParams& p, const float* cos_t,
                 const float* sin_t);

@@ -133,6 +133,8 @@ TEST(Ops, ReadThroughXorsEveryWord) {
   for (size_t i = 0; i < 64 * 8; ++i) want ^= words[i];
   const auto* bytes = reinterpret_cast<const uint8_t*>(words.data());
   EXPECT_EQ(read_through(bytes, 64 * 64), want);
+  EXPECT_EQ(read_through_scalar(bytes, 64 * 64), want);
+  EXPECT_EQ(read_through(bytes, 64 * 63), read_through_scalar(bytes, 64 * 63));  // odd lines
   // Each word counts: flipping one bit anywhere in the range changes the result.
   words[123] ^= 1u << 7;
   EXPECT_EQ(read_through(bytes, 64 * 64), want ^ (1u << 7));
