@@ -5,7 +5,7 @@
 // beside ggml (llama.cpp's CPU kernels, loaded at run time when present), plus the machine's
 // memory bandwidth (a STREAM-like read and copy) that bounds decode.
 //
-//   build-*/bench/cpu/cpu_bench [--threads=N] [--cpu-time] [google-benchmark flags]
+//   build-*/bench/cpu/cpu_bench [--threads=N] [--cpu-time] [--isa=avx2] [google-benchmark flags]
 //
 // Counters: GB/s = weight bytes / time (compare with the read bandwidth at decode);
 // GFLOP/s = 2 * rows * cols * tokens / time. The closing table gives hablar / ggml ratios.
@@ -33,6 +33,8 @@ namespace {
 int g_threads = 2;
 // Rates from CPU time instead of wall time (meaningful with --threads=1 on a busy machine).
 bool g_cpu_time = false;
+// hablar's kernels for this instruction set (--isa=scalar|avx2|avx512; default the best).
+cpu::Isa g_isa = cpu::best_isa();
 
 ThreadPool& pool() {
   static ThreadPool p(g_threads);
@@ -112,7 +114,7 @@ void bm_hablar(benchmark::State& state, DType type, Shape s, int64_t signed_toke
     roles[(size_t)t] =
         decode_batch ? cpu::llama_batch_role(0, 1) : cpu::llama_batch_role(t, n_tokens);
   for (auto _ : state) {
-    cpu::matmul(w, x.data(), n_tokens, y.data(), pool(), roles);
+    cpu::matmul_with_isa(g_isa, w, x.data(), n_tokens, y.data(), pool(), roles);
     benchmark::DoNotOptimize(y.data());
   }
   set_counters(state, w, n_tokens);
@@ -262,16 +264,33 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const bool threads = std::strncmp(argv[i], "--threads=", 10) == 0;
     const bool cpu_time = std::strcmp(argv[i], "--cpu-time") == 0;
-    if (threads || cpu_time) {
+    const bool isa = std::strncmp(argv[i], "--isa=", 6) == 0;
+    if (threads || cpu_time || isa) {
       if (threads) hablar::bench::g_threads = std::atoi(argv[i] + 10);
       if (cpu_time) hablar::bench::g_cpu_time = true;
+      if (isa) {
+        const std::string name = argv[i] + 6;
+        using hablar::cpu::Isa;
+        const Isa chosen = name == "scalar" ? Isa::kScalar
+                           : name == "avx2" ? Isa::kAvx2
+                                            : Isa::kAvx512;
+        if (name != "scalar" && name != "avx2" && name != "avx512") {
+          std::fprintf(stderr, "--isa must be scalar, avx2 or avx512\n");
+          return 2;
+        }
+        if (hablar::cpu::isa_kernels(chosen) == nullptr) {
+          std::fprintf(stderr, "this CPU has no %s kernels\n", name.c_str());
+          return 2;
+        }
+        hablar::bench::g_isa = chosen;
+      }
       for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
       --argc;
       --i;
     }
   }
   std::printf("hablar cpu bench: %d threads, isa %s, cpu: %s\n", hablar::bench::g_threads,
-              hablar::cpu::isa_name(hablar::cpu::best_isa()),
+              hablar::cpu::isa_name(hablar::bench::g_isa),
               hablar::cpu_features().describe().c_str());
   benchmark::Initialize(&argc, argv);
   hablar::bench::register_all();
