@@ -71,12 +71,19 @@ KvCacheLayout Model::kv_layout_for(int n_blocks, int block_size) const {
   return l;
 }
 
+namespace {
+// The matrices one decode step reads whole: the output head and every layer's projections.
+std::vector<const WeightView*> decode_matrices(const Weights& w) {
+  std::vector<const WeightView*> out{&w.output};
+  for (const LayerWeights& l : w.layers)
+    out.insert(out.end(), {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down});
+  return out;
+}
+}  // namespace
+
 size_t Model::weight_bytes_per_token() const {
-  auto bytes = [](const WeightView& w) { return (size_t)w.rows * w.row_bytes; };
-  size_t total = bytes(weights_->output) + (size_t)weights_->token_embd.row_bytes;
-  for (const LayerWeights& l : weights_->layers)
-    total += bytes(l.wq) + bytes(l.wk) + bytes(l.wv) + bytes(l.wo) + bytes(l.w_gate) +
-             bytes(l.w_up) + bytes(l.w_down);
+  size_t total = (size_t)weights_->token_embd.row_bytes;  // plus the token's embedding row
+  for (const WeightView* w : decode_matrices(*weights_)) total += (size_t)w->rows * w->row_bytes;
   return total;
 }
 
@@ -96,9 +103,7 @@ double Model::weight_read_gbs(int passes) const {
     spans.push_back({reinterpret_cast<const uint8_t*>(start), (end_bytes - skip) & ~(size_t)63});
     total += spans.back().bytes;
   };
-  add(weights_->output);
-  for (const LayerWeights& l : weights_->layers)
-    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*w);
+  for (const WeightView* w : decode_matrices(*weights_)) add(*w);
   std::atomic<uint64_t> sink{0};  // the words read, so the reads are not optimized away
   double best = 0;
   for (int pass = 0; pass < std::max(1, passes); ++pass) {
