@@ -3,51 +3,11 @@
 #include <chrono>
 #include <random>
 
-#include "engine/stop_strings.h"
+#include "engine/request_sampler.h"
+#include "engine/text_filter.h"
 #include "server/api_error.h"
 
 namespace hablar::server {
-
-namespace {
-
-// The engine's sampler hook over the per-request Sampler: feeds it the tokens it has not
-// seen (the prompt first, then each generated token) so its penalties see the history.
-class SamplerAdapter : public engine::NextTokenSampler {
- public:
-  SamplerAdapter(engine::SamplingParams params, int32_t n_vocab)
-      : sampler_(std::move(params), n_vocab) {}
-  int32_t sample(std::span<float> logits, std::span<const int32_t> history) override {
-    if (history.size() > accepted_) sampler_.accept(history.subspan(accepted_));
-    accepted_ = history.size();
-    return sampler_.sample(logits).token;
-  }
-
- private:
-  engine::Sampler sampler_;
-  size_t accepted_ = 0;
-};
-
-// Detokenizes on the step thread and applies stop strings across token boundaries.
-class TextFilter : public engine::OutputFilter {
- public:
-  TextFilter(const tokenizer::Tokenizer& tok, std::vector<std::string> stops)
-      : detok_(tok), stops_(std::move(stops)) {}
-  Result push(int32_t token) override {
-    engine::StopStringMatcher::Result r = stops_.push(detok_.push(token));
-    return {std::move(r.text), r.stopped};
-  }
-  std::string flush() override {
-    engine::StopStringMatcher::Result r = stops_.push(detok_.flush());
-    if (r.stopped) return r.text;
-    return r.text + stops_.flush();
-  }
-
- private:
-  tokenizer::IncrementalDetokenizer detok_;
-  engine::StopStringMatcher stops_;
-};
-
-}  // namespace
 
 std::string render_chat(const ServingModel& m, const nlohmann::ordered_json& messages,
                         const nlohmann::ordered_json& tools, bool add_generation_prompt) {
@@ -99,11 +59,11 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
   req.n_prompt_logprobs = spec.n_prompt_logprobs;
   spec.sampling.n_probs = 0;  // the engine reports log-probabilities itself
   try {
-    req.sampler = std::make_unique<SamplerAdapter>(spec.sampling, m.tok().n_vocab());
+    req.sampler = std::make_unique<engine::ParamsSampler>(spec.sampling, m.tok().n_vocab());
   } catch (const Error& e) {
     bad_request(e.what());
   }
-  req.filter = std::make_unique<TextFilter>(m.tok(), std::move(spec.stop));
+  req.filter = std::make_unique<engine::TextFilter>(m.tok(), std::move(spec.stop));
   try {
     return m.engine->submit(std::move(req));
   } catch (const Error& e) {

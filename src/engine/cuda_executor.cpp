@@ -1,0 +1,288 @@
+#include "engine/cuda_executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/forward_ops.h"
+#include "backend/cuda/matmul.h"
+#include "backend/cuda/sampling.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/request_sampler.h"
+#include "model/forward.h"
+#include "model/weights.h"
+
+namespace hablar::engine {
+namespace {
+
+void check_cuda_shapes(const model::Model& m) {
+  const model::ModelConfig& c = m.config();
+  for (const WeightView* w : m.weights().matrices()) cuda::validate_weight(*w, "a weight matrix");
+  cuda::validate_weight(m.weights().token_embd, "token_embd.weight");
+  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
+    throw_error(ErrorKind::kUnsupported, fmt::format("CUDA attention supports head sizes 64, 128 "
+                                                     "and 256; this model has {}",
+                                                     c.head_dim));
+  if (c.n_heads % c.n_kv_heads != 0 || c.n_heads / c.n_kv_heads > 8)
+    throw_error(ErrorKind::kUnsupported,
+                fmt::format("CUDA attention supports up to 8 query heads per KV head; this model "
+                            "has {} over {}",
+                            c.n_heads, c.n_kv_heads));
+}
+
+class CudaExecutor : public StepExecutor {
+ public:
+  CudaExecutor(const model::Model& model, const CudaExecutorOptions& o);
+  ~CudaExecutor() override {
+    if (host_ids_) cudaFreeHost(host_ids_);
+  }
+
+  int32_t n_vocab() const override { return model_.config().n_vocab; }
+  int32_t n_kv_blocks() const override { return layout_.n_blocks; }
+  int32_t kv_block_size() const override { return layout_.block_size; }
+  bool samples_on_device() const override { return true; }
+  void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
+               StepOutput& out) override;
+  std::string describe() const override { return report_; }
+
+ private:
+  void upload_weights();
+  const float* upload_floats(const float* host, int64_t n);
+  WeightView upload_matrix(const WeightView& w);
+  void size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes);
+  void sample_on_device(std::span<const ExecChunk> chunks, std::span<const int32_t> device_chunks);
+
+  const model::Model& model_;
+  cuda::Stream stream_;
+  std::vector<cuda::DeviceMemory> tensors_;
+  model::Weights weights_;  // the same views, over device memory
+  size_t weight_bytes_ = 0;
+  KvCacheLayout layout_;
+  cuda::DeviceMemory kv_;
+  std::unique_ptr<cuda::ForwardOps> ops_;
+  int32_t max_step_tokens_ = 0;
+  // Sampling inputs and outputs, [max_step_tokens] each (history: [.. x kMaxDeviceHistory]).
+  cuda::DeviceBuffer<cuda::SamplingParams> params_;
+  cuda::DeviceBuffer<int32_t> history_, history_len_, ids_;
+  std::vector<cuda::SamplingParams> host_params_;
+  std::vector<int32_t> host_history_, host_history_len_;
+  int32_t* host_ids_ = nullptr;  // pinned
+  std::vector<SequenceChunk> chunks_;
+  std::vector<int32_t> order_, device_chunks_;
+  std::string report_;
+};
+
+CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions& o)
+    : model_(model), max_step_tokens_(o.max_step_tokens) {
+  std::string reason;
+  if (cuda::device_count(&reason) == 0)
+    throw_error(ErrorKind::kUnsupported, "no CUDA device: " + reason);
+  check_cuda_shapes(model);
+  const model::ModelConfig& c = model.config();
+  upload_weights();
+  const int32_t block = kDefaultKvBlockSize;
+  const int32_t max_seq = o.max_seq_len > 0   ? o.max_seq_len
+                          : c.n_ctx_train > 0 ? c.n_ctx_train
+                                              : 8192;
+  cuda::ForwardLimits limits;
+  limits.max_tokens = o.max_step_tokens;
+  limits.max_blocks_per_seq = (max_seq + block - 1) / block;
+  limits.deterministic = o.deterministic;
+  // The step buffers first (their size does not depend on the cache's), then the cache from
+  // what is left.
+  layout_ = model.kv_layout_for(1, block);
+  ops_ = std::make_unique<cuda::ForwardOps>(model::activation_dims(c), layout_, nullptr, c.rope,
+                                            c.rms_eps, limits, stream_.get());
+  size_kv_cache(o, ops_->workspace_bytes());
+  ops_->bind_cache(kv_.get(), layout_);
+  const size_t n = (size_t)o.max_step_tokens;
+  params_ = cuda::DeviceBuffer<cuda::SamplingParams>(n);
+  history_ = cuda::DeviceBuffer<int32_t>(n * kMaxDeviceHistory);
+  history_len_ = cuda::DeviceBuffer<int32_t>(n);
+  ids_ = cuda::DeviceBuffer<int32_t>(n);
+  void* pinned = nullptr;
+  HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, n * sizeof(int32_t)));
+  host_ids_ = static_cast<int32_t*>(pinned);
+  report_ = fmt::format(
+      "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB F16), "
+      "workspace {:.1f} MiB, steps up to {} tokens, sequences up to {} tokens{}",
+      (double)weight_bytes_ / (1 << 20), layout_.n_blocks, block, (int64_t)layout_.n_blocks * block,
+      (double)layout_.total_bytes() / (1 << 20), (double)ops_->workspace_bytes() / (1 << 20),
+      o.max_step_tokens, max_seq, o.deterministic ? ", deterministic" : "");
+}
+
+const float* CudaExecutor::upload_floats(const float* host, int64_t n) {
+  if (host == nullptr) return nullptr;
+  cuda::DeviceMemory& d = tensors_.emplace_back((size_t)n * sizeof(float));
+  HABLAR_CUDA_CHECK(cudaMemcpy(d.get(), host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+  weight_bytes_ += d.bytes();
+  return static_cast<const float*>(d.get());
+}
+
+WeightView CudaExecutor::upload_matrix(const WeightView& w) {
+  const size_t bytes = (size_t)w.rows * w.row_bytes;
+  cuda::DeviceMemory& d = tensors_.emplace_back(bytes);
+  HABLAR_CUDA_CHECK(cudaMemcpy(d.get(), w.data, bytes, cudaMemcpyHostToDevice));
+  weight_bytes_ += bytes;
+  WeightView out = w;
+  out.data = d.get();
+  return out;
+}
+
+void CudaExecutor::upload_weights() {
+  const model::ModelConfig& c = model_.config();
+  const model::Weights& h = model_.weights();
+  weights_.token_embd = upload_matrix(h.token_embd);
+  weights_.output =
+      h.output.data == h.token_embd.data ? weights_.token_embd : upload_matrix(h.output);
+  weights_.output_norm = upload_floats(h.output_norm, c.n_embd);
+  weights_.layers.resize(h.layers.size());
+  for (size_t i = 0; i < h.layers.size(); ++i) {
+    const model::LayerWeights& s = h.layers[i];
+    model::LayerWeights& d = weights_.layers[i];
+    d.attn_norm = upload_floats(s.attn_norm, c.n_embd);
+    d.wq = upload_matrix(s.wq), d.wk = upload_matrix(s.wk), d.wv = upload_matrix(s.wv);
+    d.bq = upload_floats(s.bq, c.q_dim());
+    d.bk = upload_floats(s.bk, c.kv_dim());
+    d.bv = upload_floats(s.bv, c.kv_dim());
+    d.q_norm = upload_floats(s.q_norm, c.head_dim);
+    d.k_norm = upload_floats(s.k_norm, c.head_dim);
+    d.wo = upload_matrix(s.wo);
+    d.ffn_norm = upload_floats(s.ffn_norm, c.n_embd);
+    d.w_gate = upload_matrix(s.w_gate), d.w_up = upload_matrix(s.w_up);
+    d.w_down = upload_matrix(s.w_down);
+  }
+}
+
+// Blocks from the memory left under gpu_memory_utilization (after the weights and the step
+// buffers), or exactly the positions asked for.
+void CudaExecutor::size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes) {
+  const size_t block_bytes = layout_.block_elems() * 2 * 2 * (size_t)layout_.n_layers;
+  int64_t n_blocks = 0;
+  if (o.kv_tokens > 0) {
+    n_blocks = (o.kv_tokens + layout_.block_size - 1) / layout_.block_size;
+  } else {
+    if (!(o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0))
+      throw_error(ErrorKind::kInvalidArgument,
+                  fmt::format("--gpu-memory-utilization must be in (0, 1], got {}",
+                              o.gpu_memory_utilization));
+    size_t free_bytes = 0, total = 0;
+    HABLAR_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    // What is in use already (the weights, the step buffers, anyone else's) counts against
+    // the share; 256 MiB stay free for cuBLAS and the driver.
+    const double budget =
+        o.gpu_memory_utilization * (double)total - (double)(total - free_bytes) - 256.0 * (1 << 20);
+    n_blocks = budget > 0 ? (int64_t)(budget / (double)block_bytes) : 0;
+    n_blocks = std::min<int64_t>(n_blocks, 1 << 22);
+  }
+  if (n_blocks < 1)
+    throw_error(
+        ErrorKind::kResource,
+        fmt::format("no device memory is left for the KV cache ({:.1f} MiB of weights, "
+                    "{:.1f} MiB of step buffers); raise --gpu-memory-utilization or "
+                    "lower the step size",
+                    (double)weight_bytes_ / (1 << 20), (double)workspace_bytes / (1 << 20)));
+  layout_.n_blocks = (int32_t)n_blocks;
+  kv_ = cuda::DeviceMemory(layout_.total_bytes());
+}
+
+void CudaExecutor::execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
+                           StepOutput& out) {
+  const model::ModelConfig& c = model_.config();
+  cudaStream_t stream = stream_.get();
+  for (const BlockCopy& bc : copies)
+    for (int layer = 0; layer < layout_.n_layers; ++layer)
+      for (int kv = 0; kv < 2; ++kv) {
+        auto* base = static_cast<uint16_t*>(kv_.get());
+        HABLAR_CUDA_CHECK(cudaMemcpyAsync(base + layout_.offset(layer, kv, bc.dst, 0, 0, 0),
+                                          base + layout_.offset(layer, kv, bc.src, 0, 0, 0),
+                                          layout_.block_elems() * 2, cudaMemcpyDeviceToDevice,
+                                          stream));
+      }
+  // Logit rows: the device-sampled chunks' first (their ids come back), then every row the
+  // engine samples or scores on the host, in chunk order.
+  chunks_.clear(), order_.clear(), device_chunks_.clear();
+  std::vector<int32_t> host_rows;
+  int32_t row = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const ExecChunk& ec = chunks[i];
+    chunks_.push_back({ec.tokens, ec.start_pos, ec.block_table, ec.all_logits, ec.generated_from});
+    const int32_t rows = ec.all_logits ? (int32_t)ec.tokens.size() : 1;
+    if (ec.sampling) {
+      order_.push_back(row), device_chunks_.push_back((int32_t)i);
+    } else {
+      for (int32_t r = 0; r < rows; ++r) host_rows.push_back(row + r);
+    }
+    row += rows;
+  }
+  const size_t n_device = order_.size();
+  order_.insert(order_.end(), host_rows.begin(), host_rows.end());
+  model::check_step(c, chunks_, layout_);
+  ops_->begin(chunks_, order_);
+  model::forward(c, weights_, *ops_);
+  if (n_device > 0) sample_on_device(chunks, device_chunks_);
+  const size_t V = (size_t)c.n_vocab;
+  out.logits.resize(host_rows.size() * V);
+  if (!host_rows.empty())
+    HABLAR_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), ops_->device_logits() + n_device * V,
+                                      host_rows.size() * V * sizeof(float), cudaMemcpyDeviceToHost,
+                                      stream));
+  stream_.synchronize();
+  out.sampled.assign(chunks.size(), -1);
+  for (size_t d = 0; d < n_device; ++d) out.sampled[(size_t)device_chunks_[d]] = host_ids_[d];
+}
+
+void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
+                                    std::span<const int32_t> device_chunks) {
+  const size_t n = device_chunks.size();
+  host_params_.resize(n);
+  host_history_len_.resize(n);
+  int32_t max_history = 0;
+  for (int32_t i : device_chunks)
+    max_history = std::max(max_history, (int32_t)chunks[(size_t)i].sampling->history.size());
+  HABLAR_CHECK(max_history <= kMaxDeviceHistory, "device sampling history too long");
+  host_history_.assign(n * (size_t)std::max(max_history, 1), 0);
+  for (size_t d = 0; d < n; ++d) {
+    const DeviceSampling& s = *chunks[(size_t)device_chunks[d]].sampling;
+    cuda::SamplingParams& p = host_params_[d];
+    p.temperature = s.temperature, p.top_k = s.top_k, p.top_p = s.top_p, p.min_p = s.min_p;
+    p.repetition_penalty = s.repetition_penalty;
+    p.presence_penalty = s.presence_penalty, p.frequency_penalty = s.frequency_penalty;
+    p.seed = s.seed, p.step = s.step;
+    host_history_len_[d] = (int32_t)s.history.size();
+    std::copy(s.history.begin(), s.history.end(),
+              host_history_.begin() + (ptrdiff_t)(d * (size_t)std::max(max_history, 1)));
+  }
+  cudaStream_t stream = stream_.get();
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_.data(),
+                                    n * sizeof(cuda::SamplingParams), cudaMemcpyHostToDevice,
+                                    stream));
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_len_.get(), host_history_len_.data(),
+                                    n * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  if (max_history > 0)
+    HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_.get(), host_history_.data(),
+                                      host_history_.size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream));
+  cuda::sample_tokens(ops_->device_logits(), (int)n, model_.config().n_vocab, params_.get(),
+                      max_history > 0 ? history_.get() : nullptr, history_len_.get(), max_history,
+                      ids_.get(), stream);
+  HABLAR_CUDA_CHECK(
+      cudaMemcpyAsync(host_ids_, ids_.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+}
+
+}  // namespace
+
+bool cuda_available(std::string* reason) {
+  return cuda::device_count(reason) > 0;
+}
+
+std::unique_ptr<StepExecutor> make_cuda_executor(const model::Model& model,
+                                                 const CudaExecutorOptions& options) {
+  return std::make_unique<CudaExecutor>(model, options);
+}
+
+}  // namespace hablar::engine
