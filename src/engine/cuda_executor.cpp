@@ -10,7 +10,9 @@
 #include "backend/cuda/forward_ops.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/sampling.h"
+#include "core/dtype.h"
 #include "core/error.h"
+#include "core/quant_blocks.h"
 #include "core/log.h"
 #include "engine/request_sampler.h"
 #include "model/forward.h"
@@ -19,10 +21,39 @@
 namespace hablar::engine {
 namespace {
 
+// The type a matrix has on the device: its own, or one the load converts it to without
+// loss (IQ4_NL's codebook values are int8, so a block is a Q8_0 block with the same scale).
+DType device_type(DType t) { return t == DType::IQ4_NL ? DType::Q8_0 : t; }
+
+// Q8_0 rows from IQ4_NL rows: q = kIQ4NLValues[code], d unchanged (exact).
+std::vector<uint8_t> iq4nl_to_q8_0(const WeightView& w) {
+  const int64_t blocks_per_row = w.cols / kQK;
+  std::vector<uint8_t> out((size_t)(w.rows * blocks_per_row) * sizeof(BlockQ8_0));
+  auto* dst = reinterpret_cast<BlockQ8_0*>(out.data());
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const auto* src = reinterpret_cast<const BlockIQ4_NL*>(static_cast<const uint8_t*>(w.data) +
+                                                           r * w.row_bytes);
+    for (int64_t b = 0; b < blocks_per_row; ++b, ++dst) {
+      dst->d = src[b].d;
+      for (int j = 0; j < kQK / 2; ++j) {
+        dst->qs[j] = kIQ4NLValues[src[b].qs[j] & 0xF];
+        dst->qs[j + kQK / 2] = kIQ4NLValues[src[b].qs[j] >> 4];
+      }
+    }
+  }
+  return out;
+}
+
 void check_cuda_shapes(const model::Model& m) {
   const model::ModelConfig& c = m.config();
-  for (const WeightView* w : m.weights().matrices()) cuda::validate_weight(*w, "a weight matrix");
-  cuda::validate_weight(m.weights().token_embd, "token_embd.weight");
+  std::vector<const WeightView*> all = m.weights().matrices();
+  all.push_back(&m.weights().token_embd);
+  for (const WeightView* w : all) {
+    WeightView as_loaded = *w;
+    as_loaded.type = device_type(w->type);
+    as_loaded.row_bytes = dtype_row_bytes(as_loaded.type, w->cols);
+    cuda::validate_weight(as_loaded, "a weight matrix");
+  }
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
     throw_error(ErrorKind::kUnsupported, fmt::format("CUDA attention supports head sizes 64, 128 "
                                                      "and 256; this model has {}",
@@ -124,11 +155,19 @@ const float* CudaExecutor::upload_floats(const float* host, int64_t n) {
 }
 
 WeightView CudaExecutor::upload_matrix(const WeightView& w) {
-  const size_t bytes = (size_t)w.rows * w.row_bytes;
-  cuda::DeviceMemory& d = tensors_.emplace_back(bytes);
-  HABLAR_CUDA_CHECK(cudaMemcpy(d.get(), w.data, bytes, cudaMemcpyHostToDevice));
-  weight_bytes_ += bytes;
   WeightView out = w;
+  std::vector<uint8_t> converted;
+  const void* src = w.data;
+  if (device_type(w.type) != w.type) {
+    converted = iq4nl_to_q8_0(w);
+    out.type = device_type(w.type);
+    out.row_bytes = dtype_row_bytes(out.type, w.cols);
+    src = converted.data();
+  }
+  const size_t bytes = (size_t)out.rows * out.row_bytes;
+  cuda::DeviceMemory& d = tensors_.emplace_back(bytes);
+  HABLAR_CUDA_CHECK(cudaMemcpy(d.get(), src, bytes, cudaMemcpyHostToDevice));
+  weight_bytes_ += bytes;
   out.data = d.get();
   return out;
 }
