@@ -49,81 +49,6 @@ __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* _
   for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = src[i];
 }
 
-// ---- Activation rounding. The CPU backend's integer products quantize the activations to
-// 8 bits per block (32 values with an F16 scale for the 32-value formats, 256 values with
-// an f32 scale for the K formats) and round them to F16 for F16 weights; this backend's
-// products multiply what those codes stand for, so both carry the same quantization error
-// and agree to float rounding. The same float operations as the CPU's quantizers
-// (backend/cpu/act_quant.cpp), IEEE division and rint (ties to even), give the same codes.
-
-// One warp per block of 32: d = fp16(amax / 127), q = rint(x * (127 / amax)), x' = d * q.
-__global__ void round_act32_kernel(const float* __restrict__ x, int64_t n_blocks, float* out) {
-  const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  if (b >= n_blocks) return;
-  const int lane = threadIdx.x % 32;
-  const float v = x[b * 32 + lane];
-  float amax = fabsf(v);
-  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float d = amax / 127.0f;
-  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  const float q = rintf(v * id);
-  out[b * 32 + lane] = __half2float(__float2half_rn(d)) * q;
-}
-
-// One block of 256 threads per super-block: the value of largest magnitude (the first such),
-// iscale = -127 / max, q = min(rint(iscale * x), 127), x' = q / iscale.
-__global__ void round_q8k_kernel(const float* __restrict__ x, float* out) {
-  __shared__ float mag[256];
-  __shared__ int idx[256];
-  const float* row = x + (size_t)blockIdx.x * 256;
-  const int t = threadIdx.x;
-  const float v = row[t];
-  mag[t] = fabsf(v), idx[t] = t;
-  __syncthreads();
-  for (int stride = 128; stride > 0; stride /= 2) {
-    if (t < stride) {
-      const float a = mag[t], b = mag[t + stride];
-      if (b > a || (b == a && idx[t + stride] < idx[t])) mag[t] = b, idx[t] = idx[t + stride];
-    }
-    __syncthreads();
-  }
-  const float amax = mag[0], max = row[idx[0]];
-  float r = 0.0f;
-  if (amax != 0.0f) {
-    const float iscale = -127.0f / max;
-    const float q = fminf(rintf(iscale * v), 127.0f);
-    r = (1.0f / iscale) * q;
-  }
-  out[(size_t)blockIdx.x * 256 + t] = r;
-}
-
-__global__ void round_f16_kernel(const float* __restrict__ x, int64_t n, float* out) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
-    out[i] = __half2float(__float2half_rn(x[i]));
-}
-
-enum class ActRounding { kNone, kAct32, kQ8K, kF16 };
-
-ActRounding act_rounding_for(DType weight) {
-  switch (weight) {
-    case DType::Q4_0:
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::Q8_0:
-      return ActRounding::kAct32;
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K:
-      return ActRounding::kQ8K;
-    case DType::F16:
-      return ActRounding::kF16;
-    default:
-      return ActRounding::kNone;
-  }
-}
-
 int grid_for(int64_t n) {
   return (int)std::min<int64_t>((n + 255) / 256, 4096);
 }
@@ -185,23 +110,20 @@ ForwardOps::ForwardOps(const ActivationDims& dims, const KvCacheLayout& layout, 
   const size_t T = (size_t)limits.max_tokens, RP = (size_t)rope.n_dims / 2;
   const size_t MB = (size_t)limits.max_blocks_per_seq;
   HABLAR_CHECK(T > 0 && MB > 0, "cuda::ForwardOps needs max_tokens and max_blocks_per_seq");
-  // Activations: x, xb, q, k, v, att, gate, up, final-normed rows, logits, rounded inputs.
-  const size_t widest_input =
-      std::max({(size_t)dims.n_embd, (size_t)dims.q_dim(), (size_t)dims.n_ff});
+  // Activations: x, xb, q, k, v, att, gate, up, final-normed rows, logits.
   const size_t widths[] = {(size_t)dims.n_embd,   (size_t)dims.n_embd,   (size_t)dims.q_dim(),
                            (size_t)dims.kv_dim(), (size_t)dims.kv_dim(), (size_t)dims.q_dim(),
                            (size_t)dims.n_ff,     (size_t)dims.n_ff,     (size_t)dims.n_embd,
-                           (size_t)dims.n_vocab,  widest_input};
+                           (size_t)dims.n_vocab};
   size_t floats = 0;
   for (size_t w : widths) floats += round_up(T * w);
   buf_->activations = DeviceMemory(floats * sizeof(float));
   float* p = static_cast<float*>(buf_->activations.get());
-  float* slots[11];
-  for (int i = 0; i < 11; ++i) slots[i] = p, p += round_up(T * widths[i]);
+  float* slots[10];
+  for (int i = 0; i < 10; ++i) slots[i] = p, p += round_up(T * widths[i]);
   act_ = {slots[0], slots[1], slots[2], slots[3], slots[4], slots[5], slots[6], slots[7]};
   out_rows_ = slots[8];
   logits_ = slots[9];
-  act_scratch_ = slots[10];
   // Inputs: tokens, positions, logit rows, active flags (one word each), block tables, angles.
   Buffers& b = *buf_;
   b.tokens = 0, b.positions = T, b.logit_rows = 2 * T, b.active = 3 * T, b.tables = 4 * T;
@@ -266,32 +188,7 @@ void ForwardOps::begin(std::span<const SequenceChunk> chunks,
                                     cudaMemcpyHostToDevice, stream_));
 }
 
-// The activations as the weight type's products see them (see round_act32_kernel): `in`
-// itself, or its rounded copy in the step's scratch.
-const float* ForwardOps::rounded_input(const WeightView& w, const float* in, int64_t m) {
-  const int64_t n = m * w.cols;
-  float* dst = act_scratch_;
-  switch (act_rounding_for(w.type)) {
-    case ActRounding::kNone:
-      return in;
-    case ActRounding::kAct32: {
-      const int64_t blocks = n / 32;
-      round_act32_kernel<<<(unsigned)((blocks + 7) / 8), 256, 0, stream_>>>(in, blocks, dst);
-      break;
-    }
-    case ActRounding::kQ8K:
-      round_q8k_kernel<<<(unsigned)(n / 256), 256, 0, stream_>>>(in, dst);
-      break;
-    case ActRounding::kF16:
-      round_f16_kernel<<<grid_for(n), 256, 0, stream_>>>(in, n, dst);
-      break;
-  }
-  HABLAR_CUDA_CHECK_LAUNCH();
-  return dst;
-}
-
-void ForwardOps::product(const WeightView& w, const float* in_raw, int64_t m, float* out) {
-  const float* in = rounded_input(w, in_raw, m);
+void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float* out) {
   if (limits_.deterministic || m <= kGemvMaxRows) {
     for (int64_t r = 0; r < m; r += kGemvMaxRows)
       matmul_fused(w, in + r * w.cols, (int)std::min<int64_t>(kGemvMaxRows, m - r),

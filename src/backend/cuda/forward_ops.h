@@ -6,9 +6,7 @@
 // scattered at its own position through its sequence's block table, then each query
 // attends over positions [0, pos], so prefill chunks and decode tokens of any mix of
 // sequences take one path. Products: M <= 8 rows on the f32 CUDA-core kernel; more rows on
-// tensor cores (matmul_fused up to 256, then dequantize + cuBLAS). Their inputs are first
-// rounded as the CPU's integer products quantize them (8-bit codes per block for quantized
-// weights, F16 for F16 weights), so both backends carry the same quantization error.
+// tensor cores (matmul_fused up to 256, then dequantize + cuBLAS).
 //
 // Deterministic mode (`--deterministic`): every product runs the f32 kernel in groups of at
 // most 8 rows (a row's result never depends on the others) and attention splits keys at a
@@ -79,7 +77,6 @@ class ForwardOps {
 
  private:
   void product(const WeightView& w, const float* in, int64_t m, float* out);
-  const float* rounded_input(const WeightView& w, const float* in, int64_t m);
   struct Buffers;
 
   ActivationDims dims_;
@@ -91,7 +88,6 @@ class ForwardOps {
   cudaStream_t stream_;
   std::unique_ptr<Buffers> buf_;
   Activations act_;
-  float* act_scratch_ = nullptr;  // [T x widest product input] rounded activations
   float* out_rows_ = nullptr;  // [R x n_embd] the rows that need logits, final-normed
   float* logits_ = nullptr;
   int64_t n_tokens_ = 0;
