@@ -69,7 +69,14 @@ tests() {
   tail -3 "$log/kernel_tests.txt"
   "$gpu/bin/engine_model_tests" >"$log/engine_model_tests.txt" 2>&1
   tail -3 "$log/engine_model_tests.txt"
-  "$gpu/bin/gpu_parity_tests" 2>&1 | tee "$log/gpu_parity.txt" | grep -E "GPU vs|SmolLM2|concurrent|OK|FAILED|PASSED|Failure|expected|Which is" | head -80
+  HABLAR_PARITY_DUMP=/tmp/parity.json "$gpu/bin/gpu_parity_tests" 2>&1 |
+    tee "$log/gpu_parity.txt" | grep -E "GPU vs|SmolLM2|concurrent|FAILED|PASSED|Failure" | head -80
+  if [ -f /tmp/parity.json ]; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site-gguf "$root"/.whl/gguf-*.whl
+    PYTHONPATH=/tmp/site-gguf python3 "$root/tools/gpu_vs_reference.py" --dump /tmp/parity.json \
+      --model /tmp/hablar-home/models/SmolLM2-135M-Instruct.Q4_1.gguf 2>&1 |
+      tee "$log/reference.txt" | grep -vi "warn" | tail -5
+  fi
 }
 
 report() {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <numeric>
 #include <vector>
 
 #include <fmt/format.h>
@@ -65,10 +67,15 @@ void check_cuda_shapes(const model::Model& m) {
                             c.n_heads, c.n_kv_heads));
 }
 
+// Decode steps (one token per sequence) of at most this many sequences replay a CUDA graph
+// captured for their bucket (the next power of two, capped at the step size).
+constexpr int32_t kMaxGraphTokens = 256;
+
 class CudaExecutor : public StepExecutor {
  public:
   CudaExecutor(const model::Model& model, const CudaExecutorOptions& o);
   ~CudaExecutor() override {
+    for (auto& [size, graph] : graphs_) cudaGraphExecDestroy(graph);
     if (host_ids_) cudaFreeHost(host_ids_);
   }
 
@@ -86,6 +93,10 @@ class CudaExecutor : public StepExecutor {
   WeightView upload_matrix(const WeightView& w);
   void size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes);
   void sample_on_device(std::span<const ExecChunk> chunks, std::span<const int32_t> device_chunks);
+  bool graph_eligible(std::span<const ExecChunk> chunks) const;
+  void execute_graph(std::span<const ExecChunk> chunks, StepOutput& out);
+  void stage_graph_sampling(std::span<const ExecChunk> chunks, int32_t rows);
+  cudaGraphExec_t graph_for(int32_t rows);
 
   const model::Model& model_;
   cuda::Stream stream_;
@@ -104,6 +115,7 @@ class CudaExecutor : public StepExecutor {
   int32_t* host_ids_ = nullptr;  // pinned
   std::vector<SequenceChunk> chunks_;
   std::vector<int32_t> order_, device_chunks_;
+  std::map<int32_t, cudaGraphExec_t> graphs_;  // decode graphs by padded batch size
   std::string report_;
 };
 
@@ -242,6 +254,7 @@ void CudaExecutor::execute(std::span<const BlockCopy> copies, std::span<const Ex
                                           layout_.block_elems() * 2, cudaMemcpyDeviceToDevice,
                                           stream));
       }
+  if (graph_eligible(chunks)) return execute_graph(chunks, out);
   // Logit rows: the device-sampled chunks' first (their ids come back), then every row the
   // engine samples or scores on the host, in chunk order.
   chunks_.clear(), order_.clear(), device_chunks_.clear();
@@ -311,6 +324,115 @@ void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
                       ids_.get(), stream);
   HABLAR_CUDA_CHECK(
       cudaMemcpyAsync(host_ids_, ids_.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+}
+
+bool CudaExecutor::graph_eligible(std::span<const ExecChunk> chunks) const {
+  if (chunks.empty() || (int32_t)chunks.size() > std::min(kMaxGraphTokens, max_step_tokens_))
+    return false;
+  for (const ExecChunk& c : chunks)
+    if (c.tokens.size() != 1 || c.all_logits) return false;
+  return true;
+}
+
+// A decode step: inputs staged and uploaded for `rows` (padded) tokens, the captured graph
+// (the forward and the sampling of every row) replayed, then the sampled ids and the logits
+// rows the engine samples itself copied back.
+void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& out) {
+  const model::ModelConfig& c = model_.config();
+  cudaStream_t stream = stream_.get();
+  const int32_t n = (int32_t)chunks.size();
+  int32_t rows = 1;
+  while (rows < n) rows *= 2;
+  rows = std::min(rows, max_step_tokens_);
+  chunks_.clear();
+  for (const ExecChunk& ec : chunks)
+    chunks_.push_back({ec.tokens, ec.start_pos, ec.block_table, ec.all_logits, ec.generated_from});
+  model::check_step(c, chunks_, layout_);
+  order_.resize((size_t)rows);
+  std::iota(order_.begin(), order_.end(), 0);
+  ops_->stage(chunks_, order_, rows);
+  ops_->upload();
+  stage_graph_sampling(chunks, rows);
+  HABLAR_CUDA_CHECK(cudaGraphLaunch(graph_for(rows), stream));
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(host_ids_, ids_.get(), (size_t)rows * sizeof(int32_t),
+                                    cudaMemcpyDeviceToHost, stream));
+  const size_t V = (size_t)c.n_vocab;
+  size_t host_rows = 0;
+  for (const ExecChunk& ec : chunks) host_rows += ec.sampling ? 0 : 1;
+  out.logits.resize(host_rows * V);
+  size_t next = 0;
+  for (int32_t i = 0; i < n; ++i)
+    if (!chunks[(size_t)i].sampling)
+      HABLAR_CUDA_CHECK(cudaMemcpyAsync(out.logits.data() + (next++) * V,
+                                        ops_->device_logits() + (size_t)i * V, V * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream));
+  stream_.synchronize();
+  out.sampled.assign(chunks.size(), -1);
+  for (int32_t i = 0; i < n; ++i)
+    if (chunks[(size_t)i].sampling) out.sampled[(size_t)i] = host_ids_[i];
+}
+
+// Sampling parameters of every row of a graph step (padding and host-sampled rows greedy,
+// with no history: their ids are ignored), histories at a fixed stride.
+void CudaExecutor::stage_graph_sampling(std::span<const ExecChunk> chunks, int32_t rows) {
+  host_params_.assign((size_t)rows, cuda::SamplingParams{});
+  host_history_len_.assign((size_t)rows, 0);
+  for (auto& p : host_params_) p.temperature = 0.0f;
+  bool any_history = false;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const DeviceSampling* s = chunks[i].sampling;
+    if (!s) continue;
+    cuda::SamplingParams& p = host_params_[i];
+    p.temperature = s->temperature, p.top_k = s->top_k, p.top_p = s->top_p, p.min_p = s->min_p;
+    p.repetition_penalty = s->repetition_penalty;
+    p.presence_penalty = s->presence_penalty, p.frequency_penalty = s->frequency_penalty;
+    p.seed = s->seed, p.step = s->step;
+    host_history_len_[i] = (int32_t)s->history.size();
+    any_history = any_history || !s->history.empty();
+  }
+  cudaStream_t stream = stream_.get();
+  if (any_history) {
+    host_history_.assign((size_t)rows * kMaxDeviceHistory, 0);
+    for (size_t i = 0; i < chunks.size(); ++i)
+      if (chunks[i].sampling)
+        std::copy(chunks[i].sampling->history.begin(), chunks[i].sampling->history.end(),
+                  host_history_.begin() + (ptrdiff_t)(i * kMaxDeviceHistory));
+    HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_.get(), host_history_.data(),
+                                      host_history_.size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream));
+  }
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_.data(),
+                                    (size_t)rows * sizeof(cuda::SamplingParams),
+                                    cudaMemcpyHostToDevice, stream));
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_len_.get(), host_history_len_.data(),
+                                    (size_t)rows * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                    stream));
+}
+
+// The graph of a decode step of `rows` tokens, captured on first use: every launch of the
+// forward and the sampling, over the step buffers whose contents each replay's uploads set.
+cudaGraphExec_t CudaExecutor::graph_for(int32_t rows) {
+  if (auto it = graphs_.find(rows); it != graphs_.end()) return it->second;
+  const model::ModelConfig& c = model_.config();
+  cudaStream_t stream = stream_.get();
+  cudaGraph_t graph = nullptr;
+  HABLAR_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    model::forward(c, weights_, *ops_);
+    cuda::sample_tokens(ops_->device_logits(), rows, c.n_vocab, params_.get(), history_.get(),
+                        history_len_.get(), kMaxDeviceHistory, ids_.get(), stream);
+  } catch (...) {
+    cudaStreamEndCapture(stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  HABLAR_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  HABLAR_CUDA_CHECK(err);
+  graphs_[rows] = exec;
+  return exec;
 }
 
 }  // namespace

@@ -152,40 +152,71 @@ size_t ForwardOps::workspace_bytes() const {
 
 void ForwardOps::begin(std::span<const SequenceChunk> chunks,
                        std::span<const int32_t> logit_order) {
+  stage(chunks, logit_order, 0);
+  upload();
+}
+
+void ForwardOps::stage(std::span<const SequenceChunk> chunks,
+                       std::span<const int32_t> logit_order, int64_t pad_to) {
   Buffers& b = *buf_;
   const size_t T_max = (size_t)limits_.max_tokens, MB = (size_t)limits_.max_blocks_per_seq;
   const int RP = rope_.n_dims / 2;
   auto* words = static_cast<int32_t*>(b.host_inputs);
   auto* floats = static_cast<float*>(b.host_inputs);
+  auto* active = reinterpret_cast<uint8_t*>(words + b.active);
   std::vector<int32_t> rows_in_chunk_order;
   int64_t t = 0;
   max_context_ = 0;
+  // Token t of the step: its id, position, sequence's block table and RoPE angles.
+  const auto put = [&](int32_t token, int32_t pos, std::span<const int32_t> table, bool live) {
+    HABLAR_CHECK((size_t)t < T_max, "more tokens in a step than the executor's limit");
+    words[b.tokens + t] = token;
+    words[b.positions + t] = pos;
+    active[t] = live ? 1 : 0;
+    int32_t* row = words + b.tables + t * MB;
+    const size_t n = std::min(table.size(), MB);
+    std::memcpy(row, table.data(), n * 4);
+    std::fill(row + n, row + MB, 0);
+    rope_angles(pos, rope_, floats + b.cos + t * RP, floats + b.sin + t * RP);
+  };
   for (const SequenceChunk& ch : chunks) {
     const int64_t needed =
         (ch.start_pos + (int64_t)ch.tokens.size() + layout_.block_size - 1) / layout_.block_size;
     HABLAR_CHECK((size_t)needed <= MB, "a sequence is longer than the executor's context limit");
     for (size_t i = 0; i < ch.tokens.size(); ++i, ++t) {
-      HABLAR_CHECK((size_t)t < T_max, "more tokens in a step than the executor's limit");
       const int32_t pos = ch.start_pos + (int32_t)i;
-      words[b.tokens + t] = ch.tokens[i];
-      words[b.positions + t] = pos;
-      words[b.active + t] = 0x01010101;  // read as bytes: slot t's flag is byte t
-      int32_t* table = words + b.tables + t * MB;
-      const size_t n = std::min(ch.block_table.size(), MB);
-      std::memcpy(table, ch.block_table.data(), n * 4);
-      std::fill(table + n, table + MB, 0);
-      rope_angles(pos, rope_, floats + b.cos + t * RP, floats + b.sin + t * RP);
+      put(ch.tokens[i], pos, ch.block_table, true);
       max_context_ = std::max(max_context_, pos + 1);
       if (ch.all_logits || i + 1 == ch.tokens.size()) rows_in_chunk_order.push_back((int32_t)t);
     }
   }
+  // Padding up to a captured graph's size: token 0 at position 0 of no sequence, inactive
+  // (attention neither writes nor reads it; its other rows are computed and ignored).
+  for (; t < pad_to; ++t) {
+    put(0, 0, {}, false);
+    rows_in_chunk_order.push_back((int32_t)t);
+  }
+  if (pad_to > 0) max_context_ = (int32_t)(MB * layout_.block_size);  // fixed for the graph
   n_tokens_ = t;
   n_logit_rows_ = (int32_t)logit_order.size();
   HABLAR_CHECK(logit_order.size() <= rows_in_chunk_order.size(), "bad logit order");
   for (size_t r = 0; r < logit_order.size(); ++r)
     words[b.logit_rows + r] = rows_in_chunk_order[(size_t)logit_order[r]];
-  HABLAR_CUDA_CHECK(cudaMemcpyAsync(b.inputs.get(), b.host_inputs, b.input_words * 4,
-                                    cudaMemcpyHostToDevice, stream_));
+}
+
+void ForwardOps::upload() {
+  // Only the rows of this step: [tokens | positions | logit rows | active] for the first
+  // n_tokens of each, block tables and angles of n_tokens rows.
+  const Buffers& b = *buf_;
+  const size_t T = (size_t)n_tokens_, MB = (size_t)limits_.max_blocks_per_seq;
+  const size_t RP = (size_t)rope_.n_dims / 2;
+  const auto copy = [&](size_t word, size_t n_words) {
+    HABLAR_CUDA_CHECK(cudaMemcpyAsync(static_cast<int32_t*>(b.inputs.get()) + word,
+                                      static_cast<const int32_t*>(b.host_inputs) + word,
+                                      n_words * 4, cudaMemcpyHostToDevice, stream_));
+  };
+  copy(b.tokens, T), copy(b.positions, T), copy(b.logit_rows, T), copy(b.active, (T + 3) / 4);
+  copy(b.tables, T * MB), copy(b.cos, T * RP), copy(b.sin, T * RP);
 }
 
 void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float* out) {

@@ -53,6 +53,13 @@ class ForwardOps {
   // Logit rows are produced in `logit_order`: indices into the list of logit rows in chunk
   // order (one per token of an all_logits chunk, else one per chunk).
   void begin(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_order);
+  // begin() in two halves, for CUDA graphs: stage() fills the pinned inputs (padded with
+  // inactive tokens up to pad_to rows, and then sized for any context, when pad_to > 0);
+  // upload() copies them to the device. A graph captured after stage() replays for any
+  // later step staged with the same pad_to, once its inputs are uploaded.
+  void stage(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_order,
+             int64_t pad_to);
+  void upload();
   int64_t n_tokens() const { return n_tokens_; }
   const Activations& activations() const { return act_; }
 

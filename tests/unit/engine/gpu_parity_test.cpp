@@ -142,15 +142,49 @@ std::vector<int32_t> greedy(StepExecutor& ex, const std::vector<int32_t>& ids, i
   return out;
 }
 
+// With HABLAR_PARITY_DUMP=FILE, the greedy outputs of both backends and, per position of
+// each prompt, the log-softmax both give the CPU's 16 likeliest tokens are written to FILE,
+// for tools/gpu_vs_reference.py to compare both with a float32 reference implementation.
+void dump_for_reference(StepExecutor& cpu, StepExecutor& gpu, const nlohmann::json& prompts,
+                        const std::vector<std::vector<int32_t>>& cpu_greedy,
+                        const std::vector<std::vector<int32_t>>& gpu_greedy, const char* file) {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto ids = prompts[i]["ids"].get<std::vector<int32_t>>();
+    const auto want = teacher_forced(cpu, ids);
+    const auto got = teacher_forced(gpu, ids);
+    nlohmann::json positions = nlohmann::json::array();
+    for (size_t p = 0; p < ids.size(); ++p) {
+      nlohmann::json tokens = nlohmann::json::array(), c = tokens, g = tokens;
+      for (const TokenLogprob& t : top_logprobs(want[p], 16)) {
+        tokens.push_back(t.token);
+        c.push_back(want[p][(size_t)t.token]);
+        g.push_back(got[p][(size_t)t.token]);
+      }
+      positions.push_back({{"tokens", tokens}, {"cpu", c}, {"gpu", g}});
+    }
+    out.push_back({{"ids", ids},
+                   {"cpu_greedy", cpu_greedy[i]},
+                   {"gpu_greedy", gpu_greedy[i]},
+                   {"positions", positions}});
+  }
+  std::ofstream(file) << out.dump();
+}
+
 TEST_F(SmolGpu, GreedyOutputsAndPerplexityMatchTheCpu) {
   auto cpu = executor(*model_, DeviceKind::kCpu, 1024);
   auto gpu = executor(*model_, DeviceKind::kCuda, 1024);
   int identical = 0, n = 0;
+  std::vector<std::vector<int32_t>> cpu_greedy, gpu_greedy;
   for (const auto& pr : golden_["prompts"]) {
     const auto ids = pr["ids"].get<std::vector<int32_t>>();
-    identical += greedy(*cpu, ids, 64) == greedy(*gpu, ids, 64);
+    cpu_greedy.push_back(greedy(*cpu, ids, 64));
+    gpu_greedy.push_back(greedy(*gpu, ids, 64));
+    identical += cpu_greedy.back() == gpu_greedy.back();
     ++n;
   }
+  if (const char* file = std::getenv("HABLAR_PARITY_DUMP"))
+    dump_for_reference(*cpu, *gpu, golden_["prompts"], cpu_greedy, gpu_greedy, file);
   std::printf("SmolLM2 greedy 64 tokens: GPU = CPU on %d/%d prompts\n", identical, n);
   EXPECT_GE(identical, 18);
   const Agreement a = compare(*model_, golden_["prompts"]);
