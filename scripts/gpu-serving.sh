@@ -83,14 +83,19 @@ report() {
   setup_env
   local h=$gpu/bin/hablar m=/tmp/q15.gguf
   "$h" make-model --arch qwen2 --shape qwen2.5-1.5b --type q4_k_m -o $m >/dev/null 2>&1
-  "$h" bench -m $m -p 512 -n 128 -r 3 --device cuda 2>&1 | tee "$log/bench.txt" | grep -v "^I "
-  "$h" serve -m $m --port 8411 --device cuda -np 64 -b 2048 -c 65536 >"$log/serve_report.txt" 2>&1 &
-  local pid=$!
-  for _ in $(seq 120); do curl -sf localhost:8411/health >/dev/null && break; sleep 1; done
-  for n in 1 16 64; do
-    python3 "$root/bench/gpu/aggregate_decode.py" --base-url http://127.0.0.1:8411 --clients $n
-  done 2>&1 | tee "$log/aggregate.txt"
-  kill $pid; wait $pid
+  for mode in "" --deterministic; do
+    echo "== qwen2.5-1.5b shape, Q4_K_M ${mode:-(default mode)}" | tee -a "$log/bench.txt"
+    "$h" bench -m $m -p 512 -n 128 -r 3 --device cuda $mode 2>&1 | tee -a "$log/bench.txt" |
+      grep -E "pp512|tg128"
+    "$h" serve -m $m --port 8411 --device cuda -np 64 -b 2048 -c 65536 $mode \
+      >"$log/serve_report$mode.txt" 2>&1 &
+    local pid=$!
+    for _ in $(seq 120); do curl -sf localhost:8411/health >/dev/null && break; sleep 1; done
+    for n in 1 16 64; do
+      python3 "$root/bench/gpu/aggregate_decode.py" --base-url http://127.0.0.1:8411 --clients $n
+    done 2>&1 | tee -a "$log/aggregate.txt"
+    kill $pid; wait $pid
+  done
 }
 
 server() {

@@ -152,10 +152,12 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   host_ids_ = static_cast<int32_t*>(pinned);
   report_ = fmt::format(
       "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB F16), "
-      "workspace {:.1f} MiB, steps up to {} tokens, sequences up to {} tokens{}",
+      "workspace {:.1f} MiB, steps up to {} tokens, sequences up to {} tokens, decode steps of "
+      "up to {} sequences as CUDA graphs (one per power-of-two batch, captured on first use){}",
       (double)weight_bytes_ / (1 << 20), layout_.n_blocks, block, (int64_t)layout_.n_blocks * block,
       (double)layout_.total_bytes() / (1 << 20), (double)ops_->workspace_bytes() / (1 << 20),
-      o.max_step_tokens, max_seq, o.deterministic ? ", deterministic" : "");
+      o.max_step_tokens, max_seq, std::min(kMaxGraphTokens, o.max_step_tokens),
+      o.deterministic ? ", deterministic" : "");
 }
 
 const float* CudaExecutor::upload_floats(const float* host, int64_t n) {
