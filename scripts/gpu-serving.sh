@@ -101,8 +101,8 @@ report() {
 server() {
   setup_env
   python3 -m pip install -q --no-index --no-deps --target /tmp/site "$root"/.whl/*.whl 2>&1 | tail -2
-  export PYTHONPATH=/tmp/site HABLAR_BIN=$gpu/bin/hablar HABLAR_SERVE_ARGS="--device cuda"
-  (cd "$root" && timeout 420 python3 -m pytest tests/server -q -x -p no:cacheprovider \
+  export PYTHONPATH=/tmp/site HABLAR_BIN=$gpu/bin/hablar HABLAR_SERVE_ARGS="--device cuda ${SERVE_MODE:-}"
+  (cd "$root" && timeout 420 python3 -m pytest tests/server -q -p no:cacheprovider \
     --deselect tests/server/test_browser.py 2>&1 | tee "$log/server_pytest.txt" | tail -15)
   local h=$gpu/bin/hablar
   compute-sanitizer --tool memcheck --log-file "$log/memcheck.txt" "$h" serve --port 8412 \
