@@ -40,6 +40,7 @@ pack() {
     ldd "$b" | awk '/spdlog|fmt|gtest|httplib|utf8proc|pcre2|brotli|libz\.|ssl|crypto/ {print $3}'
   done | sort -u | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
   cp "$root/../shared/testdata/vocab/ggml-vocab-llama-spm.gguf" "$stage/testdata/vocab/"
+  cp -r "$root/../shared/testdata/chat-templates" "$stage/testdata/"
   tar czf "$root/.gpu/bin.tar.gz" -C "$stage" bin lib testdata
   rm -rf "$stage"
   local model=${HABLAR_HOME:-$HOME/.cache/hablar}/models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -104,18 +105,25 @@ server() {
   export PYTHONPATH=/tmp/site HABLAR_BIN=$gpu/bin/hablar HABLAR_SERVE_ARGS="--device cuda ${SERVE_MODE:-}"
   (cd "$root" && timeout 420 python3 -m pytest tests/server -q -p no:cacheprovider \
     --deselect tests/server/test_browser.py 2>&1 | tee "$log/server_pytest.txt" | tail -15)
+  # memcheck over a short serving run: four requests at once (prefill and batched decode
+  # steps, graphs captured and replayed), then SIGTERM to hablar itself so that the
+  # sanitizer sees it exit and writes its summary.
   local h=$gpu/bin/hablar
   compute-sanitizer --tool memcheck --log-file "$log/memcheck.txt" "$h" serve --port 8412 \
     --device cuda -np 4 -c 4096 >"$log/memcheck_serve.txt" 2>&1 &
-  local pid=$!
+  local pid=$! pids=()
   for _ in $(seq 300); do curl -sf localhost:8412/health >/dev/null && break; sleep 1; done
   for i in 1 2 3 4; do
     curl -s localhost:8412/v1/chat/completions -H 'Content-Type: application/json' \
-      -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Count to $i\"}],\"max_tokens\":12}" >/dev/null &
+      -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Count to $i\"}],\"max_tokens\":12}" \
+      -o "$log/memcheck_reply$i.json" &
+    pids+=($!)
   done
-  wait %2 %3 %4 %5 2>/dev/null
-  kill $pid; wait $pid
-  tail -3 "$log/memcheck.txt"
+  wait "${pids[@]}"
+  pkill -TERM -x hablar
+  wait $pid
+  echo "memcheck: $(grep -c choices "$log"/memcheck_reply*.json) replies;" \
+    "$(grep -h "ERROR SUMMARY" "$log/memcheck.txt")"
 }
 
 case "$mode" in

@@ -83,6 +83,7 @@ class CudaExecutor : public StepExecutor {
   int32_t n_kv_blocks() const override { return layout_.n_blocks; }
   int32_t kv_block_size() const override { return layout_.block_size; }
   bool samples_on_device() const override { return true; }
+  std::string device_name() const override { return "cuda"; }
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                StepOutput& out) override;
   std::string describe() const override { return report_; }

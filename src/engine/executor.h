@@ -63,6 +63,8 @@ class StepExecutor {
   // Performs the block copies (copy-on-write) first, then the forward, then any sampling.
   virtual void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                        StepOutput& out) = 0;
+  // The kind of device the steps run on ("cpu", "cuda"), as /props reports it.
+  virtual std::string device_name() const { return "cpu"; }
   // A line for the start-up report: device, weights, KV cache, workspace.
   virtual std::string describe() const { return {}; }
 };

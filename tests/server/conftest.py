@@ -115,6 +115,13 @@ def chat(server, body, **kw):
     return requests.post(server.url + "/v1/chat/completions", json=body, timeout=300, **kw)
 
 
+def sse_events_iter(response):
+    """The data payloads of an SSE response as they arrive."""
+    for line in response.iter_lines(decode_unicode=True):
+        if line and line.startswith("data: "):
+            yield line[len("data: "):]
+
+
 def sse_events(response):
     """The data payloads of an SSE response, in order (raw strings)."""
     out = []
