@@ -14,10 +14,12 @@ struct SequenceChunk {
   int32_t start_pos = 0;                 // position of tokens[0]; cache holds [0, start_pos)
   std::span<const int32_t> block_table;  // physical blocks covering [0, start_pos + tokens.size())
   bool all_logits = false;  // logits for every token (perplexity, echo) or only the last
-  // Positions >= generated_from hold sampled tokens; -1: unknown, and a one-token chunk is
-  // taken as a decode step. Backends may use it to choose summation orders (the CPU matches
-  // llama.cpp's); it never changes what is computed.
-  int32_t generated_from = -1;
+  // The sequence's prompt length: positions >= prompt_len hold generated tokens; -1:
+  // unknown, and a one-token chunk is taken as a generated token. A fact about the
+  // sequence, which a backend may use (the CPU derives llama.cpp's summation orders from it,
+  // which depend on where a token stands in its prompt's batch); it never changes what is
+  // computed.
+  int32_t prompt_len = -1;
 };
 
 // The widths of a transformer's activations, per token: what a backend sizes its step

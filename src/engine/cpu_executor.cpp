@@ -71,7 +71,7 @@ void CpuExecutor::execute(std::span<const BlockCopy> copies, std::span<const Exe
   chunks_.clear();
   for (const ExecChunk& c : chunks) {
     HABLAR_CHECK(c.sampling == nullptr, "the CPU executor does not sample: the engine does");
-    chunks_.push_back({c.tokens, c.start_pos, c.block_table, c.all_logits, c.generated_from});
+    chunks_.push_back({c.tokens, c.start_pos, c.block_table, c.all_logits, c.prompt_len});
   }
   forward(chunks_, out.logits);
   out.sampled.assign(chunks.size(), -1);

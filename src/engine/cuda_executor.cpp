@@ -67,8 +67,10 @@ void check_cuda_shapes(const model::Model& m) {
                             c.n_heads, c.n_kv_heads));
 }
 
-// Decode steps (one token per sequence) of at most this many sequences replay a CUDA graph
-// captured for their bucket (the next power of two, capped at the step size).
+// Decode steps (one token per sequence) of at most kMaxGraphTokens sequences replay a CUDA
+// graph captured for their bucket: 8 slots, 16, 32, ... (capped at the step size), the
+// unused ones inactive. At small batches the products cost the weight reads, not the rows.
+constexpr int32_t kMinGraphTokens = 8;
 constexpr int32_t kMaxGraphTokens = 256;
 
 class CudaExecutor : public StepExecutor {
@@ -154,7 +156,8 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   report_ = fmt::format(
       "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB F16), "
       "workspace {:.1f} MiB, steps up to {} tokens, sequences up to {} tokens, decode steps of "
-      "up to {} sequences as CUDA graphs (one per power-of-two batch, captured on first use){}",
+      "up to {} sequences as CUDA graphs (buckets of 8, 16, 32, ... slots, captured on first "
+      "use){}",
       (double)weight_bytes_ / (1 << 20), layout_.n_blocks, block, (int64_t)layout_.n_blocks * block,
       (double)layout_.total_bytes() / (1 << 20), (double)ops_->workspace_bytes() / (1 << 20),
       o.max_step_tokens, max_seq, std::min(kMaxGraphTokens, o.max_step_tokens),
@@ -265,7 +268,7 @@ void CudaExecutor::execute(std::span<const BlockCopy> copies, std::span<const Ex
   int32_t row = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const ExecChunk& ec = chunks[i];
-    chunks_.push_back({ec.tokens, ec.start_pos, ec.block_table, ec.all_logits, ec.generated_from});
+    chunks_.push_back({ec.tokens, ec.start_pos, ec.block_table, ec.all_logits, ec.prompt_len});
     const int32_t rows = ec.all_logits ? (int32_t)ec.tokens.size() : 1;
     if (ec.sampling) {
       order_.push_back(row), device_chunks_.push_back((int32_t)i);
@@ -344,12 +347,12 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
   const model::ModelConfig& c = model_.config();
   cudaStream_t stream = stream_.get();
   const int32_t n = (int32_t)chunks.size();
-  int32_t rows = 1;
+  int32_t rows = kMinGraphTokens;
   while (rows < n) rows *= 2;
   rows = std::min(rows, max_step_tokens_);
   chunks_.clear();
   for (const ExecChunk& ec : chunks)
-    chunks_.push_back({ec.tokens, ec.start_pos, ec.block_table, ec.all_logits, ec.generated_from});
+    chunks_.push_back({ec.tokens, ec.start_pos, ec.block_table, ec.all_logits, ec.prompt_len});
   model::check_step(c, chunks_, layout_);
   order_.resize((size_t)rows);
   std::iota(order_.begin(), order_.end(), 0);

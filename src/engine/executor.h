@@ -35,7 +35,7 @@ struct ExecChunk {
   std::span<const int32_t> tokens;       // tokens to process now
   int32_t start_pos = 0;                 // position of tokens[0]; the cache holds [0, start_pos)
   std::span<const int32_t> block_table;  // blocks covering [0, start_pos + tokens.size())
-  int32_t generated_from = -1;           // positions >= this hold sampled tokens (-1: unknown)
+  int32_t prompt_len = -1;               // positions >= this hold generated tokens (-1: unknown)
   bool all_logits = false;               // a logits row for every token, not just the last
   // Sample the token after the chunk's last one in the executor with these parameters
   // (only when samples_on_device()); null: return its logits row instead.

@@ -12,14 +12,14 @@ constexpr int32_t kLlamaUbatch = 512;
 
 // Token i's place in llama.cpp's batch (TokenRoles, for the K formats' summation orders). A
 // sampled token is a batch of its own. A prompt token stands in its prompt's batch, known
-// from where the prompt ends (generated_from) whatever the chunking; without it, the chunk
+// from where the prompt ends (prompt_len) whatever the chunking; without it, the chunk
 // is taken for the batch.
 uint8_t token_role(const SequenceChunk& ch, size_t i, bool sampled) {
   if (sampled) return llama_batch_role(0, 1);
-  if (ch.generated_from < 0) return llama_batch_role((int64_t)i, (int64_t)ch.tokens.size());
+  if (ch.prompt_len < 0) return llama_batch_role((int64_t)i, (int64_t)ch.tokens.size());
   const int32_t pos = ch.start_pos + (int32_t)i;
   const int32_t begin = pos / kLlamaUbatch * kLlamaUbatch;
-  return llama_batch_role(pos - begin, std::min(kLlamaUbatch, ch.generated_from - begin));
+  return llama_batch_role(pos - begin, std::min(kLlamaUbatch, ch.prompt_len - begin));
 }
 
 float* sized(std::vector<float>& v, size_t n) {
@@ -43,7 +43,7 @@ void ForwardOps::begin(std::span<const SequenceChunk> chunks, uint16_t* cache,
                        const RopeParams& rope, float rms_eps) {
   cache_ = cache, layout_ = layout, dims_ = dims, rope_ = rope, eps_ = rms_eps;
   // Attention sums as llama.cpp does for a chunk of one token (decode) or of several
-  // (SumOrder). When the chunk says which positions hold sampled tokens (generated_from),
+  // (SumOrder). When the chunk says which positions hold sampled tokens (prompt_len),
   // those take the one-token order and prompt tokens the other, however the sequence is
   // chunked: a sequence recomputed after preemption, or a prompt split so that one token is
   // left, gets the same values again. The order never depends on the other sequences.
@@ -51,7 +51,7 @@ void ForwardOps::begin(std::span<const SequenceChunk> chunks, uint16_t* cache,
   sum_orders_.clear(), roles_.clear(), logit_roles_.clear();
   for (const SequenceChunk& ch : chunks) {
     for (size_t i = 0; i < ch.tokens.size(); ++i) {
-      const bool sampled = ch.generated_from >= 0 ? ch.start_pos + (int32_t)i >= ch.generated_from
+      const bool sampled = ch.prompt_len >= 0 ? ch.start_pos + (int32_t)i >= ch.prompt_len
                                                   : ch.tokens.size() == 1;
       sum_orders_.push_back(sampled ? SumOrder::kLanes64 : SumOrder::kLanes16);
       roles_.push_back(token_role(ch, i, sampled));

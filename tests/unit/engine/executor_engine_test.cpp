@@ -226,6 +226,62 @@ TEST_P(ModelRunnerTest, MaxTokensZeroNeedsPromptLogprobs) {
   EXPECT_THROW(engine.submit(std::move(g)), hablar::Error);
 }
 
+// The decode wiring scenario driven through the engine: a model of 12 query heads over 2 KV
+// heads of 128 values; sequences with prompts of 17, 11 and 5 tokens decode together (on the
+// GPU: three live slots of a bucket of 8); the third finishes after 3 tokens and the others go
+// on without it. Each sequence's tokens equal its own run alone.
+TEST_P(ModelRunnerTest, ThreeSequencesOfUnequalLengthsAndOneFinishingEarly) {
+  synth::SyntheticModelOptions o;
+  o.arch = synth::Arch::kLlama;
+  o.shape = {"wiring", 256, 2, 12, 2, 128, 512, 512, 2048, 10000.0, 1e-5, false};
+  o.type = "f16";
+  o.seed = 17;
+  const std::string path = test::make_temp_dir("engine-wiring") + "/wiring.gguf";
+  synth::write_synthetic_model(o, path);
+  auto m = model::Model::load(path);
+  std::mt19937 rng(5);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int n : {17, 11, 5}) {
+    prompts.emplace_back();
+    for (int i = 0; i < n; ++i) prompts.back().push_back(1 + (int32_t)(rng() % 500));
+  }
+  const std::vector<int32_t> max_tokens = {12, 12, 3};
+  auto run = [&](const std::vector<size_t>& which) {
+    auto ex = make_test_executor(*m, GetParam(), 64);
+    EngineConfig c;
+    c.n_ctx = 1024;
+    c.scheduler = {.max_running = 8, .max_step_tokens = 96, .max_prefill_chunk = 40};
+    Engine engine(c, *ex);
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (size_t i : which) {
+      GenerateRequest g;
+      g.prompt = prompts[i];
+      g.max_tokens = max_tokens[i];
+      g.ignore_eos = true;
+      handles.push_back(engine.submit(std::move(g)));
+    }
+    std::vector<std::vector<int32_t>> out(which.size());
+    for (size_t k = 0; k < which.size(); ++k)
+      for (bool done = false; !done;) {
+        std::vector<StreamItem> items;
+        EXPECT_TRUE(handles[k]->wait(items, milliseconds(60000))) << "engine stalled";
+        if (items.empty()) break;
+        for (const auto& it : items)
+          if (it.kind == StreamItem::Kind::kFinal)
+            done = true;
+          else
+            out[k].push_back(it.token);
+      }
+    return out;
+  };
+  const auto together = run({0, 1, 2});
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto alone = run({i});
+    EXPECT_EQ((int32_t)alone[0].size(), max_tokens[i]);
+    EXPECT_EQ(together[i], alone[0]) << "sequence " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Executors, ModelRunnerTest,
                          ::testing::Values(DeviceKind::kCpu, DeviceKind::kCuda),
                          [](const auto& info) {

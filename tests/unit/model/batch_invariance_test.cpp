@@ -108,11 +108,11 @@ TEST(BatchInvariance, EightStaggeredSequencesMatchEachAlone) {
 }
 
 // The logits of each chunk's last token (every token's with all_logits), by position, after
-// feeding `tokens` in chunks of the given sizes, with positions >= generated_from marked as
+// feeding `tokens` in chunks of the given sizes, with positions >= prompt_len marked as
 // sampled.
 std::vector<std::pair<int, std::vector<float>>> chunk_end_logits(
     model::Model& m, const std::vector<int32_t>& tokens, const std::vector<int>& chunk_sizes,
-    int32_t generated_from, bool all_logits = false) {
+    int32_t prompt_len, bool all_logits = false) {
   const size_t n_vocab = (size_t)m.config().n_vocab;
   const int n_blocks = ((int)tokens.size() + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize;
   engine::CpuExecutor cache(m, n_blocks);
@@ -126,7 +126,7 @@ std::vector<std::pair<int, std::vector<float>>> chunk_end_logits(
     ch.tokens = std::span(tokens).subspan((size_t)pos, (size_t)n);
     ch.start_pos = pos;
     ch.block_table = table;
-    ch.generated_from = generated_from;
+    ch.prompt_len = prompt_len;
     ch.all_logits = all_logits;
     cache.forward(std::span(&ch, 1), logits);
     for (int i = all_logits ? 0 : n - 1; i < n; ++i) {
