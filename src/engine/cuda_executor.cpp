@@ -14,8 +14,8 @@
 #include "backend/cuda/sampling.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "core/quant_blocks.h"
 #include "core/log.h"
+#include "core/quant_blocks.h"
 #include "engine/request_sampler.h"
 #include "model/forward.h"
 #include "model/weights.h"
@@ -25,7 +25,9 @@ namespace {
 
 // The type a matrix has on the device: its own, or one the load converts it to without
 // loss (IQ4_NL's codebook values are int8, so a block is a Q8_0 block with the same scale).
-DType device_type(DType t) { return t == DType::IQ4_NL ? DType::Q8_0 : t; }
+DType device_type(DType t) {
+  return t == DType::IQ4_NL ? DType::Q8_0 : t;
+}
 
 // Q8_0 rows from IQ4_NL rows: q = kIQ4NLValues[code], d unchanged (exact).
 std::vector<uint8_t> iq4nl_to_q8_0(const WeightView& w) {
@@ -33,8 +35,8 @@ std::vector<uint8_t> iq4nl_to_q8_0(const WeightView& w) {
   std::vector<uint8_t> out((size_t)(w.rows * blocks_per_row) * sizeof(BlockQ8_0));
   auto* dst = reinterpret_cast<BlockQ8_0*>(out.data());
   for (int64_t r = 0; r < w.rows; ++r) {
-    const auto* src = reinterpret_cast<const BlockIQ4_NL*>(static_cast<const uint8_t*>(w.data) +
-                                                           r * w.row_bytes);
+    const auto* src =
+        reinterpret_cast<const BlockIQ4_NL*>(static_cast<const uint8_t*>(w.data) + r * w.row_bytes);
     for (int64_t b = 0; b < blocks_per_row; ++b, ++dst) {
       dst->d = src[b].d;
       for (int j = 0; j < kQK / 2; ++j) {

@@ -51,8 +51,8 @@ void ForwardOps::begin(std::span<const SequenceChunk> chunks, uint16_t* cache,
   sum_orders_.clear(), roles_.clear(), logit_roles_.clear();
   for (const SequenceChunk& ch : chunks) {
     for (size_t i = 0; i < ch.tokens.size(); ++i) {
-      const bool sampled = ch.prompt_len >= 0 ? ch.start_pos + (int32_t)i >= ch.prompt_len
-                                                  : ch.tokens.size() == 1;
+      const bool sampled =
+          ch.prompt_len >= 0 ? ch.start_pos + (int32_t)i >= ch.prompt_len : ch.tokens.size() == 1;
       sum_orders_.push_back(sampled ? SumOrder::kLanes64 : SumOrder::kLanes16);
       roles_.push_back(token_role(ch, i, sampled));
       // llama.cpp's output matmul takes only the rows whose logits are wanted: all of the

@@ -156,8 +156,8 @@ void ForwardOps::begin(std::span<const SequenceChunk> chunks,
   upload();
 }
 
-void ForwardOps::stage(std::span<const SequenceChunk> chunks,
-                       std::span<const int32_t> logit_order, int64_t pad_to) {
+void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_order,
+                       int64_t pad_to) {
   Buffers& b = *buf_;
   const size_t T_max = (size_t)limits_.max_tokens, MB = (size_t)limits_.max_blocks_per_seq;
   const int RP = rope_.n_dims / 2;
