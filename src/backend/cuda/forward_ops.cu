@@ -65,6 +65,7 @@ struct ForwardOps::Buffers {
   DeviceMemory activations;
   DeviceMemory inputs;
   DeviceMemory attention_workspace;
+  DeviceMemory int8_workspace;
   size_t attention_workspace_bytes = 0;
   void* host_inputs = nullptr;  // pinned
   size_t input_words = 0;
@@ -138,6 +139,15 @@ ForwardOps::ForwardOps(const ActivationDims& dims, const KvCacheLayout& layout, 
 
 ForwardOps::~ForwardOps() = default;
 
+void ForwardOps::reserve_int8_workspace(std::span<const WeightView* const> matrices) {
+  if (limits_.deterministic) return;
+  size_t bytes = 0;
+  const int rows = std::min(limits_.max_tokens, kFusedMatmulMaxRows);
+  for (const WeightView* w : matrices)
+    for (int m = 1; m <= rows; ++m) bytes = std::max(bytes, matmul_fused_workspace_bytes(*w, m));
+  buf_->int8_workspace = DeviceMemory(bytes);
+}
+
 void ForwardOps::bind_cache(void* kv_cache, const KvCacheLayout& layout) {
   HABLAR_CHECK(layout.n_layers == layout_.n_layers && layout.n_kv_heads == layout_.n_kv_heads &&
                    layout.head_dim == layout_.head_dim && layout.block_size == layout_.block_size,
@@ -147,7 +157,8 @@ void ForwardOps::bind_cache(void* kv_cache, const KvCacheLayout& layout) {
 }
 
 size_t ForwardOps::workspace_bytes() const {
-  return buf_->activations.bytes() + buf_->inputs.bytes() + buf_->attention_workspace.bytes();
+  return buf_->activations.bytes() + buf_->inputs.bytes() + buf_->attention_workspace.bytes() +
+         buf_->int8_workspace.bytes();
 }
 
 void ForwardOps::begin(std::span<const SequenceChunk> chunks,
@@ -220,7 +231,12 @@ void ForwardOps::upload() {
 }
 
 void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float* out) {
-  if (limits_.deterministic || m <= kGemvMaxRows) {
+  void* int8_ws = buf_->int8_workspace.get();
+  const size_t int8_bytes = buf_->int8_workspace.bytes();
+  if (!limits_.deterministic && int8_ws != nullptr && m <= kFusedMatmulMaxRows &&
+      matmul_fused_workspace_bytes(w, (int)m) > 0) {
+    matmul_fused(w, in, (int)m, out, stream_, int8_ws, int8_bytes);
+  } else if (limits_.deterministic || m <= kGemvMaxRows) {
     for (int64_t r = 0; r < m; r += kGemvMaxRows)
       matmul_fused(w, in + r * w.cols, (int)std::min<int64_t>(kGemvMaxRows, m - r),
                    out + r * w.rows, stream_);

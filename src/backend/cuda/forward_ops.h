@@ -5,7 +5,8 @@
 // Every token of the step is one slot of decode_attention() (attention.h): its K/V are
 // scattered at its own position through its sequence's block table, then each query
 // attends over positions [0, pos], so prefill chunks and decode tokens of any mix of
-// sequences take one path. Products: M <= 8 rows on the f32 CUDA-core kernel; more rows on
+// sequences take one path. Products: Q4_K weights up to 256 rows on int8 activations (dp4a,
+// integer tensor cores); other types M <= 8 rows on the f32 CUDA-core kernel, more rows on
 // tensor cores (matmul_fused up to 256, then dequantize + cuBLAS).
 //
 // Deterministic mode (`--deterministic`): every product runs the f32 kernel in groups of at
@@ -47,6 +48,9 @@ class ForwardOps {
   // The KV cache the steps write and read (allocated after the step buffers, from what is
   // left); the layout's shape must be the one given at construction.
   void bind_cache(void* kv_cache, const KvCacheLayout& layout);
+  // Outside deterministic mode, Q4_K products of up to 256 rows run on int8 activations
+  // (matmul.h: dp4a and integer tensor cores): the workspace for the largest of them.
+  void reserve_int8_workspace(std::span<const WeightView* const> matrices);
 
   // Starts a step: flattens the chunks into T token rows and uploads the step's inputs
   // (tokens, positions, RoPE angles, block tables, logit rows) in one asynchronous copy.
