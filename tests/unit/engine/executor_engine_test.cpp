@@ -228,8 +228,9 @@ TEST_P(ModelRunnerTest, MaxTokensZeroNeedsPromptLogprobs) {
 
 // The decode wiring scenario driven through the engine: a model of 12 query heads over 2 KV
 // heads of 128 values; sequences with prompts of 17, 11 and 5 tokens decode together (on the
-// GPU: three live slots of a bucket of 8); the third finishes after 3 tokens and the others go
-// on without it. Each sequence's tokens equal its own run alone.
+// GPU: three live slots of a graph bucket of 4, one padding); the third finishes after 3
+// tokens and the others go on without it (two live slots of a bucket of 2). Each sequence's
+// tokens equal its own run alone.
 TEST_P(ModelRunnerTest, ThreeSequencesOfUnequalLengthsAndOneFinishingEarly) {
   synth::SyntheticModelOptions o;
   o.arch = synth::Arch::kLlama;
