@@ -42,6 +42,7 @@ void ForwardOps::begin(std::span<const SequenceChunk> chunks, uint16_t* cache,
                        const KvCacheLayout& layout, const ActivationDims& dims,
                        const RopeParams& rope, float rms_eps) {
   cache_ = cache, layout_ = layout, dims_ = dims, rope_ = rope, eps_ = rms_eps;
+  pending_.clear();
   // Attention sums as llama.cpp does for a chunk of one token (decode) or of several
   // (SumOrder). When the chunk says which positions hold sampled tokens (prompt_len),
   // those take the one-token order and prompt tokens the other, however the sequence is
@@ -80,6 +81,33 @@ void ForwardOps::begin(std::span<const SequenceChunk> chunks, uint16_t* cache,
   });
 }
 
+void ForwardOps::apply_pending(int64_t t) {
+  const int HD = dims_.head_dim, RP = rope_.n_dims / 2;
+  for (const TokenOp& op : pending_) {
+    switch (op.kind) {
+      case TokenOp::Kind::kBias:
+        add_inplace(op.x + t * op.width, op.w, op.width);
+        break;
+      case TokenOp::Kind::kHeadNorm: {
+        float* row = op.x + t * (int64_t)op.n_heads * HD;
+        for (int h = 0; h < op.n_heads; ++h)
+          cpu::rmsnorm(row + h * HD, op.w, row + h * HD, HD, eps_);
+        break;
+      }
+      case TokenOp::Kind::kRope:
+        rope_apply(op.x + t * (int64_t)op.n_heads * HD, op.n_heads, HD, rope_,
+                   rope_cos_.data() + t * RP, rope_sin_.data() + t * RP);
+        break;
+    }
+  }
+}
+
+void ForwardOps::flush_pending() {
+  if (pending_.empty()) return;
+  for_each_token(n_tokens(), [&](int64_t t) { apply_pending(t); });
+  pending_.clear();
+}
+
 void ForwardOps::embed(const WeightView& table, float* x) {
   const int64_t E = dims_.n_embd;
   for_each_token(n_tokens(),
@@ -87,52 +115,50 @@ void ForwardOps::embed(const WeightView& table, float* x) {
 }
 
 void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_t width) {
+  flush_pending();
   for_each_token(n_tokens(), [&](int64_t t) {
     cpu::rmsnorm(x + t * width, weight, out + t * width, width, eps_);
   });
 }
 
 void ForwardOps::matmul(const WeightView& w, const float* in, float* out) {
+  flush_pending();
   cpu::matmul(w, in, n_tokens(), out, pool_, roles_);
 }
 
 void ForwardOps::matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv,
                             const float* in, float* q, float* k, float* v) {
+  flush_pending();
   const MatmulTarget targets[] = {{&wq, q}, {&wk, k}, {&wv, v}};
   matmul_many(targets, in, n_tokens(), pool_, roles_);  // one quantization of the input
 }
 
 void ForwardOps::matmul_swiglu(const WeightView& gate, const WeightView& up, const float* in,
                                float* out, float* up_scratch) {
+  flush_pending();
   cpu::matmul_swiglu(gate, up, in, n_tokens(), out, up_scratch, pool_, roles_);
 }
 
 void ForwardOps::add_bias(float* x, const float* bias, int64_t width) {
-  for_each_token(n_tokens(), [&](int64_t t) { add_inplace(x + t * width, bias, width); });
+  pending_.push_back({TokenOp::Kind::kBias, x, bias, 0, width});
 }
 
 void ForwardOps::head_rmsnorm(float* x, const float* weight, int n_heads) {
-  const int HD = dims_.head_dim;
-  for_each_token(n_tokens(), [&](int64_t t) {
-    float* row = x + t * (int64_t)n_heads * HD;
-    for (int h = 0; h < n_heads; ++h) cpu::rmsnorm(row + h * HD, weight, row + h * HD, HD, eps_);
-  });
+  pending_.push_back({TokenOp::Kind::kHeadNorm, x, weight, n_heads, 0});
 }
 
 void ForwardOps::rope(float* x, int n_heads) {
-  const int HD = dims_.head_dim, RP = rope_.n_dims / 2;
-  const float *cos_t = rope_cos_.data(), *sin_t = rope_sin_.data();
-  for_each_token(n_tokens(), [&](int64_t t) {
-    rope_apply(x + t * (int64_t)n_heads * HD, n_heads, HD, rope_, cos_t + t * RP, sin_t + t * RP);
-  });
+  pending_.push_back({TokenOp::Kind::kRope, x, nullptr, n_heads, 0});
 }
 
 void ForwardOps::attention(int layer, const float* q, const float* k, const float* v, float* out) {
   const int64_t QD = dims_.q_dim(), KVD = dims_.kv_dim();
   for_each_token(n_tokens(), [&](int64_t t) {
+    apply_pending(t);  // bias, q/k norms, RoPE of this token, in the order the forward asked
     kv_store(cache_, layout_, layer, block_tables_[(size_t)t], positions_[(size_t)t], k + t * KVD,
              v + t * KVD);
   });
+  pending_.clear();
   queries_.resize(tokens_.size());
   for (size_t t = 0; t < tokens_.size(); ++t)
     queries_[t] = {block_tables_[t], positions_[t], q + (int64_t)t * QD, out + (int64_t)t * QD,
@@ -141,10 +167,12 @@ void ForwardOps::attention(int layer, const float* q, const float* k, const floa
 }
 
 void ForwardOps::add(float* x, const float* y, int64_t width) {
+  flush_pending();
   for_each_token(n_tokens(), [&](int64_t t) { add_inplace(x + t * width, y + t * width, width); });
 }
 
 void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output) {
+  flush_pending();
   const int64_t R = (int64_t)logit_rows_.size(), E = dims_.n_embd;
   float* rows = sized(out_rows_, (size_t)(R * E));
   for_each_token(R, [&](int64_t r) {

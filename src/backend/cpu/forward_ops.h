@@ -5,6 +5,10 @@
 // llama.cpp's summation orders, which the CPU matches bit for bit ("reference order"), are
 // derived in begin() from the step's own data (which positions hold sampled tokens, where a
 // prompt's llama.cpp batch begins), never passed through the forward or the engine.
+//
+// The per-token ops between the q/k/v products and attention (bias, per-head norm, RoPE)
+// are deferred and run, in the order called, in attention()'s one pass over the tokens
+// that also stores K/V: one parallel region instead of up to eight, the same bits.
 #pragma once
 
 #include <cstdint>
@@ -48,12 +52,26 @@ class ForwardOps {
   // one row per token of an all_logits chunk, else one for the chunk's last token.
   void logits(const float* x, const float* norm_weight, const WeightView& output);
   std::vector<float>& logits() { return logits_; }
-  // Host rows for a debug dump (the CPU's are host memory already).
-  const float* host_rows(const float* rows, int64_t n, std::vector<float>&) const { return rows; }
+  // Host rows for a debug dump (the CPU's are host memory already; deferred ops done first).
+  const float* host_rows(const float* rows, int64_t n, std::vector<float>&) {
+    flush_pending();
+    return rows;
+  }
 
  private:
   template <typename Fn>
   void for_each_token(int64_t n, const Fn& fn);
+  // A deferred per-token op on rows [T x width] (width = heads * head_dim for kHeadNorm and
+  // kRope).
+  struct TokenOp {
+    enum class Kind { kBias, kHeadNorm, kRope } kind;
+    float* x;
+    const float* w;  // bias or norm weight
+    int n_heads;     // kHeadNorm, kRope
+    int64_t width;   // kBias
+  };
+  void apply_pending(int64_t t);
+  void flush_pending();  // runs the deferred ops now (before an op that reads their rows)
 
   ThreadPool& pool_;
   uint16_t* cache_ = nullptr;
@@ -70,7 +88,8 @@ class ForwardOps {
   std::vector<uint8_t> roles_;                // [T] each token's place in llama.cpp's batch
   std::vector<uint8_t> logit_roles_;          // the same for the logit rows' output matmul
   std::vector<AttentionQuery> queries_;       // [T]
-  std::vector<float> rope_cos_, rope_sin_;    // [T x n_dims/2]
+  std::vector<TokenOp> pending_;
+  std::vector<float> rope_cos_, rope_sin_;  // [T x n_dims/2]
   std::vector<float> x_, xb_, q_, k_, v_, att_, gate_, up_, out_rows_, logits_;
   Activations act_;
 };
