@@ -48,6 +48,15 @@ std::vector<uint8_t> iq4nl_to_q8_0(const WeightView& w) {
   return out;
 }
 
+cuda::SamplingParams to_device_params(const DeviceSampling& s) {
+  cuda::SamplingParams p;
+  p.temperature = s.temperature, p.top_k = s.top_k, p.top_p = s.top_p, p.min_p = s.min_p;
+  p.repetition_penalty = s.repetition_penalty;
+  p.presence_penalty = s.presence_penalty, p.frequency_penalty = s.frequency_penalty;
+  p.seed = s.seed, p.step = s.step;
+  return p;
+}
+
 void check_cuda_shapes(const model::Model& m) {
   const model::ModelConfig& c = m.config();
   std::vector<const WeightView*> all = m.weights().matrices();
@@ -311,11 +320,7 @@ void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
   host_history_.assign(n * (size_t)std::max(max_history, 1), 0);
   for (size_t d = 0; d < n; ++d) {
     const DeviceSampling& s = *chunks[(size_t)device_chunks[d]].sampling;
-    cuda::SamplingParams& p = host_params_[d];
-    p.temperature = s.temperature, p.top_k = s.top_k, p.top_p = s.top_p, p.min_p = s.min_p;
-    p.repetition_penalty = s.repetition_penalty;
-    p.presence_penalty = s.presence_penalty, p.frequency_penalty = s.frequency_penalty;
-    p.seed = s.seed, p.step = s.step;
+    host_params_[d] = to_device_params(s);
     host_history_len_[d] = (int32_t)s.history.size();
     std::copy(s.history.begin(), s.history.end(),
               host_history_.begin() + (ptrdiff_t)(d * (size_t)std::max(max_history, 1)));
@@ -393,11 +398,7 @@ void CudaExecutor::stage_graph_sampling(std::span<const ExecChunk> chunks, int32
   for (size_t i = 0; i < chunks.size(); ++i) {
     const DeviceSampling* s = chunks[i].sampling;
     if (!s) continue;
-    cuda::SamplingParams& p = host_params_[i];
-    p.temperature = s->temperature, p.top_k = s->top_k, p.top_p = s->top_p, p.min_p = s->min_p;
-    p.repetition_penalty = s->repetition_penalty;
-    p.presence_penalty = s->presence_penalty, p.frequency_penalty = s->frequency_penalty;
-    p.seed = s->seed, p.step = s->step;
+    host_params_[i] = to_device_params(*s);
     host_history_len_[i] = (int32_t)s->history.size();
     any_history = any_history || !s->history.empty();
   }

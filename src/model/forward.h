@@ -24,6 +24,7 @@
 //                                          classifier (rows kept by the backend, in chunk order)
 #pragma once
 
+#include <concepts>
 #include <vector>
 
 #include "core/step_batch.h"
@@ -37,7 +38,27 @@ inline ActivationDims activation_dims(const ModelConfig& c) {
   return {c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff, c.n_vocab};
 }
 
+// The op set above, as the compiler checks it: a backend's ForwardOps for one step.
 template <class B>
+concept ForwardBackend = requires(B& b, const WeightView& w, const float* in, float* out,
+                                  std::vector<float>& host) {
+  { b.activations() } -> std::convertible_to<const Activations&>;
+  { b.n_tokens() } -> std::convertible_to<int64_t>;
+  b.embed(w, out);
+  b.rmsnorm(in, in, out, int64_t{});
+  b.matmul(w, in, out);
+  b.matmul_qkv(w, w, w, in, out, out, out);
+  b.matmul_swiglu(w, w, in, out, out);
+  b.add_bias(out, in, int64_t{});
+  b.head_rmsnorm(out, in, 0);
+  b.rope(out, 0);
+  b.attention(0, in, in, in, out);
+  b.add(out, in, int64_t{});
+  b.logits(in, in, w);
+  { b.host_rows(in, int64_t{}, host) } -> std::convertible_to<const float*>;
+};
+
+template <ForwardBackend B>
 void forward(const ModelConfig& c, const Weights& w, B& b) {
   const Activations& a = b.activations();
   const int E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), FF = c.n_ff;
