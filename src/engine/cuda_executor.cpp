@@ -54,6 +54,7 @@ cuda::SamplingParams to_device_params(const DeviceSampling& s) {
   p.repetition_penalty = s.repetition_penalty;
   p.presence_penalty = s.presence_penalty, p.frequency_penalty = s.frequency_penalty;
   p.seed = s.seed, p.step = s.step;
+  p.temperature_last = s.temperature_last;
   return p;
 }
 

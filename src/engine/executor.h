@@ -16,7 +16,8 @@ namespace hablar::engine {
 // Sampling parameters an executor can apply on its own device (the CUDA executor samples
 // there, so only token ids cross to the host). The chain is the engine's (sampler.h):
 // penalties over `history`, then greedy when temperature <= 0, else top-k, top-p, min-p,
-// temperature, a seeded draw.
+// temperature, a seeded draw (the device's own generator: the same seed gives other tokens
+// than on the CPU).
 struct DeviceSampling {
   float temperature = 0.0f;
   int32_t top_k = 0;
@@ -27,6 +28,7 @@ struct DeviceSampling {
   float frequency_penalty = 0.0f;
   uint64_t seed = 0;
   uint64_t step = 0;                 // the draw's counter: tokens generated so far
+  bool temperature_last = true;      // filters before temperature, as the host sampler
   std::span<const int32_t> history;  // the tokens the penalties see (empty: none)
 };
 

@@ -14,9 +14,6 @@ bool ParamsSampler::device_params(std::span<const int32_t> history, DeviceSampli
   const SamplingParams& p = sampler_.params();
   if (!p.logit_bias.empty() || p.typical_p < 1.0f) return false;
   const bool greedy = p.temperature <= 0.0f;
-  // The device applies temperature before top-p and min-p; the host chain after. Both
-  // orders give the same tokens only when those filters are off (or the choice is greedy).
-  if (!greedy && (p.top_p < 1.0f || p.min_p > 0.0f)) return false;
   const bool penalties =
       p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   size_t window = 0;
@@ -26,8 +23,9 @@ bool ParamsSampler::device_params(std::span<const int32_t> history, DeviceSampli
   if (window > (size_t)kMaxDeviceHistory) return false;
   out.temperature = greedy ? 0.0f : p.temperature;
   out.top_k = p.top_k;
-  out.top_p = 1.0f;
-  out.min_p = 0.0f;
+  out.top_p = p.top_p;
+  out.min_p = p.min_p;
+  out.temperature_last = true;
   out.repetition_penalty = p.repeat_penalty;
   out.presence_penalty = p.presence_penalty;
   out.frequency_penalty = p.frequency_penalty;

@@ -21,8 +21,8 @@ class ParamsSampler : public NextTokenSampler {
   // Feeds the sampler the tokens it has not seen (the prompt first, then each generated
   // token) so that its penalties see the history, then samples.
   int32_t sample(std::span<float> logits, std::span<const int32_t> history) override;
-  // Device sampling follows the same chain when nothing host-only is asked for (logit bias,
-  // typical-p) and the filters commute with temperature (no top-p or min-p unless greedy).
+  // Device sampling follows the same chain (filters, then temperature) when nothing
+  // host-only is asked for (logit bias, typical-p, a penalty window over kMaxDeviceHistory).
   bool device_params(std::span<const int32_t> history, DeviceSampling& out) const override;
 
  private:
