@@ -58,6 +58,7 @@ struct ServeOptions {
   std::string chat_template_file;
   std::string cors;
   int n_gpu_layers = 0;
+  bool special_in_content = false;
   bool jinja = true;
   bool cont_batching = true;
   bool no_webui = false;
@@ -144,6 +145,7 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   d.seed_random = o.seed < 0;
   if (o.seed >= 0) d.sampling.seed = (uint64_t)o.seed;
   d.n_predict = o.n_predict;
+  sm->special_in_content = o.special_in_content;
   d.sampling.validate();
   sm->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log::info(
@@ -295,6 +297,9 @@ CommandRegistration serve_registration{
       app.add_flag("--no-cont-batching{false}", o->cont_batching, "accepted; batching stays on");
       app.add_option("--flash-attn", o->flash_attn, "accepted for compatibility (-fa)");
       app.add_flag("--no-webui", o->no_webui, "do not serve the chat page at /");
+      app.add_flag("--special-in-content", o->special_in_content,
+                   "control-token text inside chat messages becomes control tokens (by default "
+                   "it is tokenized as plain text; only the template's markup is special)");
       app.add_option("--timeout", o->http.timeout_seconds,
                      "read/write timeout of a connection in seconds (-to)")
           ->capture_default_str();

@@ -141,8 +141,8 @@ nlohmann::json request_json(const httplib::Request& req) {
     const std::string type = req.get_header_value("Content-Type");
     const std::string base = type.substr(0, type.find(';'));
     if (base != "application/json" && base.find("+json") == std::string::npos)
-      throw ApiError(415, "the request body must be JSON (Content-Type: application/json), got '" +
-                              type + "'");
+      throw ApiError(415, "the request body must be JSON (Content-Type: application/json), got " +
+                              text_excerpt(type));
   }
   return parse_body_object(req.body);
 }
@@ -295,8 +295,8 @@ void HttpServer::install_middleware() {
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     std::string message = "request failed";
-    if (res.status == 404) message = "no route for " + req.method + " " + req.path;
-    if (res.status == 405) message = "method " + req.method + " not allowed on " + req.path;
+    if (res.status == 404) message = "no route for " + req.method + " " + text_excerpt(req.path, 200);
+    if (res.status == 405) message = "method " + req.method + " not allowed on " + text_excerpt(req.path, 200);
     if (res.status == 413) message = "the request body is larger than the server accepts";
     if (res.status == 400) message = "malformed HTTP request";
     send_json(res, error_body(res.status, message), res.status);

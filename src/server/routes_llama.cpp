@@ -208,7 +208,7 @@ void apply_template(HttpServer& server, const httplib::Request& req, httplib::Re
   json body = request_json(req);
   const ChatParts chat = chat_parts(req.body);
   const bool add_gen = opt_bool(body, "add_generation_prompt").value_or(true);
-  send_json(res, {{"prompt", render_chat(*m, chat.messages, chat.tools, add_gen)}});
+  send_json(res, {{"prompt", render_chat(*m, chat.messages, chat.tools, add_gen).text}});
 }
 
 json generation_settings(const ServingModel& m) {

@@ -105,8 +105,8 @@ void api_chat(HttpServer& server, const httplib::Request& req, httplib::Response
   auto m = server.model_or_throw();
   json body = request_json(req);
   const ChatParts chat = chat_parts(req.body);
-  const std::string text = render_chat(*m, chat.messages, chat.tools, true);
-  GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text));
+  const RenderedChat text = render_chat(*m, chat.messages, chat.tools, true);
+  GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text.text, text.text_only));
   const bool stream = opt_bool(body, "stream").value_or(true);
   respond(res, m, start_generation(*m, std::move(spec)), stream, true);
 }
@@ -127,14 +127,15 @@ void api_generate(HttpServer& server, const httplib::Request& req, httplib::Resp
                     {"done_reason", "load"}});
     return;
   }
-  std::string text = prompt;
+  // raw: the client writes the whole prompt, markup included (special tokens parsed).
+  RenderedChat text{prompt, {}};
   if (!raw) {
     json messages = json::array();
     if (system) messages.push_back({{"role", "system"}, {"content", *system}});
     messages.push_back({{"role", "user"}, {"content", prompt}});
     text = render_chat(*m, messages, nullptr, true);
   }
-  GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text));
+  GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text.text, text.text_only));
   respond(res, m, start_generation(*m, std::move(spec)), stream, false);
 }
 
@@ -162,7 +163,7 @@ void api_show(HttpServer& server, const httplib::Request& req, httplib::Response
   auto m = server.model_or_throw();
   json body = request_json(req);
   const auto name = opt_string(body, "model").value_or(opt_string(body, "name").value_or(m->id));
-  if (name != m->id) throw ApiError(404, "model '" + name + "' not found");
+  if (name != m->id) throw ApiError(404, "model " + text_excerpt(name) + " not found");
   const auto& c = m->model->config();
   const std::string a = c.arch;
   send_json(res, {{"modelfile", "FROM " + m->path},

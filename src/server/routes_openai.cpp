@@ -156,13 +156,14 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   // A last assistant message is a prefix the model continues (no generation prompt).
   const bool continue_last = r.messages.back()["role"] == "assistant";
   if (continue_last) r.prefill = r.messages.back()["content"].get<std::string>();
-  std::string text = render_chat(m, r.messages, r.tools, !continue_last);
+  RenderedChat chat_text = render_chat(m, r.messages, r.tools, !continue_last);
+  std::string& text = chat_text.text;
   if (continue_last && !r.prefill.empty()) {
     // The template closes the assistant turn; cut what follows its content.
     const size_t at = text.rfind(r.prefill);
     if (at != std::string::npos) text.resize(at + r.prefill.size());
   }
-  r.spec.prompt = tokenize_prompt(m, text);
+  r.spec.prompt = tokenize_prompt(m, text, chat_text.text_only);
   r.spec.max_tokens = bounded_max_tokens(m, max_tokens, r.spec.prompt.size());
   return r;
 }
@@ -599,7 +600,7 @@ void install_openai_routes(httplib::Server& http, HttpServer& server) {
     handle_json(req, res, [&] {
       auto m = server.model_or_throw();
       if (req.matches[1] != m->id)
-        throw ApiError(404, "no model named '" + std::string(req.matches[1]) + "'");
+        throw ApiError(404, "no model named " + text_excerpt(std::string(req.matches[1])));
       send_json(res, model_entry(*m));
     });
   });
