@@ -166,6 +166,9 @@ void check_options(ServeOptions& o) {
   if (o.max_queue < 1) fail("--max-queue must be at least 1");
   if (o.n_threads < 0) fail("-t/--threads must be >= 0 (0 = all cores)");
   if (o.http.port < 0 || o.http.port > 65535) fail("--port must be in 0..65535");
+  if (o.http.header_timeout_seconds < 1 || o.http.body_timeout_seconds < 1 ||
+      o.http.idle_timeout_seconds < 1 || o.http.timeout_seconds < 1)
+    fail("--timeout, --header-timeout, --body-timeout and --idle-timeout must be at least 1");
   if (o.n_gpu_layers != 0)
     log::warn("-ngl {}: this build serves on the CPU; the flag is accepted and ignored",
               o.n_gpu_layers);
@@ -301,10 +304,26 @@ CommandRegistration serve_registration{
                    "control-token text inside chat messages becomes control tokens (by default "
                    "it is tokenized as plain text; only the template's markup is special)");
       app.add_option("--timeout", o->http.timeout_seconds,
-                     "read/write timeout of a connection in seconds (-to)")
+                     "seconds a client may read nothing of its response (-to)")
+          ->capture_default_str();
+      app.add_option("--header-timeout", o->http.header_timeout_seconds,
+                     "seconds a client gets to send a request's headers (then 408)")
+          ->capture_default_str();
+      app.add_option("--body-timeout", o->http.body_timeout_seconds,
+                     "seconds a client gets to send a request's body (then 408)")
+          ->capture_default_str();
+      app.add_option("--idle-timeout", o->http.idle_timeout_seconds,
+                     "seconds a kept-alive connection may wait for its next request")
           ->capture_default_str();
       app.add_option("--threads-http", o->http.max_http_threads,
-                     "most HTTP threads (one per open connection)")
+                     "most HTTP worker threads (one per running request; idle and slow "
+                     "connections take none)")
+          ->capture_default_str();
+      app.add_option("--max-connections", o->http.max_connections,
+                     "open connections beyond which new ones are closed at once")
+          ->capture_default_str();
+      app.add_option("--max-header-bytes", o->http.max_header_bytes,
+                     "largest request line and headers together, in bytes (then 431)")
           ->capture_default_str();
       app.add_option("--max-queue", o->max_queue, "requests waiting beyond which new ones get 503")
           ->capture_default_str();

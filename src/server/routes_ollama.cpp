@@ -77,8 +77,7 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
   };
   if (!stream) {
     CollectedOutput out = collect_output(*handle);
-    if (out.final.finish_reason == engine::FinishReason::kError)
-      throw ApiError(500, "generation failed: " + out.final.error);
+    check_final(out.final);
     send_json(res, final_fields(line(out.text), out.final));
     return;
   }
@@ -89,8 +88,8 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
         if (!it.text.empty()) out += dump_json(line(it.text)) + "\n";
         continue;
       }
-      if (it.finish_reason == engine::FinishReason::kError)
-        out += dump_json(json{{"error", it.error}}) + "\n";
+      if (failed(it))
+        out += dump_json(json{{"error", failure_body(it)["error"]["message"]}}) + "\n";
       else
         out += dump_json(final_fields(line(it.text), it)) + "\n";
       done = true;
@@ -184,7 +183,7 @@ void api_show(HttpServer& server, const httplib::Request& req, httplib::Response
 
 }  // namespace
 
-void install_ollama_routes(httplib::Server& http, HttpServer& server) {
+void install_ollama_routes(Router& http, HttpServer& server) {
   using Fn = void (*)(HttpServer&, const httplib::Request&, httplib::Response&);
   auto wrap = [&server](Fn fn) {
     return [&server, fn](const httplib::Request& req, httplib::Response& res) {

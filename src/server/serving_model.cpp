@@ -6,6 +6,7 @@
 #include "core/json_depth.h"
 #include "engine/stop_strings.h"
 #include "server/api_error.h"
+#include "server/event_server.h"
 
 namespace hablar::server {
 
@@ -157,7 +158,14 @@ CollectedOutput collect_output(engine::RequestHandle& handle) {
   std::vector<engine::StreamItem> items;
   for (;;) {
     items.clear();
-    handle.wait(items, std::chrono::milliseconds(1000));
+    // The client may leave while its request waits or runs: cancel within a poll, so its
+    // slot and KV blocks are freed at the engine's next step.
+    if (client_gone()) {
+      handle.cancel();
+      out.final.finish_reason = engine::FinishReason::kCancelled;
+      return out;
+    }
+    handle.wait(items, std::chrono::milliseconds(100));
     for (auto& it : items) {
       out.text += it.text;
       if (it.kind == engine::StreamItem::Kind::kFinal) {
