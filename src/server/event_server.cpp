@@ -41,6 +41,7 @@ struct Conn {
   int fd = -1;
   State state = State::kHead;
   std::string in;  // bytes read and not yet consumed
+  size_t head_scanned = 0;  // of `in`, while looking for the end of the head
   wire::RequestHead head;
   std::string body;
   std::unique_ptr<wire::ChunkedDecoder> chunked;
@@ -128,7 +129,8 @@ class WorkerPool {
   void post(std::function<void()> job) {
     std::lock_guard<std::mutex> lock(mu_);
     jobs_.push_back(std::move(job));
-    if (idle_ == 0 && live_ < max_threads_) {
+    // An idle thread wakes for one job only: start another when the queue outgrows them.
+    if (jobs_.size() > idle_ && live_ < max_threads_) {
       live_ += 1;
       std::thread([this] { work(); }).detach();
     } else {
@@ -277,12 +279,13 @@ bool EventServer::Impl::take_body(const std::shared_ptr<Conn>& c) {
 bool EventServer::Impl::advance(const std::shared_ptr<Conn>& c) {
   if (c->state == Conn::State::kHead) {
     wire::WireError err;
-    const size_t end = wire::find_head_end(c->in, opt.limits, err);
+    const size_t end = wire::find_head_end(c->in, c->head_scanned, opt.limits, err);
     if (err.status) return refuse(c, err.status, err.message), false;
     if (end == 0) return true;
     if (!wire::parse_head(std::string_view(c->in).substr(0, end), opt.limits, c->head, err))
       return refuse(c, err.status, err.message), false;
     c->in.erase(0, end);
+    c->head_scanned = 0;
     if (c->head.target.size() > kMaxTargetBytes)
       return refuse(c, 414, "the request target is too long"), false;
     c->state = Conn::State::kBody;

@@ -45,8 +45,11 @@ struct WireError {
 };
 
 // Where the head ends in `buf` ("\r\n\r\n" inclusive), or 0 while it is incomplete.
-// Sets `error` (431) when the head is already longer than the limit.
-size_t find_head_end(std::string_view buf, const WireLimits& limits, WireError& error);
+// Sets `error` (431) when the head is already longer than the limit, 400 on a bare LF.
+// `scanned`: how much of `buf` earlier calls have looked at (updated), so that a head that
+// arrives a byte at a time costs linear time, not quadratic.
+size_t find_head_end(std::string_view buf, size_t& scanned, const WireLimits& limits,
+                     WireError& error);
 
 // Parses a complete head (up to and including the blank line). Returns false with `error`.
 bool parse_head(std::string_view head, const WireLimits& limits, RequestHead& out,
