@@ -6,7 +6,7 @@ health check: a normal chat request must succeed and the process must be alive.
 """
 import pytest
 
-from attack_util import ServerProcess, still_serving
+from .attack_util import ServerProcess, still_serving
 
 
 @pytest.fixture(scope="session")

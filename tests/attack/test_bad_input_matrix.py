@@ -7,7 +7,7 @@ import json
 import pytest
 import requests
 
-from attack_util import MSGS, still_serving
+from .attack_util import MSGS, still_serving
 
 DEEP = "[" * 60000 + "]" * 60000  # about 120 KB, the crashing value
 HUGE = "x" * (5 << 20)

@@ -8,7 +8,7 @@ import time
 
 import requests
 
-from attack_util import ServerProcess, still_serving
+from .attack_util import ServerProcess, still_serving
 
 LONG = {"prompt": "Once upon a time", "n_predict": 3000, "ignore_eos": True, "temperature": 0}
 

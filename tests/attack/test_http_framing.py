@@ -6,7 +6,7 @@ import time
 import pytest
 import requests
 
-from attack_util import raw_exchange, status_of, still_serving
+from .attack_util import raw_exchange, status_of, still_serving
 
 POST_HEAD = b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 BODY = b'{"content":"hi"}'

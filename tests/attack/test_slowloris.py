@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from attack_util import still_serving
+from .attack_util import still_serving
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "serving" / "slowloris.py"
 
