@@ -149,13 +149,15 @@ size_t find_head_end(std::string_view buf, size_t& scanned, const WireLimits& li
                      WireError& error) {
   const size_t from = scanned > 3 ? scanned - 3 : 0;
   scanned = buf.size();
+  const size_t at = buf.find("\r\n\r\n", from);
   // A bare LF would never complete the head: refuse it now instead of at the deadline.
-  for (size_t i = buf.find('\n', from); i != std::string_view::npos; i = buf.find('\n', i + 1))
+  // (Only within the head: the body that may follow it in the buffer is any bytes.)
+  const size_t head_end = at == std::string_view::npos ? buf.size() : at;
+  for (size_t i = buf.find('\n', from); i < head_end; i = buf.find('\n', i + 1))
     if (i == 0 || buf[i - 1] != '\r') {
       set_error(error, 400, "bare LF in the request head");
       return 0;
     }
-  const size_t at = buf.find("\r\n\r\n", from);
   if (at != std::string_view::npos && at + 4 <= limits.max_header_bytes) return at + 4;
   if (at != std::string_view::npos || buf.size() > limits.max_header_bytes)
     set_error(error, 431, "the request headers are larger than the server accepts");

@@ -82,6 +82,11 @@ TEST(HttpWire, HeadLimits) {
   for (size_t n = 1; n <= head.size() && end == 0; ++n)
     end = find_head_end(std::string_view(head).substr(0, n), scanned, small, e);
   EXPECT_EQ(end, head.size());
+  // Body bytes after the head may hold anything, bare LFs included.
+  e = {};
+  scanned = 0;
+  EXPECT_EQ(find_head_end(head + "\n\x1f\n", scanned, small, e), head.size());
+  EXPECT_EQ(e.status, 0);
   RequestHead h;
   EXPECT_FALSE(parse_head("GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n", small, h, e));
   EXPECT_EQ(e.status, 431);
