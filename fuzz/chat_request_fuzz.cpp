@@ -21,13 +21,23 @@ namespace {
 
 using hablar::server::ApiError;
 
-const char* kNumbers[] = {"temperature", "top_p", "min_p", "typical_p", "repeat_penalty",
-                          "presence_penalty", "frequency_penalty"};
-const char* kIntegers[] = {"max_tokens", "max_completion_tokens", "n", "n_predict", "top_k",
-                           "seed", "n_probs", "logprobs", "top_logprobs", "repeat_last_n",
+const char* kNumbers[] = {"temperature",      "top_p",          "min_p",
+                          "typical_p",        "repeat_penalty", "presence_penalty",
+                          "frequency_penalty"};
+const char* kIntegers[] = {"max_tokens",
+                           "max_completion_tokens",
+                           "n",
+                           "n_predict",
+                           "top_k",
+                           "seed",
+                           "n_probs",
+                           "logprobs",
+                           "top_logprobs",
+                           "repeat_last_n",
                            "num_predict"};
-const char* kBools[] = {"stream", "echo", "logprobs", "ignore_eos", "raw", "add_special",
-                        "parse_special", "with_pieces", "return_tokens", "cache_prompt"};
+const char* kBools[] = {"stream",        "echo",        "logprobs",      "ignore_eos",
+                        "raw",           "add_special", "parse_special", "with_pieces",
+                        "return_tokens", "cache_prompt"};
 const char* kStrings[] = {"model", "user", "prompt", "system", "content", "name"};
 
 // Every reader on every field: each either returns or throws ApiError 400.
@@ -40,13 +50,16 @@ void read_fields(const nlohmann::json& body) {
     }
   };
   for (const char* k : kNumbers) guarded([&] { hablar::server::opt_number(body, k, 0, 2); });
-  for (const char* k : kIntegers) guarded([&] { hablar::server::opt_integer(body, k, -1, 1 << 30); });
+  for (const char* k : kIntegers)
+    guarded([&] { hablar::server::opt_integer(body, k, -1, 1 << 30); });
   for (const char* k : kBools) guarded([&] { hablar::server::opt_bool(body, k); });
   for (const char* k : kStrings) guarded([&] { hablar::server::opt_string(body, k); });
   guarded([&] { hablar::server::opt_string_list(body, "stop", 16); });
   if (body.contains("options") && body["options"].is_object()) {
-    for (const char* k : kNumbers) guarded([&] { hablar::server::opt_number(body["options"], k, 0, 100); });
-    for (const char* k : kIntegers) guarded([&] { hablar::server::opt_integer(body["options"], k, -2, 1 << 30); });
+    for (const char* k : kNumbers)
+      guarded([&] { hablar::server::opt_number(body["options"], k, 0, 100); });
+    for (const char* k : kIntegers)
+      guarded([&] { hablar::server::opt_integer(body["options"], k, -2, 1 << 30); });
   }
 }
 

@@ -126,7 +126,8 @@ std::optional<int64_t> opt_integer(const nlohmann::json& body, const char* key, 
       f->is_number_integer() ||
       (f->is_number_float() && f->get<double>() == (double)(int64_t)f->get<double>());
   if (!integral)
-    bad_request(std::string("'") + key + "' must be an integer (got " + value_excerpt(*f) + ")", key);
+    bad_request(std::string("'") + key + "' must be an integer (got " + value_excerpt(*f) + ")",
+                key);
   const double v = f->get<double>();
   if (v < (double)lo || v > (double)hi)
     bad_request(std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +

@@ -40,7 +40,7 @@ struct Conn {
   enum class State { kHead, kBody, kBusy, kClosing };
   int fd = -1;
   State state = State::kHead;
-  std::string in;  // bytes read and not yet consumed
+  std::string in;           // bytes read and not yet consumed
   size_t head_scanned = 0;  // of `in`, while looking for the end of the head
   wire::RequestHead head;
   std::string body;
@@ -54,24 +54,42 @@ struct Conn {
 
 const char* reason_phrase(int status) {
   switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 417: return "Expectation Failed";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return status < 400 ? "OK" : "Error";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 204:
+      return "No Content";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Content Too Large";
+    case 414:
+      return "URI Too Long";
+    case 415:
+      return "Unsupported Media Type";
+    case 417:
+      return "Expectation Failed";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return status < 400 ? "OK" : "Error";
   }
 }
 
@@ -98,9 +116,10 @@ bool write_all(int fd, const char* data, size_t n, int timeout_ms, const std::at
 }
 
 std::string error_response(int status, const std::string& message) {
-  std::string body = "{\"error\":{\"message\":\"" + message +
-                     "\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":" +
-                     std::to_string(status) + "}}";
+  std::string body =
+      "{\"error\":{\"message\":\"" + message +
+      "\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":" + std::to_string(status) +
+      "}}";
   return "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
          "\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: " +
          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
@@ -290,7 +309,8 @@ bool EventServer::Impl::advance(const std::shared_ptr<Conn>& c) {
       return refuse(c, 414, "the request target is too long"), false;
     c->state = Conn::State::kBody;
     c->deadline = Clock::now() + std::chrono::seconds(opt.body_timeout_seconds);
-    if (c->head.chunked) c->chunked = std::make_unique<wire::ChunkedDecoder>(opt.limits.max_body_bytes);
+    if (c->head.chunked)
+      c->chunked = std::make_unique<wire::ChunkedDecoder>(opt.limits.max_body_bytes);
     const bool has_body = c->head.chunked || c->head.content_length > 0;
     if (has_body && c->head.expect_continue && c->in.empty()) {
       static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -357,7 +377,8 @@ void EventServer::Impl::serve(const std::shared_ptr<Conn>& c) {
     log::error("{} {}: {}", req.method, req.path, e.what());
     res = httplib::Response();
     res.status = 500;
-    res.set_content("{\"error\":{\"message\":\"internal error\",\"code\":500}}", "application/json");
+    res.set_content("{\"error\":{\"message\":\"internal error\",\"code\":500}}",
+                    "application/json");
   }
   write_response(*c, res, req.method == "HEAD");
   t_gone = nullptr;
@@ -369,10 +390,13 @@ void EventServer::Impl::write_response(Conn& c, httplib::Response& res, bool hea
   const bool chunked = streamed && c.head.version == "HTTP/1.1";
   if (streamed && !chunked) c.keep_alive = false;  // HTTP/1.0: the end of the body is the close
   if (stop.load()) c.keep_alive = false;
-  std::string out = "HTTP/1.1 " + std::to_string(res.status) + " " + reason_phrase(res.status) + "\r\n";
+  std::string out =
+      "HTTP/1.1 " + std::to_string(res.status) + " " + reason_phrase(res.status) + "\r\n";
   for (const auto& [k, v] : res.headers) out += k + ": " + v + "\r\n";
-  if (chunked) out += "Transfer-Encoding: chunked\r\n";
-  else if (!streamed) out += "Content-Length: " + std::to_string(res.body.size()) + "\r\n";
+  if (chunked)
+    out += "Transfer-Encoding: chunked\r\n";
+  else if (!streamed)
+    out += "Content-Length: " + std::to_string(res.body.size()) + "\r\n";
   out += c.keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
   if (!streamed && !head_only) out += res.body;
   const int timeout_ms = opt.write_timeout_seconds * 1000;
@@ -437,8 +461,9 @@ void EventServer::Impl::expire() {
     if (idle) {
       close_conn(c);
     } else {
-      refuse(c, 408, c->state == Conn::State::kHead ? "the request headers took too long"
-                                                    : "the request body took too long");
+      refuse(c, 408,
+             c->state == Conn::State::kHead ? "the request headers took too long"
+                                            : "the request body took too long");
     }
   }
 }
@@ -466,7 +491,8 @@ int EventServer::bind() {
   const int fd = ::socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  const bool ok = fd >= 0 && ::bind(fd, res->ai_addr, res->ai_addrlen) == 0 && ::listen(fd, 4096) == 0;
+  const bool ok =
+      fd >= 0 && ::bind(fd, res->ai_addr, res->ai_addrlen) == 0 && ::listen(fd, 4096) == 0;
   freeaddrinfo(res);
   if (!ok) {
     if (fd >= 0) ::close(fd);

@@ -30,7 +30,7 @@ struct ServerOptions {
   int port = 8080;
   std::vector<std::string> api_keys;  // empty: no auth
   std::vector<std::string> cors_origins = {"*"};
-  size_t max_body_bytes = 8u << 20;    // decoded request body, whatever the framing
+  size_t max_body_bytes = 8u << 20;     // decoded request body, whatever the framing
   size_t max_header_bytes = 64 * 1024;  // request line and headers together
   size_t max_headers = 100;
   int max_http_threads = 1024;  // workers running requests; idle connections take none

@@ -26,8 +26,8 @@ struct WireLimits {
 
 struct RequestHead {
   std::string method;
-  std::string target;  // as sent: path and query
-  std::string version;  // "HTTP/1.1" or "HTTP/1.0"
+  std::string target;                                        // as sent: path and query
+  std::string version;                                       // "HTTP/1.1" or "HTTP/1.0"
   std::vector<std::pair<std::string, std::string>> headers;  // names as sent, values trimmed
   bool chunked = false;
   uint64_t content_length = 0;  // when not chunked

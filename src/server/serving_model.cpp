@@ -101,8 +101,7 @@ RenderedChat render_chat(const ServingModel& m, const nlohmann::ordered_json& me
     return take_markers(chat::apply_chat_template(*m.chat_template, input));
   } catch (const Error& e) {
     // The template's message may quote message text: keep it short.
-    bad_request("the chat template could not render these messages: " +
-                    text_excerpt(e.what(), 300),
+    bad_request("the chat template could not render these messages: " + text_excerpt(e.what(), 300),
                 "messages");
   }
 }

@@ -94,8 +94,7 @@ std::vector<size_t> Tokenizer::control_token_starts(std::string_view text) const
   return starts;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
-                                       bool parse_special,
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
                                        std::span<const uint32_t> text_only) const {
   const Impl& v = *impl_;
   std::vector<int32_t> out;

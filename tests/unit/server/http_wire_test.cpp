@@ -53,8 +53,7 @@ TEST(HttpWire, AmbiguousFramingIsRefused) {
       {"Expect: 200-ok\r\n", 417},
   };
   for (const auto& [header, status] : cases)
-    EXPECT_EQ(parse(std::string("POST / HTTP/1.1\r\n") + header + "\r\n").status, status)
-        << header;
+    EXPECT_EQ(parse(std::string("POST / HTTP/1.1\r\n") + header + "\r\n").status, status) << header;
   EXPECT_EQ(parse("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n").status, 400);
   EXPECT_EQ(parse("POST / HTTP/2.0\r\n\r\n").status, 505);
   EXPECT_EQ(parse("POST  / HTTP/1.1\r\n\r\n").status, 400);

@@ -32,9 +32,9 @@ TEST(RequestLimits, DeepBodiesAre400NamingTheLimit) {
   }
   EXPECT_NO_THROW(parse_body_object(R"({"a": )" + deep(63) + "}"));
   EXPECT_THROW(parse_body_object(R"({"a": )" + deep(64) + "}"), ApiError);
-  EXPECT_THROW(chat_parts(R"({"messages": [{"role": "user", "content": "x", "e": )" + deep(5000) +
-                          "}]}"),
-               ApiError);
+  EXPECT_THROW(
+      chat_parts(R"({"messages": [{"role": "user", "content": "x", "e": )" + deep(5000) + "}]}"),
+      ApiError);
 }
 
 TEST(RequestLimits, ErrorsQuoteShortExcerpts) {

@@ -63,7 +63,8 @@ TEST(TokenizerApi, InvalidUtf8IsDefined) {
 std::string big_text(size_t bytes) {
   const std::string base =
       "The quick brown fox jumps over the lazy dog. 東京は日本の首都です。 "
-      "مرحبا بالعالم  नमस्ते दुनिया 👨‍👩‍👧 1234567890\n\tint main() { "
+      "مرحبا بالعالم  नमस्ते दुनिया 👨‍👩‍👧 1234567890\n\tint main() "
+      "{ "
       "return "
       "0; "
       "}\n";
