@@ -193,6 +193,7 @@ struct EventServer::Impl {
   std::atomic<size_t>* n_connections = nullptr;
   int listen_fd = -1, epoll_fd = -1, wake_fd = -1;
   std::atomic<bool> stop{false};
+  bool accept_paused = false;  // out of descriptors: resumed at the next sweep
   std::unordered_map<int, std::shared_ptr<Conn>> conns;
   std::mutex back_mu;  // connections workers hand back (keep-alive or close)
   std::vector<std::shared_ptr<Conn>> back;
@@ -246,8 +247,12 @@ void EventServer::Impl::accept_all() {
     const int fd = ::accept4(listen_fd, (sockaddr*)&addr, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
-      if (errno == EMFILE || errno == ENFILE)
-        log::warn("out of file descriptors: new connections wait (raise ulimit -n)");
+      if (errno == EMFILE || errno == ENFILE) {
+        // The listener stays readable: stop watching it for a while rather than spin.
+        log::warn("out of file descriptors: accepting paused (raise ulimit -n)");
+        epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
+        accept_paused = true;
+      }
       return;
     }
     if (n_connections->load() >= opt.max_connections) {
@@ -550,6 +555,13 @@ void EventServer::run() {
       s.on_readable(c);
     }
     if (Clock::now() - last_sweep > std::chrono::milliseconds(250)) {
+      if (s.accept_paused) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = s.listen_fd;
+        epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.listen_fd, &ev);
+        s.accept_paused = false;
+      }
       s.expire();
       last_sweep = Clock::now();
     }
