@@ -83,7 +83,8 @@ nlohmann::json parse_body_object(const std::string& body) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for numbers past double's range (1e99999): bad input.
     // The parser's message quotes the last token read; keep only a short piece of it.
     bad_request(std::string("the request body is not valid JSON: ") + text_excerpt(e.what(), 160));
   }

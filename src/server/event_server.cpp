@@ -378,8 +378,10 @@ void EventServer::Impl::serve(const std::shared_ptr<Conn>& c) {
   t_gone = &c->gone;
   try {
     handler(req, res);
-  } catch (const std::exception& e) {
-    log::error("{} {}: {}", req.method, req.path, e.what());
+  } catch (...) {
+    // The router turns exceptions into JSON errors; anything reaching here is a bug, but it
+    // must not take the process down.
+    log::error("{} {}: unexpected exception", req.method, req.path);
     res = httplib::Response();
     res.status = 500;
     res.set_content("{\"error\":{\"message\":\"internal error\",\"code\":500}}",

@@ -41,6 +41,7 @@ def test_lenient_framing_is_refused(attacked, name, request_bytes, expect):
         assert status_of(out) in (None, 400), out[:200]
     else:
         assert status_of(out) == expect, (name, out[:300])
+    still_serving(attacked)
 
 
 def test_well_formed_variants_are_served(attacked):
@@ -99,6 +100,7 @@ def test_too_many_headers_is_431(attacked):
     req = b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(
         b"X-%d: 1\r\n" % i for i in range(150)) + b"\r\n"
     assert status_of(raw_exchange(attacked, req)) == 431
+    still_serving(attacked)
 
 
 def test_wrong_methods_get_405_with_allow(attacked):
@@ -131,6 +133,7 @@ def test_slow_headers_get_408(attacked):
             pass
         assert time.time() - t0 < 6, "slow headers were not cut"
     assert status_of(out) in (408, None)
+    still_serving(attacked)
 
 
 def test_slow_body_gets_408(attacked):

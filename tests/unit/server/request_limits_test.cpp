@@ -37,6 +37,16 @@ TEST(RequestLimits, DeepBodiesAre400NamingTheLimit) {
       ApiError);
 }
 
+TEST(RequestLimits, NumbersPastDoubleRangeAre400) {
+  // Found by fuzz/chat_request_fuzz: nlohmann throws out_of_range (not parse_error) here.
+  try {
+    parse_body_object(R"({"max_tokens": 44444e44444})");
+    FAIL() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+  }
+}
+
 TEST(RequestLimits, ErrorsQuoteShortExcerpts) {
   const nlohmann::json body = {{"max_tokens", std::string(5 << 20, 'x')},
                                {"temperature", nlohmann::json::array({1, 2, 3})}};
