@@ -215,11 +215,18 @@ struct EventServer::Impl {
     n_connections->fetch_sub(1);
   }
   // Answers an error the transport found itself and closes (the framing cannot be trusted).
+  // The close lingers up to a second, reading and dropping what the client still sends:
+  // closing with unread bytes would reset the connection, and the client would likely lose
+  // the answer (e.g. a 413 while it is still uploading).
   void refuse(const std::shared_ptr<Conn>& c, int status, const std::string& message) {
     const std::string r = error_response(status, message);
     (void)::send(c->fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     ::shutdown(c->fd, SHUT_WR);
-    close_conn(c);
+    c->state = Conn::State::kClosing;
+    c->in.clear();
+    c->body.clear();
+    c->chunked.reset();
+    c->deadline = Clock::now() + std::chrono::seconds(1);
   }
   void start_head(Conn& c, int timeout_s) {
     c.state = Conn::State::kHead;
@@ -331,6 +338,17 @@ bool EventServer::Impl::advance(const std::shared_ptr<Conn>& c) {
 
 void EventServer::Impl::on_readable(const std::shared_ptr<Conn>& c) {
   char buf[16384];
+  if (c->state == Conn::State::kClosing) {      // refused: drop input until EOF or the deadline
+    for (int reads = 0; reads < 16; ++reads) {  // a share per wake-up: others are served too
+      const ssize_t r = ::recv(c->fd, buf, sizeof buf, 0);
+      if (r > 0) continue;
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      close_conn(c);
+      return;
+    }
+    return;
+  }
   for (;;) {
     const ssize_t r = ::recv(c->fd, buf, sizeof buf, 0);
     if (r > 0) {
@@ -465,7 +483,7 @@ void EventServer::Impl::expire() {
     if (c->state != Conn::State::kBusy && c->deadline < now) late.push_back(c);
   for (auto& c : late) {
     const bool idle = c->state == Conn::State::kHead && c->in.empty();
-    if (idle) {
+    if (idle || c->state == Conn::State::kClosing) {
       close_conn(c);
     } else {
       refuse(c, 408,
