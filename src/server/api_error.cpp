@@ -1,5 +1,7 @@
 #include "server/api_error.h"
 
+#include <cmath>
+
 #include "core/json_depth.h"
 #include "server/request_fields.h"
 
@@ -123,14 +125,16 @@ std::optional<int64_t> opt_integer(const nlohmann::json& body, const char* key, 
                                    int64_t hi) {
   const nlohmann::json* f = field(body, key);
   if (!f) return std::nullopt;
+  // No cast before the range check: converting a double past int64's range is undefined
+  // (4e86 as max_tokens; found by fuzz/chat_request_fuzz).
   const bool integral =
-      f->is_number_integer() ||
-      (f->is_number_float() && f->get<double>() == (double)(int64_t)f->get<double>());
+      f->is_number_integer() || (f->is_number_float() && std::isfinite(f->get<double>()) &&
+                                 std::trunc(f->get<double>()) == f->get<double>());
   if (!integral)
     bad_request(std::string("'") + key + "' must be an integer (got " + value_excerpt(*f) + ")",
                 key);
   const double v = f->get<double>();
-  if (v < (double)lo || v > (double)hi)
+  if (v < (double)lo || v > (double)hi || v >= 9223372036854775808.0)
     bad_request(std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +
                     std::to_string(hi) + " (got " + value_excerpt(*f) + ")",
                 key);

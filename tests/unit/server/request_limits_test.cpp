@@ -47,6 +47,15 @@ TEST(RequestLimits, NumbersPastDoubleRangeAre400) {
   }
 }
 
+TEST(RequestLimits, HugeIntegralFloatsAreRangeErrors) {
+  // Found by fuzz/chat_request_fuzz (UBSan): a double past int64's range was cast first.
+  const auto body = parse_body_object(R"({"a": 4.4e86, "b": 3.0, "c": 9.3e18, "d": 1.5})");
+  EXPECT_THROW(opt_integer(body, "a", 1, INT64_MAX), ApiError);
+  EXPECT_EQ(opt_integer(body, "b", 1, 10), 3);
+  EXPECT_THROW(opt_integer(body, "c", INT64_MIN, INT64_MAX), ApiError);
+  EXPECT_THROW(opt_integer(body, "d", 1, 10), ApiError);
+}
+
 TEST(RequestLimits, ErrorsQuoteShortExcerpts) {
   const nlohmann::json body = {{"max_tokens", std::string(5 << 20, 'x')},
                                {"temperature", nlohmann::json::array({1, 2, 3})}};
