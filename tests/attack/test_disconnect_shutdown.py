@@ -40,6 +40,7 @@ def open_and_leave(server, path, body, n, stay_s):
 def test_non_streamed_clients_that_leave_are_cancelled(attacked):
     # 16 clients on 8 slots: half run, half wait; all leave after 1.5 s.
     freed = open_and_leave(attacked, "/completion", LONG, 16, 1.5)
+    print(f"freed in {freed:.2f} s")
     assert freed < 1.5, f"slots still busy {freed:.1f} s after the clients left"
     assert attacked.metrics()["hablar_kv_cache_blocks_used"] == 0
     still_serving(attacked)
@@ -49,6 +50,7 @@ def test_non_streamed_chat_clients_that_leave_are_cancelled(attacked):
     body = {"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 3000,
             "temperature": 1.5, "n": 2}
     freed = open_and_leave(attacked, "/v1/chat/completions", body, 4, 1.5)
+    print(f"freed in {freed:.2f} s")
     assert freed < 1.5, f"slots still busy {freed:.1f} s after the clients left"
     still_serving(attacked)
 
