@@ -5,6 +5,8 @@
 //   -n/--n-predict --alias --api-key --api-key-file --metrics --slots --jinja
 //   --chat-template-file -ngl/--n-gpu-layers -cb/--cont-batching --no-webui -b/--batch-size
 //   -to/--timeout --threads-http
+// and its own for a public endpoint: --header-timeout --body-timeout --idle-timeout
+//   --max-connections --max-header-bytes --max-body --special-in-content (README.md)
 // llama-server spells some flags with one dash and several letters (-np, -ngl, -cb, -to,
 // -tb); they are registered as flag aliases of the subcommand (cli/command.h).
 //

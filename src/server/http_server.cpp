@@ -1,12 +1,8 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <thread>
 
 #include "core/log.h"
