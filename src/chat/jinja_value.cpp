@@ -477,8 +477,15 @@ void json_dump_into(std::string& out, const Value& v, const JsonDumpOptions& o, 
   }
 }
 
+// Converts recursively, one level per call; data deeper than this is refused rather than
+// risking the stack (requests are limited to kMaxJsonDepth long before this).
+constexpr int kMaxValueDepth = 256;
+
 template <typename Json>
-Value value_from_json(const Json& j) {
+Value value_from_json(const Json& j, int depth = 0) {
+  if (depth > kMaxValueDepth)
+    throw JinjaError("JSON value nested more than " + std::to_string(kMaxValueDepth) +
+                     " levels deep");
   switch (j.type()) {
     case nlohmann::json::value_t::null:
       return Value::none();
@@ -498,14 +505,14 @@ Value value_from_json(const Json& j) {
     case nlohmann::json::value_t::array: {
       ValueList items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(value_from_json(e));
+      for (const auto& e : j) items.push_back(value_from_json(e, depth + 1));
       return Value::list(std::move(items));
     }
     case nlohmann::json::value_t::object: {
       Dict d;
       d.entries.reserve(j.size());
       for (auto it = j.begin(); it != j.end(); ++it)
-        d.entries.emplace_back(it.key(), value_from_json(it.value()));
+        d.entries.emplace_back(it.key(), value_from_json(it.value(), depth + 1));
       return Value::dict(std::move(d));
     }
     default:

@@ -4,6 +4,8 @@
 // JSON still open) so that everything it returns is a prefix of the final result.
 #include "chat/output_parser_impl.h"
 
+#include "core/json_depth.h"
+
 #include <algorithm>
 #include <array>
 #include <functional>
@@ -76,6 +78,8 @@ std::size_t json_value_end(std::string_view t, std::size_t p) {
 }
 
 std::optional<ordered_json> parse_json(std::string_view t) {
+  // Model output is outside text too: deeper JSON stays text rather than a tool call.
+  if (json_nesting_depth(t, kMaxJsonDepth) > kMaxJsonDepth) return std::nullopt;
   ordered_json j = ordered_json::parse(t.begin(), t.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return std::nullopt;
   return j;

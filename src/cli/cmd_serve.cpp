@@ -5,6 +5,8 @@
 //   -n/--n-predict --alias --api-key --api-key-file --metrics --slots --jinja
 //   --chat-template-file -ngl/--n-gpu-layers -cb/--cont-batching --no-webui -b/--batch-size
 //   -to/--timeout --threads-http
+// and its own for a public endpoint: --header-timeout --body-timeout --idle-timeout
+//   --max-connections --max-header-bytes --max-body --special-in-content (README.md)
 // llama-server spells some flags with one dash and several letters (-np, -ngl, -cb, -to,
 // -tb); they are registered as flag aliases of the subcommand (cli/command.h).
 //
@@ -61,6 +63,7 @@ struct ServeOptions {
   std::string device = "auto";
   double gpu_memory_utilization = 0.9;
   bool deterministic = false;
+  bool special_in_content = false;
   bool jinja = true;
   bool cont_batching = true;
   bool no_webui = false;
@@ -149,6 +152,7 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   d.seed_random = o.seed < 0;
   if (o.seed >= 0) d.sampling.seed = (uint64_t)o.seed;
   d.n_predict = o.n_predict;
+  sm->special_in_content = o.special_in_content;
   d.sampling.validate();
   sm->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log::info(
@@ -170,6 +174,9 @@ void check_options(ServeOptions& o) {
   if (o.n_threads < 0) fail("-t/--threads must be >= 0 (0 = all cores)");
   if (o.http.port < 0 || o.http.port > 65535) fail("--port must be in 0..65535");
   if (o.n_gpu_layers < -1) fail("-ngl/--n-gpu-layers must be >= 0");
+  if (o.http.header_timeout_seconds < 1 || o.http.body_timeout_seconds < 1 ||
+      o.http.idle_timeout_seconds < 1 || o.http.timeout_seconds < 1)
+    fail("--timeout, --header-timeout, --body-timeout and --idle-timeout must be at least 1");
   if (!o.cont_batching) log::warn("continuous batching is always on; --no-cont-batching ignored");
   for (const std::string& k : o.api_keys)
     for (size_t a = 0, b; a <= k.size(); a = b + 1) {
@@ -310,11 +317,30 @@ CommandRegistration serve_registration{
       app.add_flag("--no-cont-batching{false}", o->cont_batching, "accepted; batching stays on");
       app.add_option("--flash-attn", o->flash_attn, "accepted for compatibility (-fa)");
       app.add_flag("--no-webui", o->no_webui, "do not serve the chat page at /");
+      app.add_flag("--special-in-content", o->special_in_content,
+                   "control-token text inside chat messages becomes control tokens (by default "
+                   "it is tokenized as plain text; only the template's markup is special)");
       app.add_option("--timeout", o->http.timeout_seconds,
-                     "read/write timeout of a connection in seconds (-to)")
+                     "seconds a client may read nothing of its response (-to)")
+          ->capture_default_str();
+      app.add_option("--header-timeout", o->http.header_timeout_seconds,
+                     "seconds a client gets to send a request's headers (then 408)")
+          ->capture_default_str();
+      app.add_option("--body-timeout", o->http.body_timeout_seconds,
+                     "seconds a client gets to send a request's body (then 408)")
+          ->capture_default_str();
+      app.add_option("--idle-timeout", o->http.idle_timeout_seconds,
+                     "seconds a kept-alive connection may wait for its next request")
           ->capture_default_str();
       app.add_option("--threads-http", o->http.max_http_threads,
-                     "most HTTP threads (one per open connection)")
+                     "most HTTP worker threads (one per running request; idle and slow "
+                     "connections take none)")
+          ->capture_default_str();
+      app.add_option("--max-connections", o->http.max_connections,
+                     "open connections beyond which new ones are closed at once")
+          ->capture_default_str();
+      app.add_option("--max-header-bytes", o->http.max_header_bytes,
+                     "largest request line and headers together, in bytes (then 431)")
           ->capture_default_str();
       app.add_option("--max-queue", o->max_queue, "requests waiting beyond which new ones get 503")
           ->capture_default_str();

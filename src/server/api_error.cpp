@@ -1,5 +1,8 @@
 #include "server/api_error.h"
 
+#include <cmath>
+
+#include "core/json_depth.h"
 #include "server/request_fields.h"
 
 namespace hablar::server {
@@ -52,12 +55,40 @@ std::string dump_json(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+std::string text_excerpt(std::string_view s, size_t max_chars) {
+  // Cut before a UTF-8 continuation byte never splits a character; dump_json replaces
+  // invalid bytes, so the excerpt is always valid JSON text.
+  size_t n = std::min(s.size(), max_chars);
+  while (n > 0 && n < s.size() && ((unsigned char)s[n] & 0xC0) == 0x80) --n;
+  std::string out = dump_json(nlohmann::json(std::string(s.substr(0, n))));
+  if (n < s.size()) out += "...";
+  return out;
+}
+
+std::string value_excerpt(const nlohmann::json& j, size_t max_chars) {
+  if (j.is_string()) return text_excerpt(j.get_ref<const std::string&>(), max_chars);
+  if (j.is_array()) return "a list of " + std::to_string(j.size()) + " items";
+  if (j.is_object()) return "an object of " + std::to_string(j.size()) + " keys";
+  std::string out = dump_json(j);  // a scalar: short already
+  if (out.size() > max_chars) out = out.substr(0, max_chars) + "...";
+  return out;
+}
+
+void check_json_depth(std::string_view text) {
+  if (json_nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
+    bad_request("the request body is nested more than " + std::to_string(kMaxJsonDepth) +
+                " levels deep (the limit for JSON requests)");
+}
+
 nlohmann::json parse_body_object(const std::string& body) {
+  check_json_depth(body);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
-    bad_request(std::string("the request body is not valid JSON: ") + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for numbers past double's range (1e99999): bad input.
+    // The parser's message quotes the last token read; keep only a short piece of it.
+    bad_request(std::string("the request body is not valid JSON: ") + text_excerpt(e.what(), 160));
   }
   if (!j.is_object()) bad_request("the request body must be a JSON object");
   return j;
@@ -85,7 +116,7 @@ std::optional<double> opt_number(const nlohmann::json& body, const char* key, do
   if (!f) return std::nullopt;
   if (!f->is_number() || f->get<double>() < lo || f->get<double>() > hi)
     bad_request(std::string("'") + key + "' must be a number between " + range_text(lo, hi) +
-                    " (got " + dump_json(*f) + ")",
+                    " (got " + value_excerpt(*f) + ")",
                 key);
   return f->get<double>();
 }
@@ -94,15 +125,18 @@ std::optional<int64_t> opt_integer(const nlohmann::json& body, const char* key, 
                                    int64_t hi) {
   const nlohmann::json* f = field(body, key);
   if (!f) return std::nullopt;
+  // No cast before the range check: converting a double past int64's range is undefined
+  // (4e86 as max_tokens; found by fuzz/chat_request_fuzz).
   const bool integral =
-      f->is_number_integer() ||
-      (f->is_number_float() && f->get<double>() == (double)(int64_t)f->get<double>());
+      f->is_number_integer() || (f->is_number_float() && std::isfinite(f->get<double>()) &&
+                                 std::trunc(f->get<double>()) == f->get<double>());
   if (!integral)
-    bad_request(std::string("'") + key + "' must be an integer (got " + dump_json(*f) + ")", key);
+    bad_request(std::string("'") + key + "' must be an integer (got " + value_excerpt(*f) + ")",
+                key);
   const double v = f->get<double>();
-  if (v < (double)lo || v > (double)hi)
+  if (v < (double)lo || v > (double)hi || v >= 9223372036854775808.0)
     bad_request(std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +
-                    std::to_string(hi) + " (got " + dump_json(*f) + ")",
+                    std::to_string(hi) + " (got " + value_excerpt(*f) + ")",
                 key);
   return f->is_number_integer() ? f->get<int64_t>() : (int64_t)v;
 }
@@ -111,7 +145,7 @@ std::optional<bool> opt_bool(const nlohmann::json& body, const char* key) {
   const nlohmann::json* f = field(body, key);
   if (!f) return std::nullopt;
   if (!f->is_boolean())
-    bad_request(std::string("'") + key + "' must be true or false (got " + dump_json(*f) + ")",
+    bad_request(std::string("'") + key + "' must be true or false (got " + value_excerpt(*f) + ")",
                 key);
   return f->get<bool>();
 }
@@ -120,7 +154,7 @@ std::optional<std::string> opt_string(const nlohmann::json& body, const char* ke
   const nlohmann::json* f = field(body, key);
   if (!f) return std::nullopt;
   if (!f->is_string())
-    bad_request(std::string("'") + key + "' must be a string (got " + dump_json(*f) + ")", key);
+    bad_request(std::string("'") + key + "' must be a string (got " + value_excerpt(*f) + ")", key);
   return f->get<std::string>();
 }
 

@@ -36,4 +36,11 @@ int status_for_error_kind(ErrorKind kind);
 // JSON text that never throws on invalid UTF-8 (such bytes become U+FFFD).
 std::string dump_json(const nlohmann::json& j);
 
+// A short, escaped excerpt of a client's value for an error message: at most about
+// `max_chars` characters of its JSON text, cut at a character boundary and marked with
+// "...". Errors quote values this way only, so a 5 MB value never makes a 5 MB error.
+std::string value_excerpt(const nlohmann::json& j, size_t max_chars = 48);
+// The same for raw text (a key, a role, a header value): JSON-quoted and bounded.
+std::string text_excerpt(std::string_view s, size_t max_chars = 48);
+
 }  // namespace hablar::server

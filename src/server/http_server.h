@@ -1,6 +1,7 @@
-// The HTTP server: cpp-httplib with an elastic thread pool (one thread per open connection,
-// created on demand up to a limit, so a thousand idle or streaming clients cost threads, not
-// a stalled engine), OpenAI / llama.cpp / Ollama routes, auth, CORS, limits and the web page.
+// The HTTP server: the event-driven transport (event_server.h: idle and slow connections
+// cost no thread; running requests get a worker from a bounded pool), a router that answers
+// 404 / 405 with Allow, OpenAI / llama.cpp / Ollama routes, auth, CORS, limits and the web
+// page. Routes use cpp-httplib's Request / Response types as plain data.
 //
 // The server listens before the model is loaded: /health answers 503 until set_model().
 #pragma once
@@ -12,12 +13,14 @@
 #include <string>
 #include <vector>
 
+#include <regex>
+
+#include "server/event_server.h"
 #include "server/serving_model.h"
 
 namespace httplib {
-class Server;
-class Request;
-class Response;
+struct Request;
+struct Response;
 }  // namespace httplib
 
 namespace hablar::server {
@@ -27,13 +30,39 @@ struct ServerOptions {
   int port = 8080;
   std::vector<std::string> api_keys;  // empty: no auth
   std::vector<std::string> cors_origins = {"*"};
-  size_t max_body_bytes = 8u << 20;
-  int max_http_threads = 1100;
-  int timeout_seconds = 600;  // read/write timeout of a connection (a client that reads nothing)
+  size_t max_body_bytes = 8u << 20;     // decoded request body, whatever the framing
+  size_t max_header_bytes = 64 * 1024;  // request line and headers together
+  size_t max_headers = 100;
+  int max_http_threads = 1024;  // workers running requests; idle connections take none
+  int max_connections = 20000;
+  int timeout_seconds = 600;        // write timeout (a client that reads nothing)
+  int header_timeout_seconds = 10;  // to receive a request's headers
+  int body_timeout_seconds = 60;    // to receive its body
+  int idle_timeout_seconds = 5;     // keep-alive connection with no new request
   int shutdown_grace_seconds = 10;
   bool enable_metrics = false;
   bool enable_slots = true;
   bool enable_webui = true;
+};
+
+// Routes by method and path (a regex, matched whole; captures in req.matches).
+class Router {
+ public:
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  void Get(const std::string& pattern, Handler h) { add("GET", pattern, std::move(h)); }
+  void Post(const std::string& pattern, Handler h) { add("POST", pattern, std::move(h)); }
+  // The handler for the request, or null; then `allow` lists the methods the path has
+  // (empty: no such path).
+  const Handler* find(httplib::Request& req, std::string& allow) const;
+
+ private:
+  void add(const char* method, const std::string& pattern, Handler h);
+  struct Route {
+    std::string method;
+    std::regex pattern;
+    Handler handler;
+  };
+  std::vector<Route> routes_;
 };
 
 class HttpServer {
@@ -58,11 +87,13 @@ class HttpServer {
   bool stopping() const { return stopping_.load(); }
 
  private:
-  void install_middleware();
+  void handle(httplib::Request& req, httplib::Response& res);
+  bool pre_route(const httplib::Request& req, httplib::Response& res);
   void install_routes();
 
   ServerOptions options_;
-  std::unique_ptr<httplib::Server> http_;
+  Router router_;
+  std::unique_ptr<EventServer> http_;
   int bound_port_ = 0;
   mutable std::mutex model_mu_;
   std::shared_ptr<ServingModel> model_;
@@ -71,10 +102,10 @@ class HttpServer {
 };
 
 // Route installers (routes_*.cpp).
-void install_openai_routes(httplib::Server& http, HttpServer& server);
-void install_llama_routes(httplib::Server& http, HttpServer& server);
-void install_ollama_routes(httplib::Server& http, HttpServer& server);
-void install_web_routes(httplib::Server& http, HttpServer& server);
+void install_openai_routes(Router& http, HttpServer& server);
+void install_llama_routes(Router& http, HttpServer& server);
+void install_ollama_routes(Router& http, HttpServer& server);
+void install_web_routes(Router& http, HttpServer& server);
 
 // Runs `fn`, turning ApiError / Error / exceptions into JSON errors with the right status.
 void handle_json(const httplib::Request& req, httplib::Response& res,
@@ -90,6 +121,15 @@ void send_json(httplib::Response& res, const nlohmann::json& body, int status = 
 using StreamPump = std::function<std::string(bool& done)>;
 void stream_response(httplib::Response& res, const char* content_type, StreamPump pump,
                      std::function<void()> on_abort);
+
+// Turns a non-streamed generation's end into the response's status: 503 when the server cut
+// it short at shutdown, 499-style cancellation when the client left (nothing is sent then),
+// 500 on an engine error. Returns normally for a finished generation.
+void check_final(const engine::StreamItem& final);
+// A stream's end that is not a normal finish (engine error, cut at shutdown): the error
+// body to send as the stream's last event (the stream then has no "stop" finish).
+bool failed(const engine::StreamItem& final);
+nlohmann::json failure_body(const engine::StreamItem& final);
 
 // Waits up to `timeout` for items of one handle.
 std::vector<engine::StreamItem> next_items(engine::RequestHandle& handle, int timeout_ms = 100);

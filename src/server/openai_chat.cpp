@@ -1,6 +1,7 @@
 #include "server/openai_chat.h"
 
 #include "server/api_error.h"
+#include "server/request_fields.h"
 
 namespace hablar::server {
 
@@ -22,9 +23,9 @@ std::string flatten_content(const OrderedJson& content, size_t index) {
       bad_request("'" + where + "' parts must be objects with a 'type'", where);
     const std::string type = part["type"].get<std::string>();
     if (type != "text")
-      bad_request(
-          "'" + where + "' has a part of type '" + type + "'; this model takes text parts only",
-          where);
+      bad_request("'" + where + "' has a part of type " + text_excerpt(type) +
+                      "; this model takes text parts only",
+                  where);
     if (!part.contains("text") || !part["text"].is_string())
       bad_request("'" + where + "' text parts need a string 'text'", where);
     text += part["text"].get<std::string>();
@@ -48,8 +49,8 @@ OrderedJson normalize_messages(const OrderedJson& messages) {
     const std::string role = msg["role"].get<std::string>();
     if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
         role != "developer" && role != "function")
-      bad_request("'" + where + ".role' must be system, developer, user, assistant or tool (got '" +
-                      role + "')",
+      bad_request("'" + where + ".role' must be system, developer, user, assistant or tool (got " +
+                      text_excerpt(role) + ")",
                   where + ".role");
     OrderedJson m = msg;
     const bool has_calls =
@@ -64,6 +65,8 @@ OrderedJson normalize_messages(const OrderedJson& messages) {
                       where + ".tool_calls");
         auto& fn = call["function"];
         if (fn.contains("arguments") && fn["arguments"].is_string()) {
+          // Text the client sent: the same depth limit as the body before it is parsed.
+          check_json_depth(fn["arguments"].get_ref<const std::string&>());
           auto parsed = OrderedJson::parse(fn["arguments"].get<std::string>(), nullptr, false);
           if (!parsed.is_discarded() && parsed.is_object()) fn["arguments"] = parsed;
         }
@@ -109,6 +112,7 @@ OrderedJson select_tools(const OrderedJson& body) {
 }
 
 ChatParts chat_parts(const std::string& body_text) {
+  check_json_depth(body_text);
   const OrderedJson body = OrderedJson::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (!body.is_object()) bad_request("the request body must be a JSON object");
   return {normalize_messages(body.contains("messages") ? body["messages"] : OrderedJson()),

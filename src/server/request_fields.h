@@ -8,12 +8,15 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hablar::server {
 
 // The request body as a JSON object: 400 for malformed JSON, invalid UTF-8 or a non-object.
 nlohmann::json parse_body_object(const std::string& body);
+// 400 when JSON text nests deeper than kMaxJsonDepth (checked before any parse of request data).
+void check_json_depth(std::string_view text);
 
 std::optional<double> opt_number(const nlohmann::json& body, const char* key, double lo, double hi);
 std::optional<int64_t> opt_integer(const nlohmann::json& body, const char* key, int64_t lo,

@@ -126,8 +126,7 @@ void completion(HttpServer& server, const httplib::Request& req, httplib::Respon
   };
   if (!stream) {
     CollectedOutput out = collect_output(*handle);
-    if (out.final.finish_reason == engine::FinishReason::kError)
-      throw ApiError(500, "generation failed: " + out.final.error);
+    check_final(out.final);
     std::vector<int32_t> toks;
     for (const auto& t : out.tokens) toks.push_back(t.token);
     json j = {{"content", out.text}, {"index", 0}};
@@ -150,8 +149,8 @@ void completion(HttpServer& server, const httplib::Request& req, httplib::Respon
         toks->push_back(it.token);
         if (return_tokens) j["tokens"] = json::array({it.token});
         if (n_probs > 0) j["completion_probabilities"] = json::array({probs_json(*m, it)});
-      } else if (it.finish_reason == engine::FinishReason::kError) {
-        j = error_body(500, it.error);
+      } else if (failed(it)) {
+        j = failure_body(it);
       } else {
         final_fields(j, it, *toks);
       }
@@ -208,7 +207,7 @@ void apply_template(HttpServer& server, const httplib::Request& req, httplib::Re
   json body = request_json(req);
   const ChatParts chat = chat_parts(req.body);
   const bool add_gen = opt_bool(body, "add_generation_prompt").value_or(true);
-  send_json(res, {{"prompt", render_chat(*m, chat.messages, chat.tools, add_gen)}});
+  send_json(res, {{"prompt", render_chat(*m, chat.messages, chat.tools, add_gen).text}});
 }
 
 json generation_settings(const ServingModel& m) {
@@ -332,7 +331,7 @@ void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res
 
 }  // namespace
 
-void install_llama_routes(httplib::Server& http, HttpServer& server) {
+void install_llama_routes(Router& http, HttpServer& server) {
   using Fn = void (*)(HttpServer&, const httplib::Request&, httplib::Response&);
   auto route = [&](bool is_post, const char* path, Fn fn) {
     auto h = [&server, fn](const httplib::Request& req, httplib::Response& res) {
@@ -354,6 +353,8 @@ void install_llama_routes(httplib::Server& http, HttpServer& server) {
   http.Get("/health", [&server](const httplib::Request& req, httplib::Response& res) {
     handle_json(req, res, [&] {
       server.model_or_throw();
+      // Draining: load balancers should send new requests elsewhere.
+      if (server.stopping()) throw ApiError(503, "the server is shutting down");
       send_json(res, {{"status", "ok"}});
     });
   });

@@ -77,8 +77,7 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
   };
   if (!stream) {
     CollectedOutput out = collect_output(*handle);
-    if (out.final.finish_reason == engine::FinishReason::kError)
-      throw ApiError(500, "generation failed: " + out.final.error);
+    check_final(out.final);
     send_json(res, final_fields(line(out.text), out.final));
     return;
   }
@@ -89,8 +88,8 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
         if (!it.text.empty()) out += dump_json(line(it.text)) + "\n";
         continue;
       }
-      if (it.finish_reason == engine::FinishReason::kError)
-        out += dump_json(json{{"error", it.error}}) + "\n";
+      if (failed(it))
+        out += dump_json(json{{"error", failure_body(it)["error"]["message"]}}) + "\n";
       else
         out += dump_json(final_fields(line(it.text), it)) + "\n";
       done = true;
@@ -105,8 +104,8 @@ void api_chat(HttpServer& server, const httplib::Request& req, httplib::Response
   auto m = server.model_or_throw();
   json body = request_json(req);
   const ChatParts chat = chat_parts(req.body);
-  const std::string text = render_chat(*m, chat.messages, chat.tools, true);
-  GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text));
+  const RenderedChat text = render_chat(*m, chat.messages, chat.tools, true);
+  GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text.text, text.text_only));
   const bool stream = opt_bool(body, "stream").value_or(true);
   respond(res, m, start_generation(*m, std::move(spec)), stream, true);
 }
@@ -127,14 +126,15 @@ void api_generate(HttpServer& server, const httplib::Request& req, httplib::Resp
                     {"done_reason", "load"}});
     return;
   }
-  std::string text = prompt;
+  // raw: the client writes the whole prompt, markup included (special tokens parsed).
+  RenderedChat text{prompt, {}};
   if (!raw) {
     json messages = json::array();
     if (system) messages.push_back({{"role", "system"}, {"content", *system}});
     messages.push_back({{"role", "user"}, {"content", prompt}});
     text = render_chat(*m, messages, nullptr, true);
   }
-  GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text));
+  GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text.text, text.text_only));
   respond(res, m, start_generation(*m, std::move(spec)), stream, false);
 }
 
@@ -162,7 +162,7 @@ void api_show(HttpServer& server, const httplib::Request& req, httplib::Response
   auto m = server.model_or_throw();
   json body = request_json(req);
   const auto name = opt_string(body, "model").value_or(opt_string(body, "name").value_or(m->id));
-  if (name != m->id) throw ApiError(404, "model '" + name + "' not found");
+  if (name != m->id) throw ApiError(404, "model " + text_excerpt(name) + " not found");
   const auto& c = m->model->config();
   const std::string a = c.arch;
   send_json(res, {{"modelfile", "FROM " + m->path},
@@ -183,7 +183,7 @@ void api_show(HttpServer& server, const httplib::Request& req, httplib::Response
 
 }  // namespace
 
-void install_ollama_routes(httplib::Server& http, HttpServer& server) {
+void install_ollama_routes(Router& http, HttpServer& server) {
   using Fn = void (*)(HttpServer&, const httplib::Request&, httplib::Response&);
   auto wrap = [&server](Fn fn) {
     return [&server, fn](const httplib::Request& req, httplib::Response& res) {

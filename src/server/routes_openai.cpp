@@ -35,7 +35,10 @@ std::vector<std::shared_ptr<engine::RequestHandle>> start_choices(ServingModel& 
       GenerationSpec copy = spec;
       copy.sampling.seed = spec.sampling.seed + (uint64_t)j;
       handles.push_back(start_generation(m, std::move(copy)));
-      if (j == 0 && share_prompt) handles[0]->wait_ready(std::chrono::minutes(10));
+      if (j == 0 && share_prompt) {
+        while (!handles[0]->wait_ready(std::chrono::milliseconds(100)))
+          if (client_gone()) throw ApiError(499, "the client closed the connection");
+      }
     }
   } catch (...) {
     for (auto& h : handles) h->cancel();
@@ -156,13 +159,14 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   // A last assistant message is a prefix the model continues (no generation prompt).
   const bool continue_last = r.messages.back()["role"] == "assistant";
   if (continue_last) r.prefill = r.messages.back()["content"].get<std::string>();
-  std::string text = render_chat(m, r.messages, r.tools, !continue_last);
+  RenderedChat chat_text = render_chat(m, r.messages, r.tools, !continue_last);
+  std::string& text = chat_text.text;
   if (continue_last && !r.prefill.empty()) {
     // The template closes the assistant turn; cut what follows its content.
     const size_t at = text.rfind(r.prefill);
     if (at != std::string::npos) text.resize(at + r.prefill.size());
   }
-  r.spec.prompt = tokenize_prompt(m, text);
+  r.spec.prompt = tokenize_prompt(m, text, chat_text.text_only);
   r.spec.max_tokens = bounded_max_tokens(m, max_tokens, r.spec.prompt.size());
   return r;
 }
@@ -269,8 +273,8 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, ChatRe
       }
       emit_parsed(*m, st->maker, logprobs, i, cs, p, out);
       if (it.kind != StreamItem::Kind::kFinal) continue;
-      if (it.finish_reason == engine::FinishReason::kError) {
-        out += sse(error_body(500, it.error));
+      if (failed(it)) {
+        out += sse(failure_body(it));
         out += "data: [DONE]\n\n";
         done = true;
         break;
@@ -335,9 +339,9 @@ void chat_completions(HttpServer& server, const httplib::Request& req, httplib::
   StreamItem total;
   for (size_t i = 0; i < handles.size(); ++i) {
     CollectedOutput out = collect_output(*handles[i]);
-    if (out.final.finish_reason == engine::FinishReason::kError) {
+    if (failed(out.final)) {
       for (auto& h : handles) h->cancel();
-      throw ApiError(500, "generation failed: " + out.final.error);
+      check_final(out.final);
     }
     choices.push_back(chat_choice(*m, r, out, i));
     add_usage(total, out.final, i == 0);
@@ -477,8 +481,10 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
     StreamItem total;
     for (size_t i = 0; i < handles.size(); ++i) {
       CollectedOutput out = collect_output(*handles[i]);
-      if (out.final.finish_reason == engine::FinishReason::kError)
-        throw ApiError(500, "generation failed: " + out.final.error);
+      if (failed(out.final)) {
+        for (auto& h : handles) h->cancel();
+        check_final(out.final);
+      }
       json lp = !logprobs ? json()
                 : echo    ? completion_logprobs(*m, joined(out.prompt, out.tokens), 0)
                           : completion_logprobs(*m, out.tokens, 0);
@@ -534,8 +540,8 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
           out += sse(chunk(json::array({choice(i, it.text, lp, nullptr)})));
         continue;
       }
-      if (it.finish_reason == engine::FinishReason::kError) {
-        out += sse(error_body(500, it.error));
+      if (failed(it)) {
+        out += sse(failure_body(it));
         out += "data: [DONE]\n\n";
         done = true;
         return out;
@@ -579,7 +585,7 @@ json model_entry(const ServingModel& m) {
 
 }  // namespace
 
-void install_openai_routes(httplib::Server& http, HttpServer& server) {
+void install_openai_routes(Router& http, HttpServer& server) {
   auto post = [&](const char* path,
                   void (*fn)(HttpServer&, const httplib::Request&, httplib::Response&)) {
     http.Post(path, [&server, fn](const httplib::Request& req, httplib::Response& res) {
@@ -599,7 +605,7 @@ void install_openai_routes(httplib::Server& http, HttpServer& server) {
     handle_json(req, res, [&] {
       auto m = server.model_or_throw();
       if (req.matches[1] != m->id)
-        throw ApiError(404, "no model named '" + std::string(req.matches[1]) + "'");
+        throw ApiError(404, "no model named " + text_excerpt(std::string(req.matches[1])));
       send_json(res, model_entry(*m));
     });
   });

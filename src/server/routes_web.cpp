@@ -6,7 +6,7 @@
 
 namespace hablar::server {
 
-void install_web_routes(httplib::Server& http, HttpServer& server) {
+void install_web_routes(Router& http, HttpServer& server) {
   if (!server.options().enable_webui) return;
   auto page = [](const httplib::Request&, httplib::Response& res) {
     const WebAsset& a = web_asset_index_html();

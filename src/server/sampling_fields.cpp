@@ -34,7 +34,8 @@ void parse_logit_bias(const nlohmann::json& body, engine::SamplingParams& p, int
         token = -1;
       }
       if (token < 0)
-        bad_request("'logit_bias' keys must be token ids (got \"" + key + "\")", "logit_bias");
+        bad_request("'logit_bias' keys must be token ids (got " + text_excerpt(key) + ")",
+                    "logit_bias");
       if (!value.is_number() || value.get<double>() < -limit || value.get<double>() > limit)
         bad_request("'logit_bias' values must be numbers between " + std::to_string((int)-limit) +
                         " and " + std::to_string((int)limit),

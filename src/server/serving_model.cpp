@@ -3,30 +3,75 @@
 #include <chrono>
 #include <random>
 
+#include "core/json_depth.h"
 #include "engine/request_sampler.h"
 #include "engine/text_filter.h"
 #include "server/api_error.h"
+#include "server/event_server.h"
 
 namespace hablar::server {
 
-std::string render_chat(const ServingModel& m, const nlohmann::ordered_json& messages,
-                        const nlohmann::ordered_json& tools, bool add_generation_prompt) {
+namespace {
+
+// Client text reaches the template with a marker byte (0xFF, which valid UTF-8 never holds,
+// and request JSON is valid UTF-8) right after the first byte of every control-token text
+// in it. The template moves, trims or joins strings as it likes; the markers travel with
+// the text, and after rendering they say which control-token texts the client wrote. The
+// bytes are removed and their positions kept, so that tokenizing skips exactly those.
+// (A template that re-serializes a string with tojson turns a marker into U+FFFD: the
+// text then differs by that character, and still holds no control token.)
+constexpr char kClientMarker = '\xFF';
+
+void mark_control_text(const tokenizer::Tokenizer& tok, nlohmann::ordered_json& v, int depth) {
+  if (depth > 2 * (int)kMaxJsonDepth) return;  // request data is bounded long before this
+  if (v.is_string()) {
+    std::string& s = v.get_ref<std::string&>();
+    const std::vector<size_t> starts = tok.control_token_starts(s);
+    for (size_t i = starts.size(); i-- > 0;) s.insert(starts[i] + 1, 1, kClientMarker);
+    return;
+  }
+  if (v.is_array() || v.is_object())
+    for (auto& e : v) mark_control_text(tok, e, depth + 1);
+}
+
+RenderedChat take_markers(const std::string& marked) {
+  RenderedChat out;
+  out.text.reserve(marked.size());
+  for (char c : marked) {
+    if (c == kClientMarker)
+      out.text_only.push_back((uint32_t)out.text.size());
+    else
+      out.text += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+RenderedChat render_chat(const ServingModel& m, const nlohmann::ordered_json& messages,
+                         const nlohmann::ordered_json& tools, bool add_generation_prompt) {
   chat::ChatInput input;
   input.messages = messages;
   input.tools = tools;
   input.add_generation_prompt = add_generation_prompt;
   const auto& tok = m.tok();
+  if (!m.special_in_content) {
+    mark_control_text(tok, input.messages, 0);
+    mark_control_text(tok, input.tools, 0);
+  }
   if (tok.bos_id() >= 0) input.bos_token = tok.token_piece(tok.bos_id());
   if (tok.eos_id() >= 0) input.eos_token = tok.token_piece(tok.eos_id());
   try {
-    return chat::apply_chat_template(*m.chat_template, input);
+    return take_markers(chat::apply_chat_template(*m.chat_template, input));
   } catch (const Error& e) {
-    bad_request(std::string("the chat template could not render these messages: ") + e.what(),
+    // The template's message may quote message text: keep it short.
+    bad_request("the chat template could not render these messages: " + text_excerpt(e.what(), 300),
                 "messages");
   }
 }
 
-std::vector<int32_t> tokenize_prompt(const ServingModel& m, const std::string& text) {
+std::vector<int32_t> tokenize_prompt(const ServingModel& m, const std::string& text,
+                                     std::span<const uint32_t> text_only) {
   const auto& tok = m.tok();
   // A template that writes the BOS itself must not get a second one.
   bool add_special = true;
@@ -34,7 +79,7 @@ std::vector<int32_t> tokenize_prompt(const ServingModel& m, const std::string& t
     const std::string bos = tok.token_piece(tok.bos_id());
     if (!bos.empty() && text.compare(0, bos.size(), bos) == 0) add_special = false;
   }
-  return tok.encode(text, add_special, /*parse_special=*/true);
+  return tok.encode(text, add_special, /*parse_special=*/true, text_only);
 }
 
 int32_t bounded_max_tokens(const ServingModel& m, std::optional<int64_t> requested,
@@ -76,7 +121,14 @@ CollectedOutput collect_output(engine::RequestHandle& handle) {
   std::vector<engine::StreamItem> items;
   for (;;) {
     items.clear();
-    handle.wait(items, std::chrono::milliseconds(1000));
+    // The client may leave while its request waits or runs: cancel within a poll, so its
+    // slot and KV blocks are freed at the engine's next step.
+    if (client_gone()) {
+      handle.cancel();
+      out.final.finish_reason = engine::FinishReason::kCancelled;
+      return out;
+    }
+    handle.wait(items, std::chrono::milliseconds(100));
     for (auto& it : items) {
       out.text += it.text;
       if (it.kind == engine::StreamItem::Kind::kFinal) {

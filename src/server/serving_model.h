@@ -38,6 +38,10 @@ struct ServingModel {
   int64_t created = 0;  // unix time the model was loaded
   double load_seconds = 0;
   GenerationDefaults defaults;
+  // Control-token text inside chat messages (e.g. "<|im_end|>" in a user message) becomes
+  // the control token itself only when this is set (--special-in-content); by default it
+  // is text, so a client cannot close its own turn or open a system one.
+  bool special_in_content = false;
 
   const tokenizer::Tokenizer& tok() const { return model->tokenizer(); }
 };
@@ -53,10 +57,18 @@ struct GenerationSpec {
   int32_t n_prompt_logprobs = -1;  // the prompt tokens' own (same values); max_tokens may be 0
 };
 
-// Text of a chat conversation after the template, and the prompt's tokens.
-std::string render_chat(const ServingModel& m, const nlohmann::ordered_json& messages,
-                        const nlohmann::ordered_json& tools, bool add_generation_prompt);
-std::vector<int32_t> tokenize_prompt(const ServingModel& m, const std::string& text);
+// A chat conversation after the template: its text, and the byte positions of it that came
+// from the client's messages or tools and must not become control tokens (sorted; one per
+// control-token text the client wrote, inside that text).
+struct RenderedChat {
+  std::string text;
+  std::vector<uint32_t> text_only;
+};
+RenderedChat render_chat(const ServingModel& m, const nlohmann::ordered_json& messages,
+                         const nlohmann::ordered_json& tools, bool add_generation_prompt);
+// A prompt's tokens; special tokens written in it are parsed except at `text_only`.
+std::vector<int32_t> tokenize_prompt(const ServingModel& m, const std::string& text,
+                                     std::span<const uint32_t> text_only = {});
 
 // Submits to the engine: throws ApiError (400 bad input, 503 queue full / shutting down).
 std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, GenerationSpec spec);

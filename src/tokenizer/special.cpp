@@ -40,7 +40,8 @@ bool ascii_space(char c) {
 
 }  // namespace
 
-std::vector<Fragment> Tokenizer::Impl::partition(std::string_view text, bool parse_special) const {
+std::vector<Fragment> Tokenizer::Impl::partition(std::string_view text, bool parse_special,
+                                                 std::span<const uint32_t> text_only) const {
   std::vector<Fragment> frags;
   if (text.empty()) return frags;
   const SpecialTrie& trie = parse_special ? all_specials : user_specials;
@@ -64,6 +65,9 @@ std::vector<Fragment> Tokenizer::Impl::partition(std::string_view text, bool par
     const int32_t id = special_tokens[rank];
     const size_t len = texts[id].size();
     if (pos < rank_end) continue;
+    // A position that must stay text inside [pos, pos + len) rules this occurrence out.
+    auto blocked = std::lower_bound(text_only.begin(), text_only.end(), (uint32_t)pos);
+    if (blocked != text_only.end() && *blocked < pos + len) continue;
     if (std::any_of(state.begin() + pos, state.begin() + pos + len,
                     [](uint8_t s) { return s != kFree; }))
       continue;

@@ -83,12 +83,25 @@ std::string escape_spaces(std::string_view text, bool prefix) {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
                                        bool parse_special) const {
+  return encode(text, add_special, parse_special, {});
+}
+
+std::vector<size_t> Tokenizer::control_token_starts(std::string_view text) const {
+  std::vector<size_t> starts;
+  for (const Fragment& f : impl_->partition(text, true))
+    if (f.token >= 0 && impl_->types[f.token] != TokenType::kUserDefined)
+      starts.push_back(f.offset);
+  return starts;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
+                                       std::span<const uint32_t> text_only) const {
   const Impl& v = *impl_;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (add_special && v.add_bos && v.bos >= 0) out.push_back(v.bos);
   bool prev_special = true;  // SentencePiece: a space prefix starts the text and follows specials
-  for (const Fragment& f : v.partition(text, parse_special)) {
+  for (const Fragment& f : v.partition(text, parse_special, text_only)) {
     if (f.token >= 0) {
       out.push_back(f.token);
       prev_special = true;

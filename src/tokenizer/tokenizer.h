@@ -57,6 +57,14 @@ class Tokenizer {
   // parse_special: control and user-defined tokens written in the text become their ids;
   // otherwise they are plain text. Empty text gives no ids (besides BOS/EOS).
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  // As above, except that no special token is matched where it would cover one of the byte
+  // positions `text_only` (sorted): a prompt whose pieces came from a client keeps those
+  // pieces as text while the rest (a chat template's markup) still gets its control tokens.
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
+                              std::span<const uint32_t> text_only) const;
+  // Where in `text` encode(text, _, true) would match a token that encode(text, _, false)
+  // would not (control and unknown tokens, not user-defined ones): their start offsets.
+  std::vector<size_t> control_token_starts(std::string_view text) const;
   // Concatenated text of the ids. Control tokens are shown only when show_special.
   // SentencePiece vocabularies drop the leading space of the first token that is not
   // hidden (the space encode() inserted), so decode(encode(t)) == t.

@@ -142,7 +142,9 @@ struct Tokenizer::Impl {
     return it == text_to_id.end() ? -1 : it->second;
   }
 
-  std::vector<Fragment> partition(std::string_view text, bool parse_special) const;
+  // text_only: sorted byte positions no special-token match may cover.
+  std::vector<Fragment> partition(std::string_view text, bool parse_special,
+                                  std::span<const uint32_t> text_only = {}) const;
   void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
   void encode_spm(std::string_view text, std::vector<int32_t>& out) const;
   void encode_wpm(std::string_view text, std::vector<int32_t>& out) const;

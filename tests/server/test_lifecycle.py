@@ -109,6 +109,14 @@ def test_sigterm_ends_streams_cleanly_and_exits_zero():
     th.join()
     assert events[-1] == "[DONE]"
     last = json.loads(events[-2])
-    assert last["choices"][0]["finish_reason"] in ("stop", "length")
+    # Finished within the grace period: a normal finish. Cut at its end: an error event
+    # (503), never a finish that looks like success.
+    if "error" in last:
+        assert last["error"]["code"] == 503
+        finishes = [c["finish_reason"] for e in events[:-1] for c in json.loads(e).get("choices", [])
+                    if c.get("finish_reason")]
+        assert finishes == [], finishes
+    else:
+        assert last["choices"][0]["finish_reason"] in ("stop", "length")
     assert code_holder["rc"] == 0
     assert time.time() - t0 < 30

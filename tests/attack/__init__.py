@@ -1,0 +1,1 @@
+"""The attack suite: a package so that its conftest does not shadow tests/server/conftest.py."""
