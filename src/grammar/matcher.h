@@ -1,0 +1,108 @@
+// Token-level matching: which vocabulary tokens a grammar allows next, and advancing the
+// grammar by the token that was sampled.
+//
+// Vocab holds each token's decoded bytes in a byte trie (preorder; a node's subtree is the
+// index range up to `end`), so one walk from the grammar's state tests every token: a prefix
+// no stack takes prunes the whole subtree below it. Special tokens (control, unknown,
+// unused) are never allowed; end-of-generation tokens are allowed exactly when the grammar
+// can end. The mask of a state is cached per matcher: states repeat (hash-consed stacks),
+// so steady-state steps cost a lookup and a copy.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/grammar.h"
+#include "grammar/recognizer.h"
+
+namespace hablar::tokenizer {
+class Tokenizer;
+}
+
+namespace hablar::grammar {
+
+class Vocab {
+ public:
+  struct TrieNode {
+    uint8_t byte = 0;
+    uint16_t depth = 0;     // 1 for a first byte
+    int32_t end = 0;        // index just past this node's subtree
+    int32_t tok_begin = 0;  // tokens spelled exactly by the path to here: tokens_[begin, end)
+    int32_t tok_end = 0;
+  };
+
+  // token_bytes[i]: the bytes token i adds to the text; usable[i]: whether a grammar may ever
+  // pick it (false for special tokens); eog: the end-of-generation tokens.
+  Vocab(std::vector<std::string> token_bytes, const std::vector<bool>& usable,
+        std::vector<int32_t> eog);
+  static std::shared_ptr<const Vocab> from_tokenizer(const tokenizer::Tokenizer& tok);
+
+  int32_t n_vocab() const { return (int32_t)bytes_.size(); }
+  const std::string& bytes(int32_t id) const { return bytes_[(size_t)id]; }
+  bool usable(int32_t id) const { return usable_[(size_t)id]; }
+  bool is_eog(int32_t id) const { return is_eog_[(size_t)id]; }
+  const std::vector<int32_t>& eog() const { return eog_; }
+  const std::vector<TrieNode>& trie() const { return trie_; }
+  const std::vector<int32_t>& trie_tokens() const { return tokens_; }
+  int max_depth() const { return max_depth_; }
+
+ private:
+  std::vector<std::string> bytes_;
+  std::vector<bool> usable_;
+  std::vector<bool> is_eog_;
+  std::vector<int32_t> eog_;
+  std::vector<TrieNode> trie_;
+  std::vector<int32_t> tokens_;
+  int max_depth_ = 0;
+};
+
+// A grammar ready for matching, shared by every request that uses it.
+struct CompiledGrammar {
+  Grammar grammar;
+  std::shared_ptr<const Vocab> vocab;
+};
+
+std::shared_ptr<const CompiledGrammar> compile(Grammar g, std::shared_ptr<const Vocab> vocab);
+
+// One request's position in its grammar. Not thread-safe; one per sequence.
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> g);
+
+  // Advances by a token. An end-of-generation token is taken only where the grammar can end
+  // (and then finishes it). Returns false, with the state unchanged, when refused.
+  bool accept_token(int32_t id);
+  // Advances by raw bytes (tests and forced prefixes); false and unchanged when refused.
+  bool accept_bytes(std::string_view bytes);
+  // Sets bit i of `words` (n_vocab bits, 32 to a word) when token i may come next.
+  void fill_mask(std::span<uint32_t> words);
+  // Sets logits of refused tokens to -infinity; returns how many stay allowed.
+  int32_t apply_mask(std::span<float> logits);
+
+  bool can_end() const { return Recognizer::can_end(state_); }
+  bool must_end() const { return Recognizer::must_end(state_); }
+  bool finished() const { return finished_; }
+  const Vocab& vocab() const { return *g_->vocab; }
+  size_t mask_cache_size() const { return cache_.size(); }
+
+ private:
+  struct StateHash {
+    size_t operator()(const RecState& s) const;
+  };
+  void compute_mask(std::span<uint32_t> words);
+
+  std::shared_ptr<const CompiledGrammar> g_;
+  Recognizer rec_;
+  RecState state_;
+  bool finished_ = false;
+  std::vector<RecState> walk_;  // per trie depth, reused
+  std::vector<uint32_t> mask_;  // scratch for apply_mask
+  std::unordered_map<RecState, std::vector<uint32_t>, StateHash> cache_;
+};
+
+}  // namespace hablar::grammar
