@@ -9,6 +9,7 @@
 #include "server/openai_chat.h"
 #include "server/request_fields.h"
 #include "server/sampling_fields.h"
+#include "server/structured_output.h"
 
 namespace hablar::server {
 
@@ -107,6 +108,7 @@ void api_chat(HttpServer& server, const httplib::Request& req, httplib::Response
   const ChatParts chat = chat_parts(req.body);
   const std::string text = render_chat(*m, chat.messages, chat.tools, true);
   GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text));
+  spec.grammar = ollama_output_grammar(*m, req.body);
   const bool stream = opt_bool(body, "stream").value_or(true);
   respond(res, m, start_generation(*m, std::move(spec)), stream, true);
 }
@@ -135,6 +137,7 @@ void api_generate(HttpServer& server, const httplib::Request& req, httplib::Resp
     text = render_chat(*m, messages, nullptr, true);
   }
   GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text));
+  spec.grammar = ollama_output_grammar(*m, req.body);
   respond(res, m, start_generation(*m, std::move(spec)), stream, false);
 }
 

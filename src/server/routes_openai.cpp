@@ -6,6 +6,7 @@
 #include "server/openai_chat.h"
 #include "server/request_fields.h"
 #include "server/sampling_fields.h"
+#include "server/structured_output.h"
 
 namespace hablar::server {
 
@@ -129,6 +130,7 @@ void start_required_tool_call(const json& body, const ServingModel& m, ChatReque
                     chat::tool_format_name(m.tool_format) + ")",
                 "tool_choice");
   r.messages.push_back({{"role", "assistant"}, {"content", opening}});
+  r.spec.grammar = tool_call_grammar(m, m.tool_format, r.tools, *function);
 }
 
 ChatRequest parse_chat_request(const json& body, const std::string& body_text, ServingModel& m) {
@@ -152,6 +154,11 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   if (!max_tokens) max_tokens = opt_integer(body, "max_tokens", 1, INT32_MAX);
   r.parse_output = needs_output_parser(m, r.tools);
   start_required_tool_call(body, m, r);
+  if (GrammarPtr g = openai_output_grammar(m, body_text)) {
+    if (r.spec.grammar)
+      bad_request("an output format cannot be combined with a required tool call", "tool_choice");
+    r.spec.grammar = std::move(g);
+  }
 
   // A last assistant message is a prefix the model continues (no generation prompt).
   const bool continue_last = r.messages.back()["role"] == "assistant";
@@ -442,6 +449,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
   const auto stop = opt_string_list(body, "stop", 16);
   opt_string(body, "user");
   const engine::SamplingParams sampling = parse_sampling(body, *m, Dialect::kOpenAI);
+  const GrammarPtr grammar = openai_output_grammar(*m, req.body);
 
   // Choice i is prompt i / n's (i % n)-th: choices of one prompt are next to each other.
   std::vector<std::shared_ptr<engine::RequestHandle>> handles;
@@ -454,6 +462,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
       spec.stop = stop;
       spec.n_logprobs = logprobs ? (int32_t)*logprobs : -1;
       spec.n_prompt_logprobs = n_prompt_logprobs;
+      spec.grammar = grammar;
       spec.max_tokens = bounded_max_tokens(*m, max_tokens, p.size());
       for (auto& h : start_choices(*m, spec, n)) {
         echoes.push_back(echo ? m->tok().decode(p) : "");

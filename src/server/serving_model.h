@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
+#include "grammar/matcher.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -51,6 +52,8 @@ struct GenerationSpec {
   bool ignore_eos = false;
   int32_t n_logprobs = -1;         // -1 none, 0 chosen token, k > 0 top k
   int32_t n_prompt_logprobs = -1;  // the prompt tokens' own (same values); max_tokens may be 0
+  // Output constraint (structured_output.h): each choice gets its own matcher over it.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 // Text of a chat conversation after the template, and the prompt's tokens.

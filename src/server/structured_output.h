@@ -1,0 +1,50 @@
+// Structured output: the grammar a request's output must follow, from the fields of each API
+// family. The grammar is applied while sampling (SamplerAdapter masks the logits), so the
+// output follows it token by token; a grammar that reaches its end allows only the
+// end-of-generation tokens, which stops the sequence with finish_reason "stop".
+//
+//   OpenAI   response_format {"type": "json_object" | "json_schema" | "text"}; the vLLM-style
+//            guided_json / guided_regex / guided_choice / guided_grammar; llama-server's
+//            grammar / json_schema. At most one of these per request.
+//   tools    tool_choice "required" or a named function: the call (after the opening the
+//            server writes into the turn) must name a declared function with arguments that
+//            match its parameters schema, in the model's tool-call format.
+//   llama    /completion grammar (GBNF) / json_schema.
+//   Ollama   format "json" or a JSON Schema.
+// Anything that cannot be enforced is an ApiError 400 naming the field.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "chat/chat.h"
+#include "grammar/matcher.h"
+#include "server/serving_model.h"
+
+namespace hablar::server {
+
+using GrammarPtr = std::shared_ptr<const grammar::CompiledGrammar>;
+
+// The model's vocabulary as the grammar layer sees it (built once per model).
+std::shared_ptr<const grammar::Vocab> grammar_vocab(const ServingModel& m);
+
+// GBNF text -> a compiled grammar for this model; errors are 400s naming `field`.
+GrammarPtr compile_for_model(const ServingModel& m, const std::string& gbnf, const char* field);
+
+// The output grammar of an OpenAI chat or completions request (null: none asked).
+GrammarPtr openai_output_grammar(const ServingModel& m, const std::string& body_text);
+// llama.cpp /completion: "grammar" or "json_schema".
+GrammarPtr llama_output_grammar(const ServingModel& m, const std::string& body_text);
+// Ollama: "format".
+GrammarPtr ollama_output_grammar(const ServingModel& m, const std::string& body_text);
+
+// A tool call the request requires (tool_choice "required": function == ""; named: its
+// name), written in `format` after the opening chat::tool_call_opening gives. Null when the
+// format has no constrained form (the call is then left to the model).
+GrammarPtr tool_call_grammar(const ServingModel& m, chat::ToolFormat format,
+                             const nlohmann::ordered_json& tools, const std::string& function);
+
+}  // namespace hablar::server
