@@ -90,15 +90,15 @@ class Parser {
     first_use_.push_back(pos_);
     return id;
   }
+  // Helper rules are not in the name table (a later rule of the text may have any name);
+  // their names, for messages only, carry a '~' no GBNF name can hold.
   uint32_t helper_rule(uint32_t parent) {
-    for (;;) {
-      const std::string name = names_[parent] + "-" + std::to_string(++helper_count_);
-      if (!ids_.count(name)) {
-        const uint32_t id = rule_id(name);
-        defined_[id] = true;
-        return id;
-      }
-    }
+    const uint32_t id = (uint32_t)rules_.size();
+    names_.push_back(names_[parent] + "~" + std::to_string(++helper_count_));
+    rules_.emplace_back();
+    defined_.push_back(true);
+    first_use_.push_back(pos_);
+    return id;
   }
   uint32_t add_class(CharClass c) {
     c.finish();

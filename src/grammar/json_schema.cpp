@@ -69,16 +69,20 @@ null ::= "null"
 value ::= object | array | string | number | boolean | null
 object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
 array ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
+date-fmt ::= [0-9]{4} "-" ( ("01" | "03" | "05" | "07" | "08" | "10" | "12") "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | ("04" | "06" | "09" | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | "02" "-" ("0" [1-9] | "1" [0-9] | "2" [0-8]) )
+time-fmt ::= ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])
+octet ::= "25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9]
 )";
 
 class Converter {
  public:
-  explicit Converter(const json& root) : root_(root) {}
+  Converter(const json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
 
-  std::string run() {
+  // `name ::= ...` and the helper rules (without the primitives).
+  std::string rules(const std::string& name) {
     const std::string e = visit(root_, "root", "#");
-    std::string out = "root ::= " + e + "\n" + kPrimitives;
-    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+    std::string out = name + " ::= " + e + "\n";
+    for (const auto& [rule, body] : rules_) out += rule + " ::= " + body + "\n";
     return out;
   }
 
@@ -95,7 +99,7 @@ class Converter {
       base += ok ? c : '-';
     }
     if (base.empty() || base.size() > 40) base = "r";
-    if (base.rfind("s-", 0) != 0) base = "s-" + base;
+    if (base.rfind(prefix_ + "-", 0) != 0) base = prefix_ + "-" + base;
     std::string name = base;
     for (int i = 2; rules_.count(name) || reserved_.count(name); ++i)
       name = base + "-" + std::to_string(i);
@@ -127,6 +131,7 @@ class Converter {
   json merge_all_of(const json& s, const std::string& where);
 
   const json& root_;
+  std::string prefix_;  // of every helper rule's name
   std::map<std::string, std::string> rules_;
   std::set<std::string> reserved_;
   std::map<std::string, std::string> ref_rules_;
@@ -402,14 +407,6 @@ std::string Converter::string_of(const json& s, const std::string& where) {
     };
     auto it = formats.find(f);
     if (it == formats.end()) refuse(where, "the string format '" + f + "' cannot be enforced");
-    if (!rules_.count("date-fmt")) {
-      // Days per month without February 29th (valid in every year).
-      rules_["date-fmt"] =
-          R"([0-9]{4} "-" ( ("01" | "03" | "05" | "07" | "08" | "10" | "12") "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | ("04" | "06" | "09" | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | "02" "-" ("0" [1-9] | "1" [0-9] | "2" [0-8]) ))";
-      rules_["time-fmt"] =
-          R"(([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))";
-      rules_["octet"] = R"("25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9])";
-    }
     return "\"\\\"\" " + it->second + " \"\\\"\"";
   }
   if (!has_len) return "string";
@@ -498,7 +495,15 @@ std::string Converter::number_of(const json& s, const std::string& where) {
 }  // namespace
 
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
-  return Converter(schema).run();
+  return Converter(schema, "s").rules("root") + kPrimitives;
+}
+
+std::string json_schema_rules(const nlohmann::ordered_json& schema, const std::string& name) {
+  return Converter(schema, name).rules(name);
+}
+
+std::string json_primitives_gbnf() {
+  return kPrimitives;
 }
 
 std::string any_json_object_gbnf() {

@@ -117,7 +117,8 @@ std::shared_ptr<const CompiledGrammar> compile(Grammar g, std::shared_ptr<const 
 }
 
 size_t GrammarMatcher::StateHash::operator()(const RecState& s) const {
-  uint64_t h = 1469598103934665603ull ^ s.partial ^ ((uint64_t)s.partial_left << 40);
+  uint64_t h = 1469598103934665603ull ^ s.partial ^ ((uint64_t)s.partial_left << 40) ^
+               ((uint64_t)s.partial_len << 48);
   for (int32_t id : s.stacks) h = (h ^ (uint32_t)id) * 1099511628211ull;
   return (size_t)h;
 }

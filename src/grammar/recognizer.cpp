@@ -121,11 +121,13 @@ void Recognizer::advance_cp(const std::vector<int32_t>& stacks, uint32_t cp,
 }
 
 bool Recognizer::advance_byte(const RecState& s, uint8_t b, RecState& next) {
+  // Smallest code point of each encoded length: anything below is an overlong form.
+  static constexpr uint32_t kMinOfLen[5] = {0, 0, 0x80, 0x800, 0x10000};
   next.stacks.clear();
   if (s.partial_left == 0) {
     if (b < 0x80) {
       next.partial = 0;
-      next.partial_left = 0;
+      next.partial_left = next.partial_len = 0;
       advance_cp(s.stacks, b, next.stacks);
       return !next.stacks.empty();
     }
@@ -133,21 +135,27 @@ bool Recognizer::advance_byte(const RecState& s, uint8_t b, RecState& next) {
     if (n == 0) return false;
     next.partial = b & (0x7Fu >> n);
     next.partial_left = (uint8_t)(n - 1);
+    next.partial_len = (uint8_t)n;
   } else {
     if ((b & 0xC0) != 0x80) return false;
     next.partial = (s.partial << 6) | (b & 0x3F);
     next.partial_left = (uint8_t)(s.partial_left - 1);
+    next.partial_len = s.partial_len;
     if (next.partial_left == 0) {
       const uint32_t cp = next.partial;
       next.partial = 0;
+      next.partial_len = 0;
+      if (cp < kMinOfLen[s.partial_len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return false;
       advance_cp(s.stacks, cp, next.stacks);
       return !next.stacks.empty();
     }
   }
-  // Mid-character: keep the stacks whose class meets some completion of these bits.
+  // Mid-character: keep the stacks whose class meets some valid completion of these bits.
   const int shift = 6 * next.partial_left;
-  const uint32_t lo = next.partial << shift;
-  const uint32_t hi = lo | ((1u << shift) - 1);
+  const uint32_t lo = std::max(next.partial << shift, kMinOfLen[next.partial_len]);
+  const uint32_t hi = std::min((next.partial << shift) | ((1u << shift) - 1), 0x10FFFFu);
+  if (lo > hi) return false;
   for (int32_t id : s.stacks) {
     if (id == kAccept) continue;
     const StackNode& n = arena_.at(id);

@@ -53,10 +53,12 @@ struct RecState {
   std::vector<int32_t> stacks;  // sorted, unique stack ids (kAccept first when present)
   uint32_t partial = 0;         // bits of an unfinished UTF-8 character
   uint8_t partial_left = 0;     // continuation bytes still to come (0: none)
+  uint8_t partial_len = 0;      // bytes of that character in all (2..4)
 
   bool empty() const { return stacks.empty(); }
   bool operator==(const RecState& o) const {
-    return partial == o.partial && partial_left == o.partial_left && stacks == o.stacks;
+    return partial == o.partial && partial_left == o.partial_left &&
+           partial_len == o.partial_len && stacks == o.stacks;
   }
 };
 

@@ -24,6 +24,11 @@ std::string choices_to_gbnf(const std::vector<std::string>& choices);
 // is JSON text (whitespace allowed between tokens, bounded) that validates against the
 // schema.
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+// The same as rules for use inside a larger grammar: `name ::= ...` and helper rules whose
+// names start with `name-`, using the shared rules of json_primitives_gbnf() (ws, string,
+// number, value, ...), which the larger grammar includes once.
+std::string json_schema_rules(const nlohmann::ordered_json& schema, const std::string& name);
+std::string json_primitives_gbnf();
 // Any JSON object (response_format json_object, Ollama format "json").
 std::string any_json_object_gbnf();
 

@@ -84,6 +84,17 @@ TEST(Gbnf, EscapesAndUnicode) {
   EXPECT_FALSE(viable(g, "\t\"\\\xC4"));
 }
 
+TEST(Gbnf, OverlongAndInvalidUtf8Refused) {
+  Grammar g = parse_gbnf("root ::= \"{\" [^\"]*\n");
+  EXPECT_FALSE(viable(g, "\xE0"));          // no 3-byte form of '{'
+  EXPECT_FALSE(viable(g, "\xF0"));
+  EXPECT_FALSE(viable(g, "\xC1\xBB"));     // overlong '{'
+  EXPECT_FALSE(viable(g, "{\xED\xA0\x80"));  // a surrogate
+  EXPECT_FALSE(viable(g, "{\xF4\x90\x80\x80"));  // above U+10FFFF
+  EXPECT_TRUE(viable(g, "{\xE0\xA0\x80"));
+  EXPECT_FALSE(viable(g, "{\xE0\x80"));
+}
+
 TEST(Gbnf, AnyCharAndGroupsAcrossLines) {
   Grammar g = parse_gbnf(R"(# a comment
 root ::= ( "a" |
@@ -148,6 +159,13 @@ TEST(Gbnf, Errors) {
   expect_error("root = \"x\"\n", "expecting ::=");
   expect_error("root ::= \"x\"{1000001}\n", "too large");
   expect_error("root ::= \"x\"{10001}\n", "above 10000");
+}
+
+TEST(Gbnf, HelperRulesNeverClashWithLaterRules) {
+  // Repetitions in rule a make helper rules; rules named like them come later in the text.
+  Grammar g = parse_gbnf("root ::= a a-1 a-2\na ::= \"x\"* (\"y\")?\na-1 ::= \"1\"\na-2 ::= \"2\"\n");
+  EXPECT_TRUE(accepts(g, "xxy12"));
+  EXPECT_FALSE(accepts(g, "xxy1"));
 }
 
 TEST(Gbnf, LiteralQuoting) {
