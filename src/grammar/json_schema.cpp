@@ -263,6 +263,26 @@ json Converter::merge_all_of(const json& s, const std::string& where) {
     }
   }
   if (merged.contains("allOf")) merged.erase("allOf");
+  // A part closed with additionalProperties false sees only its own properties: every merged
+  // property must be among them, or no document could satisfy it.
+  std::vector<const json*> closed;
+  if (s.contains("additionalProperties") && s["additionalProperties"] == false) closed.push_back(&s);
+  for (const json& raw : parts) {
+    const json* p = &raw;
+    while (p->is_object() && p->contains("$ref")) p = &resolve((*p)["$ref"], where);
+    if (p->contains("additionalProperties") && (*p)["additionalProperties"] == false)
+      closed.push_back(p);
+  }
+  const json all_props = merged.value("properties", json::object());
+  for (const json* c : closed) {
+    const json own = c->value("properties", json::object());
+    for (auto it = all_props.begin(); it != all_props.end(); ++it) {
+      if (!own.contains(it.key()))
+        refuse(where, "allOf: property '" + it.key() +
+                          "' is excluded by a part's additionalProperties false");
+    }
+  }
+  merged.erase("additionalProperties");
   return merged;
 }
 
