@@ -99,7 +99,7 @@ std::string int_range_gbnf(std::optional<int64_t> lo, std::optional<int64_t> hi)
   std::string s;
   if (!neg.empty()) s = "\"-\" ( " + alternatives(neg) + " )";
   if (!pos.empty()) s += (s.empty() ? "" : " | ") + alternatives(pos);
-  return s;
+  return "( " + s + " )";
 }
 
 }  // namespace hablar::grammar

@@ -137,6 +137,12 @@ TEST(JsonSchema, NumericBounds) {
   EXPECT_FALSE(accepts(m, "-2.7"));
   EXPECT_FALSE(accepts(m, "-0.5"));
   EXPECT_FALSE(accepts(m, "0"));
+  Grammar t = schema_grammar(R"({"type": "number", "minimum": -50, "maximum": 60})");
+  for (const char* ok : {"5.0", "0.5", "59.99", "60", "-49.5", "-50", "7"}) EXPECT_TRUE(accepts(t, ok)) << ok;
+  for (const char* bad : {"60.5", "-50.5", "61", "-51"}) EXPECT_FALSE(accepts(t, bad)) << bad;
+  Grammar p = schema_grammar(R"({"type": "number", "minimum": 0})");
+  for (const char* ok : {"5.0", "0", "0.25", "1234.5"}) EXPECT_TRUE(accepts(p, ok)) << ok;
+  EXPECT_FALSE(accepts(p, "-1"));
 }
 
 TEST(IntRange, EveryValueInWindows) {
