@@ -15,6 +15,8 @@ namespace {
 // Mask cache entries kept per matcher before it is cleared (a bound on memory: 151,936 bits
 // are 19 KB an entry).
 constexpr size_t kMaxCachedMasks = 512;
+// DFA states kept per matcher before it starts over (each holds 1 KB of transitions).
+constexpr size_t kMaxDfaStates = 20000;
 
 }  // namespace
 
@@ -125,8 +127,39 @@ size_t GrammarMatcher::StateHash::operator()(const RecState& s) const {
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> g)
     : g_(std::move(g)), rec_(g_->grammar) {
-  state_ = rec_.initial();
   walk_.resize((size_t)g_->vocab->max_depth() + 1);
+  state_ = intern(rec_.initial());
+}
+
+int32_t GrammarMatcher::intern(const RecState& s) {
+  auto it = dindex_.find(s);
+  if (it != dindex_.end()) return it->second;
+  const auto id = (int32_t)dstates_.size();
+  dstates_.push_back(s);
+  dnext_.emplace_back();
+  dnext_.back().fill(kUnknown);
+  dindex_.emplace(s, id);
+  return id;
+}
+
+int32_t GrammarMatcher::step(int32_t from, uint8_t byte) {
+  int32_t& slot = dnext_[(size_t)from][byte];
+  if (slot != kUnknown) return slot;
+  const int32_t next = rec_.advance_byte(dstates_[(size_t)from], byte, scratch_)
+                           ? intern(scratch_)
+                           : kDead;
+  dnext_[(size_t)from][byte] = next;  // `slot` may have moved with dnext_
+  return next;
+}
+
+// Bounds the DFA's memory: past this many states it starts again from the current one.
+void GrammarMatcher::reset_dfa() {
+  RecState cur = dstates_[(size_t)state_];
+  dstates_.clear();
+  dnext_.clear();
+  dindex_.clear();
+  masks_.clear();
+  state_ = intern(cur);
 }
 
 bool GrammarMatcher::accept_token(int32_t id) {
@@ -137,12 +170,19 @@ bool GrammarMatcher::accept_token(int32_t id) {
     return true;
   }
   if (!vocab().usable(id)) return false;
-  return rec_.advance_bytes(state_, vocab().bytes(id));
+  return accept_bytes(vocab().bytes(id));
 }
 
 bool GrammarMatcher::accept_bytes(std::string_view bytes) {
   if (finished_) return false;
-  return rec_.advance_bytes(state_, bytes);
+  int32_t s = state_;
+  for (char c : bytes) {
+    s = step(s, (uint8_t)c);
+    if (s == kDead) return false;
+  }
+  state_ = s;
+  if (dstates_.size() > kMaxDfaStates) reset_dfa();
+  return true;
 }
 
 void GrammarMatcher::compute_mask(std::span<uint32_t> words) {
@@ -153,35 +193,34 @@ void GrammarMatcher::compute_mask(std::span<uint32_t> words) {
     for (int32_t id : v.eog()) words[(size_t)id >> 5] |= 1u << (id & 31);
   const auto& trie = v.trie();
   const auto& toks = v.trie_tokens();
-  const size_t mark = rec_.arena().mark();
   walk_[0] = state_;
   for (size_t i = 0; i < trie.size();) {
     const Vocab::TrieNode& node = trie[i];
-    RecState& next = walk_[node.depth];
-    if (!rec_.advance_byte(walk_[node.depth - 1u], node.byte, next)) {
+    const int32_t next = step(walk_[node.depth - 1u], node.byte);
+    if (next == kDead) {
       i = (size_t)node.end;
       continue;
     }
+    walk_[node.depth] = next;
     for (int32_t k = node.tok_begin; k < node.tok_end; ++k) {
       const int32_t id = toks[(size_t)k];
       words[(size_t)id >> 5] |= 1u << (id & 31);
     }
     ++i;
   }
-  rec_.arena().rollback(mark);
 }
 
 void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
   HABLAR_CHECK(words.size() * 32 >= (size_t)vocab().n_vocab(), "mask too small");
-  auto it = cache_.find(state_);
-  if (it != cache_.end()) {
-    std::memcpy(words.data(), it->second.data(), it->second.size() * sizeof(uint32_t));
+  const size_t n_words = ((size_t)vocab().n_vocab() + 31) / 32;
+  auto it = masks_.find(state_);
+  if (it != masks_.end()) {
+    std::memcpy(words.data(), it->second.data(), n_words * sizeof(uint32_t));
     return;
   }
-  const size_t n_words = ((size_t)vocab().n_vocab() + 31) / 32;
   compute_mask(words.first(n_words));
-  if (cache_.size() >= kMaxCachedMasks) cache_.clear();
-  cache_.emplace(state_, std::vector<uint32_t>(words.begin(), words.begin() + (ptrdiff_t)n_words));
+  if (masks_.size() >= kMaxCachedMasks) masks_.clear();
+  masks_.emplace(state_, std::vector<uint32_t>(words.begin(), words.begin() + (ptrdiff_t)n_words));
 }
 
 int32_t GrammarMatcher::apply_mask(std::span<float> logits) {

@@ -9,6 +9,7 @@
 // so steady-state steps cost a lookup and a copy.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -84,25 +85,38 @@ class GrammarMatcher {
   // Sets logits of refused tokens to -infinity; returns how many stay allowed.
   int32_t apply_mask(std::span<float> logits);
 
-  bool can_end() const { return Recognizer::can_end(state_); }
-  bool must_end() const { return Recognizer::must_end(state_); }
+  bool can_end() const { return Recognizer::can_end(dstates_[(size_t)state_]); }
+  bool must_end() const { return Recognizer::must_end(dstates_[(size_t)state_]); }
   bool finished() const { return finished_; }
   const Vocab& vocab() const { return *g_->vocab; }
-  size_t mask_cache_size() const { return cache_.size(); }
+  size_t mask_cache_size() const { return masks_.size(); }
 
  private:
   struct StateHash {
     size_t operator()(const RecState& s) const;
   };
+  static constexpr int32_t kDead = -1;      // no stack takes the byte
+  static constexpr int32_t kUnknown = -2;   // transition not computed yet
+  // The lazily built DFA over recognizer states: each distinct state (hash-consed stacks)
+  // gets an id and a row of 256 byte transitions, filled on first use. A trie walk then
+  // costs one table lookup per node wherever it has been before (a JSON string's every
+  // plain character leads back to the same state), and masks are cached per state id.
+  int32_t intern(const RecState& s);
+  int32_t step(int32_t from, uint8_t byte);
+  void reset_dfa();
   void compute_mask(std::span<uint32_t> words);
 
   std::shared_ptr<const CompiledGrammar> g_;
   Recognizer rec_;
-  RecState state_;
+  int32_t state_ = 0;  // DFA id of the current state
   bool finished_ = false;
-  std::vector<RecState> walk_;  // per trie depth, reused
+  std::vector<RecState> dstates_;
+  std::vector<std::array<int32_t, 256>> dnext_;
+  std::unordered_map<RecState, int32_t, StateHash> dindex_;
+  std::unordered_map<int32_t, std::vector<uint32_t>> masks_;
+  std::vector<int32_t> walk_;   // DFA id per trie depth, reused
   std::vector<uint32_t> mask_;  // scratch for apply_mask
-  std::unordered_map<RecState, std::vector<uint32_t>, StateHash> cache_;
+  RecState scratch_;
 };
 
 }  // namespace hablar::grammar
