@@ -9,7 +9,8 @@
 //   when the model wants them; extra properties only for a map, i.e. additionalProperties
 //   given as a schema with no declared properties), items / prefixItems / minItems /
 //   maxItems, string minLength / maxLength / pattern / format (date, time, date-time, uuid,
-//   email, ipv4), integer minimum / maximum / exclusiveMinimum / exclusiveMaximum, number
+//   email, ipv4; an email is offered in a bounded common shape, local@label(.label){0,2}.tld,
+//   so that a small model cannot run away inside one), integer minimum / maximum / exclusiveMinimum / exclusiveMaximum, number
 //   bounds (whole-number parts decide: a bound that is not whole narrows the range to the
 //   nearest whole number inside it, which stays valid), nullable (OpenAPI).
 // Anything else that constrains values (not, if/then/else, patternProperties, uniqueItems,
@@ -422,7 +423,7 @@ std::string Converter::string_of(const json& s, const std::string& where) {
         {"uuid",
          R"([0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12})"},
         {"email",
-         R"([a-zA-Z0-9_+-] [a-zA-Z0-9._+-]{0,40} "@" [a-zA-Z0-9] [a-zA-Z0-9-]{0,30} ("." [a-zA-Z] [a-zA-Z0-9-]{0,20}){1,3})"},
+         R"([a-zA-Z0-9_+-] [a-zA-Z0-9._+-]{0,23} "@" [a-zA-Z0-9] [a-zA-Z0-9-]{0,15} ("." [a-zA-Z0-9] [a-zA-Z0-9-]{0,15}){0,2} "." [a-zA-Z]{2,6})"},
         {"ipv4", R"(octet "." octet "." octet "." octet)"},
     };
     auto it = formats.find(f);

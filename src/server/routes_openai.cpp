@@ -102,6 +102,7 @@ struct ChatRequest {
   bool include_usage = false;
   bool logprobs = false;
   bool parse_output = false;
+  bool forced_call = false;  // the turn is a required tool call, written under its grammar
   std::string prefill;  // a final assistant message the model continues
   GenerationSpec spec;
 };
@@ -131,6 +132,7 @@ void start_required_tool_call(const json& body, const ServingModel& m, ChatReque
                 "tool_choice");
   r.messages.push_back({{"role", "assistant"}, {"content", opening}});
   r.spec.grammar = tool_call_grammar(m, m.tool_format, r.tools, *function);
+  r.forced_call = r.spec.grammar != nullptr;
 }
 
 ChatRequest parse_chat_request(const json& body, const std::string& body_text, ServingModel& m) {
@@ -207,6 +209,7 @@ struct ChoiceStream {
   size_t n_calls = 0;
   std::unique_ptr<chat::StreamingOutputParser> parser;
   std::vector<StreamItem> pending_logprobs;
+  std::string held;  // text of a required call: shown only if the call did not come out
 };
 
 // Sends what the parser made of a piece of choice `index`'s output as chunks.
@@ -231,6 +234,16 @@ void emit_parsed(const ServingModel& m, const ChunkMaker& maker, bool logprobs, 
   if (used_lp) cs.pending_logprobs.clear();
 }
 
+// A required call's text stays back until the end: a call cut by max_tokens ("length")
+// never shows up as content.
+void hold_call_text(ChoiceStream& cs, chat::ParsedMessage& p, const StreamItem& it) {
+  cs.held += p.content;
+  p.content.clear();
+  if (it.kind != StreamItem::Kind::kFinal) return;
+  if (it.finish_reason != engine::FinishReason::kLength) p.content = std::move(cs.held);
+  cs.held.clear();
+}
+
 // Streams the choices one after another (each chunk names its choice's index); after the
 // last one, the usage of all (when asked) and [DONE].
 void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, ChatRequest r,
@@ -251,8 +264,8 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, ChatRe
         r.tools.is_null() ? chat::ToolFormat::kNone : m->tool_format, true);
     if (!r.prefill.empty()) cs.parser->push(r.prefill);  // context only; not re-sent
   }
-  StreamPump pump = [st, m, handles, logprobs = r.logprobs,
-                     include_usage = r.include_usage](bool& done) {
+  StreamPump pump = [st, m, handles, logprobs = r.logprobs, include_usage = r.include_usage,
+                     forced = r.forced_call](bool& done) {
     std::string out;
     const size_t i = st->current;
     ChoiceStream& cs = st->choices[i];
@@ -274,6 +287,7 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, ChatRe
         p.reasoning += rest.reasoning;
         for (auto& c : rest.tool_calls) p.tool_calls.push_back(std::move(c));
       }
+      if (forced) hold_call_text(cs, p, it);
       emit_parsed(*m, st->maker, logprobs, i, cs, p, out);
       if (it.kind != StreamItem::Kind::kFinal) continue;
       if (it.finish_reason == engine::FinishReason::kError) {
@@ -317,6 +331,10 @@ json chat_choice(const ServingModel& m, const ChatRequest& r, const CollectedOut
     if (!r.prefill.empty() && content.compare(0, r.prefill.size(), r.prefill) == 0)
       content = content.substr(r.prefill.size());
     message["content"] = content.empty() && !p.tool_calls.empty() ? json() : json(content);
+    // A required call cut by max_tokens is not content.
+    if (r.forced_call && p.tool_calls.empty() &&
+        out.final.finish_reason == engine::FinishReason::kLength)
+      message["content"] = json();
     if (!p.reasoning.empty()) message["reasoning_content"] = p.reasoning;
     if (!p.tool_calls.empty()) {
       message["tool_calls"] = tool_calls_json(p.tool_calls, 0, false);
