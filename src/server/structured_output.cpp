@@ -215,4 +215,18 @@ GrammarPtr tool_call_grammar(const ServingModel& m, chat::ToolFormat format,
   });
 }
 
+nlohmann::json ollama_tool_calls(const std::vector<chat::ToolCall>& calls) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const chat::ToolCall& c : calls) {
+    nlohmann::json args;
+    try {
+      args = nlohmann::json::parse(c.arguments.empty() ? "{}" : c.arguments);
+    } catch (const std::exception&) {
+      args = c.arguments;  // not JSON: passed on as text
+    }
+    out.push_back({{"function", {{"name", c.name}, {"arguments", args}}}});
+  }
+  return out;
+}
+
 }  // namespace hablar::server

@@ -47,4 +47,8 @@ GrammarPtr ollama_output_grammar(const ServingModel& m, const std::string& body_
 GrammarPtr tool_call_grammar(const ServingModel& m, chat::ToolFormat format,
                              const nlohmann::ordered_json& tools, const std::string& function);
 
+// Ollama's message.tool_calls: [{"function": {"name", "arguments": {...}}}] (arguments as an
+// object, as Ollama returns them).
+nlohmann::json ollama_tool_calls(const std::vector<chat::ToolCall>& calls);
+
 }  // namespace hablar::server
