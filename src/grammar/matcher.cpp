@@ -4,8 +4,11 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "core/error.h"
+#include "grammar/class_table.h"
+#include "grammar/utf8.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hablar::grammar {
@@ -29,69 +32,12 @@ Vocab::Vocab(std::vector<std::string> token_bytes, const std::vector<bool>& usab
   for (int32_t id : eog_) {
     if (id >= 0 && (size_t)id < n) is_eog_[(size_t)id] = true;
   }
-  std::vector<int32_t> order;
+  std::vector<std::pair<std::string, int32_t>> entries;
   for (size_t i = 0; i < n; ++i) {
     usable_[i] = usable[i] && !is_eog_[i] && !bytes_[i].empty();
-    if (usable_[i]) order.push_back((int32_t)i);
+    if (usable_[i]) entries.push_back({bytes_[i], (int32_t)i});
   }
-  std::sort(order.begin(), order.end(),
-            [&](int32_t a, int32_t b) { return bytes_[(size_t)a] < bytes_[(size_t)b]; });
-  tokens_ = order;
-  // Preorder trie from the sorted list: node (prefix p) covers the run of tokens starting
-  // with p; a token equal to p sits first in that run.
-  struct Frame {
-    int32_t node;
-    size_t begin, end;
-  };
-  std::vector<Frame> stack;
-  // Builds children of the range [b, e) whose common prefix has length d.
-  auto children = [&](size_t b, size_t e, size_t d, std::vector<Frame>& out) {
-    size_t i = b;
-    while (i < e && bytes_[(size_t)tokens_[i]].size() == d) ++i;  // tokens ending here
-    std::vector<Frame> kids;
-    while (i < e) {
-      const auto c = (uint8_t)bytes_[(size_t)tokens_[i]][d];
-      size_t j = i;
-      while (j < e && (uint8_t)bytes_[(size_t)tokens_[j]][d] == c) ++j;
-      kids.push_back({-1, i, j});
-      i = j;
-    }
-    // Pushed in reverse so that the first child is processed first.
-    for (auto it = kids.rbegin(); it != kids.rend(); ++it) out.push_back(*it);
-  };
-  // Iterative preorder: each frame makes its node, then its children.
-  std::vector<std::pair<Frame, size_t>> work;  // (frame, depth)
-  {
-    std::vector<Frame> top;
-    children(0, tokens_.size(), 0, top);
-    for (auto& f : top) work.push_back({f, 1});
-  }
-  std::vector<int32_t> open;  // nodes whose subtree is still being built, with their depth
-  while (!work.empty()) {
-    auto [f, depth] = work.back();
-    work.pop_back();
-    while (!open.empty() && trie_[(size_t)open.back()].depth >= depth) {
-      trie_[(size_t)open.back()].end = (int32_t)trie_.size();
-      open.pop_back();
-    }
-    TrieNode node;
-    node.byte = (uint8_t)bytes_[(size_t)tokens_[f.begin]][depth - 1];
-    node.depth = (uint16_t)depth;
-    node.tok_begin = (int32_t)f.begin;
-    size_t k = f.begin;
-    while (k < f.end && bytes_[(size_t)tokens_[k]].size() == depth) ++k;
-    node.tok_end = (int32_t)k;
-    max_depth_ = std::max(max_depth_, (int)depth);
-    open.push_back((int32_t)trie_.size());
-    trie_.push_back(node);
-    std::vector<Frame> kids;
-    children(f.begin, f.end, depth, kids);
-    for (auto& kf : kids) work.push_back({kf, depth + 1});
-  }
-  while (!open.empty()) {
-    trie_[(size_t)open.back()].end = (int32_t)trie_.size();
-    open.pop_back();
-  }
+  trie_ = TokenTrie::build(std::move(entries));
 }
 
 std::shared_ptr<const Vocab> Vocab::from_tokenizer(const tokenizer::Tokenizer& tok) {
@@ -111,10 +57,63 @@ std::shared_ptr<const Vocab> Vocab::from_tokenizer(const tokenizer::Tokenizer& t
   return std::make_shared<Vocab>(std::move(bytes), usable, std::move(eog));
 }
 
+std::shared_ptr<const ClassTable> Vocab::class_table(const CharClass& c) const {
+  const std::string key = class_signature(c);
+  std::lock_guard<std::mutex> lock(tables_mu_);
+  auto& t = tables_[key];
+  if (!t) t = std::make_shared<ClassTable>(c, bytes_, usable_);
+  return t;
+}
+
+namespace {
+
+// A code point of the class (printable ASCII preferred), or nothing when it is empty.
+std::optional<uint32_t> class_sample(const CharClass& c) {
+  for (uint32_t cp : {(uint32_t)'a', (uint32_t)'0', (uint32_t)'A', (uint32_t)' '})
+    if (c.matches(cp)) return cp;
+  for (uint32_t cp = 0x21; cp < 0x7F; ++cp)
+    if (c.matches(cp)) return cp;
+  if (!c.negated) {
+    for (const CharRange& r : c.ranges)
+      for (uint32_t cp = r.lo; cp <= r.hi && cp <= 0x10FFFF; ++cp)
+        if (!(cp >= 0xD800 && cp <= 0xDFFF)) return cp;
+    return std::nullopt;
+  }
+  uint64_t next = 0x80;  // first point past the excluded ranges
+  for (const CharRange& r : c.ranges)
+    if (r.lo <= next && (uint64_t)r.hi + 1 > next) next = (uint64_t)r.hi + 1;
+  if (next >= 0xD800 && next <= 0xDFFF) next = 0xE000;
+  if (next > 0x10FFFF || !c.matches((uint32_t)next)) return std::nullopt;
+  return (uint32_t)next;
+}
+
+uint64_t class_size(const CharClass& c) {
+  uint64_t n = 0;
+  for (const CharRange& r : c.ranges) n += (uint64_t)r.hi - r.lo + 1;
+  return c.negated ? 0x110000 - std::min<uint64_t>(n, 0x110000) : n;
+}
+
+}  // namespace
+
 std::shared_ptr<const CompiledGrammar> compile(Grammar g, std::shared_ptr<const Vocab> vocab) {
   auto c = std::make_shared<CompiledGrammar>();
   c->grammar = std::move(g);
   c->vocab = std::move(vocab);
+  std::map<std::string, uint32_t> ids;
+  // The vocabulary tables of the big classes are built here, once per vocabulary and class
+  // content (shared by later grammars), so that no sampling step pays for them.
+  for (size_t k = 0; k < c->grammar.classes.size(); ++k) {
+    const CharClass& cls = c->grammar.classes[k];
+    auto [it, fresh] = ids.emplace(class_signature(cls), (uint32_t)c->canon_class.size());
+    c->canon.push_back(it->second);
+    const auto sample = class_sample(cls);
+    c->big.push_back(sample.has_value() && class_size(cls) >= 16);
+    if (fresh) {
+      c->canon_class.push_back((uint32_t)k);
+      c->canon_sample.push_back(sample.value_or(0));
+      if (c->big.back()) c->vocab->class_table(cls);
+    }
+  }
   return c;
 }
 
@@ -159,6 +158,7 @@ void GrammarMatcher::reset_dfa() {
   dnext_.clear();
   dindex_.clear();
   masks_.clear();
+  uniform_.clear();
   state_ = intern(cur);
 }
 
@@ -191,6 +191,7 @@ void GrammarMatcher::compute_mask(std::span<uint32_t> words) {
   if (finished_) return;
   if (can_end())
     for (int32_t id : v.eog()) words[(size_t)id >> 5] |= 1u << (id & 31);
+  if (class_mask(words)) return;
   const auto& trie = v.trie();
   const auto& toks = v.trie_tokens();
   walk_[0] = state_;
@@ -208,6 +209,103 @@ void GrammarMatcher::compute_mask(std::span<uint32_t> words) {
     }
     ++i;
   }
+}
+
+bool GrammarMatcher::disjoint(uint32_t class_a, uint32_t canon_b) {
+  const uint64_t key = ((uint64_t)class_a << 32) | canon_b;
+  auto it = disjoint_.find(key);
+  if (it != disjoint_.end()) return it->second;
+  const CharClass& a = g_->grammar.classes[class_a];
+  const CharClass& b = g_->grammar.classes[g_->canon_class[canon_b]];
+  bool result = false;
+  if (!a.negated && !b.negated) {
+    result = true;
+    for (const CharRange& r : a.ranges) result = result && !b.intersects(r.lo, r.hi);
+  } else if (a.negated != b.negated) {
+    // The positive class must lie inside the negated one's excluded ranges.
+    const CharClass& pos = a.negated ? b : a;
+    const CharClass& neg = a.negated ? a : b;
+    result = true;
+    for (const CharRange& r : pos.ranges) result = result && !neg.intersects(r.lo, r.hi);
+  }
+  disjoint_.emplace(key, result);
+  return result;
+}
+
+bool GrammarMatcher::uniform(int32_t state, uint32_t canon) {
+  const uint64_t key = ((uint64_t)(uint32_t)state << 32) | canon;
+  auto it = uniform_.find(key);
+  if (it != uniform_.end()) return it->second;
+  const RecState& s = dstates_[(size_t)state];
+  bool result = s.partial_left == 0;
+  for (int32_t id : s.stacks) {
+    if (!result) break;
+    if (id == kAccept) continue;
+    const uint32_t k = g_->grammar.elems[(size_t)rec_.arena().at(id).pos].id;
+    result = g_->canon[k] == canon || disjoint(k, canon);
+  }
+  uniform_.emplace(key, result);
+  return result;
+}
+
+void GrammarMatcher::walk_trie(const TokenTrie& trie, int32_t from, std::span<uint32_t> words) {
+  walk_[0] = from;
+  for (size_t i = 0; i < trie.nodes.size();) {
+    const TokenTrie::Node& node = trie.nodes[i];
+    const int32_t next = step(walk_[node.depth - 1u], node.byte);
+    if (next == kDead) {
+      i = (size_t)node.end;
+      continue;
+    }
+    walk_[node.depth] = next;
+    for (int32_t k = node.tok_begin; k < node.tok_end; ++k) {
+      const int32_t id = trie.tokens[(size_t)k];
+      words[(size_t)id >> 5] |= 1u << (id & 31);
+    }
+    ++i;
+  }
+}
+
+bool GrammarMatcher::class_mask(std::span<uint32_t> words) {
+  const RecState& s0 = dstates_[(size_t)state_];
+  if (s0.partial_left != 0) return false;
+  uint32_t p = UINT32_MAX;
+  for (int32_t id : s0.stacks) {
+    if (id == kAccept) continue;
+    const uint32_t k = g_->grammar.elems[(size_t)rec_.arena().at(id).pos].id;
+    if (!g_->big[k]) continue;
+    if (p != UINT32_MAX && p != g_->canon[k]) return false;
+    p = g_->canon[k];
+  }
+  if (p == UINT32_MAX) return false;
+  std::string sample;
+  append_utf8(sample, g_->canon_sample[p]);
+  // The chain of states after 0, 1, 2, ... characters of the class, while each is uniform.
+  int32_t chain[ClassTable::kMaxRun + 1];
+  int alive = 0;
+  int32_t cur = state_;
+  for (int j = 0; j <= ClassTable::kMaxRun; ++j) {
+    if (!uniform(cur, p)) return false;
+    chain[j] = cur;
+    alive = j + 1;
+    if (j == ClassTable::kMaxRun) break;
+    for (char c : sample) {
+      cur = step(cur, (uint8_t)c);
+      if (cur == kDead) break;
+    }
+    if (cur == kDead) break;
+  }
+  const auto table = vocab().class_table(g_->grammar.classes[g_->canon_class[p]]);
+  // Pure runs of up to alive - 1 characters; cut-off characters after up to alive - 2 (one
+  // more character of the class must still be allowed there).
+  const std::vector<uint32_t>& pure = table->upto(alive - 1);
+  for (size_t w = 0; w < words.size(); ++w) words[w] |= pure[w];
+  if (alive >= 2) {
+    const std::vector<uint32_t>& cut = table->partial_upto(alive - 2);
+    for (size_t w = 0; w < words.size(); ++w) words[w] |= cut[w];
+  }
+  for (int j = 0; j < alive; ++j) walk_trie(table->rest(j), chain[j], words);
+  return true;
 }
 
 void GrammarMatcher::fill_mask(std::span<uint32_t> words) {

@@ -11,7 +11,9 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,6 +22,7 @@
 
 #include "grammar/grammar.h"
 #include "grammar/recognizer.h"
+#include "grammar/token_trie.h"
 
 namespace hablar::tokenizer {
 class Tokenizer;
@@ -27,15 +30,11 @@ class Tokenizer;
 
 namespace hablar::grammar {
 
+class ClassTable;
+
 class Vocab {
  public:
-  struct TrieNode {
-    uint8_t byte = 0;
-    uint16_t depth = 0;     // 1 for a first byte
-    int32_t end = 0;        // index just past this node's subtree
-    int32_t tok_begin = 0;  // tokens spelled exactly by the path to here: tokens_[begin, end)
-    int32_t tok_end = 0;
-  };
+  using TrieNode = TokenTrie::Node;
 
   // token_bytes[i]: the bytes token i adds to the text; usable[i]: whether a grammar may ever
   // pick it (false for special tokens); eog: the end-of-generation tokens.
@@ -48,24 +47,34 @@ class Vocab {
   bool usable(int32_t id) const { return usable_[(size_t)id]; }
   bool is_eog(int32_t id) const { return is_eog_[(size_t)id]; }
   const std::vector<int32_t>& eog() const { return eog_; }
-  const std::vector<TrieNode>& trie() const { return trie_; }
-  const std::vector<int32_t>& trie_tokens() const { return tokens_; }
-  int max_depth() const { return max_depth_; }
+  const std::vector<TrieNode>& trie() const { return trie_.nodes; }
+  const std::vector<int32_t>& trie_tokens() const { return trie_.tokens; }
+  int max_depth() const { return trie_.max_depth; }
+  // The vocabulary split by a character class (class_table.h), built once per class
+  // content and shared by every grammar over this vocabulary. Thread-safe.
+  std::shared_ptr<const ClassTable> class_table(const CharClass& c) const;
 
  private:
   std::vector<std::string> bytes_;
   std::vector<bool> usable_;
   std::vector<bool> is_eog_;
   std::vector<int32_t> eog_;
-  std::vector<TrieNode> trie_;
-  std::vector<int32_t> tokens_;
-  int max_depth_ = 0;
+  TokenTrie trie_;
+  mutable std::mutex tables_mu_;
+  mutable std::map<std::string, std::shared_ptr<const ClassTable>> tables_;
 };
 
 // A grammar ready for matching, shared by every request that uses it.
 struct CompiledGrammar {
   Grammar grammar;
   std::shared_ptr<const Vocab> vocab;
+  // Per class: an id shared by classes of equal content, whether it is big enough for the
+  // class-uniform path (negated, or 16 code points or more), and per such id one class
+  // and one code point in it.
+  std::vector<uint32_t> canon;
+  std::vector<bool> big;
+  std::vector<uint32_t> canon_class;
+  std::vector<uint32_t> canon_sample;
 };
 
 std::shared_ptr<const CompiledGrammar> compile(Grammar g, std::shared_ptr<const Vocab> vocab);
@@ -102,6 +111,13 @@ class GrammarMatcher {
   // costs one table lookup per node wherever it has been before (a JSON string's every
   // plain character leads back to the same state), and masks are cached per state id.
   int32_t intern(const RecState& s);
+  // The class-uniform path (class_table.h): false when the state is not one (then the
+  // whole trie is walked).
+  bool class_mask(std::span<uint32_t> words);
+  // Every stack of the state either waits for class `canon` or for a class disjoint from it.
+  bool uniform(int32_t state, uint32_t canon);
+  bool disjoint(uint32_t class_a, uint32_t canon_b);
+  void walk_trie(const TokenTrie& trie, int32_t from, std::span<uint32_t> words);
   int32_t step(int32_t from, uint8_t byte);
   void reset_dfa();
   void compute_mask(std::span<uint32_t> words);
@@ -114,6 +130,8 @@ class GrammarMatcher {
   std::vector<std::array<int32_t, 256>> dnext_;
   std::unordered_map<RecState, int32_t, StateHash> dindex_;
   std::unordered_map<int32_t, std::vector<uint32_t>> masks_;
+  std::unordered_map<uint64_t, bool> uniform_;   // (state, canon) -> uniform
+  std::unordered_map<uint64_t, bool> disjoint_;  // (class, canon) -> disjoint
   std::vector<int32_t> walk_;   // DFA id per trie depth, reused
   std::vector<uint32_t> mask_;  // scratch for apply_mask
   RecState scratch_;

@@ -98,6 +98,22 @@ TEST(Masks, MatchBruteForceQwen2) {
              R"({"name":"日本語","age":7})", 1000);
 }
 
+TEST(Masks, ClassRunsMatchBruteForce) {
+  // Long runs of one class (a free string, a bounded one, a pattern class), with escapes,
+  // multi-byte characters and runs longer than the class table's kMaxRun.
+  const char* schema = R"({"type": "object", "properties": {
+      "free": {"type": "string"}, "short": {"type": "string", "maxLength": 5},
+      "code": {"type": "string", "pattern": "^[a-z_]{1,40}\\.[a-z]{2,3}$"}},
+      "required": ["free", "short", "code"]})";
+  const std::string doc = std::string("{\"free\": \"D\xC3\xA9j\xC3\xA0 vu \\\"quoted\\\" ") +
+                          std::string(70, 'x') +
+                          " \xE6\x97\xA5\xE6\x9C\xAC ok\\n\", \"short\": \"h\xC3\xA9llo\", "
+                          "\"code\": \"some_very_long_module_name_here_abc.py\"}";
+  for (const char* name : {"gpt-2", "qwen2"})
+    check_walk(gguf_vocab(name), json_schema_to_gbnf(nlohmann::ordered_json::parse(schema)), doc,
+               1000);
+}
+
 TEST(Masks, SpmVocabulary) {
   auto v = gguf_vocab("llama-spm");
   check_walk(v, "root ::= \"héllo\" [ ] \"wörld\"{1,2}\n", "héllo wörldwörld", 8);
