@@ -87,6 +87,27 @@ std::optional<uint32_t> class_sample(const CharClass& c) {
   return (uint32_t)next;
 }
 
+// The bytes that can start a character of the class: ASCII members, and the lead bytes
+// whose characters' range meets the class.
+std::array<uint64_t, 4> class_first_bytes(const CharClass& c) {
+  std::array<uint64_t, 4> set{c.ascii[0], c.ascii[1], 0, 0};
+  for (uint32_t b = 0xC2; b <= 0xF4; ++b) {
+    uint32_t lo = 0, hi = 0;
+    if (b <= 0xDF) {
+      lo = (b & 0x1F) << 6;
+      hi = lo | 0x3F;
+    } else if (b <= 0xEF) {
+      lo = std::max<uint32_t>((b & 0x0F) << 12, 0x800);
+      hi = ((b & 0x0F) << 12) | 0xFFF;
+    } else {
+      lo = std::max<uint32_t>((b & 0x07) << 18, 0x10000);
+      hi = std::min<uint32_t>(((b & 0x07) << 18) | 0x3FFFF, 0x10FFFF);
+    }
+    if (c.intersects(lo, hi)) set[b >> 6] |= uint64_t{1} << (b & 63);
+  }
+  return set;
+}
+
 uint64_t class_size(const CharClass& c) {
   uint64_t n = 0;
   for (const CharRange& r : c.ranges) n += (uint64_t)r.hi - r.lo + 1;
@@ -106,6 +127,7 @@ std::shared_ptr<const CompiledGrammar> compile(Grammar g, std::shared_ptr<const 
     const CharClass& cls = c->grammar.classes[k];
     auto [it, fresh] = ids.emplace(class_signature(cls), (uint32_t)c->canon_class.size());
     c->canon.push_back(it->second);
+    c->first_bytes.push_back(class_first_bytes(cls));
     const auto sample = class_sample(cls);
     c->big.push_back(sample.has_value() && class_size(cls) >= 16);
     if (fresh) {
@@ -192,23 +214,7 @@ void GrammarMatcher::compute_mask(std::span<uint32_t> words) {
   if (can_end())
     for (int32_t id : v.eog()) words[(size_t)id >> 5] |= 1u << (id & 31);
   if (class_mask(words)) return;
-  const auto& trie = v.trie();
-  const auto& toks = v.trie_tokens();
-  walk_[0] = state_;
-  for (size_t i = 0; i < trie.size();) {
-    const Vocab::TrieNode& node = trie[i];
-    const int32_t next = step(walk_[node.depth - 1u], node.byte);
-    if (next == kDead) {
-      i = (size_t)node.end;
-      continue;
-    }
-    walk_[node.depth] = next;
-    for (int32_t k = node.tok_begin; k < node.tok_end; ++k) {
-      const int32_t id = toks[(size_t)k];
-      words[(size_t)id >> 5] |= 1u << (id & 31);
-    }
-    ++i;
-  }
+  walk_trie(v.token_trie(), state_, words);
 }
 
 bool GrammarMatcher::disjoint(uint32_t class_a, uint32_t canon_b) {
@@ -248,10 +254,27 @@ bool GrammarMatcher::uniform(int32_t state, uint32_t canon) {
   return result;
 }
 
+std::array<uint64_t, 4> GrammarMatcher::first_bytes(int32_t state) {
+  const RecState& s = dstates_[(size_t)state];
+  if (s.partial_left != 0) return {~0ull, ~0ull, ~0ull, ~0ull};
+  std::array<uint64_t, 4> set{0, 0, 0, 0};
+  for (int32_t id : s.stacks) {
+    if (id == kAccept) continue;
+    const auto& f = g_->first_bytes[g_->grammar.elems[(size_t)rec_.arena().at(id).pos].id];
+    for (int w = 0; w < 4; ++w) set[(size_t)w] |= f[(size_t)w];
+  }
+  return set;
+}
+
 void GrammarMatcher::walk_trie(const TokenTrie& trie, int32_t from, std::span<uint32_t> words) {
   walk_[0] = from;
+  const std::array<uint64_t, 4> first = first_bytes(from);
   for (size_t i = 0; i < trie.nodes.size();) {
     const TokenTrie::Node& node = trie.nodes[i];
+    if (node.depth == 1 && !((first[node.byte >> 6] >> (node.byte & 63)) & 1)) {
+      i = (size_t)node.end;  // no stack takes this first byte
+      continue;
+    }
     const int32_t next = step(walk_[node.depth - 1u], node.byte);
     if (next == kDead) {
       i = (size_t)node.end;

@@ -48,6 +48,7 @@ class Vocab {
   bool is_eog(int32_t id) const { return is_eog_[(size_t)id]; }
   const std::vector<int32_t>& eog() const { return eog_; }
   const std::vector<TrieNode>& trie() const { return trie_.nodes; }
+  const TokenTrie& token_trie() const { return trie_; }
   const std::vector<int32_t>& trie_tokens() const { return trie_.tokens; }
   int max_depth() const { return trie_.max_depth; }
   // The vocabulary split by a character class (class_table.h), built once per class
@@ -75,6 +76,8 @@ struct CompiledGrammar {
   std::vector<bool> big;
   std::vector<uint32_t> canon_class;
   std::vector<uint32_t> canon_sample;
+  // Per class: the bytes a character of it can start with (256 bits).
+  std::vector<std::array<uint64_t, 4>> first_bytes;
 };
 
 std::shared_ptr<const CompiledGrammar> compile(Grammar g, std::shared_ptr<const Vocab> vocab);
@@ -118,6 +121,8 @@ class GrammarMatcher {
   bool uniform(int32_t state, uint32_t canon);
   bool disjoint(uint32_t class_a, uint32_t canon_b);
   void walk_trie(const TokenTrie& trie, int32_t from, std::span<uint32_t> words);
+  // The bytes some stack of the state can take first (all 256 mid-character).
+  std::array<uint64_t, 4> first_bytes(int32_t state);
   int32_t step(int32_t from, uint8_t byte);
   void reset_dfa();
   void compute_mask(std::span<uint32_t> words);
