@@ -217,23 +217,57 @@ void GrammarMatcher::compute_mask(std::span<uint32_t> words) {
   walk_trie(v.token_trie(), state_, words);
 }
 
+namespace {
+
+// Whether every point of [lo, hi] is in the class (ranges sorted and merged by finish()).
+bool holds_range(const CharClass& k, uint32_t lo, uint32_t hi) {
+  if (k.negated) {  // none of the left-out ranges meets [lo, hi]
+    for (const CharRange& r : k.ranges)
+      if (r.lo <= hi && lo <= r.hi) return false;
+    return true;
+  }
+  for (const CharRange& r : k.ranges)
+    if (r.lo <= lo && hi <= r.hi) return true;
+  return false;
+}
+
+// p within k.
+bool class_within(const CharClass& p, const CharClass& k) {
+  if (!p.negated) {
+    for (const CharRange& r : p.ranges)
+      if (!holds_range(k, r.lo, r.hi)) return false;
+    return true;
+  }
+  if (!k.negated) return false;
+  // Both negated: whatever k leaves out, p leaves out too.
+  for (const CharRange& r : k.ranges) {
+    bool inside = false;
+    for (const CharRange& q : p.ranges) inside = inside || (q.lo <= r.lo && r.hi <= q.hi);
+    if (!inside) return false;
+  }
+  return true;
+}
+
+bool classes_disjoint(const CharClass& a, const CharClass& b) {
+  if (a.negated && b.negated) return false;
+  // A positive class is disjoint from the other when no range of it meets the other.
+  const CharClass& pos = a.negated ? b : a;
+  const CharClass& other = a.negated ? a : b;
+  for (const CharRange& r : pos.ranges)
+    if (other.intersects(r.lo, r.hi)) return false;
+  return true;
+}
+
+}  // namespace
+
+// Every character of class canon_b is taken by a stack waiting for class_a, or none is.
 bool GrammarMatcher::disjoint(uint32_t class_a, uint32_t canon_b) {
   const uint64_t key = ((uint64_t)class_a << 32) | canon_b;
   auto it = disjoint_.find(key);
   if (it != disjoint_.end()) return it->second;
   const CharClass& a = g_->grammar.classes[class_a];
   const CharClass& b = g_->grammar.classes[g_->canon_class[canon_b]];
-  bool result = false;
-  if (!a.negated && !b.negated) {
-    result = true;
-    for (const CharRange& r : a.ranges) result = result && !b.intersects(r.lo, r.hi);
-  } else if (a.negated != b.negated) {
-    // The positive class must lie inside the negated one's excluded ranges.
-    const CharClass& pos = a.negated ? b : a;
-    const CharClass& neg = a.negated ? a : b;
-    result = true;
-    for (const CharRange& r : pos.ranges) result = result && !neg.intersects(r.lo, r.hi);
-  }
+  const bool result = classes_disjoint(a, b) || class_within(b, a);
   disjoint_.emplace(key, result);
   return result;
 }
@@ -292,13 +326,19 @@ void GrammarMatcher::walk_trie(const TokenTrie& trie, int32_t from, std::span<ui
 bool GrammarMatcher::class_mask(std::span<uint32_t> words) {
   const RecState& s0 = dstates_[(size_t)state_];
   if (s0.partial_left != 0) return false;
+  // The run class: the smallest big class some stack waits for (the others must hold it
+  // whole or not meet it: uniform()).
   uint32_t p = UINT32_MAX;
+  uint64_t p_size = UINT64_MAX;
   for (int32_t id : s0.stacks) {
     if (id == kAccept) continue;
     const uint32_t k = g_->grammar.elems[(size_t)rec_.arena().at(id).pos].id;
     if (!g_->big[k]) continue;
-    if (p != UINT32_MAX && p != g_->canon[k]) return false;
-    p = g_->canon[k];
+    const uint64_t size = class_size(g_->grammar.classes[k]);
+    if (size < p_size) {
+      p = g_->canon[k];
+      p_size = size;
+    }
   }
   if (p == UINT32_MAX) return false;
   std::string sample;

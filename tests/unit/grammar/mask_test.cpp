@@ -103,12 +103,16 @@ TEST(Masks, ClassRunsMatchBruteForce) {
   // multi-byte characters and runs longer than the class table's kMaxRun.
   const char* schema = R"({"type": "object", "properties": {
       "free": {"type": "string"}, "short": {"type": "string", "maxLength": 5},
-      "code": {"type": "string", "pattern": "^[a-z_]{1,40}\\.[a-z]{2,3}$"}},
-      "required": ["free", "short", "code"]})";
+      "code": {"type": "string", "pattern": "^[a-z_]{1,40}\\.[a-z]{2,3}$"},
+      "mail": {"type": "string", "format": "email"},
+      "mixed": {"type": "string", "pattern": "^[a-f][a-z0-9]{0,40}[^a-z]{2}$"}},
+      "required": ["free", "short", "code", "mail", "mixed"]})";
   const std::string doc = std::string("{\"free\": \"D\xC3\xA9j\xC3\xA0 vu \\\"quoted\\\" ") +
                           std::string(70, 'x') +
                           " \xE6\x97\xA5\xE6\x9C\xAC ok\\n\", \"short\": \"h\xC3\xA9llo\", "
-                          "\"code\": \"some_very_long_module_name_here_abc.py\"}";
+                          "\"code\": \"some_very_long_module_name_here_abc.py\", "
+                          "\"mail\": \"first.last+tag@mail-server.example.org\", "
+                          "\"mixed\": \"abcdefghij0123456789xyz0123456789zz\xC3\xA9!\"}";
   for (const char* name : {"gpt-2", "qwen2"})
     check_walk(gguf_vocab(name), json_schema_to_gbnf(nlohmann::ordered_json::parse(schema)), doc,
                1000);
