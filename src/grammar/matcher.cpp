@@ -20,6 +20,9 @@ namespace {
 constexpr size_t kMaxCachedMasks = 512;
 // DFA states kept per matcher before it starts over (each holds 1 KB of transitions).
 constexpr size_t kMaxDfaStates = 20000;
+// Masks that took fewer trie steps than this are not cached (a copy of the whole mask
+// costs about as much as that many steps).
+constexpr size_t kCacheFromSteps = 256;
 
 }  // namespace
 
@@ -157,6 +160,7 @@ int32_t GrammarMatcher::intern(const RecState& s) {
   if (it != dindex_.end()) return it->second;
   const auto id = (int32_t)dstates_.size();
   dstates_.push_back(s);
+  dfirst_.push_back(first_bytes_of(s));
   dnext_.emplace_back();
   dnext_.back().fill(kUnknown);
   dindex_.emplace(s, id);
@@ -177,6 +181,7 @@ int32_t GrammarMatcher::step(int32_t from, uint8_t byte) {
 void GrammarMatcher::reset_dfa() {
   RecState cur = dstates_[(size_t)state_];
   dstates_.clear();
+  dfirst_.clear();
   dnext_.clear();
   dindex_.clear();
   masks_.clear();
@@ -288,9 +293,9 @@ bool GrammarMatcher::uniform(int32_t state, uint32_t canon) {
   return result;
 }
 
-std::array<uint64_t, 4> GrammarMatcher::first_bytes(int32_t state) {
-  const RecState& s = dstates_[(size_t)state];
-  if (s.partial_left != 0) return {~0ull, ~0ull, ~0ull, ~0ull};
+std::array<uint64_t, 4> GrammarMatcher::first_bytes_of(const RecState& s) {
+  // Mid-character only continuation bytes can come; the step itself checks which.
+  if (s.partial_left != 0) return {0, 0, ~0ull, 0};
   std::array<uint64_t, 4> set{0, 0, 0, 0};
   for (int32_t id : s.stacks) {
     if (id == kAccept) continue;
@@ -302,14 +307,16 @@ std::array<uint64_t, 4> GrammarMatcher::first_bytes(int32_t state) {
 
 void GrammarMatcher::walk_trie(const TokenTrie& trie, int32_t from, std::span<uint32_t> words) {
   walk_[0] = from;
-  const std::array<uint64_t, 4> first = first_bytes(from);
   for (size_t i = 0; i < trie.nodes.size();) {
     const TokenTrie::Node& node = trie.nodes[i];
-    if (node.depth == 1 && !((first[node.byte >> 6] >> (node.byte & 63)) & 1)) {
-      i = (size_t)node.end;  // no stack takes this first byte
+    const int32_t parent = walk_[node.depth - 1u];
+    const auto& first = dfirst_[(size_t)parent];
+    if (!((first[node.byte >> 6] >> (node.byte & 63)) & 1)) {
+      i = (size_t)node.end;  // no stack of the state can take this byte
       continue;
     }
-    const int32_t next = step(walk_[node.depth - 1u], node.byte);
+    const int32_t next = step(parent, node.byte);
+    ++walk_steps_;
     if (next == kDead) {
       i = (size_t)node.end;
       continue;

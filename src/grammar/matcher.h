@@ -121,8 +121,9 @@ class GrammarMatcher {
   bool uniform(int32_t state, uint32_t canon);
   bool disjoint(uint32_t class_a, uint32_t canon_b);
   void walk_trie(const TokenTrie& trie, int32_t from, std::span<uint32_t> words);
-  // The bytes some stack of the state can take first (all 256 mid-character).
-  std::array<uint64_t, 4> first_bytes(int32_t state);
+  // The bytes some stack of the state may take next (a superset; mid-character: every
+  // continuation byte).
+  std::array<uint64_t, 4> first_bytes_of(const RecState& s);
   int32_t step(int32_t from, uint8_t byte);
   void reset_dfa();
   void compute_mask(std::span<uint32_t> words);
@@ -133,11 +134,13 @@ class GrammarMatcher {
   bool finished_ = false;
   std::vector<RecState> dstates_;
   std::vector<std::array<int32_t, 256>> dnext_;
+  std::vector<std::array<uint64_t, 4>> dfirst_;  // per state: first_bytes_of
   std::unordered_map<RecState, int32_t, StateHash> dindex_;
   std::unordered_map<int32_t, std::vector<uint32_t>> masks_;
   std::unordered_map<uint64_t, bool> uniform_;   // (state, canon) -> uniform
   std::unordered_map<uint64_t, bool> disjoint_;  // (class, canon) -> disjoint
   std::vector<int32_t> walk_;   // DFA id per trie depth, reused
+  size_t walk_steps_ = 0;       // trie nodes stepped while computing the current mask
   std::vector<uint32_t> mask_;  // scratch for apply_mask
   RecState scratch_;
 };
