@@ -135,6 +135,29 @@ void start_required_tool_call(const json& body, const ServingModel& m, ChatReque
   r.forced_call = r.spec.grammar != nullptr;
 }
 
+// tool_choice "auto": a call the model opens on its own is written under the tools' grammar
+// from its opening on (the client's own start of the turn counts as text before it).
+void constrain_auto_call(const ServingModel& m, ChatRequest& r) {
+  std::string trigger = auto_call_trigger(m.tool_format);
+  if (trigger.empty()) return;
+  r.spec.grammar = tool_call_grammar(m, m.tool_format, r.tools, "");
+  if (!r.spec.grammar) return;
+  r.spec.grammar_trigger = std::move(trigger);
+  const auto& last = r.messages.back();
+  if (last["role"] == "assistant" && last["content"].is_string())
+    r.spec.grammar_context = last["content"].get<std::string>();
+}
+
+// A call the model opened on its own and max_tokens cut: its text is not content. `head` is
+// the turn's text before `content` (the client's start of the turn, when content follows it).
+void drop_cut_call(std::string& content, const ChatRequest& r, engine::FinishReason reason,
+                   const std::string& head = "") {
+  if (reason != engine::FinishReason::kLength || r.spec.grammar_trigger.empty()) return;
+  const size_t at = (head + content).find(r.spec.grammar_trigger);
+  if (at == std::string::npos) return;
+  content.resize(at > head.size() ? at - head.size() : 0);
+}
+
 ChatRequest parse_chat_request(const json& body, const std::string& body_text, ServingModel& m) {
   ChatRequest r;
   ChatParts chat = chat_parts(body_text);
@@ -161,6 +184,7 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
       bad_request("an output format cannot be combined with a required tool call", "tool_choice");
     r.spec.grammar = std::move(g);
   }
+  if (!r.spec.grammar && !r.tools.is_null()) constrain_auto_call(m, r);
 
   // A last assistant message is a prefix the model continues (no generation prompt).
   const bool continue_last = r.messages.back()["role"] == "assistant";
@@ -265,7 +289,7 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, ChatRe
     if (!r.prefill.empty()) cs.parser->push(r.prefill);  // context only; not re-sent
   }
   StreamPump pump = [st, m, handles, logprobs = r.logprobs, include_usage = r.include_usage,
-                     forced = r.forced_call](bool& done) {
+                     forced = r.forced_call, r](bool& done) {
     std::string out;
     const size_t i = st->current;
     ChoiceStream& cs = st->choices[i];
@@ -286,6 +310,7 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, ChatRe
         p.content += rest.content;
         p.reasoning += rest.reasoning;
         for (auto& c : rest.tool_calls) p.tool_calls.push_back(std::move(c));
+        if (p.tool_calls.empty()) drop_cut_call(p.content, r, it.finish_reason);
       }
       if (forced) hold_call_text(cs, p, it);
       emit_parsed(*m, st->maker, logprobs, i, cs, p, out);
@@ -330,6 +355,7 @@ json chat_choice(const ServingModel& m, const ChatRequest& r, const CollectedOut
     std::string content = p.content;
     if (!r.prefill.empty() && content.compare(0, r.prefill.size(), r.prefill) == 0)
       content = content.substr(r.prefill.size());
+    if (p.tool_calls.empty()) drop_cut_call(content, r, out.final.finish_reason, r.prefill);
     message["content"] = content.empty() && !p.tool_calls.empty() ? json() : json(content);
     // A required call cut by max_tokens is not content.
     if (r.forced_call && p.tool_calls.empty() &&

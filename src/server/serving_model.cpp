@@ -5,6 +5,7 @@
 
 #include "engine/stop_strings.h"
 #include "server/api_error.h"
+#include "server/structured_output.h"
 
 namespace hablar::server {
 
@@ -12,40 +13,22 @@ namespace {
 
 // The engine's sampler hook over the per-request Sampler: feeds it the tokens it has not
 // seen (the prompt first, then each generated token) so its penalties see the history.
-// With a grammar, the generated tokens also advance the grammar's matcher, and the logits of
-// the tokens it refuses are set to -infinity before sampling (when it can end, only the
-// end-of-generation tokens stay, and the engine finishes the sequence with "stop").
+// With a grammar, GrammarGate (structured_output.h) masks the logits first.
 class SamplerAdapter : public engine::NextTokenSampler {
  public:
-  SamplerAdapter(engine::SamplingParams params, int32_t n_vocab,
-                 std::shared_ptr<const grammar::CompiledGrammar> g)
-      : sampler_(std::move(params), n_vocab) {
-    if (g) matcher_ = std::make_unique<grammar::GrammarMatcher>(std::move(g));
-  }
+  SamplerAdapter(engine::SamplingParams params, int32_t n_vocab, std::unique_ptr<GrammarGate> gate)
+      : sampler_(std::move(params), n_vocab), gate_(std::move(gate)) {}
   int32_t sample(std::span<float> logits, std::span<const int32_t> history) override {
     if (history.size() > accepted_) sampler_.accept(history.subspan(accepted_));
     accepted_ = history.size();
-    if (matcher_) constrain(logits, history);
+    if (gate_) gate_->constrain(logits, history);
     return sampler_.sample(logits).token;
   }
 
  private:
-  void constrain(std::span<float> logits, std::span<const int32_t> history) {
-    if (!grammar_start_) grammar_start_ = history.size();  // the prompt ends here
-    for (size_t i = std::max(*grammar_start_, grammar_seen_); i < history.size(); ++i)
-      matcher_->accept_token(history[i]);
-    grammar_seen_ = history.size();
-    if (matcher_->apply_mask(logits) > 0) return;
-    // Nothing is allowed (a grammar with a dead end): end the sequence.
-    for (int32_t id : matcher_->vocab().eog())
-      if ((size_t)id < logits.size()) logits[(size_t)id] = 0.0f;
-  }
-
   engine::Sampler sampler_;
   size_t accepted_ = 0;
-  std::unique_ptr<grammar::GrammarMatcher> matcher_;
-  std::optional<size_t> grammar_start_;
-  size_t grammar_seen_ = 0;
+  std::unique_ptr<GrammarGate> gate_;
 };
 
 // Detokenizes on the step thread and applies stop strings across token boundaries.
@@ -120,7 +103,10 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
   req.n_prompt_logprobs = spec.n_prompt_logprobs;
   spec.sampling.n_probs = 0;  // the engine reports log-probabilities itself
   try {
-    req.sampler = std::make_unique<SamplerAdapter>(spec.sampling, m.tok().n_vocab(), spec.grammar);
+    std::unique_ptr<GrammarGate> gate;
+    if (spec.grammar)
+      gate = std::make_unique<GrammarGate>(spec.grammar, spec.grammar_trigger, spec.grammar_context);
+    req.sampler = std::make_unique<SamplerAdapter>(spec.sampling, m.tok().n_vocab(), std::move(gate));
   } catch (const Error& e) {
     bad_request(e.what());
   }

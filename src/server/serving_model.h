@@ -54,6 +54,10 @@ struct GenerationSpec {
   int32_t n_prompt_logprobs = -1;  // the prompt tokens' own (same values); max_tokens may be 0
   // Output constraint (structured_output.h): each choice gets its own matcher over it.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // With a trigger, the grammar applies only from the end of its first occurrence in the
+  // turn's text (grammar_context, the start of the turn the client wrote, then the output).
+  std::string grammar_trigger;
+  std::string grammar_context;
 };
 
 // Text of a chat conversation after the template, and the prompt's tokens.

@@ -215,6 +215,58 @@ GrammarPtr tool_call_grammar(const ServingModel& m, chat::ToolFormat format,
   });
 }
 
+std::string auto_call_trigger(chat::ToolFormat format) {
+  switch (format) {
+    case chat::ToolFormat::kHermes:
+    case chat::ToolFormat::kLlama3:
+    case chat::ToolFormat::kMistral:
+    case chat::ToolFormat::kFunctionaryV3_1:
+    case chat::ToolFormat::kGenericJson:
+      return chat::tool_call_opening(format, "");
+    default:
+      return {};
+  }
+}
+
+GrammarGate::GrammarGate(GrammarPtr grammar, std::string trigger, std::string context)
+    : grammar_(std::move(grammar)), trigger_(std::move(trigger)) {
+  if (trigger_.empty()) {
+    matcher_ = std::make_unique<grammar::GrammarMatcher>(grammar_);
+    return;
+  }
+  text_ = std::move(context);
+  feed(-1);  // the context alone may hold the trigger already
+}
+
+// Adds a token's bytes (none for -1) while waiting for the trigger, or advances the matcher.
+void GrammarGate::feed(int32_t token) {
+  if (off_) return;
+  if (matcher_) {
+    matcher_->accept_token(token);
+    return;
+  }
+  const grammar::Vocab& v = *grammar_->vocab;
+  if (token >= 0 && token < v.n_vocab() && v.usable(token)) text_ += v.bytes(token);
+  const size_t at = text_.find(trigger_);
+  if (at == std::string::npos) return;
+  matcher_ = std::make_unique<grammar::GrammarMatcher>(grammar_);
+  if (!matcher_->accept_bytes(std::string_view(text_).substr(at + trigger_.size()))) {
+    matcher_.reset();
+    off_ = true;
+  }
+  text_.clear();
+}
+
+void GrammarGate::constrain(std::span<float> logits, std::span<const int32_t> history) {
+  if (!start_) start_ = history.size();
+  for (size_t i = std::max(*start_, seen_); i < history.size(); ++i) feed(history[i]);
+  seen_ = history.size();
+  if (!matcher_) return;
+  if (matcher_->apply_mask(logits) > 0) return;
+  for (int32_t id : matcher_->vocab().eog())
+    if ((size_t)id < logits.size()) logits[(size_t)id] = 0.0f;
+}
+
 nlohmann::json ollama_tool_calls(const std::vector<chat::ToolCall>& calls) {
   nlohmann::json out = nlohmann::json::array();
   for (const chat::ToolCall& c : calls) {

@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "chat/chat.h"
@@ -46,6 +47,32 @@ GrammarPtr ollama_output_grammar(const ServingModel& m, const std::string& body_
 // format has no constrained form (the call is then left to the model).
 GrammarPtr tool_call_grammar(const ServingModel& m, chat::ToolFormat format,
                              const nlohmann::ordered_json& tools, const std::string& function);
+
+// The text that opens a call the model writes on its own in `format` (tool_choice "auto"),
+// after which tool_call_grammar(..., "") applies; "" where that is not supported.
+std::string auto_call_trigger(chat::ToolFormat format);
+
+// A grammar applied while sampling one sequence: feeds the matcher the tokens generated
+// since the last step, then sets refused tokens' logits to -infinity. With a trigger, it
+// waits (no constraint) until the trigger text has appeared in context + output, then
+// starts the grammar right after it (a tool call the model opens on its own). A grammar
+// left with no token (a dead end) lets only the end-of-generation tokens through.
+class GrammarGate {
+ public:
+  GrammarGate(GrammarPtr grammar, std::string trigger, std::string context);
+  void constrain(std::span<float> logits, std::span<const int32_t> history);
+
+ private:
+  void feed(int32_t token);
+
+  GrammarPtr grammar_;
+  std::string trigger_;
+  std::string text_;  // context + output until the trigger shows up
+  std::unique_ptr<grammar::GrammarMatcher> matcher_;
+  bool off_ = false;  // the trigger came with text the grammar refuses: left unconstrained
+  std::optional<size_t> start_;  // history length at the first step (the prompt)
+  size_t seen_ = 0;
+};
 
 // Ollama's message.tool_calls: [{"function": {"name", "arguments": {...}}}] (arguments as an
 // object, as Ollama returns them).

@@ -123,3 +123,26 @@ def test_openai_client_tool_choice_required(hermes_server):
     assert call.function.name in SCHEMAS
     jsonschema.Draft202012Validator(SCHEMAS[call.function.name], format_checker=FORMATS).validate(
         json.loads(call.function.arguments))
+
+
+def test_auto_call_is_constrained_once_opened(hermes_server):
+    # tool_choice auto: the client opens the call (a prefill); from the opening on the call is
+    # written under the grammar, so it names a declared function with valid arguments.
+    opened = {"role": "assistant", "content": "<tool_call>\n"}
+    with cf.ThreadPoolExecutor(4) as pool:
+        choices = list(pool.map(lambda seed: ask(hermes_server, seed=seed, messages=[QUESTION, opened]),
+                                range(6)))
+    for c in choices:
+        check_call(c, set(SCHEMAS))
+
+
+def test_auto_call_cut_by_max_tokens_is_not_content(hermes_server):
+    opened = {"role": "assistant", "content": "<tool_call>\n"}
+    c = ask(hermes_server, seed=3, max_tokens=8, messages=[QUESTION, opened])
+    assert c["finish_reason"] == "length"
+    assert not c["message"].get("content") and not c["message"].get("tool_calls")
+
+
+def test_auto_without_a_call_is_plain_text(hermes_server):
+    c = ask(hermes_server, seed=0, max_tokens=24, tools=TOOLS[:1])
+    assert c["message"]["content"] and not c["message"].get("tool_calls")
