@@ -46,7 +46,8 @@ void dump_vocab(const grammar::Vocab& v, const std::string& path) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: grammar_bench VOCAB.gguf CASES.jsonl OUT.jsonl [--dump-vocab F]\n");
+    std::fprintf(stderr,
+                 "usage: grammar_bench VOCAB.gguf CASES.jsonl OUT.jsonl [--dump-vocab F]\n");
     return 2;
   }
   auto file = gguf::GgufFile::open(argv[1]);

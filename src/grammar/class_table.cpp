@@ -27,7 +27,10 @@ namespace {
 // Whether s (not empty) is the start of a valid UTF-8 character cut off before its end.
 bool cut_off_start(const char* s, size_t n) {
   const auto b0 = (unsigned char)s[0];
-  const size_t len = (b0 >= 0xC2 && b0 <= 0xDF) ? 2 : (b0 >> 4) == 0xE ? 3 : (b0 >= 0xF0 && b0 <= 0xF4) ? 4 : 0;
+  const size_t len = (b0 >= 0xC2 && b0 <= 0xDF)   ? 2
+                     : (b0 >> 4) == 0xE           ? 3
+                     : (b0 >= 0xF0 && b0 <= 0xF4) ? 4
+                                                  : 0;
   if (len == 0 || n >= len) return false;
   for (size_t i = 1; i < n; ++i) {
     const auto b = (unsigned char)s[i];

@@ -12,7 +12,7 @@ namespace hablar::grammar {
 
 namespace {
 
-constexpr uint32_t kMaxRepeat = 10000;      // largest m or n in {m,n}
+constexpr uint32_t kMaxRepeat = 10000;         // largest m or n in {m,n}
 constexpr size_t kMaxItems = size_t{1} << 21;  // elements of the lowered grammar
 
 struct Item {
@@ -52,8 +52,7 @@ class Parser {
   bool at_end() const { return pos_ >= s_.size(); }
   char peek(size_t k = 0) const { return pos_ + k < s_.size() ? s_[pos_ + k] : '\0'; }
   static bool word_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
   }
 
   // Spaces, tabs and comments; newlines too when inside parentheses (or between rules).
@@ -417,8 +416,7 @@ Grammar Parser::finish() {
     }
   }
   auto root = ids_.find("root");
-  if (root == ids_.end())
-    throw_error(ErrorKind::kInvalidArgument, "grammar: no 'root' rule");
+  if (root == ids_.end()) throw_error(ErrorKind::kInvalidArgument, "grammar: no 'root' rule");
   Grammar g;
   g.root = root->second;
   g.rule_names = names_;

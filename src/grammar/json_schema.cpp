@@ -10,9 +10,9 @@
 //   given as a schema with no declared properties), items / prefixItems / minItems /
 //   maxItems, string minLength / maxLength / pattern / format (date, time, date-time, uuid,
 //   email, ipv4; an email is offered in a bounded common shape, local@label(.label){0,2}.tld,
-//   so that a small model cannot run away inside one), integer minimum / maximum / exclusiveMinimum / exclusiveMaximum, number
-//   bounds (whole-number parts decide: a bound that is not whole narrows the range to the
-//   nearest whole number inside it, which stays valid), nullable (OpenAPI).
+//   so that a small model cannot run away inside one), integer minimum / maximum / exclusiveMinimum
+//   / exclusiveMaximum, number bounds (whole-number parts decide: a bound that is not whole narrows
+//   the range to the nearest whole number inside it, which stays valid), nullable (OpenAPI).
 // Anything else that constrains values (not, if/then/else, patternProperties, uniqueItems,
 // contains, multipleOf, dependent*, minProperties beyond the required ones, unknown
 // formats, unknown keywords) is refused with an error naming it: never silently ignored.
@@ -40,23 +40,42 @@ using json = nlohmann::ordered_json;
 
 const std::set<std::string>& annotation_keys() {
   static const std::set<std::string> k = {
-      "title",      "description", "default",  "examples",       "$schema",
-      "$id",        "$comment",    "deprecated", "readOnly",     "writeOnly",
-      "$defs",      "definitions", "discriminator", "contentEncoding", "contentMediaType",
-      "strict",     "$anchor"};
+      "title",         "description",     "default",          "examples",  "$schema", "$id",
+      "$comment",      "deprecated",      "readOnly",         "writeOnly", "$defs",   "definitions",
+      "discriminator", "contentEncoding", "contentMediaType", "strict",    "$anchor"};
   return k;
 }
 
 // Keywords this converter reads (anything else is refused).
 const std::set<std::string>& handled_keys() {
-  static const std::set<std::string> k = {
-      "type",          "enum",          "const",         "anyOf",
-      "oneOf",         "allOf",         "$ref",          "properties",
-      "required",      "additionalProperties", "items",  "prefixItems",
-      "minItems",      "maxItems",      "minLength",     "maxLength",
-      "pattern",       "format",        "minimum",       "maximum",
-      "exclusiveMinimum", "exclusiveMaximum", "nullable", "uniqueItems",
-      "minProperties", "maxProperties", "unevaluatedProperties", "multipleOf"};
+  static const std::set<std::string> k = {"type",
+                                          "enum",
+                                          "const",
+                                          "anyOf",
+                                          "oneOf",
+                                          "allOf",
+                                          "$ref",
+                                          "properties",
+                                          "required",
+                                          "additionalProperties",
+                                          "items",
+                                          "prefixItems",
+                                          "minItems",
+                                          "maxItems",
+                                          "minLength",
+                                          "maxLength",
+                                          "pattern",
+                                          "format",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum",
+                                          "nullable",
+                                          "uniqueItems",
+                                          "minProperties",
+                                          "maxProperties",
+                                          "unevaluatedProperties",
+                                          "multipleOf"};
   return k;
 }
 
@@ -189,14 +208,15 @@ std::string Converter::visit(const json& s, const std::string& hint, const std::
     if (!s.contains(key)) continue;
     for (auto it = s.begin(); it != s.end(); ++it)
       if (it.key() != key && !annotation_keys().count(it.key()))
-        refuse(where, std::string("keywords beside ") + key + " ('" + it.key() +
-                          "') are not supported");
+        refuse(where,
+               std::string("keywords beside ") + key + " ('" + it.key() + "') are not supported");
     const json& alts = s[key];
-    if (!alts.is_array() || alts.empty()) refuse(where, std::string("'") + key + "' must be a list");
+    if (!alts.is_array() || alts.empty())
+      refuse(where, std::string("'") + key + "' must be a list");
     std::string e = "(";
     for (size_t i = 0; i < alts.size(); ++i)
-      e += (i ? " | " : " ") +
-           visit(alts[i], hint + "-" + std::to_string(i), where + "/" + key + "/" + std::to_string(i));
+      e += (i ? " | " : " ") + visit(alts[i], hint + "-" + std::to_string(i),
+                                     where + "/" + key + "/" + std::to_string(i));
     return e + " )";
   }
   if (s.contains("allOf")) return visit(merge_all_of(s, where), hint, where);
@@ -223,8 +243,8 @@ std::string Converter::visit(const json& s, const std::string& hint, const std::
   return "value";
 }
 
-std::string Converter::visit_typed(const json& s, const std::string& type,
-                                   const std::string& hint, const std::string& where) {
+std::string Converter::visit_typed(const json& s, const std::string& type, const std::string& hint,
+                                   const std::string& where) {
   if (type == "object") return object(s, hint, where);
   if (type == "array") return array(s, hint, where);
   if (type == "string") return string_of(s, where);
@@ -267,7 +287,8 @@ json Converter::merge_all_of(const json& s, const std::string& where) {
   // A part closed with additionalProperties false sees only its own properties: every merged
   // property must be among them, or no document could satisfy it.
   std::vector<const json*> closed;
-  if (s.contains("additionalProperties") && s["additionalProperties"] == false) closed.push_back(&s);
+  if (s.contains("additionalProperties") && s["additionalProperties"] == false)
+    closed.push_back(&s);
   for (const json& raw : parts) {
     const json* p = &raw;
     while (p->is_object() && p->contains("$ref")) p = &resolve((*p)["$ref"], where);
@@ -359,7 +380,8 @@ std::string Converter::array(const json& s, const std::string& hint, const std::
   const bool more = !(items.is_boolean() && !items.get<bool>());
   const int64_t min = s.value("minItems", (int64_t)0);
   int64_t max = s.contains("maxItems") ? s["maxItems"].get<int64_t>() : -1;
-  if (!more) max = max < 0 ? (int64_t)prefix.size() : std::min<int64_t>(max, (int64_t)prefix.size());
+  if (!more)
+    max = max < 0 ? (int64_t)prefix.size() : std::min<int64_t>(max, (int64_t)prefix.size());
   if (max >= 0 && min > max) refuse(where, "minItems above the items that may be written");
   if (min > 1000 || max > 1000) refuse(where, "minItems / maxItems above 1000 are not supported");
   std::vector<std::string> pre;
@@ -431,8 +453,9 @@ std::string Converter::string_of(const json& s, const std::string& where) {
     return "\"\\\"\" " + it->second + " \"\\\"\"";
   }
   if (!has_len) return "string";
-  return "\"\\\"\" char" + (max < 0 ? "{" + std::to_string(min) + ",}"
-                                    : "{" + std::to_string(min) + "," + std::to_string(max) + "}") +
+  return "\"\\\"\" char" +
+         (max < 0 ? "{" + std::to_string(min) + ",}"
+                  : "{" + std::to_string(min) + "," + std::to_string(max) + "}") +
          " \"\\\"\"";
 }
 
@@ -445,7 +468,8 @@ WholeBounds whole_bounds(const json& s, const std::string& where, bool integer) 
   WholeBounds b;
   auto num = [&](const char* k) -> std::optional<double> {
     if (!s.contains(k)) return std::nullopt;
-    if (s[k].is_boolean()) refuse(where, std::string("draft-4 boolean '") + k + "' is not supported");
+    if (s[k].is_boolean())
+      refuse(where, std::string("draft-4 boolean '") + k + "' is not supported");
     if (!s[k].is_number()) refuse(where, std::string("'") + k + "' must be a number");
     const double v = s[k].get<double>();
     if (std::fabs(v) > 1e15) refuse(where, std::string("'") + k + "' is too large to enforce");
@@ -499,8 +523,8 @@ std::string Converter::number_of(const json& s, const std::string& where) {
     const int64_t klo = b.hi ? std::max<int64_t>(0, -*b.hi) : 0;
     const int64_t klo_frac = klo;  // k + f >= -hi holds for any f >= 0 once k >= -hi
     if (!b.lo) {
-      alts.push_back("\"-\" " + int_range_gbnf(std::max<int64_t>(klo_frac, 0), std::nullopt) +
-                     " " + frac);
+      alts.push_back("\"-\" " + int_range_gbnf(std::max<int64_t>(klo_frac, 0), std::nullopt) + " " +
+                     frac);
     } else if (khi_frac >= klo_frac) {
       alts.push_back("\"-\" " + int_range_gbnf(klo_frac, khi_frac) + " " + frac);
     }

@@ -170,9 +170,8 @@ int32_t GrammarMatcher::intern(const RecState& s) {
 int32_t GrammarMatcher::step(int32_t from, uint8_t byte) {
   int32_t& slot = dnext_[(size_t)from][byte];
   if (slot != kUnknown) return slot;
-  const int32_t next = rec_.advance_byte(dstates_[(size_t)from], byte, scratch_)
-                           ? intern(scratch_)
-                           : kDead;
+  const int32_t next =
+      rec_.advance_byte(dstates_[(size_t)from], byte, scratch_) ? intern(scratch_) : kDead;
   dnext_[(size_t)from][byte] = next;  // `slot` may have moved with dnext_
   return next;
 }

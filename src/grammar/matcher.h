@@ -107,8 +107,8 @@ class GrammarMatcher {
   struct StateHash {
     size_t operator()(const RecState& s) const;
   };
-  static constexpr int32_t kDead = -1;      // no stack takes the byte
-  static constexpr int32_t kUnknown = -2;   // transition not computed yet
+  static constexpr int32_t kDead = -1;     // no stack takes the byte
+  static constexpr int32_t kUnknown = -2;  // transition not computed yet
   // The lazily built DFA over recognizer states: each distinct state (hash-consed stacks)
   // gets an id and a row of 256 byte transitions, filled on first use. A trie walk then
   // costs one table lookup per node wherever it has been before (a JSON string's every
@@ -139,7 +139,7 @@ class GrammarMatcher {
   std::unordered_map<int32_t, std::vector<uint32_t>> masks_;
   std::unordered_map<uint64_t, bool> uniform_;   // (state, canon) -> uniform
   std::unordered_map<uint64_t, bool> disjoint_;  // (class, canon) -> disjoint
-  std::vector<int32_t> walk_;   // DFA id per trie depth, reused
+  std::vector<int32_t> walk_;                    // DFA id per trie depth, reused
   size_t walk_steps_ = 0;       // trie nodes stepped while computing the current mask
   std::vector<uint32_t> mask_;  // scratch for apply_mask
   RecState scratch_;

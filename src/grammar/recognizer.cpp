@@ -90,9 +90,8 @@ void Recognizer::expand(int32_t pos, int32_t parent, std::vector<int32_t>& out) 
     }
     // A rule: each alternative, returning to the element after the reference (or straight
     // to our own caller when the reference is the last element).
-    const int32_t ret = g_.elems[(size_t)pos + 1].kind == ElemKind::kEnd
-                            ? parent
-                            : arena_.node(pos + 1, parent);
+    const int32_t ret =
+        g_.elems[(size_t)pos + 1].kind == ElemKind::kEnd ? parent : arena_.node(pos + 1, parent);
     const auto& alts = g_.rule_alts[e.id];
     for (size_t k = 0; k + 1 < alts.size(); ++k) expand((int32_t)alts[k], ret, out);
     pos = (int32_t)alts.back();

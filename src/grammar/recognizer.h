@@ -57,8 +57,8 @@ struct RecState {
 
   bool empty() const { return stacks.empty(); }
   bool operator==(const RecState& o) const {
-    return partial == o.partial && partial_left == o.partial_left &&
-           partial_len == o.partial_len && stacks == o.stacks;
+    return partial == o.partial && partial_left == o.partial_left && partial_len == o.partial_len &&
+           stacks == o.stacks;
   }
 };
 

@@ -155,8 +155,7 @@ class RegexParser {
     while (!at_end() && peek() != '|' && peek() != ')') {
       if (peek() == '$') {
         ++pos_;
-        if (!(at_end() || (peek() == ')' && depth_ == 0)))
-          fail("'$' is supported only at the end");
+        if (!(at_end() || (peek() == ')' && depth_ == 0))) fail("'$' is supported only at the end");
         anchored_end_ = true;
         continue;
       }
@@ -362,8 +361,7 @@ std::string regex_to_gbnf(std::string_view regex) {
 std::string choices_to_gbnf(const std::vector<std::string>& choices) {
   if (choices.empty()) throw_error(ErrorKind::kInvalidArgument, "the choice list is empty");
   std::string s = "root ::=";
-  for (size_t i = 0; i < choices.size(); ++i)
-    s += (i ? " | " : " ") + gbnf_literal(choices[i]);
+  for (size_t i = 0; i < choices.size(); ++i) s += (i ? " | " : " ") + gbnf_literal(choices[i]);
   return s + "\n";
 }
 

@@ -103,7 +103,7 @@ struct ChatRequest {
   bool logprobs = false;
   bool parse_output = false;
   bool forced_call = false;  // the turn is a required tool call, written under its grammar
-  std::string prefill;  // a final assistant message the model continues
+  std::string prefill;       // a final assistant message the model continues
   GenerationSpec spec;
 };
 

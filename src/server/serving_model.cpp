@@ -105,8 +105,10 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
   try {
     std::unique_ptr<GrammarGate> gate;
     if (spec.grammar)
-      gate = std::make_unique<GrammarGate>(spec.grammar, spec.grammar_trigger, spec.grammar_context);
-    req.sampler = std::make_unique<SamplerAdapter>(spec.sampling, m.tok().n_vocab(), std::move(gate));
+      gate =
+          std::make_unique<GrammarGate>(spec.grammar, spec.grammar_trigger, spec.grammar_context);
+    req.sampler =
+        std::make_unique<SamplerAdapter>(spec.sampling, m.tok().n_vocab(), std::move(gate));
   } catch (const Error& e) {
     bad_request(e.what());
   }

@@ -113,7 +113,8 @@ GrammarPtr openai_output_grammar(const ServingModel& m, const std::string& body_
     return build(m, given[0], [&] { return grammar::regex_to_gbnf(v.get<std::string>()); });
   }
   if (field == "guided_choice") {
-    if (!v.is_array() || v.empty()) bad_request("'guided_choice' must be a list of strings", "guided_choice");
+    if (!v.is_array() || v.empty())
+      bad_request("'guided_choice' must be a list of strings", "guided_choice");
     std::vector<std::string> choices;
     for (const auto& c : v) {
       if (!c.is_string()) bad_request("'guided_choice' must be a list of strings", "guided_choice");

@@ -68,7 +68,9 @@ TEST(Gbnf, RepeatedLiteralIsWhole) {
 TEST(Gbnf, ClassesRangesNegation) {
   Grammar g = parse_gbnf("root ::= [a-cx] [^0-9\\n] [\\x41-\\x43]\n");
   EXPECT_TRUE(accepts(g, "a!A"));
-  EXPECT_TRUE(accepts(g, "x\xC3\xA9" "C"));  // é as the negated class's character
+  EXPECT_TRUE(accepts(g,
+                      "x\xC3\xA9"
+                      "C"));  // é as the negated class's character
   EXPECT_FALSE(accepts(g, "d!A"));
   EXPECT_FALSE(accepts(g, "a5A"));
   EXPECT_FALSE(accepts(g, "a\nA"));
@@ -86,10 +88,10 @@ TEST(Gbnf, EscapesAndUnicode) {
 
 TEST(Gbnf, OverlongAndInvalidUtf8Refused) {
   Grammar g = parse_gbnf("root ::= \"{\" [^\"]*\n");
-  EXPECT_FALSE(viable(g, "\xE0"));          // no 3-byte form of '{'
+  EXPECT_FALSE(viable(g, "\xE0"));  // no 3-byte form of '{'
   EXPECT_FALSE(viable(g, "\xF0"));
-  EXPECT_FALSE(viable(g, "\xC1\xBB"));     // overlong '{'
-  EXPECT_FALSE(viable(g, "{\xED\xA0\x80"));  // a surrogate
+  EXPECT_FALSE(viable(g, "\xC1\xBB"));           // overlong '{'
+  EXPECT_FALSE(viable(g, "{\xED\xA0\x80"));      // a surrogate
   EXPECT_FALSE(viable(g, "{\xF4\x90\x80\x80"));  // above U+10FFFF
   EXPECT_TRUE(viable(g, "{\xE0\xA0\x80"));
   EXPECT_FALSE(viable(g, "{\xE0\x80"));
@@ -163,7 +165,8 @@ TEST(Gbnf, Errors) {
 
 TEST(Gbnf, HelperRulesNeverClashWithLaterRules) {
   // Repetitions in rule a make helper rules; rules named like them come later in the text.
-  Grammar g = parse_gbnf("root ::= a a-1 a-2\na ::= \"x\"* (\"y\")?\na-1 ::= \"1\"\na-2 ::= \"2\"\n");
+  Grammar g =
+      parse_gbnf("root ::= a a-1 a-2\na ::= \"x\"* (\"y\")?\na-1 ::= \"1\"\na-2 ::= \"2\"\n");
   EXPECT_TRUE(accepts(g, "xxy12"));
   EXPECT_FALSE(accepts(g, "xxy1"));
 }

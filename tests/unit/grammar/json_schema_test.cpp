@@ -138,7 +138,8 @@ TEST(JsonSchema, NumericBounds) {
   EXPECT_FALSE(accepts(m, "-0.5"));
   EXPECT_FALSE(accepts(m, "0"));
   Grammar t = schema_grammar(R"({"type": "number", "minimum": -50, "maximum": 60})");
-  for (const char* ok : {"5.0", "0.5", "59.99", "60", "-49.5", "-50", "7"}) EXPECT_TRUE(accepts(t, ok)) << ok;
+  for (const char* ok : {"5.0", "0.5", "59.99", "60", "-49.5", "-50", "7"})
+    EXPECT_TRUE(accepts(t, ok)) << ok;
   for (const char* bad : {"60.5", "-50.5", "61", "-51"}) EXPECT_FALSE(accepts(t, bad)) << bad;
   Grammar p = schema_grammar(R"({"type": "number", "minimum": 0})");
   for (const char* ok : {"5.0", "0", "0.25", "1234.5"}) EXPECT_TRUE(accepts(p, ok)) << ok;
@@ -162,18 +163,14 @@ TEST(IntRange, EveryValueInWindows) {
 }
 
 TEST(JsonSchema, RefusesWhatItCannotEnforce) {
-  for (const char* s : {R"({"type": "array", "uniqueItems": true})",
-                        R"({"not": {"type": "string"}})",
-                        R"({"type": "string", "format": "hostname"})",
-                        R"({"type": "number", "multipleOf": 0.5})",
-                        R"({"type": "object", "patternProperties": {"^a": {}}})",
-                        R"({"if": {}, "then": {}})",
-                        R"({"$ref": "https://example.com/s.json"})",
-                        R"({"$ref": "#/$defs/missing"})",
-                        R"({"type": "integer", "minimum": 5, "maximum": 4})",
-                        R"({"type": "string", "pattern": "(?=a)b"})",
-                        R"({"type": "string", "pattern": "(a)\\1"})",
-                        R"({"type": "colour"})"}) {
+  for (const char* s :
+       {R"({"type": "array", "uniqueItems": true})", R"({"not": {"type": "string"}})",
+        R"({"type": "string", "format": "hostname"})", R"({"type": "number", "multipleOf": 0.5})",
+        R"({"type": "object", "patternProperties": {"^a": {}}})", R"({"if": {}, "then": {}})",
+        R"({"$ref": "https://example.com/s.json"})", R"({"$ref": "#/$defs/missing"})",
+        R"({"type": "integer", "minimum": 5, "maximum": 4})",
+        R"({"type": "string", "pattern": "(?=a)b"})", R"({"type": "string", "pattern": "(a)\\1"})",
+        R"({"type": "colour"})"}) {
     EXPECT_THROW(json_schema_to_gbnf(json::parse(s)), Error) << s;
   }
 }

@@ -149,8 +149,8 @@ TEST(Masks, EosOnlyAtTheEndAndSpecialsNever) {
 
 TEST(Masks, ApplyMaskSetsMinusInfinity) {
   std::vector<std::string> bytes = {"x", "y", "z"};
-  auto v = std::make_shared<Vocab>(bytes, std::vector<bool>{true, true, true},
-                                   std::vector<int32_t>{});
+  auto v =
+      std::make_shared<Vocab>(bytes, std::vector<bool>{true, true, true}, std::vector<int32_t>{});
   GrammarMatcher m(compile(parse_gbnf("root ::= [xz]\n"), v));
   std::vector<float> logits = {1.0f, 2.0f, 3.0f};
   EXPECT_EQ(m.apply_mask(logits), 2);
