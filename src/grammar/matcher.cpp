@@ -306,7 +306,22 @@ std::array<uint64_t, 4> GrammarMatcher::first_bytes_of(const RecState& s) {
 
 void GrammarMatcher::walk_trie(const TokenTrie& trie, int32_t from, std::span<uint32_t> words) {
   walk_[0] = from;
-  for (size_t i = 0; i < trie.nodes.size();) {
+  // First bytes the state may take and the trie has: only their subtrees are walked.
+  const auto& first = dfirst_[(size_t)from];
+  for (int w = 0; w < 4; ++w) {
+    uint64_t bits = first[(size_t)w] & trie.first_bytes[(size_t)w];
+    while (bits) {
+      const int b = w * 64 + __builtin_ctzll(bits);
+      bits &= bits - 1;
+      const auto begin = (size_t)trie.first_node[(size_t)b];
+      walk_subtree(trie, begin, (size_t)trie.nodes[begin].end, words);
+    }
+  }
+}
+
+void GrammarMatcher::walk_subtree(const TokenTrie& trie, size_t begin, size_t end,
+                                  std::span<uint32_t> words) {
+  for (size_t i = begin; i < end;) {
     const TokenTrie::Node& node = trie.nodes[i];
     const int32_t parent = walk_[node.depth - 1u];
     const auto& first = dfirst_[(size_t)parent];

@@ -121,6 +121,7 @@ class GrammarMatcher {
   bool uniform(int32_t state, uint32_t canon);
   bool disjoint(uint32_t class_a, uint32_t canon_b);
   void walk_trie(const TokenTrie& trie, int32_t from, std::span<uint32_t> words);
+  void walk_subtree(const TokenTrie& trie, size_t begin, size_t end, std::span<uint32_t> words);
   // The bytes some stack of the state may take next (a superset; mid-character: every
   // continuation byte).
   std::array<uint64_t, 4> first_bytes_of(const RecState& s);

@@ -55,6 +55,12 @@ TokenTrie TokenTrie::build(std::vector<std::pair<std::string, int32_t>> entries)
     push_children(f.begin, f.end, f.depth);
   }
   for (int32_t n : open) t.nodes[(size_t)n].end = (int32_t)t.nodes.size();
+  t.first_node.fill(-1);
+  for (size_t i = 0; i < t.nodes.size(); i = (size_t)t.nodes[i].end) {
+    const uint8_t b = t.nodes[i].byte;
+    t.first_node[b] = (int32_t)i;
+    t.first_bytes[b >> 6] |= uint64_t{1} << (b & 63);
+  }
   return t;
 }
 

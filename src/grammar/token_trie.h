@@ -3,6 +3,7 @@
 // bytes are exactly the path to it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -21,6 +22,8 @@ struct TokenTrie {
   std::vector<Node> nodes;
   std::vector<int32_t> tokens;
   int max_depth = 0;
+  std::array<uint64_t, 4> first_bytes{};  // bytes some entry starts with
+  std::array<int32_t, 256> first_node{};  // node of each such first byte
 
   // entries: (bytes, token id), bytes not empty (longer than 65535 bytes: refused).
   static TokenTrie build(std::vector<std::pair<std::string, int32_t>> entries);
