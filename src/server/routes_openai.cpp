@@ -140,7 +140,11 @@ void start_required_tool_call(const json& body, const ServingModel& m, ChatReque
 void constrain_auto_call(const ServingModel& m, ChatRequest& r) {
   std::string trigger = auto_call_trigger(m.tool_format);
   if (trigger.empty()) return;
-  r.spec.grammar = tool_call_grammar(m, m.tool_format, r.tools, "");
+  try {
+    r.spec.grammar = tool_call_grammar(m, m.tool_format, r.tools, "");
+  } catch (const ApiError&) {
+    return;  // parameters that cannot be enforced: an auto call stays unconstrained
+  }
   if (!r.spec.grammar) return;
   r.spec.grammar_trigger = std::move(trigger);
   const auto& last = r.messages.back();

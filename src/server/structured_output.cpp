@@ -65,11 +65,12 @@ GrammarPtr response_format(const ServingModel& m, const OJson& rf) {
 }  // namespace
 
 std::shared_ptr<const grammar::Vocab> grammar_vocab(const ServingModel& m) {
+  // One per loaded model (its file and load time name it, whatever the addresses).
   static std::mutex mu;
-  static std::map<const tokenizer::Tokenizer*, std::shared_ptr<const grammar::Vocab>> vocabs;
+  static std::map<std::pair<std::string, int64_t>, std::shared_ptr<const grammar::Vocab>> vocabs;
   std::lock_guard<std::mutex> lock(mu);
-  auto& v = vocabs[&m.tok()];
-  if (!v) v = grammar::Vocab::from_tokenizer(m.tok());
+  auto& v = vocabs[{m.path, m.created}];
+  if (!v || v->n_vocab() != m.tok().n_vocab()) v = grammar::Vocab::from_tokenizer(m.tok());
   return v;
 }
 
@@ -83,6 +84,11 @@ GrammarPtr compile_for_model(const ServingModel& m, const std::string& gbnf, con
 }
 
 GrammarPtr openai_output_grammar(const ServingModel& m, const std::string& body_text) {
+  // Most requests have no constraint: their body is not parsed a second time.
+  bool mentioned = false;
+  for (const char* k : {"response_format", "guided_", "grammar", "json_schema"})
+    mentioned = mentioned || body_text.find(k) != std::string::npos;
+  if (!mentioned) return nullptr;
   const OJson body = ordered_body(body_text);
   std::vector<const char*> given;
   for (const char* k : {"response_format", "guided_json", "guided_regex", "guided_choice",
@@ -127,6 +133,10 @@ GrammarPtr openai_output_grammar(const ServingModel& m, const std::string& body_
 }
 
 GrammarPtr llama_output_grammar(const ServingModel& m, const std::string& body_text) {
+  if (body_text.find("grammar") == std::string::npos &&
+      body_text.find("json_schema") == std::string::npos &&
+      body_text.find("response_format") == std::string::npos)
+    return nullptr;
   const OJson body = ordered_body(body_text);
   const bool has_grammar = body.contains("grammar") && body["grammar"].is_string() &&
                            !body["grammar"].get<std::string>().empty();
@@ -143,6 +153,7 @@ GrammarPtr llama_output_grammar(const ServingModel& m, const std::string& body_t
 }
 
 GrammarPtr ollama_output_grammar(const ServingModel& m, const std::string& body_text) {
+  if (body_text.find("format") == std::string::npos) return nullptr;
   const OJson body = ordered_body(body_text);
   if (!body.contains("format") || body["format"].is_null()) return nullptr;
   const OJson& f = body["format"];

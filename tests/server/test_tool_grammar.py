@@ -146,3 +146,14 @@ def test_auto_call_cut_by_max_tokens_is_not_content(hermes_server):
 def test_auto_without_a_call_is_plain_text(hermes_server):
     c = ask(hermes_server, seed=0, max_tokens=24, tools=TOOLS[:1])
     assert c["message"]["content"] and not c["message"].get("tool_calls")
+
+
+def test_auto_with_parameters_that_cannot_be_enforced_still_answers(hermes_server):
+    tool = {"type": "function", "function": {"name": "tag", "parameters": {
+        "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}
+    r = requests.post(hermes_server.url + "/v1/chat/completions", timeout=300, json={
+        "messages": [QUESTION], "tools": [tool], "max_tokens": 8, "temperature": 0})
+    assert r.status_code == 200
+    r = requests.post(hermes_server.url + "/v1/chat/completions", timeout=300, json={
+        "messages": [QUESTION], "tools": [tool], "max_tokens": 8, "tool_choice": "required"})
+    assert r.status_code == 400 and "uniqueItems" in r.json()["error"]["message"]
