@@ -77,7 +77,7 @@ def test_ollama_client_format_and_tools(server, hermes_server):
 
 
 def test_litellm_tools(hermes_server):
-    litellm = pytest.importorskip("litellm")
+    import litellm
     r = litellm.completion(model="openai/m", api_base=hermes_server.url + "/v1", api_key="x",
                            messages=[{"role": "user", "content": QUESTION}], tools=[WEATHER],
                            tool_choice="required", temperature=1.0, max_tokens=120, seed=2)
