@@ -156,14 +156,27 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> g)
 }
 
 int32_t GrammarMatcher::intern(const RecState& s) {
-  auto it = dindex_.find(s);
-  if (it != dindex_.end()) return it->second;
+  if (dtable_.size() < 2 * (dstates_.size() + 1)) {  // keep the table at most half full
+    std::vector<int32_t> bigger(std::max<size_t>(64, dtable_.size() * 2), -1);
+    for (size_t id = 0; id < dstates_.size(); ++id) {
+      size_t i = StateHash{}(dstates_[id]) & (bigger.size() - 1);
+      while (bigger[i] >= 0) i = (i + 1) & (bigger.size() - 1);
+      bigger[i] = (int32_t)id;
+    }
+    dtable_.swap(bigger);
+  }
+  const size_t mask = dtable_.size() - 1;
+  size_t i = StateHash{}(s) & mask;
+  while (dtable_[i] >= 0) {
+    if (dstates_[(size_t)dtable_[i]] == s) return dtable_[i];
+    i = (i + 1) & mask;
+  }
   const auto id = (int32_t)dstates_.size();
+  dtable_[i] = id;
   dstates_.push_back(s);
   dfirst_.push_back(first_bytes_of(s));
   dnext_.emplace_back();
   dnext_.back().fill(kUnknown);
-  dindex_.emplace(s, id);
   return id;
 }
 
@@ -182,7 +195,7 @@ void GrammarMatcher::reset_dfa() {
   dstates_.clear();
   dfirst_.clear();
   dnext_.clear();
-  dindex_.clear();
+  dtable_.clear();
   masks_.clear();
   uniform_.clear();
   state_ = intern(cur);

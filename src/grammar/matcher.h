@@ -136,7 +136,7 @@ class GrammarMatcher {
   std::vector<RecState> dstates_;
   std::vector<std::array<int32_t, 256>> dnext_;
   std::vector<std::array<uint64_t, 4>> dfirst_;  // per state: first_bytes_of
-  std::unordered_map<RecState, int32_t, StateHash> dindex_;
+  std::vector<int32_t> dtable_;  // open addressing over dstates_ by content (-1 empty)
   std::unordered_map<int32_t, std::vector<uint32_t>> masks_;
   std::unordered_map<uint64_t, bool> uniform_;   // (state, canon) -> uniform
   std::unordered_map<uint64_t, bool> disjoint_;  // (class, canon) -> disjoint
