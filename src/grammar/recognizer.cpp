@@ -73,6 +73,9 @@ void Recognizer::normalize(std::vector<int32_t>& v) {
 
 void Recognizer::expand(int32_t pos, int32_t parent, std::vector<int32_t>& out) {
   for (;;) {
+    // The same (element, continuation) reached twice in one step expands the same way:
+    // once is enough (without this, nullable alternatives multiply the paths).
+    if (!expanded_.insert(((uint64_t)(uint32_t)pos << 32) | (uint32_t)parent).second) return;
     const Elem& e = g_.elems[(size_t)pos];
     if (e.kind == ElemKind::kClass) {
       out.push_back(arena_.node(pos, parent));
@@ -101,6 +104,7 @@ void Recognizer::expand(int32_t pos, int32_t parent, std::vector<int32_t>& out) 
 
 RecState Recognizer::initial() {
   RecState s;
+  expanded_.clear();
   const auto& alts = g_.rule_alts[g_.root];
   for (uint32_t a : alts) expand((int32_t)a, -1, s.stacks);
   normalize(s.stacks);
@@ -110,6 +114,7 @@ RecState Recognizer::initial() {
 void Recognizer::advance_cp(const std::vector<int32_t>& stacks, uint32_t cp,
                             std::vector<int32_t>& out) {
   out.clear();
+  expanded_.clear();
   for (int32_t id : stacks) {
     if (id == kAccept) continue;
     const StackNode n = arena_.at(id);
@@ -117,6 +122,9 @@ void Recognizer::advance_cp(const std::vector<int32_t>& stacks, uint32_t cp,
     expand(n.pos + 1, n.parent, out);
   }
   normalize(out);
+  if (out.size() > kMaxStacks)
+    throw_error(ErrorKind::kResource, "the grammar is too ambiguous: more than " +
+                                          std::to_string(kMaxStacks) + " parses at once");
 }
 
 bool Recognizer::advance_byte(const RecState& s, uint8_t b, RecState& next) {

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -64,6 +65,10 @@ struct RecState {
 
 class Recognizer {
  public:
+  // Parses alive at once past which a step throws Error(kResource): a bound on the work an
+  // ambiguous grammar can ask for.
+  static constexpr size_t kMaxStacks = 20000;
+
   explicit Recognizer(const Grammar& g);
 
   RecState initial();
@@ -89,6 +94,7 @@ class Recognizer {
   const Grammar& g_;
   StackArena arena_;
   std::vector<int32_t> scratch_;
+  std::unordered_set<uint64_t> expanded_;  // (pos, parent) pairs expanded in this step
 };
 
 }  // namespace hablar::grammar

@@ -3,7 +3,11 @@
 #include <map>
 #include <mutex>
 
+#include <algorithm>
+#include <limits>
+
 #include "core/error.h"
+#include "core/log.h"
 #include "grammar/regex.h"
 #include "server/api_error.h"
 
@@ -271,11 +275,22 @@ void GrammarGate::feed(int32_t token) {
 
 void GrammarGate::constrain(std::span<float> logits, std::span<const int32_t> history) {
   if (!start_) start_ = history.size();
-  for (size_t i = std::max(*start_, seen_); i < history.size(); ++i) feed(history[i]);
-  seen_ = history.size();
-  if (!matcher_) return;
-  if (matcher_->apply_mask(logits) > 0) return;
-  for (int32_t id : matcher_->vocab().eog())
+  bool allowed = false;  // some token other than the end of generation
+  if (!failed_) {
+    try {
+      for (size_t i = std::max(*start_, seen_); i < history.size(); ++i) feed(history[i]);
+      seen_ = history.size();
+      allowed = !matcher_ || matcher_->apply_mask(logits) > 0;
+    } catch (const std::exception& e) {
+      // Never out of the engine's step (it would fail every sequence): this one ends here.
+      log::warn("grammar stopped the sequence: {}", e.what());
+      failed_ = true;
+    }
+  }
+  if (allowed) return;
+  // A dead end, or the grammar failed: only the end of generation.
+  std::fill(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity());
+  for (int32_t id : grammar_->vocab->eog())
     if ((size_t)id < logits.size()) logits[(size_t)id] = 0.0f;
 }
 

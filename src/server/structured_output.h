@@ -70,6 +70,7 @@ class GrammarGate {
   std::string text_;  // context + output until the trigger shows up
   std::unique_ptr<grammar::GrammarMatcher> matcher_;
   bool off_ = false;  // the trigger came with text the grammar refuses: left unconstrained
+  bool failed_ = false;  // the grammar threw (too ambiguous): only the end of generation
   std::optional<size_t> start_;  // history length at the first step (the prompt)
   size_t seen_ = 0;
 };

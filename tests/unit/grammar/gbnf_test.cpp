@@ -146,6 +146,14 @@ TEST(Gbnf, AmbiguityDoesNotExplode) {
   EXPECT_FALSE(accepts(g, std::string(61, 'a')));
 }
 
+TEST(Gbnf, NullableAlternativesDoNotMultiplyPaths) {
+  // 2^40 ways to match the empty prefix; each (element, continuation) is expanded once.
+  Grammar g = parse_gbnf("root ::= a{40} \"x\"\na ::= \"\" | \"\" | \"y\"\n");
+  EXPECT_TRUE(accepts(g, "x"));
+  EXPECT_TRUE(accepts(g, "yyyx"));
+  EXPECT_FALSE(accepts(g, std::string(41, 'y') + "x"));
+}
+
 TEST(Gbnf, Errors) {
   expect_error("root ::= foo\n", "undefined rule 'foo'");
   expect_error("foo ::= \"x\"\n", "no 'root'");
