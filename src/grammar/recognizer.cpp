@@ -66,6 +66,39 @@ void StackArena::rollback(size_t mark) {
 
 Recognizer::Recognizer(const Grammar& g) : g_(g) {}
 
+void Recognizer::PairSet::clear() {
+  count_ = 0;
+  if (++epoch_ == 0) {  // wrapped: forget every old epoch
+    std::fill(epoch_of_.begin(), epoch_of_.end(), 0u);
+    epoch_ = 1;
+  }
+}
+
+bool Recognizer::PairSet::insert(uint64_t key) {
+  if ((count_ + 1) * 2 > keys_.size()) grow();
+  const size_t mask = keys_.size() - 1;
+  size_t i = (size_t)(key * 0x9E3779B97F4A7C15ull >> 20) & mask;
+  while (epoch_of_[i] == epoch_) {
+    if (keys_[i] == key) return false;
+    i = (i + 1) & mask;
+  }
+  keys_[i] = key;
+  epoch_of_[i] = epoch_;
+  ++count_;
+  return true;
+}
+
+void Recognizer::PairSet::grow() {
+  std::vector<uint64_t> old_keys(keys_.size() * 2);
+  std::vector<uint32_t> old_epochs(keys_.size() * 2, 0);
+  old_keys.swap(keys_);
+  old_epochs.swap(epoch_of_);
+  const uint32_t live = epoch_;
+  count_ = 0;
+  for (size_t i = 0; i < old_keys.size(); ++i)
+    if (old_epochs[i] == live) insert(old_keys[i]);
+}
+
 void Recognizer::normalize(std::vector<int32_t>& v) {
   std::sort(v.begin(), v.end());
   v.erase(std::unique(v.begin(), v.end()), v.end());
@@ -75,7 +108,7 @@ void Recognizer::expand(int32_t pos, int32_t parent, std::vector<int32_t>& out) 
   for (;;) {
     // The same (element, continuation) reached twice in one step expands the same way:
     // once is enough (without this, nullable alternatives multiply the paths).
-    if (!expanded_.insert(((uint64_t)(uint32_t)pos << 32) | (uint32_t)parent).second) return;
+    if (!expanded_.insert(((uint64_t)(uint32_t)pos << 32) | (uint32_t)parent)) return;
     const Elem& e = g_.elems[(size_t)pos];
     if (e.kind == ElemKind::kClass) {
       out.push_back(arena_.node(pos, parent));

@@ -16,7 +16,6 @@
 
 #include <cstdint>
 #include <string_view>
-#include <unordered_set>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -94,7 +93,20 @@ class Recognizer {
   const Grammar& g_;
   StackArena arena_;
   std::vector<int32_t> scratch_;
-  std::unordered_set<uint64_t> expanded_;  // (pos, parent) pairs expanded in this step
+  // (pos, parent) pairs expanded in this step: open addressing, emptied by a new epoch.
+  class PairSet {
+   public:
+    void clear();
+    bool insert(uint64_t key);  // false when already there
+
+   private:
+    void grow();
+    std::vector<uint64_t> keys_ = std::vector<uint64_t>(64);
+    std::vector<uint32_t> epoch_of_ = std::vector<uint32_t>(64, 0);
+    uint32_t epoch_ = 1;
+    size_t count_ = 0;
+  };
+  PairSet expanded_;
 };
 
 }  // namespace hablar::grammar
