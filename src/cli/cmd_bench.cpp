@@ -15,11 +15,13 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/device_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
+#include "engine/cpu_executor.h"
+#include "engine/sequence_runner.h"
 #include "model/model.h"
-#include "model/sequence_runner.h"
 
 namespace hablar::cli {
 namespace {
@@ -32,6 +34,7 @@ struct BenchOptions {
   int n_threads = 0;
   int n_batch = 512;
   std::string output = "md";
+  DeviceFlags device;
 };
 
 struct TestResult {
@@ -63,28 +66,28 @@ std::vector<int32_t> random_tokens(int n, int n_vocab, uint32_t seed) {
   return t;
 }
 
-double time_prompt(model::SequenceRunner& seq, const std::vector<int32_t>& tokens) {
+double time_prompt(engine::SequenceRunner& seq, const std::vector<int32_t>& tokens) {
   seq.reset();
   const auto t0 = Clock::now();
   seq.eval(tokens);
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double time_generation(model::SequenceRunner& seq, const std::vector<int32_t>& tokens) {
+double time_generation(engine::SequenceRunner& seq, const std::vector<int32_t>& tokens) {
   seq.reset();
   const auto t0 = Clock::now();
   for (int32_t t : tokens) seq.eval(std::span(&t, 1));
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-TestResult run_test(model::Model& m, const BenchOptions& o, int n_prompt, int n_gen) {
+TestResult run_test(engine::StepExecutor& ex, const BenchOptions& o, int n_prompt, int n_gen) {
   TestResult r;
   r.n_prompt = n_prompt;
   r.n_gen = n_gen;
   r.name = n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
   const int n = std::max(n_prompt, n_gen);
-  model::SequenceRunner seq(m, n, o.n_batch);
-  const std::vector<int32_t> tokens = random_tokens(n, m.config().n_vocab, 1234);
+  engine::SequenceRunner seq(ex, n, o.n_batch);
+  const std::vector<int32_t> tokens = random_tokens(n, ex.n_vocab(), 1234);
   auto once = [&] {
     return n_prompt > 0 ? time_prompt(seq, tokens) : time_generation(seq, tokens);
   };
@@ -120,27 +123,30 @@ int run_bench(const BenchOptions& o) {
     if (v < 0) throw_error(ErrorKind::kInvalidArgument, "-p values must be >= 0");
   for (int v : o.n_gen)
     if (v < 0) throw_error(ErrorKind::kInvalidArgument, "-n values must be >= 0");
-  model::LoadOptions load;
-  load.n_threads = o.n_threads;
   const std::string path = resolve_model_path(o.model);
-  auto m = model::Model::load(path, load);
-
+  auto m = model::Model::load(path);
+  int max_tokens = 1;
+  for (int v : o.n_prompt) max_tokens = std::max(max_tokens, v);
+  for (int v : o.n_gen) max_tokens = std::max(max_tokens, v);
+  auto executor = engine::make_executor(*m, o.device.options(o.n_threads, max_tokens, o.n_batch));
+  log::info("{}", executor->describe());
+  const auto* cpu = dynamic_cast<const engine::CpuExecutor*>(executor.get());
+  const int n_threads = cpu ? cpu->n_threads() : 0;
+  const char* backend = cpu ? "CPU" : "CUDA";
   std::vector<TestResult> results;
   for (int p : o.n_prompt)
-    if (p > 0) results.push_back(run_test(*m, o, p, 0));
+    if (p > 0) results.push_back(run_test(*executor, o, p, 0));
   for (int n : o.n_gen)
-    if (n > 0) results.push_back(run_test(*m, o, 0, n));
+    if (n > 0) results.push_back(run_test(*executor, o, 0, n));
 
   // The bound on decode speed: the same threads reading the decode weights, nothing else.
   bool any_gen = false;
   for (const TestResult& r : results) any_gen = any_gen || r.n_gen > 0;
-  const double read_gbs = any_gen ? m->weight_read_gbs(5) : 0.0;
+  const double read_gbs = any_gen && cpu ? cpu->weight_read_gbs(5) : 0.0;
 
   const std::string name = std::filesystem::path(path).filename().string();
   const double file_bytes = (double)std::filesystem::file_size(path);
   const double weight_bytes = (double)m->weight_bytes_per_token();
-  int max_tokens = 1;
-  for (const TestResult& r : results) max_tokens = std::max({max_tokens, r.n_prompt, r.n_gen});
   const double kv_bytes =
       (double)m->kv_layout_for((max_tokens + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize)
           .total_bytes();
@@ -149,7 +155,8 @@ int run_bench(const BenchOptions& o) {
     for (const TestResult& r : results)
       arr.push_back({{"model", name},
                      {"model_size", file_bytes},
-                     {"n_threads", m->n_threads()},
+                     {"n_threads", n_threads},
+                     {"backend", backend},
                      {"n_prompt", r.n_prompt},
                      {"n_gen", r.n_gen},
                      {"test", r.name},
@@ -165,22 +172,24 @@ int run_bench(const BenchOptions& o) {
     std::printf("| model | size | backend | threads | test | t/s |\n");
     std::printf("| --- | ---: | --- | ---: | ---: | ---: |\n");
     for (const TestResult& r : results)
-      std::printf("| %s | %s | CPU | %d | %s | %.2f ± %.2f |\n", name.c_str(),
-                  human_size(file_bytes).c_str(), m->n_threads(), r.name.c_str(), r.mean(),
+      std::printf("| %s | %s | %s | %d | %s | %.2f ± %.2f |\n", name.c_str(),
+                  human_size(file_bytes).c_str(), backend, n_threads, r.name.c_str(), r.mean(),
                   r.stddev());
   }
   for (const TestResult& r : results)
-    if (r.n_gen > 0)
+    if (r.n_gen > 0 && read_gbs > 0)
       std::fprintf(stderr,
                    "%s: %.1f MB of weights per token -> %.2f GB/s of weight reads (%.0f%% of the "
                    "%.2f GB/s that %d threads read from them with no arithmetic)\n",
                    r.name.c_str(), weight_bytes / 1e6, weight_bytes * r.mean() / 1e9,
-                   100.0 * weight_bytes * r.mean() / 1e9 / read_gbs, read_gbs, m->n_threads());
+                   100.0 * weight_bytes * r.mean() / 1e9 / read_gbs, read_gbs, n_threads);
   return 0;
 }
 
 CommandRegistration reg{
-    "bench", "Measure prompt-processing and generation speed", [](CLI::App& app) {
+    "bench",
+    "Measure prompt-processing and generation speed",
+    [](CLI::App& app) {
       auto o = std::make_shared<BenchOptions>();
       app.add_option("-m,--model", o->model, "model path or name (default model when omitted)");
       app.add_option("-p,--n-prompt", o->n_prompt, "prompt lengths (comma-separated; 0 skips)")
@@ -195,8 +204,10 @@ CommandRegistration reg{
       app.add_option("-b,--batch-size", o->n_batch, "prompt tokens per forward call")
           ->capture_default_str();
       app.add_option("-o,--output", o->output, "md or json")->capture_default_str();
+      o->device.add_to(app);
       return [o] { return run_bench(*o); };
-    }};
+    },
+    {{"-ngl", "--n-gpu-layers"}}};
 
 }  // namespace
 }  // namespace hablar::cli

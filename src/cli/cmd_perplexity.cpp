@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/device_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
+#include "engine/perplexity.h"
 #include "engine/sampler.h"
 #include "model/model.h"
-#include "model/perplexity.h"
-#include "model/sequence_runner.h"
 
 namespace hablar::cli {
 namespace {
@@ -29,6 +29,7 @@ struct PerplexityOptions {
   int n_threads = 0;
   int n_batch = 512;
   int max_chunks = 0;
+  DeviceFlags device;
 };
 
 std::string read_file(const std::string& path) {
@@ -42,12 +43,12 @@ std::string read_file(const std::string& path) {
 int run_perplexity(const PerplexityOptions& o) {
   if (o.n_ctx < 4)
     throw_error(ErrorKind::kInvalidArgument, "-c must be >= 4, got " + std::to_string(o.n_ctx));
-  model::LoadOptions load;
-  load.n_threads = o.n_threads;
-  auto m = model::Model::load(resolve_model_path(o.model), load);
+  auto m = model::Model::load(resolve_model_path(o.model));
   const std::string text = read_file(o.file);
-  const model::PerplexityResult r =
-      model::perplexity(*m, text, o.n_ctx, o.n_batch, o.max_chunks, [](int chunk, double ppl) {
+  auto executor = engine::make_executor(*m, o.device.options(o.n_threads, o.n_ctx, o.n_batch));
+  log::info("{}", executor->describe());
+  const engine::PerplexityResult r = engine::perplexity(
+      *m, *executor, text, o.n_ctx, o.n_batch, o.max_chunks, [](int chunk, double ppl) {
         std::fprintf(stderr, "[%d]%.4f,", chunk + 1, ppl);
         std::fflush(stderr);
       });
@@ -58,10 +59,13 @@ int run_perplexity(const PerplexityOptions& o) {
 }
 
 CommandRegistration reg{
-    "perplexity", "Perplexity of a model on a text file", [](CLI::App& app) {
+    "perplexity",
+    "Perplexity of a model on a text file",
+    [](CLI::App& app) {
       auto o = std::make_shared<PerplexityOptions>();
       app.add_option("-m,--model", o->model, "model path or name (default model when omitted)");
       app.add_option("-f,--file", o->file, "text file")->required();
+      o->device.add_to(app);
       app.add_option("-c,--ctx-size", o->n_ctx, "tokens per chunk")->capture_default_str();
       app.add_option("-t,--threads", o->n_threads, "threads (0 = all cores)")
           ->capture_default_str();
@@ -70,7 +74,8 @@ CommandRegistration reg{
       app.add_option("--chunks", o->max_chunks, "score at most this many chunks (0 = all)")
           ->capture_default_str();
       return [o] { return run_perplexity(*o); };
-    }};
+    },
+    {{"-ngl", "--n-gpu-layers"}}};
 
 }  // namespace
 }  // namespace hablar::cli

@@ -1,5 +1,5 @@
-// `hablar run`: generate text from a prompt with one model on the CPU. The generated text
-// streams to stdout; logs and the closing speeds go to stderr. With --json, one JSON object
+// `hablar run`: generate text from a prompt through the engine, on the CPU or a GPU. The generated
+// text streams to stdout; logs and the closing speeds go to stderr. With --json, one JSON object
 // with the prompt and generated ids and text is printed at the end instead. With --chat the
 // prompt is the user's message of one chat turn, rendered with the model's chat template.
 #include <chrono>
@@ -13,13 +13,15 @@
 #include "chat/chat.h"
 #include "cli/chat_prompt.h"
 #include "cli/command.h"
+#include "cli/device_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
+#include "engine/engine.h"
+#include "engine/request_sampler.h"
 #include "engine/sampler.h"
-#include "engine/stop_strings.h"
+#include "engine/text_filter.h"
 #include "model/model.h"
-#include "model/sequence_runner.h"
 
 namespace hablar::cli {
 namespace {
@@ -37,6 +39,7 @@ struct RunOptions {
   std::string chat_template_file;  // overrides the model's template in chat mode
   std::vector<std::string> stop;
   engine::SamplingParams sampling;
+  DeviceFlags device;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -58,11 +61,11 @@ void check_options(const RunOptions& o) {
     throw_error(ErrorKind::kInvalidArgument, "--system and --chat-template-file need --chat");
 }
 
+// Runs the prompt through the engine (the same step loop, executor and sampling as `serve`)
+// and streams the text as it comes.
 int run_generate(const RunOptions& o) {
   check_options(o);
-  model::LoadOptions load;
-  load.n_threads = o.n_threads;
-  auto m = model::Model::load(resolve_model_path(o.model), load);
+  auto m = model::Model::load(resolve_model_path(o.model));
   const tokenizer::Tokenizer& tok = m->tokenizer();
   std::string prompt_text = o.prompt;
   std::vector<int32_t> prompt;
@@ -80,19 +83,28 @@ int run_generate(const RunOptions& o) {
                 "prompt is " + std::to_string(prompt.size()) + " tokens, the context holds " +
                     std::to_string(o.n_ctx) + " (raise -c or shorten the prompt)");
 
-  model::SequenceRunner seq(*m, o.n_ctx, o.n_batch);
-  engine::Sampler sampler(o.sampling, m->config().n_vocab);
-  engine::StopStringMatcher stops(o.stop);
-  tokenizer::IncrementalDetokenizer detok(tok);
-  sampler.accept(prompt);
+  auto executor = engine::make_executor(*m, o.device.options(o.n_threads, o.n_ctx, o.n_batch));
+  log::info("{}", executor->describe());
+  engine::EngineConfig ec;
+  ec.n_ctx = o.n_ctx;
+  ec.scheduler.max_running = 1;
+  ec.scheduler.max_step_tokens = o.n_batch;
+  ec.scheduler.max_prefill_chunk = o.n_batch;
+  ec.is_eog = [&tok](int32_t t) { return tok.is_eog(t); };
+  engine::Engine eng(ec, *executor);
 
-  const auto t_prompt = Clock::now();
-  std::span<const float> logits = seq.eval(prompt);
-  const double prompt_s = seconds_since(t_prompt);
+  engine::GenerateRequest req;
+  req.prompt = prompt;
+  req.max_tokens = o.n_predict;
+  req.sampler = std::make_unique<engine::ParamsSampler>(o.sampling, m->config().n_vocab);
+  req.filter = std::make_unique<engine::TextFilter>(tok, o.stop);
+  const auto t0 = Clock::now();
+  std::shared_ptr<engine::RequestHandle> handle = eng.submit(std::move(req));
 
   std::vector<int32_t> generated;
   std::string text;
-  std::string finish = "length";
+  engine::StreamItem final;
+  double prompt_s = 0;
   auto emit = [&](const std::string& piece) {
     text += piece;
     if (!o.json && !piece.empty()) {
@@ -100,30 +112,30 @@ int run_generate(const RunOptions& o) {
       std::fflush(stdout);
     }
   };
-  const auto t_gen = Clock::now();
-  for (int i = 0; i < o.n_predict; ++i) {
-    const int32_t token = sampler.sample(logits).token;
-    if (tok.is_eog(token)) {
-      finish = "stop";
-      break;
+  std::vector<engine::StreamItem> items;
+  for (bool done = false; !done;) {
+    items.clear();
+    handle->wait(items, std::chrono::milliseconds(1000));
+    for (engine::StreamItem& it : items) {
+      if (it.kind == engine::StreamItem::Kind::kToken) {
+        if (generated.empty()) prompt_s = seconds_since(t0);
+        generated.push_back(it.token);
+        emit(it.text);
+      } else if (it.kind == engine::StreamItem::Kind::kFinal) {
+        emit(it.text);
+        final = std::move(it);
+        done = true;
+      }
     }
-    generated.push_back(token);
-    sampler.accept(token);
-    const engine::StopStringMatcher::Result r = stops.push(detok.push(token));
-    emit(r.text);
-    if (r.stopped) {
-      finish = "stop";
-      break;
-    }
-    if (i + 1 == o.n_predict) break;
-    if (seq.n_past() >= o.n_ctx) {
-      log::warn("context of {} tokens is full; generation stops", o.n_ctx);
-      break;
-    }
-    logits = seq.eval(std::span(&token, 1));
   }
-  if (!stops.stopped()) emit(stops.push(detok.flush()).text + stops.flush());
-  const double gen_s = seconds_since(t_gen);
+  eng.shutdown(std::chrono::milliseconds(0));
+  if (final.finish_reason == engine::FinishReason::kError)
+    throw_error(ErrorKind::kInternal, "generation failed: " + final.error);
+  const double total_s = seconds_since(t0);
+  const double gen_s = std::max(total_s - prompt_s, 1e-9);
+  // An end-of-generation token is not part of the output.
+  if (!generated.empty() && tok.is_eog(generated.back())) generated.pop_back();
+  const std::string finish = final.finish_reason == engine::FinishReason::kStop ? "stop" : "length";
 
   if (o.json) {
     nlohmann::json j;
@@ -141,12 +153,14 @@ int run_generate(const RunOptions& o) {
       stderr,
       "prompt: %zu tokens in %.3f s (%.1f t/s); generated: %zu tokens in %.3f s (%.1f t/s)\n",
       prompt.size(), prompt_s, (double)prompt.size() / std::max(prompt_s, 1e-9), generated.size(),
-      gen_s, (double)generated.size() / std::max(gen_s, 1e-9));
+      gen_s, (double)generated.size() / gen_s);
   return 0;
 }
 
 CommandRegistration reg{
-    "run", "Generate text from a prompt", [](CLI::App& app) {
+    "run",
+    "Generate text from a prompt",
+    [](CLI::App& app) {
       auto o = std::make_shared<RunOptions>();
       app.add_option("-m,--model", o->model,
                      "model path or name in the model cache (default model when omitted)");
@@ -181,8 +195,10 @@ CommandRegistration reg{
       app.add_option("--system", o->system, "system message (with --chat)");
       app.add_option("--chat-template-file", o->chat_template_file,
                      "Jinja chat template to use instead of the model's (with --chat)");
+      o->device.add_to(app);
       return [o] { return run_generate(*o); };
-    }};
+    },
+    {{"-ngl", "--n-gpu-layers"}}};
 
 }  // namespace
 }  // namespace hablar::cli

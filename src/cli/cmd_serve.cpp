@@ -29,7 +29,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
-#include "engine/model_runner.h"
+#include "engine/executor_factory.h"
 #include "model/model.h"
 #include "server/http_server.h"
 
@@ -57,7 +57,10 @@ struct ServeOptions {
   std::string api_key_file;
   std::string chat_template_file;
   std::string cors;
-  int n_gpu_layers = 0;
+  int n_gpu_layers = -1;  // -1: unset (--device decides)
+  std::string device = "auto";
+  double gpu_memory_utilization = 0.9;
+  bool deterministic = false;
   bool jinja = true;
   bool cont_batching = true;
   bool no_webui = false;
@@ -104,24 +107,26 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   const auto t0 = std::chrono::steady_clock::now();
   warm_file_with_progress(path);
   auto sm = std::make_shared<server::ServingModel>();
-  model::LoadOptions load;
-  load.n_threads = o.n_threads;
-  sm->model = model::Model::load(path, load);
+  sm->model = model::Model::load(path);
   const auto& cfg = sm->model->config();
   const std::string tmpl = chat_template_source(sm->model->file(), o.chat_template_file);
   sm->chat_template = std::make_unique<chat::ChatTemplate>(tmpl);
   sm->tool_format = chat::detect_tool_format(tmpl);
 
-  const int block = kDefaultKvBlockSize;
-  const int pool_tokens = o.n_ctx > 0 ? o.n_ctx : 8192;
-  const int n_blocks = (pool_tokens + block - 1) / block;
-  sm->n_ctx = std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : pool_tokens, n_blocks * block);
+  engine::ExecutorOptions eo;
+  eo.device = engine::device_kind_from_name(o.device);
+  eo.n_threads = o.n_threads;
+  eo.kv_tokens = o.n_ctx;
+  eo.n_gpu_layers = o.n_gpu_layers;
+  eo.cuda.gpu_memory_utilization = o.gpu_memory_utilization;
+  eo.cuda.max_step_tokens = std::max(o.n_batch, o.n_parallel);
+  eo.cuda.deterministic = o.deterministic;
+  sm->executor = engine::make_executor(*sm->model, eo);
+  const int32_t pool_tokens = sm->executor->n_kv_blocks() * sm->executor->kv_block_size();
+  sm->n_ctx = std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : pool_tokens, pool_tokens);
   sm->n_slots = o.n_parallel;
-  sm->runner = std::make_unique<engine::ModelRunner>(*sm->model, n_blocks, block);
 
   engine::EngineConfig ec;
-  ec.n_blocks = n_blocks;
-  ec.block_size = block;
   ec.n_ctx = sm->n_ctx;
   ec.max_queue = o.max_queue;
   ec.scheduler.max_running = o.n_parallel;
@@ -130,7 +135,7 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   ec.scheduler.max_step_tokens_decoding = o.decode_step_tokens;
   const tokenizer::Tokenizer* tok = &sm->model->tokenizer();
   ec.is_eog = [tok](int32_t t) { return tok->is_eog(t); };
-  sm->engine = std::make_unique<engine::Engine>(ec, *sm->runner);
+  sm->engine = std::make_unique<engine::Engine>(ec, *sm->executor);
 
   sm->id = model_id_for(o, path);
   sm->path = path;
@@ -147,26 +152,24 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   d.sampling.validate();
   sm->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log::info(
-      "model {} loaded in {:.2f} s: {} layers, vocab {}, KV cache {} blocks x {} = {} "
-      "tokens ({:.0f} MiB), {} sequences at once, context {} per sequence, tools: {}",
-      sm->id, sm->load_seconds, cfg.n_layers, cfg.n_vocab, n_blocks, block, n_blocks * block,
-      (double)sm->runner->layout().total_bytes() / (1 << 20), o.n_parallel, sm->n_ctx,
+      "model {} loaded in {:.2f} s: {} layers, vocab {}, {} sequences at once, context {} "
+      "per sequence, tools: {}",
+      sm->id, sm->load_seconds, cfg.n_layers, cfg.n_vocab, o.n_parallel, sm->n_ctx,
       chat::tool_format_name(sm->tool_format));
+  log::info("{}", sm->executor->describe());
   return sm;
 }
 
 void check_options(ServeOptions& o) {
   auto fail = [](const std::string& m) { throw_error(ErrorKind::kInvalidArgument, m); };
   if (o.n_parallel < 1) fail("-np/--parallel must be at least 1");
-  if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (0 = 8192)");
+  if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (0: 8192 on the CPU, free memory on a GPU)");
   if (o.n_batch < 1) fail("-b/--batch-size must be at least 1");
   if (o.decode_step_tokens < 0) fail("--decode-step-tokens must be >= 0 (0 = -b)");
   if (o.max_queue < 1) fail("--max-queue must be at least 1");
   if (o.n_threads < 0) fail("-t/--threads must be >= 0 (0 = all cores)");
   if (o.http.port < 0 || o.http.port > 65535) fail("--port must be in 0..65535");
-  if (o.n_gpu_layers != 0)
-    log::warn("-ngl {}: this build serves on the CPU; the flag is accepted and ignored",
-              o.n_gpu_layers);
+  if (o.n_gpu_layers < -1) fail("-ngl/--n-gpu-layers must be >= 0");
   if (!o.cont_batching) log::warn("continuous batching is always on; --no-cont-batching ignored");
   for (const std::string& k : o.api_keys)
     for (size_t a = 0, b; a <= k.size(); a = b + 1) {
@@ -262,7 +265,17 @@ CommandRegistration serve_registration{
       app.add_option("--port", o->http.port, "port (0: any free port)")->capture_default_str();
       app.add_option("-a,--alias", o->alias, "model name shown to clients");
       app.add_option("-c,--ctx-size", o->n_ctx,
-                     "KV cache size in tokens, shared by all sequences (0: 8192)");
+                     "KV cache size in tokens, shared by all sequences (0: 8192 on the CPU; on a "
+                     "GPU, what --gpu-memory-utilization leaves)");
+      app.add_option("--device", o->device,
+                     "where the model runs: auto (CUDA when present), cpu, cuda")
+          ->capture_default_str();
+      app.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
+                     "share of the GPU's memory hablar may use (weights, KV cache, buffers)")
+          ->capture_default_str();
+      app.add_flag("--deterministic", o->deterministic,
+                   "GPU: batch-invariant kernels (a sequence's output does not depend on the "
+                   "others in its steps); slower");
       app.add_option("--parallel", o->n_parallel, "sequences decoded at once (-np)")
           ->capture_default_str();
       app.add_option("-t,--threads", o->n_threads, "CPU threads (0: all cores)");
@@ -290,7 +303,9 @@ CommandRegistration serve_registration{
       app.add_flag("--jinja", o->jinja, "use the Jinja chat template (always on)");
       app.add_option("--chat-template-file", o->chat_template_file,
                      "Jinja chat template to use instead of the model's");
-      app.add_option("--n-gpu-layers", o->n_gpu_layers, "accepted for compatibility (-ngl)");
+      app.add_option("--n-gpu-layers", o->n_gpu_layers,
+                     "layers on the GPU (-ngl): 0 the CPU, >= the layer count all on the GPU; "
+                     "partial offload is not supported");
       app.add_flag("--cont-batching", o->cont_batching, "continuous batching (always on) (-cb)");
       app.add_flag("--no-cont-batching{false}", o->cont_batching, "accepted; batching stays on");
       app.add_option("--flash-attn", o->flash_attn, "accepted for compatibility (-fa)");

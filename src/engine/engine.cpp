@@ -53,11 +53,11 @@ void RequestHandle::push(StreamItem item) {
 Engine::Engine(const EngineConfig& config, StepExecutor& executor)
     : config_(config),
       executor_(executor),
-      blocks_(config.n_blocks, config.block_size),
+      blocks_(executor.n_kv_blocks(), executor.kv_block_size()),
       scheduler_(config.scheduler, blocks_) {
   if (config_.n_ctx < 2)
     throw_error(ErrorKind::kInvalidArgument, "engine: context must hold at least 2 tokens");
-  metrics_.update([&](MetricsSnapshot& m) { m.kv_blocks_total = config_.n_blocks; });
+  metrics_.update([&](MetricsSnapshot& m) { m.kv_blocks_total = executor.n_kv_blocks(); });
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -68,7 +68,8 @@ Engine::~Engine() {
 std::shared_ptr<RequestHandle> Engine::submit(GenerateRequest request) {
   const int32_t n_prompt = (int32_t)request.prompt.size();
   if (n_prompt == 0) throw_error(ErrorKind::kInvalidArgument, "the prompt has no tokens");
-  const int32_t capacity = std::min(config_.n_ctx, config_.n_blocks * config_.block_size);
+  const int32_t capacity =
+      std::min(config_.n_ctx, executor_.n_kv_blocks() * executor_.kv_block_size());
   if (n_prompt >= capacity)
     throw_error(ErrorKind::kInvalidArgument,
                 "the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +
@@ -200,6 +201,7 @@ void Engine::step() {
   }
   std::vector<ExecChunk> chunks;
   chunks.reserve(plan.chunks.size());
+  sampling_.resize(plan.chunks.size());
   int32_t n_prompt_tokens = 0, n_decode_tokens = 0;
   size_t n_rows = 0;
   for (const ScheduledChunk& c : plan.chunks) {
@@ -207,10 +209,13 @@ void Engine::step() {
     // Rows for every token while prompt positions whose successor's log-probability is
     // wanted are in the chunk.
     const bool all_logits = s.prompt_logits && c.start_pos < s.n_prompt - 1;
+    const DeviceSampling* sampling = nullptr;
+    if (!all_logits && c.start_pos + c.n_tokens == (int32_t)s.tokens.size() && s.max_tokens > 0)
+      sampling = device_sampling(*active_.at(c.seq), sampling_[chunks.size()]);
     chunks.push_back({std::span<const int32_t>(s.tokens.data() + c.start_pos, (size_t)c.n_tokens),
-                      c.start_pos, std::span<const int32_t>(s.block_table), s.n_prompt,
-                      all_logits});
-    n_rows += all_logits ? (size_t)c.n_tokens : 1;
+                      c.start_pos, std::span<const int32_t>(s.block_table), s.n_prompt, all_logits,
+                      sampling});
+    if (!sampling) n_rows += all_logits ? (size_t)c.n_tokens : 1;
     if (c.n_tokens == 1 && s.n_generated() > 0 && c.start_pos == (int32_t)s.tokens.size() - 1)
       n_decode_tokens += 1;
     else
@@ -222,16 +227,19 @@ void Engine::step() {
       n_queued_.fetch_sub(1);
     }
   }
-  executor_.execute(plan.copies, chunks, logits_);
+  executor_.execute(plan.copies, chunks, output_);
   const size_t n_vocab = (size_t)executor_.n_vocab();
-  HABLAR_CHECK(logits_.size() >= n_rows * n_vocab, "executor returned too few logits");
+  HABLAR_CHECK(output_.logits.size() >= n_rows * n_vocab, "executor returned too few logits");
+  HABLAR_CHECK(output_.sampled.size() == chunks.size(), "executor returned no sampled ids");
+  float* logits = output_.logits.data();
   size_t row = 0;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const ScheduledChunk& c = plan.chunks[i];
     Sequence* seq = c.seq;
     Active& a = *active_.at(seq);
-    const size_t rows = chunks[i].all_logits ? (size_t)c.n_tokens : 1;
-    const float* first_row = logits_.data() + row * n_vocab;
+    const bool on_device = chunks[i].sampling != nullptr;
+    const size_t rows = on_device ? 0 : chunks[i].all_logits ? (size_t)c.n_tokens : 1;
+    const float* first_row = logits + row * n_vocab;
     row += rows;
     if (chunks[i].all_logits) emit_prompt_logprobs(a, c.start_pos, c.n_tokens, first_row);
     seq->n_computed += c.n_tokens;
@@ -241,7 +249,8 @@ void Engine::step() {
       finish(a, FinishReason::kLength);
       continue;
     }
-    sample_and_emit(a, logits_.data() + (row - 1) * n_vocab);
+    HABLAR_CHECK(!on_device || output_.sampled[i] >= 0, "executor did not sample a token");
+    sample_and_emit(a, on_device ? nullptr : logits + (row - 1) * n_vocab, output_.sampled[i]);
   }
   publish_state(&plan, seconds_between(t0, Clock::now()), n_prompt_tokens, n_decode_tokens);
 }
@@ -276,17 +285,28 @@ void Engine::emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens
   }
 }
 
-void Engine::sample_and_emit(Active& a, float* logits_row) {
+const DeviceSampling* Engine::device_sampling(const Active& a, DeviceSampling& storage) const {
+  if (!executor_.samples_on_device() || a.request.n_logprobs >= 0) return nullptr;
+  storage = DeviceSampling{};  // greedy when the request has no sampler
+  if (a.request.sampler && !a.request.sampler->device_params(a.seq->tokens, storage))
+    return nullptr;
+  storage.step = (uint64_t)a.seq->n_generated();
+  return &storage;
+}
+
+void Engine::sample_and_emit(Active& a, float* logits_row, int32_t sampled) {
   Sequence& seq = *a.seq;
   const auto now = Clock::now();
-  std::span<float> row(logits_row, (size_t)executor_.n_vocab());
   StreamItem item;
-  // Log-probabilities are those of the model's distribution, before sampling transforms.
-  std::vector<float> raw;
-  if (a.request.n_logprobs >= 0) raw.assign(row.begin(), row.end());
-  const int32_t token =
-      a.request.sampler ? a.request.sampler->sample(row, seq.tokens) : argmax(row);
-  if (a.request.n_logprobs >= 0) fill_logprobs(raw, token, a.request.n_logprobs, item);
+  int32_t token = sampled;
+  if (logits_row != nullptr) {
+    std::span<float> row(logits_row, (size_t)executor_.n_vocab());
+    // Log-probabilities are those of the model's distribution, before sampling transforms.
+    std::vector<float> raw;
+    if (a.request.n_logprobs >= 0) raw.assign(row.begin(), row.end());
+    token = a.request.sampler ? a.request.sampler->sample(row, seq.tokens) : argmax(row);
+    if (a.request.n_logprobs >= 0) fill_logprobs(raw, token, a.request.n_logprobs, item);
+  }
   seq.tokens.push_back(token);
   item.token = token;
 

@@ -37,6 +37,12 @@ class NextTokenSampler {
  public:
   virtual ~NextTokenSampler() = default;
   virtual int32_t sample(std::span<float> logits, std::span<const int32_t> history) = 0;
+  // The same choice as plain parameters an executor can apply on its device, when this
+  // sampler can be expressed so (history: the tokens so far; out.history is set to the part
+  // the penalties see). False: the engine samples on the host.
+  virtual bool device_params(std::span<const int32_t> history, DeviceSampling& out) const {
+    return false;
+  }
 };
 
 // Turns generated tokens into text on the step thread: detokenization and stop strings.
@@ -111,11 +117,9 @@ class RequestHandle {
 };
 
 struct EngineConfig {
-  SchedulerConfig scheduler;
-  int32_t n_blocks = 256;
-  int32_t block_size = 16;
-  int32_t n_ctx = 2048;     // the most tokens (prompt + generated) of one sequence
-  int32_t max_queue = 256;  // submitted but not yet running; beyond this submit() refuses
+  SchedulerConfig scheduler;  // the KV blocks are the executor's (StepExecutor::n_kv_blocks)
+  int32_t n_ctx = 2048;       // the most tokens (prompt + generated) of one sequence
+  int32_t max_queue = 256;    // submitted but not yet running; beyond this submit() refuses
   std::function<bool(int32_t)> is_eog;  // end-of-generation tokens; null: none
 };
 
@@ -156,7 +160,10 @@ class Engine {
   void loop();
   void intake();
   void step();
-  void sample_and_emit(Active& a, float* logits_row);
+  // Emits the next token: `sampled` when the executor chose it, else sampled from the row.
+  void sample_and_emit(Active& a, float* logits_row, int32_t sampled);
+  // Device sampling parameters for a chunk that ends a sequence's pending work, or null.
+  const DeviceSampling* device_sampling(const Active& a, DeviceSampling& storage) const;
   void emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens, const float* rows);
   void finish(Active& a, FinishReason reason, const std::string& error = {});
   void publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,
@@ -178,7 +185,8 @@ class Engine {
   std::atomic<uint64_t> next_id_{1};
 
   std::unordered_map<Sequence*, std::unique_ptr<Active>> active_;  // step thread only
-  std::vector<float> logits_;
+  StepOutput output_;
+  std::vector<DeviceSampling> sampling_;  // per chunk, this step
   std::thread thread_;
 };
 

@@ -1,34 +1,74 @@
-// What the engine needs from a device: run one planned step. The CPU ModelRunner
-// (model_runner.h) implements it over model::Model; tests implement it with a fake model
-// that reads the paged cache through the same block tables, so wiring faults show up.
+// What the engine needs from a device: run one planned step. The CPU executor
+// (cpu_executor.h) and the CUDA executor (cuda_executor.h) implement it over the model's one
+// forward (model/forward.h); tests implement it with a fake model that reads the paged cache
+// through the same block tables, so wiring faults show up.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/block_manager.h"
 
 namespace hablar::engine {
 
-// One sequence's share of a step (mirrors model::SequenceChunk).
+// Sampling parameters an executor can apply on its own device (the CUDA executor samples
+// there, so only token ids cross to the host). The chain is the engine's (sampler.h):
+// penalties over `history`, then greedy when temperature <= 0, else top-k, top-p, min-p,
+// temperature, a seeded draw (the device's own generator: the same seed gives other tokens
+// than on the CPU).
+struct DeviceSampling {
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0;
+  uint64_t step = 0;                 // the draw's counter: tokens generated so far
+  bool temperature_last = true;      // filters before temperature, as the host sampler
+  std::span<const int32_t> history;  // the tokens the penalties see (empty: none)
+};
+
+// One sequence's share of a step (mirrors SequenceChunk, core/step_batch.h).
 struct ExecChunk {
   std::span<const int32_t> tokens;       // tokens to process now
   int32_t start_pos = 0;                 // position of tokens[0]; the cache holds [0, start_pos)
   std::span<const int32_t> block_table;  // blocks covering [0, start_pos + tokens.size())
-  int32_t generated_from = -1;           // positions >= this hold sampled tokens (-1: unknown)
+  int32_t prompt_len = -1;               // positions >= this hold generated tokens (-1: unknown)
   bool all_logits = false;               // a logits row for every token, not just the last
+  // Sample the token after the chunk's last one in the executor with these parameters
+  // (only when samples_on_device()); null: return its logits row instead.
+  const DeviceSampling* sampling = nullptr;
+};
+
+struct StepOutput {
+  // Rows of n_vocab logits in chunk order, for the chunks without device sampling: one per
+  // token of an all_logits chunk, else one (for its last token).
+  std::vector<float> logits;
+  // [n_chunks] the token sampled by the executor for a chunk with `sampling`, else -1.
+  std::vector<int32_t> sampled;
 };
 
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
   virtual int32_t n_vocab() const = 0;
-  // Performs the block copies (copy-on-write) first, then the forward; writes rows of
-  // n_vocab logits into `logits` in chunk order: one per token of an all_logits chunk, else
-  // one (for its last token).
+  // Blocks of kv_block_size() positions the executor's KV cache holds: the engine's block
+  // manager hands out exactly these.
+  virtual int32_t n_kv_blocks() const = 0;
+  virtual int32_t kv_block_size() const = 0;
+  // Whether execute() honours ExecChunk::sampling.
+  virtual bool samples_on_device() const { return false; }
+  // Performs the block copies (copy-on-write) first, then the forward, then any sampling.
   virtual void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
-                       std::vector<float>& logits) = 0;
+                       StepOutput& out) = 0;
+  // The kind of device the steps run on ("cpu", "cuda"), as /props reports it.
+  virtual std::string device_name() const { return "cpu"; }
+  // A line for the start-up report: device, weights, KV cache, workspace.
+  virtual std::string describe() const { return {}; }
 };
 
 }  // namespace hablar::engine

@@ -46,11 +46,11 @@ int positive_int(const gguf::GgufFile& f, const std::string& key) {
 // RoPE scaling: linear (<arch>.rope.scaling.type = "linear", factor), Llama 3 (type "llama3" with
 // factor / low_freq_factor / high_freq_factor / original_context_length, or a rope_freqs.weight
 // tensor as llama.cpp's converter writes for Llama 3.1, whose largest entry is the factor).
-void read_rope_scaling(const gguf::GgufFile& f, const std::string& a, cpu::RopeParams& rope) {
+void read_rope_scaling(const gguf::GgufFile& f, const std::string& a, RopeParams& rope) {
   const std::string type = f.get_string_or(a + ".rope.scaling.type", "none");
   const double factor = f.get_float_or(a + ".rope.scaling.factor", 1.0);
   const int original = (int)f.get_uint_or(a + ".rope.scaling.original_context_length", 8192);
-  using Scaling = cpu::RopeParams::Scaling;
+  using Scaling = RopeParams::Scaling;
   if (type == "none" || ((type == "linear") && factor == 1.0)) {
     rope.scaling = Scaling::kNone;
   } else if (type == "linear") {

@@ -1,13 +1,11 @@
-// A loaded transformer model of the Llama family (llama, qwen2, qwen3) and its CPU forward pass.
+// A loaded transformer model of the Llama family (llama, qwen2, qwen3): what the file
+// describes, apart from any device that runs it.
 //
-// Three kinds of state are kept apart:
 //   ModelConfig — the blueprint (hyperparameters read from GGUF metadata);
 //   Weights     — typed views into the mapped file, every shape and type checked at load;
-//   KvCache     — the paged F16 key/value memory (src/core/kv_layout.h), owned by the caller,
-//                 plus per-call activations held by the Model as scratch.
-// One forward() serves a batch of sequences at different positions: some prefilling a chunk
-// of their prompt, some decoding one token. A sequence's logits do not depend on the other
-// sequences of the batch (batch invariance), which continuous batching relies on.
+//   Tokenizer   — the vocabulary and its encoder/decoder.
+// The computation is described once in model/forward.h; executors (engine/cpu_executor.h,
+// engine/cuda_executor.h) own a device's weights, KV cache and scratch and run it.
 #pragma once
 
 #include <cstdint>
@@ -16,14 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/ops.h"
 #include "core/kv_layout.h"
+#include "core/rope.h"
+#include "core/step_batch.h"
 #include "formats/gguf.h"
 #include "tokenizer/tokenizer.h"
-
-namespace hablar {
-class ThreadPool;
-}
 
 namespace hablar::model {
 
@@ -44,7 +39,7 @@ struct ModelConfig {
   int n_vocab = 0;           // rows of token_embd
   int n_ctx_train = 0;       // <arch>.context_length
   float rms_eps = 1e-5f;     // <arch>.attention.layer_norm_rms_epsilon
-  cpu::RopeParams rope{};    // llama: normal pairs; qwen2/qwen3: NeoX; scaling from metadata
+  RopeParams rope{};         // llama: normal pairs; qwen2/qwen3: NeoX; scaling from metadata
   bool tied_output = false;  // no output.weight: the classifier reuses token_embd
   bool qkv_bias = false;     // qwen2: q/k/v projections have biases
   bool qk_norm = false;      // qwen3: per-head RMSNorm on q and k before RoPE
@@ -57,42 +52,16 @@ struct ModelConfig {
 // architecture (listing the supported ones).
 ModelConfig config_from_gguf(const gguf::GgufFile& file);
 
-struct LoadOptions {
-  int n_threads = 0;  // 0 = all cores
-};
-
-// Owns the F16 paged cache memory: [layer][K|V][block][kv_head][slot][dim] (kv_layout.h).
-class KvCache {
- public:
-  explicit KvCache(const KvCacheLayout& layout);
-  const KvCacheLayout& layout() const { return layout_; }
-  uint16_t* data() { return data_.data(); }
-  const uint16_t* data() const { return data_.data(); }
-
- private:
-  KvCacheLayout layout_;
-  std::vector<uint16_t> data_;
-};
-
-// One sequence's share of a forward step.
-struct SequenceChunk {
-  std::span<const int32_t> tokens;       // tokens to process now (prefill chunk, or 1 for decode)
-  int32_t start_pos = 0;                 // position of tokens[0]; cache holds [0, start_pos)
-  std::span<const int32_t> block_table;  // physical blocks covering [0, start_pos + tokens.size())
-  bool all_logits = false;  // logits for every token (perplexity, echo) or only the last
-  // Positions >= generated_from hold sampled tokens (attention in llama.cpp's one-token
-  // order); -1: unknown, and a one-token chunk is taken as a decode step.
-  int32_t generated_from = -1;
-};
+// One sequence's share of a forward step (core/step_batch.h).
+using hablar::SequenceChunk;
 
 struct Weights;  // weights.h
-struct Scratch;  // activations of one forward call, reused between calls
 
 class Model {
  public:
   // Maps the file; checks every tensor's shape and type against the metadata. An unsupported
   // architecture or tensor type gives an Error listing what is supported.
-  static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& opts = {});
+  static std::unique_ptr<Model> load(const std::string& path);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -101,32 +70,28 @@ class Model {
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   const gguf::GgufFile& file() const { return file_; }
   const Weights& weights() const { return *weights_; }
-  int n_threads() const;
 
-  KvCacheLayout kv_layout_for(int n_blocks, int block_size = kDefaultKvBlockSize) const;
-
-  // One step for several sequences at once (some prefilling, some decoding). Writes logits
-  // rows of n_vocab floats into `logits` (resized), in chunk order: every token of a chunk if
-  // all_logits, else only its last. Batch invariant: a sequence's logits do not depend on the
-  // other chunks. Not thread-safe: one forward at a time per Model.
-  void forward(std::span<const SequenceChunk> chunks, KvCache& cache, std::vector<float>& logits);
+  KvCacheLayout kv_layout_for(int n_blocks, int block_size = kDefaultKvBlockSize,
+                              KvDType dtype = KvDType::F16) const;
+  // Bytes of KV cache one token position takes (every layer, K and V).
+  size_t kv_bytes_per_token(KvDType dtype = KvDType::F16) const;
 
   // Bytes of weights read by one decode step (every matrix once), for speed-of-light figures.
   size_t weight_bytes_per_token() const;
-  // The rate (GB/s) at which the model's threads read those bytes with no arithmetic, in one
-  // parallel pass over every matrix, best of `passes`: the memory bound on decode speed.
-  double weight_read_gbs(int passes) const;
 
  private:
-  Model(gguf::GgufFile file, const LoadOptions& opts);
-  void check_chunks(std::span<const SequenceChunk> chunks, const KvCache& cache) const;
+  explicit Model(gguf::GgufFile file);
 
   gguf::GgufFile file_;
   ModelConfig config_;
   std::unique_ptr<Weights> weights_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
-  std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<Scratch> scratch_;
 };
+
+// Throws Error(kInvalidArgument) unless every chunk of a step fits the model and the cache:
+// tokens present and inside the vocabulary, a start position >= 0, block tables long enough
+// with ids inside the cache. Every executor checks its input with it.
+void check_step(const ModelConfig& config, std::span<const SequenceChunk> chunks,
+                const KvCacheLayout& layout);
 
 }  // namespace hablar::model

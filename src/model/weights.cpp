@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include "backend/cpu/ops.h"
 #include "core/error.h"
 #include "core/quant.h"
 
@@ -44,21 +43,16 @@ WeightView view_of(const gguf::TensorInfo& t) {
   return w;
 }
 
-// A matrix the forward multiplies by: its type needs a matmul kernel.
 WeightView matrix(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows) {
-  const gguf::TensorInfo& t = require_shape(f, name, cols, rows);
-  if (!cpu::matmul_supports(t.type))
-    throw_error(ErrorKind::kUnsupported, f.path() + ": tensor " + name + " has type " +
-                                             std::string(dtype_name(t.type)) +
-                                             ", which has no CPU matmul kernel");
-  return view_of(t);
+  return view_of(require_shape(f, name, cols, rows));
 }
 
-std::vector<float> vector_f32(const gguf::GgufFile& f, const std::string& name, int64_t n) {
+// A 1-D tensor as float32, stored in w.vectors; returns its data.
+const float* vector_f32(Weights& w, const gguf::GgufFile& f, const std::string& name, int64_t n) {
   const gguf::TensorInfo& t = require_shape(f, name, n, 0);
-  std::vector<float> out((size_t)n);
+  std::vector<float>& out = w.vectors.emplace_back((size_t)n);
   dequantize_row(t.type, t.data, out.data(), n);
-  return out;
+  return out.data();
 }
 
 }  // namespace
@@ -67,36 +61,39 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   Weights w;
   const gguf::TensorInfo& embd = require_shape(f, "token_embd.weight", c.n_embd, c.n_vocab);
   w.token_embd = view_of(embd);
-  w.output_norm = vector_f32(f, "output_norm.weight", c.n_embd);
+  w.output_norm = vector_f32(w, f, "output_norm.weight", c.n_embd);
   w.output = c.tied_output ? w.token_embd : matrix(f, "output.weight", c.n_embd, c.n_vocab);
-  if (c.tied_output && !cpu::matmul_supports(w.output.type))
-    throw_error(ErrorKind::kUnsupported, f.path() + ": tied token_embd.weight has type " +
-                                             std::string(dtype_name(w.output.type)) +
-                                             ", which has no CPU matmul kernel");
   w.layers.resize((size_t)c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     LayerWeights& l = w.layers[(size_t)i];
     const std::string p = "blk." + std::to_string(i) + ".";
-    l.attn_norm = vector_f32(f, p + "attn_norm.weight", c.n_embd);
+    l.attn_norm = vector_f32(w, f, p + "attn_norm.weight", c.n_embd);
     l.wq = matrix(f, p + "attn_q.weight", c.n_embd, c.q_dim());
     l.wk = matrix(f, p + "attn_k.weight", c.n_embd, c.kv_dim());
     l.wv = matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
     if (c.qkv_bias) {
-      l.bq = vector_f32(f, p + "attn_q.bias", c.q_dim());
-      l.bk = vector_f32(f, p + "attn_k.bias", c.kv_dim());
-      l.bv = vector_f32(f, p + "attn_v.bias", c.kv_dim());
+      l.bq = vector_f32(w, f, p + "attn_q.bias", c.q_dim());
+      l.bk = vector_f32(w, f, p + "attn_k.bias", c.kv_dim());
+      l.bv = vector_f32(w, f, p + "attn_v.bias", c.kv_dim());
     }
     if (c.qk_norm) {
-      l.q_norm = vector_f32(f, p + "attn_q_norm.weight", c.head_dim);
-      l.k_norm = vector_f32(f, p + "attn_k_norm.weight", c.head_dim);
+      l.q_norm = vector_f32(w, f, p + "attn_q_norm.weight", c.head_dim);
+      l.k_norm = vector_f32(w, f, p + "attn_k_norm.weight", c.head_dim);
     }
     l.wo = matrix(f, p + "attn_output.weight", c.q_dim(), c.n_embd);
-    l.ffn_norm = vector_f32(f, p + "ffn_norm.weight", c.n_embd);
+    l.ffn_norm = vector_f32(w, f, p + "ffn_norm.weight", c.n_embd);
     l.w_gate = matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
     l.w_up = matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
     l.w_down = matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
   }
   return w;
+}
+
+std::vector<const WeightView*> Weights::matrices() const {
+  std::vector<const WeightView*> out{&output};
+  for (const LayerWeights& l : layers)
+    out.insert(out.end(), {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down});
+  return out;
 }
 
 }  // namespace hablar::model

@@ -1,6 +1,8 @@
-// Weights: typed views into the mapped GGUF file, one field per tensor, shapes in comments
-// as [rows x cols] (rows = output features). Matrices stay in their stored type; 1-D tensors
-// (norm weights, biases) are small and are kept as float copies.
+// Weights: typed views, one field per tensor, shapes in comments as [rows x cols] (rows =
+// output features). Matrices stay in their stored type; 1-D tensors (norm weights, biases)
+// are small and are float32 arrays. The same struct describes the weights wherever they
+// live: the loaded model's point into the mapped file (and `vectors`, which owns the float
+// copies); a device executor keeps its own Weights whose pointers are device memory.
 #pragma once
 
 #include <vector>
@@ -12,29 +14,46 @@
 namespace hablar::model {
 
 struct LayerWeights {
-  std::vector<float> attn_norm;   // [n_embd]
-  WeightView wq;                  // [q_dim x n_embd]
-  WeightView wk;                  // [kv_dim x n_embd]
-  WeightView wv;                  // [kv_dim x n_embd]
-  std::vector<float> bq, bk, bv;  // [q_dim], [kv_dim], [kv_dim] (qwen2 only)
-  std::vector<float> q_norm;      // [head_dim] (qwen3 only)
-  std::vector<float> k_norm;      // [head_dim] (qwen3 only)
-  WeightView wo;                  // [n_embd x q_dim]
-  std::vector<float> ffn_norm;    // [n_embd]
-  WeightView w_gate;              // [n_ff x n_embd]
-  WeightView w_up;                // [n_ff x n_embd]
-  WeightView w_down;              // [n_embd x n_ff]
+  const float* attn_norm = nullptr;  // [n_embd]
+  WeightView wq;                     // [q_dim x n_embd]
+  WeightView wk;                     // [kv_dim x n_embd]
+  WeightView wv;                     // [kv_dim x n_embd]
+  const float* bq = nullptr;         // [q_dim]  (qwen2 only)
+  const float* bk = nullptr;         // [kv_dim] (qwen2 only)
+  const float* bv = nullptr;         // [kv_dim] (qwen2 only)
+  const float* q_norm = nullptr;     // [head_dim] (qwen3 only)
+  const float* k_norm = nullptr;     // [head_dim] (qwen3 only)
+  WeightView wo;                     // [n_embd x q_dim]
+  const float* ffn_norm = nullptr;   // [n_embd]
+  WeightView w_gate;                 // [n_ff x n_embd]
+  WeightView w_up;                   // [n_ff x n_embd]
+  WeightView w_down;                 // [n_embd x n_ff]
 };
 
 struct Weights {
   WeightView token_embd;  // [n_vocab x n_embd]
   std::vector<LayerWeights> layers;
-  std::vector<float> output_norm;  // [n_embd]
-  WeightView output;               // [n_vocab x n_embd]; == token_embd when tied
+  const float* output_norm = nullptr;  // [n_embd]
+  WeightView output;                   // [n_vocab x n_embd]; == token_embd when tied
+  // Host storage of the 1-D tensors the pointers above point into (moving Weights keeps
+  // them in place; copying would not, hence move-only).
+  std::vector<std::vector<float>> vectors;
+
+  Weights() = default;
+  Weights(Weights&&) = default;
+  Weights& operator=(Weights&&) = default;
+  Weights(const Weights&) = delete;
+  Weights& operator=(const Weights&) = delete;
+
+  // The matrices a forward multiplies by (every layer's projections and the output head),
+  // e.g. to check that a backend has kernels for their types or to count the bytes one
+  // decode step reads.
+  std::vector<const WeightView*> matrices() const;
 };
 
 // Builds the views, checking every tensor's presence, shape and type against the config.
-// Errors name the tensor, its shape/type and the expected one.
+// Errors name the tensor, its shape/type and the expected one. Whether a backend has kernels
+// for the types is the executor's check, not the model's.
 Weights load_weights(const gguf::GgufFile& file, const ModelConfig& config);
 
 }  // namespace hablar::model

@@ -241,6 +241,7 @@ void props(HttpServer& server, const httplib::Request&, httplib::Response& res) 
                   {"bos_token", tok.bos_id() >= 0 ? tok.token_piece(tok.bos_id()) : ""},
                   {"eos_token", tok.eos_id() >= 0 ? tok.token_piece(tok.eos_id()) : ""},
                   {"tool_format", chat::tool_format_name(m->tool_format)},
+                  {"device", m->executor->device_name()},
                   {"build_info", std::string("hablar ") + HABLAR_SERVER_VERSION}});
 }
 

@@ -3,7 +3,8 @@
 #include <chrono>
 #include <random>
 
-#include "engine/stop_strings.h"
+#include "engine/request_sampler.h"
+#include "engine/text_filter.h"
 #include "server/api_error.h"
 #include "server/structured_output.h"
 
@@ -11,44 +12,21 @@ namespace hablar::server {
 
 namespace {
 
-// The engine's sampler hook over the per-request Sampler: feeds it the tokens it has not
-// seen (the prompt first, then each generated token) so its penalties see the history.
-// With a grammar, GrammarGate (structured_output.h) masks the logits first.
-class SamplerAdapter : public engine::NextTokenSampler {
+// A request with an output grammar: GrammarGate (structured_output.h) masks the logits, then
+// the request's own ParamsSampler samples. It never samples on a device (device_params keeps
+// its default, false): the mask is applied on the host.
+class GrammarSampler : public engine::NextTokenSampler {
  public:
-  SamplerAdapter(engine::SamplingParams params, int32_t n_vocab, std::unique_ptr<GrammarGate> gate)
-      : sampler_(std::move(params), n_vocab), gate_(std::move(gate)) {}
+  GrammarSampler(engine::SamplingParams params, int32_t n_vocab, std::unique_ptr<GrammarGate> gate)
+      : inner_(std::move(params), n_vocab), gate_(std::move(gate)) {}
   int32_t sample(std::span<float> logits, std::span<const int32_t> history) override {
-    if (history.size() > accepted_) sampler_.accept(history.subspan(accepted_));
-    accepted_ = history.size();
-    if (gate_) gate_->constrain(logits, history);
-    return sampler_.sample(logits).token;
+    gate_->constrain(logits, history);
+    return inner_.sample(logits, history);
   }
 
  private:
-  engine::Sampler sampler_;
-  size_t accepted_ = 0;
+  engine::ParamsSampler inner_;
   std::unique_ptr<GrammarGate> gate_;
-};
-
-// Detokenizes on the step thread and applies stop strings across token boundaries.
-class TextFilter : public engine::OutputFilter {
- public:
-  TextFilter(const tokenizer::Tokenizer& tok, std::vector<std::string> stops)
-      : detok_(tok), stops_(std::move(stops)) {}
-  Result push(int32_t token) override {
-    engine::StopStringMatcher::Result r = stops_.push(detok_.push(token));
-    return {std::move(r.text), r.stopped};
-  }
-  std::string flush() override {
-    engine::StopStringMatcher::Result r = stops_.push(detok_.flush());
-    if (r.stopped) return r.text;
-    return r.text + stops_.flush();
-  }
-
- private:
-  tokenizer::IncrementalDetokenizer detok_;
-  engine::StopStringMatcher stops_;
 };
 
 }  // namespace
@@ -103,16 +81,16 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
   req.n_prompt_logprobs = spec.n_prompt_logprobs;
   spec.sampling.n_probs = 0;  // the engine reports log-probabilities itself
   try {
-    std::unique_ptr<GrammarGate> gate;
     if (spec.grammar)
-      gate =
-          std::make_unique<GrammarGate>(spec.grammar, spec.grammar_trigger, spec.grammar_context);
-    req.sampler =
-        std::make_unique<SamplerAdapter>(spec.sampling, m.tok().n_vocab(), std::move(gate));
+      req.sampler = std::make_unique<GrammarSampler>(
+          spec.sampling, m.tok().n_vocab(),
+          std::make_unique<GrammarGate>(spec.grammar, spec.grammar_trigger, spec.grammar_context));
+    else
+      req.sampler = std::make_unique<engine::ParamsSampler>(spec.sampling, m.tok().n_vocab());
   } catch (const Error& e) {
     bad_request(e.what());
   }
-  req.filter = std::make_unique<TextFilter>(m.tok(), std::move(spec.stop));
+  req.filter = std::make_unique<engine::TextFilter>(m.tok(), std::move(spec.stop));
   try {
     return m.engine->submit(std::move(req));
   } catch (const Error& e) {

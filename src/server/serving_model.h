@@ -11,7 +11,7 @@
 
 #include "chat/chat.h"
 #include "engine/engine.h"
-#include "engine/model_runner.h"
+#include "engine/executor.h"
 #include "engine/sampler.h"
 #include "grammar/matcher.h"
 #include "model/model.h"
@@ -28,7 +28,7 @@ struct GenerationDefaults {
 
 struct ServingModel {
   std::unique_ptr<model::Model> model;
-  std::unique_ptr<engine::ModelRunner> runner;
+  std::unique_ptr<engine::StepExecutor> executor;
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<chat::ChatTemplate> chat_template;
   chat::ToolFormat tool_format = chat::ToolFormat::kNone;

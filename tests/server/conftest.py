@@ -19,6 +19,8 @@ import requests
 REPO = Path(__file__).resolve().parents[2]
 BIN = os.environ.get("HABLAR_BIN", str(REPO / "build" / "src" / "cli" / "hablar"))
 TESTDATA = Path(os.environ.get("HABLAR_TESTDATA", str(REPO.parent / "shared" / "testdata")))
+# Extra flags for every server under test, e.g. "--device cuda" to run the suite on a GPU.
+EXTRA_ARGS = os.environ.get("HABLAR_SERVE_ARGS", "").split()
 DEFAULT_MODEL = Path(os.environ.get("HABLAR_HOME", str(Path.home() / ".cache" / "hablar"))) / \
     "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -29,7 +31,7 @@ class ServerProcess:
             pytest.fail(f"hablar binary not found at {BIN} (build it or set HABLAR_BIN)")
         if not DEFAULT_MODEL.exists():
             pytest.fail(f"default model not found at {DEFAULT_MODEL}")
-        self.args = [BIN, "serve", "--port", "0", "--host", "127.0.0.1", *args]
+        self.args = [BIN, "serve", "--port", "0", "--host", "127.0.0.1", *args, *EXTRA_ARGS]
         self.log_lines = []
         self.port = None
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -111,6 +113,13 @@ def client(server):
 
 def chat(server, body, **kw):
     return requests.post(server.url + "/v1/chat/completions", json=body, timeout=300, **kw)
+
+
+def sse_events_iter(response):
+    """The data payloads of an SSE response as they arrive."""
+    for line in response.iter_lines(decode_unicode=True):
+        if line and line.startswith("data: "):
+            yield line[len("data: "):]
 
 
 def sse_events(response):

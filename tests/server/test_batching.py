@@ -2,11 +2,12 @@
 a short request overtakes a long one, and /metrics shows batches of more than one."""
 import concurrent.futures as cf
 import json
+import threading
 import time
 
 import requests
 
-from conftest import sse_events
+from conftest import sse_events, sse_events_iter
 
 PROMPTS = [
     "Name three fruits.",
@@ -51,20 +52,21 @@ def test_32_concurrent_streams_equal_their_solo_output(server):
 
 def test_short_request_finishes_during_a_long_one(server):
     long_done = {}
+    generating = threading.Event()
 
     def long_request():
-        stream_text(server, "Write a long story about a brave knight.", max_tokens=32)
+        # Long enough (ignore_eos) to still run when the short one arrives, on any device.
+        body = {"prompt": "Once upon a time, a brave knight", "n_predict": 200,
+                "ignore_eos": True, "temperature": 0, "stream": True}
+        r = requests.post(server.url + "/completion", json=body, stream=True, timeout=600)
+        r.raise_for_status()
+        for _ in sse_events_iter(r):
+            generating.set()  # its first token is out: it is decoding now
         long_done["t"] = time.time()
 
     with cf.ThreadPoolExecutor(2) as pool:
         fut = pool.submit(long_request)
-        # Wait until the long one is generating.
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            slots = requests.get(server.url + "/slots").json()
-            if any(s.get("n_decoded", 0) > 0 for s in slots):
-                break
-            time.sleep(0.05)
+        assert generating.wait(120), "the long request produced nothing"
         text, finish = stream_text(server, "Say yes.", max_tokens=2)
         short_done = time.time()
         fut.result()

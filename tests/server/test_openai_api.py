@@ -282,12 +282,16 @@ def test_completions_echo_gives_prompt_logprobs_equal_to_next_token_ones(server,
     assert all(len(t) == 3 for t in lp.top_logprobs[1:])
     # Each prompt token's log-probability is the one the model gives it as the next token
     # after the tokens before it (a prefix request's top log-probabilities).
+    # The CPU computes a position's logits to the same bits in any batch; the GPU's default
+    # mode multiplies a prompt's rows on bf16 tensor cores, within 2e-2 of a lone row's.
+    device = requests.get(server.url + "/props").json().get("device")
+    tol = 1e-3 if device == "cpu" else 2e-2
     checked = 0
     for i in range(1, len(ids)):
         nxt = client.completions.create(model="any", prompt=ids[:i], max_tokens=1, temperature=0, logprobs=20)
         top = nxt.choices[0].logprobs.top_logprobs[0]
         if lp.tokens[i] in top:
-            assert abs(top[lp.tokens[i]] - lp.token_logprobs[i]) < 1e-3, (i, lp.tokens[i])
+            assert abs(top[lp.tokens[i]] - lp.token_logprobs[i]) < tol, (i, lp.tokens[i])
             checked += 1
     assert checked >= len(ids) // 2
     # Streamed: the echo chunk carries the same log-probabilities.

@@ -13,7 +13,11 @@ std::string testdata_dir() {
   return HABLAR_TESTDATA_DEFAULT;
 }
 
-std::string source_dir() { return HABLAR_SOURCE_DIR; }
+std::string source_dir() {
+  // A copy of the tree elsewhere (a GPU machine running binaries built here) names its root.
+  if (const char* env = std::getenv("HABLAR_SOURCE_DIR"); env && *env) return env;
+  return HABLAR_SOURCE_DIR;
+}
 
 std::string default_model_path_or_empty() {
   const auto p = std::filesystem::path(model_cache_dir()) / std::string(kDefaultModelName);

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "core/kv_layout.h"
+#include "core/rope.h"
 #include "core/tensor_view.h"
 #include "core/thread_pool.h"
 
@@ -46,23 +47,11 @@ bool matmul_supports(DType type);
 // y = x / sqrt(mean(x^2) + eps) * weight, n values (y may alias x).
 void rmsnorm(const float* x, const float* weight, float* y, int64_t n, float eps);
 
-struct RopeParams {
-  int n_dims = 0;  // rotated dimensions per head (<= head_dim; the rest pass through)
-  float freq_base = 10000.0f;
-  bool neox = false;  // pairs (i, i + n_dims/2) instead of (2i, 2i+1)
-  enum class Scaling { kNone, kLinear, kLlama3 } scaling = Scaling::kNone;
-  float factor = 1.0f;  // linear: positions divided by factor; llama3: low-frequency divisor
-  float low_freq_factor = 1.0f;
-  float high_freq_factor = 4.0f;
-  int original_context = 8192;
-};
+using hablar::RopeParams;
 // In place on x[n_heads][head_dim] for a token at position pos: rope_angles, then rope_apply.
 void rope(float* x, int n_heads, int head_dim, int pos, const RopeParams& p);
-inline constexpr int kMaxRopePairs = 512;
-// The rotation angles of position pos as cos_t / sin_t [n_dims / 2], computed as llama.cpp
-// does (theta multiplied by base^(-2/n_dims) pair after pair, in float; cosf/sinf), so that a
-// forward computes them once per token for every layer, q and k.
-void rope_angles(int pos, const RopeParams& p, float* cos_t, float* sin_t);
+using hablar::kMaxRopePairs;
+using hablar::rope_angles;  // core/rope.h: the same angles on every backend
 // Rotates the pairs of x[n_heads][head_dim] by those angles (one fused multiply-add each, as
 // llama.cpp's compiled rotation); the SIMD form gives the same bits as the scalar one.
 void rope_apply(float* x, int n_heads, int head_dim, const RopeParams& p, const float* cos_t,

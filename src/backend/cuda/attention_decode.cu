@@ -622,6 +622,7 @@ void decode_attention(const DecodeAttentionParams& p, void* workspace, size_t wo
   decode_reduce_kernel<<<dim3(p.n_slots, p.n_heads), p.layout.head_dim, 0, stream>>>(p, split_len,
                                                                                      n_splits, ws);
   HABLAR_CUDA_CHECK_LAUNCH();
+  if (!p.advance_lengths) return;
   decode_advance_kernel<<<1, 256, 0, stream>>>(p);
   HABLAR_CUDA_CHECK_LAUNCH();
 }

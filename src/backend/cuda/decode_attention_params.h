@@ -41,6 +41,13 @@ struct DecodeAttentionParams {
   // Upper bound of (seq_len + 1) over the live slots; sizes the split-K grid. 0 means the
   // block-table capacity (max_blocks_per_seq * block_size), which suits a captured graph.
   int32_t max_context = 0;
+
+  // Positions per split when > 0 (a multiple of kDecodeTile): the same splits whatever the
+  // batch, for batch-invariant results. 0: sized to fill the GPU (decode_split_len).
+  int32_t fixed_split_len = 0;
+  // Whether the call advances seq_lens by one (a decode step); false when the caller keeps
+  // the lengths itself (every token of a step as a slot at its own position).
+  bool advance_lengths = true;
 };
 
 inline int32_t decode_max_context(const DecodeAttentionParams& p) {
@@ -64,6 +71,7 @@ inline bool decode_uses_mma(const DecodeAttentionParams& p) {
 // knob (HABLAR_DECODE_BLOCKS_PER_SM, lab_knobs.h); the host twin sizes its splits through this same
 // function.
 inline int32_t decode_split_len(const DecodeAttentionParams& p) {
+  if (p.fixed_split_len > 0) return p.fixed_split_len;
   const int64_t target_blocks =
       (int64_t)lab_knob("HABLAR_DECODE_BLOCKS_PER_SM", decode_uses_mma(p) ? 2 : 64) * 132;
   const int32_t context = decode_max_context(p);

@@ -371,6 +371,7 @@ bool cuda_supports_weight_type(DType type) {
     case DType::Q6_K:
     case DType::F16:
     case DType::BF16:
+    case DType::F32:
       return true;
     default:
       return false;

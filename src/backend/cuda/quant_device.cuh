@@ -1,6 +1,6 @@
 // Device dequantization of every weight type the CUDA kernels take, one 32-value "unit" at
 // a time: a whole block of the 32-value formats, one 32-value sub-block of a K-quant
-// super-block, or 32 consecutive F16 / BF16 values. Block layouts are core/quant_blocks.h;
+// super-block, or 32 consecutive F32 / F16 / BF16 values. Block layouts are core/quant_blocks.h;
 // the scalar reference is core/quant.h (dequantize_row). Rows are assumed 2-byte aligned
 // (every block size is even); K-quant and F16/BF16 rows 16-byte aligned, as cudaMalloc'd
 // GGUF tensors with 256-multiple rows are.
@@ -229,6 +229,19 @@ struct QuantTraits<DType::F16> {
 };
 
 template <>
+struct QuantTraits<DType::F32> {
+  static constexpr int kValues = 32, kBytes = 128;
+  __host__ __device__ static void unit(const uint8_t* b, int, float out[32]) {
+    const float4* v = reinterpret_cast<const float4*>(b);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const float4 f = v[c];
+      out[4 * c] = f.x, out[4 * c + 1] = f.y, out[4 * c + 2] = f.z, out[4 * c + 3] = f.w;
+    }
+  }
+};
+
+template <>
 struct QuantTraits<DType::BF16> {
   static constexpr int kValues = 32, kBytes = 64;
   __host__ __device__ static void unit(const uint8_t* b, int, float out[32]) {
@@ -404,6 +417,16 @@ struct QuantGroup<DType::F16> {
 };
 
 template <>
+struct QuantGroup<DType::F32> {
+  __host__ __device__ static void group(const uint8_t* b, int g, float out[8]) {
+    const float4* v = reinterpret_cast<const float4*>(b) + 2 * g;
+    const float4 a = v[0], c = v[1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+    out[4] = c.x, out[5] = c.y, out[6] = c.z, out[7] = c.w;
+  }
+};
+
+template <>
 struct QuantGroup<DType::BF16> {
   __host__ __device__ static void group(const uint8_t* b, int g, float out[8]) {
     const uint4 raw = reinterpret_cast<const uint4*>(b)[g];
@@ -466,6 +489,9 @@ bool dispatch_weight_type(DType type, Fn&& fn) {
       return true;
     case DType::BF16:
       fn.template operator()<DType::BF16>();
+      return true;
+    case DType::F32:
+      fn.template operator()<DType::F32>();
       return true;
     default:
       return false;

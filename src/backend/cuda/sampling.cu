@@ -102,13 +102,17 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   const float inv_t = 1.0f / sp.temperature;
+  // z_of: the draw's weights' exponent; zf: what the filters compare (the same, or the
+  // untempered logits when the temperature comes last).
+  const float filter_scale = sp.temperature_last ? 1.0f : inv_t;
   auto z_of = [&](int i) { return (row[i] - mx) * inv_t; };
+  auto zf = [&](int i) { return (row[i] - mx) * filter_scale; };
 
   uint32_t keep = 0;  // keep tokens with float_key(z) >= keep
   if (sp.top_k > 0 && sp.top_k < vocab) {
     keep = search_threshold(sh, (float)sp.top_k, [&](uint32_t t) {
       float c = 0;
-      for (int i = threadIdx.x; i < vocab; i += kThreads) c += float_key(z_of(i)) >= t ? 1.f : 0.f;
+      for (int i = threadIdx.x; i < vocab; i += kThreads) c += float_key(zf(i)) >= t ? 1.f : 0.f;
       return c;
     });
   }
@@ -117,7 +121,7 @@ __global__ void __launch_bounds__(kThreads)
     t = max(t, keep_k);
     float s = 0;
     for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      const float z = z_of(i);
+      const float z = zf(i);
       if (float_key(z) >= t) s += __expf(z);
     }
     return s;
@@ -137,10 +141,8 @@ __global__ void __launch_bounds__(kThreads)
   const int chunk = (vocab + kThreads - 1) / kThreads;
   const int begin = min(vocab, (int)threadIdx.x * chunk), end = min(vocab, begin + chunk);
   float mass = 0.0f;
-  for (int i = begin; i < end; ++i) {
-    const float z = z_of(i);
-    if (float_key(z) >= keep) mass += __expf(z);
-  }
+  for (int i = begin; i < end; ++i)
+    if (float_key(zf(i)) >= keep) mass += __expf(z_of(i));
   float excl;
   Scan(sh.temp.scan).ExclusiveSum(mass, excl);
   sh.prefix[threadIdx.x] = excl;
@@ -157,10 +159,9 @@ __global__ void __launch_bounds__(kThreads)
     float run = excl;
     int pick = -1;
     for (int i = begin; i < end; ++i) {
-      const float z = z_of(i);
-      if (float_key(z) < keep) continue;
+      if (float_key(zf(i)) < keep) continue;
       pick = i;
-      run += __expf(z);
+      run += __expf(z_of(i));
       if (run > target) break;
     }
     tokens_out[seq] = pick;

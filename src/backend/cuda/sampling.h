@@ -28,6 +28,10 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   uint64_t seed = 0;
   uint64_t step = 0;  // the draw's counter (e.g. the number of tokens generated so far)
+  // Temperature after the filters (llama.cpp's chain, the engine's host sampler): top-k,
+  // top-p and min-p see z = logit - max; the draw is from exp(z / temperature) over what
+  // they keep. False: steps 3-7 as listed above.
+  bool temperature_last = false;
 };
 
 // logits [n_seqs][vocab] (device, penalized in place); params [n_seqs] (device);

@@ -21,8 +21,13 @@ using cuda::SamplingParams;
 std::vector<double> filtered_probs(const std::vector<float>& logits, const SamplingParams& sp) {
   const int n = (int)logits.size();
   const double mx = *std::max_element(logits.begin(), logits.end());
-  std::vector<double> z(n);
-  for (int i = 0; i < n; ++i) z[i] = (logits[i] - mx) / sp.temperature;
+  // The filters compare z (tempered, or not when the temperature comes last); the kept
+  // tokens are drawn with weights exp((logit - max) / temperature).
+  std::vector<double> z(n), w(n);
+  for (int i = 0; i < n; ++i) {
+    w[i] = (logits[i] - mx) / sp.temperature;
+    z[i] = sp.temperature_last ? logits[i] - mx : w[i];
+  }
   std::vector<double> sorted = z;
   std::sort(sorted.rbegin(), sorted.rend());
   double keep = -INFINITY;
@@ -44,7 +49,7 @@ std::vector<double> filtered_probs(const std::vector<float>& logits, const Sampl
   std::vector<double> p(n, 0.0);
   double total = 0;
   for (int i = 0; i < n; ++i)
-    if (z[i] >= keep) total += (p[i] = std::exp(z[i]));
+    if (z[i] >= keep) total += (p[i] = std::exp(w[i]));
   for (double& v : p) v /= total;
   return p;
 }
@@ -91,6 +96,7 @@ TEST(SamplingGpu, DrawsLandInTheFilteredCdf) {
     params[s].min_p = (s % 5 == 2) ? 0.05f : 0.0f;
     params[s].seed = 1000u + s;
     params[s].step = (uint64_t)s * 3;
+    params[s].temperature_last = s % 2 == 1;  // both chains
   }
   const auto tokens = run_sampler(logits, seqs, vocab, params);
   for (int s = 0; s < seqs; ++s) {
@@ -116,6 +122,8 @@ TEST(SamplingGpu, FrequenciesFollowTheFilteredDistribution) {
   sp.temperature = 0.8f;
   sp.top_k = 25;
   sp.top_p = 0.9f;
+  sp.min_p = 0.05f;
+  sp.temperature_last = true;  // the engine's chain
   std::vector<float> logits;
   std::vector<SamplingParams> params(seqs, sp);
   for (int s = 0; s < seqs; ++s) {

@@ -70,10 +70,10 @@ std::vector<int32_t> random_prompt(std::mt19937& rng, int32_t n) {
   return p;
 }
 
-EngineConfig config(int32_t n_blocks, int32_t block_size, int32_t max_running) {
+// The KV blocks are the executor's; n_blocks and block_size say which executor the test
+// builds beside it.
+EngineConfig config(int32_t /*n_blocks*/, int32_t /*block_size*/, int32_t max_running) {
   EngineConfig c;
-  c.n_blocks = n_blocks;
-  c.block_size = block_size;
   c.n_ctx = 4096;
   c.scheduler = {.max_running = max_running, .max_step_tokens = 64, .max_prefill_chunk = 32};
   return c;
@@ -243,6 +243,28 @@ TEST(Engine, ShutdownEndsStreamsCleanly) {
   Result r = collect(*h);
   EXPECT_NE(r.final.finish_reason, FinishReason::kNone);
   EXPECT_THROW(engine->submit(request({1}, 1)), Error);
+}
+
+// An executor that samples on its device gets each greedy request's parameters and returns
+// ids instead of logits rows; outputs are the same as with host sampling, preemption and
+// the prefix cache included.
+TEST(Engine, DeviceSamplingGivesTheHostSamplersOutputs) {
+  test::FakeExecutor exec(kVocab, 24, 4);
+  exec.device_sampling = true;
+  exec.step_delay_us = 200;
+  Engine engine(config(24, 4, 6), exec);
+  std::mt19937 rng(9);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(random_prompt(rng, 3 + 3 * i));
+    handles.push_back(engine.submit(request(prompts.back(), 10)));
+  }
+  for (int i = 0; i < 6; ++i) {
+    Result r = collect(*handles[(size_t)i]);
+    EXPECT_EQ(r.tokens, reference_generation(prompts[(size_t)i], 10)) << "request " << i;
+  }
+  EXPECT_EQ(exec.device_sampled, 6 * 10);  // every token was chosen by the executor
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 // comparing with reference_next() (computed from the true token list) checks the wiring.
 #pragma once
 
+#include <algorithm>
+
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -45,15 +47,26 @@ inline int32_t reference_next(std::span<const int32_t> history, int32_t n_vocab)
 class FakeExecutor : public StepExecutor {
  public:
   FakeExecutor(int32_t n_vocab, int32_t n_blocks, int32_t block_size)
-      : n_vocab_(n_vocab), block_size_(block_size), cache_((size_t)n_blocks * block_size, -1) {}
+      : n_vocab_(n_vocab),
+        n_blocks_(n_blocks),
+        block_size_(block_size),
+        cache_((size_t)n_blocks * block_size, -1) {}
 
   int32_t n_vocab() const override { return n_vocab_; }
+  int32_t n_kv_blocks() const override { return n_blocks_; }
+  int32_t kv_block_size() const override { return block_size_; }
+  // With device_sampling, chunks that carry sampling parameters get their token chosen here
+  // (greedy over the same logits) and no logits row, as the CUDA executor does.
+  bool samples_on_device() const override { return device_sampling; }
 
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
-               std::vector<float>& logits) override {
+               StepOutput& out) override {
     for (const BlockCopy& c : copies)
       for (int32_t s = 0; s < block_size_; ++s) cache_[slot(c.dst, s)] = cache_[slot(c.src, s)];
-    logits.assign(chunks.size() * (size_t)n_vocab_, 0.0f);
+    std::vector<float>& logits = out.logits;
+    logits.clear();
+    out.sampled.assign(chunks.size(), -1);
+    std::vector<float> row((size_t)n_vocab_);
     steps += 1;
     if (step_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(step_delay_us));
     batch_sizes.push_back((int32_t)chunks.size());
@@ -69,11 +82,21 @@ class FakeExecutor : public StepExecutor {
       for (int32_t pos = 0; pos < end; ++pos)
         seen[(size_t)pos] =
             cache_[slot(c.block_table[(size_t)(pos / block_size_)], pos % block_size_)];
-      reference_logits(seen, n_vocab_, logits.data() + i * (size_t)n_vocab_);
+      reference_logits(seen, n_vocab_, row.data());
+      if (c.sampling != nullptr) {
+        HABLAR_CHECK(device_sampling, "sampling parameters sent to a host-sampling executor");
+        HABLAR_CHECK(!c.all_logits, "device sampling asked for an all-logits chunk");
+        out.sampled[i] = (int32_t)(std::max_element(row.begin(), row.end()) - row.begin());
+        device_sampled += 1;
+      } else {
+        logits.insert(logits.end(), row.begin(), row.end());
+      }
       tokens_computed += (int64_t)c.tokens.size();
     }
   }
 
+  bool device_sampling = false;
+  int64_t device_sampled = 0;
   int64_t step_delay_us = 0;  // makes steps take device-like time
   int64_t tokens_computed = 0;
   int64_t steps = 0;
@@ -82,6 +105,7 @@ class FakeExecutor : public StepExecutor {
  private:
   size_t slot(int32_t block, int32_t s) const { return (size_t)block * block_size_ + (size_t)s; }
   int32_t n_vocab_;
+  int32_t n_blocks_;
   int32_t block_size_;
   std::vector<int32_t> cache_;
 };

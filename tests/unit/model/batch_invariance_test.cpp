@@ -22,7 +22,7 @@ struct Trace {
 };
 
 Trace run_alone(model::Model& m, const std::vector<int32_t>& prompt) {
-  model::SequenceRunner seq(m, (int)prompt.size() + kGenerate);
+  test::CpuSequence seq(m, (int)prompt.size() + kGenerate);
   Trace t;
   std::span<const float> logits = seq.eval(prompt);
   for (int i = 0; i < kGenerate; ++i) {
@@ -36,7 +36,7 @@ Trace run_alone(model::Model& m, const std::vector<int32_t>& prompt) {
 std::vector<Trace> run_batched(model::Model& m, const std::vector<std::vector<int32_t>>& prompts) {
   const int n_vocab = m.config().n_vocab;
   const int blocks_per_seq = (40 + kGenerate + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize;
-  model::KvCache cache(m.kv_layout_for(kSeqs * blocks_per_seq));
+  engine::CpuExecutor cache(m, kSeqs * blocks_per_seq);
   std::vector<std::vector<int32_t>> tables(kSeqs);
   for (int s = 0; s < kSeqs; ++s)  // interleaved: sequence s owns blocks s, s + 8, ...
     for (int b = 0; b < blocks_per_seq; ++b) tables[(size_t)s].push_back(b * kSeqs + s);
@@ -65,7 +65,7 @@ std::vector<Trace> run_batched(model::Model& m, const std::vector<std::vector<in
       owner.push_back(s);
     }
     if (chunks.empty()) break;
-    m.forward(chunks, cache, logits);
+    cache.forward(chunks, logits);
     for (size_t c = 0; c < chunks.size(); ++c) {
       const int s = owner[c];
       n_past[(size_t)s] += (int)chunks[c].tokens.size();
@@ -84,7 +84,7 @@ TEST(BatchInvariance, EightStaggeredSequencesMatchEachAlone) {
   const std::string dir = test::make_temp_dir("hablar-batch");
   const std::string path =
       test::write_synthetic(dir, "qwen2", "q4_k", "ggml-vocab-llama-spm.gguf", 11);
-  auto m = model::Model::load(path, {});
+  auto m = model::Model::load(path);
   const int lengths[kSeqs] = {5, 17, 1, 33, 9, 24, 2, 40};
   std::mt19937 rng(42);
   std::vector<std::vector<int32_t>> prompts;
@@ -108,14 +108,14 @@ TEST(BatchInvariance, EightStaggeredSequencesMatchEachAlone) {
 }
 
 // The logits of each chunk's last token (every token's with all_logits), by position, after
-// feeding `tokens` in chunks of the given sizes, with positions >= generated_from marked as
+// feeding `tokens` in chunks of the given sizes, with positions >= prompt_len marked as
 // sampled.
 std::vector<std::pair<int, std::vector<float>>> chunk_end_logits(
     model::Model& m, const std::vector<int32_t>& tokens, const std::vector<int>& chunk_sizes,
-    int32_t generated_from, bool all_logits = false) {
+    int32_t prompt_len, bool all_logits = false) {
   const size_t n_vocab = (size_t)m.config().n_vocab;
   const int n_blocks = ((int)tokens.size() + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize;
-  model::KvCache cache(m.kv_layout_for(n_blocks));
+  engine::CpuExecutor cache(m, n_blocks);
   std::vector<int32_t> table((size_t)n_blocks);
   for (int b = 0; b < n_blocks; ++b) table[(size_t)b] = b;
   std::vector<std::pair<int, std::vector<float>>> out;
@@ -126,9 +126,9 @@ std::vector<std::pair<int, std::vector<float>>> chunk_end_logits(
     ch.tokens = std::span(tokens).subspan((size_t)pos, (size_t)n);
     ch.start_pos = pos;
     ch.block_table = table;
-    ch.generated_from = generated_from;
+    ch.prompt_len = prompt_len;
     ch.all_logits = all_logits;
-    m.forward(std::span(&ch, 1), cache, logits);
+    cache.forward(std::span(&ch, 1), logits);
     for (int i = all_logits ? 0 : n - 1; i < n; ++i) {
       const auto row = logits.begin() + (ptrdiff_t)((size_t)(all_logits ? i : 0) * n_vocab);
       out.emplace_back(pos + i, std::vector<float>(row, row + (ptrdiff_t)n_vocab));
@@ -184,7 +184,7 @@ TEST(BatchInvariance, RecomputationAndSplitsKeepTheOriginalValues) {
   // The default model: its 64-wide heads are where the two attention orders round differently.
   const std::string path = test::default_model_path_or_empty();
   ASSERT_FALSE(path.empty()) << "default model missing: run scripts/fetch-model.sh";
-  auto m = model::Model::load(path, {});
+  auto m = model::Model::load(path);
   expect_chunkings_keep_the_original_values(*m);
 }
 
@@ -197,7 +197,7 @@ TEST_P(KFormatChunkings, RecomputationAndSplitsKeepTheOriginalValues) {
   const std::string dir = test::make_temp_dir("hablar-korder");
   const std::string path =
       test::write_synthetic(dir, "qwen2", GetParam(), "ggml-vocab-llama-spm.gguf", 13);
-  auto m = model::Model::load(path, {});
+  auto m = model::Model::load(path);
   expect_chunkings_keep_the_original_values(*m);
   m.reset();
   std::filesystem::remove_all(dir);

@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "model/perplexity.h"
+#include "engine/perplexity.h"
 #include "model_test_util.h"
 
 namespace hablar {
@@ -34,7 +34,7 @@ class SmolLM2Golden : public ::testing::Test {
   static void SetUpTestSuite() {
     const std::string path = test::default_model_path_or_empty();
     ASSERT_FALSE(path.empty()) << "default model missing: run scripts/fetch-model.sh";
-    model_ = model::Model::load(path, {}).release();
+    model_ = model::Model::load(path).release();
     golden_ = new nlohmann::json(test::load_model_golden("smollm2"));
   }
   static void TearDownTestSuite() {
@@ -66,7 +66,7 @@ TEST_F(SmolLM2Golden, GreedyContinuationsMatchLlamaCpp) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto ids = prompts[i]["ids"].get<std::vector<int32_t>>();
     const auto want = greedy[i].get<std::vector<int32_t>>();
-    model::SequenceRunner seq(*model_, (int)(ids.size() + want.size()));
+    test::CpuSequence seq(*model_, (int)(ids.size() + want.size()));
     std::span<const float> logits = seq.eval(ids);
     std::vector<int32_t> got;
     for (size_t t = 0; t < want.size(); ++t) {
@@ -90,8 +90,10 @@ TEST_F(SmolLM2Golden, GreedyContinuationsMatchLlamaCpp) {
 TEST_F(SmolLM2Golden, PerplexityWithinHalfPercentOfLlamaCpp) {
   const auto& p = (*golden_)["perplexity"];
   const auto ids = p["ids"].get<std::vector<int32_t>>();
-  const model::PerplexityResult r = model::perplexity_of_tokens(
-      *model_, ids, p["n_ctx"].get<int>(), 512, p["n_chunks"].get<int>(), p["bos"].get<int32_t>());
+  const int n_ctx = p["n_ctx"].get<int>();
+  engine::CpuExecutor executor(*model_, (n_ctx + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize);
+  const engine::PerplexityResult r = engine::perplexity_of_tokens(
+      executor, ids, n_ctx, 512, p["n_chunks"].get<int>(), p["bos"].get<int32_t>());
   const double want = p["ppl"].get<double>();
   std::printf("perplexity: ours %.4f, llama.cpp %.4f (%+.3f%%)\n", r.ppl, want,
               100.0 * (r.ppl / want - 1.0));

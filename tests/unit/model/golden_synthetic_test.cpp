@@ -43,7 +43,7 @@ TEST_P(SyntheticGolden, TeacherForcedLogitsMatchLlamaCpp) {
   const std::string dir = test::make_temp_dir("hablar-synth");
   const std::string path = test::write_synthetic(dir, spec["arch"], spec["type"], spec["vocab"],
                                                  spec["seed"].get<uint64_t>(), spec["shape"]);
-  auto m = model::Model::load(path, {});
+  auto m = model::Model::load(path);
   const test::GoldenComparison c = test::compare_with_golden(*m, golden);
   std::printf("%s %s: top-1 equal %d/%d; max |dlogsoftmax| top %.5f (%s), probes %.5f\n",
               sc.arch.c_str(), sc.type.c_str(), c.top1_equal, c.positions, c.max_abs_top,

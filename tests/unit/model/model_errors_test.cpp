@@ -57,7 +57,7 @@ void expect_load_error(const ModelEdit& edit, ErrorKind kind, const std::string&
   const std::string dir = test::make_temp_dir("hablar-model-err");
   const std::string path = write_edited(dir, edit);
   try {
-    model::Model::load(path, {});
+    model::Model::load(path);
     ADD_FAILURE() << "expected an error containing '" << needle << "'";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), kind) << e.what();
@@ -68,7 +68,7 @@ void expect_load_error(const ModelEdit& edit, ErrorKind kind, const std::string&
 
 TEST(ModelErrors, UnmodifiedModelLoads) {
   const std::string dir = test::make_temp_dir("hablar-model-ok");
-  auto m = model::Model::load(write_edited(dir, {}), {});
+  auto m = model::Model::load(write_edited(dir, {}));
   EXPECT_EQ(m->config().arch, "llama");
   EXPECT_EQ(m->config().n_layers, 2);
   EXPECT_FALSE(m->config().rope.neox);
@@ -138,7 +138,7 @@ class ForwardErrors : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = test::make_temp_dir("hablar-fwd-err");
-    model_ = model::Model::load(write_edited(dir_, {}), {});
+    model_ = model::Model::load(write_edited(dir_, {}));
   }
   void TearDown() override {
     model_.reset();
@@ -149,7 +149,7 @@ class ForwardErrors : public ::testing::Test {
 };
 
 TEST_F(ForwardErrors, PromptLongerThanContext) {
-  model::SequenceRunner seq(*model_, 8);
+  test::CpuSequence seq(*model_, 8);
   const std::vector<int32_t> ids(9, 1);
   try {
     seq.eval(ids);
@@ -163,26 +163,26 @@ TEST_F(ForwardErrors, PromptLongerThanContext) {
 }
 
 TEST_F(ForwardErrors, TokenOutsideVocabulary) {
-  model::SequenceRunner seq(*model_, 8);
+  test::CpuSequence seq(*model_, 8);
   const std::vector<int32_t> ids{1, model_->config().n_vocab};
   EXPECT_THROW(seq.eval(ids), Error);
 }
 
 TEST_F(ForwardErrors, BlockTableTooShortOrOutOfRange) {
-  model::KvCache cache(model_->kv_layout_for(4));
+  engine::CpuExecutor cache(*model_, 4);
   std::vector<float> logits;
   const std::vector<int32_t> tokens(20, 1);
   const std::vector<int32_t> one_block{0};
   model::SequenceChunk ch{tokens, 0, one_block, false};
-  EXPECT_THROW(model_->forward(std::span(&ch, 1), cache, logits), Error);
+  EXPECT_THROW(cache.forward(std::span(&ch, 1), logits), Error);
   const std::vector<int32_t> bad_blocks{0, 7};
   ch.block_table = bad_blocks;
-  EXPECT_THROW(model_->forward(std::span(&ch, 1), cache, logits), Error);
+  EXPECT_THROW(cache.forward(std::span(&ch, 1), logits), Error);
 }
 
 TEST_F(ForwardErrors, ZeroContextAndBadThreadCount) {
-  EXPECT_THROW(model::SequenceRunner(*model_, 0), Error);
-  EXPECT_THROW(model::Model::load(dir_ + "/edited.gguf", {.n_threads = -1}), Error);
+  EXPECT_THROW(test::CpuSequence(*model_, 0), Error);
+  EXPECT_THROW(engine::CpuExecutor(*model_, 4, 16, /*n_threads=*/-1), Error);
 }
 
 }  // namespace

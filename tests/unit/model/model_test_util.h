@@ -11,13 +11,31 @@
 #include <string>
 #include <vector>
 
+#include "engine/cpu_executor.h"
 #include "engine/sampler.h"
+#include "engine/sequence_runner.h"
 #include "formats/synthetic_model.h"
 #include "model/model.h"
-#include "model/sequence_runner.h"
 #include "support/test_support.h"
 
 namespace hablar::test {
+
+// One sequence on a CPU executor of its own (n_ctx positions, n_batch tokens per step).
+class CpuSequence {
+ public:
+  CpuSequence(const model::Model& m, int n_ctx, int n_batch = 512)
+      : exec_(m, (std::max(n_ctx, 1) + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize),
+        seq_(exec_, n_ctx, n_batch) {}
+  std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false) {
+    return seq_.eval(tokens, all_logits);
+  }
+  int n_past() const { return seq_.n_past(); }
+  engine::CpuExecutor& executor() { return exec_; }
+
+ private:
+  engine::CpuExecutor exec_;
+  engine::SequenceRunner seq_;
+};
 
 inline nlohmann::json load_model_golden(const std::string& name) {
   const std::string path = source_dir() + "/tests/golden/model/" + name + ".json";
@@ -45,7 +63,7 @@ inline std::string write_synthetic(const std::string& dir, const std::string& ar
 // log_softmax rows of every position of `ids`, evaluated as one prompt.
 inline std::vector<std::vector<float>> teacher_forced_logsoftmax(model::Model& m,
                                                                  const std::vector<int32_t>& ids) {
-  model::SequenceRunner seq(m, (int)ids.size());
+  CpuSequence seq(m, (int)ids.size());
   const std::span<const float> logits = seq.eval(ids, true);
   const size_t n_vocab = (size_t)m.config().n_vocab;
   std::vector<std::vector<float>> rows(ids.size(), std::vector<float>(n_vocab));

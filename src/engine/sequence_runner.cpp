@@ -1,4 +1,4 @@
-#include "model/sequence_runner.h"
+#include "engine/sequence_runner.h"
 
 #include <algorithm>
 #include <numeric>
@@ -6,27 +6,24 @@
 
 #include "core/error.h"
 
-namespace hablar::model {
-namespace {
+namespace hablar::engine {
 
-int blocks_for(int n_ctx) {
+SequenceRunner::SequenceRunner(StepExecutor& executor, int n_ctx, int n_batch)
+    : executor_(executor), n_ctx_(n_ctx), n_batch_(n_batch) {
   if (n_ctx <= 0)
     throw_error(ErrorKind::kInvalidArgument,
                 "context size must be > 0, got " + std::to_string(n_ctx));
-  return (n_ctx + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize;
-}
-
-}  // namespace
-
-SequenceRunner::SequenceRunner(Model& model, int n_ctx, int n_batch)
-    : model_(model),
-      n_ctx_(n_ctx),
-      n_batch_(n_batch),
-      cache_(model.kv_layout_for(blocks_for(n_ctx))) {
   if (n_batch <= 0)
     throw_error(ErrorKind::kInvalidArgument,
                 "batch size must be > 0, got " + std::to_string(n_batch));
-  block_table_.resize((size_t)cache_.layout().n_blocks);
+  const int block = executor.kv_block_size();
+  const int n_blocks = (n_ctx + block - 1) / block;
+  if (n_blocks > executor.n_kv_blocks())
+    throw_error(ErrorKind::kResource, "a context of " + std::to_string(n_ctx) +
+                                          " positions needs " + std::to_string(n_blocks) +
+                                          " KV blocks; the executor holds " +
+                                          std::to_string(executor.n_kv_blocks()));
+  block_table_.resize((size_t)n_blocks);
   std::iota(block_table_.begin(), block_table_.end(), 0);
 }
 
@@ -36,25 +33,26 @@ std::span<const float> SequenceRunner::eval(std::span<const int32_t> tokens, boo
     throw_error(ErrorKind::kResource, std::to_string(n_past_) + " tokens in context + " +
                                           std::to_string(tokens.size()) +
                                           " new exceed the context size " + std::to_string(n_ctx_));
-  const size_t n_vocab = (size_t)model_.config().n_vocab;
+  const size_t n_vocab = (size_t)executor_.n_vocab();
   logits_.clear();
   for (size_t done = 0; done < tokens.size();) {
     const size_t n = std::min(tokens.size() - done, (size_t)n_batch_);
     const bool last_batch = done + n == tokens.size();
-    SequenceChunk chunk;
+    ExecChunk chunk;
     chunk.tokens = tokens.subspan(done, n);
     chunk.start_pos = n_past_;
     chunk.block_table = block_table_;
     chunk.all_logits = all_logits;
-    model_.forward(std::span(&chunk, 1), cache_, step_logits_);
+    executor_.execute({}, std::span(&chunk, 1), step_);
+    const std::vector<float>& rows = step_.logits;
     if (all_logits)
-      logits_.insert(logits_.end(), step_logits_.begin(), step_logits_.end());
+      logits_.insert(logits_.end(), rows.begin(), rows.begin() + (ptrdiff_t)(n * n_vocab));
     else if (last_batch)
-      logits_.assign(step_logits_.end() - (ptrdiff_t)n_vocab, step_logits_.end());
+      logits_.assign(rows.begin(), rows.begin() + (ptrdiff_t)n_vocab);
     n_past_ += (int)n;
     done += n;
   }
   return logits_;
 }
 
-}  // namespace hablar::model
+}  // namespace hablar::engine

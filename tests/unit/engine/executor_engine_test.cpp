@@ -1,7 +1,9 @@
-// The engine over the real CPU model runner, on a small synthetic Llama model: requests run
-// together (batched, some preempted, some sharing cached prefix blocks and copying them on
-// write) produce exactly the greedy tokens each produces alone; prompt log-probabilities
-// are the model's own, once per prompt token, however the prompt was chunked or preempted.
+// The engine over each real executor (the CPU's; the CUDA one where a device is present, in
+// deterministic mode, else the cases skip saying why), on a small synthetic Llama model:
+// requests run together (batched, some preempted, some sharing cached prefix blocks and
+// copying them on write) produce exactly the greedy tokens each produces alone; prompt
+// log-probabilities are the model's own, once per prompt token, however the prompt was
+// chunked or preempted.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -9,10 +11,10 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
-#include "engine/model_runner.h"
+#include "engine/executor_factory.h"
+#include "engine/sequence_runner.h"
 #include "formats/synthetic_model.h"
 #include "model/model.h"
-#include "model/sequence_runner.h"
 #include "support/test_support.h"
 
 namespace hablar::engine {
@@ -20,8 +22,26 @@ namespace {
 
 using std::chrono::milliseconds;
 
-class ModelRunnerTest : public ::testing::Test {
+// An executor of n_blocks blocks of 16 positions on the device under test.
+std::unique_ptr<StepExecutor> make_test_executor(const model::Model& m, DeviceKind device,
+                                                 int32_t n_blocks) {
+  ExecutorOptions o;
+  o.device = device;
+  o.n_threads = 2;
+  o.kv_tokens = n_blocks * 16;
+  o.cuda.max_step_tokens = 96;
+  o.cuda.max_seq_len = 1024;
+  o.cuda.deterministic = true;
+  return make_executor(m, o);
+}
+
+class ModelRunnerTest : public ::testing::TestWithParam<DeviceKind> {
  protected:
+  void SetUp() override {
+    std::string reason;
+    if (GetParam() == DeviceKind::kCuda && !cuda_available(&reason))
+      GTEST_SKIP() << "no CUDA device: " << reason;
+  }
   static void SetUpTestSuite() {
     synth::SyntheticModelOptions o;
     o.arch = synth::Arch::kLlama;
@@ -31,9 +51,7 @@ class ModelRunnerTest : public ::testing::Test {
     o.seed = 7;
     path_ = new std::string(test::make_temp_dir("engine-runner") + "/tiny.gguf");
     synth::write_synthetic_model(o, *path_);
-    model::LoadOptions load;
-    load.n_threads = 2;
-    model_ = model::Model::load(*path_, load).release();
+    model_ = model::Model::load(*path_).release();
   }
   static void TearDownTestSuite() {
     delete model_;
@@ -41,16 +59,15 @@ class ModelRunnerTest : public ::testing::Test {
   }
 
   // Greedy tokens of each prompt through an engine with the given cache and batch limits.
-  static std::vector<std::vector<int32_t>> generate(
-      const std::vector<std::vector<int32_t>>& prompts, int32_t n_blocks, int32_t max_running,
-      int32_t max_tokens, bool one_at_a_time, MetricsSnapshot* metrics = nullptr) {
-    ModelRunner runner(*model_, n_blocks, 16);
+  std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                             int32_t n_blocks, int32_t max_running,
+                                             int32_t max_tokens, bool one_at_a_time,
+                                             MetricsSnapshot* metrics = nullptr) {
+    auto runner = make_test_executor(*model_, GetParam(), n_blocks);
     EngineConfig c;
-    c.n_blocks = n_blocks;
-    c.block_size = 16;
     c.n_ctx = 1024;
     c.scheduler = {.max_running = max_running, .max_step_tokens = 96, .max_prefill_chunk = 40};
-    Engine engine(c, runner);
+    Engine engine(c, *runner);
     std::vector<std::vector<int32_t>> out(prompts.size());
     std::vector<std::shared_ptr<RequestHandle>> handles;
     auto drain = [&](size_t i) {
@@ -101,7 +118,7 @@ std::vector<std::vector<int32_t>> test_prompts() {
   return prompts;
 }
 
-TEST_F(ModelRunnerTest, BatchedEqualsAlone) {
+TEST_P(ModelRunnerTest, BatchedEqualsAlone) {
   const auto prompts = test_prompts();
   const auto alone = generate(prompts, 64, 1, 12, /*one_at_a_time=*/true);
   MetricsSnapshot m;
@@ -114,7 +131,7 @@ TEST_F(ModelRunnerTest, BatchedEqualsAlone) {
   EXPECT_GT(m.prompt_tokens_cached, 0u);  // the shared 40-token head (2 full blocks)
 }
 
-TEST_F(ModelRunnerTest, PreemptionKeepsOutputs) {
+TEST_P(ModelRunnerTest, PreemptionKeepsOutputs) {
   const auto prompts = test_prompts();
   const auto alone = generate(prompts, 64, 1, 12, true);
   MetricsSnapshot m;
@@ -125,17 +142,15 @@ TEST_F(ModelRunnerTest, PreemptionKeepsOutputs) {
 }
 
 // Each prompt's kPrompt items, through an engine with the given cache, for max_tokens = 0.
-std::vector<std::vector<StreamItem>> prompt_items(model::Model& model,
+std::vector<std::vector<StreamItem>> prompt_items(model::Model& model, DeviceKind device,
                                                   const std::vector<std::vector<int32_t>>& prompts,
                                                   int32_t n_blocks,
                                                   std::vector<StreamItem>* finals) {
-  ModelRunner runner(model, n_blocks, 16);
+  auto runner = make_test_executor(model, device, n_blocks);
   EngineConfig c;
-  c.n_blocks = n_blocks;
-  c.block_size = 16;
   c.n_ctx = 1024;
   c.scheduler = {.max_running = 8, .max_step_tokens = 96, .max_prefill_chunk = 40};
-  Engine engine(c, runner);
+  Engine engine(c, *runner);
   std::vector<std::shared_ptr<RequestHandle>> handles;
   for (const auto& p : prompts) {
     GenerateRequest g;
@@ -163,12 +178,13 @@ std::vector<std::vector<StreamItem>> prompt_items(model::Model& model,
   return out;
 }
 
-TEST_F(ModelRunnerTest, PromptLogprobsAreTheModelsOwnOncePerToken) {
+TEST_P(ModelRunnerTest, PromptLogprobsAreTheModelsOwnOncePerToken) {
   const auto prompts = test_prompts();  // shared heads: the prefix cache must not serve them
   // Reference: every position's logits from one sequence alone.
   std::vector<std::vector<float>> want(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    model::SequenceRunner alone(*model_, 1024);
+    auto executor = make_test_executor(*model_, GetParam(), 64);
+    SequenceRunner alone(*executor, 1024, 96);
     const auto rows = alone.eval(prompts[i], /*all_logits=*/true);
     const size_t n_vocab = rows.size() / prompts[i].size();
     std::vector<float> logp(n_vocab);
@@ -181,7 +197,7 @@ TEST_F(ModelRunnerTest, PromptLogprobsAreTheModelsOwnOncePerToken) {
   // preempted and compute their prompts again (10 blocks).
   for (int32_t n_blocks : {64, 10}) {
     std::vector<StreamItem> finals;
-    const auto got = prompt_items(*model_, prompts, n_blocks, &finals);
+    const auto got = prompt_items(*model_, GetParam(), prompts, n_blocks, &finals);
     ASSERT_EQ(finals.size(), prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i) {
       ASSERT_EQ(got[i].size(), prompts[i].size()) << "blocks " << n_blocks << " request " << i;
@@ -200,16 +216,78 @@ TEST_F(ModelRunnerTest, PromptLogprobsAreTheModelsOwnOncePerToken) {
   }
 }
 
-TEST_F(ModelRunnerTest, MaxTokensZeroNeedsPromptLogprobs) {
-  ModelRunner runner(*model_, 16, 16);
+TEST_P(ModelRunnerTest, MaxTokensZeroNeedsPromptLogprobs) {
+  auto runner = make_test_executor(*model_, GetParam(), 16);
   EngineConfig c;
-  c.n_blocks = 16;
-  Engine engine(c, runner);
+  Engine engine(c, *runner);
   GenerateRequest g;
   g.prompt = {100, 200, 300};
   g.max_tokens = 0;
   EXPECT_THROW(engine.submit(std::move(g)), hablar::Error);
 }
+
+// The decode wiring scenario driven through the engine: a model of 12 query heads over 2 KV
+// heads of 128 values; sequences with prompts of 17, 11 and 5 tokens decode together (on the
+// GPU: three live slots of a graph bucket of 4, one padding); the third finishes after 3
+// tokens and the others go on without it (two live slots of a bucket of 2). Each sequence's
+// tokens equal its own run alone.
+TEST_P(ModelRunnerTest, ThreeSequencesOfUnequalLengthsAndOneFinishingEarly) {
+  synth::SyntheticModelOptions o;
+  o.arch = synth::Arch::kLlama;
+  o.shape = {"wiring", 256, 2, 12, 2, 128, 512, 512, 2048, 10000.0, 1e-5, false};
+  o.type = "f16";
+  o.seed = 17;
+  const std::string path = test::make_temp_dir("engine-wiring") + "/wiring.gguf";
+  synth::write_synthetic_model(o, path);
+  auto m = model::Model::load(path);
+  std::mt19937 rng(5);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int n : {17, 11, 5}) {
+    prompts.emplace_back();
+    for (int i = 0; i < n; ++i) prompts.back().push_back(1 + (int32_t)(rng() % 500));
+  }
+  const std::vector<int32_t> max_tokens = {12, 12, 3};
+  auto run = [&](const std::vector<size_t>& which) {
+    auto ex = make_test_executor(*m, GetParam(), 64);
+    EngineConfig c;
+    c.n_ctx = 1024;
+    c.scheduler = {.max_running = 8, .max_step_tokens = 96, .max_prefill_chunk = 40};
+    Engine engine(c, *ex);
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (size_t i : which) {
+      GenerateRequest g;
+      g.prompt = prompts[i];
+      g.max_tokens = max_tokens[i];
+      g.ignore_eos = true;
+      handles.push_back(engine.submit(std::move(g)));
+    }
+    std::vector<std::vector<int32_t>> out(which.size());
+    for (size_t k = 0; k < which.size(); ++k)
+      for (bool done = false; !done;) {
+        std::vector<StreamItem> items;
+        EXPECT_TRUE(handles[k]->wait(items, milliseconds(60000))) << "engine stalled";
+        if (items.empty()) break;
+        for (const auto& it : items)
+          if (it.kind == StreamItem::Kind::kFinal)
+            done = true;
+          else
+            out[k].push_back(it.token);
+      }
+    return out;
+  };
+  const auto together = run({0, 1, 2});
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto alone = run({i});
+    EXPECT_EQ((int32_t)alone[0].size(), max_tokens[i]);
+    EXPECT_EQ(together[i], alone[0]) << "sequence " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Executors, ModelRunnerTest,
+                         ::testing::Values(DeviceKind::kCpu, DeviceKind::kCuda),
+                         [](const auto& info) {
+                           return std::string(info.param == DeviceKind::kCpu ? "Cpu" : "Cuda");
+                         });
 
 }  // namespace
 }  // namespace hablar::engine

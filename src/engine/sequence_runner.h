@@ -1,20 +1,21 @@
-// One sequence over its own contiguous KV cache: the simple driver `hablar run`, `bench`,
-// `perplexity` and the tests use (the server schedules many sequences over a shared cache
-// with Model::forward directly).
+// One sequence over an executor's cache, blocks 0 .. n_ctx / block_size in order: the
+// simple driver for `hablar perplexity` and the model tests (`run`, `bench` and `serve` go
+// through the engine). Any executor works, so the CPU and the GPU are measured the same way.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
-#include "model/model.h"
+#include "engine/executor.h"
 
-namespace hablar::model {
+namespace hablar::engine {
 
 class SequenceRunner {
  public:
-  // A cache for n_ctx positions; prompts are processed n_batch tokens per forward call.
-  SequenceRunner(Model& model, int n_ctx, int n_batch = 512);
+  // n_ctx positions (the executor must hold that many blocks); prompts are processed n_batch
+  // tokens per step.
+  SequenceRunner(StepExecutor& executor, int n_ctx, int n_batch = 512);
 
   // Appends tokens at the end of the sequence. Returns the logits of the last token
   // ([n_vocab]), or of every token when all_logits ([tokens.size() x n_vocab]). Throws
@@ -24,17 +25,15 @@ class SequenceRunner {
   int n_past() const { return n_past_; }
   int n_ctx() const { return n_ctx_; }
   void reset() { n_past_ = 0; }  // forget the sequence (the cache is overwritten)
-  const KvCache& cache() const { return cache_; }
 
  private:
-  Model& model_;
+  StepExecutor& executor_;
   int n_ctx_;
   int n_batch_;
   int n_past_ = 0;
-  KvCache cache_;
   std::vector<int32_t> block_table_;
-  std::vector<float> step_logits_;
+  StepOutput step_;
   std::vector<float> logits_;
 };
 
-}  // namespace hablar::model
+}  // namespace hablar::engine

@@ -1,13 +1,13 @@
-#include "model/perplexity.h"
+#include "engine/perplexity.h"
 
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "model/sequence_runner.h"
+#include "engine/sequence_runner.h"
 
-namespace hablar::model {
+namespace hablar::engine {
 namespace {
 
 // -log p(target) under softmax(row), in double.
@@ -21,17 +21,18 @@ double nll_of(const float* row, int n_vocab, int32_t target) {
 
 }  // namespace
 
-PerplexityResult perplexity(Model& model, std::string_view text, int n_ctx, int n_batch,
-                            int max_chunks, const std::function<void(int, double)>& on_chunk) {
+PerplexityResult perplexity(const model::Model& model, StepExecutor& executor,
+                            std::string_view text, int n_ctx, int n_batch, int max_chunks,
+                            const std::function<void(int, double)>& on_chunk) {
   const tokenizer::Tokenizer& tok = model.tokenizer();
   const bool add_bos = tok.add_bos() && tok.bos_id() >= 0;
   const std::vector<int32_t> tokens = tok.encode(text, add_bos, false);
-  return perplexity_of_tokens(model, tokens, n_ctx, n_batch, max_chunks,
+  return perplexity_of_tokens(executor, tokens, n_ctx, n_batch, max_chunks,
                               add_bos ? tok.bos_id() : -1, on_chunk);
 }
 
-PerplexityResult perplexity_of_tokens(Model& model, std::span<const int32_t> tokens, int n_ctx,
-                                      int n_batch, int max_chunks, int32_t bos_id,
+PerplexityResult perplexity_of_tokens(StepExecutor& executor, std::span<const int32_t> tokens,
+                                      int n_ctx, int n_batch, int max_chunks, int32_t bos_id,
                                       const std::function<void(int, double)>& on_chunk) {
   if (n_ctx < 4) throw_error(ErrorKind::kInvalidArgument, "perplexity needs n_ctx >= 4");
   int n_chunks = (int)(tokens.size() / (size_t)n_ctx);
@@ -40,9 +41,9 @@ PerplexityResult perplexity_of_tokens(Model& model, std::span<const int32_t> tok
                                                  " tokens, fewer than one chunk of " +
                                                  std::to_string(n_ctx));
   if (max_chunks > 0) n_chunks = std::min(n_chunks, max_chunks);
-  const int n_vocab = model.config().n_vocab;
+  const int n_vocab = executor.n_vocab();
   const int first = n_ctx / 2;
-  SequenceRunner seq(model, n_ctx, n_batch);
+  SequenceRunner seq(executor, n_ctx, n_batch);
   double sum = 0.0, sum_sq = 0.0;
   int64_t count = 0;
   PerplexityResult r;
@@ -70,4 +71,4 @@ PerplexityResult perplexity_of_tokens(Model& model, std::span<const int32_t> tok
   return r;
 }
 
-}  // namespace hablar::model
+}  // namespace hablar::engine

@@ -9,9 +9,10 @@
 #include <span>
 #include <string_view>
 
+#include "engine/executor.h"
 #include "model/model.h"
 
-namespace hablar::model {
+namespace hablar::engine {
 
 struct PerplexityResult {
   double ppl = 0.0;
@@ -23,11 +24,12 @@ struct PerplexityResult {
 
 // Throws Error(kInvalidArgument) when the text has fewer than n_ctx tokens (one chunk). max_chunks
 // = 0 scores every chunk. on_chunk(i, running ppl).
-PerplexityResult perplexity(Model& model, std::string_view text, int n_ctx, int n_batch,
-                            int max_chunks, const std::function<void(int, double)>& on_chunk = {});
+PerplexityResult perplexity(const model::Model& model, StepExecutor& executor,
+                            std::string_view text, int n_ctx, int n_batch, int max_chunks,
+                            const std::function<void(int, double)>& on_chunk = {});
 // The same over given token ids; each chunk's first token becomes bos_id when bos_id >= 0.
-PerplexityResult perplexity_of_tokens(Model& model, std::span<const int32_t> tokens, int n_ctx,
-                                      int n_batch, int max_chunks, int32_t bos_id,
+PerplexityResult perplexity_of_tokens(StepExecutor& executor, std::span<const int32_t> tokens,
+                                      int n_ctx, int n_batch, int max_chunks, int32_t bos_id,
                                       const std::function<void(int, double)>& on_chunk = {});
 
-}  // namespace hablar::model
+}  // namespace hablar::engine

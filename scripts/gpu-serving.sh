@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# GPU serving checks on a CUDA machine (the `device` tool), with binaries built here.
+#
+#   scripts/gpu-serving.sh pack          build hablar and the GPU test binaries here and pack
+#                                        them, the shared libraries a bare GPU machine lacks
+#                                        and the test vocabulary into .gpu/bin.tar.gz, and the
+#                                        default model into .gpu/model.part0..2 (ignored by
+#                                        git; each call of the device tool carries at most
+#                                        64 MiB, so the model travels in three calls)
+#   scripts/gpu-serving.sh model-part N  on the GPU machine: save .gpu/model.partN (the
+#                                        default model, split to fit the transfer limit) to
+#                                        /tmp/hablar-model/
+#   scripts/gpu-serving.sh tests         on the GPU machine: the decode/sampling kernel tests,
+#                                        the engine over the CUDA executor, GPU-vs-CPU parity
+#                                        (SmolLM2 too when the model is there)
+#   scripts/gpu-serving.sh report        on the GPU machine: bench of a make-model
+#                                        qwen2.5-1.5b Q4_K_M file (tg128, pp512) and the
+#                                        aggregate decode of 1/16/64 parallel clients
+#   scripts/gpu-serving.sh server        on the GPU machine: the server pytest suite against
+#                                        `hablar serve` on the GPU, then a compute-sanitizer
+#                                        memcheck of a short batched serving run
+# Logs go to $OUT (else /tmp/gpu-serving).
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+gpu=/tmp/hablar-gpu  # where the binaries are unpacked on the GPU machine
+mode=${1:-}
+log=${OUT:-/tmp/gpu-serving}
+
+pack() {
+  local build=$root/build stage
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
+  ninja -C "$build" hablar gpu_parity_tests engine_model_tests cuda_kernel_tests || exit 1
+  stage=$(mktemp -d)
+  mkdir -p "$stage/bin" "$stage/lib" "$stage/testdata/vocab" "$root/.gpu"
+  for b in src/cli/hablar tests/unit/engine/gpu_parity_tests tests/unit/engine/engine_model_tests \
+    tests/unit/cuda/cuda_kernel_tests; do
+    strip -o "$stage/bin/$(basename "$b")" "$build/$b"
+  done
+  for b in "$stage"/bin/*; do
+    ldd "$b" | awk '/spdlog|fmt|gtest|httplib|utf8proc|pcre2|brotli|libz\.|ssl|crypto/ {print $3}'
+  done | sort -u | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+  cp "$root/../shared/testdata/vocab/ggml-vocab-llama-spm.gguf" "$stage/testdata/vocab/"
+  cp -r "$root/../shared/testdata/chat-templates" "$stage/testdata/"
+  tar czf "$root/.gpu/bin.tar.gz" -C "$stage" bin lib testdata
+  rm -rf "$stage"
+  local model=${HABLAR_HOME:-$HOME/.cache/hablar}/models/SmolLM2-135M-Instruct.Q4_1.gguf
+  split -n 3 -d -a 1 "$model" "$root/.gpu/model.part"
+  du -sh "$root"/.gpu/*
+}
+
+setup_env() {
+  mkdir -p "$log"
+  if [ -f "$root/.gpu/bin.tar.gz" ]; then
+    rm -rf "$gpu" && mkdir -p "$gpu" && tar xzf "$root/.gpu/bin.tar.gz" -C "$gpu"
+  fi
+  export LD_LIBRARY_PATH="$gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  export HABLAR_SOURCE_DIR=$root HABLAR_TESTDATA=$gpu/testdata HABLAR_HOME=/tmp/hablar-home
+  mkdir -p /tmp/hablar-home/models
+  local parts=(/tmp/hablar-model/model.part0 /tmp/hablar-model/model.part1 /tmp/hablar-model/model.part2)
+  if [ -f "${parts[2]}" ] && [ ! -f /tmp/hablar-home/models/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
+    cat "${parts[@]}" >/tmp/hablar-home/models/SmolLM2-135M-Instruct.Q4_1.gguf
+  fi
+}
+
+tests() {
+  setup_env
+  nvidia-smi -L
+  "$gpu/bin/cuda_kernel_tests" --gtest_filter='*DecodeWiring*:*Sampling*:*FusedMatmul*' \
+    >"$log/kernel_tests.txt" 2>&1
+  tail -3 "$log/kernel_tests.txt"
+  "$gpu/bin/engine_model_tests" >"$log/engine_model_tests.txt" 2>&1
+  tail -3 "$log/engine_model_tests.txt"
+  HABLAR_PARITY_DUMP=/tmp/parity.json "$gpu/bin/gpu_parity_tests" 2>&1 |
+    tee "$log/gpu_parity.txt" | grep -E "GPU vs|SmolLM2|concurrent|FAILED|PASSED|Failure" | head -80
+  if [ -f /tmp/parity.json ]; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site-gguf "$root"/.whl/gguf-*.whl
+    PYTHONPATH=/tmp/site-gguf python3 "$root/tools/gpu_vs_reference.py" --dump /tmp/parity.json \
+      --model /tmp/hablar-home/models/SmolLM2-135M-Instruct.Q4_1.gguf 2>&1 |
+      tee "$log/reference.txt" | grep -vi "warn" | tail -5
+  fi
+}
+
+report() {
+  setup_env
+  local h=$gpu/bin/hablar m=/tmp/q15.gguf
+  "$h" make-model --arch qwen2 --shape qwen2.5-1.5b --type q4_k_m -o $m >/dev/null 2>&1
+  for mode in "" --deterministic; do
+    echo "== qwen2.5-1.5b shape, Q4_K_M ${mode:-(default mode)}" | tee -a "$log/bench.txt"
+    "$h" bench -m $m -p 512 -n 128 -r 3 --device cuda $mode 2>&1 | tee -a "$log/bench.txt" |
+      grep -E "pp512|tg128"
+    "$h" serve -m $m --port 8411 --device cuda -np 64 -b 2048 -c 65536 $mode \
+      >"$log/serve_report$mode.txt" 2>&1 &
+    local pid=$!
+    for _ in $(seq 120); do curl -sf localhost:8411/health >/dev/null && break; sleep 1; done
+    for n in 1 16 64; do
+      python3 "$root/bench/gpu/aggregate_decode.py" --base-url http://127.0.0.1:8411 --clients $n
+    done 2>&1 | tee -a "$log/aggregate.txt"
+    kill $pid; wait $pid
+  done
+}
+
+server() {
+  setup_env
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site "$root"/.whl/*.whl 2>&1 | tail -2
+  export PYTHONPATH=/tmp/site HABLAR_BIN=$gpu/bin/hablar HABLAR_SERVE_ARGS="--device cuda ${SERVE_MODE:-}"
+  (cd "$root" && timeout 420 python3 -m pytest tests/server -q -p no:cacheprovider \
+    --deselect tests/server/test_browser.py 2>&1 | tee "$log/server_pytest.txt" | tail -15)
+  # memcheck over a short serving run: four requests at once (prefill and batched decode
+  # steps, graphs captured and replayed), then SIGTERM to hablar itself so that the
+  # sanitizer sees it exit and writes its summary.
+  local h=$gpu/bin/hablar
+  compute-sanitizer --tool memcheck --log-file "$log/memcheck.txt" "$h" serve --port 8412 \
+    --device cuda -np 4 -c 4096 >"$log/memcheck_serve.txt" 2>&1 &
+  local pid=$! pids=()
+  for _ in $(seq 300); do curl -sf localhost:8412/health >/dev/null && break; sleep 1; done
+  for i in 1 2 3 4; do
+    curl -s localhost:8412/v1/chat/completions -H 'Content-Type: application/json' \
+      -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Count to $i\"}],\"max_tokens\":12}" \
+      -o "$log/memcheck_reply$i.json" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  pkill -TERM -x hablar
+  wait $pid
+  echo "memcheck: $(grep -c choices "$log"/memcheck_reply*.json) replies;" \
+    "$(grep -h "ERROR SUMMARY" "$log/memcheck.txt")"
+}
+
+case "$mode" in
+  pack) pack ;;
+  model-part) mkdir -p /tmp/hablar-model && cp "$root/.gpu/model.part$2" /tmp/hablar-model/ &&
+    ls -la /tmp/hablar-model ;;
+  tests) tests ;;
+  report) report ;;
+  server) server ;;
+  *) sed -n 2,20p "$0"; exit 2 ;;
+esac

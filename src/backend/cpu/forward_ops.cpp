@@ -1,0 +1,185 @@
+#include "backend/cpu/forward_ops.h"
+
+#include <algorithm>
+
+#include "backend/cpu/matmul_fused.h"
+
+namespace hablar::cpu {
+namespace {
+
+// llama.cpp's default micro-batch: a prompt longer than this is evaluated in pieces.
+constexpr int32_t kLlamaUbatch = 512;
+
+// Token i's place in llama.cpp's batch (TokenRoles, for the K formats' summation orders). A
+// sampled token is a batch of its own. A prompt token stands in its prompt's batch, known
+// from where the prompt ends (prompt_len) whatever the chunking; without it, the chunk
+// is taken for the batch.
+uint8_t token_role(const SequenceChunk& ch, size_t i, bool sampled) {
+  if (sampled) return llama_batch_role(0, 1);
+  if (ch.prompt_len < 0) return llama_batch_role((int64_t)i, (int64_t)ch.tokens.size());
+  const int32_t pos = ch.start_pos + (int32_t)i;
+  const int32_t begin = pos / kLlamaUbatch * kLlamaUbatch;
+  return llama_batch_role(pos - begin, std::min(kLlamaUbatch, ch.prompt_len - begin));
+}
+
+float* sized(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+}  // namespace
+
+template <typename Fn>
+void ForwardOps::for_each_token(int64_t n, const Fn& fn) {
+  if (n == 1) return fn(0);
+  pool_.run([&](int thread, int n_threads) {
+    const IndexRange r = split_range(n, thread, n_threads);
+    for (int64_t t = r.begin; t < r.end; ++t) fn(t);
+  });
+}
+
+void ForwardOps::begin(std::span<const SequenceChunk> chunks, uint16_t* cache,
+                       const KvCacheLayout& layout, const ActivationDims& dims,
+                       const RopeParams& rope, float rms_eps) {
+  cache_ = cache, layout_ = layout, dims_ = dims, rope_ = rope, eps_ = rms_eps;
+  pending_.clear();
+  // Attention sums as llama.cpp does for a chunk of one token (decode) or of several
+  // (SumOrder). When the chunk says which positions hold sampled tokens (prompt_len),
+  // those take the one-token order and prompt tokens the other, however the sequence is
+  // chunked: a sequence recomputed after preemption, or a prompt split so that one token is
+  // left, gets the same values again. The order never depends on the other sequences.
+  tokens_.clear(), positions_.clear(), block_tables_.clear(), logit_rows_.clear();
+  sum_orders_.clear(), roles_.clear(), logit_roles_.clear();
+  for (const SequenceChunk& ch : chunks) {
+    for (size_t i = 0; i < ch.tokens.size(); ++i) {
+      const bool sampled =
+          ch.prompt_len >= 0 ? ch.start_pos + (int32_t)i >= ch.prompt_len : ch.tokens.size() == 1;
+      sum_orders_.push_back(sampled ? SumOrder::kLanes64 : SumOrder::kLanes16);
+      roles_.push_back(token_role(ch, i, sampled));
+      // llama.cpp's output matmul takes only the rows whose logits are wanted: all of the
+      // batch's, or the last one alone.
+      if (ch.all_logits || i + 1 == ch.tokens.size()) {
+        logit_rows_.push_back((int32_t)tokens_.size());
+        logit_roles_.push_back(ch.all_logits ? roles_.back() : llama_batch_role(0, 1));
+      }
+      tokens_.push_back(ch.tokens[i]);
+      positions_.push_back(ch.start_pos + (int32_t)i);
+      block_tables_.push_back(ch.block_table.data());
+    }
+  }
+  const size_t T = tokens_.size();
+  act_.x = sized(x_, T * dims.n_embd), act_.xb = sized(xb_, T * dims.n_embd);
+  act_.q = sized(q_, T * dims.q_dim()), act_.att = sized(att_, T * dims.q_dim());
+  act_.k = sized(k_, T * dims.kv_dim()), act_.v = sized(v_, T * dims.kv_dim());
+  act_.gate = sized(gate_, T * dims.n_ff), act_.up = sized(up_, T * dims.n_ff);
+  // RoPE angles of each token's position, computed once for every layer, q and k.
+  const int RP = rope.n_dims / 2;
+  float* cos_t = sized(rope_cos_, T * RP);
+  float* sin_t = sized(rope_sin_, T * RP);
+  for_each_token((int64_t)T, [&](int64_t t) {
+    rope_angles(positions_[(size_t)t], rope_, cos_t + t * RP, sin_t + t * RP);
+  });
+}
+
+void ForwardOps::apply_pending(int64_t t) {
+  const int HD = dims_.head_dim, RP = rope_.n_dims / 2;
+  for (const TokenOp& op : pending_) {
+    switch (op.kind) {
+      case TokenOp::Kind::kBias:
+        add_inplace(op.x + t * op.width, op.w, op.width);
+        break;
+      case TokenOp::Kind::kHeadNorm: {
+        float* row = op.x + t * (int64_t)op.n_heads * HD;
+        for (int h = 0; h < op.n_heads; ++h)
+          cpu::rmsnorm(row + h * HD, op.w, row + h * HD, HD, eps_);
+        break;
+      }
+      case TokenOp::Kind::kRope:
+        rope_apply(op.x + t * (int64_t)op.n_heads * HD, op.n_heads, HD, rope_,
+                   rope_cos_.data() + t * RP, rope_sin_.data() + t * RP);
+        break;
+    }
+  }
+}
+
+void ForwardOps::flush_pending() {
+  if (pending_.empty()) return;
+  for_each_token(n_tokens(), [&](int64_t t) { apply_pending(t); });
+  pending_.clear();
+}
+
+void ForwardOps::embed(const WeightView& table, float* x) {
+  const int64_t E = dims_.n_embd;
+  for_each_token(n_tokens(),
+                 [&](int64_t t) { embedding_row(table, tokens_[(size_t)t], x + t * E); });
+}
+
+void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_t width) {
+  flush_pending();
+  for_each_token(n_tokens(), [&](int64_t t) {
+    cpu::rmsnorm(x + t * width, weight, out + t * width, width, eps_);
+  });
+}
+
+void ForwardOps::matmul(const WeightView& w, const float* in, float* out) {
+  flush_pending();
+  cpu::matmul(w, in, n_tokens(), out, pool_, roles_);
+}
+
+void ForwardOps::matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv,
+                            const float* in, float* q, float* k, float* v) {
+  flush_pending();
+  const MatmulTarget targets[] = {{&wq, q}, {&wk, k}, {&wv, v}};
+  matmul_many(targets, in, n_tokens(), pool_, roles_);  // one quantization of the input
+}
+
+void ForwardOps::matmul_swiglu(const WeightView& gate, const WeightView& up, const float* in,
+                               float* out, float* up_scratch) {
+  flush_pending();
+  cpu::matmul_swiglu(gate, up, in, n_tokens(), out, up_scratch, pool_, roles_);
+}
+
+void ForwardOps::add_bias(float* x, const float* bias, int64_t width) {
+  pending_.push_back({TokenOp::Kind::kBias, x, bias, 0, width});
+}
+
+void ForwardOps::head_rmsnorm(float* x, const float* weight, int n_heads) {
+  pending_.push_back({TokenOp::Kind::kHeadNorm, x, weight, n_heads, 0});
+}
+
+void ForwardOps::rope(float* x, int n_heads) {
+  pending_.push_back({TokenOp::Kind::kRope, x, nullptr, n_heads, 0});
+}
+
+void ForwardOps::attention(int layer, const float* q, const float* k, const float* v, float* out) {
+  const int64_t QD = dims_.q_dim(), KVD = dims_.kv_dim();
+  for_each_token(n_tokens(), [&](int64_t t) {
+    apply_pending(t);  // bias, q/k norms, RoPE of this token, in the order the forward asked
+    kv_store(cache_, layout_, layer, block_tables_[(size_t)t], positions_[(size_t)t], k + t * KVD,
+             v + t * KVD);
+  });
+  pending_.clear();
+  queries_.resize(tokens_.size());
+  for (size_t t = 0; t < tokens_.size(); ++t)
+    queries_[t] = {block_tables_[t], positions_[t], q + (int64_t)t * QD, out + (int64_t)t * QD,
+                   sum_orders_[t]};
+  attention_batch(cache_, layout_, layer, queries_, dims_.n_heads, pool_);
+}
+
+void ForwardOps::add(float* x, const float* y, int64_t width) {
+  flush_pending();
+  for_each_token(n_tokens(), [&](int64_t t) { add_inplace(x + t * width, y + t * width, width); });
+}
+
+void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output) {
+  flush_pending();
+  const int64_t R = (int64_t)logit_rows_.size(), E = dims_.n_embd;
+  float* rows = sized(out_rows_, (size_t)(R * E));
+  for_each_token(R, [&](int64_t r) {
+    cpu::rmsnorm(x + (int64_t)logit_rows_[(size_t)r] * E, norm_weight, rows + r * E, E, eps_);
+  });
+  logits_.resize((size_t)(R * output.rows));
+  cpu::matmul(output, rows, R, logits_.data(), pool_, logit_roles_);
+}
+
+}  // namespace hablar::cpu

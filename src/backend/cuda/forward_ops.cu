@@ -1,0 +1,335 @@
+// The CUDA forward ops (see forward_ops.h): step inputs, the small kernels the forward needs
+// beyond ops.h (bias, RoPE from angle tables, row gather) and the product dispatch.
+#include "backend/cuda/forward_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops.h"
+#include "core/error.h"
+
+namespace hablar::cuda {
+namespace {
+
+// Positions per attention split in deterministic mode (a multiple of the kernels' tiles).
+constexpr int32_t kFixedSplitLen = 256;
+
+__global__ void add_bias_kernel(float* x, const float* __restrict__ bias, int64_t rows, int width) {
+  const int64_t n = rows * width;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    x[i] += bias[i % width];
+}
+
+// x [T][heads][head_dim]: pair i of each head of token t turns by the angle whose cosine and
+// sine are cos_t[t][i], sin_t[t][i] (core/rope.h), with the CPU's fused rounding.
+__global__ void rope_table_kernel(float* x, const float* __restrict__ cos_t,
+                                  const float* __restrict__ sin_t, int heads, int head_dim,
+                                  int half, bool neox) {
+  const int t = blockIdx.x;
+  for (int idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    const float c = cos_t[(size_t)t * half + i], s = sin_t[(size_t)t * half + i];
+    float* head = x + ((size_t)t * heads + h) * head_dim;
+    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    const float x0 = head[a], x1 = head[b];
+    head[a] = fmaf(x0, c, -(x1 * s));
+    head[b] = fmaf(x0, s, x1 * c);
+  }
+}
+
+// out[r] = x[rows[r]], rows of `width` floats.
+__global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows,
+                                   int width, float* out) {
+  const float* src = x + (size_t)rows[blockIdx.x] * width;
+  float* dst = out + (size_t)blockIdx.x * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = src[i];
+}
+
+int grid_for(int64_t n) {
+  return (int)std::min<int64_t>((n + 255) / 256, 4096);
+}
+
+size_t round_up(size_t n) {
+  return (n + 255) / 256 * 256;
+}
+
+}  // namespace
+
+// The step's inputs, laid out identically in pinned host memory and on the device, so one
+// asynchronous copy moves them all. Offsets are in 4-byte words.
+struct ForwardOps::Buffers {
+  DeviceMemory activations;
+  DeviceMemory inputs;
+  DeviceMemory attention_workspace;
+  DeviceMemory int8_workspace;
+  size_t attention_workspace_bytes = 0;
+  void* host_inputs = nullptr;  // pinned
+  size_t input_words = 0;
+  PrefillMatmul prefill;
+  // Word offsets of each input array (for max_tokens rows).
+  size_t tokens = 0, positions = 0, logit_rows = 0, active = 0, tables = 0, cos = 0, sin = 0;
+  ~Buffers() {
+    if (host_inputs) cudaFreeHost(host_inputs);
+  }
+};
+
+namespace {
+
+// An upper bound of decode_attention's workspace for any slot count up to max_slots and any
+// context up to `capacity` positions (its split sizing: decode_attention_params.h).
+size_t attention_workspace_bound(const ActivationDims& d, int32_t max_slots, int32_t capacity) {
+  const int64_t target = 64LL * 132;  // the larger of the kernels' block targets
+  size_t best = 0;
+  for (int64_t n = 1; n <= max_slots; ++n) {
+    const int64_t by_floor = (capacity + 63) / 64;
+    const int64_t by_target = 2 * ((target + n * d.n_kv_heads - 1) / (n * d.n_kv_heads)) + 1;
+    const int64_t splits =
+        std::min(by_floor, std::max<int64_t>((capacity + 1023) / 1024, by_target));
+    const int64_t fixed = (capacity + kFixedSplitLen - 1) / kFixedSplitLen;
+    best = std::max(best, (size_t)(n * d.n_heads * std::max(splits, fixed) * (d.head_dim + 2)) * 4);
+  }
+  return best;
+}
+
+}  // namespace
+
+ForwardOps::ForwardOps(const ActivationDims& dims, const KvCacheLayout& layout, void* kv_cache,
+                       const RopeParams& rope, float rms_eps, const ForwardLimits& limits,
+                       cudaStream_t stream)
+    : dims_(dims),
+      layout_(layout),
+      kv_cache_(kv_cache),
+      rope_(rope),
+      eps_(rms_eps),
+      limits_(limits),
+      stream_(stream),
+      buf_(std::make_unique<Buffers>()) {
+  const size_t T = (size_t)limits.max_tokens, RP = (size_t)rope.n_dims / 2;
+  const size_t MB = (size_t)limits.max_blocks_per_seq;
+  HABLAR_CHECK(T > 0 && MB > 0, "cuda::ForwardOps needs max_tokens and max_blocks_per_seq");
+  // Activations: x, xb, q, k, v, att, gate, up, final-normed rows, logits.
+  const size_t widths[] = {(size_t)dims.n_embd,   (size_t)dims.n_embd,   (size_t)dims.q_dim(),
+                           (size_t)dims.kv_dim(), (size_t)dims.kv_dim(), (size_t)dims.q_dim(),
+                           (size_t)dims.n_ff,     (size_t)dims.n_ff,     (size_t)dims.n_embd,
+                           (size_t)dims.n_vocab};
+  size_t floats = 0;
+  for (size_t w : widths) floats += round_up(T * w);
+  buf_->activations = DeviceMemory(floats * sizeof(float));
+  float* p = static_cast<float*>(buf_->activations.get());
+  float* slots[10];
+  for (int i = 0; i < 10; ++i) slots[i] = p, p += round_up(T * widths[i]);
+  act_ = {slots[0], slots[1], slots[2], slots[3], slots[4], slots[5], slots[6], slots[7]};
+  out_rows_ = slots[8];
+  logits_ = slots[9];
+  // Inputs: tokens, positions, logit rows, active flags (one word each), block tables, angles.
+  Buffers& b = *buf_;
+  b.tokens = 0, b.positions = T, b.logit_rows = 2 * T, b.active = 3 * T, b.tables = 4 * T;
+  b.cos = b.tables + T * MB, b.sin = b.cos + T * RP;
+  b.input_words = b.sin + T * RP;
+  b.inputs = DeviceMemory(b.input_words * 4);
+  HABLAR_CUDA_CHECK(cudaMallocHost(&b.host_inputs, b.input_words * 4));
+  b.attention_workspace_bytes =
+      attention_workspace_bound(dims, (int32_t)T, (int32_t)(MB * layout.block_size));
+  b.attention_workspace = DeviceMemory(b.attention_workspace_bytes);
+}
+
+ForwardOps::~ForwardOps() = default;
+
+void ForwardOps::reserve_int8_workspace(std::span<const WeightView* const> matrices) {
+  if (limits_.deterministic) return;
+  size_t bytes = 0;
+  const int rows = std::min(limits_.max_tokens, kFusedMatmulMaxRows);
+  for (const WeightView* w : matrices)
+    for (int m = 1; m <= rows; ++m) bytes = std::max(bytes, matmul_fused_workspace_bytes(*w, m));
+  buf_->int8_workspace = DeviceMemory(bytes);
+}
+
+void ForwardOps::bind_cache(void* kv_cache, const KvCacheLayout& layout) {
+  HABLAR_CHECK(layout.n_layers == layout_.n_layers && layout.n_kv_heads == layout_.n_kv_heads &&
+                   layout.head_dim == layout_.head_dim && layout.block_size == layout_.block_size,
+               "cuda::ForwardOps::bind_cache: another cache shape");
+  kv_cache_ = kv_cache;
+  layout_ = layout;
+}
+
+size_t ForwardOps::workspace_bytes() const {
+  return buf_->activations.bytes() + buf_->inputs.bytes() + buf_->attention_workspace.bytes() +
+         buf_->int8_workspace.bytes();
+}
+
+void ForwardOps::begin(std::span<const SequenceChunk> chunks,
+                       std::span<const int32_t> logit_order) {
+  stage(chunks, logit_order, 0);
+  upload();
+}
+
+void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_order,
+                       int64_t pad_to) {
+  Buffers& b = *buf_;
+  const size_t T_max = (size_t)limits_.max_tokens, MB = (size_t)limits_.max_blocks_per_seq;
+  const int RP = rope_.n_dims / 2;
+  auto* words = static_cast<int32_t*>(b.host_inputs);
+  auto* floats = static_cast<float*>(b.host_inputs);
+  auto* active = reinterpret_cast<uint8_t*>(words + b.active);
+  std::vector<int32_t> rows_in_chunk_order;
+  int64_t t = 0;
+  max_context_ = 0;
+  // Token t of the step: its id, position, sequence's block table and RoPE angles.
+  const auto put = [&](int32_t token, int32_t pos, std::span<const int32_t> table, bool live) {
+    HABLAR_CHECK((size_t)t < T_max, "more tokens in a step than the executor's limit");
+    words[b.tokens + t] = token;
+    words[b.positions + t] = pos;
+    active[t] = live ? 1 : 0;
+    int32_t* row = words + b.tables + t * MB;
+    const size_t n = std::min(table.size(), MB);
+    std::memcpy(row, table.data(), n * 4);
+    std::fill(row + n, row + MB, 0);
+    rope_angles(pos, rope_, floats + b.cos + t * RP, floats + b.sin + t * RP);
+  };
+  for (const SequenceChunk& ch : chunks) {
+    const int64_t needed =
+        (ch.start_pos + (int64_t)ch.tokens.size() + layout_.block_size - 1) / layout_.block_size;
+    HABLAR_CHECK((size_t)needed <= MB, "a sequence is longer than the executor's context limit");
+    for (size_t i = 0; i < ch.tokens.size(); ++i, ++t) {
+      const int32_t pos = ch.start_pos + (int32_t)i;
+      put(ch.tokens[i], pos, ch.block_table, true);
+      max_context_ = std::max(max_context_, pos + 1);
+      if (ch.all_logits || i + 1 == ch.tokens.size()) rows_in_chunk_order.push_back((int32_t)t);
+    }
+  }
+  // Padding up to a captured graph's size: token 0 at position 0 of no sequence, inactive
+  // (attention neither writes nor reads it; its other rows are computed and ignored).
+  for (; t < pad_to; ++t) {
+    put(0, 0, {}, false);
+    rows_in_chunk_order.push_back((int32_t)t);
+  }
+  if (pad_to > 0) max_context_ = (int32_t)(MB * layout_.block_size);  // fixed for the graph
+  n_tokens_ = t;
+  n_logit_rows_ = (int32_t)logit_order.size();
+  HABLAR_CHECK(logit_order.size() <= rows_in_chunk_order.size(), "bad logit order");
+  for (size_t r = 0; r < logit_order.size(); ++r)
+    words[b.logit_rows + r] = rows_in_chunk_order[(size_t)logit_order[r]];
+}
+
+void ForwardOps::upload() {
+  // Only the rows of this step: [tokens | positions | logit rows | active] for the first
+  // n_tokens of each, block tables and angles of n_tokens rows.
+  const Buffers& b = *buf_;
+  const size_t T = (size_t)n_tokens_, MB = (size_t)limits_.max_blocks_per_seq;
+  const size_t RP = (size_t)rope_.n_dims / 2;
+  const auto copy = [&](size_t word, size_t n_words) {
+    HABLAR_CUDA_CHECK(cudaMemcpyAsync(static_cast<int32_t*>(b.inputs.get()) + word,
+                                      static_cast<const int32_t*>(b.host_inputs) + word,
+                                      n_words * 4, cudaMemcpyHostToDevice, stream_));
+  };
+  copy(b.tokens, T), copy(b.positions, T), copy(b.logit_rows, T), copy(b.active, (T + 3) / 4);
+  copy(b.tables, T * MB), copy(b.cos, T * RP), copy(b.sin, T * RP);
+}
+
+void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float* out) {
+  void* int8_ws = buf_->int8_workspace.get();
+  const size_t int8_bytes = buf_->int8_workspace.bytes();
+  if (!limits_.deterministic && int8_ws != nullptr && m <= kFusedMatmulMaxRows &&
+      matmul_fused_workspace_bytes(w, (int)m) > 0) {
+    matmul_fused(w, in, (int)m, out, stream_, int8_ws, int8_bytes);
+  } else if (limits_.deterministic || m <= kGemvMaxRows) {
+    for (int64_t r = 0; r < m; r += kGemvMaxRows)
+      matmul_fused(w, in + r * w.cols, (int)std::min<int64_t>(kGemvMaxRows, m - r),
+                   out + r * w.rows, stream_);
+  } else if (m <= kFusedMatmulMaxRows) {
+    matmul_fused(w, in, (int)m, out, stream_);
+  } else {
+    buf_->prefill.run(w, in, (int)m, out, stream_);
+  }
+}
+
+void ForwardOps::embed(const WeightView& table, float* x) {
+  const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
+  embedding_gather(table, inputs + buf_->tokens, (int)n_tokens_, x, stream_);
+}
+
+void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_t width) {
+  rms_norm(x, weight, out, (int)n_tokens_, (int)width, eps_, stream_);
+}
+
+void ForwardOps::matmul(const WeightView& w, const float* in, float* out) {
+  product(w, in, n_tokens_, out);
+}
+
+void ForwardOps::matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv,
+                            const float* in, float* q, float* k, float* v) {
+  product(wq, in, n_tokens_, q);
+  product(wk, in, n_tokens_, k);
+  product(wv, in, n_tokens_, v);
+}
+
+void ForwardOps::matmul_swiglu(const WeightView& gate, const WeightView& up, const float* in,
+                               float* out, float* up_scratch) {
+  product(gate, in, n_tokens_, out);
+  product(up, in, n_tokens_, up_scratch);
+  swiglu(out, up_scratch, out, n_tokens_ * gate.rows, stream_);
+}
+
+void ForwardOps::add_bias(float* x, const float* bias, int64_t width) {
+  add_bias_kernel<<<grid_for(n_tokens_ * width), 256, 0, stream_>>>(x, bias, n_tokens_, (int)width);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void ForwardOps::head_rmsnorm(float* x, const float* weight, int n_heads) {
+  rms_norm(x, weight, x, (int)(n_tokens_ * n_heads), dims_.head_dim, eps_, stream_);
+}
+
+void ForwardOps::rope(float* x, int n_heads) {
+  const auto* inputs = static_cast<const float*>(buf_->inputs.get());
+  rope_table_kernel<<<(unsigned)n_tokens_, 128, 0, stream_>>>(
+      x, inputs + buf_->cos, inputs + buf_->sin, n_heads, dims_.head_dim, rope_.n_dims / 2,
+      rope_.neox);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void ForwardOps::attention(int layer, const float* q, const float* k, const float* v, float* out) {
+  auto* inputs = static_cast<int32_t*>(buf_->inputs.get());
+  DecodeAttentionParams p;
+  p.layout = layout_;
+  p.layer = layer;
+  p.kv_cache = kv_cache_;
+  p.n_slots = (int32_t)n_tokens_;
+  p.block_tables = inputs + buf_->tables;
+  p.max_blocks_per_seq = limits_.max_blocks_per_seq;
+  p.seq_lens = inputs + buf_->positions;  // each token attends over [0, its position]
+  p.active = reinterpret_cast<const uint8_t*>(inputs + buf_->active);
+  p.n_heads = dims_.n_heads;
+  p.q = q, p.k_new = k, p.v_new = v, p.out = out;
+  p.scale = 1.0f / std::sqrt((float)dims_.head_dim);
+  p.max_context = max_context_;
+  p.fixed_split_len = limits_.deterministic ? kFixedSplitLen : 0;
+  p.advance_lengths = false;
+  decode_attention(p, buf_->attention_workspace.get(), buf_->attention_workspace_bytes, stream_);
+}
+
+void ForwardOps::add(float* x, const float* y, int64_t width) {
+  cuda::add(x, y, x, n_tokens_ * width, stream_);
+}
+
+void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output) {
+  if (n_logit_rows_ == 0) return;
+  const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
+  gather_rows_kernel<<<n_logit_rows_, 256, 0, stream_>>>(x, inputs + buf_->logit_rows, dims_.n_embd,
+                                                         out_rows_);
+  HABLAR_CUDA_CHECK_LAUNCH();
+  rms_norm(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_, stream_);
+  product(output, out_rows_, n_logit_rows_, logits_);
+}
+
+const float* ForwardOps::host_rows(const float* rows, int64_t n, std::vector<float>& host) const {
+  host.resize((size_t)n);
+  HABLAR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  HABLAR_CUDA_CHECK(cudaMemcpy(host.data(), rows, (size_t)n * 4, cudaMemcpyDeviceToHost));
+  return host.data();
+}
+
+}  // namespace hablar::cuda

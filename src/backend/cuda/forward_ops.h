@@ -1,0 +1,109 @@
+// The CUDA backend's side of the model seam: the ops model/forward.h calls, over device
+// activation rows [T x width] and a device paged KV cache. Host C++ (no device code here),
+// so the executor that drives it builds with g++.
+//
+// Every token of the step is one slot of decode_attention() (attention.h): its K/V are
+// scattered at its own position through its sequence's block table, then each query
+// attends over positions [0, pos], so prefill chunks and decode tokens of any mix of
+// sequences take one path. Products: Q4_K weights up to 256 rows on int8 activations (dp4a,
+// integer tensor cores); other types M <= 8 rows on the f32 CUDA-core kernel, more rows on
+// tensor cores (matmul_fused up to 256, then dequantize + cuBLAS).
+//
+// Deterministic mode (`--deterministic`): every product runs the f32 kernel in groups of at
+// most 8 rows (a row's result never depends on the others) and attention splits keys at a
+// fixed length, so a sequence's values do not depend on what else is in the step or how its
+// prompt was chunked (batched = single, bit for bit).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/matmul.h"
+#include "core/kv_layout.h"
+#include "core/rope.h"
+#include "core/step_batch.h"
+#include "core/tensor_view.h"
+
+namespace hablar::cuda {
+
+struct ForwardLimits {
+  int32_t max_tokens = 512;        // token rows of one step
+  int32_t max_blocks_per_seq = 0;  // block-table entries of one sequence (its context / block)
+  bool deterministic = false;
+};
+
+class ForwardOps {
+ public:
+  ForwardOps(const ActivationDims& dims, const KvCacheLayout& layout, void* kv_cache,
+             const RopeParams& rope, float rms_eps, const ForwardLimits& limits,
+             cudaStream_t stream);
+  ~ForwardOps();
+  // Device memory the step buffers take (activations, inputs, attention workspace).
+  size_t workspace_bytes() const;
+  // The KV cache the steps write and read (allocated after the step buffers, from what is
+  // left); the layout's shape must be the one given at construction.
+  void bind_cache(void* kv_cache, const KvCacheLayout& layout);
+  // Outside deterministic mode, Q4_K products of up to 256 rows run on int8 activations
+  // (matmul.h: dp4a and integer tensor cores): the workspace for the largest of them.
+  void reserve_int8_workspace(std::span<const WeightView* const> matrices);
+
+  // Starts a step: flattens the chunks into T token rows and uploads the step's inputs
+  // (tokens, positions, RoPE angles, block tables, logit rows) in one asynchronous copy.
+  // Logit rows are produced in `logit_order`: indices into the list of logit rows in chunk
+  // order (one per token of an all_logits chunk, else one per chunk).
+  void begin(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_order);
+  // begin() in two halves, for CUDA graphs: stage() fills the pinned inputs (padded with
+  // inactive tokens up to pad_to rows, and then sized for any context, when pad_to > 0);
+  // upload() copies them to the device. A graph captured after stage() replays for any
+  // later step staged with the same pad_to, once its inputs are uploaded.
+  void stage(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_order,
+             int64_t pad_to);
+  void upload();
+  int64_t n_tokens() const { return n_tokens_; }
+  const Activations& activations() const { return act_; }
+
+  void embed(const WeightView& table, float* x);
+  void rmsnorm(const float* x, const float* weight, float* out, int64_t width);
+  void matmul(const WeightView& w, const float* in, float* out);
+  void matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv, const float* in,
+                  float* q, float* k, float* v);
+  void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* in, float* out,
+                     float* up_scratch);
+  void add_bias(float* x, const float* bias, int64_t width);
+  void head_rmsnorm(float* x, const float* weight, int n_heads);
+  void rope(float* x, int n_heads);
+  void attention(int layer, const float* q, const float* k, const float* v, float* out);
+  void add(float* x, const float* y, int64_t width);
+  void logits(const float* x, const float* norm_weight, const WeightView& output);
+  // Device logits [n_logit_rows x n_vocab] in logit_order.
+  float* device_logits() const { return logits_; }
+  int32_t n_logit_rows() const { return n_logit_rows_; }
+  // Copies device rows to the host (synchronously; for debug dumps only).
+  const float* host_rows(const float* rows, int64_t n, std::vector<float>& host) const;
+
+ private:
+  void product(const WeightView& w, const float* in, int64_t m, float* out);
+  struct Buffers;
+
+  ActivationDims dims_;
+  KvCacheLayout layout_;
+  void* kv_cache_;
+  RopeParams rope_;
+  float eps_;
+  ForwardLimits limits_;
+  cudaStream_t stream_;
+  std::unique_ptr<Buffers> buf_;
+  Activations act_;
+  float* out_rows_ = nullptr;  // [R x n_embd] the rows that need logits, final-normed
+  float* logits_ = nullptr;
+  int64_t n_tokens_ = 0;
+  int32_t n_logit_rows_ = 0;
+  int32_t max_context_ = 0;  // the longest context (position + 1) of the step
+};
+
+}  // namespace hablar::cuda

@@ -1,0 +1,51 @@
+#include "core/rope.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+
+namespace hablar {
+namespace {
+
+// Frequency of pair i after Llama-3 scaling: long wavelengths are divided by `factor`, short
+// ones kept, and the band between blended smoothly.
+float llama3_scaled_freq(float freq, const RopeParams& p) {
+  const float kPi = 3.14159265358979323846f;
+  const float wavelen = 2.0f * kPi / freq;
+  const float low_freq_wavelen = (float)p.original_context / p.low_freq_factor;
+  const float high_freq_wavelen = (float)p.original_context / p.high_freq_factor;
+  if (wavelen < high_freq_wavelen) return freq;
+  if (wavelen > low_freq_wavelen) return freq / p.factor;
+  const float smooth = ((float)p.original_context / wavelen - p.low_freq_factor) /
+                       (p.high_freq_factor - p.low_freq_factor);
+  return (1.0f - smooth) * freq / p.factor + smooth * freq;
+}
+
+}  // namespace
+
+void rope_angles(int pos, const RopeParams& p, float* cos_t, float* sin_t) {
+  if (p.n_dims <= 0 || p.n_dims % 2 != 0)
+    throw_error(ErrorKind::kInvalidArgument,
+                "rope: n_dims " + std::to_string(p.n_dims) + " must be even and positive");
+  if (p.scaling != RopeParams::Scaling::kNone && !(p.factor > 0.0f))
+    throw_error(ErrorKind::kInvalidArgument, "rope: scaling factor must be > 0");
+  // theta_i = pos * base^(-2i/n_dims), built by repeated multiplication as the reference does.
+  const float theta_scale = std::pow(p.freq_base, -2.0f / (float)p.n_dims);
+  float theta = (float)pos;
+  float freq = 1.0f;
+  for (int i = 0; i < p.n_dims / 2; ++i) {
+    float angle = theta;
+    if (p.scaling == RopeParams::Scaling::kLinear) {
+      angle = (1.0f / p.factor) * theta;  // llama.cpp's freq_scale * theta
+    } else if (p.scaling == RopeParams::Scaling::kLlama3) {
+      angle = (float)pos * llama3_scaled_freq(freq, p);
+    }
+    cos_t[i] = std::cos(angle);
+    sin_t[i] = std::sin(angle);
+    theta *= theta_scale;
+    freq *= theta_scale;
+  }
+}
+
+}  // namespace hablar

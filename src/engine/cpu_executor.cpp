@@ -1,0 +1,115 @@
+#include "engine/cpu_executor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "model/forward.h"
+#include "model/weights.h"
+
+namespace hablar::engine {
+namespace {
+
+int thread_count(int n_threads) {
+  if (n_threads < 0)
+    throw_error(ErrorKind::kInvalidArgument,
+                "thread count must be >= 0 (0 = all cores), got " + std::to_string(n_threads));
+  return n_threads > 0 ? n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
+}
+
+void check_cpu_kernels(const model::Model& m) {
+  const model::Weights& w = m.weights();
+  for (const WeightView* v : w.matrices())
+    if (!cpu::matmul_supports(v->type))
+      throw_error(ErrorKind::kUnsupported, m.file().path() + ": a weight matrix has type " +
+                                               std::string(dtype_name(v->type)) +
+                                               ", which has no CPU matmul kernel");
+}
+
+}  // namespace
+
+CpuExecutor::CpuExecutor(const model::Model& model, int32_t n_blocks, int32_t block_size,
+                         int n_threads)
+    : model_(model),
+      layout_(model.kv_layout_for(n_blocks, block_size)),
+      pool_(std::make_unique<ThreadPool>(thread_count(n_threads))),
+      ops_(*pool_) {
+  check_cpu_kernels(model);
+  cache_.resize(layout_.total_elems());
+}
+
+std::string CpuExecutor::describe() const {
+  return fmt::format("cpu: {} threads, KV cache {} blocks x {} positions ({:.1f} MiB F16)",
+                     pool_->size(), layout_.n_blocks, layout_.block_size,
+                     (double)layout_.total_bytes() / (1 << 20));
+}
+
+void CpuExecutor::copy_block(const BlockCopy& copy) {
+  const size_t elems = layout_.block_elems();
+  for (int layer = 0; layer < layout_.n_layers; ++layer)
+    for (int kv = 0; kv < 2; ++kv)
+      std::memcpy(cache_.data() + layout_.offset(layer, kv, copy.dst, 0, 0, 0),
+                  cache_.data() + layout_.offset(layer, kv, copy.src, 0, 0, 0), elems * 2);
+}
+
+void CpuExecutor::forward(std::span<const SequenceChunk> chunks, std::vector<float>& logits) {
+  const model::ModelConfig& c = model_.config();
+  model::check_step(c, chunks, layout_);
+  ops_.begin(chunks, cache_.data(), layout_, model::activation_dims(c), c.rope, c.rms_eps);
+  model::forward(c, model_.weights(), ops_);
+  logits.swap(ops_.logits());
+}
+
+void CpuExecutor::execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
+                          StepOutput& out) {
+  for (const BlockCopy& c : copies) copy_block(c);
+  chunks_.clear();
+  for (const ExecChunk& c : chunks) {
+    HABLAR_CHECK(c.sampling == nullptr, "the CPU executor does not sample: the engine does");
+    chunks_.push_back({c.tokens, c.start_pos, c.block_table, c.all_logits, c.prompt_len});
+  }
+  forward(chunks_, out.logits);
+  out.sampled.assign(chunks.size(), -1);
+}
+
+double CpuExecutor::weight_read_gbs(int passes) const {
+  struct Span {
+    const uint8_t* data;
+    size_t bytes;
+  };
+  std::vector<Span> spans;
+  size_t total = 0;
+  for (const WeightView* w : model_.weights().matrices()) {
+    // Whole 64-byte lines inside the matrix (its start is 32-byte aligned in a GGUF file).
+    const auto start = (reinterpret_cast<uintptr_t>(w->data) + 63) & ~(uintptr_t)63;
+    const size_t end_bytes = (size_t)w->rows * w->row_bytes;
+    const size_t skip = start - reinterpret_cast<uintptr_t>(w->data);
+    if (end_bytes <= skip) continue;
+    spans.push_back({reinterpret_cast<const uint8_t*>(start), (end_bytes - skip) & ~(size_t)63});
+    total += spans.back().bytes;
+  }
+  std::atomic<uint64_t> sink{0};  // the words read, so the reads are not optimized away
+  double best = 0;
+  for (int pass = 0; pass < std::max(1, passes); ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool_->run([&](int thread, int n_threads) {
+      uint64_t acc = 0;
+      for (const Span& s : spans) {
+        const IndexRange r = split_range((int64_t)s.bytes, thread, n_threads, 64);
+        acc ^= cpu::read_through(s.data + r.begin, (size_t)(r.end - r.begin));
+      }
+      sink.fetch_xor(acc, std::memory_order_relaxed);
+    });
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, (double)total / seconds / 1e9);
+  }
+  return best;
+}
+
+}  // namespace hablar::engine

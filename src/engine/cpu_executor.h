@@ -1,0 +1,50 @@
+// The CPU executor: the model's forward (model/forward.h) over the CPU backend's ops, with
+// the paged KV cache in host memory (F16). The engine samples its logits on the host.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/forward_ops.h"
+#include "core/thread_pool.h"
+#include "engine/executor.h"
+#include "model/model.h"
+
+namespace hablar::engine {
+
+class CpuExecutor : public StepExecutor {
+ public:
+  // A cache of `n_blocks` blocks of `block_size` positions; n_threads 0 = every core.
+  // Throws Error(kUnsupported) naming a tensor whose type has no CPU kernel.
+  CpuExecutor(const model::Model& model, int32_t n_blocks, int32_t block_size = kDefaultKvBlockSize,
+              int n_threads = 0);
+
+  int32_t n_vocab() const override { return model_.config().n_vocab; }
+  int32_t n_kv_blocks() const override { return layout_.n_blocks; }
+  int32_t kv_block_size() const override { return layout_.block_size; }
+  void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
+               StepOutput& out) override;
+  std::string describe() const override;
+
+  // One forward over the chunks (checked first); logits rows as StepOutput::logits.
+  void forward(std::span<const SequenceChunk> chunks, std::vector<float>& logits);
+
+  const KvCacheLayout& layout() const { return layout_; }
+  const uint16_t* cache() const { return cache_.data(); }
+  int n_threads() const { return pool_->size(); }
+  // The rate (GB/s) at which the threads read the decode matrices with no arithmetic, in one
+  // parallel pass over every matrix, best of `passes`: the memory bound on decode speed.
+  double weight_read_gbs(int passes) const;
+
+ private:
+  void copy_block(const BlockCopy& copy);
+
+  const model::Model& model_;
+  KvCacheLayout layout_;
+  std::vector<uint16_t> cache_;  // [layer][K|V][block][kv_head][slot][dim] F16
+  std::unique_ptr<ThreadPool> pool_;
+  cpu::ForwardOps ops_;
+  std::vector<SequenceChunk> chunks_;
+};
+
+}  // namespace hablar::engine

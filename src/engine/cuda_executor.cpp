@@ -1,0 +1,462 @@
+#include "engine/cuda_executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/forward_ops.h"
+#include "backend/cuda/matmul.h"
+#include "backend/cuda/sampling.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/quant_blocks.h"
+#include "engine/request_sampler.h"
+#include "model/forward.h"
+#include "model/weights.h"
+
+namespace hablar::engine {
+namespace {
+
+// The type a matrix has on the device: its own, or one the load converts it to without
+// loss (IQ4_NL's codebook values are int8, so a block is a Q8_0 block with the same scale).
+DType device_type(DType t) {
+  return t == DType::IQ4_NL ? DType::Q8_0 : t;
+}
+
+// Q8_0 rows from IQ4_NL rows: q = kIQ4NLValues[code], d unchanged (exact).
+std::vector<uint8_t> iq4nl_to_q8_0(const WeightView& w) {
+  const int64_t blocks_per_row = w.cols / kQK;
+  std::vector<uint8_t> out((size_t)(w.rows * blocks_per_row) * sizeof(BlockQ8_0));
+  auto* dst = reinterpret_cast<BlockQ8_0*>(out.data());
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const auto* src =
+        reinterpret_cast<const BlockIQ4_NL*>(static_cast<const uint8_t*>(w.data) + r * w.row_bytes);
+    for (int64_t b = 0; b < blocks_per_row; ++b, ++dst) {
+      dst->d = src[b].d;
+      for (int j = 0; j < kQK / 2; ++j) {
+        dst->qs[j] = kIQ4NLValues[src[b].qs[j] & 0xF];
+        dst->qs[j + kQK / 2] = kIQ4NLValues[src[b].qs[j] >> 4];
+      }
+    }
+  }
+  return out;
+}
+
+cuda::SamplingParams to_device_params(const DeviceSampling& s) {
+  cuda::SamplingParams p;
+  p.temperature = s.temperature, p.top_k = s.top_k, p.top_p = s.top_p, p.min_p = s.min_p;
+  p.repetition_penalty = s.repetition_penalty;
+  p.presence_penalty = s.presence_penalty, p.frequency_penalty = s.frequency_penalty;
+  p.seed = s.seed, p.step = s.step;
+  p.temperature_last = s.temperature_last;
+  return p;
+}
+
+void check_cuda_shapes(const model::Model& m) {
+  const model::ModelConfig& c = m.config();
+  std::vector<const WeightView*> all = m.weights().matrices();
+  all.push_back(&m.weights().token_embd);
+  for (const WeightView* w : all) {
+    WeightView as_loaded = *w;
+    as_loaded.type = device_type(w->type);
+    as_loaded.row_bytes = dtype_row_bytes(as_loaded.type, w->cols);
+    cuda::validate_weight(as_loaded, "a weight matrix");
+  }
+  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
+    throw_error(ErrorKind::kUnsupported, fmt::format("CUDA attention supports head sizes 64, 128 "
+                                                     "and 256; this model has {}",
+                                                     c.head_dim));
+  if (c.n_heads % c.n_kv_heads != 0 || c.n_heads / c.n_kv_heads > 8)
+    throw_error(ErrorKind::kUnsupported,
+                fmt::format("CUDA attention supports up to 8 query heads per KV head; this model "
+                            "has {} over {}",
+                            c.n_heads, c.n_kv_heads));
+}
+
+// Decode steps (one token per sequence) of at most kMaxGraphTokens sequences replay a CUDA
+// graph captured for their bucket: 1 slot, 2, 4, 8, ... (capped at the step size), the
+// unused ones inactive. (Buckets from 8 up cost a single stream 40% of its decode speed on
+// the H200: the products' kernels for 8 rows are slower than for one.)
+constexpr int32_t kMinGraphTokens = 1;
+constexpr int32_t kMaxGraphTokens = 256;
+
+class CudaExecutor : public StepExecutor {
+ public:
+  CudaExecutor(const model::Model& model, const CudaExecutorOptions& o);
+  ~CudaExecutor() override {
+    for (auto& [size, graph] : graphs_) cudaGraphExecDestroy(graph);
+    if (host_ids_) cudaFreeHost(host_ids_);
+  }
+
+  int32_t n_vocab() const override { return model_.config().n_vocab; }
+  int32_t n_kv_blocks() const override { return layout_.n_blocks; }
+  int32_t kv_block_size() const override { return layout_.block_size; }
+  bool samples_on_device() const override { return true; }
+  std::string device_name() const override { return "cuda"; }
+  void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
+               StepOutput& out) override;
+  std::string describe() const override { return report_; }
+
+ private:
+  void upload_weights();
+  const float* upload_floats(const float* host, int64_t n);
+  WeightView upload_matrix(const WeightView& w);
+  void size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes);
+  void sample_on_device(std::span<const ExecChunk> chunks, std::span<const int32_t> device_chunks);
+  bool graph_eligible(std::span<const ExecChunk> chunks) const;
+  void execute_graph(std::span<const ExecChunk> chunks, StepOutput& out);
+  void stage_graph_sampling(std::span<const ExecChunk> chunks, int32_t rows);
+  cudaGraphExec_t graph_for(int32_t rows);
+
+  const model::Model& model_;
+  cuda::Stream stream_;
+  std::vector<cuda::DeviceMemory> tensors_;
+  model::Weights weights_;  // the same views, over device memory
+  size_t weight_bytes_ = 0;
+  KvCacheLayout layout_;
+  cuda::DeviceMemory kv_;
+  std::unique_ptr<cuda::ForwardOps> ops_;
+  int32_t max_step_tokens_ = 0;
+  // Sampling inputs and outputs, [max_step_tokens] each (history: [.. x kMaxDeviceHistory]).
+  cuda::DeviceBuffer<cuda::SamplingParams> params_;
+  cuda::DeviceBuffer<int32_t> history_, history_len_, ids_;
+  std::vector<cuda::SamplingParams> host_params_;
+  std::vector<int32_t> host_history_, host_history_len_;
+  int32_t* host_ids_ = nullptr;  // pinned
+  std::vector<SequenceChunk> chunks_;
+  std::vector<int32_t> order_, device_chunks_;
+  std::map<int32_t, cudaGraphExec_t> graphs_;  // decode graphs by padded batch size
+  std::string report_;
+};
+
+CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions& o)
+    : model_(model), max_step_tokens_(o.max_step_tokens) {
+  std::string reason;
+  if (cuda::device_count(&reason) == 0)
+    throw_error(ErrorKind::kUnsupported, "no CUDA device: " + reason);
+  check_cuda_shapes(model);
+  const model::ModelConfig& c = model.config();
+  upload_weights();
+  const int32_t block = kDefaultKvBlockSize;
+  const int32_t max_seq = o.max_seq_len > 0   ? o.max_seq_len
+                          : c.n_ctx_train > 0 ? c.n_ctx_train
+                                              : 8192;
+  cuda::ForwardLimits limits;
+  limits.max_tokens = o.max_step_tokens;
+  limits.max_blocks_per_seq = (max_seq + block - 1) / block;
+  limits.deterministic = o.deterministic;
+  // The step buffers first (their size does not depend on the cache's), then the cache from
+  // what is left.
+  layout_ = model.kv_layout_for(1, block);
+  ops_ = std::make_unique<cuda::ForwardOps>(model::activation_dims(c), layout_, nullptr, c.rope,
+                                            c.rms_eps, limits, stream_.get());
+  std::vector<const WeightView*> matrices = weights_.matrices();
+  ops_->reserve_int8_workspace(matrices);
+  size_kv_cache(o, ops_->workspace_bytes());
+  ops_->bind_cache(kv_.get(), layout_);
+  const size_t n = (size_t)o.max_step_tokens;
+  params_ = cuda::DeviceBuffer<cuda::SamplingParams>(n);
+  history_ = cuda::DeviceBuffer<int32_t>(n * kMaxDeviceHistory);
+  history_len_ = cuda::DeviceBuffer<int32_t>(n);
+  ids_ = cuda::DeviceBuffer<int32_t>(n);
+  void* pinned = nullptr;
+  HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, n * sizeof(int32_t)));
+  host_ids_ = static_cast<int32_t*>(pinned);
+  report_ = fmt::format(
+      "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB F16), "
+      "workspace {:.1f} MiB, steps up to {} tokens, sequences up to {} tokens, decode steps of "
+      "up to {} sequences as CUDA graphs (buckets of 1, 2, 4, ... slots, captured on first "
+      "use){}",
+      (double)weight_bytes_ / (1 << 20), layout_.n_blocks, block, (int64_t)layout_.n_blocks * block,
+      (double)layout_.total_bytes() / (1 << 20), (double)ops_->workspace_bytes() / (1 << 20),
+      o.max_step_tokens, max_seq, std::min(kMaxGraphTokens, o.max_step_tokens),
+      o.deterministic ? ", deterministic" : "");
+}
+
+const float* CudaExecutor::upload_floats(const float* host, int64_t n) {
+  if (host == nullptr) return nullptr;
+  cuda::DeviceMemory& d = tensors_.emplace_back((size_t)n * sizeof(float));
+  HABLAR_CUDA_CHECK(cudaMemcpy(d.get(), host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+  weight_bytes_ += d.bytes();
+  return static_cast<const float*>(d.get());
+}
+
+WeightView CudaExecutor::upload_matrix(const WeightView& w) {
+  WeightView out = w;
+  std::vector<uint8_t> converted;
+  const void* src = w.data;
+  if (device_type(w.type) != w.type) {
+    converted = iq4nl_to_q8_0(w);
+    out.type = device_type(w.type);
+    out.row_bytes = dtype_row_bytes(out.type, w.cols);
+    src = converted.data();
+  }
+  const size_t bytes = (size_t)out.rows * out.row_bytes;
+  cuda::DeviceMemory& d = tensors_.emplace_back(bytes);
+  HABLAR_CUDA_CHECK(cudaMemcpy(d.get(), src, bytes, cudaMemcpyHostToDevice));
+  weight_bytes_ += bytes;
+  out.data = d.get();
+  return out;
+}
+
+void CudaExecutor::upload_weights() {
+  const model::ModelConfig& c = model_.config();
+  const model::Weights& h = model_.weights();
+  weights_.token_embd = upload_matrix(h.token_embd);
+  weights_.output =
+      h.output.data == h.token_embd.data ? weights_.token_embd : upload_matrix(h.output);
+  weights_.output_norm = upload_floats(h.output_norm, c.n_embd);
+  weights_.layers.resize(h.layers.size());
+  for (size_t i = 0; i < h.layers.size(); ++i) {
+    const model::LayerWeights& s = h.layers[i];
+    model::LayerWeights& d = weights_.layers[i];
+    d.attn_norm = upload_floats(s.attn_norm, c.n_embd);
+    d.wq = upload_matrix(s.wq), d.wk = upload_matrix(s.wk), d.wv = upload_matrix(s.wv);
+    d.bq = upload_floats(s.bq, c.q_dim());
+    d.bk = upload_floats(s.bk, c.kv_dim());
+    d.bv = upload_floats(s.bv, c.kv_dim());
+    d.q_norm = upload_floats(s.q_norm, c.head_dim);
+    d.k_norm = upload_floats(s.k_norm, c.head_dim);
+    d.wo = upload_matrix(s.wo);
+    d.ffn_norm = upload_floats(s.ffn_norm, c.n_embd);
+    d.w_gate = upload_matrix(s.w_gate), d.w_up = upload_matrix(s.w_up);
+    d.w_down = upload_matrix(s.w_down);
+  }
+}
+
+// Blocks from the memory left under gpu_memory_utilization (after the weights and the step
+// buffers), or exactly the positions asked for.
+void CudaExecutor::size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes) {
+  const size_t block_bytes = layout_.block_elems() * 2 * 2 * (size_t)layout_.n_layers;
+  int64_t n_blocks = 0;
+  if (o.kv_tokens > 0) {
+    n_blocks = (o.kv_tokens + layout_.block_size - 1) / layout_.block_size;
+  } else {
+    if (!(o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0))
+      throw_error(ErrorKind::kInvalidArgument,
+                  fmt::format("--gpu-memory-utilization must be in (0, 1], got {}",
+                              o.gpu_memory_utilization));
+    size_t free_bytes = 0, total = 0;
+    HABLAR_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    // What is in use already (the weights, the step buffers, anyone else's) counts against
+    // the share; 256 MiB stay free for cuBLAS and the driver.
+    const double budget =
+        o.gpu_memory_utilization * (double)total - (double)(total - free_bytes) - 256.0 * (1 << 20);
+    n_blocks = budget > 0 ? (int64_t)(budget / (double)block_bytes) : 0;
+    n_blocks = std::min<int64_t>(n_blocks, 1 << 22);
+  }
+  if (n_blocks < 1)
+    throw_error(
+        ErrorKind::kResource,
+        fmt::format("no device memory is left for the KV cache ({:.1f} MiB of weights, "
+                    "{:.1f} MiB of step buffers); raise --gpu-memory-utilization or "
+                    "lower the step size",
+                    (double)weight_bytes_ / (1 << 20), (double)workspace_bytes / (1 << 20)));
+  layout_.n_blocks = (int32_t)n_blocks;
+  kv_ = cuda::DeviceMemory(layout_.total_bytes());
+}
+
+void CudaExecutor::execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
+                           StepOutput& out) {
+  const model::ModelConfig& c = model_.config();
+  cudaStream_t stream = stream_.get();
+  for (const BlockCopy& bc : copies)
+    for (int layer = 0; layer < layout_.n_layers; ++layer)
+      for (int kv = 0; kv < 2; ++kv) {
+        auto* base = static_cast<uint16_t*>(kv_.get());
+        HABLAR_CUDA_CHECK(cudaMemcpyAsync(base + layout_.offset(layer, kv, bc.dst, 0, 0, 0),
+                                          base + layout_.offset(layer, kv, bc.src, 0, 0, 0),
+                                          layout_.block_elems() * 2, cudaMemcpyDeviceToDevice,
+                                          stream));
+      }
+  if (graph_eligible(chunks)) return execute_graph(chunks, out);
+  // Logit rows: the device-sampled chunks' first (their ids come back), then every row the
+  // engine samples or scores on the host, in chunk order.
+  chunks_.clear(), order_.clear(), device_chunks_.clear();
+  std::vector<int32_t> host_rows;
+  int32_t row = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const ExecChunk& ec = chunks[i];
+    chunks_.push_back({ec.tokens, ec.start_pos, ec.block_table, ec.all_logits, ec.prompt_len});
+    const int32_t rows = ec.all_logits ? (int32_t)ec.tokens.size() : 1;
+    if (ec.sampling) {
+      order_.push_back(row), device_chunks_.push_back((int32_t)i);
+    } else {
+      for (int32_t r = 0; r < rows; ++r) host_rows.push_back(row + r);
+    }
+    row += rows;
+  }
+  const size_t n_device = order_.size();
+  order_.insert(order_.end(), host_rows.begin(), host_rows.end());
+  model::check_step(c, chunks_, layout_);
+  ops_->begin(chunks_, order_);
+  model::forward(c, weights_, *ops_);
+  if (n_device > 0) sample_on_device(chunks, device_chunks_);
+  const size_t V = (size_t)c.n_vocab;
+  out.logits.resize(host_rows.size() * V);
+  if (!host_rows.empty())
+    HABLAR_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), ops_->device_logits() + n_device * V,
+                                      host_rows.size() * V * sizeof(float), cudaMemcpyDeviceToHost,
+                                      stream));
+  stream_.synchronize();
+  out.sampled.assign(chunks.size(), -1);
+  for (size_t d = 0; d < n_device; ++d) out.sampled[(size_t)device_chunks_[d]] = host_ids_[d];
+}
+
+void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
+                                    std::span<const int32_t> device_chunks) {
+  const size_t n = device_chunks.size();
+  host_params_.resize(n);
+  host_history_len_.resize(n);
+  int32_t max_history = 0;
+  for (int32_t i : device_chunks)
+    max_history = std::max(max_history, (int32_t)chunks[(size_t)i].sampling->history.size());
+  HABLAR_CHECK(max_history <= kMaxDeviceHistory, "device sampling history too long");
+  host_history_.assign(n * (size_t)std::max(max_history, 1), 0);
+  for (size_t d = 0; d < n; ++d) {
+    const DeviceSampling& s = *chunks[(size_t)device_chunks[d]].sampling;
+    host_params_[d] = to_device_params(s);
+    host_history_len_[d] = (int32_t)s.history.size();
+    std::copy(s.history.begin(), s.history.end(),
+              host_history_.begin() + (ptrdiff_t)(d * (size_t)std::max(max_history, 1)));
+  }
+  cudaStream_t stream = stream_.get();
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_.data(),
+                                    n * sizeof(cuda::SamplingParams), cudaMemcpyHostToDevice,
+                                    stream));
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_len_.get(), host_history_len_.data(),
+                                    n * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  if (max_history > 0)
+    HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_.get(), host_history_.data(),
+                                      host_history_.size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream));
+  cuda::sample_tokens(ops_->device_logits(), (int)n, model_.config().n_vocab, params_.get(),
+                      max_history > 0 ? history_.get() : nullptr, history_len_.get(), max_history,
+                      ids_.get(), stream);
+  HABLAR_CUDA_CHECK(
+      cudaMemcpyAsync(host_ids_, ids_.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+}
+
+bool CudaExecutor::graph_eligible(std::span<const ExecChunk> chunks) const {
+  if (chunks.empty() || (int32_t)chunks.size() > std::min(kMaxGraphTokens, max_step_tokens_))
+    return false;
+  for (const ExecChunk& c : chunks)
+    if (c.tokens.size() != 1 || c.all_logits) return false;
+  return true;
+}
+
+// A decode step: inputs staged and uploaded for `rows` (padded) tokens, the captured graph
+// (the forward and the sampling of every row) replayed, then the sampled ids and the logits
+// rows the engine samples itself copied back.
+void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& out) {
+  const model::ModelConfig& c = model_.config();
+  cudaStream_t stream = stream_.get();
+  const int32_t n = (int32_t)chunks.size();
+  int32_t rows = kMinGraphTokens;
+  while (rows < n) rows *= 2;
+  rows = std::min(rows, max_step_tokens_);
+  chunks_.clear();
+  for (const ExecChunk& ec : chunks)
+    chunks_.push_back({ec.tokens, ec.start_pos, ec.block_table, ec.all_logits, ec.prompt_len});
+  model::check_step(c, chunks_, layout_);
+  order_.resize((size_t)rows);
+  std::iota(order_.begin(), order_.end(), 0);
+  ops_->stage(chunks_, order_, rows);
+  ops_->upload();
+  stage_graph_sampling(chunks, rows);
+  HABLAR_CUDA_CHECK(cudaGraphLaunch(graph_for(rows), stream));
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(host_ids_, ids_.get(), (size_t)rows * sizeof(int32_t),
+                                    cudaMemcpyDeviceToHost, stream));
+  const size_t V = (size_t)c.n_vocab;
+  size_t host_rows = 0;
+  for (const ExecChunk& ec : chunks) host_rows += ec.sampling ? 0 : 1;
+  out.logits.resize(host_rows * V);
+  size_t next = 0;
+  for (int32_t i = 0; i < n; ++i)
+    if (!chunks[(size_t)i].sampling)
+      HABLAR_CUDA_CHECK(cudaMemcpyAsync(out.logits.data() + (next++) * V,
+                                        ops_->device_logits() + (size_t)i * V, V * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream));
+  stream_.synchronize();
+  out.sampled.assign(chunks.size(), -1);
+  for (int32_t i = 0; i < n; ++i)
+    if (chunks[(size_t)i].sampling) out.sampled[(size_t)i] = host_ids_[i];
+}
+
+// Sampling parameters of every row of a graph step (padding and host-sampled rows greedy,
+// with no history: their ids are ignored), histories at a fixed stride.
+void CudaExecutor::stage_graph_sampling(std::span<const ExecChunk> chunks, int32_t rows) {
+  host_params_.assign((size_t)rows, cuda::SamplingParams{});
+  host_history_len_.assign((size_t)rows, 0);
+  for (auto& p : host_params_) p.temperature = 0.0f;
+  bool any_history = false;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const DeviceSampling* s = chunks[i].sampling;
+    if (!s) continue;
+    host_params_[i] = to_device_params(*s);
+    host_history_len_[i] = (int32_t)s->history.size();
+    any_history = any_history || !s->history.empty();
+  }
+  cudaStream_t stream = stream_.get();
+  if (any_history) {
+    host_history_.assign((size_t)rows * kMaxDeviceHistory, 0);
+    for (size_t i = 0; i < chunks.size(); ++i)
+      if (chunks[i].sampling)
+        std::copy(chunks[i].sampling->history.begin(), chunks[i].sampling->history.end(),
+                  host_history_.begin() + (ptrdiff_t)(i * kMaxDeviceHistory));
+    HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_.get(), host_history_.data(),
+                                      host_history_.size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream));
+  }
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_.data(),
+                                    (size_t)rows * sizeof(cuda::SamplingParams),
+                                    cudaMemcpyHostToDevice, stream));
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_len_.get(), host_history_len_.data(),
+                                    (size_t)rows * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                    stream));
+}
+
+// The graph of a decode step of `rows` tokens, captured on first use: every launch of the
+// forward and the sampling, over the step buffers whose contents each replay's uploads set.
+cudaGraphExec_t CudaExecutor::graph_for(int32_t rows) {
+  if (auto it = graphs_.find(rows); it != graphs_.end()) return it->second;
+  const model::ModelConfig& c = model_.config();
+  cudaStream_t stream = stream_.get();
+  cudaGraph_t graph = nullptr;
+  HABLAR_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    model::forward(c, weights_, *ops_);
+    cuda::sample_tokens(ops_->device_logits(), rows, c.n_vocab, params_.get(), history_.get(),
+                        history_len_.get(), kMaxDeviceHistory, ids_.get(), stream);
+  } catch (...) {
+    cudaStreamEndCapture(stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  HABLAR_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  HABLAR_CUDA_CHECK(err);
+  graphs_[rows] = exec;
+  return exec;
+}
+
+}  // namespace
+
+bool cuda_available(std::string* reason) {
+  return cuda::device_count(reason) > 0;
+}
+
+std::unique_ptr<StepExecutor> make_cuda_executor(const model::Model& model,
+                                                 const CudaExecutorOptions& options) {
+  return std::make_unique<CudaExecutor>(model, options);
+}
+
+}  // namespace hablar::engine

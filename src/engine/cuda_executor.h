@@ -1,0 +1,33 @@
+// The CUDA executor: the model's forward (model/forward.h) over the CUDA backend's ops
+// (backend/cuda/forward_ops.h), weights uploaded once in their file types, the paged KV
+// cache in device memory sized from what is free, and sampling on the device, so a step
+// copies only the sampled ids back (and logits rows only for requests that sample on the
+// host: log-probabilities, logit bias, grammars).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/executor.h"
+#include "model/model.h"
+
+namespace hablar::engine {
+
+struct CudaExecutorOptions {
+  int32_t kv_tokens = 0;                // KV cache positions; 0: from free memory
+  double gpu_memory_utilization = 0.9;  // share of the device's memory hablar may hold
+  int32_t max_step_tokens = 512;        // token rows of one step
+  int32_t max_seq_len = 0;              // the longest sequence; 0: the model's trained context
+  bool deterministic = false;           // batch-invariant kernels (forward_ops.h)
+};
+
+// Whether this build has the CUDA backend and a usable device; *reason says why not.
+bool cuda_available(std::string* reason = nullptr);
+
+// Throws Error(kUnsupported) without a device, or naming a tensor type, head size or
+// attention shape the CUDA kernels do not cover.
+std::unique_ptr<StepExecutor> make_cuda_executor(const model::Model& model,
+                                                 const CudaExecutorOptions& options);
+
+}  // namespace hablar::engine

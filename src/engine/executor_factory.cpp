@@ -1,0 +1,64 @@
+#include "engine/executor_factory.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "engine/cpu_executor.h"
+
+namespace hablar::engine {
+
+DeviceKind device_kind_from_name(const std::string& name) {
+  if (name == "auto") return DeviceKind::kAuto;
+  if (name == "cpu") return DeviceKind::kCpu;
+  if (name == "cuda" || name == "gpu") return DeviceKind::kCuda;
+  throw_error(ErrorKind::kInvalidArgument,
+              "unknown device '" + name + "' (expected auto, cpu or cuda)");
+}
+
+DeviceKind resolve_device(const model::Model& model, const ExecutorOptions& o) {
+  const int n_layers = model.config().n_layers;
+  DeviceKind want = o.device;
+  if (o.n_gpu_layers == 0) {
+    if (want == DeviceKind::kCuda)
+      throw_error(ErrorKind::kInvalidArgument, "--device cuda contradicts -ngl 0");
+    want = DeviceKind::kCpu;
+  } else if (o.n_gpu_layers > 0 && o.n_gpu_layers < n_layers) {
+    throw_error(ErrorKind::kUnsupported,
+                fmt::format("-ngl {} would put part of the model's {} layers on the GPU: partial "
+                            "offload is not supported yet; use -ngl {} (or more) for all of it, "
+                            "or -ngl 0 for the CPU",
+                            o.n_gpu_layers, n_layers, n_layers));
+  } else if (o.n_gpu_layers >= n_layers && want == DeviceKind::kAuto) {
+    want = DeviceKind::kCuda;
+  }
+  if (want == DeviceKind::kCpu) return DeviceKind::kCpu;
+  std::string reason;
+  const bool have = cuda_available(&reason);
+  if (want == DeviceKind::kCuda && !have)
+    throw_error(ErrorKind::kUnsupported, "--device cuda: " + reason);
+  return have ? DeviceKind::kCuda : DeviceKind::kCpu;
+}
+
+std::unique_ptr<StepExecutor> make_executor(const model::Model& model, const ExecutorOptions& o) {
+  if (resolve_device(model, o) == DeviceKind::kCuda) {
+    CudaExecutorOptions c = o.cuda;
+    if (o.kv_tokens > 0) c.kv_tokens = o.kv_tokens;
+    return make_cuda_executor(model, c);
+  }
+  const int32_t tokens = o.kv_tokens > 0 ? o.kv_tokens : 8192;
+  const int32_t n_blocks = (tokens + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize;
+  return std::make_unique<CpuExecutor>(model, n_blocks, kDefaultKvBlockSize, o.n_threads);
+}
+
+#if !defined(HABLAR_HAVE_CUDA)
+bool cuda_available(std::string* reason) {
+  if (reason) *reason = "this build has no CUDA backend (nvcc was not found when it was built)";
+  return false;
+}
+
+std::unique_ptr<StepExecutor> make_cuda_executor(const model::Model&, const CudaExecutorOptions&) {
+  throw_error(ErrorKind::kUnsupported, "this build has no CUDA backend");
+}
+#endif
+
+}  // namespace hablar::engine

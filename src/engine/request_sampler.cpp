@@ -1,0 +1,37 @@
+#include "engine/request_sampler.h"
+
+#include <algorithm>
+
+namespace hablar::engine {
+
+int32_t ParamsSampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+  if (history.size() > accepted_) sampler_.accept(history.subspan(accepted_));
+  accepted_ = history.size();
+  return sampler_.sample(logits).token;
+}
+
+bool ParamsSampler::device_params(std::span<const int32_t> history, DeviceSampling& out) const {
+  const SamplingParams& p = sampler_.params();
+  if (!p.logit_bias.empty() || p.typical_p < 1.0f) return false;
+  const bool greedy = p.temperature <= 0.0f;
+  const bool penalties =
+      p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  size_t window = 0;
+  if (penalties && p.repeat_last_n != 0)
+    window =
+        p.repeat_last_n < 0 ? history.size() : std::min(history.size(), (size_t)p.repeat_last_n);
+  if (window > (size_t)kMaxDeviceHistory) return false;
+  out.temperature = greedy ? 0.0f : p.temperature;
+  out.top_k = p.top_k;
+  out.top_p = p.top_p;
+  out.min_p = p.min_p;
+  out.temperature_last = true;
+  out.repetition_penalty = p.repeat_penalty;
+  out.presence_penalty = p.presence_penalty;
+  out.frequency_penalty = p.frequency_penalty;
+  out.seed = p.seed;
+  out.history = history.subspan(history.size() - window);
+  return true;
+}
+
+}  // namespace hablar::engine

@@ -1,0 +1,112 @@
+// The forward pass of the Llama family (llama, qwen2, qwen3), written once for every backend.
+//
+// `B` is a backend's op set for one step (cpu::ForwardOps, cuda::ForwardOps): begin() has
+// flattened the step's sequence chunks into T token rows, and every op works on activation
+// rows [T x width] in the backend's memory. Every token of every chunk goes through the same
+// products together, so a prompt reads each weight once per step. Attention is per token,
+// over that token's own sequence in the paged cache after the step's K/V are stored: a token
+// at position p sees positions [0, p]. Per-token values never mix across tokens, which gives
+// batch invariance as far as the backend's kernels keep it.
+//
+// What the ops promise (each backend states its own tolerance against the CPU reference):
+//   embed(table, x)                        x[t] = row tokens[t] of the table
+//   rmsnorm(x, w, out, width)              per row: x / sqrt(mean(x^2) + eps) * w
+//   matmul(W, in, out)                     out[T x W.rows] = in · Wᵀ
+//   matmul_qkv(Wq, Wk, Wv, in, q, k, v)    three products of one input
+//   matmul_swiglu(Wg, Wu, in, out, up)     out = silu(in · Wgᵀ) * (in · Wuᵀ); up is scratch
+//   add_bias(x, b, width)                  x[t] += b
+//   head_rmsnorm(x, w, n_heads)            rmsnorm over each head's head_dim values
+//   rope(x, n_heads)                       rotate each head by its token's position
+//   attention(layer, q, k, v, out)         store k, v at each token's position, then causal
+//                                          attention of q over its sequence (GQA)
+//   add(x, y, width)                       x += y
+//   logits(x, norm_w, W_out)               final norm of the rows that need logits, then the
+//                                          classifier (rows kept by the backend, in chunk order)
+#pragma once
+
+#include <concepts>
+#include <vector>
+
+#include "core/step_batch.h"
+#include "model/dump.h"
+#include "model/model.h"
+#include "model/weights.h"
+
+namespace hablar::model {
+
+inline ActivationDims activation_dims(const ModelConfig& c) {
+  return {c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff, c.n_vocab};
+}
+
+// The op set above, as the compiler checks it: a backend's ForwardOps for one step.
+template <class B>
+concept ForwardBackend = requires(B& b, const WeightView& w, const float* in, float* out,
+                                  std::vector<float>& host) {
+  { b.activations() } -> std::convertible_to<const Activations&>;
+  { b.n_tokens() } -> std::convertible_to<int64_t>;
+  b.embed(w, out);
+  b.rmsnorm(in, in, out, int64_t{});
+  b.matmul(w, in, out);
+  b.matmul_qkv(w, w, w, in, out, out, out);
+  b.matmul_swiglu(w, w, in, out, out);
+  b.add_bias(out, in, int64_t{});
+  b.head_rmsnorm(out, in, 0);
+  b.rope(out, 0);
+  b.attention(0, in, in, in, out);
+  b.add(out, in, int64_t{});
+  b.logits(in, in, w);
+  { b.host_rows(in, int64_t{}, host) } -> std::convertible_to<const float*>;
+};
+
+template <ForwardBackend B>
+void forward(const ModelConfig& c, const Weights& w, B& b) {
+  const Activations& a = b.activations();
+  const int E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), FF = c.n_ff;
+  // Intermediates for op-by-op comparison with a reference (HABLAR_DUMP_DIR; off: nullptr).
+  ActivationDump* const dump = ActivationDump::instance();
+  std::vector<float> host;
+  const auto dump_rows = [&](const char* name, int layer, const float* rows, int64_t width) {
+    if (dump)
+      dump->write(name, layer, b.host_rows(rows, b.n_tokens() * width, host), b.n_tokens(), width);
+  };
+
+  b.embed(w.token_embd, a.x);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = w.layers[(size_t)l];
+
+    // Attention block: x += Wo · attention(rope(Wq·n), rope(Wk·n), Wv·n), n = rmsnorm(x).
+    b.rmsnorm(a.x, lw.attn_norm, a.xb, E);
+    dump_rows("attn_norm", l, a.xb, E);
+    b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
+    if (c.qkv_bias) {  // qwen2
+      b.add_bias(a.q, lw.bq, QD);
+      b.add_bias(a.k, lw.bk, KVD);
+      b.add_bias(a.v, lw.bv, KVD);
+    }
+    if (c.qk_norm) {  // qwen3: RMSNorm over each head's vector
+      b.head_rmsnorm(a.q, lw.q_norm, c.n_heads);
+      b.head_rmsnorm(a.k, lw.k_norm, c.n_kv_heads);
+    }
+    b.rope(a.q, c.n_heads);
+    b.rope(a.k, c.n_kv_heads);
+    dump_rows("q_rope", l, a.q, QD), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
+    b.attention(l, a.q, a.k, a.v, a.att);
+    dump_rows("attn_out", l, a.att, QD);
+    b.matmul(lw.wo, a.att, a.xb);
+    b.add(a.x, a.xb, E);
+    dump_rows("ffn_inp", l, a.x, E);
+
+    // Feed-forward block: x += W_down · (silu(W_gate·n) * W_up·n), n = rmsnorm(x).
+    b.rmsnorm(a.x, lw.ffn_norm, a.xb, E);
+    dump_rows("ffn_norm", l, a.xb, E);
+    b.matmul_swiglu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up);
+    dump_rows("ffn_swiglu", l, a.gate, FF);
+    b.matmul(lw.w_down, a.gate, a.xb);
+    dump_rows("ffn_out", l, a.xb, E);
+    b.add(a.x, a.xb, E);
+    dump_rows("l_out", l, a.x, E);
+  }
+  b.logits(a.x, w.output_norm, w.output);
+}
+
+}  // namespace hablar::model

@@ -1,0 +1,273 @@
+// The CUDA executor against the CPU executor (the reference, itself equal to llama.cpp):
+//  - synthetic llama / qwen2 / qwen3 models in every weight type: teacher-forced top-1
+//    agreement and max |d log-softmax| printed per type and bounded. The CPU rounds as
+//    llama.cpp's CPU backend does (activations quantized to 8 bits for quantized weights,
+//    to F16 for F16 weights); the GPU multiplies f32 activations. Random-weight models have
+//    near-ties that such differences flip: measured on the H200, 87-97% top-1 and 0.02-0.09
+//    (bounded below at 85% and 0.15); the real model below is held to the stricter figures;
+//  - the default SmolLM2 model: teacher-forced top-1 equal at >= 98% of positions,
+//    perplexity within 0.2%, greedy 64-token agreement printed. The CPU's products quantize
+//    the activations to 8 bits as llama.cpp's do; against a float32 reference
+//    (tools/gpu_vs_reference.py, transformers on the same file) the GPU is the closer one
+//    (H200, 2026-12-01: mean |d log-softmax| 0.018 against the CPU's 0.100; greedy 64 tokens
+//    equal to the reference's on 15/20 prompts against the CPU's 6/20), so the two backends'
+//    greedy outputs part where the CPU's rounding flips a choice (6/20 identical);
+//  - batched = single: with --deterministic, every sequence's greedy 64 tokens are the same
+//    whether it runs alone or among 1, 2, 3, 8, 16, 64 or 128 (the default mode's differences
+//    are printed, not gated).
+// Every case skips, saying why, without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "engine/executor_factory.h"
+#include "engine/perplexity.h"
+#include "engine/sampler.h"
+#include "engine/sequence_runner.h"
+#include "formats/synthetic_model.h"
+#include "model/model.h"
+#include "support/test_support.h"
+
+namespace hablar::engine {
+namespace {
+
+nlohmann::json golden(const std::string& name) {
+  std::ifstream in(test::source_dir() + "/tests/golden/model/" + name + ".json");
+  if (!in) throw std::runtime_error("missing golden file " + name);
+  return nlohmann::json::parse(in);
+}
+
+std::unique_ptr<StepExecutor> executor(const model::Model& m, DeviceKind device, int32_t n_ctx,
+                                       bool deterministic = false, int32_t step_tokens = 512) {
+  ExecutorOptions o;
+  o.device = device;
+  o.kv_tokens = n_ctx;
+  o.cuda.max_step_tokens = step_tokens;
+  o.cuda.max_seq_len = n_ctx;
+  o.cuda.deterministic = deterministic;
+  return make_executor(m, o);
+}
+
+class GpuParity : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string reason;
+    if (!cuda_available(&reason)) GTEST_SKIP() << "no CUDA device: " << reason;
+  }
+};
+
+// log_softmax rows of every position of each prompt, evaluated as one prompt.
+std::vector<std::vector<float>> teacher_forced(StepExecutor& ex, const std::vector<int32_t>& ids) {
+  SequenceRunner seq(ex, (int)ids.size(), 512);
+  const std::span<const float> logits = seq.eval(ids, true);
+  const size_t V = (size_t)ex.n_vocab();
+  std::vector<std::vector<float>> rows(ids.size(), std::vector<float>(V));
+  for (size_t p = 0; p < ids.size(); ++p) log_softmax(logits.subspan(p * V, V), rows[p]);
+  return rows;
+}
+
+struct Agreement {
+  int positions = 0, top1_equal = 0;
+  double max_abs = 0;  // over each position's CPU top-8 tokens
+};
+
+Agreement compare(const model::Model& m, const nlohmann::json& prompts) {
+  auto cpu = executor(m, DeviceKind::kCpu, 1024);
+  auto gpu = executor(m, DeviceKind::kCuda, 1024);
+  Agreement a;
+  for (const auto& pr : prompts) {
+    const auto ids = pr["ids"].get<std::vector<int32_t>>();
+    const auto want = teacher_forced(*cpu, ids);
+    const auto got = teacher_forced(*gpu, ids);
+    for (size_t p = 0; p < ids.size(); ++p) {
+      ++a.positions;
+      if (argmax(want[p]) == argmax(got[p])) ++a.top1_equal;
+      for (const TokenLogprob& t : top_logprobs(want[p], 8))
+        a.max_abs = std::max(a.max_abs,
+                             (double)std::abs(want[p][(size_t)t.token] - got[p][(size_t)t.token]));
+    }
+  }
+  return a;
+}
+
+TEST_F(GpuParity, SyntheticModelsInEveryWeightType) {
+  const std::string dir = test::make_temp_dir("gpu-parity");
+  for (const char* arch : {"llama", "qwen2", "qwen3"})
+    for (const char* type :
+         {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"}) {
+      const nlohmann::json g = golden(std::string("synthetic-") + arch + "-" + type);
+      const auto& spec = g["model"];
+      synth::SyntheticModelOptions o;
+      o.arch = *synth::arch_from_name(spec["arch"].get<std::string>());
+      o.shape = *synth::shape_from_name(spec["shape"].get<std::string>());
+      o.type = spec["type"].get<std::string>();
+      const std::string vocab = spec["vocab"].get<std::string>();
+      o.vocab_path = vocab.empty() ? "" : test::testdata_dir() + "/vocab/" + vocab;
+      o.seed = spec["seed"].get<uint64_t>();
+      const std::string path = dir + "/" + arch + "-" + type + ".gguf";
+      synth::write_synthetic_model(o, path);
+      auto m = model::Model::load(path);
+      const Agreement a = compare(*m, g["prompts"]);
+      std::printf("GPU vs CPU %s %s: top-1 equal %d/%d, max |d log-softmax| %.5f\n", arch, type,
+                  a.top1_equal, a.positions, a.max_abs);
+      EXPECT_GE(a.top1_equal, (int)std::ceil(0.85 * a.positions)) << arch << " " << type;
+      EXPECT_LE(a.max_abs, 0.15) << arch << " " << type;
+      std::filesystem::remove(path);
+    }
+  std::filesystem::remove_all(dir);
+}
+
+class SmolGpu : public GpuParity {
+ protected:
+  void SetUp() override {
+    GpuParity::SetUp();
+    if (IsSkipped()) return;
+    path_ = test::default_model_path_or_empty();
+    ASSERT_FALSE(path_.empty()) << "default model missing: run scripts/fetch-model.sh";
+    model_ = model::Model::load(path_);
+    golden_ = golden("smollm2");
+  }
+  std::string path_;
+  std::unique_ptr<model::Model> model_;
+  nlohmann::json golden_;
+};
+
+std::vector<int32_t> greedy(StepExecutor& ex, const std::vector<int32_t>& ids, int n) {
+  SequenceRunner seq(ex, (int)ids.size() + n, 512);
+  std::span<const float> logits = seq.eval(ids);
+  std::vector<int32_t> out;
+  for (int t = 0; t < n; ++t) {
+    out.push_back(argmax(logits));
+    if (t + 1 < n) logits = seq.eval(std::span(&out.back(), 1));
+  }
+  return out;
+}
+
+// With HABLAR_PARITY_DUMP=FILE, the greedy outputs of both backends and, per position of
+// each prompt, the log-softmax both give the CPU's 16 likeliest tokens are written to FILE,
+// for tools/gpu_vs_reference.py to compare both with a float32 reference implementation.
+void dump_for_reference(StepExecutor& cpu, StepExecutor& gpu, const nlohmann::json& prompts,
+                        const std::vector<std::vector<int32_t>>& cpu_greedy,
+                        const std::vector<std::vector<int32_t>>& gpu_greedy, const char* file) {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto ids = prompts[i]["ids"].get<std::vector<int32_t>>();
+    const auto want = teacher_forced(cpu, ids);
+    const auto got = teacher_forced(gpu, ids);
+    nlohmann::json positions = nlohmann::json::array();
+    for (size_t p = 0; p < ids.size(); ++p) {
+      nlohmann::json tokens = nlohmann::json::array(), c = tokens, g = tokens;
+      for (const TokenLogprob& t : top_logprobs(want[p], 16)) {
+        tokens.push_back(t.token);
+        c.push_back(want[p][(size_t)t.token]);
+        g.push_back(got[p][(size_t)t.token]);
+      }
+      positions.push_back({{"tokens", tokens}, {"cpu", c}, {"gpu", g}});
+    }
+    out.push_back({{"ids", ids},
+                   {"cpu_greedy", cpu_greedy[i]},
+                   {"gpu_greedy", gpu_greedy[i]},
+                   {"positions", positions}});
+  }
+  std::ofstream(file) << out.dump();
+}
+
+TEST_F(SmolGpu, GreedyOutputsAndPerplexityMatchTheCpu) {
+  auto cpu = executor(*model_, DeviceKind::kCpu, 1024);
+  auto gpu = executor(*model_, DeviceKind::kCuda, 1024);
+  int identical = 0, n = 0;
+  std::vector<std::vector<int32_t>> cpu_greedy, gpu_greedy;
+  for (const auto& pr : golden_["prompts"]) {
+    const auto ids = pr["ids"].get<std::vector<int32_t>>();
+    cpu_greedy.push_back(greedy(*cpu, ids, 64));
+    gpu_greedy.push_back(greedy(*gpu, ids, 64));
+    identical += cpu_greedy.back() == gpu_greedy.back();
+    ++n;
+  }
+  if (const char* file = std::getenv("HABLAR_PARITY_DUMP"))
+    dump_for_reference(*cpu, *gpu, golden_["prompts"], cpu_greedy, gpu_greedy, file);
+  std::printf("SmolLM2 greedy 64 tokens: GPU = CPU on %d/%d prompts\n", identical, n);
+  const Agreement a = compare(*model_, golden_["prompts"]);
+  std::printf("SmolLM2 teacher-forced: top-1 equal %d/%d, max |d log-softmax| %.5f\n", a.top1_equal,
+              a.positions, a.max_abs);
+  EXPECT_GE(a.top1_equal, (int)std::ceil(0.98 * a.positions));
+  const auto& p = golden_["perplexity"];
+  const auto ids = p["ids"].get<std::vector<int32_t>>();
+  const int n_ctx = p["n_ctx"].get<int>();
+  auto cpu_ppl = executor(*model_, DeviceKind::kCpu, n_ctx);
+  auto gpu_ppl = executor(*model_, DeviceKind::kCuda, n_ctx);
+  const auto args = [&](StepExecutor& ex) {
+    return perplexity_of_tokens(ex, ids, n_ctx, 512, p["n_chunks"].get<int>(),
+                                p["bos"].get<int32_t>());
+  };
+  const double want = args(*cpu_ppl).ppl, got = args(*gpu_ppl).ppl;
+  std::printf("SmolLM2 perplexity: GPU %.4f, CPU %.4f (%+.3f%%)\n", got, want,
+              100.0 * (got / want - 1.0));
+  EXPECT_NEAR(got, want, 0.002 * want);
+}
+
+// Each prompt's greedy tokens through an engine over `ex`, all submitted at once.
+std::vector<std::vector<int32_t>> through_engine(StepExecutor& ex,
+                                                 const std::vector<std::vector<int32_t>>& prompts,
+                                                 int max_running, int n_tokens) {
+  EngineConfig c;
+  c.n_ctx = 1024;
+  c.max_queue = 1024;
+  c.scheduler = {.max_running = max_running, .max_step_tokens = 512, .max_prefill_chunk = 512};
+  Engine engine(c, ex);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (const auto& p : prompts) {
+    GenerateRequest g;
+    g.prompt = p;
+    g.max_tokens = n_tokens;
+    g.ignore_eos = true;
+    handles.push_back(engine.submit(std::move(g)));
+  }
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i)
+    for (bool done = false; !done;) {
+      std::vector<StreamItem> items;
+      handles[i]->wait(items, std::chrono::milliseconds(1000));
+      for (const auto& it : items)
+        if (it.kind == StreamItem::Kind::kFinal)
+          done = true;
+        else if (it.kind == StreamItem::Kind::kToken)
+          out[i].push_back(it.token);
+    }
+  return out;
+}
+
+void batched_equals_single(const model::Model& m, const nlohmann::json& golden_prompts,
+                           bool deterministic) {
+  auto ex = executor(m, DeviceKind::kCuda, 0, deterministic, 512);
+  std::vector<std::vector<int32_t>> pool;
+  for (const auto& pr : golden_prompts) pool.push_back(pr["ids"].get<std::vector<int32_t>>());
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& p : pool) alone.push_back(through_engine(*ex, {p}, 1, 64)[0]);
+  for (int n : {1, 2, 3, 8, 16, 64, 128}) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < n; ++i) prompts.push_back(pool[(size_t)i % pool.size()]);
+    const auto got = through_engine(*ex, prompts, n, 64);
+    int equal = 0;
+    for (int i = 0; i < n; ++i) equal += got[(size_t)i] == alone[(size_t)i % pool.size()];
+    std::printf("%s: %d concurrent, %d/%d outputs equal to their solo run\n",
+                deterministic ? "deterministic" : "default", n, equal, n);
+    if (deterministic) EXPECT_EQ(equal, n) << n << " concurrent";
+  }
+}
+
+TEST_F(SmolGpu, BatchedEqualsSingleInDeterministicMode) {
+  batched_equals_single(*model_, golden_["prompts"], true);
+}
+
+TEST_F(SmolGpu, BatchedAgainstSingleInDefaultModeIsReported) {
+  batched_equals_single(*model_, golden_["prompts"], false);
+}
+
+}  // namespace
+}  // namespace hablar::engine
