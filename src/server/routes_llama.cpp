@@ -9,6 +9,7 @@
 #include "server/openai_chat.h"
 #include "server/request_fields.h"
 #include "server/sampling_fields.h"
+#include "server/structured_output.h"
 
 namespace hablar::server {
 
@@ -111,6 +112,7 @@ void completion(HttpServer& server, const httplib::Request& req, httplib::Respon
   spec.max_tokens = bounded_max_tokens(*m, n_predict, spec.prompt.size());
   const bool stream = opt_bool(body, "stream").value_or(false);
   const bool return_tokens = opt_bool(body, "return_tokens").value_or(false);
+  spec.grammar = llama_output_grammar(*m, req.body);
   auto handle = start_generation(*m, spec);
   auto final_fields = [m](json& j, const StreamItem& f, const std::vector<int32_t>& toks) {
     const bool eog = !toks.empty() && m->tok().is_eog(toks.back());

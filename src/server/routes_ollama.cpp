@@ -9,6 +9,7 @@
 #include "server/openai_chat.h"
 #include "server/request_fields.h"
 #include "server/sampling_fields.h"
+#include "server/structured_output.h"
 
 namespace hablar::server {
 
@@ -65,8 +66,13 @@ json final_fields(json j, const StreamItem& f) {
   return j;
 }
 
+// tools: the model's tool-call format when the chat declared tools (kNone: plain text);
+// the calls the model writes come back as message.tool_calls.
+// prefill: a final assistant message the model continued (parsed with the output, not
+// sent again).
 void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
-             std::shared_ptr<engine::RequestHandle> handle, bool stream, bool is_chat) {
+             std::shared_ptr<engine::RequestHandle> handle, bool stream, bool is_chat,
+             chat::ToolFormat tools = chat::ToolFormat::kNone, const std::string& prefill = "") {
   auto line = [m, is_chat](const std::string& text) {
     json j = {{"model", m->id}, {"created_at", iso_time_now()}, {"done", false}};
     if (is_chat)
@@ -75,23 +81,45 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
       j["response"] = text;
     return j;
   };
+  auto with_calls = [](json j, const std::vector<chat::ToolCall>& calls) {
+    if (!calls.empty()) j["message"]["tool_calls"] = ollama_tool_calls(calls);
+    return j;
+  };
+  const bool parse = is_chat && tools != chat::ToolFormat::kNone;
   if (!stream) {
     CollectedOutput out = collect_output(*handle);
     check_final(out.final);
-    send_json(res, final_fields(line(out.text), out.final));
+    if (!parse) return send_json(res, final_fields(line(out.text), out.final));
+    chat::ParsedMessage p = chat::parse_model_output(prefill + out.text, tools, false);
+    if (p.content.compare(0, prefill.size(), prefill) == 0) p.content.erase(0, prefill.size());
+    send_json(res, final_fields(with_calls(line(p.content), p.tool_calls), out.final));
     return;
   }
+  auto parser = parse ? std::make_shared<chat::StreamingOutputParser>(tools, false) : nullptr;
+  if (parser && !prefill.empty()) parser->push(prefill);  // context only; not sent again
   StreamPump pump = [=](bool& done) {
     std::string out;
     for (StreamItem& it : next_items(*handle)) {
+      chat::ParsedMessage p;
+      if (parser) {
+        p = parser->push(it.text);
+        if (it.kind == StreamItem::Kind::kFinal) {
+          chat::ParsedMessage rest = parser->finish();
+          p.content += rest.content;
+          for (auto& c : rest.tool_calls) p.tool_calls.push_back(std::move(c));
+        }
+      } else {
+        p.content = it.text;
+      }
       if (it.kind == StreamItem::Kind::kToken) {
-        if (!it.text.empty()) out += dump_json(line(it.text)) + "\n";
+        if (!p.content.empty() || !p.tool_calls.empty())
+          out += dump_json(with_calls(line(p.content), p.tool_calls)) + "\n";
         continue;
       }
       if (failed(it))
         out += dump_json(json{{"error", failure_body(it)["error"]["message"]}}) + "\n";
       else
-        out += dump_json(final_fields(line(it.text), it)) + "\n";
+        out += dump_json(final_fields(with_calls(line(p.content), p.tool_calls), it)) + "\n";
       done = true;
       break;
     }
@@ -104,10 +132,25 @@ void api_chat(HttpServer& server, const httplib::Request& req, httplib::Response
   auto m = server.model_or_throw();
   json body = request_json(req);
   const ChatParts chat = chat_parts(req.body);
-  const RenderedChat text = render_chat(*m, chat.messages, chat.tools, true);
+  // A final assistant message is continued (a prefill), as Ollama does.
+  const bool continue_last = !chat.messages.empty() && chat.messages.back().contains("role") &&
+                             chat.messages.back()["role"] == "assistant" &&
+                             chat.messages.back().value("content", json()).is_string();
+  const std::string prefill =
+      continue_last ? chat.messages.back()["content"].get<std::string>() : std::string();
+  RenderedChat text = render_chat(*m, chat.messages, chat.tools, !continue_last);
+  if (!prefill.empty()) {
+    const size_t at = text.text.rfind(prefill);  // the template closes the turn: cut after it
+    if (at != std::string::npos) {
+      text.text.resize(at + prefill.size());
+      std::erase_if(text.text_only, [&](uint32_t pos) { return pos >= text.text.size(); });
+    }
+  }
   GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text.text, text.text_only));
+  spec.grammar = ollama_output_grammar(*m, req.body);
   const bool stream = opt_bool(body, "stream").value_or(true);
-  respond(res, m, start_generation(*m, std::move(spec)), stream, true);
+  const auto tools = chat.tools.is_null() ? chat::ToolFormat::kNone : m->tool_format;
+  respond(res, m, start_generation(*m, std::move(spec)), stream, true, tools, prefill);
 }
 
 void api_generate(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
@@ -135,6 +178,7 @@ void api_generate(HttpServer& server, const httplib::Request& req, httplib::Resp
     text = render_chat(*m, messages, nullptr, true);
   }
   GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text.text, text.text_only));
+  spec.grammar = ollama_output_grammar(*m, req.body);
   respond(res, m, start_generation(*m, std::move(spec)), stream, false);
 }
 

@@ -6,6 +6,7 @@
 #include "server/openai_chat.h"
 #include "server/request_fields.h"
 #include "server/sampling_fields.h"
+#include "server/structured_output.h"
 
 namespace hablar::server {
 
@@ -104,7 +105,8 @@ struct ChatRequest {
   bool include_usage = false;
   bool logprobs = false;
   bool parse_output = false;
-  std::string prefill;  // a final assistant message the model continues
+  bool forced_call = false;  // the turn is a required tool call, written under its grammar
+  std::string prefill;       // a final assistant message the model continues
   GenerationSpec spec;
 };
 
@@ -132,6 +134,35 @@ void start_required_tool_call(const json& body, const ServingModel& m, ChatReque
                     chat::tool_format_name(m.tool_format) + ")",
                 "tool_choice");
   r.messages.push_back({{"role", "assistant"}, {"content", opening}});
+  r.spec.grammar = tool_call_grammar(m, m.tool_format, r.tools, *function);
+  r.forced_call = r.spec.grammar != nullptr;
+}
+
+// tool_choice "auto": a call the model opens on its own is written under the tools' grammar
+// from its opening on (the client's own start of the turn counts as text before it).
+void constrain_auto_call(const ServingModel& m, ChatRequest& r) {
+  std::string trigger = auto_call_trigger(m.tool_format);
+  if (trigger.empty()) return;
+  try {
+    r.spec.grammar = tool_call_grammar(m, m.tool_format, r.tools, "");
+  } catch (const ApiError&) {
+    return;  // parameters that cannot be enforced: an auto call stays unconstrained
+  }
+  if (!r.spec.grammar) return;
+  r.spec.grammar_trigger = std::move(trigger);
+  const auto& last = r.messages.back();
+  if (last["role"] == "assistant" && last["content"].is_string())
+    r.spec.grammar_context = last["content"].get<std::string>();
+}
+
+// A call the model opened on its own and max_tokens cut: its text is not content. `head` is
+// the turn's text before `content` (the client's start of the turn, when content follows it).
+void drop_cut_call(std::string& content, const ChatRequest& r, engine::FinishReason reason,
+                   const std::string& head = "") {
+  if (reason != engine::FinishReason::kLength || r.spec.grammar_trigger.empty()) return;
+  const size_t at = (head + content).find(r.spec.grammar_trigger);
+  if (at == std::string::npos) return;
+  content.resize(at > head.size() ? at - head.size() : 0);
 }
 
 ChatRequest parse_chat_request(const json& body, const std::string& body_text, ServingModel& m) {
@@ -155,6 +186,12 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   if (!max_tokens) max_tokens = opt_integer(body, "max_tokens", 1, INT32_MAX);
   r.parse_output = needs_output_parser(m, r.tools);
   start_required_tool_call(body, m, r);
+  if (GrammarPtr g = openai_output_grammar(m, body_text)) {
+    if (r.spec.grammar)
+      bad_request("an output format cannot be combined with a required tool call", "tool_choice");
+    r.spec.grammar = std::move(g);
+  }
+  if (!r.spec.grammar && !r.tools.is_null()) constrain_auto_call(m, r);
 
   // A last assistant message is a prefix the model continues (no generation prompt).
   const bool continue_last = r.messages.back()["role"] == "assistant";
@@ -204,6 +241,7 @@ struct ChoiceStream {
   size_t n_calls = 0;
   std::unique_ptr<chat::StreamingOutputParser> parser;
   std::vector<StreamItem> pending_logprobs;
+  std::string held;  // text of a required call: shown only if the call did not come out
 };
 
 // Sends what the parser made of a piece of choice `index`'s output as chunks.
@@ -228,6 +266,16 @@ void emit_parsed(const ServingModel& m, const ChunkMaker& maker, bool logprobs, 
   if (used_lp) cs.pending_logprobs.clear();
 }
 
+// A required call's text stays back until the end: a call cut by max_tokens ("length")
+// never shows up as content.
+void hold_call_text(ChoiceStream& cs, chat::ParsedMessage& p, const StreamItem& it) {
+  cs.held += p.content;
+  p.content.clear();
+  if (it.kind != StreamItem::Kind::kFinal) return;
+  if (it.finish_reason != engine::FinishReason::kLength) p.content = std::move(cs.held);
+  cs.held.clear();
+}
+
 // Streams the choices one after another (each chunk names its choice's index); after the
 // last one, the usage of all (when asked) and [DONE].
 void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, ChatRequest r,
@@ -248,8 +296,8 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, ChatRe
         r.tools.is_null() ? chat::ToolFormat::kNone : m->tool_format, true);
     if (!r.prefill.empty()) cs.parser->push(r.prefill);  // context only; not re-sent
   }
-  StreamPump pump = [st, m, handles, logprobs = r.logprobs,
-                     include_usage = r.include_usage](bool& done) {
+  StreamPump pump = [st, m, handles, logprobs = r.logprobs, include_usage = r.include_usage,
+                     forced = r.forced_call, r](bool& done) {
     std::string out;
     const size_t i = st->current;
     ChoiceStream& cs = st->choices[i];
@@ -270,7 +318,9 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, ChatRe
         p.content += rest.content;
         p.reasoning += rest.reasoning;
         for (auto& c : rest.tool_calls) p.tool_calls.push_back(std::move(c));
+        if (p.tool_calls.empty()) drop_cut_call(p.content, r, it.finish_reason);
       }
+      if (forced) hold_call_text(cs, p, it);
       emit_parsed(*m, st->maker, logprobs, i, cs, p, out);
       if (it.kind != StreamItem::Kind::kFinal) continue;
       if (failed(it)) {
@@ -313,7 +363,12 @@ json chat_choice(const ServingModel& m, const ChatRequest& r, const CollectedOut
     std::string content = p.content;
     if (!r.prefill.empty() && content.compare(0, r.prefill.size(), r.prefill) == 0)
       content = content.substr(r.prefill.size());
+    if (p.tool_calls.empty()) drop_cut_call(content, r, out.final.finish_reason, r.prefill);
     message["content"] = content.empty() && !p.tool_calls.empty() ? json() : json(content);
+    // A required call cut by max_tokens is not content.
+    if (r.forced_call && p.tool_calls.empty() &&
+        out.final.finish_reason == engine::FinishReason::kLength)
+      message["content"] = json();
     if (!p.reasoning.empty()) message["reasoning_content"] = p.reasoning;
     if (!p.tool_calls.empty()) {
       message["tool_calls"] = tool_calls_json(p.tool_calls, 0, false);
@@ -446,6 +501,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
   const auto stop = opt_string_list(body, "stop", 16);
   opt_string(body, "user");
   const engine::SamplingParams sampling = parse_sampling(body, *m, Dialect::kOpenAI);
+  const GrammarPtr grammar = openai_output_grammar(*m, req.body);
 
   // Choice i is prompt i / n's (i % n)-th: choices of one prompt are next to each other.
   std::vector<std::shared_ptr<engine::RequestHandle>> handles;
@@ -458,6 +514,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
       spec.stop = stop;
       spec.n_logprobs = logprobs ? (int32_t)*logprobs : -1;
       spec.n_prompt_logprobs = n_prompt_logprobs;
+      spec.grammar = grammar;
       spec.max_tokens = bounded_max_tokens(*m, max_tokens, p.size());
       for (auto& h : start_choices(*m, spec, n)) {
         echoes.push_back(echo ? m->tok().decode(p) : "");

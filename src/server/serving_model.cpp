@@ -8,6 +8,7 @@
 #include "engine/text_filter.h"
 #include "server/api_error.h"
 #include "server/event_server.h"
+#include "server/structured_output.h"
 
 namespace hablar::server {
 
@@ -45,6 +46,23 @@ RenderedChat take_markers(const std::string& marked) {
   }
   return out;
 }
+
+// A request with an output grammar: GrammarGate (structured_output.h) masks the logits, then
+// the request's own ParamsSampler samples. It never samples on a device (device_params keeps
+// its default, false): the mask is applied on the host.
+class GrammarSampler : public engine::NextTokenSampler {
+ public:
+  GrammarSampler(engine::SamplingParams params, int32_t n_vocab, std::unique_ptr<GrammarGate> gate)
+      : inner_(std::move(params), n_vocab), gate_(std::move(gate)) {}
+  int32_t sample(std::span<float> logits, std::span<const int32_t> history) override {
+    gate_->constrain(logits, history);
+    return inner_.sample(logits, history);
+  }
+
+ private:
+  engine::ParamsSampler inner_;
+  std::unique_ptr<GrammarGate> gate_;
+};
 
 }  // namespace
 
@@ -104,7 +122,12 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
   req.n_prompt_logprobs = spec.n_prompt_logprobs;
   spec.sampling.n_probs = 0;  // the engine reports log-probabilities itself
   try {
-    req.sampler = std::make_unique<engine::ParamsSampler>(spec.sampling, m.tok().n_vocab());
+    if (spec.grammar)
+      req.sampler = std::make_unique<GrammarSampler>(
+          spec.sampling, m.tok().n_vocab(),
+          std::make_unique<GrammarGate>(spec.grammar, spec.grammar_trigger, spec.grammar_context));
+    else
+      req.sampler = std::make_unique<engine::ParamsSampler>(spec.sampling, m.tok().n_vocab());
   } catch (const Error& e) {
     bad_request(e.what());
   }

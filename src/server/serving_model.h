@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/executor.h"
 #include "engine/sampler.h"
+#include "grammar/matcher.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -55,6 +56,12 @@ struct GenerationSpec {
   bool ignore_eos = false;
   int32_t n_logprobs = -1;         // -1 none, 0 chosen token, k > 0 top k
   int32_t n_prompt_logprobs = -1;  // the prompt tokens' own (same values); max_tokens may be 0
+  // Output constraint (structured_output.h): each choice gets its own matcher over it.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // With a trigger, the grammar applies only from the end of its first occurrence in the
+  // turn's text (grammar_context, the start of the turn the client wrote, then the output).
+  std::string grammar_trigger;
+  std::string grammar_context;
 };
 
 // A chat conversation after the template: its text, and the byte positions of it that came

@@ -1,0 +1,96 @@
+// grammar_bench: per-token mask time of hablar's grammar engine on one vocabulary.
+//
+//   grammar_bench VOCAB.gguf CASES.jsonl OUT.jsonl [--dump-vocab FILE]
+//
+// Each line of CASES is {"schema": {...}, "doc": "..."} (or {"gbnf": "...", "doc": ...}):
+// the schema is compiled, the document is tokenized with the vocabulary, and the document's
+// tokens are replayed: before each token (and once more at the end, where only EOS may
+// follow) the full vocabulary mask is computed and timed; then the token is accepted. Each
+// output line gives the token ids, the mask times in ns and the compile time, so that
+// bench_grammar.py can replay the same ids through XGrammar. --dump-vocab writes each
+// token's bytes as hex, one token a line ("-" for tokens no grammar may produce).
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "formats/gguf.h"
+#include "grammar/matcher.h"
+#include "grammar/regex.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace hablar;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double ns_since(Clock::time_point t0) {
+  return (double)std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+}
+
+void dump_vocab(const grammar::Vocab& v, const std::string& path) {
+  std::ofstream out(path);
+  static const char* hex = "0123456789abcdef";
+  for (int32_t i = 0; i < v.n_vocab(); ++i) {
+    if (!v.usable(i)) {
+      out << (v.is_eog(i) ? "eog" : "-") << "\n";
+      continue;
+    }
+    for (unsigned char c : v.bytes(i)) out << hex[c >> 4] << hex[c & 15];
+    out << "\n";
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr,
+                 "usage: grammar_bench VOCAB.gguf CASES.jsonl OUT.jsonl [--dump-vocab F]\n");
+    return 2;
+  }
+  auto file = gguf::GgufFile::open(argv[1]);
+  auto tok = tokenizer::Tokenizer::from_gguf(file);
+  auto t0 = Clock::now();
+  auto vocab = grammar::Vocab::from_tokenizer(*tok);
+  std::fprintf(stderr, "vocab %d tokens, trie %zu nodes, built in %.1f ms\n", vocab->n_vocab(),
+               vocab->trie().size(), ns_since(t0) / 1e6);
+  if (argc >= 6 && std::string(argv[4]) == "--dump-vocab") dump_vocab(*vocab, argv[5]);
+  std::ifstream in(argv[2]);
+  std::ofstream out(argv[3]);
+  std::vector<uint32_t> mask(((size_t)vocab->n_vocab() + 31) / 32);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto c = nlohmann::ordered_json::parse(line);
+    t0 = Clock::now();
+    const std::string gbnf = c.contains("gbnf") ? c["gbnf"].get<std::string>()
+                                                : grammar::json_schema_to_gbnf(c["schema"]);
+    auto g = grammar::compile(grammar::parse_gbnf(gbnf), vocab);
+    const double compile_ns = ns_since(t0);
+    grammar::GrammarMatcher m(g);
+    const std::string doc = c["doc"].get<std::string>();
+    const auto ids = tok->encode(doc, false, false);
+    std::vector<double> times;
+    bool ok = true;
+    for (size_t i = 0; i <= ids.size(); ++i) {
+      t0 = Clock::now();
+      m.fill_mask(mask);
+      times.push_back(ns_since(t0));
+      if (i == ids.size()) break;
+      if (!m.accept_token(ids[i])) {
+        ok = false;
+        std::fprintf(stderr, "refused token %d at %zu of: %s\n", ids[i], i, doc.c_str());
+        break;
+      }
+    }
+    if (ok && !m.can_end()) {
+      ok = false;
+      std::fprintf(stderr, "incomplete: %s\n", doc.c_str());
+    }
+    nlohmann::json r = {{"ids", ids}, {"ns", times}, {"compile_ns", compile_ns}, {"ok", ok}};
+    out << r.dump() << "\n";
+  }
+  return 0;
+}

@@ -1,0 +1,443 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <optional>
+
+#include "core/error.h"
+#include "grammar/class_table.h"
+#include "grammar/utf8.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hablar::grammar {
+
+namespace {
+
+// Mask cache entries kept per matcher before it is cleared (a bound on memory: 151,936 bits
+// are 19 KB an entry).
+constexpr size_t kMaxCachedMasks = 512;
+// DFA states kept per matcher before it starts over (each holds 1 KB of transitions).
+constexpr size_t kMaxDfaStates = 20000;
+// Masks that took fewer trie steps than this are not cached (a copy of the whole mask
+// costs about as much as that many steps).
+constexpr size_t kCacheFromSteps = 256;
+
+}  // namespace
+
+Vocab::Vocab(std::vector<std::string> token_bytes, const std::vector<bool>& usable,
+             std::vector<int32_t> eog)
+    : bytes_(std::move(token_bytes)), eog_(std::move(eog)) {
+  const size_t n = bytes_.size();
+  usable_.assign(n, false);
+  is_eog_.assign(n, false);
+  for (int32_t id : eog_) {
+    if (id >= 0 && (size_t)id < n) is_eog_[(size_t)id] = true;
+  }
+  std::vector<std::pair<std::string, int32_t>> entries;
+  for (size_t i = 0; i < n; ++i) {
+    usable_[i] = usable[i] && !is_eog_[i] && !bytes_[i].empty();
+    if (usable_[i]) entries.push_back({bytes_[i], (int32_t)i});
+  }
+  trie_ = TokenTrie::build(std::move(entries));
+}
+
+std::shared_ptr<const Vocab> Vocab::from_tokenizer(const tokenizer::Tokenizer& tok) {
+  const int32_t n = tok.n_vocab();
+  std::vector<std::string> bytes((size_t)n);
+  std::vector<bool> usable((size_t)n, false);
+  std::vector<int32_t> eog;
+  for (int32_t i = 0; i < n; ++i) {
+    if (tok.is_eog(i)) eog.push_back(i);
+    const auto t = tok.token_type(i);
+    if (t == tokenizer::TokenType::kControl || t == tokenizer::TokenType::kUnknown ||
+        t == tokenizer::TokenType::kUnused)
+      continue;
+    bytes[(size_t)i] = tok.token_text(i, /*show_special=*/false, /*first=*/false);
+    usable[(size_t)i] = true;
+  }
+  return std::make_shared<Vocab>(std::move(bytes), usable, std::move(eog));
+}
+
+std::shared_ptr<const ClassTable> Vocab::class_table(const CharClass& c) const {
+  const std::string key = class_signature(c);
+  std::lock_guard<std::mutex> lock(tables_mu_);
+  auto& t = tables_[key];
+  if (!t) t = std::make_shared<ClassTable>(c, bytes_, usable_);
+  return t;
+}
+
+namespace {
+
+// A code point of the class (printable ASCII preferred), or nothing when it is empty.
+std::optional<uint32_t> class_sample(const CharClass& c) {
+  for (uint32_t cp : {(uint32_t)'a', (uint32_t)'0', (uint32_t)'A', (uint32_t)' '})
+    if (c.matches(cp)) return cp;
+  for (uint32_t cp = 0x21; cp < 0x7F; ++cp)
+    if (c.matches(cp)) return cp;
+  if (!c.negated) {
+    for (const CharRange& r : c.ranges)
+      for (uint32_t cp = r.lo; cp <= r.hi && cp <= 0x10FFFF; ++cp)
+        if (!(cp >= 0xD800 && cp <= 0xDFFF)) return cp;
+    return std::nullopt;
+  }
+  uint64_t next = 0x80;  // first point past the excluded ranges
+  for (const CharRange& r : c.ranges)
+    if (r.lo <= next && (uint64_t)r.hi + 1 > next) next = (uint64_t)r.hi + 1;
+  if (next >= 0xD800 && next <= 0xDFFF) next = 0xE000;
+  if (next > 0x10FFFF || !c.matches((uint32_t)next)) return std::nullopt;
+  return (uint32_t)next;
+}
+
+// The bytes that can start a character of the class: ASCII members, and the lead bytes
+// whose characters' range meets the class.
+std::array<uint64_t, 4> class_first_bytes(const CharClass& c) {
+  std::array<uint64_t, 4> set{c.ascii[0], c.ascii[1], 0, 0};
+  for (uint32_t b = 0xC2; b <= 0xF4; ++b) {
+    uint32_t lo = 0, hi = 0;
+    if (b <= 0xDF) {
+      lo = (b & 0x1F) << 6;
+      hi = lo | 0x3F;
+    } else if (b <= 0xEF) {
+      lo = std::max<uint32_t>((b & 0x0F) << 12, 0x800);
+      hi = ((b & 0x0F) << 12) | 0xFFF;
+    } else {
+      lo = std::max<uint32_t>((b & 0x07) << 18, 0x10000);
+      hi = std::min<uint32_t>(((b & 0x07) << 18) | 0x3FFFF, 0x10FFFF);
+    }
+    if (c.intersects(lo, hi)) set[b >> 6] |= uint64_t{1} << (b & 63);
+  }
+  return set;
+}
+
+uint64_t class_size(const CharClass& c) {
+  uint64_t n = 0;
+  for (const CharRange& r : c.ranges) n += (uint64_t)r.hi - r.lo + 1;
+  return c.negated ? 0x110000 - std::min<uint64_t>(n, 0x110000) : n;
+}
+
+}  // namespace
+
+std::shared_ptr<const CompiledGrammar> compile(Grammar g, std::shared_ptr<const Vocab> vocab) {
+  auto c = std::make_shared<CompiledGrammar>();
+  c->grammar = std::move(g);
+  c->vocab = std::move(vocab);
+  std::map<std::string, uint32_t> ids;
+  // The vocabulary tables of the big classes are built here, once per vocabulary and class
+  // content (shared by later grammars), so that no sampling step pays for them.
+  for (size_t k = 0; k < c->grammar.classes.size(); ++k) {
+    const CharClass& cls = c->grammar.classes[k];
+    auto [it, fresh] = ids.emplace(class_signature(cls), (uint32_t)c->canon_class.size());
+    c->canon.push_back(it->second);
+    c->first_bytes.push_back(class_first_bytes(cls));
+    const auto sample = class_sample(cls);
+    c->big.push_back(sample.has_value() && class_size(cls) >= 16);
+    if (fresh) {
+      c->canon_class.push_back((uint32_t)k);
+      c->canon_sample.push_back(sample.value_or(0));
+      if (c->big.back()) c->vocab->class_table(cls);
+    }
+  }
+  return c;
+}
+
+size_t GrammarMatcher::StateHash::operator()(const RecState& s) const {
+  uint64_t h = 1469598103934665603ull ^ s.partial ^ ((uint64_t)s.partial_left << 40) ^
+               ((uint64_t)s.partial_len << 48);
+  for (int32_t id : s.stacks) h = (h ^ (uint32_t)id) * 1099511628211ull;
+  return (size_t)h;
+}
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> g)
+    : g_(std::move(g)), rec_(g_->grammar) {
+  walk_.resize((size_t)g_->vocab->max_depth() + 1);
+  state_ = intern(rec_.initial());
+}
+
+int32_t GrammarMatcher::intern(const RecState& s) {
+  if (dtable_.size() < 2 * (dstates_.size() + 1)) {  // keep the table at most half full
+    std::vector<int32_t> bigger(std::max<size_t>(64, dtable_.size() * 2), -1);
+    for (size_t id = 0; id < dstates_.size(); ++id) {
+      size_t i = StateHash{}(dstates_[id]) & (bigger.size() - 1);
+      while (bigger[i] >= 0) i = (i + 1) & (bigger.size() - 1);
+      bigger[i] = (int32_t)id;
+    }
+    dtable_.swap(bigger);
+  }
+  const size_t mask = dtable_.size() - 1;
+  size_t i = StateHash{}(s) & mask;
+  while (dtable_[i] >= 0) {
+    if (dstates_[(size_t)dtable_[i]] == s) return dtable_[i];
+    i = (i + 1) & mask;
+  }
+  const auto id = (int32_t)dstates_.size();
+  dtable_[i] = id;
+  dstates_.push_back(s);
+  dfirst_.push_back(first_bytes_of(s));
+  dnext_.emplace_back();
+  dnext_.back().fill(kUnknown);
+  return id;
+}
+
+int32_t GrammarMatcher::step(int32_t from, uint8_t byte) {
+  int32_t& slot = dnext_[(size_t)from][byte];
+  if (slot != kUnknown) return slot;
+  const int32_t next =
+      rec_.advance_byte(dstates_[(size_t)from], byte, scratch_) ? intern(scratch_) : kDead;
+  dnext_[(size_t)from][byte] = next;  // `slot` may have moved with dnext_
+  return next;
+}
+
+// Bounds the DFA's memory: past this many states it starts again from the current one.
+void GrammarMatcher::reset_dfa() {
+  RecState cur = dstates_[(size_t)state_];
+  dstates_.clear();
+  dfirst_.clear();
+  dnext_.clear();
+  dtable_.clear();
+  masks_.clear();
+  uniform_.clear();
+  state_ = intern(cur);
+}
+
+bool GrammarMatcher::accept_token(int32_t id) {
+  if (finished_ || id < 0 || id >= vocab().n_vocab()) return false;
+  if (vocab().is_eog(id)) {
+    if (!can_end()) return false;
+    finished_ = true;
+    return true;
+  }
+  if (!vocab().usable(id)) return false;
+  return accept_bytes(vocab().bytes(id));
+}
+
+bool GrammarMatcher::accept_bytes(std::string_view bytes) {
+  if (finished_) return false;
+  int32_t s = state_;
+  for (char c : bytes) {
+    s = step(s, (uint8_t)c);
+    if (s == kDead) return false;
+  }
+  state_ = s;
+  if (dstates_.size() > kMaxDfaStates) reset_dfa();
+  return true;
+}
+
+void GrammarMatcher::compute_mask(std::span<uint32_t> words) {
+  std::fill(words.begin(), words.end(), 0u);
+  const Vocab& v = vocab();
+  if (finished_) return;
+  if (can_end())
+    for (int32_t id : v.eog()) words[(size_t)id >> 5] |= 1u << (id & 31);
+  if (class_mask(words)) return;
+  walk_trie(v.token_trie(), state_, words);
+}
+
+namespace {
+
+// Whether every point of [lo, hi] is in the class (ranges sorted and merged by finish()).
+bool holds_range(const CharClass& k, uint32_t lo, uint32_t hi) {
+  if (k.negated) {  // none of the left-out ranges meets [lo, hi]
+    for (const CharRange& r : k.ranges)
+      if (r.lo <= hi && lo <= r.hi) return false;
+    return true;
+  }
+  for (const CharRange& r : k.ranges)
+    if (r.lo <= lo && hi <= r.hi) return true;
+  return false;
+}
+
+// p within k.
+bool class_within(const CharClass& p, const CharClass& k) {
+  if (!p.negated) {
+    for (const CharRange& r : p.ranges)
+      if (!holds_range(k, r.lo, r.hi)) return false;
+    return true;
+  }
+  if (!k.negated) return false;
+  // Both negated: whatever k leaves out, p leaves out too.
+  for (const CharRange& r : k.ranges) {
+    bool inside = false;
+    for (const CharRange& q : p.ranges) inside = inside || (q.lo <= r.lo && r.hi <= q.hi);
+    if (!inside) return false;
+  }
+  return true;
+}
+
+bool classes_disjoint(const CharClass& a, const CharClass& b) {
+  if (a.negated && b.negated) return false;
+  // A positive class is disjoint from the other when no range of it meets the other.
+  const CharClass& pos = a.negated ? b : a;
+  const CharClass& other = a.negated ? a : b;
+  for (const CharRange& r : pos.ranges)
+    if (other.intersects(r.lo, r.hi)) return false;
+  return true;
+}
+
+}  // namespace
+
+// Every character of class canon_b is taken by a stack waiting for class_a, or none is.
+bool GrammarMatcher::disjoint(uint32_t class_a, uint32_t canon_b) {
+  const uint64_t key = ((uint64_t)class_a << 32) | canon_b;
+  auto it = disjoint_.find(key);
+  if (it != disjoint_.end()) return it->second;
+  const CharClass& a = g_->grammar.classes[class_a];
+  const CharClass& b = g_->grammar.classes[g_->canon_class[canon_b]];
+  const bool result = classes_disjoint(a, b) || class_within(b, a);
+  disjoint_.emplace(key, result);
+  return result;
+}
+
+bool GrammarMatcher::uniform(int32_t state, uint32_t canon) {
+  const uint64_t key = ((uint64_t)(uint32_t)state << 32) | canon;
+  auto it = uniform_.find(key);
+  if (it != uniform_.end()) return it->second;
+  const RecState& s = dstates_[(size_t)state];
+  bool result = s.partial_left == 0;
+  for (int32_t id : s.stacks) {
+    if (!result) break;
+    if (id == kAccept) continue;
+    const uint32_t k = g_->grammar.elems[(size_t)rec_.arena().at(id).pos].id;
+    result = g_->canon[k] == canon || disjoint(k, canon);
+  }
+  uniform_.emplace(key, result);
+  return result;
+}
+
+std::array<uint64_t, 4> GrammarMatcher::first_bytes_of(const RecState& s) {
+  // Mid-character only continuation bytes can come; the step itself checks which.
+  if (s.partial_left != 0) return {0, 0, ~0ull, 0};
+  std::array<uint64_t, 4> set{0, 0, 0, 0};
+  for (int32_t id : s.stacks) {
+    if (id == kAccept) continue;
+    const auto& f = g_->first_bytes[g_->grammar.elems[(size_t)rec_.arena().at(id).pos].id];
+    for (int w = 0; w < 4; ++w) set[(size_t)w] |= f[(size_t)w];
+  }
+  return set;
+}
+
+void GrammarMatcher::walk_trie(const TokenTrie& trie, int32_t from, std::span<uint32_t> words) {
+  walk_[0] = from;
+  // First bytes the state may take and the trie has: only their subtrees are walked.
+  const auto& first = dfirst_[(size_t)from];
+  for (int w = 0; w < 4; ++w) {
+    uint64_t bits = first[(size_t)w] & trie.first_bytes[(size_t)w];
+    while (bits) {
+      const int b = w * 64 + __builtin_ctzll(bits);
+      bits &= bits - 1;
+      const auto begin = (size_t)trie.first_node[(size_t)b];
+      walk_subtree(trie, begin, (size_t)trie.nodes[begin].end, words);
+    }
+  }
+}
+
+void GrammarMatcher::walk_subtree(const TokenTrie& trie, size_t begin, size_t end,
+                                  std::span<uint32_t> words) {
+  for (size_t i = begin; i < end;) {
+    const TokenTrie::Node& node = trie.nodes[i];
+    const int32_t parent = walk_[node.depth - 1u];
+    const auto& first = dfirst_[(size_t)parent];
+    if (!((first[node.byte >> 6] >> (node.byte & 63)) & 1)) {
+      i = (size_t)node.end;  // no stack of the state can take this byte
+      continue;
+    }
+    const int32_t next = step(parent, node.byte);
+    ++walk_steps_;
+    if (next == kDead) {
+      i = (size_t)node.end;
+      continue;
+    }
+    walk_[node.depth] = next;
+    for (int32_t k = node.tok_begin; k < node.tok_end; ++k) {
+      const int32_t id = trie.tokens[(size_t)k];
+      words[(size_t)id >> 5] |= 1u << (id & 31);
+    }
+    ++i;
+  }
+}
+
+bool GrammarMatcher::class_mask(std::span<uint32_t> words) {
+  const RecState& s0 = dstates_[(size_t)state_];
+  if (s0.partial_left != 0) return false;
+  // The run class: the smallest big class some stack waits for (the others must hold it
+  // whole or not meet it: uniform()).
+  uint32_t p = UINT32_MAX;
+  uint64_t p_size = UINT64_MAX;
+  for (int32_t id : s0.stacks) {
+    if (id == kAccept) continue;
+    const uint32_t k = g_->grammar.elems[(size_t)rec_.arena().at(id).pos].id;
+    if (!g_->big[k]) continue;
+    const uint64_t size = class_size(g_->grammar.classes[k]);
+    if (size < p_size) {
+      p = g_->canon[k];
+      p_size = size;
+    }
+  }
+  if (p == UINT32_MAX) return false;
+  std::string sample;
+  append_utf8(sample, g_->canon_sample[p]);
+  // The chain of states after 0, 1, 2, ... characters of the class, while each is uniform.
+  int32_t chain[ClassTable::kMaxRun + 1];
+  int alive = 0;
+  int32_t cur = state_;
+  for (int j = 0; j <= ClassTable::kMaxRun; ++j) {
+    if (!uniform(cur, p)) return false;
+    chain[j] = cur;
+    alive = j + 1;
+    if (j == ClassTable::kMaxRun) break;
+    for (char c : sample) {
+      cur = step(cur, (uint8_t)c);
+      if (cur == kDead) break;
+    }
+    if (cur == kDead) break;
+  }
+  const auto table = vocab().class_table(g_->grammar.classes[g_->canon_class[p]]);
+  // Pure runs of up to alive - 1 characters; cut-off characters after up to alive - 2 (one
+  // more character of the class must still be allowed there).
+  const std::vector<uint32_t>& pure = table->upto(alive - 1);
+  for (size_t w = 0; w < words.size(); ++w) words[w] |= pure[w];
+  if (alive >= 2) {
+    const std::vector<uint32_t>& cut = table->partial_upto(alive - 2);
+    for (size_t w = 0; w < words.size(); ++w) words[w] |= cut[w];
+  }
+  for (int j = 0; j < alive; ++j) walk_trie(table->rest(j), chain[j], words);
+  return true;
+}
+
+void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
+  HABLAR_CHECK(words.size() * 32 >= (size_t)vocab().n_vocab(), "mask too small");
+  const size_t n_words = ((size_t)vocab().n_vocab() + 31) / 32;
+  auto it = masks_.find(state_);
+  if (it != masks_.end()) {
+    std::memcpy(words.data(), it->second.data(), n_words * sizeof(uint32_t));
+    return;
+  }
+  compute_mask(words.first(n_words));
+  if (masks_.size() >= kMaxCachedMasks) masks_.clear();
+  masks_.emplace(state_, std::vector<uint32_t>(words.begin(), words.begin() + (ptrdiff_t)n_words));
+}
+
+int32_t GrammarMatcher::apply_mask(std::span<float> logits) {
+  const size_t n = std::min(logits.size(), (size_t)vocab().n_vocab());
+  mask_.resize((n + 31) / 32);
+  fill_mask(mask_);
+  int32_t allowed = 0;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (size_t w = 0; w < mask_.size(); ++w) {
+    const uint32_t bits = mask_[w];
+    const size_t base = w * 32;
+    const size_t lim = std::min<size_t>(32, n - base);
+    if (bits == 0xFFFFFFFFu && lim == 32) {
+      allowed += 32;
+      continue;
+    }
+    allowed += __builtin_popcount(bits);
+    for (size_t b = 0; b < lim; ++b)
+      if (!((bits >> b) & 1u)) logits[base + b] = ninf;
+  }
+  for (size_t i = n; i < logits.size(); ++i) logits[i] = ninf;
+  return allowed;
+}
+
+}  // namespace hablar::grammar

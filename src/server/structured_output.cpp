@@ -1,0 +1,311 @@
+#include "server/structured_output.h"
+
+#include <map>
+#include <mutex>
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "grammar/regex.h"
+#include "server/api_error.h"
+
+namespace hablar::server {
+
+namespace {
+
+using OJson = nlohmann::ordered_json;
+
+OJson ordered_body(const std::string& body_text) {
+  try {
+    return OJson::parse(body_text);
+  } catch (const std::exception&) {
+    bad_request("the request body is not valid JSON");
+  }
+}
+
+// Compiles `make()`'s GBNF; the front ends' errors (schema, regex) become 400s too.
+template <typename F>
+GrammarPtr build(const ServingModel& m, const char* field, F make) {
+  std::string gbnf;
+  try {
+    gbnf = make();
+  } catch (const Error& e) {
+    bad_request(std::string("'") + field + "' cannot be enforced: " + e.what(), field);
+  }
+  return compile_for_model(m, gbnf, field);
+}
+
+GrammarPtr schema_grammar(const ServingModel& m, const OJson& schema, const char* field) {
+  if (!schema.is_object() && !schema.is_boolean())
+    bad_request(std::string("'") + field + "' must be a JSON Schema object", field);
+  return build(m, field, [&] { return grammar::json_schema_to_gbnf(schema); });
+}
+
+GrammarPtr any_object(const ServingModel& m, const char* field) {
+  return build(m, field, [] { return grammar::any_json_object_gbnf(); });
+}
+
+GrammarPtr response_format(const ServingModel& m, const OJson& rf) {
+  if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+    bad_request("'response_format' must be an object with a 'type'", "response_format");
+  const std::string type = rf["type"].get<std::string>();
+  if (type == "text") return nullptr;
+  if (type == "json_object") return any_object(m, "response_format");
+  if (type != "json_schema")
+    bad_request("'response_format.type' must be text, json_object or json_schema",
+                "response_format");
+  const OJson js = rf.value("json_schema", OJson());
+  if (!js.is_object())
+    bad_request("'response_format.json_schema' must be an object", "response_format");
+  // llama-server and some clients put the schema directly in json_schema.
+  if (js.contains("schema")) return schema_grammar(m, js["schema"], "response_format");
+  if (js.contains("type") || js.contains("properties") || js.contains("$ref"))
+    return schema_grammar(m, js, "response_format");
+  return any_object(m, "response_format");
+}
+
+}  // namespace
+
+std::shared_ptr<const grammar::Vocab> grammar_vocab(const ServingModel& m) {
+  // One per loaded model (its file and load time name it, whatever the addresses).
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int64_t>, std::shared_ptr<const grammar::Vocab>> vocabs;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& v = vocabs[{m.path, m.created}];
+  if (!v || v->n_vocab() != m.tok().n_vocab()) v = grammar::Vocab::from_tokenizer(m.tok());
+  return v;
+}
+
+GrammarPtr compile_for_model(const ServingModel& m, const std::string& gbnf, const char* field) {
+  try {
+    return grammar::compile(grammar::parse_gbnf(gbnf), grammar_vocab(m));
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kInvalidArgument) throw;
+    bad_request(std::string("'") + field + "': " + e.what(), field);
+  }
+}
+
+GrammarPtr openai_output_grammar(const ServingModel& m, const std::string& body_text) {
+  // Most requests have no constraint: their body is not parsed a second time.
+  bool mentioned = false;
+  for (const char* k : {"response_format", "guided_", "grammar", "json_schema"})
+    mentioned = mentioned || body_text.find(k) != std::string::npos;
+  if (!mentioned) return nullptr;
+  const OJson body = ordered_body(body_text);
+  std::vector<const char*> given;
+  for (const char* k : {"response_format", "guided_json", "guided_regex", "guided_choice",
+                        "guided_grammar", "grammar", "json_schema"})
+    if (body.contains(k) && !body[k].is_null()) given.push_back(k);
+  if (given.empty()) return nullptr;
+  if (given.size() > 1)
+    bad_request(std::string("'") + given[0] + "' and '" + given[1] +
+                    "' cannot be used together: give one output constraint",
+                given[1]);
+  const std::string field = given[0];
+  const OJson& v = body[field];
+  if (field == "response_format") return response_format(m, v);
+  if (field == "guided_json" || field == "json_schema") {
+    if (v.is_string()) {  // vLLM accepts the schema as JSON text too
+      OJson parsed;
+      try {
+        parsed = OJson::parse(v.get<std::string>());
+      } catch (const std::exception&) {
+        bad_request("'" + field + "' is not valid JSON", field.c_str());
+      }
+      return schema_grammar(m, parsed, given[0]);
+    }
+    return schema_grammar(m, v, given[0]);
+  }
+  if (field == "guided_regex") {
+    if (!v.is_string()) bad_request("'guided_regex' must be a string", "guided_regex");
+    return build(m, given[0], [&] { return grammar::regex_to_gbnf(v.get<std::string>()); });
+  }
+  if (field == "guided_choice") {
+    if (!v.is_array() || v.empty())
+      bad_request("'guided_choice' must be a list of strings", "guided_choice");
+    std::vector<std::string> choices;
+    for (const auto& c : v) {
+      if (!c.is_string()) bad_request("'guided_choice' must be a list of strings", "guided_choice");
+      choices.push_back(c.get<std::string>());
+    }
+    return build(m, given[0], [&] { return grammar::choices_to_gbnf(choices); });
+  }
+  if (!v.is_string()) bad_request("'" + field + "' must be GBNF text", field.c_str());
+  return compile_for_model(m, v.get<std::string>(), given[0]);
+}
+
+GrammarPtr llama_output_grammar(const ServingModel& m, const std::string& body_text) {
+  if (body_text.find("grammar") == std::string::npos &&
+      body_text.find("json_schema") == std::string::npos &&
+      body_text.find("response_format") == std::string::npos)
+    return nullptr;
+  const OJson body = ordered_body(body_text);
+  const bool has_grammar = body.contains("grammar") && body["grammar"].is_string() &&
+                           !body["grammar"].get<std::string>().empty();
+  const bool has_schema = body.contains("json_schema") && !body["json_schema"].is_null();
+  if (has_grammar && has_schema)
+    bad_request("'grammar' and 'json_schema' cannot be used together", "json_schema");
+  if (body.contains("grammar") && !body["grammar"].is_null() && !body["grammar"].is_string())
+    bad_request("'grammar' must be GBNF text", "grammar");
+  if (has_grammar) return compile_for_model(m, body["grammar"].get<std::string>(), "grammar");
+  if (has_schema) return schema_grammar(m, body["json_schema"], "json_schema");
+  if (body.contains("response_format") && !body["response_format"].is_null())
+    return response_format(m, body["response_format"]);
+  return nullptr;
+}
+
+GrammarPtr ollama_output_grammar(const ServingModel& m, const std::string& body_text) {
+  if (body_text.find("format") == std::string::npos) return nullptr;
+  const OJson body = ordered_body(body_text);
+  if (!body.contains("format") || body["format"].is_null()) return nullptr;
+  const OJson& f = body["format"];
+  if (f.is_string()) {
+    const std::string s = f.get<std::string>();
+    if (s.empty()) return nullptr;
+    if (s == "json") return any_object(m, "format");
+    bad_request("'format' must be \"json\" or a JSON Schema", "format");
+  }
+  return schema_grammar(m, f, "format");
+}
+
+GrammarPtr tool_call_grammar(const ServingModel& m, chat::ToolFormat format,
+                             const nlohmann::ordered_json& tools, const std::string& function) {
+  using chat::ToolFormat;
+  // What follows the opening, per format: a named call continues with the arguments; a call
+  // to any declared function continues with the name (inside its quotes where the opening
+  // put them), then the arguments.
+  std::string after_name, close;
+  switch (format) {
+    case ToolFormat::kHermes:
+      after_name = ", \"arguments\": ";
+      close = "}\n</tool_call>";
+      break;
+    case ToolFormat::kLlama3:
+      after_name = "\", \"parameters\": ";
+      close = "}";
+      break;
+    case ToolFormat::kMistral:
+      after_name = ", \"arguments\": ";
+      close = "}]";
+      break;
+    case ToolFormat::kFunctionaryV3_1:
+      after_name = ">";
+      close = "</function>";
+      break;
+    case ToolFormat::kGenericJson:
+      after_name = "\", \"arguments\": ";
+      close = "}}";
+      break;
+    default:
+      return nullptr;
+  }
+  return build(m, "tools", [&] {
+    std::string rules, alts;
+    int index = 0;
+    for (const auto& t : tools) {
+      const OJson& fn = t.contains("function") ? t["function"] : t;
+      const std::string name = fn.value("name", std::string());
+      if (!function.empty() && name != function) continue;
+      const OJson params = fn.contains("parameters") && !fn["parameters"].is_null()
+                               ? fn["parameters"]
+                               : OJson{{"type", "object"}};
+      const std::string rule = "tool" + std::to_string(index++);
+      rules += grammar::json_schema_rules(params, rule);
+      std::string alt;
+      if (function.empty()) {
+        std::string written = name;  // the name as the format writes it after the opening
+        if (format == ToolFormat::kHermes) written = "{\"name\": \"" + name + "\"";
+        if (format == ToolFormat::kMistral) written = "[{\"name\": \"" + name + "\"";
+        alt = grammar::gbnf_literal(written + after_name) + " " + rule;
+      } else {
+        alt = rule;
+      }
+      alts += (alts.empty() ? "" : " | ") + alt;
+    }
+    if (alts.empty())
+      throw_error(ErrorKind::kInvalidArgument, "no declared function is named '" + function + "'");
+    return "root ::= ( " + alts + " ) " + grammar::gbnf_literal(close) + "\n" + rules +
+           grammar::json_primitives_gbnf();
+  });
+}
+
+std::string auto_call_trigger(chat::ToolFormat format) {
+  switch (format) {
+    case chat::ToolFormat::kHermes:
+    case chat::ToolFormat::kLlama3:
+    case chat::ToolFormat::kMistral:
+    case chat::ToolFormat::kFunctionaryV3_1:
+    case chat::ToolFormat::kGenericJson:
+      return chat::tool_call_opening(format, "");
+    default:
+      return {};
+  }
+}
+
+GrammarGate::GrammarGate(GrammarPtr grammar, std::string trigger, std::string context)
+    : grammar_(std::move(grammar)), trigger_(std::move(trigger)) {
+  if (trigger_.empty()) {
+    matcher_ = std::make_unique<grammar::GrammarMatcher>(grammar_);
+    return;
+  }
+  text_ = std::move(context);
+  feed(-1);  // the context alone may hold the trigger already
+}
+
+// Adds a token's bytes (none for -1) while waiting for the trigger, or advances the matcher.
+void GrammarGate::feed(int32_t token) {
+  if (off_) return;
+  if (matcher_) {
+    matcher_->accept_token(token);
+    return;
+  }
+  const grammar::Vocab& v = *grammar_->vocab;
+  if (token >= 0 && token < v.n_vocab() && v.usable(token)) text_ += v.bytes(token);
+  const size_t at = text_.find(trigger_);
+  if (at == std::string::npos) return;
+  matcher_ = std::make_unique<grammar::GrammarMatcher>(grammar_);
+  if (!matcher_->accept_bytes(std::string_view(text_).substr(at + trigger_.size()))) {
+    matcher_.reset();
+    off_ = true;
+  }
+  text_.clear();
+}
+
+void GrammarGate::constrain(std::span<float> logits, std::span<const int32_t> history) {
+  if (!start_) start_ = history.size();
+  bool allowed = false;  // some token other than the end of generation
+  if (!failed_) {
+    try {
+      for (size_t i = std::max(*start_, seen_); i < history.size(); ++i) feed(history[i]);
+      seen_ = history.size();
+      allowed = !matcher_ || matcher_->apply_mask(logits) > 0;
+    } catch (const std::exception& e) {
+      // Never out of the engine's step (it would fail every sequence): this one ends here.
+      log::warn("grammar stopped the sequence: {}", e.what());
+      failed_ = true;
+    }
+  }
+  if (allowed) return;
+  // A dead end, or the grammar failed: only the end of generation.
+  std::fill(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity());
+  for (int32_t id : grammar_->vocab->eog())
+    if ((size_t)id < logits.size()) logits[(size_t)id] = 0.0f;
+}
+
+nlohmann::json ollama_tool_calls(const std::vector<chat::ToolCall>& calls) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const chat::ToolCall& c : calls) {
+    nlohmann::json args;
+    try {
+      args = nlohmann::json::parse(c.arguments.empty() ? "{}" : c.arguments);
+    } catch (const std::exception&) {
+      args = c.arguments;  // not JSON: passed on as text
+    }
+    out.push_back({{"function", {{"name", c.name}, {"arguments", args}}}});
+  }
+  return out;
+}
+
+}  // namespace hablar::server

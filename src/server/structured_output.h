@@ -1,0 +1,82 @@
+// Structured output: the grammar a request's output must follow, from the fields of each API
+// family. The grammar is applied while sampling (SamplerAdapter masks the logits), so the
+// output follows it token by token; a grammar that reaches its end allows only the
+// end-of-generation tokens, which stops the sequence with finish_reason "stop".
+//
+//   OpenAI   response_format {"type": "json_object" | "json_schema" | "text"}; the vLLM-style
+//            guided_json / guided_regex / guided_choice / guided_grammar; llama-server's
+//            grammar / json_schema. At most one of these per request.
+//   tools    tool_choice "required" or a named function: the call (after the opening the
+//            server writes into the turn) must name a declared function with arguments that
+//            match its parameters schema, in the model's tool-call format.
+//   llama    /completion grammar (GBNF) / json_schema.
+//   Ollama   format "json" or a JSON Schema.
+// Anything that cannot be enforced is an ApiError 400 naming the field.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "chat/chat.h"
+#include "grammar/matcher.h"
+#include "server/serving_model.h"
+
+namespace hablar::server {
+
+using GrammarPtr = std::shared_ptr<const grammar::CompiledGrammar>;
+
+// The model's vocabulary as the grammar layer sees it (built once per model).
+std::shared_ptr<const grammar::Vocab> grammar_vocab(const ServingModel& m);
+
+// GBNF text -> a compiled grammar for this model; errors are 400s naming `field`.
+GrammarPtr compile_for_model(const ServingModel& m, const std::string& gbnf, const char* field);
+
+// The output grammar of an OpenAI chat or completions request (null: none asked).
+GrammarPtr openai_output_grammar(const ServingModel& m, const std::string& body_text);
+// llama.cpp /completion: "grammar" or "json_schema".
+GrammarPtr llama_output_grammar(const ServingModel& m, const std::string& body_text);
+// Ollama: "format".
+GrammarPtr ollama_output_grammar(const ServingModel& m, const std::string& body_text);
+
+// A tool call the request requires (tool_choice "required": function == ""; named: its
+// name), written in `format` after the opening chat::tool_call_opening gives. Null when the
+// format has no constrained form (the call is then left to the model).
+GrammarPtr tool_call_grammar(const ServingModel& m, chat::ToolFormat format,
+                             const nlohmann::ordered_json& tools, const std::string& function);
+
+// The text that opens a call the model writes on its own in `format` (tool_choice "auto"),
+// after which tool_call_grammar(..., "") applies; "" where that is not supported.
+std::string auto_call_trigger(chat::ToolFormat format);
+
+// A grammar applied while sampling one sequence: feeds the matcher the tokens generated
+// since the last step, then sets refused tokens' logits to -infinity. With a trigger, it
+// waits (no constraint) until the trigger text has appeared in context + output, then
+// starts the grammar right after it (a tool call the model opens on its own). A grammar
+// left with no token (a dead end) lets only the end-of-generation tokens through.
+class GrammarGate {
+ public:
+  GrammarGate(GrammarPtr grammar, std::string trigger, std::string context);
+  void constrain(std::span<float> logits, std::span<const int32_t> history);
+
+ private:
+  void feed(int32_t token);
+
+  GrammarPtr grammar_;
+  std::string trigger_;
+  std::string text_;  // context + output until the trigger shows up
+  std::unique_ptr<grammar::GrammarMatcher> matcher_;
+  bool off_ = false;  // the trigger came with text the grammar refuses: left unconstrained
+  bool failed_ = false;  // the grammar threw (too ambiguous): only the end of generation
+  std::optional<size_t> start_;  // history length at the first step (the prompt)
+  size_t seen_ = 0;
+};
+
+// Ollama's message.tool_calls: [{"function": {"name", "arguments": {...}}}] (arguments as an
+// object, as Ollama returns them).
+nlohmann::json ollama_tool_calls(const std::vector<chat::ToolCall>& calls);
+
+}  // namespace hablar::server

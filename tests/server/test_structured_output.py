@@ -1,0 +1,175 @@
+"""Structured output enforced while sampling, through the real server and the default model.
+
+The schema suite (schema_suite.py, 100+ schemas) is sampled at temperature 1 through
+response_format json_schema: every output must finish with "stop", parse, and validate with
+the `jsonschema` package (formats checked). Then the other ways in: json_object, llama.cpp's
+/completion grammar and json_schema, Ollama's format, guided regex / choice, n > 1,
+streaming, stop strings, max_tokens cuts, and the 400s for what cannot be enforced.
+"""
+import concurrent.futures as cf
+import json
+import re
+
+import jsonschema
+import pytest
+import requests
+
+from conftest import chat
+from schema_suite import SCHEMAS
+
+FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
+
+
+def validate(instance, schema):
+    jsonschema.Draft202012Validator(schema, format_checker=FORMATS).validate(instance)
+
+
+def ask_schema(server, name, schema, seed):
+    body = {"messages": [{"role": "user", "content": f"Give a JSON example of a {name.replace('_', ' ')}."}],
+            "temperature": 1.0, "max_tokens": 320, "seed": seed,
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": name, "schema": schema, "strict": True}}}
+    r = chat(server, body)
+    assert r.status_code == 200, (name, r.text)
+    return r.json()["choices"][0]
+
+
+def test_schema_suite_outputs_always_validate(server):
+    assert len(SCHEMAS) >= 100
+    failures = []
+    with cf.ThreadPoolExecutor(8) as pool:
+        futures = {pool.submit(ask_schema, server, name, schema, i): (name, schema)
+                   for i, (name, schema) in enumerate(SCHEMAS)}
+        for fut in cf.as_completed(futures):
+            name, schema = futures[fut]
+            choice = fut.result()
+            text = choice["message"]["content"]
+            try:
+                assert choice["finish_reason"] == "stop", "finish_reason " + choice["finish_reason"]
+                validate(json.loads(text), schema)
+            except Exception as e:  # collect all, report together
+                failures.append(f"{name}: {e!s:.200}\n  output: {text[:300]!r}")
+    assert not failures, f"{len(failures)}/{len(SCHEMAS)} failed:\n" + "\n".join(failures)
+
+
+def test_json_object_mode(server):
+    r = chat(server, {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 200,
+                      "temperature": 1.0, "seed": 3, "response_format": {"type": "json_object"}})
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert isinstance(json.loads(choice["message"]["content"]), dict)
+
+
+def test_n_choices_and_streaming_follow_the_schema(server):
+    schema = {"type": "object", "properties": {"animal": {"enum": ["cat", "dog", "owl"]},
+                                               "legs": {"type": "integer", "minimum": 0, "maximum": 8}},
+              "required": ["animal", "legs"], "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+    body = {"messages": [{"role": "user", "content": "An animal?"}], "max_tokens": 60, "n": 3,
+            "temperature": 1.0, "seed": 11, "response_format": rf}
+    for c in chat(server, body).json()["choices"]:
+        assert c["finish_reason"] == "stop"
+        validate(json.loads(c["message"]["content"]), schema)
+    r = chat(server, dict(body, n=1, stream=True), stream=True)
+    text, finish = "", None
+    for line in r.iter_lines(decode_unicode=True):
+        if line.startswith("data: ") and line != "data: [DONE]":
+            ch = json.loads(line[6:])["choices"]
+            if ch:
+                text += ch[0]["delta"].get("content") or ""
+                finish = ch[0]["finish_reason"] or finish
+    assert finish == "stop"
+    validate(json.loads(text), schema)
+
+
+def test_max_tokens_cut_is_length(server):
+    schema = {"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]}
+    r = chat(server, {"messages": [{"role": "user", "content": "Tell a long story."}], "max_tokens": 5,
+                      "temperature": 0, "response_format": {"type": "json_schema",
+                                                            "json_schema": {"name": "s", "schema": schema}}})
+    c = r.json()["choices"][0]
+    assert c["finish_reason"] == "length"
+    assert c["message"]["content"].startswith("{")
+
+
+def test_stop_string_still_applies(server):
+    r = chat(server, {"messages": [{"role": "user", "content": "Count."}], "max_tokens": 40,
+                      "temperature": 0, "stop": [","], "guided_regex": "[0-9]{1,3}(, [0-9]{1,3}){3}"})
+    c = r.json()["choices"][0]
+    assert c["finish_reason"] == "stop"
+    assert re.fullmatch(r"[0-9]{1,3}", c["message"]["content"]), c["message"]["content"]
+
+
+def test_guided_regex_and_choice(server):
+    r = chat(server, {"messages": [{"role": "user", "content": "A date?"}], "max_tokens": 30,
+                      "temperature": 1.0, "seed": 5, "guided_regex": r"20[0-9]{2}-(0[1-9]|1[0-2])-[0-2][0-9]"})
+    c = r.json()["choices"][0]
+    assert c["finish_reason"] == "stop"
+    assert re.fullmatch(r"20[0-9]{2}-(0[1-9]|1[0-2])-[0-2][0-9]", c["message"]["content"])
+    r = chat(server, {"messages": [{"role": "user", "content": "Pick."}], "max_tokens": 10,
+                      "temperature": 1.0, "guided_choice": ["alpha", "beta", "gamma delta"]})
+    assert r.json()["choices"][0]["message"]["content"] in ("alpha", "beta", "gamma delta")
+
+
+def test_legacy_completions_with_grammar(server):
+    r = requests.post(server.url + "/v1/completions", timeout=120, json={
+        "prompt": "The answer is", "max_tokens": 20, "temperature": 1.0, "n": 2,
+        "guided_choice": ["yes", "no"]})
+    for c in r.json()["choices"]:
+        assert c["text"] in ("yes", "no") and c["finish_reason"] == "stop"
+
+
+ARITH = r'''root ::= expr
+expr ::= term (("+" | "-") term)*
+term ::= num | "(" expr ")"
+num ::= [1-9] [0-9]{0,2}
+'''
+
+
+def test_llama_completion_grammar_and_json_schema(server):
+    r = requests.post(server.url + "/completion", timeout=120, json={
+        "prompt": "2+2=", "n_predict": 40, "temperature": 1.0, "seed": 2, "grammar": ARITH})
+    j = r.json()
+    assert re.fullmatch(r"[0-9+\-()]+", j["content"]), j["content"]
+    assert j["stop_type"] in ("eos", "limit")
+    schema = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "maxItems": 4}
+    r = requests.post(server.url + "/completion", timeout=120, json={
+        "prompt": "Digits:", "n_predict": 40, "temperature": 1.0, "seed": 4, "json_schema": schema})
+    validate(json.loads(r.json()["content"]), schema)
+
+
+def test_ollama_format_json_and_schema(server):
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                               "pop": {"type": "integer", "minimum": 0}},
+              "required": ["city", "pop"]}
+    r = requests.post(server.url + "/api/chat", timeout=120, json={
+        "model": "x", "stream": False, "format": schema, "options": {"temperature": 1.0, "seed": 9},
+        "messages": [{"role": "user", "content": "A city?"}]})
+    validate(json.loads(r.json()["message"]["content"]), schema)
+    # Free JSON can run past any token limit at temperature 1: greedy here, and it must end.
+    r = requests.post(server.url + "/api/generate", timeout=120, json={
+        "model": "x", "stream": False, "format": "json", "prompt": "Give your name as JSON.",
+        "options": {"temperature": 0, "num_predict": 200}})
+    assert r.json()["done_reason"] == "stop"
+    assert isinstance(json.loads(r.json()["response"]), dict)
+
+
+@pytest.mark.parametrize("field,value,fragment", [
+    ("response_format", {"type": "json_schema", "json_schema": {"schema": {"type": "array", "uniqueItems": True}}},
+     "uniqueItems"),
+    ("response_format", {"type": "json_schema", "json_schema": {"schema": {"type": "string", "format": "hostname"}}},
+     "hostname"),
+    ("response_format", {"type": "yaml"}, "json_schema"),
+    ("guided_regex", "(?<=a)b", "lookaround"),
+    ("grammar", "root ::= foo", "undefined rule"),
+])
+def test_what_cannot_be_enforced_is_a_400(server, field, value, fragment):
+    r = chat(server, {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4, field: value})
+    assert r.status_code == 400, r.text
+    assert fragment in r.json()["error"]["message"]
+
+
+def test_two_constraints_are_refused(server):
+    r = chat(server, {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4,
+                      "response_format": {"type": "json_object"}, "guided_regex": "a"})
+    assert r.status_code == 400

@@ -1,0 +1,194 @@
+// JSON Schema -> grammar: valid documents accepted, invalid ones refused, unsupported
+// keywords refused with errors; integer ranges checked against every number in a window;
+// regex front end.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "grammar/grammar.h"
+#include "grammar/int_range.h"
+#include "grammar/recognizer.h"
+#include "grammar/regex.h"
+
+namespace hablar::grammar {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+bool accepts(const Grammar& g, std::string_view text) {
+  Recognizer rec(g);
+  RecState s = rec.initial();
+  return rec.advance_bytes(s, text) && Recognizer::can_end(s);
+}
+
+Grammar schema_grammar(const char* schema) {
+  const std::string text = json_schema_to_gbnf(json::parse(schema));
+  try {
+    return parse_gbnf(text);
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what() << "\n" << text;
+    throw;
+  }
+}
+
+TEST(JsonSchema, ObjectRequiredOptionalOrder) {
+  Grammar g = schema_grammar(R"({"type": "object", "properties": {
+      "a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}},
+      "required": ["b"], "additionalProperties": false})");
+  EXPECT_TRUE(accepts(g, R"({"b": "x"})"));
+  EXPECT_TRUE(accepts(g, R"({"a": 1, "b": "x", "c": true})"));
+  EXPECT_TRUE(accepts(g, R"({"a":-12,"b":"x"})"));
+  EXPECT_TRUE(accepts(g, "{\n  \"b\": \"x\",\n  \"c\": false\n}"));
+  EXPECT_FALSE(accepts(g, R"({"a": 1})"));            // b missing
+  EXPECT_FALSE(accepts(g, R"({"b": "x", "d": 1})"));  // extra
+  EXPECT_FALSE(accepts(g, R"({"b": 1})"));            // wrong type
+  EXPECT_FALSE(accepts(g, R"({"b": "x",})"));         // trailing comma
+  EXPECT_FALSE(accepts(g, R"({, "b": "x"})"));
+}
+
+TEST(JsonSchema, ArraysEnumsConsts) {
+  Grammar g = schema_grammar(R"({"type": "array", "items": {"enum": ["red", 2, null]},
+      "minItems": 1, "maxItems": 3})");
+  EXPECT_TRUE(accepts(g, R"(["red"])"));
+  EXPECT_TRUE(accepts(g, R"([2, null, "red"])"));
+  EXPECT_FALSE(accepts(g, "[]"));
+  EXPECT_FALSE(accepts(g, R"([2, 2, 2, 2])"));
+  EXPECT_FALSE(accepts(g, R"(["blue"])"));
+  Grammar t = schema_grammar(R"({"type": "array", "prefixItems": [{"type": "integer"},
+      {"const": "x"}], "items": false, "minItems": 1})");
+  EXPECT_TRUE(accepts(t, "[1]"));
+  EXPECT_TRUE(accepts(t, R"([1, "x"])"));
+  EXPECT_FALSE(accepts(t, R"([1, "x", 2])"));
+  EXPECT_FALSE(accepts(t, "[]"));
+}
+
+TEST(JsonSchema, RefsAndRecursion) {
+  Grammar g = schema_grammar(R"({"$defs": {"node": {"type": "object", "properties": {
+      "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["v"]}}, "$ref": "#/$defs/node"})");
+  EXPECT_TRUE(accepts(g, R"({"v": 1, "kids": [{"v": 2}, {"v": 3, "kids": []}]})"));
+  EXPECT_FALSE(accepts(g, R"({"v": 1, "kids": [{"w": 2}]})"));
+}
+
+TEST(JsonSchema, AnyOfNullableTypeLists) {
+  Grammar g = schema_grammar(R"({"anyOf": [{"type": "string"}, {"type": "null"}]})");
+  EXPECT_TRUE(accepts(g, "null"));
+  EXPECT_TRUE(accepts(g, R"("s")"));
+  EXPECT_FALSE(accepts(g, "1"));
+  Grammar t = schema_grammar(R"({"type": ["integer", "boolean"]})");
+  EXPECT_TRUE(accepts(t, "true"));
+  EXPECT_TRUE(accepts(t, "-3"));
+  EXPECT_FALSE(accepts(t, "1.5"));
+}
+
+TEST(JsonSchema, AllOfMergesObjects) {
+  Grammar g = schema_grammar(R"({"allOf": [
+      {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+      {"properties": {"b": {"type": "string"}}, "required": ["b"]}]})");
+  EXPECT_TRUE(accepts(g, R"({"a": 1, "b": "x"})"));
+  EXPECT_FALSE(accepts(g, R"({"a": 1})"));
+}
+
+TEST(JsonSchema, StringsLengthsPatternsFormats) {
+  Grammar g = schema_grammar(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  EXPECT_TRUE(accepts(g, R"("ab")"));
+  EXPECT_TRUE(accepts(g, R"("a\"b")"));  // an escape is one character
+  EXPECT_FALSE(accepts(g, R"("a")"));
+  EXPECT_FALSE(accepts(g, R"("abcd")"));
+  Grammar p = schema_grammar(R"({"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"})");
+  EXPECT_TRUE(accepts(p, R"("AB-123")"));
+  EXPECT_FALSE(accepts(p, R"("AB-12")"));
+  EXPECT_FALSE(accepts(p, R"("ab-123")"));
+  Grammar u = schema_grammar(R"({"type": "string", "pattern": "ab"})");  // unanchored
+  EXPECT_TRUE(accepts(u, R"("xxabyy")"));
+  EXPECT_FALSE(accepts(u, R"("xxa")"));
+  Grammar d = schema_grammar(R"({"type": "string", "format": "date"})");
+  EXPECT_TRUE(accepts(d, R"("2024-04-30")"));
+  EXPECT_FALSE(accepts(d, R"("2024-04-31")"));
+  EXPECT_FALSE(accepts(d, R"("2024-02-30")"));
+  Grammar dt = schema_grammar(R"({"type": "string", "format": "date-time"})");
+  EXPECT_TRUE(accepts(dt, R"("2024-01-02T03:04:05Z")"));
+  EXPECT_TRUE(accepts(dt, R"("2024-01-02T23:59:59.123+05:30")"));
+  EXPECT_FALSE(accepts(dt, R"("2024-01-02 03:04:05Z")"));
+  Grammar id = schema_grammar(R"({"type": "string", "format": "uuid"})");
+  EXPECT_TRUE(accepts(id, R"("123e4567-e89b-12d3-a456-426614174000")"));
+  EXPECT_FALSE(accepts(id, R"("123e4567e89b12d3a456426614174000")"));
+  Grammar em = schema_grammar(R"({"type": "string", "format": "email"})");
+  EXPECT_TRUE(accepts(em, R"("a.b@example.com")"));
+  EXPECT_FALSE(accepts(em, R"("a.b.example.com")"));
+}
+
+TEST(JsonSchema, NumericBounds) {
+  Grammar g = schema_grammar(R"({"type": "integer", "minimum": -15, "exclusiveMaximum": 120})");
+  for (int v = -40; v <= 160; ++v)
+    EXPECT_EQ(accepts(g, std::to_string(v)), v >= -15 && v < 120) << v;
+  EXPECT_FALSE(accepts(g, "007"));
+  Grammar n = schema_grammar(R"({"type": "number", "minimum": 0, "maximum": 1})");
+  EXPECT_TRUE(accepts(n, "0.25"));
+  EXPECT_TRUE(accepts(n, "1"));
+  EXPECT_TRUE(accepts(n, "1.0"));
+  EXPECT_FALSE(accepts(n, "1.5"));
+  EXPECT_FALSE(accepts(n, "-0.5"));
+  Grammar m = schema_grammar(R"({"type": "number", "minimum": -2.5, "maximum": -1})");
+  EXPECT_TRUE(accepts(m, "-1.5"));
+  EXPECT_TRUE(accepts(m, "-2"));
+  EXPECT_TRUE(accepts(m, "-1"));
+  EXPECT_FALSE(accepts(m, "-2.7"));
+  EXPECT_FALSE(accepts(m, "-0.5"));
+  EXPECT_FALSE(accepts(m, "0"));
+  Grammar t = schema_grammar(R"({"type": "number", "minimum": -50, "maximum": 60})");
+  for (const char* ok : {"5.0", "0.5", "59.99", "60", "-49.5", "-50", "7"})
+    EXPECT_TRUE(accepts(t, ok)) << ok;
+  for (const char* bad : {"60.5", "-50.5", "61", "-51"}) EXPECT_FALSE(accepts(t, bad)) << bad;
+  Grammar p = schema_grammar(R"({"type": "number", "minimum": 0})");
+  for (const char* ok : {"5.0", "0", "0.25", "1234.5"}) EXPECT_TRUE(accepts(p, ok)) << ok;
+  EXPECT_FALSE(accepts(p, "-1"));
+}
+
+TEST(IntRange, EveryValueInWindows) {
+  const std::vector<std::pair<std::optional<int64_t>, std::optional<int64_t>>> cases = {
+      {0, 0},   {0, 9},   {5, 5},     {1, 1000}, {17, 431}, {-99, -7},
+      {-5, 12}, {10, 99}, {100, 199}, {{}, 42},  {-3, {}},  {250, {}}};
+  for (const auto& [lo, hi] : cases) {
+    Grammar g = parse_gbnf("root ::= " + int_range_gbnf(lo, hi) + "\n");
+    for (int64_t v = -1200; v <= 1200; ++v) {
+      const bool want = (!lo || v >= *lo) && (!hi || v <= *hi);
+      EXPECT_EQ(accepts(g, std::to_string(v)), want)
+          << v << " in [" << (lo ? *lo : -999999) << ", " << (hi ? *hi : 999999) << "]";
+    }
+    EXPECT_FALSE(accepts(g, "-0"));
+    EXPECT_FALSE(accepts(g, "01"));
+  }
+}
+
+TEST(JsonSchema, RefusesWhatItCannotEnforce) {
+  for (const char* s :
+       {R"({"type": "array", "uniqueItems": true})", R"({"not": {"type": "string"}})",
+        R"({"type": "string", "format": "hostname"})", R"({"type": "number", "multipleOf": 0.5})",
+        R"({"type": "object", "patternProperties": {"^a": {}}})", R"({"if": {}, "then": {}})",
+        R"({"$ref": "https://example.com/s.json"})", R"({"$ref": "#/$defs/missing"})",
+        R"({"type": "integer", "minimum": 5, "maximum": 4})",
+        R"({"type": "string", "pattern": "(?=a)b"})", R"({"type": "string", "pattern": "(a)\\1"})",
+        R"({"type": "colour"})"}) {
+    EXPECT_THROW(json_schema_to_gbnf(json::parse(s)), Error) << s;
+  }
+}
+
+TEST(Regex, GuidedRegexAndChoices) {
+  Grammar g = parse_gbnf(regex_to_gbnf("(cat|dog)s?: \\d+(\\.\\d\\d)?"));
+  EXPECT_TRUE(accepts(g, "cats: 12"));
+  EXPECT_TRUE(accepts(g, "dog: 3.50"));
+  EXPECT_FALSE(accepts(g, "dog: 3.5"));
+  EXPECT_FALSE(accepts(g, "cow: 1"));
+  Grammar c = parse_gbnf(choices_to_gbnf({"yes", "no", "say \"hi\""}));
+  EXPECT_TRUE(accepts(c, "say \"hi\""));
+  EXPECT_FALSE(accepts(c, "maybe"));
+  Grammar w = parse_gbnf(regex_to_gbnf("[^a-c\\s]{2}\\w*"));
+  EXPECT_TRUE(accepts(w, "xy_9"));
+  EXPECT_FALSE(accepts(w, "ax"));
+  EXPECT_FALSE(accepts(w, "x "));
+}
+
+}  // namespace
+}  // namespace hablar::grammar
