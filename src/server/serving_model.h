@@ -51,6 +51,7 @@ struct GenerationSpec {
   bool ignore_eos = false;
   int32_t n_logprobs = -1;         // -1 none, 0 chosen token, k > 0 top k
   int32_t n_prompt_logprobs = -1;  // the prompt tokens' own (same values); max_tokens may be 0
+  int32_t priority = 0;            // scheduling rank: lower runs first
 };
 
 // Text of a chat conversation after the template, and the prompt's tokens.
