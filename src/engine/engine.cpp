@@ -262,7 +262,7 @@ void Engine::step() {
   }
   // The whole step, planning to emission, is what each decoding stream waited.
   costs_.observe(n_prompt_tokens, n_decode_tokens, now_ms() - t0_ms);
-  if (costs_.n_observed() % 256 == 0)
+  if (costs_.n_observed() % 64 == 0)
     log::debug("step cost: {:.2f} ms + {:.3f} ms per prompt token + {:.3f} ms per decode token",
                costs_.base_ms(), costs_.per_prompt_ms(), costs_.per_decode_ms());
   publish_state(&plan, seconds_between(t0, Clock::now()), n_prompt_tokens, n_decode_tokens);

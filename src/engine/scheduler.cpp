@@ -26,11 +26,13 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks)
     : config_(config), blocks_(blocks) {
   if (config_.max_running < 1 || config_.max_step_tokens < config_.max_running ||
       config_.max_prefill_chunk < 1 || config_.max_step_tokens_decoding < 0 ||
-      !(config_.max_step_ms >= 0) || config_.min_step_prompt_tokens < 1)
+      !(config_.max_step_ms >= 0) || !(config_.max_decode_slowdown >= 0) ||
+      (config_.max_decode_slowdown > 0 && config_.max_decode_slowdown < 1) ||
+      config_.min_step_prompt_tokens < 1)
     throw_error(ErrorKind::kInvalidArgument,
                 "scheduler: need max_running >= 1, max_step_tokens >= max_running, "
-                "max_prefill_chunk >= 1, max_step_tokens_decoding >= 0, max_step_ms >= 0 and "
-                "min_step_prompt_tokens >= 1");
+                "max_prefill_chunk >= 1, max_step_tokens_decoding >= 0, max_step_ms >= 0, "
+                "max_decode_slowdown 0 or >= 1 and min_step_prompt_tokens >= 1");
 }
 
 void Scheduler::add(Sequence* seq) {
@@ -76,13 +78,24 @@ void Scheduler::preempt_for_priority(StepPlan& plan) {
   }
 }
 
+// The time a step with `decoders` decodes may take (0: no time bound).
+double Scheduler::step_target_ms(int32_t decoders) const {
+  double target = config_.max_step_ms;
+  if (config_.max_decode_slowdown > 0) {
+    const double relative = config_.max_decode_slowdown * cost_->predict_ms(0, decoders);
+    target = target > 0 ? std::min(target, relative) : relative;
+  }
+  return target;
+}
+
 int32_t Scheduler::step_budget(int32_t decoders) const {
   if (decoders == 0) return config_.max_step_tokens;
-  if (config_.max_step_ms > 0 && cost_ != nullptr && cost_->ready()) {
+  const bool timed = config_.max_step_ms > 0 || config_.max_decode_slowdown > 0;
+  if (timed && cost_ != nullptr && cost_->ready()) {
     const int32_t cap = config_.max_step_tokens - decoders;
     const int32_t prompt =
         std::max(config_.min_step_prompt_tokens,
-                 cost_->prompt_tokens_within(config_.max_step_ms, decoders, cap));
+                 cost_->prompt_tokens_within(step_target_ms(decoders), decoders, cap));
     return std::min(config_.max_step_tokens, decoders + prompt);
   }
   if (config_.max_step_tokens_decoding == 0) return config_.max_step_tokens;

@@ -50,9 +50,14 @@ struct SchedulerConfig {
   // prompt chunks fill what the decodes leave, priced by the attached StepCostModel. Until
   // the model has seen enough steps, max_step_tokens_decoding applies.
   double max_step_ms = 0;
+  // The time bound relative to the decodes: a step with decodes takes at most this many times
+  // what its decodes alone would (0: no relative bound). 2 keeps every stream at no less
+  // than half its unloaded pace while prompts prefill, on any device, at any batch size.
+  // With max_step_ms too, the smaller bound holds.
+  double max_decode_slowdown = 0;
   // The fewest prompt tokens a step offers waiting prompts while streams decode, however
   // little time the decodes leave: prefill always progresses.
-  int32_t min_step_prompt_tokens = 16;
+  int32_t min_step_prompt_tokens = 8;
 };
 
 struct ScheduledChunk {
@@ -91,6 +96,7 @@ class Scheduler {
   void set_cost_model(const StepCostModel* cost) { cost_ = cost; }
   // The token budget the next step gets with `decoders` decoding sequences.
   int32_t step_budget(int32_t decoders) const;
+  double step_target_ms(int32_t decoders) const;  // needs the cost model
 
  private:
   // A sequence's share of this step's prompt tokens.
