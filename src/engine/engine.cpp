@@ -261,10 +261,18 @@ void Engine::step() {
     sample_and_emit(a, on_device ? nullptr : logits + (row - 1) * n_vocab, output_.sampled[i]);
   }
   // The whole step, planning to emission, is what each decoding stream waited.
-  costs_.observe(n_prompt_tokens, n_decode_tokens, now_ms() - t0_ms);
+  const double step_ms = now_ms() - t0_ms;
+  if (n_decode_tokens > 0 && costs_.ready())
+    log::debug("step: {} prompt + {} decode tokens in {:.1f} ms (predicted {:.1f})",
+               n_prompt_tokens, n_decode_tokens, step_ms,
+               costs_.predict_ms(n_prompt_tokens, n_decode_tokens));
+  costs_.observe(n_prompt_tokens, n_decode_tokens, step_ms);
   if (costs_.n_observed() % 64 == 0)
-    log::debug("step cost: {:.2f} ms + {:.3f} ms per prompt token + {:.3f} ms per decode token",
-               costs_.base_ms(), costs_.per_prompt_ms(), costs_.per_decode_ms());
+    log::debug(
+        "step cost: {:.2f} ms + {:.3f} ms per decode; per prompt token {:.3f} ms in chunks of "
+        "8, {:.3f} of 64, {:.3f} of 512",
+        costs_.base_ms(), costs_.per_decode_ms(), costs_.per_prompt_ms(8), costs_.per_prompt_ms(64),
+        costs_.per_prompt_ms(512));
   publish_state(&plan, seconds_between(t0, Clock::now()), n_prompt_tokens, n_decode_tokens);
 }
 

@@ -82,7 +82,7 @@ void Scheduler::preempt_for_priority(StepPlan& plan) {
 double Scheduler::step_target_ms(int32_t decoders) const {
   double target = config_.max_step_ms;
   if (config_.max_decode_slowdown > 0) {
-    const double relative = config_.max_decode_slowdown * cost_->predict_ms(0, decoders);
+    const double relative = config_.max_decode_slowdown * cost_->decode_ms(decoders);
     target = target > 0 ? std::min(target, relative) : relative;
   }
   return target;

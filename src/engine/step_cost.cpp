@@ -1,83 +1,88 @@
 #include "engine/step_cost.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 namespace hablar::engine {
 
-namespace {
-
-// Solves the 3x3 system a x = b by Gaussian elimination with partial pivoting; false when
-// it is singular (e.g. every step so far had the same shape).
-bool solve3(std::array<double, 9> a, std::array<double, 3> b, std::array<double, 3>& x) {
-  for (int col = 0; col < 3; ++col) {
-    int pivot = col;
-    for (int r = col + 1; r < 3; ++r)
-      if (std::fabs(a[r * 3 + col]) > std::fabs(a[pivot * 3 + col])) pivot = r;
-    if (std::fabs(a[pivot * 3 + col]) < 1e-12) return false;
-    if (pivot != col) {
-      for (int c = 0; c < 3; ++c) std::swap(a[col * 3 + c], a[pivot * 3 + c]);
-      std::swap(b[col], b[pivot]);
-    }
-    for (int r = col + 1; r < 3; ++r) {
-      const double f = a[r * 3 + col] / a[col * 3 + col];
-      for (int c = col; c < 3; ++c) a[r * 3 + c] -= f * a[col * 3 + c];
-      b[r] -= f * b[col];
-    }
-  }
-  for (int r = 2; r >= 0; --r) {
-    double s = b[r];
-    for (int c = r + 1; c < 3; ++c) s -= a[r * 3 + c] * x[c];
-    x[r] = s / a[r * 3 + r];
-  }
-  return true;
-}
-
-}  // namespace
-
 StepCostModel::StepCostModel(double decay) : decay_(decay) {}
 
-void StepCostModel::observe(int32_t prompt_tokens, int32_t decode_tokens, double ms) {
-  if (prompt_tokens + decode_tokens <= 0 || !(ms >= 0)) return;
-  const std::array<double, 3> x = {1.0, (double)prompt_tokens, (double)decode_tokens};
-  for (double& v : xtx_) v *= decay_;
-  for (double& v : xty_) v *= decay_;
-  for (int i = 0; i < 3; ++i) {
-    for (int j = 0; j < 3; ++j) xtx_[i * 3 + j] += x[i] * x[j];
-    xty_[i] += x[i] * ms;
-  }
-  n_observed_ += 1;
-  n_with_prompt_ += prompt_tokens > 0 ? 1 : 0;
-  n_with_decode_ += decode_tokens > 0 ? 1 : 0;
-  refit();
+int StepCostModel::width_class(int32_t width) {
+  return std::min(kWidthClasses - 1, (int)std::bit_width((uint32_t)std::max(1, width)) - 1);
 }
 
-void StepCostModel::refit() {
-  // A small ridge keeps the system solvable while the steps do not yet vary in both counts
-  // (e.g. only decodes of one batch size); it barely moves a well-determined fit.
-  std::array<double, 9> a = xtx_;
-  const double ridge = 1e-6 * std::max(1.0, a[0]);
-  for (int i = 0; i < 3; ++i) a[i * 3 + i] += ridge;
-  std::array<double, 3> c{};
-  if (!solve3(a, xty_, c)) return;
-  // Negative costs are noise in a fit with little spread; a token never makes a step faster.
-  for (double& v : c) v = std::max(0.0, v);
-  coef_ = c;
+void StepCostModel::observe(int32_t prompt_tokens, int32_t decode_tokens, double ms) {
+  if (prompt_tokens < 0 || decode_tokens < 0 || prompt_tokens + decode_tokens == 0 || !(ms >= 0))
+    return;
+  n_observed_ += 1;
+  if (prompt_tokens == 0) {
+    const double d = decode_tokens;
+    for (double& v : xtx_) v *= decay_;
+    for (double& v : xty_) v *= decay_;
+    xtx_[0] += 1;
+    xtx_[1] += d;
+    xtx_[2] += d;
+    xtx_[3] += d * d;
+    xty_[0] += ms;
+    xty_[1] += d * ms;
+    // 2x2 least squares; a small ridge on the slope keeps it solvable while every step so
+    // far had the same batch size (then the base carries the whole cost).
+    const double a = xtx_[0], b = xtx_[1], c = xtx_[3] + 1e-6 * std::max(1.0, xtx_[3]);
+    const double det = a * c - b * b;
+    if (det > 0) {
+      coef_[1] = std::max(0.0, (a * xty_[1] - b * xty_[0]) / det);
+      coef_[0] = std::max(0.0, (xty_[0] - b * coef_[1]) / a);
+    }
+    n_decode_only_ += 1;
+    return;
+  }
+  // What the prompt tokens added beyond the decodes (or, with no decodes, beyond the base).
+  const double extra = std::max(0.0, ms - decode_ms(decode_tokens));
+  double& m = prompt_ms_[(size_t)width_class(prompt_tokens)];
+  const double per_token = extra / prompt_tokens;
+  m = m == 0 ? per_token : decay_ * m + (1 - decay_) * per_token;
+  n_with_prompt_ += 1;
 }
 
 bool StepCostModel::ready() const {
-  return n_with_prompt_ >= 2 && n_with_decode_ >= 2 && n_observed_ >= 4 && coef_[1] > 0;
+  return n_decode_only_ >= 2 && n_with_prompt_ >= 1;
+}
+
+double StepCostModel::decode_ms(int32_t decode_tokens) const {
+  return coef_[0] + coef_[1] * decode_tokens;
+}
+
+double StepCostModel::per_prompt_ms(int32_t width) const {
+  const int k = width_class(width);
+  for (int d = 0; d < kWidthClasses; ++d) {
+    if (k - d >= 0 && prompt_ms_[(size_t)(k - d)] > 0) return prompt_ms_[(size_t)(k - d)];
+    if (k + d < kWidthClasses && prompt_ms_[(size_t)(k + d)] > 0)
+      return prompt_ms_[(size_t)(k + d)];
+  }
+  return 0;
 }
 
 double StepCostModel::predict_ms(int32_t prompt_tokens, int32_t decode_tokens) const {
-  return coef_[0] + coef_[1] * prompt_tokens + coef_[2] * decode_tokens;
+  const double decodes = decode_ms(decode_tokens);
+  return prompt_tokens > 0 ? decodes + prompt_tokens * per_prompt_ms(prompt_tokens) : decodes;
 }
 
 int32_t StepCostModel::prompt_tokens_within(double target_ms, int32_t decode_tokens,
                                             int32_t cap) const {
-  const double left = target_ms - predict_ms(0, decode_tokens);
-  if (left <= 0 || coef_[1] <= 0) return 0;
-  return (int32_t)std::min<double>(cap, std::floor(left / coef_[1]));
+  const double left = target_ms - decode_ms(decode_tokens);
+  if (left <= 0 || cap <= 0) return 0;
+  // From the widest class down: the first width whose own price fits.
+  for (int k = kWidthClasses - 1; k >= 0; --k) {
+    const int32_t lo = 1 << k;
+    if (lo > cap) continue;
+    const double per = per_prompt_ms(lo);
+    if (per <= 0) return cap;  // prompt tokens measured as free: only the cap binds
+    const int32_t hi = k == kWidthClasses - 1 ? cap : std::min(cap, (lo << 1) - 1);
+    const int32_t fit = (int32_t)std::min<double>(hi, std::floor(left / per));
+    if (fit >= lo) return fit;
+  }
+  return 0;
 }
 
 }  // namespace hablar::engine
