@@ -17,24 +17,15 @@ void StepCostModel::observe(int32_t prompt_tokens, int32_t decode_tokens, double
     return;
   n_observed_ += 1;
   if (prompt_tokens == 0) {
-    const double d = decode_tokens;
-    for (double& v : xtx_) v *= decay_;
-    for (double& v : xty_) v *= decay_;
-    xtx_[0] += 1;
-    xtx_[1] += d;
-    xtx_[2] += d;
-    xtx_[3] += d * d;
-    xty_[0] += ms;
-    xty_[1] += d * ms;
-    // 2x2 least squares; a small ridge on the slope keeps it solvable while every step so
-    // far had the same batch size (then the base carries the whole cost).
-    const double a = xtx_[0], b = xtx_[1], c = xtx_[3] + 1e-6 * std::max(1.0, xtx_[3]);
-    const double det = a * c - b * b;
-    if (det > 0) {
-      coef_[1] = std::max(0.0, (a * xty_[1] - b * xty_[0]) / det);
-      coef_[0] = std::max(0.0, (xty_[0] - b * coef_[1]) / a);
-    }
-    n_decode_only_ += 1;
+    observe_decodes(decode_tokens, ms);
+    return;
+  }
+  // Until the decode line is known, a step of decodes beside prompt tokens teaches it with
+  // the prompt tokens' priced share taken off (a server busy from the start may run no
+  // decode-only step for a long while).
+  if (decode_tokens > 0 && n_decode_fit_ < 2) {
+    const double per = per_prompt_ms(prompt_tokens);
+    if (per > 0) observe_decodes(decode_tokens, std::max(0.0, ms - prompt_tokens * per));
     return;
   }
   // What the prompt tokens added beyond the decodes (or, with no decodes, beyond the base).
@@ -45,8 +36,29 @@ void StepCostModel::observe(int32_t prompt_tokens, int32_t decode_tokens, double
   n_with_prompt_ += 1;
 }
 
+void StepCostModel::observe_decodes(int32_t decode_tokens, double ms) {
+  const double d = decode_tokens;
+  for (double& v : xtx_) v *= decay_;
+  for (double& v : xty_) v *= decay_;
+  xtx_[0] += 1;
+  xtx_[1] += d;
+  xtx_[2] += d;
+  xtx_[3] += d * d;
+  xty_[0] += ms;
+  xty_[1] += d * ms;
+  // 2x2 least squares; a small ridge on the slope keeps it solvable while every step so far
+  // had the same batch size (then the base carries the whole cost).
+  const double a = xtx_[0], b = xtx_[1], c = xtx_[3] + 1e-6 * std::max(1.0, xtx_[3]);
+  const double det = a * c - b * b;
+  if (det > 0) {
+    coef_[1] = std::max(0.0, (a * xty_[1] - b * xty_[0]) / det);
+    coef_[0] = std::max(0.0, (xty_[0] - b * coef_[1]) / a);
+  }
+  n_decode_fit_ += 1;
+}
+
 bool StepCostModel::ready() const {
-  return n_decode_only_ >= 2 && n_with_prompt_ >= 1;
+  return n_decode_fit_ >= 2 && n_with_prompt_ >= 1;
 }
 
 double StepCostModel::decode_ms(int32_t decode_tokens) const {
@@ -79,7 +91,7 @@ int32_t StepCostModel::prompt_tokens_within(double target_ms, int32_t decode_tok
     const double per = per_prompt_ms(lo);
     if (per <= 0) return cap;  // prompt tokens measured as free: only the cap binds
     const int32_t hi = k == kWidthClasses - 1 ? cap : std::min(cap, (lo << 1) - 1);
-    const int32_t fit = (int32_t)std::min<double>(hi, std::floor(left / per));
+    const int32_t fit = (int32_t)std::min<double>(hi, std::floor(left / per + 1e-3));
     if (fit >= lo) return fit;
   }
   return 0;

@@ -3,7 +3,8 @@
 // Two parts, because they scale differently:
 //   - the decodes: a step of D decodes alone costs  base + per_decode * D  (the base is what
 //     any forward pays whatever its width: on a CPU, streaming the weights once; on a GPU,
-//     launches), a least-squares fit over exponentially weighted decode-only steps;
+//     launches), a least-squares fit over exponentially weighted decode-only steps (and,
+//     until there are two of those, mixed steps less their prompt tokens' priced share);
 //   - the prompt tokens added to a step: their cost per token depends on the chunk width (a
 //     handful of rows runs the matmuls far less efficiently than hundreds), so it is tracked
 //     per width class (powers of two), as an exponentially weighted mean of what a step cost
@@ -42,6 +43,7 @@ class StepCostModel {
 
  private:
   static int width_class(int32_t width);
+  void observe_decodes(int32_t decode_tokens, double ms);
 
   double decay_;
   std::array<double, 4> xtx_{};  // weighted sums over decode-only steps: 1, D, D, D^2
@@ -49,7 +51,7 @@ class StepCostModel {
   std::array<double, 2> coef_{};
   std::array<double, kWidthClasses> prompt_ms_{};  // per token; 0: not seen
   int64_t n_observed_ = 0;
-  int64_t n_decode_only_ = 0;
+  int64_t n_decode_fit_ = 0;  // observations in the decode line
   int64_t n_with_prompt_ = 0;
 };
 

@@ -88,8 +88,8 @@ Agreement compare(const model::Model& m, const nlohmann::json& prompts) {
       ++a.positions;
       if (argmax(want[p]) == argmax(got[p])) ++a.top1_equal;
       for (const TokenLogprob& t : top_logprobs(want[p], 8))
-        a.max_abs = std::max(a.max_abs, (double)std::abs(want[p][(size_t)t.token] -
-                                                         got[p][(size_t)t.token]));
+        a.max_abs = std::max(a.max_abs,
+                             (double)std::abs(want[p][(size_t)t.token] - got[p][(size_t)t.token]));
     }
   }
   return a;
@@ -98,7 +98,8 @@ Agreement compare(const model::Model& m, const nlohmann::json& prompts) {
 TEST_F(GpuParity, SyntheticModelsInEveryWeightType) {
   const std::string dir = test::make_temp_dir("gpu-parity");
   for (const char* arch : {"llama", "qwen2", "qwen3"})
-    for (const char* type : {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"}) {
+    for (const char* type :
+         {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"}) {
       const nlohmann::json g = golden(std::string("synthetic-") + arch + "-" + type);
       const auto& spec = g["model"];
       synth::SyntheticModelOptions o;
@@ -192,8 +193,8 @@ TEST_F(SmolGpu, GreedyOutputsAndPerplexityMatchTheCpu) {
     dump_for_reference(*cpu, *gpu, golden_["prompts"], cpu_greedy, gpu_greedy, file);
   std::printf("SmolLM2 greedy 64 tokens: GPU = CPU on %d/%d prompts\n", identical, n);
   const Agreement a = compare(*model_, golden_["prompts"]);
-  std::printf("SmolLM2 teacher-forced: top-1 equal %d/%d, max |d log-softmax| %.5f\n",
-              a.top1_equal, a.positions, a.max_abs);
+  std::printf("SmolLM2 teacher-forced: top-1 equal %d/%d, max |d log-softmax| %.5f\n", a.top1_equal,
+              a.positions, a.max_abs);
   EXPECT_GE(a.top1_equal, (int)std::ceil(0.98 * a.positions));
   const auto& p = golden_["perplexity"];
   const auto ids = p["ids"].get<std::vector<int32_t>>();
