@@ -47,6 +47,7 @@ struct ServeOptions {
   int decode_step_tokens = 128;      // step budget while any stream is decoding (0 = n_batch)
   double max_step_ms = 0;            // step time while any stream is decoding (0 = no bound)
   double max_decode_slowdown = 2.0;  // step time relative to its decodes alone (0 = no bound)
+  int min_step_prompt_tokens = 32;   // prompt tokens a time-bounded step always offers
   int n_predict = -1;
   int max_queue = 256;
   float temp = 0.8f;
@@ -137,6 +138,7 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   ec.scheduler.max_step_tokens_decoding = o.decode_step_tokens;
   ec.scheduler.max_step_ms = o.max_step_ms;
   ec.scheduler.max_decode_slowdown = o.max_decode_slowdown;
+  ec.scheduler.min_step_prompt_tokens = o.min_step_prompt_tokens;
   const tokenizer::Tokenizer* tok = &sm->model->tokenizer();
   ec.is_eog = [tok](int32_t t) { return tok->is_eog(t); };
   sm->engine = std::make_unique<engine::Engine>(ec, *sm->executor);
@@ -173,6 +175,7 @@ void check_options(ServeOptions& o) {
   if (!(o.max_step_ms >= 0)) fail("--max-step-ms must be >= 0 (0 = no time bound)");
   if (!(o.max_decode_slowdown == 0 || o.max_decode_slowdown >= 1))
     fail("--max-decode-slowdown must be 0 (no bound) or at least 1");
+  if (o.min_step_prompt_tokens < 1) fail("--min-step-prompt-tokens must be at least 1");
   if (o.max_queue < 1) fail("--max-queue must be at least 1");
   if (o.n_threads < 0) fail("-t/--threads must be >= 0 (0 = all cores)");
   if (o.http.port < 0 || o.http.port > 65535) fail("--port must be in 0..65535");
@@ -305,6 +308,11 @@ CommandRegistration serve_registration{
                      "what the decodes alone cost on this device (2: streams keep at least half "
                      "their pace while prompts prefill; 0: no bound; with --max-step-ms the "
                      "smaller bound holds)")
+          ->capture_default_str();
+      app.add_option("--min-step-prompt-tokens", o->min_step_prompt_tokens,
+                     "prompt tokens a time-bounded step always offers waiting prompts, however "
+                     "little time the decodes leave: prefill keeps moving, and in chunks wide "
+                     "enough to run the matmuls efficiently")
           ->capture_default_str();
       app.add_option("-n,--n-predict", o->n_predict,
                      "default tokens to generate (-1: until the context is full)");

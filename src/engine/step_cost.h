@@ -20,8 +20,8 @@ namespace hablar::engine {
 
 class StepCostModel {
  public:
-  // `decay`: the weight a past observation keeps per new one of its kind (0.95: ~20 steps).
-  explicit StepCostModel(double decay = 0.95);
+  // `decay`: the weight a past observation keeps per new one of its kind (0.98: ~50 steps).
+  explicit StepCostModel(double decay = 0.98);
 
   void observe(int32_t prompt_tokens, int32_t decode_tokens, double ms);
   // Whether both parts have been seen (decode-only steps, and steps with prompt tokens).
