@@ -16,7 +16,7 @@
 # HABLAR_ARGS (extra `hablar serve` flags), MODEL (default model path), THREADS (2),
 # CONCURRENCY (1,4,8,16), INPUT_LEN/OUTPUT_LEN (512/128), REQUESTS (requests per level of the
 # fixed workload; default: the concurrency), MIXED_REQUESTS (per level of the mixed one;
-# default 2x the concurrency, at least 8, so that arrivals meet running streams),
+# default MIXED_FACTOR (2) x the concurrency, at least 8, so that arrivals meet running streams),
 # WORKLOADS ("fixed mixed"), BENCH_PY (python with httpx + matplotlib).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -69,7 +69,7 @@ run_bench() {  # label port workload
   # The mixed workload's request count depends on the level: one bench call per level.
   for c in "${levels[@]}"; do
     local n="$reqs"
-    [[ "$n" == mixed ]] && n=$(( 2 * c > 8 ? 2 * c : 8 ))
+    [[ "$n" == mixed ]] && n=$(( ${MIXED_FACTOR:-2} * c > 8 ? ${MIXED_FACTOR:-2} * c : 8 ))
     "$bench_py" "$here/bench_serving.py" --base-url "http://127.0.0.1:$2" --label "$1" --model model \
       --concurrency "$c" --workload "$3" --input-len "$in_len" --output-len "$out_len" \
       --requests-per-level "$n" --ban-tokens "$ban" --note "$note" --out "$out/$1-$3-c$c.json"
