@@ -175,6 +175,8 @@ def plot(results, path):
             ax.set_title(title)
             ax.set_xlabel("concurrency")
             ax.set_xscale("log", base=2)
+            if key in ("ttft_ms", "itl_ms") and sub == "p99":
+                ax.set_yscale("log")  # stalls can be 10x the typical gap
             ax.grid(alpha=.3)
     axes[0].legend()
     w = results[0]["workload"]
