@@ -7,10 +7,12 @@
 //      and a waiting request outranks the lowest-ranked running one, that one is preempted.
 //   1. The step's budget. With nobody decoding, max_step_tokens (prefill runs at full width:
 //      no stream is waiting on this step). With streams decoding, the step is a stall for
-//      each of them, so it is bounded: by max_step_ms through the executor's measured costs
-//      (StepCostModel) when set and learned, else by max_step_tokens_decoding. Decoders always
-//      get their token; the prompt tokens that fit beside them (at least
-//      min_step_prompt_tokens, so prompts always progress) are the prefill budget.
+//      each of them, so it is bounded in time through the executor's measured costs
+//      (StepCostModel): by max_step_ms, and by max_decode_slowdown times what its decodes
+//      alone cost, the smaller holding; until the costs are learned (or with neither set),
+//      by max_step_tokens_decoding. Decoders always get their token; the prompt tokens that
+//      fit beside them (at least min_step_prompt_tokens, so prompts always progress) are the
+//      prefill budget.
 //   2. The prefill budget is shared among the prompts being prefilled (running, and waiting
 //      ones that a free slot could take): by priority, then fewest tokens left first (a short
 //      chat is not stuck behind a long prompt), the oldest of the best priority guaranteed a
