@@ -5,9 +5,12 @@ Drives /v1/completions with streaming at a fixed concurrency (each of N workers 
 request when the previous one ends) or at a Poisson arrival rate, with a fixed-length workload
 (e.g. 512 prompt tokens / 128 output tokens) or a mixed one (lengths drawn from ranges), and
 reports per level: request and output-token throughput, TTFT, TPOT and inter-token latency
-(mean, p50, p90, p99). Results go to JSON; --plot draws them against concurrency, and
---compare overlays several result files (e.g. hablar vs llama.cpp) in one PNG and prints the
-ratios.
+(mean, p50, p90, p99), and the share of stalls (inter-token gaps above twice the level's median
+gap: a stream visibly freezing). The mixed workload is short chats among long prompts
+(--mixed-long-share of the requests have --mixed-long-input prompt tokens); TTFT is also
+reported for the short ones alone. Results go to JSON; --plot draws them against concurrency,
+and --compare overlays several result files (e.g. hablar vs llama-server) in one PNG and prints
+the ratios.
 
   bench_serving.py --base-url http://127.0.0.1:8080 --label hablar --concurrency 1,2,4,8 \
       --input-len 512 --output-len 128 --requests-per-level 16 --out hablar.json
@@ -82,7 +85,8 @@ async def one_request(client, args, prompt, max_tokens):
     end = time.perf_counter()
     n_out = (usage or {}).get("completion_tokens") or len(times)
     return {"start": t0, "end": end, "token_times": times, "n_out": n_out,
-            "n_in": (usage or {}).get("prompt_tokens"), "error": error}
+            "n_in": (usage or {}).get("prompt_tokens"), "error": error,
+            "long": len(prompt) > args.short_chars}
 
 
 def workload(args, n, seed):
@@ -90,7 +94,8 @@ def workload(args, n, seed):
     items = []
     for _ in range(n):
         if args.workload == "mixed":
-            n_in = rng.randint(args.mixed_input[0], args.mixed_input[1])
+            long = rng.random() < args.mixed_long_share
+            n_in = rng.randint(*(args.mixed_long_input if long else args.mixed_input))
             n_out = rng.randint(args.mixed_output[0], args.mixed_output[1])
         else:
             n_in, n_out = args.input_len, args.output_len
@@ -124,6 +129,9 @@ async def run_level(args, concurrency):
     tpot = [(r["end"] - r["token_times"][0]) / (r["n_out"] - 1) for r in ok
             if r["token_times"] and r["n_out"] > 1]
     itl = [b - a for r in ok for a, b in zip(r["token_times"], r["token_times"][1:])]
+    itl_p50 = percentile(itl, 50)
+    stalls = sum(1 for g in itl if g > 2 * itl_p50) / len(itl) if itl else None
+    ttft_short = [r["token_times"][0] - r["start"] for r in ok if r["token_times"] and not r["long"]]
     out_tokens = sum(r["n_out"] for r in ok)
     in_tokens = sum(r["n_in"] or 0 for r in ok)
     level = {
@@ -135,6 +143,8 @@ async def run_level(args, concurrency):
         "prompt_tokens_mean": in_tokens / len(ok) if ok else None,
         "output_tokens_mean": out_tokens / len(ok) if ok else None,
         "ttft_ms": summary(ttft), "tpot_ms": summary(tpot), "itl_ms": summary(itl),
+        "ttft_short_ms": summary(ttft_short), "stall_share": stalls,
+        "itl_max_ms": max(itl) * 1e3 if itl else None,
     }
     return level
 
@@ -144,7 +154,8 @@ def print_level(label, lv):
     print(f"[{label}] c={lv['concurrency']:>3} req/s={lv['request_throughput']:.3f} "
           f"out tok/s={lv['output_token_throughput']:.1f} TTFT p50={f(lv['ttft_ms']['p50'])} ms "
           f"p99={f(lv['ttft_ms']['p99'])} ms TPOT p50={f(lv['tpot_ms']['p50'])} ms "
-          f"ITL p50={f(lv['itl_ms']['p50'])} ms p99={f(lv['itl_ms']['p99'])} ms failed={lv['failed']}",
+          f"ITL p50={f(lv['itl_ms']['p50'])} p90={f(lv['itl_ms']['p90'])} p99={f(lv['itl_ms']['p99'])} ms "
+          f"stalls>2xp50={100 * (lv['stall_share'] or 0):.1f}% failed={lv['failed']}",
           flush=True)
 
 
@@ -152,42 +163,56 @@ def plot(results, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
     panels = [("output_token_throughput", None, "output tokens/s"), ("ttft_ms", "p50", "TTFT p50 (ms)"),
-              ("tpot_ms", "p50", "TPOT p50 (ms)"), ("itl_ms", "p99", "ITL p99 (ms)")]
+              ("tpot_ms", "p50", "TPOT p50 (ms)"), ("itl_ms", "p50", "ITL p50 (ms)"),
+              ("itl_ms", "p99", "ITL p99 (ms)"), ("stall_share", None, "stalls > 2x ITL p50 (share)")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2))
     for res in results:
         xs = [lv["concurrency"] for lv in res["levels"]]
         for ax, (key, sub, title) in zip(axes, panels):
-            ys = [lv[key][sub] if sub else lv[key] for lv in res["levels"]]
+            ys = [(lv[key] or {}).get(sub) if sub else lv.get(key) for lv in res["levels"]]
             ax.plot(xs, ys, marker="o", label=res["label"])
             ax.set_title(title)
             ax.set_xlabel("concurrency")
             ax.set_xscale("log", base=2)
+            if key in ("ttft_ms", "itl_ms") and sub == "p99":
+                ax.set_yscale("log")  # stalls can be 10x the typical gap
             ax.grid(alpha=.3)
     axes[0].legend()
     w = results[0]["workload"]
-    fig.suptitle(f"{w['kind']} workload: {w['desc']} - {results[0].get('model', '')}")
+    note = results[0].get("note", "")
+    fig.suptitle(f"{w['kind']} workload: {w['desc']} - {results[0].get('model', '')} {note}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     print(f"plot written to {path}")
 
 
 def compare(results):
     base = results[0]
+    r = lambda a, b: a / b if a and b else float("nan")  # noqa: E731
     for other in results[1:]:
-        print(f"\n{base['label']} vs {other['label']} (ratio = {base['label']} / {other['label']})")
-        print("  conc   out tok/s (ratio)            TTFT p50 ms (ratio)        TPOT p50 ms")
+        print(f"\n{base['label']} vs {other['label']} ({base['workload']['kind']}: {base['workload']['desc']})")
+        print("  conc | out tok/s (ratio)        | TTFT p50 ms          | TPOT p50 ms   | "
+              "ITL p50 ms    | ITL p90 ms    | ITL p99 ms      | stalls >2x p50")
         by_c = {lv["concurrency"]: lv for lv in other["levels"]}
         for lv in base["levels"]:
             o = by_c.get(lv["concurrency"])
             if not o:
                 continue
             a, b = lv["output_token_throughput"], o["output_token_throughput"]
-            ta, tb = lv["ttft_ms"]["p50"], o["ttft_ms"]["p50"]
-            pa, pb = lv["tpot_ms"]["p50"], o["tpot_ms"]["p50"]
-            print(f"  {lv['concurrency']:>4}   {a:7.1f} vs {b:7.1f} ({a / b if b else float('nan'):.2f}x)   "
-                  f"{ta:8.0f} vs {tb:8.0f} ({ta / tb if tb else float('nan'):.2f}x)   "
-                  f"{pa or 0:6.1f} vs {pb or 0:6.1f}")
+            g = lambda x, k, s: x[k][s] or 0  # noqa: E731
+            print(f"  {lv['concurrency']:>4} | {a:6.1f} vs {b:6.1f} ({r(a, b):.2f}x) | "
+                  f"{g(lv, 'ttft_ms', 'p50'):7.0f} vs {g(o, 'ttft_ms', 'p50'):7.0f} | "
+                  f"{g(lv, 'tpot_ms', 'p50'):5.1f} vs {g(o, 'tpot_ms', 'p50'):5.1f} | "
+                  f"{g(lv, 'itl_ms', 'p50'):5.1f} vs {g(o, 'itl_ms', 'p50'):5.1f} | "
+                  f"{g(lv, 'itl_ms', 'p90'):5.1f} vs {g(o, 'itl_ms', 'p90'):5.1f} | "
+                  f"{g(lv, 'itl_ms', 'p99'):6.1f} vs {g(o, 'itl_ms', 'p99'):6.1f} | "
+                  f"{100 * (lv['stall_share'] or 0):4.1f}% vs {100 * (o['stall_share'] or 0):4.1f}%")
+        if base["workload"]["kind"] == "mixed":
+            print("  TTFT p50 of the short requests alone (ms):",
+                  ", ".join(f"c={lv['concurrency']}: {g(lv, 'ttft_short_ms', 'p50'):.0f} vs "
+                            f"{g(by_c[lv['concurrency']], 'ttft_short_ms', 'p50'):.0f}"
+                            for lv in base["levels"] if lv["concurrency"] in by_c))
 
 
 def main():
@@ -200,8 +225,12 @@ def main():
     p.add_argument("--workload", choices=["fixed", "mixed"], default="fixed")
     p.add_argument("--input-len", type=int, default=512)
     p.add_argument("--output-len", type=int, default=128)
-    p.add_argument("--mixed-input", type=lambda s: tuple(map(int, s.split(","))), default=(64, 1024))
-    p.add_argument("--mixed-output", type=lambda s: tuple(map(int, s.split(","))), default=(16, 256))
+    rng_arg = lambda s: tuple(map(int, s.split(",")))  # noqa: E731
+    p.add_argument("--mixed-input", type=rng_arg, default=(32, 160), help="short chats' prompt tokens")
+    p.add_argument("--mixed-long-input", type=rng_arg, default=(768, 1536), help="long prompts' tokens")
+    p.add_argument("--mixed-long-share", type=float, default=0.25, help="share of long prompts")
+    p.add_argument("--mixed-output", type=rng_arg, default=(32, 128))
+    p.add_argument("--note", default="", help="free text stored with the results (e.g. the load)")
     p.add_argument("--requests-per-level", type=int, default=0, help="default: the concurrency (at least 2): one full wave")
     p.add_argument("--ban-tokens", type=lambda s: [int(x) for x in s.split(",") if x], default=[],
                    help="token ids to ban (end-of-generation ids, so outputs have their full length)")
@@ -210,6 +239,8 @@ def main():
     p.add_argument("--plot", help="write a PNG here")
     p.add_argument("--compare", nargs="+", help="result JSON files to overlay and compare (first = base)")
     args = p.parse_args()
+    # Prompts up to this many characters count as short (the mixed workload's TTFT split).
+    args.short_chars = int(args.mixed_input[1] * 8)
 
     if args.compare:
         results = [json.load(open(f)) for f in args.compare]
@@ -231,8 +262,10 @@ def main():
 
     levels = asyncio.run(run_all())
     desc = (f"{args.input_len} in / {args.output_len} out" if args.workload == "fixed" else
-            f"in {args.mixed_input[0]}-{args.mixed_input[1]}, out {args.mixed_output[0]}-{args.mixed_output[1]}")
-    result = {"label": args.label, "base_url": args.base_url, "model": args.model,
+            f"{100 * (1 - args.mixed_long_share):.0f}% in {args.mixed_input[0]}-{args.mixed_input[1]}, "
+            f"{100 * args.mixed_long_share:.0f}% in {args.mixed_long_input[0]}-{args.mixed_long_input[1]}, "
+            f"out {args.mixed_output[0]}-{args.mixed_output[1]}")
+    result = {"label": args.label, "base_url": args.base_url, "model": args.model, "note": args.note,
               "workload": {"kind": args.workload, "desc": desc,
                            "mode": f"poisson {args.rate}/s" if args.rate else "fixed concurrency"},
               "levels": levels}

@@ -46,7 +46,10 @@ struct ServeOptions {
   int n_parallel = 8;
   int n_threads = 0;
   int n_batch = 512;
-  int decode_step_tokens = 128;  // step budget while any stream is decoding (0 = n_batch)
+  int decode_step_tokens = 128;      // step budget while any stream is decoding (0 = n_batch)
+  double max_step_ms = 0;            // step time while any stream is decoding (0 = no bound)
+  double max_decode_slowdown = 2.0;  // step time relative to its decodes alone (0 = no bound)
+  int min_step_prompt_tokens = 32;   // prompt tokens a time-bounded step always offers
   int n_predict = -1;
   int max_queue = 256;
   float temp = 0.8f;
@@ -136,6 +139,9 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   ec.scheduler.max_step_tokens = std::max(o.n_batch, o.n_parallel);
   ec.scheduler.max_prefill_chunk = o.n_batch;
   ec.scheduler.max_step_tokens_decoding = o.decode_step_tokens;
+  ec.scheduler.max_step_ms = o.max_step_ms;
+  ec.scheduler.max_decode_slowdown = o.max_decode_slowdown;
+  ec.scheduler.min_step_prompt_tokens = o.min_step_prompt_tokens;
   const tokenizer::Tokenizer* tok = &sm->model->tokenizer();
   ec.is_eog = [tok](int32_t t) { return tok->is_eog(t); };
   sm->engine = std::make_unique<engine::Engine>(ec, *sm->executor);
@@ -170,6 +176,10 @@ void check_options(ServeOptions& o) {
   if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (0: 8192 on the CPU, free memory on a GPU)");
   if (o.n_batch < 1) fail("-b/--batch-size must be at least 1");
   if (o.decode_step_tokens < 0) fail("--decode-step-tokens must be >= 0 (0 = -b)");
+  if (!(o.max_step_ms >= 0)) fail("--max-step-ms must be >= 0 (0 = no time bound)");
+  if (!(o.max_decode_slowdown == 0 || o.max_decode_slowdown >= 1))
+    fail("--max-decode-slowdown must be 0 (no bound) or at least 1");
+  if (o.min_step_prompt_tokens < 1) fail("--min-step-prompt-tokens must be at least 1");
   if (o.max_queue < 1) fail("--max-queue must be at least 1");
   if (o.n_threads < 0) fail("-t/--threads must be >= 0 (0 = all cores)");
   if (o.http.port < 0 || o.http.port > 65535) fail("--port must be in 0..65535");
@@ -291,7 +301,25 @@ CommandRegistration serve_registration{
           ->capture_default_str();
       app.add_option("--decode-step-tokens", o->decode_step_tokens,
                      "most tokens in one engine step while any stream is decoding: bounds the "
-                     "inter-token latency that prompt chunks add (0 = -b)")
+                     "inter-token latency that prompt chunks add (0 = -b); until the step costs "
+                     "are measured, and with --max-step-ms 0")
+          ->capture_default_str();
+      app.add_option("--max-step-ms", o->max_step_ms,
+                     "most time one engine step may take while any stream is decoding, in ms: "
+                     "each stream's inter-token latency under load; prompt chunks fill what the "
+                     "decodes leave, priced by the step costs measured on this device (0: no "
+                     "time bound)")
+          ->capture_default_str();
+      app.add_option("--max-decode-slowdown", o->max_decode_slowdown,
+                     "most time one engine step may take while streams decode, as a multiple of "
+                     "what the decodes alone cost on this device (2: streams keep at least half "
+                     "their pace while prompts prefill; 0: no bound; with --max-step-ms the "
+                     "smaller bound holds)")
+          ->capture_default_str();
+      app.add_option("--min-step-prompt-tokens", o->min_step_prompt_tokens,
+                     "prompt tokens a time-bounded step always offers waiting prompts, however "
+                     "little time the decodes leave: prefill keeps moving, and in chunks wide "
+                     "enough to run the matmuls efficiently")
           ->capture_default_str();
       app.add_option("-n,--n-predict", o->n_predict,
                      "default tokens to generate (-1: until the context is full)");

@@ -55,6 +55,7 @@ Engine::Engine(const EngineConfig& config, StepExecutor& executor)
       executor_(executor),
       blocks_(executor.n_kv_blocks(), executor.kv_block_size()),
       scheduler_(config.scheduler, blocks_) {
+  scheduler_.set_cost_model(&costs_);
   if (config_.n_ctx < 2)
     throw_error(ErrorKind::kInvalidArgument, "engine: context must hold at least 2 tokens");
   metrics_.update([&](MetricsSnapshot& m) { m.kv_blocks_total = executor.n_kv_blocks(); });
@@ -99,6 +100,7 @@ std::shared_ptr<RequestHandle> Engine::submit(GenerateRequest request) {
   a->handle->id_ = id;
   a->seq->id = id;
   a->seq->arrival = id;
+  a->seq->priority = request.priority;
   a->seq->n_prompt = n_prompt;
   a->seq->tokens = std::move(request.prompt);
   a->seq->prompt_logits = request.n_prompt_logprobs >= 0;
@@ -191,8 +193,14 @@ void Engine::fail_all(const std::string& message) {
   for (Active* a : all) finish(*a, FinishReason::kError, message);
 }
 
+double Engine::now_ms() const {
+  if (config_.now_ms) return config_.now_ms();
+  return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count();
+}
+
 void Engine::step() {
   const auto t0 = Clock::now();
+  const double t0_ms = now_ms();
   StepPlan plan = scheduler_.schedule();
   for (Sequence* seq : plan.out_of_room) finish(*active_.at(seq), FinishReason::kLength);
   if (plan.chunks.empty()) {
@@ -252,6 +260,19 @@ void Engine::step() {
     HABLAR_CHECK(!on_device || output_.sampled[i] >= 0, "executor did not sample a token");
     sample_and_emit(a, on_device ? nullptr : logits + (row - 1) * n_vocab, output_.sampled[i]);
   }
+  // The whole step, planning to emission, is what each decoding stream waited.
+  const double step_ms = now_ms() - t0_ms;
+  if (n_decode_tokens > 0 && costs_.ready())
+    log::debug("step: {} prompt + {} decode tokens in {:.1f} ms (predicted {:.1f})",
+               n_prompt_tokens, n_decode_tokens, step_ms,
+               costs_.predict_ms(n_prompt_tokens, n_decode_tokens));
+  costs_.observe(n_prompt_tokens, n_decode_tokens, step_ms);
+  if (costs_.n_observed() % 64 == 0)
+    log::debug(
+        "step cost: {:.2f} ms + {:.3f} ms per decode; per prompt token {:.3f} ms in chunks of "
+        "8, {:.3f} of 64, {:.3f} of 512",
+        costs_.base_ms(), costs_.per_decode_ms(), costs_.per_prompt_ms(8), costs_.per_prompt_ms(64),
+        costs_.per_prompt_ms(512));
   publish_state(&plan, seconds_between(t0, Clock::now()), n_prompt_tokens, n_decode_tokens);
 }
 

@@ -67,6 +67,8 @@ struct GenerateRequest {
   // top k. Every prompt position is computed (no prefix-cache reuse). With it, max_tokens
   // may be 0: the request ends (kLength) once the prompt is processed.
   int32_t n_prompt_logprobs = -1;
+  // Scheduling rank: lower runs first (vLLM's `priority`); equal ones by arrival.
+  int32_t priority = 0;
   std::unique_ptr<NextTokenSampler> sampler;  // null: greedy (argmax)
   std::unique_ptr<OutputFilter> filter;       // null: no text
 };
@@ -121,6 +123,9 @@ struct EngineConfig {
   int32_t n_ctx = 2048;       // the most tokens (prompt + generated) of one sequence
   int32_t max_queue = 256;    // submitted but not yet running; beyond this submit() refuses
   std::function<bool(int32_t)> is_eog;  // end-of-generation tokens; null: none
+  // The clock steps are timed with, in ms, for the step cost model (null: steady_clock).
+  // Tests inject a simulated clock that a fake executor advances.
+  std::function<double()> now_ms;
 };
 
 class Engine {
@@ -140,6 +145,9 @@ class Engine {
 
   const EngineConfig& config() const { return config_; }
   const EngineMetrics& metrics() const { return metrics_; }
+  // What this executor's steps cost, as measured so far (read it from the step thread, or
+  // after shutdown).
+  const StepCostModel& step_costs() const { return costs_; }
   int32_t n_vocab() const { return executor_.n_vocab(); }
   bool accepting() const { return accepting_.load(); }
 
@@ -169,10 +177,12 @@ class Engine {
   void publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,
                      int32_t n_decode_tokens);
   void fail_all(const std::string& message);
+  double now_ms() const;
 
   EngineConfig config_;
   StepExecutor& executor_;
   BlockManager blocks_;
+  StepCostModel costs_;
   Scheduler scheduler_;
   EngineMetrics metrics_;
 

@@ -6,22 +6,39 @@
 
 namespace hablar::engine {
 
+namespace {
+
+// Rank order: higher priority (lower value) first, then older first.
+bool ranks_before(const Sequence* a, const Sequence* b) {
+  if (a->priority != b->priority) return a->priority < b->priority;
+  return a->arrival < b->arrival;
+}
+
+int32_t count_decoders(const std::vector<Sequence*>& running) {
+  int32_t n = 0;
+  for (const Sequence* s : running) n += s->n_pending() == 1 ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
 Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks)
     : config_(config), blocks_(blocks) {
   if (config_.max_running < 1 || config_.max_step_tokens < config_.max_running ||
-      config_.max_prefill_chunk < 1 || config_.max_step_tokens_decoding < 0)
+      config_.max_prefill_chunk < 1 || config_.max_step_tokens_decoding < 0 ||
+      !(config_.max_step_ms >= 0) || !(config_.max_decode_slowdown >= 0) ||
+      (config_.max_decode_slowdown > 0 && config_.max_decode_slowdown < 1) ||
+      config_.min_step_prompt_tokens < 1)
     throw_error(ErrorKind::kInvalidArgument,
                 "scheduler: need max_running >= 1, max_step_tokens >= max_running, "
-                "max_prefill_chunk >= 1 and max_step_tokens_decoding >= 0");
+                "max_prefill_chunk >= 1, max_step_tokens_decoding >= 0, max_step_ms >= 0, "
+                "max_decode_slowdown 0 or >= 1 and min_step_prompt_tokens >= 1");
 }
 
 void Scheduler::add(Sequence* seq) {
   seq->status = SequenceStatus::kWaiting;
-  // Keep the queue in arrival order (a preempted sequence goes back to its place).
-  auto pos = std::upper_bound(
-      waiting_.begin(), waiting_.end(), seq,
-      [](const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; });
-  waiting_.insert(pos, seq);
+  // Keep the queue in rank order (a preempted sequence goes back to its place).
+  waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), seq, ranks_before), seq);
 }
 
 void Scheduler::remove(Sequence* seq) {
@@ -35,10 +52,7 @@ void Scheduler::remove(Sequence* seq) {
 
 void Scheduler::insert_running(Sequence* seq) {
   seq->status = SequenceStatus::kRunning;
-  auto pos = std::upper_bound(
-      running_.begin(), running_.end(), seq,
-      [](const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; });
-  running_.insert(pos, seq);
+  running_.insert(std::upper_bound(running_.begin(), running_.end(), seq, ranks_before), seq);
 }
 
 void Scheduler::preempt(Sequence* seq, StepPlan& plan) {
@@ -51,19 +65,95 @@ void Scheduler::preempt(Sequence* seq, StepPlan& plan) {
   plan.preempted.push_back(seq);
 }
 
+// Every slot taken and a waiting request outranks (by priority alone, never by age) the
+// lowest-ranked running one: that one makes room, as vLLM's priority scheduling does.
+void Scheduler::preempt_for_priority(StepPlan& plan) {
+  size_t next = 0;  // waiting_ index of the best request not yet given a slot
+  while ((int32_t)running_.size() >= config_.max_running && next < waiting_.size()) {
+    Sequence* want = waiting_[next];
+    Sequence* worst = running_.back();
+    if (want->priority >= worst->priority) break;
+    preempt(worst, plan);  // re-enters waiting_ behind `want`
+    ++next;
+  }
+}
+
+// The time a step with `decoders` decodes may take (0: no time bound).
+double Scheduler::step_target_ms(int32_t decoders) const {
+  double target = config_.max_step_ms;
+  if (config_.max_decode_slowdown > 0) {
+    const double relative = config_.max_decode_slowdown * cost_->decode_ms(decoders);
+    target = target > 0 ? std::min(target, relative) : relative;
+  }
+  return target;
+}
+
+int32_t Scheduler::step_budget(int32_t decoders) const {
+  if (decoders == 0) return config_.max_step_tokens;
+  const bool timed = config_.max_step_ms > 0 || config_.max_decode_slowdown > 0;
+  if (timed && cost_ != nullptr && cost_->ready()) {
+    const int32_t cap = config_.max_step_tokens - decoders;
+    const int32_t prompt =
+        std::max(config_.min_step_prompt_tokens,
+                 cost_->prompt_tokens_within(step_target_ms(decoders), decoders, cap));
+    return std::min(config_.max_step_tokens, decoders + prompt);
+  }
+  if (config_.max_step_tokens_decoding == 0) return config_.max_step_tokens;
+  return std::min(config_.max_step_tokens, std::max(config_.max_step_tokens_decoding, decoders));
+}
+
+// Splits `budget` prompt tokens among the sequences with a prompt to prefill: the running
+// ones, and the waiting ones the free slots could take. Returned in no particular order.
+std::vector<Scheduler::Share> Scheduler::prefill_shares(int32_t budget) const {
+  std::vector<Sequence*> cands;
+  for (Sequence* s : running_)
+    if (s->n_pending() > 1) cands.push_back(s);
+  const size_t free_slots = (size_t)std::max(0, config_.max_running - (int32_t)running_.size());
+  for (size_t i = 0; i < waiting_.size() && i < free_slots; ++i) cands.push_back(waiting_[i]);
+  if (cands.empty() || budget <= 0) return {};
+  auto room = [&](const Sequence* s) {
+    return std::min(s->n_pending(), config_.max_prefill_chunk);
+  };
+  std::vector<int32_t> n(cands.size(), 0);
+  // The oldest of the best priority is guaranteed a quarter of the budget: it cannot be
+  // starved by shorter prompts that keep arriving.
+  size_t oldest = 0;
+  for (size_t i = 1; i < cands.size(); ++i)
+    if (ranks_before(cands[i], cands[oldest])) oldest = i;
+  n[oldest] = std::min(room(cands[oldest]), std::max(1, budget / 4));
+  budget -= n[oldest];
+  // The rest: priority, then fewest tokens left, then age.
+  std::vector<size_t> order(cands.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const Sequence* x = cands[a];
+    const Sequence* y = cands[b];
+    if (x->priority != y->priority) return x->priority < y->priority;
+    if (x->n_pending() != y->n_pending()) return x->n_pending() < y->n_pending();
+    return x->arrival < y->arrival;
+  });
+  for (size_t i : order) {
+    if (budget <= 0) break;
+    const int32_t more = std::min(room(cands[i]) - n[i], budget);
+    n[i] += more;
+    budget -= more;
+  }
+  std::vector<Share> shares;
+  for (size_t i = 0; i < cands.size(); ++i)
+    if (n[i] > 0) shares.push_back({cands[i], n[i]});
+  return shares;
+}
+
 // Plans running_[index]; returns false when that sequence itself was preempted (or ran out
 // of room), i.e. it left running_.
-bool Scheduler::schedule_running(size_t index, int32_t& budget, int32_t decoders_left,
-                                 StepPlan& plan) {
+bool Scheduler::schedule_running(size_t index, const std::vector<Share>& shares, StepPlan& plan) {
   Sequence* seq = running_[index];
-  const int32_t pending = seq->n_pending();
-  int32_t n = 1;
-  if (pending > 1) {
-    const int32_t reserve = decoders_left;  // younger decoders keep one token each
-    n = std::min({pending, config_.max_prefill_chunk, budget - reserve});
-    if (n <= 0) return true;  // no budget this step; keeps its place
-  } else if (budget <= 0) {
-    return true;
+  int32_t n = 1;  // a decoder's token, always planned (the budget counted it)
+  if (seq->n_pending() > 1) {
+    n = 0;
+    for (const Share& s : shares)
+      if (s.seq == seq) n = s.n;
+    if (n <= 0) return true;  // no share this step; keeps its place
   }
   while (!blocks_.allocate_slots(*seq, n, plan.copies)) {
     Sequence* victim = running_.back();
@@ -79,61 +169,59 @@ bool Scheduler::schedule_running(size_t index, int32_t& budget, int32_t decoders
     preempt(victim, plan);
   }
   plan.chunks.push_back({seq, seq->n_computed, n});
-  budget -= n;
   return true;
 }
 
-void Scheduler::admit_waiting(int32_t& budget, StepPlan& plan) {
-  while (!waiting_.empty() && budget > 0 && (int32_t)running_.size() < config_.max_running) {
-    Sequence* seq = waiting_.front();
-    // Sequences preempted in this very step wait for the next one.
-    if (std::find(plan.preempted.begin(), plan.preempted.end(), seq) != plan.preempted.end()) break;
+void Scheduler::admit_waiting(const std::vector<Share>& shares, StepPlan& plan) {
+  size_t i = 0;
+  while (i < waiting_.size() && (int32_t)running_.size() < config_.max_running) {
+    Sequence* seq = waiting_[i];
+    int32_t share = 0;
+    for (const Share& s : shares)
+      if (s.seq == seq) share = s.n;
+    // Sequences preempted in this very step wait for the next one; so do those the
+    // budget had no tokens for (they keep their place).
+    if (share <= 0 ||
+        std::find(plan.preempted.begin(), plan.preempted.end(), seq) != plan.preempted.end()) {
+      ++i;
+      continue;
+    }
     if (seq->block_table.empty() && !seq->prompt_logits)
       seq->n_cached_prompt =
           std::max(seq->n_cached_prompt, std::min(blocks_.match_prefix(*seq), seq->n_prompt));
-    const int32_t n = std::min({seq->n_pending(), config_.max_prefill_chunk, budget});
+    const int32_t n = std::min(seq->n_pending(), share);
     if (!blocks_.allocate_slots(*seq, n, plan.copies)) {
       blocks_.free(*seq);  // give back the prefix blocks it took; they stay cached
       if (running_.empty() && plan.chunks.empty()) {
         // Alone in an empty cache and still no room: it can never run.
-        waiting_.pop_front();
+        waiting_.erase(waiting_.begin() + (std::ptrdiff_t)i);
         plan.out_of_room.push_back(seq);
         continue;
       }
-      break;  // first come first served: wait for room
+      break;  // in rank order: wait for room rather than let later ones take it
     }
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + (std::ptrdiff_t)i);
     insert_running(seq);
     plan.chunks.push_back({seq, seq->n_computed, n});
-    budget -= n;
   }
-}
-
-int32_t Scheduler::step_budget() const {
-  if (config_.max_step_tokens_decoding == 0) return config_.max_step_tokens;
-  int32_t decoders = 0;
-  for (const Sequence* s : running_) decoders += s->n_pending() == 1 ? 1 : 0;
-  if (decoders == 0) return config_.max_step_tokens;
-  return std::min(config_.max_step_tokens, std::max(config_.max_step_tokens_decoding, decoders));
 }
 
 StepPlan Scheduler::schedule() {
   StepPlan plan;
-  int32_t budget = step_budget();
-  // Walk oldest first; preemption removes from the back (newest), which is never a
+  preempt_for_priority(plan);
+  const int32_t decoders = count_decoders(running_);
+  const std::vector<Share> shares = prefill_shares(step_budget(decoders) - decoders);
+  // Walk in rank order; preemption removes from the back (lowest rank), which is never a
   // sequence already planned in this loop.
   for (size_t i = 0; i < running_.size();) {
-    int32_t decoders_behind = 0;
-    for (size_t j = i + 1; j < running_.size(); ++j)
-      decoders_behind += running_[j]->n_pending() == 1 ? 1 : 0;
     const size_t before = running_.size();
-    if (schedule_running(i, budget, decoders_behind, plan)) {
+    if (schedule_running(i, shares, plan)) {
       ++i;
     } else {
       HABLAR_CHECK(running_.size() < before, "scheduler made no progress");
     }
   }
-  admit_waiting(budget, plan);
+  admit_waiting(shares, plan);
   return plan;
 }
 

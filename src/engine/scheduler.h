@@ -1,16 +1,31 @@
 // Continuous batching: every step mixes the running sequences' decodes with chunks of
-// prompts being prefilled, within a per-step token budget.
+// prompts being prefilled, within a per-step budget of tokens and, when a cost model is
+// attached, of time.
 //
-// One step's plan, in order:
-//   1. Running sequences, oldest first. A decoding sequence takes one token; a sequence in
-//      the middle of its prefill takes the next chunk of its prompt, but never so much that
-//      the younger decoders behind it lose their token (one token per decoder is reserved).
-//      When the cache has no block for a sequence, the newest running sequence is
-//      preempted: its blocks are freed and it goes back to the front of the waiting queue,
-//      to be recomputed later (its prefix blocks usually survive in the prefix cache).
-//   2. Waiting sequences, strictly first come first served (nothing jumps the queue, so
-//      nothing starves), while there is budget, a free running slot and cache room.
-// The budget is max_step_tokens, or max_step_tokens_decoding when some sequence decodes.
+// One step's plan:
+//   0. Priority (lower value first, as vLLM's `priority`): when every running slot is taken
+//      and a waiting request outranks the lowest-ranked running one, that one is preempted.
+//   1. The step's budget. With nobody decoding, max_step_tokens (prefill runs at full width:
+//      no stream is waiting on this step). With streams decoding, the step is a stall for
+//      each of them, so it is bounded in time through the executor's measured costs
+//      (StepCostModel): by max_step_ms, and by max_decode_slowdown times what its decodes
+//      alone cost, the smaller holding; until the costs are learned (or with neither set),
+//      by max_step_tokens_decoding. Decoders always get their token; the prompt tokens that
+//      fit beside them (at least min_step_prompt_tokens, so prompts always progress) are the
+//      prefill budget.
+//   2. The prefill budget is shared among the prompts being prefilled (running, and waiting
+//      ones that a free slot could take): by priority, then fewest tokens left first (a short
+//      chat is not stuck behind a long prompt), the oldest of the best priority guaranteed a
+//      quarter (a long prompt is never starved by a stream of short ones). Equal prompts are
+//      served first come first served.
+//   3. Running sequences in rank order take their token or their share. When the cache has
+//      no block for one, the lowest-ranked running sequence is preempted: its blocks are
+//      freed and it goes back to the waiting queue, to be recomputed later (its prefix blocks
+//      usually survive in the prefix cache).
+//   4. Waiting sequences in rank order are admitted with their share while there is a slot
+//      and cache room.
+// Rank = (priority, arrival). A token's logits do not depend on how its prompt was chunked
+// or what else is in the step (on the CPU), so none of this changes any output.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +34,7 @@
 
 #include "engine/block_manager.h"
 #include "engine/sequence.h"
+#include "engine/step_cost.h"
 
 namespace hablar::engine {
 
@@ -31,6 +47,19 @@ struct SchedulerConfig {
   // keeps their inter-token latency low; prompts then prefill in more, smaller chunks. Each
   // decoder still gets its token when there are more decoders than this.
   int32_t max_step_tokens_decoding = 0;
+  // The time a step may take while any sequence decodes, in ms (0: no time bound). Each
+  // decoder waits for the whole step, so this bounds every stream's inter-token latency;
+  // prompt chunks fill what the decodes leave, priced by the attached StepCostModel. Until
+  // the model has seen enough steps, max_step_tokens_decoding applies.
+  double max_step_ms = 0;
+  // The time bound relative to the decodes: a step with decodes takes at most this many times
+  // what its decodes alone would (0: no relative bound). 2 keeps every stream at no less
+  // than half its unloaded pace while prompts prefill, on any device, at any batch size.
+  // With max_step_ms too, the smaller bound holds.
+  double max_decode_slowdown = 0;
+  // The fewest prompt tokens a step offers waiting prompts while streams decode, however
+  // little time the decodes leave: prefill always progresses.
+  int32_t min_step_prompt_tokens = 8;
 };
 
 struct ScheduledChunk {
@@ -64,18 +93,31 @@ class Scheduler {
   int32_t n_waiting() const { return (int32_t)waiting_.size(); }
   const std::vector<Sequence*>& running() const { return running_; }
   const SchedulerConfig& config() const { return config_; }
+  // The executor's measured step costs, for max_step_ms (null: token budgets only). Owned by
+  // the caller; read at each schedule().
+  void set_cost_model(const StepCostModel* cost) { cost_ = cost; }
+  // The token budget the next step gets with `decoders` decoding sequences.
+  int32_t step_budget(int32_t decoders) const;
+  double step_target_ms(int32_t decoders) const;  // needs the cost model
 
  private:
+  // A sequence's share of this step's prompt tokens.
+  struct Share {
+    Sequence* seq;
+    int32_t n;
+  };
   void preempt(Sequence* seq, StepPlan& plan);
-  bool schedule_running(size_t index, int32_t& budget, int32_t decoders_left, StepPlan& plan);
-  void admit_waiting(int32_t& budget, StepPlan& plan);
-  int32_t step_budget() const;
+  void preempt_for_priority(StepPlan& plan);
+  std::vector<Share> prefill_shares(int32_t budget) const;
+  bool schedule_running(size_t index, const std::vector<Share>& shares, StepPlan& plan);
+  void admit_waiting(const std::vector<Share>& shares, StepPlan& plan);
   void insert_running(Sequence* seq);
 
   SchedulerConfig config_;
   BlockManager& blocks_;
-  std::vector<Sequence*> running_;  // sorted by arrival, oldest first
-  std::deque<Sequence*> waiting_;   // sorted by arrival, oldest first
+  const StepCostModel* cost_ = nullptr;
+  std::vector<Sequence*> running_;  // sorted by rank (priority, arrival), best first
+  std::deque<Sequence*> waiting_;   // sorted by rank, best first
 };
 
 }  // namespace hablar::engine

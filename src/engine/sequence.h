@@ -27,6 +27,8 @@ struct Sequence {
   uint64_t id = 0;
   // Arrival order: smaller = older. Preemption takes the newest; admission is oldest first.
   uint64_t arrival = 0;
+  // Lower runs first (vLLM's `priority`); ties go by arrival.
+  int32_t priority = 0;
   SequenceStatus status = SequenceStatus::kWaiting;
 
   std::vector<int32_t> tokens;  // prompt followed by the generated tokens

@@ -99,6 +99,7 @@ void completion(HttpServer& server, const httplib::Request& req, httplib::Respon
   GenerationSpec spec;
   spec.prompt = llama_prompt(body, *m);
   spec.sampling = parse_sampling(body, *m, Dialect::kLlama);
+  spec.priority = parse_priority(body);
   spec.stop = opt_string_list(body, "stop", 64);
   spec.ignore_eos = opt_bool(body, "ignore_eos").value_or(false);
   const auto n_probs = opt_integer(body, "n_probs", 0, 100).value_or(0);

@@ -182,6 +182,7 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   r.spec.n_logprobs = r.logprobs ? (int32_t)top.value_or(0) : -1;
   r.spec.stop = opt_string_list(body, "stop", 16);
   r.spec.sampling = parse_sampling(body, m, Dialect::kOpenAI);
+  r.spec.priority = parse_priority(body);
   auto max_tokens = opt_integer(body, "max_completion_tokens", 1, INT32_MAX);
   if (!max_tokens) max_tokens = opt_integer(body, "max_tokens", 1, INT32_MAX);
   r.parse_output = needs_output_parser(m, r.tools);
@@ -502,6 +503,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
   opt_string(body, "user");
   const engine::SamplingParams sampling = parse_sampling(body, *m, Dialect::kOpenAI);
   const GrammarPtr grammar = openai_output_grammar(*m, req.body);
+  const int32_t priority = parse_priority(body);
 
   // Choice i is prompt i / n's (i % n)-th: choices of one prompt are next to each other.
   std::vector<std::shared_ptr<engine::RequestHandle>> handles;
@@ -515,6 +517,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
       spec.n_logprobs = logprobs ? (int32_t)*logprobs : -1;
       spec.n_prompt_logprobs = n_prompt_logprobs;
       spec.grammar = grammar;
+      spec.priority = priority;
       spec.max_tokens = bounded_max_tokens(*m, max_tokens, p.size());
       for (auto& h : start_choices(*m, spec, n)) {
         echoes.push_back(echo ? m->tok().decode(p) : "");

@@ -114,4 +114,8 @@ engine::SamplingParams parse_sampling(const nlohmann::json& body, const ServingM
   return p;
 }
 
+int32_t parse_priority(const nlohmann::json& body) {
+  return (int32_t)opt_integer(body, "priority", INT32_MIN, INT32_MAX).value_or(0);
+}
+
 }  // namespace hablar::server

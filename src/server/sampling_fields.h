@@ -16,4 +16,7 @@ enum class Dialect { kOpenAI, kLlama, kOllama };
 engine::SamplingParams parse_sampling(const nlohmann::json& body, const ServingModel& m,
                                       Dialect dialect);
 
+// The scheduling `priority` (vLLM's: lower runs first; default 0), in every dialect.
+int32_t parse_priority(const nlohmann::json& body);
+
 }  // namespace hablar::server

@@ -120,6 +120,7 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
   req.ignore_eos = spec.ignore_eos;
   req.n_logprobs = spec.n_logprobs;
   req.n_prompt_logprobs = spec.n_prompt_logprobs;
+  req.priority = spec.priority;
   spec.sampling.n_probs = 0;  // the engine reports log-probabilities itself
   try {
     if (spec.grammar)

@@ -62,6 +62,7 @@ struct GenerationSpec {
   // turn's text (grammar_context, the start of the turn the client wrote, then the output).
   std::string grammar_trigger;
   std::string grammar_context;
+  int32_t priority = 0;            // scheduling rank: lower runs first
 };
 
 // A chat conversation after the template: its text, and the byte positions of it that came

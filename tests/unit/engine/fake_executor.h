@@ -68,6 +68,14 @@ class FakeExecutor : public StepExecutor {
     out.sampled.assign(chunks.size(), -1);
     std::vector<float> row((size_t)n_vocab_);
     steps += 1;
+    int32_t n_decode = 0, n_prompt = 0;
+    for (const ExecChunk& c : chunks) {
+      const bool decode = c.tokens.size() == 1 && c.prompt_len >= 0 && c.start_pos >= c.prompt_len;
+      (decode ? n_decode : n_prompt) += (int32_t)c.tokens.size();
+    }
+    const double ms = sim_base_ms + sim_decode_ms * n_decode + sim_prompt_ms * n_prompt;
+    sim_now_ms += ms;
+    step_log.push_back({n_prompt, n_decode, ms});
     if (step_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(step_delay_us));
     batch_sizes.push_back((int32_t)chunks.size());
     for (size_t i = 0; i < chunks.size(); ++i) {
@@ -98,6 +106,15 @@ class FakeExecutor : public StepExecutor {
   bool device_sampling = false;
   int64_t device_sampled = 0;
   int64_t step_delay_us = 0;  // makes steps take device-like time
+  // A simulated clock each step advances by base + per decode + per prompt token, for
+  // deterministic tests of time budgets (EngineConfig::now_ms reads sim_now_ms).
+  double sim_base_ms = 0, sim_decode_ms = 0, sim_prompt_ms = 0;
+  double sim_now_ms = 0;
+  struct StepRecord {
+    int32_t prompt_tokens, decode_tokens;
+    double ms;
+  };
+  std::vector<StepRecord> step_log;
   int64_t tokens_computed = 0;
   int64_t steps = 0;
   std::vector<int32_t> batch_sizes;

@@ -197,3 +197,116 @@ TEST(Scheduler, NoStarvationUnderSteadyArrivals) {
 
 }  // namespace
 }  // namespace hablar::engine
+
+namespace hablar::engine {
+namespace {
+
+// A cost model that has seen: decodes at 5 ms + 1 ms each, prompt tokens at 0.5 ms.
+StepCostModel known_costs() {
+  StepCostModel m;
+  for (int32_t d = 1; d <= 4; ++d) m.observe(0, d, 5.0 + d);
+  m.observe(64, 0, 5.0 + 64 * 0.5);
+  return m;
+}
+
+TEST(SchedulerTime, PromptChunksFillWhatTheDecodesLeaveOfTheStepTime) {
+  const StepCostModel costs = known_costs();
+  Fixture f(128, 16,
+            {.max_running = 4,
+             .max_step_tokens = 512,
+             .max_prefill_chunk = 512,
+             .max_step_tokens_decoding = 64,
+             .max_step_ms = 30});
+  f.sched.set_cost_model(&costs);
+  Sequence* a = f.add(4);
+  Sequence* b = f.add(4);
+  f.run(f.sched.schedule());
+  Sequence* c = f.add(900);
+  const StepPlan p = f.sched.schedule();
+  // Two decodes cost 7 ms; 23 ms of prompt at 0.5 ms per token.
+  EXPECT_EQ(Fixture::tokens_of(p, a), 1);
+  EXPECT_EQ(Fixture::tokens_of(p, b), 1);
+  EXPECT_EQ(Fixture::tokens_of(p, c), 46);
+  EXPECT_LE(costs.predict_ms(46, 2), 30.0);
+  // Without the cost model the token budget while decoding applies.
+  f.sched.set_cost_model(nullptr);
+  EXPECT_EQ(f.sched.step_budget(2), 64);
+  // Nobody decoding: no stream waits on the step, the full width.
+  f.sched.set_cost_model(&costs);
+  EXPECT_EQ(f.sched.step_budget(0), 512);
+}
+
+TEST(SchedulerTime, SlowdownBoundsTheStepRelativeToItsDecodes) {
+  const StepCostModel costs = known_costs();
+  SchedulerConfig cfg{.max_running = 8, .max_step_tokens = 512, .max_prefill_chunk = 512};
+  cfg.max_decode_slowdown = 2;
+  BlockManager blocks(64, 16);
+  Scheduler s(cfg, blocks);
+  s.set_cost_model(&costs);
+  // 4 decodes cost 9 ms: twice that leaves 9 ms, 18 prompt tokens.
+  EXPECT_EQ(s.step_budget(4), 4 + 18);
+  // 1 decode costs 6 ms: 6 ms of prompt would be 12 tokens, above the floor of 8.
+  EXPECT_EQ(s.step_budget(1), 1 + 12);
+  // With an absolute bound too, the smaller one holds: 8 ms leaves 2 ms (4 tokens), but
+  // prompts always get the floor.
+  cfg.max_step_ms = 8;
+  Scheduler t(cfg, blocks);
+  t.set_cost_model(&costs);
+  EXPECT_EQ(t.step_budget(1), 1 + cfg.min_step_prompt_tokens);
+}
+
+TEST(SchedulerFair, AShortPromptIsNotStuckBehindALongOne) {
+  Fixture f(256, 16, {.max_running = 4, .max_step_tokens = 64, .max_prefill_chunk = 64});
+  Sequence* big = f.add(2000);
+  f.run(f.sched.schedule());
+  Sequence* chat = f.add(20);
+  const StepPlan p = f.sched.schedule();
+  // The short one finishes its prompt in this step; the long one keeps a quarter or more.
+  EXPECT_EQ(Fixture::tokens_of(p, chat), 20);
+  EXPECT_EQ(Fixture::tokens_of(p, big), 44);
+  f.run(p);
+  EXPECT_EQ(chat->n_generated(), 1);
+}
+
+TEST(SchedulerFair, TheOldestPromptKeepsAQuarterAmongManyShortOnes) {
+  Fixture f(512, 16, {.max_running = 16, .max_step_tokens = 64, .max_prefill_chunk = 64});
+  Sequence* big = f.add(1000);
+  f.run(f.sched.schedule());
+  for (int i = 0; i < 10; ++i) f.add(30);
+  const StepPlan p = f.sched.schedule();
+  EXPECT_EQ(Fixture::tokens_of(p, big), 16);  // 64 / 4
+  EXPECT_EQ(p.n_tokens(), 64);
+}
+
+TEST(SchedulerPriority, LowerValueIsAdmittedFirstAndPreemptsTheLowestRank) {
+  Fixture f(64, 16, {.max_running = 2, .max_step_tokens = 256, .max_prefill_chunk = 256});
+  Sequence* a = f.add(5);
+  Sequence* b = f.add(5);
+  f.run(f.sched.schedule());
+  ASSERT_EQ(f.sched.n_running(), 2);
+  Sequence* plain = f.add(5);   // priority 0: waits for a slot
+  Sequence* urgent = f.add(5);  // arrives later, ranks first
+  urgent->priority = -1;
+  f.sched.remove(urgent);
+  urgent->status = SequenceStatus::kWaiting;
+  f.sched.add(urgent);
+  StepPlan p = f.sched.schedule();
+  // Every slot taken by priority-0 sequences: the newest of them (b) makes room.
+  ASSERT_EQ(p.preempted.size(), 1u);
+  EXPECT_EQ(p.preempted[0], b);
+  EXPECT_EQ(Fixture::tokens_of(p, urgent), 5);
+  EXPECT_EQ(Fixture::tokens_of(p, a), 1);
+  EXPECT_EQ(Fixture::tokens_of(p, plain), 0);
+  EXPECT_EQ(b->status, SequenceStatus::kWaiting);
+  // Equal priorities never preempt each other: plain and b wait for a to finish.
+  f.run(p);
+  p = f.sched.schedule();
+  EXPECT_TRUE(p.preempted.empty());
+  f.sched.remove(a);
+  p = f.sched.schedule();
+  EXPECT_EQ(Fixture::tokens_of(p, b), 6);  // b recomputes its prompt and its token, before plain
+  EXPECT_EQ(Fixture::tokens_of(p, plain), 0);
+}
+
+}  // namespace
+}  // namespace hablar::engine

@@ -1,0 +1,100 @@
+#include "engine/step_cost.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+namespace hablar::engine {
+
+StepCostModel::StepCostModel(double decay) : decay_(decay) {}
+
+int StepCostModel::width_class(int32_t width) {
+  return std::min(kWidthClasses - 1, (int)std::bit_width((uint32_t)std::max(1, width)) - 1);
+}
+
+void StepCostModel::observe(int32_t prompt_tokens, int32_t decode_tokens, double ms) {
+  if (prompt_tokens < 0 || decode_tokens < 0 || prompt_tokens + decode_tokens == 0 || !(ms >= 0))
+    return;
+  n_observed_ += 1;
+  if (prompt_tokens == 0) {
+    observe_decodes(decode_tokens, ms);
+    return;
+  }
+  // Until the decode line is known, a step of decodes beside prompt tokens teaches it with
+  // the prompt tokens' priced share taken off (a server busy from the start may run no
+  // decode-only step for a long while).
+  if (decode_tokens > 0 && n_decode_fit_ < 2) {
+    const double per = per_prompt_ms(prompt_tokens);
+    if (per > 0) observe_decodes(decode_tokens, std::max(0.0, ms - prompt_tokens * per));
+    return;
+  }
+  // What the prompt tokens added beyond the decodes (or, with no decodes, beyond the base).
+  const double extra = std::max(0.0, ms - decode_ms(decode_tokens));
+  double& m = prompt_ms_[(size_t)width_class(prompt_tokens)];
+  const double per_token = extra / prompt_tokens;
+  m = m == 0 ? per_token : decay_ * m + (1 - decay_) * per_token;
+  n_with_prompt_ += 1;
+}
+
+void StepCostModel::observe_decodes(int32_t decode_tokens, double ms) {
+  const double d = decode_tokens;
+  for (double& v : xtx_) v *= decay_;
+  for (double& v : xty_) v *= decay_;
+  xtx_[0] += 1;
+  xtx_[1] += d;
+  xtx_[2] += d;
+  xtx_[3] += d * d;
+  xty_[0] += ms;
+  xty_[1] += d * ms;
+  // 2x2 least squares; a small ridge on the slope keeps it solvable while every step so far
+  // had the same batch size (then the base carries the whole cost).
+  const double a = xtx_[0], b = xtx_[1], c = xtx_[3] + 1e-6 * std::max(1.0, xtx_[3]);
+  const double det = a * c - b * b;
+  if (det > 0) {
+    coef_[1] = std::max(0.0, (a * xty_[1] - b * xty_[0]) / det);
+    coef_[0] = std::max(0.0, (xty_[0] - b * coef_[1]) / a);
+  }
+  n_decode_fit_ += 1;
+}
+
+bool StepCostModel::ready() const {
+  return n_decode_fit_ >= 2 && n_with_prompt_ >= 1;
+}
+
+double StepCostModel::decode_ms(int32_t decode_tokens) const {
+  return coef_[0] + coef_[1] * decode_tokens;
+}
+
+double StepCostModel::per_prompt_ms(int32_t width) const {
+  const int k = width_class(width);
+  for (int d = 0; d < kWidthClasses; ++d) {
+    if (k - d >= 0 && prompt_ms_[(size_t)(k - d)] > 0) return prompt_ms_[(size_t)(k - d)];
+    if (k + d < kWidthClasses && prompt_ms_[(size_t)(k + d)] > 0)
+      return prompt_ms_[(size_t)(k + d)];
+  }
+  return 0;
+}
+
+double StepCostModel::predict_ms(int32_t prompt_tokens, int32_t decode_tokens) const {
+  const double decodes = decode_ms(decode_tokens);
+  return prompt_tokens > 0 ? decodes + prompt_tokens * per_prompt_ms(prompt_tokens) : decodes;
+}
+
+int32_t StepCostModel::prompt_tokens_within(double target_ms, int32_t decode_tokens,
+                                            int32_t cap) const {
+  const double left = target_ms - decode_ms(decode_tokens);
+  if (left <= 0 || cap <= 0) return 0;
+  // From the widest class down: the first width whose own price fits.
+  for (int k = kWidthClasses - 1; k >= 0; --k) {
+    const int32_t lo = 1 << k;
+    if (lo > cap) continue;
+    const double per = per_prompt_ms(lo);
+    if (per <= 0) return cap;  // prompt tokens measured as free: only the cap binds
+    const int32_t hi = k == kWidthClasses - 1 ? cap : std::min(cap, (lo << 1) - 1);
+    const int32_t fit = (int32_t)std::min<double>(hi, std::floor(left / per + 1e-3));
+    if (fit >= lo) return fit;
+  }
+  return 0;
+}
+
+}  // namespace hablar::engine

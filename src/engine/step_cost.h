@@ -1,0 +1,58 @@
+// What one engine step costs on this executor, learned from the steps themselves.
+//
+// Two parts, because they scale differently:
+//   - the decodes: a step of D decodes alone costs  base + per_decode * D  (the base is what
+//     any forward pays whatever its width: on a CPU, streaming the weights once; on a GPU,
+//     launches), a least-squares fit over exponentially weighted decode-only steps (and,
+//     until there are two of those, mixed steps less their prompt tokens' priced share);
+//   - the prompt tokens added to a step: their cost per token depends on the chunk width (a
+//     handful of rows runs the matmuls far less efficiently than hundreds), so it is tracked
+//     per width class (powers of two), as an exponentially weighted mean of what a step cost
+//     beyond its decodes' prediction, per prompt token.
+// Both follow the machine as contexts grow or other work shares it. Nothing is read from the
+// environment: each executor's costs are what its own steps measured.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace hablar::engine {
+
+class StepCostModel {
+ public:
+  // `decay`: the weight a past observation keeps per new one of its kind (0.98: ~50 steps).
+  explicit StepCostModel(double decay = 0.98);
+
+  void observe(int32_t prompt_tokens, int32_t decode_tokens, double ms);
+  // Whether both parts have been seen (decode-only steps, and steps with prompt tokens).
+  bool ready() const;
+  double decode_ms(int32_t decode_tokens) const;  // a step of only these decodes
+  double predict_ms(int32_t prompt_tokens, int32_t decode_tokens) const;
+  // The most prompt tokens that fit beside `decode_tokens` decodes in `target_ms` (0 when the
+  // decodes alone reach it; at most `cap`). Only meaningful when ready().
+  int32_t prompt_tokens_within(double target_ms, int32_t decode_tokens, int32_t cap) const;
+
+  double base_ms() const { return coef_[0]; }
+  double per_decode_ms() const { return coef_[1]; }
+  // The cost of one prompt token in a chunk of `width` prompt tokens (the nearest measured
+  // width class when this one has not been seen, a narrower one first: the dearer guess).
+  double per_prompt_ms(int32_t width) const;
+  int64_t n_observed() const { return n_observed_; }
+
+  static constexpr int kWidthClasses = 12;  // 1, 2-3, 4-7, ..., 1024 and wider
+
+ private:
+  static int width_class(int32_t width);
+  void observe_decodes(int32_t decode_tokens, double ms);
+
+  double decay_;
+  std::array<double, 4> xtx_{};  // weighted sums over decode-only steps: 1, D, D, D^2
+  std::array<double, 2> xty_{};  // ms, D * ms
+  std::array<double, 2> coef_{};
+  std::array<double, kWidthClasses> prompt_ms_{};  // per token; 0: not seen
+  int64_t n_observed_ = 0;
+  int64_t n_decode_fit_ = 0;  // observations in the decode line
+  int64_t n_with_prompt_ = 0;
+};
+
+}  // namespace hablar::engine

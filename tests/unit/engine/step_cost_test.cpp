@@ -1,0 +1,49 @@
+#include "engine/step_cost.h"
+
+#include <gtest/gtest.h>
+
+namespace hablar::engine {
+namespace {
+
+TEST(StepCostModel, FitsTheDecodeLineAndPricesPromptTokensPerWidth) {
+  StepCostModel m;
+  EXPECT_FALSE(m.ready());
+  for (int i = 0; i < 4; ++i)
+    for (int32_t d = 1; d <= 4; ++d) m.observe(0, d, 5.0 + 2.0 * d);  // base 5, 2 per decode
+  EXPECT_FALSE(m.ready());                                            // no prompt tokens seen yet
+  EXPECT_NEAR(m.base_ms(), 5.0, 1e-3);
+  EXPECT_NEAR(m.per_decode_ms(), 2.0, 1e-3);
+  // Narrow chunks cost 3 ms per token, wide ones 1 ms, beyond the decodes beside them.
+  m.observe(8, 2, 9.0 + 8 * 3.0);
+  m.observe(256, 0, 5.0 + 256 * 1.0);
+  ASSERT_TRUE(m.ready());
+  EXPECT_NEAR(m.per_prompt_ms(8), 3.0, 1e-3);
+  EXPECT_NEAR(m.per_prompt_ms(300), 1.0, 1e-3);
+  EXPECT_NEAR(m.per_prompt_ms(12), 3.0, 1e-3);  // unseen class: the nearest narrower one
+  EXPECT_NEAR(m.predict_ms(8, 2), 33.0, 1e-3);
+  EXPECT_NEAR(m.decode_ms(3), 11.0, 1e-3);
+}
+
+TEST(StepCostModel, PromptTokensWithinATargetUseTheirWidthsPrice) {
+  StepCostModel m;
+  for (int32_t d = 1; d <= 4; ++d) m.observe(0, d, 4.0 + 1.0 * d);
+  m.observe(8, 0, 4.0 + 8 * 2.0);      // 2 ms per token in chunks of 8-15
+  m.observe(128, 0, 4.0 + 128 * 0.5);  // 0.5 ms per token in chunks of 128-255
+  // Two decodes cost 6 ms; 20 ms leaves 14. At the wide price 28 tokens would fit, but a
+  // chunk of 28 is priced as the nearest narrower class measured (2 ms): 7 tokens.
+  EXPECT_EQ(m.prompt_tokens_within(20.0, 2, 512), 7);
+  // 100 ms leaves 94: 188 tokens at 0.5 ms (a 128-255 chunk).
+  EXPECT_EQ(m.prompt_tokens_within(100.0, 2, 512), 188);
+  EXPECT_EQ(m.prompt_tokens_within(100.0, 2, 150), 150);  // the cap binds
+  EXPECT_EQ(m.prompt_tokens_within(5.0, 2, 512), 0);      // the decodes alone exceed it
+}
+
+TEST(StepCostModel, FollowsAChangeInCost) {
+  StepCostModel m(0.8);
+  for (int i = 0; i < 50; ++i) m.observe(0, 1 + i % 3, 10.0 + 1.0 * (1 + i % 3));
+  for (int i = 0; i < 50; ++i) m.observe(0, 1 + i % 3, 20.0 + 2.0 * (1 + i % 3));  // twice as slow
+  EXPECT_NEAR(m.decode_ms(2), 24.0, 0.5);
+}
+
+}  // namespace
+}  // namespace hablar::engine
