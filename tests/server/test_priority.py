@@ -2,12 +2,13 @@
 bodies: accepted, validated, and with one running slot a later request of higher priority
 finishes before an earlier one of lower priority; the outputs are each request's own."""
 import concurrent.futures as cf
+import threading
 import time
 
 import pytest
 import requests
 
-from conftest import ServerProcess
+from conftest import ServerProcess, sse_events_iter
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +39,22 @@ def test_higher_priority_goes_first_with_its_own_output(one_slot_server):
     s = one_slot_server
     solo_low = completion(s, "The river runs", 0)[0]
     solo_high = completion(s, "The mountain stands", 0)[0]
+    started = threading.Event()
+
+    def busy_stream():
+        # Holds the one slot long enough, on any device, for both others to queue behind it.
+        body = {"prompt": "Once upon a time", "n_predict": 400, "ignore_eos": True,
+                "temperature": 0, "stream": True}
+        r = requests.post(s.url + "/completion", json=body, stream=True, timeout=600)
+        r.raise_for_status()
+        for _ in sse_events_iter(r):
+            started.set()
+
     with cf.ThreadPoolExecutor(3) as pool:
-        busy = pool.submit(completion, s, "Once upon a time", 0, 96)  # holds the one slot
-        time.sleep(0.3)
+        busy = pool.submit(busy_stream)
+        assert started.wait(120), "the busy request produced nothing"
         low = pool.submit(completion, s, "The river runs", 5)
-        time.sleep(0.3)
+        time.sleep(0.05)  # the low-priority request arrives first
         high = pool.submit(completion, s, "The mountain stands", -5)
         (text_low, t_low), (text_high, t_high) = low.result(), high.result()
         busy.result()
