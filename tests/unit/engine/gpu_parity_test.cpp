@@ -257,7 +257,9 @@ void batched_equals_single(const model::Model& m, const nlohmann::json& golden_p
     for (int i = 0; i < n; ++i) equal += got[(size_t)i] == alone[(size_t)i % pool.size()];
     std::printf("%s: %d concurrent, %d/%d outputs equal to their solo run\n",
                 deterministic ? "deterministic" : "default", n, equal, n);
-    if (deterministic) EXPECT_EQ(equal, n) << n << " concurrent";
+    if (deterministic) {
+      EXPECT_EQ(equal, n) << n << " concurrent";
+    }
   }
 }
 
