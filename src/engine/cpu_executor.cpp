@@ -60,7 +60,7 @@ void CpuExecutor::copy_block(const BlockCopy& copy) {
 void CpuExecutor::forward(std::span<const SequenceChunk> chunks, std::vector<float>& logits) {
   const model::ModelConfig& c = model_.config();
   model::check_step(c, chunks, layout_);
-  ops_.begin(chunks, cache_.data(), layout_, model::activation_dims(c), c.rope, c.rms_eps);
+  ops_.begin(chunks, cache_.data(), layout_, model::activation_dims(c), c.ropes, c.rms_eps);
   model::forward(c, model_.weights(), ops_);
   logits.swap(ops_.logits());
 }

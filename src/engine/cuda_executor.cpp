@@ -154,7 +154,7 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   // The step buffers first (their size does not depend on the cache's), then the cache from
   // what is left.
   layout_ = model.kv_layout_for(1, block);
-  ops_ = std::make_unique<cuda::ForwardOps>(model::activation_dims(c), layout_, nullptr, c.rope,
+  ops_ = std::make_unique<cuda::ForwardOps>(model::activation_dims(c), layout_, nullptr, c.ropes,
                                             c.rms_eps, limits, stream_.get());
   std::vector<const WeightView*> matrices = weights_.matrices();
   ops_->reserve_int8_workspace(matrices);
@@ -224,7 +224,9 @@ void CudaExecutor::upload_weights() {
     d.q_norm = upload_floats(s.q_norm, c.head_dim);
     d.k_norm = upload_floats(s.k_norm, c.head_dim);
     d.wo = upload_matrix(s.wo);
+    d.post_attn_norm = upload_floats(s.post_attn_norm, c.n_embd);
     d.ffn_norm = upload_floats(s.ffn_norm, c.n_embd);
+    d.post_ffn_norm = upload_floats(s.post_ffn_norm, c.n_embd);
     d.w_gate = upload_matrix(s.w_gate), d.w_up = upload_matrix(s.w_up);
     d.w_down = upload_matrix(s.w_down);
   }

@@ -17,12 +17,14 @@ std::string_view arch_name(Arch arch) {
       return "qwen2";
     case Arch::kQwen3:
       return "qwen3";
+    case Arch::kGemma3:
+      return "gemma3";
   }
   return "?";
 }
 
 std::string supported_arch_names() {
-  return "llama, qwen2, qwen3";
+  return "llama, qwen2, qwen3, gemma3";
 }
 
 namespace {
@@ -31,6 +33,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "llama") return Arch::kLlama;
   if (name == "qwen2") return Arch::kQwen2;
   if (name == "qwen3") return Arch::kQwen3;
+  if (name == "gemma3") return Arch::kGemma3;
   throw_error(ErrorKind::kUnsupported, path + ": unsupported architecture '" + name +
                                            "' (supported: " + supported_arch_names() + ")");
 }
@@ -81,6 +84,73 @@ void read_rope_scaling(const gguf::GgufFile& f, const std::string& a, RopeParams
     throw_error(ErrorKind::kFormat, f.path() + ": rope scaling factor must be > 0");
 }
 
+// Every layer global, rotated by the one RoPE, scaled by 1/sqrt(head_dim).
+void llama_family_layers(ModelConfig& c) {
+  c.ropes = {c.rope};
+  LayerSpec spec;
+  spec.attention.scale = 1.0f / std::sqrt((float)c.head_dim);
+  c.layers.assign((size_t)c.n_layers, spec);
+}
+
+// Which layers attend through a sliding window: <arch>.attention.sliding_window_pattern as
+// an array of booleans (one per layer), or as a period n where every n-th layer (the last of
+// each period) is global and the others slide; `default_period` when the key is absent.
+std::vector<bool> sliding_layers(const gguf::GgufFile& f, const std::string& a, int n_layers,
+                                 uint64_t default_period) {
+  const std::string key = a + ".attention.sliding_window_pattern";
+  std::vector<bool> sliding((size_t)n_layers);
+  if (const gguf::Value* v = f.find(key); v != nullptr && v->type == gguf::ValueType::ARRAY) {
+    const gguf::Array& flags = f.get_array(key);
+    if (flags.elem_type != gguf::ValueType::BOOL || (int)flags.packed.size() != n_layers)
+      throw_error(ErrorKind::kFormat, f.path() + ": " + key + " must hold one bool per layer (" +
+                                          std::to_string(n_layers) + ")");
+    for (int l = 0; l < n_layers; ++l) sliding[(size_t)l] = flags.packed[(size_t)l] != 0;
+    return sliding;
+  }
+  const uint64_t period = f.get_uint_or(key, default_period);
+  for (int l = 0; l < n_layers; ++l)
+    sliding[(size_t)l] = period == 0 || (uint64_t)l % period < period - 1;
+  return sliding;
+}
+
+// Gemma 3: the embedding scaled by sqrt(n_embd); q scaled by 1/sqrt(query_pre_attn_scalar)
+// before attention (head_dim, except the 62-layer 27B model, whose scalar is
+// n_embd / n_heads, as its reference configuration has it); sliding-window layers (period 6
+// by default) rotate with their own RoPE base (rope.freq_base_swa, 10000 by default, no
+// scaling), global ones with the model's; GeGLU feed-forward; norms after attention and FFN.
+void gemma3_layers(const gguf::GgufFile& f, ModelConfig& c) {
+  const std::string& a = c.arch;
+  c.ffn_activation = GluActivation::kGeluTanh;
+  c.embed_scale = std::sqrt((float)c.n_embd);
+  const float scalar =
+      (float)f.get_float_or(a + ".attention.query_pre_attn_scalar",
+                            c.n_layers == 62 ? (double)(c.n_embd / c.n_heads) : (double)c.head_dim);
+  if (!(scalar > 0.0f))
+    throw_error(ErrorKind::kFormat, f.path() + ": query_pre_attn_scalar must be > 0");
+  c.query_scale = 1.0f / std::sqrt(scalar);
+  c.post_norms = true;
+  c.qk_norm = true;
+  if (f.get_float_or(a + ".final_logit_softcapping", 0.0) != 0.0)
+    throw_error(ErrorKind::kUnsupported, f.path() + ": final_logit_softcapping is not supported");
+  const int64_t window = (int64_t)f.get_uint_or(a + ".attention.sliding_window", 0);
+  if (window < 0 || window > (1 << 30))
+    throw_error(ErrorKind::kFormat, f.path() + ": attention.sliding_window is out of range");
+  RopeParams local = c.rope;
+  local.freq_base = (float)f.get_float_or(a + ".rope.freq_base_swa", 10000.0);
+  local.scaling = RopeParams::Scaling::kNone;
+  local.factor = 1.0f;
+  if (!(local.freq_base > 0.0f))
+    throw_error(ErrorKind::kFormat, f.path() + ": rope.freq_base_swa must be > 0");
+  c.ropes = {c.rope, local};
+  const std::vector<bool> sliding = sliding_layers(f, a, c.n_layers, 6);
+  c.layers.resize((size_t)c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const bool slides = window > 0 && sliding[(size_t)l];
+    c.layers[(size_t)l].attention = {1.0f, slides ? (int32_t)window : 0};
+    c.layers[(size_t)l].rope = slides ? 1 : 0;
+  }
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const gguf::GgufFile& f) {
@@ -125,6 +195,11 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
 
   c.qkv_bias = c.arch_kind == Arch::kQwen2;
   c.qk_norm = c.arch_kind == Arch::kQwen3;
+  if (is_gemma_family(c.arch_kind)) {
+    gemma3_layers(f, c);
+  } else {
+    llama_family_layers(c);
+  }
   c.tied_output = f.find_tensor("output.weight") == nullptr;
   const gguf::TensorInfo& embd = f.tensor("token_embd.weight");
   c.n_vocab = (int)embd.rows();

@@ -1,4 +1,5 @@
-// The forward pass of the Llama family (llama, qwen2, qwen3), written once for every backend.
+// The forward passes of the two families hablar runs, written once for every backend: the
+// Llama family (llama, qwen2, qwen3) and the Gemma family (gemma3).
 //
 // `B` is a backend's op set for one step (cpu::ForwardOps, cuda::ForwardOps): begin() has
 // flattened the step's sequence chunks into T token rows, and every op works on activation
@@ -13,12 +14,16 @@
 //   rmsnorm(x, w, out, width)              per row: x / sqrt(mean(x^2) + eps) * w
 //   matmul(W, in, out)                     out[T x W.rows] = in · Wᵀ
 //   matmul_qkv(Wq, Wk, Wv, in, q, k, v)    three products of one input
-//   matmul_swiglu(Wg, Wu, in, out, up)     out = silu(in · Wgᵀ) * (in · Wuᵀ); up is scratch
+//   matmul_glu(Wg, Wu, in, out, up, act)   out = act(in · Wgᵀ) * (in · Wuᵀ); up is scratch
+//                                          (act: SiLU or GELU-tanh, core/layer_spec.h)
 //   add_bias(x, b, width)                  x[t] += b
+//   scale(x, s, width)                     x[t] *= s
 //   head_rmsnorm(x, w, n_heads)            rmsnorm over each head's head_dim values
-//   rope(x, n_heads)                       rotate each head by its token's position
-//   attention(layer, q, k, v, out)         store k, v at each token's position, then causal
-//                                          attention of q over its sequence (GQA)
+//   rope(x, n_heads, variant)              rotate each head by its token's position, with the
+//                                          angles of RoPE `variant` (ModelConfig::ropes)
+//   attention(layer, spec, q, k, v, out)   store k, v at each token's position, then causal
+//                                          attention of q over its sequence (GQA), scaled
+//                                          and windowed as spec says
 //   add(x, y, width)                       x += y
 //   logits(x, norm_w, W_out)               final norm of the rows that need logits, then the
 //                                          classifier (rows kept by the backend, in chunk order)
@@ -48,31 +53,39 @@ concept ForwardBackend = requires(B& b, const WeightView& w, const float* in, fl
   b.rmsnorm(in, in, out, int64_t{});
   b.matmul(w, in, out);
   b.matmul_qkv(w, w, w, in, out, out, out);
-  b.matmul_swiglu(w, w, in, out, out);
+  b.matmul_glu(w, w, in, out, out, GluActivation::kSilu);
   b.add_bias(out, in, int64_t{});
+  b.scale(out, 1.0f, int64_t{});
   b.head_rmsnorm(out, in, 0);
-  b.rope(out, 0);
-  b.attention(0, in, in, in, out);
+  b.rope(out, 0, 0);
+  b.attention(0, AttentionSpec{}, in, in, in, out);
   b.add(out, in, int64_t{});
   b.logits(in, in, w);
   { b.host_rows(in, int64_t{}, host) } -> std::convertible_to<const float*>;
 };
 
+// Intermediates for op-by-op comparison with a reference (HABLAR_DUMP_DIR; off: nullptr).
 template <ForwardBackend B>
-void forward(const ModelConfig& c, const Weights& w, B& b) {
-  const Activations& a = b.activations();
-  const int E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), FF = c.n_ff;
-  // Intermediates for op-by-op comparison with a reference (HABLAR_DUMP_DIR; off: nullptr).
-  ActivationDump* const dump = ActivationDump::instance();
-  std::vector<float> host;
-  const auto dump_rows = [&](const char* name, int layer, const float* rows, int64_t width) {
+auto row_dumper(B& b, std::vector<float>& host) {
+  return [&b, &host, dump = ActivationDump::instance()](const char* name, int layer,
+                                                        const float* rows, int64_t width) {
     if (dump)
       dump->write(name, layer, b.host_rows(rows, b.n_tokens() * width, host), b.n_tokens(), width);
   };
+}
+
+// Llama, Qwen2, Qwen3: pre-norm blocks, SwiGLU, one RoPE, global attention.
+template <ForwardBackend B>
+void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
+  const Activations& a = b.activations();
+  const int E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), FF = c.n_ff;
+  std::vector<float> host;
+  const auto dump_rows = row_dumper(b, host);
 
   b.embed(w.token_embd, a.x);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& lw = w.layers[(size_t)l];
+    const LayerSpec& spec = c.layers[(size_t)l];
 
     // Attention block: x += Wo · attention(rope(Wq·n), rope(Wk·n), Wv·n), n = rmsnorm(x).
     b.rmsnorm(a.x, lw.attn_norm, a.xb, E);
@@ -87,10 +100,10 @@ void forward(const ModelConfig& c, const Weights& w, B& b) {
       b.head_rmsnorm(a.q, lw.q_norm, c.n_heads);
       b.head_rmsnorm(a.k, lw.k_norm, c.n_kv_heads);
     }
-    b.rope(a.q, c.n_heads);
-    b.rope(a.k, c.n_kv_heads);
+    b.rope(a.q, c.n_heads, spec.rope);
+    b.rope(a.k, c.n_kv_heads, spec.rope);
     dump_rows("q_rope", l, a.q, QD), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
-    b.attention(l, a.q, a.k, a.v, a.att);
+    b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
     dump_rows("attn_out", l, a.att, QD);
     b.matmul(lw.wo, a.att, a.xb);
     b.add(a.x, a.xb, E);
@@ -99,7 +112,7 @@ void forward(const ModelConfig& c, const Weights& w, B& b) {
     // Feed-forward block: x += W_down · (silu(W_gate·n) * W_up·n), n = rmsnorm(x).
     b.rmsnorm(a.x, lw.ffn_norm, a.xb, E);
     dump_rows("ffn_norm", l, a.xb, E);
-    b.matmul_swiglu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up);
+    b.matmul_glu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up, c.ffn_activation);
     dump_rows("ffn_swiglu", l, a.gate, FF);
     b.matmul(lw.w_down, a.gate, a.xb);
     dump_rows("ffn_out", l, a.xb, E);
@@ -107,6 +120,63 @@ void forward(const ModelConfig& c, const Weights& w, B& b) {
     dump_rows("l_out", l, a.x, E);
   }
   b.logits(a.x, w.output_norm, w.output);
+}
+
+// Gemma 3: the embedding scaled by sqrt(n_embd); "sandwich" norms (RMSNorm before and
+// after attention and FFN, the residual taking the normed output); per-head q/k norms;
+// q scaled before attention; sliding-window and global layers with their own RoPE; GeGLU.
+// (The file's norm weights already hold Gemma's 1 + w, so rmsnorm multiplies by them.)
+template <ForwardBackend B>
+void forward_gemma_family(const ModelConfig& c, const Weights& w, B& b) {
+  const Activations& a = b.activations();
+  const int E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), FF = c.n_ff;
+  std::vector<float> host;
+  const auto dump_rows = row_dumper(b, host);
+
+  b.embed(w.token_embd, a.x);
+  b.scale(a.x, c.embed_scale, E);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = w.layers[(size_t)l];
+    const LayerSpec& spec = c.layers[(size_t)l];
+
+    // x += postnorm(Wo · attention(rope(qnorm(Wq·n)) * s, rope(knorm(Wk·n)), Wv·n)).
+    b.rmsnorm(a.x, lw.attn_norm, a.xb, E);
+    dump_rows("attn_norm", l, a.xb, E);
+    b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
+    b.head_rmsnorm(a.q, lw.q_norm, c.n_heads);
+    b.rope(a.q, c.n_heads, spec.rope);
+    b.head_rmsnorm(a.k, lw.k_norm, c.n_kv_heads);
+    b.rope(a.k, c.n_kv_heads, spec.rope);
+    if (c.query_scale > 0.0f) b.scale(a.q, c.query_scale, QD);
+    dump_rows("q_rope", l, a.q, QD), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
+    b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
+    dump_rows("attn_out", l, a.att, QD);
+    b.matmul(lw.wo, a.att, a.xb);
+    b.rmsnorm(a.xb, lw.post_attn_norm, a.xb, E);
+    b.add(a.x, a.xb, E);
+    dump_rows("ffn_inp", l, a.x, E);
+
+    // x += postnorm(W_down · (gelu(W_gate·n) * W_up·n)), n = rmsnorm(x).
+    b.rmsnorm(a.x, lw.ffn_norm, a.xb, E);
+    dump_rows("ffn_norm", l, a.xb, E);
+    b.matmul_glu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up, c.ffn_activation);
+    dump_rows("ffn_swiglu", l, a.gate, FF);
+    b.matmul(lw.w_down, a.gate, a.xb);
+    b.rmsnorm(a.xb, lw.post_ffn_norm, a.xb, E);
+    dump_rows("ffn_out", l, a.xb, E);
+    b.add(a.x, a.xb, E);
+    dump_rows("l_out", l, a.x, E);
+  }
+  b.logits(a.x, w.output_norm, w.output);
+}
+
+template <ForwardBackend B>
+void forward(const ModelConfig& c, const Weights& w, B& b) {
+  if (is_gemma_family(c.arch_kind)) {
+    forward_gemma_family(c, w, b);
+  } else {
+    forward_llama_family(c, w, b);
+  }
 }
 
 }  // namespace hablar::model

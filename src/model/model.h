@@ -1,5 +1,5 @@
-// A loaded transformer model of the Llama family (llama, qwen2, qwen3): what the file
-// describes, apart from any device that runs it.
+// A loaded decoder-only transformer (the Llama family: llama, qwen2, qwen3; the Gemma
+// family: gemma3): what the file describes, apart from any device that runs it.
 //
 //   ModelConfig — the blueprint (hyperparameters read from GGUF metadata);
 //   Weights     — typed views into the mapped file, every shape and type checked at load;
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/kv_layout.h"
+#include "core/layer_spec.h"
 #include "core/rope.h"
 #include "core/step_batch.h"
 #include "formats/gguf.h"
@@ -22,10 +23,14 @@
 
 namespace hablar::model {
 
-// The architectures one forward serves; each differs from llama only by flags.
-enum class Arch { kLlama, kQwen2, kQwen3 };
+// The architectures hablar runs, in two families with a forward each (model/forward.h): the
+// Llama family (llama, qwen2, qwen3 differ by flags) and the Gemma family.
+enum class Arch { kLlama, kQwen2, kQwen3, kGemma3 };
 std::string_view arch_name(Arch arch);
-std::string supported_arch_names();  // "llama, qwen2, qwen3" for error messages
+std::string supported_arch_names();  // "llama, qwen2, qwen3, gemma3" for error messages
+inline bool is_gemma_family(Arch arch) {
+  return arch == Arch::kGemma3;
+}
 
 struct ModelConfig {
   std::string arch;  // general.architecture: "llama", "qwen2" or "qwen3"
@@ -42,7 +47,19 @@ struct ModelConfig {
   RopeParams rope{};         // llama: normal pairs; qwen2/qwen3: NeoX; scaling from metadata
   bool tied_output = false;  // no output.weight: the classifier reuses token_embd
   bool qkv_bias = false;     // qwen2: q/k/v projections have biases
-  bool qk_norm = false;      // qwen3: per-head RMSNorm on q and k before RoPE
+  bool qk_norm = false;      // qwen3, gemma3: per-head RMSNorm on q and k before RoPE
+
+  // Per layer: attention scale and window, RoPE variant (index into `ropes`; ropes[0] is
+  // `rope`). Llama family: every layer global with scale 1/sqrt(head_dim) and ropes = {rope}.
+  std::vector<LayerSpec> layers;
+  std::vector<RopeParams> ropes;
+  GluActivation ffn_activation = GluActivation::kSilu;
+  // Gemma family: the embedding rows are multiplied by embed_scale (sqrt(n_embd)); q by
+  // query_scale before attention (whose own scale is then 1); norms also follow the
+  // attention and FFN outputs (post_norms).
+  float embed_scale = 1.0f;
+  float query_scale = 0.0f;  // 0: none (the attention scales)
+  bool post_norms = false;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }

@@ -81,6 +81,10 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
       l.k_norm = vector_f32(w, f, p + "attn_k_norm.weight", c.head_dim);
     }
     l.wo = matrix(f, p + "attn_output.weight", c.q_dim(), c.n_embd);
+    if (c.post_norms) {
+      l.post_attn_norm = vector_f32(w, f, p + "post_attention_norm.weight", c.n_embd);
+      l.post_ffn_norm = vector_f32(w, f, p + "post_ffw_norm.weight", c.n_embd);
+    }
     l.ffn_norm = vector_f32(w, f, p + "ffn_norm.weight", c.n_embd);
     l.w_gate = matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
     l.w_up = matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);

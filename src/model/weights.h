@@ -24,10 +24,12 @@ struct LayerWeights {
   const float* q_norm = nullptr;     // [head_dim] (qwen3 only)
   const float* k_norm = nullptr;     // [head_dim] (qwen3 only)
   WeightView wo;                     // [n_embd x q_dim]
+  const float* post_attn_norm = nullptr;  // [n_embd] (gemma: norm of the attention output)
   const float* ffn_norm = nullptr;   // [n_embd]
   WeightView w_gate;                 // [n_ff x n_embd]
   WeightView w_up;                   // [n_ff x n_embd]
   WeightView w_down;                 // [n_embd x n_ff]
+  const float* post_ffn_norm = nullptr;  // [n_embd] (gemma: norm of the FFN output)
 };
 
 struct Weights {

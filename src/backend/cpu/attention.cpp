@@ -38,38 +38,39 @@ float dot_qk(const float* qr, const uint16_t* k, int hd, bool bf16, SumOrder ord
   return (float)sum;
 }
 
-// One head: scores over positions [0, pos], softmax, weighted sum of V. `scores` has room
-// for pos + 1 values. The numerics are llama.cpp's (non-flash CPU attention), so that both
-// round alike: q is rounded to the cache type before q·k; each dot product keeps 16 or 64
-// partial sums (SumOrder); softmax uses exp_approx and sums 16-position blocks (each
-// reduce16'd in float) in double; the weights are rounded to the cache type before the
-// weighted sum of V, which keeps 16 or 64 partial sums by position. Every product of two
-// cache-type values is exact in float, so FMA or not gives the same.
+// One head: scores over positions [first, pos], softmax, weighted sum of V. `scores` has
+// room for pos + 1 values. The numerics are llama.cpp's (non-flash CPU attention), so that
+// both round alike: q is rounded to the cache type before q·k; each dot product keeps 16 or
+// 64 partial sums (SumOrder); softmax uses exp_approx and sums 16-position blocks (each
+// reduce16'd in float; positions before `first`, masked in llama.cpp, are zeros there) in
+// double; the weights are rounded to the cache type before the weighted sum of V, which
+// keeps 16 or 64 partial sums by position. Every product of two cache-type values is exact
+// in float, so FMA or not gives the same.
 void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
-                        const int32_t* block_table, int pos, int kv_head, const float* q,
-                        float scale, SumOrder order, float* scores, float* out) {
+                        const int32_t* block_table, int first, int pos, int kv_head,
+                        const float* q, float scale, SumOrder order, float* scores, float* out) {
   const int hd = layout.head_dim;
   const bool bf16 = layout.dtype == KvDType::BF16;
   const int rows = order == SumOrder::kLanes64 ? 64 : kReduceLanes;
   std::vector<float> qr((size_t)hd), acc((size_t)rows * hd, 0.0f);
   for (int d = 0; d < hd; ++d) qr[(size_t)d] = round_to_kv(q[d], bf16);
   float max_score = -INFINITY;
-  for (int p = 0; p <= pos; ++p) {
+  for (int p = first; p <= pos; ++p) {
     const uint16_t* k = cache + layout.position_offset(block_table, layer, 0, kv_head, p);
     scores[p] = dot_qk(qr.data(), k, hd, bf16, order) * scale;
     if (scores[p] > max_score) max_score = scores[p];
   }
   double sum = 0.0;
-  for (int p0 = 0; p0 <= pos; p0 += kReduceLanes) {
+  for (int p0 = first / kReduceLanes * kReduceLanes; p0 <= pos; p0 += kReduceLanes) {
     float block[kReduceLanes] = {};
-    for (int p = p0; p <= pos && p < p0 + kReduceLanes; ++p) {
+    for (int p = std::max(p0, first); p <= pos && p < p0 + kReduceLanes; ++p) {
       scores[p] = exp_approx(scores[p] - max_score);
       block[p - p0] = scores[p];
     }
     sum += (double)reduce16(block);
   }
   const float inv = (float)(1.0 / sum);
-  for (int p = 0; p <= pos; ++p) {
+  for (int p = first; p <= pos; ++p) {
     const uint16_t* v = cache + layout.position_offset(block_table, layer, 1, kv_head, p);
     const float w = round_to_kv(scores[p] * inv, bf16);
     float* row = acc.data() + (size_t)(p % rows) * hd;
@@ -90,15 +91,15 @@ void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int 
 // The AVX2 form when the CPU has it (the same one for every call, so results never depend
 // on which path a query took).
 void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
-                 const int32_t* block_table, int pos, int kv_head, const float* q, float scale,
-                 SumOrder order, float* scores, float* out) {
+                 const int32_t* block_table, int first, int pos, int kv_head, const float* q,
+                 float scale, SumOrder order, float* scores, float* out) {
   static const bool simd = cpu_features().has_avx2_kernels();
   if (simd && layout.head_dim % 8 == 0) {
-    avx2::attend_head(cache, layout, layer, block_table, pos, kv_head, q, scale, order, scores,
-                      out);
+    avx2::attend_head(cache, layout, layer, block_table, first, pos, kv_head, q, scale, order,
+                      scores, out);
   } else {
-    attend_head_scalar(cache, layout, layer, block_table, pos, kv_head, q, scale, order, scores,
-                       out);
+    attend_head_scalar(cache, layout, layer, block_table, first, pos, kv_head, q, scale, order,
+                       scores, out);
   }
 }
 
@@ -123,7 +124,7 @@ std::vector<float>& score_scratch() {
 namespace {
 
 using HeadFn = void (*)(const uint16_t*, const KvCacheLayout&, int, const int32_t*, int, int,
-                        const float*, float, SumOrder, float*, float*);
+                        int, const float*, float, SumOrder, float*, float*);
 
 void attention_one_with(HeadFn head, const uint16_t* cache, const KvCacheLayout& layout, int layer,
                         const int32_t* block_table, int pos, const float* q, int n_heads,
@@ -134,8 +135,8 @@ void attention_one_with(HeadFn head, const uint16_t* cache, const KvCacheLayout&
   const int group = n_heads / layout.n_kv_heads;
   const float scale = 1.0f / std::sqrt((float)layout.head_dim);
   for (int h = 0; h < n_heads; ++h)
-    head(cache, layout, layer, block_table, pos, h / group, q + (int64_t)h * layout.head_dim, scale,
-         order, scores.data(), out + (int64_t)h * layout.head_dim);
+    head(cache, layout, layer, block_table, 0, pos, h / group, q + (int64_t)h * layout.head_dim,
+         scale, order, scores.data(), out + (int64_t)h * layout.head_dim);
 }
 
 }  // namespace
@@ -154,22 +155,32 @@ void attention_one_scalar(const uint16_t* cache, const KvCacheLayout& layout, in
 }
 
 void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
-                     std::span<const AttentionQuery> queries, int n_heads, ThreadPool& pool) {
-  for (const AttentionQuery& q : queries) check_attention(layout, layer, q.pos, n_heads);
+                     std::span<const AttentionQuery> queries, int n_heads, float scale,
+                     ThreadPool& pool) {
+  for (const AttentionQuery& q : queries) {
+    check_attention(layout, layer, q.pos, n_heads);
+    if (q.first < 0 || q.first > q.pos)
+      throw_error(ErrorKind::kInvalidArgument, "attention: first position out of range");
+  }
   const int64_t n_items = (int64_t)queries.size() * n_heads;
   const int group = n_heads / layout.n_kv_heads;
-  const float scale = 1.0f / std::sqrt((float)layout.head_dim);
   pool.run([&](int thread, int n_threads) {
     std::vector<float>& scores = score_scratch();
     for (int64_t item = thread; item < n_items; item += n_threads) {
       const AttentionQuery& q = queries[(size_t)(item / n_heads)];
       const int h = (int)(item % n_heads);
       if (scores.size() < (size_t)q.pos + 1) scores.resize((size_t)q.pos + 1);
-      attend_head(cache, layout, layer, q.block_table, q.pos, h / group,
+      attend_head(cache, layout, layer, q.block_table, q.first, q.pos, h / group,
                   q.q + (int64_t)h * layout.head_dim, scale, q.order, scores.data(),
                   q.out + (int64_t)h * layout.head_dim);
     }
   });
+}
+
+void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                     std::span<const AttentionQuery> queries, int n_heads, ThreadPool& pool) {
+  attention_batch(cache, layout, layer, queries, n_heads,
+                  1.0f / std::sqrt((float)layout.head_dim), pool);
 }
 
 }  // namespace hablar::cpu

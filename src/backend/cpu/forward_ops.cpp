@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cpu/matmul_fused.h"
+#include "core/error.h"
 
 namespace hablar::cpu {
 namespace {
@@ -40,8 +41,9 @@ void ForwardOps::for_each_token(int64_t n, const Fn& fn) {
 
 void ForwardOps::begin(std::span<const SequenceChunk> chunks, uint16_t* cache,
                        const KvCacheLayout& layout, const ActivationDims& dims,
-                       const RopeParams& rope, float rms_eps) {
-  cache_ = cache, layout_ = layout, dims_ = dims, rope_ = rope, eps_ = rms_eps;
+                       std::span<const RopeParams> ropes, float rms_eps) {
+  cache_ = cache, layout_ = layout, dims_ = dims, eps_ = rms_eps;
+  ropes_.assign(ropes.begin(), ropes.end());
   pending_.clear();
   // Attention sums as llama.cpp does for a chunk of one token (decode) or of several
   // (SumOrder). When the chunk says which positions hold sampled tokens (prompt_len),
@@ -72,21 +74,27 @@ void ForwardOps::begin(std::span<const SequenceChunk> chunks, uint16_t* cache,
   act_.q = sized(q_, T * dims.q_dim()), act_.att = sized(att_, T * dims.q_dim());
   act_.k = sized(k_, T * dims.kv_dim()), act_.v = sized(v_, T * dims.kv_dim());
   act_.gate = sized(gate_, T * dims.n_ff), act_.up = sized(up_, T * dims.n_ff);
-  // RoPE angles of each token's position, computed once for every layer, q and k.
-  const int RP = rope.n_dims / 2;
-  float* cos_t = sized(rope_cos_, T * RP);
-  float* sin_t = sized(rope_sin_, T * RP);
-  for_each_token((int64_t)T, [&](int64_t t) {
-    rope_angles(positions_[(size_t)t], rope_, cos_t + t * RP, sin_t + t * RP);
-  });
+  // RoPE angles of each token's position, computed once per variant for every layer, q and k.
+  rope_cos_.resize(ropes_.size()), rope_sin_.resize(ropes_.size());
+  for (size_t r = 0; r < ropes_.size(); ++r) {
+    const int RP = ropes_[r].n_dims / 2;
+    float* cos_t = sized(rope_cos_[r], T * RP);
+    float* sin_t = sized(rope_sin_[r], T * RP);
+    for_each_token((int64_t)T, [&](int64_t t) {
+      rope_angles(positions_[(size_t)t], ropes_[r], cos_t + t * RP, sin_t + t * RP);
+    });
+  }
 }
 
 void ForwardOps::apply_pending(int64_t t) {
-  const int HD = dims_.head_dim, RP = rope_.n_dims / 2;
+  const int HD = dims_.head_dim;
   for (const TokenOp& op : pending_) {
     switch (op.kind) {
       case TokenOp::Kind::kBias:
         add_inplace(op.x + t * op.width, op.w, op.width);
+        break;
+      case TokenOp::Kind::kScale:
+        for (float *v = op.x + t * op.width, *end = v + op.width; v != end; ++v) *v *= op.s;
         break;
       case TokenOp::Kind::kHeadNorm: {
         float* row = op.x + t * (int64_t)op.n_heads * HD;
@@ -94,10 +102,14 @@ void ForwardOps::apply_pending(int64_t t) {
           cpu::rmsnorm(row + h * HD, op.w, row + h * HD, HD, eps_);
         break;
       }
-      case TokenOp::Kind::kRope:
-        rope_apply(op.x + t * (int64_t)op.n_heads * HD, op.n_heads, HD, rope_,
-                   rope_cos_.data() + t * RP, rope_sin_.data() + t * RP);
+      case TokenOp::Kind::kRope: {
+        const RopeParams& rope = ropes_[(size_t)op.variant];
+        const int RP = rope.n_dims / 2;
+        rope_apply(op.x + t * (int64_t)op.n_heads * HD, op.n_heads, HD, rope,
+                   rope_cos_[(size_t)op.variant].data() + t * RP,
+                   rope_sin_[(size_t)op.variant].data() + t * RP);
         break;
+      }
     }
   }
 }
@@ -133,25 +145,35 @@ void ForwardOps::matmul_qkv(const WeightView& wq, const WeightView& wk, const We
   matmul_many(targets, in, n_tokens(), pool_, roles_);  // one quantization of the input
 }
 
-void ForwardOps::matmul_swiglu(const WeightView& gate, const WeightView& up, const float* in,
-                               float* out, float* up_scratch) {
+void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const float* in,
+                            float* out, float* up_scratch, GluActivation act) {
   flush_pending();
-  cpu::matmul_swiglu(gate, up, in, n_tokens(), out, up_scratch, pool_, roles_);
+  cpu::matmul_glu(gate, up, in, n_tokens(), out, up_scratch, pool_, roles_, act);
 }
 
 void ForwardOps::add_bias(float* x, const float* bias, int64_t width) {
   pending_.push_back({TokenOp::Kind::kBias, x, bias, 0, width});
 }
 
+void ForwardOps::scale(float* x, float s, int64_t width) {
+  TokenOp op{TokenOp::Kind::kScale, x, nullptr, 0, width};
+  op.s = s;
+  pending_.push_back(op);
+}
+
 void ForwardOps::head_rmsnorm(float* x, const float* weight, int n_heads) {
   pending_.push_back({TokenOp::Kind::kHeadNorm, x, weight, n_heads, 0});
 }
 
-void ForwardOps::rope(float* x, int n_heads) {
-  pending_.push_back({TokenOp::Kind::kRope, x, nullptr, n_heads, 0});
+void ForwardOps::rope(float* x, int n_heads, int variant) {
+  HABLAR_CHECK(variant >= 0 && (size_t)variant < ropes_.size(), "rope: no such RoPE variant");
+  TokenOp op{TokenOp::Kind::kRope, x, nullptr, n_heads, 0};
+  op.variant = variant;
+  pending_.push_back(op);
 }
 
-void ForwardOps::attention(int layer, const float* q, const float* k, const float* v, float* out) {
+void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q, const float* k,
+                           const float* v, float* out) {
   const int64_t QD = dims_.q_dim(), KVD = dims_.kv_dim();
   for_each_token(n_tokens(), [&](int64_t t) {
     apply_pending(t);  // bias, q/k norms, RoPE of this token, in the order the forward asked
@@ -161,9 +183,9 @@ void ForwardOps::attention(int layer, const float* q, const float* k, const floa
   pending_.clear();
   queries_.resize(tokens_.size());
   for (size_t t = 0; t < tokens_.size(); ++t)
-    queries_[t] = {block_tables_[t], positions_[t], q + (int64_t)t * QD, out + (int64_t)t * QD,
-                   sum_orders_[t]};
-  attention_batch(cache_, layout_, layer, queries_, dims_.n_heads, pool_);
+    queries_[t] = {block_tables_[t],     positions_[t],  q + (int64_t)t * QD,
+                   out + (int64_t)t * QD, sum_orders_[t], spec.first_position(positions_[t])};
+  attention_batch(cache_, layout_, layer, queries_, dims_.n_heads, spec.scale, pool_);
 }
 
 void ForwardOps::add(float* x, const float* y, int64_t width) {

@@ -17,6 +17,7 @@
 
 #include "backend/cpu/ops.h"
 #include "core/kv_layout.h"
+#include "core/layer_spec.h"
 #include "core/rope.h"
 #include "core/step_batch.h"
 #include "core/tensor_view.h"
@@ -29,10 +30,11 @@ class ForwardOps {
   explicit ForwardOps(ThreadPool& pool) : pool_(pool) {}
 
   // Starts a step: flattens the chunks into T token rows, computes each token's RoPE angles
-  // and summation roles, and sizes the activation rows. `cache` must stay valid until the
-  // step ends. The chunks must have been checked (tokens in range, block tables long enough).
+  // (for every variant in `ropes`) and summation roles, and sizes the activation rows.
+  // `cache` must stay valid until the step ends. The chunks must have been checked (tokens
+  // in range, block tables long enough).
   void begin(std::span<const SequenceChunk> chunks, uint16_t* cache, const KvCacheLayout& layout,
-             const ActivationDims& dims, const RopeParams& rope, float rms_eps);
+             const ActivationDims& dims, std::span<const RopeParams> ropes, float rms_eps);
   int64_t n_tokens() const { return (int64_t)tokens_.size(); }
   const Activations& activations() const { return act_; }
 
@@ -41,12 +43,14 @@ class ForwardOps {
   void matmul(const WeightView& w, const float* in, float* out);
   void matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv, const float* in,
                   float* q, float* k, float* v);
-  void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* in, float* out,
-                     float* up_scratch);
+  void matmul_glu(const WeightView& gate, const WeightView& up, const float* in, float* out,
+                  float* up_scratch, GluActivation act);
   void add_bias(float* x, const float* bias, int64_t width);
+  void scale(float* x, float s, int64_t width);
   void head_rmsnorm(float* x, const float* weight, int n_heads);
-  void rope(float* x, int n_heads);
-  void attention(int layer, const float* q, const float* k, const float* v, float* out);
+  void rope(float* x, int n_heads, int variant);
+  void attention(int layer, const AttentionSpec& spec, const float* q, const float* k,
+                 const float* v, float* out);
   void add(float* x, const float* y, int64_t width);
   // Final norm of the rows that need logits, then the classifier: logits() [R x n_vocab],
   // one row per token of an all_logits chunk, else one for the chunk's last token.
@@ -64,11 +68,13 @@ class ForwardOps {
   // A deferred per-token op on rows [T x width] (width = heads * head_dim for kHeadNorm and
   // kRope).
   struct TokenOp {
-    enum class Kind { kBias, kHeadNorm, kRope } kind;
+    enum class Kind { kBias, kScale, kHeadNorm, kRope } kind;
     float* x;
     const float* w;  // bias or norm weight
     int n_heads;     // kHeadNorm, kRope
-    int64_t width;   // kBias
+    int64_t width;   // kBias, kScale
+    float s = 1.0f;  // kScale
+    int variant = 0; // kRope
   };
   void apply_pending(int64_t t);
   void flush_pending();  // runs the deferred ops now (before an op that reads their rows)
@@ -77,7 +83,7 @@ class ForwardOps {
   uint16_t* cache_ = nullptr;
   KvCacheLayout layout_{};
   ActivationDims dims_{};
-  RopeParams rope_{};
+  std::vector<RopeParams> ropes_;
   float eps_ = 1e-5f;
 
   std::vector<int32_t> tokens_;               // [T]
@@ -89,7 +95,8 @@ class ForwardOps {
   std::vector<uint8_t> logit_roles_;          // the same for the logit rows' output matmul
   std::vector<AttentionQuery> queries_;       // [T]
   std::vector<TokenOp> pending_;
-  std::vector<float> rope_cos_, rope_sin_;  // [T x n_dims/2]
+  // Per RoPE variant: [T x n_dims/2] cosines and sines.
+  std::vector<std::vector<float>> rope_cos_, rope_sin_;
   std::vector<float> x_, xb_, q_, k_, v_, att_, gate_, up_, out_rows_, logits_;
   Activations act_;
 };

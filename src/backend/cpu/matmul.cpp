@@ -358,10 +358,11 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
               });
 }
 
-void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* x, int64_t n_tokens,
-                   float* out, float* up_scratch, ThreadPool& pool, TokenRoles roles) {
+void matmul_glu(const WeightView& gate, const WeightView& up, const float* x, int64_t n_tokens,
+                float* out, float* up_scratch, ThreadPool& pool, TokenRoles roles,
+                GluActivation act) {
   if (gate.rows != up.rows)
-    throw_error(ErrorKind::kInvalidArgument, "matmul_swiglu: gate has " +
+    throw_error(ErrorKind::kInvalidArgument, "matmul_glu: gate has " +
                                                  std::to_string(gate.rows) + " rows, up " +
                                                  std::to_string(up.rows));
   const MatmulTarget targets[2] = {{&gate, out}, {&up, up_scratch}};
@@ -369,11 +370,11 @@ void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* x,
   if (n_tokens == 0) return;
   const int64_t rows[] = {gate.rows};
   run_chunked(pool, rows, n_tokens, [&](size_t, int64_t begin, int64_t end) {
-    // The same rows of both, then their SwiGLU.
+    // The same rows of both, then their gated activation.
     for (const Prepared& p : jobs) run_gemm(p.runs, *p.w, begin, end, p.act, p.stride, p.y);
     for (int64_t t = 0; t < n_tokens; ++t) {
       float* g = out + t * gate.rows + begin;
-      swiglu(g, up_scratch + t * gate.rows + begin, g, end - begin);
+      glu(act, g, up_scratch + t * gate.rows + begin, g, end - begin);
     }
   });
 }

@@ -25,9 +25,10 @@ struct MatmulTarget {
 void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
                  ThreadPool& pool, TokenRoles roles = {});
 
-// out = silu(W_gate · x) * (W_up · x), as cpu::matmul for both and cpu::swiglu after, each
+// out = act(W_gate · x) * (W_up · x), as cpu::matmul for both and cpu::glu after, each
 // thread finishing the rows it computed. up_scratch holds n_tokens x rows floats.
-void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* x, int64_t n_tokens,
-                   float* out, float* up_scratch, ThreadPool& pool, TokenRoles roles = {});
+void matmul_glu(const WeightView& gate, const WeightView& up, const float* x, int64_t n_tokens,
+                float* out, float* up_scratch, ThreadPool& pool, TokenRoles roles = {},
+                GluActivation act = GluActivation::kSilu);
 
 }  // namespace hablar::cpu

@@ -1,6 +1,7 @@
 // Element-wise and normalization ops, RoPE, the embedding lookup and the KV cache store.
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ops_x86.h"
@@ -101,6 +102,51 @@ void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + exp_approx(-g)) * up[i];
+  }
+}
+
+namespace {
+
+// GELU with the tanh approximation, as llama.cpp writes it in float.
+float gelu_tanh(float x) {
+  constexpr float kCoefA = 0.044715f;
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x)));
+}
+
+// gelu_tanh at every half-precision value, rounded to half: llama.cpp's CPU GELU looks its
+// argument up, rounded to half, in such a table (65536 entries, 128 KiB as floats).
+const std::vector<float>& gelu_half_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t i = 0; i < 65536; ++i)
+      t[i] = fp16_to_f32(f32_to_fp16(gelu_tanh(fp16_to_f32((uint16_t)i))));
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  const std::vector<float>& table = gelu_half_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    if (g <= -10.0f) {
+      out[i] = 0.0f;
+    } else if (g >= 10.0f) {
+      out[i] = g * up[i];
+    } else {
+      out[i] = table[f32_to_fp16(g)] * up[i];
+    }
+  }
+}
+
+void glu(GluActivation act, const float* gate, const float* up, float* out, int64_t n) {
+  if (act == GluActivation::kGeluTanh) {
+    geglu(gate, up, out, n);
+  } else {
+    swiglu(gate, up, out, n);
   }
 }
 

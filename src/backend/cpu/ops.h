@@ -7,6 +7,7 @@
 #include <span>
 
 #include "core/kv_layout.h"
+#include "core/layer_spec.h"
 #include "core/rope.h"
 #include "core/tensor_view.h"
 #include "core/thread_pool.h"
@@ -84,6 +85,11 @@ inline void fold64(const float* s, float* t) {
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 // Its scalar form (the SIMD one gives the same bits; tests compare them).
 void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n);
+// out = gelu_tanh(gate) * up as llama.cpp's CPU computes it: gate rounded to half indexes a
+// table of GELU values rounded to half; gate <= -10 gives 0, gate >= 10 gives gate * up.
+void geglu(const float* gate, const float* up, float* out, int64_t n);
+// swiglu or geglu (out may alias gate or up).
+void glu(GluActivation act, const float* gate, const float* up, float* out, int64_t n);
 // y += x, n values.
 void add_inplace(float* y, const float* x, int64_t n);
 // Reads n bytes (n a multiple of 64, p 8-byte aligned) and returns their 64-bit words XORed:
@@ -126,7 +132,14 @@ struct AttentionQuery {
   const float* q;
   float* out;
   SumOrder order = SumOrder::kLanes16;  // kLanes64 for a sequence decoding one token
+  int32_t first = 0;  // the first position seen (> 0 under a sliding window): [first, pos]
 };
+// Scores are q·k * scale (attention_one's scale is 1/sqrt(head_dim)). Positions before a
+// query's `first` count as masked ones do in llama.cpp: their softmax weights are zeros.
+void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                     std::span<const AttentionQuery> queries, int n_heads, float scale,
+                     ThreadPool& pool);
+// The same with scale 1/sqrt(head_dim).
 void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                      std::span<const AttentionQuery> queries, int n_heads, ThreadPool& pool);
 

@@ -158,29 +158,37 @@ float dot_qk64(const float* qr, const uint16_t* k, int hd, bool bf16) {
   return (float)sum;
 }
 
-// scores[0..pos] -> exp_approx(score - max) in place; returns their sum, taken by 16-position
-// blocks (each reduce16'd in float, zeros past pos) in double.
-double softmax_numerators(float* scores, int pos, float max_score) {
+// scores[first..pos] -> exp_approx(score - max) in place; returns their sum, taken by
+// 16-position blocks from first's block (each reduce16'd in float, zeros outside
+// [first, pos]) in double.
+double softmax_numerators(float* scores, int first, int pos, float max_score) {
   const __m256 vmax = _mm256_set1_ps(max_score);
   double sum = 0.0;
-  int p = 0;
+  // A block with lanes outside [first, pos]: through a zero-padded copy.
+  const auto partial_block = [&](int p) {
+    alignas(32) float block[kReduceLanes] = {};
+    const int lo = std::max(p, first) - p, hi = std::min(p + kReduceLanes, pos + 1) - p;
+    std::copy(scores + p + lo, scores + p + hi, block + lo);
+    const __m256 e0 = exp8(_mm256_sub_ps(_mm256_load_ps(block), vmax));
+    const __m256 e1 = exp8(_mm256_sub_ps(_mm256_load_ps(block + 8), vmax));
+    _mm256_store_ps(block, e0), _mm256_store_ps(block + 8, e1);
+    for (int i = 0; i < kReduceLanes; ++i)
+      if (i < lo || i >= hi) block[i] = 0.0f;
+    std::copy(block + lo, block + hi, scores + p + lo);
+    sum += (double)hsum8(_mm256_add_ps(_mm256_load_ps(block), _mm256_load_ps(block + 8)));
+  };
+  int p = first / kReduceLanes * kReduceLanes;
+  if (p < first) {
+    partial_block(p);
+    p += kReduceLanes;
+  }
   for (; p + kReduceLanes <= pos + 1; p += kReduceLanes) {
     const __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + p), vmax));
     const __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + p + 8), vmax));
     _mm256_storeu_ps(scores + p, e0), _mm256_storeu_ps(scores + p + 8, e1);
     sum += (double)hsum8(_mm256_add_ps(e0, e1));
   }
-  if (p <= pos) {  // the last, partial block
-    alignas(32) float block[kReduceLanes] = {};
-    const int n = pos + 1 - p;
-    std::copy(scores + p, scores + p + n, block);
-    const __m256 e0 = exp8(_mm256_sub_ps(_mm256_load_ps(block), vmax));
-    const __m256 e1 = exp8(_mm256_sub_ps(_mm256_load_ps(block + 8), vmax));
-    _mm256_store_ps(block, e0), _mm256_store_ps(block + 8, e1);
-    for (int i = n; i < kReduceLanes; ++i) block[i] = 0.0f;
-    std::copy(block, block + n, scores + p);
-    sum += (double)hsum8(_mm256_add_ps(_mm256_load_ps(block), _mm256_load_ps(block + 8)));
-  }
+  if (p <= pos) partial_block(p);  // the last, partial block
   return sum;
 }
 
@@ -208,8 +216,8 @@ void reduce_rows(const float* acc, int rows, int used_rows, int hd, float* out) 
 // dot_qk64; the V sum in rows of hd values, row = position mod 16 (or 64), then reduce_rows.
 // head_dim is a multiple of 8; scores has room for pos + 1 values.
 void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
-                 const int32_t* block_table, int pos, int kv_head, const float* q, float scale,
-                 SumOrder order, float* scores, float* out) {
+                 const int32_t* block_table, int first, int pos, int kv_head, const float* q,
+                 float scale, SumOrder order, float* scores, float* out) {
   const int hd = layout.head_dim;
   const bool bf16 = layout.dtype == KvDType::BF16;
   const int bs = layout.block_size;
@@ -219,34 +227,34 @@ void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
   if (scratch.size() < (size_t)(rows + 1) * (size_t)hd) scratch.resize((size_t)(rows + 1) * hd);
   float* qr = scratch.data();
   float* acc = qr + hd;
-  const int used_rows = std::min(rows, pos + 1);  // rows past these stay zeros
+  // Rows past these stay zeros: position p adds to row p % rows.
+  const int used_rows = std::min(rows, pos + 1);
   for (int64_t i = 0; i < (int64_t)used_rows * hd; i += 8)
     _mm256_storeu_ps(acc + i, _mm256_setzero_ps());
   for (int d = 0; d < hd; d += 8)
     _mm256_storeu_ps(qr + d, round_to_kv8(_mm256_loadu_ps(q + d), bf16));
   float max_score = -INFINITY;
-  for (int p0 = 0; p0 <= pos; p0 += bs) {
-    const uint16_t* k = cache + layout.position_offset(block_table, layer, 0, kv_head, p0);
-    const int n = std::min(bs, pos + 1 - p0);
-    for (int s = 0; s < n; ++s, k += hd) {
-      const float dot = qk16 ? dot_qk16(qr, k, hd, bf16) : dot_qk64(qr, k, hd, bf16);
-      scores[p0 + s] = dot * scale;
-      max_score = std::max(max_score, scores[p0 + s]);
+  // Positions [first, pos] block by block of the paged cache.
+  const auto for_each_position = [&](int kv, const auto& fn) {
+    for (int p0 = first / bs * bs; p0 <= pos; p0 += bs) {
+      const int s0 = std::max(first - p0, 0), n = std::min(bs, pos + 1 - p0);
+      const uint16_t* row = cache + layout.position_offset(block_table, layer, kv, kv_head, p0);
+      for (int s = s0; s < n; ++s) fn(p0 + s, row + (size_t)s * hd);
     }
-  }
-  const float inv = (float)(1.0 / softmax_numerators(scores, pos, max_score));
-  for (int p0 = 0; p0 <= pos; p0 += bs) {
-    const uint16_t* v = cache + layout.position_offset(block_table, layer, 1, kv_head, p0);
-    const int n = std::min(bs, pos + 1 - p0);
-    for (int s = 0; s < n; ++s, v += hd) {
-      const float w = _mm256_cvtss_f32(round_to_kv8(_mm256_set1_ps(scores[p0 + s] * inv), bf16));
-      const __m256 wv = _mm256_set1_ps(w);
-      float* row = acc + (size_t)((p0 + s) % rows) * hd;
-      for (int d = 0; d < hd; d += 8)
-        _mm256_storeu_ps(row + d,
-                         _mm256_fmadd_ps(wv, load8(v + d, bf16), _mm256_loadu_ps(row + d)));
-    }
-  }
+  };
+  for_each_position(0, [&](int p, const uint16_t* k) {
+    const float dot = qk16 ? dot_qk16(qr, k, hd, bf16) : dot_qk64(qr, k, hd, bf16);
+    scores[p] = dot * scale;
+    max_score = std::max(max_score, scores[p]);
+  });
+  const float inv = (float)(1.0 / softmax_numerators(scores, first, pos, max_score));
+  for_each_position(1, [&](int p, const uint16_t* v) {
+    const float w = _mm256_cvtss_f32(round_to_kv8(_mm256_set1_ps(scores[p] * inv), bf16));
+    const __m256 wv = _mm256_set1_ps(w);
+    float* row = acc + (size_t)(p % rows) * hd;
+    for (int d = 0; d < hd; d += 8)
+      _mm256_storeu_ps(row + d, _mm256_fmadd_ps(wv, load8(v + d, bf16), _mm256_loadu_ps(row + d)));
+  });
   reduce_rows(acc, rows, used_rows, hd, out);
 }
 

@@ -13,9 +13,9 @@ uint64_t read_through(const uint8_t* p, size_t n);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void rope_apply(float* x, int n_heads, int head_dim, const RopeParams& p, const float* cos_t,
                 const float* sin_t);
-// head_dim must be a multiple of 8.
+// head_dim must be a multiple of 8; positions [first, pos] are attended.
 void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
-                 const int32_t* block_table, int pos, int kv_head, const float* q, float scale,
-                 SumOrder order, float* scores, float* out);
+                 const int32_t* block_table, int first, int pos, int kv_head, const float* q,
+                 float scale, SumOrder order, float* scores, float* out);
 
 }  // namespace hablar::cpu::avx2

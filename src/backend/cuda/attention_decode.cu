@@ -33,7 +33,7 @@ __device__ __forceinline__ int decode_context(const DecodeAttentionParams& p, in
 }
 
 // The positions [begin, end) that split `split` of slot `slot` attends to; empty (begin >= end)
-// when the slot is done or its context ends before the split.
+// when the slot is done, its context ends before the split or its window begins after it.
 struct SplitRange {
   int begin, end;
 };
@@ -42,7 +42,7 @@ __device__ __forceinline__ SplitRange split_range(const DecodeAttentionParams& p
   if (!p.active[slot]) return {0, 0};
   const int context = decode_context(p, slot);
   const int begin = split * split_len;
-  return {begin, min(begin + split_len, context)};
+  return {max(begin, decode_first_position(p, p.seq_lens[slot])), min(begin + split_len, context)};
 }
 
 template <bool kBf16>
@@ -496,10 +496,12 @@ __global__ void decode_reduce_kernel(DecodeAttentionParams p, int split_len, int
   const int d_head = p.layout.head_dim;
   // Splits past the grid (a context beyond max_context, a caller error) are not read.
   const int n_valid = min(n_splits, (decode_context(p, slot) + split_len - 1) / split_len);
+  // Splits wholly before a sliding window's first position wrote nothing either.
+  const int first_split = decode_first_position(p, p.seq_lens[slot]) / split_len;
   const float* parts = workspace + ((size_t)slot * p.n_heads + head) * n_splits * (d_head + 2);
   SoftmaxState total = softmax_empty();
   float merged = 0.0f;
-  for (int s = 0; s < n_valid; ++s) {
+  for (int s = first_split; s < n_valid; ++s) {
     const float* part = parts + (size_t)s * (d_head + 2);
     const SoftmaxMerge m = softmax_merge(total, SoftmaxState{part[0], part[1]});
     merged = merged * m.factor_a + part[2 + d] * m.factor_b;

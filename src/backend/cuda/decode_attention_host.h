@@ -190,10 +190,12 @@ inline void decode_attention_host(const DecodeAttentionParams& p) {
       const float* q = p.q + ((size_t)s * p.n_heads + h) * d_head;
       SoftmaxState total = softmax_empty();
       for (int d = 0; d < d_head; ++d) acc[d] = 0.0f;
-      for (int begin = 0; begin < context; begin += split_len) {
+      const int first = decode_first_position(p, p.seq_lens[s]);
+      for (int begin = first / split_len * split_len; begin < context; begin += split_len) {
         const int end = begin + split_len < context ? begin + split_len : context;
-        const SoftmaxState part =
-            host_twin::attend_split(p, table, q, h / group, begin, end, acc_split.data());
+        const SoftmaxState part = host_twin::attend_split(p, table, q, h / group,
+                                                          std::max(begin, first), end,
+                                                          acc_split.data());
         const SoftmaxMerge merge = softmax_merge(total, part);
         for (int d = 0; d < d_head; ++d)
           acc[d] = acc[d] * merge.factor_a + acc_split[d] * merge.factor_b;

@@ -37,6 +37,8 @@ struct DecodeAttentionParams {
   const float* v_new = nullptr;
   float* out = nullptr;
   float scale = 0.0f;  // usually 1 / sqrt(head_dim)
+  // > 0: a sliding window; the query at position pos sees [pos - window + 1, pos] only.
+  int32_t window = 0;
 
   // Upper bound of (seq_len + 1) over the live slots; sizes the split-K grid. 0 means the
   // block-table capacity (max_blocks_per_seq * block_size), which suits a captured graph.
@@ -49,6 +51,11 @@ struct DecodeAttentionParams {
   // the lengths itself (every token of a step as a slot at its own position).
   bool advance_lengths = true;
 };
+
+// The first position the query at `pos` sees.
+HABLAR_KV_HD inline int32_t decode_first_position(const DecodeAttentionParams& p, int32_t pos) {
+  return p.window > 0 && pos >= p.window ? pos - p.window + 1 : 0;
+}
 
 inline int32_t decode_max_context(const DecodeAttentionParams& p) {
   const int32_t capacity = p.max_blocks_per_seq * p.layout.block_size;

@@ -98,17 +98,22 @@ size_t attention_workspace_bound(const ActivationDims& d, int32_t max_slots, int
 }  // namespace
 
 ForwardOps::ForwardOps(const ActivationDims& dims, const KvCacheLayout& layout, void* kv_cache,
-                       const RopeParams& rope, float rms_eps, const ForwardLimits& limits,
-                       cudaStream_t stream)
+                       std::span<const RopeParams> ropes, float rms_eps,
+                       const ForwardLimits& limits, cudaStream_t stream)
     : dims_(dims),
       layout_(layout),
       kv_cache_(kv_cache),
-      rope_(rope),
+      ropes_(ropes.begin(), ropes.end()),
       eps_(rms_eps),
       limits_(limits),
       stream_(stream),
       buf_(std::make_unique<Buffers>()) {
-  const size_t T = (size_t)limits.max_tokens, RP = (size_t)rope.n_dims / 2;
+  HABLAR_CHECK(!ropes_.empty(), "cuda::ForwardOps needs a RoPE");
+  for (const RopeParams& r : ropes_)
+    HABLAR_CHECK(r.n_dims == ropes_[0].n_dims, "RoPE variants of different widths");
+  rope_pairs_ = ropes_[0].n_dims / 2;
+  // Angles of every variant: [variants][T][n_dims / 2].
+  const size_t T = (size_t)limits.max_tokens, RP = (size_t)rope_pairs_ * ropes_.size();
   const size_t MB = (size_t)limits.max_blocks_per_seq;
   HABLAR_CHECK(T > 0 && MB > 0, "cuda::ForwardOps needs max_tokens and max_blocks_per_seq");
   // Activations: x, xb, q, k, v, att, gate, up, final-normed rows, logits.
@@ -171,7 +176,7 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
                        int64_t pad_to) {
   Buffers& b = *buf_;
   const size_t T_max = (size_t)limits_.max_tokens, MB = (size_t)limits_.max_blocks_per_seq;
-  const int RP = rope_.n_dims / 2;
+  const int RP = rope_pairs_;
   auto* words = static_cast<int32_t*>(b.host_inputs);
   auto* floats = static_cast<float*>(b.host_inputs);
   auto* active = reinterpret_cast<uint8_t*>(words + b.active);
@@ -188,7 +193,10 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
     const size_t n = std::min(table.size(), MB);
     std::memcpy(row, table.data(), n * 4);
     std::fill(row + n, row + MB, 0);
-    rope_angles(pos, rope_, floats + b.cos + t * RP, floats + b.sin + t * RP);
+    for (size_t r = 0; r < ropes_.size(); ++r) {
+      const size_t at = (r * T_max + (size_t)t) * RP;
+      rope_angles(pos, ropes_[r], floats + b.cos + at, floats + b.sin + at);
+    }
   };
   for (const SequenceChunk& ch : chunks) {
     const int64_t needed =
@@ -220,14 +228,16 @@ void ForwardOps::upload() {
   // n_tokens of each, block tables and angles of n_tokens rows.
   const Buffers& b = *buf_;
   const size_t T = (size_t)n_tokens_, MB = (size_t)limits_.max_blocks_per_seq;
-  const size_t RP = (size_t)rope_.n_dims / 2;
+  const size_t RP = (size_t)rope_pairs_, T_max = (size_t)limits_.max_tokens;
   const auto copy = [&](size_t word, size_t n_words) {
     HABLAR_CUDA_CHECK(cudaMemcpyAsync(static_cast<int32_t*>(b.inputs.get()) + word,
                                       static_cast<const int32_t*>(b.host_inputs) + word,
                                       n_words * 4, cudaMemcpyHostToDevice, stream_));
   };
   copy(b.tokens, T), copy(b.positions, T), copy(b.logit_rows, T), copy(b.active, (T + 3) / 4);
-  copy(b.tables, T * MB), copy(b.cos, T * RP), copy(b.sin, T * RP);
+  copy(b.tables, T * MB);
+  for (size_t r = 0; r < ropes_.size(); ++r)  // each variant's first T rows
+    copy(b.cos + r * T_max * RP, T * RP), copy(b.sin + r * T_max * RP, T * RP);
 }
 
 void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float* out) {
@@ -267,11 +277,19 @@ void ForwardOps::matmul_qkv(const WeightView& wq, const WeightView& wk, const We
   product(wv, in, n_tokens_, v);
 }
 
-void ForwardOps::matmul_swiglu(const WeightView& gate, const WeightView& up, const float* in,
-                               float* out, float* up_scratch) {
+void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const float* in,
+                            float* out, float* up_scratch, GluActivation act) {
   product(gate, in, n_tokens_, out);
   product(up, in, n_tokens_, up_scratch);
-  swiglu(out, up_scratch, out, n_tokens_ * gate.rows, stream_);
+  if (act == GluActivation::kGeluTanh) {
+    geglu(out, up_scratch, out, n_tokens_ * gate.rows, stream_);
+  } else {
+    swiglu(out, up_scratch, out, n_tokens_ * gate.rows, stream_);
+  }
+}
+
+void ForwardOps::scale(float* x, float s, int64_t width) {
+  cuda::scale(x, s, n_tokens_ * width, stream_);
 }
 
 void ForwardOps::add_bias(float* x, const float* bias, int64_t width) {
@@ -283,15 +301,18 @@ void ForwardOps::head_rmsnorm(float* x, const float* weight, int n_heads) {
   rms_norm(x, weight, x, (int)(n_tokens_ * n_heads), dims_.head_dim, eps_, stream_);
 }
 
-void ForwardOps::rope(float* x, int n_heads) {
+void ForwardOps::rope(float* x, int n_heads, int variant) {
+  HABLAR_CHECK(variant >= 0 && (size_t)variant < ropes_.size(), "rope: no such RoPE variant");
   const auto* inputs = static_cast<const float*>(buf_->inputs.get());
+  const size_t at = (size_t)variant * (size_t)limits_.max_tokens * (size_t)rope_pairs_;
   rope_table_kernel<<<(unsigned)n_tokens_, 128, 0, stream_>>>(
-      x, inputs + buf_->cos, inputs + buf_->sin, n_heads, dims_.head_dim, rope_.n_dims / 2,
-      rope_.neox);
+      x, inputs + buf_->cos + at, inputs + buf_->sin + at, n_heads, dims_.head_dim, rope_pairs_,
+      ropes_[(size_t)variant].neox);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 
-void ForwardOps::attention(int layer, const float* q, const float* k, const float* v, float* out) {
+void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q, const float* k,
+                           const float* v, float* out) {
   auto* inputs = static_cast<int32_t*>(buf_->inputs.get());
   DecodeAttentionParams p;
   p.layout = layout_;
@@ -304,7 +325,8 @@ void ForwardOps::attention(int layer, const float* q, const float* k, const floa
   p.active = reinterpret_cast<const uint8_t*>(inputs + buf_->active);
   p.n_heads = dims_.n_heads;
   p.q = q, p.k_new = k, p.v_new = v, p.out = out;
-  p.scale = 1.0f / std::sqrt((float)dims_.head_dim);
+  p.scale = spec.scale;
+  p.window = spec.window;
   p.max_context = max_context_;
   p.fixed_split_len = limits_.deterministic ? kFixedSplitLen : 0;
   p.advance_lengths = false;

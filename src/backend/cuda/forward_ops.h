@@ -25,6 +25,7 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/matmul.h"
 #include "core/kv_layout.h"
+#include "core/layer_spec.h"
 #include "core/rope.h"
 #include "core/step_batch.h"
 #include "core/tensor_view.h"
@@ -39,8 +40,9 @@ struct ForwardLimits {
 
 class ForwardOps {
  public:
+  // `ropes`: the model's RoPE variants (ModelConfig::ropes), all of one n_dims.
   ForwardOps(const ActivationDims& dims, const KvCacheLayout& layout, void* kv_cache,
-             const RopeParams& rope, float rms_eps, const ForwardLimits& limits,
+             std::span<const RopeParams> ropes, float rms_eps, const ForwardLimits& limits,
              cudaStream_t stream);
   ~ForwardOps();
   // Device memory the step buffers take (activations, inputs, attention workspace).
@@ -72,12 +74,14 @@ class ForwardOps {
   void matmul(const WeightView& w, const float* in, float* out);
   void matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv, const float* in,
                   float* q, float* k, float* v);
-  void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* in, float* out,
-                     float* up_scratch);
+  void matmul_glu(const WeightView& gate, const WeightView& up, const float* in, float* out,
+                  float* up_scratch, GluActivation act);
   void add_bias(float* x, const float* bias, int64_t width);
+  void scale(float* x, float s, int64_t width);
   void head_rmsnorm(float* x, const float* weight, int n_heads);
-  void rope(float* x, int n_heads);
-  void attention(int layer, const float* q, const float* k, const float* v, float* out);
+  void rope(float* x, int n_heads, int variant);
+  void attention(int layer, const AttentionSpec& spec, const float* q, const float* k,
+                 const float* v, float* out);
   void add(float* x, const float* y, int64_t width);
   void logits(const float* x, const float* norm_weight, const WeightView& output);
   // Device logits [n_logit_rows x n_vocab] in logit_order.
@@ -93,7 +97,8 @@ class ForwardOps {
   ActivationDims dims_;
   KvCacheLayout layout_;
   void* kv_cache_;
-  RopeParams rope_;
+  std::vector<RopeParams> ropes_;
+  int32_t rope_pairs_ = 0;  // n_dims / 2 of every variant
   float eps_;
   ForwardLimits limits_;
   cudaStream_t stream_;

@@ -52,6 +52,23 @@ __global__ void swiglu_kernel(const float* gate, const float* up, float* out, in
   }
 }
 
+// GELU with the tanh approximation (in float; the CPU's table of half-precision values
+// differs from it by at most a half-precision rounding of the result).
+__global__ void geglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float kCoefA = 0.044715f, kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * g * (1.0f + kCoefA * g * g))) * up[i];
+  }
+}
+
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    x[i] *= s;
+}
+
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
@@ -109,6 +126,18 @@ void rope(float* x, const int32_t* positions, int tokens, int heads, int head_di
 void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   swiglu_kernel<<<grid_for(n), 256, 0, stream>>>(gate, up, out, n);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  geglu_kernel<<<grid_for(n), 256, 0, stream>>>(gate, up, out, n);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void scale(float* x, float s, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  scale_kernel<<<grid_for(n), 256, 0, stream>>>(x, s, n);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 

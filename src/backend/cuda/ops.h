@@ -24,6 +24,12 @@ void rope(float* x, const int32_t* positions, int tokens, int heads, int head_di
 // out = silu(gate) * up over n values; out may alias either input.
 void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
 
+// out = gelu_tanh(gate) * up over n values (GeGLU); out may alias either input.
+void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+
+// x *= s over n values.
+void scale(float* x, float s, int64_t n, cudaStream_t stream);
+
 // out = a + b over n values (the residual add); out may alias a or b.
 void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
 

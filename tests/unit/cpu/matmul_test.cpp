@@ -377,7 +377,7 @@ TEST(Matmul, ManyAndSwigluMatchSeparateCalls) {
           << dtype_name(t.w->type) << " tokens " << n_tokens;
     }
     std::vector<float> fused(gate.view.rows * n_tokens), scratch(fused.size());
-    matmul_swiglu(gate.view, up.view, x.data(), n_tokens, fused.data(), scratch.data(), pool);
+    matmul_glu(gate.view, up.view, x.data(), n_tokens, fused.data(), scratch.data(), pool);
     std::vector<float> g(fused.size()), u(fused.size());
     matmul(gate.view, x.data(), n_tokens, g.data(), pool);
     matmul(up.view, x.data(), n_tokens, u.data(), pool);
@@ -389,7 +389,7 @@ TEST(Matmul, ManyAndSwigluMatchSeparateCalls) {
   std::vector<float> x(cols), y(64);
   const MatmulTarget mixed[] = {{&a.view, y.data()}, {&narrow.view, y.data()}};
   EXPECT_THROW(matmul_many(mixed, x.data(), 1, pool), Error);
-  EXPECT_THROW(matmul_swiglu(gate.view, a.view, x.data(), 1, y.data(), y.data(), pool), Error);
+  EXPECT_THROW(matmul_glu(gate.view, a.view, x.data(), 1, y.data(), y.data(), pool), Error);
 }
 
 TEST(Matmul, RejectsBadInput) {

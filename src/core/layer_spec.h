@@ -1,0 +1,30 @@
+// Per-layer facts a forward hands to a backend's ops, in backend-neutral types: how a
+// layer's attention is scaled and windowed, which RoPE variant rotates it, and which gated
+// activation its feed-forward uses. The model's configuration holds one LayerSpec per layer
+// (model/model.h); backends receive the pieces with each op.
+#pragma once
+
+#include <cstdint>
+
+namespace hablar {
+
+// The gate's nonlinearity of a gated feed-forward: out = act(x·Wgᵀ) * (x·Wuᵀ).
+enum class GluActivation {
+  kSilu,      // SwiGLU (llama, qwen): silu(g) = g / (1 + e^-g)
+  kGeluTanh,  // GeGLU (gemma): 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))
+};
+
+struct AttentionSpec {
+  float scale = 1.0f;   // multiplies q·k before the softmax
+  int32_t window = 0;   // > 0: a query at position p sees keys [p - window + 1, p]; 0: [0, p]
+
+  // The first position a query at `pos` sees.
+  int32_t first_position(int32_t pos) const { return window > 0 && pos >= window ? pos - window + 1 : 0; }
+};
+
+struct LayerSpec {
+  AttentionSpec attention;
+  int32_t rope = 0;  // index into ModelConfig::ropes of the RoPE that rotates this layer's q, k
+};
+
+}  // namespace hablar
