@@ -62,3 +62,8 @@ build_hablar() {
 fetch_default_model() {
   HABLAR_PYTHON="$HABLAR_VENV/bin/python" "$HABLAR_ROOT/scripts/fetch-model.sh"
 }
+
+# The other real models the tests check against llama.cpp (Gemma 3 270M).
+fetch_test_models() {
+  HABLAR_PYTHON="$HABLAR_VENV/bin/python" "$HABLAR_ROOT/scripts/fetch-model.sh" gemma3
+}

@@ -8,6 +8,7 @@ install_system_packages
 setup_venv
 build_hablar
 fetch_default_model
+fetch_test_models
 
 results="$HABLAR_BUILD_DIR/test-results"
 rm -rf "$results"

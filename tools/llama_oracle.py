@@ -4,6 +4,7 @@
 The oracle is llama.cpp through llama-cpp-python (built from source, CPU), run on the same
 GGUF files hablar's tests load:
   * the default model SmolLM2-135M-Instruct (Q4_1), from the model cache;
+  * Gemma 3 270M (Q4_K_M), from the model cache (scripts/fetch-model.sh gemma3);
   * synthetic models written by `hablar make-model` (seeded, so the test regenerates the
     very same bytes), tiny shape, llama / qwen2 / qwen3, in every tested type.
 
@@ -54,9 +55,15 @@ PROMPTS = [
     "The mitochondria is the powerhouse of",
     "function add(a, b) { return",
 ]
+# Gemma's own turn markers in place of ChatML's.
+GEMMA_PROMPTS = [p if not p.startswith("<|im_start|>") else
+                 "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n"
+                 for p in PROMPTS]
 SYNTH_PROMPTS = PROMPTS[:6]
-SYNTH_ARCHES = ["llama", "qwen2", "qwen3"]
+SYNTH_ARCHES = ["llama", "qwen2", "qwen3", "gemma3"]
 SYNTH_TYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"]
+# Newer families: the float, 8-bit and usual K-quant mix.
+ARCH_TYPES = {"gemma3": ["f16", "q8_0", "q4_k_m"]}
 SYNTH_SEED = 7
 SYNTH_VOCAB = "ggml-vocab-llama-spm.gguf"
 PPL_CTX = 256
@@ -152,10 +159,20 @@ def smollm2_golden(model_path):
                       "greedy": greedy_runs, "perplexity": ppl})
 
 
-def synthetic_goldens(hablar, vocab_dir, models_dir=None, types=None):
+def gemma3_golden(model_path):
+    llm = open_model(model_path, n_ctx=512)
+    prompts = [prompt_record(llm, p, parse_special=True) for p in GEMMA_PROMPTS]
+    greedy_runs = [greedy(llm, rec["ids"], GREEDY_TOKENS) for rec in prompts]
+    with open(os.path.join(GOLDEN, "ppl_text.txt"), encoding="utf-8") as f:
+        ppl = perplexity(llm, f.read())
+    write("gemma3-270m", {"model": os.path.basename(model_path), "top_k": TOP_K,
+                          "prompts": prompts, "greedy": greedy_runs, "perplexity": ppl})
+
+
+def synthetic_goldens(hablar, vocab_dir, models_dir=None, types=None, arches=None):
     with tempfile.TemporaryDirectory() as tmp:
-        for arch in SYNTH_ARCHES:
-            for typ in types or SYNTH_TYPES:
+        for arch in arches or SYNTH_ARCHES:
+            for typ in types or ARCH_TYPES.get(arch, SYNTH_TYPES):
                 path = os.path.join(models_dir or tmp, f"{arch}-{typ}.gguf")
                 if not models_dir:
                     subprocess.run([hablar, "make-model", "--arch", arch, "--shape", "tiny",
@@ -177,17 +194,23 @@ def main():
     ap.add_argument("--model", default=os.path.expanduser(
         "~/.cache/hablar/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--testdata", default=os.path.join(ROOT, "..", "shared", "testdata"))
-    ap.add_argument("--only", choices=["smollm2", "synthetic"])
+    ap.add_argument("--gemma3", default=os.path.expanduser(
+        "~/.cache/hablar/models/gemma-3-270m-q4_k_m.gguf"))
+    ap.add_argument("--only", choices=["smollm2", "gemma3", "synthetic"])
     ap.add_argument("--types", help="comma-separated synthetic types to regenerate (default: all)")
+    ap.add_argument("--arches", help="comma-separated synthetic architectures (default: all)")
     ap.add_argument("--synthetic-dir", help="read <arch>-<type>.gguf from here instead of "
                     "running make-model (files written by the same seeded generator)")
     args = ap.parse_args()
     os.makedirs(GOLDEN, exist_ok=True)
     if args.only in (None, "smollm2"):
         smollm2_golden(args.model)
+    if args.only in (None, "gemma3"):
+        gemma3_golden(args.gemma3)
     if args.only in (None, "synthetic"):
         synthetic_goldens(args.hablar, os.path.join(args.testdata, "vocab"), args.synthetic_dir,
-                          args.types.split(",") if args.types else None)
+                          args.types.split(",") if args.types else None,
+                          args.arches.split(",") if args.arches else None)
 
 
 if __name__ == "__main__":

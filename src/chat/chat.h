@@ -87,6 +87,9 @@ std::string apply_chat_template(const ChatTemplate& tmpl, const ChatInput& input
 
 // ChatML (<|im_start|>role\ncontent<|im_end|>\n), used when a model has no template.
 const std::string& chatml_template_source();
+// The template for a model file without one: the family's own turn format where hablar has
+// one built in (Gemma's for gemma*), else ChatML.
+const std::string& fallback_template_source(std::string_view architecture);
 
 struct ToolCall {
   std::string id;

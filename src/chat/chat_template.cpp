@@ -136,4 +136,33 @@ const std::string& chatml_template_source() {
   return source;
 }
 
+// Gemma's turns: "user" and "model" roles between <start_of_turn> and <end_of_turn>; a system
+// message has no turn of its own and opens the first user turn, followed by a blank line.
+const std::string& gemma_template_source() {
+  static const std::string source =
+      "{{- bos_token -}}\n"
+      "{%- set system = namespace(text='') -%}\n"
+      "{%- for message in messages -%}\n"
+      "{%- if message['content'] is string -%}{%- set text = message['content'] -%}\n"
+      "{%- else -%}{%- set text = namespace(s='') -%}\n"
+      "{%- for part in message['content'] if part['type'] == 'text' -%}"
+      "{%- set text.s = text.s + part['text'] -%}{%- endfor -%}\n"
+      "{%- set text = text.s -%}{%- endif -%}\n"
+      "{%- if message['role'] == 'system' -%}{%- set system.text = text + '\\n\\n' -%}\n"
+      "{%- else -%}\n"
+      "{{- '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\\n' -}}\n"
+      "{%- if message['role'] == 'user' -%}{{- system.text -}}{%- set system.text = '' -%}"
+      "{%- endif -%}\n"
+      "{{- text | trim -}}{{- '<end_of_turn>\\n' -}}\n"
+      "{%- endif -%}\n"
+      "{%- endfor -%}\n"
+      "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}\n";
+  return source;
+}
+
+const std::string& fallback_template_source(std::string_view architecture) {
+  if (architecture.starts_with("gemma")) return gemma_template_source();
+  return chatml_template_source();
+}
+
 }  // namespace hablar::chat

@@ -19,8 +19,10 @@ std::string chat_template_source(const gguf::GgufFile& file, const std::string& 
   if (!override_file.empty()) return read_text_file(override_file, "chat template");
   std::string source = file.get_string_or("tokenizer.chat_template", "");
   if (source.empty()) {
-    log::warn("the model has no chat template; using ChatML");
-    source = chat::chatml_template_source();
+    const std::string arch = file.get_string_or("general.architecture", "");
+    source = chat::fallback_template_source(arch);
+    log::warn("the model has no chat template; using the built-in {}",
+              source == chat::chatml_template_source() ? "ChatML" : "turn format of " + arch);
   }
   return source;
 }

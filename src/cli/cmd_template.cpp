@@ -68,7 +68,9 @@ int run_template(const TemplateOptions& opts) {
     source = read_text(opts.template_file, "template");
   } else {
     gguf::GgufFile file = gguf::GgufFile::open(resolve_model_path(opts.model));
-    source = file.get_string_or("tokenizer.chat_template", chat::chatml_template_source());
+    source = file.get_string_or(
+        "tokenizer.chat_template",
+        chat::fallback_template_source(file.get_string_or("general.architecture", "")));
     if (!context.contains("bos_token") || !context.contains("eos_token")) {
       std::vector<std::string> tokens;
       if (file.has("tokenizer.ggml.tokens"))

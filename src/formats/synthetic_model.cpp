@@ -27,12 +27,15 @@ using gguf::Value;
 // The shapes of the public configurations (hidden size, layers, heads, KV heads, head
 // length, FFN length, vocabulary, context, RoPE base, RMS-norm epsilon, tied embeddings).
 const std::vector<ModelShape> kShapes = {
-    {"tiny", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0, 1e-5, false},
+    // tiny: gemma3's window of 8 and period 2 make its short test prompts cross both kinds.
+    {"tiny", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0, 1e-5, false, 8, 2},
     {"smollm2-135m", 576, 30, 9, 3, 64, 1536, 49152, 8192, 100000.0, 1e-5, true},
     {"qwen2.5-0.5b", 896, 24, 14, 2, 64, 4864, 151936, 32768, 1000000.0, 1e-6, true},
     {"qwen2.5-1.5b", 1536, 28, 12, 2, 128, 8960, 151936, 32768, 1000000.0, 1e-6, true},
     {"qwen3-0.6b", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0, 1e-6, true},
     {"llama3-8b", 4096, 32, 32, 8, 128, 14336, 128256, 8192, 500000.0, 1e-5, false},
+    {"gemma3-270m", 640, 18, 4, 1, 256, 2048, 262144, 32768, 1000000.0, 1e-6, true, 512, 6},
+    {"gemma3-1b", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0, 1e-6, true, 512, 6},
 };
 
 // SplitMix64: a fast, well-mixed generator; one stream per (seed, tensor, row) so the
@@ -135,6 +138,10 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
   w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32((float)s.norm_eps));
   w.set(a + ".rope.freq_base", Value::f32((float)s.rope_theta));
   w.set(a + ".rope.dimension_count", u32(s.head_dim));
+  if (arch == Arch::kGemma3) {
+    w.set(a + ".attention.sliding_window", u32(s.sliding_window));
+    w.set(a + ".attention.sliding_window_pattern", u32(s.sliding_period));
+  }
 }
 
 void check_shape(const ModelShape& s) {
@@ -277,6 +284,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "llama") return Arch::kLlama;
   if (name == "qwen2") return Arch::kQwen2;
   if (name == "qwen3") return Arch::kQwen3;
+  if (name == "gemma3") return Arch::kGemma3;
   return std::nullopt;
 }
 
@@ -288,6 +296,8 @@ std::string_view arch_name(Arch arch) {
       return "qwen2";
     case Arch::kQwen3:
       return "qwen3";
+    case Arch::kGemma3:
+      return "gemma3";
   }
   return "unknown";
 }
@@ -315,15 +325,17 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
       add(block_name(l, "attn_k.bias"), {kv_len}, Init::kBias, l);
       add(block_name(l, "attn_v.bias"), {kv_len}, Init::kBias, l);
     }
-    if (arch == Arch::kQwen3) {
+    if (arch == Arch::kQwen3 || arch == Arch::kGemma3) {
       add(block_name(l, "attn_q_norm.weight"), {s.head_dim}, Init::kNorm, l);
       add(block_name(l, "attn_k_norm.weight"), {s.head_dim}, Init::kNorm, l);
     }
     add(block_name(l, "attn_output.weight"), {q_len, s.hidden}, Init::kMatrix, l);
+    if (arch == Arch::kGemma3) add(block_name(l, "post_attention_norm.weight"), {s.hidden}, Init::kNorm, l);
     add(block_name(l, "ffn_norm.weight"), {s.hidden}, Init::kNorm, l);
     add(block_name(l, "ffn_gate.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
     add(block_name(l, "ffn_up.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
     add(block_name(l, "ffn_down.weight"), {s.ffn, s.hidden}, Init::kMatrix, l);
+    if (arch == Arch::kGemma3) add(block_name(l, "post_ffw_norm.weight"), {s.hidden}, Init::kNorm, l);
   }
   add("output_norm.weight", {s.hidden}, Init::kNorm, -1);
   if (has_output) add("output.weight", {s.hidden, vocab_size}, Init::kMatrix, -1);

@@ -19,10 +19,14 @@ std::string source_dir() {
   return HABLAR_SOURCE_DIR;
 }
 
-std::string default_model_path_or_empty() {
-  const auto p = std::filesystem::path(model_cache_dir()) / std::string(kDefaultModelName);
+std::string cached_model_path_or_empty(const std::string& file_name) {
+  const auto p = std::filesystem::path(model_cache_dir()) / file_name;
   std::error_code ec;
   return std::filesystem::is_regular_file(p, ec) ? p.string() : "";
+}
+
+std::string default_model_path_or_empty() {
+  return cached_model_path_or_empty(std::string(kDefaultModelName));
 }
 
 std::string make_temp_dir(const std::string& prefix) {

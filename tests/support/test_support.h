@@ -11,6 +11,8 @@ std::string testdata_dir();
 std::string source_dir();
 // Path of the default model in the cache, or "" when it is not there.
 std::string default_model_path_or_empty();
+// The path of `file_name` in the model cache, or "" when it is not there.
+std::string cached_model_path_or_empty(const std::string& file_name);
 // A fresh temporary directory for one test.
 std::string make_temp_dir(const std::string& prefix);
 

@@ -24,7 +24,7 @@ def golden():
 
 def test_greedy_json_matches_llama_cpp_first_tokens(golden):
     # llama.cpp's greedy continuation of this prompt (ours agrees on all 64 tokens as
-    # measured; the first 5 are asserted, see tests/unit/model/golden_smollm2_test.cpp).
+    # measured; the first 5 are asserted, see tests/unit/model/golden_real_models_test.cpp).
     prompt = golden["prompts"][0]
     r = hablar("run", "-p", prompt["text"], "-n", "12", "--temp", "0", "--json", "-t", "2")
     assert r.returncode == 0, r.stderr
