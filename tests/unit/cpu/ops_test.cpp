@@ -244,16 +244,16 @@ float kv_round(float v, KvDType t) {
 std::vector<double> oracle_attention(const std::vector<std::vector<float>>& ks,
                                      const std::vector<std::vector<float>>& vs, const float* q,
                                      int n_heads, int n_kv_heads, int head_dim, int pos, KvDType t,
-                                     std::vector<double>& bound) {
+                                     std::vector<double>& bound, int first = 0) {
   std::vector<double> out((size_t)n_heads * head_dim, 0.0);
   bound.assign(out.size(), 2e-6);
   const int group = n_heads / n_kv_heads;
   const double weight_ulp = t == KvDType::BF16 ? 1.0 / 128 : 1.0 / 1024;
   for (int h = 0; h < n_heads; ++h) {
     const int kvh = h / group;
-    std::vector<double> s(pos + 1);
+    std::vector<double> s(pos + 1, -INFINITY);
     double mx = -1e300;
-    for (int p = 0; p <= pos; ++p) {
+    for (int p = first; p <= pos; ++p) {
       double dot = 0;
       for (int d = 0; d < head_dim; ++d)
         dot += (double)kv_round(q[h * head_dim + d], t) * kv_round(ks[p][kvh * head_dim + d], t);
@@ -262,7 +262,7 @@ std::vector<double> oracle_attention(const std::vector<std::vector<float>>& ks,
     }
     double sum = 0;
     for (double& v : s) sum += (v = std::exp(v - mx));
-    for (int p = 0; p <= pos; ++p) {
+    for (int p = first; p <= pos; ++p) {
       const double w = kv_round((float)(s[p] / sum), t);
       for (int d = 0; d < head_dim; ++d) {
         const double v = kv_round(vs[p][kvh * head_dim + d], t);
@@ -312,6 +312,34 @@ void check_attention_case(int n_heads, int n_kv_heads, int head_dim, KvDType dty
     attention_batch(f.cache.data(), f.layout, 1, std::span<const AttentionQuery>(&query, 1),
                     n_heads, pool);
     EXPECT_EQ(0, std::memcmp(out.data(), batched.data(), out.size() * sizeof(float)));
+  }
+}
+
+// A sliding window: positions before `first` take no weight; the first attended position
+// falls inside a 16-position softmax block and inside a cache block.
+TEST(Attention, SlidingWindowMatchesOracleOverTheWindow) {
+  const int n_heads = 4, n_kv_heads = 2, head_dim = 64;
+  CacheFixture f(n_kv_heads, head_dim, 12, KvDType::F16);
+  const int32_t table[] = {7, 2, 10, 4, 11, 0};
+  std::vector<std::vector<float>> ks, vs;
+  for (int p = 0; p < 90; ++p) {
+    ks.push_back(random_values((size_t)n_kv_heads * head_dim, 100 + p));
+    vs.push_back(random_values((size_t)n_kv_heads * head_dim, 200 + p));
+    kv_store(f.cache.data(), f.layout, 1, table, p, ks.back().data(), vs.back().data());
+  }
+  ThreadPool pool(2);
+  for (const auto& [first, pos] : {std::pair{0, 40}, {5, 40}, {17, 89}, {33, 48}, {89, 89}}) {
+    const auto q = random_values((size_t)n_heads * head_dim, 300 + pos);
+    std::vector<float> out((size_t)n_heads * head_dim);
+    AttentionQuery query{table, pos, q.data(), out.data()};
+    query.first = first;
+    attention_batch(f.cache.data(), f.layout, 1, std::span<const AttentionQuery>(&query, 1),
+                    n_heads, pool);
+    std::vector<double> bound;
+    const auto want = oracle_attention(ks, vs, q.data(), n_heads, n_kv_heads, head_dim, pos,
+                                       KvDType::F16, bound, first);
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_NEAR(out[i], want[i], bound[i]) << "first " << first << " pos " << pos;
   }
 }
 
