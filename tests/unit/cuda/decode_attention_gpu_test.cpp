@@ -44,10 +44,12 @@ TEST_P(DecodeWiringGpu, DoneSequenceIsNeitherAttendedNorAdvanced) {
   EXPECT_EQ(run_wiring_step(c, active, done), "");
 }
 
-TEST_P(DecodeWiringGpu, SplitKLongContextMatchesOracle) {
-  HABLAR_REQUIRE_CUDA_DEVICE();
+// The split-K case on the device; window > 0 adds a sliding window (splits wholly before it
+// skipped, the one it begins in started mid-split), as in the host twin's test.
+void check_split_case(KvDType dtype, int window) {
   for (int dim : {64, 128, 256}) {
-    DecodeSplitCase c(GetParam(), dim, 11u + (uint32_t)dim);
+    DecodeSplitCase c(dtype, dim, 11u + (uint32_t)dim);
+    c.window = window;
     DeviceBuffer<uint16_t> cache(c.cache);
     DeviceBuffer<int32_t> tables(c.tables), lens(c.lens);
     DeviceBuffer<uint8_t> act(c.active);
@@ -64,10 +66,20 @@ TEST_P(DecodeWiringGpu, SplitKLongContextMatchesOracle) {
     std::string fault;
     const double err = c.max_error(out.download(), &fault);
     EXPECT_EQ(fault, "");
-    EXPECT_LT(err, 2e-3) << "head_dim " << dim;
+    EXPECT_LT(err, 2e-3) << "head_dim " << dim << " window " << window;
     const auto got_lens = lens.download();
     for (int s = 0; s < c.slots; ++s) EXPECT_EQ(got_lens[s], c.lens[s] + (c.active[s] ? 1 : 0));
   }
+}
+
+TEST_P(DecodeWiringGpu, SplitKLongContextMatchesOracle) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  check_split_case(GetParam(), 0);
+}
+
+TEST_P(DecodeWiringGpu, SlidingWindowMatchesOracle) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  check_split_case(GetParam(), 300);
 }
 
 TEST(DecodeAttentionGpu, RejectsUnsupportedShapesWithAnError) {

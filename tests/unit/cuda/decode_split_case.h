@@ -18,6 +18,7 @@ namespace hablar::test {
 struct DecodeSplitCase {
   int heads = 8, kv_heads = 2, head_dim = 64, slots = 6, block_size = 16;
   int blocks_per_seq = 96;  // capacity 1,536 positions
+  int window = 0;           // > 0: a sliding window (the query sees its last `window` positions)
   std::vector<int32_t> lens = {1500, 0, 700, 63, 0, 1};
   std::vector<uint8_t> active = {1, 0, 1, 1, 0, 1};
   KvCacheLayout layout;
@@ -74,6 +75,7 @@ struct DecodeSplitCase {
     p.v_new = vp;
     p.out = outp;
     p.scale = 1.0f / std::sqrt((float)head_dim);
+    p.window = window;
     return p;
   }
 
@@ -83,7 +85,8 @@ struct DecodeSplitCase {
     const int kvh = head / (heads / kv_heads);
     const int32_t* table = &tables[(size_t)slot * blocks_per_seq];
     const int n = lens[slot] + 1;
-    std::vector<double> scores(n);
+    const int first = window > 0 && n > window ? n - window : 0;
+    std::vector<double> scores(n, -INFINITY);
     auto at = [&](int kv, int pos, int d) -> double {
       if (pos == lens[slot]) {
         const auto& src = kv == 0 ? k_new : v_new;
@@ -92,7 +95,7 @@ struct DecodeSplitCase {
       return decode(cache[layout.position_offset(table, 1, kv, kvh, pos) + d]);
     };
     double mx = -1e300;
-    for (int pos = 0; pos < n; ++pos) {
+    for (int pos = first; pos < n; ++pos) {
       double s = 0;
       for (int d = 0; d < head_dim; ++d)
         s += (double)q[((size_t)slot * heads + head) * head_dim + d] * at(0, pos, d);
@@ -102,7 +105,7 @@ struct DecodeSplitCase {
     double total = 0;
     for (double& s : scores) total += (s = std::exp(s - mx));
     std::vector<double> out(head_dim, 0.0);
-    for (int pos = 0; pos < n; ++pos)
+    for (int pos = first; pos < n; ++pos)
       for (int d = 0; d < head_dim; ++d) out[d] += scores[pos] / total * at(1, pos, d);
     return out;
   }

@@ -65,6 +65,25 @@ TEST_P(DecodeWiringHost, SplitKLongContextMatchesOracle) {
   }
 }
 
+// A sliding window of 300 (Gemma-style local layers): splits wholly before the window are
+// skipped, the one it begins in starts mid-split; lengths 1500, 700, 63 and 1 cross it or not.
+TEST_P(DecodeWiringHost, SlidingWindowMatchesOracle) {
+  for (int dim : {64, 128, 256}) {
+    DecodeSplitCase c(GetParam(), dim, 11u + (uint32_t)dim);
+    c.window = 300;
+    std::vector<uint16_t> cache = c.cache;
+    std::vector<int32_t> lens = c.lens;
+    std::vector<float> out(c.q.size(), std::numeric_limits<float>::quiet_NaN());
+    const auto p = c.params(cache.data(), c.tables.data(), lens.data(), c.active.data(), c.q.data(),
+                            c.k_new.data(), c.v_new.data(), out.data());
+    cuda::decode_attention_host(p);
+    std::string fault;
+    const double err = c.max_error(out, &fault);
+    EXPECT_EQ(fault, "");
+    EXPECT_LT(err, 2e-3) << "head_dim " << dim;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(KvTypes, DecodeWiringHost, ::testing::Values(KvDType::F16, KvDType::BF16),
                          [](const auto& info) {
                            return info.param == KvDType::F16 ? std::string("F16")
