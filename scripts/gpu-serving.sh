@@ -4,12 +4,12 @@
 #   scripts/gpu-serving.sh pack          build hablar and the GPU test binaries here and pack
 #                                        them, the shared libraries a bare GPU machine lacks
 #                                        and the test vocabulary into .gpu/bin.tar.gz, and the
-#                                        default model into .gpu/model.part0..2 (ignored by
-#                                        git; each call of the device tool carries at most
-#                                        64 MiB, so the model travels in three calls)
-#   scripts/gpu-serving.sh model-part N  on the GPU machine: save .gpu/model.partN (the
-#                                        default model, split to fit the transfer limit) to
-#                                        /tmp/hablar-model/
+#                                        real models into .gpu/<model>.partN (ignored by git;
+#                                        each call of the device tool carries at most 64 MiB,
+#                                        so SmolLM2 travels in two calls, Gemma 3 in five)
+#   scripts/gpu-serving.sh model-part M N
+#                                        on the GPU machine: save .gpu/M.partN (M: smollm2 or
+#                                        gemma3) to /tmp/hablar-model/
 #   scripts/gpu-serving.sh tests         on the GPU machine: the decode/sampling kernel tests,
 #                                        the engine over the CUDA executor, GPU-vs-CPU parity
 #                                        (SmolLM2 too when the model is there)
@@ -43,8 +43,12 @@ pack() {
   cp -r "$root/../shared/testdata/chat-templates" "$stage/testdata/"
   tar czf "$root/.gpu/bin.tar.gz" -C "$stage" bin lib testdata
   rm -rf "$stage"
-  local model=${HABLAR_HOME:-$HOME/.cache/hablar}/models/SmolLM2-135M-Instruct.Q4_1.gguf
-  split -n 3 -d -a 1 "$model" "$root/.gpu/model.part"
+  local models=${HABLAR_HOME:-$HOME/.cache/hablar}/models
+  rm -f "$root"/.gpu/*.part*
+  split -n 2 -d -a 1 "$models/SmolLM2-135M-Instruct.Q4_1.gguf" "$root/.gpu/smollm2.part"
+  if [ -f "$models/gemma-3-270m-q4_k_m.gguf" ]; then
+    split -n 5 -d -a 1 "$models/gemma-3-270m-q4_k_m.gguf" "$root/.gpu/gemma3.part"
+  fi
   du -sh "$root"/.gpu/*
 }
 
@@ -56,10 +60,15 @@ setup_env() {
   export LD_LIBRARY_PATH="$gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   export HABLAR_SOURCE_DIR=$root HABLAR_TESTDATA=$gpu/testdata HABLAR_HOME=/tmp/hablar-home
   mkdir -p /tmp/hablar-home/models
-  local parts=(/tmp/hablar-model/model.part0 /tmp/hablar-model/model.part1 /tmp/hablar-model/model.part2)
-  if [ -f "${parts[2]}" ] && [ ! -f /tmp/hablar-home/models/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
-    cat "${parts[@]}" >/tmp/hablar-home/models/SmolLM2-135M-Instruct.Q4_1.gguf
-  fi
+  assemble smollm2 2 SmolLM2-135M-Instruct.Q4_1.gguf
+  assemble gemma3 5 gemma-3-270m-q4_k_m.gguf
+}
+
+# The model file from its N pieces, once all of them have arrived.
+assemble() {
+  local name=$1 n=$2 file=/tmp/hablar-home/models/$3 parts=() i
+  for ((i = 0; i < n; ++i)); do parts+=("/tmp/hablar-model/$name.part$i"); done
+  if [ -f "${parts[n - 1]}" ] && [ ! -f "$file" ]; then cat "${parts[@]}" >"$file"; fi
 }
 
 tests() {
@@ -71,7 +80,8 @@ tests() {
   "$gpu/bin/engine_model_tests" >"$log/engine_model_tests.txt" 2>&1
   tail -3 "$log/engine_model_tests.txt"
   HABLAR_PARITY_DUMP=/tmp/parity.json "$gpu/bin/gpu_parity_tests" 2>&1 |
-    tee "$log/gpu_parity.txt" | grep -E "GPU vs|SmolLM2|concurrent|FAILED|PASSED|Failure" | head -80
+    tee "$log/gpu_parity.txt" | grep -E "GPU vs|smollm2|gemma3|concurrent|FAILED|PASSED|Failure" |
+    head -90
   if [ -f /tmp/parity.json ]; then
     python3 -m pip install -q --no-index --no-deps --target /tmp/site-gguf "$root"/.whl/gguf-*.whl
     PYTHONPATH=/tmp/site-gguf python3 "$root/tools/gpu_vs_reference.py" --dump /tmp/parity.json \
@@ -128,7 +138,7 @@ server() {
 
 case "$mode" in
   pack) pack ;;
-  model-part) mkdir -p /tmp/hablar-model && cp "$root/.gpu/model.part$2" /tmp/hablar-model/ &&
+  model-part) mkdir -p /tmp/hablar-model && cp "$root/.gpu/$2.part$3" /tmp/hablar-model/ &&
     ls -la /tmp/hablar-model ;;
   tests) tests ;;
   report) report ;;
