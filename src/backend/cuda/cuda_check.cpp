@@ -1,6 +1,6 @@
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cublas_library.h"
 
-#include <cublas_v2.h>
 
 namespace hablar::cuda {
 
@@ -12,8 +12,8 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
   throw_error(ErrorKind::kDevice, std::string("cuBLAS call failed: ") + call + ": " +
-                                      cublasGetStatusName(status) + " (" +
-                                      cublasGetStatusString(status) + ") at " + file + ":" +
+                                      cublas().status_name(status) + " (" +
+                                      cublas().status_string(status) + ") at " + file + ":" +
                                       std::to_string(line));
 }
 

@@ -1,6 +1,6 @@
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/cublas_library.h"
 
-#include <cublas_v2.h>
 
 namespace hablar::cuda {
 
@@ -70,10 +70,10 @@ float Event::elapsed_ms_since(const Event& start) const {
 }
 
 CublasHandle::CublasHandle() {
-  HABLAR_CUBLAS_CHECK(cublasCreate(&handle_));
+  HABLAR_CUBLAS_CHECK(cublas().create(&handle_));
 }
 CublasHandle::~CublasHandle() {
-  if (handle_) cublasDestroy(handle_);  // nothing useful to do with a failure at release
+  if (handle_) cublas().destroy(handle_);  // nothing useful to do with a failure at release
 }
 
 }  // namespace hablar::cuda

@@ -1,11 +1,12 @@
 // The large-M matmul: W dequantized to bf16, x converted to bf16, one cuBLAS GEMM with f32
 // accumulation and f32 output (tensor cores).
-#include <cublas_v2.h>
+#include <cublas_api.h>
 #include <cuda_bf16.h>
 
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cublas_library.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/quant_device.cuh"
 
@@ -80,8 +81,8 @@ void PrefillMatmul::gemm_bf16(const uint16_t* w_bf16, const uint16_t* x_bf16, in
                               int m, float* y, cudaStream_t stream) {
   // Column-major view: y^T [N x M] = (W as K x N)^T · (x as K x M).
   const float alpha = 1.0f, beta = 0.0f;
-  HABLAR_CUBLAS_CHECK(cublasSetStream(handle_.get(), stream));
-  HABLAR_CUBLAS_CHECK(cublasGemmEx(handle_.get(), CUBLAS_OP_T, CUBLAS_OP_N, (int)n, m, (int)k,
+  HABLAR_CUBLAS_CHECK(cublas().set_stream(handle_.get(), stream));
+  HABLAR_CUBLAS_CHECK(cublas().gemm_ex(handle_.get(), CUBLAS_OP_T, CUBLAS_OP_N, (int)n, m, (int)k,
                                    &alpha, w_bf16, CUDA_R_16BF, (int)k, x_bf16, CUDA_R_16BF, (int)k,
                                    &beta, y, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
                                    CUBLAS_GEMM_DEFAULT));

@@ -1,0 +1,52 @@
+#include "backend/cuda/cublas_library.h"
+
+#include <dlfcn.h>
+
+#include <string>
+
+#include "core/error.h"
+
+namespace hablar::cuda {
+namespace {
+
+void* open_cublas() {
+  const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+  if (void* h = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
+  const std::string first_error = dlerror();
+#ifdef HABLAR_CUDA_LIBRARY_DIR
+  const std::string path = std::string(HABLAR_CUDA_LIBRARY_DIR) + "/" + soname;
+  if (void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
+#endif
+  throw_error(ErrorKind::kUnsupported,
+              "cannot load cuBLAS (" + first_error +
+                  "); the CUDA prefill needs it: add the CUDA toolkit's lib64 to "
+                  "LD_LIBRARY_PATH or serve with --device cpu");
+}
+
+template <typename Fn>
+void resolve(void* lib, const char* name, Fn& fn) {
+  fn = reinterpret_cast<Fn>(dlsym(lib, name));
+  if (fn == nullptr)
+    throw_error(ErrorKind::kUnsupported, std::string("cuBLAS lacks ") + name);
+}
+
+CublasLibrary load() {
+  void* lib = open_cublas();  // kept for the life of the process
+  CublasLibrary l{};
+  resolve(lib, "cublasCreate_v2", l.create);
+  resolve(lib, "cublasDestroy_v2", l.destroy);
+  resolve(lib, "cublasSetStream_v2", l.set_stream);
+  resolve(lib, "cublasGemmEx", l.gemm_ex);
+  resolve(lib, "cublasGetStatusName", l.status_name);
+  resolve(lib, "cublasGetStatusString", l.status_string);
+  return l;
+}
+
+}  // namespace
+
+const CublasLibrary& cublas() {
+  static const CublasLibrary library = load();
+  return library;
+}
+
+}  // namespace hablar::cuda
