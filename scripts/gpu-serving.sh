@@ -79,15 +79,19 @@ tests() {
   tail -3 "$log/kernel_tests.txt"
   "$gpu/bin/engine_model_tests" >"$log/engine_model_tests.txt" 2>&1
   tail -3 "$log/engine_model_tests.txt"
-  HABLAR_PARITY_DUMP=/tmp/parity.json "$gpu/bin/gpu_parity_tests" 2>&1 |
+  HABLAR_PARITY_DUMP=/tmp/parity "$gpu/bin/gpu_parity_tests" 2>&1 |
     tee "$log/gpu_parity.txt" | grep -E "GPU vs|smollm2|gemma3|concurrent|FAILED|PASSED|Failure" |
     head -90
-  if [ -f /tmp/parity.json ]; then
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site-gguf "$root"/.whl/gguf-*.whl
-    PYTHONPATH=/tmp/site-gguf python3 "$root/tools/gpu_vs_reference.py" --dump /tmp/parity.json \
-      --model /tmp/hablar-home/models/SmolLM2-135M-Instruct.Q4_1.gguf 2>&1 |
-      tee "$log/reference.txt" | grep -vi "warn" | tail -5
-  fi
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site-gguf "$root"/.whl/gguf-*.whl
+  local name file
+  for name in smollm2:SmolLM2-135M-Instruct.Q4_1.gguf gemma3-270m:gemma-3-270m-q4_k_m.gguf; do
+    file=/tmp/parity-${name%%:*}.json
+    [ -f "$file" ] || continue
+    echo "== ${name%%:*} against a float32 reference"
+    PYTHONPATH=/tmp/site-gguf python3 "$root/tools/gpu_vs_reference.py" --dump "$file" \
+      --model "/tmp/hablar-home/models/${name#*:}" 2>&1 |
+      tee "$log/reference-${name%%:*}.txt" | grep -vi "warn" | tail -5
+  done
 }
 
 report() {
