@@ -34,6 +34,7 @@ const std::vector<ModelShape> kShapes = {
     {"qwen2.5-1.5b", 1536, 28, 12, 2, 128, 8960, 151936, 32768, 1000000.0, 1e-6, true},
     {"qwen3-0.6b", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0, 1e-6, true},
     {"llama3-8b", 4096, 32, 32, 8, 128, 14336, 128256, 8192, 500000.0, 1e-5, false},
+    {"gemma2-2b", 2304, 26, 8, 4, 256, 9216, 256000, 8192, 10000.0, 1e-6, true, 4096, 2},
     {"gemma3-270m", 640, 18, 4, 1, 256, 2048, 262144, 32768, 1000000.0, 1e-6, true, 512, 6},
     {"gemma3-1b", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0, 1e-6, true, 512, 6},
 };
@@ -138,9 +139,13 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
   w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32((float)s.norm_eps));
   w.set(a + ".rope.freq_base", Value::f32((float)s.rope_theta));
   w.set(a + ".rope.dimension_count", u32(s.head_dim));
-  if (arch == Arch::kGemma3) {
+  if (arch == Arch::kGemma2 || arch == Arch::kGemma3) {
     w.set(a + ".attention.sliding_window", u32(s.sliding_window));
     w.set(a + ".attention.sliding_window_pattern", u32(s.sliding_period));
+  }
+  if (arch == Arch::kGemma2) {  // the published models' soft-caps
+    w.set(a + ".attn_logit_softcapping", Value::f32(50.0f));
+    w.set(a + ".final_logit_softcapping", Value::f32(30.0f));
   }
 }
 
@@ -284,6 +289,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "llama") return Arch::kLlama;
   if (name == "qwen2") return Arch::kQwen2;
   if (name == "qwen3") return Arch::kQwen3;
+  if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
   return std::nullopt;
 }
@@ -296,6 +302,8 @@ std::string_view arch_name(Arch arch) {
       return "qwen2";
     case Arch::kQwen3:
       return "qwen3";
+    case Arch::kGemma2:
+      return "gemma2";
     case Arch::kGemma3:
       return "gemma3";
   }
@@ -306,7 +314,8 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
                                         const QuantMix& mix) {
   using Init = PlannedTensor::Init;
   const int n_layers = (int)s.n_layers;
-  const bool has_output = !s.tied_embeddings;
+  // Gemma 2 always shares token_embd as its classifier.
+  const bool has_output = !s.tied_embeddings && arch != Arch::kGemma2;
   std::vector<PlannedTensor> out;
   const auto add = [&](std::string name, std::vector<int64_t> dims, Init init, int layer) {
     const DType type = quant_mix_tensor_type(mix, name, layer, n_layers, dims[0], has_output);
@@ -330,12 +339,13 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
       add(block_name(l, "attn_k_norm.weight"), {s.head_dim}, Init::kNorm, l);
     }
     add(block_name(l, "attn_output.weight"), {q_len, s.hidden}, Init::kMatrix, l);
-    if (arch == Arch::kGemma3) add(block_name(l, "post_attention_norm.weight"), {s.hidden}, Init::kNorm, l);
+    const bool gemma = arch == Arch::kGemma2 || arch == Arch::kGemma3;
+    if (gemma) add(block_name(l, "post_attention_norm.weight"), {s.hidden}, Init::kNorm, l);
     add(block_name(l, "ffn_norm.weight"), {s.hidden}, Init::kNorm, l);
     add(block_name(l, "ffn_gate.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
     add(block_name(l, "ffn_up.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
     add(block_name(l, "ffn_down.weight"), {s.ffn, s.hidden}, Init::kMatrix, l);
-    if (arch == Arch::kGemma3) add(block_name(l, "post_ffw_norm.weight"), {s.hidden}, Init::kNorm, l);
+    if (gemma) add(block_name(l, "post_ffw_norm.weight"), {s.hidden}, Init::kNorm, l);
   }
   add("output_norm.weight", {s.hidden}, Init::kNorm, -1);
   if (has_output) add("output.weight", {s.hidden, vocab_size}, Init::kMatrix, -1);

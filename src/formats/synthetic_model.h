@@ -33,18 +33,18 @@ struct ModelShape {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   bool tied_embeddings = false;  // output projection shares token_embd
-  // Gemma 3 only: the sliding window of its local layers, and the period of global ones
+  // Gemma only: the sliding window of its local layers, and the period of global ones
   // (every sliding_period-th layer attends globally).
   int64_t sliding_window = 512;
   int64_t sliding_period = 6;
 };
 
-// tiny, smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b, qwen3-0.6b, llama3-8b, gemma3-270m,
-// gemma3-1b.
+// tiny, smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b, qwen3-0.6b, llama3-8b, gemma2-2b,
+// gemma3-270m, gemma3-1b.
 const std::vector<ModelShape>& known_shapes();
 std::optional<ModelShape> shape_from_name(std::string_view name);
 
-enum class Arch { kLlama, kQwen2, kQwen3, kGemma3 };
+enum class Arch { kLlama, kQwen2, kQwen3, kGemma2, kGemma3 };
 std::optional<Arch> arch_from_name(std::string_view name);
 std::string_view arch_name(Arch arch);  // as GGUF general.architecture spells it
 

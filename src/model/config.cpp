@@ -17,6 +17,8 @@ std::string_view arch_name(Arch arch) {
       return "qwen2";
     case Arch::kQwen3:
       return "qwen3";
+    case Arch::kGemma2:
+      return "gemma2";
     case Arch::kGemma3:
       return "gemma3";
   }
@@ -24,7 +26,7 @@ std::string_view arch_name(Arch arch) {
 }
 
 std::string supported_arch_names() {
-  return "llama, qwen2, qwen3, gemma3";
+  return "llama, qwen2, qwen3, gemma2, gemma3";
 }
 
 namespace {
@@ -33,6 +35,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "llama") return Arch::kLlama;
   if (name == "qwen2") return Arch::kQwen2;
   if (name == "qwen3") return Arch::kQwen3;
+  if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
   throw_error(ErrorKind::kUnsupported, path + ": unsupported architecture '" + name +
                                            "' (supported: " + supported_arch_names() + ")");
@@ -113,40 +116,56 @@ std::vector<bool> sliding_layers(const gguf::GgufFile& f, const std::string& a, 
   return sliding;
 }
 
-// Gemma 3: the embedding scaled by sqrt(n_embd); q scaled by 1/sqrt(query_pre_attn_scalar)
-// before attention (head_dim, except the 62-layer 27B model, whose scalar is
-// n_embd / n_heads, as its reference configuration has it); sliding-window layers (period 6
-// by default) rotate with their own RoPE base (rope.freq_base_swa, 10000 by default, no
-// scaling), global ones with the model's; GeGLU feed-forward; norms after attention and FFN.
-void gemma3_layers(const gguf::GgufFile& f, ModelConfig& c) {
+// A soft-cap from metadata: 0 (off) or a positive, finite value.
+float softcap_from(const gguf::GgufFile& f, const std::string& key, double fallback) {
+  const double cap = f.get_float_or(key, fallback);
+  if (!(cap >= 0.0) || !std::isfinite(cap))
+    throw_error(ErrorKind::kFormat, f.path() + ": " + key + " must be >= 0");
+  return (float)cap;
+}
+
+// The Gemma family (the defaults are those of the models' reference configurations):
+//  - the embedding scaled by sqrt(n_embd); q scaled by 1/sqrt(query_pre_attn_scalar) before
+//    attention (head_dim, except the 27B models, 46 layers for Gemma 2 and 62 for Gemma 3,
+//    whose scalar is n_embd / n_heads); GeGLU; norms after attention and FFN;
+//  - sliding-window layers: every other one for Gemma 2 (window 4096 by default), five of
+//    six for Gemma 3 (no window key: every layer global); they rotate with their own RoPE
+//    base (rope.freq_base_swa; Gemma 3: 10000, no scaling; Gemma 2: the model's);
+//  - Gemma 2: attention scores and final logits soft-capped (50 and 30 by default); Gemma 3:
+//    per-head q/k norms, and no soft-caps unless the file gives a final one.
+void gemma_layers(const gguf::GgufFile& f, ModelConfig& c) {
   const std::string& a = c.arch;
+  const bool gemma2 = c.arch_kind == Arch::kGemma2;
   c.ffn_activation = GluActivation::kGeluTanh;
   c.embed_scale = std::sqrt((float)c.n_embd);
-  const float scalar =
-      (float)f.get_float_or(a + ".attention.query_pre_attn_scalar",
-                            c.n_layers == 62 ? (double)(c.n_embd / c.n_heads) : (double)c.head_dim);
+  const int big_layers = gemma2 ? 46 : 62;
+  const float scalar = (float)f.get_float_or(
+      a + ".attention.query_pre_attn_scalar",
+      c.n_layers == big_layers ? (double)(c.n_embd / c.n_heads) : (double)c.head_dim);
   if (!(scalar > 0.0f))
     throw_error(ErrorKind::kFormat, f.path() + ": query_pre_attn_scalar must be > 0");
   c.query_scale = 1.0f / std::sqrt(scalar);
   c.post_norms = true;
-  c.qk_norm = true;
-  if (f.get_float_or(a + ".final_logit_softcapping", 0.0) != 0.0)
-    throw_error(ErrorKind::kUnsupported, f.path() + ": final_logit_softcapping is not supported");
-  const int64_t window = (int64_t)f.get_uint_or(a + ".attention.sliding_window", 0);
+  c.qk_norm = !gemma2;
+  if (gemma2) c.tied_output = true;  // its classifier is token_embd, whatever else the file has
+  c.final_softcap = softcap_from(f, a + ".final_logit_softcapping", gemma2 ? 30.0 : 0.0);
+  const float attn_softcap = gemma2 ? softcap_from(f, a + ".attn_logit_softcapping", 50.0) : 0.0f;
+  const int64_t window =
+      (int64_t)f.get_uint_or(a + ".attention.sliding_window", gemma2 ? 4096 : 0);
   if (window < 0 || window > (1 << 30))
     throw_error(ErrorKind::kFormat, f.path() + ": attention.sliding_window is out of range");
   RopeParams local = c.rope;
-  local.freq_base = (float)f.get_float_or(a + ".rope.freq_base_swa", 10000.0);
-  local.scaling = RopeParams::Scaling::kNone;
-  local.factor = 1.0f;
+  if (!gemma2) local.scaling = RopeParams::Scaling::kNone, local.factor = 1.0f;
+  local.freq_base = (float)f.get_float_or(a + ".rope.freq_base_swa",
+                                          gemma2 ? (double)c.rope.freq_base : 10000.0);
   if (!(local.freq_base > 0.0f))
     throw_error(ErrorKind::kFormat, f.path() + ": rope.freq_base_swa must be > 0");
   c.ropes = {c.rope, local};
-  const std::vector<bool> sliding = sliding_layers(f, a, c.n_layers, 6);
+  const std::vector<bool> sliding = sliding_layers(f, a, c.n_layers, gemma2 ? 2 : 6);
   c.layers.resize((size_t)c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) {
     const bool slides = window > 0 && sliding[(size_t)l];
-    c.layers[(size_t)l].attention = {1.0f, slides ? (int32_t)window : 0};
+    c.layers[(size_t)l].attention = {1.0f, slides ? (int32_t)window : 0, attn_softcap};
     c.layers[(size_t)l].rope = slides ? 1 : 0;
   }
 }
@@ -195,12 +214,12 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
 
   c.qkv_bias = c.arch_kind == Arch::kQwen2;
   c.qk_norm = c.arch_kind == Arch::kQwen3;
+  c.tied_output = f.find_tensor("output.weight") == nullptr;
   if (is_gemma_family(c.arch_kind)) {
-    gemma3_layers(f, c);
+    gemma_layers(f, c);
   } else {
     llama_family_layers(c);
   }
-  c.tied_output = f.find_tensor("output.weight") == nullptr;
   const gguf::TensorInfo& embd = f.tensor("token_embd.weight");
   c.n_vocab = (int)embd.rows();
   return c;

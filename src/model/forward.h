@@ -1,5 +1,5 @@
 // The forward passes of the two families hablar runs, written once for every backend: the
-// Llama family (llama, qwen2, qwen3) and the Gemma family (gemma3).
+// Llama family (llama, qwen2, qwen3) and the Gemma family (gemma2, gemma3).
 //
 // `B` is a backend's op set for one step (cpu::ForwardOps, cuda::ForwardOps): begin() has
 // flattened the step's sequence chunks into T token rows, and every op works on activation
@@ -25,8 +25,9 @@
 //                                          attention of q over its sequence (GQA), scaled
 //                                          and windowed as spec says
 //   add(x, y, width)                       x += y
-//   logits(x, norm_w, W_out)               final norm of the rows that need logits, then the
-//                                          classifier (rows kept by the backend, in chunk order)
+//   logits(x, norm_w, W_out, cap)          final norm of the rows that need logits, then the
+//                                          classifier (rows kept by the backend, in chunk
+//                                          order); cap > 0: cap * tanh(logit / cap)
 #pragma once
 
 #include <concepts>
@@ -60,7 +61,7 @@ concept ForwardBackend = requires(B& b, const WeightView& w, const float* in, fl
   b.rope(out, 0, 0);
   b.attention(0, AttentionSpec{}, in, in, in, out);
   b.add(out, in, int64_t{});
-  b.logits(in, in, w);
+  b.logits(in, in, w, 0.0f);
   { b.host_rows(in, int64_t{}, host) } -> std::convertible_to<const float*>;
 };
 
@@ -119,12 +120,13 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
     b.add(a.x, a.xb, E);
     dump_rows("l_out", l, a.x, E);
   }
-  b.logits(a.x, w.output_norm, w.output);
+  b.logits(a.x, w.output_norm, w.output, 0.0f);
 }
 
-// Gemma 3: the embedding scaled by sqrt(n_embd); "sandwich" norms (RMSNorm before and
+// Gemma 2 and 3: the embedding scaled by sqrt(n_embd); "sandwich" norms (RMSNorm before and
 // after attention and FFN, the residual taking the normed output); per-head q/k norms;
-// q scaled before attention; sliding-window and global layers with their own RoPE; GeGLU.
+// q scaled before attention; sliding-window and global layers with their own RoPE; GeGLU;
+// Gemma 2's soft-capped attention scores (in the layer's AttentionSpec) and logits.
 // (The file's norm weights already hold Gemma's 1 + w, so rmsnorm multiplies by them.)
 template <ForwardBackend B>
 void forward_gemma_family(const ModelConfig& c, const Weights& w, B& b) {
@@ -143,9 +145,9 @@ void forward_gemma_family(const ModelConfig& c, const Weights& w, B& b) {
     b.rmsnorm(a.x, lw.attn_norm, a.xb, E);
     dump_rows("attn_norm", l, a.xb, E);
     b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
-    b.head_rmsnorm(a.q, lw.q_norm, c.n_heads);
+    if (c.qk_norm) b.head_rmsnorm(a.q, lw.q_norm, c.n_heads);  // Gemma 3
     b.rope(a.q, c.n_heads, spec.rope);
-    b.head_rmsnorm(a.k, lw.k_norm, c.n_kv_heads);
+    if (c.qk_norm) b.head_rmsnorm(a.k, lw.k_norm, c.n_kv_heads);
     b.rope(a.k, c.n_kv_heads, spec.rope);
     if (c.query_scale > 0.0f) b.scale(a.q, c.query_scale, QD);
     dump_rows("q_rope", l, a.q, QD), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
@@ -167,7 +169,7 @@ void forward_gemma_family(const ModelConfig& c, const Weights& w, B& b) {
     b.add(a.x, a.xb, E);
     dump_rows("l_out", l, a.x, E);
   }
-  b.logits(a.x, w.output_norm, w.output);
+  b.logits(a.x, w.output_norm, w.output, c.final_softcap);
 }
 
 template <ForwardBackend B>

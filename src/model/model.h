@@ -1,5 +1,5 @@
 // A loaded decoder-only transformer (the Llama family: llama, qwen2, qwen3; the Gemma
-// family: gemma3): what the file describes, apart from any device that runs it.
+// family: gemma2, gemma3): what the file describes, apart from any device that runs it.
 //
 //   ModelConfig — the blueprint (hyperparameters read from GGUF metadata);
 //   Weights     — typed views into the mapped file, every shape and type checked at load;
@@ -25,11 +25,11 @@ namespace hablar::model {
 
 // The architectures hablar runs, in two families with a forward each (model/forward.h): the
 // Llama family (llama, qwen2, qwen3 differ by flags) and the Gemma family.
-enum class Arch { kLlama, kQwen2, kQwen3, kGemma3 };
+enum class Arch { kLlama, kQwen2, kQwen3, kGemma2, kGemma3 };
 std::string_view arch_name(Arch arch);
-std::string supported_arch_names();  // "llama, qwen2, qwen3, gemma3" for error messages
+std::string supported_arch_names();  // "llama, qwen2, qwen3, gemma2, gemma3" for errors
 inline bool is_gemma_family(Arch arch) {
-  return arch == Arch::kGemma3;
+  return arch == Arch::kGemma2 || arch == Arch::kGemma3;
 }
 
 struct ModelConfig {
@@ -56,10 +56,12 @@ struct ModelConfig {
   GluActivation ffn_activation = GluActivation::kSilu;
   // Gemma family: the embedding rows are multiplied by embed_scale (sqrt(n_embd)); q by
   // query_scale before attention (whose own scale is then 1); norms also follow the
-  // attention and FFN outputs (post_norms).
+  // attention and FFN outputs (post_norms); logits soft-capped when final_softcap > 0
+  // (Gemma 2: softcap * tanh(logit / softcap)).
   float embed_scale = 1.0f;
   float query_scale = 0.0f;  // 0: none (the attention scales)
   bool post_norms = false;
+  float final_softcap = 0.0f;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }

@@ -48,7 +48,8 @@ float dot_qk(const float* qr, const uint16_t* k, int hd, bool bf16, SumOrder ord
 // in float, so FMA or not gives the same.
 void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                         const int32_t* block_table, int first, int pos, int kv_head,
-                        const float* q, float scale, SumOrder order, float* scores, float* out) {
+                        const float* q, float scale, float cap, SumOrder order, float* scores,
+                        float* out) {
   const int hd = layout.head_dim;
   const bool bf16 = layout.dtype == KvDType::BF16;
   const int rows = order == SumOrder::kLanes64 ? 64 : kReduceLanes;
@@ -58,6 +59,7 @@ void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int 
   for (int p = first; p <= pos; ++p) {
     const uint16_t* k = cache + layout.position_offset(block_table, layer, 0, kv_head, p);
     scores[p] = dot_qk(qr.data(), k, hd, bf16, order) * scale;
+    if (cap > 0.0f) softcap(scores + p, 1, cap);
     if (scores[p] > max_score) max_score = scores[p];
   }
   double sum = 0.0;
@@ -92,14 +94,14 @@ void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int 
 // on which path a query took).
 void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                  const int32_t* block_table, int first, int pos, int kv_head, const float* q,
-                 float scale, SumOrder order, float* scores, float* out) {
+                 float scale, float cap, SumOrder order, float* scores, float* out) {
   static const bool simd = cpu_features().has_avx2_kernels();
   if (simd && layout.head_dim % 8 == 0) {
-    avx2::attend_head(cache, layout, layer, block_table, first, pos, kv_head, q, scale, order,
-                      scores, out);
+    avx2::attend_head(cache, layout, layer, block_table, first, pos, kv_head, q, scale, cap,
+                      order, scores, out);
   } else {
-    attend_head_scalar(cache, layout, layer, block_table, first, pos, kv_head, q, scale, order,
-                       scores, out);
+    attend_head_scalar(cache, layout, layer, block_table, first, pos, kv_head, q, scale, cap,
+                       order, scores, out);
   }
 }
 
@@ -124,7 +126,7 @@ std::vector<float>& score_scratch() {
 namespace {
 
 using HeadFn = void (*)(const uint16_t*, const KvCacheLayout&, int, const int32_t*, int, int,
-                        int, const float*, float, SumOrder, float*, float*);
+                        int, const float*, float, float, SumOrder, float*, float*);
 
 void attention_one_with(HeadFn head, const uint16_t* cache, const KvCacheLayout& layout, int layer,
                         const int32_t* block_table, int pos, const float* q, int n_heads,
@@ -136,7 +138,7 @@ void attention_one_with(HeadFn head, const uint16_t* cache, const KvCacheLayout&
   const float scale = 1.0f / std::sqrt((float)layout.head_dim);
   for (int h = 0; h < n_heads; ++h)
     head(cache, layout, layer, block_table, 0, pos, h / group, q + (int64_t)h * layout.head_dim,
-         scale, order, scores.data(), out + (int64_t)h * layout.head_dim);
+         scale, 0.0f, order, scores.data(), out + (int64_t)h * layout.head_dim);
 }
 
 }  // namespace
@@ -156,7 +158,7 @@ void attention_one_scalar(const uint16_t* cache, const KvCacheLayout& layout, in
 
 void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                      std::span<const AttentionQuery> queries, int n_heads, float scale,
-                     ThreadPool& pool) {
+                     float softcap, ThreadPool& pool) {
   for (const AttentionQuery& q : queries) {
     check_attention(layout, layer, q.pos, n_heads);
     if (q.first < 0 || q.first > q.pos)
@@ -171,7 +173,7 @@ void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int lay
       const int h = (int)(item % n_heads);
       if (scores.size() < (size_t)q.pos + 1) scores.resize((size_t)q.pos + 1);
       attend_head(cache, layout, layer, q.block_table, q.first, q.pos, h / group,
-                  q.q + (int64_t)h * layout.head_dim, scale, q.order, scores.data(),
+                  q.q + (int64_t)h * layout.head_dim, scale, softcap, q.order, scores.data(),
                   q.out + (int64_t)h * layout.head_dim);
     }
   });
@@ -180,7 +182,7 @@ void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int lay
 void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                      std::span<const AttentionQuery> queries, int n_heads, ThreadPool& pool) {
   attention_batch(cache, layout, layer, queries, n_heads,
-                  1.0f / std::sqrt((float)layout.head_dim), pool);
+                  1.0f / std::sqrt((float)layout.head_dim), 0.0f, pool);
 }
 
 }  // namespace hablar::cpu

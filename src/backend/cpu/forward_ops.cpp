@@ -185,7 +185,8 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
   for (size_t t = 0; t < tokens_.size(); ++t)
     queries_[t] = {block_tables_[t],     positions_[t],  q + (int64_t)t * QD,
                    out + (int64_t)t * QD, sum_orders_[t], spec.first_position(positions_[t])};
-  attention_batch(cache_, layout_, layer, queries_, dims_.n_heads, spec.scale, pool_);
+  attention_batch(cache_, layout_, layer, queries_, dims_.n_heads, spec.scale, spec.softcap,
+                  pool_);
 }
 
 void ForwardOps::add(float* x, const float* y, int64_t width) {
@@ -193,7 +194,8 @@ void ForwardOps::add(float* x, const float* y, int64_t width) {
   for_each_token(n_tokens(), [&](int64_t t) { add_inplace(x + t * width, y + t * width, width); });
 }
 
-void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output) {
+void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output,
+                        float softcap) {
   flush_pending();
   const int64_t R = (int64_t)logit_rows_.size(), E = dims_.n_embd;
   float* rows = sized(out_rows_, (size_t)(R * E));
@@ -202,6 +204,7 @@ void ForwardOps::logits(const float* x, const float* norm_weight, const WeightVi
   });
   logits_.resize((size_t)(R * output.rows));
   cpu::matmul(output, rows, R, logits_.data(), pool_, logit_roles_);
+  if (softcap > 0.0f) cpu::softcap(logits_.data(), (int64_t)logits_.size(), softcap);
 }
 
 }  // namespace hablar::cpu

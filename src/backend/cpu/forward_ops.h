@@ -53,8 +53,9 @@ class ForwardOps {
                  const float* v, float* out);
   void add(float* x, const float* y, int64_t width);
   // Final norm of the rows that need logits, then the classifier: logits() [R x n_vocab],
-  // one row per token of an all_logits chunk, else one for the chunk's last token.
-  void logits(const float* x, const float* norm_weight, const WeightView& output);
+  // one row per token of an all_logits chunk, else one for the chunk's last token; soft-capped
+  // when softcap > 0.
+  void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
   std::vector<float>& logits() { return logits_; }
   // Host rows for a debug dump (the CPU's are host memory already; deferred ops done first).
   const float* host_rows(const float* rows, int64_t n, std::vector<float>&) {

@@ -152,6 +152,11 @@ void glu(GluActivation act, const float* gate, const float* up, float* out, int6
   }
 }
 
+void softcap(float* x, int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] * inv) * cap;
+}
+
 void add_inplace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }

@@ -90,6 +90,8 @@ void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n);
 void geglu(const float* gate, const float* up, float* out, int64_t n);
 // swiglu or geglu (out may alias gate or up).
 void glu(GluActivation act, const float* gate, const float* up, float* out, int64_t n);
+// x[i] = cap * tanh(x[i] * (1 / cap)) in float, as llama.cpp's scale, tanh, scale.
+void softcap(float* x, int64_t n, float cap);
 // y += x, n values.
 void add_inplace(float* y, const float* x, int64_t n);
 // Reads n bytes (n a multiple of 64, p 8-byte aligned) and returns their 64-bit words XORed:
@@ -134,11 +136,12 @@ struct AttentionQuery {
   SumOrder order = SumOrder::kLanes16;  // kLanes64 for a sequence decoding one token
   int32_t first = 0;  // the first position seen (> 0 under a sliding window): [first, pos]
 };
-// Scores are q·k * scale (attention_one's scale is 1/sqrt(head_dim)). Positions before a
-// query's `first` count as masked ones do in llama.cpp: their softmax weights are zeros.
+// Scores are q·k * scale (attention_one's scale is 1/sqrt(head_dim)), then, when softcap > 0,
+// softcap * tanh(score * (1 / softcap)) as llama.cpp's three ops compute it. Positions before
+// a query's `first` count as masked ones do in llama.cpp: their softmax weights are zeros.
 void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                      std::span<const AttentionQuery> queries, int n_heads, float scale,
-                     ThreadPool& pool);
+                     float softcap, ThreadPool& pool);
 // The same with scale 1/sqrt(head_dim).
 void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                      std::span<const AttentionQuery> queries, int n_heads, ThreadPool& pool);

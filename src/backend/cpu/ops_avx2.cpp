@@ -217,7 +217,7 @@ void reduce_rows(const float* acc, int rows, int used_rows, int hd, float* out) 
 // head_dim is a multiple of 8; scores has room for pos + 1 values.
 void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                  const int32_t* block_table, int first, int pos, int kv_head, const float* q,
-                 float scale, SumOrder order, float* scores, float* out) {
+                 float scale, float softcap, SumOrder order, float* scores, float* out) {
   const int hd = layout.head_dim;
   const bool bf16 = layout.dtype == KvDType::BF16;
   const int bs = layout.block_size;
@@ -245,6 +245,7 @@ void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
   for_each_position(0, [&](int p, const uint16_t* k) {
     const float dot = qk16 ? dot_qk16(qr, k, hd, bf16) : dot_qk64(qr, k, hd, bf16);
     scores[p] = dot * scale;
+    if (softcap > 0.0f) cpu::softcap(scores + p, 1, softcap);
     max_score = std::max(max_score, scores[p]);
   });
   const float inv = (float)(1.0 / softmax_numerators(scores, first, pos, max_score));

@@ -16,6 +16,6 @@ void rope_apply(float* x, int n_heads, int head_dim, const RopeParams& p, const 
 // head_dim must be a multiple of 8; positions [first, pos] are attended.
 void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                  const int32_t* block_table, int first, int pos, int kv_head, const float* q,
-                 float scale, SumOrder order, float* scores, float* out);
+                 float scale, float softcap, SumOrder order, float* scores, float* out);
 
 }  // namespace hablar::cpu::avx2

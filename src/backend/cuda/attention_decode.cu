@@ -98,8 +98,8 @@ __device__ void issue_kv_tile(const DecodeAttentionParams& p, const int32_t* tab
 // Scores of one tile: thread t takes position t % kDecodeTile and query heads
 // t / kDecodeTile + j * (threads / kDecodeTile).
 template <bool kBf16, int kDim, int kGroup>
-__device__ void tile_scores(const uint16_t* ks, const float* q_s, float* s_s, int group,
-                            int valid) {
+__device__ void tile_scores(const DecodeAttentionParams& p, const uint16_t* ks, const float* q_s,
+                            float* s_s, int group, int valid) {
   constexpr int kLd = kDim + 8, kStride = kDecodeWarps * 32 / kDecodeTile;
   constexpr int kPerThread = (kGroup + kStride - 1) / kStride;
   const int pos = threadIdx.x % kDecodeTile, g0 = threadIdx.x / kDecodeTile;
@@ -121,7 +121,9 @@ __device__ void tile_scores(const uint16_t* ks, const float* q_s, float* s_s, in
 #pragma unroll
   for (int gi = 0; gi < kPerThread; ++gi) {
     const int g = g0 + kStride * gi;
-    if (g < kGroup) s_s[g * kDecodeTile + pos] = (pos < valid && g < group) ? dot[gi] : -INFINITY;
+    if (g < kGroup)
+      s_s[g * kDecodeTile + pos] =
+          (pos < valid && g < group) ? decode_softcap(p, dot[gi]) : -INFINITY;
   }
 }
 
@@ -201,7 +203,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     __syncthreads();  // this tile (and q_s) visible to every thread
     const uint16_t* ks = stage_k(kStages == 1 ? 0 : tile & 1);
     const uint16_t* vs = ks + kDecodeTile * kLd;
-    tile_scores<kBf16, kDim, kGroup>(ks, q_s, s_s, group, end - t0);
+    tile_scores<kBf16, kDim, kGroup>(p, ks, q_s, s_s, group, end - t0);
     __syncthreads();
 
 #pragma unroll

@@ -78,7 +78,7 @@ inline void tile_scores(const DecodeAttentionParams& p, const int32_t* table, co
     const size_t k_at = p.layout.position_offset(table, p.layer, 0, kvh, t0 + i);
     float score = 0.0f;
     for (int d = 0; d < d_head; ++d) score += q[d] * p.scale * load_kv(p, k_at + d);
-    scores[i] = score;
+    scores[i] = decode_softcap(p, score);
   }
 }
 

@@ -10,6 +10,7 @@
 // GQA: query head h reads KV head h / (n_heads / n_kv_heads).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -39,6 +40,8 @@ struct DecodeAttentionParams {
   float scale = 0.0f;  // usually 1 / sqrt(head_dim)
   // > 0: a sliding window; the query at position pos sees [pos - window + 1, pos] only.
   int32_t window = 0;
+  // > 0: each score s (q·k * scale) becomes softcap * tanh(s / softcap) (Gemma 2).
+  float softcap = 0.0f;
 
   // Upper bound of (seq_len + 1) over the live slots; sizes the split-K grid. 0 means the
   // block-table capacity (max_blocks_per_seq * block_size), which suits a captured graph.
@@ -51,6 +54,11 @@ struct DecodeAttentionParams {
   // the lengths itself (every token of a step as a slot at its own position).
   bool advance_lengths = true;
 };
+
+// A score after the soft-cap (unchanged when it is off).
+HABLAR_KV_HD inline float decode_softcap(const DecodeAttentionParams& p, float score) {
+  return p.softcap > 0.0f ? p.softcap * tanhf(score / p.softcap) : score;
+}
 
 // The first position the query at `pos` sees.
 HABLAR_KV_HD inline int32_t decode_first_position(const DecodeAttentionParams& p, int32_t pos) {
@@ -66,8 +74,9 @@ inline int32_t decode_max_context(const DecodeAttentionParams& p) {
 // kernel for the lab) walks a split in sub-tiles of kDecodeMmaSubTile positions, warp w
 // taking sub-tiles w, w + kDecodeWarps, ...; the host twin follows whichever kernel runs.
 inline constexpr int kDecodeMmaSubTile = 16;
+// Soft-capped scores take the CUDA-core kernel (the tensor-core one has no soft-cap).
 inline bool decode_uses_mma(const DecodeAttentionParams& p) {
-  return p.layout.head_dim <= 128 && lab_knob("HABLAR_DECODE_KERNEL", 1) != 0;
+  return p.layout.head_dim <= 128 && p.softcap == 0.0f && lab_knob("HABLAR_DECODE_KERNEL", 1) != 0;
 }
 
 // Positions per split ("flash decoding"): short enough that slots x KV heads x splits fills

@@ -327,6 +327,7 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
   p.q = q, p.k_new = k, p.v_new = v, p.out = out;
   p.scale = spec.scale;
   p.window = spec.window;
+  p.softcap = spec.softcap;
   p.max_context = max_context_;
   p.fixed_split_len = limits_.deterministic ? kFixedSplitLen : 0;
   p.advance_lengths = false;
@@ -337,7 +338,8 @@ void ForwardOps::add(float* x, const float* y, int64_t width) {
   cuda::add(x, y, x, n_tokens_ * width, stream_);
 }
 
-void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output) {
+void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output,
+                        float softcap) {
   if (n_logit_rows_ == 0) return;
   const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
   gather_rows_kernel<<<n_logit_rows_, 256, 0, stream_>>>(x, inputs + buf_->logit_rows, dims_.n_embd,
@@ -345,6 +347,7 @@ void ForwardOps::logits(const float* x, const float* norm_weight, const WeightVi
   HABLAR_CUDA_CHECK_LAUNCH();
   rms_norm(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_, stream_);
   product(output, out_rows_, n_logit_rows_, logits_);
+  if (softcap > 0.0f) cuda::softcap(logits_, (int64_t)n_logit_rows_ * output.rows, softcap, stream_);
 }
 
 const float* ForwardOps::host_rows(const float* rows, int64_t n, std::vector<float>& host) const {

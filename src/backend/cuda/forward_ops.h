@@ -83,7 +83,7 @@ class ForwardOps {
   void attention(int layer, const AttentionSpec& spec, const float* q, const float* k,
                  const float* v, float* out);
   void add(float* x, const float* y, int64_t width);
-  void logits(const float* x, const float* norm_weight, const WeightView& output);
+  void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
   // Device logits [n_logit_rows x n_vocab] in logit_order.
   float* device_logits() const { return logits_; }
   int32_t n_logit_rows() const { return n_logit_rows_; }

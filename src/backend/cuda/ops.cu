@@ -63,6 +63,12 @@ __global__ void geglu_kernel(const float* gate, const float* up, float* out, int
   }
 }
 
+__global__ void softcap_kernel(float* x, int64_t n, float cap) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    x[i] = cap * tanhf(x[i] / cap);
+}
+
 __global__ void scale_kernel(float* x, float s, int64_t n) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
@@ -132,6 +138,12 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStrea
 void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   geglu_kernel<<<grid_for(n), 256, 0, stream>>>(gate, up, out, n);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void softcap(float* x, int64_t n, float cap, cudaStream_t stream) {
+  if (n <= 0) return;
+  softcap_kernel<<<grid_for(n), 256, 0, stream>>>(x, n, cap);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 

@@ -27,6 +27,9 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStrea
 // out = gelu_tanh(gate) * up over n values (GeGLU); out may alias either input.
 void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
 
+// x = cap * tanh(x / cap) over n values (soft-capped logits).
+void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
+
 // x *= s over n values.
 void scale(float* x, float s, int64_t n, cudaStream_t stream);
 

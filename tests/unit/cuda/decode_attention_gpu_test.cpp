@@ -46,10 +46,11 @@ TEST_P(DecodeWiringGpu, DoneSequenceIsNeitherAttendedNorAdvanced) {
 
 // The split-K case on the device; window > 0 adds a sliding window (splits wholly before it
 // skipped, the one it begins in started mid-split), as in the host twin's test.
-void check_split_case(KvDType dtype, int window) {
+void check_split_case(KvDType dtype, int window, float softcap = 0.0f) {
   for (int dim : {64, 128, 256}) {
     DecodeSplitCase c(dtype, dim, 11u + (uint32_t)dim);
     c.window = window;
+    c.softcap = softcap;
     DeviceBuffer<uint16_t> cache(c.cache);
     DeviceBuffer<int32_t> tables(c.tables), lens(c.lens);
     DeviceBuffer<uint8_t> act(c.active);
@@ -80,6 +81,13 @@ TEST_P(DecodeWiringGpu, SplitKLongContextMatchesOracle) {
 TEST_P(DecodeWiringGpu, SlidingWindowMatchesOracle) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   check_split_case(GetParam(), 300);
+}
+
+// Gemma 2's soft-capped scores (a cap of 2 bends most of these), with and without a window.
+TEST_P(DecodeWiringGpu, SoftCappedScoresMatchOracle) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  check_split_case(GetParam(), 0, 2.0f);
+  check_split_case(GetParam(), 300, 2.0f);
 }
 
 TEST(DecodeAttentionGpu, RejectsUnsupportedShapesWithAnError) {

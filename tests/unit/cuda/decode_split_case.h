@@ -19,6 +19,7 @@ struct DecodeSplitCase {
   int heads = 8, kv_heads = 2, head_dim = 64, slots = 6, block_size = 16;
   int blocks_per_seq = 96;  // capacity 1,536 positions
   int window = 0;           // > 0: a sliding window (the query sees its last `window` positions)
+  float softcap = 0.0f;     // > 0: scores soft-capped (cap * tanh(score / cap))
   std::vector<int32_t> lens = {1500, 0, 700, 63, 0, 1};
   std::vector<uint8_t> active = {1, 0, 1, 1, 0, 1};
   KvCacheLayout layout;
@@ -76,6 +77,7 @@ struct DecodeSplitCase {
     p.out = outp;
     p.scale = 1.0f / std::sqrt((float)head_dim);
     p.window = window;
+    p.softcap = softcap;
     return p;
   }
 
@@ -100,6 +102,7 @@ struct DecodeSplitCase {
       for (int d = 0; d < head_dim; ++d)
         s += (double)q[((size_t)slot * heads + head) * head_dim + d] * at(0, pos, d);
       scores[pos] = s / std::sqrt((double)head_dim);
+      if (softcap > 0) scores[pos] = softcap * std::tanh(scores[pos] / softcap);
       mx = std::max(mx, scores[pos]);
     }
     double total = 0;

@@ -80,8 +80,8 @@ std::vector<Trace> run_batched(model::Model& m, const std::vector<std::vector<in
   return traces;
 }
 
-// Per family: qwen2 (Llama family) and gemma3 (sliding windows of 8 in every other layer,
-// which the longer prompts and their decoding cross).
+// Per family: qwen2 (Llama family), gemma2 and gemma3 (sliding windows of 8 in every other
+// layer, which the longer prompts and their decoding cross; Gemma 2's soft-caps).
 class BatchInvariance : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BatchInvariance, EightStaggeredSequencesMatchEachAlone) {
@@ -184,7 +184,8 @@ void expect_chunkings_keep_the_original_values(model::Model& m) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, BatchInvariance, ::testing::Values("qwen2", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Families, BatchInvariance,
+                         ::testing::Values("qwen2", "gemma2", "gemma3"));
 
 TEST(BatchInvarianceDefaultModel, RecomputationAndSplitsKeepTheOriginalValues) {
   // The default model: its 64-wide heads are where the two attention orders round differently.
