@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+
+#include "core/tensor_view.h"
 
 namespace hablar {
 
@@ -21,6 +24,17 @@ struct AttentionSpec {
 
   // The first position a query at `pos` sees.
   int32_t first_position(int32_t pos) const { return window > 0 && pos >= window ? pos - window + 1 : 0; }
+};
+
+// A layer's mixture of experts, as views: the router [n_experts x n_embd] and each expert's
+// SwiGLU matrices. Each token's FFN output is the sum over its n_used likeliest experts
+// (softmax over the router's logits, renormalized over the chosen) of weight * expert(x).
+struct ExpertsView {
+  const WeightView* router = nullptr;
+  std::span<const WeightView> gate;  // [n_ff_expert x n_embd] each
+  std::span<const WeightView> up;    // [n_ff_expert x n_embd] each
+  std::span<const WeightView> down;  // [n_embd x n_ff_expert] each
+  int n_used = 0;
 };
 
 struct LayerSpec {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "engine/cpu_executor.h"
 
 namespace hablar::engine {
@@ -33,9 +34,15 @@ DeviceKind resolve_device(const model::Model& model, const ExecutorOptions& o) {
   }
   if (want == DeviceKind::kCpu) return DeviceKind::kCpu;
   std::string reason;
-  const bool have = cuda_available(&reason);
+  bool have = cuda_available(&reason);
+  if (have && model.config().n_experts > 0) {  // the GPU has no expert layers yet
+    have = false;
+    reason = "mixture-of-experts models run on the CPU only for now";
+  }
   if (want == DeviceKind::kCuda && !have)
     throw_error(ErrorKind::kUnsupported, "--device cuda: " + reason);
+  if (!have && want == DeviceKind::kAuto && model.config().n_experts > 0)
+    log::info("serving on the CPU: {}", reason);
   return have ? DeviceKind::kCuda : DeviceKind::kCpu;
 }
 

@@ -28,7 +28,7 @@ using gguf::Value;
 // length, FFN length, vocabulary, context, RoPE base, RMS-norm epsilon, tied embeddings).
 const std::vector<ModelShape> kShapes = {
     // tiny: gemma3's window of 8 and period 2 make its short test prompts cross both kinds.
-    {"tiny", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0, 1e-5, false, 8, 2},
+    {"tiny", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0, 1e-5, false, 8, 2, 8, 2, 128},
     {"smollm2-135m", 576, 30, 9, 3, 64, 1536, 49152, 8192, 100000.0, 1e-5, true},
     {"qwen2.5-0.5b", 896, 24, 14, 2, 64, 4864, 151936, 32768, 1000000.0, 1e-6, true},
     {"qwen2.5-1.5b", 1536, 28, 12, 2, 128, 8960, 151936, 32768, 1000000.0, 1e-6, true},
@@ -37,6 +37,11 @@ const std::vector<ModelShape> kShapes = {
     {"gemma2-2b", 2304, 26, 8, 4, 256, 9216, 256000, 8192, 10000.0, 1e-6, true, 4096, 2},
     {"gemma3-270m", 640, 18, 4, 1, 256, 2048, 262144, 32768, 1000000.0, 1e-6, true, 512, 6},
     {"gemma3-1b", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0, 1e-6, true, 512, 6},
+    // Mixture of experts: Mixtral 8x7B and Qwen3-30B-A3B.
+    {"mixtral-8x7b", 4096, 32, 32, 8, 128, 14336, 32000, 32768, 1000000.0, 1e-5, false, 0, 0,
+     8, 2, 14336},
+    {"qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 151936, 40960, 1000000.0, 1e-6, false, 0, 0,
+     128, 8, 768},
 };
 
 // SplitMix64: a fast, well-mixed generator; one stream per (seed, tensor, row) so the
@@ -142,6 +147,12 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
   if (arch == Arch::kGemma2 || arch == Arch::kGemma3) {
     w.set(a + ".attention.sliding_window", u32(s.sliding_window));
     w.set(a + ".attention.sliding_window_pattern", u32(s.sliding_period));
+  }
+  if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe) {
+    w.set(a + ".expert_count", u32(s.n_experts));
+    w.set(a + ".expert_used_count", u32(s.n_experts_used));
+    if (arch == Arch::kQwen3Moe)
+      w.set(a + ".expert_feed_forward_length", u32(s.ffn_expert > 0 ? s.ffn_expert : s.ffn));
   }
   if (arch == Arch::kGemma2) {  // the published models' soft-caps
     w.set(a + ".attn_logit_softcapping", Value::f32(50.0f));
@@ -291,6 +302,8 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "qwen3") return Arch::kQwen3;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
+  if (name == "mixtral") return Arch::kMixtral;
+  if (name == "qwen3moe") return Arch::kQwen3Moe;
   return std::nullopt;
 }
 
@@ -306,6 +319,10 @@ std::string_view arch_name(Arch arch) {
       return "gemma2";
     case Arch::kGemma3:
       return "gemma3";
+    case Arch::kMixtral:
+      return "llama";
+    case Arch::kQwen3Moe:
+      return "qwen3moe";
   }
   return "unknown";
 }
@@ -334,7 +351,7 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
       add(block_name(l, "attn_k.bias"), {kv_len}, Init::kBias, l);
       add(block_name(l, "attn_v.bias"), {kv_len}, Init::kBias, l);
     }
-    if (arch == Arch::kQwen3 || arch == Arch::kGemma3) {
+    if (arch == Arch::kQwen3 || arch == Arch::kGemma3 || arch == Arch::kQwen3Moe) {
       add(block_name(l, "attn_q_norm.weight"), {s.head_dim}, Init::kNorm, l);
       add(block_name(l, "attn_k_norm.weight"), {s.head_dim}, Init::kNorm, l);
     }
@@ -342,9 +359,17 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
     const bool gemma = arch == Arch::kGemma2 || arch == Arch::kGemma3;
     if (gemma) add(block_name(l, "post_attention_norm.weight"), {s.hidden}, Init::kNorm, l);
     add(block_name(l, "ffn_norm.weight"), {s.hidden}, Init::kNorm, l);
-    add(block_name(l, "ffn_gate.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
-    add(block_name(l, "ffn_up.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
-    add(block_name(l, "ffn_down.weight"), {s.ffn, s.hidden}, Init::kMatrix, l);
+    if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe) {
+      const int64_t fe = arch == Arch::kQwen3Moe && s.ffn_expert > 0 ? s.ffn_expert : s.ffn;
+      add(block_name(l, "ffn_gate_inp.weight"), {s.hidden, s.n_experts}, Init::kMatrix, l);
+      add(block_name(l, "ffn_gate_exps.weight"), {s.hidden, fe, s.n_experts}, Init::kMatrix, l);
+      add(block_name(l, "ffn_up_exps.weight"), {s.hidden, fe, s.n_experts}, Init::kMatrix, l);
+      add(block_name(l, "ffn_down_exps.weight"), {fe, s.hidden, s.n_experts}, Init::kMatrix, l);
+    } else {
+      add(block_name(l, "ffn_gate.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
+      add(block_name(l, "ffn_up.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
+      add(block_name(l, "ffn_down.weight"), {s.ffn, s.hidden}, Init::kMatrix, l);
+    }
     if (gemma) add(block_name(l, "post_ffw_norm.weight"), {s.hidden}, Init::kNorm, l);
   }
   add("output_norm.weight", {s.hidden}, Init::kNorm, -1);

@@ -37,6 +37,10 @@ struct ModelShape {
   // (every sliding_period-th layer attends globally).
   int64_t sliding_window = 512;
   int64_t sliding_period = 6;
+  // Mixture-of-experts architectures only: experts, experts per token, each one's FFN width.
+  int64_t n_experts = 8;
+  int64_t n_experts_used = 2;
+  int64_t ffn_expert = 0;  // 0: ffn
 };
 
 // tiny, smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b, qwen3-0.6b, llama3-8b, gemma2-2b,
@@ -44,7 +48,8 @@ struct ModelShape {
 const std::vector<ModelShape>& known_shapes();
 std::optional<ModelShape> shape_from_name(std::string_view name);
 
-enum class Arch { kLlama, kQwen2, kQwen3, kGemma2, kGemma3 };
+// kMixtral writes a llama file with experts (as Mixtral GGUFs are); kQwen3Moe a qwen3moe one.
+enum class Arch { kLlama, kQwen2, kQwen3, kGemma2, kGemma3, kMixtral, kQwen3Moe };
 std::optional<Arch> arch_from_name(std::string_view name);
 std::string_view arch_name(Arch arch);  // as GGUF general.architecture spells it
 

@@ -17,6 +17,8 @@ std::string_view arch_name(Arch arch) {
       return "qwen2";
     case Arch::kQwen3:
       return "qwen3";
+    case Arch::kQwen3Moe:
+      return "qwen3moe";
     case Arch::kGemma2:
       return "gemma2";
     case Arch::kGemma3:
@@ -26,7 +28,7 @@ std::string_view arch_name(Arch arch) {
 }
 
 std::string supported_arch_names() {
-  return "llama, qwen2, qwen3, gemma2, gemma3";
+  return "llama (and Mixtral MoE), qwen2, qwen3, qwen3moe, gemma2, gemma3";
 }
 
 namespace {
@@ -35,6 +37,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "llama") return Arch::kLlama;
   if (name == "qwen2") return Arch::kQwen2;
   if (name == "qwen3") return Arch::kQwen3;
+  if (name == "qwen3moe") return Arch::kQwen3Moe;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
   throw_error(ErrorKind::kUnsupported, path + ": unsupported architecture '" + name +
@@ -85,6 +88,25 @@ void read_rope_scaling(const gguf::GgufFile& f, const std::string& a, RopeParams
   }
   if (!(rope.factor > 0.0f) || !std::isfinite(rope.factor))
     throw_error(ErrorKind::kFormat, f.path() + ": rope scaling factor must be > 0");
+}
+
+// Experts: <arch>.expert_count, expert_used_count and (qwen3moe) expert_feed_forward_length,
+// which defaults to the FFN length.
+void read_experts(const gguf::GgufFile& f, ModelConfig& c) {
+  const std::string& a = c.arch;
+  c.n_experts = (int)f.get_uint_or(a + ".expert_count", 0);
+  if (c.n_experts == 0) {
+    if (c.arch_kind == Arch::kQwen3Moe)
+      throw_error(ErrorKind::kFormat, f.path() + ": qwen3moe without expert_count");
+    return;
+  }
+  c.n_experts_used = (int)f.get_uint_or(a + ".expert_used_count", 0);
+  c.n_ff_expert = (int)f.get_uint_or(a + ".expert_feed_forward_length", (uint64_t)c.n_ff);
+  if (c.n_experts > 4096 || c.n_experts_used <= 0 || c.n_experts_used > c.n_experts ||
+      c.n_ff_expert <= 0 || c.n_ff_expert > (1 << 24))
+    throw_error(ErrorKind::kFormat, f.path() + ": expert counts out of range (" +
+                                        std::to_string(c.n_experts_used) + " of " +
+                                        std::to_string(c.n_experts) + ")");
 }
 
 // Every layer global, rotated by the one RoPE, scaled by 1/sqrt(head_dim).
@@ -213,7 +235,8 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   read_rope_scaling(f, a, c.rope);
 
   c.qkv_bias = c.arch_kind == Arch::kQwen2;
-  c.qk_norm = c.arch_kind == Arch::kQwen3;
+  c.qk_norm = c.arch_kind == Arch::kQwen3 || c.arch_kind == Arch::kQwen3Moe;
+  read_experts(f, c);
   c.tied_output = f.find_tensor("output.weight") == nullptr;
   if (is_gemma_family(c.arch_kind)) {
     gemma_layers(f, c);

@@ -25,6 +25,8 @@
 //                                          attention of q over its sequence (GQA), scaled
 //                                          and windowed as spec says
 //   add(x, y, width)                       x += y
+//   moe_ffn(experts, in, out)              out = the mixture of experts of in (layer_spec.h);
+//                                          out may be in
 //   logits(x, norm_w, W_out, cap)          final norm of the rows that need logits, then the
 //                                          classifier (rows kept by the backend, in chunk
 //                                          order); cap > 0: cap * tanh(logit / cap)
@@ -61,6 +63,7 @@ concept ForwardBackend = requires(B& b, const WeightView& w, const float* in, fl
   b.rope(out, 0, 0);
   b.attention(0, AttentionSpec{}, in, in, in, out);
   b.add(out, in, int64_t{});
+  b.moe_ffn(ExpertsView{}, in, out);
   b.logits(in, in, w, 0.0f);
   { b.host_rows(in, int64_t{}, host) } -> std::convertible_to<const float*>;
 };
@@ -110,12 +113,18 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
     b.add(a.x, a.xb, E);
     dump_rows("ffn_inp", l, a.x, E);
 
-    // Feed-forward block: x += W_down · (silu(W_gate·n) * W_up·n), n = rmsnorm(x).
+    // Feed-forward block: x += W_down · (silu(W_gate·n) * W_up·n), n = rmsnorm(x), or the
+    // mixture of such experts the router picks for each token.
     b.rmsnorm(a.x, lw.ffn_norm, a.xb, E);
     dump_rows("ffn_norm", l, a.xb, E);
-    b.matmul_glu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up, c.ffn_activation);
-    dump_rows("ffn_swiglu", l, a.gate, FF);
-    b.matmul(lw.w_down, a.gate, a.xb);
+    if (c.n_experts > 0) {
+      b.moe_ffn(ExpertsView{&lw.router, lw.exp_gate, lw.exp_up, lw.exp_down, c.n_experts_used},
+                a.xb, a.xb);
+    } else {
+      b.matmul_glu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up, c.ffn_activation);
+      dump_rows("ffn_swiglu", l, a.gate, FF);
+      b.matmul(lw.w_down, a.gate, a.xb);
+    }
     dump_rows("ffn_out", l, a.xb, E);
     b.add(a.x, a.xb, E);
     dump_rows("l_out", l, a.x, E);

@@ -52,6 +52,15 @@ size_t Model::kv_bytes_per_token(KvDType) const {
 size_t Model::weight_bytes_per_token() const {
   size_t total = (size_t)weights_->token_embd.row_bytes;  // plus the token's embedding row
   for (const WeightView* w : weights_->matrices()) total += (size_t)w->rows * w->row_bytes;
+  // A token reads only its n_experts_used experts of each layer.
+  if (config_.n_experts > 0)
+    for (const LayerWeights& l : weights_->layers)
+      for (size_t e = 0; e < l.exp_gate.size(); ++e) {
+        const size_t bytes = (size_t)l.exp_gate[e].rows * l.exp_gate[e].row_bytes +
+                             (size_t)l.exp_up[e].rows * l.exp_up[e].row_bytes +
+                             (size_t)l.exp_down[e].rows * l.exp_down[e].row_bytes;
+        total -= bytes - bytes * (size_t)config_.n_experts_used / (size_t)config_.n_experts;
+      }
   return total;
 }
 

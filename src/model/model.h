@@ -25,9 +25,9 @@ namespace hablar::model {
 
 // The architectures hablar runs, in two families with a forward each (model/forward.h): the
 // Llama family (llama, qwen2, qwen3 differ by flags) and the Gemma family.
-enum class Arch { kLlama, kQwen2, kQwen3, kGemma2, kGemma3 };
+enum class Arch { kLlama, kQwen2, kQwen3, kQwen3Moe, kGemma2, kGemma3 };
 std::string_view arch_name(Arch arch);
-std::string supported_arch_names();  // "llama, qwen2, qwen3, gemma2, gemma3" for errors
+std::string supported_arch_names();  // "llama, qwen2, qwen3, qwen3moe, gemma2, ..." for errors
 inline bool is_gemma_family(Arch arch) {
   return arch == Arch::kGemma2 || arch == Arch::kGemma3;
 }
@@ -62,6 +62,14 @@ struct ModelConfig {
   float query_scale = 0.0f;  // 0: none (the attention scales)
   bool post_norms = false;
   float final_softcap = 0.0f;
+
+  // Mixture of experts (Mixtral: llama with <arch>.expert_count; qwen3moe): n_experts > 0
+  // replaces every layer's FFN by a router over n_experts SwiGLU experts of width n_ff_expert,
+  // each token taking its n_experts_used likeliest (softmax over all, renormalized over the
+  // chosen, as both families' reference configurations do).
+  int n_experts = 0;
+  int n_experts_used = 0;
+  int n_ff_expert = 0;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }

@@ -55,6 +55,28 @@ const float* vector_f32(Weights& w, const gguf::GgufFile& f, const std::string& 
   return out.data();
 }
 
+// The n slices [rows x cols] of a 3-D tensor [cols, rows, n] (GGUF order).
+std::vector<WeightView> expert_slices(const gguf::GgufFile& f, const std::string& name,
+                                      int64_t cols, int64_t rows, int64_t n) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (t == nullptr) throw_error(ErrorKind::kFormat, f.path() + ": tensor " + name + " is missing");
+  if (t->dims.size() != 3 || t->dims[0] != cols || t->dims[1] != rows || t->dims[2] != n)
+    throw_error(ErrorKind::kFormat, f.path() + ": tensor " + name + " has shape " +
+                                        t->shape_string() + ", metadata implies " +
+                                        fmt::format("[{}, {}, {}]", cols, rows, n));
+  if (!dtype_traits(t->type).supported)
+    throw_error(ErrorKind::kUnsupported, f.path() + ": tensor " + name + " has type " +
+                                             std::string(dtype_name(t->type)) + ", not supported");
+  std::vector<WeightView> out((size_t)n);
+  for (int64_t e = 0; e < n; ++e) {
+    WeightView& w = out[(size_t)e];
+    w.type = t->type, w.cols = cols, w.rows = rows;
+    w.row_bytes = dtype_row_bytes(t->type, cols);
+    w.data = static_cast<const uint8_t*>(t->data) + (size_t)(e * rows) * w.row_bytes;
+  }
+  return out;
+}
+
 }  // namespace
 
 Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
@@ -86,6 +108,14 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
       l.post_ffn_norm = vector_f32(w, f, p + "post_ffw_norm.weight", c.n_embd);
     }
     l.ffn_norm = vector_f32(w, f, p + "ffn_norm.weight", c.n_embd);
+    if (c.n_experts > 0) {
+      const int64_t E = c.n_experts, FE = c.n_ff_expert;
+      l.router = matrix(f, p + "ffn_gate_inp.weight", c.n_embd, E);
+      l.exp_gate = expert_slices(f, p + "ffn_gate_exps.weight", c.n_embd, FE, E);
+      l.exp_up = expert_slices(f, p + "ffn_up_exps.weight", c.n_embd, FE, E);
+      l.exp_down = expert_slices(f, p + "ffn_down_exps.weight", FE, c.n_embd, E);
+      continue;
+    }
     l.w_gate = matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
     l.w_up = matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
     l.w_down = matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
@@ -95,8 +125,16 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
 
 std::vector<const WeightView*> Weights::matrices() const {
   std::vector<const WeightView*> out{&output};
-  for (const LayerWeights& l : layers)
-    out.insert(out.end(), {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down});
+  for (const LayerWeights& l : layers) {
+    out.insert(out.end(), {&l.wq, &l.wk, &l.wv, &l.wo});
+    if (l.exp_gate.empty()) {
+      out.insert(out.end(), {&l.w_gate, &l.w_up, &l.w_down});
+      continue;
+    }
+    out.push_back(&l.router);
+    for (size_t e = 0; e < l.exp_gate.size(); ++e)
+      out.insert(out.end(), {&l.exp_gate[e], &l.exp_up[e], &l.exp_down[e]});
+  }
   return out;
 }
 

@@ -30,6 +30,12 @@ struct LayerWeights {
   WeightView w_up;                   // [n_ff x n_embd]
   WeightView w_down;                 // [n_embd x n_ff]
   const float* post_ffn_norm = nullptr;  // [n_embd] (gemma: norm of the FFN output)
+  // Mixture of experts (instead of w_gate / w_up / w_down): the router and each expert's
+  // matrices, slices of the file's 3-D tensors.
+  WeightView router;                 // [n_experts x n_embd]
+  std::vector<WeightView> exp_gate;  // n_experts x [n_ff_expert x n_embd]
+  std::vector<WeightView> exp_up;    // n_experts x [n_ff_expert x n_embd]
+  std::vector<WeightView> exp_down;  // n_experts x [n_embd x n_ff_expert]
 };
 
 struct Weights {

@@ -194,6 +194,11 @@ void ForwardOps::add(float* x, const float* y, int64_t width) {
   for_each_token(n_tokens(), [&](int64_t t) { add_inplace(x + t * width, y + t * width, width); });
 }
 
+void ForwardOps::moe_ffn(const ExpertsView& experts, const float* in, float* out) {
+  flush_pending();
+  cpu::moe_ffn(experts, in, n_tokens(), dims_.n_embd, out, pool_, moe_, roles_);
+}
+
 void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output,
                         float softcap) {
   flush_pending();

@@ -15,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
 #include "core/kv_layout.h"
 #include "core/layer_spec.h"
@@ -52,6 +53,7 @@ class ForwardOps {
   void attention(int layer, const AttentionSpec& spec, const float* q, const float* k,
                  const float* v, float* out);
   void add(float* x, const float* y, int64_t width);
+  void moe_ffn(const ExpertsView& experts, const float* in, float* out);
   // Final norm of the rows that need logits, then the classifier: logits() [R x n_vocab],
   // one row per token of an all_logits chunk, else one for the chunk's last token; soft-capped
   // when softcap > 0.
@@ -99,6 +101,7 @@ class ForwardOps {
   // Per RoPE variant: [T x n_dims/2] cosines and sines.
   std::vector<std::vector<float>> rope_cos_, rope_sin_;
   std::vector<float> x_, xb_, q_, k_, v_, att_, gate_, up_, out_rows_, logits_;
+  MoeScratch moe_;
   Activations act_;
 };
 

@@ -338,6 +338,10 @@ void ForwardOps::add(float* x, const float* y, int64_t width) {
   cuda::add(x, y, x, n_tokens_ * width, stream_);
 }
 
+void ForwardOps::moe_ffn(const ExpertsView&, const float*, float*) {
+  throw_error(ErrorKind::kUnsupported, "mixture-of-experts layers do not run on the GPU yet");
+}
+
 void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output,
                         float softcap) {
   if (n_logit_rows_ == 0) return;

@@ -83,6 +83,8 @@ class ForwardOps {
   void attention(int layer, const AttentionSpec& spec, const float* q, const float* k,
                  const float* v, float* out);
   void add(float* x, const float* y, int64_t width);
+  // Mixture-of-experts models are refused by the CUDA executor at load (not yet on the GPU).
+  void moe_ffn(const ExpertsView& experts, const float* in, float* out);
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
   // Device logits [n_logit_rows x n_vocab] in logit_order.
   float* device_logits() const { return logits_; }

@@ -81,7 +81,8 @@ std::vector<Trace> run_batched(model::Model& m, const std::vector<std::vector<in
 }
 
 // Per family: qwen2 (Llama family), gemma2 and gemma3 (sliding windows of 8 in every other
-// layer, which the longer prompts and their decoding cross; Gemma 2's soft-caps).
+// layer, which the longer prompts and their decoding cross; Gemma 2's soft-caps) and qwen3moe
+// (tokens of every sequence grouped by expert).
 class BatchInvariance : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BatchInvariance, EightStaggeredSequencesMatchEachAlone) {
@@ -185,7 +186,7 @@ void expect_chunkings_keep_the_original_values(model::Model& m) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, BatchInvariance,
-                         ::testing::Values("qwen2", "gemma2", "gemma3"));
+                         ::testing::Values("qwen2", "gemma2", "gemma3", "qwen3moe"));
 
 TEST(BatchInvarianceDefaultModel, RecomputationAndSplitsKeepTheOriginalValues) {
   // The default model: its 64-wide heads are where the two attention orders round differently.
