@@ -60,10 +60,13 @@ GEMMA_PROMPTS = [p if not p.startswith("<|im_start|>") else
                  "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n"
                  for p in PROMPTS]
 SYNTH_PROMPTS = PROMPTS[:6]
-SYNTH_ARCHES = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "mixtral", "qwen3moe"]
+SYNTH_ARCHES = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "mixtral", "qwen3moe", "phi3"]
 SYNTH_TYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"]
 # Newer families: the float, 8-bit and usual K-quant mix.
-ARCH_TYPES = {a: ["f16", "q8_0", "q4_k_m"] for a in ("gemma2", "gemma3", "mixtral", "qwen3moe")}
+ARCH_TYPES = {a: ["f16", "q8_0", "q4_k_m"]
+              for a in ("gemma2", "gemma3", "mixtral", "qwen3moe", "phi3")}
+ARCH_SHAPES = {"phi3": "tiny-hd96"}  # Phi-3's head size
+ARCH_VOCABS = {"phi3": "ggml-vocab-phi-3.gguf"}  # llama.cpp loads phi3 files with their own
 SYNTH_SEED = 7
 SYNTH_VOCAB = "ggml-vocab-llama-spm.gguf"
 PPL_CTX = 256
@@ -175,13 +178,16 @@ def synthetic_goldens(hablar, vocab_dir, models_dir=None, types=None, arches=Non
             for typ in types or ARCH_TYPES.get(arch, SYNTH_TYPES):
                 path = os.path.join(models_dir or tmp, f"{arch}-{typ}.gguf")
                 if not models_dir:
-                    subprocess.run([hablar, "make-model", "--arch", arch, "--shape", "tiny",
-                                    "--type", typ, "--vocab", os.path.join(vocab_dir, SYNTH_VOCAB),
+                    subprocess.run([hablar, "make-model", "--arch", arch,
+                                    "--shape", ARCH_SHAPES.get(arch, "tiny"),
+                                    "--type", typ,
+                                    "--vocab", os.path.join(vocab_dir, ARCH_VOCABS.get(arch, SYNTH_VOCAB)),
                                     "--seed", str(SYNTH_SEED), "-o", path], check=True)
                 llm = open_model(path, n_ctx=256)
                 prompts = [prompt_record(llm, p, parse_special=False) for p in SYNTH_PROMPTS]
                 write(f"synthetic-{arch}-{typ}",
-                      {"model": {"arch": arch, "shape": "tiny", "type": typ, "vocab": SYNTH_VOCAB,
+                      {"model": {"arch": arch, "shape": ARCH_SHAPES.get(arch, "tiny"), "type": typ,
+                                 "vocab": ARCH_VOCABS.get(arch, SYNTH_VOCAB),
                                  "seed": SYNTH_SEED}, "top_k": TOP_K, "prompts": prompts})
                 del llm
                 if not models_dir:

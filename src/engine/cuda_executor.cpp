@@ -60,6 +60,8 @@ cuda::SamplingParams to_device_params(const DeviceSampling& s) {
 
 void check_cuda_shapes(const model::Model& m) {
   const model::ModelConfig& c = m.config();
+  if (c.n_experts > 0)
+    throw_error(ErrorKind::kUnsupported, "mixture-of-experts models run on the CPU only for now");
   std::vector<const WeightView*> all = m.weights().matrices();
   all.push_back(&m.weights().token_embd);
   for (const WeightView* w : all) {
@@ -454,6 +456,16 @@ cudaGraphExec_t CudaExecutor::graph_for(int32_t rows) {
 
 bool cuda_available(std::string* reason) {
   return cuda::device_count(reason) > 0;
+}
+
+bool cuda_can_run(const model::Model& model, std::string* reason) {
+  try {
+    check_cuda_shapes(model);
+    return true;
+  } catch (const Error& e) {
+    if (reason) *reason = e.what();
+    return false;
+  }
 }
 
 std::unique_ptr<StepExecutor> make_cuda_executor(const model::Model& model,

@@ -35,14 +35,11 @@ DeviceKind resolve_device(const model::Model& model, const ExecutorOptions& o) {
   if (want == DeviceKind::kCpu) return DeviceKind::kCpu;
   std::string reason;
   bool have = cuda_available(&reason);
-  if (have && model.config().n_experts > 0) {  // the GPU has no expert layers yet
-    have = false;
-    reason = "mixture-of-experts models run on the CPU only for now";
-  }
+  const bool device_present = have;
+  if (have && !cuda_can_run(model, &reason)) have = false;  // no kernels for this model
   if (want == DeviceKind::kCuda && !have)
     throw_error(ErrorKind::kUnsupported, "--device cuda: " + reason);
-  if (!have && want == DeviceKind::kAuto && model.config().n_experts > 0)
-    log::info("serving on the CPU: {}", reason);
+  if (device_present && !have) log::info("running on the CPU: {}", reason);
   return have ? DeviceKind::kCuda : DeviceKind::kCpu;
 }
 
@@ -58,6 +55,11 @@ std::unique_ptr<StepExecutor> make_executor(const model::Model& model, const Exe
 }
 
 #if !defined(HABLAR_HAVE_CUDA)
+bool cuda_can_run(const model::Model&, std::string* reason) {
+  if (reason) *reason = "this build has no CUDA backend";
+  return false;
+}
+
 bool cuda_available(std::string* reason) {
   if (reason) *reason = "this build has no CUDA backend (nvcc was not found when it was built)";
   return false;

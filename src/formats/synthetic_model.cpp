@@ -29,6 +29,9 @@ using gguf::Value;
 const std::vector<ModelShape> kShapes = {
     // tiny: gemma3's window of 8 and period 2 make its short test prompts cross both kinds.
     {"tiny", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0, 1e-5, false, 8, 2, 8, 2, 128},
+    // tiny-hd96: Phi-3's head size, whose 1/sqrt(96) query scale is no power of two.
+    {"tiny-hd96", 768, 2, 8, 4, 96, 512, 512, 2048, 10000.0, 1e-5, false},
+    {"phi3-mini", 3072, 32, 32, 32, 96, 8192, 32064, 4096, 10000.0, 1e-5, false},
     {"smollm2-135m", 576, 30, 9, 3, 64, 1536, 49152, 8192, 100000.0, 1e-5, true},
     {"qwen2.5-0.5b", 896, 24, 14, 2, 64, 4864, 151936, 32768, 1000000.0, 1e-6, true},
     {"qwen2.5-1.5b", 1536, 28, 12, 2, 128, 8960, 151936, 32768, 1000000.0, 1e-6, true},
@@ -37,7 +40,10 @@ const std::vector<ModelShape> kShapes = {
     {"gemma2-2b", 2304, 26, 8, 4, 256, 9216, 256000, 8192, 10000.0, 1e-6, true, 4096, 2},
     {"gemma3-270m", 640, 18, 4, 1, 256, 2048, 262144, 32768, 1000000.0, 1e-6, true, 512, 6},
     {"gemma3-1b", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0, 1e-6, true, 512, 6},
-    // Mixture of experts: Mixtral 8x7B and Qwen3-30B-A3B.
+    // Mixture of experts: Mixtral 8x7B and Qwen3-30B-A3B; moe-small, a made-up 0.7B model (32
+    // experts, 4 per token) for CPU benchmarks.
+    {"moe-small", 1024, 12, 16, 4, 64, 2816, 32000, 4096, 1000000.0, 1e-6, false, 0, 0, 32, 4,
+     512},
     {"mixtral-8x7b", 4096, 32, 32, 8, 128, 14336, 32000, 32768, 1000000.0, 1e-5, false, 0, 0,
      8, 2, 14336},
     {"qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 151936, 40960, 1000000.0, 1e-6, false, 0, 0,
@@ -304,6 +310,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "gemma3") return Arch::kGemma3;
   if (name == "mixtral") return Arch::kMixtral;
   if (name == "qwen3moe") return Arch::kQwen3Moe;
+  if (name == "phi3") return Arch::kPhi3;
   return std::nullopt;
 }
 
@@ -323,6 +330,8 @@ std::string_view arch_name(Arch arch) {
       return "llama";
     case Arch::kQwen3Moe:
       return "qwen3moe";
+    case Arch::kPhi3:
+      return "phi3";
   }
   return "unknown";
 }
@@ -343,9 +352,13 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
   add("token_embd.weight", {s.hidden, vocab_size}, Init::kMatrix, -1);
   for (int l = 0; l < n_layers; ++l) {
     add(block_name(l, "attn_norm.weight"), {s.hidden}, Init::kNorm, l);
-    add(block_name(l, "attn_q.weight"), {s.hidden, q_len}, Init::kMatrix, l);
-    add(block_name(l, "attn_k.weight"), {s.hidden, kv_len}, Init::kMatrix, l);
-    add(block_name(l, "attn_v.weight"), {s.hidden, kv_len}, Init::kMatrix, l);
+    if (arch == Arch::kPhi3) {
+      add(block_name(l, "attn_qkv.weight"), {s.hidden, q_len + 2 * kv_len}, Init::kMatrix, l);
+    } else {
+      add(block_name(l, "attn_q.weight"), {s.hidden, q_len}, Init::kMatrix, l);
+      add(block_name(l, "attn_k.weight"), {s.hidden, kv_len}, Init::kMatrix, l);
+      add(block_name(l, "attn_v.weight"), {s.hidden, kv_len}, Init::kMatrix, l);
+    }
     if (arch == Arch::kQwen2) {
       add(block_name(l, "attn_q.bias"), {q_len}, Init::kBias, l);
       add(block_name(l, "attn_k.bias"), {kv_len}, Init::kBias, l);
@@ -365,6 +378,9 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
       add(block_name(l, "ffn_gate_exps.weight"), {s.hidden, fe, s.n_experts}, Init::kMatrix, l);
       add(block_name(l, "ffn_up_exps.weight"), {s.hidden, fe, s.n_experts}, Init::kMatrix, l);
       add(block_name(l, "ffn_down_exps.weight"), {fe, s.hidden, s.n_experts}, Init::kMatrix, l);
+    } else if (arch == Arch::kPhi3) {
+      add(block_name(l, "ffn_up.weight"), {s.hidden, 2 * s.ffn}, Init::kMatrix, l);
+      add(block_name(l, "ffn_down.weight"), {s.ffn, s.hidden}, Init::kMatrix, l);
     } else {
       add(block_name(l, "ffn_gate.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
       add(block_name(l, "ffn_up.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);

@@ -19,6 +19,8 @@ std::string_view arch_name(Arch arch) {
       return "qwen3";
     case Arch::kQwen3Moe:
       return "qwen3moe";
+    case Arch::kPhi3:
+      return "phi3";
     case Arch::kGemma2:
       return "gemma2";
     case Arch::kGemma3:
@@ -28,7 +30,7 @@ std::string_view arch_name(Arch arch) {
 }
 
 std::string supported_arch_names() {
-  return "llama (and Mixtral MoE), qwen2, qwen3, qwen3moe, gemma2, gemma3";
+  return "llama (and Mixtral MoE), qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3";
 }
 
 namespace {
@@ -38,6 +40,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "qwen2") return Arch::kQwen2;
   if (name == "qwen3") return Arch::kQwen3;
   if (name == "qwen3moe") return Arch::kQwen3Moe;
+  if (name == "phi3") return Arch::kPhi3;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
   throw_error(ErrorKind::kUnsupported, path + ": unsupported architecture '" + name +
@@ -109,11 +112,20 @@ void read_experts(const gguf::GgufFile& f, ModelConfig& c) {
                                         std::to_string(c.n_experts) + ")");
 }
 
-// Every layer global, rotated by the one RoPE, scaled by 1/sqrt(head_dim).
-void llama_family_layers(ModelConfig& c) {
+// Every layer global, rotated by the one RoPE, scaled by 1/sqrt(head_dim) (in attention, or
+// on q for Phi-3). Phi-3's sliding window is ignored, as llama.cpp ignores it; its
+// LongRoPE factors (the 128k-context variants) are refused.
+void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
   c.ropes = {c.rope};
   LayerSpec spec;
   spec.attention.scale = 1.0f / std::sqrt((float)c.head_dim);
+  if (c.arch_kind == Arch::kPhi3) {
+    if (f.find_tensor("rope_factors_long.weight") || f.find_tensor("rope_factors_short.weight"))
+      throw_error(ErrorKind::kUnsupported,
+                  f.path() + ": LongRoPE factors (Phi-3 128k context) are not supported yet");
+    c.query_scale = spec.attention.scale;
+    spec.attention.scale = 1.0f;
+  }
   c.layers.assign((size_t)c.n_layers, spec);
 }
 
@@ -241,7 +253,7 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   if (is_gemma_family(c.arch_kind)) {
     gemma_layers(f, c);
   } else {
-    llama_family_layers(c);
+    llama_family_layers(f, c);
   }
   const gguf::TensorInfo& embd = f.tensor("token_embd.weight");
   c.n_vocab = (int)embd.rows();

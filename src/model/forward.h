@@ -78,7 +78,8 @@ auto row_dumper(B& b, std::vector<float>& host) {
   };
 }
 
-// Llama, Qwen2, Qwen3: pre-norm blocks, SwiGLU, one RoPE, global attention.
+// Llama (and Mixtral), Qwen2, Qwen3 (and Qwen3-MoE), Phi-3: pre-norm blocks, SwiGLU or a
+// mixture of SwiGLU experts, one RoPE, global attention.
 template <ForwardBackend B>
 void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
   const Activations& a = b.activations();
@@ -107,6 +108,7 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
     b.rope(a.q, c.n_heads, spec.rope);
     b.rope(a.k, c.n_kv_heads, spec.rope);
     dump_rows("q_rope", l, a.q, QD), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
+    if (c.query_scale > 0.0f) b.scale(a.q, c.query_scale, QD);  // Phi-3
     b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
     dump_rows("attn_out", l, a.att, QD);
     b.matmul(lw.wo, a.att, a.xb);

@@ -25,7 +25,7 @@ namespace hablar::model {
 
 // The architectures hablar runs, in two families with a forward each (model/forward.h): the
 // Llama family (llama, qwen2, qwen3 differ by flags) and the Gemma family.
-enum class Arch { kLlama, kQwen2, kQwen3, kQwen3Moe, kGemma2, kGemma3 };
+enum class Arch { kLlama, kQwen2, kQwen3, kQwen3Moe, kPhi3, kGemma2, kGemma3 };
 std::string_view arch_name(Arch arch);
 std::string supported_arch_names();  // "llama, qwen2, qwen3, qwen3moe, gemma2, ..." for errors
 inline bool is_gemma_family(Arch arch) {
@@ -54,8 +54,9 @@ struct ModelConfig {
   std::vector<LayerSpec> layers;
   std::vector<RopeParams> ropes;
   GluActivation ffn_activation = GluActivation::kSilu;
-  // Gemma family: the embedding rows are multiplied by embed_scale (sqrt(n_embd)); q by
-  // query_scale before attention (whose own scale is then 1); norms also follow the
+  // q multiplied by query_scale before attention, whose own scale is then 1 (Gemma, Phi-3:
+  // llama.cpp scales q so, and rounds the product to half before q·k).
+  // Gemma family: the embedding rows are multiplied by embed_scale (sqrt(n_embd)); norms also follow the
   // attention and FFN outputs (post_norms); logits soft-capped when final_softcap > 0
   // (Gemma 2: softcap * tanh(logit / softcap)).
   float embed_scale = 1.0f;

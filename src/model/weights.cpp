@@ -55,6 +55,14 @@ const float* vector_f32(Weights& w, const gguf::GgufFile& f, const std::string& 
   return out.data();
 }
 
+// Rows [first, first + n) of a matrix, as a matrix of its own.
+WeightView row_slice(const WeightView& w, int64_t first, int64_t n) {
+  WeightView s = w;
+  s.rows = n;
+  s.data = static_cast<const uint8_t*>(w.data) + (size_t)first * w.row_bytes;
+  return s;
+}
+
 // The n slices [rows x cols] of a 3-D tensor [cols, rows, n] (GGUF order).
 std::vector<WeightView> expert_slices(const gguf::GgufFile& f, const std::string& name,
                                       int64_t cols, int64_t rows, int64_t n) {
@@ -90,9 +98,17 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
     LayerWeights& l = w.layers[(size_t)i];
     const std::string p = "blk." + std::to_string(i) + ".";
     l.attn_norm = vector_f32(w, f, p + "attn_norm.weight", c.n_embd);
-    l.wq = matrix(f, p + "attn_q.weight", c.n_embd, c.q_dim());
-    l.wk = matrix(f, p + "attn_k.weight", c.n_embd, c.kv_dim());
-    l.wv = matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
+    if (f.find_tensor(p + "attn_qkv.weight")) {  // fused (Phi-3): q, k, v rows in order
+      const WeightView qkv =
+          matrix(f, p + "attn_qkv.weight", c.n_embd, c.q_dim() + 2 * (int64_t)c.kv_dim());
+      l.wq = row_slice(qkv, 0, c.q_dim());
+      l.wk = row_slice(qkv, c.q_dim(), c.kv_dim());
+      l.wv = row_slice(qkv, c.q_dim() + c.kv_dim(), c.kv_dim());
+    } else {
+      l.wq = matrix(f, p + "attn_q.weight", c.n_embd, c.q_dim());
+      l.wk = matrix(f, p + "attn_k.weight", c.n_embd, c.kv_dim());
+      l.wv = matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
+    }
     if (c.qkv_bias) {
       l.bq = vector_f32(w, f, p + "attn_q.bias", c.q_dim());
       l.bk = vector_f32(w, f, p + "attn_k.bias", c.kv_dim());
@@ -116,8 +132,14 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
       l.exp_down = expert_slices(f, p + "ffn_down_exps.weight", FE, c.n_embd, E);
       continue;
     }
-    l.w_gate = matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
-    l.w_up = matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
+    if (f.find_tensor(p + "ffn_gate.weight")) {
+      l.w_gate = matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
+      l.w_up = matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
+    } else {  // fused (Phi-3): ffn_up holds the gate's rows, then the up projection's
+      const WeightView gate_up = matrix(f, p + "ffn_up.weight", c.n_embd, 2 * (int64_t)c.n_ff);
+      l.w_gate = row_slice(gate_up, 0, c.n_ff);
+      l.w_up = row_slice(gate_up, c.n_ff, c.n_ff);
+    }
     l.w_down = matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
   }
   return w;

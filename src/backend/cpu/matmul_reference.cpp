@@ -66,9 +66,9 @@ float sum_lanes(const float* l) {
   return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
-// Q4_1, Q5_0 and Q8_0 in lane order: per block, lane k = fma(d_w * d_x, float(dot of its 4
-// values), lane k); Q4_1's minimum term fma(m_w, s_x, summs) beside, added after the lanes'
-// sum.
+// Q4_1, Q5_0, Q5_1 and Q8_0 in lane order: per block, lane k = fma(d_w * d_x, float(dot of
+// its 4 values), lane k); Q4_1's and Q5_1's minimum term fma(m_w, s_x, summs) beside, added
+// after the lanes' sum.
 float dot_act32_lanes(DType type, const uint8_t* w, const Act32Row& a, int64_t nb) {
   float lanes[8] = {};
   float summs = 0.0f;
@@ -84,6 +84,11 @@ float dot_act32_lanes(DType type, const uint8_t* w, const Act32Row& a, int64_t n
       const auto& blk = reinterpret_cast<const BlockQ5_0*>(w)[b];
       codes_q5(blk.qs, blk.qh, 16, c);
       d = h2f(blk.d) * a.d[b];
+    } else if (type == DType::Q5_1) {
+      const auto& blk = reinterpret_cast<const BlockQ5_1*>(w)[b];
+      codes_q5(blk.qs, blk.qh, 0, c);
+      d = h2f(blk.d) * a.d[b];
+      summs = std::fma(h2f(blk.m), a.s[b], summs);
     } else {
       const auto& blk = reinterpret_cast<const BlockQ8_0*>(w)[b];
       for (int j = 0; j < kQK; ++j) c[j] = blk.qs[j];
@@ -100,7 +105,7 @@ float dot_act32_lanes(DType type, const uint8_t* w, const Act32Row& a, int64_t n
 }
 
 float dot_act32(DType type, const uint8_t* w, const Act32Row& a, int64_t nb) {
-  if (type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q8_0)
+  if (type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q5_1 || type == DType::Q8_0)
     return dot_act32_lanes(type, w, a, nb);
   float acc = 0.0f;
   int c[kQK];
@@ -111,12 +116,6 @@ float dot_act32(DType type, const uint8_t* w, const Act32Row& a, int64_t nb) {
         const auto& blk = reinterpret_cast<const BlockQ4_0*>(w)[b];
         codes_q4_0(blk, c);
         acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa);
-        break;
-      }
-      case DType::Q5_1: {
-        const auto& blk = reinterpret_cast<const BlockQ5_1*>(w)[b];
-        codes_q5(blk.qs, blk.qh, 0, c);
-        acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa) + h2f(blk.m) * a.s[b];
         break;
       }
       case DType::IQ4_NL: {

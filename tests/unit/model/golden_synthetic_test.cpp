@@ -60,7 +60,8 @@ std::vector<SynthCase> all_cases() {
   for (const char* arch : {"llama", "qwen2", "qwen3"})
     for (const char* type : {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"})
       cases.push_back({arch, type});
-  for (const char* arch : {"gemma2", "gemma3", "mixtral", "qwen3moe"})
+  cases.push_back({"llama", "q5_1"});  // Q5_1 in llama.cpp's lane order, as Q4_1
+  for (const char* arch : {"gemma2", "gemma3", "mixtral", "qwen3moe", "phi3"})
     for (const char* type : {"f16", "q8_0", "q4_k_m"}) cases.push_back({arch, type});
   return cases;
 }
