@@ -67,6 +67,10 @@ ARCH_TYPES = {a: ["f16", "q8_0", "q4_k_m"]
               for a in ("gemma2", "gemma3", "mixtral", "qwen3moe", "phi3")}
 ARCH_SHAPES = {"phi3": "tiny-hd96"}  # Phi-3's head size
 ARCH_VOCABS = {"phi3": "ggml-vocab-phi-3.gguf"}  # llama.cpp loads phi3 files with their own
+# Variants: a golden name -> (the architecture, extra make-model options recorded in the spec).
+VARIANTS = {"qwen2-yarn": ("qwen2", {"rope_scaling": "yarn", "rope_factor": 4.0,
+                                     "rope_original_context": 64})}
+ARCH_TYPES["qwen2-yarn"] = ["f16", "q4_k_m"]
 SYNTH_SEED = 7
 SYNTH_VOCAB = "ggml-vocab-llama-spm.gguf"
 PPL_CTX = 256
@@ -174,21 +178,23 @@ def gemma3_golden(model_path):
 
 def synthetic_goldens(hablar, vocab_dir, models_dir=None, types=None, arches=None):
     with tempfile.TemporaryDirectory() as tmp:
-        for arch in arches or SYNTH_ARCHES:
-            for typ in types or ARCH_TYPES.get(arch, SYNTH_TYPES):
-                path = os.path.join(models_dir or tmp, f"{arch}-{typ}.gguf")
+        for name in arches or SYNTH_ARCHES + list(VARIANTS):
+            arch, extra = VARIANTS.get(name, (name, {}))
+            for typ in types or ARCH_TYPES.get(name, SYNTH_TYPES):
+                path = os.path.join(models_dir or tmp, f"{name}-{typ}.gguf")
                 if not models_dir:
+                    opts = [f"--{k.replace('_', '-')}={v}" for k, v in extra.items()]
                     subprocess.run([hablar, "make-model", "--arch", arch,
                                     "--shape", ARCH_SHAPES.get(arch, "tiny"),
                                     "--type", typ,
                                     "--vocab", os.path.join(vocab_dir, ARCH_VOCABS.get(arch, SYNTH_VOCAB)),
-                                    "--seed", str(SYNTH_SEED), "-o", path], check=True)
+                                    "--seed", str(SYNTH_SEED), *opts, "-o", path], check=True)
                 llm = open_model(path, n_ctx=256)
                 prompts = [prompt_record(llm, p, parse_special=False) for p in SYNTH_PROMPTS]
-                write(f"synthetic-{arch}-{typ}",
+                write(f"synthetic-{name}-{typ}",
                       {"model": {"arch": arch, "shape": ARCH_SHAPES.get(arch, "tiny"), "type": typ,
                                  "vocab": ARCH_VOCABS.get(arch, SYNTH_VOCAB),
-                                 "seed": SYNTH_SEED}, "top_k": TOP_K, "prompts": prompts})
+                                 "seed": SYNTH_SEED, **extra}, "top_k": TOP_K, "prompts": prompts})
                 del llm
                 if not models_dir:
                     os.remove(path)

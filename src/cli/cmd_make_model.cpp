@@ -21,6 +21,9 @@ struct MakeModelOptions {
   uint64_t seed = 0;
   int n_threads = 0;
   bool exact = false;
+  std::string rope_scaling;
+  double rope_factor = 1.0;
+  int64_t rope_original_context = 0;
 };
 
 std::string shape_names() {
@@ -49,6 +52,13 @@ int run_make_model(const MakeModelOptions& o) {
   opts.seed = o.seed;
   opts.n_threads = o.n_threads;
   opts.exact_quantization = o.exact;
+  if (!o.rope_scaling.empty() && o.rope_scaling != "linear" && o.rope_scaling != "yarn")
+    throw_error(ErrorKind::kInvalidArgument, "--rope-scaling: linear or yarn");
+  if (!(o.rope_factor >= 1.0 && o.rope_factor <= 1024.0) || o.rope_original_context < 0)
+    throw_error(ErrorKind::kInvalidArgument, "--rope-factor must be in [1, 1024]");
+  opts.rope_scaling = o.rope_scaling;
+  opts.rope_factor = o.rope_factor;
+  opts.rope_original_context = o.rope_original_context;
 
   const auto t0 = std::chrono::steady_clock::now();
   const synth::SyntheticModelSummary sum = synth::write_synthetic_model(opts, o.output);
@@ -75,6 +85,10 @@ const CommandRegistration registration{
       app.add_option("--vocab", o->vocab,
                      "vocabulary GGUF whose tokenizer.* keys are copied (default: synthetic)");
       app.add_option("--seed", o->seed, "random seed")->capture_default_str();
+      app.add_option("--rope-scaling", o->rope_scaling, "RoPE scaling metadata: linear or yarn");
+      app.add_option("--rope-factor", o->rope_factor, "RoPE scaling factor")->capture_default_str();
+      app.add_option("--rope-original-context", o->rope_original_context,
+                     "original context of the RoPE scaling (0: the shape's)");
       app.add_option("-t,--threads", o->n_threads, "threads (0 = all cores)")
           ->capture_default_str();
       app.add_flag("--exact", o->exact,

@@ -1,5 +1,6 @@
 #include "core/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -22,6 +23,23 @@ float llama3_scaled_freq(float freq, const RopeParams& p) {
   return (1.0f - smooth) * freq / p.factor + smooth * freq;
 }
 
+// YaRN's correction dimensions [start, end] (floats, as llama.cpp computes them).
+void yarn_corr_dims(const RopeParams& p, float dims[2]) {
+  const float kPi = 3.14159265358979323846f;
+  const auto corr_dim = [&](float n_rot) {
+    return (float)p.n_dims * std::log((float)p.original_context / (n_rot * 2.0f * kPi)) /
+           (2.0f * std::log(p.freq_base));
+  };
+  dims[0] = std::max(0.0f, std::floor(corr_dim(p.beta_fast)));
+  dims[1] = std::min((float)(p.n_dims - 1), std::ceil(corr_dim(p.beta_slow)));
+}
+
+// The extrapolated angle's weight for pair i: 1 below the ramp, 0 above it.
+float yarn_ramp(const float dims[2], int i) {
+  const float y = ((float)i - dims[0]) / std::max(0.001f, dims[1] - dims[0]);
+  return 1.0f - std::min(1.0f, std::max(0.0f, y));
+}
+
 }  // namespace
 
 void rope_angles(int pos, const RopeParams& p, float* cos_t, float* sin_t) {
@@ -34,15 +52,24 @@ void rope_angles(int pos, const RopeParams& p, float* cos_t, float* sin_t) {
   const float theta_scale = std::pow(p.freq_base, -2.0f / (float)p.n_dims);
   float theta = (float)pos;
   float freq = 1.0f;
+  float yarn_dims[2] = {0.0f, 0.0f}, mscale = 1.0f;
+  if (p.scaling == RopeParams::Scaling::kYarn) {
+    yarn_corr_dims(p, yarn_dims);
+    mscale = p.attn_factor * (1.0f + 0.1f * std::log(1.0f / (1.0f / p.factor)));
+  }
   for (int i = 0; i < p.n_dims / 2; ++i) {
     float angle = theta;
     if (p.scaling == RopeParams::Scaling::kLinear) {
       angle = (1.0f / p.factor) * theta;  // llama.cpp's freq_scale * theta
     } else if (p.scaling == RopeParams::Scaling::kLlama3) {
       angle = (float)pos * llama3_scaled_freq(freq, p);
+    } else if (p.scaling == RopeParams::Scaling::kYarn) {
+      const float interp = (1.0f / p.factor) * theta;
+      const float mix = yarn_ramp(yarn_dims, i);
+      angle = interp * (1.0f - mix) + theta * mix;
     }
-    cos_t[i] = std::cos(angle);
-    sin_t[i] = std::sin(angle);
+    cos_t[i] = std::cos(angle) * mscale;
+    sin_t[i] = std::sin(angle) * mscale;
     theta *= theta_scale;
     freq *= theta_scale;
   }

@@ -10,11 +10,18 @@ struct RopeParams {
   int n_dims = 0;  // rotated dimensions per head (<= head_dim; the rest pass through)
   float freq_base = 10000.0f;
   bool neox = false;  // pairs (i, i + n_dims/2) instead of (2i, 2i+1)
-  enum class Scaling { kNone, kLinear, kLlama3 } scaling = Scaling::kNone;
-  float factor = 1.0f;  // linear: positions divided by factor; llama3: low-frequency divisor
+  enum class Scaling { kNone, kLinear, kLlama3, kYarn } scaling = Scaling::kNone;
+  float factor = 1.0f;  // linear: positions divided by factor; llama3: low-frequency divisor;
+                        // yarn: the context extension
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int original_context = 8192;
+  // YaRN: dimensions below the beta_fast correction dimension keep their frequency, those
+  // above beta_slow's are interpolated (divided by factor), a linear ramp between; cos and
+  // sin are multiplied by attn_factor * (1 + 0.1 ln(factor)).
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  float attn_factor = 1.0f;
 };
 
 inline constexpr int kMaxRopePairs = 512;

@@ -405,6 +405,14 @@ GgufWriter build_synthetic_model(const SyntheticModelOptions& o, SyntheticModelS
   // The vocabulary decides the embedding size, so it is read first; the hyperparameters are
   // set first in the file all the same (set() keeps a replaced key's position).
   write_hyperparameters(o.arch, o.shape, o.shape.vocab, o.type, w);
+  if (!o.rope_scaling.empty()) {
+    const std::string a(arch_name(o.arch));
+    w.set(a + ".rope.scaling.type", Value::string(o.rope_scaling));
+    w.set(a + ".rope.scaling.factor", Value::f32((float)o.rope_factor));
+    w.set(a + ".rope.scaling.original_context_length",
+          Value::u32((uint32_t)(o.rope_original_context > 0 ? o.rope_original_context
+                                                            : o.shape.context)));
+  }
   int64_t vocab_size = o.shape.vocab;
   if (!o.vocab_path.empty())
     vocab_size = copy_vocabulary(o.vocab_path, w);

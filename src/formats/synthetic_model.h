@@ -60,6 +60,11 @@ struct SyntheticModelOptions {
   std::string type = "f16";  // a type with a quantizer, or a mix (q4_k_m, q5_k_m)
   std::string vocab_path;    // a GGUF whose tokenizer.* keys are copied; "" for synthetic
   uint64_t seed = 0;
+  // RoPE scaling metadata ("" for none; linear, yarn): <arch>.rope.scaling.type, factor and
+  // original_context_length.
+  std::string rope_scaling;
+  double rope_factor = 1.0;
+  int64_t rope_original_context = 0;  // 0: the shape's context
   int n_threads = 0;  // 0: one per hardware thread
   // The reference quantizers of K-quant and IQ4 types search scales and cost ~100 ns a
   // value, minutes for a 1.5B model. Tensors of those types with at least

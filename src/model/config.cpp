@@ -68,6 +68,25 @@ void read_rope_scaling(const gguf::GgufFile& f, const std::string& a, RopeParams
   } else if (type == "linear") {
     rope.scaling = Scaling::kLinear;
     rope.factor = (float)factor;
+  } else if (type == "yarn") {
+    // As llama.cpp sets it up: ext_factor 1; the attention factor from yarn_log_multiplier
+    // (mscale_all_dims) when given, else 1 + 0.1 ln(factor), divided by the 1 + 0.1 ln(factor)
+    // that every angle's magnitude is then multiplied by.
+    rope.scaling = Scaling::kYarn;
+    rope.factor = (float)factor;
+    rope.original_context =
+        (int)f.get_uint_or(a + ".rope.scaling.original_context_length",
+                           f.get_uint_or(a + ".context_length", 8192));
+    rope.beta_fast = (float)f.get_float_or(a + ".rope.scaling.yarn_beta_fast", 32.0);
+    rope.beta_slow = (float)f.get_float_or(a + ".rope.scaling.yarn_beta_slow", 1.0);
+    const float scale = 1.0f / (1.0f / rope.factor);
+    const auto mscale = [&](float m) {
+      return scale <= 1.0f ? 1.0f : 0.1f * m * std::log(scale) + 1.0f;
+    };
+    const float log_mul = (float)f.get_float_or(a + ".rope.scaling.yarn_log_multiplier", 0.0);
+    float attn = log_mul != 0.0f ? mscale(1.0f) / mscale(log_mul) : mscale(1.0f);
+    attn *= 1.0f / (1.0f + 0.1f * std::log(scale));
+    rope.attn_factor = attn * (float)f.get_float_or(a + ".rope.scaling.attn_factor", 1.0);
   } else if (type == "llama3") {
     rope.scaling = Scaling::kLlama3;
     rope.factor = (float)factor;
@@ -76,7 +95,7 @@ void read_rope_scaling(const gguf::GgufFile& f, const std::string& a, RopeParams
     rope.original_context = original;
   } else {
     throw_error(ErrorKind::kUnsupported, f.path() + ": unsupported rope scaling type '" + type +
-                                             "' (supported: none, linear, llama3)");
+                                             "' (supported: none, linear, llama3, yarn)");
   }
   if (const gguf::TensorInfo* freqs = f.find_tensor("rope_freqs.weight");
       freqs != nullptr && rope.scaling == Scaling::kNone) {

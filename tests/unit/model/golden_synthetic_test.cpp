@@ -41,8 +41,7 @@ TEST_P(SyntheticGolden, TeacherForcedLogitsMatchLlamaCpp) {
   const nlohmann::json golden = test::load_model_golden("synthetic-" + sc.arch + "-" + sc.type);
   const auto& spec = golden["model"];
   const std::string dir = test::make_temp_dir("hablar-synth");
-  const std::string path = test::write_synthetic(dir, spec["arch"], spec["type"], spec["vocab"],
-                                                 spec["seed"].get<uint64_t>(), spec["shape"]);
+  const std::string path = test::write_synthetic(dir, spec);
   auto m = model::Model::load(path);
   const test::GoldenComparison c = test::compare_with_golden(*m, golden);
   std::printf("%s %s: top-1 equal %d/%d; max |dlogsoftmax| top %.5f (%s), probes %.5f\n",
@@ -61,13 +60,20 @@ std::vector<SynthCase> all_cases() {
     for (const char* type : {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"})
       cases.push_back({arch, type});
   cases.push_back({"llama", "q5_1"});  // Q5_1 in llama.cpp's lane order, as Q4_1
+  // YaRN RoPE scaling (factor 4 over an original context of 64 positions).
+  for (const char* type : {"f16", "q4_k_m"}) cases.push_back({"qwen2-yarn", type});
   for (const char* arch : {"gemma2", "gemma3", "mixtral", "qwen3moe", "phi3"})
     for (const char* type : {"f16", "q8_0", "q4_k_m"}) cases.push_back({arch, type});
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchesAndTypes, SyntheticGolden, ::testing::ValuesIn(all_cases()),
-                         [](const auto& info) { return info.param.arch + "_" + info.param.type; });
+                         [](const auto& info) {
+                           std::string name = info.param.arch + "_" + info.param.type;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace hablar

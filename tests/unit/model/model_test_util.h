@@ -60,6 +60,23 @@ inline std::string write_synthetic(const std::string& dir, const std::string& ar
   return path;
 }
 
+// The same from a golden file's model spec, with its RoPE scaling options when it has them.
+inline std::string write_synthetic(const std::string& dir, const nlohmann::json& spec) {
+  synth::SyntheticModelOptions o;
+  o.arch = *synth::arch_from_name(spec["arch"].get<std::string>());
+  o.shape = *synth::shape_from_name(spec.value("shape", std::string("tiny")));
+  o.type = spec["type"].get<std::string>();
+  const std::string vocab = spec["vocab"].get<std::string>();
+  o.vocab_path = vocab.empty() ? "" : testdata_dir() + "/vocab/" + vocab;
+  o.seed = spec["seed"].get<uint64_t>();
+  o.rope_scaling = spec.value("rope_scaling", std::string());
+  o.rope_factor = spec.value("rope_factor", 1.0);
+  o.rope_original_context = spec.value("rope_original_context", (int64_t)0);
+  const std::string path = dir + "/" + spec["arch"].get<std::string>() + "-" + o.type + ".gguf";
+  synth::write_synthetic_model(o, path);
+  return path;
+}
+
 // log_softmax rows of every position of `ids`, evaluated as one prompt.
 inline std::vector<std::vector<float>> teacher_forced_logsoftmax(model::Model& m,
                                                                  const std::vector<int32_t>& ids) {
