@@ -28,13 +28,20 @@ struct AttentionSpec {
 
 // A layer's mixture of experts, as views: the router [n_experts x n_embd] and each expert's
 // SwiGLU matrices. Each token's FFN output is the sum over its n_used likeliest experts
-// (softmax over the router's logits, renormalized over the chosen) of weight * expert(x).
+// (softmax over the router's logits, renormalized over the chosen when `normalize`) of
+// weight * expert(x); plus, when shared_gate is set (Qwen2-MoE), a shared SwiGLU expert
+// scaled by sigmoid(x · shared_gate_inp).
 struct ExpertsView {
   const WeightView* router = nullptr;
   std::span<const WeightView> gate;  // [n_ff_expert x n_embd] each
   std::span<const WeightView> up;    // [n_ff_expert x n_embd] each
   std::span<const WeightView> down;  // [n_embd x n_ff_expert] each
   int n_used = 0;
+  bool normalize = true;
+  const WeightView* shared_gate_inp = nullptr;  // [1 x n_embd]
+  const WeightView* shared_gate = nullptr;      // [n_ff_shared x n_embd]
+  const WeightView* shared_up = nullptr;        // [n_ff_shared x n_embd]
+  const WeightView* shared_down = nullptr;      // [n_embd x n_ff_shared]
 };
 
 struct LayerSpec {

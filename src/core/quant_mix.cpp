@@ -64,7 +64,8 @@ DType fit_row_length(DType type, int64_t n_cols) {
 
 bool is_vector_tensor(std::string_view name) {
   return ends_with(name, "_norm.weight") || ends_with(name, ".bias") ||
-         ends_with(name, "norm.weight") || contains(name, "rope_freqs");
+         ends_with(name, "norm.weight") || contains(name, "rope_freqs") ||
+         contains(name, "ffn_gate_inp_shexp");  // a vector: the shared expert's gate
 }
 
 }  // namespace

@@ -154,11 +154,12 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
     w.set(a + ".attention.sliding_window", u32(s.sliding_window));
     w.set(a + ".attention.sliding_window_pattern", u32(s.sliding_period));
   }
-  if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe) {
+  if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe) {
     w.set(a + ".expert_count", u32(s.n_experts));
     w.set(a + ".expert_used_count", u32(s.n_experts_used));
-    if (arch == Arch::kQwen3Moe)
+    if (arch != Arch::kMixtral)
       w.set(a + ".expert_feed_forward_length", u32(s.ffn_expert > 0 ? s.ffn_expert : s.ffn));
+    if (arch == Arch::kQwen2Moe) w.set(a + ".expert_shared_feed_forward_length", u32(s.ffn));
   }
   if (arch == Arch::kGemma2) {  // the published models' soft-caps
     w.set(a + ".attn_logit_softcapping", Value::f32(50.0f));
@@ -311,6 +312,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "mixtral") return Arch::kMixtral;
   if (name == "qwen3moe") return Arch::kQwen3Moe;
   if (name == "phi3") return Arch::kPhi3;
+  if (name == "qwen2moe") return Arch::kQwen2Moe;
   return std::nullopt;
 }
 
@@ -332,6 +334,8 @@ std::string_view arch_name(Arch arch) {
       return "qwen3moe";
     case Arch::kPhi3:
       return "phi3";
+    case Arch::kQwen2Moe:
+      return "qwen2moe";
   }
   return "unknown";
 }
@@ -359,7 +363,7 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
       add(block_name(l, "attn_k.weight"), {s.hidden, kv_len}, Init::kMatrix, l);
       add(block_name(l, "attn_v.weight"), {s.hidden, kv_len}, Init::kMatrix, l);
     }
-    if (arch == Arch::kQwen2) {
+    if (arch == Arch::kQwen2 || arch == Arch::kQwen2Moe) {
       add(block_name(l, "attn_q.bias"), {q_len}, Init::kBias, l);
       add(block_name(l, "attn_k.bias"), {kv_len}, Init::kBias, l);
       add(block_name(l, "attn_v.bias"), {kv_len}, Init::kBias, l);
@@ -372,12 +376,18 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
     const bool gemma = arch == Arch::kGemma2 || arch == Arch::kGemma3;
     if (gemma) add(block_name(l, "post_attention_norm.weight"), {s.hidden}, Init::kNorm, l);
     add(block_name(l, "ffn_norm.weight"), {s.hidden}, Init::kNorm, l);
-    if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe) {
-      const int64_t fe = arch == Arch::kQwen3Moe && s.ffn_expert > 0 ? s.ffn_expert : s.ffn;
+    if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe) {
+      const int64_t fe = arch != Arch::kMixtral && s.ffn_expert > 0 ? s.ffn_expert : s.ffn;
       add(block_name(l, "ffn_gate_inp.weight"), {s.hidden, s.n_experts}, Init::kMatrix, l);
       add(block_name(l, "ffn_gate_exps.weight"), {s.hidden, fe, s.n_experts}, Init::kMatrix, l);
       add(block_name(l, "ffn_up_exps.weight"), {s.hidden, fe, s.n_experts}, Init::kMatrix, l);
       add(block_name(l, "ffn_down_exps.weight"), {fe, s.hidden, s.n_experts}, Init::kMatrix, l);
+      if (arch == Arch::kQwen2Moe) {
+        add(block_name(l, "ffn_gate_inp_shexp.weight"), {s.hidden}, Init::kMatrix, l);
+        add(block_name(l, "ffn_gate_shexp.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
+        add(block_name(l, "ffn_up_shexp.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
+        add(block_name(l, "ffn_down_shexp.weight"), {s.ffn, s.hidden}, Init::kMatrix, l);
+      }
     } else if (arch == Arch::kPhi3) {
       add(block_name(l, "ffn_up.weight"), {s.hidden, 2 * s.ffn}, Init::kMatrix, l);
       add(block_name(l, "ffn_down.weight"), {s.ffn, s.hidden}, Init::kMatrix, l);

@@ -50,7 +50,8 @@ std::optional<ModelShape> shape_from_name(std::string_view name);
 
 // kMixtral writes a llama file with experts (as Mixtral GGUFs are); kQwen3Moe a qwen3moe one.
 // kPhi3 writes fused attn_qkv and gate-up (ffn_up of 2 x ffn rows) tensors, as Phi-3 GGUFs do.
-enum class Arch { kLlama, kQwen2, kQwen3, kGemma2, kGemma3, kMixtral, kQwen3Moe, kPhi3 };
+// kQwen2Moe adds the shared expert (ffn_*_shexp) with its gate vector.
+enum class Arch { kLlama, kQwen2, kQwen3, kGemma2, kGemma3, kMixtral, kQwen3Moe, kPhi3, kQwen2Moe };
 std::optional<Arch> arch_from_name(std::string_view name);
 std::string_view arch_name(Arch arch);  // as GGUF general.architecture spells it
 

@@ -19,6 +19,8 @@ std::string_view arch_name(Arch arch) {
       return "qwen3";
     case Arch::kQwen3Moe:
       return "qwen3moe";
+    case Arch::kQwen2Moe:
+      return "qwen2moe";
     case Arch::kPhi3:
       return "phi3";
     case Arch::kGemma2:
@@ -30,7 +32,7 @@ std::string_view arch_name(Arch arch) {
 }
 
 std::string supported_arch_names() {
-  return "llama (and Mixtral MoE), qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3";
+  return "llama (and Mixtral MoE), qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma2, gemma3";
 }
 
 namespace {
@@ -40,6 +42,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "qwen2") return Arch::kQwen2;
   if (name == "qwen3") return Arch::kQwen3;
   if (name == "qwen3moe") return Arch::kQwen3Moe;
+  if (name == "qwen2moe") return Arch::kQwen2Moe;
   if (name == "phi3") return Arch::kPhi3;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
@@ -117,10 +120,16 @@ void read_rope_scaling(const gguf::GgufFile& f, const std::string& a, RopeParams
 void read_experts(const gguf::GgufFile& f, ModelConfig& c) {
   const std::string& a = c.arch;
   c.n_experts = (int)f.get_uint_or(a + ".expert_count", 0);
+  const bool moe_arch = c.arch_kind == Arch::kQwen3Moe || c.arch_kind == Arch::kQwen2Moe;
   if (c.n_experts == 0) {
-    if (c.arch_kind == Arch::kQwen3Moe)
-      throw_error(ErrorKind::kFormat, f.path() + ": qwen3moe without expert_count");
+    if (moe_arch) throw_error(ErrorKind::kFormat, f.path() + ": " + a + " without expert_count");
     return;
+  }
+  if (c.arch_kind == Arch::kQwen2Moe) {
+    c.experts_normalized = false;
+    c.n_ff_shared = (int)f.get_uint_or(a + ".expert_shared_feed_forward_length", (uint64_t)c.n_ff);
+    if (c.n_ff_shared <= 0 || c.n_ff_shared > (1 << 24))
+      throw_error(ErrorKind::kFormat, f.path() + ": expert_shared_feed_forward_length out of range");
   }
   c.n_experts_used = (int)f.get_uint_or(a + ".expert_used_count", 0);
   c.n_ff_expert = (int)f.get_uint_or(a + ".expert_feed_forward_length", (uint64_t)c.n_ff);
@@ -265,7 +274,7 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   c.rope.neox = c.arch_kind != Arch::kLlama;  // llama: adjacent pairs; qwen2/qwen3: NeoX halves
   read_rope_scaling(f, a, c.rope);
 
-  c.qkv_bias = c.arch_kind == Arch::kQwen2;
+  c.qkv_bias = c.arch_kind == Arch::kQwen2 || c.arch_kind == Arch::kQwen2Moe;
   c.qk_norm = c.arch_kind == Arch::kQwen3 || c.arch_kind == Arch::kQwen3Moe;
   read_experts(f, c);
   c.tied_output = f.find_tensor("output.weight") == nullptr;

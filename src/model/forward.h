@@ -120,7 +120,11 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
     b.rmsnorm(a.x, lw.ffn_norm, a.xb, E);
     dump_rows("ffn_norm", l, a.xb, E);
     if (c.n_experts > 0) {
-      b.moe_ffn(ExpertsView{&lw.router, lw.exp_gate, lw.exp_up, lw.exp_down, c.n_experts_used},
+      const bool shared = c.n_ff_shared > 0;  // Qwen2-MoE
+      b.moe_ffn(ExpertsView{&lw.router, lw.exp_gate, lw.exp_up, lw.exp_down, c.n_experts_used,
+                            c.experts_normalized, shared ? &lw.shared_gate_inp : nullptr,
+                            shared ? &lw.shared_gate : nullptr, shared ? &lw.shared_up : nullptr,
+                            shared ? &lw.shared_down : nullptr},
                 a.xb, a.xb);
     } else {
       b.matmul_glu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up, c.ffn_activation);

@@ -25,7 +25,7 @@ namespace hablar::model {
 
 // The architectures hablar runs, in two families with a forward each (model/forward.h): the
 // Llama family (llama, qwen2, qwen3 differ by flags) and the Gemma family.
-enum class Arch { kLlama, kQwen2, kQwen3, kQwen3Moe, kPhi3, kGemma2, kGemma3 };
+enum class Arch { kLlama, kQwen2, kQwen2Moe, kQwen3, kQwen3Moe, kPhi3, kGemma2, kGemma3 };
 std::string_view arch_name(Arch arch);
 std::string supported_arch_names();  // "llama, qwen2, qwen3, qwen3moe, gemma2, ..." for errors
 inline bool is_gemma_family(Arch arch) {
@@ -71,6 +71,8 @@ struct ModelConfig {
   int n_experts = 0;
   int n_experts_used = 0;
   int n_ff_expert = 0;
+  bool experts_normalized = true;  // Qwen2-MoE: the chosen experts' probabilities as they are
+  int n_ff_shared = 0;             // Qwen2-MoE: the shared expert's width (0: none)
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }

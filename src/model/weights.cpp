@@ -55,6 +55,17 @@ const float* vector_f32(Weights& w, const gguf::GgufFile& f, const std::string& 
   return out.data();
 }
 
+// A 1-D tensor [n] as a matrix of one row [1 x n].
+WeightView view_of_vector(const gguf::TensorInfo& t) {
+  WeightView w;
+  w.type = t.type;
+  w.cols = t.dims[0];
+  w.rows = 1;
+  w.row_bytes = dtype_row_bytes(t.type, w.cols);
+  w.data = t.data;
+  return w;
+}
+
 // Rows [first, first + n) of a matrix, as a matrix of its own.
 WeightView row_slice(const WeightView& w, int64_t first, int64_t n) {
   WeightView s = w;
@@ -130,6 +141,14 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
       l.exp_gate = expert_slices(f, p + "ffn_gate_exps.weight", c.n_embd, FE, E);
       l.exp_up = expert_slices(f, p + "ffn_up_exps.weight", c.n_embd, FE, E);
       l.exp_down = expert_slices(f, p + "ffn_down_exps.weight", FE, c.n_embd, E);
+      if (c.n_ff_shared > 0) {
+        const int64_t FS = c.n_ff_shared;
+        l.shared_gate_inp = view_of_vector(require_shape(f, p + "ffn_gate_inp_shexp.weight",
+                                                         c.n_embd, 0));
+        l.shared_gate = matrix(f, p + "ffn_gate_shexp.weight", c.n_embd, FS);
+        l.shared_up = matrix(f, p + "ffn_up_shexp.weight", c.n_embd, FS);
+        l.shared_down = matrix(f, p + "ffn_down_shexp.weight", FS, c.n_embd);
+      }
       continue;
     }
     if (f.find_tensor(p + "ffn_gate.weight")) {
@@ -154,6 +173,8 @@ std::vector<const WeightView*> Weights::matrices() const {
       continue;
     }
     out.push_back(&l.router);
+    if (l.shared_gate.data != nullptr)
+      out.insert(out.end(), {&l.shared_gate_inp, &l.shared_gate, &l.shared_up, &l.shared_down});
     for (size_t e = 0; e < l.exp_gate.size(); ++e)
       out.insert(out.end(), {&l.exp_gate[e], &l.exp_up[e], &l.exp_down[e]});
   }

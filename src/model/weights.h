@@ -36,6 +36,10 @@ struct LayerWeights {
   std::vector<WeightView> exp_gate;  // n_experts x [n_ff_expert x n_embd]
   std::vector<WeightView> exp_up;    // n_experts x [n_ff_expert x n_embd]
   std::vector<WeightView> exp_down;  // n_experts x [n_embd x n_ff_expert]
+  // Qwen2-MoE's shared expert and its gate vector.
+  WeightView shared_gate_inp;        // [1 x n_embd]
+  WeightView shared_gate, shared_up; // [n_ff_shared x n_embd]
+  WeightView shared_down;            // [n_embd x n_ff_shared]
 };
 
 struct Weights {

@@ -89,8 +89,9 @@ void route(const ExpertsView& ex, int64_t n_tokens, MoeScratch& s) {
     for (int j = 0; j < K; ++j) sum += (double)probs[(size_t)order[(size_t)j]];
     const float total = std::max((float)sum, 6.103515625e-5f);  // as llama.cpp clamps it
     for (int j = 0; j < K; ++j) {
+      const float p = probs[(size_t)order[(size_t)j]];
       s.chosen[(size_t)(t * K + j)] = order[(size_t)j];
-      s.weights[(size_t)(t * K + j)] = probs[(size_t)order[(size_t)j]] / total;
+      s.weights[(size_t)(t * K + j)] = ex.normalize ? p / total : p;
     }
   }
 }
@@ -135,6 +136,19 @@ void moe_ffn(const ExpertsView& ex, const float* in, int64_t n_tokens, int64_t n
   route(ex, n_tokens, s);
   s.slots.resize((size_t)(n_tokens * K * n_embd));
   for (int e = 0; e < E; ++e) run_expert(ex, e, in, n_tokens, n_embd, pool, s);
+  // The shared expert (dense over every token, as any FFN) and its gate, before `in` is
+  // overwritten: shared[t] = swiglu FFN(in[t]) * sigmoid(in[t] · g), the sigmoid taken as
+  // silu(x) / x as llama.cpp does.
+  const bool shared = ex.shared_gate != nullptr;
+  if (shared) {
+    const int64_t FS = ex.shared_gate->rows;
+    s.gate.resize((size_t)(n_tokens * FS)), s.up.resize((size_t)(n_tokens * FS));
+    s.down.resize((size_t)(n_tokens * n_embd)), s.logits.resize((size_t)n_tokens);
+    matmul_glu(*ex.shared_gate, *ex.shared_up, in, n_tokens, s.gate.data(), s.up.data(), pool,
+               roles, GluActivation::kSilu);
+    matmul(*ex.shared_down, s.gate.data(), n_tokens, s.down.data(), pool, roles);
+    matmul(*ex.shared_gate_inp, in, n_tokens, s.logits.data(), pool, roles);
+  }
   // out[t] = (w0 e0 + w1 e1) + w2 e2 ...: the weighted rows added in the experts' order.
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* o = out + t * n_embd;
@@ -142,6 +156,11 @@ void moe_ffn(const ExpertsView& ex, const float* in, int64_t n_tokens, int64_t n
       const float w = s.weights[(size_t)(t * K + j)];
       const float* y = s.slots.data() + (t * K + j) * n_embd;
       for (int64_t d = 0; d < n_embd; ++d) o[d] = j == 0 ? y[d] * w : o[d] + y[d] * w;
+    }
+    if (shared) {
+      const float g = s.logits[(size_t)t];
+      const float gate = g / (1.0f + std::exp(-g)) / g;
+      for (int64_t d = 0; d < n_embd; ++d) o[d] += s.down[(size_t)(t * n_embd + d)] * gate;
     }
   }
 }
