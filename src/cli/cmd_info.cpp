@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "formats/hf_model.h"
 #include "cli/command.h"
 #include "core/paths.h"
 #include "formats/gguf.h"
@@ -208,7 +209,7 @@ void print_text(const gguf::GgufFile& f, const ModelInfo& m, const InfoOptions& 
 }
 
 int run_info(const InfoOptions& o) {
-  const gguf::GgufFile f = gguf::GgufFile::open(resolve_model_path(o.model));
+  const gguf::GgufFile f = formats::open_model_file(resolve_model_path(o.model));
   const ModelInfo m = gguf::summarize_model(f);
   if (o.json)
     std::printf("%s\n", info_json(f, m, o).dump(2).c_str());

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/hf_model.h"
 #include "cli/command.h"
 #include "core/paths.h"
 #include "formats/gguf.h"
@@ -29,7 +30,7 @@ struct TokenizeOptions {
 };
 
 std::unique_ptr<tokenizer::Tokenizer> open_tokenizer(const std::string& model) {
-  const auto file = gguf::GgufFile::open(resolve_model_path(model));
+  const auto file = formats::open_model_file(resolve_model_path(model));
   return tokenizer::Tokenizer::from_gguf(file);
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "formats/hf_model.h"
 #include "model/weights.h"
 
 namespace hablar::model {
@@ -24,7 +25,7 @@ Model::Model(gguf::GgufFile file) : file_(std::move(file)) {
 Model::~Model() = default;
 
 std::unique_ptr<Model> Model::load(const std::string& path) {
-  gguf::GgufFile file = gguf::GgufFile::open(path);
+  gguf::GgufFile file = formats::open_model_file(path);  // a .gguf or a HF directory
   std::unique_ptr<Model> m(new Model(std::move(file)));
   const ModelConfig& c = m->config();
   log::info("loaded {}: {}, {} layers, n_embd {}, heads {}/{} x {}, ffn {}, vocab {}", path, c.arch,
