@@ -129,12 +129,19 @@ void add_tokenizer_metadata(const fs::path& dir, Metadata& m);
 
 bool is_hf_model_dir(const std::string& path) {
   std::error_code ec;
-  return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / "config.json", ec);
+  return fs::is_directory(path, ec) && (fs::is_regular_file(fs::path(path) / "config.json", ec) ||
+                                        fs::is_regular_file(fs::path(path) / "tokenizer.json", ec));
 }
 
 gguf::GgufFile open_hf_model(const std::string& dir_arg, const HfOpenOptions& options) {
   const fs::path dir(dir_arg);
   const std::string config_path = (dir / "config.json").string();
+  std::error_code ec;
+  if (!fs::exists(config_path, ec)) {  // a tokenizer alone (tokenize, detokenize, tests)
+    Metadata meta{{"general.name", Value::string(dir.filename().string())}};
+    add_tokenizer_metadata(dir, meta);
+    return gguf::GgufFile::assemble(dir_arg, std::move(meta), {}, nullptr);
+  }
   const json cfg = parse_json_file(config_path, 16ull << 20);
   if (!cfg.is_object()) throw_error(ErrorKind::kFormat, config_path + ": not a JSON object");
   Metadata meta = config_metadata(cfg, config_path, dir_arg);
@@ -150,7 +157,7 @@ gguf::GgufFile open_model_file(const std::string& path, const HfOpenOptions& opt
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     if (!is_hf_model_dir(path))
-      throw_error(ErrorKind::kFormat, path + ": a directory without config.json is not a model");
+      throw_error(ErrorKind::kFormat, path + ": a directory without config.json or tokenizer.json is not a model");
     return open_hf_model(path, options);
   }
   return gguf::GgufFile::open(path);
