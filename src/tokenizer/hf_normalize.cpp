@@ -56,18 +56,27 @@ class Lowercase final : public Normalizer {
   }
 };
 
-bool is_combining(uint32_t cp) {
+// StripAccents drops every mark (Mn, Mc, Me); BertNormalizer's accent stripping only the
+// nonspacing ones (Mn), as `tokenizers` does.
+bool is_mark(uint32_t cp) {
   const auto c = category(cp);
   return c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ME;
+}
+bool is_nonspacing_mark(uint32_t cp) {
+  return category(cp) == UTF8PROC_CATEGORY_MN;
 }
 
 class StripAccents final : public Normalizer {
  public:
+  explicit StripAccents(bool nonspacing_only) : nonspacing_only_(nonspacing_only) {}
   void apply(std::string& s) const override {
-    map_cps(s, [](uint32_t cp, std::string& out) {
-      if (!is_combining(cp)) unicode::append_utf8(out, cp);
+    map_cps(s, [&](uint32_t cp, std::string& out) {
+      if (!(nonspacing_only_ ? is_nonspacing_mark(cp) : is_mark(cp))) unicode::append_utf8(out, cp);
     });
   }
+
+ private:
+  bool nonspacing_only_;
 };
 
 bool white_space(uint32_t cp) {
@@ -147,8 +156,8 @@ class BertNormalizer final : public Normalizer {
           return;
         }
         const auto c = category(cp);
-        if (c == UTF8PROC_CATEGORY_CC || c == UTF8PROC_CATEGORY_CF || c == UTF8PROC_CATEGORY_CN ||
-            c == UTF8PROC_CATEGORY_CO || c == UTF8PROC_CATEGORY_CS)
+        if (c == UTF8PROC_CATEGORY_CC || c == UTF8PROC_CATEGORY_CF || c == UTF8PROC_CATEGORY_CO ||
+            c == UTF8PROC_CATEGORY_CS)  // unassigned code points (Cn) stay
           return;
       }
       if (chinese_ && is_cjk(cp)) {
@@ -161,7 +170,7 @@ class BertNormalizer final : public Normalizer {
     });
     if (strip_) {
       UnicodeForm(UTF8PROC_DECOMPOSE).apply(s);
-      StripAccents().apply(s);
+      StripAccents(true).apply(s);
     }
     if (lower_) Lowercase().apply(s);
   }
@@ -199,7 +208,7 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& wh
     return std::make_unique<UnicodeForm>(UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
   }
   if (type == "Lowercase") return std::make_unique<Lowercase>();
-  if (type == "StripAccents") return std::make_unique<StripAccents>();
+  if (type == "StripAccents") return std::make_unique<StripAccents>(false);
   if (type == "Strip")
     return std::make_unique<Strip>(json_bool_or(j, "strip_left", true, at), json_bool_or(j, "strip_right", true, at));
   if (type == "Replace") {

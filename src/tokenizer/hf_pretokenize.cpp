@@ -156,6 +156,10 @@ class PatternSplit final : public PreTokenizer {
 constexpr const char* kGpt2Regex =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// \w+|[^\w\s]+ with Oniguruma's Unicode \w (letters, marks, decimal digits, connector
+// punctuation, joiners); PCRE2 before 10.43 leaves marks out of \w.
+constexpr const char* kWhitespaceRegex = R"([\p{L}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}]+|[^\p{L}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}\s]+)";
+
 // GPT-2's: a space prefix, the GPT-2 split, then every byte as its printable stand-in.
 class ByteLevel final : public PreTokenizer {
  public:
@@ -271,7 +275,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::strin
   }
   if (type == "Metaspace") return make_metaspace(j, at);
   if (type == "Whitespace")
-    return std::make_unique<PatternSplit>(Matcher::regex(R"(\w+|[^\w\s]+)", at), Behavior::kRemoved, true);
+    return std::make_unique<PatternSplit>(Matcher::regex(kWhitespaceRegex, at), Behavior::kRemoved, true);
   if (type == "WhitespaceSplit") return std::make_unique<CharSplit>(is_ws, Behavior::kRemoved);
   if (type == "Digits")
     return std::make_unique<CharSplit>(is_numeric, json_bool_or(j, "individual_digits", false, at)

@@ -84,6 +84,10 @@ std::string replace_all(const std::string& s, const std::string& from, const std
 
 // One token's text through the chain (Fuse joins tokens, which per-token pieces already are).
 std::string decode_token(std::string t, DecoderFold& f, const std::string& at) {
+  if (f.steps.empty()) {  // no decoder: `tokenizers` joins the tokens with spaces
+    f.strip_first_space = true;
+    return " " + t;
+  }
   bool fused = false;
   for (const json& d : f.steps) {
     const std::string type = json_string_or(d, "type", "", at);
@@ -125,6 +129,11 @@ std::string decode_token(std::string t, DecoderFold& f, const std::string& at) {
       const std::string prefix = json_string_or(d, "prefix", "##", at);
       t = t.starts_with(prefix) ? t.substr(prefix.size()) : " " + t;
       f.strip_first_space = true;
+      if (json_bool_or(d, "cleanup", true, at))  // per token, as `tokenizers` cleans up
+        for (const auto& [from, to] : {std::pair{" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","},
+                                       {" ' ", "'"}, {" n't", "n't"}, {" 'm", "'m"}, {" do not", " don't"},
+                                       {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}})
+          t = replace_all(t, from, to);
     } else if (type == "BPEDecoder") {
       t = replace_all(t, json_string_or(d, "suffix", "</w>", at), " ");
     } else {

