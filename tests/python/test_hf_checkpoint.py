@@ -157,3 +157,154 @@ def test_decode_matches_hf_tokenizers(tokenizer_dirs):
             r = subprocess.run([BIN, "detokenize", "-m", str(d), *map(str, ids)], capture_output=True, text=True)
             assert r.returncode == 0, r.stderr
             assert r.stdout[:-1] == ref, (d.name, text)
+
+
+# ---- the checkpoint against transformers (float32, CPU) --------------------------------
+
+PROMPTS = [
+    "The capital of France is",
+    "Here is a short story about a robot who learns to paint. Once upon a time,",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "<|im_start|>user\nWhat are three good reasons to learn a second language?<|im_end|>\n<|im_start|>assistant\n",
+]
+
+
+def teacher_texts():
+    """A few hundred tokens each: prose, code and chat markup from the corpus and the prompts."""
+    lines = CORPUS.read_text(encoding="utf-8").split("\n")
+    prose = "\n".join(lines[:40])
+    return [prose, PROMPTS[1] + " the robot looked at the canvas and wondered what colour the sky"
+            " should be. It had seen many skies, but none of them had ever been painted by a machine.",
+            PROMPTS[3] + "1. It opens doors to new cultures and friendships.\n2. It improves memory."]
+
+
+@pytest.fixture(scope="session")
+def hf_model(twin):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    torch.set_num_threads(2)
+    tok = AutoTokenizer.from_pretrained(str(twin))
+    model = AutoModelForCausalLM.from_pretrained(str(twin), dtype=torch.float32)
+    model.eval()
+    return tok, model
+
+
+class Server:
+    def __init__(self, model_dir):
+        self.proc = subprocess.Popen([BIN, "serve", "-m", str(model_dir), "--port", "0", "--host", "127.0.0.1",
+                                      "-t", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     errors="replace")
+        self.lines, self.port, seen = [], None, threading.Event()
+
+        def read():
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                m = re.search(r"listening on http://[^:]+:(\d+)", line)
+                if m and self.port is None:
+                    self.port = int(m.group(1))
+                    seen.set()
+        threading.Thread(target=read, daemon=True).start()
+        if not seen.wait(120):
+            self.stop()
+            pytest.fail("server did not start:\n" + "".join(self.lines[-30:]))
+        self.url = f"http://127.0.0.1:{self.port}"
+        import requests
+        for _ in range(600):
+            try:
+                if requests.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        pytest.fail("server not ready:\n" + "".join(self.lines[-30:]))
+
+    def post(self, path, body):
+        import requests
+        r = requests.post(self.url + path, json=body, timeout=600)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture(scope="session")
+def server(twin):
+    s = Server(twin)
+    yield s
+    s.stop()
+
+
+def test_teacher_forced_top1_against_transformers(hf_model, server):
+    import torch
+    tok, model = hf_model
+    agree = total = 0
+    worst = 0.0
+    for text in teacher_texts():
+        ids = tok(text, add_special_tokens=False).input_ids
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), dim=-1)
+        out = server.post("/v1/completions", {"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 1})
+        lp = out["choices"][0]["logprobs"]
+        assert len(lp["tokens"]) == len(ids)
+        for i in range(1, len(ids)):
+            want = int(torch.argmax(logp[i - 1]))
+            top = next(iter(lp["top_logprobs"][i]))
+            total += 1
+            agree += top == tok.decode([want]) or ("\ufffd" in top and "\ufffd" in tok.decode([want]))
+            worst = max(worst, abs(lp["token_logprobs"][i] - float(logp[i - 1][ids[i]])))
+    print(f"\nteacher-forced top-1 agreement {agree}/{total} = {agree / total:.4f}; "
+          f"largest |log p| difference of the actual tokens {worst:.2e}")
+    assert agree / total >= 0.99
+    assert worst < 1e-2
+
+
+def test_greedy_64_tokens_equal_transformers(hf_model, twin):
+    import torch
+    tok, model = hf_model
+    for prompt in PROMPTS:
+        ids = tok(prompt, add_special_tokens=False).input_ids
+        with torch.no_grad():
+            ref = model.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False,
+                                 eos_token_id=None, pad_token_id=tok.eos_token_id)[0][len(ids):].tolist()
+        r = subprocess.run([BIN, "run", "-m", str(twin), "-p", prompt, "-n", str(len(ref)), "--temp", "0",
+                            "--json", "-t", "2"], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        got = json.loads(r.stdout)
+        assert got["prompt_ids"] == ids
+        gen = got["generated_ids"]
+        # hablar stops at an end-of-generation token; transformers was told not to.
+        if got["finish_reason"] == "stop":
+            assert 0 < len(gen) < len(ref) and ref[len(gen)] in (tok.eos_token_id, 2) or gen[-1:] == ref[len(gen) - 1:len(gen)], prompt
+            ref = ref[:len(gen)]
+        if gen != ref:
+            # hablar keeps its KV cache in F16: where transformers' two best logits are within
+            # a few hundredths, the pick may flip. Equal up to such a near-tie, then free.
+            k = next(i for i in range(min(len(gen), len(ref))) if gen[i] != ref[i])
+            with torch.no_grad():
+                logits = model(torch.tensor([ids + ref[:k]])).logits[0, -1]
+            top2 = torch.topk(logits, 2).values
+            gap = float(top2[0] - top2[1])
+            print(f"\n{prompt[:30]!r}: equal for {k} tokens, then a near-tie (top-2 gap {gap:.4f})")
+            assert gap < 0.05 and k >= 16, (prompt, k, gap)
+        else:
+            print(f"\n{prompt[:30]!r}: all {len(gen)} tokens equal")
+
+
+def test_serve_chat_on_directory(server):
+    out = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "What is the capital of France?"}],
+                                              "max_tokens": 16, "temperature": 0})
+    assert "Paris" in out["choices"][0]["message"]["content"]
+    assert out["choices"][0]["finish_reason"] == "stop"  # <|im_end|> from the tokenizer files ends it
+
+
+def test_info_on_directory(twin):
+    r = subprocess.run([BIN, "info", str(twin), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["architecture"] == "llama"
