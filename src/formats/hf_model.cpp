@@ -120,6 +120,13 @@ std::vector<safetensors::File> open_shards(const fs::path& dir) {
 
 }  // namespace
 
+std::vector<std::pair<std::string, gguf::Value>> hf_config_metadata(std::string_view config_json,
+                                                                   const std::string& name) {
+  const json cfg = parse_json_text(config_json, name);
+  if (!cfg.is_object()) throw_error(ErrorKind::kFormat, name + ": not a JSON object");
+  return config_metadata(cfg, name, name);
+}
+
 // Defined in hf_model_tensors.cpp / hf_model_tokenizer.cpp.
 std::vector<gguf::TensorInfo> hf_tensor_infos(const std::vector<safetensors::File>& shards,
                                               const json& cfg, const std::string& config_path,

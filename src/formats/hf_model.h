@@ -39,6 +39,10 @@ gguf::GgufFile open_hf_model(const std::string& dir, const HfOpenOptions& option
 // A .gguf file or a Hugging Face directory.
 gguf::GgufFile open_model_file(const std::string& path, const HfOpenOptions& options = {});
 
+// config.json's text as GGUF metadata (<arch>.block_count, ...); for tests and fuzzing.
+std::vector<std::pair<std::string, gguf::Value>> hf_config_metadata(std::string_view config_json,
+                                                                   const std::string& name);
+
 // The bytes of a file, at most max_bytes (Error(kFormat) beyond, kIo when unreadable).
 std::string read_small_file(const std::string& path, size_t max_bytes);
 

@@ -18,7 +18,7 @@ using nlohmann::json;
 using formats::json_bool_or;
 using formats::json_string_or;
 
-constexpr int32_t kMaxVocab = 1 << 24;
+constexpr int32_t kMaxVocab = 1 << 22;  // ids beyond 4M would only allocate
 
 std::string byte_token_text(uint8_t b) {
   static const char* kHex = "0123456789ABCDEF";
@@ -30,7 +30,7 @@ void read_vocab_object(const json& j, const std::string& at, Vocab& vocab, std::
   if (!j.is_object()) throw_error(ErrorKind::kFormat, at + ": vocab must be an object");
   for (const auto& [text, id] : j.items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxVocab)
-      throw_error(ErrorKind::kFormat, at + ": vocab id of '" + text + "' must be an integer in [0, 2^24)");
+      throw_error(ErrorKind::kFormat, at + ": vocab id of '" + text + "' must be an integer in [0, 2^22)");
     const int32_t i = (int32_t)id.get<int64_t>();
     vocab[text] = i;
     if ((size_t)i >= by_id.size()) by_id.resize((size_t)i + 1);

@@ -47,8 +47,8 @@ std::vector<AddedToken> read_added(const json& j, const std::string& at) {
   for (const json& e : *list) {
     const int64_t id = formats::json_int_or(e, "id", -1, at + " added_tokens");
     const std::string content = json_string_or(e, "content", "", at + " added_tokens");
-    if (id < 0 || id >= (1 << 24) || content.empty())
-      throw_error(ErrorKind::kFormat, at + ": an added token needs an id in [0, 2^24) and content");
+    if (id < 0 || id >= (1 << 22) || content.empty())
+      throw_error(ErrorKind::kFormat, at + ": an added token needs an id in [0, 2^22) and content");
     out.push_back({(int32_t)id, content, json_bool_or(e, "special", false, at), json_bool_or(e, "lstrip", false, at),
                    json_bool_or(e, "rstrip", false, at)});
   }

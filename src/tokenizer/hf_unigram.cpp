@@ -22,7 +22,7 @@ class Unigram final : public Model {
   Unigram(const json& j, const std::string& at) {
     const json* vocab = formats::json_array_or_null(j, "vocab", at);
     if (!vocab || vocab->empty()) throw_error(ErrorKind::kFormat, at + ": vocab must be a non-empty array");
-    if (vocab->size() >= (1u << 24)) throw_error(ErrorKind::kFormat, at + ": vocab is too large");
+    if (vocab->size() >= (1u << 22)) throw_error(ErrorKind::kFormat, at + ": vocab is too large");
     double min_score = std::numeric_limits<double>::infinity();
     for (const json& e : *vocab) {
       if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number())
