@@ -308,3 +308,15 @@ def test_info_on_directory(twin):
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     assert info["architecture"] == "llama"
+    assert info["format"] == "huggingface"
+    assert info["tokenizer"]["tokens"] == 49152
+
+
+def test_quantize_at_load(twin):
+    r = subprocess.run([BIN, "run", "-m", str(twin), "-p", "The capital of France is", "-n", "4", "--temp", "0",
+                        "--json", "-t", "2", "--quantize", "q8_0"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["text"].startswith(" Paris")
+    r = subprocess.run([BIN, "run", "-m", str(GGUF), "-p", "x", "-n", "1", "--quantize", "q8_0"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0 and "Hugging Face directories" in r.stderr
