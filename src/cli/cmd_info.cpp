@@ -61,7 +61,7 @@ ordered_json hparams_json(const gguf::HyperParameters& h) {
 ordered_json info_json(const gguf::GgufFile& f, const ModelInfo& m, const InfoOptions& o) {
   ordered_json j;
   j["file"] = m.path;
-  j["format"] = f.has("general.source.format") ? "huggingface" : "gguf";
+  j["format"] = f.get_string_or("general.source.format", "gguf");
   j["gguf_version"] = m.version;
   j["file_size"] = m.file_size;
   j["alignment"] = m.alignment;
@@ -171,8 +171,11 @@ void print_tokenizer(const std::optional<gguf::TokenizerSummary>& tok) {
 
 void print_text(const gguf::GgufFile& f, const ModelInfo& m, const InfoOptions& o) {
   std::printf("file:          %s\n", m.path.c_str());
-  if (f.has("general.source.format"))  // described by formats/hf_model.h
+  const std::string source = f.get_string_or("general.source.format", "");
+  if (source == "huggingface")  // described by formats/hf_model.h
     std::printf("format:        Hugging Face directory (config.json, safetensors, tokenizer.json)\n");
+  else if (source == "apr")  // formats/apr.h
+    std::printf("format:        APR v2\n");
   else
     std::printf("format:        GGUF v%u, %s, alignment %llu, tensor data at byte %llu\n", m.version,
                 mib(m.file_size).c_str(), (unsigned long long)m.alignment,

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/json_depth.h"
 #include "core/log.h"
+#include "formats/apr.h"
 #include "formats/hf_json.h"
 #include "formats/safetensors.h"
 #include "formats/tensor_names.h"
@@ -167,6 +168,7 @@ gguf::GgufFile open_model_file(const std::string& path, const HfOpenOptions& opt
       throw_error(ErrorKind::kFormat, path + ": a directory without config.json or tokenizer.json is not a model");
     return open_hf_model(path, options);
   }
+  if (path.size() > 4 && path.ends_with(".apr")) return apr::open(path);
   return gguf::GgufFile::open(path);
 }
 
