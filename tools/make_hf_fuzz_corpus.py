@@ -21,6 +21,32 @@ def safetensors_bytes(tensors):
     return struct.pack("<Q", len(h)) + h + data
 
 
+def crc32(b):
+    import zlib
+    return zlib.crc32(b) & 0xFFFFFFFF
+
+
+def apr_bytes(meta, tensors):
+    """APR v2 per ../shared/formats/apr-v2.md: header, metadata, index, data, footer CRC."""
+    def pad(b):
+        return b + bytes(-len(b) % 64)
+    m = json.dumps(meta).encode()
+    body = pad(bytes(64) + m)
+    index_off = len(body)
+    index, data = b"", b""
+    for name, dtype, shape, raw in sorted(tensors):
+        index += struct.pack("<H", len(name)) + name.encode() + bytes([dtype, len(shape)])
+        index += b"".join(struct.pack("<Q", d) for d in shape) + struct.pack("<QQ", len(data), len(raw))
+        data += pad(raw)
+    body = pad(body + index)
+    data_off = len(body)
+    body = bytearray(body + data)
+    head = b"APR\0" + bytes([2, 0]) + struct.pack("<HIQIQQ", 0x400, len(tensors), 64, len(m), index_off, data_off)
+    body[:40] = head
+    body[40:44] = struct.pack("<I", crc32(bytes(body[:40]) + bytes(body[44:64])))
+    return bytes(body) + struct.pack("<I", crc32(bytes(body)))
+
+
 def main(out: Path):
     out.mkdir(parents=True, exist_ok=True)
     seeds = {}
@@ -62,6 +88,10 @@ def main(out: Path):
     wl.train_from_iterator(text, trainers.WordLevelTrainer(vocab_size=200, special_tokens=specials))
     for name, tok in [("bpe-bytelevel", bl), ("wordpiece", wp), ("unigram", ug), ("wordlevel", wl)]:
         seeds["tokenizer-" + name] = b"\2" + tok.to_str().encode()
+    seeds["apr-small"] = b"\3" + apr_bytes({"architecture": "llama", "hidden_size": 32, "num_layers": 1,
+        "num_heads": 1, "vocab_size": 4, "tokenizer.vocabulary": ["a", "b", "c", "d"], "tokenizer.model": "gpt2",
+        "tokenizer.merges": []}, [("model.norm.weight", 0, [32], bytes(128)), ("lm_head.weight", 128, [4, 32], bytes(72)),
+        ("model.embed_tokens.weight", 129, [4, 32], bytes(132))])
     for name, data in seeds.items():
         (out / name).write_bytes(data)
         print(f"{name}: {len(data)} bytes")
