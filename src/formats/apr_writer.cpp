@@ -88,7 +88,8 @@ std::vector<uint8_t> from_gguf(const gguf::GgufFile& f) {
   num("head_dim", a + ".attention.key_length");
   num("rms_norm_eps", a + ".attention.layer_norm_rms_epsilon");
   num("rope_theta", a + ".rope.freq_base");
-  m["rope_type"] = a == "llama" ? 0 : 2;
+  // 2 = NeoX halves: qwen2/qwen3, and any checkpoint in transformers' q/k order.
+  m["rope_type"] = f.get_bool_or("hablar.rope.neox", a != "llama") ? 2 : 0;
   m["tied_embeddings"] = f.find_tensor("output.weight") == nullptr;
   if (f.has("tokenizer.ggml.tokens")) {
     m["tokenizer.vocabulary"] = f.get_string_array("tokenizer.ggml.tokens");

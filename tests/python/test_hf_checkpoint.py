@@ -320,3 +320,27 @@ def test_quantize_at_load(twin):
     r = subprocess.run([BIN, "run", "-m", str(GGUF), "-p", "x", "-n", "1", "--quantize", "q8_0"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode != 0 and "Hugging Face directories" in r.stderr
+
+
+def test_convert_to_gguf_and_apr_give_the_same_outputs(twin, tmp_path):
+    """hablar convert: the directory as GGUF and as APR v2 (tokenizer.json beside it) run
+    the same greedy tokens as the directory itself, and the APR file serves chat."""
+    def greedy(model):
+        r = subprocess.run([BIN, "run", "-m", str(model), "-p", PROMPTS[1], "-n", "32", "--temp", "0", "--json",
+                            "-t", "2"], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return json.loads(r.stdout)["generated_ids"]
+    want = greedy(twin)
+    (tmp_path / "apr").mkdir()
+    for out in [tmp_path / "model.gguf", tmp_path / "apr" / "model.apr"]:
+        r = subprocess.run([BIN, "convert", str(twin), str(out)], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert greedy(out) == want, out.name
+    s = Server(tmp_path / "apr" / "model.apr")
+    try:
+        out = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "What is the capital of France?"}],
+                                              "max_tokens": 16, "temperature": 0})
+        assert "Paris" in out["choices"][0]["message"]["content"]
+    finally:
+        s.stop()
+    (tmp_path / "model.gguf").unlink()
