@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Fuzzes the Hugging Face readers (safetensors header, config.json, tokenizer.json) for a
-# bounded time: builds fuzz/hf_fuzz with clang, libFuzzer, ASan and UBSan in its own build
-# folder, runs it from the committed seed corpus (fuzz/corpus-hf, made by
+# Fuzzes the Hugging Face and APR readers (safetensors header, config.json, tokenizer.json,
+# APR v2) for a bounded time: builds fuzz/hf_fuzz with clang, libFuzzer, ASan and UBSan in
+# its own build folder, runs it from the committed seed corpus (fuzz/corpus-hf, made by
 # tools/make_hf_fuzz_corpus.py; left untouched: new inputs go to a scratch corpus) and
 # exits non-zero on any finding (crash, sanitizer report, leak, timeout, out-of-memory).
 #
