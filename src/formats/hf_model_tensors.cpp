@@ -1,6 +1,7 @@
 // The tensors of a Hugging Face checkpoint under their GGUF names (tensor_names.h), in
 // place in the mapped shards, or converted to a quantized type when asked.
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <thread>
 
@@ -96,6 +97,12 @@ std::vector<gguf::TensorInfo> hf_tensor_infos(const std::vector<safetensors::Fil
       if (auto [it, added] = seen.emplace(m->gguf, t.name); !added)
         throw_error(ErrorKind::kFormat, shard.path() + ": tensor " + t.name + " is stored twice");
       out.push_back(info_of(t, m->gguf, shard.path()));
+      // safetensors does not promise aligned data; kernels read whole elements, so a tensor
+      // at an odd offset is copied once (writers pad the header, so this is rare).
+      if ((uintptr_t)out.back().data % 4 != 0) {
+        owned.emplace_back(out.back().data, out.back().data + out.back().nbytes);
+        out.back().data = owned.back().data();
+      }
     }
   }
   if (!tied && !seen.count("output.weight") && seen.count("token_embd.weight"))
