@@ -247,9 +247,10 @@ def server(twin):
     s.stop()
 
 
-def test_teacher_forced_top1_against_transformers(hf_model, server):
+def teacher_forced(tok, model, server):
+    """Top-1 agreement over every position of the teacher texts, and the largest difference
+    of the actual tokens' log-probabilities."""
     import torch
-    tok, model = hf_model
     agree = total = 0
     worst = 0.0
     for text in teacher_texts():
@@ -260,15 +261,39 @@ def test_teacher_forced_top1_against_transformers(hf_model, server):
         lp = out["choices"][0]["logprobs"]
         assert len(lp["tokens"]) == len(ids)
         for i in range(1, len(ids)):
-            want = int(torch.argmax(logp[i - 1]))
+            want = tok.decode([int(torch.argmax(logp[i - 1]))])
             top = next(iter(lp["top_logprobs"][i]))
             total += 1
-            agree += top == tok.decode([want]) or ("\ufffd" in top and "\ufffd" in tok.decode([want]))
+            agree += top == want or ("\ufffd" in top and "\ufffd" in want)
             worst = max(worst, abs(lp["token_logprobs"][i] - float(logp[i - 1][ids[i]])))
-    print(f"\nteacher-forced top-1 agreement {agree}/{total} = {agree / total:.4f}; "
+    return agree, total, worst
+
+
+def test_teacher_forced_top1_against_transformers(hf_model, server):
+    agree, total, worst = teacher_forced(*hf_model, server)
+    print(f"\nfloat32: teacher-forced top-1 agreement {agree}/{total} = {agree / total:.4f}; "
           f"largest |log p| difference of the actual tokens {worst:.2e}")
     assert agree / total >= 0.99
     assert worst < 1e-2
+
+
+def test_teacher_forced_top1_bf16_checkpoint(twin):
+    """The bfloat16 twin run in place (BF16 kernels) against transformers on the same
+    weights widened to float32."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from make_hf_twin import make_twin
+    bf16 = make_twin(GGUF, CACHE / "hf" / f"{GGUF.stem}-bfloat16", "bfloat16")
+    tok = AutoTokenizer.from_pretrained(str(bf16))
+    model = AutoModelForCausalLM.from_pretrained(str(bf16), dtype=torch.float32).eval()
+    s = Server(bf16)
+    try:
+        agree, total, worst = teacher_forced(tok, model, s)
+    finally:
+        s.stop()
+    print(f"\nbfloat16: teacher-forced top-1 agreement {agree}/{total} = {agree / total:.4f}; "
+          f"largest |log p| difference {worst:.2e}")
+    assert agree / total >= 0.99
 
 
 def test_greedy_64_tokens_equal_transformers(hf_model, twin):
