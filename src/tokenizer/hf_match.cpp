@@ -35,8 +35,17 @@ class RegexMatcher final : public Matcher {
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t pos = 0;
     while (pos <= text.size()) {
-      const int rc = pcre2_match(code_, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
-      if (rc < 0) break;  // no match (or a match limit: the rest stays unsplit)
+      int rc = pcre2_match(code_, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+      if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)  // e.g. the JIT stack: the interpreter has more room
+        rc = pcre2_match(code_, subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) {
+        pcre2_match_data_free(md);
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(rc, msg, sizeof msg);
+        throw_error(ErrorKind::kResource, "tokenizer regex: matching failed at byte " + std::to_string(pos) +
+                                              ": " + reinterpret_cast<char*>(msg));
+      }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       const size_t s = ov[0], e = ov[1];
       if (e > s) {
