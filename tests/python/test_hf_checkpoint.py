@@ -126,8 +126,15 @@ def trained_tokenizer_dirs(tmp):
 
 
 @pytest.fixture(scope="session")
-def tokenizer_dirs(tmp_path_factory, twin):
-    return [(twin, None)] + converted_vocab_dirs() + trained_tokenizer_dirs(tmp_path_factory.mktemp("tok"))
+def tokenizer_dirs(tmp_path_factory, request):
+    """Without transformers (and torch) only the tokenizers trained here are checked."""
+    dirs = trained_tokenizer_dirs(tmp_path_factory.mktemp("tok"))
+    try:
+        twin = request.getfixturevalue("twin")
+        dirs = [(twin, None)] + converted_vocab_dirs() + dirs
+    except pytest.skip.Exception:
+        pass
+    return dirs
 
 
 def test_tokenizer_ids_identical_to_hf_tokenizers(tokenizer_dirs):
