@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine: the same set-up as scripts/run.sh, then
 # every unit test (CTest), every Python test (pytest: oracles, CLI and server black-box tests)
-# and bounded fuzzing runs of the GGUF reader and the server's request parsers. Exits non-zero if anything failed.
+# and bounded fuzzing runs of the GGUF and Hugging Face readers and the server's request parsers. Exits non-zero if anything failed.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 install_system_packages
@@ -31,6 +31,11 @@ if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then status=1; fi
 if [ -x "$HABLAR_ROOT/scripts/fuzz-gguf.sh" ]; then
   say "fuzzing the GGUF reader"
   "$HABLAR_ROOT/scripts/fuzz-gguf.sh" --junit "$results/fuzz.xml" || status=1
+fi
+
+if [ -x "$HABLAR_ROOT/scripts/fuzz-hf.sh" ]; then
+  say "fuzzing the Hugging Face readers (safetensors, config.json, tokenizer.json)"
+  "$HABLAR_ROOT/scripts/fuzz-hf.sh" --junit "$results/fuzz-hf.xml" || status=1
 fi
 
 if [ -x "$HABLAR_ROOT/scripts/fuzz-server.sh" ]; then

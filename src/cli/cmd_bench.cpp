@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/load_options.h"
 #include "cli/device_options.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -28,6 +29,7 @@ namespace {
 
 struct BenchOptions {
   std::string model;
+  LoadFlags load;  // --quantize
   std::vector<int> n_prompt{512};
   std::vector<int> n_gen{128};
   int repetitions = 5;
@@ -124,7 +126,7 @@ int run_bench(const BenchOptions& o) {
   for (int v : o.n_gen)
     if (v < 0) throw_error(ErrorKind::kInvalidArgument, "-n values must be >= 0");
   const std::string path = resolve_model_path(o.model);
-  auto m = model::Model::load(path);
+  auto m = model::Model::load(path, o.load.options(o.n_threads));
   int max_tokens = 1;
   for (int v : o.n_prompt) max_tokens = std::max(max_tokens, v);
   for (int v : o.n_gen) max_tokens = std::max(max_tokens, v);
@@ -192,6 +194,7 @@ CommandRegistration reg{
     [](CLI::App& app) {
       auto o = std::make_shared<BenchOptions>();
       app.add_option("-m,--model", o->model, "model path or name (default model when omitted)");
+      o->load.add_to(app);
       app.add_option("-p,--n-prompt", o->n_prompt, "prompt lengths (comma-separated; 0 skips)")
           ->delimiter(',')
           ->capture_default_str();

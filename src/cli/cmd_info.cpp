@@ -6,10 +6,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "formats/hf_model.h"
 #include "cli/command.h"
 #include "core/paths.h"
 #include "formats/gguf.h"
 #include "formats/model_info.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hablar::cli {
 namespace {
@@ -59,6 +61,7 @@ ordered_json hparams_json(const gguf::HyperParameters& h) {
 ordered_json info_json(const gguf::GgufFile& f, const ModelInfo& m, const InfoOptions& o) {
   ordered_json j;
   j["file"] = m.path;
+  j["format"] = f.get_string_or("general.source.format", "gguf");
   j["gguf_version"] = m.version;
   j["file_size"] = m.file_size;
   j["alignment"] = m.alignment;
@@ -168,9 +171,15 @@ void print_tokenizer(const std::optional<gguf::TokenizerSummary>& tok) {
 
 void print_text(const gguf::GgufFile& f, const ModelInfo& m, const InfoOptions& o) {
   std::printf("file:          %s\n", m.path.c_str());
-  std::printf("format:        GGUF v%u, %s, alignment %llu, tensor data at byte %llu\n", m.version,
-              mib(m.file_size).c_str(), (unsigned long long)m.alignment,
-              (unsigned long long)m.data_offset);
+  const std::string source = f.get_string_or("general.source.format", "");
+  if (source == "huggingface")  // described by formats/hf_model.h
+    std::printf("format:        Hugging Face directory (config.json, safetensors, tokenizer.json)\n");
+  else if (source == "apr")  // formats/apr.h
+    std::printf("format:        APR v2\n");
+  else
+    std::printf("format:        GGUF v%u, %s, alignment %llu, tensor data at byte %llu\n", m.version,
+                mib(m.file_size).c_str(), (unsigned long long)m.alignment,
+                (unsigned long long)m.data_offset);
   std::printf("architecture:  %s\n", m.architecture.empty() ? "(none)" : m.architecture.c_str());
   if (!m.name.empty()) std::printf("name:          %s\n", m.name.c_str());
   if (m.file_type)
@@ -207,9 +216,26 @@ void print_text(const gguf::GgufFile& f, const ModelInfo& m, const InfoOptions& 
     std::printf("chat template text:\n%s\n", m.chat_template->c_str());
 }
 
+// A Hugging Face directory's vocabulary is its tokenizer.json, not tokenizer.ggml.* keys:
+// summarised from the loaded tokenizer.
+std::optional<gguf::TokenizerSummary> hf_tokenizer_summary(const gguf::GgufFile& f) {
+  if (f.has("tokenizer.ggml.model") || !f.has("tokenizer.huggingface.json")) return std::nullopt;
+  const auto tok = tokenizer::Tokenizer::from_gguf(f);
+  gguf::TokenizerSummary t;
+  t.model = std::string(tok->model_name());
+  t.pre = std::string(tok->pre_name());
+  t.n_tokens = (uint64_t)tok->n_vocab();
+  for (const auto& [role, id] : {std::pair{"bos", tok->bos_id()}, std::pair{"eos", tok->eos_id()}})
+    if (id >= 0) t.special.push_back({role, id, tok->token_piece(id)});
+  t.add_bos = tok->add_bos();
+  t.add_eos = tok->add_eos();
+  return t;
+}
+
 int run_info(const InfoOptions& o) {
-  const gguf::GgufFile f = gguf::GgufFile::open(resolve_model_path(o.model));
-  const ModelInfo m = gguf::summarize_model(f);
+  const gguf::GgufFile f = formats::open_model_file(resolve_model_path(o.model));
+  ModelInfo m = gguf::summarize_model(f);
+  if (auto t = hf_tokenizer_summary(f)) m.tokenizer = std::move(t);
   if (o.json)
     std::printf("%s\n", info_json(f, m, o).dump(2).c_str());
   else
@@ -218,10 +244,10 @@ int run_info(const InfoOptions& o) {
 }
 
 const CommandRegistration registration{
-    "info", "Describe a GGUF model: hyperparameters, tokenizer, tensors", [](CLI::App& app) {
+    "info", "Describe a model (GGUF file or Hugging Face directory): hyperparameters, tokenizer, tensors", [](CLI::App& app) {
       auto o = std::make_shared<InfoOptions>();
       app.add_option("model", o->model,
-                     "GGUF path or model name in the cache (default: the default model)");
+                     "GGUF path, Hugging Face directory or model name in the cache (default: the default model)");
       app.add_flag("--json", o->json, "print one JSON object");
       app.add_flag("--show-template", o->show_template, "print the chat template");
       app.add_flag("--metadata", o->show_metadata, "list every metadata key");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/load_options.h"
 #include "cli/device_options.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -24,6 +25,7 @@ namespace {
 
 struct PerplexityOptions {
   std::string model;
+  LoadFlags load;  // --quantize
   std::string file;
   int n_ctx = 512;
   int n_threads = 0;
@@ -43,7 +45,7 @@ std::string read_file(const std::string& path) {
 int run_perplexity(const PerplexityOptions& o) {
   if (o.n_ctx < 4)
     throw_error(ErrorKind::kInvalidArgument, "-c must be >= 4, got " + std::to_string(o.n_ctx));
-  auto m = model::Model::load(resolve_model_path(o.model));
+  auto m = model::Model::load(resolve_model_path(o.model), o.load.options(o.n_threads));
   const std::string text = read_file(o.file);
   auto executor = engine::make_executor(*m, o.device.options(o.n_threads, o.n_ctx, o.n_batch));
   log::info("{}", executor->describe());
@@ -64,6 +66,7 @@ CommandRegistration reg{
     [](CLI::App& app) {
       auto o = std::make_shared<PerplexityOptions>();
       app.add_option("-m,--model", o->model, "model path or name (default model when omitted)");
+      o->load.add_to(app);
       app.add_option("-f,--file", o->file, "text file")->required();
       o->device.add_to(app);
       app.add_option("-c,--ctx-size", o->n_ctx, "tokens per chunk")->capture_default_str();

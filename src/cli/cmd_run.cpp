@@ -13,6 +13,7 @@
 #include "chat/chat.h"
 #include "cli/chat_prompt.h"
 #include "cli/command.h"
+#include "cli/load_options.h"
 #include "cli/device_options.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -28,6 +29,7 @@ namespace {
 
 struct RunOptions {
   std::string model;
+  LoadFlags load;  // --quantize
   std::string prompt;
   int n_predict = 128;
   int n_ctx = 4096;
@@ -65,7 +67,7 @@ void check_options(const RunOptions& o) {
 // and streams the text as it comes.
 int run_generate(const RunOptions& o) {
   check_options(o);
-  auto m = model::Model::load(resolve_model_path(o.model));
+  auto m = model::Model::load(resolve_model_path(o.model), o.load.options(o.n_threads));
   const tokenizer::Tokenizer& tok = m->tokenizer();
   std::string prompt_text = o.prompt;
   std::vector<int32_t> prompt;
@@ -164,6 +166,7 @@ CommandRegistration reg{
       auto o = std::make_shared<RunOptions>();
       app.add_option("-m,--model", o->model,
                      "model path or name in the model cache (default model when omitted)");
+      o->load.add_to(app);
       app.add_option("-p,--prompt", o->prompt, "prompt text")->required();
       app.add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
       app.add_option("-c,--ctx-size", o->n_ctx, "context size in tokens")->capture_default_str();

@@ -28,6 +28,7 @@
 
 #include "cli/chat_prompt.h"
 #include "cli/command.h"
+#include "cli/load_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
@@ -40,6 +41,7 @@ namespace {
 
 struct ServeOptions {
   std::string model;
+  LoadFlags load;  // --quantize
   std::string alias;
   server::ServerOptions http;
   int n_ctx = 0;  // KV cache size in tokens shared by all sequences; 0: 8192
@@ -113,7 +115,7 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   const auto t0 = std::chrono::steady_clock::now();
   warm_file_with_progress(path);
   auto sm = std::make_shared<server::ServingModel>();
-  sm->model = model::Model::load(path);
+  sm->model = model::Model::load(path, o.load.options(o.n_threads));
   const auto& cfg = sm->model->config();
   const std::string tmpl = chat_template_source(sm->model->file(), o.chat_template_file);
   sm->chat_template = std::make_unique<chat::ChatTemplate>(tmpl);
@@ -278,6 +280,7 @@ CommandRegistration serve_registration{
       auto o = std::make_shared<ServeOptions>();
       app.add_option("-m,--model", o->model,
                      "GGUF file or model name (default: the default model)");
+      o->load.add_to(app);
       app.add_option("--host", o->http.host, "address to listen on")->capture_default_str();
       app.add_option("--port", o->http.port, "port (0: any free port)")->capture_default_str();
       app.add_option("-a,--alias", o->alias, "model name shown to clients");

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "formats/hf_model.h"
 #include "chat/chat.h"
 #include "cli/command.h"
 #include "core/error.h"
@@ -67,7 +68,7 @@ int run_template(const TemplateOptions& opts) {
   if (!opts.template_file.empty()) {
     source = read_text(opts.template_file, "template");
   } else {
-    gguf::GgufFile file = gguf::GgufFile::open(resolve_model_path(opts.model));
+    gguf::GgufFile file = formats::open_model_file(resolve_model_path(opts.model));
     source = file.get_string_or(
         "tokenizer.chat_template",
         chat::fallback_template_source(file.get_string_or("general.architecture", "")));

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/hf_model.h"
 #include "cli/command.h"
 #include "core/paths.h"
 #include "formats/gguf.h"
@@ -26,10 +27,11 @@ struct TokenizeOptions {
   bool ids = false;
   bool pieces = false;
   bool json = false;
+  bool batch = false;
 };
 
 std::unique_ptr<tokenizer::Tokenizer> open_tokenizer(const std::string& model) {
-  const auto file = gguf::GgufFile::open(resolve_model_path(model));
+  const auto file = formats::open_model_file(resolve_model_path(model));
   return tokenizer::Tokenizer::from_gguf(file);
 }
 
@@ -43,6 +45,13 @@ int run_tokenize(const TokenizeOptions& o) {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
   const auto tok = open_tokenizer(o.model);
+  if (o.batch) {  // a JSON array of texts in, a JSON array of id arrays out (oracle tests)
+    const nlohmann::json texts = nlohmann::json::parse(text);
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& t : texts) all.push_back(tok->encode(t.get<std::string>(), o.add_special, o.parse_special));
+    write_all(all.dump() + "\n");
+    return 0;
+  }
   const std::vector<int32_t> ids = tok->encode(text, o.add_special, o.parse_special);
   if (o.json) {
     nlohmann::json pieces = nlohmann::json::array();
@@ -68,13 +77,15 @@ int run_tokenize(const TokenizeOptions& o) {
 const CommandRegistration tokenize_reg{
     "tokenize", "Split text into the model's token ids", [](CLI::App& app) {
       auto o = std::make_shared<TokenizeOptions>();
-      app.add_option("-m,--model", o->model, "GGUF file or model name (default model if empty)");
+      app.add_option("-m,--model", o->model, "GGUF file, Hugging Face directory or model name (default model if empty)");
       app.add_flag("--add-special", o->add_special, "add BOS/EOS as the model asks");
       app.add_flag("--parse-special", o->parse_special,
                    "special tokens written in the text (<|im_start|>, <s>, ...) become their ids");
       auto* ids = app.add_flag("--ids", o->ids, "print ids, space-separated (default)");
       auto* pieces = app.add_flag("--pieces", o->pieces, "print `id<TAB>\"piece\"` per token");
       auto* json = app.add_flag("--json", o->json, R"(print {"ids": [...], "pieces": [...]})");
+      app.add_flag("--batch", o->batch,
+                   "the text is a JSON array of strings; print a JSON array of id arrays");
       ids->excludes(pieces)->excludes(json);
       pieces->excludes(json);
       app.add_option("text", o->text, "text to tokenize; - reads standard input")->required();
@@ -96,7 +107,7 @@ int run_detokenize(const DetokenizeOptions& o) {
 const CommandRegistration detokenize_reg{
     "detokenize", "Turn token ids back into text", [](CLI::App& app) {
       auto o = std::make_shared<DetokenizeOptions>();
-      app.add_option("-m,--model", o->model, "GGUF file or model name (default model if empty)");
+      app.add_option("-m,--model", o->model, "GGUF file, Hugging Face directory or model name (default model if empty)");
       app.add_flag("--show-special", o->show_special,
                    "write control tokens (<s>, <|im_end|>, ...)");
       app.add_option("ids", o->ids, "token ids")->required();

@@ -21,6 +21,9 @@ std::string resolve_model_path(std::string_view name_or_path) {
   const std::string arg(name_or_path.empty() ? kDefaultModelName : name_or_path);
   std::error_code ec;
   if (fs::is_regular_file(arg, ec)) return arg;
+  if (fs::is_directory(arg, ec) && (fs::is_regular_file(fs::path(arg) / "config.json", ec) ||
+                                    fs::is_regular_file(fs::path(arg) / "tokenizer.json", ec)))
+    return arg;  // a Hugging Face model directory (or a tokenizer alone)
   const fs::path cache(model_cache_dir());
   for (const std::string& candidate : {arg, arg + ".gguf"}) {
     const fs::path p = cache / candidate;

@@ -99,6 +99,11 @@ class GgufFile {
   static GgufFile open(const std::string& path);
   // Parses bytes owned by the caller (fuzzing, tests); `name` appears in errors.
   static GgufFile parse(std::span<const uint8_t> bytes, std::string name);
+  // A model described in GGUF's vocabulary by another format's reader (formats/hf_model.h):
+  // metadata and tensor infos whose data point into mappings that `keep` holds alive. It is
+  // not checked here: the reader that builds it checks its own input.
+  static GgufFile assemble(std::string name, std::vector<std::pair<std::string, Value>> metadata,
+                           std::vector<TensorInfo> tensors, std::shared_ptr<const void> keep);
 
   const std::string& path() const { return name_; }
   uint32_t version() const { return version_; }
@@ -140,6 +145,7 @@ class GgufFile {
 
   std::string name_;
   std::shared_ptr<MappedFile> map_;  // null when parsing caller-owned bytes
+  std::shared_ptr<const void> keep_;  // assemble(): what the tensors point into
   std::span<const uint8_t> bytes_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;

@@ -278,4 +278,17 @@ GgufFile GgufFile::parse(std::span<const uint8_t> bytes, std::string name) {
   return f;
 }
 
+GgufFile GgufFile::assemble(std::string name, std::vector<std::pair<std::string, Value>> metadata,
+                            std::vector<TensorInfo> tensors, std::shared_ptr<const void> keep) {
+  GgufFile f;
+  f.name_ = std::move(name);
+  f.version_ = 3;
+  f.kv_ = std::move(metadata);
+  for (size_t i = 0; i < f.kv_.size(); ++i) f.kv_index_[f.kv_[i].first] = i;
+  f.tensors_ = std::move(tensors);
+  for (size_t i = 0; i < f.tensors_.size(); ++i) f.tensor_index_[f.tensors_[i].name] = i;
+  f.keep_ = std::move(keep);
+  return f;
+}
+
 }  // namespace hablar::gguf

@@ -272,6 +272,8 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   if (!(c.rope.freq_base > 0.0f))
     throw_error(ErrorKind::kFormat, f.path() + ": rope.freq_base must be > 0");
   c.rope.neox = c.arch_kind != Arch::kLlama;  // llama: adjacent pairs; qwen2/qwen3: NeoX halves
+  // A Hugging Face checkpoint keeps transformers' q/k order: NeoX halves for llama too.
+  c.rope.neox = f.get_bool_or("hablar.rope.neox", c.rope.neox);
   read_rope_scaling(f, a, c.rope);
 
   c.qkv_bias = c.arch_kind == Arch::kQwen2 || c.arch_kind == Arch::kQwen2Moe;

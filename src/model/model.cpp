@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "formats/hf_model.h"
 #include "model/weights.h"
 
 namespace hablar::model {
@@ -23,8 +24,11 @@ Model::Model(gguf::GgufFile file) : file_(std::move(file)) {
 
 Model::~Model() = default;
 
-std::unique_ptr<Model> Model::load(const std::string& path) {
-  gguf::GgufFile file = gguf::GgufFile::open(path);
+std::unique_ptr<Model> Model::load(const std::string& path, const formats::HfOpenOptions& options) {
+  if (options.quantize && !formats::is_hf_model_dir(path))
+    throw_error(ErrorKind::kInvalidArgument,
+                "--quantize converts Hugging Face directories; " + path + " is not one");
+  gguf::GgufFile file = formats::open_model_file(path, options);  // a .gguf or a HF directory
   std::unique_ptr<Model> m(new Model(std::move(file)));
   const ModelConfig& c = m->config();
   log::info("loaded {}: {}, {} layers, n_embd {}, heads {}/{} x {}, ffn {}, vocab {}", path, c.arch,

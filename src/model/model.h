@@ -19,6 +19,7 @@
 #include "core/rope.h"
 #include "core/step_batch.h"
 #include "formats/gguf.h"
+#include "formats/hf_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hablar::model {
@@ -91,7 +92,10 @@ class Model {
  public:
   // Maps the file; checks every tensor's shape and type against the metadata. An unsupported
   // architecture or tensor type gives an Error listing what is supported.
-  static std::unique_ptr<Model> load(const std::string& path);
+  // `path`: a .gguf file or a Hugging Face directory (formats/hf_model.h), which `options`
+  // may convert at load.
+  static std::unique_ptr<Model> load(const std::string& path,
+                                     const formats::HfOpenOptions& options = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;

@@ -1,6 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include "core/error.h"
+#include "tokenizer/hf_pipeline.h"
 #include "tokenizer/tokenizer_impl.h"
 
 namespace hablar::tokenizer {
@@ -61,6 +62,10 @@ Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file) {
+  // A tokenizer.json travels as tokenizer.huggingface.json (Hugging Face directories); a
+  // GGUF vocabulary (tokenizer.ggml.*) takes precedence where both are present.
+  if (!file.has("tokenizer.ggml.model") && file.has("tokenizer.huggingface.json"))
+    return std::unique_ptr<Tokenizer>(new Tokenizer(load_hf_vocab(file)));
   return std::unique_ptr<Tokenizer>(new Tokenizer(load_vocab(file)));
 }
 
@@ -99,7 +104,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
   const Impl& v = *impl_;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
-  if (add_special && v.add_bos && v.bos >= 0) out.push_back(v.bos);
+  if (add_special && v.hf) out.insert(out.end(), v.hf->prefix.begin(), v.hf->prefix.end());
+  if (add_special && !v.hf && v.add_bos && v.bos >= 0) out.push_back(v.bos);
   bool prev_special = true;  // SentencePiece: a space prefix starts the text and follows specials
   for (const Fragment& f : v.partition(text, parse_special, text_only)) {
     if (f.token >= 0) {
@@ -118,11 +124,15 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
       case ModelKind::kWpm:
         v.encode_wpm(raw, out);
         break;
+      case ModelKind::kHf:
+        v.hf->encode(raw, f.offset == 0, out);
+        break;
     }
     prev_special = false;
   }
-  if (add_special && v.add_eos && v.eos >= 0) out.push_back(v.eos);
-  if (add_special && v.add_sep && v.sep >= 0) out.push_back(v.sep);
+  if (add_special && v.hf) out.insert(out.end(), v.hf->suffix.begin(), v.hf->suffix.end());
+  if (add_special && !v.hf && v.add_eos && v.eos >= 0) out.push_back(v.eos);
+  if (add_special && !v.hf && v.add_sep && v.sep >= 0) out.push_back(v.sep);
   return out;
 }
 

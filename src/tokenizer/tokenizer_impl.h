@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -56,7 +57,11 @@ struct StringViewHash {
 };
 using TextIndex = std::unordered_map<std::string_view, int32_t, StringViewHash, std::equal_to<>>;
 
-enum class ModelKind { kSpm, kBpe, kWpm };
+enum class ModelKind { kSpm, kBpe, kWpm, kHf };  // kHf: a tokenizer.json pipeline
+
+namespace hf {
+class Pipeline;
+}
 
 // A piece of encoder input after special tokens are split out: raw text or one token.
 struct Fragment {
@@ -132,6 +137,9 @@ struct Tokenizer::Impl {
   std::vector<std::string> extra_symbols;  // symbols that are not tokens (id n_vocab + i)
   std::unordered_map<std::string, int32_t> extra_index;
 
+  // tokenizer.json (hf_pipeline.h): the pipeline and the ids its post-processor adds.
+  std::shared_ptr<const hf::Pipeline> hf;
+
   // SentencePiece.
   PairTable spm_pairs;                    // (left, right) -> id of the concatenation
   std::array<int32_t, 256> byte_token{};  // <0xNN> tokens
@@ -152,6 +160,11 @@ struct Tokenizer::Impl {
 
 // Loading (vocab.cpp).
 std::unique_ptr<Tokenizer::Impl> load_vocab(const gguf::GgufFile& file);
+// After the ids of bos/eos/... are set: end-of-turn, fill-in-the-middle and
+// end-of-generation tokens found by their texts (made control tokens).
+void finish_special_ids(Tokenizer::Impl& v);
+// A tokenizer.json pipeline (tokenizer.huggingface.json and hablar.hf.* keys; hf_tokenizer.cpp).
+std::unique_ptr<Tokenizer::Impl> load_hf_vocab(const gguf::GgufFile& file);
 // GPT-2 byte alphabet: byte -> code point of its printable stand-in, and back (-1: none).
 uint32_t byte_to_cp(uint8_t b);
 int byte_from_cp(uint32_t cp);

@@ -120,7 +120,14 @@ void load_special_ids(const gguf::GgufFile& f, Tokenizer::Impl& v) {
   v.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", v.add_bos);
   v.add_eos = f.get_bool_or("tokenizer.ggml.add_eos_token", v.add_eos);
   v.add_space_prefix = f.get_bool_or("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
+  finish_special_ids(v);
+}
 
+}  // namespace
+
+// End-of-turn, fill-in-the-middle and end-of-generation tokens found by their texts.
+void finish_special_ids(Tokenizer::Impl& v) {
+  const int32_t n = v.n_vocab();
   auto force_control = [&](int32_t id) {
     if (v.types[id] != TokenType::kControl) v.types[id] = TokenType::kControl;
   };
@@ -149,6 +156,8 @@ void load_special_ids(const gguf::GgufFile& f, Tokenizer::Impl& v) {
   if (v.eos >= 0) v.eog[v.eos] = 1;
   if (v.eot >= 0) v.eog[v.eot] = 1;
 }
+
+namespace {
 
 // Special tokens split out of the text before encoding, longest first; the white-space
 // stripping some models ask for around them.
@@ -360,6 +369,8 @@ std::unique_ptr<Tokenizer::Impl> load_vocab(const gguf::GgufFile& f) {
       break;
     case ModelKind::kWpm:
       build_wpm(*v);
+      break;
+    case ModelKind::kHf:  // built by load_hf_vocab (hf_tokenizer.cpp), never here
       break;
   }
   return v;

@@ -1,0 +1,317 @@
+// A Tokenizer from tokenizer.json (carried as tokenizer.huggingface.json): the pipeline of
+// hf_pipeline.h for encoding; the decoder chain folded into each token's decoded bytes;
+// added tokens split out by Impl::partition as GGUF control / user-defined tokens are.
+#include <algorithm>
+
+#include "core/error.h"
+#include "formats/hf_json.h"
+#include "tokenizer/hf_pipeline.h"
+#include "tokenizer/tokenizer_impl.h"
+#include "tokenizer/unicode.h"
+
+namespace hablar::tokenizer {
+namespace hf {
+
+void Pipeline::encode(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
+  std::string s;
+  if (unicode::is_canonical_utf8(text)) {
+    s.assign(text);
+  } else {  // invalid UTF-8 -> U+FFFD, as a Rust String could never hold it
+    for (uint32_t cp : unicode::decode(text)) unicode::append_utf8(s, cp);
+  }
+  if (normalizer_) normalizer_->apply(s);
+  std::vector<Piece> pieces{{std::move(s), at_start}};
+  if (pre_) pre_->apply(pieces);
+  for (const Piece& p : pieces)
+    if (!p.text.empty()) model_->encode(p.text, out);
+}
+
+}  // namespace hf
+
+namespace {
+
+using nlohmann::json;
+using formats::json_bool_or;
+using formats::json_string_or;
+
+struct AddedToken {
+  int32_t id;
+  std::string content;
+  bool special, lstrip, rstrip;
+};
+
+std::vector<AddedToken> read_added(const json& j, const std::string& at) {
+  std::vector<AddedToken> out;
+  const json* list = formats::json_array_or_null(j, "added_tokens", at);
+  if (!list) return out;
+  for (const json& e : *list) {
+    const int64_t id = formats::json_int_or(e, "id", -1, at + " added_tokens");
+    const std::string content = json_string_or(e, "content", "", at + " added_tokens");
+    if (id < 0 || id >= (1 << 22) || content.empty())
+      throw_error(ErrorKind::kFormat, at + ": an added token needs an id in [0, 2^22) and content");
+    out.push_back({(int32_t)id, content, json_bool_or(e, "special", false, at), json_bool_or(e, "lstrip", false, at),
+                   json_bool_or(e, "rstrip", false, at)});
+  }
+  return out;
+}
+
+// The decoder chain, folded per token: what each transforms in one token's text, and
+// whether the decoded text drops its first space (Metaspace, WordPiece, Strip after Fuse).
+struct DecoderFold {
+  std::vector<json> steps;  // flattened Sequence
+  bool strip_first_space = false;
+};
+
+void flatten(const json& d, DecoderFold& f, const std::string& at) {
+  if (d.is_null()) return;
+  if (!d.is_object()) throw_error(ErrorKind::kFormat, at + ": decoder must be an object");
+  if (json_string_or(d, "type", "", at) == "Sequence") {
+    if (const json* list = formats::json_array_or_null(d, "decoders", at))
+      for (const json& e : *list) flatten(e, f, at);
+    return;
+  }
+  f.steps.push_back(d);
+}
+
+std::string replace_all(const std::string& s, const std::string& from, const std::string& to) {
+  if (from.empty()) return s;
+  std::string out;
+  size_t pos = 0;
+  for (size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size())
+    out.append(s, pos, hit - pos).append(to);
+  return out.append(s, pos, std::string::npos);
+}
+
+// One token's text through the chain (Fuse joins tokens, which per-token pieces already are).
+std::string decode_token(std::string t, DecoderFold& f, const std::string& at) {
+  if (f.steps.empty()) {  // no decoder: `tokenizers` joins the tokens with spaces
+    f.strip_first_space = true;
+    return " " + t;
+  }
+  bool fused = false;
+  for (const json& d : f.steps) {
+    const std::string type = json_string_or(d, "type", "", at);
+    if (type == "ByteLevel") {
+      std::string raw;
+      for (size_t pos = 0; pos < t.size();) {
+        const size_t start = pos;
+        const int b = byte_from_cp(unicode::decode_one(t, pos));
+        b >= 0 ? raw.push_back((char)b) : (void)raw.append(t, start, pos - start);
+      }
+      t = std::move(raw);
+    } else if (type == "Replace") {
+      const json& p = d.value("pattern", json::object());
+      if (!p.contains("String") || !p["String"].is_string())
+        throw_error(ErrorKind::kUnsupported, at + ": a Replace decoder with a regex pattern is not supported");
+      t = replace_all(t, p["String"].get<std::string>(), json_string_or(d, "content", "", at));
+    } else if (type == "ByteFallback") {
+      if (t.size() == 6 && t.starts_with("<0x") && t[5] == '>' && std::isxdigit((unsigned char)t[3]) &&
+          std::isxdigit((unsigned char)t[4]))
+        t = std::string(1, (char)std::stoi(t.substr(3, 2), nullptr, 16));
+    } else if (type == "Fuse") {
+      fused = true;
+    } else if (type == "Strip") {
+      const std::string c = json_string_or(d, "content", " ", at);
+      const int64_t start = formats::json_int_or(d, "start", 0, at), stop = formats::json_int_or(d, "stop", 0, at);
+      if (fused) {  // on the whole text: only one leading space is supported
+        if (c == " " && start == 1 && stop == 0) f.strip_first_space = true;
+        else if (start != 0 || stop != 0)
+          throw_error(ErrorKind::kUnsupported, at + ": Strip decoder after Fuse other than one leading space");
+        continue;
+      }
+      for (int64_t i = 0; i < start && !c.empty() && t.starts_with(c); ++i) t.erase(0, c.size());
+      for (int64_t i = 0; i < stop && !c.empty() && t.ends_with(c); ++i) t.erase(t.size() - c.size());
+    } else if (type == "Metaspace") {
+      t = replace_all(t, json_string_or(d, "replacement", std::string(hf::kMetaspace), at), " ");
+      const std::string scheme = json_string_or(d, "prepend_scheme", "always", at);
+      if (scheme != "never" && json_bool_or(d, "add_prefix_space", true, at)) f.strip_first_space = true;
+    } else if (type == "WordPiece") {
+      const std::string prefix = json_string_or(d, "prefix", "##", at);
+      t = t.starts_with(prefix) ? t.substr(prefix.size()) : " " + t;
+      f.strip_first_space = true;
+      if (json_bool_or(d, "cleanup", true, at))  // per token, as `tokenizers` cleans up
+        for (const auto& [from, to] : {std::pair{" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","},
+                                       {" ' ", "'"}, {" n't", "n't"}, {" 'm", "'m"}, {" do not", " don't"},
+                                       {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}})
+          t = replace_all(t, from, to);
+    } else if (type == "BPEDecoder") {
+      t = replace_all(t, json_string_or(d, "suffix", "</w>", at), " ");
+    } else {
+      throw_error(ErrorKind::kUnsupported, at + ": unsupported decoder '" + type +
+                                               "' (supported: ByteLevel, Replace, ByteFallback, Fuse, Strip, "
+                                               "Metaspace, WordPiece, BPEDecoder, Sequence)");
+    }
+  }
+  return t;
+}
+
+// The ids the post-processor puts before and after a single sequence.
+void read_post_processor(const json& p, hf::Pipeline& pipe, const std::string& at) {
+  if (p.is_null()) return;
+  if (!p.is_object()) throw_error(ErrorKind::kFormat, at + ": post_processor must be an object");
+  const std::string type = json_string_or(p, "type", "", at);
+  if (type == "ByteLevel") return;
+  if (type == "Sequence") {
+    if (const json* list = formats::json_array_or_null(p, "processors", at))
+      for (const json& e : *list) read_post_processor(e, pipe, at);
+    return;
+  }
+  auto id_of_pair = [&](const char* key) -> int32_t {
+    const json& v = p.value(key, json());
+    if (!v.is_array() || v.size() != 2 || !v[1].is_number_integer())
+      throw_error(ErrorKind::kFormat, at + ": post_processor " + key + " must be [token, id]");
+    return (int32_t)v[1].get<int64_t>();
+  };
+  if (type == "BertProcessing" || type == "RobertaProcessing") {
+    pipe.prefix.push_back(id_of_pair("cls"));
+    pipe.suffix.insert(pipe.suffix.begin(), id_of_pair("sep"));
+    return;
+  }
+  if (type != "TemplateProcessing")
+    throw_error(ErrorKind::kUnsupported, at + ": unsupported post_processor '" + type +
+                                             "' (supported: TemplateProcessing, BertProcessing, "
+                                             "RobertaProcessing, ByteLevel, Sequence)");
+  const json* single = formats::json_array_or_null(p, "single", at);
+  const json* specials = formats::json_object_or_null(p, "special_tokens", at);
+  bool after = false;
+  for (const json& item : single ? *single : json::array()) {
+    if (item.contains("Sequence")) {
+      after = true;
+      continue;
+    }
+    const std::string name = json_string_or(item.value("SpecialToken", json::object()), "id", "", at);
+    const json* st = specials && specials->contains(name) ? &(*specials)[name] : nullptr;
+    const json* ids = st ? formats::json_array_or_null(*st, "ids", at) : nullptr;
+    if (!ids) throw_error(ErrorKind::kFormat, at + ": TemplateProcessing names an unknown special token '" + name + "'");
+    for (const json& id : *ids) {
+      if (!id.is_number_integer()) throw_error(ErrorKind::kFormat, at + ": special token ids must be integers");
+      (after ? pipe.suffix : pipe.prefix).push_back((int32_t)id.get<int64_t>());
+    }
+  }
+}
+
+
+// The vocabulary by id: the model's tokens, then added tokens over them (gaps stay empty).
+void fill_vocab(Tokenizer::Impl& v, const hf::Model& model, const std::vector<AddedToken>& added) {
+  size_t n = model.id_to_token().size();
+  for (const AddedToken& a : added) n = std::max(n, (size_t)a.id + 1);
+  v.texts.assign(n, std::string());
+  v.types.assign(n, TokenType::kNormal);
+  for (size_t i = 0; i < model.id_to_token().size(); ++i) v.texts[i] = model.id_to_token()[i];
+  for (size_t i = 0; i < n; ++i) {
+    if (v.texts[i].empty()) v.types[i] = TokenType::kUnused;
+    const std::string& t = v.texts[i];
+    if (model.byte_fallback() && t.size() == 6 && t.starts_with("<0x") && t[5] == '>') v.types[i] = TokenType::kByte;
+  }
+  if (model.unk_id() >= 0 && (size_t)model.unk_id() < n) v.types[(size_t)model.unk_id()] = TokenType::kUnknown;
+  v.scores.assign(n, 0.0f);
+  v.lstrip.assign(n, 0);
+  v.rstrip.assign(n, 0);
+  v.eog.assign(n, 0);
+  for (const AddedToken& a : added) {
+    v.texts[(size_t)a.id] = a.content;
+    v.types[(size_t)a.id] = a.special ? TokenType::kControl : TokenType::kUserDefined;
+    v.lstrip[(size_t)a.id] = a.lstrip;
+    v.rstrip[(size_t)a.id] = a.rstrip;
+  }
+  v.text_to_id.reserve(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    if (v.texts[i].empty()) continue;
+    v.text_to_id[v.texts[i]] = (int32_t)i;
+    v.max_token_len = std::max(v.max_token_len, v.texts[i].size());
+  }
+}
+
+// bos / eos / unk / pad from tokenizer_config.json's token texts and generation_config.json's ids.
+void read_special_ids(const gguf::GgufFile& f, Tokenizer::Impl& v, const hf::Model& model) {
+  auto by_text = [&](const char* key) -> int32_t {
+    const std::string t = f.get_string_or(key, "");
+    return t.empty() ? -1 : v.lookup(t);
+  };
+  v.bos = by_text("hablar.hf.bos_token");
+  if (v.bos < 0 && f.has("hablar.hf.bos_token_id")) {
+    const uint64_t id = f.get_uint("hablar.hf.bos_token_id");
+    v.bos = id < (uint64_t)v.n_vocab() ? (int32_t)id : -1;
+  }
+  v.unk = model.unk_id() >= 0 ? model.unk_id() : by_text("hablar.hf.unk_token");
+  v.pad = by_text("hablar.hf.pad_token");
+  v.eos = by_text("hablar.hf.eos_token");
+  std::vector<int32_t> eos_ids;
+  if (f.has("hablar.hf.eos_token_ids")) eos_ids = f.get_i32_array("hablar.hf.eos_token_ids");
+  if (v.eos < 0 && !eos_ids.empty() && eos_ids[0] >= 0 && eos_ids[0] < v.n_vocab()) v.eos = eos_ids[0];
+  finish_special_ids(v);
+  for (int32_t id : eos_ids)
+    if (id >= 0 && id < v.n_vocab()) v.eog[(size_t)id] = 1;
+  if (v.eos >= 0) v.eog[(size_t)v.eos] = 1;
+}
+
+// Added tokens (and tokens made control by their text) split out before the pipeline runs.
+void build_specials(Tokenizer::Impl& v, const std::vector<AddedToken>& added) {
+  for (const AddedToken& a : added) v.special_tokens.push_back(a.id);
+  std::sort(v.special_tokens.begin(), v.special_tokens.end());
+  v.special_tokens.erase(std::unique(v.special_tokens.begin(), v.special_tokens.end()), v.special_tokens.end());
+  std::stable_sort(v.special_tokens.begin(), v.special_tokens.end(),
+                   [&](int32_t a, int32_t b) { return v.texts[(size_t)a].size() > v.texts[(size_t)b].size(); });
+  for (size_t rank = 0; rank < v.special_tokens.size(); ++rank) {
+    const int32_t id = v.special_tokens[rank];
+    v.all_specials.add(v.texts[(size_t)id], (int32_t)rank);
+    if (v.types[(size_t)id] == TokenType::kUserDefined) v.user_specials.add(v.texts[(size_t)id], (int32_t)rank);
+  }
+}
+
+// tokenizer_config.json's add_bos_token / add_eos_token, where present, decide.
+void apply_add_flags(const gguf::GgufFile& f, Tokenizer::Impl& v, hf::Pipeline& pipe) {
+  auto set = [&](const char* key, std::vector<int32_t>& ids, int32_t id, bool front) {
+    if (!f.has(key) || id < 0) return;
+    const bool want = f.get_bool(key);
+    const bool has = !ids.empty() && (front ? ids.front() : ids.back()) == id;
+    if (want && !has) front ? (void)ids.insert(ids.begin(), id) : ids.push_back(id);
+    if (!want && has) front ? (void)ids.erase(ids.begin()) : ids.pop_back();
+  };
+  set("tokenizer.ggml.add_bos_token", pipe.prefix, v.bos, true);
+  set("tokenizer.ggml.add_eos_token", pipe.suffix, v.eos, false);
+  v.add_bos = !pipe.prefix.empty() && pipe.prefix.front() == v.bos;
+  v.add_eos = !pipe.suffix.empty() && pipe.suffix.back() == v.eos;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer::Impl> load_hf_vocab(const gguf::GgufFile& f) {
+  const std::string at = f.path() + " tokenizer.json";
+  const json j = formats::parse_json_text(f.get_string("tokenizer.huggingface.json"), at);
+  if (!j.is_object() || !j.contains("model")) throw_error(ErrorKind::kFormat, at + ": no \"model\"");
+  auto model = hf::make_model(j["model"], at);
+  auto pipe = std::make_shared<hf::Pipeline>(hf::make_normalizer(j.value("normalizer", json()), at),
+                                             hf::make_pre_tokenizer(j.value("pre_tokenizer", json()), at),
+                                             std::move(model));
+  read_post_processor(j.value("post_processor", json()), *pipe, at);
+  auto v = std::make_unique<Tokenizer::Impl>();
+  v->kind = ModelKind::kHf;
+  std::string type = json_string_or(j["model"], "type", "bpe", at);
+  std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return (char)std::tolower(c); });
+  v->model_name = "hf-" + type;
+  v->pre_name = "tokenizer.json";
+  const std::vector<AddedToken> added = read_added(j, at);
+  fill_vocab(*v, pipe->model(), added);
+  read_special_ids(f, *v, pipe->model());
+  for (int32_t id : pipe->prefix)
+    if (id < 0 || id >= v->n_vocab()) throw_error(ErrorKind::kFormat, at + ": post_processor id outside the vocabulary");
+  for (int32_t id : pipe->suffix)
+    if (id < 0 || id >= v->n_vocab()) throw_error(ErrorKind::kFormat, at + ": post_processor id outside the vocabulary");
+  apply_add_flags(f, *v, *pipe);
+  build_specials(*v, added);
+  DecoderFold fold;
+  flatten(j.value("decoder", json()), fold, at);
+  v->pieces.assign((size_t)v->n_vocab(), std::string());
+  for (int32_t id = 0; id < v->n_vocab(); ++id) {
+    const TokenType t = v->types[(size_t)id];
+    v->pieces[(size_t)id] = (t == TokenType::kControl || t == TokenType::kUserDefined || t == TokenType::kUnknown)
+                                ? v->texts[(size_t)id]
+                                : decode_token(v->texts[(size_t)id], fold, at);
+  }
+  v->add_space_prefix = fold.strip_first_space;
+  v->hf = std::move(pipe);
+  return v;
+}
+
+}  // namespace hablar::tokenizer
