@@ -30,6 +30,16 @@ class ApiError : public std::runtime_error {
 // OpenAI's error "type" for a status code.
 const char* error_type_for_status(int status);
 nlohmann::json error_body(int status, const std::string& message, const std::string& param = {});
+
+// Each API family has its own error body; clients parse theirs:
+//   kOpenAI    {"error": {"message", "type", "param", "code"}}  (also llama.cpp's routes)
+//   kAnthropic {"type": "error", "error": {"type": "invalid_request_error", "message"}}
+//   kOllama    {"error": "message"}
+enum class ErrorStyle { kOpenAI, kAnthropic, kOllama };
+// The family a request path belongs to (/v1/messages..., /api/..., else OpenAI's).
+ErrorStyle error_style_for_path(std::string_view path);
+nlohmann::json error_body(ErrorStyle style, int status, const std::string& message,
+                          const std::string& param = {});
 // The HTTP status of an engine or library error.
 int status_for_error_kind(ErrorKind kind);
 

@@ -38,18 +38,19 @@ void send_json(httplib::Response& res, const nlohmann::json& body, int status) {
 
 void handle_json(const httplib::Request& req, httplib::Response& res,
                  const std::function<void()>& fn) {
+  const ErrorStyle style = error_style_for_path(req.path);
   try {
     fn();
   } catch (const ApiError& e) {
-    send_json(res, error_body(e.status(), e.what(), e.param()), e.status());
+    send_json(res, error_body(style, e.status(), e.what(), e.param()), e.status());
     if (e.status() == 503) res.set_header("Retry-After", "1");
   } catch (const Error& e) {
     const int status = status_for_error_kind(e.kind());
-    send_json(res, error_body(status, e.what()), status);
+    send_json(res, error_body(style, status, e.what()), status);
     if (status == 503) res.set_header("Retry-After", "1");
   } catch (const std::exception& e) {
     log::error("{} {}: {}", req.method, req.path, e.what());
-    send_json(res, error_body(500, std::string("internal error: ") + e.what()), 500);
+    send_json(res, error_body(style, 500, std::string("internal error: ") + e.what()), 500);
   }
 }
 
@@ -236,7 +237,9 @@ bool HttpServer::pre_route(const httplib::Request& req, httplib::Response& res) 
     bool ok = false;
     for (const std::string& k : options_.api_keys) ok |= constant_time_equal(k, key);
     if (!ok) {
-      send_json(res, error_body(401, "invalid or missing API key (Authorization: Bearer ...)"),
+      send_json(res,
+                error_body(error_style_for_path(req.path), 401,
+                           "invalid or missing API key (Authorization: Bearer ... or x-api-key)"),
                 401);
       res.set_header("WWW-Authenticate", "Bearer");
       return true;
@@ -249,16 +252,19 @@ void HttpServer::handle(httplib::Request& req, httplib::Response& res) {
   if (pre_route(req, res)) return;
   std::string allow;
   const Router::Handler* h = router_.find(req, allow);
+  const ErrorStyle style = error_style_for_path(req.path);
   if (!h) {
     if (allow.empty()) {
       send_json(res,
-                error_body(404, "no route for " + text_excerpt(req.method, 16) + " " +
-                                    text_excerpt(req.path, 200)),
+                error_body(style, 404,
+                           "no route for " + text_excerpt(req.method, 16) + " " +
+                               text_excerpt(req.path, 200)),
                 404);
     } else {
       send_json(res,
-                error_body(405, "method " + text_excerpt(req.method, 16) + " is not allowed on " +
-                                    text_excerpt(req.path, 200) + " (allowed: " + allow + ")"),
+                error_body(style, 405,
+                           "method " + text_excerpt(req.method, 16) + " is not allowed on " +
+                               text_excerpt(req.path, 200) + " (allowed: " + allow + ")"),
                 405);
       res.set_header("Allow", allow);
     }
@@ -268,7 +274,7 @@ void HttpServer::handle(httplib::Request& req, httplib::Response& res) {
     (*h)(req, res);
   } catch (const std::exception& e) {
     log::error("{} {}: {}", req.method, req.path, e.what());
-    send_json(res, error_body(500, "internal error: " + text_excerpt(e.what(), 200)), 500);
+    send_json(res, error_body(style, 500, "internal error: " + text_excerpt(e.what(), 200)), 500);
   }
 }
 
@@ -276,6 +282,7 @@ void HttpServer::install_routes() {
   install_openai_routes(router_, *this);
   install_llama_routes(router_, *this);
   install_ollama_routes(router_, *this);
+  install_anthropic_routes(router_, *this);
   install_web_routes(router_, *this);
 }
 

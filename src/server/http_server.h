@@ -105,6 +105,7 @@ class HttpServer {
 void install_openai_routes(Router& http, HttpServer& server);
 void install_llama_routes(Router& http, HttpServer& server);
 void install_ollama_routes(Router& http, HttpServer& server);
+void install_anthropic_routes(Router& http, HttpServer& server);
 void install_web_routes(Router& http, HttpServer& server);
 
 // Runs `fn`, turning ApiError / Error / exceptions into JSON errors with the right status.
