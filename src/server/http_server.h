@@ -106,6 +106,7 @@ void install_openai_routes(Router& http, HttpServer& server);
 void install_llama_routes(Router& http, HttpServer& server);
 void install_ollama_routes(Router& http, HttpServer& server);
 void install_anthropic_routes(Router& http, HttpServer& server);
+void install_responses_routes(Router& http, HttpServer& server);
 void install_web_routes(Router& http, HttpServer& server);
 
 // Runs `fn`, turning ApiError / Error / exceptions into JSON errors with the right status.
