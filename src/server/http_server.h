@@ -51,6 +51,7 @@ class Router {
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
   void Get(const std::string& pattern, Handler h) { add("GET", pattern, std::move(h)); }
   void Post(const std::string& pattern, Handler h) { add("POST", pattern, std::move(h)); }
+  void Delete(const std::string& pattern, Handler h) { add("DELETE", pattern, std::move(h)); }
   // The handler for the request, or null; then `allow` lists the methods the path has
   // (empty: no such path).
   const Handler* find(httplib::Request& req, std::string& allow) const;

@@ -93,11 +93,11 @@ const char* stop_type(const StreamItem& f, bool eog) {
   return "none";
 }
 
-void completion(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
-  auto m = server.model_or_throw();
-  json body = request_json(req);
+// /completion and /infill: everything after the prompt.
+void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req,
+                    httplib::Response& res, const json& body, std::vector<int32_t> prompt) {
   GenerationSpec spec;
-  spec.prompt = llama_prompt(body, *m);
+  spec.prompt = std::move(prompt);
   spec.sampling = parse_sampling(body, *m, Dialect::kLlama);
   spec.priority = parse_priority(body);
   spec.stop = opt_string_list(body, "stop", 64);
@@ -166,6 +166,34 @@ void completion(HttpServer& server, const httplib::Request& req, httplib::Respon
     return out;
   };
   stream_response(res, "text/event-stream", pump, [handle] { handle->cancel(); });
+}
+
+void completion(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  const json body = request_json(req);
+  run_completion(m, req, res, body, llama_prompt(body, *m));
+}
+
+// llama-server's /infill: input_prefix, input_suffix, input_extra ([{filename, text}]) and
+// prompt (the start of the middle) become a fill-in-the-middle prompt.
+void infill(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  const json body = request_json(req);
+  std::vector<FimFile> extra;
+  if (auto it = body.find("input_extra"); it != body.end() && !it->is_null()) {
+    if (!it->is_array())
+      bad_request("'input_extra' must be a list of {filename, text}", "input_extra");
+    for (const auto& chunk : *it) {
+      if (!chunk.is_object())
+        bad_request("'input_extra' must be a list of {filename, text}", "input_extra");
+      extra.push_back(
+          {opt_string(chunk, "filename").value_or(""), opt_string(chunk, "text").value_or("")});
+    }
+  }
+  auto prompt = fim_prompt(*m, opt_string(body, "input_prefix").value_or(""),
+                           opt_string(body, "input_suffix").value_or(""),
+                           opt_string(body, "prompt").value_or(""), extra);
+  run_completion(m, req, res, body, std::move(prompt));
 }
 
 void tokenize(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
@@ -347,6 +375,7 @@ void install_llama_routes(Router& http, HttpServer& server) {
   };
   route(true, "/completion", completion);
   route(true, "/completions", completion);
+  route(true, "/infill", infill);
   route(true, "/tokenize", tokenize);
   route(true, "/detokenize", detokenize);
   route(true, "/apply-template", apply_template);

@@ -1,8 +1,18 @@
 // Ollama-compatible routes: /api/chat and /api/generate (NDJSON streams by default),
-// /api/tags, /api/show, /api/version.
+// /api/tags, /api/ps, /api/show, /api/version, /api/pull (of the served model); model
+// management (/api/copy, /api/delete, /api/push, /api/create) answers 501.
 #include <httplib.h>
 
+#include <sys/stat.h>
+
+#include <cctype>
 #include <ctime>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "core/sha256.h"
+#include "formats/model_info.h"
 
 #include "server/api_error.h"
 #include "server/http_server.h"
@@ -18,13 +28,16 @@ namespace {
 using engine::StreamItem;
 using nlohmann::json;
 
-std::string iso_time_now() {
-  std::time_t t = std::time(nullptr);
+std::string iso_time(std::time_t t) {
   char buf[32];
   std::tm tm{};
   gmtime_r(&t, &tm);
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+std::string iso_time_now() {
+  return iso_time(std::time(nullptr));
 }
 
 // Ollama puts sampling under "options" with its own names.
@@ -169,6 +182,12 @@ void api_generate(HttpServer& server, const httplib::Request& req, httplib::Resp
                     {"done_reason", "load"}});
     return;
   }
+  // suffix: fill in the middle between prompt and suffix (code models; Ollama's "insert").
+  const auto suffix = opt_string(body, "suffix");
+  if (suffix && !suffix->empty()) {
+    GenerationSpec spec = ollama_spec(body, *m, fim_prompt(*m, prompt, *suffix, ""));
+    return respond(res, m, start_generation(*m, std::move(spec)), stream, false);
+  }
   // raw: the client writes the whole prompt, markup included (special tokens parsed).
   RenderedChat text{prompt, {}};
   if (!raw) {
@@ -182,37 +201,89 @@ void api_generate(HttpServer& server, const httplib::Request& req, httplib::Resp
   respond(res, m, start_generation(*m, std::move(spec)), stream, false);
 }
 
+std::string upper(std::string s) {
+  for (char& c : s) c = (char)std::toupper((unsigned char)c);
+  return s;
+}
+
 json details(const ServingModel& m) {
   const auto& f = m.model->file();
   const uint64_t ftype = f.get_uint_or("general.file_type", 0);
-  return {{"format", "gguf"},
+  return {{"parent_model", ""},
+          {"format", "gguf"},
           {"family", m.model->config().arch},
           {"families", json::array({m.model->config().arch})},
           {"parameter_size", f.get_string_or("general.size_label", "")},
-          {"quantization_level", "file_type " + std::to_string(ftype)}};
+          {"quantization_level", upper(gguf::file_type_name(ftype))}};
+}
+
+// The model file's size, modification time and sha256, as Ollama lists models. The digest
+// is computed once, at the first request that needs it (about a second per GB).
+struct FileFacts {
+  uint64_t size = 0;
+  std::string modified_at;
+  std::string digest;
+};
+
+const FileFacts& file_facts(const ServingModel& m) {
+  static std::mutex mu;
+  static std::map<std::string, FileFacts> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(m.path);
+  if (it != cache.end()) return it->second;
+  FileFacts facts;
+  std::error_code ec;
+  facts.size = std::filesystem::file_size(m.path, ec);
+  struct stat st {};
+  if (::stat(m.path.c_str(), &st) == 0) facts.modified_at = iso_time(st.st_mtime);
+  facts.digest = sha256_file_hex(m.path);
+  return cache.emplace(m.path, std::move(facts)).first->second;
+}
+
+json model_entry(const ServingModel& m) {
+  const FileFacts& f = file_facts(m);
+  return {{"name", m.id},   {"model", m.id},      {"modified_at", f.modified_at},
+          {"size", f.size}, {"digest", f.digest}, {"details", details(m)}};
+}
+
+// Ollama names carry a tag ("name:latest"); any tag of the served model's name is it.
+bool names_model(const ServingModel& m, const std::string& name) {
+  return name == m.id || (name.size() > m.id.size() && name.compare(0, m.id.size(), m.id) == 0 &&
+                          name[m.id.size()] == ':');
 }
 
 void api_tags(HttpServer& server, const httplib::Request&, httplib::Response& res) {
   auto m = server.model_or_throw();
-  send_json(res, {{"models", json::array({{{"name", m->id},
-                                           {"model", m->id},
-                                           {"modified_at", iso_time_now()},
-                                           {"size", 0},
-                                           {"digest", ""},
-                                           {"details", details(*m)}}})}});
+  send_json(res, {{"models", json::array({model_entry(*m)})}});
+}
+
+// The running models: this one, loaded for as long as the server runs.
+void api_ps(HttpServer& server, const httplib::Request&, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  json entry = model_entry(*m);
+  entry["expires_at"] = "2318-01-01T00:00:00Z";  // never unloaded
+  entry["size_vram"] = m->executor->device_name() == "cpu" ? json(0) : entry["size"];
+  entry.erase("modified_at");
+  send_json(res, {{"models", json::array({entry})}});
 }
 
 void api_show(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
   auto m = server.model_or_throw();
   json body = request_json(req);
   const auto name = opt_string(body, "model").value_or(opt_string(body, "name").value_or(m->id));
-  if (name != m->id) throw ApiError(404, "model " + text_excerpt(name) + " not found");
+  if (!names_model(*m, name))
+    throw ApiError(404, "model " + text_excerpt(name) + " not found; this server serves " +
+                            text_excerpt(m->id));
   const auto& c = m->model->config();
   const std::string a = c.arch;
+  json capabilities = json::array({"completion"});
+  if (m->tool_format != chat::ToolFormat::kNone) capabilities.push_back("tools");
+  if (supports_fim(*m)) capabilities.push_back("insert");
   send_json(res, {{"modelfile", "FROM " + m->path},
                   {"parameters", ""},
                   {"template", m->chat_template->source()},
                   {"details", details(*m)},
+                  {"modified_at", file_facts(*m).modified_at},
                   {"model_info",
                    {{"general.architecture", a},
                     {a + ".block_count", c.n_layers},
@@ -222,7 +293,30 @@ void api_show(HttpServer& server, const httplib::Request& req, httplib::Response
                     {a + ".context_length", c.n_ctx_train},
                     {a + ".feed_forward_length", c.n_ff},
                     {"tokenizer.ggml.model", std::string(m->tok().model_name())}}},
-                  {"capabilities", json::array({"completion"})}});
+                  {"capabilities", capabilities}});
+}
+
+// Pulling the served model succeeds at once (it is here); anything else needs a model hub,
+// which this server does not use.
+void api_pull(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  json body = request_json(req);
+  const auto name = opt_string(body, "model").value_or(opt_string(body, "name").value_or(""));
+  if (!names_model(*m, name))
+    throw ApiError(501,
+                   "this server does not download models (there is no model hub here); it "
+                   "serves " +
+                       text_excerpt(m->id) + ", given with -m at start-up");
+  const bool stream = opt_bool(body, "stream").value_or(true);
+  if (!stream) return send_json(res, {{"status", "success"}});
+  res.set_content(dump_json({{"status", "success"}}) + "\n", "application/x-ndjson");
+}
+
+// Model management Ollama has and this server, serving one file, does not.
+[[noreturn]] void not_managed(const char* what, const httplib::Request&, httplib::Response&) {
+  throw ApiError(501, std::string(what) +
+                          " is not supported: this server serves the one model file given at "
+                          "start-up (-m) and manages no model store");
 }
 
 }  // namespace
@@ -237,7 +331,18 @@ void install_ollama_routes(Router& http, HttpServer& server) {
   http.Post("/api/chat", wrap(api_chat));
   http.Post("/api/generate", wrap(api_generate));
   http.Get("/api/tags", wrap(api_tags));
+  http.Get("/api/ps", wrap(api_ps));
   http.Post("/api/show", wrap(api_show));
+  http.Post("/api/pull", wrap(api_pull));
+  auto unsupported = [](const char* what) {
+    return [what](const httplib::Request& req, httplib::Response& res) {
+      handle_json(req, res, [&] { not_managed(what, req, res); });
+    };
+  };
+  http.Post("/api/copy", unsupported("copying a model"));
+  http.Delete("/api/delete", unsupported("deleting a model"));
+  http.Post("/api/push", unsupported("pushing a model"));
+  http.Post("/api/create", unsupported("creating a model"));
   http.Get("/api/version", [](const httplib::Request&, httplib::Response& res) {
     send_json(res, {{"version", HABLAR_SERVER_VERSION}});
   });

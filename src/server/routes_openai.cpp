@@ -464,12 +464,14 @@ void install_openai_routes(Router& http, HttpServer& server) {
   post("/v1/chat/completions", chat_completions);
   post("/chat/completions", chat_completions);
   post("/v1/completions", completions);
-  http.Get("/v1/models", [&server](const httplib::Request& req, httplib::Response& res) {
+  auto models = [&server](const httplib::Request& req, httplib::Response& res) {
     handle_json(req, res, [&] {
       auto m = server.model_or_throw();
       send_json(res, {{"object", "list"}, {"data", json::array({model_entry(*m)})}});
     });
-  });
+  };
+  http.Get("/v1/models", models);
+  http.Get("/models", models);  // llama-server answers both
   http.Get(R"(/v1/models/(.+))", [&server](const httplib::Request& req, httplib::Response& res) {
     handle_json(req, res, [&] {
       auto m = server.model_or_throw();

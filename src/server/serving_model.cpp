@@ -100,6 +100,44 @@ std::vector<int32_t> tokenize_prompt(const ServingModel& m, const std::string& t
   return tok.encode(text, add_special, /*parse_special=*/true, text_only);
 }
 
+bool supports_fim(const ServingModel& m) {
+  using Role = tokenizer::Tokenizer::FimRole;
+  const auto& tok = m.tok();
+  return tok.fim_id(Role::kPrefix) >= 0 && tok.fim_id(Role::kSuffix) >= 0 &&
+         tok.fim_id(Role::kMiddle) >= 0;
+}
+
+std::vector<int32_t> fim_prompt(const ServingModel& m, const std::string& prefix,
+                                const std::string& suffix, const std::string& middle_start,
+                                const std::vector<FimFile>& extra) {
+  using Role = tokenizer::Tokenizer::FimRole;
+  const auto& tok = m.tok();
+  if (!supports_fim(m))
+    throw ApiError(501,
+                   "this model cannot fill in the middle: its vocabulary has no prefix, "
+                   "suffix and middle tokens (<fim_prefix>, <|fim_prefix|>, <PRE>, ...)");
+  std::vector<int32_t> ids;
+  if (tok.add_bos() && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+  // Client text is text: control-token spellings inside it stay plain (parse_special off).
+  auto text = [&](const std::string& s) {
+    const auto t = tok.encode(s, false, false);
+    ids.insert(ids.end(), t.begin(), t.end());
+  };
+  const int32_t sep = tok.fim_id(Role::kSeparator);
+  for (const FimFile& f : extra) {
+    if (sep >= 0) ids.push_back(sep);
+    text(f.name.empty() ? f.text : f.name + "\n" + f.text);
+    if (sep < 0) text("\n");
+  }
+  ids.push_back(tok.fim_id(Role::kPrefix));
+  text(prefix);
+  ids.push_back(tok.fim_id(Role::kSuffix));
+  text(suffix);
+  ids.push_back(tok.fim_id(Role::kMiddle));
+  text(middle_start);
+  return ids;
+}
+
 int32_t bounded_max_tokens(const ServingModel& m, std::optional<int64_t> requested,
                            size_t n_prompt) {
   const int64_t room = std::max<int64_t>(1, (int64_t)m.n_ctx - (int64_t)n_prompt);

@@ -78,6 +78,18 @@ RenderedChat render_chat(const ServingModel& m, const nlohmann::ordered_json& me
 std::vector<int32_t> tokenize_prompt(const ServingModel& m, const std::string& text,
                                      std::span<const uint32_t> text_only = {});
 
+// A fill-in-the-middle prompt for code models: <prefix> prefix <suffix> suffix <middle>
+// middle_start, after the `extra` files (name, text) of the project, each opened with the
+// vocabulary's file separator when it has one. ApiError 501 when the vocabulary lacks the
+// prefix, suffix or middle token.
+struct FimFile {
+  std::string name, text;
+};
+std::vector<int32_t> fim_prompt(const ServingModel& m, const std::string& prefix,
+                                const std::string& suffix, const std::string& middle_start,
+                                const std::vector<FimFile>& extra = {});
+bool supports_fim(const ServingModel& m);
+
 // Submits to the engine: throws ApiError (400 bad input, 503 queue full / shutting down).
 std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, GenerationSpec spec);
 
