@@ -228,6 +228,24 @@ void raise_open_file_limit() {
   }
 }
 
+// The server's URLs, one per address of --host ("127.0.0.1,::1"), IPv6 ones in brackets.
+std::string server_urls(const std::string& hosts, int port, const char* path = "") {
+  std::string out;
+  for (size_t start = 0; start <= hosts.size();) {
+    size_t end = hosts.find(',', start);
+    if (end == std::string::npos) end = hosts.size();
+    std::string h = hosts.substr(start, end - start);
+    start = end + 1;
+    h.erase(0, h.find_first_not_of(' '));
+    h.erase(h.find_last_not_of(' ') + 1);
+    if (h.empty()) continue;
+    if (h.find(':') != std::string::npos && h.front() != '[') h = "[" + h + "]";
+    out +=
+        (out.empty() ? "" : ", ") + std::string("http://") + h + ":" + std::to_string(port) + path;
+  }
+  return out;
+}
+
 int run_serve(ServeOptions& o) {
   check_options(o);
   raise_open_file_limit();
@@ -242,13 +260,13 @@ int run_serve(ServeOptions& o) {
 
   server::HttpServer http(o.http);
   http.bind();
-  log::info("listening on http://{}:{} (loading the model; /health answers 503 until ready)",
-            o.http.host, http.port());
+  log::info("listening on {} (loading the model; /health answers 503 until ready)",
+            server_urls(o.http.host, http.port()));
   std::thread listener([&] { http.run(); });
   std::thread loader([&] {
     try {
       http.set_model(load_serving_model(o, path));
-      log::info("ready: http://{}:{}/  (OpenAI API at /v1)", o.http.host, http.port());
+      log::info("ready: {}  (OpenAI API at /v1)", server_urls(o.http.host, http.port(), "/"));
     } catch (const std::exception& e) {
       log::error("loading {} failed: {}", path, e.what());
       http.set_load_error(e.what());
@@ -278,8 +296,15 @@ CommandRegistration serve_registration{
       auto o = std::make_shared<ServeOptions>();
       app.add_option("-m,--model", o->model,
                      "GGUF file or model name (default: the default model)");
-      app.add_option("--host", o->http.host, "address to listen on")->capture_default_str();
-      app.add_option("--port", o->http.port, "port (0: any free port)")->capture_default_str();
+      // The last --host / --port wins, as in llama-server: a wrapper's defaults can be
+      // overridden by arguments appended after them.
+      app.add_option("--host", o->http.host,
+                     "address(es) to listen on, comma-separated (\"127.0.0.1,::1\")")
+          ->capture_default_str()
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+      app.add_option("--port", o->http.port, "port (0: any free port)")
+          ->capture_default_str()
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
       app.add_option("-a,--alias", o->alias, "model name shown to clients");
       app.add_option("-c,--ctx-size", o->n_ctx,
                      "KV cache size in tokens, shared by all sequences (0: 8192 on the CPU; on a "

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "engine/cpu_executor.h"
 
 namespace hablar::engine {
@@ -18,6 +19,13 @@ DeviceKind device_kind_from_name(const std::string& name) {
 DeviceKind resolve_device(const model::Model& model, const ExecutorOptions& o) {
   const int n_layers = model.config().n_layers;
   DeviceKind want = o.device;
+  std::string reason;
+  // -ngl N on a machine (or build) without a GPU, --device left on auto: ignored with a
+  // warning, as llama.cpp does, so that habitual command lines still run.
+  if (o.n_gpu_layers > 0 && want == DeviceKind::kAuto && !cuda_available(&reason)) {
+    log::warn("-ngl {} ignored: {}; running on the CPU", o.n_gpu_layers, reason);
+    return DeviceKind::kCpu;
+  }
   if (o.n_gpu_layers == 0) {
     if (want == DeviceKind::kCuda)
       throw_error(ErrorKind::kInvalidArgument, "--device cuda contradicts -ngl 0");
@@ -32,7 +40,6 @@ DeviceKind resolve_device(const model::Model& model, const ExecutorOptions& o) {
     want = DeviceKind::kCuda;
   }
   if (want == DeviceKind::kCpu) return DeviceKind::kCpu;
-  std::string reason;
   const bool have = cuda_available(&reason);
   if (want == DeviceKind::kCuda && !have)
     throw_error(ErrorKind::kUnsupported, "--device cuda: " + reason);
