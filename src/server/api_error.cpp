@@ -79,6 +79,14 @@ nlohmann::json error_body(ErrorStyle style, int status, const std::string& messa
   }
 }
 
+nlohmann::json error_body(ErrorStyle style, const ApiError& e) {
+  nlohmann::json body = error_body(style, e.status(), e.what(), e.param());
+  if (style != ErrorStyle::kOpenAI) return body;
+  if (!e.type().empty()) body["error"]["type"] = e.type();
+  if (e.extra().is_object()) body["error"].update(e.extra());
+  return body;
+}
+
 int status_for_error_kind(ErrorKind kind) {
   switch (kind) {
     case ErrorKind::kInvalidArgument:

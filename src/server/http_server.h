@@ -86,9 +86,11 @@ class HttpServer {
   std::shared_ptr<ServingModel> model_or_throw() const;  // ApiError 503 while loading
   const ServerOptions& options() const { return options_; }
   bool stopping() const { return stopping_.load(); }
+  int64_t start_time() const { return start_time_; }  // unix seconds the server started
 
  private:
   void handle(httplib::Request& req, httplib::Response& res);
+  void route(httplib::Request& req, httplib::Response& res);
   bool pre_route(const httplib::Request& req, httplib::Response& res);
   void install_routes();
 
@@ -100,6 +102,7 @@ class HttpServer {
   std::shared_ptr<ServingModel> model_;
   std::string load_error_;
   std::atomic<bool> stopping_{false};
+  int64_t start_time_ = 0;
 };
 
 // Route installers (routes_*.cpp).

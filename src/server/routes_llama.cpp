@@ -61,20 +61,6 @@ std::vector<int32_t> llama_prompt(const json& body, const ServingModel& m) {
   return ids;
 }
 
-json timings_json(const StreamItem& f) {
-  auto per = [](double ms, int n) { return n > 0 ? ms / n : 0.0; };
-  auto rate = [](double ms, int n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
-  const int prompt_n = f.n_prompt - f.n_cached_prompt;
-  return {{"prompt_n", prompt_n},
-          {"prompt_ms", f.prompt_ms},
-          {"prompt_per_token_ms", per(f.prompt_ms, prompt_n)},
-          {"prompt_per_second", rate(f.prompt_ms, prompt_n)},
-          {"predicted_n", f.n_generated},
-          {"predicted_ms", f.decode_ms},
-          {"predicted_per_token_ms", per(f.decode_ms, f.n_generated)},
-          {"predicted_per_second", rate(f.decode_ms, std::max(0, f.n_generated - 1))}};
-}
-
 json probs_json(const ServingModel& m, const StreamItem& t) {
   json top = json::array();
   for (const auto& alt : t.top_logprobs)
@@ -306,6 +292,34 @@ void histogram_text(std::ostringstream& o, const char* name, const char* help,
   o << name << "_sum " << h.sum << "\n" << name << "_count " << h.count << "\n";
 }
 
+// The same figures under llama-server's names, for the dashboards made for it.
+template <typename Metric>
+void llamacpp_metrics(Metric& metric, const engine::MetricsSnapshot& s) {
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  metric("llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",
+         (double)s.prompt_tokens_computed);
+  metric("llamacpp:prompt_seconds_total", "counter", "Prompt process time.",
+         s.prompt_seconds_total);
+  metric("llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.",
+         (double)s.generated_tokens_total);
+  metric("llamacpp:tokens_predicted_seconds_total", "counter", "Predict process time.",
+         s.decode_seconds_total);
+  metric("llamacpp:n_decode_total", "counter", "Total number of llama_decode() calls.",
+         (double)s.steps_total);
+  metric("llamacpp:n_busy_slots_per_decode", "counter",
+         "Average number of busy slots per llama_decode() call.",
+         ratio(s.batch_size.sum, (double)s.batch_size.count));
+  metric("llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
+         ratio((double)s.prompt_tokens_computed, s.prompt_seconds_total));
+  metric("llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
+         ratio((double)s.generated_tokens_total, s.decode_seconds_total));
+  metric("llamacpp:kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+         ratio(s.kv_blocks_used, s.kv_blocks_total));
+  metric("llamacpp:requests_processing", "gauge", "Number of requests processing.",
+         s.requests_running);
+  metric("llamacpp:requests_deferred", "gauge", "Number of requests deferred.", s.requests_waiting);
+}
+
 void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res) {
   if (!server.options().enable_metrics)
     throw ApiError(501, "the /metrics endpoint is disabled (start with --metrics)");
@@ -357,7 +371,9 @@ void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res
   histogram_text(o, "hablar_time_to_first_token_seconds", "Submit to first token.", s.ttft_seconds);
   histogram_text(o, "hablar_time_per_output_token_seconds", "Time between generated tokens.",
                  s.token_latency_seconds);
+  llamacpp_metrics(metric, s);
   res.set_content(o.str(), "text/plain; version=0.0.4; charset=utf-8");
+  res.set_header("Process-Start-Time-Unix", std::to_string(server.start_time()));
 }
 
 }  // namespace
@@ -382,11 +398,26 @@ void install_llama_routes(Router& http, HttpServer& server) {
   route(false, "/props", props);
   route(false, "/slots", slots);
   route(false, "/metrics", metrics);
-  http.Get("/health", [&server](const httplib::Request& req, httplib::Response& res) {
+  // Readiness: 503 while the model loads and while draining at shutdown, so that load
+  // balancers send requests elsewhere. /health/ready is the same (Kubernetes' name).
+  auto ready = [&server](const httplib::Request& req, httplib::Response& res) {
     handle_json(req, res, [&] {
       server.model_or_throw();
-      // Draining: load balancers should send new requests elsewhere.
       if (server.stopping()) throw ApiError(503, "the server is shutting down");
+      send_json(res, {{"status", "ok"}});
+    });
+  };
+  http.Get("/health", ready);
+  http.Get("/health/ready", ready);
+  // Liveness: the process answers, whatever it is doing (loading, draining); a failed model
+  // load is the one state a restart may cure.
+  http.Get("/health/live", [&server](const httplib::Request& req, httplib::Response& res) {
+    handle_json(req, res, [&] {
+      try {
+        server.model_or_throw();
+      } catch (const ApiError& e) {
+        if (e.status() != 503) throw;
+      }
       send_json(res, {{"status", "ok"}});
     });
   });

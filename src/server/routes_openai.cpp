@@ -143,7 +143,8 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, const 
     const size_t i = st->current;
     ChoiceStream& cs = st->choices[i];
     if (!cs.sent_role) {
-      out += sse(st->maker.make(i, {{"role", "assistant"}, {"content", ""}}, json(), nullptr));
+      // As llama-server: the role first, with no content yet.
+      out += sse(st->maker.make(i, {{"role", "assistant"}, {"content", nullptr}}, json(), nullptr));
       cs.sent_role = true;
     }
     for (StreamItem& it : next_items(*handles[i])) {
@@ -156,8 +157,10 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, const 
         done = true;
         break;
       }
-      out += sse(st->maker.make(i, json::object(), json(),
-                                finish_reason_text(it.finish_reason, cs.tool_calls)));
+      json last = st->maker.make(i, json::object(), json(),
+                                 finish_reason_text(it.finish_reason, cs.tool_calls));
+      last["timings"] = timings_json(it);
+      out += sse(last);
       add_usage(st->total, it, i == 0);
       st->current += 1;
       if (st->current == handles.size()) {
@@ -202,6 +205,7 @@ void chat_completions(HttpServer& server, const httplib::Request& req, httplib::
 
   json choices = json::array();
   StreamItem total;
+  json timings;
   for (size_t i = 0; i < handles.size(); ++i) {
     CollectedOutput out = collect_output(*handles[i]);
     if (failed(out.final)) {
@@ -210,6 +214,7 @@ void chat_completions(HttpServer& server, const httplib::Request& req, httplib::
     }
     choices.push_back(chat_choice(*m, r, out, i));
     add_usage(total, out.final, i == 0);
+    if (i == 0) timings = timings_json(out.final);  // the first choice's, as llama-server has one
   }
   send_json(res, {{"id", random_id("chatcmpl-")},
                   {"object", "chat.completion"},
@@ -217,7 +222,8 @@ void chat_completions(HttpServer& server, const httplib::Request& req, httplib::
                   {"model", m->id},
                   {"system_fingerprint", "hablar"},
                   {"choices", choices},
-                  {"usage", usage_json(total)}});
+                  {"usage", usage_json(total)},
+                  {"timings", timings}});
 }
 
 // "prompt": text, list of texts, token ids, or list of token-id lists.
@@ -348,8 +354,10 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
   if (!stream) {
     json choices = json::array();
     StreamItem total;
+    json timings;
     for (size_t i = 0; i < handles.size(); ++i) {
       CollectedOutput out = collect_output(*handles[i]);
+      if (i == 0) timings = timings_json(out.final);
       if (failed(out.final)) {
         for (auto& h : handles) h->cancel();
         check_final(out.final);
@@ -367,7 +375,8 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
                     {"model", m->id},
                     {"system_fingerprint", "hablar"},
                     {"choices", choices},
-                    {"usage", usage_json(total)}});
+                    {"usage", usage_json(total)},
+                    {"timings", timings}});
     return;
   }
   struct State {
@@ -415,8 +424,10 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
         done = true;
         return out;
       }
-      out += sse(chunk(
-          json::array({choice(i, it.text, json(), finish_reason_text(it.finish_reason, false))})));
+      json last = chunk(
+          json::array({choice(i, it.text, json(), finish_reason_text(it.finish_reason, false))}));
+      last["timings"] = timings_json(it);
+      out += sse(last);
       add_usage(st->total, it, i % n == 0);
       st->current += 1;
       st->echoed = false;

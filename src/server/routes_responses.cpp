@@ -400,10 +400,10 @@ class ResponseStream {
   ResponseMeta meta_;
   std::string model_;
   int64_t seq_ = 0;
-  json done_ = json::array();  // finished items, in output order
-  std::string kind_;           // the open item's kind: "", "message" or "reasoning"
-  std::string id_;             // the open (or last) item's id
-  std::string text_;           // the open item's text so far
+  json done_ = json::array();                 // finished items, in output order
+  std::string kind_;                          // the open item's kind: "", "message" or "reasoning"
+  std::string id_;                            // the open (or last) item's id
+  std::string text_;                          // the open item's text so far
   const char* message_status_ = "completed";  // set at the end (a cut message is incomplete)
 };
 

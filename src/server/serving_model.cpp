@@ -148,10 +148,12 @@ int32_t bounded_max_tokens(const ServingModel& m, std::optional<int64_t> request
 std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, GenerationSpec spec) {
   if (spec.prompt.empty()) bad_request("the prompt is empty", "prompt");
   if ((int64_t)spec.prompt.size() >= m.n_ctx)
-    bad_request("the prompt has " + std::to_string(spec.prompt.size()) +
-                    " tokens but the context holds " + std::to_string(m.n_ctx) +
-                    " tokens (prompt and completion together); shorten the prompt",
-                "messages");
+    throw ApiError(400,
+                   "the prompt has " + std::to_string(spec.prompt.size()) +
+                       " tokens but the context holds " + std::to_string(m.n_ctx) +
+                       " tokens (prompt and completion together); shorten the prompt",
+                   "messages", "exceed_context_size_error",
+                   {{"n_prompt_tokens", spec.prompt.size()}, {"n_ctx", m.n_ctx}});
   engine::GenerateRequest req;
   req.prompt = std::move(spec.prompt);
   req.max_tokens = spec.max_tokens;
@@ -204,6 +206,21 @@ CollectedOutput collect_output(engine::RequestHandle& handle) {
       out.tokens.push_back(std::move(it));
     }
   }
+}
+
+nlohmann::json timings_json(const engine::StreamItem& f) {
+  auto per = [](double ms, int n) { return n > 0 ? ms / n : 0.0; };
+  auto rate = [](double ms, int n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
+  const int prompt_n = f.n_prompt - f.n_cached_prompt;
+  return {{"cache_n", f.n_cached_prompt},
+          {"prompt_n", prompt_n},
+          {"prompt_ms", f.prompt_ms},
+          {"prompt_per_token_ms", per(f.prompt_ms, prompt_n)},
+          {"prompt_per_second", rate(f.prompt_ms, prompt_n)},
+          {"predicted_n", f.n_generated},
+          {"predicted_ms", f.decode_ms},
+          {"predicted_per_token_ms", per(f.decode_ms, f.n_generated)},
+          {"predicted_per_second", rate(f.decode_ms, std::max(0, f.n_generated - 1))}};
 }
 
 std::string token_string(const ServingModel& m, int32_t token) {

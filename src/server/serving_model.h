@@ -62,7 +62,7 @@ struct GenerationSpec {
   // turn's text (grammar_context, the start of the turn the client wrote, then the output).
   std::string grammar_trigger;
   std::string grammar_context;
-  int32_t priority = 0;            // scheduling rank: lower runs first
+  int32_t priority = 0;  // scheduling rank: lower runs first
 };
 
 // A chat conversation after the template: its text, and the byte positions of it that came
@@ -109,6 +109,10 @@ CollectedOutput collect_output(engine::RequestHandle& handle);
 // A token's text for logprobs (special tokens shown) and its UTF-8 bytes.
 std::string token_string(const ServingModel& m, int32_t token);
 nlohmann::json token_bytes(const std::string& s);
+
+// llama-server's "timings" of a finished generation (prompt and predicted counts, times
+// and rates; cache_n the prompt tokens taken from the prefix cache).
+nlohmann::json timings_json(const engine::StreamItem& final);
 
 // A random id with a prefix, e.g. "chatcmpl-3f9a...".
 std::string random_id(const char* prefix);

@@ -1,0 +1,145 @@
+"""Protocol details llama-server's clients rely on: health probes, CORS, the first streamed
+delta, timings, logit_bias forms, the context-size error, llamacpp:* metrics, the request
+log and JSON bodies sent as curl sends them."""
+import json
+import time
+
+import pytest
+import requests
+
+from conftest import ServerProcess, sse_events
+
+HI = [{"role": "user", "content": "Say hello in one short sentence."}]
+
+
+def test_health_live_and_ready(server):
+    assert requests.get(server.url + "/health/live").json() == {"status": "ok"}
+    assert requests.get(server.url + "/health/ready").json() == {"status": "ok"}
+
+
+@pytest.fixture(scope="module")
+def guarded():
+    s = ServerProcess("--api-key", "k1", "--cors-origins", "localhost,https://app.example", "-t", "1")
+    s.wait_ready(headers={"Authorization": "Bearer k1"})
+    yield s
+    s.stop()
+
+
+def test_cors_as_llama_server(guarded, server):
+    # A host entry matches any scheme and port of that host.
+    pre = requests.options(guarded.url + "/v1/chat/completions", headers={
+        "Origin": "http://localhost:5173", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type"})
+    assert pre.status_code == 200
+    assert pre.headers["Access-Control-Allow-Origin"] == "http://localhost:5173"
+    assert pre.headers["Access-Control-Allow-Credentials"] == "true"
+    assert pre.headers["Access-Control-Allow-Methods"] == "GET, POST, DELETE, OPTIONS"
+    assert "authorization" in pre.headers["Access-Control-Allow-Headers"]
+    r = requests.get(guarded.url + "/v1/models", headers={"Origin": "https://app.example",
+                                                          "Authorization": "Bearer k1"})
+    assert r.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    for origin in ("http://app.example", "http://evil.example", "http://localhost.evil.example"):
+        r = requests.get(guarded.url + "/v1/models", headers={"Origin": origin, "Authorization": "Bearer k1"})
+        assert "Access-Control-Allow-Origin" not in r.headers, origin
+    # The default (*) echoes the origin rather than "*", with credentials allowed.
+    r = requests.get(server.url + "/v1/models", headers={"Origin": "http://any.example"})
+    assert r.headers["Access-Control-Allow-Origin"] == "http://any.example"
+    # Probes stay open under an API key.
+    assert requests.get(guarded.url + "/health/live").status_code == 200
+    assert requests.get(guarded.url + "/health/ready").status_code == 200
+
+
+def test_first_delta_and_timings(server):
+    r = requests.post(server.url + "/v1/chat/completions", stream=True, json={
+        "messages": HI, "max_tokens": 4, "temperature": 0, "stream": True})
+    chunks = [json.loads(e) for e in sse_events(r) if e != "[DONE]"]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    assert chunks[-1]["choices"][0]["finish_reason"] and chunks[-1]["timings"]["predicted_n"] == 4
+    j = requests.post(server.url + "/v1/chat/completions", json={
+        "messages": HI, "max_tokens": 4, "temperature": 0}).json()
+    t = j["timings"]
+    assert t["predicted_n"] == j["usage"]["completion_tokens"] == 4
+    assert t["prompt_n"] + t["cache_n"] == j["usage"]["prompt_tokens"]
+    assert t["predicted_ms"] > 0 and t["prompt_per_second"] >= 0
+    c = requests.post(server.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 3}).json()
+    assert c["timings"]["predicted_n"] == c["usage"]["completion_tokens"]
+
+
+def test_logit_bias_by_id_and_by_text(server):
+    prompt = "The capital of France is"
+    first = requests.post(server.url + "/completion", json={
+        "prompt": prompt, "n_predict": 3, "temperature": 0, "return_tokens": True}).json()
+    t0 = first["tokens"][0]
+    piece = requests.post(server.url + "/detokenize", json={"tokens": [t0]}).json()["content"]
+    assert requests.post(server.url + "/tokenize", json={"content": piece}).json()["tokens"] == [t0]
+
+    def oai(bias):
+        r = requests.post(server.url + "/v1/completions", json={
+            "prompt": prompt, "max_tokens": 3, "temperature": 0, "logit_bias": bias})
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["text"]
+
+    by_id = oai({str(t0): -100})
+    assert not by_id.startswith(piece) and by_id != first["content"]
+    assert oai({piece: -100}) == by_id  # a key that is not an id is text
+    assert oai([[t0, -100]]) == by_id
+
+    def llama(bias):
+        return requests.post(server.url + "/completion", json={
+            "prompt": prompt, "n_predict": 3, "temperature": 0, "return_tokens": True,
+            "logit_bias": bias}).json()["tokens"]
+
+    banned = llama([[t0, False]])
+    assert banned[0] != t0 and llama([[piece, False]]) == banned
+    r = requests.post(server.url + "/v1/completions", json={"prompt": prompt, "logit_bias": {"1": 500}})
+    assert r.status_code == 400 and "logit_bias" in r.json()["error"]["message"]
+
+
+def test_exceed_context_size_error(server):
+    r = requests.post(server.url + "/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "hello " * 5000}], "max_tokens": 2})
+    assert r.status_code == 400
+    e = r.json()["error"]
+    assert e["type"] == "exceed_context_size_error"
+    assert e["n_ctx"] == 4096 and e["n_prompt_tokens"] > 4096
+    assert str(e["n_prompt_tokens"]) in e["message"]
+
+
+def test_llamacpp_metrics_and_start_time(server):
+    requests.post(server.url + "/completion", json={"prompt": "Hi", "n_predict": 2})
+    r = requests.get(server.url + "/metrics")
+    start = int(r.headers["Process-Start-Time-Unix"])
+    assert time.time() - 3600 < start <= time.time()
+    values = server.metrics()
+    for name in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total",
+                 "llamacpp:prompt_seconds_total", "llamacpp:tokens_predicted_seconds_total",
+                 "llamacpp:n_decode_total", "llamacpp:kv_cache_usage_ratio",
+                 "llamacpp:requests_processing", "llamacpp:requests_deferred"):
+        assert name in values, name
+    assert values["llamacpp:tokens_predicted_total"] == values["hablar_generated_tokens_total"] >= 2
+    assert "# TYPE llamacpp:prompt_tokens_total counter" in r.text
+
+
+def test_request_log_line(server):
+    requests.post(server.url + "/tokenize", json={"content": "log me"})
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        if any("POST /tokenize 200" in line for line in server.log_lines):
+            break
+        time.sleep(0.05)
+    lines = [line for line in server.log_lines if "POST /tokenize 200" in line]
+    assert lines and "127.0.0.1" in lines[-1] and " ms" in lines[-1]
+
+
+def test_json_without_json_content_type(server):
+    body = json.dumps({"prompt": "Hi", "n_predict": 2})
+    # curl -d sends application/x-www-form-urlencoded; no header at all is JSON too.
+    for headers in ({"Content-Type": "application/x-www-form-urlencoded"}, {"Content-Type": "text/plain"}, {}):
+        r = requests.post(server.url + "/completion", data=body, headers=headers)
+        assert r.status_code == 200, (headers, r.text)
+    r = requests.post(server.url + "/api/generate", data=json.dumps({"prompt": "Hi", "stream": False,
+                                                                      "options": {"num_predict": 2}}),
+                      headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 200 and r.json()["done"] is True
+    r = requests.post(server.url + "/completion", data=body, headers={"Content-Type": "text/html"})
+    assert r.status_code == 415
