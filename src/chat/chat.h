@@ -88,6 +88,12 @@ std::string apply_chat_template(const ChatTemplate& tmpl, const ChatInput& input
 // ChatML (<|im_start|>role\ncontent<|im_end|>\n), used when a model has no template.
 const std::string& chatml_template_source();
 
+// A family's chat format by llama-server's name for it (chatml, llama2, llama3, llama4,
+// mistral-v1/v3/v7, phi3, phi4, zephyr, falcon3, gemma, vicuna, openchat, deepseek,
+// deepseek2, deepseek3, command-r, granite) as Jinja source; null for other names.
+const std::string* builtin_chat_template(std::string_view name);
+std::string builtin_chat_template_names();  // comma-separated, for error messages
+
 struct ToolCall {
   std::string id;
   std::string name;

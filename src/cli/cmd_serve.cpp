@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -61,6 +62,10 @@ struct ServeOptions {
   std::vector<std::string> api_keys;
   std::string api_key_file;
   std::string chat_template_file;
+  std::string chat_template;  // a built-in format's name, or Jinja source
+  std::string reasoning_format = "auto";
+  int reasoning_budget = -1;
+  std::string chat_template_kwargs;  // JSON object
   std::string cors;
   int n_gpu_layers = -1;  // -1: unset (--device decides)
   std::string device = "auto";
@@ -115,9 +120,14 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   auto sm = std::make_shared<server::ServingModel>();
   sm->model = model::Model::load(path);
   const auto& cfg = sm->model->config();
-  const std::string tmpl = chat_template_source(sm->model->file(), o.chat_template_file);
+  const std::string tmpl =
+      chat_template_source(sm->model->file(), o.chat_template_file, o.chat_template);
   sm->chat_template = std::make_unique<chat::ChatTemplate>(tmpl);
   sm->tool_format = chat::detect_tool_format(tmpl);
+  sm->reasoning_format = *server::reasoning_format_from_name(o.reasoning_format);  // checked
+  sm->reasoning_budget = o.reasoning_budget;
+  if (!o.chat_template_kwargs.empty())
+    sm->template_kwargs = nlohmann::ordered_json::parse(o.chat_template_kwargs);  // checked
 
   engine::ExecutorOptions eo;
   eo.device = engine::device_kind_from_name(o.device);
@@ -173,6 +183,22 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
 void check_options(ServeOptions& o) {
   auto fail = [](const std::string& m) { throw_error(ErrorKind::kInvalidArgument, m); };
   if (o.n_parallel < 1) fail("-np/--parallel must be at least 1");
+  if (!server::reasoning_format_from_name(o.reasoning_format))
+    fail("--reasoning-format must be none, deepseek or auto (got '" + o.reasoning_format + "')");
+  if (o.reasoning_budget != -1 && o.reasoning_budget != 0)
+    fail(
+        "--reasoning-budget must be -1 (unlimited) or 0 (thinking off); other budgets are not "
+        "supported");
+  if (!o.chat_template.empty() && !chat::builtin_chat_template(o.chat_template) &&
+      o.chat_template.find("{{") == std::string::npos &&
+      o.chat_template.find("{%") == std::string::npos)
+    fail("--chat-template: unknown template name '" + o.chat_template +
+         "' (built-in names: " + chat::builtin_chat_template_names() +
+         "; or give Jinja source, or --chat-template-file)");
+  if (!o.chat_template_kwargs.empty()) {
+    const auto kw = nlohmann::ordered_json::parse(o.chat_template_kwargs, nullptr, false);
+    if (!kw.is_object()) fail("--chat-template-kwargs must be a JSON object");
+  }
   if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (0: 8192 on the CPU, free memory on a GPU)");
   if (o.n_batch < 1) fail("-b/--batch-size must be at least 1");
   if (o.decode_step_tokens < 0) fail("--decode-step-tokens must be >= 0 (0 = -b)");
@@ -263,6 +289,7 @@ int run_serve(ServeOptions& o) {
   log::info("listening on {} (loading the model; /health answers 503 until ready)",
             server_urls(o.http.host, http.port()));
   std::thread listener([&] { http.run(); });
+  std::atomic<bool> load_failed{false};
   std::thread loader([&] {
     try {
       http.set_model(load_serving_model(o, path));
@@ -270,6 +297,7 @@ int run_serve(ServeOptions& o) {
     } catch (const std::exception& e) {
       log::error("loading {} failed: {}", path, e.what());
       http.set_load_error(e.what());
+      load_failed = true;
       kill(getpid(), SIGTERM);
     }
   });
@@ -286,7 +314,7 @@ int run_serve(ServeOptions& o) {
   spdlog::default_logger()->flush();
   std::fflush(stdout);
   std::fflush(stderr);
-  std::_Exit(0);
+  std::_Exit(load_failed ? 1 : 0);  // a model that did not load is a failed start
 }
 
 CommandRegistration serve_registration{
@@ -363,6 +391,19 @@ CommandRegistration serve_registration{
       app.add_flag("--jinja", o->jinja, "use the Jinja chat template (always on)");
       app.add_option("--chat-template-file", o->chat_template_file,
                      "Jinja chat template to use instead of the model's");
+      app.add_option("--chat-template", o->chat_template,
+                     "chat format by name (" + chat::builtin_chat_template_names() +
+                         ") or Jinja source, instead of the model's template");
+      app.add_option(
+          "--chat-template-kwargs", o->chat_template_kwargs,
+          "JSON object of extra template variables, e.g. '{\"enable_thinking\": false}'");
+      app.add_option("--reasoning-format", o->reasoning_format,
+                     "none (reasoning stays in the content), deepseek or auto (returned apart as "
+                     "reasoning_content)")
+          ->capture_default_str();
+      app.add_option("--reasoning-budget", o->reasoning_budget,
+                     "-1: unlimited thinking; 0: thinking off (enable_thinking false)")
+          ->capture_default_str();
       app.add_option("--n-gpu-layers", o->n_gpu_layers,
                      "layers on the GPU (-ngl): 0 the CPU, >= the layer count all on the GPU; "
                      "partial offload is not supported");

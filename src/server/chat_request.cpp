@@ -92,7 +92,17 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   r.spec.priority = parse_priority(body);
   auto max_tokens = opt_integer(body, "max_completion_tokens", 1, INT32_MAX);
   if (!max_tokens) max_tokens = opt_integer(body, "max_tokens", 1, INT32_MAX);
-  r.parse_output = needs_output_parser(m, r.tools);
+  const OrderedJson kwargs = template_kwargs(m, body);
+  ReasoningFormat format = m.reasoning_format;
+  if (auto f = opt_string(body, "reasoning_format")) {
+    const auto parsed = reasoning_format_from_name(*f);
+    if (!parsed)
+      bad_request(
+          "'reasoning_format' must be none, deepseek or auto (got " + text_excerpt(*f) + ")",
+          "reasoning_format");
+    format = *parsed;
+  }
+  r.extract_reasoning = format != ReasoningFormat::kNone;
   start_required_tool_call(body, m, r);
   if (GrammarPtr g = openai_output_grammar(m, body_text)) {
     if (r.spec.grammar)
@@ -104,8 +114,13 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   // A last assistant message is a prefix the model continues (no generation prompt).
   const bool continue_last = r.messages.back()["role"] == "assistant";
   if (continue_last) r.prefill = r.messages.back()["content"].get<std::string>();
-  RenderedChat chat_text = render_chat(m, r.messages, r.tools, !continue_last);
+  RenderedChat chat_text = render_chat(m, r.messages, r.tools, !continue_last, kwargs);
   std::string& text = chat_text.text;
+  // A template that opens the think block itself (DeepSeek-R1, QwQ, Qwen3 with thinking on):
+  // the output begins inside it, without an opening tag of its own.
+  r.reasoning_started = r.extract_reasoning && !continue_last && chat::prompt_opens_reasoning(text);
+  r.parse_output = !r.tools.is_null() || (r.extract_reasoning &&
+                                          (needs_output_parser(m, r.tools) || r.reasoning_started));
   if (continue_last && !r.prefill.empty()) {
     // The template closes the assistant turn; cut what follows its content.
     const size_t at = text.rfind(r.prefill);
@@ -125,7 +140,8 @@ ChatMessageOut final_chat_message(const ServingModel& m, const ChatRequest& r,
   }
   chat::ParsedMessage& p = o.message;
   p = chat::parse_model_output(r.prefill + out.text,
-                               r.tools.is_null() ? chat::ToolFormat::kNone : m.tool_format, true);
+                               r.tools.is_null() ? chat::ToolFormat::kNone : m.tool_format,
+                               r.extract_reasoning, r.reasoning_started);
   if (!r.prefill.empty() && p.content.compare(0, r.prefill.size(), r.prefill) == 0)
     p.content.erase(0, r.prefill.size());
   const engine::FinishReason reason = out.final.finish_reason;
@@ -143,7 +159,8 @@ ChatOutputStream::ChatOutputStream(const ServingModel& m, const ChatRequest& r)
     : grammar_trigger_(r.spec.grammar_trigger), forced_call_(r.forced_call) {
   if (!r.parse_output) return;
   parser_ = std::make_unique<chat::StreamingOutputParser>(
-      r.tools.is_null() ? chat::ToolFormat::kNone : m.tool_format, true);
+      r.tools.is_null() ? chat::ToolFormat::kNone : m.tool_format, r.extract_reasoning,
+      r.reasoning_started);
   if (!r.prefill.empty()) parser_->push(r.prefill);  // context only; not re-sent
 }
 

@@ -24,8 +24,10 @@ struct ChatRequest {
   bool include_usage = false;
   bool logprobs = false;
   bool parse_output = false;
-  bool forced_call = false;  // the turn is a required tool call, written under its grammar
-  std::string prefill;       // a final assistant message the model continues
+  bool extract_reasoning = true;   // reasoning goes apart (not --reasoning-format none)
+  bool reasoning_started = false;  // the prompt opened a think block: the output starts in it
+  bool forced_call = false;        // the turn is a required tool call, written under its grammar
+  std::string prefill;             // a final assistant message the model continues
   GenerationSpec spec;
 };
 

@@ -200,6 +200,20 @@ OrderedJson to_chat_body(const OrderedJson& body, bool for_generation) {
   if (body.contains("tools") && !body["tools"].is_null()) out["tools"] = chat_tools(body["tools"]);
   if (body.contains("tool_choice") && !body["tool_choice"].is_null())
     out["tool_choice"] = chat_tool_choice(body["tool_choice"]);
+  // thinking {"type": "enabled" | "disabled"}: the template's enable_thinking (Qwen3 and
+  // the like); budget_tokens is not enforced.
+  OrderedJson kwargs = OrderedJson::object();
+  if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
+    if (!k->is_object())
+      bad_request("'chat_template_kwargs' must be an object of template variables",
+                  "chat_template_kwargs");
+    kwargs = *k;
+  }
+  if (auto t = body.find("thinking"); t != body.end() && t->is_object() && t->contains("type")) {
+    if ((*t)["type"] == "enabled") kwargs["enable_thinking"] = true;
+    if ((*t)["type"] == "disabled") kwargs["enable_thinking"] = false;
+  }
+  if (!kwargs.empty()) out["chat_template_kwargs"] = std::move(kwargs);
   if (!for_generation) return out;
   if (!body.contains("max_tokens") || body["max_tokens"].is_null())
     bad_request("'max_tokens' is required", "max_tokens");

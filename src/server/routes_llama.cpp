@@ -224,7 +224,9 @@ void apply_template(HttpServer& server, const httplib::Request& req, httplib::Re
   json body = request_json(req);
   const ChatParts chat = chat_parts(req.body);
   const bool add_gen = opt_bool(body, "add_generation_prompt").value_or(true);
-  send_json(res, {{"prompt", render_chat(*m, chat.messages, chat.tools, add_gen).text}});
+  send_json(
+      res, {{"prompt",
+             render_chat(*m, chat.messages, chat.tools, add_gen, template_kwargs(*m, body)).text}});
 }
 
 json generation_settings(const ServingModel& m) {

@@ -166,6 +166,10 @@ OrderedJson to_chat_body(const OrderedJson& body) {
   if (body.contains("text") && !body["text"].is_null())
     if (OrderedJson f = response_format(body["text"]); !f.is_null()) out["response_format"] = f;
   if (body.contains("max_output_tokens")) out["max_tokens"] = body["max_output_tokens"];
+  if (auto r = body.find("reasoning"); r != body.end() && r->is_object() && r->contains("effort"))
+    out["reasoning_effort"] = (*r)["effort"];
+  if (body.contains("chat_template_kwargs"))
+    out["chat_template_kwargs"] = body["chat_template_kwargs"];
   for (const char* k : {"temperature", "top_p", "stream", "model", "user"})
     if (body.contains(k)) out[k] = body[k];
   return out;

@@ -1,6 +1,7 @@
 #include "server/serving_model.h"
 
 #include <chrono>
+#include <ctime>
 #include <random>
 
 #include "core/json_depth.h"
@@ -66,25 +67,81 @@ class GrammarSampler : public engine::NextTokenSampler {
 
 }  // namespace
 
+std::optional<ReasoningFormat> reasoning_format_from_name(std::string_view name) {
+  if (name == "none") return ReasoningFormat::kNone;
+  if (name == "deepseek" || name == "deepseek-legacy") return ReasoningFormat::kDeepSeek;
+  if (name == "auto") return ReasoningFormat::kAuto;
+  return std::nullopt;
+}
+
+nlohmann::ordered_json template_kwargs(const ServingModel& m, const nlohmann::json& body) {
+  nlohmann::ordered_json kw = nlohmann::ordered_json::object();
+  // Llama 3.1's template prints date_string, with a fixed date when it is not given: today's,
+  // as llama-server gives it (strftime_now already is the current time).
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char date[32];
+  std::strftime(date, sizeof date, "%d %b %Y", &local);
+  kw["date_string"] = date;
+  kw.update(m.template_kwargs);
+  if (m.reasoning_budget == 0) kw["enable_thinking"] = false;
+  if (auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
+    if (!it->is_object())
+      bad_request("'chat_template_kwargs' must be an object of template variables",
+                  "chat_template_kwargs");
+    for (const auto& [k, v] : it->items()) kw[k] = nlohmann::ordered_json::parse(v.dump());
+  }
+  if (auto it = body.find("reasoning_effort"); it != body.end() && !it->is_null()) {
+    if (!it->is_string())
+      bad_request("'reasoning_effort' must be a string (none, minimal, low, medium, high)",
+                  "reasoning_effort");
+    kw["reasoning_effort"] = *it;  // gpt-oss style templates read it
+    if (*it == "none") kw["enable_thinking"] = false;
+  }
+  return kw;
+}
+
+// A template that reads a variable nobody gave fails with "'name' is undefined": say which
+// variable, and how a client can give it.
+[[noreturn]] void template_error(const std::string& what) {
+  const size_t end = what.find("' is undefined");
+  if (end != std::string::npos) {
+    const size_t start = what.rfind('\'', end - 1);
+    if (start != std::string::npos && start < end) {
+      const std::string name = what.substr(start + 1, end - start - 1);
+      bad_request("the chat template needs the variable " + text_excerpt(name) +
+                      ", which this request does not give; pass it in 'chat_template_kwargs' "
+                      "(template error: " +
+                      text_excerpt(what, 200) + ")",
+                  "chat_template_kwargs");
+    }
+  }
+  // The template's message may quote message text: keep it short.
+  bad_request("the chat template could not render these messages: " + text_excerpt(what, 300),
+              "messages");
+}
+
 RenderedChat render_chat(const ServingModel& m, const nlohmann::ordered_json& messages,
-                         const nlohmann::ordered_json& tools, bool add_generation_prompt) {
+                         const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                         const nlohmann::ordered_json& kwargs) {
   chat::ChatInput input;
   input.messages = messages;
   input.tools = tools;
   input.add_generation_prompt = add_generation_prompt;
+  input.extra = kwargs.is_object() ? kwargs : template_kwargs(m, nlohmann::json::object());
   const auto& tok = m.tok();
   if (!m.special_in_content) {
     mark_control_text(tok, input.messages, 0);
     mark_control_text(tok, input.tools, 0);
+    mark_control_text(tok, input.extra, 0);  // request variables are client text too
   }
   if (tok.bos_id() >= 0) input.bos_token = tok.token_piece(tok.bos_id());
   if (tok.eos_id() >= 0) input.eos_token = tok.token_piece(tok.eos_id());
   try {
     return take_markers(chat::apply_chat_template(*m.chat_template, input));
   } catch (const Error& e) {
-    // The template's message may quote message text: keep it short.
-    bad_request("the chat template could not render these messages: " + text_excerpt(e.what(), 300),
-                "messages");
+    template_error(e.what());
   }
 }
 

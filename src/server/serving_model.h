@@ -19,6 +19,13 @@
 
 namespace hablar::server {
 
+// Where a reply's reasoning (<think>...</think> and the like) goes (--reasoning-format, or a
+// request's reasoning_format): kNone leaves it in the content as written; kDeepSeek and kAuto
+// return it apart, as reasoning_content (Anthropic: thinking blocks).
+enum class ReasoningFormat { kNone, kDeepSeek, kAuto };
+// "none", "deepseek", "auto" (also "deepseek-legacy", read as deepseek); nullopt otherwise.
+std::optional<ReasoningFormat> reasoning_format_from_name(std::string_view name);
+
 // Sampling defaults from the command line (llama-server's --temp, --seed, -n, ...).
 struct GenerationDefaults {
   engine::SamplingParams sampling;  // seed is per request: random when seed_random
@@ -43,6 +50,12 @@ struct ServingModel {
   // the control token itself only when this is set (--special-in-content); by default it
   // is text, so a client cannot close its own turn or open a system one.
   bool special_in_content = false;
+  ReasoningFormat reasoning_format = ReasoningFormat::kAuto;
+  // --reasoning-budget: -1 unlimited; 0 turns thinking off (enable_thinking: false for the
+  // template, as llama-server does).
+  int32_t reasoning_budget = -1;
+  // --chat-template-kwargs: variables every render gets (a request's own come on top).
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
 
   const tokenizer::Tokenizer& tok() const { return model->tokenizer(); }
 };
@@ -72,8 +85,14 @@ struct RenderedChat {
   std::string text;
   std::vector<uint32_t> text_only;
 };
+// `kwargs`: extra template variables (enable_thinking, reasoning_effort, ...); null: the
+// server's defaults (--chat-template-kwargs, --reasoning-budget).
 RenderedChat render_chat(const ServingModel& m, const nlohmann::ordered_json& messages,
-                         const nlohmann::ordered_json& tools, bool add_generation_prompt);
+                         const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                         const nlohmann::ordered_json& kwargs = nullptr);
+// The template variables of a request: the server's defaults, then the request's
+// chat_template_kwargs (an object) and reasoning_effort. ApiError 400 on wrong types.
+nlohmann::ordered_json template_kwargs(const ServingModel& m, const nlohmann::json& body);
 // A prompt's tokens; special tokens written in it are parsed except at `text_only`.
 std::vector<int32_t> tokenize_prompt(const ServingModel& m, const std::string& text,
                                      std::span<const uint32_t> text_only = {});
