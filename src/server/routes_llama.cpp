@@ -61,16 +61,19 @@ std::vector<int32_t> llama_prompt(const json& body, const ServingModel& m) {
   return ids;
 }
 
+// llama-server's n_probs entries: id, token (text, or its bytes when not valid UTF-8),
+// bytes, logprob, and the same for the top alternatives.
 json probs_json(const ServingModel& m, const StreamItem& t) {
+  auto entry = [&](int32_t id, float logprob) {
+    const std::string s = token_string(m, id);
+    return json{
+        {"id", id}, {"token", piece_json(s)}, {"bytes", token_bytes(s)}, {"logprob", logprob}};
+  };
   json top = json::array();
-  for (const auto& alt : t.top_logprobs)
-    top.push_back({{"id", alt.token},
-                   {"token", piece_json(token_string(m, alt.token))},
-                   {"logprob", alt.logprob}});
-  return {{"id", t.token},
-          {"token", piece_json(token_string(m, t.token))},
-          {"logprob", t.logprob},
-          {"top_logprobs", top}};
+  for (const auto& alt : t.top_logprobs) top.push_back(entry(alt.token, alt.logprob));
+  json e = entry(t.token, t.logprob);
+  e["top_logprobs"] = std::move(top);
+  return e;
 }
 
 const char* stop_type(const StreamItem& f, bool eog) {

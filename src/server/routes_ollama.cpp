@@ -79,13 +79,22 @@ json final_fields(json j, const StreamItem& f) {
   return j;
 }
 
-// tools: the model's tool-call format when the chat declared tools (kNone: plain text);
-// the calls the model writes come back as message.tool_calls.
-// prefill: a final assistant message the model continued (parsed with the output, not
-// sent again).
+// How a chat's output is read back. tools: the model's tool-call format when the chat
+// declared tools (kNone: plain text); the calls come back as message.tool_calls. thinking:
+// the request's "think" was on: reasoning comes back as message.thinking (started: the
+// prompt opened the think block). prefill: a final assistant message the model continued
+// (parsed with the output, not sent again).
+struct OutputParsing {
+  chat::ToolFormat tools = chat::ToolFormat::kNone;
+  bool thinking = false;
+  bool started = false;
+  std::string prefill;
+  bool needed() const { return tools != chat::ToolFormat::kNone || thinking; }
+};
+
 void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
              std::shared_ptr<engine::RequestHandle> handle, bool stream, bool is_chat,
-             chat::ToolFormat tools = chat::ToolFormat::kNone, const std::string& prefill = "") {
+             const OutputParsing& how = {}) {
   auto line = [m, is_chat](const std::string& text) {
     json j = {{"model", m->id}, {"created_at", iso_time_now()}, {"done", false}};
     if (is_chat)
@@ -94,21 +103,27 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
       j["response"] = text;
     return j;
   };
-  auto with_calls = [](json j, const std::vector<chat::ToolCall>& calls) {
-    if (!calls.empty()) j["message"]["tool_calls"] = ollama_tool_calls(calls);
+  auto parsed = [line](const chat::ParsedMessage& p) {
+    json j = line(p.content);
+    if (!p.reasoning.empty()) j["message"]["thinking"] = p.reasoning;
+    if (!p.tool_calls.empty()) j["message"]["tool_calls"] = ollama_tool_calls(p.tool_calls);
     return j;
   };
-  const bool parse = is_chat && tools != chat::ToolFormat::kNone;
+  const bool parse = is_chat && how.needed();
+  const std::string& prefill = how.prefill;
   if (!stream) {
     CollectedOutput out = collect_output(*handle);
     check_final(out.final);
     if (!parse) return send_json(res, final_fields(line(out.text), out.final));
-    chat::ParsedMessage p = chat::parse_model_output(prefill + out.text, tools, false);
+    chat::ParsedMessage p =
+        chat::parse_model_output(prefill + out.text, how.tools, how.thinking, how.started);
     if (p.content.compare(0, prefill.size(), prefill) == 0) p.content.erase(0, prefill.size());
-    send_json(res, final_fields(with_calls(line(p.content), p.tool_calls), out.final));
+    send_json(res, final_fields(parsed(p), out.final));
     return;
   }
-  auto parser = parse ? std::make_shared<chat::StreamingOutputParser>(tools, false) : nullptr;
+  auto parser =
+      parse ? std::make_shared<chat::StreamingOutputParser>(how.tools, how.thinking, how.started)
+            : nullptr;
   if (parser && !prefill.empty()) parser->push(prefill);  // context only; not sent again
   StreamPump pump = [=](bool& done) {
     std::string out;
@@ -119,20 +134,21 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
         if (it.kind == StreamItem::Kind::kFinal) {
           chat::ParsedMessage rest = parser->finish();
           p.content += rest.content;
+          p.reasoning += rest.reasoning;
           for (auto& c : rest.tool_calls) p.tool_calls.push_back(std::move(c));
         }
       } else {
         p.content = it.text;
       }
       if (it.kind == StreamItem::Kind::kToken) {
-        if (!p.content.empty() || !p.tool_calls.empty())
-          out += dump_json(with_calls(line(p.content), p.tool_calls)) + "\n";
+        if (!p.content.empty() || !p.reasoning.empty() || !p.tool_calls.empty())
+          out += dump_json(parsed(p)) + "\n";
         continue;
       }
       if (failed(it))
         out += dump_json(json{{"error", failure_body(it)["error"]["message"]}}) + "\n";
       else
-        out += dump_json(final_fields(with_calls(line(p.content), p.tool_calls), it)) + "\n";
+        out += dump_json(final_fields(parsed(p), it)) + "\n";
       done = true;
       break;
     }
@@ -151,7 +167,19 @@ void api_chat(HttpServer& server, const httplib::Request& req, httplib::Response
                              chat.messages.back().value("content", json()).is_string();
   const std::string prefill =
       continue_last ? chat.messages.back()["content"].get<std::string>() : std::string();
-  RenderedChat text = render_chat(*m, chat.messages, chat.tools, !continue_last);
+  // think: true / false turns the template's thinking on or off and returns the reasoning
+  // as message.thinking; "low" / "medium" / "high" is a reasoning effort (gpt-oss).
+  json kw_body = json::object();
+  const auto think = body.find("think");
+  const bool has_think = think != body.end() && !think->is_null();
+  if (has_think && think->is_boolean())
+    kw_body["chat_template_kwargs"] = {{"enable_thinking", think->get<bool>()}};
+  else if (has_think && (*think == "low" || *think == "medium" || *think == "high"))
+    kw_body["reasoning_effort"] = *think;
+  else if (has_think)
+    bad_request("'think' must be true, false, or low / medium / high", "think");
+  RenderedChat text =
+      render_chat(*m, chat.messages, chat.tools, !continue_last, template_kwargs(*m, kw_body));
   if (!prefill.empty()) {
     const size_t at = text.text.rfind(prefill);  // the template closes the turn: cut after it
     if (at != std::string::npos) {
@@ -162,8 +190,12 @@ void api_chat(HttpServer& server, const httplib::Request& req, httplib::Response
   GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text.text, text.text_only));
   spec.grammar = ollama_output_grammar(*m, req.body);
   const bool stream = opt_bool(body, "stream").value_or(true);
-  const auto tools = chat.tools.is_null() ? chat::ToolFormat::kNone : m->tool_format;
-  respond(res, m, start_generation(*m, std::move(spec)), stream, true, tools, prefill);
+  OutputParsing how;
+  how.tools = chat.tools.is_null() ? chat::ToolFormat::kNone : m->tool_format;
+  how.thinking = has_think && *think != false;
+  how.started = how.thinking && !continue_last && chat::prompt_opens_reasoning(text.text);
+  how.prefill = prefill;
+  respond(res, m, start_generation(*m, std::move(spec)), stream, true, how);
 }
 
 void api_generate(HttpServer& server, const httplib::Request& req, httplib::Response& res) {

@@ -95,6 +95,15 @@ def test_logit_bias_by_id_and_by_text(server):
     assert r.status_code == 400 and "logit_bias" in r.json()["error"]["message"]
 
 
+def test_n_probs_entries_have_bytes(server):
+    j = requests.post(server.url + "/completion", json={"prompt": "Hello", "n_predict": 2, "n_probs": 2,
+                                                        "temperature": 0}).json()
+    for p in j["completion_probabilities"]:
+        assert bytes(p["bytes"]).decode("utf-8", "replace") == p["token"]
+        assert len(p["top_logprobs"]) == 2
+        assert all(bytes(t["bytes"]).decode("utf-8", "replace") == t["token"] for t in p["top_logprobs"])
+
+
 def test_exceed_context_size_error(server):
     r = requests.post(server.url + "/v1/chat/completions", json={
         "messages": [{"role": "user", "content": "hello " * 5000}], "max_tokens": 2})

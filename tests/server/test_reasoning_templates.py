@@ -59,6 +59,20 @@ def test_reasoning_deltas_and_anthropic_thinking(r1):
     assert m.content[0].type == "thinking" and m.content[0].thinking == whole["reasoning_content"]
 
 
+def test_ollama_think(r1):
+    import ollama
+    whole = chat(r1, max_tokens=8)
+    c = ollama.Client(host=r1.url)
+    opts = {"num_predict": 8, "temperature": 0}
+    r = c.chat(model="x", messages=ASK, think=True, options=opts)
+    assert r.message.thinking == whole["reasoning_content"]
+    streamed = "".join(part.message.thinking or "" for part in c.chat(model="x", messages=ASK, think=True,
+                                                                      options=opts, stream=True))
+    assert streamed.strip() == whole["reasoning_content"]
+    plain = c.chat(model="x", messages=ASK, options=opts)  # no think: the text as written
+    assert not plain.message.thinking and whole["reasoning_content"] in plain.message.content
+
+
 @pytest.fixture(scope="module")
 def qwen3_no_thinking():
     s = start("--chat-template-file", str(TEMPLATES / "Qwen-Qwen3-0.6B.jinja"), "--reasoning-budget", "0")
@@ -81,6 +95,16 @@ def test_enable_thinking_and_reasoning_budget(qwen3_no_thinking):
     r = requests.post(qwen3_no_thinking.url + "/v1/chat/completions",
                       json={"messages": ASK, "chat_template_kwargs": "yes"})
     assert r.status_code == 400 and "chat_template_kwargs" in r.json()["error"]["message"]
+    # Ollama's think: true asks the template for thinking (no empty think block here).
+    def ollama_prompt_tokens(**extra):
+        r = requests.post(qwen3_no_thinking.url + "/api/chat", json={
+            "messages": ASK, "stream": False, "options": {"num_predict": 1}, **extra})
+        assert r.status_code == 200, r.text
+        return r.json()["prompt_eval_count"]
+    assert ollama_prompt_tokens(think=True) < ollama_prompt_tokens() == ollama_prompt_tokens(think=False)
+    r = requests.post(qwen3_no_thinking.url + "/api/chat", json={
+        "messages": ASK, "think": "sometimes?", "stream": False})
+    assert r.status_code == 400 and "think" in r.json()["error"]
 
 
 def test_strftime_now_and_date_string_are_today():
