@@ -298,7 +298,11 @@ struct BlockStream {
   void delta(const char* kind, const char* delta_type, const char* key, const std::string& text,
              std::string& out) {
     if (text.empty()) return;
-    if (open != kind) start(kind, {{"type", kind}, {key, ""}}, out);
+    if (open != kind) {
+      json block = {{"type", kind}, {key, ""}};
+      if (std::string_view(kind) == "thinking") block["signature"] = "";  // nothing to sign here
+      start(kind, std::move(block), out);
+    }
     out += event({{"type", "content_block_delta"},
                   {"index", index},
                   {"delta", {{"type", delta_type}, {key, text}}}});

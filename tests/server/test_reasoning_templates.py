@@ -57,6 +57,11 @@ def test_reasoning_deltas_and_anthropic_thinking(r1):
     claude = anthropic.Anthropic(base_url=r1.url, api_key="x", max_retries=0)
     m = claude.messages.create(model="x", max_tokens=8, messages=ASK, extra_body={"temperature": 0})
     assert m.content[0].type == "thinking" and m.content[0].thinking == whole["reasoning_content"]
+    with claude.messages.stream(model="x", max_tokens=8, messages=ASK, extra_body={"temperature": 0}) as s:
+        kinds = [e.delta.type for e in s if e.type == "content_block_delta"]
+        final = s.get_final_message()
+    assert "thinking_delta" in kinds
+    assert final.content[0].type == "thinking" and final.content[0].thinking.strip() == whole["reasoning_content"]
 
 
 def test_ollama_think(r1):
