@@ -101,12 +101,17 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
   if (!n_predict) n_predict = opt_integer(body, "max_tokens", 1, INT32_MAX);
   spec.max_tokens = bounded_max_tokens(*m, n_predict, spec.prompt.size());
   const bool stream = opt_bool(body, "stream").value_or(false);
-  const bool return_tokens = opt_bool(body, "return_tokens").value_or(false);
+  const bool return_tokens = opt_bool(body, "return_tokens").value_or(false);  // non-streamed
   spec.grammar = llama_output_grammar(*m, req.body);
   auto handle = start_generation(*m, spec);
-  auto final_fields = [m](json& j, const StreamItem& f, const std::vector<int32_t>& toks) {
+  // has_new_line: whether the generated text holds a line break (llama-server's infill
+  // clients use it); stopping_word: the stop string that ended it.
+  auto final_fields = [m](json& j, const StreamItem& f, const std::vector<int32_t>& toks,
+                          bool has_new_line) {
     const bool eog = !toks.empty() && m->tok().is_eog(toks.back());
     j["stop"] = true;
+    j["has_new_line"] = has_new_line;
+    j["stopping_word"] = f.stop_word;
     j["model"] = m->id;
     j["tokens_predicted"] = f.n_generated;
     j["tokens_evaluated"] = f.n_prompt;
@@ -128,23 +133,25 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
       for (const auto& t : out.tokens) probs.push_back(probs_json(*m, t));
       j["completion_probabilities"] = probs;
     }
-    final_fields(j, out.final, toks);
+    final_fields(j, out.final, toks, out.text.find('\n') != std::string::npos);
     send_json(res, j);
     return;
   }
   auto toks = std::make_shared<std::vector<int32_t>>();
+  auto new_line = std::make_shared<bool>(false);
   StreamPump pump = [=](bool& done) {
     std::string out;
     for (StreamItem& it : next_items(*handle)) {
       json j = {{"content", it.text}, {"index", 0}, {"stop", false}};
+      *new_line = *new_line || it.text.find('\n') != std::string::npos;
       if (it.kind == StreamItem::Kind::kToken) {
         toks->push_back(it.token);
-        if (return_tokens) j["tokens"] = json::array({it.token});
+        j["tokens"] = json::array({it.token});  // llama-server sends each chunk's token ids
         if (n_probs > 0) j["completion_probabilities"] = json::array({probs_json(*m, it)});
       } else if (failed(it)) {
         j = failure_body(it);
       } else {
-        final_fields(j, it, *toks);
+        final_fields(j, it, *toks, *new_line);
       }
       out += "data: " + dump_json(j) + "\n\n";
       if (it.kind == StreamItem::Kind::kFinal) {

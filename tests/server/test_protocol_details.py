@@ -104,6 +104,19 @@ def test_n_probs_entries_have_bytes(server):
         assert all(bytes(t["bytes"]).decode("utf-8", "replace") == t["token"] for t in p["top_logprobs"])
 
 
+def test_completion_stream_tokens_new_line_and_stopping_word(server):
+    body = {"prompt": "List three fruits, one per line:\n1.", "n_predict": 12, "temperature": 0}
+    whole = requests.post(server.url + "/completion", json={**body, "return_tokens": True}).json()
+    r = requests.post(server.url + "/completion", stream=True, json={**body, "stream": True})
+    chunks = [json.loads(e) for e in sse_events(r)]
+    ids = [t for c in chunks[:-1] for t in c["tokens"]]
+    assert ids == whole["tokens"]
+    assert chunks[-1]["has_new_line"] == whole["has_new_line"] == ("\n" in whole["content"])
+    word = whole["content"].split()[1]
+    stopped = requests.post(server.url + "/completion", json={**body, "stop": [word]}).json()
+    assert stopped["stop_type"] == "word" and stopped["stopping_word"] == word
+
+
 def test_exceed_context_size_error(server):
     r = requests.post(server.url + "/v1/chat/completions", json={
         "messages": [{"role": "user", "content": "hello " * 5000}], "max_tokens": 2})
