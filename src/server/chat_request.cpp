@@ -81,6 +81,7 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   if (body.contains("stream_options") && body["stream_options"].is_object())
     r.include_usage = opt_bool(body["stream_options"], "include_usage").value_or(false);
   r.n = (int)opt_integer(body, "n", 1, kMaxChoices).value_or(1);
+  r.return_progress = opt_bool(body, "return_progress").value_or(false);
   opt_string(body, "user");
   opt_string(body, "model");
   r.logprobs = opt_bool(body, "logprobs").value_or(false);

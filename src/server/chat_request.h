@@ -22,6 +22,7 @@ struct ChatRequest {
   int n = 1;  // choices, each its own sequence (with a seed, choice j draws with seed + j)
   bool stream = false;
   bool include_usage = false;
+  bool return_progress = false;  // stream prompt_progress chunks while the prompt is computed
   bool logprobs = false;
   bool parse_output = false;
   bool extract_reasoning = true;   // reasoning goes apart (not --reasoning-format none)

@@ -139,9 +139,25 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
   }
   auto toks = std::make_shared<std::vector<int32_t>>();
   auto new_line = std::make_shared<bool>(false);
+  std::shared_ptr<PromptProgress> progress;
+  if (opt_bool(body, "return_progress").value_or(false))
+    progress = std::make_shared<PromptProgress>(handle->id(), (int32_t)spec.prompt.size());
   StreamPump pump = [=](bool& done) {
     std::string out;
-    for (StreamItem& it : next_items(*handle)) {
+    auto progress_chunk = [&](const std::optional<json>& p) {
+      if (p)
+        out += "data: " +
+               dump_json({{"index", 0},
+                          {"content", ""},
+                          {"tokens", json::array()},
+                          {"stop", false},
+                          {"prompt_progress", *p}}) +
+               "\n\n";
+    };
+    if (progress) progress_chunk(progress->poll(*m));
+    auto items = next_items(*handle);
+    if (progress && !items.empty()) progress_chunk(progress->finish(*m));
+    for (StreamItem& it : items) {
       json j = {{"content", it.text}, {"index", 0}, {"stop", false}};
       *new_line = *new_line || it.text.find('\n') != std::string::npos;
       if (it.kind == StreamItem::Kind::kToken) {

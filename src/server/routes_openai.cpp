@@ -131,11 +131,15 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, const 
     std::vector<ChoiceStream> choices;
     size_t current = 0;
     StreamItem total;
+    std::unique_ptr<PromptProgress> progress;  // of the first choice, when asked
   };
   auto st = std::make_shared<State>();
   st->maker.model = m->id;
   st->maker.include_usage = r.include_usage;
   st->choices.resize(handles.size());
+  if (r.return_progress)
+    st->progress =
+        std::make_unique<PromptProgress>(handles[0]->id(), (int32_t)r.spec.prompt.size());
   for (ChoiceStream& cs : st->choices) cs.output = std::make_unique<ChatOutputStream>(*m, r);
   StreamPump pump = [st, m, handles, logprobs = r.logprobs,
                      include_usage = r.include_usage](bool& done) {
@@ -147,7 +151,17 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, const 
       out += sse(st->maker.make(i, {{"role", "assistant"}, {"content", nullptr}}, json(), nullptr));
       cs.sent_role = true;
     }
-    for (StreamItem& it : next_items(*handles[i])) {
+    auto progress_chunk = [&](const std::optional<json>& p) {
+      if (!p) return;
+      json c = st->maker.make(0, json::object(), json(), nullptr);
+      c["choices"] = json::array();
+      c["prompt_progress"] = *p;
+      out += sse(c);
+    };
+    if (st->progress) progress_chunk(st->progress->poll(*m));
+    auto items = next_items(*handles[i]);
+    if (st->progress && !items.empty()) progress_chunk(st->progress->finish(*m));
+    for (StreamItem& it : items) {
       if (it.kind == StreamItem::Kind::kToken) cs.pending_logprobs.push_back(it);
       emit_parsed(*m, st->maker, logprobs, i, cs, cs.output->next(it), out);
       if (it.kind != StreamItem::Kind::kFinal) continue;

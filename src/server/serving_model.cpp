@@ -280,6 +280,35 @@ nlohmann::json timings_json(const engine::StreamItem& f) {
           {"predicted_per_second", rate(f.decode_ms, std::max(0, f.n_generated - 1))}};
 }
 
+nlohmann::json PromptProgress::state(int32_t processed) const {
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+  return {{"total", total_}, {"cache", cache_}, {"processed", processed}, {"time_ms", ms}};
+}
+
+std::optional<nlohmann::json> PromptProgress::poll(const ServingModel& m) {
+  if (done_) return std::nullopt;
+  const engine::MetricsSnapshot s = m.engine->metrics().snapshot();
+  for (const engine::SlotInfo& slot : s.slots) {
+    if (slot.id != id_) continue;
+    cache_ = slot.n_cached_prompt;
+    const int32_t processed = std::min(slot.n_computed, total_);
+    if (processed <= last_) return std::nullopt;  // nothing new (or still queued)
+    last_ = processed;
+    done_ = processed >= total_;
+    return state(processed);
+  }
+  return std::nullopt;
+}
+
+std::optional<nlohmann::json> PromptProgress::finish(const ServingModel& m) {
+  if (done_) return std::nullopt;
+  poll(m);  // the cache count, while the sequence is still listed
+  done_ = true;
+  last_ = total_;
+  return state(total_);
+}
+
 std::string token_string(const ServingModel& m, int32_t token) {
   return m.tok().token_text(token, /*show_special=*/true, /*first=*/false);
 }

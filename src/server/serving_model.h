@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -132,6 +133,28 @@ nlohmann::json token_bytes(const std::string& s);
 // llama-server's "timings" of a finished generation (prompt and predicted counts, times
 // and rates; cache_n the prompt tokens taken from the prefix cache).
 nlohmann::json timings_json(const engine::StreamItem& final);
+
+// Prompt processing progress for streams that ask for it (llama-server's return_progress):
+// polled while the prompt is computed (chunk by chunk over engine steps), it gives
+// {"total", "cache", "processed", "time_ms"} each time more of the prompt is done. finish(),
+// when the first token comes, gives the completed state if it was not sent yet, so a stream
+// that asked always shows the whole prompt processed before its first token.
+class PromptProgress {
+ public:
+  PromptProgress(uint64_t request_id, int32_t n_prompt)
+      : id_(request_id), total_(n_prompt), start_(std::chrono::steady_clock::now()) {}
+  std::optional<nlohmann::json> poll(const ServingModel& m);
+  std::optional<nlohmann::json> finish(const ServingModel& m);
+
+ private:
+  nlohmann::json state(int32_t processed) const;
+  uint64_t id_;
+  int32_t total_;
+  std::chrono::steady_clock::time_point start_;
+  int32_t last_ = 0;
+  int32_t cache_ = 0;
+  bool done_ = false;
+};
 
 // A random id with a prefix, e.g. "chatcmpl-3f9a...".
 std::string random_id(const char* prefix);

@@ -117,6 +117,43 @@ def test_completion_stream_tokens_new_line_and_stopping_word(server):
     assert stopped["stop_type"] == "word" and stopped["stopping_word"] == word
 
 
+@pytest.fixture(scope="module")
+def small_steps():
+    # At most 32 tokens per engine step: a 200-token prompt takes several steps.
+    s = ServerProcess("-b", "32", "-t", "1").wait_ready()
+    yield s
+    s.stop()
+
+
+def check_progress(progress, total):
+    assert progress, "no prompt_progress chunk"
+    processed = [p["processed"] for p in progress]
+    assert processed == sorted(set(processed)), processed  # growing, no repeats
+    assert processed[-1] == total and all(p["total"] == total for p in progress)
+    assert len(progress) >= 2, processed  # several steps were reported
+
+
+def test_return_progress(small_steps):
+    prompt = "one two three four " * 50
+    r = requests.post(small_steps.url + "/completion", stream=True, json={
+        "prompt": prompt, "n_predict": 2, "stream": True, "return_progress": True, "cache_prompt": False})
+    chunks = [json.loads(e) for e in sse_events(r)]
+    progress = [c["prompt_progress"] for c in chunks if "prompt_progress" in c]
+    first_text = next(i for i, c in enumerate(chunks) if "prompt_progress" not in c)
+    assert all("prompt_progress" in c for c in chunks[:first_text])  # all progress comes first
+    check_progress(progress, chunks[-1]["tokens_evaluated"])
+    r = requests.post(small_steps.url + "/v1/chat/completions", stream=True, json={
+        "messages": [{"role": "user", "content": "five six seven " * 50}], "max_tokens": 2, "stream": True,
+        "return_progress": True, "stream_options": {"include_usage": True}})
+    chunks = [json.loads(e) for e in sse_events(r) if e != "[DONE]"]
+    progress = [c["prompt_progress"] for c in chunks if "prompt_progress" in c]
+    check_progress(progress, chunks[-1]["usage"]["prompt_tokens"])
+    # Without return_progress there is none.
+    r = requests.post(small_steps.url + "/completion", stream=True, json={
+        "prompt": prompt, "n_predict": 1, "stream": True})
+    assert not [e for e in sse_events(r) if "prompt_progress" in e]
+
+
 def test_exceed_context_size_error(server):
     r = requests.post(server.url + "/v1/chat/completions", json={
         "messages": [{"role": "user", "content": "hello " * 5000}], "max_tokens": 2})
