@@ -385,6 +385,11 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
     m.requests_finished += 1;
     m.preemptions_total += (uint64_t)seq.n_preemptions;
     m.prompt_tokens_cached += (uint64_t)seq.n_cached_prompt;
+    // Its slot is free from now on, before the client has the reply: /slots and the gauges
+    // must not show it busy until some later step publishes the state again.
+    std::erase_if(m.slots, [&](const SlotInfo& s) { return s.id == seq.id; });
+    m.requests_running = scheduler_.n_running();
+    m.requests_waiting = scheduler_.n_waiting();
   });
   a.handle->push(std::move(item));
   active_.erase(&seq);

@@ -154,6 +154,14 @@ def test_return_progress(small_steps):
     assert not [e for e in sse_events(r) if "prompt_progress" in e]
 
 
+def test_slots_idle_once_the_reply_is_sent(small_steps):
+    for _ in range(3):
+        r = requests.post(small_steps.url + "/completion", json={"prompt": "Hello there", "n_predict": 3})
+        assert r.status_code == 200
+        slots = requests.get(small_steps.url + "/slots").json()
+        assert not [s for s in slots if s["is_processing"]], slots
+
+
 def test_exceed_context_size_error(server):
     r = requests.post(server.url + "/v1/chat/completions", json={
         "messages": [{"role": "user", "content": "hello " * 5000}], "max_tokens": 2})
