@@ -29,9 +29,9 @@ json piece_json(const std::string& s) {
   }
 }
 
-std::vector<int32_t> llama_prompt(const json& body, const ServingModel& m) {
-  auto it = body.find("prompt");
-  if (it == body.end() || it->is_null()) bad_request("'prompt' is required", "prompt");
+// One prompt: text, token ids, or a list mixing both (text after the first piece is
+// tokenized without BOS).
+std::vector<int32_t> llama_one_prompt(const json& prompt, const ServingModel& m) {
   std::vector<int32_t> ids;
   auto add = [&](const json& part, bool first) {
     if (part.is_string()) {
@@ -45,20 +45,40 @@ std::vector<int32_t> llama_prompt(const json& body, const ServingModel& m) {
                     "prompt");
       ids.push_back((int32_t)v);
     } else {
-      bad_request("'prompt' must be text, token ids, or a list mixing both", "prompt");
+      bad_request("'prompt' must be text, token ids, a list mixing both, or a list of prompts",
+                  "prompt");
     }
   };
-  if (it->is_array()) {
+  if (prompt.is_array()) {
     bool first = true;
-    for (const auto& p : *it) {
+    for (const auto& p : prompt) {
       add(p, first);
       first = false;
     }
   } else {
-    add(*it, true);
+    add(prompt, true);
   }
   if (ids.empty()) bad_request("'prompt' is empty", "prompt");
   return ids;
+}
+
+// The prompts of a request, read as llama-server reads them: text, token ids, or a list
+// mixing texts and ids is one prompt; any other list (of texts, of token lists) is a list
+// of prompts, each completed on its own.
+std::vector<std::vector<int32_t>> llama_prompts(const json& body, const ServingModel& m) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) bad_request("'prompt' is required", "prompt");
+  bool has_text = false, has_id = false;
+  if (it->is_array())
+    for (const auto& p : *it) {
+      has_text = has_text || p.is_string();
+      has_id = has_id || p.is_number();
+    }
+  if (!it->is_array() || has_id || it->empty()) return {llama_one_prompt(*it, m)};
+  if (it->size() > 64) bad_request("'prompt' holds more than 64 prompts", "prompt");
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& p : *it) prompts.push_back(llama_one_prompt(p, m));
+  return prompts;
 }
 
 // llama-server's n_probs entries: id, token (text, or its bytes when not valid UTF-8),
@@ -82,108 +102,157 @@ const char* stop_type(const StreamItem& f, bool eog) {
   return "none";
 }
 
-// /completion and /infill: everything after the prompt.
+// What a /completion reply shows besides the text.
+struct CompletionShape {
+  int64_t n_probs = 0;
+  bool return_tokens = false;  // non-streamed; streamed chunks always carry their tokens
+};
+
+// The fields of a finished generation. has_new_line: whether the generated text holds a
+// line break (llama-server's infill clients use it); stopping_word: the stop string that
+// ended it.
+void final_fields(const ServingModel& m, json& j, const StreamItem& f,
+                  const std::vector<int32_t>& toks, bool has_new_line) {
+  const bool eog = !toks.empty() && m.tok().is_eog(toks.back());
+  j["stop"] = true;
+  j["has_new_line"] = has_new_line;
+  j["stopping_word"] = f.stop_word;
+  j["model"] = m.id;
+  j["tokens_predicted"] = f.n_generated;
+  j["tokens_evaluated"] = f.n_prompt;
+  j["tokens_cached"] = f.n_cached_prompt;
+  j["stop_type"] = stop_type(f, eog);
+  j["truncated"] = false;
+  j["id_slot"] = 0;
+  j["timings"] = timings_json(f);
+}
+
+json completion_result(const ServingModel& m, const CollectedOutput& out, size_t index,
+                       const CompletionShape& shape) {
+  std::vector<int32_t> toks;
+  for (const auto& t : out.tokens) toks.push_back(t.token);
+  json j = {{"content", out.text}, {"index", index}};
+  if (shape.return_tokens) j["tokens"] = toks;
+  if (shape.n_probs > 0) {
+    json probs = json::array();
+    for (const auto& t : out.tokens) probs.push_back(probs_json(m, t));
+    j["completion_probabilities"] = probs;
+  }
+  final_fields(m, j, out.final, toks, out.text.find('\n') != std::string::npos);
+  return j;
+}
+
+// Streams the prompts' completions one after another, each chunk naming its prompt's index.
+void stream_completions(httplib::Response& res, std::shared_ptr<ServingModel> m,
+                        std::vector<std::shared_ptr<engine::RequestHandle>> handles,
+                        CompletionShape shape, std::shared_ptr<PromptProgress> progress) {
+  struct State {
+    size_t current = 0;
+    std::vector<int32_t> toks;
+    bool new_line = false;
+  };
+  auto st = std::make_shared<State>();
+  StreamPump pump = [=](bool& done) {
+    std::string out;
+    auto send = [&](const json& j) { out += "data: " + dump_json(j) + "\n\n"; };
+    auto progress_chunk = [&](const std::optional<json>& p) {
+      if (p)
+        send({{"index", 0},
+              {"content", ""},
+              {"tokens", json::array()},
+              {"stop", false},
+              {"prompt_progress", *p}});
+    };
+    const size_t i = st->current;
+    if (progress) progress_chunk(progress->poll(*m));
+    auto items = next_items(*handles[i]);
+    if (progress && !items.empty()) progress_chunk(progress->finish(*m));
+    for (StreamItem& it : items) {
+      json j = {{"content", it.text}, {"index", i}, {"stop", false}};
+      st->new_line = st->new_line || it.text.find('\n') != std::string::npos;
+      if (it.kind == StreamItem::Kind::kToken) {
+        st->toks.push_back(it.token);
+        j["tokens"] = json::array({it.token});  // llama-server sends each chunk's token ids
+        if (shape.n_probs > 0) j["completion_probabilities"] = json::array({probs_json(*m, it)});
+        send(j);
+        continue;
+      }
+      if (failed(it)) {
+        send(failure_body(it));
+        done = true;
+        break;
+      }
+      final_fields(*m, j, it, st->toks, st->new_line);
+      send(j);
+      st->current += 1;
+      st->toks.clear();
+      st->new_line = false;
+      done = st->current == handles.size();
+      break;
+    }
+    return out;
+  };
+  stream_response(res, "text/event-stream", pump, [handles] {
+    for (auto& h : handles) h->cancel();
+  });
+}
+
+// /completion and /infill: everything after the prompts. One prompt gets one result, a list
+// of prompts a list of results (as llama-server answers).
 void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req,
-                    httplib::Response& res, const json& body, std::vector<int32_t> prompt) {
+                    httplib::Response& res, const json& body,
+                    const std::vector<std::vector<int32_t>>& prompts) {
   GenerationSpec spec;
-  spec.prompt = std::move(prompt);
   spec.sampling = parse_sampling(body, *m, Dialect::kLlama);
   spec.priority = parse_priority(body);
   spec.stop = opt_string_list(body, "stop", 64);
   spec.ignore_eos = opt_bool(body, "ignore_eos").value_or(false);
-  const auto n_probs = opt_integer(body, "n_probs", 0, 100).value_or(0);
-  spec.n_logprobs = n_probs > 0 ? (int32_t)n_probs : -1;
+  CompletionShape shape;
+  shape.n_probs = opt_integer(body, "n_probs", 0, 100).value_or(0);
+  spec.n_logprobs = shape.n_probs > 0 ? (int32_t)shape.n_probs : -1;
   opt_bool(body, "cache_prompt");  // the prefix cache is always on
   auto n_predict = opt_integer(body, "n_predict", -1, INT32_MAX);
   if (n_predict && *n_predict == 0)
     bad_request("'n_predict' must be -1 or at least 1", "n_predict");
   if (n_predict && *n_predict < 0) n_predict.reset();
   if (!n_predict) n_predict = opt_integer(body, "max_tokens", 1, INT32_MAX);
-  spec.max_tokens = bounded_max_tokens(*m, n_predict, spec.prompt.size());
   const bool stream = opt_bool(body, "stream").value_or(false);
-  const bool return_tokens = opt_bool(body, "return_tokens").value_or(false);  // non-streamed
+  shape.return_tokens = opt_bool(body, "return_tokens").value_or(false);
+  const bool return_progress = opt_bool(body, "return_progress").value_or(false);
   spec.grammar = llama_output_grammar(*m, req.body);
-  auto handle = start_generation(*m, spec);
-  // has_new_line: whether the generated text holds a line break (llama-server's infill
-  // clients use it); stopping_word: the stop string that ended it.
-  auto final_fields = [m](json& j, const StreamItem& f, const std::vector<int32_t>& toks,
-                          bool has_new_line) {
-    const bool eog = !toks.empty() && m->tok().is_eog(toks.back());
-    j["stop"] = true;
-    j["has_new_line"] = has_new_line;
-    j["stopping_word"] = f.stop_word;
-    j["model"] = m->id;
-    j["tokens_predicted"] = f.n_generated;
-    j["tokens_evaluated"] = f.n_prompt;
-    j["tokens_cached"] = f.n_cached_prompt;
-    j["stop_type"] = stop_type(f, eog);
-    j["truncated"] = false;
-    j["id_slot"] = 0;
-    j["timings"] = timings_json(f);
-  };
-  if (!stream) {
-    CollectedOutput out = collect_output(*handle);
-    check_final(out.final);
-    std::vector<int32_t> toks;
-    for (const auto& t : out.tokens) toks.push_back(t.token);
-    json j = {{"content", out.text}, {"index", 0}};
-    if (return_tokens) j["tokens"] = toks;
-    if (n_probs > 0) {
-      json probs = json::array();
-      for (const auto& t : out.tokens) probs.push_back(probs_json(*m, t));
-      j["completion_probabilities"] = probs;
+  std::vector<std::shared_ptr<engine::RequestHandle>> handles;
+  try {
+    for (const auto& p : prompts) {
+      GenerationSpec one = spec;
+      one.prompt = p;
+      one.max_tokens = bounded_max_tokens(*m, n_predict, p.size());
+      handles.push_back(start_generation(*m, std::move(one)));
     }
-    final_fields(j, out.final, toks, out.text.find('\n') != std::string::npos);
-    send_json(res, j);
-    return;
+  } catch (...) {
+    for (auto& h : handles) h->cancel();
+    throw;
   }
-  auto toks = std::make_shared<std::vector<int32_t>>();
-  auto new_line = std::make_shared<bool>(false);
-  std::shared_ptr<PromptProgress> progress;
-  if (opt_bool(body, "return_progress").value_or(false))
-    progress = std::make_shared<PromptProgress>(handle->id(), (int32_t)spec.prompt.size());
-  StreamPump pump = [=](bool& done) {
-    std::string out;
-    auto progress_chunk = [&](const std::optional<json>& p) {
-      if (p)
-        out += "data: " +
-               dump_json({{"index", 0},
-                          {"content", ""},
-                          {"tokens", json::array()},
-                          {"stop", false},
-                          {"prompt_progress", *p}}) +
-               "\n\n";
-    };
-    if (progress) progress_chunk(progress->poll(*m));
-    auto items = next_items(*handle);
-    if (progress && !items.empty()) progress_chunk(progress->finish(*m));
-    for (StreamItem& it : items) {
-      json j = {{"content", it.text}, {"index", 0}, {"stop", false}};
-      *new_line = *new_line || it.text.find('\n') != std::string::npos;
-      if (it.kind == StreamItem::Kind::kToken) {
-        toks->push_back(it.token);
-        j["tokens"] = json::array({it.token});  // llama-server sends each chunk's token ids
-        if (n_probs > 0) j["completion_probabilities"] = json::array({probs_json(*m, it)});
-      } else if (failed(it)) {
-        j = failure_body(it);
-      } else {
-        final_fields(j, it, *toks, *new_line);
-      }
-      out += "data: " + dump_json(j) + "\n\n";
-      if (it.kind == StreamItem::Kind::kFinal) {
-        done = true;
-        break;
-      }
-    }
-    return out;
-  };
-  stream_response(res, "text/event-stream", pump, [handle] { handle->cancel(); });
+  if (stream) {
+    auto progress = return_progress ? std::make_shared<PromptProgress>(handles[0]->id(),
+                                                                       (int32_t)prompts[0].size())
+                                    : nullptr;
+    return stream_completions(res, m, std::move(handles), shape, std::move(progress));
+  }
+  json results = json::array();
+  for (size_t i = 0; i < handles.size(); ++i) {
+    CollectedOutput out = collect_output(*handles[i]);
+    if (failed(out.final))
+      for (auto& h : handles) h->cancel();
+    check_final(out.final);
+    results.push_back(completion_result(*m, out, i, shape));
+  }
+  send_json(res, results.size() == 1 ? results[0] : results);
 }
 
 void completion(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
   auto m = server.model_or_throw();
   const json body = request_json(req);
-  run_completion(m, req, res, body, llama_prompt(body, *m));
+  run_completion(m, req, res, body, llama_prompts(body, *m));
 }
 
 // llama-server's /infill: input_prefix, input_suffix, input_extra ([{filename, text}]) and
@@ -205,7 +274,7 @@ void infill(HttpServer& server, const httplib::Request& req, httplib::Response& 
   auto prompt = fim_prompt(*m, opt_string(body, "input_prefix").value_or(""),
                            opt_string(body, "input_suffix").value_or(""),
                            opt_string(body, "prompt").value_or(""), extra);
-  run_completion(m, req, res, body, std::move(prompt));
+  run_completion(m, req, res, body, {std::move(prompt)});
 }
 
 void tokenize(HttpServer& server, const httplib::Request& req, httplib::Response& res) {

@@ -162,6 +162,31 @@ def test_slots_idle_once_the_reply_is_sent(small_steps):
         assert not [s for s in slots if s["is_processing"]], slots
 
 
+def test_completion_with_a_list_of_prompts(server):
+    url = server.url + "/completion"
+    ids = requests.post(server.url + "/tokenize", json={"content": "The capital of France is"}).json()["tokens"]
+
+    def one(prompt):
+        return requests.post(url, json={"prompt": prompt, "n_predict": 3, "temperature": 0}).json()
+
+    singles = [one("Hello"), one(ids)]
+    both = requests.post(url, json={"prompt": ["Hello", ids], "n_predict": 3, "temperature": 0}).json()
+    assert isinstance(both, list) and [r["index"] for r in both] == [0, 1]
+    assert [r["content"] for r in both] == [r["content"] for r in singles]
+    assert both[1]["tokens_evaluated"] == singles[1]["tokens_evaluated"]
+    # Texts mixed with ids at the top level are one prompt, as before.
+    assert isinstance(one(["Hello", 42]), dict)
+    r = requests.post(url, stream=True, json={"prompt": [ids, "Hello"], "n_predict": 3, "temperature": 0,
+                                              "stream": True})
+    chunks = [json.loads(e) for e in sse_events(r)]
+    finals = [c for c in chunks if c["stop"]]
+    assert [c["index"] for c in finals] == [0, 1]
+    for i, single in enumerate((singles[1], singles[0])):
+        assert "".join(c["content"] for c in chunks if c["index"] == i) == single["content"]
+    bad = requests.post(url, json={"prompt": [["a", {}]]})
+    assert bad.status_code == 400
+
+
 def test_exceed_context_size_error(server):
     r = requests.post(server.url + "/v1/chat/completions", json={
         "messages": [{"role": "user", "content": "hello " * 5000}], "max_tokens": 2})
