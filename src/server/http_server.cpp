@@ -2,7 +2,9 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "core/log.h"
@@ -117,6 +119,13 @@ void check_final(const engine::StreamItem& f) {
     if (client_gone()) throw ApiError(499, "the client closed the connection");
     throw ApiError(503, "the server is shutting down; the generation was cut short");
   }
+}
+
+void set_server_timing(httplib::Response& res, const engine::StreamItem& f) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "queue;dur=%.2f, prefill;dur=%.2f, decode;dur=%.2f", f.queue_ms,
+                std::max(0.0, f.prompt_ms - f.queue_ms), f.decode_ms);
+  res.set_header("Server-Timing", buf);
 }
 
 std::vector<engine::StreamItem> next_items(engine::RequestHandle& handle, int timeout_ms) {

@@ -137,6 +137,10 @@ void check_final(const engine::StreamItem& final);
 bool failed(const engine::StreamItem& final);
 nlohmann::json failure_body(const engine::StreamItem& final);
 
+// The W3C Server-Timing header of a non-streamed generation (queue, prefill and decode
+// durations in ms): browsers' developer tools and HTTP tooling show it without parsing bodies.
+void set_server_timing(httplib::Response& res, const engine::StreamItem& final);
+
 // Waits up to `timeout` for items of one handle.
 std::vector<engine::StreamItem> next_items(engine::RequestHandle& handle, int timeout_ms = 100);
 

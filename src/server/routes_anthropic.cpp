@@ -387,6 +387,7 @@ void messages(HttpServer& server, const httplib::Request& req, httplib::Response
   if (!out.final.stop_word.empty()) msg["stop_sequence"] = out.final.stop_word;
   msg["usage"] = usage_json(out.final);
   send_json(res, msg);
+  set_server_timing(res, out.final);
 }
 
 }  // namespace

@@ -239,14 +239,17 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
     return stream_completions(res, m, std::move(handles), shape, std::move(progress));
   }
   json results = json::array();
+  StreamItem first;
   for (size_t i = 0; i < handles.size(); ++i) {
     CollectedOutput out = collect_output(*handles[i]);
     if (failed(out.final))
       for (auto& h : handles) h->cancel();
     check_final(out.final);
     results.push_back(completion_result(*m, out, i, shape));
+    if (i == 0) first = out.final;
   }
   send_json(res, results.size() == 1 ? results[0] : results);
+  set_server_timing(res, first);
 }
 
 void completion(HttpServer& server, const httplib::Request& req, httplib::Response& res) {

@@ -114,6 +114,7 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
   if (!stream) {
     CollectedOutput out = collect_output(*handle);
     check_final(out.final);
+    set_server_timing(res, out.final);
     if (!parse) return send_json(res, final_fields(line(out.text), out.final));
     chat::ParsedMessage p =
         chat::parse_model_output(prefill + out.text, how.tools, how.thinking, how.started);

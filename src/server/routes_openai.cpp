@@ -229,6 +229,7 @@ void chat_completions(HttpServer& server, const httplib::Request& req, httplib::
     choices.push_back(chat_choice(*m, r, out, i));
     add_usage(total, out.final, i == 0);
     if (i == 0) timings = timings_json(out.final);  // the first choice's, as llama-server has one
+    if (i == 0) set_server_timing(res, out.final);
   }
   send_json(res, {{"id", random_id("chatcmpl-")},
                   {"object", "chat.completion"},
@@ -372,6 +373,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
     for (size_t i = 0; i < handles.size(); ++i) {
       CollectedOutput out = collect_output(*handles[i]);
       if (i == 0) timings = timings_json(out.final);
+      if (i == 0) set_server_timing(res, out.final);
       if (failed(out.final)) {
         for (auto& h : handles) h->cancel();
         check_final(out.final);

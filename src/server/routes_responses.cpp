@@ -451,6 +451,7 @@ void responses(HttpServer& server, const httplib::Request& req, httplib::Respons
   check_final(out.final);
   const chat::ParsedMessage p = final_chat_message(*m, r, out).message;
   send_json(res, response_json(meta, m->id, output_items(p, out.final), &out.final));
+  set_server_timing(res, out.final);
 }
 
 }  // namespace

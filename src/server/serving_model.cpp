@@ -269,7 +269,8 @@ nlohmann::json timings_json(const engine::StreamItem& f) {
   auto per = [](double ms, int n) { return n > 0 ? ms / n : 0.0; };
   auto rate = [](double ms, int n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
   const int prompt_n = f.n_prompt - f.n_cached_prompt;
-  return {{"cache_n", f.n_cached_prompt},
+  return {{"queue_ms", f.queue_ms},  // submit to first scheduled (a hablar addition)
+          {"cache_n", f.n_cached_prompt},
           {"prompt_n", prompt_n},
           {"prompt_ms", f.prompt_ms},
           {"prompt_per_token_ms", per(f.prompt_ms, prompt_n)},

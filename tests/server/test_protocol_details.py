@@ -63,6 +63,17 @@ def test_first_delta_and_timings(server):
     assert t["predicted_ms"] > 0 and t["prompt_per_second"] >= 0
     c = requests.post(server.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 3}).json()
     assert c["timings"]["predicted_n"] == c["usage"]["completion_tokens"]
+    # The same durations in a Server-Timing header (non-streamed replies).
+    r = requests.post(server.url + "/v1/chat/completions", json={"messages": HI, "max_tokens": 3})
+    parts = dict(p.strip().split(";dur=") for p in r.headers["Server-Timing"].split(","))
+    assert set(parts) == {"queue", "prefill", "decode"}
+    t = r.json()["timings"]
+    assert abs(float(parts["decode"]) - t["predicted_ms"]) < 0.01 and t["queue_ms"] >= 0
+    for path, body in (("/completion", {"prompt": "Hi", "n_predict": 2}),
+                       ("/v1/messages", {"messages": HI, "max_tokens": 2}),
+                       ("/v1/responses", {"input": "Hi", "max_output_tokens": 2}),
+                       ("/api/generate", {"prompt": "Hi", "stream": False, "options": {"num_predict": 2}})):
+        assert "decode;dur=" in requests.post(server.url + path, json=body).headers["Server-Timing"], path
 
 
 def test_logit_bias_by_id_and_by_text(server):
