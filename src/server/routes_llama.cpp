@@ -328,20 +328,12 @@ void apply_template(HttpServer& server, const httplib::Request& req, httplib::Re
 }
 
 json generation_settings(const ServingModel& m) {
-  const auto& s = m.defaults.sampling;
-  return {{"n_ctx", m.n_ctx},
-          {"n_predict", m.defaults.n_predict},
-          {"model", m.path},
-          {"temperature", s.temperature},
-          {"top_k", s.top_k},
-          {"top_p", s.top_p},
-          {"min_p", s.min_p},
-          {"typical_p", s.typical_p},
-          {"repeat_penalty", s.repeat_penalty},
-          {"repeat_last_n", s.repeat_last_n},
-          {"presence_penalty", s.presence_penalty},
-          {"frequency_penalty", s.frequency_penalty},
-          {"seed", m.defaults.seed_random ? json(-1) : json(s.seed)}};
+  json g = sampling_json(m.defaults.sampling);
+  g["n_ctx"] = m.n_ctx;
+  g["n_predict"] = m.defaults.n_predict;
+  g["model"] = m.path;
+  g["seed"] = m.defaults.seed_random ? json(-1) : json(m.defaults.sampling.seed);
+  return g;
 }
 
 void props(HttpServer& server, const httplib::Request&, httplib::Response& res) {
@@ -367,16 +359,24 @@ void slots(HttpServer& server, const httplib::Request&, httplib::Response& res) 
   json out = json::array();
   int id = 0;
   for (const auto& slot : s.slots) {
-    out.push_back({{"id", id++},
-                   {"id_task", slot.id},
-                   {"n_ctx", m->n_ctx},
-                   {"is_processing", true},
-                   {"state", slot.running ? "running" : "waiting"},
-                   {"n_prompt_tokens", slot.n_prompt},
-                   {"n_decoded", slot.n_generated},
-                   {"n_computed", slot.n_computed},
-                   {"n_cached_prompt", slot.n_cached_prompt},
-                   {"n_predict", slot.max_tokens}});
+    json e = {{"id", id++},
+              {"id_task", slot.id},
+              {"n_ctx", m->n_ctx},
+              {"is_processing", true},
+              {"state", slot.running ? "running" : "waiting"},
+              {"n_prompt_tokens", slot.n_prompt},
+              {"n_decoded", slot.n_generated},
+              {"n_computed", slot.n_computed},
+              {"n_cached_prompt", slot.n_cached_prompt},
+              {"n_predict", slot.max_tokens}};
+    if (auto info = m->requests.find(slot.id)) {
+      e["prompt"] = info->prompt;
+      e["params"] = info->params;
+      e["t_elapsed_ms"] =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - info->start)
+              .count();
+    }
+    out.push_back(std::move(e));
   }
   for (; id < m->n_slots; ++id)
     out.push_back({{"id", id}, {"id_task", -1}, {"n_ctx", m->n_ctx}, {"is_processing", false}});

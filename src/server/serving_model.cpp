@@ -202,6 +202,47 @@ int32_t bounded_max_tokens(const ServingModel& m, std::optional<int64_t> request
   return (int32_t)std::min(want, room);
 }
 
+void RequestRegistry::add(uint64_t id, RequestInfo info) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(infos_, [](const auto& e) { return e.second.handle.expired(); });
+  infos_[id] = std::move(info);
+}
+
+std::optional<RequestInfo> RequestRegistry::find(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = infos_.find(id);
+  if (it == infos_.end()) return std::nullopt;
+  return it->second;
+}
+
+nlohmann::json sampling_json(const engine::SamplingParams& s) {
+  return {{"temperature", s.temperature},
+          {"top_k", s.top_k},
+          {"top_p", s.top_p},
+          {"min_p", s.min_p},
+          {"typical_p", s.typical_p},
+          {"repeat_penalty", s.repeat_penalty},
+          {"repeat_last_n", s.repeat_last_n},
+          {"presence_penalty", s.presence_penalty},
+          {"frequency_penalty", s.frequency_penalty},
+          {"seed", s.seed}};
+}
+
+namespace {
+
+// The start of a prompt's text for /slots: whole characters, at most about 4 KiB.
+std::string prompt_preview(const ServingModel& m, std::span<const int32_t> prompt) {
+  constexpr size_t kMaxBytes = 4096;
+  std::string text = m.tok().decode(prompt.first(std::min<size_t>(prompt.size(), kMaxBytes)),
+                                    /*show_special=*/true);
+  if (text.size() <= kMaxBytes) return text;
+  size_t n = kMaxBytes;
+  while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80) --n;
+  return text.substr(0, n) + "...";
+}
+
+}  // namespace
+
 std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, GenerationSpec spec) {
   if (spec.prompt.empty()) bad_request("the prompt is empty", "prompt");
   if ((int64_t)spec.prompt.size() >= m.n_ctx)
@@ -211,6 +252,12 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
                        " tokens (prompt and completion together); shorten the prompt",
                    "messages", "exceed_context_size_error",
                    {{"n_prompt_tokens", spec.prompt.size()}, {"n_ctx", m.n_ctx}});
+  RequestInfo info;
+  info.prompt = prompt_preview(m, spec.prompt);
+  info.params = sampling_json(spec.sampling);
+  info.params["n_predict"] = spec.max_tokens;
+  info.params["stop"] = spec.stop;
+  info.start = std::chrono::steady_clock::now();
   engine::GenerateRequest req;
   req.prompt = std::move(spec.prompt);
   req.max_tokens = spec.max_tokens;
@@ -230,11 +277,15 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
     bad_request(e.what());
   }
   req.filter = std::make_unique<engine::TextFilter>(m.tok(), std::move(spec.stop));
+  std::shared_ptr<engine::RequestHandle> handle;
   try {
-    return m.engine->submit(std::move(req));
+    handle = m.engine->submit(std::move(req));
   } catch (const Error& e) {
     throw ApiError(status_for_error_kind(e.kind()), e.what());
   }
+  info.handle = handle;
+  m.requests.add(handle->id(), std::move(info));
+  return handle;
 }
 
 CollectedOutput collect_output(engine::RequestHandle& handle) {

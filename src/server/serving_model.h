@@ -6,7 +6,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +29,27 @@ namespace hablar::server {
 enum class ReasoningFormat { kNone, kDeepSeek, kAuto };
 // "none", "deepseek", "auto" (also "deepseek-legacy", read as deepseek); nullopt otherwise.
 std::optional<ReasoningFormat> reasoning_format_from_name(std::string_view name);
+
+// What /slots shows of a request beyond the engine's counts: the start of its prompt, its
+// sampling parameters and when it came. An entry lives as long as its request's handle.
+struct RequestInfo {
+  std::weak_ptr<engine::RequestHandle> handle;
+  std::string prompt;  // at most about 4 KiB of the prompt's text
+  nlohmann::json params;
+  std::chrono::steady_clock::time_point start;
+};
+class RequestRegistry {
+ public:
+  void add(uint64_t id, RequestInfo info);
+  std::optional<RequestInfo> find(uint64_t id) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uint64_t, RequestInfo> infos_;
+};
+
+// The sampling parameters as llama-server names them (/props, /slots).
+nlohmann::json sampling_json(const engine::SamplingParams& s);
 
 // Sampling defaults from the command line (llama-server's --temp, --seed, -n, ...).
 struct GenerationDefaults {
@@ -57,6 +81,7 @@ struct ServingModel {
   int32_t reasoning_budget = -1;
   // --chat-template-kwargs: variables every render gets (a request's own come on top).
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  RequestRegistry requests;  // running requests' prompts and parameters, for /slots
 
   const tokenizer::Tokenizer& tok() const { return model->tokenizer(); }
 };

@@ -198,6 +198,23 @@ def test_completion_with_a_list_of_prompts(server):
     assert bad.status_code == 400
 
 
+def test_slots_show_prompt_and_params(small_steps):
+    # A long prompt at 32 tokens per step keeps the request busy for a while.
+    body = {"prompt": "alpha beta gamma delta " * 60, "n_predict": 3, "temperature": 0.5, "top_k": 7,
+            "stream": True}
+    r = requests.post(small_steps.url + "/completion", json=body, stream=True)
+    busy = []
+    deadline = time.time() + 30
+    while not busy and time.time() < deadline:
+        busy = [s for s in requests.get(small_steps.url + "/slots").json() if s["is_processing"]]
+    r.close()
+    assert busy, "never saw the request in /slots"
+    slot = busy[0]
+    assert "alpha beta gamma delta" in slot["prompt"]
+    assert slot["params"]["temperature"] == 0.5 and slot["params"]["top_k"] == 7
+    assert slot["params"]["n_predict"] == 3 and slot["t_elapsed_ms"] >= 0
+
+
 def test_exceed_context_size_error(server):
     r = requests.post(server.url + "/v1/chat/completions", json={
         "messages": [{"role": "user", "content": "hello " * 5000}], "max_tokens": 2})
