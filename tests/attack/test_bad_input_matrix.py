@@ -13,7 +13,7 @@ DEEP = "[" * 60000 + "]" * 60000  # about 120 KB, the issue's crashing value
 HUGE = "x" * (5 << 20)
 # Where text is expected, a huge value is words (a 5 MB single word would test the BPE, not
 # the server's input handling): refused as longer than the context.
-TEXT_FIELDS = {"prompt", "messages.content", "content", "system"}
+TEXT_FIELDS = {"prompt", "messages.content", "content", "system", "input", "instructions"}
 HUGE_TEXT = "hello " * 100000
 
 # Every POST route, with a body that is valid for it.
@@ -31,6 +31,7 @@ ROUTES = {
     "/api/show": {"model": "x"},
     "/v1/messages": {"messages": MSGS, "max_tokens": 2},
     "/v1/messages/count_tokens": {"messages": MSGS},
+    "/v1/responses": {"input": "Hi", "max_output_tokens": 2},
 }
 # Fields each route reads (a deep or huge value there must be refused, not echoed).
 FIELDS = {
@@ -47,6 +48,7 @@ FIELDS = {
     "/api/show": ["model"],
     "/v1/messages": ["max_tokens", "system", "messages.content", "stop_sequences", "tools"],
     "/v1/messages/count_tokens": ["messages.content", "system", "tool_choice"],
+    "/v1/responses": ["input", "instructions", "max_output_tokens", "tools", "text"],
 }
 
 

@@ -98,6 +98,9 @@ def test_infill_prompt_layout(fim_server):
                 n_tokens(suffix) + n_tokens(middle))
     assert r.json()["tokens_evaluated"] == expected
     assert r.json()["tokens_predicted"] == 2
+    for bad in ({"input_prefix": 5}, {"input_extra": "x.py"}, {"input_extra": [7]}, {"input_suffix": ["a"]}):
+        r = requests.post(url + "/infill", json={"input_prefix": "a", "n_predict": 1, **bad})
+        assert r.status_code == 400, (bad, r.text)
     show = requests.post(url + "/api/show", json={"model": "fim"}).json()
     assert "insert" in show["capabilities"]
     # Ollama's suffix on /api/generate is the same fill-in-the-middle prompt.
