@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "cli/chat_prompt.h"
 #include "cli/command.h"
 #include "cli/device_options.h"
+#include "cli/load_progress.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
@@ -28,8 +30,10 @@ namespace {
 
 struct RunOptions {
   std::string model;
-  std::string prompt;
-  int n_predict = 128;
+  std::string prompt;       // "-": read from standard input
+  std::string prompt_file;  // -f
+  int n_predict = 128;      // -1: until the context is full
+  int64_t seed = -1;        // -1: random, printed
   int n_ctx = 4096;
   int n_threads = 0;
   int n_batch = 512;
@@ -48,9 +52,13 @@ double seconds_since(Clock::time_point t0) {
 }
 
 void check_options(const RunOptions& o) {
-  if (o.n_predict <= 0)
+  if (o.n_predict <= 0 && o.n_predict != -1)
     throw_error(ErrorKind::kInvalidArgument,
-                "-n (tokens to generate) must be > 0, got " + std::to_string(o.n_predict));
+                "-n (tokens to generate) must be > 0, or -1 for no limit but the context, got " +
+                    std::to_string(o.n_predict));
+  if (o.prompt.empty() == o.prompt_file.empty())
+    throw_error(ErrorKind::kInvalidArgument,
+                "give the prompt with -p TEXT (-p - reads standard input) or -f FILE, not both");
   if (o.n_ctx <= 0)
     throw_error(ErrorKind::kInvalidArgument,
                 "-c (context size) must be > 0, got " + std::to_string(o.n_ctx));
@@ -63,9 +71,29 @@ void check_options(const RunOptions& o) {
 
 // Runs the prompt through the engine (the same step loop, executor and sampling as `serve`)
 // and streams the text as it comes.
-int run_generate(const RunOptions& o) {
+// The prompt text: -p TEXT, -p - (standard input) or -f FILE.
+std::string read_prompt(const RunOptions& o) {
+  if (!o.prompt_file.empty()) return read_text_file(o.prompt_file, "prompt file");
+  if (o.prompt != "-") return o.prompt;
+  std::string text;
+  char buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, stdin)) > 0;) text.append(buf, n);
+  return text;
+}
+
+int run_generate(RunOptions o) {
   check_options(o);
-  auto m = model::Model::load(resolve_model_path(o.model));
+  o.prompt = read_prompt(o);
+  if (o.seed < 0) {
+    // A random seed unless one was given, printed so that a run can be repeated.
+    o.sampling.seed = std::random_device{}();  // 32 bits, as llama.cpp's: easy to type back
+    log::info("seed: {} (random; --seed to repeat)", o.sampling.seed);
+  } else {
+    o.sampling.seed = (uint64_t)o.seed;
+  }
+  const std::string path = resolve_model_path(o.model);
+  warm_file_with_progress(path);
+  auto m = model::Model::load(path);
   const tokenizer::Tokenizer& tok = m->tokenizer();
   std::string prompt_text = o.prompt;
   std::vector<int32_t> prompt;
@@ -95,7 +123,7 @@ int run_generate(const RunOptions& o) {
 
   engine::GenerateRequest req;
   req.prompt = prompt;
-  req.max_tokens = o.n_predict;
+  req.max_tokens = o.n_predict > 0 ? o.n_predict : o.n_ctx - (int)prompt.size();
   req.sampler = std::make_unique<engine::ParamsSampler>(o.sampling, m->config().n_vocab);
   req.filter = std::make_unique<engine::TextFilter>(tok, o.stop);
   const auto t0 = Clock::now();
@@ -164,8 +192,11 @@ CommandRegistration reg{
       auto o = std::make_shared<RunOptions>();
       app.add_option("-m,--model", o->model,
                      "model path or name in the model cache (default model when omitted)");
-      app.add_option("-p,--prompt", o->prompt, "prompt text")->required();
-      app.add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
+      app.add_option("-p,--prompt", o->prompt, "prompt text (-: read standard input)");
+      app.add_option("-f,--file", o->prompt_file, "read the prompt from a file");
+      app.add_option("-n,--n-predict", o->n_predict,
+                     "tokens to generate (-1: until the context is full)")
+          ->capture_default_str();
       app.add_option("-c,--ctx-size", o->n_ctx, "context size in tokens")->capture_default_str();
       app.add_option("-t,--threads", o->n_threads, "threads (0 = all cores)")
           ->capture_default_str();
@@ -187,7 +218,7 @@ CommandRegistration reg{
           ->capture_default_str();
       app.add_option("--frequency-penalty", o->sampling.frequency_penalty, "frequency penalty")
           ->capture_default_str();
-      app.add_option("-s,--seed", o->sampling.seed, "RNG seed")->capture_default_str();
+      app.add_option("-s,--seed", o->seed, "RNG seed (-1: random, printed)")->capture_default_str();
       app.add_option("--stop", o->stop, "stop string (repeatable)");
       app.add_flag("--json", o->json, "print prompt and generated ids and text as JSON at the end");
       app.add_flag("--chat", o->chat,

@@ -29,6 +29,7 @@
 
 #include "cli/chat_prompt.h"
 #include "cli/command.h"
+#include "cli/load_progress.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
@@ -81,30 +82,6 @@ struct ServeOptions {
   int threads_batch = 0;
   std::string flash_attn;
 };
-
-// Reads the model file once, showing progress on a terminal: the cost of loading is the
-// disk, and the pages stay cached for the mmap that follows.
-void warm_file_with_progress(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return;
-  std::fseek(f, 0, SEEK_END);
-  const long total = std::ftell(f);
-  std::fseek(f, 0, SEEK_SET);
-  const bool tty = isatty(STDERR_FILENO);
-  std::vector<char> buf(8u << 20);
-  long done = 0;
-  int shown = -1;
-  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), f)) > 0;) {
-    done += (long)n;
-    const int pct = total > 0 ? (int)(100.0 * (double)done / (double)total) : 100;
-    if (tty && pct != shown) {
-      std::fprintf(stderr, "\rloading model %3d%% (%ld / %ld MiB)", pct, done >> 20, total >> 20);
-      shown = pct;
-    }
-  }
-  if (tty) std::fprintf(stderr, "\n");
-  std::fclose(f);
-}
 
 std::string model_id_for(const ServeOptions& o, const std::string& path) {
   if (!o.alias.empty()) return o.alias;
@@ -192,9 +169,8 @@ void check_options(ServeOptions& o) {
   if (!o.chat_template.empty() && !chat::builtin_chat_template(o.chat_template) &&
       o.chat_template.find("{{") == std::string::npos &&
       o.chat_template.find("{%") == std::string::npos)
-    fail("--chat-template: unknown template name '" + o.chat_template +
-         "' (built-in names: " + chat::builtin_chat_template_names() +
-         "; or give Jinja source, or --chat-template-file)");
+    fail("--chat-template: unknown template name '" + o.chat_template + "' (built-in names: " +
+         chat::builtin_chat_template_names() + "; or give Jinja source, or --chat-template-file)");
   if (!o.chat_template_kwargs.empty()) {
     const auto kw = nlohmann::ordered_json::parse(o.chat_template_kwargs, nullptr, false);
     if (!kw.is_object()) fail("--chat-template-kwargs must be a JSON object");

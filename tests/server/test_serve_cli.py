@@ -1,6 +1,8 @@
 """Command-line habits from llama-server and llama-cli: a port already in use is a clear,
 fast failure (no shared port), several listen addresses, -ngl on a machine without a GPU,
 an unknown subcommand named as such, and --log-level after the subcommand."""
+import json
+import re
 import socket
 import subprocess
 import time
@@ -53,6 +55,31 @@ def test_ngl_on_run_without_a_gpu_runs_on_the_cpu():
         pytest.skip("this machine has a GPU")
     assert p.returncode == 0, p.stderr
     assert "-ngl 99 ignored" in p.stderr and "CPU" in p.stderr
+
+
+def test_run_prompt_from_stdin_and_file(tmp_path):
+    args = ["run", "-n", "4", "--temp", "0", "-t", "1"]
+    direct = run(*args, "-p", "The capital of France is")
+    piped = subprocess.run([BIN, *args, "-p", "-"], input="The capital of France is", capture_output=True,
+                           text=True, timeout=120)
+    f = tmp_path / "prompt.txt"
+    f.write_text("The capital of France is")
+    from_file = run(*args, "-f", str(f))
+    assert direct.returncode == piped.returncode == from_file.returncode == 0, piped.stderr
+    assert direct.stdout == piped.stdout == from_file.stdout and direct.stdout.strip()
+    both = run(*args, "-p", "x", "-f", str(f))
+    assert both.returncode != 0 and "-f" in both.stderr
+
+
+def test_run_unlimited_and_random_seed_printed():
+    p = run("run", "-p", "Hi", "-n", "-1", "-c", "40", "-t", "1", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert len(out["prompt_ids"]) + len(out["generated_ids"]) <= 40
+    seed = int(re.search(r"seed: (\d+)", p.stderr).group(1))
+    again = run("run", "-p", "Hi", "-n", "-1", "-c", "40", "-t", "1", "--json", "--seed", str(seed))
+    assert json.loads(again.stdout)["text"] == out["text"]  # the printed seed repeats the run
+    assert "seed:" not in again.stderr
 
 
 def test_unknown_subcommand_is_named():
