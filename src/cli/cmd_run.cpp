@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "chat/chat.h"
+#include "cli/chat_loop.h"
 #include "cli/chat_prompt.h"
 #include "cli/command.h"
 #include "cli/device_options.h"
@@ -39,7 +40,8 @@ struct RunOptions {
   int n_batch = 512;
   bool json = false;
   bool chat = false;
-  std::string system;              // system message in chat mode
+  bool conversation = false;  // -cnv: the interactive chat (-p, if given, is the system message)
+  std::string system;         // system message in chat mode
   std::string chat_template_file;  // overrides the model's template in chat mode
   std::vector<std::string> stop;
   engine::SamplingParams sampling;
@@ -49,6 +51,22 @@ struct RunOptions {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// -cnv: llama-cli's conversation mode is `hablar chat` with run's options.
+int run_conversation(const RunOptions& o) {
+  ChatOptions c;
+  c.model = o.model;
+  c.system = o.system.empty() ? o.prompt : o.system;
+  c.chat_template_file = o.chat_template_file;
+  c.n_predict = o.n_predict;
+  c.n_ctx = o.n_ctx;
+  c.n_threads = o.n_threads;
+  c.n_batch = o.n_batch;
+  c.seed = o.seed;
+  c.sampling = o.sampling;
+  c.device = o.device;
+  return run_chat(c);
 }
 
 void check_options(const RunOptions& o) {
@@ -82,6 +100,7 @@ std::string read_prompt(const RunOptions& o) {
 }
 
 int run_generate(RunOptions o) {
+  if (o.conversation) return run_conversation(o);
   check_options(o);
   o.prompt = read_prompt(o);
   if (o.seed < 0) {
@@ -221,6 +240,8 @@ CommandRegistration reg{
       app.add_option("-s,--seed", o->seed, "RNG seed (-1: random, printed)")->capture_default_str();
       app.add_option("--stop", o->stop, "stop string (repeatable)");
       app.add_flag("--json", o->json, "print prompt and generated ids and text as JSON at the end");
+      app.add_flag("--conversation", o->conversation,
+                   "interactive chat, as `hablar chat` (-cnv); -p is then the system message");
       app.add_flag("--chat", o->chat,
                    "the prompt is a user message, rendered with the model's chat template");
       app.add_option("--system", o->system, "system message (with --chat)");
@@ -229,7 +250,7 @@ CommandRegistration reg{
       o->device.add_to(app);
       return [o] { return run_generate(*o); };
     },
-    {{"-ngl", "--n-gpu-layers"}}};
+    {{"-ngl", "--n-gpu-layers"}, {"-cnv", "--conversation"}}};
 
 }  // namespace
 }  // namespace hablar::cli
