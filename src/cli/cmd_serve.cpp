@@ -373,6 +373,9 @@ CommandRegistration serve_registration{
       app.add_option(
           "--chat-template-kwargs", o->chat_template_kwargs,
           "JSON object of extra template variables, e.g. '{\"enable_thinking\": false}'");
+      app.add_option("--otlp-endpoint", o->http.otlp_endpoint,
+                     "send a trace span per request to this OTLP/HTTP collector (JSON), e.g. "
+                     "http://127.0.0.1:4318");
       app.add_option("--reasoning-format", o->reasoning_format,
                      "none (reasoning stays in the content), deepseek or auto (returned apart as "
                      "reasoning_content)")

@@ -184,6 +184,8 @@ const Router::Handler* Router::find(httplib::Request& req, std::string& allow) c
 
 HttpServer::HttpServer(ServerOptions options)
     : options_(std::move(options)), start_time_(unix_time_now()) {
+  if (!options_.otlp_endpoint.empty())
+    otlp_ = std::make_unique<OtlpExporter>(options_.otlp_endpoint);
   TransportOptions t;
   t.host = options_.host;
   t.port = options_.port;
@@ -291,9 +293,31 @@ bool HttpServer::pre_route(const httplib::Request& req, httplib::Response& res) 
   return false;
 }
 
+namespace {
+int64_t unix_ns_now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 void HttpServer::handle(httplib::Request& req, httplib::Response& res) {
   const auto start = std::chrono::steady_clock::now();
+  Span span;
+  if (otlp_) {
+    start_span(span, req.get_header_value("traceparent"));
+    span.start_unix_ns = unix_ns_now();
+  }
   route(req, res);
+  if (otlp_) {
+    // A stream's span ends when its headers go out (its body is written afterwards).
+    span.end_unix_ns = unix_ns_now();
+    span.method = req.method;
+    span.path = req.path;
+    span.name = req.method + " " + req.path;
+    span.status = res.status;
+    otlp_->add(std::move(span));
+  }
   // One line per request at the default level (a stream's line comes when its headers go
   // out; the time is the time to its first byte).
   const double ms =

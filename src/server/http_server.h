@@ -16,6 +16,7 @@
 #include <regex>
 
 #include "server/event_server.h"
+#include "server/otlp_exporter.h"
 #include "server/serving_model.h"
 
 namespace httplib {
@@ -43,6 +44,7 @@ struct ServerOptions {
   bool enable_metrics = false;
   bool enable_slots = true;
   bool enable_webui = true;
+  std::string otlp_endpoint;  // OTLP/HTTP collector for request spans; empty: none
 };
 
 // Routes by method and path (a regex, matched whole; captures in req.matches).
@@ -103,6 +105,7 @@ class HttpServer {
   std::string load_error_;
   std::atomic<bool> stopping_{false};
   int64_t start_time_ = 0;
+  std::unique_ptr<OtlpExporter> otlp_;
 };
 
 // Route installers (routes_*.cpp).
