@@ -91,6 +91,12 @@ const std::string& chatml_template_source();
 // one built in (Gemma's for gemma*), else ChatML.
 const std::string& fallback_template_source(std::string_view architecture);
 
+// A family's chat format by llama-server's name for it (chatml, llama2, llama3, llama4,
+// mistral-v1/v3/v7, phi3, phi4, zephyr, falcon3, gemma, vicuna, openchat, deepseek,
+// deepseek2, deepseek3, command-r, granite) as Jinja source; null for other names.
+const std::string* builtin_chat_template(std::string_view name);
+std::string builtin_chat_template_names();  // comma-separated, for error messages
+
 struct ToolCall {
   std::string id;
   std::string name;

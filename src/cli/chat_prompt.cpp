@@ -15,8 +15,23 @@ std::string read_text_file(const std::string& path, const char* what) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-std::string chat_template_source(const gguf::GgufFile& file, const std::string& override_file) {
+std::string chat_template_source(const gguf::GgufFile& file, const std::string& override_file,
+                                 const std::string& override_text) {
+  if (!override_file.empty() && !override_text.empty())
+    throw_error(ErrorKind::kInvalidArgument,
+                "--chat-template and --chat-template-file are alternatives: give one");
   if (!override_file.empty()) return read_text_file(override_file, "chat template");
+  if (!override_text.empty()) {
+    // llama-server takes a built-in format's name or a Jinja template itself.
+    if (const std::string* builtin = chat::builtin_chat_template(override_text)) return *builtin;
+    if (override_text.find("{{") != std::string::npos ||
+        override_text.find("{%") != std::string::npos)
+      return override_text;
+    throw_error(ErrorKind::kInvalidArgument,
+                "--chat-template: unknown template name '" + override_text +
+                    "' (built-in names: " + chat::builtin_chat_template_names() +
+                    "; or give Jinja source, or --chat-template-file)");
+  }
   std::string source = file.get_string_or("tokenizer.chat_template", "");
   if (source.empty()) {
     const std::string arch = file.get_string_or("general.architecture", "");

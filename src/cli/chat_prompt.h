@@ -15,7 +15,9 @@ std::string read_text_file(const std::string& path, const char* what);
 
 // The template source: `override_file` when not empty, else the model's
 // `tokenizer.chat_template`, else ChatML (with a warning).
-std::string chat_template_source(const gguf::GgufFile& file, const std::string& override_file);
+// `override_text`: --chat-template, a built-in format's name (chatml, llama3, ...) or Jinja.
+std::string chat_template_source(const gguf::GgufFile& file, const std::string& override_file,
+                                 const std::string& override_text = "");
 
 // Renders [system (when not empty), user] with the generation prompt opened.
 std::string render_single_turn(const chat::ChatTemplate& tmpl, const tokenizer::Tokenizer& tok,

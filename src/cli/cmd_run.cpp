@@ -7,14 +7,17 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "chat/chat.h"
+#include "cli/chat_loop.h"
 #include "cli/chat_prompt.h"
 #include "cli/command.h"
 #include "cli/load_options.h"
 #include "cli/device_options.h"
+#include "cli/load_progress.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
@@ -30,14 +33,17 @@ namespace {
 struct RunOptions {
   std::string model;
   LoadFlags load;  // --quantize
-  std::string prompt;
-  int n_predict = 128;
+  std::string prompt;       // "-": read from standard input
+  std::string prompt_file;  // -f
+  int n_predict = 128;      // -1: until the context is full
+  int64_t seed = -1;        // -1: random, printed
   int n_ctx = 4096;
   int n_threads = 0;
   int n_batch = 512;
   bool json = false;
   bool chat = false;
-  std::string system;              // system message in chat mode
+  bool conversation = false;  // -cnv: the interactive chat (-p, if given, is the system message)
+  std::string system;         // system message in chat mode
   std::string chat_template_file;  // overrides the model's template in chat mode
   std::vector<std::string> stop;
   engine::SamplingParams sampling;
@@ -49,10 +55,30 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// -cnv: llama-cli's conversation mode is `hablar chat` with run's options.
+int run_conversation(const RunOptions& o) {
+  ChatOptions c;
+  c.model = o.model;
+  c.system = o.system.empty() ? o.prompt : o.system;
+  c.chat_template_file = o.chat_template_file;
+  c.n_predict = o.n_predict;
+  c.n_ctx = o.n_ctx;
+  c.n_threads = o.n_threads;
+  c.n_batch = o.n_batch;
+  c.seed = o.seed;
+  c.sampling = o.sampling;
+  c.device = o.device;
+  return run_chat(c);
+}
+
 void check_options(const RunOptions& o) {
-  if (o.n_predict <= 0)
+  if (o.n_predict <= 0 && o.n_predict != -1)
     throw_error(ErrorKind::kInvalidArgument,
-                "-n (tokens to generate) must be > 0, got " + std::to_string(o.n_predict));
+                "-n (tokens to generate) must be > 0, or -1 for no limit but the context, got " +
+                    std::to_string(o.n_predict));
+  if (o.prompt.empty() == o.prompt_file.empty())
+    throw_error(ErrorKind::kInvalidArgument,
+                "give the prompt with -p TEXT (-p - reads standard input) or -f FILE, not both");
   if (o.n_ctx <= 0)
     throw_error(ErrorKind::kInvalidArgument,
                 "-c (context size) must be > 0, got " + std::to_string(o.n_ctx));
@@ -65,9 +91,30 @@ void check_options(const RunOptions& o) {
 
 // Runs the prompt through the engine (the same step loop, executor and sampling as `serve`)
 // and streams the text as it comes.
-int run_generate(const RunOptions& o) {
+// The prompt text: -p TEXT, -p - (standard input) or -f FILE.
+std::string read_prompt(const RunOptions& o) {
+  if (!o.prompt_file.empty()) return read_text_file(o.prompt_file, "prompt file");
+  if (o.prompt != "-") return o.prompt;
+  std::string text;
+  char buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, stdin)) > 0;) text.append(buf, n);
+  return text;
+}
+
+int run_generate(RunOptions o) {
+  if (o.conversation) return run_conversation(o);
   check_options(o);
-  auto m = model::Model::load(resolve_model_path(o.model), o.load.options(o.n_threads));
+  o.prompt = read_prompt(o);
+  if (o.seed < 0) {
+    // A random seed unless one was given, printed so that a run can be repeated.
+    o.sampling.seed = std::random_device{}();  // 32 bits, as llama.cpp's: easy to type back
+    log::info("seed: {} (random; --seed to repeat)", o.sampling.seed);
+  } else {
+    o.sampling.seed = (uint64_t)o.seed;
+  }
+  const std::string path = resolve_model_path(o.model);
+  warm_file_with_progress(path);
+  auto m = model::Model::load(path, o.load.options(o.n_threads));
   const tokenizer::Tokenizer& tok = m->tokenizer();
   std::string prompt_text = o.prompt;
   std::vector<int32_t> prompt;
@@ -97,7 +144,7 @@ int run_generate(const RunOptions& o) {
 
   engine::GenerateRequest req;
   req.prompt = prompt;
-  req.max_tokens = o.n_predict;
+  req.max_tokens = o.n_predict > 0 ? o.n_predict : o.n_ctx - (int)prompt.size();
   req.sampler = std::make_unique<engine::ParamsSampler>(o.sampling, m->config().n_vocab);
   req.filter = std::make_unique<engine::TextFilter>(tok, o.stop);
   const auto t0 = Clock::now();
@@ -167,8 +214,11 @@ CommandRegistration reg{
       app.add_option("-m,--model", o->model,
                      "model path or name in the model cache (default model when omitted)");
       o->load.add_to(app);
-      app.add_option("-p,--prompt", o->prompt, "prompt text")->required();
-      app.add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
+      app.add_option("-p,--prompt", o->prompt, "prompt text (-: read standard input)");
+      app.add_option("-f,--file", o->prompt_file, "read the prompt from a file");
+      app.add_option("-n,--n-predict", o->n_predict,
+                     "tokens to generate (-1: until the context is full)")
+          ->capture_default_str();
       app.add_option("-c,--ctx-size", o->n_ctx, "context size in tokens")->capture_default_str();
       app.add_option("-t,--threads", o->n_threads, "threads (0 = all cores)")
           ->capture_default_str();
@@ -190,9 +240,11 @@ CommandRegistration reg{
           ->capture_default_str();
       app.add_option("--frequency-penalty", o->sampling.frequency_penalty, "frequency penalty")
           ->capture_default_str();
-      app.add_option("-s,--seed", o->sampling.seed, "RNG seed")->capture_default_str();
+      app.add_option("-s,--seed", o->seed, "RNG seed (-1: random, printed)")->capture_default_str();
       app.add_option("--stop", o->stop, "stop string (repeatable)");
       app.add_flag("--json", o->json, "print prompt and generated ids and text as JSON at the end");
+      app.add_flag("--conversation", o->conversation,
+                   "interactive chat, as `hablar chat` (-cnv); -p is then the system message");
       app.add_flag("--chat", o->chat,
                    "the prompt is a user message, rendered with the model's chat template");
       app.add_option("--system", o->system, "system message (with --chat)");
@@ -201,7 +253,7 @@ CommandRegistration reg{
       o->device.add_to(app);
       return [o] { return run_generate(*o); };
     },
-    {{"-ngl", "--n-gpu-layers"}}};
+    {{"-ngl", "--n-gpu-layers"}, {"-cnv", "--conversation"}}};
 
 }  // namespace
 }  // namespace hablar::cli

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +30,7 @@
 #include "cli/chat_prompt.h"
 #include "cli/command.h"
 #include "cli/load_options.h"
+#include "cli/load_progress.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
@@ -63,6 +65,10 @@ struct ServeOptions {
   std::vector<std::string> api_keys;
   std::string api_key_file;
   std::string chat_template_file;
+  std::string chat_template;  // a built-in format's name, or Jinja source
+  std::string reasoning_format = "auto";
+  int reasoning_budget = -1;
+  std::string chat_template_kwargs;  // JSON object
   std::string cors;
   int n_gpu_layers = -1;  // -1: unset (--device decides)
   std::string device = "auto";
@@ -79,30 +85,6 @@ struct ServeOptions {
   std::string flash_attn;
 };
 
-// Reads the model file once, showing progress on a terminal: the cost of loading is the
-// disk, and the pages stay cached for the mmap that follows.
-void warm_file_with_progress(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return;
-  std::fseek(f, 0, SEEK_END);
-  const long total = std::ftell(f);
-  std::fseek(f, 0, SEEK_SET);
-  const bool tty = isatty(STDERR_FILENO);
-  std::vector<char> buf(8u << 20);
-  long done = 0;
-  int shown = -1;
-  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), f)) > 0;) {
-    done += (long)n;
-    const int pct = total > 0 ? (int)(100.0 * (double)done / (double)total) : 100;
-    if (tty && pct != shown) {
-      std::fprintf(stderr, "\rloading model %3d%% (%ld / %ld MiB)", pct, done >> 20, total >> 20);
-      shown = pct;
-    }
-  }
-  if (tty) std::fprintf(stderr, "\n");
-  std::fclose(f);
-}
-
 std::string model_id_for(const ServeOptions& o, const std::string& path) {
   if (!o.alias.empty()) return o.alias;
   std::string name = path.substr(path.find_last_of('/') + 1);
@@ -117,9 +99,14 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   auto sm = std::make_shared<server::ServingModel>();
   sm->model = model::Model::load(path, o.load.options(o.n_threads));
   const auto& cfg = sm->model->config();
-  const std::string tmpl = chat_template_source(sm->model->file(), o.chat_template_file);
+  const std::string tmpl =
+      chat_template_source(sm->model->file(), o.chat_template_file, o.chat_template);
   sm->chat_template = std::make_unique<chat::ChatTemplate>(tmpl);
   sm->tool_format = chat::detect_tool_format(tmpl);
+  sm->reasoning_format = *server::reasoning_format_from_name(o.reasoning_format);  // checked
+  sm->reasoning_budget = o.reasoning_budget;
+  if (!o.chat_template_kwargs.empty())
+    sm->template_kwargs = nlohmann::ordered_json::parse(o.chat_template_kwargs);  // checked
 
   engine::ExecutorOptions eo;
   eo.device = engine::device_kind_from_name(o.device);
@@ -175,6 +162,21 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
 void check_options(ServeOptions& o) {
   auto fail = [](const std::string& m) { throw_error(ErrorKind::kInvalidArgument, m); };
   if (o.n_parallel < 1) fail("-np/--parallel must be at least 1");
+  if (!server::reasoning_format_from_name(o.reasoning_format))
+    fail("--reasoning-format must be none, deepseek or auto (got '" + o.reasoning_format + "')");
+  if (o.reasoning_budget != -1 && o.reasoning_budget != 0)
+    fail(
+        "--reasoning-budget must be -1 (unlimited) or 0 (thinking off); other budgets are not "
+        "supported");
+  if (!o.chat_template.empty() && !chat::builtin_chat_template(o.chat_template) &&
+      o.chat_template.find("{{") == std::string::npos &&
+      o.chat_template.find("{%") == std::string::npos)
+    fail("--chat-template: unknown template name '" + o.chat_template + "' (built-in names: " +
+         chat::builtin_chat_template_names() + "; or give Jinja source, or --chat-template-file)");
+  if (!o.chat_template_kwargs.empty()) {
+    const auto kw = nlohmann::ordered_json::parse(o.chat_template_kwargs, nullptr, false);
+    if (!kw.is_object()) fail("--chat-template-kwargs must be a JSON object");
+  }
   if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (0: 8192 on the CPU, free memory on a GPU)");
   if (o.n_batch < 1) fail("-b/--batch-size must be at least 1");
   if (o.decode_step_tokens < 0) fail("--decode-step-tokens must be >= 0 (0 = -b)");
@@ -230,6 +232,24 @@ void raise_open_file_limit() {
   }
 }
 
+// The server's URLs, one per address of --host ("127.0.0.1,::1"), IPv6 ones in brackets.
+std::string server_urls(const std::string& hosts, int port, const char* path = "") {
+  std::string out;
+  for (size_t start = 0; start <= hosts.size();) {
+    size_t end = hosts.find(',', start);
+    if (end == std::string::npos) end = hosts.size();
+    std::string h = hosts.substr(start, end - start);
+    start = end + 1;
+    h.erase(0, h.find_first_not_of(' '));
+    h.erase(h.find_last_not_of(' ') + 1);
+    if (h.empty()) continue;
+    if (h.find(':') != std::string::npos && h.front() != '[') h = "[" + h + "]";
+    out +=
+        (out.empty() ? "" : ", ") + std::string("http://") + h + ":" + std::to_string(port) + path;
+  }
+  return out;
+}
+
 int run_serve(ServeOptions& o) {
   check_options(o);
   raise_open_file_limit();
@@ -244,16 +264,18 @@ int run_serve(ServeOptions& o) {
 
   server::HttpServer http(o.http);
   http.bind();
-  log::info("listening on http://{}:{} (loading the model; /health answers 503 until ready)",
-            o.http.host, http.port());
+  log::info("listening on {} (loading the model; /health answers 503 until ready)",
+            server_urls(o.http.host, http.port()));
   std::thread listener([&] { http.run(); });
+  std::atomic<bool> load_failed{false};
   std::thread loader([&] {
     try {
       http.set_model(load_serving_model(o, path));
-      log::info("ready: http://{}:{}/  (OpenAI API at /v1)", o.http.host, http.port());
+      log::info("ready: {}  (OpenAI API at /v1)", server_urls(o.http.host, http.port(), "/"));
     } catch (const std::exception& e) {
       log::error("loading {} failed: {}", path, e.what());
       http.set_load_error(e.what());
+      load_failed = true;
       kill(getpid(), SIGTERM);
     }
   });
@@ -270,7 +292,7 @@ int run_serve(ServeOptions& o) {
   spdlog::default_logger()->flush();
   std::fflush(stdout);
   std::fflush(stderr);
-  std::_Exit(0);
+  std::_Exit(load_failed ? 1 : 0);  // a model that did not load is a failed start
 }
 
 CommandRegistration serve_registration{
@@ -281,8 +303,15 @@ CommandRegistration serve_registration{
       app.add_option("-m,--model", o->model,
                      "GGUF file or model name (default: the default model)");
       o->load.add_to(app);
-      app.add_option("--host", o->http.host, "address to listen on")->capture_default_str();
-      app.add_option("--port", o->http.port, "port (0: any free port)")->capture_default_str();
+      // The last --host / --port wins, as in llama-server: a wrapper's defaults can be
+      // overridden by arguments appended after them.
+      app.add_option("--host", o->http.host,
+                     "address(es) to listen on, comma-separated (\"127.0.0.1,::1\")")
+          ->capture_default_str()
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+      app.add_option("--port", o->http.port, "port (0: any free port)")
+          ->capture_default_str()
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
       app.add_option("-a,--alias", o->alias, "model name shown to clients");
       app.add_option("-c,--ctx-size", o->n_ctx,
                      "KV cache size in tokens, shared by all sequences (0: 8192 on the CPU; on a "
@@ -341,6 +370,22 @@ CommandRegistration serve_registration{
       app.add_flag("--jinja", o->jinja, "use the Jinja chat template (always on)");
       app.add_option("--chat-template-file", o->chat_template_file,
                      "Jinja chat template to use instead of the model's");
+      app.add_option("--chat-template", o->chat_template,
+                     "chat format by name (" + chat::builtin_chat_template_names() +
+                         ") or Jinja source, instead of the model's template");
+      app.add_option(
+          "--chat-template-kwargs", o->chat_template_kwargs,
+          "JSON object of extra template variables, e.g. '{\"enable_thinking\": false}'");
+      app.add_option("--otlp-endpoint", o->http.otlp_endpoint,
+                     "send a trace span per request to this OTLP/HTTP collector (JSON), e.g. "
+                     "http://127.0.0.1:4318");
+      app.add_option("--reasoning-format", o->reasoning_format,
+                     "none (reasoning stays in the content), deepseek or auto (returned apart as "
+                     "reasoning_content)")
+          ->capture_default_str();
+      app.add_option("--reasoning-budget", o->reasoning_budget,
+                     "-1: unlimited thinking; 0: thinking off (enable_thinking false)")
+          ->capture_default_str();
       app.add_option("--n-gpu-layers", o->n_gpu_layers,
                      "layers on the GPU (-ngl): 0 the CPU, >= the layer count all on the GPU; "
                      "partial offload is not supported");

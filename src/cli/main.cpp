@@ -44,6 +44,23 @@ std::vector<std::string> apply_flag_aliases(int argc, char** argv,
   return args;
 }
 
+// The first argument that is not an option, when it names no subcommand ("" otherwise).
+std::string unknown_command(const std::vector<std::string>& args,
+                            const std::vector<CommandSpec>& registry) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--log-level") {
+      ++i;
+      continue;
+    }
+    if (arg.empty() || arg[0] == '-') continue;
+    for (const CommandSpec& spec : registry)
+      if (arg == spec.name) return "";
+    return arg;
+  }
+  return "";
+}
+
 int run_main(int argc, char** argv) {
   CLI::App app{"hablar: LLM inference engine and OpenAI-compatible server"};
   app.require_subcommand(1);
@@ -51,6 +68,10 @@ int run_main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   app.set_version_flag("--version", std::string("hablar ") + HABLAR_VERSION_STRING);
+
+  // Options a subcommand does not know go up to this level: `hablar run --log-level warn`
+  // works as well as `hablar --log-level warn run`. Subcommands inherit this setting.
+  app.fallthrough();
 
   auto& registry = command_registry();
   std::sort(registry.begin(), registry.end(),
@@ -61,6 +82,13 @@ int run_main(int argc, char** argv) {
     actions[sub] = spec.setup(*sub);
   }
   std::vector<std::string> args = apply_flag_aliases(argc, argv, registry, {"--log-level"});
+  if (const std::string unknown = unknown_command(args, registry); !unknown.empty()) {
+    std::string names;
+    for (const CommandSpec& spec : registry) names += (names.empty() ? "" : ", ") + spec.name;
+    std::fprintf(stderr, "error: unknown command '%s' (commands: %s; see hablar --help)\n",
+                 unknown.c_str(), names.c_str());
+    return 2;
+  }
   std::vector<char*> arg_ptrs;
   for (std::string& a : args) arg_ptrs.push_back(a.data());
   try {

@@ -349,6 +349,7 @@ void Engine::sample_and_emit(Active& a, float* logits_row, int32_t sampled) {
     item.text = std::move(r.text);
     stop = r.stop;
     a.filter_stopped = r.stop;
+    a.stop_word = std::move(r.stop_word);
   }
   a.handle->push(std::move(item));
   if (stop)
@@ -367,6 +368,7 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
   item.kind = StreamItem::Kind::kFinal;
   item.finish_reason = reason;
   item.error = error;
+  item.stop_word = a.stop_word;
   // A stop-string match ends the text where the match began; otherwise held-back text
   // (an incomplete character, a partial stop-string match) is final now.
   if (a.request.filter && !a.filter_stopped &&
@@ -383,6 +385,11 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
     m.requests_finished += 1;
     m.preemptions_total += (uint64_t)seq.n_preemptions;
     m.prompt_tokens_cached += (uint64_t)seq.n_cached_prompt;
+    // Its slot is free from now on, before the client has the reply: /slots and the gauges
+    // must not show it busy until some later step publishes the state again.
+    std::erase_if(m.slots, [&](const SlotInfo& s) { return s.id == seq.id; });
+    m.requests_running = scheduler_.n_running();
+    m.requests_waiting = scheduler_.n_waiting();
   });
   a.handle->push(std::move(item));
   active_.erase(&seq);

@@ -51,6 +51,7 @@ class OutputFilter {
   struct Result {
     std::string text;   // text that became final with this token
     bool stop = false;  // a stop condition matched: finish with reason "stop"
+    std::string stop_word;  // the stop string that matched, when one did
   };
   virtual ~OutputFilter() = default;
   virtual Result push(int32_t token) = 0;
@@ -86,6 +87,7 @@ struct StreamItem {
   // kFinal
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;
+  std::string stop_word;  // the stop string that ended it (kStop by a stop string)
   int32_t n_prompt = 0;
   int32_t n_generated = 0;
   int32_t n_cached_prompt = 0;
@@ -162,6 +164,7 @@ class Engine {
     std::chrono::steady_clock::time_point last_token;
     bool scheduled = false;
     bool filter_stopped = false;    // the output filter matched a stop string
+    std::string stop_word;          // ... and which one
     int32_t prompt_items_sent = 0;  // kPrompt items pushed (prompt positions 0 .. n - 1)
   };
 

@@ -19,6 +19,13 @@ DeviceKind device_kind_from_name(const std::string& name) {
 DeviceKind resolve_device(const model::Model& model, const ExecutorOptions& o) {
   const int n_layers = model.config().n_layers;
   DeviceKind want = o.device;
+  std::string reason;
+  // -ngl N on a machine (or build) without a GPU, --device left on auto: ignored with a
+  // warning, as llama.cpp does, so that habitual command lines still run.
+  if (o.n_gpu_layers > 0 && want == DeviceKind::kAuto && !cuda_available(&reason)) {
+    log::warn("-ngl {} ignored: {}; running on the CPU", o.n_gpu_layers, reason);
+    return DeviceKind::kCpu;
+  }
   if (o.n_gpu_layers == 0) {
     if (want == DeviceKind::kCuda)
       throw_error(ErrorKind::kInvalidArgument, "--device cuda contradicts -ngl 0");
@@ -33,7 +40,6 @@ DeviceKind resolve_device(const model::Model& model, const ExecutorOptions& o) {
     want = DeviceKind::kCuda;
   }
   if (want == DeviceKind::kCpu) return DeviceKind::kCpu;
-  std::string reason;
   bool have = cuda_available(&reason);
   const bool device_present = have;
   if (have && !cuda_can_run(model, &reason)) have = false;  // no kernels for this model

@@ -17,7 +17,7 @@ class TextFilter : public OutputFilter {
       : detok_(tok), stops_(std::move(stops)) {}
   Result push(int32_t token) override {
     StopStringMatcher::Result r = stops_.push(detok_.push(token));
-    return {std::move(r.text), r.stopped};
+    return {std::move(r.text), r.stopped, std::move(r.matched)};
   }
   std::string flush() override {
     StopStringMatcher::Result r = stops_.push(detok_.flush());

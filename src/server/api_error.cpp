@@ -36,6 +36,57 @@ nlohmann::json error_body(int status, const std::string& message, const std::str
   return {{"error", e}};
 }
 
+namespace {
+
+const char* anthropic_error_type(int status) {
+  switch (status) {
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "request_too_large";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+    case 529:
+      return "overloaded_error";
+    default:
+      return status >= 500 ? "api_error" : "invalid_request_error";
+  }
+}
+
+}  // namespace
+
+ErrorStyle error_style_for_path(std::string_view path) {
+  if (path.starts_with("/v1/messages")) return ErrorStyle::kAnthropic;
+  if (path.starts_with("/api/")) return ErrorStyle::kOllama;
+  return ErrorStyle::kOpenAI;
+}
+
+nlohmann::json error_body(ErrorStyle style, int status, const std::string& message,
+                          const std::string& param) {
+  switch (style) {
+    case ErrorStyle::kAnthropic:
+      return {{"type", "error"},
+              {"error", {{"type", anthropic_error_type(status)}, {"message", message}}}};
+    case ErrorStyle::kOllama:
+      return {{"error", message}};
+    default:
+      return error_body(status, message, param);
+  }
+}
+
+nlohmann::json error_body(ErrorStyle style, const ApiError& e) {
+  nlohmann::json body = error_body(style, e.status(), e.what(), e.param());
+  if (style != ErrorStyle::kOpenAI) return body;
+  if (!e.type().empty()) body["error"]["type"] = e.type();
+  if (e.extra().is_object()) body["error"].update(e.extra());
+  return body;
+}
+
 int status_for_error_kind(ErrorKind kind) {
   switch (kind) {
     case ErrorKind::kInvalidArgument:

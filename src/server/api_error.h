@@ -15,12 +15,25 @@ class ApiError : public std::runtime_error {
  public:
   ApiError(int status, std::string message, std::string param = {})
       : std::runtime_error(std::move(message)), status_(status), param_(std::move(param)) {}
+  // An error with its own OpenAI "type" and extra fields in the error object (llama-server's
+  // exceed_context_size_error carries n_prompt_tokens and n_ctx).
+  ApiError(int status, std::string message, std::string param, std::string type,
+           nlohmann::json extra)
+      : std::runtime_error(std::move(message)),
+        status_(status),
+        param_(std::move(param)),
+        type_(std::move(type)),
+        extra_(std::move(extra)) {}
   int status() const { return status_; }
   const std::string& param() const { return param_; }
+  const std::string& type() const { return type_; }  // "" : by status
+  const nlohmann::json& extra() const { return extra_; }
 
  private:
   int status_;
   std::string param_;
+  std::string type_;
+  nlohmann::json extra_;
 };
 
 [[noreturn]] inline void bad_request(std::string message, std::string param = {}) {
@@ -30,6 +43,17 @@ class ApiError : public std::runtime_error {
 // OpenAI's error "type" for a status code.
 const char* error_type_for_status(int status);
 nlohmann::json error_body(int status, const std::string& message, const std::string& param = {});
+
+// Each API family has its own error body; clients parse theirs:
+//   kOpenAI    {"error": {"message", "type", "param", "code"}}  (also llama.cpp's routes)
+//   kAnthropic {"type": "error", "error": {"type": "invalid_request_error", "message"}}
+//   kOllama    {"error": "message"}
+enum class ErrorStyle { kOpenAI, kAnthropic, kOllama };
+// The family a request path belongs to (/v1/messages..., /api/..., else OpenAI's).
+ErrorStyle error_style_for_path(std::string_view path);
+nlohmann::json error_body(ErrorStyle style, int status, const std::string& message,
+                          const std::string& param = {});
+nlohmann::json error_body(ErrorStyle style, const ApiError& e);
 // The HTTP status of an engine or library error.
 int status_for_error_kind(ErrorKind kind);
 

@@ -12,6 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -191,7 +193,8 @@ struct EventServer::Impl {
   TransportOptions opt;
   RequestHandler handler;
   std::atomic<size_t>* n_connections = nullptr;
-  int listen_fd = -1, epoll_fd = -1, wake_fd = -1;
+  std::vector<int> listen_fds;  // one per address of --host
+  int epoll_fd = -1, wake_fd = -1;
   std::atomic<bool> stop{false};
   bool accept_paused = false;  // out of descriptors: resumed at the next sweep
   std::unordered_map<int, std::shared_ptr<Conn>> conns;
@@ -236,7 +239,11 @@ struct EventServer::Impl {
     c.deadline = Clock::now() + std::chrono::seconds(timeout_s);
   }
 
-  void accept_all();
+  void accept_all(int listen_fd);
+  bool is_listener(int fd) const {
+    return std::find(listen_fds.begin(), listen_fds.end(), fd) != listen_fds.end();
+  }
+  void watch_listeners();
   void on_readable(const std::shared_ptr<Conn>& c);
   bool advance(const std::shared_ptr<Conn>& c);
   bool take_body(const std::shared_ptr<Conn>& c);
@@ -247,7 +254,7 @@ struct EventServer::Impl {
   void expire();
 };
 
-void EventServer::Impl::accept_all() {
+void EventServer::Impl::accept_all(int listen_fd) {
   for (;;) {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
@@ -257,7 +264,7 @@ void EventServer::Impl::accept_all() {
       if (errno == EMFILE || errno == ENFILE) {
         // The listener stays readable: stop watching it for a while rather than spin.
         log::warn("out of file descriptors: accepting paused (raise ulimit -n)");
-        epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
+        for (int l : listen_fds) epoll_ctl(epoll_fd, EPOLL_CTL_DEL, l, nullptr);
         accept_paused = true;
       }
       return;
@@ -499,46 +506,103 @@ EventServer::EventServer(TransportOptions options, RequestHandler handler)
 }
 
 EventServer::~EventServer() {
-  if (impl_->listen_fd >= 0) ::close(impl_->listen_fd);
+  for (int fd : impl_->listen_fds) ::close(fd);
   if (impl_->epoll_fd >= 0) ::close(impl_->epoll_fd);
   if (impl_->wake_fd >= 0) ::close(impl_->wake_fd);
 }
 
-int EventServer::bind() {
-  Impl& s = *impl_;
+namespace {
+
+// A listening socket on one address. No SO_REUSEPORT: a second server on a port in use must
+// fail here rather than share the traffic. SO_REUSEADDR only lets a restarted server bind
+// while old connections are in TIME_WAIT (Linux never lets two sockets listen on one port
+// with it). With several addresses, IPv6 sockets take IPv6 only, so that "0.0.0.0,::" works.
+int listen_on(const std::string& host, int port, bool v6_only) {
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
-  const std::string port = std::to_string(s.opt.port);
-  if (getaddrinfo(s.opt.host.c_str(), port.c_str(), &hints, &res) != 0 || !res)
-    throw_error(ErrorKind::kIo, "cannot resolve " + s.opt.host);
+  const std::string port_text = std::to_string(port);
+  const int rc = getaddrinfo(host.c_str(), port_text.c_str(), &hints, &res);
+  if (rc != 0 || !res)
+    throw_error(ErrorKind::kIo, "cannot resolve host " + host + ": " + gai_strerror(rc));
   const int fd = ::socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  const bool ok =
-      fd >= 0 && ::bind(fd, res->ai_addr, res->ai_addrlen) == 0 && ::listen(fd, 4096) == 0;
-  freeaddrinfo(res);
-  if (!ok) {
-    if (fd >= 0) ::close(fd);
-    throw_error(ErrorKind::kIo, "cannot listen on " + s.opt.host + ":" + port +
-                                    " (address in use or not available)");
+  int err = fd < 0 ? errno : 0;
+  if (fd >= 0) {
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (res->ai_family == AF_INET6 && v6_only)
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, 4096) != 0) err = errno;
   }
-  s.listen_fd = fd;
+  freeaddrinfo(res);
+  if (err != 0) {
+    if (fd >= 0) ::close(fd);
+    const std::string where =
+        (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port_text;
+    throw_error(ErrorKind::kIo,
+                "cannot listen on " + where + ": " + std::strerror(err) +
+                    (err == EADDRINUSE ? " (another server is using this port; pick another "
+                                         "with --port)"
+                                       : ""));
+  }
+  return fd;
+}
+
+int bound_port(int fd) {
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
   getsockname(fd, (sockaddr*)&addr, &len);
-  const int bound = addr.ss_family == AF_INET6 ? ntohs(((sockaddr_in6*)&addr)->sin6_port)
-                                               : ntohs(((sockaddr_in*)&addr)->sin_port);
-  s.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-  s.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  return addr.ss_family == AF_INET6 ? ntohs(((sockaddr_in6*)&addr)->sin6_port)
+                                    : ntohs(((sockaddr_in*)&addr)->sin_port);
+}
+
+}  // namespace
+
+void EventServer::Impl::watch_listeners() {
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = s.listen_fd;
-  epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.listen_fd, &ev);
+  for (int fd : listen_fds) {
+    ev.data.fd = fd;
+    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+  }
+}
+
+int EventServer::bind() {
+  Impl& s = *impl_;
+  // --host may list several addresses ("127.0.0.1,::1"); with port 0 the later ones take
+  // the port the first was given.
+  std::vector<std::string> hosts;
+  for (size_t start = 0; start <= s.opt.host.size();) {
+    size_t end = s.opt.host.find(',', start);
+    if (end == std::string::npos) end = s.opt.host.size();
+    std::string h = s.opt.host.substr(start, end - start);
+    h.erase(0, h.find_first_not_of(' '));
+    h.erase(h.find_last_not_of(' ') + 1);
+    if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+    if (!h.empty()) hosts.push_back(h);
+    start = end + 1;
+  }
+  if (hosts.empty()) throw_error(ErrorKind::kInvalidArgument, "--host names no address");
+  int port = s.opt.port;
+  try {
+    for (const std::string& h : hosts) {
+      s.listen_fds.push_back(listen_on(h, port, hosts.size() > 1));
+      port = bound_port(s.listen_fds.back());
+    }
+  } catch (...) {
+    for (int fd : s.listen_fds) ::close(fd);
+    s.listen_fds.clear();
+    throw;
+  }
+  s.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  s.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  s.watch_listeners();
+  epoll_event ev{};
+  ev.events = EPOLLIN;
   ev.data.fd = s.wake_fd;
   epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.wake_fd, &ev);
-  return bound;
+  return port;
 }
 
 void EventServer::run() {
@@ -549,8 +613,8 @@ void EventServer::run() {
     const int n = epoll_wait(s.epoll_fd, events.data(), (int)events.size(), 200);
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
-      if (fd == s.listen_fd) {
-        s.accept_all();
+      if (s.is_listener(fd)) {
+        s.accept_all(fd);
         continue;
       }
       if (fd == s.wake_fd) {
@@ -576,18 +640,15 @@ void EventServer::run() {
     }
     if (Clock::now() - last_sweep > std::chrono::milliseconds(250)) {
       if (s.accept_paused) {
-        epoll_event ev{};
-        ev.events = EPOLLIN;
-        ev.data.fd = s.listen_fd;
-        epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.listen_fd, &ev);
+        s.watch_listeners();
         s.accept_paused = false;
       }
       s.expire();
       last_sweep = Clock::now();
     }
   }
-  ::close(s.listen_fd);
-  s.listen_fd = -1;
+  for (int fd : s.listen_fds) ::close(fd);
+  s.listen_fds.clear();
 }
 
 void EventServer::stop() {

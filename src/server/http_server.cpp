@@ -2,7 +2,9 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "core/log.h"
@@ -29,6 +31,34 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// Whether a request's Origin is allowed by --cors-origins. An entry matches the origin
+// itself ("http://localhost:5173"), its scheme and host with any port ("http://localhost"),
+// or its host alone with any scheme and port ("localhost"); "*" matches every origin.
+bool origin_allowed(const std::vector<std::string>& allowed, const std::string& origin) {
+  const size_t scheme_end = origin.find("://");
+  if (scheme_end == std::string::npos) return false;
+  const size_t host_start = scheme_end + 3;
+  size_t host_end = origin.size();
+  if (origin.compare(host_start, 1, "[") == 0) {  // [IPv6]
+    host_end = origin.find(']', host_start);
+    host_end = host_end == std::string::npos ? origin.size() : host_end + 1;
+  } else {
+    host_end = std::min(origin.find(':', host_start), origin.size());
+  }
+  const std::string host = origin.substr(host_start, host_end - host_start);
+  const std::string without_port = origin.substr(0, host_end);
+  for (const std::string& a : allowed)
+    if (a == "*" || a == origin || a == without_port || a == host) return true;
+  return false;
+}
+
+// Routes a load balancer polls: logged at debug level only, so that the default log shows
+// the traffic that matters.
+bool is_probe(const std::string& path) {
+  return path == "/health" || path == "/health/live" || path == "/health/ready" ||
+         path == "/metrics";
+}
+
 }  // namespace
 
 void send_json(httplib::Response& res, const nlohmann::json& body, int status) {
@@ -38,18 +68,19 @@ void send_json(httplib::Response& res, const nlohmann::json& body, int status) {
 
 void handle_json(const httplib::Request& req, httplib::Response& res,
                  const std::function<void()>& fn) {
+  const ErrorStyle style = error_style_for_path(req.path);
   try {
     fn();
   } catch (const ApiError& e) {
-    send_json(res, error_body(e.status(), e.what(), e.param()), e.status());
+    send_json(res, error_body(style, e), e.status());
     if (e.status() == 503) res.set_header("Retry-After", "1");
   } catch (const Error& e) {
     const int status = status_for_error_kind(e.kind());
-    send_json(res, error_body(status, e.what()), status);
+    send_json(res, error_body(style, status, e.what()), status);
     if (status == 503) res.set_header("Retry-After", "1");
   } catch (const std::exception& e) {
     log::error("{} {}: {}", req.method, req.path, e.what());
-    send_json(res, error_body(500, std::string("internal error: ") + e.what()), 500);
+    send_json(res, error_body(style, 500, std::string("internal error: ") + e.what()), 500);
   }
 }
 
@@ -57,7 +88,11 @@ nlohmann::json request_json(const httplib::Request& req) {
   if (req.has_header("Content-Type")) {
     const std::string type = req.get_header_value("Content-Type");
     const std::string base = type.substr(0, type.find(';'));
-    if (base != "application/json" && base.find("+json") == std::string::npos)
+    // `curl -d '{...}'`, as Ollama's and llama-server's examples send it, says
+    // application/x-www-form-urlencoded; such bodies (and text/plain) are read as JSON too.
+    const bool json_like = base == "application/json" || base.find("+json") != std::string::npos ||
+                           base == "application/x-www-form-urlencoded" || base == "text/plain";
+    if (!json_like)
       throw ApiError(415, "the request body must be JSON (Content-Type: application/json), got " +
                               text_excerpt(type));
   }
@@ -84,6 +119,13 @@ void check_final(const engine::StreamItem& f) {
     if (client_gone()) throw ApiError(499, "the client closed the connection");
     throw ApiError(503, "the server is shutting down; the generation was cut short");
   }
+}
+
+void set_server_timing(httplib::Response& res, const engine::StreamItem& f) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "queue;dur=%.2f, prefill;dur=%.2f, decode;dur=%.2f", f.queue_ms,
+                std::max(0.0, f.prompt_ms - f.queue_ms), f.decode_ms);
+  res.set_header("Server-Timing", buf);
 }
 
 std::vector<engine::StreamItem> next_items(engine::RequestHandle& handle, int timeout_ms) {
@@ -140,7 +182,10 @@ const Router::Handler* Router::find(httplib::Request& req, std::string& allow) c
   return nullptr;
 }
 
-HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)) {
+HttpServer::HttpServer(ServerOptions options)
+    : options_(std::move(options)), start_time_(unix_time_now()) {
+  if (!options_.otlp_endpoint.empty())
+    otlp_ = std::make_unique<OtlpExporter>(options_.otlp_endpoint);
   TransportOptions t;
   t.host = options_.host;
   t.port = options_.port;
@@ -206,26 +251,27 @@ std::shared_ptr<ServingModel> HttpServer::model_or_throw() const {
 
 // CORS, preflight and auth before routing; true when the request is answered here.
 bool HttpServer::pre_route(const httplib::Request& req, httplib::Response& res) {
-  // CORS: echo an allowed origin; answer preflight requests here.
+  // CORS as llama-server does it: an allowed Origin is echoed (never "*", which browsers
+  // refuse together with credentials) with Access-Control-Allow-Credentials; preflight
+  // requests are answered here with 200.
   const std::string origin = req.get_header_value("Origin");
-  if (!origin.empty()) {
-    for (const std::string& allowed : options_.cors_origins) {
-      if (allowed == "*" || allowed == origin) {
-        res.set_header("Access-Control-Allow-Origin", allowed == "*" ? "*" : origin);
-        if (allowed != "*") res.set_header("Vary", "Origin");
-        break;
-      }
-    }
+  if (!origin.empty() && origin_allowed(options_.cors_origins, origin)) {
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Access-Control-Allow-Credentials", "true");
+    res.set_header("Vary", "Origin");
   }
   if (req.method == "OPTIONS") {
-    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+    const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+    res.set_header("Access-Control-Allow-Headers",
+                   asked.empty() ? "Authorization, Content-Type, X-Api-Key" : asked);
     res.set_header("Access-Control-Max-Age", "86400");
-    res.status = 204;
+    res.status = 200;
     return true;
   }
-  // Auth: Bearer key on every API route; /health and the static page stay open.
-  const bool open = req.path == "/health" || req.path == "/" || req.path == "/index.html" ||
+  // Auth: Bearer key on every API route; health probes and the static page stay open.
+  const bool open = req.path == "/health" || req.path == "/health/live" ||
+                    req.path == "/health/ready" || req.path == "/" || req.path == "/index.html" ||
                     req.path == "/favicon.ico";
   if (!options_.api_keys.empty() && !open) {
     const std::string auth = req.get_header_value("Authorization");
@@ -236,7 +282,9 @@ bool HttpServer::pre_route(const httplib::Request& req, httplib::Response& res) 
     bool ok = false;
     for (const std::string& k : options_.api_keys) ok |= constant_time_equal(k, key);
     if (!ok) {
-      send_json(res, error_body(401, "invalid or missing API key (Authorization: Bearer ...)"),
+      send_json(res,
+                error_body(error_style_for_path(req.path), 401,
+                           "invalid or missing API key (Authorization: Bearer ... or x-api-key)"),
                 401);
       res.set_header("WWW-Authenticate", "Bearer");
       return true;
@@ -245,20 +293,60 @@ bool HttpServer::pre_route(const httplib::Request& req, httplib::Response& res) 
   return false;
 }
 
+namespace {
+int64_t unix_ns_now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 void HttpServer::handle(httplib::Request& req, httplib::Response& res) {
+  const auto start = std::chrono::steady_clock::now();
+  Span span;
+  if (otlp_) {
+    start_span(span, req.get_header_value("traceparent"));
+    span.start_unix_ns = unix_ns_now();
+  }
+  route(req, res);
+  if (otlp_) {
+    // A stream's span ends when its headers go out (its body is written afterwards).
+    span.end_unix_ns = unix_ns_now();
+    span.method = req.method;
+    span.path = req.path;
+    span.name = req.method + " " + req.path;
+    span.status = res.status;
+    otlp_->add(std::move(span));
+  }
+  // One line per request at the default level (a stream's line comes when its headers go
+  // out; the time is the time to its first byte).
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const bool stream = res.is_chunked_content_provider_;
+  if (is_probe(req.path))
+    log::debug("{} {} {} {} {:.1f} ms", req.remote_addr, req.method, req.path, res.status, ms);
+  else
+    log::info("{} {} {} {}{} {:.1f} ms", req.remote_addr, req.method, req.path, res.status,
+              stream ? " (stream)" : "", ms);
+}
+
+void HttpServer::route(httplib::Request& req, httplib::Response& res) {
   if (pre_route(req, res)) return;
   std::string allow;
   const Router::Handler* h = router_.find(req, allow);
+  const ErrorStyle style = error_style_for_path(req.path);
   if (!h) {
     if (allow.empty()) {
       send_json(res,
-                error_body(404, "no route for " + text_excerpt(req.method, 16) + " " +
-                                    text_excerpt(req.path, 200)),
+                error_body(style, 404,
+                           "no route for " + text_excerpt(req.method, 16) + " " +
+                               text_excerpt(req.path, 200)),
                 404);
     } else {
       send_json(res,
-                error_body(405, "method " + text_excerpt(req.method, 16) + " is not allowed on " +
-                                    text_excerpt(req.path, 200) + " (allowed: " + allow + ")"),
+                error_body(style, 405,
+                           "method " + text_excerpt(req.method, 16) + " is not allowed on " +
+                               text_excerpt(req.path, 200) + " (allowed: " + allow + ")"),
                 405);
       res.set_header("Allow", allow);
     }
@@ -268,7 +356,7 @@ void HttpServer::handle(httplib::Request& req, httplib::Response& res) {
     (*h)(req, res);
   } catch (const std::exception& e) {
     log::error("{} {}: {}", req.method, req.path, e.what());
-    send_json(res, error_body(500, "internal error: " + text_excerpt(e.what(), 200)), 500);
+    send_json(res, error_body(style, 500, "internal error: " + text_excerpt(e.what(), 200)), 500);
   }
 }
 
@@ -276,6 +364,8 @@ void HttpServer::install_routes() {
   install_openai_routes(router_, *this);
   install_llama_routes(router_, *this);
   install_ollama_routes(router_, *this);
+  install_anthropic_routes(router_, *this);
+  install_responses_routes(router_, *this);
   install_web_routes(router_, *this);
 }
 

@@ -16,6 +16,7 @@
 #include <regex>
 
 #include "server/event_server.h"
+#include "server/otlp_exporter.h"
 #include "server/serving_model.h"
 
 namespace httplib {
@@ -43,6 +44,7 @@ struct ServerOptions {
   bool enable_metrics = false;
   bool enable_slots = true;
   bool enable_webui = true;
+  std::string otlp_endpoint;  // OTLP/HTTP collector for request spans; empty: none
 };
 
 // Routes by method and path (a regex, matched whole; captures in req.matches).
@@ -51,6 +53,7 @@ class Router {
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
   void Get(const std::string& pattern, Handler h) { add("GET", pattern, std::move(h)); }
   void Post(const std::string& pattern, Handler h) { add("POST", pattern, std::move(h)); }
+  void Delete(const std::string& pattern, Handler h) { add("DELETE", pattern, std::move(h)); }
   // The handler for the request, or null; then `allow` lists the methods the path has
   // (empty: no such path).
   const Handler* find(httplib::Request& req, std::string& allow) const;
@@ -85,9 +88,11 @@ class HttpServer {
   std::shared_ptr<ServingModel> model_or_throw() const;  // ApiError 503 while loading
   const ServerOptions& options() const { return options_; }
   bool stopping() const { return stopping_.load(); }
+  int64_t start_time() const { return start_time_; }  // unix seconds the server started
 
  private:
   void handle(httplib::Request& req, httplib::Response& res);
+  void route(httplib::Request& req, httplib::Response& res);
   bool pre_route(const httplib::Request& req, httplib::Response& res);
   void install_routes();
 
@@ -99,12 +104,16 @@ class HttpServer {
   std::shared_ptr<ServingModel> model_;
   std::string load_error_;
   std::atomic<bool> stopping_{false};
+  int64_t start_time_ = 0;
+  std::unique_ptr<OtlpExporter> otlp_;
 };
 
 // Route installers (routes_*.cpp).
 void install_openai_routes(Router& http, HttpServer& server);
 void install_llama_routes(Router& http, HttpServer& server);
 void install_ollama_routes(Router& http, HttpServer& server);
+void install_anthropic_routes(Router& http, HttpServer& server);
+void install_responses_routes(Router& http, HttpServer& server);
 void install_web_routes(Router& http, HttpServer& server);
 
 // Runs `fn`, turning ApiError / Error / exceptions into JSON errors with the right status.
@@ -130,6 +139,10 @@ void check_final(const engine::StreamItem& final);
 // body to send as the stream's last event (the stream then has no "stop" finish).
 bool failed(const engine::StreamItem& final);
 nlohmann::json failure_body(const engine::StreamItem& final);
+
+// The W3C Server-Timing header of a non-streamed generation (queue, prefill and decode
+// durations in ms): browsers' developer tools and HTTP tooling show it without parsing bodies.
+void set_server_timing(httplib::Response& res, const engine::StreamItem& final);
 
 // Waits up to `timeout` for items of one handle.
 std::vector<engine::StreamItem> next_items(engine::RequestHandle& handle, int timeout_ms = 100);

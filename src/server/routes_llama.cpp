@@ -29,9 +29,9 @@ json piece_json(const std::string& s) {
   }
 }
 
-std::vector<int32_t> llama_prompt(const json& body, const ServingModel& m) {
-  auto it = body.find("prompt");
-  if (it == body.end() || it->is_null()) bad_request("'prompt' is required", "prompt");
+// One prompt: text, token ids, or a list mixing both (text after the first piece is
+// tokenized without BOS).
+std::vector<int32_t> llama_one_prompt(const json& prompt, const ServingModel& m) {
   std::vector<int32_t> ids;
   auto add = [&](const json& part, bool first) {
     if (part.is_string()) {
@@ -45,46 +45,55 @@ std::vector<int32_t> llama_prompt(const json& body, const ServingModel& m) {
                     "prompt");
       ids.push_back((int32_t)v);
     } else {
-      bad_request("'prompt' must be text, token ids, or a list mixing both", "prompt");
+      bad_request("'prompt' must be text, token ids, a list mixing both, or a list of prompts",
+                  "prompt");
     }
   };
-  if (it->is_array()) {
+  if (prompt.is_array()) {
     bool first = true;
-    for (const auto& p : *it) {
+    for (const auto& p : prompt) {
       add(p, first);
       first = false;
     }
   } else {
-    add(*it, true);
+    add(prompt, true);
   }
   if (ids.empty()) bad_request("'prompt' is empty", "prompt");
   return ids;
 }
 
-json timings_json(const StreamItem& f) {
-  auto per = [](double ms, int n) { return n > 0 ? ms / n : 0.0; };
-  auto rate = [](double ms, int n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
-  const int prompt_n = f.n_prompt - f.n_cached_prompt;
-  return {{"prompt_n", prompt_n},
-          {"prompt_ms", f.prompt_ms},
-          {"prompt_per_token_ms", per(f.prompt_ms, prompt_n)},
-          {"prompt_per_second", rate(f.prompt_ms, prompt_n)},
-          {"predicted_n", f.n_generated},
-          {"predicted_ms", f.decode_ms},
-          {"predicted_per_token_ms", per(f.decode_ms, f.n_generated)},
-          {"predicted_per_second", rate(f.decode_ms, std::max(0, f.n_generated - 1))}};
+// The prompts of a request, read as llama-server reads them: text, token ids, or a list
+// mixing texts and ids is one prompt; any other list (of texts, of token lists) is a list
+// of prompts, each completed on its own.
+std::vector<std::vector<int32_t>> llama_prompts(const json& body, const ServingModel& m) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) bad_request("'prompt' is required", "prompt");
+  bool has_text = false, has_id = false;
+  if (it->is_array())
+    for (const auto& p : *it) {
+      has_text = has_text || p.is_string();
+      has_id = has_id || p.is_number();
+    }
+  if (!it->is_array() || has_id || it->empty()) return {llama_one_prompt(*it, m)};
+  if (it->size() > 64) bad_request("'prompt' holds more than 64 prompts", "prompt");
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& p : *it) prompts.push_back(llama_one_prompt(p, m));
+  return prompts;
 }
 
+// llama-server's n_probs entries: id, token (text, or its bytes when not valid UTF-8),
+// bytes, logprob, and the same for the top alternatives.
 json probs_json(const ServingModel& m, const StreamItem& t) {
+  auto entry = [&](int32_t id, float logprob) {
+    const std::string s = token_string(m, id);
+    return json{
+        {"id", id}, {"token", piece_json(s)}, {"bytes", token_bytes(s)}, {"logprob", logprob}};
+  };
   json top = json::array();
-  for (const auto& alt : t.top_logprobs)
-    top.push_back({{"id", alt.token},
-                   {"token", piece_json(token_string(m, alt.token))},
-                   {"logprob", alt.logprob}});
-  return {{"id", t.token},
-          {"token", piece_json(token_string(m, t.token))},
-          {"logprob", t.logprob},
-          {"top_logprobs", top}};
+  for (const auto& alt : t.top_logprobs) top.push_back(entry(alt.token, alt.logprob));
+  json e = entry(t.token, t.logprob);
+  e["top_logprobs"] = std::move(top);
+  return e;
 }
 
 const char* stop_type(const StreamItem& f, bool eog) {
@@ -93,79 +102,182 @@ const char* stop_type(const StreamItem& f, bool eog) {
   return "none";
 }
 
-void completion(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
-  auto m = server.model_or_throw();
-  json body = request_json(req);
+// What a /completion reply shows besides the text.
+struct CompletionShape {
+  int64_t n_probs = 0;
+  bool return_tokens = false;  // non-streamed; streamed chunks always carry their tokens
+};
+
+// The fields of a finished generation. has_new_line: whether the generated text holds a
+// line break (llama-server's infill clients use it); stopping_word: the stop string that
+// ended it.
+void final_fields(const ServingModel& m, json& j, const StreamItem& f,
+                  const std::vector<int32_t>& toks, bool has_new_line) {
+  const bool eog = !toks.empty() && m.tok().is_eog(toks.back());
+  j["stop"] = true;
+  j["has_new_line"] = has_new_line;
+  j["stopping_word"] = f.stop_word;
+  j["model"] = m.id;
+  j["tokens_predicted"] = f.n_generated;
+  j["tokens_evaluated"] = f.n_prompt;
+  j["tokens_cached"] = f.n_cached_prompt;
+  j["stop_type"] = stop_type(f, eog);
+  j["truncated"] = false;
+  j["id_slot"] = 0;
+  j["timings"] = timings_json(f);
+}
+
+json completion_result(const ServingModel& m, const CollectedOutput& out, size_t index,
+                       const CompletionShape& shape) {
+  std::vector<int32_t> toks;
+  for (const auto& t : out.tokens) toks.push_back(t.token);
+  json j = {{"content", out.text}, {"index", index}};
+  if (shape.return_tokens) j["tokens"] = toks;
+  if (shape.n_probs > 0) {
+    json probs = json::array();
+    for (const auto& t : out.tokens) probs.push_back(probs_json(m, t));
+    j["completion_probabilities"] = probs;
+  }
+  final_fields(m, j, out.final, toks, out.text.find('\n') != std::string::npos);
+  return j;
+}
+
+// Streams the prompts' completions one after another, each chunk naming its prompt's index.
+void stream_completions(httplib::Response& res, std::shared_ptr<ServingModel> m,
+                        std::vector<std::shared_ptr<engine::RequestHandle>> handles,
+                        CompletionShape shape, std::shared_ptr<PromptProgress> progress) {
+  struct State {
+    size_t current = 0;
+    std::vector<int32_t> toks;
+    bool new_line = false;
+  };
+  auto st = std::make_shared<State>();
+  StreamPump pump = [=](bool& done) {
+    std::string out;
+    auto send = [&](const json& j) { out += "data: " + dump_json(j) + "\n\n"; };
+    auto progress_chunk = [&](const std::optional<json>& p) {
+      if (p)
+        send({{"index", 0},
+              {"content", ""},
+              {"tokens", json::array()},
+              {"stop", false},
+              {"prompt_progress", *p}});
+    };
+    const size_t i = st->current;
+    if (progress) progress_chunk(progress->poll(*m));
+    auto items = next_items(*handles[i]);
+    if (progress && !items.empty()) progress_chunk(progress->finish(*m));
+    for (StreamItem& it : items) {
+      json j = {{"content", it.text}, {"index", i}, {"stop", false}};
+      st->new_line = st->new_line || it.text.find('\n') != std::string::npos;
+      if (it.kind == StreamItem::Kind::kToken) {
+        st->toks.push_back(it.token);
+        j["tokens"] = json::array({it.token});  // llama-server sends each chunk's token ids
+        if (shape.n_probs > 0) j["completion_probabilities"] = json::array({probs_json(*m, it)});
+        send(j);
+        continue;
+      }
+      if (failed(it)) {
+        send(failure_body(it));
+        done = true;
+        break;
+      }
+      final_fields(*m, j, it, st->toks, st->new_line);
+      send(j);
+      st->current += 1;
+      st->toks.clear();
+      st->new_line = false;
+      done = st->current == handles.size();
+      break;
+    }
+    return out;
+  };
+  stream_response(res, "text/event-stream", pump, [handles] {
+    for (auto& h : handles) h->cancel();
+  });
+}
+
+// /completion and /infill: everything after the prompts. One prompt gets one result, a list
+// of prompts a list of results (as llama-server answers).
+void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req,
+                    httplib::Response& res, const json& body,
+                    const std::vector<std::vector<int32_t>>& prompts) {
   GenerationSpec spec;
-  spec.prompt = llama_prompt(body, *m);
   spec.sampling = parse_sampling(body, *m, Dialect::kLlama);
   spec.priority = parse_priority(body);
   spec.stop = opt_string_list(body, "stop", 64);
   spec.ignore_eos = opt_bool(body, "ignore_eos").value_or(false);
-  const auto n_probs = opt_integer(body, "n_probs", 0, 100).value_or(0);
-  spec.n_logprobs = n_probs > 0 ? (int32_t)n_probs : -1;
+  CompletionShape shape;
+  shape.n_probs = opt_integer(body, "n_probs", 0, 100).value_or(0);
+  spec.n_logprobs = shape.n_probs > 0 ? (int32_t)shape.n_probs : -1;
   opt_bool(body, "cache_prompt");  // the prefix cache is always on
   auto n_predict = opt_integer(body, "n_predict", -1, INT32_MAX);
   if (n_predict && *n_predict == 0)
     bad_request("'n_predict' must be -1 or at least 1", "n_predict");
   if (n_predict && *n_predict < 0) n_predict.reset();
   if (!n_predict) n_predict = opt_integer(body, "max_tokens", 1, INT32_MAX);
-  spec.max_tokens = bounded_max_tokens(*m, n_predict, spec.prompt.size());
   const bool stream = opt_bool(body, "stream").value_or(false);
-  const bool return_tokens = opt_bool(body, "return_tokens").value_or(false);
+  shape.return_tokens = opt_bool(body, "return_tokens").value_or(false);
+  const bool return_progress = opt_bool(body, "return_progress").value_or(false);
   spec.grammar = llama_output_grammar(*m, req.body);
-  auto handle = start_generation(*m, spec);
-  auto final_fields = [m](json& j, const StreamItem& f, const std::vector<int32_t>& toks) {
-    const bool eog = !toks.empty() && m->tok().is_eog(toks.back());
-    j["stop"] = true;
-    j["model"] = m->id;
-    j["tokens_predicted"] = f.n_generated;
-    j["tokens_evaluated"] = f.n_prompt;
-    j["tokens_cached"] = f.n_cached_prompt;
-    j["stop_type"] = stop_type(f, eog);
-    j["truncated"] = false;
-    j["id_slot"] = 0;
-    j["timings"] = timings_json(f);
-  };
-  if (!stream) {
-    CollectedOutput out = collect_output(*handle);
-    check_final(out.final);
-    std::vector<int32_t> toks;
-    for (const auto& t : out.tokens) toks.push_back(t.token);
-    json j = {{"content", out.text}, {"index", 0}};
-    if (return_tokens) j["tokens"] = toks;
-    if (n_probs > 0) {
-      json probs = json::array();
-      for (const auto& t : out.tokens) probs.push_back(probs_json(*m, t));
-      j["completion_probabilities"] = probs;
+  std::vector<std::shared_ptr<engine::RequestHandle>> handles;
+  try {
+    for (const auto& p : prompts) {
+      GenerationSpec one = spec;
+      one.prompt = p;
+      one.max_tokens = bounded_max_tokens(*m, n_predict, p.size());
+      handles.push_back(start_generation(*m, std::move(one)));
     }
-    final_fields(j, out.final, toks);
-    send_json(res, j);
-    return;
+  } catch (...) {
+    for (auto& h : handles) h->cancel();
+    throw;
   }
-  auto toks = std::make_shared<std::vector<int32_t>>();
-  StreamPump pump = [=](bool& done) {
-    std::string out;
-    for (StreamItem& it : next_items(*handle)) {
-      json j = {{"content", it.text}, {"index", 0}, {"stop", false}};
-      if (it.kind == StreamItem::Kind::kToken) {
-        toks->push_back(it.token);
-        if (return_tokens) j["tokens"] = json::array({it.token});
-        if (n_probs > 0) j["completion_probabilities"] = json::array({probs_json(*m, it)});
-      } else if (failed(it)) {
-        j = failure_body(it);
-      } else {
-        final_fields(j, it, *toks);
-      }
-      out += "data: " + dump_json(j) + "\n\n";
-      if (it.kind == StreamItem::Kind::kFinal) {
-        done = true;
-        break;
-      }
+  if (stream) {
+    auto progress = return_progress ? std::make_shared<PromptProgress>(handles[0]->id(),
+                                                                       (int32_t)prompts[0].size())
+                                    : nullptr;
+    return stream_completions(res, m, std::move(handles), shape, std::move(progress));
+  }
+  json results = json::array();
+  StreamItem first;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    CollectedOutput out = collect_output(*handles[i]);
+    if (failed(out.final))
+      for (auto& h : handles) h->cancel();
+    check_final(out.final);
+    results.push_back(completion_result(*m, out, i, shape));
+    if (i == 0) first = out.final;
+  }
+  send_json(res, results.size() == 1 ? results[0] : results);
+  set_server_timing(res, first);
+}
+
+void completion(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  const json body = request_json(req);
+  run_completion(m, req, res, body, llama_prompts(body, *m));
+}
+
+// llama-server's /infill: input_prefix, input_suffix, input_extra ([{filename, text}]) and
+// prompt (the start of the middle) become a fill-in-the-middle prompt.
+void infill(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  const json body = request_json(req);
+  std::vector<FimFile> extra;
+  if (auto it = body.find("input_extra"); it != body.end() && !it->is_null()) {
+    if (!it->is_array())
+      bad_request("'input_extra' must be a list of {filename, text}", "input_extra");
+    for (const auto& chunk : *it) {
+      if (!chunk.is_object())
+        bad_request("'input_extra' must be a list of {filename, text}", "input_extra");
+      extra.push_back(
+          {opt_string(chunk, "filename").value_or(""), opt_string(chunk, "text").value_or("")});
     }
-    return out;
-  };
-  stream_response(res, "text/event-stream", pump, [handle] { handle->cancel(); });
+  }
+  auto prompt = fim_prompt(*m, opt_string(body, "input_prefix").value_or(""),
+                           opt_string(body, "input_suffix").value_or(""),
+                           opt_string(body, "prompt").value_or(""), extra);
+  run_completion(m, req, res, body, {std::move(prompt)});
 }
 
 void tokenize(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
@@ -210,24 +322,18 @@ void apply_template(HttpServer& server, const httplib::Request& req, httplib::Re
   json body = request_json(req);
   const ChatParts chat = chat_parts(req.body);
   const bool add_gen = opt_bool(body, "add_generation_prompt").value_or(true);
-  send_json(res, {{"prompt", render_chat(*m, chat.messages, chat.tools, add_gen).text}});
+  send_json(
+      res, {{"prompt",
+             render_chat(*m, chat.messages, chat.tools, add_gen, template_kwargs(*m, body)).text}});
 }
 
 json generation_settings(const ServingModel& m) {
-  const auto& s = m.defaults.sampling;
-  return {{"n_ctx", m.n_ctx},
-          {"n_predict", m.defaults.n_predict},
-          {"model", m.path},
-          {"temperature", s.temperature},
-          {"top_k", s.top_k},
-          {"top_p", s.top_p},
-          {"min_p", s.min_p},
-          {"typical_p", s.typical_p},
-          {"repeat_penalty", s.repeat_penalty},
-          {"repeat_last_n", s.repeat_last_n},
-          {"presence_penalty", s.presence_penalty},
-          {"frequency_penalty", s.frequency_penalty},
-          {"seed", m.defaults.seed_random ? json(-1) : json(s.seed)}};
+  json g = sampling_json(m.defaults.sampling);
+  g["n_ctx"] = m.n_ctx;
+  g["n_predict"] = m.defaults.n_predict;
+  g["model"] = m.path;
+  g["seed"] = m.defaults.seed_random ? json(-1) : json(m.defaults.sampling.seed);
+  return g;
 }
 
 void props(HttpServer& server, const httplib::Request&, httplib::Response& res) {
@@ -253,16 +359,24 @@ void slots(HttpServer& server, const httplib::Request&, httplib::Response& res) 
   json out = json::array();
   int id = 0;
   for (const auto& slot : s.slots) {
-    out.push_back({{"id", id++},
-                   {"id_task", slot.id},
-                   {"n_ctx", m->n_ctx},
-                   {"is_processing", true},
-                   {"state", slot.running ? "running" : "waiting"},
-                   {"n_prompt_tokens", slot.n_prompt},
-                   {"n_decoded", slot.n_generated},
-                   {"n_computed", slot.n_computed},
-                   {"n_cached_prompt", slot.n_cached_prompt},
-                   {"n_predict", slot.max_tokens}});
+    json e = {{"id", id++},
+              {"id_task", slot.id},
+              {"n_ctx", m->n_ctx},
+              {"is_processing", true},
+              {"state", slot.running ? "running" : "waiting"},
+              {"n_prompt_tokens", slot.n_prompt},
+              {"n_decoded", slot.n_generated},
+              {"n_computed", slot.n_computed},
+              {"n_cached_prompt", slot.n_cached_prompt},
+              {"n_predict", slot.max_tokens}};
+    if (auto info = m->requests.find(slot.id)) {
+      e["prompt"] = info->prompt;
+      e["params"] = info->params;
+      e["t_elapsed_ms"] =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - info->start)
+              .count();
+    }
+    out.push_back(std::move(e));
   }
   for (; id < m->n_slots; ++id)
     out.push_back({{"id", id}, {"id_task", -1}, {"n_ctx", m->n_ctx}, {"is_processing", false}});
@@ -276,6 +390,34 @@ void histogram_text(std::ostringstream& o, const char* name, const char* help,
     o << name << "_bucket{le=\"" << h.bounds[i] << "\"} " << h.counts[i] << "\n";
   o << name << "_bucket{le=\"+Inf\"} " << h.count << "\n";
   o << name << "_sum " << h.sum << "\n" << name << "_count " << h.count << "\n";
+}
+
+// The same figures under llama-server's names, for the dashboards made for it.
+template <typename Metric>
+void llamacpp_metrics(Metric& metric, const engine::MetricsSnapshot& s) {
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  metric("llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",
+         (double)s.prompt_tokens_computed);
+  metric("llamacpp:prompt_seconds_total", "counter", "Prompt process time.",
+         s.prompt_seconds_total);
+  metric("llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.",
+         (double)s.generated_tokens_total);
+  metric("llamacpp:tokens_predicted_seconds_total", "counter", "Predict process time.",
+         s.decode_seconds_total);
+  metric("llamacpp:n_decode_total", "counter", "Total number of llama_decode() calls.",
+         (double)s.steps_total);
+  metric("llamacpp:n_busy_slots_per_decode", "counter",
+         "Average number of busy slots per llama_decode() call.",
+         ratio(s.batch_size.sum, (double)s.batch_size.count));
+  metric("llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
+         ratio((double)s.prompt_tokens_computed, s.prompt_seconds_total));
+  metric("llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
+         ratio((double)s.generated_tokens_total, s.decode_seconds_total));
+  metric("llamacpp:kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+         ratio(s.kv_blocks_used, s.kv_blocks_total));
+  metric("llamacpp:requests_processing", "gauge", "Number of requests processing.",
+         s.requests_running);
+  metric("llamacpp:requests_deferred", "gauge", "Number of requests deferred.", s.requests_waiting);
 }
 
 void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res) {
@@ -329,7 +471,9 @@ void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res
   histogram_text(o, "hablar_time_to_first_token_seconds", "Submit to first token.", s.ttft_seconds);
   histogram_text(o, "hablar_time_per_output_token_seconds", "Time between generated tokens.",
                  s.token_latency_seconds);
+  llamacpp_metrics(metric, s);
   res.set_content(o.str(), "text/plain; version=0.0.4; charset=utf-8");
+  res.set_header("Process-Start-Time-Unix", std::to_string(server.start_time()));
 }
 
 }  // namespace
@@ -347,17 +491,33 @@ void install_llama_routes(Router& http, HttpServer& server) {
   };
   route(true, "/completion", completion);
   route(true, "/completions", completion);
+  route(true, "/infill", infill);
   route(true, "/tokenize", tokenize);
   route(true, "/detokenize", detokenize);
   route(true, "/apply-template", apply_template);
   route(false, "/props", props);
   route(false, "/slots", slots);
   route(false, "/metrics", metrics);
-  http.Get("/health", [&server](const httplib::Request& req, httplib::Response& res) {
+  // Readiness: 503 while the model loads and while draining at shutdown, so that load
+  // balancers send requests elsewhere. /health/ready is the same (Kubernetes' name).
+  auto ready = [&server](const httplib::Request& req, httplib::Response& res) {
     handle_json(req, res, [&] {
       server.model_or_throw();
-      // Draining: load balancers should send new requests elsewhere.
       if (server.stopping()) throw ApiError(503, "the server is shutting down");
+      send_json(res, {{"status", "ok"}});
+    });
+  };
+  http.Get("/health", ready);
+  http.Get("/health/ready", ready);
+  // Liveness: the process answers, whatever it is doing (loading, draining); a failed model
+  // load is the one state a restart may cure.
+  http.Get("/health/live", [&server](const httplib::Request& req, httplib::Response& res) {
+    handle_json(req, res, [&] {
+      try {
+        server.model_or_throw();
+      } catch (const ApiError& e) {
+        if (e.status() != 503) throw;
+      }
       send_json(res, {{"status", "ok"}});
     });
   });

@@ -1,8 +1,18 @@
 // Ollama-compatible routes: /api/chat and /api/generate (NDJSON streams by default),
-// /api/tags, /api/show, /api/version.
+// /api/tags, /api/ps, /api/show, /api/version, /api/pull (of the served model); model
+// management (/api/copy, /api/delete, /api/push, /api/create) answers 501.
 #include <httplib.h>
 
+#include <sys/stat.h>
+
+#include <cctype>
 #include <ctime>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "core/sha256.h"
+#include "formats/model_info.h"
 
 #include "server/api_error.h"
 #include "server/http_server.h"
@@ -18,13 +28,16 @@ namespace {
 using engine::StreamItem;
 using nlohmann::json;
 
-std::string iso_time_now() {
-  std::time_t t = std::time(nullptr);
+std::string iso_time(std::time_t t) {
   char buf[32];
   std::tm tm{};
   gmtime_r(&t, &tm);
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+std::string iso_time_now() {
+  return iso_time(std::time(nullptr));
 }
 
 // Ollama puts sampling under "options" with its own names.
@@ -66,13 +79,22 @@ json final_fields(json j, const StreamItem& f) {
   return j;
 }
 
-// tools: the model's tool-call format when the chat declared tools (kNone: plain text);
-// the calls the model writes come back as message.tool_calls.
-// prefill: a final assistant message the model continued (parsed with the output, not
-// sent again).
+// How a chat's output is read back. tools: the model's tool-call format when the chat
+// declared tools (kNone: plain text); the calls come back as message.tool_calls. thinking:
+// the request's "think" was on: reasoning comes back as message.thinking (started: the
+// prompt opened the think block). prefill: a final assistant message the model continued
+// (parsed with the output, not sent again).
+struct OutputParsing {
+  chat::ToolFormat tools = chat::ToolFormat::kNone;
+  bool thinking = false;
+  bool started = false;
+  std::string prefill;
+  bool needed() const { return tools != chat::ToolFormat::kNone || thinking; }
+};
+
 void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
              std::shared_ptr<engine::RequestHandle> handle, bool stream, bool is_chat,
-             chat::ToolFormat tools = chat::ToolFormat::kNone, const std::string& prefill = "") {
+             const OutputParsing& how = {}) {
   auto line = [m, is_chat](const std::string& text) {
     json j = {{"model", m->id}, {"created_at", iso_time_now()}, {"done", false}};
     if (is_chat)
@@ -81,21 +103,28 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
       j["response"] = text;
     return j;
   };
-  auto with_calls = [](json j, const std::vector<chat::ToolCall>& calls) {
-    if (!calls.empty()) j["message"]["tool_calls"] = ollama_tool_calls(calls);
+  auto parsed = [line](const chat::ParsedMessage& p) {
+    json j = line(p.content);
+    if (!p.reasoning.empty()) j["message"]["thinking"] = p.reasoning;
+    if (!p.tool_calls.empty()) j["message"]["tool_calls"] = ollama_tool_calls(p.tool_calls);
     return j;
   };
-  const bool parse = is_chat && tools != chat::ToolFormat::kNone;
+  const bool parse = is_chat && how.needed();
+  const std::string& prefill = how.prefill;
   if (!stream) {
     CollectedOutput out = collect_output(*handle);
     check_final(out.final);
+    set_server_timing(res, out.final);
     if (!parse) return send_json(res, final_fields(line(out.text), out.final));
-    chat::ParsedMessage p = chat::parse_model_output(prefill + out.text, tools, false);
+    chat::ParsedMessage p =
+        chat::parse_model_output(prefill + out.text, how.tools, how.thinking, how.started);
     if (p.content.compare(0, prefill.size(), prefill) == 0) p.content.erase(0, prefill.size());
-    send_json(res, final_fields(with_calls(line(p.content), p.tool_calls), out.final));
+    send_json(res, final_fields(parsed(p), out.final));
     return;
   }
-  auto parser = parse ? std::make_shared<chat::StreamingOutputParser>(tools, false) : nullptr;
+  auto parser =
+      parse ? std::make_shared<chat::StreamingOutputParser>(how.tools, how.thinking, how.started)
+            : nullptr;
   if (parser && !prefill.empty()) parser->push(prefill);  // context only; not sent again
   StreamPump pump = [=](bool& done) {
     std::string out;
@@ -106,20 +135,21 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
         if (it.kind == StreamItem::Kind::kFinal) {
           chat::ParsedMessage rest = parser->finish();
           p.content += rest.content;
+          p.reasoning += rest.reasoning;
           for (auto& c : rest.tool_calls) p.tool_calls.push_back(std::move(c));
         }
       } else {
         p.content = it.text;
       }
       if (it.kind == StreamItem::Kind::kToken) {
-        if (!p.content.empty() || !p.tool_calls.empty())
-          out += dump_json(with_calls(line(p.content), p.tool_calls)) + "\n";
+        if (!p.content.empty() || !p.reasoning.empty() || !p.tool_calls.empty())
+          out += dump_json(parsed(p)) + "\n";
         continue;
       }
       if (failed(it))
         out += dump_json(json{{"error", failure_body(it)["error"]["message"]}}) + "\n";
       else
-        out += dump_json(final_fields(with_calls(line(p.content), p.tool_calls), it)) + "\n";
+        out += dump_json(final_fields(parsed(p), it)) + "\n";
       done = true;
       break;
     }
@@ -138,7 +168,19 @@ void api_chat(HttpServer& server, const httplib::Request& req, httplib::Response
                              chat.messages.back().value("content", json()).is_string();
   const std::string prefill =
       continue_last ? chat.messages.back()["content"].get<std::string>() : std::string();
-  RenderedChat text = render_chat(*m, chat.messages, chat.tools, !continue_last);
+  // think: true / false turns the template's thinking on or off and returns the reasoning
+  // as message.thinking; "low" / "medium" / "high" is a reasoning effort (gpt-oss).
+  json kw_body = json::object();
+  const auto think = body.find("think");
+  const bool has_think = think != body.end() && !think->is_null();
+  if (has_think && think->is_boolean())
+    kw_body["chat_template_kwargs"] = {{"enable_thinking", think->get<bool>()}};
+  else if (has_think && (*think == "low" || *think == "medium" || *think == "high"))
+    kw_body["reasoning_effort"] = *think;
+  else if (has_think)
+    bad_request("'think' must be true, false, or low / medium / high", "think");
+  RenderedChat text =
+      render_chat(*m, chat.messages, chat.tools, !continue_last, template_kwargs(*m, kw_body));
   if (!prefill.empty()) {
     const size_t at = text.text.rfind(prefill);  // the template closes the turn: cut after it
     if (at != std::string::npos) {
@@ -149,8 +191,12 @@ void api_chat(HttpServer& server, const httplib::Request& req, httplib::Response
   GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text.text, text.text_only));
   spec.grammar = ollama_output_grammar(*m, req.body);
   const bool stream = opt_bool(body, "stream").value_or(true);
-  const auto tools = chat.tools.is_null() ? chat::ToolFormat::kNone : m->tool_format;
-  respond(res, m, start_generation(*m, std::move(spec)), stream, true, tools, prefill);
+  OutputParsing how;
+  how.tools = chat.tools.is_null() ? chat::ToolFormat::kNone : m->tool_format;
+  how.thinking = has_think && *think != false;
+  how.started = how.thinking && !continue_last && chat::prompt_opens_reasoning(text.text);
+  how.prefill = prefill;
+  respond(res, m, start_generation(*m, std::move(spec)), stream, true, how);
 }
 
 void api_generate(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
@@ -169,6 +215,12 @@ void api_generate(HttpServer& server, const httplib::Request& req, httplib::Resp
                     {"done_reason", "load"}});
     return;
   }
+  // suffix: fill in the middle between prompt and suffix (code models; Ollama's "insert").
+  const auto suffix = opt_string(body, "suffix");
+  if (suffix && !suffix->empty()) {
+    GenerationSpec spec = ollama_spec(body, *m, fim_prompt(*m, prompt, *suffix, ""));
+    return respond(res, m, start_generation(*m, std::move(spec)), stream, false);
+  }
   // raw: the client writes the whole prompt, markup included (special tokens parsed).
   RenderedChat text{prompt, {}};
   if (!raw) {
@@ -182,37 +234,89 @@ void api_generate(HttpServer& server, const httplib::Request& req, httplib::Resp
   respond(res, m, start_generation(*m, std::move(spec)), stream, false);
 }
 
+std::string upper(std::string s) {
+  for (char& c : s) c = (char)std::toupper((unsigned char)c);
+  return s;
+}
+
 json details(const ServingModel& m) {
   const auto& f = m.model->file();
   const uint64_t ftype = f.get_uint_or("general.file_type", 0);
-  return {{"format", "gguf"},
+  return {{"parent_model", ""},
+          {"format", "gguf"},
           {"family", m.model->config().arch},
           {"families", json::array({m.model->config().arch})},
           {"parameter_size", f.get_string_or("general.size_label", "")},
-          {"quantization_level", "file_type " + std::to_string(ftype)}};
+          {"quantization_level", upper(gguf::file_type_name(ftype))}};
+}
+
+// The model file's size, modification time and sha256, as Ollama lists models. The digest
+// is computed once, at the first request that needs it (about a second per GB).
+struct FileFacts {
+  uint64_t size = 0;
+  std::string modified_at;
+  std::string digest;
+};
+
+const FileFacts& file_facts(const ServingModel& m) {
+  static std::mutex mu;
+  static std::map<std::string, FileFacts> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(m.path);
+  if (it != cache.end()) return it->second;
+  FileFacts facts;
+  std::error_code ec;
+  facts.size = std::filesystem::file_size(m.path, ec);
+  struct stat st {};
+  if (::stat(m.path.c_str(), &st) == 0) facts.modified_at = iso_time(st.st_mtime);
+  facts.digest = sha256_file_hex(m.path);
+  return cache.emplace(m.path, std::move(facts)).first->second;
+}
+
+json model_entry(const ServingModel& m) {
+  const FileFacts& f = file_facts(m);
+  return {{"name", m.id},   {"model", m.id},      {"modified_at", f.modified_at},
+          {"size", f.size}, {"digest", f.digest}, {"details", details(m)}};
+}
+
+// Ollama names carry a tag ("name:latest"); any tag of the served model's name is it.
+bool names_model(const ServingModel& m, const std::string& name) {
+  return name == m.id || (name.size() > m.id.size() && name.compare(0, m.id.size(), m.id) == 0 &&
+                          name[m.id.size()] == ':');
 }
 
 void api_tags(HttpServer& server, const httplib::Request&, httplib::Response& res) {
   auto m = server.model_or_throw();
-  send_json(res, {{"models", json::array({{{"name", m->id},
-                                           {"model", m->id},
-                                           {"modified_at", iso_time_now()},
-                                           {"size", 0},
-                                           {"digest", ""},
-                                           {"details", details(*m)}}})}});
+  send_json(res, {{"models", json::array({model_entry(*m)})}});
+}
+
+// The running models: this one, loaded for as long as the server runs.
+void api_ps(HttpServer& server, const httplib::Request&, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  json entry = model_entry(*m);
+  entry["expires_at"] = "2318-01-01T00:00:00Z";  // never unloaded
+  entry["size_vram"] = m->executor->device_name() == "cpu" ? json(0) : entry["size"];
+  entry.erase("modified_at");
+  send_json(res, {{"models", json::array({entry})}});
 }
 
 void api_show(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
   auto m = server.model_or_throw();
   json body = request_json(req);
   const auto name = opt_string(body, "model").value_or(opt_string(body, "name").value_or(m->id));
-  if (name != m->id) throw ApiError(404, "model " + text_excerpt(name) + " not found");
+  if (!names_model(*m, name))
+    throw ApiError(404, "model " + text_excerpt(name) + " not found; this server serves " +
+                            text_excerpt(m->id));
   const auto& c = m->model->config();
   const std::string a = c.arch;
+  json capabilities = json::array({"completion"});
+  if (m->tool_format != chat::ToolFormat::kNone) capabilities.push_back("tools");
+  if (supports_fim(*m)) capabilities.push_back("insert");
   send_json(res, {{"modelfile", "FROM " + m->path},
                   {"parameters", ""},
                   {"template", m->chat_template->source()},
                   {"details", details(*m)},
+                  {"modified_at", file_facts(*m).modified_at},
                   {"model_info",
                    {{"general.architecture", a},
                     {a + ".block_count", c.n_layers},
@@ -222,7 +326,30 @@ void api_show(HttpServer& server, const httplib::Request& req, httplib::Response
                     {a + ".context_length", c.n_ctx_train},
                     {a + ".feed_forward_length", c.n_ff},
                     {"tokenizer.ggml.model", std::string(m->tok().model_name())}}},
-                  {"capabilities", json::array({"completion"})}});
+                  {"capabilities", capabilities}});
+}
+
+// Pulling the served model succeeds at once (it is here); anything else needs a model hub,
+// which this server does not use.
+void api_pull(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  json body = request_json(req);
+  const auto name = opt_string(body, "model").value_or(opt_string(body, "name").value_or(""));
+  if (!names_model(*m, name))
+    throw ApiError(501,
+                   "this server does not download models (there is no model hub here); it "
+                   "serves " +
+                       text_excerpt(m->id) + ", given with -m at start-up");
+  const bool stream = opt_bool(body, "stream").value_or(true);
+  if (!stream) return send_json(res, {{"status", "success"}});
+  res.set_content(dump_json({{"status", "success"}}) + "\n", "application/x-ndjson");
+}
+
+// Model management Ollama has and this server, serving one file, does not.
+[[noreturn]] void not_managed(const char* what, const httplib::Request&, httplib::Response&) {
+  throw ApiError(501, std::string(what) +
+                          " is not supported: this server serves the one model file given at "
+                          "start-up (-m) and manages no model store");
 }
 
 }  // namespace
@@ -237,7 +364,18 @@ void install_ollama_routes(Router& http, HttpServer& server) {
   http.Post("/api/chat", wrap(api_chat));
   http.Post("/api/generate", wrap(api_generate));
   http.Get("/api/tags", wrap(api_tags));
+  http.Get("/api/ps", wrap(api_ps));
   http.Post("/api/show", wrap(api_show));
+  http.Post("/api/pull", wrap(api_pull));
+  auto unsupported = [](const char* what) {
+    return [what](const httplib::Request& req, httplib::Response& res) {
+      handle_json(req, res, [&] { not_managed(what, req, res); });
+    };
+  };
+  http.Post("/api/copy", unsupported("copying a model"));
+  http.Delete("/api/delete", unsupported("deleting a model"));
+  http.Post("/api/push", unsupported("pushing a model"));
+  http.Post("/api/create", unsupported("creating a model"));
   http.Get("/api/version", [](const httplib::Request&, httplib::Response& res) {
     send_json(res, {{"version", HABLAR_SERVER_VERSION}});
   });

@@ -2,6 +2,7 @@
 #include <httplib.h>
 
 #include "server/api_error.h"
+#include "server/chat_request.h"
 #include "server/http_server.h"
 #include "server/openai_chat.h"
 #include "server/request_fields.h"
@@ -14,39 +15,6 @@ namespace {
 
 using engine::StreamItem;
 using nlohmann::json;
-
-// Most choices one request may ask for ('n', times the prompts of a completions request).
-constexpr int64_t kMaxChoices = 64;
-// Prompts longer than this (two cache blocks of 16) are computed once for all n choices.
-constexpr int64_t kSharedPromptTokens = 32;
-
-// Starts one generation per choice: copies of spec, choice j drawing with seed + j. When the
-// prompt fills whole cache blocks, the others start once the first has its prompt computed
-// (its first item is there), so that they take those blocks from the prefix cache instead of
-// computing the prompt again. If one cannot start, those already started are cancelled and
-// the error propagates.
-std::vector<std::shared_ptr<engine::RequestHandle>> start_choices(ServingModel& m,
-                                                                  const GenerationSpec& spec,
-                                                                  int n) {
-  std::vector<std::shared_ptr<engine::RequestHandle>> handles;
-  const bool share_prompt =
-      n > 1 && spec.n_prompt_logprobs < 0 && (int64_t)spec.prompt.size() > kSharedPromptTokens;
-  try {
-    for (int j = 0; j < n; ++j) {
-      GenerationSpec copy = spec;
-      copy.sampling.seed = spec.sampling.seed + (uint64_t)j;
-      handles.push_back(start_generation(m, std::move(copy)));
-      if (j == 0 && share_prompt) {
-        while (!handles[0]->wait_ready(std::chrono::milliseconds(100)))
-          if (client_gone()) throw ApiError(499, "the client closed the connection");
-      }
-    }
-  } catch (...) {
-    for (auto& h : handles) h->cancel();
-    throw;
-  }
-  return handles;
-}
 
 // Adds a finished choice to the usage totals. The choices of one prompt share it: its tokens
 // count once (first_of_prompt), as OpenAI counts them.
@@ -97,118 +65,6 @@ json tool_calls_json(const std::vector<chat::ToolCall>& calls, size_t first_inde
   return out;
 }
 
-struct ChatRequest {
-  OrderedJson messages;  // in the client's key order (templates print them so)
-  OrderedJson tools;
-  int n = 1;  // choices, each its own sequence (with a seed, choice j draws with seed + j)
-  bool stream = false;
-  bool include_usage = false;
-  bool logprobs = false;
-  bool parse_output = false;
-  bool forced_call = false;  // the turn is a required tool call, written under its grammar
-  std::string prefill;       // a final assistant message the model continues
-  GenerationSpec spec;
-};
-
-// The function a request's tool_choice requires: nullopt when none is required, "" for
-// "required" (any), else the named function.
-std::optional<std::string> required_tool(const json& body) {
-  auto it = body.find("tool_choice");
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (it->is_string()) return *it == "required" ? std::optional<std::string>("") : std::nullopt;
-  const json& name = it->at("function").at("name");  // present: select_tools checked
-  if (!name.is_string()) bad_request("'tool_choice.function.name' must be a string", "tool_choice");
-  return name.get<std::string>();
-}
-
-// tool_choice "required" or a named function: the assistant turn starts with the format's
-// call opening, so that the model writes a call (unless the client began the turn itself).
-void start_required_tool_call(const json& body, const ServingModel& m, ChatRequest& r) {
-  if (r.tools.is_null() || r.messages.back()["role"] == "assistant") return;
-  const auto function = required_tool(body);
-  if (!function) return;
-  const std::string opening = chat::tool_call_opening(m.tool_format, *function);
-  if (opening.empty())
-    bad_request(std::string("'tool_choice' cannot require a call: this model's chat template has "
-                            "no tool-call format that can be started (") +
-                    chat::tool_format_name(m.tool_format) + ")",
-                "tool_choice");
-  r.messages.push_back({{"role", "assistant"}, {"content", opening}});
-  r.spec.grammar = tool_call_grammar(m, m.tool_format, r.tools, *function);
-  r.forced_call = r.spec.grammar != nullptr;
-}
-
-// tool_choice "auto": a call the model opens on its own is written under the tools' grammar
-// from its opening on (the client's own start of the turn counts as text before it).
-void constrain_auto_call(const ServingModel& m, ChatRequest& r) {
-  std::string trigger = auto_call_trigger(m.tool_format);
-  if (trigger.empty()) return;
-  try {
-    r.spec.grammar = tool_call_grammar(m, m.tool_format, r.tools, "");
-  } catch (const ApiError&) {
-    return;  // parameters that cannot be enforced: an auto call stays unconstrained
-  }
-  if (!r.spec.grammar) return;
-  r.spec.grammar_trigger = std::move(trigger);
-  const auto& last = r.messages.back();
-  if (last["role"] == "assistant" && last["content"].is_string())
-    r.spec.grammar_context = last["content"].get<std::string>();
-}
-
-// A call the model opened on its own and max_tokens cut: its text is not content. `head` is
-// the turn's text before `content` (the client's start of the turn, when content follows it).
-void drop_cut_call(std::string& content, const ChatRequest& r, engine::FinishReason reason,
-                   const std::string& head = "") {
-  if (reason != engine::FinishReason::kLength || r.spec.grammar_trigger.empty()) return;
-  const size_t at = (head + content).find(r.spec.grammar_trigger);
-  if (at == std::string::npos) return;
-  content.resize(at > head.size() ? at - head.size() : 0);
-}
-
-ChatRequest parse_chat_request(const json& body, const std::string& body_text, ServingModel& m) {
-  ChatRequest r;
-  ChatParts chat = chat_parts(body_text);
-  r.messages = std::move(chat.messages);
-  r.tools = std::move(chat.tools);
-  r.stream = opt_bool(body, "stream").value_or(false);
-  if (body.contains("stream_options") && body["stream_options"].is_object())
-    r.include_usage = opt_bool(body["stream_options"], "include_usage").value_or(false);
-  r.n = (int)opt_integer(body, "n", 1, kMaxChoices).value_or(1);
-  opt_string(body, "user");
-  opt_string(body, "model");
-  r.logprobs = opt_bool(body, "logprobs").value_or(false);
-  auto top = opt_integer(body, "top_logprobs", 0, 20);
-  if (top && !r.logprobs) bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
-  r.spec.n_logprobs = r.logprobs ? (int32_t)top.value_or(0) : -1;
-  r.spec.stop = opt_string_list(body, "stop", 16);
-  r.spec.sampling = parse_sampling(body, m, Dialect::kOpenAI);
-  r.spec.priority = parse_priority(body);
-  auto max_tokens = opt_integer(body, "max_completion_tokens", 1, INT32_MAX);
-  if (!max_tokens) max_tokens = opt_integer(body, "max_tokens", 1, INT32_MAX);
-  r.parse_output = needs_output_parser(m, r.tools);
-  start_required_tool_call(body, m, r);
-  if (GrammarPtr g = openai_output_grammar(m, body_text)) {
-    if (r.spec.grammar)
-      bad_request("an output format cannot be combined with a required tool call", "tool_choice");
-    r.spec.grammar = std::move(g);
-  }
-  if (!r.spec.grammar && !r.tools.is_null()) constrain_auto_call(m, r);
-
-  // A last assistant message is a prefix the model continues (no generation prompt).
-  const bool continue_last = r.messages.back()["role"] == "assistant";
-  if (continue_last) r.prefill = r.messages.back()["content"].get<std::string>();
-  RenderedChat chat_text = render_chat(m, r.messages, r.tools, !continue_last);
-  std::string& text = chat_text.text;
-  if (continue_last && !r.prefill.empty()) {
-    // The template closes the assistant turn; cut what follows its content.
-    const size_t at = text.rfind(r.prefill);
-    if (at != std::string::npos) text.resize(at + r.prefill.size());
-  }
-  r.spec.prompt = tokenize_prompt(m, text, chat_text.text_only);
-  r.spec.max_tokens = bounded_max_tokens(m, max_tokens, r.spec.prompt.size());
-  return r;
-}
-
 // Builds chat.completion.chunk objects for one request.
 struct ChunkMaker {
   std::string id = random_id("chatcmpl-");
@@ -240,9 +96,8 @@ struct ChoiceStream {
   bool sent_role = false;
   bool tool_calls = false;
   size_t n_calls = 0;
-  std::unique_ptr<chat::StreamingOutputParser> parser;
+  std::unique_ptr<ChatOutputStream> output;
   std::vector<StreamItem> pending_logprobs;
-  std::string held;  // text of a required call: shown only if the call did not come out
 };
 
 // Sends what the parser made of a piece of choice `index`'s output as chunks.
@@ -267,62 +122,48 @@ void emit_parsed(const ServingModel& m, const ChunkMaker& maker, bool logprobs, 
   if (used_lp) cs.pending_logprobs.clear();
 }
 
-// A required call's text stays back until the end: a call cut by max_tokens ("length")
-// never shows up as content.
-void hold_call_text(ChoiceStream& cs, chat::ParsedMessage& p, const StreamItem& it) {
-  cs.held += p.content;
-  p.content.clear();
-  if (it.kind != StreamItem::Kind::kFinal) return;
-  if (it.finish_reason != engine::FinishReason::kLength) p.content = std::move(cs.held);
-  cs.held.clear();
-}
-
 // Streams the choices one after another (each chunk names its choice's index); after the
 // last one, the usage of all (when asked) and [DONE].
-void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, ChatRequest r,
+void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, const ChatRequest& r,
                  std::vector<std::shared_ptr<engine::RequestHandle>> handles) {
   struct State {
     ChunkMaker maker;
     std::vector<ChoiceStream> choices;
     size_t current = 0;
     StreamItem total;
+    std::unique_ptr<PromptProgress> progress;  // of the first choice, when asked
   };
   auto st = std::make_shared<State>();
   st->maker.model = m->id;
   st->maker.include_usage = r.include_usage;
   st->choices.resize(handles.size());
-  for (ChoiceStream& cs : st->choices) {
-    if (!r.parse_output) continue;
-    cs.parser = std::make_unique<chat::StreamingOutputParser>(
-        r.tools.is_null() ? chat::ToolFormat::kNone : m->tool_format, true);
-    if (!r.prefill.empty()) cs.parser->push(r.prefill);  // context only; not re-sent
-  }
-  StreamPump pump = [st, m, handles, logprobs = r.logprobs, include_usage = r.include_usage,
-                     forced = r.forced_call, r](bool& done) {
+  if (r.return_progress)
+    st->progress =
+        std::make_unique<PromptProgress>(handles[0]->id(), (int32_t)r.spec.prompt.size());
+  for (ChoiceStream& cs : st->choices) cs.output = std::make_unique<ChatOutputStream>(*m, r);
+  StreamPump pump = [st, m, handles, logprobs = r.logprobs,
+                     include_usage = r.include_usage](bool& done) {
     std::string out;
     const size_t i = st->current;
     ChoiceStream& cs = st->choices[i];
     if (!cs.sent_role) {
-      out += sse(st->maker.make(i, {{"role", "assistant"}, {"content", ""}}, json(), nullptr));
+      // As llama-server: the role first, with no content yet.
+      out += sse(st->maker.make(i, {{"role", "assistant"}, {"content", nullptr}}, json(), nullptr));
       cs.sent_role = true;
     }
-    for (StreamItem& it : next_items(*handles[i])) {
+    auto progress_chunk = [&](const std::optional<json>& p) {
+      if (!p) return;
+      json c = st->maker.make(0, json::object(), json(), nullptr);
+      c["choices"] = json::array();
+      c["prompt_progress"] = *p;
+      out += sse(c);
+    };
+    if (st->progress) progress_chunk(st->progress->poll(*m));
+    auto items = next_items(*handles[i]);
+    if (st->progress && !items.empty()) progress_chunk(st->progress->finish(*m));
+    for (StreamItem& it : items) {
       if (it.kind == StreamItem::Kind::kToken) cs.pending_logprobs.push_back(it);
-      chat::ParsedMessage p;
-      if (cs.parser) {
-        p = cs.parser->push(it.text);
-      } else {
-        p.content = it.text;
-      }
-      if (it.kind == StreamItem::Kind::kFinal && cs.parser) {
-        chat::ParsedMessage rest = cs.parser->finish();
-        p.content += rest.content;
-        p.reasoning += rest.reasoning;
-        for (auto& c : rest.tool_calls) p.tool_calls.push_back(std::move(c));
-        if (p.tool_calls.empty()) drop_cut_call(p.content, r, it.finish_reason);
-      }
-      if (forced) hold_call_text(cs, p, it);
-      emit_parsed(*m, st->maker, logprobs, i, cs, p, out);
+      emit_parsed(*m, st->maker, logprobs, i, cs, cs.output->next(it), out);
       if (it.kind != StreamItem::Kind::kFinal) continue;
       if (failed(it)) {
         out += sse(failure_body(it));
@@ -330,8 +171,10 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, ChatRe
         done = true;
         break;
       }
-      out += sse(st->maker.make(i, json::object(), json(),
-                                finish_reason_text(it.finish_reason, cs.tool_calls)));
+      json last = st->maker.make(i, json::object(), json(),
+                                 finish_reason_text(it.finish_reason, cs.tool_calls));
+      last["timings"] = timings_json(it);
+      out += sse(last);
       add_usage(st->total, it, i == 0);
       st->current += 1;
       if (st->current == handles.size()) {
@@ -356,32 +199,15 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, ChatRe
 // The "choices" entry of a finished chat generation.
 json chat_choice(const ServingModel& m, const ChatRequest& r, const CollectedOutput& out,
                  size_t index) {
-  json message = {{"role", "assistant"}};
-  bool has_calls = false;
-  if (r.parse_output) {
-    chat::ParsedMessage p = chat::parse_model_output(
-        r.prefill + out.text, r.tools.is_null() ? chat::ToolFormat::kNone : m.tool_format, true);
-    std::string content = p.content;
-    if (!r.prefill.empty() && content.compare(0, r.prefill.size(), r.prefill) == 0)
-      content = content.substr(r.prefill.size());
-    if (p.tool_calls.empty()) drop_cut_call(content, r, out.final.finish_reason, r.prefill);
-    message["content"] = content.empty() && !p.tool_calls.empty() ? json() : json(content);
-    // A required call cut by max_tokens is not content.
-    if (r.forced_call && p.tool_calls.empty() &&
-        out.final.finish_reason == engine::FinishReason::kLength)
-      message["content"] = json();
-    if (!p.reasoning.empty()) message["reasoning_content"] = p.reasoning;
-    if (!p.tool_calls.empty()) {
-      message["tool_calls"] = tool_calls_json(p.tool_calls, 0, false);
-      has_calls = true;
-    }
-  } else {
-    message["content"] = out.text;
-  }
+  const ChatMessageOut o = final_chat_message(m, r, out);
+  const chat::ParsedMessage& p = o.message;
+  json message = {{"role", "assistant"}, {"content", o.null_content ? json() : json(p.content)}};
+  if (!p.reasoning.empty()) message["reasoning_content"] = p.reasoning;
+  if (!p.tool_calls.empty()) message["tool_calls"] = tool_calls_json(p.tool_calls, 0, false);
   return {{"index", index},
           {"message", message},
           {"logprobs", r.logprobs ? chat_logprobs(m, out.tokens) : json()},
-          {"finish_reason", finish_reason_text(out.final.finish_reason, has_calls)}};
+          {"finish_reason", finish_reason_text(out.final.finish_reason, !p.tool_calls.empty())}};
 }
 
 void chat_completions(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
@@ -389,10 +215,11 @@ void chat_completions(HttpServer& server, const httplib::Request& req, httplib::
   json body = request_json(req);
   ChatRequest r = parse_chat_request(body, req.body, *m);
   auto handles = start_choices(*m, r.spec, r.n);
-  if (r.stream) return stream_chat(res, m, std::move(r), std::move(handles));
+  if (r.stream) return stream_chat(res, m, r, std::move(handles));
 
   json choices = json::array();
   StreamItem total;
+  json timings;
   for (size_t i = 0; i < handles.size(); ++i) {
     CollectedOutput out = collect_output(*handles[i]);
     if (failed(out.final)) {
@@ -401,6 +228,8 @@ void chat_completions(HttpServer& server, const httplib::Request& req, httplib::
     }
     choices.push_back(chat_choice(*m, r, out, i));
     add_usage(total, out.final, i == 0);
+    if (i == 0) timings = timings_json(out.final);  // the first choice's, as llama-server has one
+    if (i == 0) set_server_timing(res, out.final);
   }
   send_json(res, {{"id", random_id("chatcmpl-")},
                   {"object", "chat.completion"},
@@ -408,7 +237,8 @@ void chat_completions(HttpServer& server, const httplib::Request& req, httplib::
                   {"model", m->id},
                   {"system_fingerprint", "hablar"},
                   {"choices", choices},
-                  {"usage", usage_json(total)}});
+                  {"usage", usage_json(total)},
+                  {"timings", timings}});
 }
 
 // "prompt": text, list of texts, token ids, or list of token-id lists.
@@ -539,8 +369,11 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
   if (!stream) {
     json choices = json::array();
     StreamItem total;
+    json timings;
     for (size_t i = 0; i < handles.size(); ++i) {
       CollectedOutput out = collect_output(*handles[i]);
+      if (i == 0) timings = timings_json(out.final);
+      if (i == 0) set_server_timing(res, out.final);
       if (failed(out.final)) {
         for (auto& h : handles) h->cancel();
         check_final(out.final);
@@ -558,7 +391,8 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
                     {"model", m->id},
                     {"system_fingerprint", "hablar"},
                     {"choices", choices},
-                    {"usage", usage_json(total)}});
+                    {"usage", usage_json(total)},
+                    {"timings", timings}});
     return;
   }
   struct State {
@@ -606,8 +440,10 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
         done = true;
         return out;
       }
-      out += sse(chunk(
-          json::array({choice(i, it.text, json(), finish_reason_text(it.finish_reason, false))})));
+      json last = chunk(
+          json::array({choice(i, it.text, json(), finish_reason_text(it.finish_reason, false))}));
+      last["timings"] = timings_json(it);
+      out += sse(last);
       add_usage(st->total, it, i % n == 0);
       st->current += 1;
       st->echoed = false;
@@ -655,12 +491,14 @@ void install_openai_routes(Router& http, HttpServer& server) {
   post("/v1/chat/completions", chat_completions);
   post("/chat/completions", chat_completions);
   post("/v1/completions", completions);
-  http.Get("/v1/models", [&server](const httplib::Request& req, httplib::Response& res) {
+  auto models = [&server](const httplib::Request& req, httplib::Response& res) {
     handle_json(req, res, [&] {
       auto m = server.model_or_throw();
       send_json(res, {{"object", "list"}, {"data", json::array({model_entry(*m)})}});
     });
-  });
+  };
+  http.Get("/v1/models", models);
+  http.Get("/models", models);  // llama-server answers both
   http.Get(R"(/v1/models/(.+))", [&server](const httplib::Request& req, httplib::Response& res) {
     handle_json(req, res, [&] {
       auto m = server.model_or_throw();

@@ -18,46 +18,59 @@ void add_bias(engine::SamplingParams& p, int64_t token, double bias, int32_t n_v
   p.logit_bias.emplace_back((int32_t)token, (float)bias);
 }
 
-// OpenAI: {"50256": -100}. llama.cpp also: [[15043, 1.0], [15043, false]] (false bans).
-void parse_logit_bias(const nlohmann::json& body, engine::SamplingParams& p, int32_t n_vocab,
+// A key that is a decimal token id gives that id; any other text (llama-server's form,
+// {"Hello": -1} or [["Hello", false]]) biases every token of that text.
+std::vector<int64_t> bias_tokens(const std::string& key, const ServingModel& m) {
+  try {
+    size_t used = 0;
+    const int64_t id = std::stoll(key, &used);
+    if (used == key.size()) return {id};
+  } catch (const std::exception&) {
+  }
+  if (key.empty()) bad_request("'logit_bias' keys must be token ids or text", "logit_bias");
+  const auto ids = m.tok().encode(key, false, false);
+  return {ids.begin(), ids.end()};
+}
+
+// OpenAI: {"50256": -100}. llama.cpp also: [[15043, 1.0], [15043, false]] (false bans), and
+// text in place of ids in both forms.
+void parse_logit_bias(const nlohmann::json& body, engine::SamplingParams& p, const ServingModel& m,
                       double limit) {
+  const int32_t n_vocab = m.tok().n_vocab();
   auto it = body.find("logit_bias");
   if (it == body.end() || it->is_null()) return;
+  auto bias_value = [&](const nlohmann::json& value) {
+    if (value.is_boolean())
+      return value.get<bool>() ? 0.0 : -std::numeric_limits<double>::infinity();
+    if (!value.is_number() || value.get<double>() < -limit || value.get<double>() > limit)
+      bad_request("'logit_bias' values must be numbers between " + std::to_string((int64_t)-limit) +
+                      " and " + std::to_string((int64_t)limit) + ", or false to ban a token",
+                  "logit_bias");
+    return value.get<double>();
+  };
   if (it->is_object()) {
     for (auto& [key, value] : it->items()) {
-      int64_t token = -1;
-      try {
-        size_t used = 0;
-        token = std::stoll(key, &used);
-        if (used != key.size()) token = -1;
-      } catch (const std::exception&) {
-        token = -1;
-      }
-      if (token < 0)
-        bad_request("'logit_bias' keys must be token ids (got " + text_excerpt(key) + ")",
-                    "logit_bias");
-      if (!value.is_number() || value.get<double>() < -limit || value.get<double>() > limit)
-        bad_request("'logit_bias' values must be numbers between " + std::to_string((int)-limit) +
-                        " and " + std::to_string((int)limit),
-                    "logit_bias");
-      add_bias(p, token, value.get<double>(), n_vocab);
+      const double bias = bias_value(value);
+      for (int64_t token : bias_tokens(key, m)) add_bias(p, token, bias, n_vocab);
     }
     return;
   }
   if (it->is_array()) {
     for (const auto& pair : *it) {
-      if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() ||
-          !(pair[1].is_number() || pair[1].is_boolean()))
-        bad_request("'logit_bias' entries must be [token_id, bias] pairs", "logit_bias");
-      const double bias =
-          pair[1].is_boolean()
-              ? (pair[1].get<bool>() ? 0.0 : -std::numeric_limits<double>::infinity())
-              : pair[1].get<double>();
-      add_bias(p, pair[0].get<int64_t>(), bias, n_vocab);
+      if (!pair.is_array() || pair.size() != 2 ||
+          !(pair[0].is_number_integer() || pair[0].is_string()))
+        bad_request("'logit_bias' entries must be [token id or text, bias] pairs", "logit_bias");
+      const double bias = bias_value(pair[1]);
+      if (pair[0].is_number_integer())
+        add_bias(p, pair[0].get<int64_t>(), bias, n_vocab);
+      else
+        for (int64_t token : bias_tokens(pair[0].get<std::string>(), m))
+          add_bias(p, token, bias, n_vocab);
     }
     return;
   }
-  bad_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
+  bad_request("'logit_bias' must be an object of token id -> bias, or [token, bias] pairs",
+              "logit_bias");
 }
 
 uint64_t random_seed() {
@@ -105,7 +118,7 @@ engine::SamplingParams parse_sampling(const nlohmann::json& body, const ServingM
                            std::numeric_limits<int64_t>::max())) {
     if (*v >= 0 || openai) p.seed = (uint64_t)*v;  // llama.cpp: -1 = random
   }
-  parse_logit_bias(body, p, m.tok().n_vocab(), openai ? 100 : 1e9);
+  parse_logit_bias(body, p, m, openai ? 100 : 1e9);
   try {
     p.validate();
   } catch (const Error& e) {

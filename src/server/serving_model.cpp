@@ -1,6 +1,7 @@
 #include "server/serving_model.h"
 
 #include <chrono>
+#include <ctime>
 #include <random>
 
 #include "core/json_depth.h"
@@ -66,25 +67,81 @@ class GrammarSampler : public engine::NextTokenSampler {
 
 }  // namespace
 
+std::optional<ReasoningFormat> reasoning_format_from_name(std::string_view name) {
+  if (name == "none") return ReasoningFormat::kNone;
+  if (name == "deepseek" || name == "deepseek-legacy") return ReasoningFormat::kDeepSeek;
+  if (name == "auto") return ReasoningFormat::kAuto;
+  return std::nullopt;
+}
+
+nlohmann::ordered_json template_kwargs(const ServingModel& m, const nlohmann::json& body) {
+  nlohmann::ordered_json kw = nlohmann::ordered_json::object();
+  // Llama 3.1's template prints date_string, with a fixed date when it is not given: today's,
+  // as llama-server gives it (strftime_now already is the current time).
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char date[32];
+  std::strftime(date, sizeof date, "%d %b %Y", &local);
+  kw["date_string"] = date;
+  kw.update(m.template_kwargs);
+  if (m.reasoning_budget == 0) kw["enable_thinking"] = false;
+  if (auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
+    if (!it->is_object())
+      bad_request("'chat_template_kwargs' must be an object of template variables",
+                  "chat_template_kwargs");
+    for (const auto& [k, v] : it->items()) kw[k] = nlohmann::ordered_json::parse(v.dump());
+  }
+  if (auto it = body.find("reasoning_effort"); it != body.end() && !it->is_null()) {
+    if (!it->is_string())
+      bad_request("'reasoning_effort' must be a string (none, minimal, low, medium, high)",
+                  "reasoning_effort");
+    kw["reasoning_effort"] = *it;  // gpt-oss style templates read it
+    if (*it == "none") kw["enable_thinking"] = false;
+  }
+  return kw;
+}
+
+// A template that reads a variable nobody gave fails with "'name' is undefined": say which
+// variable, and how a client can give it.
+[[noreturn]] void template_error(const std::string& what) {
+  const size_t end = what.find("' is undefined");
+  if (end != std::string::npos) {
+    const size_t start = what.rfind('\'', end - 1);
+    if (start != std::string::npos && start < end) {
+      const std::string name = what.substr(start + 1, end - start - 1);
+      bad_request("the chat template needs the variable " + text_excerpt(name) +
+                      ", which this request does not give; pass it in 'chat_template_kwargs' "
+                      "(template error: " +
+                      text_excerpt(what, 200) + ")",
+                  "chat_template_kwargs");
+    }
+  }
+  // The template's message may quote message text: keep it short.
+  bad_request("the chat template could not render these messages: " + text_excerpt(what, 300),
+              "messages");
+}
+
 RenderedChat render_chat(const ServingModel& m, const nlohmann::ordered_json& messages,
-                         const nlohmann::ordered_json& tools, bool add_generation_prompt) {
+                         const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                         const nlohmann::ordered_json& kwargs) {
   chat::ChatInput input;
   input.messages = messages;
   input.tools = tools;
   input.add_generation_prompt = add_generation_prompt;
+  input.extra = kwargs.is_object() ? kwargs : template_kwargs(m, nlohmann::json::object());
   const auto& tok = m.tok();
   if (!m.special_in_content) {
     mark_control_text(tok, input.messages, 0);
     mark_control_text(tok, input.tools, 0);
+    mark_control_text(tok, input.extra, 0);  // request variables are client text too
   }
   if (tok.bos_id() >= 0) input.bos_token = tok.token_piece(tok.bos_id());
   if (tok.eos_id() >= 0) input.eos_token = tok.token_piece(tok.eos_id());
   try {
     return take_markers(chat::apply_chat_template(*m.chat_template, input));
   } catch (const Error& e) {
-    // The template's message may quote message text: keep it short.
-    bad_request("the chat template could not render these messages: " + text_excerpt(e.what(), 300),
-                "messages");
+    template_error(e.what());
   }
 }
 
@@ -100,6 +157,44 @@ std::vector<int32_t> tokenize_prompt(const ServingModel& m, const std::string& t
   return tok.encode(text, add_special, /*parse_special=*/true, text_only);
 }
 
+bool supports_fim(const ServingModel& m) {
+  using Role = tokenizer::Tokenizer::FimRole;
+  const auto& tok = m.tok();
+  return tok.fim_id(Role::kPrefix) >= 0 && tok.fim_id(Role::kSuffix) >= 0 &&
+         tok.fim_id(Role::kMiddle) >= 0;
+}
+
+std::vector<int32_t> fim_prompt(const ServingModel& m, const std::string& prefix,
+                                const std::string& suffix, const std::string& middle_start,
+                                const std::vector<FimFile>& extra) {
+  using Role = tokenizer::Tokenizer::FimRole;
+  const auto& tok = m.tok();
+  if (!supports_fim(m))
+    throw ApiError(501,
+                   "this model cannot fill in the middle: its vocabulary has no prefix, "
+                   "suffix and middle tokens (<fim_prefix>, <|fim_prefix|>, <PRE>, ...)");
+  std::vector<int32_t> ids;
+  if (tok.add_bos() && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+  // Client text is text: control-token spellings inside it stay plain (parse_special off).
+  auto text = [&](const std::string& s) {
+    const auto t = tok.encode(s, false, false);
+    ids.insert(ids.end(), t.begin(), t.end());
+  };
+  const int32_t sep = tok.fim_id(Role::kSeparator);
+  for (const FimFile& f : extra) {
+    if (sep >= 0) ids.push_back(sep);
+    text(f.name.empty() ? f.text : f.name + "\n" + f.text);
+    if (sep < 0) text("\n");
+  }
+  ids.push_back(tok.fim_id(Role::kPrefix));
+  text(prefix);
+  ids.push_back(tok.fim_id(Role::kSuffix));
+  text(suffix);
+  ids.push_back(tok.fim_id(Role::kMiddle));
+  text(middle_start);
+  return ids;
+}
+
 int32_t bounded_max_tokens(const ServingModel& m, std::optional<int64_t> requested,
                            size_t n_prompt) {
   const int64_t room = std::max<int64_t>(1, (int64_t)m.n_ctx - (int64_t)n_prompt);
@@ -107,13 +202,62 @@ int32_t bounded_max_tokens(const ServingModel& m, std::optional<int64_t> request
   return (int32_t)std::min(want, room);
 }
 
+void RequestRegistry::add(uint64_t id, RequestInfo info) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(infos_, [](const auto& e) { return e.second.handle.expired(); });
+  infos_[id] = std::move(info);
+}
+
+std::optional<RequestInfo> RequestRegistry::find(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = infos_.find(id);
+  if (it == infos_.end()) return std::nullopt;
+  return it->second;
+}
+
+nlohmann::json sampling_json(const engine::SamplingParams& s) {
+  return {{"temperature", s.temperature},
+          {"top_k", s.top_k},
+          {"top_p", s.top_p},
+          {"min_p", s.min_p},
+          {"typical_p", s.typical_p},
+          {"repeat_penalty", s.repeat_penalty},
+          {"repeat_last_n", s.repeat_last_n},
+          {"presence_penalty", s.presence_penalty},
+          {"frequency_penalty", s.frequency_penalty},
+          {"seed", s.seed}};
+}
+
+namespace {
+
+// The start of a prompt's text for /slots: whole characters, at most about 4 KiB.
+std::string prompt_preview(const ServingModel& m, std::span<const int32_t> prompt) {
+  constexpr size_t kMaxBytes = 4096;
+  std::string text = m.tok().decode(prompt.first(std::min<size_t>(prompt.size(), kMaxBytes)),
+                                    /*show_special=*/true);
+  if (text.size() <= kMaxBytes) return text;
+  size_t n = kMaxBytes;
+  while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80) --n;
+  return text.substr(0, n) + "...";
+}
+
+}  // namespace
+
 std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, GenerationSpec spec) {
   if (spec.prompt.empty()) bad_request("the prompt is empty", "prompt");
   if ((int64_t)spec.prompt.size() >= m.n_ctx)
-    bad_request("the prompt has " + std::to_string(spec.prompt.size()) +
-                    " tokens but the context holds " + std::to_string(m.n_ctx) +
-                    " tokens (prompt and completion together); shorten the prompt",
-                "messages");
+    throw ApiError(400,
+                   "the prompt has " + std::to_string(spec.prompt.size()) +
+                       " tokens but the context holds " + std::to_string(m.n_ctx) +
+                       " tokens (prompt and completion together); shorten the prompt",
+                   "messages", "exceed_context_size_error",
+                   {{"n_prompt_tokens", spec.prompt.size()}, {"n_ctx", m.n_ctx}});
+  RequestInfo info;
+  info.prompt = prompt_preview(m, spec.prompt);
+  info.params = sampling_json(spec.sampling);
+  info.params["n_predict"] = spec.max_tokens;
+  info.params["stop"] = spec.stop;
+  info.start = std::chrono::steady_clock::now();
   engine::GenerateRequest req;
   req.prompt = std::move(spec.prompt);
   req.max_tokens = spec.max_tokens;
@@ -133,11 +277,15 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
     bad_request(e.what());
   }
   req.filter = std::make_unique<engine::TextFilter>(m.tok(), std::move(spec.stop));
+  std::shared_ptr<engine::RequestHandle> handle;
   try {
-    return m.engine->submit(std::move(req));
+    handle = m.engine->submit(std::move(req));
   } catch (const Error& e) {
     throw ApiError(status_for_error_kind(e.kind()), e.what());
   }
+  info.handle = handle;
+  m.requests.add(handle->id(), std::move(info));
+  return handle;
 }
 
 CollectedOutput collect_output(engine::RequestHandle& handle) {
@@ -166,6 +314,51 @@ CollectedOutput collect_output(engine::RequestHandle& handle) {
       out.tokens.push_back(std::move(it));
     }
   }
+}
+
+nlohmann::json timings_json(const engine::StreamItem& f) {
+  auto per = [](double ms, int n) { return n > 0 ? ms / n : 0.0; };
+  auto rate = [](double ms, int n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
+  const int prompt_n = f.n_prompt - f.n_cached_prompt;
+  return {{"queue_ms", f.queue_ms},  // submit to first scheduled (a hablar addition)
+          {"cache_n", f.n_cached_prompt},
+          {"prompt_n", prompt_n},
+          {"prompt_ms", f.prompt_ms},
+          {"prompt_per_token_ms", per(f.prompt_ms, prompt_n)},
+          {"prompt_per_second", rate(f.prompt_ms, prompt_n)},
+          {"predicted_n", f.n_generated},
+          {"predicted_ms", f.decode_ms},
+          {"predicted_per_token_ms", per(f.decode_ms, f.n_generated)},
+          {"predicted_per_second", rate(f.decode_ms, std::max(0, f.n_generated - 1))}};
+}
+
+nlohmann::json PromptProgress::state(int32_t processed) const {
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+  return {{"total", total_}, {"cache", cache_}, {"processed", processed}, {"time_ms", ms}};
+}
+
+std::optional<nlohmann::json> PromptProgress::poll(const ServingModel& m) {
+  if (done_) return std::nullopt;
+  const engine::MetricsSnapshot s = m.engine->metrics().snapshot();
+  for (const engine::SlotInfo& slot : s.slots) {
+    if (slot.id != id_) continue;
+    cache_ = slot.n_cached_prompt;
+    const int32_t processed = std::min(slot.n_computed, total_);
+    if (processed <= last_) return std::nullopt;  // nothing new (or still queued)
+    last_ = processed;
+    done_ = processed >= total_;
+    return state(processed);
+  }
+  return std::nullopt;
+}
+
+std::optional<nlohmann::json> PromptProgress::finish(const ServingModel& m) {
+  if (done_) return std::nullopt;
+  poll(m);  // the cache count, while the sequence is still listed
+  done_ = true;
+  last_ = total_;
+  return state(total_);
 }
 
 std::string token_string(const ServingModel& m, int32_t token) {

@@ -4,8 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +22,34 @@
 #include "tokenizer/tokenizer.h"
 
 namespace hablar::server {
+
+// Where a reply's reasoning (<think>...</think> and the like) goes (--reasoning-format, or a
+// request's reasoning_format): kNone leaves it in the content as written; kDeepSeek and kAuto
+// return it apart, as reasoning_content (Anthropic: thinking blocks).
+enum class ReasoningFormat { kNone, kDeepSeek, kAuto };
+// "none", "deepseek", "auto" (also "deepseek-legacy", read as deepseek); nullopt otherwise.
+std::optional<ReasoningFormat> reasoning_format_from_name(std::string_view name);
+
+// What /slots shows of a request beyond the engine's counts: the start of its prompt, its
+// sampling parameters and when it came. An entry lives as long as its request's handle.
+struct RequestInfo {
+  std::weak_ptr<engine::RequestHandle> handle;
+  std::string prompt;  // at most about 4 KiB of the prompt's text
+  nlohmann::json params;
+  std::chrono::steady_clock::time_point start;
+};
+class RequestRegistry {
+ public:
+  void add(uint64_t id, RequestInfo info);
+  std::optional<RequestInfo> find(uint64_t id) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uint64_t, RequestInfo> infos_;
+};
+
+// The sampling parameters as llama-server names them (/props, /slots).
+nlohmann::json sampling_json(const engine::SamplingParams& s);
 
 // Sampling defaults from the command line (llama-server's --temp, --seed, -n, ...).
 struct GenerationDefaults {
@@ -43,6 +75,13 @@ struct ServingModel {
   // the control token itself only when this is set (--special-in-content); by default it
   // is text, so a client cannot close its own turn or open a system one.
   bool special_in_content = false;
+  ReasoningFormat reasoning_format = ReasoningFormat::kAuto;
+  // --reasoning-budget: -1 unlimited; 0 turns thinking off (enable_thinking: false for the
+  // template, as llama-server does).
+  int32_t reasoning_budget = -1;
+  // --chat-template-kwargs: variables every render gets (a request's own come on top).
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  RequestRegistry requests;  // running requests' prompts and parameters, for /slots
 
   const tokenizer::Tokenizer& tok() const { return model->tokenizer(); }
 };
@@ -62,7 +101,7 @@ struct GenerationSpec {
   // turn's text (grammar_context, the start of the turn the client wrote, then the output).
   std::string grammar_trigger;
   std::string grammar_context;
-  int32_t priority = 0;            // scheduling rank: lower runs first
+  int32_t priority = 0;  // scheduling rank: lower runs first
 };
 
 // A chat conversation after the template: its text, and the byte positions of it that came
@@ -72,11 +111,29 @@ struct RenderedChat {
   std::string text;
   std::vector<uint32_t> text_only;
 };
+// `kwargs`: extra template variables (enable_thinking, reasoning_effort, ...); null: the
+// server's defaults (--chat-template-kwargs, --reasoning-budget).
 RenderedChat render_chat(const ServingModel& m, const nlohmann::ordered_json& messages,
-                         const nlohmann::ordered_json& tools, bool add_generation_prompt);
+                         const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                         const nlohmann::ordered_json& kwargs = nullptr);
+// The template variables of a request: the server's defaults, then the request's
+// chat_template_kwargs (an object) and reasoning_effort. ApiError 400 on wrong types.
+nlohmann::ordered_json template_kwargs(const ServingModel& m, const nlohmann::json& body);
 // A prompt's tokens; special tokens written in it are parsed except at `text_only`.
 std::vector<int32_t> tokenize_prompt(const ServingModel& m, const std::string& text,
                                      std::span<const uint32_t> text_only = {});
+
+// A fill-in-the-middle prompt for code models: <prefix> prefix <suffix> suffix <middle>
+// middle_start, after the `extra` files (name, text) of the project, each opened with the
+// vocabulary's file separator when it has one. ApiError 501 when the vocabulary lacks the
+// prefix, suffix or middle token.
+struct FimFile {
+  std::string name, text;
+};
+std::vector<int32_t> fim_prompt(const ServingModel& m, const std::string& prefix,
+                                const std::string& suffix, const std::string& middle_start,
+                                const std::vector<FimFile>& extra = {});
+bool supports_fim(const ServingModel& m);
 
 // Submits to the engine: throws ApiError (400 bad input, 503 queue full / shutting down).
 std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, GenerationSpec spec);
@@ -97,6 +154,32 @@ CollectedOutput collect_output(engine::RequestHandle& handle);
 // A token's text for logprobs (special tokens shown) and its UTF-8 bytes.
 std::string token_string(const ServingModel& m, int32_t token);
 nlohmann::json token_bytes(const std::string& s);
+
+// llama-server's "timings" of a finished generation (prompt and predicted counts, times
+// and rates; cache_n the prompt tokens taken from the prefix cache).
+nlohmann::json timings_json(const engine::StreamItem& final);
+
+// Prompt processing progress for streams that ask for it (llama-server's return_progress):
+// polled while the prompt is computed (chunk by chunk over engine steps), it gives
+// {"total", "cache", "processed", "time_ms"} each time more of the prompt is done. finish(),
+// when the first token comes, gives the completed state if it was not sent yet, so a stream
+// that asked always shows the whole prompt processed before its first token.
+class PromptProgress {
+ public:
+  PromptProgress(uint64_t request_id, int32_t n_prompt)
+      : id_(request_id), total_(n_prompt), start_(std::chrono::steady_clock::now()) {}
+  std::optional<nlohmann::json> poll(const ServingModel& m);
+  std::optional<nlohmann::json> finish(const ServingModel& m);
+
+ private:
+  nlohmann::json state(int32_t processed) const;
+  uint64_t id_;
+  int32_t total_;
+  std::chrono::steady_clock::time_point start_;
+  int32_t last_ = 0;
+  int32_t cache_ = 0;
+  bool done_ = false;
+};
 
 // A random id with a prefix, e.g. "chatcmpl-3f9a...".
 std::string random_id(const char* prefix);

@@ -175,6 +175,10 @@ std::string Tokenizer::token_piece(int32_t id) const {
 int32_t Tokenizer::n_vocab() const {
   return impl_->n_vocab();
 }
+int32_t Tokenizer::fim_id(FimRole role) const {
+  return impl_->fim[(size_t)role];
+}
+
 int32_t Tokenizer::bos_id() const {
   return impl_->bos;
 }

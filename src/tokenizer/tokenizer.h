@@ -80,6 +80,10 @@ class Tokenizer {
   bool is_eog(int32_t id) const;
   bool is_control(int32_t id) const;
   std::optional<int32_t> find_token(std::string_view piece) const;
+  // Fill-in-the-middle tokens of code models (<fim_prefix>, <|fim_prefix|>, <PRE>, ...):
+  // from the GGUF keys, else found by their usual texts; -1 when the vocabulary has none.
+  enum class FimRole : uint8_t { kPrefix, kSuffix, kMiddle, kPad, kRepo, kSeparator };
+  int32_t fim_id(FimRole role) const;
 
   // The bytes a token stands for in decoded text (byte tokens become their byte, "▁" a
   // space, byte-level BPE pieces their raw bytes). Control tokens give "" unless

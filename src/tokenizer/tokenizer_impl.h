@@ -118,6 +118,7 @@ struct Tokenizer::Impl {
   size_t max_token_len = 0;
 
   int32_t bos = -1, eos = -1, unk = -1, sep = -1, pad = -1, eot = -1;
+  int32_t fim[6] = {-1, -1, -1, -1, -1, -1};  // by Tokenizer::FimRole
   bool add_bos = false, add_eos = false, add_sep = false, add_space_prefix = false;
 
   // Control, user-defined and unknown tokens, longest text first: split out of the text

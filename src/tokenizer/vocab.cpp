@@ -117,6 +117,16 @@ void load_special_ids(const gguf::GgufFile& f, Tokenizer::Impl& v) {
   v.sep = id_key(f, "tokenizer.ggml.seperator_token_id", v.sep, n);
   v.pad = id_key(f, "tokenizer.ggml.padding_token_id", v.pad, n);
   v.eot = id_key(f, "tokenizer.ggml.eot_token_id", -1, n);
+  // Fill-in-the-middle ids: today's keys, then the older names of the first three.
+  const char* fim_keys[6] = {"fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep"};
+  const char* old_keys[3] = {"prefix", "suffix", "middle"};
+  for (int r = 0; r < 6; ++r) {
+    v.fim[r] =
+        id_key(f, (std::string("tokenizer.ggml.") + fim_keys[r] + "_token_id").c_str(), -1, n);
+    if (v.fim[r] < 0 && r < 3)
+      v.fim[r] =
+          id_key(f, (std::string("tokenizer.ggml.") + old_keys[r] + "_token_id").c_str(), -1, n);
+  }
   v.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", v.add_bos);
   v.add_eos = f.get_bool_or("tokenizer.ggml.add_eos_token", v.add_eos);
   v.add_space_prefix = f.get_bool_or("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
@@ -142,6 +152,7 @@ void finish_special_ids(Tokenizer::Impl& v) {
     for (int32_t id = 0; id < n; ++id) {
       if (std::find(roles[r].begin(), roles[r].end(), v.texts[id]) != roles[r].end()) {
         force_control(id);
+        if (r < 6 && v.fim[r] < 0) v.fim[r] = id;
         if (r >= 3) v.eog[id] = 1;
         break;
       }

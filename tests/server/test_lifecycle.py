@@ -55,7 +55,7 @@ def test_api_key_and_cors(tmp_path):
         pre = requests.options(s.url + "/v1/chat/completions",
                                headers={"Origin": "http://good.example",
                                         "Access-Control-Request-Method": "POST"})
-        assert pre.status_code == 204
+        assert pre.status_code == 200
         assert pre.headers["Access-Control-Allow-Origin"] == "http://good.example"
         assert "Authorization" in pre.headers["Access-Control-Allow-Headers"]
         bad = requests.get(url, headers={"Origin": "http://evil.example", "Authorization": "Bearer secret-one"})

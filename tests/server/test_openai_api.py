@@ -41,7 +41,7 @@ def test_chat_stream_follows_the_delta_rules(server, client):
                                             stream=True, stream_options={"include_usage": True})
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
-    assert chunks[0].choices[0].delta.content == ""
+    assert chunks[0].choices[0].delta.content is None  # role first, content null (llama-server)
     content_chunks = chunks[1:-2]
     assert content_chunks, "no content deltas"
     for c in content_chunks:

@@ -1,0 +1,57 @@
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+
+#include "chat/chat.h"
+
+namespace hablar::chat {
+namespace {
+
+ChatInput conversation() {
+  ChatInput in;
+  in.messages = nlohmann::ordered_json::array({{{"role", "system"}, {"content", "SYS-TEXT"}},
+                                               {{"role", "user"}, {"content", "USER-ONE"}},
+                                               {{"role", "assistant"}, {"content", "BOT-ONE"}},
+                                               {{"role", "user"}, {"content", "USER-TWO"}}});
+  in.bos_token = "<s>";
+  in.eos_token = "</s>";
+  return in;
+}
+
+// Every built-in format renders a conversation with each message once, in order.
+TEST(BuiltinTemplates, EveryNameRendersEveryMessageInOrder) {
+  std::stringstream names(builtin_chat_template_names());
+  int count = 0;
+  for (std::string name; std::getline(names, name, ',');) {
+    if (name.front() == ' ') name.erase(0, 1);
+    const std::string* source = builtin_chat_template(name);
+    ASSERT_NE(source, nullptr) << name;
+    const std::string out = apply_chat_template(ChatTemplate(*source), conversation());
+    size_t at = 0;
+    for (const char* part : {"SYS-TEXT", "USER-ONE", "BOT-ONE", "USER-TWO"}) {
+      const size_t found = out.find(part, at);
+      ASSERT_NE(found, std::string::npos) << name << " lacks " << part << ":\n" << out;
+      at = found;
+    }
+    ++count;
+  }
+  EXPECT_GE(count, 19);
+  EXPECT_EQ(builtin_chat_template("no-such-format"), nullptr);
+}
+
+TEST(BuiltinTemplates, Llama3AndChatmlExactly) {
+  ChatInput in;
+  in.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Hi"}}});
+  EXPECT_EQ(apply_chat_template(ChatTemplate(*builtin_chat_template("chatml")), in),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(apply_chat_template(ChatTemplate(*builtin_chat_template("llama3")), in),
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(apply_chat_template(ChatTemplate(*builtin_chat_template("command-r")), in),
+            "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi<|END_OF_TURN_TOKEN|>"
+            "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+}
+
+}  // namespace
+}  // namespace hablar::chat
