@@ -116,8 +116,8 @@ report() {
 server() {
   setup_env
   python3 -m pip install -q --no-index --no-deps --target /tmp/site "$root"/.whl/*.whl 2>&1 | tail -2
-  export PYTHONPATH=/tmp/site HABLAR_BIN=$gpu/bin/hablar HABLAR_SERVE_ARGS="--device cuda ${SERVE_MODE:-}"
-  (cd "$root" && timeout 420 python3 -m pytest tests/server -q -p no:cacheprovider \
+  export PYTHONPATH=/tmp/site HABLAR_BIN=$gpu/bin/hablar HABLAR_SERVE_ARGS="--device cuda --gpu-memory-utilization 0.1 ${SERVE_MODE:-}"
+  (cd "$root" && timeout 470 python3 -m pytest tests/server -q -p no:cacheprovider \
     --deselect tests/server/test_browser.py 2>&1 | tee "$log/server_pytest.txt" | tail -15)
   # memcheck over a short serving run: four requests at once (prefill and batched decode
   # steps, graphs captured and replayed), then SIGTERM to hablar itself so that the

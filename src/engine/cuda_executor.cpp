@@ -248,10 +248,13 @@ void CudaExecutor::size_kv_cache(const CudaExecutorOptions& o, size_t workspace_
                               o.gpu_memory_utilization));
     size_t free_bytes = 0, total = 0;
     HABLAR_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-    // What is in use already (the weights, the step buffers, anyone else's) counts against
-    // the share; 256 MiB stay free for cuBLAS and the driver.
-    const double budget =
-        o.gpu_memory_utilization * (double)total - (double)(total - free_bytes) - 256.0 * (1 << 20);
+    // The share is this server's: its weights and step buffers count against it; what other
+    // processes hold does not, but the cache never takes more than is free (256 MiB stay free
+    // for cuBLAS and the driver), so a second server on one GPU starts with what is left.
+    const double margin = 256.0 * (1 << 20);
+    const double own = (double)weight_bytes_ + (double)workspace_bytes;
+    const double budget = std::min(o.gpu_memory_utilization * (double)total - own - margin,
+                                   (double)free_bytes - margin);
     n_blocks = budget > 0 ? (int64_t)(budget / (double)block_bytes) : 0;
     n_blocks = std::min<int64_t>(n_blocks, 1 << 22);
   }
