@@ -32,7 +32,7 @@ std::string_view arch_name(Arch arch) {
 }
 
 std::string supported_arch_names() {
-  return "llama (and Mixtral MoE), qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma2, gemma3";
+  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma2, gemma3";  // Mixtral is llama
 }
 
 namespace {
