@@ -44,7 +44,8 @@ void fuzz_tokenizer(std::string_view text) {
       {"tokenizer.huggingface.json", gguf::Value::string(std::string(text))}};
   const gguf::GgufFile f = gguf::GgufFile::assemble("fuzz", std::move(meta), {}, nullptr);
   const auto tok = tokenizer::Tokenizer::from_gguf(f);
-  for (std::string_view s : {"Hello world, it's 2024!", " \t\n ünïcödé 日本語 🦙", "\xff\xfe<s>[CLS]", ""}) {
+  for (std::string_view s :
+       {"Hello world, it's 2024!", " \t\n ünïcödé 日本語 🦙", "\xff\xfe<s>[CLS]", ""}) {
     const std::vector<int32_t> ids = tok->encode(s, true, true);
     (void)tok->decode(ids, true);
   }

@@ -52,27 +52,33 @@ int run_convert(const ConvertOptions& o) {
   const std::string in = resolve_model_path(o.input);
   const gguf::GgufFile f = formats::open_model_file(in, o.load.options(o.n_threads));
   if (o.load.quantize.size() && !formats::is_hf_model_dir(in))
-    throw_error(ErrorKind::kInvalidArgument, "--quantize converts Hugging Face directories; " + in + " is not one");
+    throw_error(ErrorKind::kInvalidArgument,
+                "--quantize converts Hugging Face directories; " + in + " is not one");
   if (o.output.ends_with(".gguf")) {
     write_gguf(f, o.output);
   } else if (o.output.ends_with(".apr")) {
     const std::vector<uint8_t> bytes = apr::from_gguf(f);
-    write_file(o.output, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    write_file(o.output,
+               std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
     // A tokenizer.json travels beside an APR file (the APR reader looks for it there).
     if (f.has("tokenizer.huggingface.json") && !f.has("tokenizer.ggml.tokens"))
       write_file((std::filesystem::path(o.output).parent_path() / "tokenizer.json").string(),
                  f.get_string("tokenizer.huggingface.json"));
   } else {
-    throw_error(ErrorKind::kInvalidArgument, "convert: the output must end in .gguf or .apr: " + o.output);
+    throw_error(ErrorKind::kInvalidArgument,
+                "convert: the output must end in .gguf or .apr: " + o.output);
   }
   std::fprintf(stderr, "wrote %s (%zu tensors)\n", o.output.c_str(), f.tensors().size());
   return 0;
 }
 
 const CommandRegistration registration{
-    "convert", "Write a model (GGUF, APR or Hugging Face directory) as GGUF or APR v2", [](CLI::App& app) {
+    "convert", "Write a model (GGUF, APR or Hugging Face directory) as GGUF or APR v2",
+    [](CLI::App& app) {
       auto o = std::make_shared<ConvertOptions>();
-      app.add_option("input", o->input, "a .gguf or .apr file, a Hugging Face directory, or a model name")->required();
+      app.add_option("input", o->input,
+                     "a .gguf or .apr file, a Hugging Face directory, or a model name")
+          ->required();
       app.add_option("output", o->output, "OUT.gguf or OUT.apr")->required();
       o->load.add_to(app);
       app.add_option("-t,--threads", o->n_threads, "threads for --quantize (0 = all cores)");

@@ -6,10 +6,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "formats/hf_model.h"
 #include "cli/command.h"
 #include "core/paths.h"
 #include "formats/gguf.h"
+#include "formats/hf_model.h"
 #include "formats/model_info.h"
 #include "tokenizer/tokenizer.h"
 
@@ -173,12 +173,13 @@ void print_text(const gguf::GgufFile& f, const ModelInfo& m, const InfoOptions& 
   std::printf("file:          %s\n", m.path.c_str());
   const std::string source = f.get_string_or("general.source.format", "");
   if (source == "huggingface")  // described by formats/hf_model.h
-    std::printf("format:        Hugging Face directory (config.json, safetensors, tokenizer.json)\n");
+    std::printf(
+        "format:        Hugging Face directory (config.json, safetensors, tokenizer.json)\n");
   else if (source == "apr")  // formats/apr.h
     std::printf("format:        APR v2\n");
   else
-    std::printf("format:        GGUF v%u, %s, alignment %llu, tensor data at byte %llu\n", m.version,
-                mib(m.file_size).c_str(), (unsigned long long)m.alignment,
+    std::printf("format:        GGUF v%u, %s, alignment %llu, tensor data at byte %llu\n",
+                m.version, mib(m.file_size).c_str(), (unsigned long long)m.alignment,
                 (unsigned long long)m.data_offset);
   std::printf("architecture:  %s\n", m.architecture.empty() ? "(none)" : m.architecture.c_str());
   if (!m.name.empty()) std::printf("name:          %s\n", m.name.c_str());
@@ -244,10 +245,13 @@ int run_info(const InfoOptions& o) {
 }
 
 const CommandRegistration registration{
-    "info", "Describe a model (GGUF file or Hugging Face directory): hyperparameters, tokenizer, tensors", [](CLI::App& app) {
+    "info",
+    "Describe a model (GGUF file or Hugging Face directory): hyperparameters, tokenizer, tensors",
+    [](CLI::App& app) {
       auto o = std::make_shared<InfoOptions>();
       app.add_option("model", o->model,
-                     "GGUF path, Hugging Face directory or model name in the cache (default: the default model)");
+                     "GGUF path, Hugging Face directory or model name in the cache (default: the "
+                     "default model)");
       app.add_flag("--json", o->json, "print one JSON object");
       app.add_flag("--show-template", o->show_template, "print the chat template");
       app.add_flag("--metadata", o->show_metadata, "list every metadata key");

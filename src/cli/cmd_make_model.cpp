@@ -38,7 +38,8 @@ int run_make_model(const MakeModelOptions& o) {
   const auto arch = synth::arch_from_name(o.arch);
   if (!arch)
     throw_error(ErrorKind::kInvalidArgument,
-                "--arch: unknown architecture '" + o.arch + "' (llama, qwen2, qwen3, gemma2, gemma3, mixtral, qwen2moe, qwen3moe or phi3)");
+                "--arch: unknown architecture '" + o.arch +
+                    "' (llama, qwen2, qwen3, gemma2, gemma3, mixtral, qwen2moe, qwen3moe or phi3)");
   const auto shape = synth::shape_from_name(o.shape);
   if (!shape)
     throw_error(ErrorKind::kInvalidArgument,
@@ -77,7 +78,9 @@ const CommandRegistration registration{
     "make-model", "Write a GGUF with seeded random weights in a real model's shape",
     [](CLI::App& app) {
       auto o = std::make_shared<MakeModelOptions>();
-      app.add_option("--arch", o->arch, "llama, qwen2, qwen3, gemma2, gemma3, mixtral, qwen2moe, qwen3moe or phi3")->capture_default_str();
+      app.add_option("--arch", o->arch,
+                     "llama, qwen2, qwen3, gemma2, gemma3, mixtral, qwen2moe, qwen3moe or phi3")
+          ->capture_default_str();
       app.add_option("--shape", o->shape, shape_names())->capture_default_str();
       app.add_option("--type", o->type,
                      "tensor type (f32, f16, bf16, q8_0, q4_0, q4_k, ...) or mix (q4_k_m, q5_k_m)")

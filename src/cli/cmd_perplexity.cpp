@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "cli/command.h"
-#include "cli/load_options.h"
 #include "cli/device_options.h"
+#include "cli/load_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"

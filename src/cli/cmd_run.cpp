@@ -15,8 +15,8 @@
 #include "cli/chat_loop.h"
 #include "cli/chat_prompt.h"
 #include "cli/command.h"
-#include "cli/load_options.h"
 #include "cli/device_options.h"
+#include "cli/load_options.h"
 #include "cli/load_progress.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -32,7 +32,7 @@ namespace {
 
 struct RunOptions {
   std::string model;
-  LoadFlags load;  // --quantize
+  LoadFlags load;           // --quantize
   std::string prompt;       // "-": read from standard input
   std::string prompt_file;  // -f
   int n_predict = 128;      // -1: until the context is full

@@ -11,12 +11,12 @@
 #include <sstream>
 #include <string>
 
-#include "formats/hf_model.h"
 #include "chat/chat.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/paths.h"
 #include "formats/gguf.h"
+#include "formats/hf_model.h"
 
 namespace hablar::cli {
 namespace {

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "formats/hf_model.h"
 #include "cli/command.h"
 #include "core/paths.h"
 #include "formats/gguf.h"
+#include "formats/hf_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hablar::cli {
@@ -48,7 +48,8 @@ int run_tokenize(const TokenizeOptions& o) {
   if (o.batch) {  // a JSON array of texts in, a JSON array of id arrays out (oracle tests)
     const nlohmann::json texts = nlohmann::json::parse(text);
     nlohmann::json all = nlohmann::json::array();
-    for (const auto& t : texts) all.push_back(tok->encode(t.get<std::string>(), o.add_special, o.parse_special));
+    for (const auto& t : texts)
+      all.push_back(tok->encode(t.get<std::string>(), o.add_special, o.parse_special));
     write_all(all.dump() + "\n");
     return 0;
   }
@@ -77,7 +78,8 @@ int run_tokenize(const TokenizeOptions& o) {
 const CommandRegistration tokenize_reg{
     "tokenize", "Split text into the model's token ids", [](CLI::App& app) {
       auto o = std::make_shared<TokenizeOptions>();
-      app.add_option("-m,--model", o->model, "GGUF file, Hugging Face directory or model name (default model if empty)");
+      app.add_option("-m,--model", o->model,
+                     "GGUF file, Hugging Face directory or model name (default model if empty)");
       app.add_flag("--add-special", o->add_special, "add BOS/EOS as the model asks");
       app.add_flag("--parse-special", o->parse_special,
                    "special tokens written in the text (<|im_start|>, <s>, ...) become their ids");
@@ -107,7 +109,8 @@ int run_detokenize(const DetokenizeOptions& o) {
 const CommandRegistration detokenize_reg{
     "detokenize", "Turn token ids back into text", [](CLI::App& app) {
       auto o = std::make_shared<DetokenizeOptions>();
-      app.add_option("-m,--model", o->model, "GGUF file, Hugging Face directory or model name (default model if empty)");
+      app.add_option("-m,--model", o->model,
+                     "GGUF file, Hugging Face directory or model name (default model if empty)");
       app.add_flag("--show-special", o->show_special,
                    "write control tokens (<s>, <|im_end|>, ...)");
       app.add_option("ids", o->ids, "token ids")->required();

@@ -18,12 +18,14 @@ enum class GluActivation {
 };
 
 struct AttentionSpec {
-  float scale = 1.0f;   // multiplies q·k before the softmax
-  int32_t window = 0;   // > 0: a query at position p sees keys [p - window + 1, p]; 0: [0, p]
-  float softcap = 0.0f; // > 0: scores become softcap * tanh(score / softcap) (Gemma 2)
+  float scale = 1.0f;    // multiplies q·k before the softmax
+  int32_t window = 0;    // > 0: a query at position p sees keys [p - window + 1, p]; 0: [0, p]
+  float softcap = 0.0f;  // > 0: scores become softcap * tanh(score / softcap) (Gemma 2)
 
   // The first position a query at `pos` sees.
-  int32_t first_position(int32_t pos) const { return window > 0 && pos >= window ? pos - window + 1 : 0; }
+  int32_t first_position(int32_t pos) const {
+    return window > 0 && pos >= window ? pos - window + 1 : 0;
+  }
 };
 
 // A layer's mixture of experts, as views: the router [n_experts x n_embd] and each expert's

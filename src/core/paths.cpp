@@ -29,8 +29,8 @@ std::string resolve_model_path(std::string_view name_or_path) {
     const fs::path p = cache / candidate;
     if (fs::is_regular_file(p, ec)) return p.string();
   }
-  std::string msg = "model '" + arg + "' not found (looked for the path and in " +
-                    cache.string() + ")";
+  std::string msg =
+      "model '" + arg + "' not found (looked for the path and in " + cache.string() + ")";
   if (arg == kDefaultModelName)
     msg += "; fetch the default model with: " + std::string(kFetchModelCommand);
   throw_error(ErrorKind::kNotFound, msg);

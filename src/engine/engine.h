@@ -49,8 +49,8 @@ class NextTokenSampler {
 class OutputFilter {
  public:
   struct Result {
-    std::string text;   // text that became final with this token
-    bool stop = false;  // a stop condition matched: finish with reason "stop"
+    std::string text;       // text that became final with this token
+    bool stop = false;      // a stop condition matched: finish with reason "stop"
     std::string stop_word;  // the stop string that matched, when one did
   };
   virtual ~OutputFilter() = default;

@@ -7,13 +7,14 @@
 
 namespace hablar::apr {
 
-using nlohmann::json;
 using gguf::Value;
+using nlohmann::json;
 using Metadata = std::vector<std::pair<std::string, Value>>;
 
 namespace {
 
-std::vector<std::string> string_list(const json& j, const std::string& key, const std::string& name) {
+std::vector<std::string> string_list(const json& j, const std::string& key,
+                                     const std::string& name) {
   std::vector<std::string> out;
   for (const json& e : j) {
     if (!e.is_string()) throw_error(ErrorKind::kFormat, name + ": " + key + " must hold strings");
@@ -33,16 +34,19 @@ std::string tokenizer_model(std::string m) {
 void tokenizer_metadata(const json& m, const std::string& name, Metadata& out) {
   const json* vocab = formats::json_array_or_null(m, "tokenizer.vocabulary", name);
   if (!vocab) return;
-  out.emplace_back("tokenizer.ggml.tokens", Value::string_array(string_list(*vocab, "tokenizer.vocabulary", name)));
+  out.emplace_back("tokenizer.ggml.tokens",
+                   Value::string_array(string_list(*vocab, "tokenizer.vocabulary", name)));
   std::string model = formats::json_string_or(m, "tokenizer.model", "", name);
   if (model.empty()) model = formats::json_string_or(m, "tokenizer.model_type", "gpt2", name);
   out.emplace_back("tokenizer.ggml.model", Value::string(tokenizer_model(model)));
   if (const json* merges = formats::json_array_or_null(m, "tokenizer.merges", name))
-    out.emplace_back("tokenizer.ggml.merges", Value::string_array(string_list(*merges, "tokenizer.merges", name)));
+    out.emplace_back("tokenizer.ggml.merges",
+                     Value::string_array(string_list(*merges, "tokenizer.merges", name)));
   if (const json* scores = formats::json_array_or_null(m, "tokenizer.scores", name)) {
     std::vector<float> v;
     for (const json& e : *scores) {
-      if (!e.is_number()) throw_error(ErrorKind::kFormat, name + ": tokenizer.scores must hold numbers");
+      if (!e.is_number())
+        throw_error(ErrorKind::kFormat, name + ": tokenizer.scores must hold numbers");
       v.push_back(e.get<float>());
     }
     out.emplace_back("tokenizer.ggml.scores", Value::f32_array(v));
@@ -50,19 +54,25 @@ void tokenizer_metadata(const json& m, const std::string& name, Metadata& out) {
   if (const json* types = formats::json_array_or_null(m, "tokenizer.token_type", name)) {
     std::vector<int32_t> v;
     for (const json& e : *types) {
-      if (!e.is_number_integer()) throw_error(ErrorKind::kFormat, name + ": tokenizer.token_type must hold integers");
+      if (!e.is_number_integer())
+        throw_error(ErrorKind::kFormat, name + ": tokenizer.token_type must hold integers");
       v.push_back((int32_t)e.get<int64_t>());
     }
     out.emplace_back("tokenizer.ggml.token_type", Value::i32_array(v));
   }
   for (const char* role : {"bos", "eos"}) {
-    const int64_t id = formats::json_int_or(m, (std::string("tokenizer.") + role + "_token_id").c_str(), -1, name);
-    if (id >= 0 && id <= INT32_MAX) out.emplace_back(std::string("tokenizer.ggml.") + role + "_token_id", Value::u32((uint32_t)id));
+    const int64_t id =
+        formats::json_int_or(m, (std::string("tokenizer.") + role + "_token_id").c_str(), -1, name);
+    if (id >= 0 && id <= INT32_MAX)
+      out.emplace_back(std::string("tokenizer.ggml.") + role + "_token_id",
+                       Value::u32((uint32_t)id));
   }
   const std::string pre = formats::json_string_or(m, "tokenizer.pre_type", "", name);
   if (!pre.empty()) out.emplace_back("tokenizer.ggml.pre", Value::string(pre));
   if (m.contains("tokenizer.add_bos_token"))
-    out.emplace_back("tokenizer.ggml.add_bos_token", Value::boolean(formats::json_bool_or(m, "tokenizer.add_bos_token", false, name)));
+    out.emplace_back(
+        "tokenizer.ggml.add_bos_token",
+        Value::boolean(formats::json_bool_or(m, "tokenizer.add_bos_token", false, name)));
 }
 
 }  // namespace
@@ -74,7 +84,8 @@ void apr_metadata(const json& m, const std::string& name, Metadata& out) {
   out.emplace_back("general.source.format", Value::string("apr"));
   auto u32 = [&](const char* key, const char* gguf_key) {
     if (m.contains(key) && !m[key].is_null())
-      out.emplace_back(a + "." + gguf_key, Value::u32((uint32_t)formats::json_positive_int(m, key, name)));
+      out.emplace_back(a + "." + gguf_key,
+                       Value::u32((uint32_t)formats::json_positive_int(m, key, name)));
   };
   u32("num_layers", "block_count");
   u32("hidden_size", "embedding_length");
@@ -82,14 +93,19 @@ void apr_metadata(const json& m, const std::string& name, Metadata& out) {
   u32("num_kv_heads", "attention.head_count_kv");
   u32("intermediate_size", "feed_forward_length");
   u32("head_dim", "attention.key_length");
-  if (m.contains("max_position_embeddings")) u32("max_position_embeddings", "context_length");
-  else out.emplace_back(a + ".context_length", Value::u32(4096));
+  if (m.contains("max_position_embeddings"))
+    u32("max_position_embeddings", "context_length");
+  else
+    out.emplace_back(a + ".context_length", Value::u32(4096));
   if (m.contains("rms_norm_eps"))
-    out.emplace_back(a + ".attention.layer_norm_rms_epsilon", Value::f32((float)formats::json_number_or(m, "rms_norm_eps", 1e-6, name)));
+    out.emplace_back(a + ".attention.layer_norm_rms_epsilon",
+                     Value::f32((float)formats::json_number_or(m, "rms_norm_eps", 1e-6, name)));
   if (m.contains("rope_theta"))
-    out.emplace_back(a + ".rope.freq_base", Value::f32((float)formats::json_number_or(m, "rope_theta", 1e4, name)));
+    out.emplace_back(a + ".rope.freq_base",
+                     Value::f32((float)formats::json_number_or(m, "rope_theta", 1e4, name)));
   if (m.contains("rope_type"))
-    out.emplace_back("hablar.rope.neox", Value::boolean(formats::json_int_or(m, "rope_type", 0, name) == 2));
+    out.emplace_back("hablar.rope.neox",
+                     Value::boolean(formats::json_int_or(m, "rope_type", 0, name) == 2));
   std::string tmpl = formats::json_string_or(m, "chat_template", "", name);
   if (tmpl.empty()) tmpl = formats::json_string_or(m, "tokenizer.chat_template", "", name);
   if (!tmpl.empty()) out.emplace_back("tokenizer.chat_template", Value::string(tmpl));

@@ -29,12 +29,13 @@ uint32_t crc32(std::span<const uint8_t> bytes, uint32_t crc) {
 }
 
 using Metadata = std::vector<std::pair<std::string, gguf::Value>>;
-void apr_metadata(const nlohmann::json& m, const std::string& name, Metadata& out);  // apr_metadata.cpp
+void apr_metadata(const nlohmann::json& m, const std::string& name,
+                  Metadata& out);  // apr_metadata.cpp
 
 namespace {
 
-using nlohmann::json;
 using gguf::Value;
+using nlohmann::json;
 
 struct Keep {
   std::shared_ptr<MappedFile> map;
@@ -59,29 +60,38 @@ struct Header {
 };
 
 Header read_header(std::span<const uint8_t> b, const std::string& name) {
-  if (b.size() < 68) fail(name, "file of " + std::to_string(b.size()) + " bytes is too small for header and footer");
+  if (b.size() < 68)
+    fail(name, "file of " + std::to_string(b.size()) + " bytes is too small for header and footer");
   if (std::memcmp(b.data(), "APR", 3) != 0) fail(name, "bad magic: not an APR file");
-  if (b[3] == '1' || b[3] == 'N') throw_error(ErrorKind::kUnsupported, name + ": APR version 1 is not supported (only v2)");
+  if (b[3] == '1' || b[3] == 'N')
+    throw_error(ErrorKind::kUnsupported, name + ": APR version 1 is not supported (only v2)");
   if (b[3] != 0 && b[3] != '2') fail(name, "bad magic byte 3");
-  if (b[4] != 2) throw_error(ErrorKind::kUnsupported, name + ": APR major version " + std::to_string(b[4]) + " (only 2 is read)");
+  if (b[4] != 2)
+    throw_error(ErrorKind::kUnsupported,
+                name + ": APR major version " + std::to_string(b[4]) + " (only 2 is read)");
   std::vector<uint8_t> h(b.begin(), b.begin() + 40);
   h.insert(h.end(), b.begin() + 44, b.begin() + 64);
   if (crc32(h) != load<uint32_t>(b, 40)) fail(name, "header CRC-32 mismatch (corrupt file)");
   const uint32_t footer = load<uint32_t>(b, b.size() - 4);
   if (crc32(b.first(b.size() - 4)) != footer) fail(name, "footer CRC-32 mismatch (corrupt file)");
-  Header hd{load<uint16_t>(b, 6), load<uint32_t>(b, 8), load<uint32_t>(b, 20),
+  Header hd{load<uint16_t>(b, 6),  load<uint32_t>(b, 8),  load<uint32_t>(b, 20),
             load<uint64_t>(b, 12), load<uint64_t>(b, 24), load<uint64_t>(b, 32)};
   struct Flag {
     uint16_t bit;
     const char* what;
   };
-  for (const Flag& f : {Flag{0x1, "LZ4-compressed"}, Flag{0x2, "zstd-compressed"}, Flag{0x4, "encrypted"},
-                        Flag{0x8, "signed"}, Flag{0x10, "sharded"}, Flag{0x800, "column-major"}})
-    if (hd.flags & f.bit) throw_error(ErrorKind::kUnsupported, name + ": APR file is " + f.what + " (not supported)");
+  for (const Flag& f :
+       {Flag{0x1, "LZ4-compressed"}, Flag{0x2, "zstd-compressed"}, Flag{0x4, "encrypted"},
+        Flag{0x8, "signed"}, Flag{0x10, "sharded"}, Flag{0x800, "column-major"}})
+    if (hd.flags & f.bit)
+      throw_error(ErrorKind::kUnsupported, name + ": APR file is " + f.what + " (not supported)");
   const uint64_t end = b.size() - 4;
-  if (hd.meta_off > end || hd.meta_size > end - hd.meta_off) fail(name, "metadata lies outside the file");
-  if (hd.index_off > end || hd.data_off > end || hd.index_off > hd.data_off) fail(name, "index or data offset outside the file");
-  if (hd.n_tensors > (end - hd.index_off) / 20) fail(name, "absurd tensor count " + std::to_string(hd.n_tensors));
+  if (hd.meta_off > end || hd.meta_size > end - hd.meta_off)
+    fail(name, "metadata lies outside the file");
+  if (hd.index_off > end || hd.data_off > end || hd.index_off > hd.data_off)
+    fail(name, "index or data offset outside the file");
+  if (hd.n_tensors > (end - hd.index_off) / 20)
+    fail(name, "absurd tensor count " + std::to_string(hd.n_tensors));
   return hd;
 }
 
@@ -100,14 +110,18 @@ std::vector<uint8_t> apr_q4_to_q4_0(const uint8_t* src, size_t blocks) {
 }
 
 std::string gguf_name(const std::string& n) {
-  if (n.starts_with("blk.") || n == "token_embd.weight" || n == "output_norm.weight" || n == "output.weight") return n;
-  if (auto m = formats::gguf_name_of_hf(n.starts_with("layers.") ? "model." + n : n)) return m->gguf;
+  if (n.starts_with("blk.") || n == "token_embd.weight" || n == "output_norm.weight" ||
+      n == "output.weight")
+    return n;
+  if (auto m = formats::gguf_name_of_hf(n.starts_with("layers.") ? "model." + n : n))
+    return m->gguf;
   return "";
 }
 
 // One index entry at `pos` -> a tensor info (data converted into keep.owned when needed).
-gguf::TensorInfo read_entry(std::span<const uint8_t> b, size_t& pos, size_t index_end, const Header& h,
-                            Keep& keep, const std::string& name, std::string& raw_name) {
+gguf::TensorInfo read_entry(std::span<const uint8_t> b, size_t& pos, size_t index_end,
+                            const Header& h, Keep& keep, const std::string& name,
+                            std::string& raw_name) {
   auto need = [&](size_t n) {
     if (n > index_end - pos) fail(name, "tensor index is truncated");
   };
@@ -119,14 +133,16 @@ gguf::TensorInfo read_entry(std::span<const uint8_t> b, size_t& pos, size_t inde
   pos += len;
   const uint8_t dtype = b[pos], nd = b[pos + 1];
   pos += 2;
-  if (nd == 0 || nd > 8) fail(name, "tensor " + raw_name + " has " + std::to_string(nd) + " dims (1..8)");
+  if (nd == 0 || nd > 8)
+    fail(name, "tensor " + raw_name + " has " + std::to_string(nd) + " dims (1..8)");
   need(8u * nd + 16);
   gguf::TensorInfo t;
   t.name = raw_name;
   uint64_t elems = 1;
   for (int i = 0; i < nd; ++i) {
     const uint64_t d = load<uint64_t>(b, pos + 8 * (size_t)i);
-    if (d == 0 || d > (1ull << 40) || elems > (1ull << 48) / d) fail(name, "tensor " + raw_name + " has a bad shape");
+    if (d == 0 || d > (1ull << 40) || elems > (1ull << 48) / d)
+      fail(name, "tensor " + raw_name + " has a bad shape");
     elems *= d;
     t.dims.insert(t.dims.begin(), (int64_t)d);  // innermost first, as GGUF
   }
@@ -134,27 +150,42 @@ gguf::TensorInfo read_entry(std::span<const uint8_t> b, size_t& pos, size_t inde
   const uint64_t off = load<uint64_t>(b, pos), size = load<uint64_t>(b, pos + 8);
   pos += 16;
   const uint64_t data_end = b.size() - 4 - h.data_off;
-  if (off > data_end || size > data_end - off) fail(name, "tensor " + raw_name + " lies outside the data section");
+  if (off > data_end || size > data_end - off)
+    fail(name, "tensor " + raw_name + " lies outside the data section");
   const uint8_t* data = b.data() + h.data_off + off;
   auto expect = [&](uint64_t bytes) {
-    if (size != bytes) fail(name, "tensor " + raw_name + ": " + std::to_string(size) + " bytes, its shape needs " + std::to_string(bytes));
+    if (size != bytes)
+      fail(name, "tensor " + raw_name + ": " + std::to_string(size) + " bytes, its shape needs " +
+                     std::to_string(bytes));
   };
   switch (dtype) {
-    case 0: case 1: case 30: case 12: case 14: {
-      t.type = dtype == 0 ? DType::F32 : dtype == 1 ? DType::F16 : dtype == 30 ? DType::BF16 : dtype == 12 ? DType::Q4_K : DType::Q6_K;
-      if (t.dims[0] % dtype_traits(t.type).block_elems) fail(name, "tensor " + raw_name + ": row length is not a whole number of blocks");
+    case 0:
+    case 1:
+    case 30:
+    case 12:
+    case 14: {
+      t.type = dtype == 0    ? DType::F32
+               : dtype == 1  ? DType::F16
+               : dtype == 30 ? DType::BF16
+               : dtype == 12 ? DType::Q4_K
+                             : DType::Q6_K;
+      if (t.dims[0] % dtype_traits(t.type).block_elems)
+        fail(name, "tensor " + raw_name + ": row length is not a whole number of blocks");
       expect(dtype_row_bytes(t.type, t.dims[0]) * (elems / (uint64_t)t.dims[0]));
       t.data = data;
       break;
     }
-    case 128: case 8: {  // APR-Q4
+    case 128:
+    case 8: {  // APR-Q4
       expect((elems + 31) / 32 * 18);
-      if (t.dims[0] % 32) fail(name, "tensor " + raw_name + ": APR-Q4 rows must hold whole 32-value blocks");
+      if (t.dims[0] % 32)
+        fail(name, "tensor " + raw_name + ": APR-Q4 rows must hold whole 32-value blocks");
       keep.owned.push_back(apr_q4_to_q4_0(data, (size_t)(elems / 32)));
       t.type = DType::Q4_0;
       break;
     }
-    case 129: case 9: {  // APR-Q8
+    case 129:
+    case 9: {  // APR-Q8
       expect(4 + elems);
       const float scale = load<float>(b, h.data_off + off);
       std::vector<uint8_t> f((size_t)elems * 4);
@@ -167,19 +198,22 @@ gguf::TensorInfo read_entry(std::span<const uint8_t> b, size_t& pos, size_t inde
       break;
     }
     default:
-      throw_error(ErrorKind::kUnsupported, name + ": tensor " + raw_name + " has dtype byte " + std::to_string(dtype) +
-                                               ", which APR readers disagree on or do not define (accepted: 0 F32, 1 F16, "
-                                               "30 BF16, 12 Q4_K, 14 Q6_K, 128 APR-Q4, 129 APR-Q8)");
+      throw_error(ErrorKind::kUnsupported,
+                  name + ": tensor " + raw_name + " has dtype byte " + std::to_string(dtype) +
+                      ", which APR readers disagree on or do not define (accepted: 0 F32, 1 F16, "
+                      "30 BF16, 12 Q4_K, 14 Q6_K, 128 APR-Q4, 129 APR-Q8)");
   }
   if (t.data == nullptr) t.data = keep.owned.back().data();
   t.nbytes = t.data == data ? size : keep.owned.back().size();
   return t;
 }
 
-gguf::GgufFile parse_with(std::span<const uint8_t> b, const std::string& name, std::shared_ptr<Keep> keep) {
+gguf::GgufFile parse_with(std::span<const uint8_t> b, const std::string& name,
+                          std::shared_ptr<Keep> keep) {
   const Header h = read_header(b, name);
   const json meta = formats::parse_json_text(
-      std::string_view(reinterpret_cast<const char*>(b.data() + h.meta_off), h.meta_size), name + " metadata");
+      std::string_view(reinterpret_cast<const char*>(b.data() + h.meta_off), h.meta_size),
+      name + " metadata");
   if (!meta.is_object()) fail(name, "metadata is not a JSON object");
   Metadata out;
   apr_metadata(meta, name, out);
@@ -188,7 +222,8 @@ gguf::GgufFile parse_with(std::span<const uint8_t> b, const std::string& name, s
   std::string raw, prev;
   for (uint32_t i = 0; i < h.n_tensors; ++i) {
     gguf::TensorInfo t = read_entry(b, pos, h.data_off, h, *keep, name, raw);
-    if (i > 0 && raw <= prev) fail(name, "tensor index is not sorted by name ('" + prev + "' before '" + raw + "')");
+    if (i > 0 && raw <= prev)
+      fail(name, "tensor index is not sorted by name ('" + prev + "' before '" + raw + "')");
     prev = raw;
     t.name = gguf_name(raw);
     if (!t.name.empty()) tensors.push_back(std::move(t));
@@ -199,7 +234,8 @@ gguf::GgufFile parse_with(std::span<const uint8_t> b, const std::string& name, s
   bool has_vocab = false;
   for (const auto& kv : out) has_vocab |= kv.first == "tokenizer.ggml.tokens";
   if (!has_vocab && fs::exists(beside, ec))
-    out.emplace_back("tokenizer.huggingface.json", Value::string(formats::read_small_file(beside.string(), 512ull << 20)));
+    out.emplace_back("tokenizer.huggingface.json",
+                     Value::string(formats::read_small_file(beside.string(), 512ull << 20)));
   return gguf::GgufFile::assemble(name, std::move(out), std::move(tensors), std::move(keep));
 }
 

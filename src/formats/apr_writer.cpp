@@ -30,7 +30,8 @@ void put_at(std::vector<uint8_t>& out, size_t at, T v) {
 }  // namespace
 
 std::vector<uint8_t> write(const json& metadata, std::vector<WriteTensor> tensors) {
-  std::sort(tensors.begin(), tensors.end(), [](const WriteTensor& a, const WriteTensor& b) { return a.name < b.name; });
+  std::sort(tensors.begin(), tensors.end(),
+            [](const WriteTensor& a, const WriteTensor& b) { return a.name < b.name; });
   std::vector<uint8_t> out(64, 0);
   const std::string meta = metadata.dump();
   out.insert(out.end(), meta.begin(), meta.end());
@@ -39,7 +40,8 @@ std::vector<uint8_t> write(const json& metadata, std::vector<WriteTensor> tensor
   uint64_t offset = 0;
   for (const WriteTensor& t : tensors) {
     if (t.name.size() > 0xFFFF || t.shape.empty() || t.shape.size() > 8)
-      throw_error(ErrorKind::kInvalidArgument, "APR writer: tensor " + t.name + " has a bad name or shape");
+      throw_error(ErrorKind::kInvalidArgument,
+                  "APR writer: tensor " + t.name + " has a bad name or shape");
     put<uint16_t>(out, (uint16_t)t.name.size());
     out.insert(out.end(), t.name.begin(), t.name.end());
     out.push_back(t.dtype);
@@ -94,31 +96,48 @@ std::vector<uint8_t> from_gguf(const gguf::GgufFile& f) {
   if (f.has("tokenizer.ggml.tokens")) {
     m["tokenizer.vocabulary"] = f.get_string_array("tokenizer.ggml.tokens");
     m["tokenizer.model"] = f.get_string_or("tokenizer.ggml.model", "gpt2");
-    if (f.has("tokenizer.ggml.merges")) m["tokenizer.merges"] = f.get_string_array("tokenizer.ggml.merges");
-    if (f.has("tokenizer.ggml.scores")) m["tokenizer.scores"] = f.get_f32_array("tokenizer.ggml.scores");
-    if (f.has("tokenizer.ggml.token_type")) m["tokenizer.token_type"] = f.get_i32_array("tokenizer.ggml.token_type");
+    if (f.has("tokenizer.ggml.merges"))
+      m["tokenizer.merges"] = f.get_string_array("tokenizer.ggml.merges");
+    if (f.has("tokenizer.ggml.scores"))
+      m["tokenizer.scores"] = f.get_f32_array("tokenizer.ggml.scores");
+    if (f.has("tokenizer.ggml.token_type"))
+      m["tokenizer.token_type"] = f.get_i32_array("tokenizer.ggml.token_type");
     if (f.has("tokenizer.ggml.pre")) m["tokenizer.pre_type"] = f.get_string("tokenizer.ggml.pre");
     for (const char* role : {"bos", "eos"})
       if (auto id = f.uint_or_none(std::string("tokenizer.ggml.") + role + "_token_id"))
         m[std::string("tokenizer.") + role + "_token_id"] = *id;
-    if (f.has("tokenizer.ggml.add_bos_token")) m["tokenizer.add_bos_token"] = f.get_bool("tokenizer.ggml.add_bos_token");
+    if (f.has("tokenizer.ggml.add_bos_token"))
+      m["tokenizer.add_bos_token"] = f.get_bool("tokenizer.ggml.add_bos_token");
   }
-  if (f.has("tokenizer.chat_template")) m["chat_template"] = f.get_string("tokenizer.chat_template");
+  if (f.has("tokenizer.chat_template"))
+    m["chat_template"] = f.get_string("tokenizer.chat_template");
   std::vector<WriteTensor> tensors;
   for (const gguf::TensorInfo& t : f.tensors()) {
     uint8_t dtype;
     switch (t.type) {
-      case DType::F32: dtype = 0; break;
-      case DType::F16: dtype = 1; break;
-      case DType::BF16: dtype = 30; break;
-      case DType::Q4_K: dtype = 12; break;
-      case DType::Q6_K: dtype = 14; break;
+      case DType::F32:
+        dtype = 0;
+        break;
+      case DType::F16:
+        dtype = 1;
+        break;
+      case DType::BF16:
+        dtype = 30;
+        break;
+      case DType::Q4_K:
+        dtype = 12;
+        break;
+      case DType::Q6_K:
+        dtype = 14;
+        break;
       default:
-        throw_error(ErrorKind::kUnsupported, f.path() + ": tensor " + t.name + " has type " +
-                                                 std::string(dtype_name(t.type)) +
-                                                 ", which APR cannot hold (F32, F16, BF16, Q4_K, Q6_K)");
+        throw_error(ErrorKind::kUnsupported,
+                    f.path() + ": tensor " + t.name + " has type " +
+                        std::string(dtype_name(t.type)) +
+                        ", which APR cannot hold (F32, F16, BF16, Q4_K, Q6_K)");
     }
-    tensors.push_back({t.name, dtype, {t.dims.rbegin(), t.dims.rend()}, {t.data, t.data + t.nbytes}});
+    tensors.push_back(
+        {t.name, dtype, {t.dims.rbegin(), t.dims.rend()}, {t.data, t.data + t.nbytes}});
   }
   return write(m, std::move(tensors));
 }

@@ -144,7 +144,7 @@ class GgufFile {
   const Value& require(std::string_view key) const;
 
   std::string name_;
-  std::shared_ptr<MappedFile> map_;  // null when parsing caller-owned bytes
+  std::shared_ptr<MappedFile> map_;   // null when parsing caller-owned bytes
   std::shared_ptr<const void> keep_;  // assemble(): what the tensors point into
   std::span<const uint8_t> bytes_;
   uint32_t version_ = 0;

@@ -26,8 +26,8 @@ const json* member(const json& j, const char* key) {
 
 json parse_json_text(std::string_view text, const std::string& name) {
   if (json_nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
-    throw_error(ErrorKind::kFormat, name + ": JSON nested deeper than " +
-                                        std::to_string(kMaxJsonDepth) + " levels");
+    throw_error(ErrorKind::kFormat,
+                name + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
@@ -65,7 +65,8 @@ int64_t json_int_or(const json& j, const char* key, int64_t fallback, const std:
   const json* v = member(j, key);
   if (!v) return fallback;
   if (!v->is_number_integer()) bad(where, key, "an integer");
-  if (v->is_number_unsigned() && v->get<uint64_t>() > (uint64_t)INT64_MAX) bad(where, key, "an integer in range");
+  if (v->is_number_unsigned() && v->get<uint64_t>() > (uint64_t)INT64_MAX)
+    bad(where, key, "an integer in range");
   return v->get<int64_t>();
 }
 

@@ -22,7 +22,8 @@ std::string json_string_or(const nlohmann::json& j, const char* key, std::string
                            const std::string& where);
 double json_number_or(const nlohmann::json& j, const char* key, double fallback,
                       const std::string& where);
-bool json_bool_or(const nlohmann::json& j, const char* key, bool fallback, const std::string& where);
+bool json_bool_or(const nlohmann::json& j, const char* key, bool fallback,
+                  const std::string& where);
 int64_t json_int_or(const nlohmann::json& j, const char* key, int64_t fallback,
                     const std::string& where);
 // A required integer in [1, 2^30].

@@ -19,8 +19,8 @@ namespace hablar::formats {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 using gguf::Value;
+using nlohmann::json;
 using Metadata = std::vector<std::pair<std::string, Value>>;
 
 // What the assembled file's tensors point into: the mapped shards and converted copies.
@@ -50,13 +50,17 @@ void add_rope(Metadata& m, const json& cfg, const std::string& a, const std::str
   if (type.empty()) type = json_string_or(*s, "type", "default", path);
   if (type == "default") return;
   m.emplace_back(a + ".rope.scaling.type", Value::string(type));
-  m.emplace_back(a + ".rope.scaling.factor", Value::f32((float)json_number_or(*s, "factor", 1.0, path)));
+  m.emplace_back(a + ".rope.scaling.factor",
+                 Value::f32((float)json_number_or(*s, "factor", 1.0, path)));
   for (const auto& [hf, gg] : {std::pair{"low_freq_factor", "low_freq_factor"},
                                std::pair{"high_freq_factor", "high_freq_factor"}})
-    if (s->contains(hf)) m.emplace_back(a + ".rope.scaling." + gg, Value::f32((float)json_number_or(*s, hf, 1.0, path)));
+    if (s->contains(hf))
+      m.emplace_back(a + ".rope.scaling." + gg,
+                     Value::f32((float)json_number_or(*s, hf, 1.0, path)));
   if (s->contains("original_max_position_embeddings"))
-    m.emplace_back(a + ".rope.scaling.original_context_length",
-                   Value::u32((uint32_t)json_positive_int(*s, "original_max_position_embeddings", path)));
+    m.emplace_back(
+        a + ".rope.scaling.original_context_length",
+        Value::u32((uint32_t)json_positive_int(*s, "original_max_position_embeddings", path)));
 }
 
 // config.json -> <arch>.* keys, as llama.cpp's converter names them.
@@ -76,7 +80,8 @@ Metadata config_metadata(const json& cfg, const std::string& path, const std::st
     u32("attention.head_count_kv", "num_key_value_heads");
   u32("feed_forward_length", "intermediate_size");
   u32("context_length", "max_position_embeddings");
-  if (cfg.contains("head_dim") && !cfg["head_dim"].is_null()) u32("attention.key_length", "head_dim");
+  if (cfg.contains("head_dim") && !cfg["head_dim"].is_null())
+    u32("attention.key_length", "head_dim");
   m.emplace_back(a + ".attention.layer_norm_rms_epsilon",
                  Value::f32((float)json_number_or(cfg, "rms_norm_eps", 1e-6, path)));
   add_rope(m, cfg, a, path);
@@ -97,13 +102,17 @@ std::vector<safetensors::File> open_shards(const fs::path& dir) {
     std::set<std::string> files;
     for (const auto& [name, file] : map->items()) {
       if (!file.is_string())
-        throw_error(ErrorKind::kFormat, index.string() + ": weight_map[" + name + "] is not a string");
+        throw_error(ErrorKind::kFormat,
+                    index.string() + ": weight_map[" + name + "] is not a string");
       const std::string f = file.get<std::string>();
-      if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos || f == "." || f == "..")
-        throw_error(ErrorKind::kFormat, index.string() + ": shard name '" + f + "' is not a plain file name");
+      if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos ||
+          f == "." || f == "..")
+        throw_error(ErrorKind::kFormat,
+                    index.string() + ": shard name '" + f + "' is not a plain file name");
       files.insert(f);
     }
-    for (const std::string& f : files) shards.push_back(safetensors::File::open((dir / f).string()));
+    for (const std::string& f : files)
+      shards.push_back(safetensors::File::open((dir / f).string()));
     for (const auto& [name, file] : map->items()) {
       const std::string f = file.get<std::string>();
       const size_t i = (size_t)std::distance(files.begin(), files.find(f));
@@ -114,7 +123,8 @@ std::vector<safetensors::File> open_shards(const fs::path& dir) {
   }
   const fs::path single = dir / "model.safetensors";
   if (!fs::exists(single, ec))
-    throw_error(ErrorKind::kFormat, dir.string() + ": no model.safetensors or model.safetensors.index.json");
+    throw_error(ErrorKind::kFormat,
+                dir.string() + ": no model.safetensors or model.safetensors.index.json");
   shards.push_back(safetensors::File::open(single.string()));
   return shards;
 }
@@ -122,7 +132,7 @@ std::vector<safetensors::File> open_shards(const fs::path& dir) {
 }  // namespace
 
 std::vector<std::pair<std::string, gguf::Value>> hf_config_metadata(std::string_view config_json,
-                                                                   const std::string& name) {
+                                                                    const std::string& name) {
   const json cfg = parse_json_text(config_json, name);
   if (!cfg.is_object()) throw_error(ErrorKind::kFormat, name + ": not a JSON object");
   return config_metadata(cfg, name, name);
@@ -165,7 +175,8 @@ gguf::GgufFile open_model_file(const std::string& path, const HfOpenOptions& opt
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     if (!is_hf_model_dir(path))
-      throw_error(ErrorKind::kFormat, path + ": a directory without config.json or tokenizer.json is not a model");
+      throw_error(ErrorKind::kFormat,
+                  path + ": a directory without config.json or tokenizer.json is not a model");
     return open_hf_model(path, options);
   }
   if (path.size() > 4 && path.ends_with(".apr")) return apr::open(path);

@@ -41,7 +41,7 @@ gguf::GgufFile open_model_file(const std::string& path, const HfOpenOptions& opt
 
 // config.json's text as GGUF metadata (<arch>.block_count, ...); for tests and fuzzing.
 std::vector<std::pair<std::string, gguf::Value>> hf_config_metadata(std::string_view config_json,
-                                                                   const std::string& name);
+                                                                    const std::string& name);
 
 // The bytes of a file, at most max_bytes (Error(kFormat) beyond, kIo when unreadable).
 std::string read_small_file(const std::string& path, size_t max_bytes);

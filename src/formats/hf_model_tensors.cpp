@@ -31,8 +31,10 @@ std::optional<MappedName> gguf_name_of_hf(std::string_view name) {
     if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) ||
         !name.ends_with(suffix))
       continue;
-    const std::string_view digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-    if (digits.size() > 6 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    const std::string_view digits =
+        name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    if (digits.size() > 6 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
       continue;
     const int layer = std::stoi(std::string(digits));
     return MappedName{tensor_name(p.gguf, layer), layer};
@@ -57,10 +59,11 @@ std::vector<uint8_t> quantize_matrix(const gguf::TensorInfo& t, DType type, Thre
   return out;
 }
 
-gguf::TensorInfo info_of(const safetensors::Tensor& t, std::string gguf_name, const std::string& file) {
+gguf::TensorInfo info_of(const safetensors::Tensor& t, std::string gguf_name,
+                         const std::string& file) {
   if (!t.dtype || (*t.dtype != DType::F32 && *t.dtype != DType::F16 && *t.dtype != DType::BF16))
-    throw_error(ErrorKind::kUnsupported, file + ": tensor " + t.name + " has dtype " + t.dtype_name +
-                                             " (supported: F32, F16, BF16)");
+    throw_error(ErrorKind::kUnsupported, file + ": tensor " + t.name + " has dtype " +
+                                             t.dtype_name + " (supported: F32, F16, BF16)");
   if (t.shape.empty() || t.shape.size() > 2)
     throw_error(ErrorKind::kFormat, file + ": tensor " + t.name + " has " +
                                         std::to_string(t.shape.size()) + " dims (expected 1 or 2)");
@@ -111,8 +114,10 @@ std::vector<gguf::TensorInfo> hf_tensor_infos(const std::vector<safetensors::Fil
   if (!options.quantize) return out;
   const DType q = *options.quantize;
   if (!has_quantizer(q))
-    throw_error(ErrorKind::kUnsupported, "--quantize " + std::string(dtype_name(q)) + ": no quantizer for that type");
-  ThreadPool pool(options.n_threads > 0 ? options.n_threads : (int)std::max(1u, std::thread::hardware_concurrency()));
+    throw_error(ErrorKind::kUnsupported,
+                "--quantize " + std::string(dtype_name(q)) + ": no quantizer for that type");
+  ThreadPool pool(options.n_threads > 0 ? options.n_threads
+                                        : (int)std::max(1u, std::thread::hardware_concurrency()));
   owned.reserve(out.size());
   for (gguf::TensorInfo& t : out) {
     if (t.dims.size() != 2 || t.dims[0] % dtype_traits(q).block_elems != 0) continue;

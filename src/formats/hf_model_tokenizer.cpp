@@ -13,12 +13,13 @@ namespace hablar::formats {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 using gguf::Value;
+using nlohmann::json;
 using Metadata = std::vector<std::pair<std::string, Value>>;
 
 // A special token of tokenizer_config.json: "text" or {"content": "text", ...}.
-std::optional<std::string> token_content(const json& cfg, const char* key, const std::string& where) {
+std::optional<std::string> token_content(const json& cfg, const char* key,
+                                         const std::string& where) {
   auto it = cfg.find(key);
   if (it == cfg.end() || it->is_null()) return std::nullopt;
   if (it->is_string()) return it->get<std::string>();
@@ -57,8 +58,10 @@ void add_tokenizer_config(const fs::path& dir, Metadata& m) {
       m.emplace_back(std::string("hablar.hf.") + role + "_token", Value::string(*t));
   for (const char* flag : {"add_bos_token", "add_eos_token"})
     if (cfg.contains(flag) && !cfg[flag].is_null())
-      m.emplace_back(std::string("tokenizer.ggml.") + flag, Value::boolean(json_bool_or(cfg, flag, false, where)));
-  if (auto t = chat_template_of(cfg, where)) m.emplace_back("tokenizer.chat_template", Value::string(*t));
+      m.emplace_back(std::string("tokenizer.ggml.") + flag,
+                     Value::boolean(json_bool_or(cfg, flag, false, where)));
+  if (auto t = chat_template_of(cfg, where))
+    m.emplace_back("tokenizer.chat_template", Value::string(*t));
 }
 
 // generation_config.json: eos_token_id (one id or a list) and the sampling defaults.
@@ -80,11 +83,18 @@ void add_generation_config(const fs::path& dir, Metadata& m) {
   }
   if (!eos.empty()) m.emplace_back("hablar.hf.eos_token_ids", Value::i32_array(eos));
   const int64_t bos = json_int_or(g, "bos_token_id", -1, where);
-  if (bos >= 0 && bos <= INT32_MAX) m.emplace_back("hablar.hf.bos_token_id", Value::u32((uint32_t)bos));
+  if (bos >= 0 && bos <= INT32_MAX)
+    m.emplace_back("hablar.hf.bos_token_id", Value::u32((uint32_t)bos));
   // The sampling defaults under llama.cpp's general.sampling.* keys.
-  if (g.contains("temperature")) m.emplace_back("general.sampling.temp", Value::f32((float)json_number_or(g, "temperature", 1, where)));
-  if (g.contains("top_p")) m.emplace_back("general.sampling.top_p", Value::f32((float)json_number_or(g, "top_p", 1, where)));
-  if (g.contains("top_k")) m.emplace_back("general.sampling.top_k", Value::i32((int32_t)json_int_or(g, "top_k", 0, where)));
+  if (g.contains("temperature"))
+    m.emplace_back("general.sampling.temp",
+                   Value::f32((float)json_number_or(g, "temperature", 1, where)));
+  if (g.contains("top_p"))
+    m.emplace_back("general.sampling.top_p",
+                   Value::f32((float)json_number_or(g, "top_p", 1, where)));
+  if (g.contains("top_k"))
+    m.emplace_back("general.sampling.top_k",
+                   Value::i32((int32_t)json_int_or(g, "top_k", 0, where)));
 }
 
 }  // namespace
@@ -94,8 +104,9 @@ void add_tokenizer_metadata(const fs::path& dir, Metadata& m) {
   std::error_code ec;
   if (!fs::exists(tj, ec))
     throw_error(ErrorKind::kUnsupported,
-                dir.string() + ": no tokenizer.json (a checkpoint with only a slow tokenizer, "
-                               "tokenizer.model or vocab.json + merges.txt, is not supported)");
+                dir.string() +
+                    ": no tokenizer.json (a checkpoint with only a slow tokenizer, "
+                    "tokenizer.model or vocab.json + merges.txt, is not supported)");
   std::string text = read_small_file(tj.string(), 512ull << 20);
   m.emplace_back("tokenizer.huggingface.json", Value::string(std::move(text)));
   add_tokenizer_config(dir, m);

@@ -22,10 +22,10 @@ struct DTypeEntry {
 
 // Every dtype safetensors defines; those hablar can hold as a tensor type carry it.
 constexpr DTypeEntry kDTypes[] = {
-    {"F64", 8, DType::F64},  {"F32", 4, DType::F32},  {"F16", 2, DType::F16},
-    {"BF16", 2, DType::BF16}, {"I64", 8, DType::I64},  {"I32", 4, DType::I32},
-    {"I16", 2, DType::I16},  {"I8", 1, DType::I8},    {"U64", 8, std::nullopt},
-    {"U32", 4, std::nullopt}, {"U16", 2, std::nullopt}, {"U8", 1, std::nullopt},
+    {"F64", 8, DType::F64},    {"F32", 4, DType::F32},       {"F16", 2, DType::F16},
+    {"BF16", 2, DType::BF16},  {"I64", 8, DType::I64},       {"I32", 4, DType::I32},
+    {"I16", 2, DType::I16},    {"I8", 1, DType::I8},         {"U64", 8, std::nullopt},
+    {"U32", 4, std::nullopt},  {"U16", 2, std::nullopt},     {"U8", 1, std::nullopt},
     {"BOOL", 1, std::nullopt}, {"F8_E4M3", 1, std::nullopt}, {"F8_E5M2", 1, std::nullopt},
 };
 
@@ -61,7 +61,8 @@ Tensor read_entry(const std::string& file, const std::string& name, const json& 
   if (dt == nullptr) fail(file, where + ": unknown dtype '" + t.dtype_name + "'");
   t.dtype = dt->type;
   const json& shape = e["shape"];
-  if (!shape.is_array() || shape.size() > 8) fail(file, where + ": shape must be an array of at most 8 dims");
+  if (!shape.is_array() || shape.size() > 8)
+    fail(file, where + ": shape must be an array of at most 8 dims");
   uint64_t elems = 1;
   for (const json& d : shape) {
     const uint64_t n = header_uint(d, file, where + ": a shape dim");
@@ -109,15 +110,19 @@ File File::open(const std::string& path) {
 File File::parse(std::span<const uint8_t> bytes, std::string name) {
   File f;
   f.name_ = std::move(name);
-  if (bytes.size() < 8) fail(f.name_, "file of " + std::to_string(bytes.size()) + " bytes has no header");
+  if (bytes.size() < 8)
+    fail(f.name_, "file of " + std::to_string(bytes.size()) + " bytes has no header");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[(size_t)i];
-  if (n > kMaxHeaderBytes) fail(f.name_, "header size " + std::to_string(n) + " exceeds the 100 MiB limit");
+  if (n > kMaxHeaderBytes)
+    fail(f.name_, "header size " + std::to_string(n) + " exceeds the 100 MiB limit");
   if (n > bytes.size() - 8)
     fail(f.name_, "header size " + std::to_string(n) + " exceeds the " +
-                      std::to_string(bytes.size() - 8) + " bytes after the size field (truncated?)");
+                      std::to_string(bytes.size() - 8) +
+                      " bytes after the size field (truncated?)");
   const std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), (size_t)n);
-  if (json_nesting_depth(text, kMaxJsonDepth) > 3) fail(f.name_, "header JSON is nested too deeply");
+  if (json_nesting_depth(text, kMaxJsonDepth) > 3)
+    fail(f.name_, "header JSON is nested too deeply");
   json header;
   try {
     header = json::parse(text);
@@ -141,7 +146,8 @@ File File::parse(std::span<const uint8_t> bytes, std::string name) {
   // No two tensors may share bytes (a crafted header could alias one tensor's data).
   std::vector<const Tensor*> order;
   for (const Tensor& t : f.tensors_) order.push_back(&t);
-  std::sort(order.begin(), order.end(), [](const Tensor* a, const Tensor* b) { return a->data < b->data; });
+  std::sort(order.begin(), order.end(),
+            [](const Tensor* a, const Tensor* b) { return a->data < b->data; });
   for (size_t i = 1; i < order.size(); ++i)
     if (order[i - 1]->data + order[i - 1]->nbytes > order[i]->data)
       fail(f.name_, "tensors '" + order[i - 1]->name + "' and '" + order[i]->name + "' overlap");

@@ -42,12 +42,11 @@ const std::vector<ModelShape> kShapes = {
     {"gemma3-1b", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0, 1e-6, true, 512, 6},
     // Mixture of experts: Mixtral 8x7B and Qwen3-30B-A3B; moe-small, a made-up 0.7B model (32
     // experts, 4 per token) for CPU benchmarks.
-    {"moe-small", 1024, 12, 16, 4, 64, 2816, 32000, 4096, 1000000.0, 1e-6, false, 0, 0, 32, 4,
-     512},
-    {"mixtral-8x7b", 4096, 32, 32, 8, 128, 14336, 32000, 32768, 1000000.0, 1e-5, false, 0, 0,
-     8, 2, 14336},
-    {"qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 151936, 40960, 1000000.0, 1e-6, false, 0, 0,
-     128, 8, 768},
+    {"moe-small", 1024, 12, 16, 4, 64, 2816, 32000, 4096, 1000000.0, 1e-6, false, 0, 0, 32, 4, 512},
+    {"mixtral-8x7b", 4096, 32, 32, 8, 128, 14336, 32000, 32768, 1000000.0, 1e-5, false, 0, 0, 8, 2,
+     14336},
+    {"qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 151936, 40960, 1000000.0, 1e-6, false, 0, 0, 128,
+     8, 768},
 };
 
 // SplitMix64: a fast, well-mixed generator; one stream per (seed, tensor, row) so the
@@ -420,8 +419,8 @@ GgufWriter build_synthetic_model(const SyntheticModelOptions& o, SyntheticModelS
     w.set(a + ".rope.scaling.type", Value::string(o.rope_scaling));
     w.set(a + ".rope.scaling.factor", Value::f32((float)o.rope_factor));
     w.set(a + ".rope.scaling.original_context_length",
-          Value::u32((uint32_t)(o.rope_original_context > 0 ? o.rope_original_context
-                                                            : o.shape.context)));
+          Value::u32(
+              (uint32_t)(o.rope_original_context > 0 ? o.rope_original_context : o.shape.context)));
   }
   int64_t vocab_size = o.shape.vocab;
   if (!o.vocab_path.empty())

@@ -66,7 +66,7 @@ struct SyntheticModelOptions {
   std::string rope_scaling;
   double rope_factor = 1.0;
   int64_t rope_original_context = 0;  // 0: the shape's context
-  int n_threads = 0;  // 0: one per hardware thread
+  int n_threads = 0;                  // 0: one per hardware thread
   // The reference quantizers of K-quant and IQ4 types search scales and cost ~100 ns a
   // value, minutes for a 1.5B model. Tensors of those types with at least
   // pool_min_tensor_blocks blocks are therefore assembled from seeded random picks out of a

@@ -77,9 +77,8 @@ void read_rope_scaling(const gguf::GgufFile& f, const std::string& a, RopeParams
     // that every angle's magnitude is then multiplied by.
     rope.scaling = Scaling::kYarn;
     rope.factor = (float)factor;
-    rope.original_context =
-        (int)f.get_uint_or(a + ".rope.scaling.original_context_length",
-                           f.get_uint_or(a + ".context_length", 8192));
+    rope.original_context = (int)f.get_uint_or(a + ".rope.scaling.original_context_length",
+                                               f.get_uint_or(a + ".context_length", 8192));
     rope.beta_fast = (float)f.get_float_or(a + ".rope.scaling.yarn_beta_fast", 32.0);
     rope.beta_slow = (float)f.get_float_or(a + ".rope.scaling.yarn_beta_slow", 1.0);
     const float scale = 1.0f / (1.0f / rope.factor);
@@ -129,7 +128,8 @@ void read_experts(const gguf::GgufFile& f, ModelConfig& c) {
     c.experts_normalized = false;
     c.n_ff_shared = (int)f.get_uint_or(a + ".expert_shared_feed_forward_length", (uint64_t)c.n_ff);
     if (c.n_ff_shared <= 0 || c.n_ff_shared > (1 << 24))
-      throw_error(ErrorKind::kFormat, f.path() + ": expert_shared_feed_forward_length out of range");
+      throw_error(ErrorKind::kFormat,
+                  f.path() + ": expert_shared_feed_forward_length out of range");
   }
   c.n_experts_used = (int)f.get_uint_or(a + ".expert_used_count", 0);
   c.n_ff_expert = (int)f.get_uint_or(a + ".expert_feed_forward_length", (uint64_t)c.n_ff);
@@ -212,14 +212,13 @@ void gemma_layers(const gguf::GgufFile& f, ModelConfig& c) {
   if (gemma2) c.tied_output = true;  // its classifier is token_embd, whatever else the file has
   c.final_softcap = softcap_from(f, a + ".final_logit_softcapping", gemma2 ? 30.0 : 0.0);
   const float attn_softcap = gemma2 ? softcap_from(f, a + ".attn_logit_softcapping", 50.0) : 0.0f;
-  const int64_t window =
-      (int64_t)f.get_uint_or(a + ".attention.sliding_window", gemma2 ? 4096 : 0);
+  const int64_t window = (int64_t)f.get_uint_or(a + ".attention.sliding_window", gemma2 ? 4096 : 0);
   if (window < 0 || window > (1 << 30))
     throw_error(ErrorKind::kFormat, f.path() + ": attention.sliding_window is out of range");
   RopeParams local = c.rope;
   if (!gemma2) local.scaling = RopeParams::Scaling::kNone, local.factor = 1.0f;
-  local.freq_base = (float)f.get_float_or(a + ".rope.freq_base_swa",
-                                          gemma2 ? (double)c.rope.freq_base : 10000.0);
+  local.freq_base =
+      (float)f.get_float_or(a + ".rope.freq_base_swa", gemma2 ? (double)c.rope.freq_base : 10000.0);
   if (!(local.freq_base > 0.0f))
     throw_error(ErrorKind::kFormat, f.path() + ": rope.freq_base_swa must be > 0");
   c.ropes = {c.rope, local};

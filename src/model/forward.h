@@ -1,5 +1,6 @@
 // The forward passes of the two families hablar runs, written once for every backend: the
-// Llama family (llama, qwen2, qwen3) and the Gemma family (gemma2, gemma3).
+// Llama family (llama and Mixtral, qwen2 and Qwen2-MoE, qwen3 and Qwen3-MoE, phi3) and the
+// Gemma family (gemma2, gemma3).
 //
 // `B` is a backend's op set for one step (cpu::ForwardOps, cuda::ForwardOps): begin() has
 // flattened the step's sequence chunks into T token rows, and every op works on activation

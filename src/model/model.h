@@ -1,4 +1,5 @@
-// A loaded decoder-only transformer (the Llama family: llama, qwen2, qwen3; the Gemma
+// A loaded decoder-only transformer (the Llama family: llama, qwen2, qwen3, their MoE forms,
+// phi3; the Gemma
 // family: gemma2, gemma3): what the file describes, apart from any device that runs it.
 //
 //   ModelConfig — the blueprint (hyperparameters read from GGUF metadata);
@@ -25,10 +26,11 @@
 namespace hablar::model {
 
 // The architectures hablar runs, in two families with a forward each (model/forward.h): the
-// Llama family (llama, qwen2, qwen3 differ by flags) and the Gemma family.
+// Llama family (llama, qwen2, qwen3, their MoE forms and phi3 differ by flags and per-layer
+// specs) and the Gemma family.
 enum class Arch { kLlama, kQwen2, kQwen2Moe, kQwen3, kQwen3Moe, kPhi3, kGemma2, kGemma3 };
 std::string_view arch_name(Arch arch);
-std::string supported_arch_names();  // "llama, qwen2, qwen3, qwen3moe, gemma2, ..." for errors
+std::string supported_arch_names();  // "llama, qwen2, qwen2moe, ..." for error messages
 inline bool is_gemma_family(Arch arch) {
   return arch == Arch::kGemma2 || arch == Arch::kGemma3;
 }
@@ -57,8 +59,8 @@ struct ModelConfig {
   GluActivation ffn_activation = GluActivation::kSilu;
   // q multiplied by query_scale before attention, whose own scale is then 1 (Gemma, Phi-3:
   // llama.cpp scales q so, and rounds the product to half before q·k).
-  // Gemma family: the embedding rows are multiplied by embed_scale (sqrt(n_embd)); norms also follow the
-  // attention and FFN outputs (post_norms); logits soft-capped when final_softcap > 0
+  // Gemma family: the embedding rows are multiplied by embed_scale (sqrt(n_embd)); norms also
+  // follow the attention and FFN outputs (post_norms); logits soft-capped when final_softcap > 0
   // (Gemma 2: softcap * tanh(logit / softcap)).
   float embed_scale = 1.0f;
   float query_scale = 0.0f;  // 0: none (the attention scales)

@@ -143,8 +143,8 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
       l.exp_down = expert_slices(f, p + "ffn_down_exps.weight", FE, c.n_embd, E);
       if (c.n_ff_shared > 0) {
         const int64_t FS = c.n_ff_shared;
-        l.shared_gate_inp = view_of_vector(require_shape(f, p + "ffn_gate_inp_shexp.weight",
-                                                         c.n_embd, 0));
+        l.shared_gate_inp =
+            view_of_vector(require_shape(f, p + "ffn_gate_inp_shexp.weight", c.n_embd, 0));
         l.shared_gate = matrix(f, p + "ffn_gate_shexp.weight", c.n_embd, FS);
         l.shared_up = matrix(f, p + "ffn_up_shexp.weight", c.n_embd, FS);
         l.shared_down = matrix(f, p + "ffn_down_shexp.weight", FS, c.n_embd);

@@ -14,22 +14,22 @@
 namespace hablar::model {
 
 struct LayerWeights {
-  const float* attn_norm = nullptr;  // [n_embd]
-  WeightView wq;                     // [q_dim x n_embd]
-  WeightView wk;                     // [kv_dim x n_embd]
-  WeightView wv;                     // [kv_dim x n_embd]
-  const float* bq = nullptr;         // [q_dim]  (qwen2 only)
-  const float* bk = nullptr;         // [kv_dim] (qwen2 only)
-  const float* bv = nullptr;         // [kv_dim] (qwen2 only)
-  const float* q_norm = nullptr;     // [head_dim] (qwen3 only)
-  const float* k_norm = nullptr;     // [head_dim] (qwen3 only)
-  WeightView wo;                     // [n_embd x q_dim]
+  const float* attn_norm = nullptr;       // [n_embd]
+  WeightView wq;                          // [q_dim x n_embd]
+  WeightView wk;                          // [kv_dim x n_embd]
+  WeightView wv;                          // [kv_dim x n_embd]
+  const float* bq = nullptr;              // [q_dim]  (qwen2 only)
+  const float* bk = nullptr;              // [kv_dim] (qwen2 only)
+  const float* bv = nullptr;              // [kv_dim] (qwen2 only)
+  const float* q_norm = nullptr;          // [head_dim] (qwen3 only)
+  const float* k_norm = nullptr;          // [head_dim] (qwen3 only)
+  WeightView wo;                          // [n_embd x q_dim]
   const float* post_attn_norm = nullptr;  // [n_embd] (gemma: norm of the attention output)
-  const float* ffn_norm = nullptr;   // [n_embd]
-  WeightView w_gate;                 // [n_ff x n_embd]
-  WeightView w_up;                   // [n_ff x n_embd]
-  WeightView w_down;                 // [n_embd x n_ff]
-  const float* post_ffn_norm = nullptr;  // [n_embd] (gemma: norm of the FFN output)
+  const float* ffn_norm = nullptr;        // [n_embd]
+  WeightView w_gate;                      // [n_ff x n_embd]
+  WeightView w_up;                        // [n_ff x n_embd]
+  WeightView w_down;                      // [n_embd x n_ff]
+  const float* post_ffn_norm = nullptr;   // [n_embd] (gemma: norm of the FFN output)
   // Mixture of experts (instead of w_gate / w_up / w_down): the router and each expert's
   // matrices, slices of the file's 3-D tensors.
   WeightView router;                 // [n_experts x n_embd]
@@ -37,9 +37,9 @@ struct LayerWeights {
   std::vector<WeightView> exp_up;    // n_experts x [n_ff_expert x n_embd]
   std::vector<WeightView> exp_down;  // n_experts x [n_embd x n_ff_expert]
   // Qwen2-MoE's shared expert and its gate vector.
-  WeightView shared_gate_inp;        // [1 x n_embd]
-  WeightView shared_gate, shared_up; // [n_ff_shared x n_embd]
-  WeightView shared_down;            // [n_embd x n_ff_shared]
+  WeightView shared_gate_inp;         // [1 x n_embd]
+  WeightView shared_gate, shared_up;  // [n_ff_shared x n_embd]
+  WeightView shared_down;             // [n_embd x n_ff_shared]
 };
 
 struct Weights {

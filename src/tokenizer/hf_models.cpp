@@ -14,9 +14,9 @@
 namespace hablar::tokenizer::hf {
 namespace {
 
-using nlohmann::json;
 using formats::json_bool_or;
 using formats::json_string_or;
+using nlohmann::json;
 
 constexpr int32_t kMaxVocab = 1 << 22;  // ids beyond 4M would only allocate
 
@@ -26,11 +26,13 @@ std::string byte_token_text(uint8_t b) {
 }
 
 // {"token": id, ...} -> the map and its inverse.
-void read_vocab_object(const json& j, const std::string& at, Vocab& vocab, std::vector<std::string>& by_id) {
+void read_vocab_object(const json& j, const std::string& at, Vocab& vocab,
+                       std::vector<std::string>& by_id) {
   if (!j.is_object()) throw_error(ErrorKind::kFormat, at + ": vocab must be an object");
   for (const auto& [text, id] : j.items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxVocab)
-      throw_error(ErrorKind::kFormat, at + ": vocab id of '" + text + "' must be an integer in [0, 2^22)");
+      throw_error(ErrorKind::kFormat,
+                  at + ": vocab id of '" + text + "' must be an integer in [0, 2^22)");
     const int32_t i = (int32_t)id.get<int64_t>();
     vocab[text] = i;
     if ((size_t)i >= by_id.size()) by_id.resize((size_t)i + 1);
@@ -93,7 +95,8 @@ class Bpe final : public Model {
       if (m.is_string()) {
         const std::string s = m.get<std::string>();
         const size_t sp = s.find(' ', 1);
-        if (sp == std::string::npos) throw_error(ErrorKind::kFormat, at + ": merge '" + s + "' has no space");
+        if (sp == std::string::npos)
+          throw_error(ErrorKind::kFormat, at + ": merge '" + s + "' has no space");
         a = s.substr(0, sp), b = s.substr(sp + 1);
       } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
         a = m[0].get<std::string>(), b = m[1].get<std::string>();
@@ -101,10 +104,12 @@ class Bpe final : public Model {
         throw_error(ErrorKind::kFormat, at + ": a merge must be \"a b\" or [\"a\", \"b\"]");
       }
       const int32_t ia = lookup(a), ib = lookup(b);
-      const std::string joined = a + (!prefix_.empty() && b.starts_with(prefix_) ? b.substr(prefix_.size()) : b);
+      const std::string joined =
+          a + (!prefix_.empty() && b.starts_with(prefix_) ? b.substr(prefix_.size()) : b);
       const int32_t ij = lookup(joined);
       if (ia < 0 || ib < 0 || ij < 0)
-        throw_error(ErrorKind::kFormat, at + ": merge '" + a + " " + b + "' uses a token outside the vocabulary");
+        throw_error(ErrorKind::kFormat,
+                    at + ": merge '" + a + " " + b + "' uses a token outside the vocabulary");
       merges_.insert(PairTable::key_of(ia, ib), ((uint64_t)rank++ << 32) | (uint32_t)ij);
     }
   }
@@ -147,7 +152,8 @@ class Bpe final : public Model {
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> q;
     auto consider = [&](int32_t l) {
       if (l < 0 || next[l] < 0) return;
-      if (const uint64_t* m = merges_.find(PairTable::key_of(sym[l], sym[next[l]]))) q.push({*m, l});
+      if (const uint64_t* m = merges_.find(PairTable::key_of(sym[l], sym[next[l]])))
+        q.push({*m, l});
     };
     for (int32_t i = 0; i + 1 < n; ++i) consider(i);
     while (!q.empty()) {
@@ -189,7 +195,8 @@ class WordPiece final : public Model {
   }
   void encode(std::string_view piece, std::vector<int32_t>& out) const override {
     std::vector<size_t> bounds;  // char boundaries
-    for (size_t pos = 0; pos < piece.size(); pos += std::min(unicode::utf8_len((uint8_t)piece[pos]), piece.size() - pos))
+    for (size_t pos = 0; pos < piece.size();
+         pos += std::min(unicode::utf8_len((uint8_t)piece[pos]), piece.size() - pos))
       bounds.push_back(pos);
     bounds.push_back(piece.size());
     std::vector<int32_t> ids;
@@ -234,8 +241,10 @@ class WordLevel final : public Model {
   }
   void encode(std::string_view piece, std::vector<int32_t>& out) const override {
     auto it = vocab_.find(std::string(piece));
-    if (it != vocab_.end()) out.push_back(it->second);
-    else if (unk_ >= 0) out.push_back(unk_);
+    if (it != vocab_.end())
+      out.push_back(it->second);
+    else if (unk_ >= 0)
+      out.push_back(unk_);
   }
   const std::vector<std::string>& id_to_token() const override { return by_id_; }
   int32_t unk_id() const override { return unk_; }
@@ -254,18 +263,22 @@ std::unique_ptr<Model> make_model(const json& j, const std::string& where) {
   if (!j.is_object()) throw_error(ErrorKind::kFormat, where + ": model must be an object");
   std::string type = json_string_or(j, "type", "", where);
   if (type.empty()) {  // older files omit the type; the fields tell
-    if (j.contains("merges")) type = "BPE";
-    else if (j.contains("vocab") && j["vocab"].is_array()) type = "Unigram";
-    else if (j.contains("continuing_subword_prefix")) type = "WordPiece";
-    else type = "WordLevel";
+    if (j.contains("merges"))
+      type = "BPE";
+    else if (j.contains("vocab") && j["vocab"].is_array())
+      type = "Unigram";
+    else if (j.contains("continuing_subword_prefix"))
+      type = "WordPiece";
+    else
+      type = "WordLevel";
   }
   const std::string at = where + " model " + type;
   if (type == "BPE") return std::make_unique<Bpe>(j, at);
   if (type == "WordPiece") return std::make_unique<WordPiece>(j, at);
   if (type == "WordLevel") return std::make_unique<WordLevel>(j, at);
   if (type == "Unigram") return make_unigram(j, at);
-  throw_error(ErrorKind::kUnsupported,
-              where + ": unsupported model '" + type + "' (supported: BPE, WordPiece, WordLevel, Unigram)");
+  throw_error(ErrorKind::kUnsupported, where + ": unsupported model '" + type +
+                                           "' (supported: BPE, WordPiece, WordLevel, Unigram)");
 }
 
 }  // namespace hablar::tokenizer::hf

@@ -12,9 +12,9 @@
 namespace hablar::tokenizer::hf {
 namespace {
 
-using nlohmann::json;
 using formats::json_bool_or;
 using formats::json_string_or;
+using nlohmann::json;
 
 utf8proc_category_t category(uint32_t cp) {
   return utf8proc_category(static_cast<utf8proc_int32_t>(cp));
@@ -102,7 +102,8 @@ class Strip final : public Normalizer {
 
 class Replace final : public Normalizer {
  public:
-  Replace(std::shared_ptr<const Matcher> m, std::string content) : m_(std::move(m)), content_(std::move(content)) {}
+  Replace(std::shared_ptr<const Matcher> m, std::string content)
+      : m_(std::move(m)), content_(std::move(content)) {}
   void apply(std::string& s) const override {
     std::vector<std::pair<size_t, size_t>> spans;
     m_->find_all(s, spans);
@@ -135,8 +136,9 @@ class Prepend final : public Normalizer {
 };
 
 bool is_cjk(uint32_t c) {
-  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
-         (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+         (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
@@ -150,7 +152,8 @@ class BertNormalizer final : public Normalizer {
     map_cps(s, [&](uint32_t cp, std::string& out) {
       if (clean_) {
         if (cp == 0 || cp == 0xFFFD) return;
-        const bool ws = cp == '\t' || cp == '\n' || cp == '\r' || cp == ' ' || category(cp) == UTF8PROC_CATEGORY_ZS;
+        const bool ws = cp == '\t' || cp == '\n' || cp == '\r' || cp == ' ' ||
+                        category(cp) == UTF8PROC_CATEGORY_ZS;
         if (ws) {
           out += ' ';
           return;
@@ -210,10 +213,12 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& wh
   if (type == "Lowercase") return std::make_unique<Lowercase>();
   if (type == "StripAccents") return std::make_unique<StripAccents>(false);
   if (type == "Strip")
-    return std::make_unique<Strip>(json_bool_or(j, "strip_left", true, at), json_bool_or(j, "strip_right", true, at));
+    return std::make_unique<Strip>(json_bool_or(j, "strip_left", true, at),
+                                   json_bool_or(j, "strip_right", true, at));
   if (type == "Replace") {
     if (!j.contains("pattern")) throw_error(ErrorKind::kFormat, at + ": no pattern");
-    return std::make_unique<Replace>(Matcher::from_json(j["pattern"], at), json_string_or(j, "content", "", at));
+    return std::make_unique<Replace>(Matcher::from_json(j["pattern"], at),
+                                     json_string_or(j, "content", "", at));
   }
   if (type == "Prepend") return std::make_unique<Prepend>(json_string_or(j, "prepend", "", at));
   if (type == "BertNormalizer") {

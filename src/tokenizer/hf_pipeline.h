@@ -86,9 +86,11 @@ class Matcher {
   static std::shared_ptr<const Matcher> regex(const std::string& pattern, const std::string& where);
   static std::shared_ptr<const Matcher> literal(std::string text);
   // {"String": s} or {"Regex": r}, as Split and Replace store their pattern.
-  static std::shared_ptr<const Matcher> from_json(const nlohmann::json& j, const std::string& where);
+  static std::shared_ptr<const Matcher> from_json(const nlohmann::json& j,
+                                                  const std::string& where);
   virtual ~Matcher() = default;
-  virtual void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& spans) const = 0;
+  virtual void find_all(std::string_view text,
+                        std::vector<std::pair<size_t, size_t>>& spans) const = 0;
 };
 
 // U+2581, SentencePiece's visible space.

@@ -22,9 +22,9 @@
 namespace hablar::tokenizer::hf {
 namespace {
 
-using nlohmann::json;
 using formats::json_bool_or;
 using formats::json_string_or;
+using nlohmann::json;
 
 enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
@@ -34,7 +34,8 @@ struct Span {
 };
 
 // Cuts `p` at the spans (which cover it) per the behaviour; appends the pieces to `out`.
-void cut(const Piece& p, std::vector<Span>& spans, Behavior b, bool invert, std::vector<Piece>& out) {
+void cut(const Piece& p, std::vector<Span>& spans, Behavior b, bool invert,
+         std::vector<Piece>& out) {
   if (invert)
     for (Span& s : spans) s.match = !s.match;
   std::vector<Span> parts;
@@ -77,7 +78,8 @@ void cut(const Piece& p, std::vector<Span>& spans, Behavior b, bool invert, std:
       break;
   }
   for (const Span& s : parts)
-    if (s.end > s.begin) out.push_back({p.text.substr(s.begin, s.end - s.begin), p.at_start && s.begin == 0});
+    if (s.end > s.begin)
+      out.push_back({p.text.substr(s.begin, s.end - s.begin), p.at_start && s.begin == 0});
 }
 
 // Match spans -> spans covering the whole text (gaps between them as non-matches).
@@ -131,7 +133,8 @@ class CharSplit final : public PreTokenizer {
   Behavior b_;
 };
 
-void split_with(const Matcher& m, const Piece& p, Behavior b, bool invert, std::vector<Piece>& out) {
+void split_with(const Matcher& m, const Piece& p, Behavior b, bool invert,
+                std::vector<Piece>& out) {
   std::vector<std::pair<size_t, size_t>> matches;
   m.find_all(p.text, matches);
   std::vector<Span> spans = cover(p.text.size(), matches);
@@ -140,7 +143,8 @@ void split_with(const Matcher& m, const Piece& p, Behavior b, bool invert, std::
 
 class PatternSplit final : public PreTokenizer {
  public:
-  PatternSplit(std::shared_ptr<const Matcher> m, Behavior b, bool invert) : m_(std::move(m)), b_(b), invert_(invert) {}
+  PatternSplit(std::shared_ptr<const Matcher> m, Behavior b, bool invert)
+      : m_(std::move(m)), b_(b), invert_(invert) {}
   void apply(std::vector<Piece>& pieces) const override {
     std::vector<Piece> out;
     for (const Piece& p : pieces) split_with(*m_, p, b_, invert_, out);
@@ -158,7 +162,8 @@ constexpr const char* kGpt2Regex =
 
 // \w+|[^\w\s]+ with Oniguruma's Unicode \w (letters, marks, decimal digits, connector
 // punctuation, joiners); PCRE2 before 10.43 leaves marks out of \w.
-constexpr const char* kWhitespaceRegex = R"([\p{L}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}]+|[^\p{L}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}\s]+)";
+constexpr const char* kWhitespaceRegex =
+    R"([\p{L}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}]+|[^\p{L}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}\s]+)";
 
 // GPT-2's: a space prefix, the GPT-2 split, then every byte as its printable stand-in.
 class ByteLevel final : public PreTokenizer {
@@ -193,7 +198,8 @@ class ByteLevel final : public PreTokenizer {
 class Metaspace final : public PreTokenizer {
  public:
   enum class Prepend { kAlways, kFirst, kNever };
-  Metaspace(std::string rep, Prepend prepend, bool split) : rep_(std::move(rep)), prepend_(prepend), split_(split) {}
+  Metaspace(std::string rep, Prepend prepend, bool split)
+      : rep_(std::move(rep)), prepend_(prepend), split_(split) {}
   void apply(std::vector<Piece>& pieces) const override {
     std::vector<Piece> out;
     const uint32_t rep_cp = unicode::decode(rep_).empty() ? 0 : unicode::decode(rep_)[0];
@@ -247,13 +253,18 @@ Behavior behavior_of(const std::string& name, const std::string& where) {
 std::unique_ptr<PreTokenizer> make_metaspace(const json& j, const std::string& at) {
   const std::string rep = json_string_or(j, "replacement", std::string(kMetaspace), at);
   if (rep.empty()) throw_error(ErrorKind::kFormat, at + ": empty replacement");
-  Metaspace::Prepend prepend = json_bool_or(j, "add_prefix_space", true, at) ? Metaspace::Prepend::kAlways
-                                                                             : Metaspace::Prepend::kNever;
+  Metaspace::Prepend prepend = json_bool_or(j, "add_prefix_space", true, at)
+                                   ? Metaspace::Prepend::kAlways
+                                   : Metaspace::Prepend::kNever;
   const std::string scheme = json_string_or(j, "prepend_scheme", "", at);
-  if (scheme == "always") prepend = Metaspace::Prepend::kAlways;
-  else if (scheme == "first") prepend = Metaspace::Prepend::kFirst;
-  else if (scheme == "never") prepend = Metaspace::Prepend::kNever;
-  else if (!scheme.empty()) throw_error(ErrorKind::kFormat, at + ": unknown prepend_scheme '" + scheme + "'");
+  if (scheme == "always")
+    prepend = Metaspace::Prepend::kAlways;
+  else if (scheme == "first")
+    prepend = Metaspace::Prepend::kFirst;
+  else if (scheme == "never")
+    prepend = Metaspace::Prepend::kNever;
+  else if (!scheme.empty())
+    throw_error(ErrorKind::kFormat, at + ": unknown prepend_scheme '" + scheme + "'");
   return std::make_unique<Metaspace>(rep, prepend, json_bool_or(j, "split", true, at));
 }
 
@@ -269,20 +280,23 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::strin
                                        json_bool_or(j, "use_regex", true, at), at);
   if (type == "Split") {
     if (!j.contains("pattern")) throw_error(ErrorKind::kFormat, at + ": no pattern");
-    return std::make_unique<PatternSplit>(Matcher::from_json(j["pattern"], at),
-                                          behavior_of(json_string_or(j, "behavior", "Isolated", at), at),
-                                          json_bool_or(j, "invert", false, at));
+    return std::make_unique<PatternSplit>(
+        Matcher::from_json(j["pattern"], at),
+        behavior_of(json_string_or(j, "behavior", "Isolated", at), at),
+        json_bool_or(j, "invert", false, at));
   }
   if (type == "Metaspace") return make_metaspace(j, at);
   if (type == "Whitespace")
-    return std::make_unique<PatternSplit>(Matcher::regex(kWhitespaceRegex, at), Behavior::kRemoved, true);
+    return std::make_unique<PatternSplit>(Matcher::regex(kWhitespaceRegex, at), Behavior::kRemoved,
+                                          true);
   if (type == "WhitespaceSplit") return std::make_unique<CharSplit>(is_ws, Behavior::kRemoved);
   if (type == "Digits")
     return std::make_unique<CharSplit>(is_numeric, json_bool_or(j, "individual_digits", false, at)
                                                        ? Behavior::kIsolated
                                                        : Behavior::kContiguous);
   if (type == "Punctuation")
-    return std::make_unique<CharSplit>(is_punct, behavior_of(json_string_or(j, "behavior", "Isolated", at), at));
+    return std::make_unique<CharSplit>(
+        is_punct, behavior_of(json_string_or(j, "behavior", "Isolated", at), at));
   if (type == "CharDelimiterSplit") {
     const std::vector<uint32_t> d = unicode::decode(json_string_or(j, "delimiter", "", at));
     if (d.size() != 1) throw_error(ErrorKind::kFormat, at + ": delimiter must be one character");

@@ -30,9 +30,9 @@ void Pipeline::encode(std::string_view text, bool at_start, std::vector<int32_t>
 
 namespace {
 
-using nlohmann::json;
 using formats::json_bool_or;
 using formats::json_string_or;
+using nlohmann::json;
 
 struct AddedToken {
   int32_t id;
@@ -49,8 +49,8 @@ std::vector<AddedToken> read_added(const json& j, const std::string& at) {
     const std::string content = json_string_or(e, "content", "", at + " added_tokens");
     if (id < 0 || id >= (1 << 22) || content.empty())
       throw_error(ErrorKind::kFormat, at + ": an added token needs an id in [0, 2^22) and content");
-    out.push_back({(int32_t)id, content, json_bool_or(e, "special", false, at), json_bool_or(e, "lstrip", false, at),
-                   json_bool_or(e, "rstrip", false, at)});
+    out.push_back({(int32_t)id, content, json_bool_or(e, "special", false, at),
+                   json_bool_or(e, "lstrip", false, at), json_bool_or(e, "rstrip", false, at)});
   }
   return out;
 }
@@ -102,44 +102,59 @@ std::string decode_token(std::string t, DecoderFold& f, const std::string& at) {
     } else if (type == "Replace") {
       const json& p = d.value("pattern", json::object());
       if (!p.contains("String") || !p["String"].is_string())
-        throw_error(ErrorKind::kUnsupported, at + ": a Replace decoder with a regex pattern is not supported");
+        throw_error(ErrorKind::kUnsupported,
+                    at + ": a Replace decoder with a regex pattern is not supported");
       t = replace_all(t, p["String"].get<std::string>(), json_string_or(d, "content", "", at));
     } else if (type == "ByteFallback") {
-      if (t.size() == 6 && t.starts_with("<0x") && t[5] == '>' && std::isxdigit((unsigned char)t[3]) &&
-          std::isxdigit((unsigned char)t[4]))
+      if (t.size() == 6 && t.starts_with("<0x") && t[5] == '>' &&
+          std::isxdigit((unsigned char)t[3]) && std::isxdigit((unsigned char)t[4]))
         t = std::string(1, (char)std::stoi(t.substr(3, 2), nullptr, 16));
     } else if (type == "Fuse") {
       fused = true;
     } else if (type == "Strip") {
       const std::string c = json_string_or(d, "content", " ", at);
-      const int64_t start = formats::json_int_or(d, "start", 0, at), stop = formats::json_int_or(d, "stop", 0, at);
+      const int64_t start = formats::json_int_or(d, "start", 0, at),
+                    stop = formats::json_int_or(d, "stop", 0, at);
       if (fused) {  // on the whole text: only one leading space is supported
-        if (c == " " && start == 1 && stop == 0) f.strip_first_space = true;
+        if (c == " " && start == 1 && stop == 0)
+          f.strip_first_space = true;
         else if (start != 0 || stop != 0)
-          throw_error(ErrorKind::kUnsupported, at + ": Strip decoder after Fuse other than one leading space");
+          throw_error(ErrorKind::kUnsupported,
+                      at + ": Strip decoder after Fuse other than one leading space");
         continue;
       }
       for (int64_t i = 0; i < start && !c.empty() && t.starts_with(c); ++i) t.erase(0, c.size());
-      for (int64_t i = 0; i < stop && !c.empty() && t.ends_with(c); ++i) t.erase(t.size() - c.size());
+      for (int64_t i = 0; i < stop && !c.empty() && t.ends_with(c); ++i)
+        t.erase(t.size() - c.size());
     } else if (type == "Metaspace") {
       t = replace_all(t, json_string_or(d, "replacement", std::string(hf::kMetaspace), at), " ");
       const std::string scheme = json_string_or(d, "prepend_scheme", "always", at);
-      if (scheme != "never" && json_bool_or(d, "add_prefix_space", true, at)) f.strip_first_space = true;
+      if (scheme != "never" && json_bool_or(d, "add_prefix_space", true, at))
+        f.strip_first_space = true;
     } else if (type == "WordPiece") {
       const std::string prefix = json_string_or(d, "prefix", "##", at);
       t = t.starts_with(prefix) ? t.substr(prefix.size()) : " " + t;
       f.strip_first_space = true;
       if (json_bool_or(d, "cleanup", true, at))  // per token, as `tokenizers` cleans up
-        for (const auto& [from, to] : {std::pair{" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","},
-                                       {" ' ", "'"}, {" n't", "n't"}, {" 'm", "'m"}, {" do not", " don't"},
-                                       {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}})
+        for (const auto& [from, to] : {std::pair{" .", "."},
+                                       {" ?", "?"},
+                                       {" !", "!"},
+                                       {" ,", ","},
+                                       {" ' ", "'"},
+                                       {" n't", "n't"},
+                                       {" 'm", "'m"},
+                                       {" do not", " don't"},
+                                       {" 's", "'s"},
+                                       {" 've", "'ve"},
+                                       {" 're", "'re"}})
           t = replace_all(t, from, to);
     } else if (type == "BPEDecoder") {
       t = replace_all(t, json_string_or(d, "suffix", "</w>", at), " ");
     } else {
-      throw_error(ErrorKind::kUnsupported, at + ": unsupported decoder '" + type +
-                                               "' (supported: ByteLevel, Replace, ByteFallback, Fuse, Strip, "
-                                               "Metaspace, WordPiece, BPEDecoder, Sequence)");
+      throw_error(ErrorKind::kUnsupported,
+                  at + ": unsupported decoder '" + type +
+                      "' (supported: ByteLevel, Replace, ByteFallback, Fuse, Strip, "
+                      "Metaspace, WordPiece, BPEDecoder, Sequence)");
     }
   }
   return t;
@@ -179,17 +194,20 @@ void read_post_processor(const json& p, hf::Pipeline& pipe, const std::string& a
       after = true;
       continue;
     }
-    const std::string name = json_string_or(item.value("SpecialToken", json::object()), "id", "", at);
+    const std::string name =
+        json_string_or(item.value("SpecialToken", json::object()), "id", "", at);
     const json* st = specials && specials->contains(name) ? &(*specials)[name] : nullptr;
     const json* ids = st ? formats::json_array_or_null(*st, "ids", at) : nullptr;
-    if (!ids) throw_error(ErrorKind::kFormat, at + ": TemplateProcessing names an unknown special token '" + name + "'");
+    if (!ids)
+      throw_error(ErrorKind::kFormat,
+                  at + ": TemplateProcessing names an unknown special token '" + name + "'");
     for (const json& id : *ids) {
-      if (!id.is_number_integer()) throw_error(ErrorKind::kFormat, at + ": special token ids must be integers");
+      if (!id.is_number_integer())
+        throw_error(ErrorKind::kFormat, at + ": special token ids must be integers");
       (after ? pipe.suffix : pipe.prefix).push_back((int32_t)id.get<int64_t>());
     }
   }
 }
-
 
 // The vocabulary by id: the model's tokens, then added tokens over them (gaps stay empty).
 void fill_vocab(Tokenizer::Impl& v, const hf::Model& model, const std::vector<AddedToken>& added) {
@@ -201,9 +219,11 @@ void fill_vocab(Tokenizer::Impl& v, const hf::Model& model, const std::vector<Ad
   for (size_t i = 0; i < n; ++i) {
     if (v.texts[i].empty()) v.types[i] = TokenType::kUnused;
     const std::string& t = v.texts[i];
-    if (model.byte_fallback() && t.size() == 6 && t.starts_with("<0x") && t[5] == '>') v.types[i] = TokenType::kByte;
+    if (model.byte_fallback() && t.size() == 6 && t.starts_with("<0x") && t[5] == '>')
+      v.types[i] = TokenType::kByte;
   }
-  if (model.unk_id() >= 0 && (size_t)model.unk_id() < n) v.types[(size_t)model.unk_id()] = TokenType::kUnknown;
+  if (model.unk_id() >= 0 && (size_t)model.unk_id() < n)
+    v.types[(size_t)model.unk_id()] = TokenType::kUnknown;
   v.scores.assign(n, 0.0f);
   v.lstrip.assign(n, 0);
   v.rstrip.assign(n, 0);
@@ -238,7 +258,8 @@ void read_special_ids(const gguf::GgufFile& f, Tokenizer::Impl& v, const hf::Mod
   v.eos = by_text("hablar.hf.eos_token");
   std::vector<int32_t> eos_ids;
   if (f.has("hablar.hf.eos_token_ids")) eos_ids = f.get_i32_array("hablar.hf.eos_token_ids");
-  if (v.eos < 0 && !eos_ids.empty() && eos_ids[0] >= 0 && eos_ids[0] < v.n_vocab()) v.eos = eos_ids[0];
+  if (v.eos < 0 && !eos_ids.empty() && eos_ids[0] >= 0 && eos_ids[0] < v.n_vocab())
+    v.eos = eos_ids[0];
   finish_special_ids(v);
   for (int32_t id : eos_ids)
     if (id >= 0 && id < v.n_vocab()) v.eog[(size_t)id] = 1;
@@ -249,13 +270,16 @@ void read_special_ids(const gguf::GgufFile& f, Tokenizer::Impl& v, const hf::Mod
 void build_specials(Tokenizer::Impl& v, const std::vector<AddedToken>& added) {
   for (const AddedToken& a : added) v.special_tokens.push_back(a.id);
   std::sort(v.special_tokens.begin(), v.special_tokens.end());
-  v.special_tokens.erase(std::unique(v.special_tokens.begin(), v.special_tokens.end()), v.special_tokens.end());
-  std::stable_sort(v.special_tokens.begin(), v.special_tokens.end(),
-                   [&](int32_t a, int32_t b) { return v.texts[(size_t)a].size() > v.texts[(size_t)b].size(); });
+  v.special_tokens.erase(std::unique(v.special_tokens.begin(), v.special_tokens.end()),
+                         v.special_tokens.end());
+  std::stable_sort(v.special_tokens.begin(), v.special_tokens.end(), [&](int32_t a, int32_t b) {
+    return v.texts[(size_t)a].size() > v.texts[(size_t)b].size();
+  });
   for (size_t rank = 0; rank < v.special_tokens.size(); ++rank) {
     const int32_t id = v.special_tokens[rank];
     v.all_specials.add(v.texts[(size_t)id], (int32_t)rank);
-    if (v.types[(size_t)id] == TokenType::kUserDefined) v.user_specials.add(v.texts[(size_t)id], (int32_t)rank);
+    if (v.types[(size_t)id] == TokenType::kUserDefined)
+      v.user_specials.add(v.texts[(size_t)id], (int32_t)rank);
   }
 }
 
@@ -279,25 +303,29 @@ void apply_add_flags(const gguf::GgufFile& f, Tokenizer::Impl& v, hf::Pipeline& 
 std::unique_ptr<Tokenizer::Impl> load_hf_vocab(const gguf::GgufFile& f) {
   const std::string at = f.path() + " tokenizer.json";
   const json j = formats::parse_json_text(f.get_string("tokenizer.huggingface.json"), at);
-  if (!j.is_object() || !j.contains("model")) throw_error(ErrorKind::kFormat, at + ": no \"model\"");
+  if (!j.is_object() || !j.contains("model"))
+    throw_error(ErrorKind::kFormat, at + ": no \"model\"");
   auto model = hf::make_model(j["model"], at);
-  auto pipe = std::make_shared<hf::Pipeline>(hf::make_normalizer(j.value("normalizer", json()), at),
-                                             hf::make_pre_tokenizer(j.value("pre_tokenizer", json()), at),
-                                             std::move(model));
+  auto pipe = std::make_shared<hf::Pipeline>(
+      hf::make_normalizer(j.value("normalizer", json()), at),
+      hf::make_pre_tokenizer(j.value("pre_tokenizer", json()), at), std::move(model));
   read_post_processor(j.value("post_processor", json()), *pipe, at);
   auto v = std::make_unique<Tokenizer::Impl>();
   v->kind = ModelKind::kHf;
   std::string type = json_string_or(j["model"], "type", "bpe", at);
-  std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return (char)std::tolower(c); });
+  std::transform(type.begin(), type.end(), type.begin(),
+                 [](unsigned char c) { return (char)std::tolower(c); });
   v->model_name = "hf-" + type;
   v->pre_name = "tokenizer.json";
   const std::vector<AddedToken> added = read_added(j, at);
   fill_vocab(*v, pipe->model(), added);
   read_special_ids(f, *v, pipe->model());
   for (int32_t id : pipe->prefix)
-    if (id < 0 || id >= v->n_vocab()) throw_error(ErrorKind::kFormat, at + ": post_processor id outside the vocabulary");
+    if (id < 0 || id >= v->n_vocab())
+      throw_error(ErrorKind::kFormat, at + ": post_processor id outside the vocabulary");
   for (int32_t id : pipe->suffix)
-    if (id < 0 || id >= v->n_vocab()) throw_error(ErrorKind::kFormat, at + ": post_processor id outside the vocabulary");
+    if (id < 0 || id >= v->n_vocab())
+      throw_error(ErrorKind::kFormat, at + ": post_processor id outside the vocabulary");
   apply_add_flags(f, *v, *pipe);
   build_specials(*v, added);
   DecoderFold fold;
@@ -305,9 +333,10 @@ std::unique_ptr<Tokenizer::Impl> load_hf_vocab(const gguf::GgufFile& f) {
   v->pieces.assign((size_t)v->n_vocab(), std::string());
   for (int32_t id = 0; id < v->n_vocab(); ++id) {
     const TokenType t = v->types[(size_t)id];
-    v->pieces[(size_t)id] = (t == TokenType::kControl || t == TokenType::kUserDefined || t == TokenType::kUnknown)
-                                ? v->texts[(size_t)id]
-                                : decode_token(v->texts[(size_t)id], fold, at);
+    v->pieces[(size_t)id] =
+        (t == TokenType::kControl || t == TokenType::kUserDefined || t == TokenType::kUnknown)
+            ? v->texts[(size_t)id]
+            : decode_token(v->texts[(size_t)id], fold, at);
   }
   v->add_space_prefix = fold.strip_first_space;
   v->hf = std::move(pipe);

@@ -21,7 +21,8 @@ class Unigram final : public Model {
  public:
   Unigram(const json& j, const std::string& at) {
     const json* vocab = formats::json_array_or_null(j, "vocab", at);
-    if (!vocab || vocab->empty()) throw_error(ErrorKind::kFormat, at + ": vocab must be a non-empty array");
+    if (!vocab || vocab->empty())
+      throw_error(ErrorKind::kFormat, at + ": vocab must be a non-empty array");
     if (vocab->size() >= (1u << 22)) throw_error(ErrorKind::kFormat, at + ": vocab is too large");
     double min_score = std::numeric_limits<double>::infinity();
     for (const json& e : *vocab) {
@@ -36,7 +37,8 @@ class Unigram final : public Model {
     }
     unk_score_ = min_score - kUnkPenalty;
     const int64_t unk = formats::json_int_or(j, "unk_id", -1, at);
-    if (unk >= (int64_t)by_id_.size()) throw_error(ErrorKind::kFormat, at + ": unk_id is outside the vocabulary");
+    if (unk >= (int64_t)by_id_.size())
+      throw_error(ErrorKind::kFormat, at + ": unk_id is outside the vocabulary");
     unk_ = (int32_t)unk;
     byte_fallback_ = formats::json_bool_or(j, "byte_fallback", false, at);
   }
@@ -90,8 +92,10 @@ class Unigram final : public Model {
           static const char* kHex = "0123456789ABCDEF";
           const uint8_t b = (uint8_t)piece[i];
           auto it = ids_.find(std::string{'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'});
-          if (it != ids_.end()) out.push_back(it->second);
-          else if (unk_ >= 0) out.push_back(unk_);
+          if (it != ids_.end())
+            out.push_back(it->second);
+          else if (unk_ >= 0)
+            out.push_back(unk_);
         }
       } else if (unk_ >= 0) {
         out.push_back(unk_);

@@ -47,9 +47,8 @@ float dot_qk(const float* qr, const uint16_t* k, int hd, bool bf16, SumOrder ord
 // keeps 16 or 64 partial sums by position. Every product of two cache-type values is exact
 // in float, so FMA or not gives the same.
 void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
-                        const int32_t* block_table, int first, int pos, int kv_head,
-                        const float* q, float scale, float cap, SumOrder order, float* scores,
-                        float* out) {
+                        const int32_t* block_table, int first, int pos, int kv_head, const float* q,
+                        float scale, float cap, SumOrder order, float* scores, float* out) {
   const int hd = layout.head_dim;
   const bool bf16 = layout.dtype == KvDType::BF16;
   const int rows = order == SumOrder::kLanes64 ? 64 : kReduceLanes;
@@ -97,11 +96,11 @@ void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                  float scale, float cap, SumOrder order, float* scores, float* out) {
   static const bool simd = cpu_features().has_avx2_kernels();
   if (simd && layout.head_dim % 8 == 0) {
-    avx2::attend_head(cache, layout, layer, block_table, first, pos, kv_head, q, scale, cap,
-                      order, scores, out);
+    avx2::attend_head(cache, layout, layer, block_table, first, pos, kv_head, q, scale, cap, order,
+                      scores, out);
   } else {
-    attend_head_scalar(cache, layout, layer, block_table, first, pos, kv_head, q, scale, cap,
-                       order, scores, out);
+    attend_head_scalar(cache, layout, layer, block_table, first, pos, kv_head, q, scale, cap, order,
+                       scores, out);
   }
 }
 
@@ -125,8 +124,8 @@ std::vector<float>& score_scratch() {
 
 namespace {
 
-using HeadFn = void (*)(const uint16_t*, const KvCacheLayout&, int, const int32_t*, int, int,
-                        int, const float*, float, float, SumOrder, float*, float*);
+using HeadFn = void (*)(const uint16_t*, const KvCacheLayout&, int, const int32_t*, int, int, int,
+                        const float*, float, float, SumOrder, float*, float*);
 
 void attention_one_with(HeadFn head, const uint16_t* cache, const KvCacheLayout& layout, int layer,
                         const int32_t* block_table, int pos, const float* q, int n_heads,
@@ -181,8 +180,8 @@ void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int lay
 
 void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                      std::span<const AttentionQuery> queries, int n_heads, ThreadPool& pool) {
-  attention_batch(cache, layout, layer, queries, n_heads,
-                  1.0f / std::sqrt((float)layout.head_dim), 0.0f, pool);
+  attention_batch(cache, layout, layer, queries, n_heads, 1.0f / std::sqrt((float)layout.head_dim),
+                  0.0f, pool);
 }
 
 }  // namespace hablar::cpu

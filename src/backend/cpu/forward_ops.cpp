@@ -183,10 +183,9 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
   pending_.clear();
   queries_.resize(tokens_.size());
   for (size_t t = 0; t < tokens_.size(); ++t)
-    queries_[t] = {block_tables_[t],     positions_[t],  q + (int64_t)t * QD,
+    queries_[t] = {block_tables_[t],      positions_[t],  q + (int64_t)t * QD,
                    out + (int64_t)t * QD, sum_orders_[t], spec.first_position(positions_[t])};
-  attention_batch(cache_, layout_, layer, queries_, dims_.n_heads, spec.scale, spec.softcap,
-                  pool_);
+  attention_batch(cache_, layout_, layer, queries_, dims_.n_heads, spec.scale, spec.softcap, pool_);
 }
 
 void ForwardOps::add(float* x, const float* y, int64_t width) {

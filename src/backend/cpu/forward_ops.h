@@ -73,11 +73,11 @@ class ForwardOps {
   struct TokenOp {
     enum class Kind { kBias, kScale, kHeadNorm, kRope } kind;
     float* x;
-    const float* w;  // bias or norm weight
-    int n_heads;     // kHeadNorm, kRope
-    int64_t width;   // kBias, kScale
-    float s = 1.0f;  // kScale
-    int variant = 0; // kRope
+    const float* w;   // bias or norm weight
+    int n_heads;      // kHeadNorm, kRope
+    int64_t width;    // kBias, kScale
+    float s = 1.0f;   // kScale
+    int variant = 0;  // kRope
   };
   void apply_pending(int64_t t);
   void flush_pending();  // runs the deferred ops now (before an op that reads their rows)

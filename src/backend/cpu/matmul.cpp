@@ -362,9 +362,8 @@ void matmul_glu(const WeightView& gate, const WeightView& up, const float* x, in
                 float* out, float* up_scratch, ThreadPool& pool, TokenRoles roles,
                 GluActivation act) {
   if (gate.rows != up.rows)
-    throw_error(ErrorKind::kInvalidArgument, "matmul_glu: gate has " +
-                                                 std::to_string(gate.rows) + " rows, up " +
-                                                 std::to_string(up.rows));
+    throw_error(ErrorKind::kInvalidArgument, "matmul_glu: gate has " + std::to_string(gate.rows) +
+                                                 " rows, up " + std::to_string(up.rows));
   const MatmulTarget targets[2] = {{&gate, out}, {&up, up_scratch}};
   const std::vector<Prepared> jobs = prepare_many(targets, x, n_tokens, pool, roles);
   if (n_tokens == 0) return;

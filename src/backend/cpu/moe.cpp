@@ -43,7 +43,8 @@ void f16_expert_product(const WeightView& w, const float* x, int64_t n, float* y
     for (int64_t r = thread; r < n; r += n_threads) {
       for (int64_t c = 0; c < cols; ++c) xr[(size_t)c] = fp16_to_f32(f32_to_fp16(x[r * cols + c]));
       for (int64_t o = 0; o < w.rows; ++o) {
-        const auto* wr = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w.data) + o * w.row_bytes);
+        const auto* wr = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w.data) +
+                                                           o * w.row_bytes);
         float part[64] = {}, lanes[kReduceLanes];
         for (int64_t c = 0; c < main; ++c) part[c % 64] += xr[(size_t)c] * fp16_to_f32(wr[c]);
         fold64(part, lanes);
@@ -110,7 +111,8 @@ void run_expert(const ExpertsView& ex, int e, const float* in, int64_t n_tokens,
   for (int64_t r = 0; r < n; ++r)
     std::copy_n(in + slots[(size_t)r] / K * n_embd, n_embd, s.rows.data() + r * n_embd);
   s.roles.assign((size_t)n, llama_batch_role(0, 1));
-  s.gate.resize((size_t)(n * FE)), s.up.resize((size_t)(n * FE)), s.down.resize((size_t)(n * n_embd));
+  s.gate.resize((size_t)(n * FE)), s.up.resize((size_t)(n * FE)),
+      s.down.resize((size_t)(n * n_embd));
   const WeightView &gate = ex.gate[(size_t)e], &up = ex.up[(size_t)e];
   if (gate.type == DType::F16 || up.type == DType::F16) {
     expert_product(gate, s.rows.data(), n, s.gate.data(), pool, s.roles);
@@ -127,8 +129,8 @@ void run_expert(const ExpertsView& ex, int e, const float* in, int64_t n_tokens,
 
 }  // namespace
 
-void moe_ffn(const ExpertsView& ex, const float* in, int64_t n_tokens, int64_t n_embd,
-             float* out, ThreadPool& pool, MoeScratch& s, TokenRoles roles) {
+void moe_ffn(const ExpertsView& ex, const float* in, int64_t n_tokens, int64_t n_embd, float* out,
+             ThreadPool& pool, MoeScratch& s, TokenRoles roles) {
   check_experts(ex, n_embd);
   const int E = (int)ex.gate.size(), K = ex.n_used;
   s.logits.resize((size_t)(n_tokens * E));

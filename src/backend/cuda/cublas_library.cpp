@@ -26,8 +26,7 @@ void* open_cublas() {
 template <typename Fn>
 void resolve(void* lib, const char* name, Fn& fn) {
   fn = reinterpret_cast<Fn>(dlsym(lib, name));
-  if (fn == nullptr)
-    throw_error(ErrorKind::kUnsupported, std::string("cuBLAS lacks ") + name);
+  if (fn == nullptr) throw_error(ErrorKind::kUnsupported, std::string("cuBLAS lacks ") + name);
 }
 
 CublasLibrary load() {

@@ -1,7 +1,6 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cublas_library.h"
 
-
 namespace hablar::cuda {
 
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {

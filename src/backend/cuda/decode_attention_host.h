@@ -193,9 +193,8 @@ inline void decode_attention_host(const DecodeAttentionParams& p) {
       const int first = decode_first_position(p, p.seq_lens[s]);
       for (int begin = first / split_len * split_len; begin < context; begin += split_len) {
         const int end = begin + split_len < context ? begin + split_len : context;
-        const SoftmaxState part = host_twin::attend_split(p, table, q, h / group,
-                                                          std::max(begin, first), end,
-                                                          acc_split.data());
+        const SoftmaxState part = host_twin::attend_split(
+            p, table, q, h / group, std::max(begin, first), end, acc_split.data());
         const SoftmaxMerge merge = softmax_merge(total, part);
         for (int d = 0; d < d_head; ++d)
           acc[d] = acc[d] * merge.factor_a + acc_split[d] * merge.factor_b;

@@ -1,7 +1,6 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/cublas_library.h"
 
-
 namespace hablar::cuda {
 
 int device_count(std::string* reason) {

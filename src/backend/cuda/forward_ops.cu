@@ -351,7 +351,8 @@ void ForwardOps::logits(const float* x, const float* norm_weight, const WeightVi
   HABLAR_CUDA_CHECK_LAUNCH();
   rms_norm(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_, stream_);
   product(output, out_rows_, n_logit_rows_, logits_);
-  if (softcap > 0.0f) cuda::softcap(logits_, (int64_t)n_logit_rows_ * output.rows, softcap, stream_);
+  if (softcap > 0.0f)
+    cuda::softcap(logits_, (int64_t)n_logit_rows_ * output.rows, softcap, stream_);
 }
 
 const float* ForwardOps::host_rows(const float* rows, int64_t n, std::vector<float>& host) const {

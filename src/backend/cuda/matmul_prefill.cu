@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cublas_library.h"
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/quant_device.cuh"
 
@@ -83,9 +83,9 @@ void PrefillMatmul::gemm_bf16(const uint16_t* w_bf16, const uint16_t* x_bf16, in
   const float alpha = 1.0f, beta = 0.0f;
   HABLAR_CUBLAS_CHECK(cublas().set_stream(handle_.get(), stream));
   HABLAR_CUBLAS_CHECK(cublas().gemm_ex(handle_.get(), CUBLAS_OP_T, CUBLAS_OP_N, (int)n, m, (int)k,
-                                   &alpha, w_bf16, CUDA_R_16BF, (int)k, x_bf16, CUDA_R_16BF, (int)k,
-                                   &beta, y, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT));
+                                       &alpha, w_bf16, CUDA_R_16BF, (int)k, x_bf16, CUDA_R_16BF,
+                                       (int)k, &beta, y, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace hablar::cuda

@@ -28,7 +28,8 @@ std::string error_of(const std::function<void()>& fn) {
 }
 
 void write_bytes(const fs::path& p, const std::vector<uint8_t>& b) {
-  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), (std::streamsize)b.size());
+  std::ofstream(p, std::ios::binary)
+      .write(reinterpret_cast<const char*>(b.data()), (std::streamsize)b.size());
 }
 
 class AprRoundTrip : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
@@ -46,7 +47,8 @@ TEST_P(AprRoundTrip, SameLogitsAsTheGguf) {
   EXPECT_EQ(m->config().n_layers, ref->config().n_layers);
   EXPECT_EQ(m->config().rope.neox, ref->config().rope.neox);
   EXPECT_EQ(m->tokenizer().n_vocab(), ref->tokenizer().n_vocab());
-  EXPECT_EQ(m->tokenizer().encode("hello world", true, false), ref->tokenizer().encode("hello world", true, false));
+  EXPECT_EQ(m->tokenizer().encode("hello world", true, false),
+            ref->tokenizer().encode("hello world", true, false));
   std::vector<int32_t> tokens;
   for (int i = 0; i < 20; ++i) tokens.push_back((i * 53 + 3) % ref->config().n_vocab);
   test::CpuSequence sa(*ref, 64), sb(*m, 64);
@@ -61,8 +63,13 @@ INSTANTIATE_TEST_SUITE_P(Models, AprRoundTrip,
                          ::testing::Values(std::pair{"llama", "f32"}, std::pair{"qwen2", "q4_k_m"},
                                            std::pair{"qwen3", "f16"}));
 
-std::vector<uint8_t> small_file(uint8_t dtype, std::vector<uint8_t> bytes, std::vector<uint64_t> shape) {
-  return apr::write({{"architecture", "llama"}, {"hidden_size", 32}, {"num_layers", 1}, {"num_heads", 1}, {"vocab_size", 4}},
+std::vector<uint8_t> small_file(uint8_t dtype, std::vector<uint8_t> bytes,
+                                std::vector<uint64_t> shape) {
+  return apr::write({{"architecture", "llama"},
+                     {"hidden_size", 32},
+                     {"num_layers", 1},
+                     {"num_heads", 1},
+                     {"vocab_size", 4}},
                     {{"model.norm.weight", dtype, std::move(shape), std::move(bytes)}});
 }
 
@@ -71,16 +78,21 @@ TEST(Apr, CrcCatchesAFlippedByte) {
   EXPECT_EQ(error_of([&] { apr::parse(f, "ok.apr"); }), "");
   std::vector<uint8_t> h = f;
   h[9] ^= 1;
-  EXPECT_NE(error_of([&] { apr::parse(h, "h.apr"); }).find("header CRC-32 mismatch"), std::string::npos);
+  EXPECT_NE(error_of([&] { apr::parse(h, "h.apr"); }).find("header CRC-32 mismatch"),
+            std::string::npos);
   std::vector<uint8_t> d = f;
   d[d.size() - 10] ^= 0x40;
-  EXPECT_NE(error_of([&] { apr::parse(d, "d.apr"); }).find("footer CRC-32 mismatch"), std::string::npos);
-  EXPECT_NE(error_of([&] { apr::parse(std::vector<uint8_t>(f.begin(), f.begin() + 60), "t.apr"); }).find("too small"),
+  EXPECT_NE(error_of([&] { apr::parse(d, "d.apr"); }).find("footer CRC-32 mismatch"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              apr::parse(std::vector<uint8_t>(f.begin(), f.begin() + 60), "t.apr");
+            }).find("too small"),
             std::string::npos);
 }
 
 TEST(Apr, RefusesAmbiguousDtypesAndUnsupportedFlags) {
-  const std::string e = error_of([&] { apr::parse(small_file(2, std::vector<uint8_t>(18), {32}), "q.apr"); });
+  const std::string e =
+      error_of([&] { apr::parse(small_file(2, std::vector<uint8_t>(18), {32}), "q.apr"); });
   EXPECT_NE(e.find("dtype byte 2"), std::string::npos) << e;
   std::vector<uint8_t> f = small_file(0, std::vector<uint8_t>(128), {32});
   f[6] |= 0x4;  // encrypted; fix both CRCs so only the flag is at fault
@@ -112,7 +124,8 @@ TEST(Apr, AprQ4AndQ8DecodeToTheirValues) {
   const auto f8 = apr::parse(small_file(129, q8, {32}), "q8.apr");
   const gguf::TensorInfo& t8 = f8.tensor("output_norm.weight");
   ASSERT_EQ(t8.type, DType::F32);
-  for (int i = 0; i < 32; ++i) EXPECT_EQ(reinterpret_cast<const float*>(t8.data)[i], (float)(i - 16) * 0.25f);
+  for (int i = 0; i < 32; ++i)
+    EXPECT_EQ(reinterpret_cast<const float*>(t8.data)[i], (float)(i - 16) * 0.25f);
 }
 
 }  // namespace

@@ -71,10 +71,11 @@ class RealModelGolden : public ::testing::TestWithParam<RealModelCase> {
 TEST_P(RealModelGolden, TeacherForcedLogitsMatchLlamaCpp) {
   const RealModelCase& rc = GetParam();
   const test::GoldenComparison c = test::compare_with_golden(*model_, golden_);
-  std::printf("%s: top-1 equal at %d/%d positions; max |dlogsoftmax| top-%d %.5f (%s), "
-              "probes %.5f\n",
-              rc.golden, c.top1_equal, c.positions, golden_["top_k"].get<int>(), c.max_abs_top,
-              c.worst.c_str(), c.max_abs_probe);
+  std::printf(
+      "%s: top-1 equal at %d/%d positions; max |dlogsoftmax| top-%d %.5f (%s), "
+      "probes %.5f\n",
+      rc.golden, c.top1_equal, c.positions, golden_["top_k"].get<int>(), c.max_abs_top,
+      c.worst.c_str(), c.max_abs_probe);
   EXPECT_GE(c.top1_equal, (int)std::ceil(rc.top1_fraction * c.positions));
   EXPECT_LE(c.max_abs_top, rc.logsoftmax_tol);
   EXPECT_LE(c.max_abs_probe, rc.logsoftmax_tol);

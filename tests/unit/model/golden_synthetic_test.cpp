@@ -68,9 +68,9 @@ std::vector<SynthCase> all_cases() {
   for (const char* type : {"f16", "q4_k_m"}) cases.push_back({"qwen2-yarn", type});
   for (const char* arch : {"gemma2", "gemma3", "mixtral", "qwen2moe", "qwen3moe", "phi3"})
     for (const char* type : {"f16", "q8_0", "q4_k_m"})
-      cases.push_back({arch, type, std::string(arch) == "qwen2moe" && std::string(type) == "f16"
-                                       ? 1e-3
-                                       : kLogsoftmaxTol});
+      cases.push_back(
+          {arch, type,
+           std::string(arch) == "qwen2moe" && std::string(type) == "f16" ? 1e-3 : kLogsoftmaxTol});
   return cases;
 }
 

@@ -41,7 +41,9 @@ std::vector<uint8_t> safetensors_bytes(const std::map<std::string, StTensor>& te
   json header = json::object();
   std::vector<uint8_t> data;
   for (const auto& [name, t] : tensors) {
-    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    header[name] = {{"dtype", t.dtype},
+                    {"shape", t.shape},
+                    {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
     data.insert(data.end(), t.bytes.begin(), t.bytes.end());
   }
   std::string h = header.dump();
@@ -55,7 +57,8 @@ void write_file(const fs::path& p, const std::string& s) {
   std::ofstream(p, std::ios::binary) << s;
 }
 void write_file(const fs::path& p, const std::vector<uint8_t>& b) {
-  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), (std::streamsize)b.size());
+  std::ofstream(p, std::ios::binary)
+      .write(reinterpret_cast<const char*>(b.data()), (std::streamsize)b.size());
 }
 
 // A WordLevel tokenizer.json of n tokens "t0".."t{n-1}" (the weights do not care).
@@ -83,26 +86,36 @@ std::vector<uint8_t> unpermute_rows(const gguf::TensorInfo& t, int head_dim) {
 }
 
 // The GGUF model as a transformers checkpoint in `dir` (sharded in two when asked).
-void write_hf_twin(const gguf::GgufFile& g, const model::ModelConfig& c, const fs::path& dir, bool sharded) {
+void write_hf_twin(const gguf::GgufFile& g, const model::ModelConfig& c, const fs::path& dir,
+                   bool sharded) {
   fs::create_directories(dir);
   std::map<std::string, std::string> gguf_to_hf;
   for (const auto& p : formats::kLlamaFamilyTensorNames)
-    for (int l = 0; l < c.n_layers; ++l) gguf_to_hf[formats::tensor_name(p.gguf, l)] = formats::tensor_name(p.hf, l);
+    for (int l = 0; l < c.n_layers; ++l)
+      gguf_to_hf[formats::tensor_name(p.gguf, l)] = formats::tensor_name(p.hf, l);
   std::map<std::string, StTensor> a, b;
   int k = 0;
   for (const gguf::TensorInfo& t : g.tensors()) {
     ASSERT_EQ(t.type, DType::F32) << t.name;
     StTensor st{"F32", {t.dims.rbegin(), t.dims.rend()}, {t.data, t.data + t.nbytes}};
-    const bool permute = c.arch == "llama" && (t.name.ends_with("attn_q.weight") || t.name.ends_with("attn_k.weight"));
+    const bool permute = c.arch == "llama" &&
+                         (t.name.ends_with("attn_q.weight") || t.name.ends_with("attn_k.weight"));
     if (permute) st.bytes = unpermute_rows(t, c.head_dim);
     ASSERT_TRUE(gguf_to_hf.count(t.name)) << t.name;
     ((sharded && k++ % 2) ? b : a)[gguf_to_hf[t.name]] = std::move(st);
   }
-  json cfg = {{"model_type", c.arch}, {"hidden_size", c.n_embd}, {"intermediate_size", c.n_ff},
-              {"num_attention_heads", c.n_heads}, {"num_key_value_heads", c.n_kv_heads},
-              {"num_hidden_layers", c.n_layers}, {"max_position_embeddings", c.n_ctx_train},
-              {"rms_norm_eps", c.rms_eps}, {"rope_theta", c.rope.freq_base}, {"head_dim", c.head_dim},
-              {"tie_word_embeddings", c.tied_output}, {"vocab_size", c.n_vocab}};
+  json cfg = {{"model_type", c.arch},
+              {"hidden_size", c.n_embd},
+              {"intermediate_size", c.n_ff},
+              {"num_attention_heads", c.n_heads},
+              {"num_key_value_heads", c.n_kv_heads},
+              {"num_hidden_layers", c.n_layers},
+              {"max_position_embeddings", c.n_ctx_train},
+              {"rms_norm_eps", c.rms_eps},
+              {"rope_theta", c.rope.freq_base},
+              {"head_dim", c.head_dim},
+              {"tie_word_embeddings", c.tied_output},
+              {"vocab_size", c.n_vocab}};
   write_file(dir / "config.json", cfg.dump());
   write_file(dir / "tokenizer.json", tiny_tokenizer_json(c.n_vocab));
   if (!sharded) {
@@ -114,7 +127,8 @@ void write_hf_twin(const gguf::GgufFile& g, const model::ModelConfig& c, const f
   for (const auto& [n, _] : b) map[n] = "model-00002-of-00002.safetensors";
   write_file(dir / "model-00001-of-00002.safetensors", safetensors_bytes(a));
   write_file(dir / "model-00002-of-00002.safetensors", safetensors_bytes(b));
-  write_file(dir / "model.safetensors.index.json", json{{"metadata", json::object()}, {"weight_map", map}}.dump());
+  write_file(dir / "model.safetensors.index.json",
+             json{{"metadata", json::object()}, {"weight_map", map}}.dump());
 }
 
 class HfTwin : public ::testing::TestWithParam<std::string> {};
@@ -187,22 +201,29 @@ TEST(Safetensors, MalformedFilesGiveClearErrors) {
   EXPECT_NE(parse(huge).find("exceeds the 100 MiB limit"), std::string::npos);
   EXPECT_NE(parse(with_header("{\"a\":")).find("not valid JSON"), std::string::npos);
   EXPECT_NE(parse(with_header("[1]")).find("not a JSON object"), std::string::npos);
-  EXPECT_NE(parse(with_header(R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,2]}})", 2)).find("unknown dtype 'Q4'"),
+  EXPECT_NE(parse(with_header(R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,2]}})", 2))
+                .find("unknown dtype 'Q4'"),
             std::string::npos);
-  EXPECT_NE(parse(with_header(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4)).find("outside"),
+  EXPECT_NE(parse(with_header(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4))
+                .find("outside"),
             std::string::npos);
-  EXPECT_NE(parse(with_header(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8)).find("expected 12"),
+  EXPECT_NE(parse(with_header(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8))
+                .find("expected 12"),
             std::string::npos);
-  EXPECT_NE(parse(with_header(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8)).find("non-negative"),
+  EXPECT_NE(parse(with_header(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8))
+                .find("non-negative"),
             std::string::npos);
   EXPECT_NE(parse(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                               R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                               8))
                 .find("overlap"),
             std::string::npos);
-  EXPECT_NE(parse(with_header(std::string(200, '[') + std::string(200, ']'))).find("nested"), std::string::npos);
+  EXPECT_NE(parse(with_header(std::string(200, '[') + std::string(200, ']'))).find("nested"),
+            std::string::npos);
   const auto ok = safetensors::File::parse(
-      with_header(R"({"__metadata__":{"format":"pt"},"w":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}})", 8),
+      with_header(
+          R"({"__metadata__":{"format":"pt"},"w":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}})",
+          8),
       "ok");
   ASSERT_EQ(ok.tensors().size(), 1u);
   EXPECT_EQ(ok.tensors()[0].dtype, DType::BF16);
@@ -214,26 +235,38 @@ TEST(HfDirectory, BadDirectoriesGiveClearErrors) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   write_file(dir / "config.json", R"({"model_type": "gpt_neox", "num_hidden_layers": 2})");
-  EXPECT_NE(error_of([&] { formats::open_hf_model(dir.string()); }).find("unsupported model_type 'gpt_neox'"),
+  EXPECT_NE(error_of([&] {
+              formats::open_hf_model(dir.string());
+            }).find("unsupported model_type 'gpt_neox'"),
             std::string::npos);
-  write_file(dir / "config.json", R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 8,
+  write_file(dir / "config.json",
+             R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 8,
       "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 64})");
-  EXPECT_NE(error_of([&] { formats::open_hf_model(dir.string()); }).find("no model.safetensors"), std::string::npos);
+  EXPECT_NE(error_of([&] { formats::open_hf_model(dir.string()); }).find("no model.safetensors"),
+            std::string::npos);
   write_file(dir / "model.safetensors.index.json", R"({"weight_map": {"a": "../../etc/passwd"}})");
-  EXPECT_NE(error_of([&] { formats::open_hf_model(dir.string()); }).find("not a plain file name"), std::string::npos);
+  EXPECT_NE(error_of([&] { formats::open_hf_model(dir.string()); }).find("not a plain file name"),
+            std::string::npos);
   fs::remove(dir / "model.safetensors.index.json");
   std::vector<float> w(16, 1.0f);
   StTensor t{"I64", {2}, std::vector<uint8_t>(16)};
   write_file(dir / "model.safetensors", safetensors_bytes({{"model.norm.weight", t}}));
   write_file(dir / "tokenizer.json", tiny_tokenizer_json(4));
-  EXPECT_NE(error_of([&] { formats::open_hf_model(dir.string()); }).find("dtype I64"), std::string::npos);
-  write_file(dir / "model.safetensors", safetensors_bytes({{"model.layers.7.input_layernorm.weight", {"F32", {8}, std::vector<uint8_t>(32)}}}));
-  EXPECT_NE(error_of([&] { formats::open_hf_model(dir.string()); }).find("past the 2 layers"), std::string::npos);
-  write_file(dir / "model.safetensors", safetensors_bytes({{"model.norm.weight", {"F32", {8}, std::vector<uint8_t>(32)}}}));
-  EXPECT_NE(error_of([&] { model::Model::load(dir.string()); }).find("token_embd.weight"), std::string::npos);
-  write_file(dir / "config.json", "{\"model_type\": ");
-  EXPECT_NE(error_of([&] { formats::open_hf_model(dir.string()); }).find("config.json: not valid JSON"),
+  EXPECT_NE(error_of([&] { formats::open_hf_model(dir.string()); }).find("dtype I64"),
             std::string::npos);
+  write_file(dir / "model.safetensors",
+             safetensors_bytes({{"model.layers.7.input_layernorm.weight",
+                                 {"F32", {8}, std::vector<uint8_t>(32)}}}));
+  EXPECT_NE(error_of([&] { formats::open_hf_model(dir.string()); }).find("past the 2 layers"),
+            std::string::npos);
+  write_file(dir / "model.safetensors",
+             safetensors_bytes({{"model.norm.weight", {"F32", {8}, std::vector<uint8_t>(32)}}}));
+  EXPECT_NE(error_of([&] { model::Model::load(dir.string()); }).find("token_embd.weight"),
+            std::string::npos);
+  write_file(dir / "config.json", "{\"model_type\": ");
+  EXPECT_NE(
+      error_of([&] { formats::open_hf_model(dir.string()); }).find("config.json: not valid JSON"),
+      std::string::npos);
 }
 
 }  // namespace
