@@ -124,4 +124,11 @@ bool needs_output_parser(const ServingModel& m, const OrderedJson& tools) {
   return m.chat_template && m.chat_template->source().find("<think>") != std::string::npos;
 }
 
+std::string required_string(const OrderedJson& object, const char* key, const std::string& where) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_string())
+    bad_request("'" + where + "." + key + "' is required and must be a string", where);
+  return it->get<std::string>();
+}
+
 }  // namespace hablar::server

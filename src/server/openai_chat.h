@@ -11,6 +11,15 @@ namespace hablar::server {
 // Chat messages and tools keep every object's keys in the client's order (see ChatInput).
 using OrderedJson = nlohmann::ordered_json;
 
+// "where[i]": the path of an array element, for error messages.
+inline std::string element_path(const std::string& where, size_t i) {
+  return where + "[" + std::to_string(i) + "]";
+}
+
+// A required string field of a request object (a message, a content block); a 400 naming
+// "where.key" otherwise.
+std::string required_string(const OrderedJson& object, const char* key, const std::string& where);
+
 // Checks `messages` (a non-empty list of {role, content, ...}) and returns them in the form
 // templates expect: content parts joined into one string, tool-call arguments as objects.
 OrderedJson normalize_messages(const OrderedJson& messages);

@@ -18,18 +18,6 @@ namespace {
 using engine::StreamItem;
 using nlohmann::json;
 
-std::string at(const std::string& where, size_t i) {
-  return where + "[" + std::to_string(i) + "]";
-}
-
-// A string field of a block, required.
-std::string block_string(const OrderedJson& block, const char* key, const std::string& where) {
-  auto it = block.find(key);
-  if (it == block.end() || !it->is_string())
-    bad_request("'" + where + "." + key + "' is required and must be a string", where);
-  return it->get<std::string>();
-}
-
 // Text of `system`, or of a tool_result's content: a string or a list of text blocks.
 std::string text_blocks(const OrderedJson& v, const std::string& where) {
   if (v.is_string()) return v.get<std::string>();
@@ -39,13 +27,13 @@ std::string text_blocks(const OrderedJson& v, const std::string& where) {
   std::string text;
   for (size_t i = 0; i < v.size(); ++i) {
     const auto& b = v[i];
-    const std::string w = at(where, i);
+    const std::string w = element_path(where, i);
     if (!b.is_object() || b.value("type", json()) != "text")
       bad_request("'" + w + "' must be a text block ({\"type\": \"text\", ...}); " +
                       "this model reads text only",
                   where);
     if (!text.empty()) text += "\n";
-    text += block_string(b, "text", w);
+    text += required_string(b, "text", w);
   }
   return text;
 }
@@ -63,18 +51,18 @@ OrderedJson assistant_message(const OrderedJson& blocks, const std::string& wher
   OrderedJson calls = OrderedJson::array();
   for (size_t i = 0; i < blocks.size(); ++i) {
     const auto& b = blocks[i];
-    const std::string w = at(where, i);
+    const std::string w = element_path(where, i);
     if (!b.is_object() || !b.contains("type") || !b["type"].is_string())
       bad_request("'" + w + "' must be a content block with a 'type'", w);
     const std::string type = b["type"].get<std::string>();
     if (type == "text") {
-      text += block_string(b, "text", w);
+      text += required_string(b, "text", w);
     } else if (type == "thinking") {
-      reasoning += block_string(b, "thinking", w);
+      reasoning += required_string(b, "thinking", w);
     } else if (type == "redacted_thinking") {
       continue;  // opaque to this server
     } else if (type == "tool_use") {
-      const std::string id = block_string(b, "id", w), name = block_string(b, "name", w);
+      const std::string id = required_string(b, "id", w), name = required_string(b, "name", w);
       if (!b.contains("input") || !b["input"].is_object())
         bad_request("'" + w + ".input' must be an object", w);
       names[id] = name;
@@ -101,15 +89,15 @@ void add_user_message(const OrderedJson& blocks, const std::string& where, const
   bool has_text = false;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const auto& b = blocks[i];
-    const std::string w = at(where, i);
+    const std::string w = element_path(where, i);
     if (!b.is_object() || !b.contains("type") || !b["type"].is_string())
       bad_request("'" + w + "' must be a content block with a 'type'", w);
     const std::string type = b["type"].get<std::string>();
     if (type == "text") {
-      text += block_string(b, "text", w);
+      text += required_string(b, "text", w);
       has_text = true;
     } else if (type == "tool_result") {
-      const std::string id = block_string(b, "tool_use_id", w);
+      const std::string id = required_string(b, "tool_use_id", w);
       std::string result =
           text_blocks(b.contains("content") ? b["content"] : OrderedJson(), w + ".content");
       if (b.contains("is_error") && b["is_error"] == true) result = "Error: " + result;
@@ -136,7 +124,7 @@ OrderedJson chat_messages(const OrderedJson& body) {
   ToolNames names;
   for (size_t i = 0; i < it->size(); ++i) {
     const auto& m = (*it)[i];
-    const std::string w = at("messages", i);
+    const std::string w = element_path("messages", i);
     if (!m.is_object()) bad_request("'" + w + "' must be an object", w);
     const std::string role =
         m.contains("role") && m["role"].is_string() ? m["role"].get<std::string>() : "";
@@ -162,13 +150,13 @@ OrderedJson chat_tools(const OrderedJson& tools) {
   OrderedJson out = OrderedJson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const auto& t = tools[i];
-    const std::string w = at("tools", i);
+    const std::string w = element_path("tools", i);
     if (!t.is_object()) bad_request("'" + w + "' must be an object", w);
     if (t.contains("type") && t["type"] != "custom" && !t.contains("input_schema"))
       bad_request("'" + w + "' is a server tool (" + value_excerpt(t["type"]) +
                       "); this server runs client tools only (name, input_schema)",
                   w);
-    OrderedJson fn = {{"name", block_string(t, "name", w)}};
+    OrderedJson fn = {{"name", required_string(t, "name", w)}};
     if (t.contains("description")) fn["description"] = t["description"];
     if (!t.contains("input_schema") || !t["input_schema"].is_object())
       bad_request("'" + w + ".input_schema' is required and must be an object", w);
@@ -188,7 +176,7 @@ OrderedJson chat_tool_choice(const OrderedJson& choice) {
   if (type == "none") return "none";
   if (type == "tool")
     return {{"type", "function"},
-            {"function", {{"name", block_string(choice, "name", "tool_choice")}}}};
+            {"function", {{"name", required_string(choice, "name", "tool_choice")}}}};
   bad_request("'tool_choice.type' must be auto, any, tool or none (got " + text_excerpt(type) + ")",
               "tool_choice");
 }

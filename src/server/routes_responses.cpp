@@ -17,17 +17,6 @@ namespace {
 using engine::StreamItem;
 using nlohmann::json;
 
-std::string at(const std::string& where, size_t i) {
-  return where + "[" + std::to_string(i) + "]";
-}
-
-std::string string_field(const OrderedJson& item, const char* key, const std::string& where) {
-  auto it = item.find(key);
-  if (it == item.end() || !it->is_string())
-    bad_request("'" + where + "." + key + "' is required and must be a string", where);
-  return it->get<std::string>();
-}
-
 // A message's content: a string, or parts of type input_text / output_text (text only).
 std::string content_text(const OrderedJson& content, const std::string& where) {
   if (content.is_string()) return content.get<std::string>();
@@ -36,25 +25,25 @@ std::string content_text(const OrderedJson& content, const std::string& where) {
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const auto& part = content[i];
-    const std::string w = at(where, i);
+    const std::string w = element_path(where, i);
     const std::string type =
         part.is_object() && part.contains("type") && part["type"].is_string() ? part["type"] : "";
     if (type != "input_text" && type != "output_text" && type != "text")
       bad_request("'" + w + "' has type " + text_excerpt(type) +
                       "; this model reads input_text and output_text parts only",
                   w);
-    text += string_field(part, "text", w);
+    text += required_string(part, "text", w);
   }
   return text;
 }
 
 // A function_call item joins the assistant message before it (one turn with several calls).
 void add_function_call(const OrderedJson& item, const std::string& w, OrderedJson& out) {
-  OrderedJson call = {{"id", string_field(item, "call_id", w)},
+  OrderedJson call = {{"id", required_string(item, "call_id", w)},
                       {"type", "function"},
                       {"function",
-                       {{"name", string_field(item, "name", w)},
-                        {"arguments", string_field(item, "arguments", w)}}}};
+                       {{"name", required_string(item, "name", w)},
+                        {"arguments", required_string(item, "arguments", w)}}}};
   if (out.empty() || out.back()["role"] != "assistant")
     out.push_back({{"role", "assistant"}, {"content", ""}});
   OrderedJson& msg = out.back();
@@ -68,7 +57,7 @@ void add_input_item(const OrderedJson& item, const std::string& w, OrderedJson& 
                                ? item["type"].get<std::string>()
                                : "message";
   if (type == "message") {
-    const std::string role = string_field(item, "role", w);
+    const std::string role = required_string(item, "role", w);
     if (role != "user" && role != "assistant" && role != "system" && role != "developer")
       bad_request("'" + w + ".role' must be user, assistant, system or developer", w + ".role");
     if (!item.contains("content")) bad_request("'" + w + ".content' is required", w + ".content");
@@ -78,7 +67,7 @@ void add_input_item(const OrderedJson& item, const std::string& w, OrderedJson& 
   } else if (type == "function_call_output") {
     if (!item.contains("output")) bad_request("'" + w + ".output' is required", w + ".output");
     out.push_back({{"role", "tool"},
-                   {"tool_call_id", string_field(item, "call_id", w)},
+                   {"tool_call_id", required_string(item, "call_id", w)},
                    {"content", content_text(item["output"], w + ".output")}});
   } else if (type == "reasoning") {
     return;  // earlier reasoning is not shown to the model again
@@ -100,7 +89,7 @@ OrderedJson chat_messages(const OrderedJson& body) {
   if (it->is_string()) {
     out.push_back({{"role", "user"}, {"content", *it}});
   } else if (it->is_array() && !it->empty()) {
-    for (size_t i = 0; i < it->size(); ++i) add_input_item((*it)[i], at("input", i), out);
+    for (size_t i = 0; i < it->size(); ++i) add_input_item((*it)[i], element_path("input", i), out);
   } else {
     bad_request("'input' must be text or a non-empty list of input items", "input");
   }
@@ -112,13 +101,13 @@ OrderedJson chat_tools(const OrderedJson& tools) {
   OrderedJson out = OrderedJson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const auto& t = tools[i];
-    const std::string w = at("tools", i);
+    const std::string w = element_path("tools", i);
     if (!t.is_object() || t.value("type", json()) != "function")
       bad_request("'" + w +
                       "' must be a function tool ({\"type\": \"function\", \"name\": ...}); " +
                       "built-in tools are not served here",
                   w);
-    OrderedJson fn = {{"name", string_field(t, "name", w)}};
+    OrderedJson fn = {{"name", required_string(t, "name", w)}};
     for (const char* k : {"description", "parameters", "strict"})
       if (t.contains(k) && !t[k].is_null()) fn[k] = t[k];
     out.push_back({{"type", "function"}, {"function", std::move(fn)}});
@@ -130,7 +119,7 @@ OrderedJson chat_tool_choice(const OrderedJson& choice) {
   if (choice.is_string()) return choice;  // none, auto, required: checked by select_tools
   if (choice.is_object() && choice.value("type", json()) == "function")
     return {{"type", "function"},
-            {"function", {{"name", string_field(choice, "name", "tool_choice")}}}};
+            {"function", {{"name", required_string(choice, "name", "tool_choice")}}}};
   bad_request(
       "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"name\": ...}",
       "tool_choice");
