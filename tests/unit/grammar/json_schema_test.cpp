@@ -107,6 +107,10 @@ TEST(JsonSchema, StringsLengthsPatternsFormats) {
   EXPECT_TRUE(accepts(d, R"("2024-04-30")"));
   EXPECT_FALSE(accepts(d, R"("2024-04-31")"));
   EXPECT_FALSE(accepts(d, R"("2024-02-30")"));
+  // Year 0000 has no calendar date (validators built on a date type refuse it); 0001 does.
+  EXPECT_FALSE(accepts(d, R"("0000-01-20")"));
+  EXPECT_TRUE(accepts(d, R"("0001-01-20")"));
+  EXPECT_TRUE(accepts(d, R"("0100-01-20")"));
   Grammar dt = schema_grammar(R"({"type": "string", "format": "date-time"})");
   EXPECT_TRUE(accepts(dt, R"("2024-01-02T03:04:05Z")"));
   EXPECT_TRUE(accepts(dt, R"("2024-01-02T23:59:59.123+05:30")"));
