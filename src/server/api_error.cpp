@@ -38,24 +38,12 @@ nlohmann::json error_body(int status, const std::string& message, const std::str
 
 namespace {
 
+// Anthropic names the 4xx errors as error_type_for_status does; its 5xx are "overloaded_error"
+// (unavailable) and "api_error".
 const char* anthropic_error_type(int status) {
-  switch (status) {
-    case 401:
-      return "authentication_error";
-    case 403:
-      return "permission_error";
-    case 404:
-      return "not_found_error";
-    case 413:
-      return "request_too_large";
-    case 429:
-      return "rate_limit_error";
-    case 503:
-    case 529:
-      return "overloaded_error";
-    default:
-      return status >= 500 ? "api_error" : "invalid_request_error";
-  }
+  if (status == 503 || status == 529) return "overloaded_error";
+  if (status >= 500) return "api_error";
+  return error_type_for_status(status);
 }
 
 }  // namespace
