@@ -17,6 +17,7 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul.h"
 #include "core/dtype.h"
 #include "core/fp16.h"
@@ -247,6 +248,7 @@ Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gb
   p.n_slots = seqs;
   p.block_tables = dtables.get();
   p.max_blocks_per_seq = blocks_per_seq;
+  p.multiprocessors = device_multiprocessors();
   p.seq_lens = lens.get();
   p.active = active.get();
   p.n_heads = heads;
@@ -433,6 +435,7 @@ int run(bool quick, bool lab) {
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const bool lab = argc > 1 && std::strcmp(argv[1], "--lab") == 0;
+  if (lab) hablar::cuda::enable_lab_knobs();  // the variants below set knobs through the env
   try {
     return hablar::cuda::run(quick, lab);
   } catch (const std::exception& e) {

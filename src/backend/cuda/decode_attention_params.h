@@ -53,6 +53,9 @@ struct DecodeAttentionParams {
   // Whether the call advances seq_lens by one (a decode step); false when the caller keeps
   // the lengths itself (every token of a step as a slot at its own position).
   bool advance_lengths = true;
+  // Multiprocessors of the GPU (device_multiprocessors()); the split sizing fills them. The
+  // host twin, which has no device, keeps an H200's count.
+  int32_t multiprocessors = 132;
 };
 
 // A score after the soft-cap (unchanged when it is off).
@@ -80,7 +83,7 @@ inline bool decode_uses_mma(const DecodeAttentionParams& p) {
 }
 
 // Positions per split ("flash decoding"): short enough that slots x KV heads x splits fills
-// the GPU (a target of blocks per multiprocessor of a 132-SM part: 2 for the tensor-core
+// the GPU (a target of blocks per multiprocessor: 2 for the tensor-core
 // kernel, whose blocks are cheap and gain from long splits, 64 for the CUDA-core kernel, so
 // that the last wave of blocks is a small part of the whole; both measured, docs/CUDA.md),
 // never under 64. The target is a lab
@@ -89,7 +92,8 @@ inline bool decode_uses_mma(const DecodeAttentionParams& p) {
 inline int32_t decode_split_len(const DecodeAttentionParams& p) {
   if (p.fixed_split_len > 0) return p.fixed_split_len;
   const int64_t target_blocks =
-      (int64_t)lab_knob("HABLAR_DECODE_BLOCKS_PER_SM", decode_uses_mma(p) ? 2 : 64) * 132;
+      (int64_t)lab_knob("HABLAR_DECODE_BLOCKS_PER_SM", decode_uses_mma(p) ? 2 : 64) *
+      p.multiprocessors;
   const int32_t context = decode_max_context(p);
   int32_t split = 1024;
   while (split > 64) {

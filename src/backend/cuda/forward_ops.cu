@@ -24,21 +24,51 @@ __global__ void add_bias_kernel(float* x, const float* __restrict__ bias, int64_
     x[i] += bias[i % width];
 }
 
-// x [T][heads][head_dim]: pair i of each head of token t turns by the angle whose cosine and
-// sine are cos_t[t][i], sin_t[t][i] (core/rope.h), with the CPU's fused rounding.
-__global__ void rope_table_kernel(float* x, const float* __restrict__ cos_t,
-                                  const float* __restrict__ sin_t, int heads, int head_dim,
-                                  int half, bool neox) {
-  const int t = blockIdx.x;
-  for (int idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
+// Queued element-wise work of up to three buffers (the step's q, k and v), done in one
+// launch: for each, x += bias (when given), then RoPE (when variant >= 0) with the angles of
+// its variant. x [T][heads][head_dim]: pair i of each head of token t turns by the angle whose
+// cosine and sine are cos_t[t][i], sin_t[t][i] (core/rope.h), with the CPU's fused rounding;
+// the bias is added first, as add_bias_kernel would.
+struct RowWorkEntry {
+  float* x = nullptr;
+  const float* bias = nullptr;  // [heads * head_dim] or null
+  int heads = 0;
+  int variant = -1;  // RoPE variant, -1: none
+  const float* cos_t = nullptr;
+  const float* sin_t = nullptr;
+  bool neox = false;
+};
+struct RowWorkBatch {
+  RowWorkEntry e[3];
+  int n = 0;
+};
+
+__device__ void row_work_entry(const RowWorkEntry& w, int t, int head_dim, int half) {
+  float* row = w.x + (size_t)t * w.heads * head_dim;
+  if (w.variant < 0) {
+    for (int i = threadIdx.x; i < w.heads * head_dim; i += blockDim.x) row[i] += w.bias[i];
+    return;
+  }
+  for (int idx = threadIdx.x; idx < w.heads * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
-    const float c = cos_t[(size_t)t * half + i], s = sin_t[(size_t)t * half + i];
-    float* head = x + ((size_t)t * heads + h) * head_dim;
-    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-    const float x0 = head[a], x1 = head[b];
+    const float c = w.cos_t[(size_t)t * half + i], s = w.sin_t[(size_t)t * half + i];
+    float* head = row + (size_t)h * head_dim;
+    const int a = w.neox ? i : 2 * i, b = w.neox ? i + half : 2 * i + 1;
+    float x0 = head[a], x1 = head[b];
+    if (w.bias) x0 += w.bias[h * head_dim + a], x1 += w.bias[h * head_dim + b];
     head[a] = fmaf(x0, c, -(x1 * s));
     head[b] = fmaf(x0, s, x1 * c);
   }
+  const int rest = head_dim - 2 * half;  // dimensions RoPE leaves alone
+  if (w.bias && rest > 0)
+    for (int idx = threadIdx.x; idx < w.heads * rest; idx += blockDim.x) {
+      const int at = idx / rest * head_dim + 2 * half + idx % rest;
+      row[at] += w.bias[at];
+    }
+}
+
+__global__ void row_work_kernel(RowWorkBatch batch, int head_dim, int half) {
+  for (int e = 0; e < batch.n; ++e) row_work_entry(batch.e[e], blockIdx.x, head_dim, half);
 }
 
 // out[r] = x[rows[r]], rows of `width` floats.
@@ -70,6 +100,14 @@ struct ForwardOps::Buffers {
   void* host_inputs = nullptr;  // pinned
   size_t input_words = 0;
   PrefillMatmul prefill;
+  // Work queued by add_bias()/rope() and add(), run fused by the op that next needs it
+  // (one kind at a time, so the order of the queued ops is kept).
+  RowWorkBatch pending_rows;
+  struct {
+    float* x = nullptr;
+    const float* y = nullptr;
+    int64_t width = 0;
+  } pending_add;
   // Word offsets of each input array (for max_tokens rows).
   size_t tokens = 0, positions = 0, logit_rows = 0, active = 0, tables = 0, cos = 0, sin = 0;
   ~Buffers() {
@@ -82,7 +120,7 @@ namespace {
 // An upper bound of decode_attention's workspace for any slot count up to max_slots and any
 // context up to `capacity` positions (its split sizing: decode_attention_params.h).
 size_t attention_workspace_bound(const ActivationDims& d, int32_t max_slots, int32_t capacity) {
-  const int64_t target = 64LL * 132;  // the larger of the kernels' block targets
+  const int64_t target = 64LL * device_multiprocessors();  // the larger block target
   size_t best = 0;
   for (int64_t n = 1; n <= max_slots; ++n) {
     const int64_t by_floor = (capacity + 63) / 64;
@@ -175,6 +213,7 @@ void ForwardOps::begin(std::span<const SequenceChunk> chunks,
 void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_order,
                        int64_t pad_to) {
   Buffers& b = *buf_;
+  b.pending_rows = {}, b.pending_add = {};  // left only by a forward that threw
   const size_t T_max = (size_t)limits_.max_tokens, MB = (size_t)limits_.max_blocks_per_seq;
   const int RP = rope_pairs_;
   auto* words = static_cast<int32_t*>(b.host_inputs);
@@ -258,29 +297,64 @@ void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float*
 }
 
 void ForwardOps::embed(const WeightView& table, float* x) {
+  flush();
   const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
   embedding_gather(table, inputs + buf_->tokens, (int)n_tokens_, x, stream_);
 }
 
+// A residual add queued on x runs inside this norm (add_rms_norm: one pass, same values).
 void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_t width) {
+  flush_row_work();
+  auto& add = buf_->pending_add;
+  if (add.x != nullptr && add.x == x && add.width == width) {
+    add_rms_norm(add.x, add.y, weight, out, (int)n_tokens_, (int)width, eps_, stream_);
+    add = {};
+    return;
+  }
+  flush_add();
   rms_norm(x, weight, out, (int)n_tokens_, (int)width, eps_, stream_);
 }
 
 void ForwardOps::matmul(const WeightView& w, const float* in, float* out) {
+  flush();
   product(w, in, n_tokens_, out);
+}
+
+// Products of one input: on the int8 path the input is quantized once for all of them.
+void ForwardOps::products_of_one_input(const float* in, std::span<const WeightView* const> ws,
+                                       std::span<float* const> outs) {
+  flush();
+  void* int8_ws = buf_->int8_workspace.get();
+  bool quantized = false;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const WeightView& w = *ws[i];
+    const bool int8_path = !limits_.deterministic && int8_ws != nullptr &&
+                           n_tokens_ <= kFusedMatmulMaxRows &&
+                           matmul_fused_workspace_bytes(w, (int)n_tokens_) > 0;
+    if (!int8_path) {
+      product(w, in, n_tokens_, outs[i]);
+      continue;
+    }
+    if (!quantized)
+      quantize_activations_q8(in, (int)n_tokens_, w.cols, int8_ws, buf_->int8_workspace.bytes(),
+                              stream_);
+    quantized = true;
+    matmul_q4k_prequantized(w, (int)n_tokens_, outs[i], int8_ws, stream_);
+  }
 }
 
 void ForwardOps::matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv,
                             const float* in, float* q, float* k, float* v) {
-  product(wq, in, n_tokens_, q);
-  product(wk, in, n_tokens_, k);
-  product(wv, in, n_tokens_, v);
+  const WeightView* ws[] = {&wq, &wk, &wv};
+  float* outs[] = {q, k, v};
+  products_of_one_input(in, ws, outs);
 }
 
 void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const float* in,
                             float* out, float* up_scratch, GluActivation act) {
-  product(gate, in, n_tokens_, out);
-  product(up, in, n_tokens_, up_scratch);
+  const WeightView* ws[] = {&gate, &up};
+  float* outs[] = {out, up_scratch};
+  products_of_one_input(in, ws, outs);
   if (act == GluActivation::kGeluTanh) {
     geglu(out, up_scratch, out, n_tokens_ * gate.rows, stream_);
   } else {
@@ -289,30 +363,80 @@ void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const 
 }
 
 void ForwardOps::scale(float* x, float s, int64_t width) {
+  flush();
   cuda::scale(x, s, n_tokens_ * width, stream_);
 }
 
+// Biases of whole heads are queued, to run with the RoPE that usually follows (q, k) or
+// with the other queued rows (v): one launch instead of up to five.
 void ForwardOps::add_bias(float* x, const float* bias, int64_t width) {
+  flush_add();
+  RowWorkBatch& rows = buf_->pending_rows;
+  bool queued = false;
+  for (int i = 0; i < rows.n; ++i) queued = queued || rows.e[i].x == x;
+  if (queued || rows.n == 3) flush_row_work();
+  if (width % dims_.head_dim == 0) {
+    rows.e[rows.n++] = {x, bias, (int)(width / dims_.head_dim)};
+    return;
+  }
   add_bias_kernel<<<grid_for(n_tokens_ * width), 256, 0, stream_>>>(x, bias, n_tokens_, (int)width);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 
 void ForwardOps::head_rmsnorm(float* x, const float* weight, int n_heads) {
+  flush();
   rms_norm(x, weight, x, (int)(n_tokens_ * n_heads), dims_.head_dim, eps_, stream_);
 }
 
 void ForwardOps::rope(float* x, int n_heads, int variant) {
   HABLAR_CHECK(variant >= 0 && (size_t)variant < ropes_.size(), "rope: no such RoPE variant");
+  flush_add();
   const auto* inputs = static_cast<const float*>(buf_->inputs.get());
   const size_t at = (size_t)variant * (size_t)limits_.max_tokens * (size_t)rope_pairs_;
-  rope_table_kernel<<<(unsigned)n_tokens_, 128, 0, stream_>>>(
-      x, inputs + buf_->cos + at, inputs + buf_->sin + at, n_heads, dims_.head_dim, rope_pairs_,
-      ropes_[(size_t)variant].neox);
-  HABLAR_CUDA_CHECK_LAUNCH();
+  RowWorkBatch& rows = buf_->pending_rows;
+  RowWorkEntry* entry = nullptr;
+  for (int i = 0; i < rows.n; ++i)
+    if (rows.e[i].x == x) entry = &rows.e[i];
+  if (entry != nullptr && (entry->variant >= 0 || entry->heads != n_heads)) {
+    flush_row_work();
+    entry = nullptr;
+  }
+  if (entry == nullptr) {
+    if (rows.n == 3) flush_row_work();
+    entry = &rows.e[rows.n++];
+    *entry = {x, nullptr, n_heads};
+  }
+  entry->variant = variant;
+  entry->cos_t = inputs + buf_->cos + at;
+  entry->sin_t = inputs + buf_->sin + at;
+  entry->neox = ropes_[(size_t)variant].neox;
+}
+
+void ForwardOps::flush_row_work() {
+  RowWorkBatch& rows = buf_->pending_rows;
+  if (rows.n == 0) return;
+  if (n_tokens_ > 0) {
+    row_work_kernel<<<(unsigned)n_tokens_, 128, 0, stream_>>>(rows, dims_.head_dim, rope_pairs_);
+    HABLAR_CUDA_CHECK_LAUNCH();
+  }
+  rows = {};
+}
+
+void ForwardOps::flush_add() {
+  auto& add = buf_->pending_add;
+  if (add.x == nullptr) return;
+  cuda::add(add.x, add.y, add.x, n_tokens_ * add.width, stream_);
+  add = {};
+}
+
+void ForwardOps::flush() {
+  flush_row_work();
+  flush_add();
 }
 
 void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q, const float* k,
                            const float* v, float* out) {
+  flush();
   auto* inputs = static_cast<int32_t*>(buf_->inputs.get());
   DecodeAttentionParams p;
   p.layout = layout_;
@@ -331,19 +455,24 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
   p.max_context = max_context_;
   p.fixed_split_len = limits_.deterministic ? kFixedSplitLen : 0;
   p.advance_lengths = false;
+  p.multiprocessors = device_multiprocessors();
   decode_attention(p, buf_->attention_workspace.get(), buf_->attention_workspace_bytes, stream_);
 }
 
+// Queued: the norm that usually follows takes it into its own pass (rmsnorm above).
 void ForwardOps::add(float* x, const float* y, int64_t width) {
-  cuda::add(x, y, x, n_tokens_ * width, stream_);
+  flush();
+  buf_->pending_add = {x, y, width};
 }
 
 void ForwardOps::moe_ffn(const ExpertsView&, const float*, float*) {
+  flush();
   throw_error(ErrorKind::kUnsupported, "mixture-of-experts layers do not run on the GPU yet");
 }
 
 void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output,
                         float softcap) {
+  flush();
   if (n_logit_rows_ == 0) return;
   const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
   gather_rows_kernel<<<n_logit_rows_, 256, 0, stream_>>>(x, inputs + buf_->logit_rows, dims_.n_embd,
@@ -355,7 +484,8 @@ void ForwardOps::logits(const float* x, const float* norm_weight, const WeightVi
     cuda::softcap(logits_, (int64_t)n_logit_rows_ * output.rows, softcap, stream_);
 }
 
-const float* ForwardOps::host_rows(const float* rows, int64_t n, std::vector<float>& host) const {
+const float* ForwardOps::host_rows(const float* rows, int64_t n, std::vector<float>& host) {
+  flush();
   host.resize((size_t)n);
   HABLAR_CUDA_CHECK(cudaStreamSynchronize(stream_));
   HABLAR_CUDA_CHECK(cudaMemcpy(host.data(), rows, (size_t)n * 4, cudaMemcpyDeviceToHost));

@@ -90,10 +90,18 @@ class ForwardOps {
   float* device_logits() const { return logits_; }
   int32_t n_logit_rows() const { return n_logit_rows_; }
   // Copies device rows to the host (synchronously; for debug dumps only).
-  const float* host_rows(const float* rows, int64_t n, std::vector<float>& host) const;
+  // Runs any queued work first.
+  const float* host_rows(const float* rows, int64_t n, std::vector<float>& host);
 
  private:
   void product(const WeightView& w, const float* in, int64_t m, float* out);
+  void products_of_one_input(const float* in, std::span<const WeightView* const> ws,
+                             std::span<float* const> outs);
+  // Element-wise work is queued (biases and RoPE of q/k/v, a residual add) and fused into
+  // one launch or into the next norm; every other op runs what is queued first.
+  void flush_row_work();
+  void flush_add();
+  void flush();
   struct Buffers;
 
   ActivationDims dims_;

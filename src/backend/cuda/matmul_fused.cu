@@ -221,7 +221,8 @@ Q8Activations q8_layout(void* workspace, int m, int64_t k) {
 
 template <int kM>
 void launch_q4k_q8(const WeightView& w, const Q8Activations& xa, float* y, cudaStream_t stream) {
-  const int group_threads = gemv_group_threads(w.rows, w.cols / 32, 2, 132 * 24);
+  const int group_threads =
+      gemv_group_threads(w.rows, w.cols / 32, 2, device_multiprocessors() * 24);
   const int rows_per_block = kGemvThreads / group_threads * kRowsPerGroup;
   const int blocks = (int)((w.rows + rows_per_block - 1) / rows_per_block);
   gemv_q4k_q8_kernel<kM><<<blocks, kGemvThreads, 0, stream>>>(
@@ -312,7 +313,8 @@ __global__ void __launch_bounds__(kTileThreads)
 
 template <DType T, int kM>
 void launch_gemv(const WeightView& w, const float* x, float* y, cudaStream_t stream) {
-  const int group_threads = gemv_group_threads(w.rows, w.cols / 8, 4, 132 * 32);
+  const int group_threads =
+      gemv_group_threads(w.rows, w.cols / 8, 4, device_multiprocessors() * 32);
   const int rows_per_block = kGemvThreads / group_threads * kRowsPerGroup;
   const int blocks = (int)((w.rows + rows_per_block - 1) / rows_per_block);
   gemv_kernel<T, kM><<<blocks, kGemvThreads, 0, stream>>>(static_cast<const uint8_t*>(w.data),
@@ -347,7 +349,8 @@ void launch_fused(const WeightView& w, const float* x, int m, float* y, cudaStre
   // split keeps at least 4 steps of kTileK values.
   const int tiles = ((m + kTileM - 1) / kTileM) * (int)((w.rows + kTileN - 1) / kTileN);
   const int max_splits = std::max(1, (int)(w.cols / (4 * kTileK)));
-  const int splits = std::min(max_splits, std::max(1, (2 * 132 + tiles - 1) / tiles));
+  const int splits =
+      std::min(max_splits, std::max(1, (2 * device_multiprocessors() + tiles - 1) / tiles));
   const int k_chunk = (int)((w.cols / kTileK + splits - 1) / splits) * kTileK;
   const dim3 grid((m + kTileM - 1) / kTileM, (unsigned)((w.rows + kTileN - 1) / kTileN),
                   (unsigned)((w.cols + k_chunk - 1) / k_chunk));

@@ -26,6 +26,29 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
   for (int i = threadIdx.x; i < dim; i += kRowThreads) dst[i] = row[i] * inv_rms * weight[i];
 }
 
+// rms_norm_kernel over x + y, with x + y stored back into x: each thread touches the same
+// indices in both passes, so the values and the sum are those of add_kernel + rms_norm_kernel.
+__global__ void add_rms_norm_kernel(float* x, const float* __restrict__ y,
+                                    const float* __restrict__ weight, float* out, int dim,
+                                    float eps) {
+  using Reduce = cub::BlockReduce<float, kRowThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  __shared__ float inv_rms;
+  float* row = x + (size_t)blockIdx.x * dim;
+  const float* add_row = y + (size_t)blockIdx.x * dim;
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += kRowThreads) {
+    const float v = row[i] + add_row[i];
+    row[i] = v;
+    sum = fmaf(v, v, sum);
+  }
+  sum = Reduce(temp).Sum(sum);
+  if (threadIdx.x == 0) inv_rms = rsqrtf(sum / (float)dim + eps);
+  __syncthreads();
+  float* dst = out + (size_t)blockIdx.x * dim;
+  for (int i = threadIdx.x; i < dim; i += kRowThreads) dst[i] = row[i] * inv_rms * weight[i];
+}
+
 __global__ void rope_kernel(float* x, const int32_t* __restrict__ positions, int heads,
                             int head_dim, int rot_dim, float theta, bool neox) {
   const int t = blockIdx.x;
@@ -114,6 +137,13 @@ void rms_norm(const float* x, const float* weight, float* out, int rows, int dim
               cudaStream_t stream) {
   if (rows <= 0) return;
   rms_norm_kernel<<<rows, kRowThreads, 0, stream>>>(x, weight, out, dim, eps);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void add_rms_norm(float* x, const float* y, const float* weight, float* out, int rows, int dim,
+                  float eps, cudaStream_t stream) {
+  if (rows <= 0) return;
+  add_rms_norm_kernel<<<rows, kRowThreads, 0, stream>>>(x, y, weight, out, dim, eps);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 

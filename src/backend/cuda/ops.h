@@ -13,6 +13,10 @@ namespace hablar::cuda {
 // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for rows x [rows][dim]; out may be x.
 void rms_norm(const float* x, const float* weight, float* out, int rows, int dim, float eps,
               cudaStream_t stream);
+// x += y, then out = rms_norm(x) (per row of dim values): the residual add and the next
+// norm in one pass, with the same rounding as add() followed by rms_norm().
+void add_rms_norm(float* x, const float* y, const float* weight, float* out, int rows, int dim,
+                  float eps, cudaStream_t stream);
 
 // Rotary embedding in place on x [tokens][heads][head_dim], the first rot_dim dims of each
 // head. kNormal rotates adjacent pairs (2i, 2i+1) (Llama GGUF); kNeox rotates (i, i + rot/2)

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# hablar beside llama.cpp on one CUDA machine, in one call of the `device` tool (issue 14's
+# method: the same GGUF files, the same GPU, the same run).
+#
+#   bench/gpu/compare.sh pack         here: hablar's binaries (scripts/gpu-serving.sh pack) and
+#                                     the llama.cpp sources vendored in the llama-cpp-python
+#                                     sdist, trimmed to what the CUDA build of llama-bench,
+#                                     llama-batched-bench and llama-server needs
+#                                     (.gpu/llamacpp-src.tar.gz, about 9 MB)
+#   bench/gpu/compare.sh run [SHAPE ...]
+#                                     on the GPU machine: build llama.cpp for sm_90, make a
+#                                     Q4_K_M model of each shape (default qwen2.5-1.5b), run
+#                                     llama-bench (-fa 0 and 1), llama-batched-bench (-fa on) and
+#                                     hablar's bench and batched-bench, and print one table of
+#                                     figures and ratios (bench/gpu/compare_table.py)
+#   bench/gpu/compare.sh profile [SHAPE]
+#                                     on the GPU machine: ncu's kernel times over hablar's
+#                                     batch-1 decode (two steady-state steps), summed by kernel
+#
+# Environment: SDIST (here) the llama-cpp-python sdist folder; NPL the parallel sequence
+# counts (default 8,32,64,128,256). Results go to $OUT (else /tmp/gpu-compare).
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-/tmp/gpu-compare}
+gpu=/tmp/hablar-gpu
+lcp=/tmp/llamacpp-cuda
+npl=${NPL:-8,32,64,128,256}
+
+pack() {
+  local sdist=${SDIST:-/work/llamacpp/llama_cpp_python-0.3.36} skip=() b
+  bash "$root/scripts/gpu-serving.sh" pack || exit 1
+  for b in virtgpu cann openvino webgpu et metal hexagon sycl vulkan opencl zdnn; do
+    skip+=(--exclude="llama.cpp/ggml/src/ggml-$b")
+  done
+  tar czf "$root/.gpu/llamacpp-src.tar.gz" -C "$sdist/vendor" "${skip[@]}" \
+    --exclude=llama.cpp/docs --exclude=llama.cpp/models --exclude=llama.cpp/examples \
+    --exclude=llama.cpp/tests --exclude=llama.cpp/media --exclude=llama.cpp/.git llama.cpp
+  du -sh "$root/.gpu/llamacpp-src.tar.gz"
+}
+
+unpack_hablar() {
+  mkdir -p "$out"
+  rm -rf "$gpu" && mkdir -p "$gpu" && tar xzf "$root/.gpu/bin.tar.gz" -C "$gpu"
+  export LD_LIBRARY_PATH="$gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+}
+
+build_llamacpp() {
+  rm -rf "$lcp" && mkdir -p "$lcp" && tar xzf "$root/.gpu/llamacpp-src.tar.gz" -C "$lcp"
+  cmake -S "$lcp/llama.cpp" -B "$lcp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >"$out/llamacpp-cmake.txt" 2>&1 &&
+    ninja -C "$lcp/build" -j16 llama-bench llama-batched-bench llama-server \
+      >"$out/llamacpp-build.txt" 2>&1
+}
+
+make_model() {  # shape -> path of a Q4_K_M file
+  local file=/tmp/$1-q4_k_m.gguf arch=qwen2
+  case $1 in llama*) arch=llama ;; qwen3*) arch=qwen3 ;; gemma3*) arch=gemma3 ;; esac
+  [ -f "$file" ] || "$gpu/bin/hablar" make-model --arch $arch --shape "$1" --type q4_k_m \
+    -o "$file" >/dev/null 2>&1
+  echo "$file"
+}
+
+run() {
+  local shapes=("$@") shape m
+  [ ${#shapes[@]} -gt 0 ] || shapes=(qwen2.5-1.5b)
+  unpack_hablar
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
+  local t0=$SECONDS
+  build_llamacpp &
+  local build_pid=$!
+  for shape in "${shapes[@]}"; do make_model "$shape" >/dev/null; done
+  wait $build_pid || { tail -20 "$out/llamacpp-build.txt"; exit 1; }
+  echo "llama.cpp built and models made in $((SECONDS - t0)) s"
+  local bin=$lcp/build/bin h=$gpu/bin/hablar
+  for shape in "${shapes[@]}"; do
+    m=$(make_model "$shape")
+    "$bin/llama-bench" -m "$m" -ngl 99 -p 512 -n 128 -fa 0,1 -r 3 -o json \
+      >"$out/$shape-llama-bench.json" 2>"$out/$shape-llama-bench.err"
+    "$bin/llama-batched-bench" -m "$m" -ngl 99 -fa on -c $((256 * 256 + 512)) -b 2048 -ub 512 \
+      -npp 128 -ntg 128 -npl "$npl" --output-format jsonl \
+      >"$out/$shape-llama-batched.jsonl" 2>"$out/$shape-llama-batched.err"
+    "$h" bench -m "$m" --device cuda -p 512 -n 128 -r 3 -o json \
+      >"$out/$shape-hablar-bench.json" 2>"$out/$shape-hablar-bench.err"
+    "$h" batched-bench -m "$m" --device cuda -npp 128 -ntg 128 -npl "$npl" -o json \
+      >"$out/$shape-hablar-batched.json" 2>"$out/$shape-hablar-batched.err"
+    python3 "$root/bench/gpu/compare_table.py" --dir "$out" --shape "$shape" |
+      tee "$out/$shape-table.md"
+  done
+}
+
+profile() {
+  local shape=${1:-qwen2.5-1.5b} m
+  unpack_hablar
+  m=$(make_model "$shape")
+  # tg16 after a warm-up of 16: skip the warm-up's and the first measured step's launches.
+  ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 3000 \
+    --launch-count 1200 "$gpu/bin/hablar" bench -m "$m" --device cuda -p 0 -n 16 -r 1 \
+    >"$out/ncu.csv" 2>"$out/ncu.err"
+  python3 "$root/bench/gpu/compare_table.py" --ncu "$out/ncu.csv" | tee "$out/ncu-summary.txt"
+}
+
+case "${1:-}" in
+  pack) pack ;;
+  run) shift && run "$@" ;;
+  profile) shift && profile "$@" ;;
+  *) sed -n 2,22p "$0" && exit 2 ;;
+esac

@@ -1,0 +1,131 @@
+// The fusions of cuda::ForwardOps against the unfused ops, bit for bit: the residual add run
+// inside the next norm (add_rms_norm), and the queued biases and RoPE of q, k and v run in one
+// launch (against a host loop with the same fmaf rounding, and against the same ops forced to
+// run one at a time).
+#include <cmath>
+#include <cstring>
+
+#include "backend/cuda/forward_ops.h"
+#include "backend/cuda/ops.h"
+#include "core/rope.h"
+#include "cuda_test_util.h"
+
+namespace hablar::test {
+namespace {
+
+using cuda::DeviceBuffer;
+
+TEST(FusedOpsGpu, AddRmsNormEqualsAddThenNorm) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  for (int dim : {1000, 1536}) {
+    const int rows = 5;
+    const auto x = random_floats((size_t)rows * dim, 11u, -3.0f, 3.0f);
+    const auto y = random_floats((size_t)rows * dim, 12u, -3.0f, 3.0f);
+    const auto w = random_floats(dim, 13u, 0.5f, 1.5f);
+    DeviceBuffer<float> x1(x), x2(x), dy(y), dw(w), out1((size_t)rows * dim),
+        out2((size_t)rows * dim);
+    cuda::add(x1.get(), dy.get(), x1.get(), (int64_t)rows * dim, nullptr);
+    cuda::rms_norm(x1.get(), dw.get(), out1.get(), rows, dim, 1e-6f, nullptr);
+    cuda::add_rms_norm(x2.get(), dy.get(), dw.get(), out2.get(), rows, dim, 1e-6f, nullptr);
+    EXPECT_EQ(x1.download(), x2.download()) << "dim " << dim;
+    EXPECT_EQ(out1.download(), out2.download()) << "dim " << dim;
+  }
+}
+
+struct QkvCase {
+  ActivationDims dims{256, 4, 2, 64, 512, 100};
+  KvCacheLayout layout{1, 2, 64, 16, 8};
+  RopeParams rope;
+  std::vector<int32_t> positions{5, 6, 7, 30};
+  std::vector<float> q, k, v, bq, bk, bv;
+
+  explicit QkvCase(bool neox) {
+    rope.n_dims = 48;  // partial rotation: dims 48..63 of each head only take the bias
+    rope.neox = neox;
+    const size_t T = positions.size();
+    q = random_floats(T * dims.q_dim(), 21u), bq = random_floats(dims.q_dim(), 22u);
+    k = random_floats(T * dims.kv_dim(), 23u), bk = random_floats(dims.kv_dim(), 24u);
+    v = random_floats(T * dims.kv_dim(), 25u), bv = random_floats(dims.kv_dim(), 26u);
+  }
+
+  // x + bias, then the rotation of each head's pairs with fmaf as the kernels round it.
+  std::vector<float> reference(const std::vector<float>& x, const std::vector<float>& bias,
+                               int heads, bool rotate) const {
+    std::vector<float> out(x.size());
+    const int hd = dims.head_dim, half = rope.n_dims / 2, width = heads * hd;
+    std::vector<float> c((size_t)half), s((size_t)half);
+    for (size_t t = 0; t < positions.size(); ++t) {
+      rope_angles(positions[t], rope, c.data(), s.data());
+      for (int i = 0; i < width; ++i) out[t * width + i] = x[t * width + i] + bias[(size_t)i];
+      if (!rotate) continue;
+      for (int h = 0; h < heads; ++h)
+        for (int i = 0; i < half; ++i) {
+          float* head = out.data() + t * width + (size_t)h * hd;
+          const int a = rope.neox ? i : 2 * i, b = rope.neox ? i + half : 2 * i + 1;
+          const float x0 = head[a], x1 = head[b];
+          head[a] = std::fmaf(x0, c[(size_t)i], -(x1 * s[(size_t)i]));
+          head[b] = std::fmaf(x0, s[(size_t)i], x1 * c[(size_t)i]);
+        }
+    }
+    return out;
+  }
+};
+
+class QueuedRowWorkGpu : public ::testing::TestWithParam<bool> {};
+
+// Runs bias q, k, v then RoPE q, k on a step of two sequences (3 tokens and 1), either as
+// the forward calls them (queued, one launch) or with a no-op scale between every op, which
+// makes each run alone.
+std::vector<std::vector<float>> run_qkv_ops(const QkvCase& c, bool one_at_a_time) {
+  cuda::DeviceMemory cache(c.layout.total_bytes());
+  cuda::ForwardLimits limits;
+  limits.max_tokens = 16, limits.max_blocks_per_seq = 4;
+  cuda::ForwardOps ops(c.dims, c.layout, cache.get(), std::span(&c.rope, 1), 1e-6f, limits,
+                       nullptr);
+  const std::vector<int32_t> tokens{1, 2, 3, 4}, table_a{0}, table_b{2, 3};
+  const SequenceChunk chunks[] = {{std::span(tokens).first(3), 5, table_a, false, 8},
+                                  {std::span(tokens).last(1), 30, table_b, false, 8}};
+  ops.begin(chunks, {});
+  const Activations& a = ops.activations();
+  const auto put = [](float* dst, const std::vector<float>& src) {
+    HABLAR_CUDA_CHECK(cudaMemcpy(dst, src.data(), src.size() * 4, cudaMemcpyHostToDevice));
+  };
+  put(a.q, c.q), put(a.k, c.k), put(a.v, c.v);
+  DeviceBuffer<float> bq(c.bq), bk(c.bk), bv(c.bv);
+  const auto separate = [&](float* x, int64_t width) {
+    if (one_at_a_time) ops.scale(x, 1.0f, width);
+  };
+  ops.add_bias(a.q, bq.get(), c.dims.q_dim()), separate(a.q, c.dims.q_dim());
+  ops.add_bias(a.k, bk.get(), c.dims.kv_dim()), separate(a.k, c.dims.kv_dim());
+  ops.add_bias(a.v, bv.get(), c.dims.kv_dim()), separate(a.v, c.dims.kv_dim());
+  ops.rope(a.q, c.dims.n_heads, 0), separate(a.q, c.dims.q_dim());
+  ops.rope(a.k, c.dims.n_kv_heads, 0);
+  std::vector<std::vector<float>> out(3);
+  const int64_t T = (int64_t)c.positions.size();
+  ops.host_rows(a.q, T * c.dims.q_dim(), out[0]);  // host_rows fills the vector it is given
+  ops.host_rows(a.k, T * c.dims.kv_dim(), out[1]);
+  ops.host_rows(a.v, T * c.dims.kv_dim(), out[2]);
+  return out;
+}
+
+TEST_P(QueuedRowWorkGpu, BiasAndRopeOfQkvInOneLaunchMatchHostRounding) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const QkvCase c(GetParam());
+  const auto want_q = c.reference(c.q, c.bq, c.dims.n_heads, true);
+  const auto want_k = c.reference(c.k, c.bk, c.dims.n_kv_heads, true);
+  const auto want_v = c.reference(c.v, c.bv, c.dims.n_kv_heads, false);
+  for (bool one_at_a_time : {false, true}) {
+    const auto got = run_qkv_ops(c, one_at_a_time);
+    EXPECT_EQ(got[0], want_q) << "q, one at a time: " << one_at_a_time;
+    EXPECT_EQ(got[1], want_k) << "k, one at a time: " << one_at_a_time;
+    EXPECT_EQ(got[2], want_v) << "v, one at a time: " << one_at_a_time;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Styles, QueuedRowWorkGpu, ::testing::Values(false, true),
+                         [](const auto& info) {
+                           return info.param ? std::string("Neox") : std::string("Normal");
+                         });
+
+}  // namespace
+}  // namespace hablar::test
