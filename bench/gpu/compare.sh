@@ -13,6 +13,13 @@
 #                                     llama-bench (-fa 0 and 1), llama-batched-bench (-fa on) and
 #                                     hablar's bench and batched-bench, and print one table of
 #                                     figures and ratios (bench/gpu/compare_table.py)
+#   bench/gpu/compare.sh serve [SHAPE]
+#                                     on the GPU machine: bench/serving/bench_serving.py (512 in,
+#                                     128 out, streamed) at 1, 16, 64 and 256 clients against
+#                                     `hablar serve --device cuda -np 256`, then against
+#                                     `llama-server -np 256 -cb -fa on` when `run` built it in
+#                                     the same call; the step counts of hablar's /metrics beside
+#                                     (SERVE_ARGS: extra hablar flags)
 #   bench/gpu/compare.sh profile [SHAPE]
 #                                     on the GPU machine: ncu's kernel times over hablar's
 #                                     batch-1 decode (two steady-state steps), summed by kernel
@@ -89,6 +96,45 @@ run() {
   done
 }
 
+# Steps, and the seconds of prompt and decode work, from hablar's /metrics.
+engine_counters() {
+  curl -s "localhost:$1/metrics" | grep -E "^hablar_(steps_total|prompt_seconds_total|decode_seconds_total|generated_tokens_total) "
+}
+
+wait_health() {
+  for _ in $(seq 180); do curl -sf "localhost:$1/health" >/dev/null && return 0; sleep 1; done
+  return 1
+}
+
+serve() {
+  local shape=${1:-qwen2.5-1.5b} m levels=${LEVELS:-1,16,64,256} pid
+  unpack_hablar
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site "$root"/.whl/*.whl >/dev/null 2>&1
+  export PYTHONPATH=/tmp/site
+  m=$(make_model "$shape")
+  local bench=("$root/bench/serving/bench_serving.py" --input-len 512 --output-len 128
+    --concurrency "$levels" --ignore-eos)
+  "$gpu/bin/hablar" serve -m "$m" --device cuda -np 256 -c $((256 * 640)) -b 2048 --port 8413 \
+    ${SERVE_ARGS:-} >"$out/$shape-serve.log" 2>&1 &
+  pid=$!
+  wait_health 8413 || { tail -5 "$out/$shape-serve.log"; return 1; }
+  engine_counters 8413 | tee "$out/$shape-counters-before.txt"
+  python3 "${bench[@]}" --base-url http://127.0.0.1:8413 --label hablar \
+    --out "$out/$shape-serving-hablar.json" 2>&1 | tail -12
+  engine_counters 8413 | tee "$out/$shape-counters-after.txt"
+  kill $pid && wait $pid
+  [ -x "$lcp/build/bin/llama-server" ] || return 0
+  "$lcp/build/bin/llama-server" -m "$m" -ngl 99 -np 256 -cb -fa on -c $((256 * 640)) --port 8414 \
+    >"$out/$shape-llama-server.log" 2>&1 &
+  pid=$!
+  wait_health 8414 || { tail -5 "$out/$shape-llama-server.log"; return 1; }
+  python3 "${bench[@]}" --base-url http://127.0.0.1:8414 --label llama-server \
+    --out "$out/$shape-serving-llama.json" 2>&1 | tail -12
+  kill $pid && wait $pid
+  python3 "$root/bench/serving/bench_serving.py" --compare "$out/$shape-serving-hablar.json" \
+    "$out/$shape-serving-llama.json" 2>&1 | tail -20
+}
+
 profile() {
   local shape=${1:-qwen2.5-1.5b} m
   unpack_hablar
@@ -103,6 +149,7 @@ profile() {
 case "${1:-}" in
   pack) pack ;;
   run) shift && run "$@" ;;
+  serve) shift && serve "$@" ;;
   profile) shift && profile "$@" ;;
   *) sed -n 2,22p "$0" && exit 2 ;;
 esac

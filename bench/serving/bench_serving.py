@@ -59,6 +59,8 @@ async def one_request(client, args, prompt, max_tokens):
             "stream": True}
     if args.ban_tokens:
         body["logit_bias"] = {str(t): -100 for t in args.ban_tokens}
+    if args.ignore_eos:
+        body["ignore_eos"] = True
     t0 = time.perf_counter()
     times = []
     usage = None
@@ -234,6 +236,9 @@ def main():
     p.add_argument("--requests-per-level", type=int, default=0, help="default: the concurrency (at least 2): one full wave")
     p.add_argument("--ban-tokens", type=lambda s: [int(x) for x in s.split(",") if x], default=[],
                    help="token ids to ban (end-of-generation ids, so outputs have their full length)")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="send llama-server's ignore_eos (outputs of full length without a logit bias, "
+                        "which a GPU server samples on the host)")
     p.add_argument("--warmup", type=int, default=1, help="requests sent before measuring")
     p.add_argument("--out", help="write results JSON here")
     p.add_argument("--plot", help="write a PNG here")
