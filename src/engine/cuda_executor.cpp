@@ -101,6 +101,7 @@ class CudaExecutor : public StepExecutor {
   int32_t kv_block_size() const override { return layout_.block_size; }
   bool samples_on_device() const override { return true; }
   std::string device_name() const override { return "cuda"; }
+  bool last_step_was_cold() const override { return cold_; }
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                StepOutput& out) override;
   std::string describe() const override { return report_; }
@@ -111,6 +112,8 @@ class CudaExecutor : public StepExecutor {
   WeightView upload_matrix(const WeightView& w);
   void size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes);
   void sample_on_device(std::span<const ExecChunk> chunks, std::span<const int32_t> device_chunks);
+  void run_step(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
+                StepOutput& out);
   bool graph_eligible(std::span<const ExecChunk> chunks) const;
   void execute_graph(std::span<const ExecChunk> chunks, StepOutput& out);
   void stage_graph_sampling(std::span<const ExecChunk> chunks, int32_t rows);
@@ -134,6 +137,7 @@ class CudaExecutor : public StepExecutor {
   std::vector<SequenceChunk> chunks_;
   std::vector<int32_t> order_, device_chunks_;
   std::map<int32_t, cudaGraphExec_t> graphs_;  // decode graphs by padded batch size
+  bool cold_ = false;  // the last step captured a graph or grew scratch memory
   std::string report_;
 };
 
@@ -271,6 +275,14 @@ void CudaExecutor::size_kv_cache(const CudaExecutorOptions& o, size_t workspace_
 
 void CudaExecutor::execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                            StepOutput& out) {
+  const size_t graphs_before = graphs_.size();
+  const int64_t events_before = ops_->one_time_events();
+  run_step(copies, chunks, out);
+  cold_ = graphs_.size() != graphs_before || ops_->one_time_events() != events_before;
+}
+
+void CudaExecutor::run_step(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
+                            StepOutput& out) {
   const model::ModelConfig& c = model_.config();
   cudaStream_t stream = stream_.get();
   for (const BlockCopy& bc : copies)

@@ -266,7 +266,7 @@ void Engine::step() {
     log::debug("step: {} prompt + {} decode tokens in {:.1f} ms (predicted {:.1f})",
                n_prompt_tokens, n_decode_tokens, step_ms,
                costs_.predict_ms(n_prompt_tokens, n_decode_tokens));
-  costs_.observe(n_prompt_tokens, n_decode_tokens, step_ms);
+  if (!executor_.last_step_was_cold()) costs_.observe(n_prompt_tokens, n_decode_tokens, step_ms);
   if (costs_.n_observed() % 64 == 0)
     log::debug(
         "step cost: {:.2f} ms + {:.3f} ms per decode; per prompt token {:.3f} ms in chunks of "

@@ -65,6 +65,9 @@ class StepExecutor {
   // Performs the block copies (copy-on-write) first, then the forward, then any sampling.
   virtual void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                        StepOutput& out) = 0;
+  // Whether the last execute() did one-time work (a CUDA graph captured, scratch memory
+  // grown) that makes its time no measure of later steps: the engine's step costs skip it.
+  virtual bool last_step_was_cold() const { return false; }
   // The kind of device the steps run on ("cpu", "cuda"), as /props reports it.
   virtual std::string device_name() const { return "cpu"; }
   // A line for the start-up report: device, weights, KV cache, workspace.

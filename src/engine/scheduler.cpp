@@ -93,9 +93,11 @@ int32_t Scheduler::step_budget(int32_t decoders) const {
   const bool timed = config_.max_step_ms > 0 || config_.max_decode_slowdown > 0;
   if (timed && cost_ != nullptr && cost_->ready()) {
     const int32_t cap = config_.max_step_tokens - decoders;
+    // The time left beside the decodes, but never less than the floor, nor than the chunk
+    // that makes the fixed cost of a step with prompt tokens worth paying.
     const int32_t prompt =
-        std::max(config_.min_step_prompt_tokens,
-                 cost_->prompt_tokens_within(step_target_ms(decoders), decoders, cap));
+        std::max({config_.min_step_prompt_tokens, cost_->efficient_prompt_tokens(cap),
+                  cost_->prompt_tokens_within(step_target_ms(decoders), decoders, cap)});
     return std::min(config_.max_step_tokens, decoders + prompt);
   }
   if (config_.max_step_tokens_decoding == 0) return config_.max_step_tokens;

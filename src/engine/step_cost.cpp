@@ -34,6 +34,29 @@ void StepCostModel::observe(int32_t prompt_tokens, int32_t decode_tokens, double
   const double per_token = extra / prompt_tokens;
   m = m == 0 ? per_token : decay_ * m + (1 - decay_) * per_token;
   n_with_prompt_ += 1;
+  observe_excess(prompt_tokens, extra);
+}
+
+// Weighted least squares of excess = overhead + marginal * P, refitted only while the widths
+// seen differ enough to tell the two apart (else the last fit stands).
+void StepCostModel::observe_excess(int32_t prompt_tokens, double extra_ms) {
+  const double p = prompt_tokens;
+  for (double& v : excess_) v *= decay_;
+  excess_[0] += 1;
+  excess_[1] += p;
+  excess_[2] += p * p;
+  excess_[3] += extra_ms;
+  excess_[4] += p * extra_ms;
+  const double a = excess_[0], b = excess_[1], c = excess_[2];
+  const double det = a * c - b * b;
+  if (!(det > 1e-2 * a * c)) return;  // widths' spread under 10% of their size
+  marginal_ms_ = std::max(0.0, (a * excess_[4] - b * excess_[3]) / det);
+  overhead_ms_ = std::max(0.0, (excess_[3] - b * marginal_ms_) / a);
+}
+
+int32_t StepCostModel::efficient_prompt_tokens(int32_t cap) const {
+  if (!(overhead_ms_ > 0) || !(marginal_ms_ > 0) || cap <= 0) return 0;
+  return (int32_t)std::min<double>(cap, std::ceil(overhead_ms_ / marginal_ms_ - 1e-6));
 }
 
 void StepCostModel::observe_decodes(int32_t decode_tokens, double ms) {

@@ -8,7 +8,11 @@
 //   - the prompt tokens added to a step: their cost per token depends on the chunk width (a
 //     handful of rows runs the matmuls far less efficiently than hundreds), so it is tracked
 //     per width class (powers of two), as an exponentially weighted mean of what a step cost
-//     beyond its decodes' prediction, per prompt token.
+//     beyond its decodes' prediction, per prompt token. The same excess is also fitted as a
+//     line in the prompt tokens, overhead + marginal * P: the overhead is what any step with
+//     prompt tokens pays beyond a decode-only one (on a GPU, decode-only steps replay CUDA
+//     graphs while the others launch every kernel), and a step that pays it should carry
+//     enough prompt tokens to be worth it (efficient_prompt_tokens).
 // Both follow the machine as contexts grow or other work shares it. Nothing is read from the
 // environment: each executor's costs are what its own steps measured.
 #pragma once
@@ -38,12 +42,20 @@ class StepCostModel {
   // width class when this one has not been seen, a narrower one first: the dearer guess).
   double per_prompt_ms(int32_t width) const;
   int64_t n_observed() const { return n_observed_; }
+  // The line fitted to the prompt tokens' excess (0 until steps of two widths were seen).
+  double mixed_overhead_ms() const { return overhead_ms_; }
+  double marginal_prompt_ms() const { return marginal_ms_; }
+  // The prompt tokens whose marginal cost equals the overhead any step with prompt tokens
+  // pays (at most `cap`; 0 without an overhead): a narrower chunk spends more of the step on
+  // the overhead than on prompt tokens.
+  int32_t efficient_prompt_tokens(int32_t cap) const;
 
   static constexpr int kWidthClasses = 12;  // 1, 2-3, 4-7, ..., 1024 and wider
 
  private:
   static int width_class(int32_t width);
   void observe_decodes(int32_t decode_tokens, double ms);
+  void observe_excess(int32_t prompt_tokens, double extra_ms);
 
   double decay_;
   std::array<double, 4> xtx_{};  // weighted sums over decode-only steps: 1, D, D, D^2
@@ -53,6 +65,9 @@ class StepCostModel {
   int64_t n_observed_ = 0;
   int64_t n_decode_fit_ = 0;  // observations in the decode line
   int64_t n_with_prompt_ = 0;
+  std::array<double, 5> excess_{};  // weighted sums over steps with prompt tokens: 1, P, P^2,
+                                    // excess ms, P * excess ms
+  double overhead_ms_ = 0, marginal_ms_ = 0;
 };
 
 }  // namespace hablar::engine

@@ -199,6 +199,10 @@ void ForwardOps::bind_cache(void* kv_cache, const KvCacheLayout& layout) {
   layout_ = layout;
 }
 
+int64_t ForwardOps::one_time_events() const {
+  return buf_->prefill.growths();
+}
+
 size_t ForwardOps::workspace_bytes() const {
   return buf_->activations.bytes() + buf_->inputs.bytes() + buf_->attention_workspace.bytes() +
          buf_->int8_workspace.bytes();

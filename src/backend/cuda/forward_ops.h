@@ -86,6 +86,8 @@ class ForwardOps {
   // Mixture-of-experts models are refused by the CUDA executor at load (not yet on the GPU).
   void moe_ffn(const ExpertsView& experts, const float* in, float* out);
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
+  // One-time work done so far (scratch growths of the prefill products).
+  int64_t one_time_events() const;
   // Device logits [n_logit_rows x n_vocab] in logit_order.
   float* device_logits() const { return logits_; }
   int32_t n_logit_rows() const { return n_logit_rows_; }

@@ -66,9 +66,13 @@ class PrefillMatmul {
   void gemm_bf16(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n, int64_t k, int m,
                  float* y, cudaStream_t stream);
 
+  // Times the scratch grew (a device allocation: one-time work, slow the first time).
+  int64_t growths() const { return growths_; }
+
  private:
   void reserve(size_t bytes);
   CublasHandle handle_;
+  int64_t growths_ = 0;
   DeviceMemory scratch_;
 };
 

@@ -61,7 +61,9 @@ void convert_f32_to_bf16(const float* in, uint16_t* out, int64_t n, cudaStream_t
 }
 
 void PrefillMatmul::reserve(size_t bytes) {
-  if (scratch_.bytes() < bytes) scratch_ = DeviceMemory(bytes);
+  if (scratch_.bytes() >= bytes) return;
+  scratch_ = DeviceMemory(bytes);
+  growths_ += 1;
 }
 
 void PrefillMatmul::run(const WeightView& w, const float* x, int m, float* y, cudaStream_t stream) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -293,11 +294,13 @@ TEST(EngineTime, StepsWithDecodesStayWithinTheTimeBound) {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::shared_ptr<RequestHandle>> handles;
   {
+    exec.paused = true;
     Engine engine(c, exec);
     for (int i = 0; i < 6; ++i) {
       prompts.push_back(random_prompt(rng, i % 2 == 0 ? 12 : 700));
       handles.push_back(engine.submit(request(prompts.back(), 40)));
     }
+    exec.paused = false;
     for (size_t i = 0; i < handles.size(); ++i)
       EXPECT_EQ(collect(*handles[i]).tokens, reference_generation(prompts[i], 40)) << i;
     engine.shutdown(milliseconds(0));
@@ -319,6 +322,48 @@ TEST(EngineTime, StepsWithDecodesStayWithinTheTimeBound) {
   }
   EXPECT_GT(mixed, 3);            // prompts did prefill beside decodes
   EXPECT_GT(widest_mixed, 18.0);  // ... filling the step, not trickling
+}
+
+// GPU-like steps (simulated): decode-only steps 2 ms, any step with prompt tokens 4 ms more
+// (no CUDA graph), prompt tokens 0.02 ms each. The time bound (2x the decodes) cannot be met
+// by any step with prompt tokens; such a step must then carry enough tokens to be worth its
+// overhead (4 / 0.02 = 200), not trickle prompts in at the floor while streams decode.
+TEST(EngineTime, AStepThatPaysAnOverheadCarriesAChunkWorthIt) {
+  test::FakeExecutor exec(kVocab, 1024, 16);
+  exec.sim_base_ms = 2;
+  exec.sim_decode_ms = 0.01;
+  exec.sim_prompt_ms = 0.02;
+  exec.sim_prompt_step_ms = 4;
+  EngineConfig c;
+  c.n_ctx = 8192;
+  c.scheduler = {.max_running = 16, .max_step_tokens = 2048, .max_prefill_chunk = 2048};
+  c.scheduler.max_decode_slowdown = 2;
+  c.scheduler.min_step_prompt_tokens = 32;
+  c.now_ms = [&exec] { return exec.sim_now_ms; };
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> prompts;
+  {
+    Engine engine(c, exec);
+    prompts.push_back(random_prompt(rng, 512));  // alone first: the model learns the costs
+    EXPECT_EQ(collect(*engine.submit(request(prompts[0], 16))).tokens,
+              reference_generation(prompts[0], 16));
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    exec.paused = true;
+    for (int i = 0; i < 12; ++i) {
+      prompts.push_back(random_prompt(rng, 300 + 40 * i));
+      handles.push_back(engine.submit(request(prompts.back(), 24)));
+    }
+    exec.paused = false;
+    for (size_t i = 0; i < handles.size(); ++i)
+      EXPECT_EQ(collect(*handles[i]).tokens, reference_generation(prompts[i + 1], 24)) << i;
+    engine.shutdown(milliseconds(0));
+  }
+  std::vector<int32_t> mixed_widths;
+  for (const auto& s : exec.step_log)
+    if (s.decode_tokens > 0 && s.prompt_tokens > 0) mixed_widths.push_back(s.prompt_tokens);
+  ASSERT_GT(mixed_widths.size(), 4u);
+  std::sort(mixed_widths.begin(), mixed_widths.end());
+  EXPECT_GE(mixed_widths[mixed_widths.size() / 2], 150) << "median prompt tokens per mixed step";
 }
 
 TEST(EngineTime, PriorityFromTheRequestReachesTheScheduler) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 
 #include <chrono>
 #include <cstdint>
@@ -61,6 +62,7 @@ class FakeExecutor : public StepExecutor {
 
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                StepOutput& out) override {
+    while (paused.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     for (const BlockCopy& c : copies)
       for (int32_t s = 0; s < block_size_; ++s) cache_[slot(c.dst, s)] = cache_[slot(c.src, s)];
     std::vector<float>& logits = out.logits;
@@ -73,7 +75,8 @@ class FakeExecutor : public StepExecutor {
       const bool decode = c.tokens.size() == 1 && c.prompt_len >= 0 && c.start_pos >= c.prompt_len;
       (decode ? n_decode : n_prompt) += (int32_t)c.tokens.size();
     }
-    const double ms = sim_base_ms + sim_decode_ms * n_decode + sim_prompt_ms * n_prompt;
+    const double ms = sim_base_ms + sim_decode_ms * n_decode + sim_prompt_ms * n_prompt +
+                      (n_prompt > 0 ? sim_prompt_step_ms : 0.0);
     sim_now_ms += ms;
     step_log.push_back({n_prompt, n_decode, ms});
     if (step_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(step_delay_us));
@@ -109,6 +112,10 @@ class FakeExecutor : public StepExecutor {
   // A simulated clock each step advances by base + per decode + per prompt token, for
   // deterministic tests of time budgets (EngineConfig::now_ms reads sim_now_ms).
   double sim_base_ms = 0, sim_decode_ms = 0, sim_prompt_ms = 0;
+  double sim_prompt_step_ms = 0;
+  // While set, execute() waits: a test queues all its requests before the second step, so
+  // how steps mix them does not depend on thread timing.
+  std::atomic<bool> paused{false};  // what a step with prompt tokens pays once (GPU: no graph)
   double sim_now_ms = 0;
   struct StepRecord {
     int32_t prompt_tokens, decode_tokens;

@@ -38,6 +38,28 @@ TEST(StepCostModel, PromptTokensWithinATargetUseTheirWidthsPrice) {
   EXPECT_EQ(m.prompt_tokens_within(5.0, 2, 512), 0);      // the decodes alone exceed it
 }
 
+TEST(StepCostModel, FitsTheOverheadOfStepsWithPromptTokens) {
+  StepCostModel gpu;
+  for (int32_t d = 1; d <= 8; ++d) gpu.observe(0, d, 2.0 + 0.01 * d);  // graph replays
+  // Steps with prompt tokens: 4 ms more whatever their width, 0.02 ms per token.
+  for (int32_t p : {2048, 32, 64, 512, 32, 300})
+    gpu.observe(p, p == 2048 ? 0 : 4, 2.0 + (p == 2048 ? 0 : 0.04) + 4.0 + 0.02 * p);
+  EXPECT_NEAR(gpu.mixed_overhead_ms(), 4.0, 1e-6);
+  EXPECT_NEAR(gpu.marginal_prompt_ms(), 0.02, 1e-9);
+  EXPECT_EQ(gpu.efficient_prompt_tokens(2048), 200);
+  EXPECT_EQ(gpu.efficient_prompt_tokens(100), 100);  // the cap binds
+  // No overhead (a CPU streaming its weights whatever the width): no such floor.
+  StepCostModel cpu;
+  for (int32_t d = 1; d <= 4; ++d) cpu.observe(0, d, 30.0 + 1.0 * d);
+  for (int32_t p : {512, 32, 128}) cpu.observe(p, 2, 32.0 + 1.2 * p);
+  EXPECT_EQ(cpu.efficient_prompt_tokens(512), 0);
+  // One width only: the line is unknown, and so is the floor.
+  StepCostModel one;
+  for (int32_t d = 1; d <= 4; ++d) one.observe(0, d, 2.0 + d);
+  for (int i = 0; i < 5; ++i) one.observe(32, 2, 4.0 + 4.0 + 0.02 * 32);
+  EXPECT_EQ(one.efficient_prompt_tokens(512), 0);
+}
+
 TEST(StepCostModel, FollowsAChangeInCost) {
   StepCostModel m(0.8);
   for (int i = 0; i < 50; ++i) m.observe(0, 1 + i % 3, 10.0 + 1.0 * (1 + i % 3));
