@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     t0 = Clock::now();
     const std::string gbnf = c.contains("gbnf") ? c["gbnf"].get<std::string>()
                                                 : grammar::json_schema_to_gbnf(c["schema"]);
-    auto g = grammar::compile(grammar::parse_gbnf(gbnf), vocab);
+    auto g = grammar::compile(grammar::parse_gbnf(gbnf, grammar::GbnfSource::kGenerated), vocab);
     const double compile_ns = ns_since(t0);
     grammar::GrammarMatcher m(g);
     const std::string doc = c["doc"].get<std::string>();

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "grammar/grammar.h"
 #include "grammar/int_range.h"
+#include "grammar/number_range.h"
 #include "grammar/regex.h"
 
 namespace hablar::grammar {
@@ -495,46 +496,42 @@ std::string Converter::integer_of(const json& s, const std::string& where) {
   return "( " + int_range_gbnf(b.lo, b.hi) + " )";
 }
 
+// Bounds of a number schema: exact decimal ranges (number_range.cpp), written without an
+// exponent; the tighter of minimum / exclusiveMinimum (and of the maxima) applies.
 std::string Converter::number_of(const json& s, const std::string& where) {
   if (s.contains("multipleOf")) refuse(where, "'multipleOf' cannot be enforced");
-  const bool bounded = s.contains("minimum") || s.contains("maximum") ||
-                       s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
-  if (!bounded) return "number";
-  // Numbers written as k or k.f (no exponent). With the fraction f in [0, 1): value k + f
-  // for k >= 0, -(k + f) below zero.
-  const bool excl_lo = s.contains("exclusiveMinimum") && !s.contains("minimum");
-  const bool excl_hi = s.contains("exclusiveMaximum") && !s.contains("maximum");
-  const WholeBounds b = whole_bounds(s, where, false);
-  const std::string frac = "( \".\" [0-9]{1,16} )?";
-  std::vector<std::string> alts;
-  // Non-negative part: k in [max(0, lo), hi - 1] takes a fraction; k == hi only whole.
-  const int64_t plo = std::max<int64_t>(0, b.lo.value_or(0));
-  if (!b.hi || *b.hi >= plo) {
-    if (!b.hi) {
-      alts.push_back(int_range_gbnf(plo, std::nullopt) + " " + frac);
-    } else {
-      if (*b.hi - 1 >= plo) alts.push_back(int_range_gbnf(plo, *b.hi - 1) + " " + frac);
-      alts.push_back(int_range_gbnf(*b.hi, *b.hi) + (excl_hi ? "" : " ( \".\" \"0\"{1,4} )?"));
+  auto bound = [&](const char* incl, const char* excl, bool lower) -> std::optional<NumBound> {
+    std::optional<NumBound> out;
+    for (const char* k : {incl, excl}) {
+      if (!s.contains(k)) continue;
+      if (s[k].is_boolean())
+        refuse(where, std::string("draft-4 boolean '") + k + "' is not supported");
+      if (!s[k].is_number()) refuse(where, std::string("'") + k + "' must be a number");
+      NumBound b;
+      try {
+        b.value = parse_decimal(s[k].dump());
+      } catch (const Error& e) {
+        refuse(where, std::string("'") + k + "': " + e.what());
+      }
+      b.exclusive = k == excl;
+      if (!out) {
+        out = b;
+        continue;
+      }
+      const int c = decimal_compare(b.value, out->value);
+      if (c == 0) out->exclusive = out->exclusive || b.exclusive;
+      if ((lower && c > 0) || (!lower && c < 0)) out = b;
     }
+    return out;
+  };
+  const auto lo = bound("minimum", "exclusiveMinimum", true);
+  const auto hi = bound("maximum", "exclusiveMaximum", false);
+  if (!lo && !hi) return "number";
+  try {
+    return number_range_gbnf(lo, hi);
+  } catch (const Error& e) {
+    refuse(where, e.what());
   }
-  // Negative part (values below zero): "-" k(.f) with k + f <= -lo and k + f >= -hi.
-  if (!b.lo || *b.lo < 0) {
-    const int64_t khi_frac = b.lo ? -*b.lo - 1 : INT64_MAX;  // k with a fraction
-    const int64_t klo = b.hi ? std::max<int64_t>(0, -*b.hi) : 0;
-    const int64_t klo_frac = klo;  // k + f >= -hi holds for any f >= 0 once k >= -hi
-    if (!b.lo) {
-      alts.push_back("\"-\" " + int_range_gbnf(std::max<int64_t>(klo_frac, 0), std::nullopt) + " " +
-                     frac);
-    } else if (khi_frac >= klo_frac) {
-      alts.push_back("\"-\" " + int_range_gbnf(klo_frac, khi_frac) + " " + frac);
-    }
-    if (b.lo && -*b.lo >= std::max<int64_t>(klo, 1) && !excl_lo)
-      alts.push_back("\"-\" " + int_range_gbnf(-*b.lo, -*b.lo));
-  }
-  if (alts.empty()) refuse(where, "the bounds leave no number to enforce");
-  std::string e = "(";
-  for (size_t i = 0; i < alts.size(); ++i) e += (i ? " | " : " ") + alts[i];
-  return e + " )";
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ GrammarPtr build(const ServingModel& m, const char* field, F make) {
   } catch (const Error& e) {
     bad_request(std::string("'") + field + "' cannot be enforced: " + e.what(), field);
   }
-  return compile_for_model(m, gbnf, field);
+  return compile_for_model(m, gbnf, field, grammar::GbnfSource::kGenerated);
 }
 
 GrammarPtr schema_grammar(const ServingModel& m, const OJson& schema, const char* field) {
@@ -78,9 +78,10 @@ std::shared_ptr<const grammar::Vocab> grammar_vocab(const ServingModel& m) {
   return v;
 }
 
-GrammarPtr compile_for_model(const ServingModel& m, const std::string& gbnf, const char* field) {
+GrammarPtr compile_for_model(const ServingModel& m, const std::string& gbnf, const char* field,
+                             grammar::GbnfSource source) {
   try {
-    return grammar::compile(grammar::parse_gbnf(gbnf), grammar_vocab(m));
+    return grammar::compile(grammar::parse_gbnf(gbnf, source), grammar_vocab(m));
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kInvalidArgument) throw;
     bad_request(std::string("'") + field + "': " + e.what(), field);

@@ -33,7 +33,8 @@ using GrammarPtr = std::shared_ptr<const grammar::CompiledGrammar>;
 std::shared_ptr<const grammar::Vocab> grammar_vocab(const ServingModel& m);
 
 // GBNF text -> a compiled grammar for this model; errors are 400s naming `field`.
-GrammarPtr compile_for_model(const ServingModel& m, const std::string& gbnf, const char* field);
+GrammarPtr compile_for_model(const ServingModel& m, const std::string& gbnf, const char* field,
+                             grammar::GbnfSource source = grammar::GbnfSource::kUser);
 
 // The output grammar of an OpenAI chat or completions request (null: none asked).
 GrammarPtr openai_output_grammar(const ServingModel& m, const std::string& body_text);
@@ -69,7 +70,7 @@ class GrammarGate {
   std::string trigger_;
   std::string text_;  // context + output until the trigger shows up
   std::unique_ptr<grammar::GrammarMatcher> matcher_;
-  bool off_ = false;  // the trigger came with text the grammar refuses: left unconstrained
+  bool off_ = false;     // the trigger came with text the grammar refuses: left unconstrained
   bool failed_ = false;  // the grammar threw (too ambiguous): only the end of generation
   std::optional<size_t> start_;  // history length at the first step (the prompt)
   size_t seen_ = 0;

@@ -25,7 +25,7 @@ bool accepts(const Grammar& g, std::string_view text) {
 Grammar schema_grammar(const char* schema) {
   const std::string text = json_schema_to_gbnf(json::parse(schema));
   try {
-    return parse_gbnf(text);
+    return parse_gbnf(text, GbnfSource::kGenerated);
   } catch (const Error& e) {
     ADD_FAILURE() << e.what() << "\n" << text;
     throw;
