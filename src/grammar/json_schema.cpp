@@ -11,13 +11,15 @@
 //   maxItems, string minLength / maxLength / pattern / format (date, time, date-time, uuid,
 //   email, ipv4; an email is offered in a bounded common shape, local@label(.label){0,2}.tld,
 //   so that a small model cannot run away inside one), integer minimum / maximum / exclusiveMinimum
-//   / exclusiveMaximum, number bounds (whole-number parts decide: a bound that is not whole narrows
-//   the range to the nearest whole number inside it, which stays valid), nullable (OpenAPI).
+//   / exclusiveMaximum, number bounds of every kind exactly in decimal (number_range.cpp:
+//   exclusiveMinimum 0 allows 0.5, not 0; bounded numbers are written without an exponent),
+//   nullable (OpenAPI).
 // Anything else that constrains values (not, if/then/else, patternProperties, uniqueItems,
 // contains, multipleOf, dependent*, minProperties beyond the required ones, unknown
 // formats, unknown keywords) is refused with an error naming it: never silently ignored.
-// Output is generated in the order properties are declared; whitespace between tokens is
-// bounded so that a sequence cannot run away in spaces.
+// Output is generated in the order properties are declared. Whitespace is bounded so that a
+// sequence cannot run away in it: none before a colon and at most one space after it; at the
+// other gaps nothing, one space, or a newline and an indent of up to 16 spaces or 4 tabs.
 #include <cmath>
 #include <map>
 #include <set>
@@ -80,7 +82,8 @@ const std::set<std::string>& handled_keys() {
   return k;
 }
 
-const char* kPrimitives = R"(ws ::= | " " | "\n" [ \t]{0,20}
+const char* kPrimitives = R"(ws ::= | " " | "\n" ( " "{0,16} | "\t"{0,4} )
+colon ::= ":" " "?
 char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
 string ::= "\"" char* "\""
 integer ::= "-"? ("0" | [1-9] [0-9]{0,15})
@@ -88,7 +91,7 @@ number ::= "-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1
 boolean ::= "true" | "false"
 null ::= "null"
 value ::= object | array | string | number | boolean | null
-object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
+object ::= "{" ws ( string colon value ws ( "," ws string colon value ws )* )? "}"
 array ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
 date-fmt ::= ([1-9] [0-9]{3} | "0" [1-9] [0-9]{2} | "00" [1-9] [0-9] | "000" [1-9]) "-" ( ("01" | "03" | "05" | "07" | "08" | "10" | "12") "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | ("04" | "06" | "09" | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | "02" "-" ("0" [1-9] | "1" [0-9] | "2" [0-8]) )
 time-fmt ::= ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])
@@ -338,7 +341,7 @@ std::string Converter::object(const json& s, const std::string& hint, const std:
 
   if (list.empty() && extra.is_object()) {  // a map: any keys, values of one schema
     const std::string v = visit(extra, hint + "-value", where + "/additionalProperties");
-    const std::string kv = new_rule(hint + "-kv", "string ws \":\" ws " + v + " ws");
+    const std::string kv = new_rule(hint + "-kv", "string colon " + v + " ws");
     return new_rule(hint, "\"{\" ws ( " + kv + " ( \",\" ws " + kv + " )* )? \"}\"");
   }
   if (list.empty()) return new_rule(hint, "\"{\" ws \"}\"");
@@ -346,7 +349,7 @@ std::string Converter::object(const json& s, const std::string& hint, const std:
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string v =
         visit(list[i].second, hint + "-" + list[i].first, where + "/properties/" + list[i].first);
-    kv[i] = gbnf_literal(json(list[i].first).dump()) + " ws \":\" ws " + v + " ws";
+    kv[i] = gbnf_literal(json(list[i].first).dump()) + " colon " + v + " ws";
   }
   // rest_i: properties i.. after at least one was written (each with its comma);
   // first_i: properties i.. before any was written.

@@ -44,10 +44,14 @@ GrammarPtr llama_output_grammar(const ServingModel& m, const std::string& body_t
 GrammarPtr ollama_output_grammar(const ServingModel& m, const std::string& body_text);
 
 // A tool call the request requires (tool_choice "required": function == ""; named: its
-// name), written in `format` after the opening chat::tool_call_opening gives. Null when the
-// format has no constrained form (the call is then left to the model).
+// name), written in `format` after the opening chat::tool_call_opening gives (Hermes, Llama
+// 3, Mistral, Functionary v3.1 and v3.2, Command-R, DeepSeek R1 / V3.1, generic JSON). With
+// `parallel` and no named function, up to 8 calls follow one another where the format can
+// hold several. Null when the format has no constrained form (the call is then left to the
+// model).
 GrammarPtr tool_call_grammar(const ServingModel& m, chat::ToolFormat format,
-                             const nlohmann::ordered_json& tools, const std::string& function);
+                             const nlohmann::ordered_json& tools, const std::string& function,
+                             bool parallel = false);
 
 // The text that opens a call the model writes on its own in `format` (tool_choice "auto"),
 // after which tool_call_grammar(..., "") applies; "" where that is not supported.
