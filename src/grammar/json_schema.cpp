@@ -342,7 +342,15 @@ std::string Converter::object(const json& s, const std::string& hint, const std:
   if (list.empty() && extra.is_object()) {  // a map: any keys, values of one schema
     const std::string v = visit(extra, hint + "-value", where + "/additionalProperties");
     const std::string kv = new_rule(hint + "-kv", "string colon " + v + " ws");
-    return new_rule(hint, "\"{\" ws ( " + kv + " ( \",\" ws " + kv + " )* )? \"}\"");
+    // maxProperties bounds the entries (a repeated key only lowers the count: still valid).
+    std::string more = "*";
+    if (s.contains("maxProperties")) {
+      const int64_t max = s["maxProperties"].get<int64_t>();
+      if (max > 1000) refuse(where, "'maxProperties' above 1000 is not supported");
+      if (max <= 0) return new_rule(hint, "\"{\" ws \"}\"");
+      more = "{0," + std::to_string(max - 1) + "}";
+    }
+    return new_rule(hint, "\"{\" ws ( " + kv + " ( \",\" ws " + kv + " )" + more + " )? \"}\"");
   }
   if (list.empty()) return new_rule(hint, "\"{\" ws \"}\"");
   std::vector<std::string> kv(list.size());

@@ -161,6 +161,18 @@ TEST(JsonSchema, NumericBounds) {
   EXPECT_FALSE(accepts(both, "2"));
 }
 
+TEST(JsonSchema, MapsHonourMaxProperties) {
+  Grammar g = schema_grammar(
+      R"({"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 2})");
+  EXPECT_TRUE(accepts(g, "{}"));
+  EXPECT_TRUE(accepts(g, "{\"a\": 1, \"b\": 2}"));
+  EXPECT_FALSE(accepts(g, "{\"a\": 1, \"b\": 2, \"c\": 3}"));
+  Grammar none = schema_grammar(
+      R"({"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 0})");
+  EXPECT_TRUE(accepts(none, "{}"));
+  EXPECT_FALSE(accepts(none, "{\"a\": 1}"));
+}
+
 TEST(JsonSchema, WhitespaceIsBounded) {
   Grammar g = schema_grammar(R"({"type": "object", "properties": {"a": {"type": "integer"}}})");
   EXPECT_TRUE(accepts(g, "{\"a\": 1}"));
