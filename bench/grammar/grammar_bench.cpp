@@ -67,17 +67,20 @@ int main(int argc, char** argv) {
     t0 = Clock::now();
     const std::string gbnf = c.contains("gbnf") ? c["gbnf"].get<std::string>()
                                                 : grammar::json_schema_to_gbnf(c["schema"]);
-    auto g = grammar::compile(grammar::parse_gbnf(gbnf), vocab);
+    auto g = grammar::compile(grammar::parse_gbnf(gbnf, grammar::GbnfSource::kGenerated), vocab);
     const double compile_ns = ns_since(t0);
     grammar::GrammarMatcher m(g);
     const std::string doc = c["doc"].get<std::string>();
     const auto ids = tok->encode(doc, false, false);
     std::vector<double> times;
+    std::vector<int> fresh;  // per step: 1 when the mask was computed (not cached)
     bool ok = true;
     for (size_t i = 0; i <= ids.size(); ++i) {
+      const size_t cached = m.masks_computed();
       t0 = Clock::now();
       m.fill_mask(mask);
       times.push_back(ns_since(t0));
+      fresh.push_back(m.masks_computed() != cached ? 1 : 0);
       if (i == ids.size()) break;
       if (!m.accept_token(ids[i])) {
         ok = false;
@@ -89,7 +92,7 @@ int main(int argc, char** argv) {
       ok = false;
       std::fprintf(stderr, "incomplete: %s\n", doc.c_str());
     }
-    nlohmann::json r = {{"ids", ids}, {"ns", times}, {"compile_ns", compile_ns}, {"ok", ok}};
+    nlohmann::json r = {{"ids", ids}, {"ns", times}, {"fresh", fresh}, {"compile_ns", compile_ns}, {"ok", ok}};
     out << r.dump() << "\n";
   }
   return 0;

@@ -128,9 +128,18 @@ const char* tool_format_name(ToolFormat format);
 
 // The text that opens a tool call in `format`, naming `function` when it is not empty: an
 // assistant turn started with it makes the model write a call (OpenAI's tool_choice
-// "required" or a named function). Empty where the format has no single opening (kNone,
-// kFunctionaryV3_2, kCommandR). The function name is JSON-escaped where the format is JSON.
+// "required" or a named function). Empty where the format has no single opening (kNone) or
+// the prompt holds it already (kFunctionaryV3_2: the generation prompt ends with ">>>"). The
+// function name is JSON-escaped where the format is JSON.
 std::string tool_call_opening(ToolFormat format, std::string_view function);
+
+// For a template with no tool format of its own (the generic JSON format stands in, as in
+// llama-server): `messages` with the tools and the answer shape described in the system
+// message (merged into the first one, or a new one at the front): a JSON object
+// {"tool_call": {"name": ..., "arguments": {...}}} to call a tool, {"response": "..."} to
+// answer.
+nlohmann::ordered_json with_generic_tool_prompt(const nlohmann::ordered_json& messages,
+                                                const nlohmann::ordered_json& tools);
 
 // True when a rendered prompt ends inside an open reasoning block ("<think>\n" and the like, as
 // Qwen3 and DeepSeek-R1 templates emit): the model's output then starts with reasoning.

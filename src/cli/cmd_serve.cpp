@@ -103,6 +103,10 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
       chat_template_source(sm->model->file(), o.chat_template_file, o.chat_template);
   sm->chat_template = std::make_unique<chat::ChatTemplate>(tmpl);
   sm->tool_format = chat::detect_tool_format(tmpl);
+  if (sm->tool_format == chat::ToolFormat::kNone) {  // tools still work, as in llama-server
+    sm->tool_format = chat::ToolFormat::kGenericJson;
+    sm->template_knows_tools = false;
+  }
   sm->reasoning_format = *server::reasoning_format_from_name(o.reasoning_format);  // checked
   sm->reasoning_budget = o.reasoning_budget;
   if (!o.chat_template_kwargs.empty())

@@ -12,7 +12,12 @@ namespace hablar::grammar {
 
 namespace {
 
-constexpr uint32_t kMaxRepeat = 10000;         // largest m or n in {m,n}
+// llama.cpp's bound on repetitions: a minimum above it is refused, a maximum above it means
+// no maximum, and a repetition whose unit holds k rules may make at most this many copies.
+constexpr uint64_t kRepeatThreshold = 2000;
+// Grammars our front ends write (JSON Schema lengths, regex counts) are not bound by it: they
+// may repeat up to this many times, and a maximum is always kept.
+constexpr uint64_t kGeneratedMaxRepeat = 10000;
 constexpr size_t kMaxItems = size_t{1} << 21;  // elements of the lowered grammar
 
 struct Item {
@@ -23,7 +28,8 @@ using Seq = std::vector<Item>;
 
 class Parser {
  public:
-  explicit Parser(std::string_view text) : s_(text) {}
+  Parser(std::string_view text, GbnfSource source)
+      : s_(text), llama_bounds_(source == GbnfSource::kUser) {}
 
   Grammar run() {
     skip_space(true);
@@ -82,6 +88,7 @@ class Parser {
     auto it = ids_.find(name);
     if (it != ids_.end()) return it->second;
     const uint32_t id = (uint32_t)rules_.size();
+    ++symbols_;
     ids_.emplace(name, id);
     names_.push_back(name);
     rules_.emplace_back();
@@ -121,8 +128,7 @@ class Parser {
     pos_ += 3;
     skip_space(true);
     const uint32_t id = rule_id(name);
-    if (defined_[id]) fail("rule '" + name + "' is defined twice");
-    defined_[id] = true;
+    defined_[id] = true;  // a later definition replaces an earlier one, as in llama.cpp
     current_ = id;
     rules_[id] = parse_alternates(false);
     if (peek() == '\r') ++pos_;
@@ -167,6 +173,7 @@ class Parser {
         case '"':
         case '[':
         case ']':
+        case '-':
           return (uint32_t)(unsigned char)e;
         default:
           pos_ -= 2;
@@ -214,19 +221,25 @@ class Parser {
     return c;
   }
 
-  uint32_t parse_count() {
+  // A repetition count; saturates (a count that large is refused or unbounded anyway).
+  uint64_t parse_count() {
     const size_t start = pos_;
-    while (peek() >= '0' && peek() <= '9') ++pos_;
+    uint64_t v = 0;
+    while (peek() >= '0' && peek() <= '9')
+      v = std::min<uint64_t>(v * 10 + (uint64_t)(s_[pos_++] - '0'), 1u << 30);
     if (pos_ == start) fail("expecting an integer");
-    if (pos_ - start > 6) fail("repetition count too large");
-    const uint32_t v = (uint32_t)std::stoul(std::string(s_.substr(start, pos_ - start)));
-    if (v > kMaxRepeat) fail("repetition count above " + std::to_string(kMaxRepeat));
     return v;
   }
 
   // Replaces seq[from..] (the repeated unit) by its lowering for {min, max} (max < 0: none).
-  void repeat(Seq& seq, size_t from, uint32_t min, int64_t max) {
+  // `unit_rules` is llama.cpp's count of the rules the unit holds (for its size bound).
+  void repeat(Seq& seq, size_t from, uint32_t min, int64_t max, uint64_t& unit_rules) {
     if (from >= seq.size()) fail("expecting something to repeat before the operator");
+    const uint64_t copies = max > 0 ? (uint64_t)max : std::max<uint64_t>(min, 1);
+    if (llama_bounds_ && unit_rules * copies > kRepeatThreshold)
+      fail("repetition too large: " + std::to_string(unit_rules) + " rules repeated " +
+           std::to_string(copies) + " times (at most " + std::to_string(kRepeatThreshold) + ")");
+    unit_rules *= copies;
     Item unit;
     if (seq.size() - from == 1) {
       unit = seq[from];
@@ -238,6 +251,7 @@ class Parser {
     for (uint32_t i = 0; i < min; ++i) seq.push_back(unit);
     if (max < 0) {  // star ::= unit star | ""
       const uint32_t star = helper_rule(current_);
+      ++symbols_;
       rules_[star] = {Seq{unit, {true, star}}, Seq{}};
       seq.push_back({true, star});
     } else if (max > (int64_t)min) {  // opt_k ::= unit opt_{k-1} | "", opt_1 ::= unit | ""
@@ -245,6 +259,7 @@ class Parser {
       bool have_inner = false;
       for (int64_t k = 1; k <= max - (int64_t)min; ++k) {
         const uint32_t opt = helper_rule(current_);
+        ++symbols_;
         Seq body{unit};
         if (have_inner) body.push_back({true, inner});
         rules_[opt] = {body, Seq{}};
@@ -257,74 +272,64 @@ class Parser {
     if (total_items_ > kMaxItems) fail("the grammar is too large");
   }
 
+  // One alternative. As in llama.cpp, a repetition applies to the item before it, or to what
+  // the repetition before it made of that item ("a"+* is (a+)*); `unit_rules` counts the
+  // rules that unit holds, for the size bound.
   Seq parse_sequence(bool nested) {
     Seq seq;
-    size_t last_start = seq.size();
+    size_t last_start = 0;
     bool have_last = false;
+    uint64_t unit_rules = 1;
+    auto start_item = [&] {
+      last_start = seq.size();
+      have_last = true;
+      unit_rules = 1;
+    };
     while (!at_end()) {
       const char c = s_[pos_];
       if (c == '"') {
         ++pos_;
-        last_start = seq.size();
-        have_last = true;
+        start_item();
         while (peek() != '"') {
           if (at_end()) fail("unexpected end of input in a literal");
           seq.push_back(single_char(parse_char()));
         }
         ++pos_;
       } else if (c == '[') {
-        last_start = seq.size();
-        have_last = true;
-        seq.push_back({false, add_class(parse_class())});
+        start_item();
+        CharClass cls = parse_class();
+        // An empty class ([] or [^]) stands for nothing at all in llama.cpp: no element, and
+        // nothing a repetition could apply to.
+        if (cls.ranges.empty()) {
+          have_last = false;
+        } else {
+          seq.push_back({false, add_class(std::move(cls))});
+        }
       } else if (c == '.') {
         ++pos_;
-        last_start = seq.size();
-        have_last = true;
+        start_item();
         CharClass any;
         any.negated = true;
         seq.push_back({false, add_class(std::move(any))});
       } else if (word_char(c)) {
-        last_start = seq.size();
-        have_last = true;
+        start_item();
         seq.push_back({true, rule_id(parse_name())});
       } else if (c == '(') {
-        ++pos_;
-        skip_space(true);
-        const uint32_t parent = current_;
-        const uint32_t group = helper_rule(parent);
-        auto alts = parse_alternates(true);
-        current_ = parent;
-        rules_[group] = std::move(alts);
-        if (peek() != ')') fail("expecting ')'");
-        ++pos_;
-        last_start = seq.size();
+        seq.push_back(parse_group());
+        last_start = seq.size() - 1;
         have_last = true;
-        seq.push_back({true, group});
+        unit_rules = group_rules_;
       } else if (c == '*' || c == '+' || c == '?') {
         if (!have_last) fail(std::string("expecting something before '") + c + "'");
         ++pos_;
-        repeat(seq, last_start, c == '+' ? 1 : 0, c == '?' ? 1 : -1);
-        have_last = false;
+        repeat(seq, last_start, c == '+' ? 1 : 0, c == '?' ? 1 : -1, unit_rules);
       } else if (c == '{') {
         if (!have_last) fail("expecting something before '{'");
         ++pos_;
-        skip_space(nested);
-        const uint32_t min = parse_count();
-        skip_space(nested);
-        int64_t max = min;
-        if (peek() == ',') {
-          ++pos_;
-          skip_space(nested);
-          max = (peek() >= '0' && peek() <= '9') ? (int64_t)parse_count() : -1;
-          skip_space(nested);
-        }
-        if (peek() != '}') fail("expecting '}'");
-        ++pos_;
-        if (max >= 0 && max < (int64_t)min) fail("repetition maximum below its minimum");
-        repeat(seq, last_start, min, max);
-        have_last = false;
-      } else if (c == '<') {
-        fail("token references (<...>) are not supported");
+        const auto [min, max] = parse_braces(nested);
+        repeat(seq, last_start, min, max, unit_rules);
+      } else if (c == '<' || c == '!') {
+        fail("token references (<...>, !<...>) are not supported");
       } else {
         break;
       }
@@ -335,13 +340,58 @@ class Parser {
     return seq;
   }
 
+  // ( alternatives ) -> a helper rule; group_rules_ = the rules it made, itself included.
+  Item parse_group() {
+    ++pos_;
+    skip_space(true);
+    const uint64_t before = symbols_++;
+    const uint32_t parent = current_;
+    const uint32_t group = helper_rule(parent);
+    auto alts = parse_alternates(true);
+    current_ = parent;
+    rules_[group] = std::move(alts);
+    if (peek() != ')') fail("expecting ')'");
+    ++pos_;
+    group_rules_ = std::max<uint64_t>(1, symbols_ - before);
+    return {true, group};
+  }
+
+  // {m}, {m,}, {m,n} after the '{': {min, max} with max -1 for none.
+  std::pair<uint32_t, int64_t> parse_braces(bool nested) {
+    skip_space(nested);
+    const uint64_t min = parse_count();
+    skip_space(nested);
+    int64_t max = (int64_t)min;
+    if (peek() == ',') {
+      ++pos_;
+      skip_space(nested);
+      max = (peek() >= '0' && peek() <= '9') ? (int64_t)parse_count() : -1;
+      skip_space(nested);
+    } else if (peek() != '}') {
+      fail("expecting ',' or '}'");
+    }
+    if (peek() != '}') fail("expecting '}'");
+    ++pos_;
+    const uint64_t limit = llama_bounds_ ? kRepeatThreshold : kGeneratedMaxRepeat;
+    if (min > limit) fail("repetition minimum above " + std::to_string(limit));
+    if (max > (int64_t)limit) {
+      if (!llama_bounds_) fail("repetition maximum above " + std::to_string(limit));
+      max = -1;  // llama.cpp: no maximum
+    }
+    if (max >= 0 && max < (int64_t)min) fail("repetition maximum below its minimum");
+    return {(uint32_t)min, max};
+  }
+
   Grammar finish();
 
   std::string_view s_;
+  bool llama_bounds_ = true;
   size_t pos_ = 0;
   uint32_t current_ = 0;
   uint32_t helper_count_ = 0;
   size_t total_items_ = 0;
+  uint64_t symbols_ = 0;      // rules llama.cpp would have made so far (for repetition bounds)
+  uint64_t group_rules_ = 1;  // those of the group parse_group just read
   std::vector<std::vector<Seq>> rules_;
   std::vector<std::string> names_;
   std::vector<bool> defined_;
@@ -476,8 +526,8 @@ bool CharClass::intersects(uint32_t lo, uint32_t hi) const {
   return next <= hi;
 }
 
-Grammar parse_gbnf(std::string_view text) {
-  return Parser(text).run();
+Grammar parse_gbnf(std::string_view text, GbnfSource source) {
+  return Parser(text, source).run();
 }
 
 std::string gbnf_literal(std::string_view text) {

@@ -8,8 +8,8 @@
 // only ever sees classes, references and ends.
 //
 // GBNF as llama.cpp defines it: `name ::= alternatives`, `|`, `( ... )`, `* + ?`, `{m}`,
-// `{m,}`, `{m,n}`, `{,n}`, "literals" and [classes] with ranges and [^negation], `.` for any
-// character, escapes \n \r \t \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH, `#` comments; a rule's
+// `{m,}`, `{m,n}`, "literals" and [classes] with ranges and [^negation], `.` for any
+// character, escapes \n \r \t \\ \" \[ \] \- \xHH \uHHHH \UHHHHHHHH, `#` comments; a rule's
 // body ends at a newline outside parentheses; the start rule is `root`. Left recursion is
 // refused, as llama.cpp refuses it.
 #pragma once
@@ -59,10 +59,16 @@ struct Grammar {
   size_t n_rules() const { return rule_alts.size(); }
 };
 
+// Who wrote the GBNF text. kUser: llama.cpp's repetition bounds apply as llama.cpp applies
+// them (a count above 2000 is refused as a minimum and means "no maximum" as a maximum; a
+// repeated unit of k rules may be copied at most 2000/k times). kGenerated (our JSON Schema,
+// regex and tool-call front ends): counts up to 10000, maxima always kept.
+enum class GbnfSource { kUser, kGenerated };
+
 // Parses GBNF text. Throws Error(kInvalidArgument) with the line and column of the fault:
 // syntax errors, unknown escapes, undefined rules, no `root`, left recursion, repetitions
-// beyond the size limits.
-Grammar parse_gbnf(std::string_view text);
+// beyond the size limits. As in llama.cpp, a rule defined twice takes its last definition.
+Grammar parse_gbnf(std::string_view text, GbnfSource source = GbnfSource::kUser);
 
 // Text quoted as a GBNF literal ("..." with the escapes GBNF reads back).
 std::string gbnf_literal(std::string_view text);

@@ -11,13 +11,15 @@
 //   maxItems, string minLength / maxLength / pattern / format (date, time, date-time, uuid,
 //   email, ipv4; an email is offered in a bounded common shape, local@label(.label){0,2}.tld,
 //   so that a small model cannot run away inside one), integer minimum / maximum / exclusiveMinimum
-//   / exclusiveMaximum, number bounds (whole-number parts decide: a bound that is not whole narrows
-//   the range to the nearest whole number inside it, which stays valid), nullable (OpenAPI).
+//   / exclusiveMaximum, number bounds of every kind exactly in decimal (number_range.cpp:
+//   exclusiveMinimum 0 allows 0.5, not 0; bounded numbers are written without an exponent),
+//   nullable (OpenAPI).
 // Anything else that constrains values (not, if/then/else, patternProperties, uniqueItems,
 // contains, multipleOf, dependent*, minProperties beyond the required ones, unknown
 // formats, unknown keywords) is refused with an error naming it: never silently ignored.
-// Output is generated in the order properties are declared; whitespace between tokens is
-// bounded so that a sequence cannot run away in spaces.
+// Output is generated in the order properties are declared. Whitespace is bounded so that a
+// sequence cannot run away in it: none before a colon and at most one space after it; at the
+// other gaps nothing, one space, or a newline and an indent of up to 16 spaces or 4 tabs.
 #include <cmath>
 #include <map>
 #include <set>
@@ -25,6 +27,7 @@
 #include "core/error.h"
 #include "grammar/grammar.h"
 #include "grammar/int_range.h"
+#include "grammar/number_range.h"
 #include "grammar/regex.h"
 
 namespace hablar::grammar {
@@ -79,7 +82,8 @@ const std::set<std::string>& handled_keys() {
   return k;
 }
 
-const char* kPrimitives = R"(ws ::= | " " | "\n" [ \t]{0,20}
+const char* kPrimitives = R"(ws ::= | " " | "\n" ( " "{0,16} | "\t"{0,4} )
+colon ::= ":" " "?
 char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
 string ::= "\"" char* "\""
 integer ::= "-"? ("0" | [1-9] [0-9]{0,15})
@@ -87,7 +91,7 @@ number ::= "-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1
 boolean ::= "true" | "false"
 null ::= "null"
 value ::= object | array | string | number | boolean | null
-object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
+object ::= "{" ws ( string colon value ws ( "," ws string colon value ws )* )? "}"
 array ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
 date-fmt ::= ([1-9] [0-9]{3} | "0" [1-9] [0-9]{2} | "00" [1-9] [0-9] | "000" [1-9]) "-" ( ("01" | "03" | "05" | "07" | "08" | "10" | "12") "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | ("04" | "06" | "09" | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | "02" "-" ("0" [1-9] | "1" [0-9] | "2" [0-8]) )
 time-fmt ::= ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])
@@ -337,15 +341,23 @@ std::string Converter::object(const json& s, const std::string& hint, const std:
 
   if (list.empty() && extra.is_object()) {  // a map: any keys, values of one schema
     const std::string v = visit(extra, hint + "-value", where + "/additionalProperties");
-    const std::string kv = new_rule(hint + "-kv", "string ws \":\" ws " + v + " ws");
-    return new_rule(hint, "\"{\" ws ( " + kv + " ( \",\" ws " + kv + " )* )? \"}\"");
+    const std::string kv = new_rule(hint + "-kv", "string colon " + v + " ws");
+    // maxProperties bounds the entries (a repeated key only lowers the count: still valid).
+    std::string more = "*";
+    if (s.contains("maxProperties")) {
+      const int64_t max = s["maxProperties"].get<int64_t>();
+      if (max > 1000) refuse(where, "'maxProperties' above 1000 is not supported");
+      if (max <= 0) return new_rule(hint, "\"{\" ws \"}\"");
+      more = "{0," + std::to_string(max - 1) + "}";
+    }
+    return new_rule(hint, "\"{\" ws ( " + kv + " ( \",\" ws " + kv + " )" + more + " )? \"}\"");
   }
   if (list.empty()) return new_rule(hint, "\"{\" ws \"}\"");
   std::vector<std::string> kv(list.size());
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string v =
         visit(list[i].second, hint + "-" + list[i].first, where + "/properties/" + list[i].first);
-    kv[i] = gbnf_literal(json(list[i].first).dump()) + " ws \":\" ws " + v + " ws";
+    kv[i] = gbnf_literal(json(list[i].first).dump()) + " colon " + v + " ws";
   }
   // rest_i: properties i.. after at least one was written (each with its comma);
   // first_i: properties i.. before any was written.
@@ -495,46 +507,42 @@ std::string Converter::integer_of(const json& s, const std::string& where) {
   return "( " + int_range_gbnf(b.lo, b.hi) + " )";
 }
 
+// Bounds of a number schema: exact decimal ranges (number_range.cpp), written without an
+// exponent; the tighter of minimum / exclusiveMinimum (and of the maxima) applies.
 std::string Converter::number_of(const json& s, const std::string& where) {
   if (s.contains("multipleOf")) refuse(where, "'multipleOf' cannot be enforced");
-  const bool bounded = s.contains("minimum") || s.contains("maximum") ||
-                       s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
-  if (!bounded) return "number";
-  // Numbers written as k or k.f (no exponent). With the fraction f in [0, 1): value k + f
-  // for k >= 0, -(k + f) below zero.
-  const bool excl_lo = s.contains("exclusiveMinimum") && !s.contains("minimum");
-  const bool excl_hi = s.contains("exclusiveMaximum") && !s.contains("maximum");
-  const WholeBounds b = whole_bounds(s, where, false);
-  const std::string frac = "( \".\" [0-9]{1,16} )?";
-  std::vector<std::string> alts;
-  // Non-negative part: k in [max(0, lo), hi - 1] takes a fraction; k == hi only whole.
-  const int64_t plo = std::max<int64_t>(0, b.lo.value_or(0));
-  if (!b.hi || *b.hi >= plo) {
-    if (!b.hi) {
-      alts.push_back(int_range_gbnf(plo, std::nullopt) + " " + frac);
-    } else {
-      if (*b.hi - 1 >= plo) alts.push_back(int_range_gbnf(plo, *b.hi - 1) + " " + frac);
-      alts.push_back(int_range_gbnf(*b.hi, *b.hi) + (excl_hi ? "" : " ( \".\" \"0\"{1,4} )?"));
+  auto bound = [&](const char* incl, const char* excl, bool lower) -> std::optional<NumBound> {
+    std::optional<NumBound> out;
+    for (const char* k : {incl, excl}) {
+      if (!s.contains(k)) continue;
+      if (s[k].is_boolean())
+        refuse(where, std::string("draft-4 boolean '") + k + "' is not supported");
+      if (!s[k].is_number()) refuse(where, std::string("'") + k + "' must be a number");
+      NumBound b;
+      try {
+        b.value = parse_decimal(s[k].dump());
+      } catch (const Error& e) {
+        refuse(where, std::string("'") + k + "': " + e.what());
+      }
+      b.exclusive = k == excl;
+      if (!out) {
+        out = b;
+        continue;
+      }
+      const int c = decimal_compare(b.value, out->value);
+      if (c == 0) out->exclusive = out->exclusive || b.exclusive;
+      if ((lower && c > 0) || (!lower && c < 0)) out = b;
     }
+    return out;
+  };
+  const auto lo = bound("minimum", "exclusiveMinimum", true);
+  const auto hi = bound("maximum", "exclusiveMaximum", false);
+  if (!lo && !hi) return "number";
+  try {
+    return number_range_gbnf(lo, hi);
+  } catch (const Error& e) {
+    refuse(where, e.what());
   }
-  // Negative part (values below zero): "-" k(.f) with k + f <= -lo and k + f >= -hi.
-  if (!b.lo || *b.lo < 0) {
-    const int64_t khi_frac = b.lo ? -*b.lo - 1 : INT64_MAX;  // k with a fraction
-    const int64_t klo = b.hi ? std::max<int64_t>(0, -*b.hi) : 0;
-    const int64_t klo_frac = klo;  // k + f >= -hi holds for any f >= 0 once k >= -hi
-    if (!b.lo) {
-      alts.push_back("\"-\" " + int_range_gbnf(std::max<int64_t>(klo_frac, 0), std::nullopt) + " " +
-                     frac);
-    } else if (khi_frac >= klo_frac) {
-      alts.push_back("\"-\" " + int_range_gbnf(klo_frac, khi_frac) + " " + frac);
-    }
-    if (b.lo && -*b.lo >= std::max<int64_t>(klo, 1) && !excl_lo)
-      alts.push_back("\"-\" " + int_range_gbnf(-*b.lo, -*b.lo));
-  }
-  if (alts.empty()) refuse(where, "the bounds leave no number to enforce");
-  std::string e = "(";
-  for (size_t i = 0; i < alts.size(); ++i) e += (i ? " | " : " ") + alts[i];
-  return e + " )";
 }
 
 }  // namespace

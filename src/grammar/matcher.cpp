@@ -196,7 +196,8 @@ void GrammarMatcher::reset_dfa() {
   dfirst_.clear();
   dnext_.clear();
   dtable_.clear();
-  masks_.clear();
+  mask_slot_.clear();
+  pool_used_ = 0;
   uniform_.clear();
   state_ = intern(cur);
 }
@@ -405,17 +406,32 @@ bool GrammarMatcher::class_mask(std::span<uint32_t> words) {
   return true;
 }
 
+// A state's mask is kept the second time the state asks for it: most states of a document
+// come once (each position of an object is its own state), and copying their masks into the
+// cache cost about as much as computing them; states that come back (a string's next
+// character, an array's next item) come back many times.
 void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
   HABLAR_CHECK(words.size() * 32 >= (size_t)vocab().n_vocab(), "mask too small");
   const size_t n_words = ((size_t)vocab().n_vocab() + 31) / 32;
-  auto it = masks_.find(state_);
-  if (it != masks_.end()) {
-    std::memcpy(words.data(), it->second.data(), n_words * sizeof(uint32_t));
+  if ((size_t)state_ >= mask_slot_.size()) mask_slot_.resize(dstates_.size(), kNever);
+  int32_t& slot = mask_slot_[(size_t)state_];
+  if (slot >= 0) {
+    std::memcpy(words.data(), pool_[(size_t)slot].data(), n_words * sizeof(uint32_t));
     return;
   }
   compute_mask(words.first(n_words));
-  if (masks_.size() >= kMaxCachedMasks) masks_.clear();
-  masks_.emplace(state_, std::vector<uint32_t>(words.begin(), words.begin() + (ptrdiff_t)n_words));
+  ++masks_computed_;
+  if (slot == kNever) {
+    slot = kOnce;
+    return;
+  }
+  if (pool_used_ >= kMaxCachedMasks) {  // start again; the buffers stay for reuse
+    std::fill(mask_slot_.begin(), mask_slot_.end(), kNever);
+    pool_used_ = 0;
+  }
+  if (pool_used_ == pool_.size()) pool_.emplace_back();
+  pool_[pool_used_].assign(words.begin(), words.begin() + (ptrdiff_t)n_words);
+  mask_slot_[(size_t)state_] = (int32_t)pool_used_++;
 }
 
 int32_t GrammarMatcher::apply_mask(std::span<float> logits) {

@@ -5,8 +5,8 @@
 // index range up to `end`), so one walk from the grammar's state tests every token: a prefix
 // no stack takes prunes the whole subtree below it. Special tokens (control, unknown,
 // unused) are never allowed; end-of-generation tokens are allowed exactly when the grammar
-// can end. The mask of a state is cached per matcher: states repeat (hash-consed stacks),
-// so steady-state steps cost a lookup and a copy.
+// can end. The mask of a state is cached per matcher from its second use on: states repeat
+// (hash-consed stacks), so steady-state steps cost a lookup and a copy.
 #pragma once
 
 #include <array>
@@ -101,7 +101,9 @@ class GrammarMatcher {
   bool must_end() const { return Recognizer::must_end(dstates_[(size_t)state_]); }
   bool finished() const { return finished_; }
   const Vocab& vocab() const { return *g_->vocab; }
-  size_t mask_cache_size() const { return masks_.size(); }
+  size_t mask_cache_size() const { return pool_used_; }
+  // Masks computed (not copied from the cache) so far.
+  size_t masks_computed() const { return masks_computed_; }
 
  private:
   struct StateHash {
@@ -137,7 +139,13 @@ class GrammarMatcher {
   std::vector<std::array<int32_t, 256>> dnext_;
   std::vector<std::array<uint64_t, 4>> dfirst_;  // per state: first_bytes_of
   std::vector<int32_t> dtable_;  // open addressing over dstates_ by content (-1 empty)
-  std::unordered_map<int32_t, std::vector<uint32_t>> masks_;
+  // Per DFA state: its mask's slot in pool_, or kNever / kOnce (computed once, not kept).
+  static constexpr int32_t kNever = -1;
+  static constexpr int32_t kOnce = -2;
+  std::vector<int32_t> mask_slot_;
+  std::vector<std::vector<uint32_t>> pool_;  // kept masks; buffers reused after a reset
+  size_t pool_used_ = 0;
+  size_t masks_computed_ = 0;
   std::unordered_map<uint64_t, bool> uniform_;   // (state, canon) -> uniform
   std::unordered_map<uint64_t, bool> disjoint_;  // (class, canon) -> disjoint
   std::vector<int32_t> walk_;                    // DFA id per trie depth, reused

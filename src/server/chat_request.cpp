@@ -33,23 +33,27 @@ void start_required_tool_call(const json& body, const ServingModel& m, ChatReque
   const auto function = required_tool(body);
   if (!function) return;
   const std::string opening = chat::tool_call_opening(m.tool_format, *function);
-  if (opening.empty())
+  // Functionary v3.2's prompt opens the call itself: the grammar alone starts it.
+  const bool in_prompt = m.tool_format == chat::ToolFormat::kFunctionaryV3_2;
+  if (opening.empty() && !in_prompt)
     bad_request(std::string("'tool_choice' cannot require a call: this model's chat template has "
                             "no tool-call format that can be started (") +
                     chat::tool_format_name(m.tool_format) + ")",
                 "tool_choice");
-  r.messages.push_back({{"role", "assistant"}, {"content", opening}});
-  r.spec.grammar = tool_call_grammar(m, m.tool_format, r.tools, *function);
+  if (!opening.empty()) r.messages.push_back({{"role", "assistant"}, {"content", opening}});
+  const bool parallel = opt_bool(body, "parallel_tool_calls").value_or(false);
+  r.spec.grammar = tool_call_grammar(m, m.tool_format, r.tools, *function, parallel);
   r.forced_call = r.spec.grammar != nullptr;
 }
 
 // tool_choice "auto": a call the model opens on its own is written under the tools' grammar
 // from its opening on (the client's own start of the turn counts as text before it).
-void constrain_auto_call(const ServingModel& m, ChatRequest& r) {
+void constrain_auto_call(const json& body, const ServingModel& m, ChatRequest& r) {
   std::string trigger = auto_call_trigger(m.tool_format);
   if (trigger.empty()) return;
   try {
-    r.spec.grammar = tool_call_grammar(m, m.tool_format, r.tools, "");
+    r.spec.grammar = tool_call_grammar(m, m.tool_format, r.tools, "",
+                                       opt_bool(body, "parallel_tool_calls").value_or(false));
   } catch (const ApiError&) {
     return;  // parameters that cannot be enforced: an auto call stays unconstrained
   }
@@ -111,7 +115,7 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
       bad_request("an output format cannot be combined with a required tool call", "tool_choice");
     r.spec.grammar = std::move(g);
   }
-  if (!r.spec.grammar && !r.tools.is_null()) constrain_auto_call(m, r);
+  if (!r.spec.grammar && !r.tools.is_null()) constrain_auto_call(body, m, r);
 
   // A last assistant message is a prefix the model continues (no generation prompt).
   const bool continue_last = r.messages.back()["role"] == "assistant";

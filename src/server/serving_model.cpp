@@ -126,7 +126,8 @@ RenderedChat render_chat(const ServingModel& m, const nlohmann::ordered_json& me
                          const nlohmann::ordered_json& tools, bool add_generation_prompt,
                          const nlohmann::ordered_json& kwargs) {
   chat::ChatInput input;
-  input.messages = messages;
+  const bool generic = !m.template_knows_tools && tools.is_array() && !tools.empty();
+  input.messages = generic ? chat::with_generic_tool_prompt(messages, tools) : messages;
   input.tools = tools;
   input.add_generation_prompt = add_generation_prompt;
   input.extra = kwargs.is_object() ? kwargs : template_kwargs(m, nlohmann::json::object());

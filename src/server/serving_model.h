@@ -64,6 +64,9 @@ struct ServingModel {
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<chat::ChatTemplate> chat_template;
   chat::ToolFormat tool_format = chat::ToolFormat::kNone;
+  // False when the template has no tool format of its own: the generic JSON format stands in
+  // and render_chat describes the tools in the system message.
+  bool template_knows_tools = true;
   std::string id;       // the name clients use (alias, or the file name)
   std::string path;     // the GGUF file
   int32_t n_ctx = 0;    // tokens one sequence may hold (prompt + generated)

@@ -1,7 +1,9 @@
 #include "server/structured_output.h"
 
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include <algorithm>
 #include <limits>
@@ -34,7 +36,7 @@ GrammarPtr build(const ServingModel& m, const char* field, F make) {
   } catch (const Error& e) {
     bad_request(std::string("'") + field + "' cannot be enforced: " + e.what(), field);
   }
-  return compile_for_model(m, gbnf, field);
+  return compile_for_model(m, gbnf, field, grammar::GbnfSource::kGenerated);
 }
 
 GrammarPtr schema_grammar(const ServingModel& m, const OJson& schema, const char* field) {
@@ -78,9 +80,10 @@ std::shared_ptr<const grammar::Vocab> grammar_vocab(const ServingModel& m) {
   return v;
 }
 
-GrammarPtr compile_for_model(const ServingModel& m, const std::string& gbnf, const char* field) {
+GrammarPtr compile_for_model(const ServingModel& m, const std::string& gbnf, const char* field,
+                             grammar::GbnfSource source) {
   try {
-    return grammar::compile(grammar::parse_gbnf(gbnf), grammar_vocab(m));
+    return grammar::compile(grammar::parse_gbnf(gbnf, source), grammar_vocab(m));
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kInvalidArgument) throw;
     bad_request(std::string("'") + field + "': " + e.what(), field);
@@ -170,37 +173,105 @@ GrammarPtr ollama_output_grammar(const ServingModel& m, const std::string& body_
   return schema_grammar(m, f, "format");
 }
 
-GrammarPtr tool_call_grammar(const ServingModel& m, chat::ToolFormat format,
-                             const nlohmann::ordered_json& tools, const std::string& function) {
+namespace {
+
+// How a format writes calls after its opening (chat::tool_call_opening): `head`, then calls
+// separated by `sep`, then `tail`. One call is `pre` (given the function's name, JSON-escaped
+// where the format is JSON) + the arguments + `post`. `named_in_opening`: a named call's
+// opening already holds head and pre, so only the arguments, post and tail follow. An empty
+// `sep`: one call per turn.
+struct CallShape {
+  std::string head, sep, tail;
+  std::function<std::vector<std::string>(const std::string& name)> pre;  // alternatives
+  std::string post;
+  bool named_in_opening = true;
+};
+
+std::string json_inner(const std::string& name) {
+  const std::string q = nlohmann::json(name).dump();
+  return q.substr(1, q.size() - 2);
+}
+
+std::optional<CallShape> call_shape(chat::ToolFormat format) {
   using chat::ToolFormat;
-  // What follows the opening, per format: a named call continues with the arguments; a call
-  // to any declared function continues with the name (inside its quotes where the opening
-  // put them), then the arguments.
-  std::string after_name, close;
+  CallShape c;
   switch (format) {
     case ToolFormat::kHermes:
-      after_name = ", \"arguments\": ";
-      close = "}\n</tool_call>";
+      c.pre = [](const std::string& n) {
+        return std::vector<std::string>{"{\"name\": \"" + json_inner(n) + "\", \"arguments\": "};
+      };
+      c.post = "}\n</tool_call>";
+      c.sep = "\n<tool_call>\n";
+      return c;
+    case ToolFormat::kLlama3:  // opening {"name": "
+      c.pre = [](const std::string& n) {
+        return std::vector<std::string>{json_inner(n) + "\", \"parameters\": "};
+      };
+      c.post = "}";
+      return c;
+    case ToolFormat::kMistral:  // opening [TOOL_CALLS]
+      c.head = "[";
+      c.pre = [](const std::string& n) {
+        return std::vector<std::string>{"{\"name\": \"" + json_inner(n) + "\", \"arguments\": "};
+      };
+      c.post = "}";
+      c.sep = ", ";
+      c.tail = "]";
+      return c;
+    case ToolFormat::kFunctionaryV3_1:  // opening <function=
+      c.pre = [](const std::string& n) { return std::vector<std::string>{n + ">"}; };
+      c.post = "</function>";
+      c.sep = "<function=";
+      return c;
+    case ToolFormat::kFunctionaryV3_2:  // the prompt ends with ">>>": name, newline, JSON
+      c.pre = [](const std::string& n) { return std::vector<std::string>{n + "\n"}; };
+      c.sep = "\n>>>";
+      c.named_in_opening = false;
+      return c;
+    case ToolFormat::kCommandR:  // opening Action:\n```json\n[\n, as the template writes calls
+      c.pre = [](const std::string& n) {
+        return std::vector<std::string>{"    {\n        \"tool_name\": \"" + json_inner(n) +
+                                        "\",\n        \"parameters\": "};
+      };
+      c.post = "\n    }";
+      c.sep = ",\n";
+      c.tail = "\n]\n```";
+      c.named_in_opening = false;
+      return c;
+    case ToolFormat::kDeepSeek:  // opening <calls begin><call begin>; R1 or V3.1 spelling
+      c.pre = [](const std::string& n) {
+        return std::vector<std::string>{"function<｜tool▁sep｜>" + n + "\n```json\n",
+                                        n + "<｜tool▁sep｜>"};
+      };
+      // R1's closing fence and each call's end marker are written per spelling in
+      // tool_call_grammar.
+      c.sep = "<｜tool▁call▁begin｜>";
+      c.tail = "<｜tool▁calls▁end｜>";
+      c.named_in_opening = false;
+      return c;
+    case ToolFormat::kGenericJson:  // opening {"tool_call": {"name": "
+      c.pre = [](const std::string& n) {
+        return std::vector<std::string>{json_inner(n) + "\", \"arguments\": "};
+      };
+      c.post = "}}";
+      return c;
+    case ToolFormat::kNone:
       break;
-    case ToolFormat::kLlama3:
-      after_name = "\", \"parameters\": ";
-      close = "}";
-      break;
-    case ToolFormat::kMistral:
-      after_name = ", \"arguments\": ";
-      close = "}]";
-      break;
-    case ToolFormat::kFunctionaryV3_1:
-      after_name = ">";
-      close = "</function>";
-      break;
-    case ToolFormat::kGenericJson:
-      after_name = "\", \"arguments\": ";
-      close = "}}";
-      break;
-    default:
-      return nullptr;
   }
+  return std::nullopt;
+}
+
+// At most this many calls in one turn when parallel calls are asked for.
+constexpr int kMaxParallelCalls = 8;
+
+}  // namespace
+
+GrammarPtr tool_call_grammar(const ServingModel& m, chat::ToolFormat format,
+                             const nlohmann::ordered_json& tools, const std::string& function,
+                             bool parallel) {
+  const auto shape = call_shape(format);
+  if (!shape) return nullptr;
+  const bool deepseek = format == chat::ToolFormat::kDeepSeek;
   return build(m, "tools", [&] {
     std::string rules, alts;
     int index = 0;
@@ -213,21 +284,29 @@ GrammarPtr tool_call_grammar(const ServingModel& m, chat::ToolFormat format,
                                : OJson{{"type", "object"}};
       const std::string rule = "tool" + std::to_string(index++);
       rules += grammar::json_schema_rules(params, rule);
+      const bool bare = !function.empty() && shape->named_in_opening;
       std::string alt;
-      if (function.empty()) {
-        std::string written = name;  // the name as the format writes it after the opening
-        if (format == ToolFormat::kHermes) written = "{\"name\": \"" + name + "\"";
-        if (format == ToolFormat::kMistral) written = "[{\"name\": \"" + name + "\"";
-        alt = grammar::gbnf_literal(written + after_name) + " " + rule;
-      } else {
-        alt = rule;
+      const auto pres = shape->pre(name);
+      for (size_t i = 0; i < (bare ? 1 : pres.size()); ++i) {
+        std::string one = bare ? rule : grammar::gbnf_literal(pres[i]) + " " + rule;
+        if (deepseek) one += i == 0 ? " \"\\n```\"" : "";  // R1: the fence closes
+        if (deepseek) one += " \"<｜tool▁call▁end｜>\"";
+        alt += (alt.empty() ? "" : " | ") + one;
       }
-      alts += (alts.empty() ? "" : " | ") + alt;
+      if (!shape->post.empty()) alt = "( " + alt + " ) " + grammar::gbnf_literal(shape->post);
+      alts += (alts.empty() ? "" : " | ") + ("( " + alt + " )");
     }
     if (alts.empty())
       throw_error(ErrorKind::kInvalidArgument, "no declared function is named '" + function + "'");
-    return "root ::= ( " + alts + " ) " + grammar::gbnf_literal(close) + "\n" + rules +
-           grammar::json_primitives_gbnf();
+    std::string root = "root ::= ";
+    if (!shape->head.empty() && !(function.size() && shape->named_in_opening))
+      root += grammar::gbnf_literal(shape->head) + " ";
+    root += "call";
+    if (parallel && function.empty() && !shape->sep.empty())
+      root += " ( " + grammar::gbnf_literal(shape->sep) + " call ){0," +
+              std::to_string(kMaxParallelCalls - 1) + "}";
+    if (!shape->tail.empty()) root += " " + grammar::gbnf_literal(shape->tail);
+    return root + "\ncall ::= " + alts + "\n" + rules + grammar::json_primitives_gbnf();
   });
 }
 
@@ -237,6 +316,8 @@ std::string auto_call_trigger(chat::ToolFormat format) {
     case chat::ToolFormat::kLlama3:
     case chat::ToolFormat::kMistral:
     case chat::ToolFormat::kFunctionaryV3_1:
+    case chat::ToolFormat::kCommandR:
+    case chat::ToolFormat::kDeepSeek:
     case chat::ToolFormat::kGenericJson:
       return chat::tool_call_opening(format, "");
     default:

@@ -33,7 +33,8 @@ using GrammarPtr = std::shared_ptr<const grammar::CompiledGrammar>;
 std::shared_ptr<const grammar::Vocab> grammar_vocab(const ServingModel& m);
 
 // GBNF text -> a compiled grammar for this model; errors are 400s naming `field`.
-GrammarPtr compile_for_model(const ServingModel& m, const std::string& gbnf, const char* field);
+GrammarPtr compile_for_model(const ServingModel& m, const std::string& gbnf, const char* field,
+                             grammar::GbnfSource source = grammar::GbnfSource::kUser);
 
 // The output grammar of an OpenAI chat or completions request (null: none asked).
 GrammarPtr openai_output_grammar(const ServingModel& m, const std::string& body_text);
@@ -43,10 +44,14 @@ GrammarPtr llama_output_grammar(const ServingModel& m, const std::string& body_t
 GrammarPtr ollama_output_grammar(const ServingModel& m, const std::string& body_text);
 
 // A tool call the request requires (tool_choice "required": function == ""; named: its
-// name), written in `format` after the opening chat::tool_call_opening gives. Null when the
-// format has no constrained form (the call is then left to the model).
+// name), written in `format` after the opening chat::tool_call_opening gives (Hermes, Llama
+// 3, Mistral, Functionary v3.1 and v3.2, Command-R, DeepSeek R1 / V3.1, generic JSON). With
+// `parallel` and no named function, up to 8 calls follow one another where the format can
+// hold several. Null when the format has no constrained form (the call is then left to the
+// model).
 GrammarPtr tool_call_grammar(const ServingModel& m, chat::ToolFormat format,
-                             const nlohmann::ordered_json& tools, const std::string& function);
+                             const nlohmann::ordered_json& tools, const std::string& function,
+                             bool parallel = false);
 
 // The text that opens a call the model writes on its own in `format` (tool_choice "auto"),
 // after which tool_call_grammar(..., "") applies; "" where that is not supported.
@@ -69,7 +74,7 @@ class GrammarGate {
   std::string trigger_;
   std::string text_;  // context + output until the trigger shows up
   std::unique_ptr<grammar::GrammarMatcher> matcher_;
-  bool off_ = false;  // the trigger came with text the grammar refuses: left unconstrained
+  bool off_ = false;     // the trigger came with text the grammar refuses: left unconstrained
   bool failed_ = false;  // the grammar threw (too ambiguous): only the end of generation
   std::optional<size_t> start_;  // history length at the first step (the prompt)
   size_t seen_ = 0;

@@ -39,6 +39,12 @@ PRIMITIVES = [
     ("contains_at", {"type": "string", "pattern": "^[a-z]{1,12}@[a-z]{1,12}$", "examples": ["a@b"]}),
     ("nullable_string", {"anyOf": [{"type": "string", "maxLength": 20}, {"type": "null"}]}),
     ("type_list", {"type": ["integer", "string"]}),
+    # Fractional and exclusive bounds on numbers, decided exactly (0 itself is out, 0.5 in).
+    ("open_ratio", {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}),
+    ("offset", {"type": "number", "minimum": -0.5, "maximum": 0.25}),
+    ("narrow", {"type": "number", "minimum": 0.001, "exclusiveMaximum": 0.002}),
+    ("below_minus", {"type": "number", "exclusiveMaximum": -1.5}),
+    ("discount", {"type": "number", "exclusiveMinimum": 0, "maximum": 0.75}),
 ]
 
 
@@ -253,9 +259,11 @@ def example(schema, defs_root=None):
         lo = schema.get("minimum", schema.get("exclusiveMinimum", -1) + 1)
         return max(lo, 7) if schema.get("maximum", 10**9) >= 7 else lo
     if t == "number":
-        lo = schema.get("minimum", 0)
-        hi = schema.get("maximum", lo + 10)
-        return round((lo + hi) / 2, 2)
+        lo = schema.get("minimum", schema.get("exclusiveMinimum"))
+        hi = schema.get("maximum", schema.get("exclusiveMaximum"))
+        lo = lo if lo is not None else (hi - 10 if hi is not None else 0)
+        hi = hi if hi is not None else lo + 10
+        return (lo + hi) / 2
     if t == "boolean":
         return True
     if t == "null":

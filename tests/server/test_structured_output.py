@@ -24,9 +24,9 @@ def validate(instance, schema):
     jsonschema.Draft202012Validator(schema, format_checker=FORMATS).validate(instance)
 
 
-def ask_schema(server, name, schema, seed):
+def ask_schema(server, name, schema, seed, max_tokens=320):
     body = {"messages": [{"role": "user", "content": f"Give a JSON example of a {name.replace('_', ' ')}."}],
-            "temperature": 1.0, "max_tokens": 320, "seed": seed,
+            "temperature": 1.0, "max_tokens": max_tokens, "seed": seed,
             "response_format": {"type": "json_schema",
                                 "json_schema": {"name": name, "schema": schema, "strict": True}}}
     r = chat(server, body)
@@ -50,6 +50,78 @@ def test_schema_suite_outputs_always_validate(server):
             except Exception as e:  # collect all, report together
                 failures.append(f"{name}: {e!s:.200}\n  output: {text[:300]!r}")
     assert not failures, f"{len(failures)}/{len(SCHEMAS)} failed:\n" + "\n".join(failures)
+
+
+def open_ended(schema, root=None, seen=()):
+    """Whether the schema lets a value grow long through the model's own choice: a string with
+    no maxLength (and no format or enum), an array or map with no (or a large) bound, any
+    JSON value, or a recursive $ref. Everything else has a short longest value."""
+    root = root if root is not None else schema
+    if schema is True or schema == {} or not isinstance(schema, dict):
+        return True
+    if "$ref" in schema:
+        ref = schema["$ref"]
+        if ref in seen:
+            return True
+        node = root
+        for part in ref.lstrip("#/").split("/"):
+            node = node[part] if part else node
+        return open_ended(node, root, seen + (ref,))
+    if "enum" in schema or "const" in schema:
+        return False
+    shaping = ("type", "properties", "items", "prefixItems", "anyOf", "oneOf", "allOf",
+               "additionalProperties")
+    if not any(k in schema for k in shaping):
+        return True  # any JSON value
+    for k in ("anyOf", "oneOf", "allOf"):
+        if any(open_ended(x, root, seen) for x in schema.get(k, [])):
+            return True
+    types = schema.get("type")
+    types = types if isinstance(types, list) else [types]
+    for t in types:
+        if t == "string" and "maxLength" not in schema and "format" not in schema:
+            pat = schema.get("pattern", "*")
+            if any(c in pat for c in "*+") or ",}" in pat:
+                return True
+        if t == "array":
+            if schema.get("maxItems", 99) > 10:
+                return True
+            items = [schema.get("items", {})] + schema.get("prefixItems", [])
+            if any(open_ended(x, root, seen) for x in items if x is not False):
+                return True
+        if t == "object" or "properties" in schema:
+            if any(open_ended(x, root, seen) for x in schema.get("properties", {}).values()):
+                return True
+            extra = schema.get("additionalProperties")
+            if isinstance(extra, dict) and not schema.get("properties") and \
+                    schema.get("maxProperties", 99) > 10:
+                return True
+    return False
+
+
+def test_no_schema_output_runs_away(server):
+    # Whitespace is bounded at every gap (none before a colon, one space after it, else one
+    # newline and an indent of at most 16 spaces or 4 tabs), numbers, formats, enums and
+    # small containers are finite. Sampled at temperature 1 with new seeds and a generous
+    # max_tokens: an output of a schema with a short longest value always stops, and no
+    # output, cut or not, holds a whitespace run beyond the bound. (A string, a big array or a
+    # map the model keeps writing is the model's choice, as in plain text.)
+    runaways, blanks = [], []
+    with cf.ThreadPoolExecutor(8) as pool:
+        futures = {pool.submit(ask_schema, server, name, schema, 5000 + i, 1024): (name, schema)
+                   for i, (name, schema) in enumerate(SCHEMAS)}
+        for fut in cf.as_completed(futures):
+            (name, schema), choice = futures[fut], fut.result()
+            text = choice["message"]["content"] or ""
+            if choice["finish_reason"] != "stop" and not open_ended(schema):
+                runaways.append(f"{name}: {choice['finish_reason']}: {text[-200:]!r}")
+            outside = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text)  # whitespace between tokens
+            if re.search(r"\s{18,}|\n\s*\n", outside):
+                blanks.append(f"{name}: {text[-200:]!r}")
+    assert not runaways, f"{len(runaways)} ran away:\n" + "\n".join(runaways)
+    assert not blanks, f"{len(blanks)} with whitespace runs:\n" + "\n".join(blanks)
+    bounded = [n for n, s in SCHEMAS if not open_ended(s)]
+    assert len(bounded) >= 40  # the strict half of the check covers enough of the suite
 
 
 def test_json_object_mode(server):

@@ -25,7 +25,7 @@ bool accepts(const Grammar& g, std::string_view text) {
 Grammar schema_grammar(const char* schema) {
   const std::string text = json_schema_to_gbnf(json::parse(schema));
   try {
-    return parse_gbnf(text);
+    return parse_gbnf(text, GbnfSource::kGenerated);
   } catch (const Error& e) {
     ADD_FAILURE() << e.what() << "\n" << text;
     throw;
@@ -148,6 +148,42 @@ TEST(JsonSchema, NumericBounds) {
   Grammar p = schema_grammar(R"({"type": "number", "minimum": 0})");
   for (const char* ok : {"5.0", "0", "0.25", "1234.5"}) EXPECT_TRUE(accepts(p, ok)) << ok;
   EXPECT_FALSE(accepts(p, "-1"));
+  // Fractional and exclusive bounds are exact, not rounded to whole numbers.
+  Grammar o = schema_grammar(R"({"type": "number", "exclusiveMinimum": 0, "maximum": 0.75})");
+  for (const char* ok : {"0.5", "0.001", "0.75", "0.7500", "0.1"})
+    EXPECT_TRUE(accepts(o, ok)) << ok;
+  for (const char* bad : {"0", "0.0", "0.751", "1", "-0.5"}) EXPECT_FALSE(accepts(o, bad)) << bad;
+  Grammar both = schema_grammar(
+      R"({"type": "number", "minimum": 0.5, "exclusiveMinimum": 0.5, "exclusiveMaximum": 2})");
+  EXPECT_FALSE(accepts(both, "0.5"));  // the tighter (exclusive) of equal bounds applies
+  EXPECT_TRUE(accepts(both, "0.51"));
+  EXPECT_TRUE(accepts(both, "1.999"));
+  EXPECT_FALSE(accepts(both, "2"));
+}
+
+TEST(JsonSchema, MapsHonourMaxProperties) {
+  Grammar g = schema_grammar(
+      R"({"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 2})");
+  EXPECT_TRUE(accepts(g, "{}"));
+  EXPECT_TRUE(accepts(g, "{\"a\": 1, \"b\": 2}"));
+  EXPECT_FALSE(accepts(g, "{\"a\": 1, \"b\": 2, \"c\": 3}"));
+  Grammar none = schema_grammar(
+      R"({"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 0})");
+  EXPECT_TRUE(accepts(none, "{}"));
+  EXPECT_FALSE(accepts(none, "{\"a\": 1}"));
+}
+
+TEST(JsonSchema, WhitespaceIsBounded) {
+  Grammar g = schema_grammar(R"({"type": "object", "properties": {"a": {"type": "integer"}}})");
+  EXPECT_TRUE(accepts(g, "{\"a\": 1}"));
+  EXPECT_TRUE(accepts(g, "{\"a\":1}"));
+  EXPECT_TRUE(accepts(g, "{\n    \"a\": 1\n}"));
+  EXPECT_TRUE(accepts(g, "{\n\t\"a\": 1\n}"));
+  EXPECT_FALSE(accepts(g, "{\"a\" : 1}"));      // nothing before a colon
+  EXPECT_FALSE(accepts(g, "{\"a\":\n1}"));      // one space at most after it
+  EXPECT_FALSE(accepts(g, "{\n\n\"a\": 1}"));   // one newline a gap
+  EXPECT_FALSE(accepts(g, "{\n \t\"a\": 1}"));  // spaces or tabs, not both
+  EXPECT_FALSE(accepts(g, "{\n" + std::string(17, ' ') + "\"a\": 1}"));  // 16 spaces at most
 }
 
 TEST(IntRange, EveryValueInWindows) {
