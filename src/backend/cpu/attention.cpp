@@ -1,5 +1,7 @@
 // Attention of query tokens over the paged F16 (or BF16) KV cache.
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -155,6 +157,130 @@ void attention_one_scalar(const uint16_t* cache, const KvCacheLayout& layout, in
                      order);
 }
 
+namespace {
+
+// Rows per tile strip: a tile's scores and weights take at most this many floats each
+// (rows x positions), so that a query tile of a long sequence stays in L2.
+constexpr int64_t kStripFloats = 1 << 18;
+constexpr int kMaxQueryTile = 16;
+// Positions per work item when the keys of a few long sequences are split over threads.
+constexpr int kScoreChunk = 1024;
+
+struct TilePlan {
+  std::vector<avx2::AttnRow> rows;
+  std::vector<avx2::AttnTile> tiles;
+};
+
+// Groups the queries into tiles: consecutive tokens of one sequence (same block table and
+// order, consecutive positions), at most kMaxQueryTile of them and fewer for long sequences,
+// times one kv head with its group of query heads.
+void plan_tiles(std::span<const AttentionQuery> queries, int n_heads, int n_kv_heads, int hd,
+                TilePlan& plan) {
+  const int group = n_heads / n_kv_heads;
+  plan.rows.clear(), plan.tiles.clear();
+  std::vector<size_t> row_begin;
+  for (size_t i = 0; i < queries.size();) {
+    const AttentionQuery& a = queries[i];
+    const int64_t tq =
+        std::clamp<int64_t>(kStripFloats / ((int64_t)group * (a.pos + 1)), 1, kMaxQueryTile);
+    size_t j = i + 1;
+    while (j < queries.size() && (int64_t)(j - i) < tq && queries[j].block_table == a.block_table &&
+           queries[j].order == a.order && queries[j].pos == queries[j - 1].pos + 1)
+      ++j;
+    for (int kv = 0; kv < n_kv_heads; ++kv) {
+      avx2::AttnTile t{a.block_table, kv, a.order, nullptr, 0, INT32_MAX, -1};
+      row_begin.push_back(plan.rows.size());
+      for (size_t k = i; k < j; ++k) {
+        const AttentionQuery& q = queries[k];
+        for (int h = kv * group; h < (kv + 1) * group; ++h)
+          plan.rows.push_back({q.q + (int64_t)h * hd, q.out + (int64_t)h * hd, q.first, q.pos});
+        t.lo = std::min(t.lo, q.first), t.hi = std::max(t.hi, q.pos);
+      }
+      t.n_rows = (int32_t)((j - i) * (size_t)group);
+      plan.tiles.push_back(t);
+    }
+    i = j;
+  }
+  for (size_t t = 0; t < plan.tiles.size(); ++t)
+    plan.tiles[t].rows = plan.rows.data() + row_begin[t];
+}
+
+// Runs fn(item) for items [0, n) over the pool, claimed one at a time from the last (the
+// tiles of a prompt grow with the position, so the largest go first).
+template <typename Fn>
+void claim_items(ThreadPool& pool, int64_t n, const Fn& fn) {
+  std::atomic<int64_t> next{0};
+  pool.run([&](int, int) {
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(n - 1 - i);
+  });
+}
+
+// A few long tiles (decoding a few sequences): each stage split over the threads, the keys of
+// one tile among several of them (same bits: every value is computed as in the one-thread
+// form).
+void run_staged(const avx2::AttnContext& c, const TilePlan& plan, ThreadPool& pool) {
+  // Named by reference: a lambda run on a worker would see the worker's own thread_local.
+  thread_local std::vector<avx2::AttnScratch> scratch_owner;
+  std::vector<avx2::AttnScratch>& scratch = scratch_owner;
+  const auto& tiles = plan.tiles;
+  if (scratch.size() < tiles.size()) scratch.resize(tiles.size());
+  struct Item {
+    int tile, begin, end;
+  };
+  std::vector<Item> score_items, row_items, dim_items;
+  const int hd = c.layout->head_dim, step = hd % 16 == 0 ? 16 : 8;
+  const int dim_parts =
+      std::clamp((pool.size() + (int)tiles.size() - 1) / (int)tiles.size(), 1, hd / step);
+  for (int i = 0; i < (int)tiles.size(); ++i) {
+    const avx2::AttnTile& t = tiles[(size_t)i];
+    avx2::tile_prepare(c, t, scratch[(size_t)i]);
+    for (int p = t.lo / 8 * 8; p <= t.hi; p += kScoreChunk)
+      score_items.push_back({i, p, p + kScoreChunk});
+    for (int r = 0; r < t.n_rows; ++r) row_items.push_back({i, r, r + 1});
+    for (int part = 0; part < dim_parts; ++part) {
+      const IndexRange d = split_range(hd, part, dim_parts, step);
+      if (d.begin < d.end) dim_items.push_back({i, (int)d.begin, (int)d.end});
+    }
+  }
+  const auto stage = [&](const std::vector<Item>& items, auto fn) {
+    claim_items(pool, (int64_t)items.size(), [&](int64_t k) {
+      const Item& it = items[(size_t)k];
+      fn(tiles[(size_t)it.tile], scratch[(size_t)it.tile], it.begin, it.end);
+    });
+  };
+  stage(score_items, [&](const avx2::AttnTile& t, avx2::AttnScratch& s, int b, int e) {
+    avx2::tile_scores(c, t, s, b, e);
+  });
+  stage(row_items, [&](const avx2::AttnTile& t, avx2::AttnScratch& s, int b, int e) {
+    avx2::tile_softmax(c, t, s, b, e);
+  });
+  stage(dim_items, [&](const avx2::AttnTile& t, avx2::AttnScratch& s, int b, int e) {
+    avx2::tile_values(c, t, s, b, e);
+  });
+}
+
+void run_tiled(const avx2::AttnContext& c, std::span<const AttentionQuery> queries, int n_heads,
+               ThreadPool& pool) {
+  thread_local TilePlan plan_owner;
+  TilePlan& plan = plan_owner;  // by reference: the workers read the caller's plan
+  const KvCacheLayout& layout = *c.layout;
+  plan_tiles(queries, n_heads, layout.n_kv_heads, layout.head_dim, plan);
+  int longest = 0;
+  for (const avx2::AttnTile& t : plan.tiles) longest = std::max(longest, t.hi + 1 - t.lo);
+  if (pool.size() > 1 && (int)plan.tiles.size() < 2 * pool.size() && longest >= 2 * kScoreChunk)
+    return run_staged(c, plan, pool);
+  claim_items(pool, (int64_t)plan.tiles.size(), [&](int64_t i) {
+    thread_local avx2::AttnScratch sc;
+    const avx2::AttnTile& t = plan.tiles[(size_t)i];
+    avx2::tile_prepare(c, t, sc);
+    avx2::tile_scores(c, t, sc, t.lo / 8 * 8, t.hi + 1);
+    avx2::tile_softmax(c, t, sc, 0, t.n_rows);
+    avx2::tile_values(c, t, sc, 0, layout.head_dim);
+  });
+}
+
+}  // namespace
+
 void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                      std::span<const AttentionQuery> queries, int n_heads, float scale,
                      float softcap, ThreadPool& pool) {
@@ -162,6 +288,11 @@ void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int lay
     check_attention(layout, layer, q.pos, n_heads);
     if (q.first < 0 || q.first > q.pos)
       throw_error(ErrorKind::kInvalidArgument, "attention: first position out of range");
+  }
+  static const bool simd = cpu_features().has_avx2_kernels();
+  if (simd && layout.head_dim % 8 == 0) {
+    // Tiled: same bits as attend_head per (query, head), K/V read once per tile.
+    return run_tiled({cache, &layout, layer, scale, softcap}, queries, n_heads, pool);
   }
   const int64_t n_items = (int64_t)queries.size() * n_heads;
   const int group = n_heads / layout.n_kv_heads;
@@ -171,9 +302,9 @@ void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int lay
       const AttentionQuery& q = queries[(size_t)(item / n_heads)];
       const int h = (int)(item % n_heads);
       if (scores.size() < (size_t)q.pos + 1) scores.resize((size_t)q.pos + 1);
-      attend_head(cache, layout, layer, q.block_table, q.first, q.pos, h / group,
-                  q.q + (int64_t)h * layout.head_dim, scale, softcap, q.order, scores.data(),
-                  q.out + (int64_t)h * layout.head_dim);
+      attend_head_scalar(cache, layout, layer, q.block_table, q.first, q.pos, h / group,
+                         q.q + (int64_t)h * layout.head_dim, scale, softcap, q.order, scores.data(),
+                         q.out + (int64_t)h * layout.head_dim);
     }
   });
 }
