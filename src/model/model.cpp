@@ -36,7 +36,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const formats::HfOpe
   return m;
 }
 
-KvCacheLayout Model::kv_layout_for(int n_blocks, int block_size, KvDType dtype) const {
+KvCacheLayout Model::kv_layout_for(int n_blocks, int block_size, KvDType dtype,
+                                   std::optional<KvDType> v_dtype) const {
   if (n_blocks <= 0 || block_size <= 0)
     throw_error(ErrorKind::kInvalidArgument, "KV cache needs n_blocks > 0 and block_size > 0");
   KvCacheLayout l;
@@ -46,11 +47,22 @@ KvCacheLayout Model::kv_layout_for(int n_blocks, int block_size, KvDType dtype) 
   l.block_size = block_size;
   l.n_blocks = n_blocks;
   l.dtype = dtype;
+  if (v_dtype && *v_dtype != dtype) l.v_type = (int8_t)*v_dtype;
+  for (int kv = 0; kv < 2; ++kv)
+    if (kv_dtype_quantized(l.type(kv)) && config_.head_dim % kKvQuantBlock != 0)
+      throw_error(ErrorKind::kUnsupported,
+                  std::string("a ") + kv_dtype_name(l.type(kv)) +
+                      " KV cache needs head_dim a multiple of " + std::to_string(kKvQuantBlock) +
+                      "; this model's is " + std::to_string(config_.head_dim));
   return l;
 }
 
-size_t Model::kv_bytes_per_token(KvDType) const {
-  return (size_t)config_.n_layers * 2 * (size_t)config_.kv_dim() * 2;  // 2-byte elements
+size_t Model::kv_bytes_per_token(KvDType dtype, std::optional<KvDType> v_dtype) const {
+  KvCacheLayout l;
+  l.n_layers = config_.n_layers, l.n_kv_heads = config_.n_kv_heads;
+  l.head_dim = config_.head_dim, l.dtype = dtype;
+  if (v_dtype && *v_dtype != dtype) l.v_type = (int8_t)*v_dtype;
+  return l.bytes_per_token();
 }
 
 size_t Model::weight_bytes_per_token() const {

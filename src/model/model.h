@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -107,10 +108,14 @@ class Model {
   const gguf::GgufFile& file() const { return file_; }
   const Weights& weights() const { return *weights_; }
 
+  // K of type `dtype`, V of v_dtype (when given, else dtype). Throws for a quantized type
+  // whose 32-value blocks do not tile head_dim.
   KvCacheLayout kv_layout_for(int n_blocks, int block_size = kDefaultKvBlockSize,
-                              KvDType dtype = KvDType::F16) const;
+                              KvDType dtype = KvDType::F16,
+                              std::optional<KvDType> v_dtype = std::nullopt) const;
   // Bytes of KV cache one token position takes (every layer, K and V).
-  size_t kv_bytes_per_token(KvDType dtype = KvDType::F16) const;
+  size_t kv_bytes_per_token(KvDType dtype = KvDType::F16,
+                            std::optional<KvDType> v_dtype = std::nullopt) const;
 
   // Bytes of weights read by one decode step (every matrix once), for speed-of-light figures.
   size_t weight_bytes_per_token() const;

@@ -15,28 +15,27 @@
 namespace hablar::cpu {
 namespace {
 
-float kv_value(const uint16_t* p, bool bf16) {
-  return bf16 ? bf16_to_f32(*p) : fp16_to_f32(*p);
-}
-
 // x rounded to the cache's element type (to nearest, ties to even).
 float round_to_kv(float x, bool bf16) {
   return bf16 ? bf16_to_f32(f32_to_bf16(x)) : fp16_to_f32(f32_to_fp16(x));
 }
 
-// q·k of one position in the given order (ops.h SumOrder); q is already rounded.
-float dot_qk(const float* qr, const uint16_t* k, int hd, bool bf16, SumOrder order) {
+// q·k of one position in the given order (ops.h SumOrder); q and k as float. Each partial
+// sum is one fused multiply-add per value, as the SIMD forms take it (for F16/BF16 rows the
+// products are exact, so this is also llama.cpp's unfused order).
+float dot_qk(const float* qr, const float* k, int hd, SumOrder order) {
   if (order == SumOrder::kLanes16 && hd % kReduceLanes == 0) {
     float lanes[kReduceLanes] = {};
-    for (int d = 0; d < hd; ++d) lanes[d % kReduceLanes] += qr[d] * kv_value(k + d, bf16);
+    for (int d = 0; d < hd; ++d)
+      lanes[d % kReduceLanes] = std::fma(qr[d], k[d], lanes[d % kReduceLanes]);
     return reduce16(lanes);
   }
   const int main_dims = hd / 64 * 64;
   float part[64] = {}, folded[kReduceLanes];
-  for (int d = 0; d < main_dims; ++d) part[d % 64] += qr[d] * kv_value(k + d, bf16);
+  for (int d = 0; d < main_dims; ++d) part[d % 64] = std::fma(qr[d], k[d], part[d % 64]);
   fold64(part, folded);
   double sum = (double)reduce16(folded);
-  for (int d = main_dims; d < hd; ++d) sum += (double)(qr[d] * kv_value(k + d, bf16));
+  for (int d = main_dims; d < hd; ++d) sum += (double)(qr[d] * k[d]);
   return (float)sum;
 }
 
@@ -47,19 +46,26 @@ float dot_qk(const float* qr, const uint16_t* k, int hd, bool bf16, SumOrder ord
 // reduce16'd in float; positions before `first`, masked in llama.cpp, are zeros there) in
 // double; the weights are rounded to the cache type before the weighted sum of V, which
 // keeps 16 or 64 partial sums by position. Every product of two cache-type values is exact
-// in float, so FMA or not gives the same.
+// in float, so FMA or not gives the same. A quantized K or V (ops.h): rows dequantized, no
+// roundings of q or the weights, the 16-lane order.
 void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                         const int32_t* block_table, int first, int pos, int kv_head, const float* q,
                         float scale, float cap, SumOrder order, float* scores, float* out) {
   const int hd = layout.head_dim;
   const bool bf16 = layout.dtype == KvDType::BF16;
+  const bool quant = kv_dtype_quantized(layout.type(0)) || kv_dtype_quantized(layout.type(1));
+  if (quant) order = SumOrder::kLanes16;
   const int rows = order == SumOrder::kLanes64 ? 64 : kReduceLanes;
-  std::vector<float> qr((size_t)hd), acc((size_t)rows * hd, 0.0f);
-  for (int d = 0; d < hd; ++d) qr[(size_t)d] = round_to_kv(q[d], bf16);
+  std::vector<float> qr((size_t)hd), row((size_t)hd), acc((size_t)rows * hd, 0.0f);
+  for (int d = 0; d < hd; ++d) qr[(size_t)d] = quant ? q[d] : round_to_kv(q[d], bf16);
+  const auto load = [&](int kv, int p) {
+    kv_row_to_f32(cache + layout.position_offset(block_table, layer, kv, kv_head, p),
+                  layout.type(kv), hd, row.data());
+    return row.data();
+  };
   float max_score = -INFINITY;
   for (int p = first; p <= pos; ++p) {
-    const uint16_t* k = cache + layout.position_offset(block_table, layer, 0, kv_head, p);
-    scores[p] = dot_qk(qr.data(), k, hd, bf16, order) * scale;
+    scores[p] = dot_qk(qr.data(), load(0, p), hd, order) * scale;
     if (cap > 0.0f) softcap(scores + p, 1, cap);
     if (scores[p] > max_score) max_score = scores[p];
   }
@@ -74,10 +80,10 @@ void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int 
   }
   const float inv = (float)(1.0 / sum);
   for (int p = first; p <= pos; ++p) {
-    const uint16_t* v = cache + layout.position_offset(block_table, layer, 1, kv_head, p);
-    const float w = round_to_kv(scores[p] * inv, bf16);
-    float* row = acc.data() + (size_t)(p % rows) * hd;
-    for (int d = 0; d < hd; ++d) row[d] += w * kv_value(v + d, bf16);
+    const float* v = load(1, p);
+    const float w = quant ? scores[p] * inv : round_to_kv(scores[p] * inv, bf16);
+    float* a = acc.data() + (size_t)(p % rows) * hd;
+    for (int d = 0; d < hd; ++d) a[d] = std::fma(w, v[d], a[d]);
   }
   for (int d = 0; d < hd; ++d) {
     float part[64], lanes[kReduceLanes];
@@ -97,7 +103,8 @@ void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                  const int32_t* block_table, int first, int pos, int kv_head, const float* q,
                  float scale, float cap, SumOrder order, float* scores, float* out) {
   static const bool simd = cpu_features().has_avx2_kernels();
-  if (simd && layout.head_dim % 8 == 0) {
+  const bool quant = kv_dtype_quantized(layout.type(0)) || kv_dtype_quantized(layout.type(1));
+  if (simd && layout.head_dim % 8 == 0 && !quant) {
     avx2::attend_head(cache, layout, layer, block_table, first, pos, kv_head, q, scale, cap, order,
                       scores, out);
   } else {
@@ -161,7 +168,7 @@ namespace {
 
 // Rows per tile strip: a tile's scores and weights take at most this many floats each
 // (rows x positions), so that a query tile of a long sequence stays in L2.
-constexpr int64_t kStripFloats = 1 << 18;
+constexpr int64_t kStripFloats = 1 << 17;
 constexpr int kMaxQueryTile = 16;
 // Positions per work item when the keys of a few long sequences are split over threads.
 constexpr int kScoreChunk = 1024;
@@ -175,7 +182,7 @@ struct TilePlan {
 // order, consecutive positions), at most kMaxQueryTile of them and fewer for long sequences,
 // times one kv head with its group of query heads.
 void plan_tiles(std::span<const AttentionQuery> queries, int n_heads, int n_kv_heads, int hd,
-                TilePlan& plan) {
+                bool quant, TilePlan& plan) {
   const int group = n_heads / n_kv_heads;
   plan.rows.clear(), plan.tiles.clear();
   std::vector<size_t> row_begin;
@@ -188,7 +195,8 @@ void plan_tiles(std::span<const AttentionQuery> queries, int n_heads, int n_kv_h
            queries[j].order == a.order && queries[j].pos == queries[j - 1].pos + 1)
       ++j;
     for (int kv = 0; kv < n_kv_heads; ++kv) {
-      avx2::AttnTile t{a.block_table, kv, a.order, nullptr, 0, INT32_MAX, -1};
+      const SumOrder order = quant ? SumOrder::kLanes16 : a.order;
+      avx2::AttnTile t{a.block_table, kv, order, nullptr, 0, INT32_MAX, -1};
       row_begin.push_back(plan.rows.size());
       for (size_t k = i; k < j; ++k) {
         const AttentionQuery& q = queries[k];
@@ -264,7 +272,8 @@ void run_tiled(const avx2::AttnContext& c, std::span<const AttentionQuery> queri
   thread_local TilePlan plan_owner;
   TilePlan& plan = plan_owner;  // by reference: the workers read the caller's plan
   const KvCacheLayout& layout = *c.layout;
-  plan_tiles(queries, n_heads, layout.n_kv_heads, layout.head_dim, plan);
+  plan_tiles(queries, n_heads, layout.n_kv_heads, layout.head_dim,
+             kv_dtype_quantized(layout.type(0)) || kv_dtype_quantized(layout.type(1)), plan);
   int longest = 0;
   for (const avx2::AttnTile& t : plan.tiles) longest = std::max(longest, t.hi + 1 - t.lo);
   if (pool.size() > 1 && (int)plan.tiles.size() < 2 * pool.size() && longest >= 2 * kScoreChunk)
@@ -293,6 +302,17 @@ void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int lay
   if (simd && layout.head_dim % 8 == 0) {
     // Tiled: same bits as attend_head per (query, head), K/V read once per tile.
     return run_tiled({cache, &layout, layer, scale, softcap}, queries, n_heads, pool);
+  }
+  attention_batch_scalar(cache, layout, layer, queries, n_heads, scale, softcap, pool);
+}
+
+void attention_batch_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                            std::span<const AttentionQuery> queries, int n_heads, float scale,
+                            float softcap, ThreadPool& pool) {
+  for (const AttentionQuery& q : queries) {
+    check_attention(layout, layer, q.pos, n_heads);
+    if (q.first < 0 || q.first > q.pos)
+      throw_error(ErrorKind::kInvalidArgument, "attention: first position out of range");
   }
   const int64_t n_items = (int64_t)queries.size() * n_heads;
   const int group = n_heads / layout.n_kv_heads;

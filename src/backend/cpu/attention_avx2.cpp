@@ -10,6 +10,7 @@
 #include "backend/cpu/avx2_common.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ops_x86.h"
+#include "core/quant_blocks.h"
 
 namespace hablar::cpu::avx2 {
 namespace {
@@ -150,6 +151,57 @@ void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
 
 namespace {
 
+bool quantized(const KvCacheLayout& l) {
+  return kv_dtype_quantized(l.type(0)) || kv_dtype_quantized(l.type(1));
+}
+
+float half_to_float(uint16_t h) {
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+// 8 values of a cache row of type T from dimension d (a multiple of 8) as float: the
+// quantized types' (float)q * d, as core/quant.h dequantizes them.
+template <KvDType T>
+__m256 load_kv8(const uint16_t* row, int d) {
+  if constexpr (T == KvDType::F16 || T == KvDType::BF16) {
+    return load8(row + d, T == KvDType::BF16);
+  } else if constexpr (T == KvDType::Q8_0) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + d / kQK;
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + d % kQK));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
+                         _mm256_set1_ps(half_to_float(b->d)));
+  } else {
+    // Q4_0: values j < 16 in the low nibbles of qs[j], the others in the high nibbles of
+    // qs[j - 16]; each minus 8.
+    const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + d / kQK;
+    const int j = d % kQK;
+    __m256i q = _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + j % (kQK / 2))));
+    q = j < kQK / 2 ? _mm256_and_si256(q, _mm256_set1_epi32(0x0f)) : _mm256_srli_epi32(q, 4);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(8))),
+                         _mm256_set1_ps(half_to_float(b->d)));
+  }
+}
+
+void row_to_f32(const uint16_t* row, KvDType type, int hd, float* out) {
+  for (int d = 0; d < hd; d += 8) {
+    switch (type) {
+      case KvDType::F16:
+        _mm256_storeu_ps(out + d, load_kv8<KvDType::F16>(row, d));
+        break;
+      case KvDType::BF16:
+        _mm256_storeu_ps(out + d, load_kv8<KvDType::BF16>(row, d));
+        break;
+      case KvDType::Q8_0:
+        _mm256_storeu_ps(out + d, load_kv8<KvDType::Q8_0>(row, d));
+        break;
+      case KvDType::Q4_0:
+        _mm256_storeu_ps(out + d, load_kv8<KvDType::Q4_0>(row, d));
+        break;
+    }
+  }
+}
+
 int tile_lanes(SumOrder order) {
   return order == SumOrder::kLanes64 ? 64 : kReduceLanes;
 }
@@ -206,12 +258,10 @@ void qk16_2x2(const float* q0, const float* q1, const float* ka, const float* kb
 void scores16_group(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int g, int p_end,
                     float* kf) {
   const int hd = c.layout->head_dim, R = t.n_rows, base = tile_base(t), span = tile_span(t);
-  const bool bf16 = c.layout->dtype == KvDType::BF16;
   const int valid0 = std::max(g, t.lo), valid1 = std::min(g + 8, p_end);
-  for (int j = 0; j < 8; ++j) {
-    const uint16_t* k = kv_row(c, t, 0, std::clamp(g + j, valid0, valid1 - 1));
-    for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(kf + j * hd + d, load8(k + d, bf16));
-  }
+  for (int j = 0; j < 8; ++j)
+    row_to_f32(sc.k_rows[(size_t)(std::clamp(g + j, valid0, valid1 - 1) - base)], c.layout->type(0),
+               hd, kf + j * hd);
   const __m256 scale = _mm256_set1_ps(c.scale);
   for (int r = 0; r < R; r += 2) {
     const float* q0 = sc.qr.data() + (size_t)r * hd;
@@ -238,12 +288,20 @@ void tile_prepare(const AttnContext& c, const AttnTile& t, AttnScratch& sc) {
   const size_t span = (size_t)tile_span(t);
   sc.qr.resize((size_t)R * hd);
   if (sc.s.size() < span * R) sc.s.resize(span * R);
-  if (sc.w.size() < span * R) sc.w.resize(span * R);
+  if (sc.w.size() < span * (size_t)((R + 3) / 4 * 4)) sc.w.resize(span * ((R + 3) / 4 * 4));
   sc.acc.resize((size_t)R * tile_lanes(t.order) * hd);
+  const int base = tile_base(t);
+  sc.k_rows.resize(span), sc.v_rows.resize(span);
+  for (int p = t.lo; p <= t.hi; ++p) {
+    sc.k_rows[(size_t)(p - base)] = kv_row(c, t, 0, p);
+    sc.v_rows[(size_t)(p - base)] = kv_row(c, t, 1, p);
+  }
+  const bool round = !quantized(*c.layout);
   for (int r = 0; r < R; ++r)
-    for (int d = 0; d < hd; d += 8)
-      _mm256_storeu_ps(sc.qr.data() + (size_t)r * hd + d,
-                       round_to_kv8(_mm256_loadu_ps(t.rows[r].q + d), bf16));
+    for (int d = 0; d < hd; d += 8) {
+      const __m256 q = _mm256_loadu_ps(t.rows[r].q + d);
+      _mm256_storeu_ps(sc.qr.data() + (size_t)r * hd + d, round ? round_to_kv8(q, bf16) : q);
+    }
 }
 
 void tile_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int p_begin, int p_end) {
@@ -258,7 +316,7 @@ void tile_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int p
     return;
   }
   for (int p = std::max(p_begin, t.lo); p < p_end; ++p) {
-    const uint16_t* k = kv_row(c, t, 0, p);
+    const uint16_t* k = sc.k_rows[(size_t)(p - base)];
     for (int r = 0; r < R; ++r) {
       float* dst = sc.s.data() + (size_t)r * span + (p - base);
       *dst = dot_qk64(sc.qr.data() + (size_t)r * hd, k, hd, bf16) * c.scale;
@@ -269,41 +327,43 @@ void tile_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int p
 
 void tile_softmax(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int r_begin,
                   int r_end) {
-  const int R = t.n_rows, base = tile_base(t), span = tile_span(t);
-  const bool bf16 = c.layout->dtype == KvDType::BF16;
+  const int base = tile_base(t), span = tile_span(t);
+  const bool bf16 = c.layout->dtype == KvDType::BF16, round = !quantized(*c.layout);
   for (int r = r_begin; r < r_end; ++r) {
     const AttnRow& row = t.rows[r];
     float* s = sc.s.data() + (size_t)r * span;
     float max_score = -INFINITY;
     for (int p = row.first; p <= row.pos; ++p) max_score = std::max(max_score, s[p - base]);
     const float inv = (float)(1.0 / softmax_numerators(s, base, row.first, row.pos, max_score));
-    float* w = sc.w.data() + r;
-    for (int p = t.lo; p < row.first; ++p) w[(size_t)(p - base) * R] = 0.0f;
-    for (int p = row.pos + 1; p <= t.hi; ++p) w[(size_t)(p - base) * R] = 0.0f;
+    // Weights by blocks of 4 rows: [r / 4][p - base][r % 4].
+    float* w = sc.w.data() + (size_t)(r / 4) * span * 4 + r % 4;
+    for (int p = t.lo; p < row.first; ++p) w[(size_t)(p - base) * 4] = 0.0f;
+    for (int p = row.pos + 1; p <= t.hi; ++p) w[(size_t)(p - base) * 4] = 0.0f;
     const __m256 vinv = _mm256_set1_ps(inv);
     alignas(32) float tmp[8];
     for (int p = row.first; p <= row.pos; p += 8) {
       const int n = std::min(8, row.pos + 1 - p);
       std::copy(s + (p - base), s + (p - base) + n, tmp);
-      _mm256_store_ps(tmp, round_to_kv8(_mm256_mul_ps(_mm256_load_ps(tmp), vinv), bf16));
-      for (int i = 0; i < n; ++i) w[(size_t)(p + i - base) * R] = tmp[i];
+      const __m256 w8 = _mm256_mul_ps(_mm256_load_ps(tmp), vinv);
+      _mm256_store_ps(tmp, round ? round_to_kv8(w8, bf16) : w8);
+      for (int i = 0; i < n; ++i) w[(size_t)(p + i - base) * 4] = tmp[i];
     }
   }
 }
 
 namespace {
 
-// Positions per chunk of the value stage: the V rows of a chunk stay in L1/L2 while every
-// (lane row, dimension block, row block) passes over them.
-constexpr int kValueChunk = 256;
+// Positions per lane row and chunk of the value stage: the V rows of a chunk (16 per lane
+// row) stay in L1/L2 while every (lane row, dimension block, row block) passes over them.
+constexpr int kValueChunkPerLane = 16;
 
 // Accumulators of rows [r0, r0 + NR), dimensions [d, d + 8 * NV), lane row `lane`, over the
 // positions p = lane (mod lanes) of [c0, c1) ∩ [lo, hi], in increasing order.
-template <int NR, int NV>
+template <KvDType VT, int NR, int NV>
 void values_block(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int lane, int d, int r0,
                   int c0, int c1) {
-  const int hd = c.layout->head_dim, R = t.n_rows, L = tile_lanes(t.order), base = tile_base(t);
-  const bool bf16 = c.layout->dtype == KvDType::BF16;
+  const int hd = c.layout->head_dim, L = tile_lanes(t.order), base = tile_base(t);
+  const size_t span = (size_t)tile_span(t);
   float* acc = sc.acc.data();
   __m256 a[NR][NV];
   for (int r = 0; r < NR; ++r)
@@ -312,10 +372,10 @@ void values_block(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int 
                            : _mm256_loadu_ps(acc + ((size_t)(r0 + r) * L + lane) * hd + d + 8 * j);
   for (int p = c0 + lane; p < c1 && p <= t.hi; p += L) {
     if (p < t.lo) continue;
-    const uint16_t* v = kv_row(c, t, 1, p) + d;
+    const uint16_t* v = sc.v_rows[(size_t)(p - base)];
     __m256 vv[NV];
-    for (int j = 0; j < NV; ++j) vv[j] = load8(v + 8 * j, bf16);
-    const float* w = sc.w.data() + (size_t)(p - base) * R + r0;
+    for (int j = 0; j < NV; ++j) vv[j] = load_kv8<VT>(v, d + 8 * j);
+    const float* w = sc.w.data() + ((size_t)(r0 / 4) * span + (size_t)(p - base)) * 4;
     for (int r = 0; r < NR; ++r) {
       const __m256 wr = _mm256_broadcast_ss(w + r);
       for (int j = 0; j < NV; ++j) a[r][j] = _mm256_fmadd_ps(wr, vv[j], a[r][j]);
@@ -326,33 +386,53 @@ void values_block(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int 
       _mm256_storeu_ps(acc + ((size_t)(r0 + r) * L + lane) * hd + d + 8 * j, a[r][j]);
 }
 
-template <int NV>
-void values_rows(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int lane, int d, int c0,
-                 int c1) {
-  int r = 0;
-  for (; r + 4 <= t.n_rows; r += 4) values_block<4, NV>(c, t, sc, lane, d, r, c0, c1);
-  switch (t.n_rows - r) {
+template <KvDType VT, int NV>
+void values_rows(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int lane, int d, int r0,
+                 int c0, int c1) {
+  switch (std::min(4, t.n_rows - r0)) {
+    case 4:
+      return values_block<VT, 4, NV>(c, t, sc, lane, d, r0, c0, c1);
     case 3:
-      return values_block<3, NV>(c, t, sc, lane, d, r, c0, c1);
+      return values_block<VT, 3, NV>(c, t, sc, lane, d, r0, c0, c1);
     case 2:
-      return values_block<2, NV>(c, t, sc, lane, d, r, c0, c1);
-    case 1:
-      return values_block<1, NV>(c, t, sc, lane, d, r, c0, c1);
+      return values_block<VT, 2, NV>(c, t, sc, lane, d, r0, c0, c1);
     default:
-      return;
+      return values_block<VT, 1, NV>(c, t, sc, lane, d, r0, c0, c1);
   }
+}
+
+// One chunk of positions [c0, c0 + 16 * lanes) for dimensions [d_begin, d_end): block of 4
+// rows by block, so that the block's weights of the chunk stay in L1.
+template <KvDType VT>
+void values_chunk(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int d_begin, int d_end,
+                  int c0) {
+  const int c1 = c0 + kValueChunkPerLane * tile_lanes(t.order);
+  for (int r0 = 0; r0 < t.n_rows; r0 += 4)
+    for (int lane = 0; lane < tile_lanes(t.order); ++lane) {
+      int d = d_begin;
+      for (; d + 16 <= d_end; d += 16) values_rows<VT, 2>(c, t, sc, lane, d, r0, c0, c1);
+      if (d < d_end) values_rows<VT, 1>(c, t, sc, lane, d, r0, c0, c1);
+    }
 }
 
 }  // namespace
 
 void tile_values(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int d_begin, int d_end) {
   const int hd = c.layout->head_dim, L = tile_lanes(t.order), base = tile_base(t);
-  for (int c0 = base; c0 <= t.hi; c0 += kValueChunk) {
-    const int c1 = c0 + kValueChunk;
-    for (int lane = 0; lane < L; ++lane) {
-      int d = d_begin;
-      for (; d + 16 <= d_end; d += 16) values_rows<2>(c, t, sc, lane, d, c0, c1);
-      if (d < d_end) values_rows<1>(c, t, sc, lane, d, c0, c1);
+  for (int c0 = base; c0 <= t.hi; c0 += kValueChunkPerLane * L) {
+    switch (c.layout->type(1)) {
+      case KvDType::F16:
+        values_chunk<KvDType::F16>(c, t, sc, d_begin, d_end, c0);
+        break;
+      case KvDType::BF16:
+        values_chunk<KvDType::BF16>(c, t, sc, d_begin, d_end, c0);
+        break;
+      case KvDType::Q8_0:
+        values_chunk<KvDType::Q8_0>(c, t, sc, d_begin, d_end, c0);
+        break;
+      case KvDType::Q4_0:
+        values_chunk<KvDType::Q4_0>(c, t, sc, d_begin, d_end, c0);
+        break;
     }
   }
   for (int r = 0; r < t.n_rows; ++r)

@@ -55,6 +55,7 @@ struct AttnContext {
 };
 struct AttnScratch {
   std::vector<float> qr, s, w, acc;
+  std::vector<const uint16_t*> k_rows, v_rows;  // [p - base]: the cache rows of [lo, hi]
 };
 // Sizes the scratch and rounds the rows' q to the cache type. head_dim a multiple of 8.
 void tile_prepare(const AttnContext& c, const AttnTile& t, AttnScratch& sc);
