@@ -142,7 +142,13 @@ int run_bench(const BenchOptions& o) {
   for (int v : o.n_prompt) max_tokens = std::max(max_tokens, v);
   for (int v : o.n_gen) max_tokens = std::max(max_tokens, v);
   max_tokens += *std::max_element(o.n_depth.begin(), o.n_depth.end());
-  auto executor = engine::make_executor(*m, o.device.options(o.n_threads, max_tokens, o.n_batch));
+  if (const int32_t limit = model::max_context(m->config()); limit > 0 && max_tokens > limit)
+    log::warn(
+        "depth + tokens {} exceed the model's context of {} (measured all the same, as "
+        "llama-bench does)",
+        max_tokens, limit);
+  const engine::ExecutorOptions eo = o.device.options(o.n_threads, max_tokens, o.n_batch);
+  auto executor = engine::make_executor(*m, eo);
   log::info("{}", executor->describe());
   const auto* cpu = dynamic_cast<const engine::CpuExecutor*>(executor.get());
   const int n_threads = cpu ? cpu->n_threads() : 0;
@@ -164,7 +170,8 @@ int run_bench(const BenchOptions& o) {
   const double file_bytes = (double)std::filesystem::file_size(path);
   const double weight_bytes = (double)m->weight_bytes_per_token();
   const KvCacheLayout kv_layout =
-      m->kv_layout_for((max_tokens + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize);
+      m->kv_layout_for((max_tokens + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize,
+                       kDefaultKvBlockSize, eo.cache_type_k, eo.cache_type_v);
   const double kv_bytes = (double)kv_layout.total_bytes();
   const double kv_bytes_per_token =
       kv_bytes / ((double)kv_layout.n_blocks * (double)kv_layout.block_size);
@@ -196,8 +203,8 @@ int run_bench(const BenchOptions& o) {
                   human_size(file_bytes).c_str(), backend, n_threads, r.name.c_str(), r.mean(),
                   r.stddev());
   }
-  std::fprintf(stderr, "KV cache: %.0f bytes per token (%s)\n", kv_bytes_per_token,
-               kv_dtype_name(kv_layout.dtype));
+  std::fprintf(stderr, "KV cache: %.0f bytes per token (K %s, V %s)\n", kv_bytes_per_token,
+               kv_dtype_name(kv_layout.type(0)), kv_dtype_name(kv_layout.type(1)));
   for (const TestResult& r : results)
     if (r.n_gen > 0 && read_gbs > 0 && r.n_depth == 0)
       std::fprintf(stderr,
@@ -234,7 +241,7 @@ CommandRegistration reg{
       o->device.add_to(app);
       return [o] { return run_bench(*o); };
     },
-    {{"-ngl", "--n-gpu-layers"}}};
+    {{"-ngl", "--n-gpu-layers"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}}};
 
 }  // namespace
 }  // namespace hablar::cli

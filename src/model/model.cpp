@@ -1,7 +1,10 @@
 // Model loading and the checks on a forward step's input.
 #include "model/model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <climits>
 #include <string>
 
 #include "core/error.h"
@@ -34,6 +37,37 @@ std::unique_ptr<Model> Model::load(const std::string& path, const formats::HfOpe
   log::info("loaded {}: {}, {} layers, n_embd {}, heads {}/{} x {}, ffn {}, vocab {}", path, c.arch,
             c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff, c.n_vocab);
   return m;
+}
+
+int32_t max_context(const ModelConfig& c) {
+  if (c.n_ctx_train <= 0) return 0;
+  if (c.rope.scaling == RopeParams::Scaling::kNone || c.rope.factor <= 1.0f) return c.n_ctx_train;
+  const double scaled = (double)c.rope.original_context * (double)c.rope.factor;
+  return (int32_t)std::min<double>(std::max<double>(c.n_ctx_train, scaled), INT32_MAX);
+}
+
+void check_context(const ModelConfig& c, int64_t n_ctx, const std::string& flag) {
+  const int32_t limit = max_context(c);
+  if (limit <= 0 || n_ctx <= limit) return;
+  const bool scaled = c.rope.scaling != RopeParams::Scaling::kNone && c.rope.factor > 1.0f;
+  throw_error(ErrorKind::kInvalidArgument,
+              flag + " " + std::to_string(n_ctx) + " exceeds the model's context of " +
+                  std::to_string(limit) + " tokens" +
+                  (scaled ? " (its trained context " + std::to_string(c.n_ctx_train) +
+                                " extended by the RoPE scaling in the file, factor " +
+                                fmt::format("{:g}", c.rope.factor) + ")"
+                          : " (<arch>.context_length; the file defines no RoPE scaling that "
+                            "would extend it)"));
+}
+
+int32_t context_for(const ModelConfig& c, int32_t requested, int32_t fallback,
+                    const std::string& flag) {
+  if (requested > 0) {
+    check_context(c, requested, flag);
+    return requested;
+  }
+  const int32_t limit = max_context(c);
+  return limit > 0 ? std::min(fallback, limit) : fallback;
 }
 
 KvCacheLayout Model::kv_layout_for(int n_blocks, int block_size, KvDType dtype,
