@@ -14,7 +14,7 @@ struct ChatOptions {
   std::string system;
   std::string chat_template_file;
   int n_predict = -1;  // per reply; -1: until the context is full or the model ends its turn
-  int n_ctx = 4096;
+  int n_ctx = 0;       // 0: 4096, or the model's context when smaller
   int n_threads = 0;
   int n_batch = 512;
   int64_t seed = -1;  // -1: random, printed

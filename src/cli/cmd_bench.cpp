@@ -2,6 +2,8 @@
 // llama-bench measures them: pp = one sequence's prompt of P tokens from an empty cache (in
 // batches of -b), tg = N single-token decode steps from an empty cache; each test is run
 // once to warm up, then -r times; tokens/s given as mean ± sample standard deviation.
+// With -d N (llama-bench's depth) the sequence first holds N tokens (filled once, untimed),
+// and pp/tg are timed on top of them ("pp512 @ d4096"), the cache cut back to N between runs.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -32,6 +34,7 @@ struct BenchOptions {
   LoadFlags load;  // --quantize
   std::vector<int> n_prompt{512};
   std::vector<int> n_gen{128};
+  std::vector<int> n_depth{0};
   int repetitions = 5;
   int n_threads = 0;
   int n_batch = 512;
@@ -43,6 +46,7 @@ struct TestResult {
   std::string name;  // "pp512", "tg128"
   int n_prompt = 0;
   int n_gen = 0;
+  int n_depth = 0;
   std::vector<double> samples_ts;
   double mean() const {
     double s = 0;
@@ -68,30 +72,35 @@ std::vector<int32_t> random_tokens(int n, int n_vocab, uint32_t seed) {
   return t;
 }
 
-double time_prompt(engine::SequenceRunner& seq, const std::vector<int32_t>& tokens) {
-  seq.reset();
+// Both time tokens on top of the first `depth` tokens of the sequence (already evaluated).
+double time_prompt(engine::SequenceRunner& seq, int depth, const std::vector<int32_t>& tokens) {
+  seq.truncate(depth);
   const auto t0 = Clock::now();
   seq.eval(tokens);
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double time_generation(engine::SequenceRunner& seq, const std::vector<int32_t>& tokens) {
-  seq.reset();
+double time_generation(engine::SequenceRunner& seq, int depth, const std::vector<int32_t>& tokens) {
+  seq.truncate(depth);
   const auto t0 = Clock::now();
   for (int32_t t : tokens) seq.eval(std::span(&t, 1));
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-TestResult run_test(engine::StepExecutor& ex, const BenchOptions& o, int n_prompt, int n_gen) {
+TestResult run_test(engine::StepExecutor& ex, const BenchOptions& o, int n_prompt, int n_gen,
+                    int depth) {
   TestResult r;
   r.n_prompt = n_prompt;
   r.n_gen = n_gen;
+  r.n_depth = depth;
   r.name = n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+  if (depth > 0) r.name += " @ d" + std::to_string(depth);
   const int n = std::max(n_prompt, n_gen);
-  engine::SequenceRunner seq(ex, n, o.n_batch);
+  engine::SequenceRunner seq(ex, depth + n, o.n_batch);
   const std::vector<int32_t> tokens = random_tokens(n, ex.n_vocab(), 1234);
+  if (depth > 0) seq.eval(random_tokens(depth, ex.n_vocab(), 4321));  // the context, untimed
   auto once = [&] {
-    return n_prompt > 0 ? time_prompt(seq, tokens) : time_generation(seq, tokens);
+    return n_prompt > 0 ? time_prompt(seq, depth, tokens) : time_generation(seq, depth, tokens);
   };
   once();  // warm-up
   for (int i = 0; i < o.repetitions; ++i) r.samples_ts.push_back((double)n / once());
@@ -125,21 +134,32 @@ int run_bench(const BenchOptions& o) {
     if (v < 0) throw_error(ErrorKind::kInvalidArgument, "-p values must be >= 0");
   for (int v : o.n_gen)
     if (v < 0) throw_error(ErrorKind::kInvalidArgument, "-n values must be >= 0");
+  for (int v : o.n_depth)
+    if (v < 0) throw_error(ErrorKind::kInvalidArgument, "-d values must be >= 0");
   const std::string path = resolve_model_path(o.model);
   auto m = model::Model::load(path, o.load.options(o.n_threads));
   int max_tokens = 1;
   for (int v : o.n_prompt) max_tokens = std::max(max_tokens, v);
   for (int v : o.n_gen) max_tokens = std::max(max_tokens, v);
-  auto executor = engine::make_executor(*m, o.device.options(o.n_threads, max_tokens, o.n_batch));
+  max_tokens += *std::max_element(o.n_depth.begin(), o.n_depth.end());
+  if (const int32_t limit = model::max_context(m->config()); limit > 0 && max_tokens > limit)
+    log::warn(
+        "depth + tokens {} exceed the model's context of {} (measured all the same, as "
+        "llama-bench does)",
+        max_tokens, limit);
+  const engine::ExecutorOptions eo = o.device.options(o.n_threads, max_tokens, o.n_batch);
+  auto executor = engine::make_executor(*m, eo);
   log::info("{}", executor->describe());
   const auto* cpu = dynamic_cast<const engine::CpuExecutor*>(executor.get());
   const int n_threads = cpu ? cpu->n_threads() : 0;
   const char* backend = cpu ? "CPU" : "CUDA";
   std::vector<TestResult> results;
-  for (int p : o.n_prompt)
-    if (p > 0) results.push_back(run_test(*executor, o, p, 0));
-  for (int n : o.n_gen)
-    if (n > 0) results.push_back(run_test(*executor, o, 0, n));
+  for (int d : o.n_depth) {
+    for (int p : o.n_prompt)
+      if (p > 0) results.push_back(run_test(*executor, o, p, 0, d));
+    for (int n : o.n_gen)
+      if (n > 0) results.push_back(run_test(*executor, o, 0, n, d));
+  }
 
   // The bound on decode speed: the same threads reading the decode weights, nothing else.
   bool any_gen = false;
@@ -149,9 +169,12 @@ int run_bench(const BenchOptions& o) {
   const std::string name = std::filesystem::path(path).filename().string();
   const double file_bytes = (double)std::filesystem::file_size(path);
   const double weight_bytes = (double)m->weight_bytes_per_token();
-  const double kv_bytes =
-      (double)m->kv_layout_for((max_tokens + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize)
-          .total_bytes();
+  const KvCacheLayout kv_layout =
+      m->kv_layout_for((max_tokens + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize,
+                       kDefaultKvBlockSize, eo.cache_type_k, eo.cache_type_v);
+  const double kv_bytes = (double)kv_layout.total_bytes();
+  const double kv_bytes_per_token =
+      kv_bytes / ((double)kv_layout.n_blocks * (double)kv_layout.block_size);
   if (o.output == "json") {
     nlohmann::json arr = nlohmann::json::array();
     for (const TestResult& r : results)
@@ -161,6 +184,7 @@ int run_bench(const BenchOptions& o) {
                      {"backend", backend},
                      {"n_prompt", r.n_prompt},
                      {"n_gen", r.n_gen},
+                     {"n_depth", r.n_depth},
                      {"test", r.name},
                      {"avg_ts", r.mean()},
                      {"stddev_ts", r.stddev()},
@@ -168,6 +192,7 @@ int run_bench(const BenchOptions& o) {
                      {"weight_bytes_per_token", weight_bytes},
                      {"weight_read_gbs", read_gbs},
                      {"kv_cache_bytes", kv_bytes},
+                     {"kv_bytes_per_token", kv_bytes_per_token},
                      {"peak_rss_bytes", peak_rss_bytes()}});
     std::printf("%s\n", arr.dump(2).c_str());
   } else {
@@ -178,8 +203,10 @@ int run_bench(const BenchOptions& o) {
                   human_size(file_bytes).c_str(), backend, n_threads, r.name.c_str(), r.mean(),
                   r.stddev());
   }
+  std::fprintf(stderr, "KV cache: %.0f bytes per token (K %s, V %s)\n", kv_bytes_per_token,
+               kv_dtype_name(kv_layout.type(0)), kv_dtype_name(kv_layout.type(1)));
   for (const TestResult& r : results)
-    if (r.n_gen > 0 && read_gbs > 0)
+    if (r.n_gen > 0 && read_gbs > 0 && r.n_depth == 0)
       std::fprintf(stderr,
                    "%s: %.1f MB of weights per token -> %.2f GB/s of weight reads (%.0f%% of the "
                    "%.2f GB/s that %d threads read from them with no arithmetic)\n",
@@ -201,6 +228,10 @@ CommandRegistration reg{
       app.add_option("-n,--n-gen", o->n_gen, "generation lengths (comma-separated; 0 skips)")
           ->delimiter(',')
           ->capture_default_str();
+      app.add_option("-d,--n-depth", o->n_depth,
+                     "context depths: tokens in the cache before each test (comma-separated)")
+          ->delimiter(',')
+          ->capture_default_str();
       app.add_option("-r,--repetitions", o->repetitions, "runs per test")->capture_default_str();
       app.add_option("-t,--threads", o->n_threads, "threads (0 = all cores)")
           ->capture_default_str();
@@ -210,7 +241,7 @@ CommandRegistration reg{
       o->device.add_to(app);
       return [o] { return run_bench(*o); };
     },
-    {{"-ngl", "--n-gpu-layers"}}};
+    {{"-ngl", "--n-gpu-layers"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}}};
 
 }  // namespace
 }  // namespace hablar::cli

@@ -86,9 +86,10 @@ class ChatSession {
     model_ = model::Model::load(path);
     tmpl_ = std::make_unique<chat::ChatTemplate>(
         chat_template_source(model_->file(), o.chat_template_file));
-    executor_ = engine::make_executor(*model_, o.device.options(o.n_threads, o.n_ctx, o.n_batch));
+    n_ctx_ = model::context_for(model_->config(), o.n_ctx, 4096, "-c/--ctx-size");
+    executor_ = engine::make_executor(*model_, o.device.options(o.n_threads, n_ctx_, o.n_batch));
     engine::EngineConfig ec;
-    ec.n_ctx = o.n_ctx;
+    ec.n_ctx = n_ctx_;
     ec.scheduler.max_running = 1;
     ec.scheduler.max_step_tokens = o.n_batch;
     ec.scheduler.max_prefill_chunk = o.n_batch;
@@ -115,17 +116,17 @@ class ChatSession {
     if (tok.bos_id() >= 0) input.bos_token = tok.token_piece(tok.bos_id());
     if (tok.eos_id() >= 0) input.eos_token = tok.token_piece(tok.eos_id());
     const auto prompt = encode_rendered_prompt(tok, chat::apply_chat_template(*tmpl_, input));
-    if ((int)prompt.size() >= o_.n_ctx) {
+    if ((int)prompt.size() >= n_ctx_) {
       messages_.erase(messages_.size() - 1);
       std::fprintf(stderr,
                    "(the conversation no longer fits the context (-c %d); /clear starts "
                    "a new one)\n",
-                   o_.n_ctx);
+                   n_ctx_);
       return;
     }
     engine::GenerateRequest req;
     req.prompt = prompt;
-    const int room = o_.n_ctx - (int)prompt.size();
+    const int room = n_ctx_ - (int)prompt.size();
     req.max_tokens = o_.n_predict > 0 ? std::min(o_.n_predict, room) : room;
     engine::SamplingParams sampling = o_.sampling;
     sampling.seed += turn_++;  // each turn draws its own numbers, reproducibly
@@ -160,6 +161,7 @@ class ChatSession {
   }
 
   const ChatOptions& o_;
+  int n_ctx_ = 0;  // o_.n_ctx, or (0) 4096 capped at the model's context
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<chat::ChatTemplate> tmpl_;
   std::unique_ptr<engine::StepExecutor> executor_;

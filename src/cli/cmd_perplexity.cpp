@@ -46,6 +46,7 @@ int run_perplexity(const PerplexityOptions& o) {
   if (o.n_ctx < 4)
     throw_error(ErrorKind::kInvalidArgument, "-c must be >= 4, got " + std::to_string(o.n_ctx));
   auto m = model::Model::load(resolve_model_path(o.model), o.load.options(o.n_threads));
+  model::check_context(m->config(), o.n_ctx, "-c/--ctx-size");
   const std::string text = read_file(o.file);
   auto executor = engine::make_executor(*m, o.device.options(o.n_threads, o.n_ctx, o.n_batch));
   log::info("{}", executor->describe());
@@ -78,7 +79,7 @@ CommandRegistration reg{
           ->capture_default_str();
       return [o] { return run_perplexity(*o); };
     },
-    {{"-ngl", "--n-gpu-layers"}}};
+    {{"-ngl", "--n-gpu-layers"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}}};
 
 }  // namespace
 }  // namespace hablar::cli

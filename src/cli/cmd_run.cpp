@@ -37,7 +37,7 @@ struct RunOptions {
   std::string prompt_file;  // -f
   int n_predict = 128;      // -1: until the context is full
   int64_t seed = -1;        // -1: random, printed
-  int n_ctx = 4096;
+  int n_ctx = 0;            // 0: 4096, or the model's context when smaller
   int n_threads = 0;
   int n_batch = 512;
   bool json = false;
@@ -79,9 +79,11 @@ void check_options(const RunOptions& o) {
   if (o.prompt.empty() == o.prompt_file.empty())
     throw_error(ErrorKind::kInvalidArgument,
                 "give the prompt with -p TEXT (-p - reads standard input) or -f FILE, not both");
-  if (o.n_ctx <= 0)
+  if (o.n_ctx < 0)
     throw_error(ErrorKind::kInvalidArgument,
-                "-c (context size) must be > 0, got " + std::to_string(o.n_ctx));
+                "-c (context size) must be >= 0 (0: 4096, or the model's context when smaller), "
+                "got " +
+                    std::to_string(o.n_ctx));
   if (o.n_threads < 0)
     throw_error(ErrorKind::kInvalidArgument, "-t (threads) must be >= 0 (0 = all cores)");
   o.sampling.validate();
@@ -115,6 +117,7 @@ int run_generate(RunOptions o) {
   const std::string path = resolve_model_path(o.model);
   warm_file_with_progress(path);
   auto m = model::Model::load(path, o.load.options(o.n_threads));
+  const int n_ctx = model::context_for(m->config(), o.n_ctx, 4096, "-c/--ctx-size");
   const tokenizer::Tokenizer& tok = m->tokenizer();
   std::string prompt_text = o.prompt;
   std::vector<int32_t> prompt;
@@ -127,15 +130,15 @@ int run_generate(RunOptions o) {
     prompt = tok.encode(o.prompt, true, true);
   }
   if (prompt.empty()) throw_error(ErrorKind::kInvalidArgument, "the prompt is empty");
-  if ((int)prompt.size() >= o.n_ctx)
+  if ((int)prompt.size() >= n_ctx)
     throw_error(ErrorKind::kInvalidArgument,
                 "prompt is " + std::to_string(prompt.size()) + " tokens, the context holds " +
-                    std::to_string(o.n_ctx) + " (raise -c or shorten the prompt)");
+                    std::to_string(n_ctx) + " (raise -c or shorten the prompt)");
 
-  auto executor = engine::make_executor(*m, o.device.options(o.n_threads, o.n_ctx, o.n_batch));
+  auto executor = engine::make_executor(*m, o.device.options(o.n_threads, n_ctx, o.n_batch));
   log::info("{}", executor->describe());
   engine::EngineConfig ec;
-  ec.n_ctx = o.n_ctx;
+  ec.n_ctx = n_ctx;
   ec.scheduler.max_running = 1;
   ec.scheduler.max_step_tokens = o.n_batch;
   ec.scheduler.max_prefill_chunk = o.n_batch;
@@ -144,7 +147,7 @@ int run_generate(RunOptions o) {
 
   engine::GenerateRequest req;
   req.prompt = prompt;
-  req.max_tokens = o.n_predict > 0 ? o.n_predict : o.n_ctx - (int)prompt.size();
+  req.max_tokens = o.n_predict > 0 ? o.n_predict : n_ctx - (int)prompt.size();
   req.sampler = std::make_unique<engine::ParamsSampler>(o.sampling, m->config().n_vocab);
   req.filter = std::make_unique<engine::TextFilter>(tok, o.stop);
   const auto t0 = Clock::now();
@@ -219,7 +222,10 @@ CommandRegistration reg{
       app.add_option("-n,--n-predict", o->n_predict,
                      "tokens to generate (-1: until the context is full)")
           ->capture_default_str();
-      app.add_option("-c,--ctx-size", o->n_ctx, "context size in tokens")->capture_default_str();
+      app.add_option("-c,--ctx-size", o->n_ctx,
+                     "context size in tokens (0: 4096, or the model's context when smaller; more "
+                     "than the model's context is an error)")
+          ->capture_default_str();
       app.add_option("-t,--threads", o->n_threads, "threads (0 = all cores)")
           ->capture_default_str();
       app.add_option("-b,--batch-size", o->n_batch, "prompt tokens per forward call")
@@ -253,7 +259,10 @@ CommandRegistration reg{
       o->device.add_to(app);
       return [o] { return run_generate(*o); };
     },
-    {{"-ngl", "--n-gpu-layers"}, {"-cnv", "--conversation"}}};
+    {{"-ngl", "--n-gpu-layers"},
+     {"-cnv", "--conversation"},
+     {"-ctk", "--cache-type-k"},
+     {"-ctv", "--cache-type-v"}}};
 
 }  // namespace
 }  // namespace hablar::cli

@@ -29,6 +29,7 @@
 
 #include "cli/chat_prompt.h"
 #include "cli/command.h"
+#include "cli/device_options.h"
 #include "cli/load_options.h"
 #include "cli/load_progress.h"
 #include "core/error.h"
@@ -74,6 +75,7 @@ struct ServeOptions {
   std::string device = "auto";
   double gpu_memory_utilization = 0.9;
   bool deterministic = false;
+  std::string cache_type_k = "f16", cache_type_v = "f16";
   bool special_in_content = false;
   bool jinja = true;
   bool cont_batching = true;
@@ -112,6 +114,9 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   if (!o.chat_template_kwargs.empty())
     sm->template_kwargs = nlohmann::ordered_json::parse(o.chat_template_kwargs);  // checked
 
+  // -c beyond what the model runs (its trained context, or a RoPE scaling's extension) is
+  // refused here, before the cache is allocated.
+  if (o.n_ctx > 0) model::check_context(cfg, o.n_ctx, "-c/--ctx-size");
   engine::ExecutorOptions eo;
   eo.device = engine::device_kind_from_name(o.device);
   eo.n_threads = o.n_threads;
@@ -120,9 +125,12 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   eo.cuda.gpu_memory_utilization = o.gpu_memory_utilization;
   eo.cuda.max_step_tokens = std::max(o.n_batch, o.n_parallel);
   eo.cuda.deterministic = o.deterministic;
+  eo.cache_type_k = engine::kv_dtype_from_name(o.cache_type_k);
+  eo.cache_type_v = engine::kv_dtype_from_name(o.cache_type_v);
   sm->executor = engine::make_executor(*sm->model, eo);
   const int32_t pool_tokens = sm->executor->n_kv_blocks() * sm->executor->kv_block_size();
-  sm->n_ctx = std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : pool_tokens, pool_tokens);
+  const int32_t model_ctx = model::max_context(cfg);
+  sm->n_ctx = std::min(model_ctx > 0 ? model_ctx : pool_tokens, pool_tokens);
   sm->n_slots = o.n_parallel;
 
   engine::EngineConfig ec;
@@ -326,6 +334,7 @@ CommandRegistration serve_registration{
       app.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
                      "share of the GPU's memory hablar may use (weights, KV cache, buffers)")
           ->capture_default_str();
+      add_cache_type_flags(app, o->cache_type_k, o->cache_type_v);
       app.add_flag("--deterministic", o->deterministic,
                    "GPU: batch-invariant kernels (a sequence's output does not depend on the "
                    "others in its steps); slower");
@@ -435,6 +444,8 @@ CommandRegistration serve_registration{
     },
     {{"-np", "--parallel"},
      {"-ngl", "--n-gpu-layers"},
+     {"-ctk", "--cache-type-k"},
+     {"-ctv", "--cache-type-v"},
      {"-cb", "--cont-batching"},
      {"-nocb", "--no-cont-batching"},
      {"-to", "--timeout"},

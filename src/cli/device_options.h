@@ -1,5 +1,6 @@
 // The flags that choose where a command runs (run, bench, perplexity; serve has its own
-// copy beside its other flags): --device, -ngl, --gpu-memory-utilization, --deterministic.
+// copy beside its other flags): --device, -ngl, --gpu-memory-utilization, --deterministic,
+// --cache-type-k / --cache-type-v.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,13 +12,25 @@
 
 namespace hablar::cli {
 
+// -ctk/--cache-type-k and -ctv/--cache-type-v, llama.cpp's names: f16, q8_0, q4_0.
+inline void add_cache_type_flags(CLI::App& app, std::string& k, std::string& v) {
+  app.add_option("--cache-type-k", k, "KV cache type of K: f16, q8_0 or q4_0 (q8_0/q4_0: CPU)")
+      ->check(CLI::IsMember({"f16", "q8_0", "q4_0"}))
+      ->capture_default_str();
+  app.add_option("--cache-type-v", v, "KV cache type of V: f16, q8_0 or q4_0 (q8_0/q4_0: CPU)")
+      ->check(CLI::IsMember({"f16", "q8_0", "q4_0"}))
+      ->capture_default_str();
+}
+
 struct DeviceFlags {
   std::string device = "auto";
   int n_gpu_layers = -1;
   double gpu_memory_utilization = 0.9;
   bool deterministic = false;
+  std::string cache_type_k = "f16", cache_type_v = "f16";
 
   void add_to(CLI::App& app) {
+    add_cache_type_flags(app, cache_type_k, cache_type_v);
     app.add_option("--device", device, "where the model runs: auto (CUDA when present), cpu, cuda")
         ->capture_default_str();
     app.add_option("--n-gpu-layers", n_gpu_layers,
@@ -38,6 +51,8 @@ struct DeviceFlags {
     o.cuda.max_step_tokens = step_tokens;
     o.cuda.max_seq_len = kv_tokens;
     o.cuda.deterministic = deterministic;
+    o.cache_type_k = engine::kv_dtype_from_name(cache_type_k);
+    o.cache_type_v = engine::kv_dtype_from_name(cache_type_v);
     return o;
   }
 };

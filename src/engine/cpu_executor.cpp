@@ -34,9 +34,9 @@ void check_cpu_kernels(const model::Model& m) {
 }  // namespace
 
 CpuExecutor::CpuExecutor(const model::Model& model, int32_t n_blocks, int32_t block_size,
-                         int n_threads)
+                         int n_threads, KvDType cache_type_k, KvDType cache_type_v)
     : model_(model),
-      layout_(model.kv_layout_for(n_blocks, block_size)),
+      layout_(model.kv_layout_for(n_blocks, block_size, cache_type_k, cache_type_v)),
       pool_(std::make_unique<ThreadPool>(thread_count(n_threads))),
       ops_(*pool_) {
   check_cpu_kernels(model);
@@ -44,17 +44,20 @@ CpuExecutor::CpuExecutor(const model::Model& model, int32_t n_blocks, int32_t bl
 }
 
 std::string CpuExecutor::describe() const {
-  return fmt::format("cpu: {} threads, KV cache {} blocks x {} positions ({:.1f} MiB F16)",
-                     pool_->size(), layout_.n_blocks, layout_.block_size,
-                     (double)layout_.total_bytes() / (1 << 20));
+  return fmt::format(
+      "cpu: {} threads, KV cache {} blocks x {} positions ({:.1f} MiB, K {} V {}, "
+      "{} bytes per token)",
+      pool_->size(), layout_.n_blocks, layout_.block_size,
+      (double)layout_.total_bytes() / (1 << 20), kv_dtype_name(layout_.type(0)),
+      kv_dtype_name(layout_.type(1)), layout_.bytes_per_token());
 }
 
 void CpuExecutor::copy_block(const BlockCopy& copy) {
-  const size_t elems = layout_.block_elems();
   for (int layer = 0; layer < layout_.n_layers; ++layer)
     for (int kv = 0; kv < 2; ++kv)
       std::memcpy(cache_.data() + layout_.offset(layer, kv, copy.dst, 0, 0, 0),
-                  cache_.data() + layout_.offset(layer, kv, copy.src, 0, 0, 0), elems * 2);
+                  cache_.data() + layout_.offset(layer, kv, copy.src, 0, 0, 0),
+                  layout_.block_elems(kv) * 2);
 }
 
 void CpuExecutor::forward(std::span<const SequenceChunk> chunks, std::vector<float>& logits) {

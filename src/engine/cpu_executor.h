@@ -1,5 +1,6 @@
 // The CPU executor: the model's forward (model/forward.h) over the CPU backend's ops, with
-// the paged KV cache in host memory (F16). The engine samples its logits on the host.
+// the paged KV cache in host memory (F16, or Q8_0 / Q4_0 rows). The engine samples its logits on
+// the host.
 #pragma once
 
 #include <memory>
@@ -16,8 +17,10 @@ class CpuExecutor : public StepExecutor {
  public:
   // A cache of `n_blocks` blocks of `block_size` positions; n_threads 0 = every core.
   // Throws Error(kUnsupported) naming a tensor whose type has no CPU kernel.
+  // cache_type_k / _v: F16 (the default), Q8_0 or Q4_0.
   CpuExecutor(const model::Model& model, int32_t n_blocks, int32_t block_size = kDefaultKvBlockSize,
-              int n_threads = 0);
+              int n_threads = 0, KvDType cache_type_k = KvDType::F16,
+              KvDType cache_type_v = KvDType::F16);
 
   int32_t n_vocab() const override { return model_.config().n_vocab; }
   int32_t n_kv_blocks() const override { return layout_.n_blocks; }

@@ -143,6 +143,11 @@ class CudaExecutor : public StepExecutor {
 
 CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions& o)
     : model_(model), max_step_tokens_(o.max_step_tokens) {
+  if (o.cache_type_k != KvDType::F16 || o.cache_type_v != KvDType::F16)
+    throw_error(ErrorKind::kUnsupported,
+                std::string("the CUDA backend's KV cache is F16 only (asked for K ") +
+                    kv_dtype_name(o.cache_type_k) + ", V " + kv_dtype_name(o.cache_type_v) +
+                    "); quantized KV caches run on the CPU (--device cpu)");
   std::string reason;
   if (cuda::device_count(&reason) == 0)
     throw_error(ErrorKind::kUnsupported, "no CUDA device: " + reason);

@@ -16,6 +16,14 @@ DeviceKind device_kind_from_name(const std::string& name) {
               "unknown device '" + name + "' (expected auto, cpu or cuda)");
 }
 
+KvDType kv_dtype_from_name(const std::string& name) {
+  if (name == "f16") return KvDType::F16;
+  if (name == "q8_0") return KvDType::Q8_0;
+  if (name == "q4_0") return KvDType::Q4_0;
+  throw_error(ErrorKind::kInvalidArgument,
+              "unknown KV cache type '" + name + "' (expected f16, q8_0 or q4_0)");
+}
+
 DeviceKind resolve_device(const model::Model& model, const ExecutorOptions& o) {
   const int n_layers = model.config().n_layers;
   DeviceKind want = o.device;
@@ -53,11 +61,13 @@ std::unique_ptr<StepExecutor> make_executor(const model::Model& model, const Exe
   if (resolve_device(model, o) == DeviceKind::kCuda) {
     CudaExecutorOptions c = o.cuda;
     if (o.kv_tokens > 0) c.kv_tokens = o.kv_tokens;
+    c.cache_type_k = o.cache_type_k, c.cache_type_v = o.cache_type_v;
     return make_cuda_executor(model, c);
   }
   const int32_t tokens = o.kv_tokens > 0 ? o.kv_tokens : 8192;
   const int32_t n_blocks = (tokens + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize;
-  return std::make_unique<CpuExecutor>(model, n_blocks, kDefaultKvBlockSize, o.n_threads);
+  return std::make_unique<CpuExecutor>(model, n_blocks, kDefaultKvBlockSize, o.n_threads,
+                                       o.cache_type_k, o.cache_type_v);
 }
 
 #if !defined(HABLAR_HAVE_CUDA)

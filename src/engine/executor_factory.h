@@ -14,6 +14,9 @@ namespace hablar::engine {
 enum class DeviceKind { kAuto, kCpu, kCuda };
 // "auto", "cpu", "cuda"; throws Error(kInvalidArgument) for another name.
 DeviceKind device_kind_from_name(const std::string& name);
+// "f16", "q8_0", "q4_0" (llama.cpp's --cache-type names); throws Error(kInvalidArgument) for
+// another.
+KvDType kv_dtype_from_name(const std::string& name);
 
 struct ExecutorOptions {
   DeviceKind device = DeviceKind::kAuto;
@@ -22,6 +25,9 @@ struct ExecutorOptions {
   // llama.cpp's -ngl: -1 unset; 0 the CPU; >= the layer count the GPU; between: an error
   // (partial offload is not supported).
   int n_gpu_layers = -1;
+  // The KV cache's element types (--cache-type-k / --cache-type-v): F16, or on the CPU also
+  // Q8_0 / Q4_0 (the GPU refuses those).
+  KvDType cache_type_k = KvDType::F16, cache_type_v = KvDType::F16;
   CudaExecutorOptions cuda;
 };
 

@@ -3,6 +3,7 @@
 // through the engine). Any executor works, so the CPU and the GPU are measured the same way.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -25,6 +26,8 @@ class SequenceRunner {
   int n_past() const { return n_past_; }
   int n_ctx() const { return n_ctx_; }
   void reset() { n_past_ = 0; }  // forget the sequence (the cache is overwritten)
+  // Keeps the first n tokens (0 <= n <= n_past()); later ones are forgotten.
+  void truncate(int n) { n_past_ = std::clamp(n, 0, n_past_); }
 
  private:
   StepExecutor& executor_;

@@ -1,7 +1,10 @@
 // Model loading and the checks on a forward step's input.
 #include "model/model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <climits>
 #include <string>
 
 #include "core/error.h"
@@ -36,7 +39,39 @@ std::unique_ptr<Model> Model::load(const std::string& path, const formats::HfOpe
   return m;
 }
 
-KvCacheLayout Model::kv_layout_for(int n_blocks, int block_size, KvDType dtype) const {
+int32_t max_context(const ModelConfig& c) {
+  if (c.n_ctx_train <= 0) return 0;
+  if (c.rope.scaling == RopeParams::Scaling::kNone || c.rope.factor <= 1.0f) return c.n_ctx_train;
+  const double scaled = (double)c.rope.original_context * (double)c.rope.factor;
+  return (int32_t)std::min<double>(std::max<double>(c.n_ctx_train, scaled), INT32_MAX);
+}
+
+void check_context(const ModelConfig& c, int64_t n_ctx, const std::string& flag) {
+  const int32_t limit = max_context(c);
+  if (limit <= 0 || n_ctx <= limit) return;
+  const bool scaled = c.rope.scaling != RopeParams::Scaling::kNone && c.rope.factor > 1.0f;
+  throw_error(ErrorKind::kInvalidArgument,
+              flag + " " + std::to_string(n_ctx) + " exceeds the model's context of " +
+                  std::to_string(limit) + " tokens" +
+                  (scaled ? " (its trained context " + std::to_string(c.n_ctx_train) +
+                                " extended by the RoPE scaling in the file, factor " +
+                                fmt::format("{:g}", c.rope.factor) + ")"
+                          : " (<arch>.context_length; the file defines no RoPE scaling that "
+                            "would extend it)"));
+}
+
+int32_t context_for(const ModelConfig& c, int32_t requested, int32_t fallback,
+                    const std::string& flag) {
+  if (requested > 0) {
+    check_context(c, requested, flag);
+    return requested;
+  }
+  const int32_t limit = max_context(c);
+  return limit > 0 ? std::min(fallback, limit) : fallback;
+}
+
+KvCacheLayout Model::kv_layout_for(int n_blocks, int block_size, KvDType dtype,
+                                   std::optional<KvDType> v_dtype) const {
   if (n_blocks <= 0 || block_size <= 0)
     throw_error(ErrorKind::kInvalidArgument, "KV cache needs n_blocks > 0 and block_size > 0");
   KvCacheLayout l;
@@ -46,11 +81,22 @@ KvCacheLayout Model::kv_layout_for(int n_blocks, int block_size, KvDType dtype) 
   l.block_size = block_size;
   l.n_blocks = n_blocks;
   l.dtype = dtype;
+  if (v_dtype && *v_dtype != dtype) l.v_type = (int8_t)*v_dtype;
+  for (int kv = 0; kv < 2; ++kv)
+    if (kv_dtype_quantized(l.type(kv)) && config_.head_dim % kKvQuantBlock != 0)
+      throw_error(ErrorKind::kUnsupported,
+                  std::string("a ") + kv_dtype_name(l.type(kv)) +
+                      " KV cache needs head_dim a multiple of " + std::to_string(kKvQuantBlock) +
+                      "; this model's is " + std::to_string(config_.head_dim));
   return l;
 }
 
-size_t Model::kv_bytes_per_token(KvDType) const {
-  return (size_t)config_.n_layers * 2 * (size_t)config_.kv_dim() * 2;  // 2-byte elements
+size_t Model::kv_bytes_per_token(KvDType dtype, std::optional<KvDType> v_dtype) const {
+  KvCacheLayout l;
+  l.n_layers = config_.n_layers, l.n_kv_heads = config_.n_kv_heads;
+  l.head_dim = config_.head_dim, l.dtype = dtype;
+  if (v_dtype && *v_dtype != dtype) l.v_type = (int8_t)*v_dtype;
+  return l.bytes_per_token();
 }
 
 size_t Model::weight_bytes_per_token() const {

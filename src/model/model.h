@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -90,6 +91,18 @@ using hablar::SequenceChunk;
 
 struct Weights;  // weights.h
 
+// The longest context the model runs (0: no limit known): its trained context
+// (<arch>.context_length), or, with a RoPE scaling in the file (linear, llama3, YaRN), the
+// larger of that and the scaling's original context times its factor.
+int32_t max_context(const ModelConfig& c);
+// n_ctx checked against max_context: a larger value throws Error(kInvalidArgument) naming
+// `flag`, the trained context and the scaling (none, or what it allows).
+void check_context(const ModelConfig& c, int64_t n_ctx, const std::string& flag);
+// The context a command runs with: `requested` when > 0 (checked), else `fallback` capped at
+// max_context.
+int32_t context_for(const ModelConfig& c, int32_t requested, int32_t fallback,
+                    const std::string& flag);
+
 class Model {
  public:
   // Maps the file; checks every tensor's shape and type against the metadata. An unsupported
@@ -107,10 +120,14 @@ class Model {
   const gguf::GgufFile& file() const { return file_; }
   const Weights& weights() const { return *weights_; }
 
+  // K of type `dtype`, V of v_dtype (when given, else dtype). Throws for a quantized type
+  // whose 32-value blocks do not tile head_dim.
   KvCacheLayout kv_layout_for(int n_blocks, int block_size = kDefaultKvBlockSize,
-                              KvDType dtype = KvDType::F16) const;
+                              KvDType dtype = KvDType::F16,
+                              std::optional<KvDType> v_dtype = std::nullopt) const;
   // Bytes of KV cache one token position takes (every layer, K and V).
-  size_t kv_bytes_per_token(KvDType dtype = KvDType::F16) const;
+  size_t kv_bytes_per_token(KvDType dtype = KvDType::F16,
+                            std::optional<KvDType> v_dtype = std::nullopt) const;
 
   // Bytes of weights read by one decode step (every matrix once), for speed-of-light figures.
   size_t weight_bytes_per_token() const;

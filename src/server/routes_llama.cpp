@@ -340,6 +340,7 @@ void props(HttpServer& server, const httplib::Request&, httplib::Response& res) 
   auto m = server.model_or_throw();
   const auto& tok = m->tok();
   send_json(res, {{"default_generation_settings", generation_settings(*m)},
+                  {"n_ctx", m->n_ctx},  // the context every request is held to
                   {"total_slots", m->n_slots},
                   {"model_path", m->path},
                   {"model_alias", m->id},

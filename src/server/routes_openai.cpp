@@ -477,6 +477,7 @@ json model_entry(const ServingModel& m) {
           {"meta",
            {{"n_vocab", c.n_vocab},
             {"n_ctx_train", c.n_ctx_train},
+            {"n_ctx", m.n_ctx},  // what requests are held to (props' n_ctx)
             {"n_embd", c.n_embd},
             {"n_layers", c.n_layers},
             {"arch", c.arch}}}};

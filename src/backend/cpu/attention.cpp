@@ -1,5 +1,7 @@
 // Attention of query tokens over the paged F16 (or BF16) KV cache.
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -13,28 +15,27 @@
 namespace hablar::cpu {
 namespace {
 
-float kv_value(const uint16_t* p, bool bf16) {
-  return bf16 ? bf16_to_f32(*p) : fp16_to_f32(*p);
-}
-
 // x rounded to the cache's element type (to nearest, ties to even).
 float round_to_kv(float x, bool bf16) {
   return bf16 ? bf16_to_f32(f32_to_bf16(x)) : fp16_to_f32(f32_to_fp16(x));
 }
 
-// q·k of one position in the given order (ops.h SumOrder); q is already rounded.
-float dot_qk(const float* qr, const uint16_t* k, int hd, bool bf16, SumOrder order) {
+// q·k of one position in the given order (ops.h SumOrder); q and k as float. Each partial
+// sum is one fused multiply-add per value, as the SIMD forms take it (for F16/BF16 rows the
+// products are exact, so this is also llama.cpp's unfused order).
+float dot_qk(const float* qr, const float* k, int hd, SumOrder order) {
   if (order == SumOrder::kLanes16 && hd % kReduceLanes == 0) {
     float lanes[kReduceLanes] = {};
-    for (int d = 0; d < hd; ++d) lanes[d % kReduceLanes] += qr[d] * kv_value(k + d, bf16);
+    for (int d = 0; d < hd; ++d)
+      lanes[d % kReduceLanes] = std::fma(qr[d], k[d], lanes[d % kReduceLanes]);
     return reduce16(lanes);
   }
   const int main_dims = hd / 64 * 64;
   float part[64] = {}, folded[kReduceLanes];
-  for (int d = 0; d < main_dims; ++d) part[d % 64] += qr[d] * kv_value(k + d, bf16);
+  for (int d = 0; d < main_dims; ++d) part[d % 64] = std::fma(qr[d], k[d], part[d % 64]);
   fold64(part, folded);
   double sum = (double)reduce16(folded);
-  for (int d = main_dims; d < hd; ++d) sum += (double)(qr[d] * kv_value(k + d, bf16));
+  for (int d = main_dims; d < hd; ++d) sum += (double)(qr[d] * k[d]);
   return (float)sum;
 }
 
@@ -45,19 +46,26 @@ float dot_qk(const float* qr, const uint16_t* k, int hd, bool bf16, SumOrder ord
 // reduce16'd in float; positions before `first`, masked in llama.cpp, are zeros there) in
 // double; the weights are rounded to the cache type before the weighted sum of V, which
 // keeps 16 or 64 partial sums by position. Every product of two cache-type values is exact
-// in float, so FMA or not gives the same.
+// in float, so FMA or not gives the same. A quantized K or V (ops.h): rows dequantized, no
+// roundings of q or the weights, the 16-lane order.
 void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                         const int32_t* block_table, int first, int pos, int kv_head, const float* q,
                         float scale, float cap, SumOrder order, float* scores, float* out) {
   const int hd = layout.head_dim;
   const bool bf16 = layout.dtype == KvDType::BF16;
+  const bool quant = kv_dtype_quantized(layout.type(0)) || kv_dtype_quantized(layout.type(1));
+  if (quant) order = SumOrder::kLanes16;
   const int rows = order == SumOrder::kLanes64 ? 64 : kReduceLanes;
-  std::vector<float> qr((size_t)hd), acc((size_t)rows * hd, 0.0f);
-  for (int d = 0; d < hd; ++d) qr[(size_t)d] = round_to_kv(q[d], bf16);
+  std::vector<float> qr((size_t)hd), row((size_t)hd), acc((size_t)rows * hd, 0.0f);
+  for (int d = 0; d < hd; ++d) qr[(size_t)d] = quant ? q[d] : round_to_kv(q[d], bf16);
+  const auto load = [&](int kv, int p) {
+    kv_row_to_f32(cache + layout.position_offset(block_table, layer, kv, kv_head, p),
+                  layout.type(kv), hd, row.data());
+    return row.data();
+  };
   float max_score = -INFINITY;
   for (int p = first; p <= pos; ++p) {
-    const uint16_t* k = cache + layout.position_offset(block_table, layer, 0, kv_head, p);
-    scores[p] = dot_qk(qr.data(), k, hd, bf16, order) * scale;
+    scores[p] = dot_qk(qr.data(), load(0, p), hd, order) * scale;
     if (cap > 0.0f) softcap(scores + p, 1, cap);
     if (scores[p] > max_score) max_score = scores[p];
   }
@@ -72,10 +80,10 @@ void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int 
   }
   const float inv = (float)(1.0 / sum);
   for (int p = first; p <= pos; ++p) {
-    const uint16_t* v = cache + layout.position_offset(block_table, layer, 1, kv_head, p);
-    const float w = round_to_kv(scores[p] * inv, bf16);
-    float* row = acc.data() + (size_t)(p % rows) * hd;
-    for (int d = 0; d < hd; ++d) row[d] += w * kv_value(v + d, bf16);
+    const float* v = load(1, p);
+    const float w = quant ? scores[p] * inv : round_to_kv(scores[p] * inv, bf16);
+    float* a = acc.data() + (size_t)(p % rows) * hd;
+    for (int d = 0; d < hd; ++d) a[d] = std::fma(w, v[d], a[d]);
   }
   for (int d = 0; d < hd; ++d) {
     float part[64], lanes[kReduceLanes];
@@ -95,7 +103,8 @@ void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                  const int32_t* block_table, int first, int pos, int kv_head, const float* q,
                  float scale, float cap, SumOrder order, float* scores, float* out) {
   static const bool simd = cpu_features().has_avx2_kernels();
-  if (simd && layout.head_dim % 8 == 0) {
+  const bool quant = kv_dtype_quantized(layout.type(0)) || kv_dtype_quantized(layout.type(1));
+  if (simd && layout.head_dim % 8 == 0 && !quant) {
     avx2::attend_head(cache, layout, layer, block_table, first, pos, kv_head, q, scale, cap, order,
                       scores, out);
   } else {
@@ -155,9 +164,151 @@ void attention_one_scalar(const uint16_t* cache, const KvCacheLayout& layout, in
                      order);
 }
 
+namespace {
+
+// Rows per tile strip: a tile's scores and weights take at most this many floats each
+// (rows x positions), so that a query tile of a long sequence stays in L2.
+constexpr int64_t kStripFloats = 1 << 17;
+constexpr int kMaxQueryTile = 16;
+// Positions per work item when the keys of a few long sequences are split over threads.
+constexpr int kScoreChunk = 1024;
+
+struct TilePlan {
+  std::vector<avx2::AttnRow> rows;
+  std::vector<avx2::AttnTile> tiles;
+};
+
+// Groups the queries into tiles: consecutive tokens of one sequence (same block table and
+// order, consecutive positions), at most kMaxQueryTile of them and fewer for long sequences,
+// times one kv head with its group of query heads.
+void plan_tiles(std::span<const AttentionQuery> queries, int n_heads, int n_kv_heads, int hd,
+                bool quant, TilePlan& plan) {
+  const int group = n_heads / n_kv_heads;
+  plan.rows.clear(), plan.tiles.clear();
+  std::vector<size_t> row_begin;
+  for (size_t i = 0; i < queries.size();) {
+    const AttentionQuery& a = queries[i];
+    const int64_t tq =
+        std::clamp<int64_t>(kStripFloats / ((int64_t)group * (a.pos + 1)), 1, kMaxQueryTile);
+    size_t j = i + 1;
+    while (j < queries.size() && (int64_t)(j - i) < tq && queries[j].block_table == a.block_table &&
+           queries[j].order == a.order && queries[j].pos == queries[j - 1].pos + 1)
+      ++j;
+    for (int kv = 0; kv < n_kv_heads; ++kv) {
+      const SumOrder order = quant ? SumOrder::kLanes16 : a.order;
+      avx2::AttnTile t{a.block_table, kv, order, nullptr, 0, INT32_MAX, -1};
+      row_begin.push_back(plan.rows.size());
+      for (size_t k = i; k < j; ++k) {
+        const AttentionQuery& q = queries[k];
+        for (int h = kv * group; h < (kv + 1) * group; ++h)
+          plan.rows.push_back({q.q + (int64_t)h * hd, q.out + (int64_t)h * hd, q.first, q.pos});
+        t.lo = std::min(t.lo, q.first), t.hi = std::max(t.hi, q.pos);
+      }
+      t.n_rows = (int32_t)((j - i) * (size_t)group);
+      plan.tiles.push_back(t);
+    }
+    i = j;
+  }
+  for (size_t t = 0; t < plan.tiles.size(); ++t)
+    plan.tiles[t].rows = plan.rows.data() + row_begin[t];
+}
+
+// Runs fn(item) for items [0, n) over the pool, claimed one at a time from the last (the
+// tiles of a prompt grow with the position, so the largest go first).
+template <typename Fn>
+void claim_items(ThreadPool& pool, int64_t n, const Fn& fn) {
+  std::atomic<int64_t> next{0};
+  pool.run([&](int, int) {
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(n - 1 - i);
+  });
+}
+
+// A few long tiles (decoding a few sequences): each stage split over the threads, the keys of
+// one tile among several of them (same bits: every value is computed as in the one-thread
+// form).
+void run_staged(const avx2::AttnContext& c, const TilePlan& plan, ThreadPool& pool) {
+  // Named by reference: a lambda run on a worker would see the worker's own thread_local.
+  thread_local std::vector<avx2::AttnScratch> scratch_owner;
+  std::vector<avx2::AttnScratch>& scratch = scratch_owner;
+  const auto& tiles = plan.tiles;
+  if (scratch.size() < tiles.size()) scratch.resize(tiles.size());
+  struct Item {
+    int tile, begin, end;
+  };
+  std::vector<Item> score_items, row_items, dim_items;
+  const int hd = c.layout->head_dim, step = hd % 16 == 0 ? 16 : 8;
+  const int dim_parts =
+      std::clamp((pool.size() + (int)tiles.size() - 1) / (int)tiles.size(), 1, hd / step);
+  for (int i = 0; i < (int)tiles.size(); ++i) {
+    const avx2::AttnTile& t = tiles[(size_t)i];
+    avx2::tile_prepare(c, t, scratch[(size_t)i]);
+    for (int p = t.lo / 8 * 8; p <= t.hi; p += kScoreChunk)
+      score_items.push_back({i, p, p + kScoreChunk});
+    for (int r = 0; r < t.n_rows; ++r) row_items.push_back({i, r, r + 1});
+    for (int part = 0; part < dim_parts; ++part) {
+      const IndexRange d = split_range(hd, part, dim_parts, step);
+      if (d.begin < d.end) dim_items.push_back({i, (int)d.begin, (int)d.end});
+    }
+  }
+  const auto stage = [&](const std::vector<Item>& items, auto fn) {
+    claim_items(pool, (int64_t)items.size(), [&](int64_t k) {
+      const Item& it = items[(size_t)k];
+      fn(tiles[(size_t)it.tile], scratch[(size_t)it.tile], it.begin, it.end);
+    });
+  };
+  stage(score_items, [&](const avx2::AttnTile& t, avx2::AttnScratch& s, int b, int e) {
+    avx2::tile_scores(c, t, s, b, e);
+  });
+  stage(row_items, [&](const avx2::AttnTile& t, avx2::AttnScratch& s, int b, int e) {
+    avx2::tile_softmax(c, t, s, b, e);
+  });
+  stage(dim_items, [&](const avx2::AttnTile& t, avx2::AttnScratch& s, int b, int e) {
+    avx2::tile_values(c, t, s, b, e);
+  });
+}
+
+void run_tiled(const avx2::AttnContext& c, std::span<const AttentionQuery> queries, int n_heads,
+               ThreadPool& pool) {
+  thread_local TilePlan plan_owner;
+  TilePlan& plan = plan_owner;  // by reference: the workers read the caller's plan
+  const KvCacheLayout& layout = *c.layout;
+  plan_tiles(queries, n_heads, layout.n_kv_heads, layout.head_dim,
+             kv_dtype_quantized(layout.type(0)) || kv_dtype_quantized(layout.type(1)), plan);
+  int longest = 0;
+  for (const avx2::AttnTile& t : plan.tiles) longest = std::max(longest, t.hi + 1 - t.lo);
+  if (pool.size() > 1 && (int)plan.tiles.size() < 2 * pool.size() && longest >= 2 * kScoreChunk)
+    return run_staged(c, plan, pool);
+  claim_items(pool, (int64_t)plan.tiles.size(), [&](int64_t i) {
+    thread_local avx2::AttnScratch sc;
+    const avx2::AttnTile& t = plan.tiles[(size_t)i];
+    avx2::tile_prepare(c, t, sc);
+    avx2::tile_scores(c, t, sc, t.lo / 8 * 8, t.hi + 1);
+    avx2::tile_softmax(c, t, sc, 0, t.n_rows);
+    avx2::tile_values(c, t, sc, 0, layout.head_dim);
+  });
+}
+
+}  // namespace
+
 void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                      std::span<const AttentionQuery> queries, int n_heads, float scale,
                      float softcap, ThreadPool& pool) {
+  for (const AttentionQuery& q : queries) {
+    check_attention(layout, layer, q.pos, n_heads);
+    if (q.first < 0 || q.first > q.pos)
+      throw_error(ErrorKind::kInvalidArgument, "attention: first position out of range");
+  }
+  static const bool simd = cpu_features().has_avx2_kernels();
+  if (simd && layout.head_dim % 8 == 0) {
+    // Tiled: same bits as attend_head per (query, head), K/V read once per tile.
+    return run_tiled({cache, &layout, layer, scale, softcap}, queries, n_heads, pool);
+  }
+  attention_batch_scalar(cache, layout, layer, queries, n_heads, scale, softcap, pool);
+}
+
+void attention_batch_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                            std::span<const AttentionQuery> queries, int n_heads, float scale,
+                            float softcap, ThreadPool& pool) {
   for (const AttentionQuery& q : queries) {
     check_attention(layout, layer, q.pos, n_heads);
     if (q.first < 0 || q.first > q.pos)
@@ -171,9 +322,9 @@ void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int lay
       const AttentionQuery& q = queries[(size_t)(item / n_heads)];
       const int h = (int)(item % n_heads);
       if (scores.size() < (size_t)q.pos + 1) scores.resize((size_t)q.pos + 1);
-      attend_head(cache, layout, layer, q.block_table, q.first, q.pos, h / group,
-                  q.q + (int64_t)h * layout.head_dim, scale, softcap, q.order, scores.data(),
-                  q.out + (int64_t)h * layout.head_dim);
+      attend_head_scalar(cache, layout, layer, q.block_table, q.first, q.pos, h / group,
+                         q.q + (int64_t)h * layout.head_dim, scale, softcap, q.order, scores.data(),
+                         q.out + (int64_t)h * layout.head_dim);
     }
   });
 }

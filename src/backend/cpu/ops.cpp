@@ -3,12 +3,14 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/act_quant.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ops_x86.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/quant.h"
+#include "core/quant_blocks.h"
 
 namespace hablar::cpu {
 
@@ -183,18 +185,63 @@ void embedding_row(const WeightView& table, int32_t token, float* out) {
   dequantize_row(table.type, table.row(token), out, table.cols);
 }
 
+namespace {
+
+// One head row into the cache in its type. Q8_0 as llama.cpp's CPU stores a q8_0 cache row
+// (its x86 quantizer: d = max|x| / 127 as a half, codes round-to-even(x * 127 / max|x|)),
+// Q4_0 by the reference quantizer, which its CPU uses for q4_0 rows.
+void store_row(uint16_t* dst, const float* x, int hd, KvDType type) {
+  switch (type) {
+    case KvDType::F16:
+      for (int d = 0; d < hd; ++d) dst[d] = f32_to_fp16(x[d]);
+      return;
+    case KvDType::BF16:
+      for (int d = 0; d < hd; ++d) dst[d] = f32_to_bf16(x[d]);
+      return;
+    case KvDType::Q8_0: {
+      auto* blocks = reinterpret_cast<BlockQ8_0*>(dst);
+      for (int b = 0; b < hd / kQK; ++b, x += kQK) {
+        float amax = 0.0f;
+        for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        blocks[b].d = f32_to_fp16(amax / 127.0f);
+        for (int j = 0; j < kQK; ++j) blocks[b].qs[j] = (int8_t)round_half_even(x[j] * id);
+      }
+      return;
+    }
+    case KvDType::Q4_0:
+      qref::quantize_q4_0(x, reinterpret_cast<BlockQ4_0*>(dst), hd / kQK);
+      return;
+  }
+}
+
+}  // namespace
+
+void kv_row_to_f32(const uint16_t* row, KvDType type, int hd, float* out) {
+  switch (type) {
+    case KvDType::F16:
+      for (int d = 0; d < hd; ++d) out[d] = fp16_to_f32(row[d]);
+      return;
+    case KvDType::BF16:
+      for (int d = 0; d < hd; ++d) out[d] = bf16_to_f32(row[d]);
+      return;
+    case KvDType::Q8_0:
+      qref::dequantize_q8_0(reinterpret_cast<const BlockQ8_0*>(row), out, hd / kQK);
+      return;
+    case KvDType::Q4_0:
+      qref::dequantize_q4_0(reinterpret_cast<const BlockQ4_0*>(row), out, hd / kQK);
+      return;
+  }
+}
+
 void kv_store(uint16_t* cache, const KvCacheLayout& layout, int layer, const int32_t* block_table,
               int pos, const float* k, const float* v) {
-  const bool bf16 = layout.dtype == KvDType::BF16;
+  const int hd = layout.head_dim;
   for (int h = 0; h < layout.n_kv_heads; ++h) {
-    uint16_t* kd = cache + layout.position_offset(block_table, layer, 0, h, pos);
-    uint16_t* vd = cache + layout.position_offset(block_table, layer, 1, h, pos);
-    const float* ks = k + (int64_t)h * layout.head_dim;
-    const float* vs = v + (int64_t)h * layout.head_dim;
-    for (int d = 0; d < layout.head_dim; ++d) {
-      kd[d] = bf16 ? f32_to_bf16(ks[d]) : f32_to_fp16(ks[d]);
-      vd[d] = bf16 ? f32_to_bf16(vs[d]) : f32_to_fp16(vs[d]);
-    }
+    store_row(cache + layout.position_offset(block_table, layer, 0, h, pos), k + (int64_t)h * hd,
+              hd, layout.type(0));
+    store_row(cache + layout.position_offset(block_table, layer, 1, h, pos), v + (int64_t)h * hd,
+              hd, layout.type(1));
   }
 }
 

@@ -101,10 +101,13 @@ uint64_t read_through_scalar(const uint8_t* p, size_t n);  // the same, without 
 // out[0..table.cols) = row `token` of the table, dequantized. Throws for a token out of range.
 void embedding_row(const WeightView& table, int32_t token, float* out);
 
-// Paged KV cache (core/kv_layout.h; F16 elements in a uint16_t array). Stores the K and V of
-// one token at position pos: k and v are [n_kv_heads][head_dim].
+// Paged KV cache (core/kv_layout.h; rows of F16/BF16 elements or of Q8_0/Q4_0 blocks in a
+// uint16_t array). Stores the K and V of one token at position pos, each in its type (the
+// quantized ones as llama.cpp's CPU stores them): k and v are [n_kv_heads][head_dim].
 void kv_store(uint16_t* cache, const KvCacheLayout& layout, int layer, const int32_t* block_table,
               int pos, const float* k, const float* v);
+// One cache row of head_dim values back to float (the quantized types' d * q exactly).
+void kv_row_to_f32(const uint16_t* row, KvDType type, int head_dim, float* out);
 
 // The two summation orders of llama.cpp's CPU attention, which ours copies: its kernel for
 // several query tokens keeps 16 partial sums per dot product (index mod 16, reduce16); its
@@ -126,8 +129,14 @@ void attention_one_scalar(const uint16_t* cache, const KvCacheLayout& layout, in
                           const int32_t* block_table, int pos, const float* q, int n_heads,
                           float* out, SumOrder order = SumOrder::kLanes16);
 
-// Many query tokens (of one or several sequences), parallel over (token, head). Each query
-// gives the same result as attention_one with its arguments.
+// Many query tokens (of one or several sequences). Each query gives the same result as
+// attention_one with its arguments, whatever the batch and the thread count. Tiled (ops_x86.h):
+// runs of consecutive tokens of a sequence (query tiles, up to 16, fewer when long) times the
+// query heads of one kv head read that head's K/V once; threads take (sequence, kv head,
+// query tile) items, and when there are few of them and the sequence is long (decoding one or
+// two sequences), the keys of one tile are split over the threads in three stages (scores by
+// position range, softmax by row, values by dimension range), which keep every value's
+// operations and order: the same bits as the one-thread form.
 struct AttentionQuery {
   const int32_t* block_table;
   int32_t pos;
@@ -136,12 +145,21 @@ struct AttentionQuery {
   SumOrder order = SumOrder::kLanes16;  // kLanes64 for a sequence decoding one token
   int32_t first = 0;  // the first position seen (> 0 under a sliding window): [first, pos]
 };
+// With a quantized K or V (Q8_0 / Q4_0) the rows are dequantized to float, q and the softmax
+// weights are not rounded, and both orders are the 16-lane one: the same math, within float
+// rounding of the F16 path's form (FMA products are no longer exact), and still the same bits
+// for a query whatever the batch. F16/BF16 caches keep llama.cpp's roundings exactly.
 // Scores are q·k * scale (attention_one's scale is 1/sqrt(head_dim)), then, when softcap > 0,
 // softcap * tanh(score * (1 / softcap)) as llama.cpp's three ops compute it. Positions before
 // a query's `first` count as masked ones do in llama.cpp: their softmax weights are zeros.
 void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                      std::span<const AttentionQuery> queries, int n_heads, float scale,
                      float softcap, ThreadPool& pool);
+// The scalar form, one (query, head) at a time: the oracle the tiled form is tested against
+// (the same bits).
+void attention_batch_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
+                            std::span<const AttentionQuery> queries, int n_heads, float scale,
+                            float softcap, ThreadPool& pool);
 // The same with scale 1/sqrt(head_dim).
 void attention_batch(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                      std::span<const AttentionQuery> queries, int n_heads, ThreadPool& pool);

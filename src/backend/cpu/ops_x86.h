@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/cpu/ops.h"
 #include "core/kv_layout.h"
@@ -17,5 +18,52 @@ void rope_apply(float* x, int n_heads, int head_dim, const RopeParams& p, const 
 void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                  const int32_t* block_table, int first, int pos, int kv_head, const float* q,
                  float scale, float softcap, SumOrder order, float* scores, float* out);
+
+// Tiled attention: the rows of a tile (query token x head) read one kv head of one sequence
+// and take one summation order. Each row attends [first, pos]; the tile covers [lo, hi], their
+// union. The work is split in three stages so that one tile can also be shared by threads
+// (tile_scores over position ranges, tile_softmax over rows, tile_values over dimension
+// ranges); every row gets attend_head's bits whatever the split, because each value is
+// computed by the same operations in the same order:
+//   scores:  q·k of every (row, position) of [lo, hi], each K row read (and converted) once for
+//            the tile; 2 rows x 2 positions per register block, 8 positions reduced together;
+//   softmax: per row, as attend_head (max, exp_approx, 16-position block sums in double, weights
+//            rounded to the cache type), stored position-major;
+//   values:  per row, the weighted V rows summed into row p mod 16 (or 64) in position order,
+//            with the accumulators in registers across a chunk of positions (each V row read
+//            once per chunk and kept in L1/L2), then folded and reduced as attend_head does.
+// Scratch is [rows x (hi + 1 - base)] floats twice (base = lo rounded down to 16 or 64) plus
+// [rows x lanes x head_dim]: a strip of the score matrix, never all of it.
+struct AttnRow {
+  const float* q;  // [head_dim]
+  float* out;      // [head_dim]
+  int32_t first, pos;
+};
+struct AttnTile {
+  const int32_t* block_table;
+  int32_t kv_head;
+  SumOrder order;
+  const AttnRow* rows;
+  int32_t n_rows;
+  int32_t lo, hi;
+};
+struct AttnContext {
+  const uint16_t* cache;
+  const KvCacheLayout* layout;
+  int layer;
+  float scale, softcap;
+};
+struct AttnScratch {
+  std::vector<float> qr, s, w, acc;
+  std::vector<const uint16_t*> k_rows, v_rows;  // [p - base]: the cache rows of [lo, hi]
+};
+// Sizes the scratch and rounds the rows' q to the cache type. head_dim a multiple of 8.
+void tile_prepare(const AttnContext& c, const AttnTile& t, AttnScratch& sc);
+// Scores of the positions [p_begin, p_end) of the tile (p_begin a multiple of 8).
+void tile_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int p_begin, int p_end);
+// Softmax weights of rows [r_begin, r_end).
+void tile_softmax(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int r_begin, int r_end);
+// Outputs of dimensions [d_begin, d_end) of every row (multiples of 8).
+void tile_values(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int d_begin, int d_end);
 
 }  // namespace hablar::cpu::avx2

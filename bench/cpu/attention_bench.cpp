@@ -1,0 +1,218 @@
+// Attention over the paged KV cache at long contexts, in one run:
+//   - prompt: a chunk of P query tokens at depth D (causal), the tiled attention_batch beside
+//     the one-head-at-a-time form (attention_one per token: every head reads its K/V again);
+//   - decode: one token at depth D, the tiled form (keys split over the threads) beside the
+//     one-head form, as GB/s of K/V read, next to a plain read of the same bytes
+//     (read_through, the memory bound);
+//   - the same tiled forms over Q8_0 and Q4_0 caches.
+//
+//   build/bench/cpu/attention_bench [--threads=N] [--depth=D] [--prompt=P] [--heads=H/KV]
+//                                   [--head-dim=HD] [--reps=R]
+//
+// Defaults are Qwen2.5-0.5B's attention (14 query heads over 2 kv heads of 64), one layer.
+// Times are the best of R runs (wall clock); ratios are tiled / one-head in the same run.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "core/kv_layout.h"
+#include "core/thread_pool.h"
+
+namespace hablar::bench {
+namespace {
+
+struct Options {
+  int threads = 2, depth = 4096, prompt = 512, n_heads = 14, n_kv_heads = 2, head_dim = 64;
+  int reps = 3;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&](const char* name) -> const char* {
+      const std::string prefix = std::string("--") + name + "=";
+      return a.rfind(prefix, 0) == 0 ? a.c_str() + prefix.size() : nullptr;
+    };
+    if (const char* v = value("threads"))
+      o.threads = std::atoi(v);
+    else if (const char* v = value("depth"))
+      o.depth = std::atoi(v);
+    else if (const char* v = value("prompt"))
+      o.prompt = std::atoi(v);
+    else if (const char* v = value("head-dim"))
+      o.head_dim = std::atoi(v);
+    else if (const char* v = value("reps"))
+      o.reps = std::atoi(v);
+    else if (const char* v = value("heads"))
+      std::sscanf(v, "%d/%d", &o.n_heads, &o.n_kv_heads);
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      std::exit(2);
+    }
+  }
+  if (o.threads < 1 || o.depth < 1 || o.prompt < 1 || o.reps < 1 || o.n_kv_heads < 1 ||
+      o.n_heads % o.n_kv_heads != 0 || o.head_dim % 32 != 0) {
+    std::fprintf(stderr, "bad arguments (head_dim must be a multiple of 32)\n");
+    std::exit(2);
+  }
+  return o;
+}
+
+double best_seconds(int reps, const std::function<void()>& fn) {
+  fn();  // warm-up
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+// One layer's cache of n positions of random K/V, stored through kv_store.
+struct Cache {
+  KvCacheLayout layout;
+  std::vector<uint16_t> data;
+  std::vector<int32_t> table;
+  Cache(const Options& o, int n, KvDType type) {
+    layout.n_layers = 1, layout.n_kv_heads = o.n_kv_heads, layout.head_dim = o.head_dim;
+    layout.block_size = kDefaultKvBlockSize;
+    layout.n_blocks = (n + layout.block_size - 1) / layout.block_size;
+    layout.dtype = type;
+    data.resize(layout.total_elems());
+    table.resize((size_t)layout.n_blocks);
+    for (int b = 0; b < layout.n_blocks; ++b) table[(size_t)b] = (b * 7) % layout.n_blocks;
+    std::mt19937 rng(1);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> k((size_t)o.n_kv_heads * o.head_dim), v(k.size());
+    for (int p = 0; p < n; ++p) {
+      for (float& x : k) x = dist(rng);
+      for (float& x : v) x = dist(rng);
+      cpu::kv_store(data.data(), layout, 0, table.data(), p, k.data(), v.data());
+    }
+  }
+  // K and V bytes of positions [0, n) of one layer.
+  double bytes(int n) const { return (double)n * (double)layout.bytes_per_token(); }
+};
+
+std::vector<float> random_rows(size_t n) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+// Queries at positions [first_pos, first_pos + n), each attending [0, pos].
+std::vector<cpu::AttentionQuery> queries(const Cache& c, const Options& o, int first_pos, int n,
+                                         const std::vector<float>& q, std::vector<float>& out,
+                                         cpu::SumOrder order) {
+  const size_t width = (size_t)o.n_heads * o.head_dim;
+  out.assign((size_t)n * width, 0.0f);
+  std::vector<cpu::AttentionQuery> qs;
+  for (int i = 0; i < n; ++i)
+    qs.push_back(
+        {c.table.data(), first_pos + i, q.data() + i * width, out.data() + i * width, order, 0});
+  return qs;
+}
+
+void prompt_case(const Options& o, ThreadPool& pool) {
+  const int n = o.depth + o.prompt;
+  const Cache c(o, n, KvDType::F16);
+  const std::vector<float> q = random_rows((size_t)o.prompt * o.n_heads * o.head_dim);
+  std::vector<float> out_tiled, out_head;
+  const auto qs = queries(c, o, o.depth, o.prompt, q, out_tiled, cpu::SumOrder::kLanes16);
+  const double tiled = best_seconds(
+      o.reps, [&] { cpu::attention_batch(c.data.data(), c.layout, 0, qs, o.n_heads, pool); });
+  out_head.assign(out_tiled.size(), 0.0f);
+  const size_t width = (size_t)o.n_heads * o.head_dim;
+  const double per_head = best_seconds(o.reps, [&] {
+    pool.run([&](int t, int nt) {
+      for (int i = t; i < o.prompt; i += nt)
+        cpu::attention_one(c.data.data(), c.layout, 0, c.table.data(), o.depth + i,
+                           q.data() + i * width, o.n_heads, out_head.data() + i * width);
+    });
+  });
+  const bool same = std::memcmp(out_tiled.data(), out_head.data(), out_tiled.size() * 4) == 0;
+  std::printf("| prompt %d @ d%d, F16 | %.2f ms | %.2f ms | %.2fx | %s |\n", o.prompt, o.depth,
+              tiled * 1e3, per_head * 1e3, per_head / tiled, same ? "identical" : "DIFFERENT");
+}
+
+void decode_case(const Options& o, ThreadPool& pool, KvDType type) {
+  const int n = o.depth + 1;
+  const Cache c(o, n, type);
+  const std::vector<float> q = random_rows((size_t)o.n_heads * o.head_dim);
+  std::vector<float> out;
+  const auto qs = queries(c, o, o.depth, 1, q, out, cpu::SumOrder::kLanes64);
+  const double tiled = best_seconds(
+      o.reps * 5, [&] { cpu::attention_batch(c.data.data(), c.layout, 0, qs, o.n_heads, pool); });
+  // The plain read: the same threads reading the sequence's K/V bytes (the whole pools).
+  const auto* bytes = reinterpret_cast<const uint8_t*>(c.data.data());
+  const size_t total = c.layout.total_bytes() / 64 * 64;
+  uint64_t sink = 0;
+  const double read = best_seconds(o.reps * 5, [&] {
+    pool.run([&](int t, int nt) {
+      const IndexRange r = split_range((int64_t)total, t, nt, 64);
+      const uint64_t x = cpu::read_through(bytes + r.begin, (size_t)(r.end - r.begin));
+      if (t == 0) sink ^= x;
+    });
+  });
+  const double gbs = c.bytes(n) / tiled / 1e9, read_gbs = (double)total / read / 1e9;
+  std::string per_head_col = "-";
+  if (type == KvDType::F16) {
+    std::vector<float> out_head(out.size());
+    const double per_head = best_seconds(o.reps * 5, [&] {
+      cpu::attention_one(c.data.data(), c.layout, 0, c.table.data(), o.depth, q.data(), o.n_heads,
+                         out_head.data(), cpu::SumOrder::kLanes64);
+    });
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.3f ms (%.2fx)", per_head * 1e3, per_head / tiled);
+    per_head_col = buf;
+  }
+  static volatile uint64_t g_sink;
+  g_sink = sink;  // the reads must not be optimized away
+  std::printf(
+      "| decode @ d%d, %s | %.3f ms | %s | %.1f GB/s of K/V | %.0f%% of the %.1f GB/s "
+      "plain read |\n",
+      o.depth, kv_dtype_name(type), tiled * 1e3, per_head_col.c_str(), gbs, 100.0 * gbs / read_gbs,
+      read_gbs);
+}
+
+void quant_prompt_case(const Options& o, ThreadPool& pool, KvDType type) {
+  const int n = o.depth + o.prompt;
+  const Cache c(o, n, type);
+  const std::vector<float> q = random_rows((size_t)o.prompt * o.n_heads * o.head_dim);
+  std::vector<float> out;
+  const auto qs = queries(c, o, o.depth, o.prompt, q, out, cpu::SumOrder::kLanes16);
+  const double tiled = best_seconds(
+      o.reps, [&] { cpu::attention_batch(c.data.data(), c.layout, 0, qs, o.n_heads, pool); });
+  std::printf("| prompt %d @ d%d, %s | %.2f ms | - | - | - |\n", o.prompt, o.depth,
+              kv_dtype_name(type), tiled * 1e3);
+}
+
+}  // namespace
+}  // namespace hablar::bench
+
+int main(int argc, char** argv) {
+  using namespace hablar;
+  const bench::Options o = bench::parse(argc, argv);
+  ThreadPool pool(o.threads);
+  std::printf("attention, %d threads, %d/%d heads x %d, one layer\n\n", o.threads, o.n_heads,
+              o.n_kv_heads, o.head_dim);
+  std::printf(
+      "| case | tiled | one head at a time | ratio | note |\n| --- | ---: | ---: | ---: | --- |\n");
+  bench::prompt_case(o, pool);
+  for (KvDType t : {KvDType::Q8_0, KvDType::Q4_0}) bench::quant_prompt_case(o, pool, t);
+  for (KvDType t : {KvDType::F16, KvDType::Q8_0, KvDType::Q4_0}) bench::decode_case(o, pool, t);
+  return 0;
+}
