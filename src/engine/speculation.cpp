@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/log.h"
+
 namespace hablar::engine {
 
 void SpecStats::record(int32_t n_drafted, int32_t n_accepted) {
@@ -55,6 +57,11 @@ void Speculation::propose(std::span<SpecCandidate> cands, int32_t decoders,
                           const StepCostModel& costs) {
   if (!drafter_) return;
   const int32_t k = choose_length(cands, decoders, costs);
+  log::debug(
+      "speculation: k = {} for {} of {} decoders (rate {:.2f}; step {:.1f} ms + {:.2f} ms "
+      "per extra row)",
+      k, cands.size(), decoders, cands.empty() ? 0.0 : cands[0].stats->rate(),
+      costs.decode_ms(decoders), costs.per_prompt_ms(std::max(1, k)));
   if (k == 0) return;
   jobs_.clear();
   for (const SpecCandidate& c : cands) {

@@ -91,6 +91,7 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   r.spec.stop = opt_string_list(body, "stop", 16);
   r.spec.sampling = parse_sampling(body, m, Dialect::kOpenAI);
   r.spec.priority = parse_priority(body);
+  r.spec.speculative = parse_speculative(body, m);
   auto max_tokens = opt_integer(body, "max_completion_tokens", 1, INT32_MAX);
   if (!max_tokens) max_tokens = opt_integer(body, "max_tokens", 1, INT32_MAX);
   const OrderedJson kwargs = template_kwargs(m, body);

@@ -334,6 +334,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
   const engine::SamplingParams sampling = parse_sampling(body, *m, Dialect::kOpenAI);
   const GrammarPtr grammar = openai_output_grammar(*m, req.body);
   const int32_t priority = parse_priority(body);
+  const auto speculative = parse_speculative(body, *m);
 
   // Choice i is prompt i / n's (i % n)-th: choices of one prompt are next to each other.
   std::vector<std::shared_ptr<engine::RequestHandle>> handles;
@@ -348,6 +349,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
       spec.n_prompt_logprobs = n_prompt_logprobs;
       spec.grammar = grammar;
       spec.priority = priority;
+      spec.speculative = speculative;
       spec.max_tokens = bounded_max_tokens(*m, max_tokens, p.size());
       for (auto& h : start_choices(*m, spec, n)) {
         echoes.push_back(echo ? m->tok().decode(p) : "");
