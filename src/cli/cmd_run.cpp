@@ -18,6 +18,7 @@
 #include "cli/device_options.h"
 #include "cli/load_options.h"
 #include "cli/load_progress.h"
+#include "cli/spec_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
@@ -48,6 +49,7 @@ struct RunOptions {
   std::vector<std::string> stop;
   engine::SamplingParams sampling;
   DeviceFlags device;
+  SpecFlags spec;  // --spec-type, --model-draft, --draft-max, ...
 };
 
 using Clock = std::chrono::steady_clock;
@@ -143,6 +145,8 @@ int run_generate(RunOptions o) {
   ec.scheduler.max_step_tokens = o.n_batch;
   ec.scheduler.max_prefill_chunk = o.n_batch;
   ec.is_eog = [&tok](int32_t t) { return tok.is_eog(t); };
+  ec.draft = o.spec.params();
+  ec.drafter = o.spec.make(*m, *executor, o.load.options(o.n_threads), o.n_threads, o.n_ctx);
   engine::Engine eng(ec, *executor);
 
   engine::GenerateRequest req;
@@ -206,6 +210,10 @@ int run_generate(RunOptions o) {
       "prompt: %zu tokens in %.3f s (%.1f t/s); generated: %zu tokens in %.3f s (%.1f t/s)\n",
       prompt.size(), prompt_s, (double)prompt.size() / std::max(prompt_s, 1e-9), generated.size(),
       gen_s, (double)generated.size() / gen_s);
+  if (final.n_drafted > 0)
+    std::fprintf(stderr, "speculative (%s): %d drafted, %d accepted (%.1f%%)\n",
+                 engine::spec_type_name(eng.spec_type()), final.n_drafted, final.n_draft_accepted,
+                 100.0 * final.n_draft_accepted / final.n_drafted);
   return 0;
 }
 
@@ -248,6 +256,7 @@ CommandRegistration reg{
           ->capture_default_str();
       app.add_option("-s,--seed", o->seed, "RNG seed (-1: random, printed)")->capture_default_str();
       app.add_option("--stop", o->stop, "stop string (repeatable)");
+      o->spec.add_to(app);
       app.add_flag("--json", o->json, "print prompt and generated ids and text as JSON at the end");
       app.add_flag("--conversation", o->conversation,
                    "interactive chat, as `hablar chat` (-cnv); -p is then the system message");
@@ -262,7 +271,8 @@ CommandRegistration reg{
     {{"-ngl", "--n-gpu-layers"},
      {"-cnv", "--conversation"},
      {"-ctk", "--cache-type-k"},
-     {"-ctv", "--cache-type-v"}}};
+     {"-ctv", "--cache-type-v"},
+     {"-md", "--model-draft"}}};
 
 }  // namespace
 }  // namespace hablar::cli

@@ -32,6 +32,7 @@
 #include "cli/device_options.h"
 #include "cli/load_options.h"
 #include "cli/load_progress.h"
+#include "cli/spec_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
@@ -45,6 +46,7 @@ namespace {
 struct ServeOptions {
   std::string model;
   LoadFlags load;  // --quantize
+  SpecFlags spec;  // --spec-type, --model-draft, --draft-max, ...
   std::string alias;
   server::ServerOptions http;
   int n_ctx = 0;  // KV cache size in tokens shared by all sequences; 0: 8192
@@ -145,6 +147,9 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   ec.scheduler.min_step_prompt_tokens = o.min_step_prompt_tokens;
   const tokenizer::Tokenizer* tok = &sm->model->tokenizer();
   ec.is_eog = [tok](int32_t t) { return tok->is_eog(t); };
+  ec.draft = o.spec.params();
+  ec.drafter =
+      o.spec.make(*sm->model, *sm->executor, o.load.options(o.n_threads), o.n_threads, pool_tokens);
   sm->engine = std::make_unique<engine::Engine>(ec, *sm->executor);
 
   sm->id = model_id_for(o, path);
@@ -315,6 +320,7 @@ CommandRegistration serve_registration{
       app.add_option("-m,--model", o->model,
                      "GGUF file or model name (default: the default model)");
       o->load.add_to(app);
+      o->spec.add_to(app);
       // The last --host / --port wins, as in llama-server: a wrapper's defaults can be
       // overridden by arguments appended after them.
       app.add_option("--host", o->http.host,
@@ -450,7 +456,8 @@ CommandRegistration serve_registration{
      {"-nocb", "--no-cont-batching"},
      {"-to", "--timeout"},
      {"-tb", "--threads-batch"},
-     {"-fa", "--flash-attn"}}};
+     {"-fa", "--flash-attn"},
+     {"-md", "--model-draft"}}};
 
 }  // namespace
 }  // namespace hablar::cli

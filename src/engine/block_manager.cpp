@@ -156,6 +156,20 @@ void BlockManager::register_full_blocks(Sequence& seq) {
   }
 }
 
+void BlockManager::truncate(Sequence& seq, int32_t n_tokens) {
+  HABLAR_CHECK(
+      n_tokens >= 0 && blocks_for(n_tokens, block_size_) <= (int32_t)seq.block_table.size(),
+      "truncating a sequence to more positions than its blocks hold");
+  const size_t keep = (size_t)blocks_for(n_tokens, block_size_);
+  while (seq.block_table.size() > keep) {
+    release_block(seq.block_table.back());
+    seq.block_table.pop_back();
+  }
+  const size_t full = (size_t)(n_tokens / block_size_);
+  if (seq.block_hashes.size() > full) seq.block_hashes.resize(full);
+  seq.n_computed = n_tokens;
+}
+
 void BlockManager::free(Sequence& seq) {
   // Tail first: the free list is LRU, so a prompt's head blocks outlive its tail.
   for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) release_block(*it);

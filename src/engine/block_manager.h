@@ -61,6 +61,11 @@ class BlockManager {
   // After a step: registers every newly full, computed block of the sequence in the cache.
   void register_full_blocks(Sequence& seq);
 
+  // Rolls the sequence back to its first `n_tokens` positions (speculative tokens rejected):
+  // sets n_computed, releases the blocks wholly past the end and forgets the hashes of blocks
+  // no longer full. Never registers anything.
+  void truncate(Sequence& seq, int32_t n_tokens);
+
   // Releases all of the sequence's blocks (finish, cancel or preemption) and clears its table.
   void free(Sequence& seq);
 

@@ -35,6 +35,8 @@ class CpuExecutor : public StepExecutor {
   const KvCacheLayout& layout() const { return layout_; }
   const uint16_t* cache() const { return cache_.data(); }
   int n_threads() const { return pool_->size(); }
+  // The executor's threads, for work that runs between its steps (a draft model's forward).
+  ThreadPool& thread_pool() const { return *pool_; }
   // The rate (GB/s) at which the threads read the decode matrices with no arithmetic, in one
   // parallel pass over every matrix, best of `passes`: the memory bound on decode speed.
   double weight_read_gbs(int passes) const;

@@ -54,11 +54,16 @@ Engine::Engine(const EngineConfig& config, StepExecutor& executor)
     : config_(config),
       executor_(executor),
       blocks_(executor.n_kv_blocks(), executor.kv_block_size()),
-      scheduler_(config.scheduler, blocks_) {
+      scheduler_(config.scheduler, blocks_),
+      spec_(config.drafter) {
+  config_.draft.validate();
   scheduler_.set_cost_model(&costs_);
   if (config_.n_ctx < 2)
     throw_error(ErrorKind::kInvalidArgument, "engine: context must hold at least 2 tokens");
-  metrics_.update([&](MetricsSnapshot& m) { m.kv_blocks_total = executor.n_kv_blocks(); });
+  metrics_.update([&](MetricsSnapshot& m) {
+    m.kv_blocks_total = executor.n_kv_blocks();
+    m.spec_type = spec_type_name(spec_type());
+  });
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -106,6 +111,8 @@ std::shared_ptr<RequestHandle> Engine::submit(GenerateRequest request) {
   a->seq->prompt_logits = request.n_prompt_logprobs >= 0;
   // Bounded by the context: prompt + generated never exceeds it.
   a->seq->max_tokens = std::min(request.max_tokens, capacity - n_prompt);
+  if (request.speculative) request.speculative->validate();
+  a->draft = request.speculative.value_or(config_.draft);
   a->request = std::move(request);
   a->submitted = Clock::now();
   auto handle = a->handle;
@@ -201,6 +208,7 @@ double Engine::now_ms() const {
 void Engine::step() {
   const auto t0 = Clock::now();
   const double t0_ms = now_ms();
+  plan_drafts();
   StepPlan plan = scheduler_.schedule();
   for (Sequence* seq : plan.out_of_room) finish(*active_.at(seq), FinishReason::kLength);
   if (plan.chunks.empty()) {
@@ -216,19 +224,29 @@ void Engine::step() {
     const Sequence& s = *c.seq;
     // Rows for every token while prompt positions whose successor's log-probability is
     // wanted are in the chunk.
-    const bool all_logits = s.prompt_logits && c.start_pos < s.n_prompt - 1;
+    Active& a = *active_.at(c.seq);
+    // A verification chunk: the pending token and its draft, a row for each (speculation.h).
+    const bool verify = !s.draft.empty() && c.n_tokens == 1 + (int32_t)s.draft.size() &&
+                        c.start_pos == (int32_t)s.tokens.size() - 1;
+    const bool all_logits = verify || (s.prompt_logits && c.start_pos < s.n_prompt - 1);
     const DeviceSampling* sampling = nullptr;
     if (!all_logits && c.start_pos + c.n_tokens == (int32_t)s.tokens.size() && s.max_tokens > 0)
-      sampling = device_sampling(*active_.at(c.seq), sampling_[chunks.size()]);
-    chunks.push_back({std::span<const int32_t>(s.tokens.data() + c.start_pos, (size_t)c.n_tokens),
-                      c.start_pos, std::span<const int32_t>(s.block_table), s.n_prompt, all_logits,
-                      sampling});
+      sampling = device_sampling(a, sampling_[chunks.size()]);
+    std::span<const int32_t> tokens(s.tokens.data() + c.start_pos, (size_t)c.n_tokens);
+    if (verify) {
+      a.verify.assign(1, s.tokens.back());
+      a.verify.insert(a.verify.end(), s.draft.begin(), s.draft.end());
+      tokens = a.verify;
+    }
+    chunks.push_back({tokens, c.start_pos, std::span<const int32_t>(s.block_table), s.n_prompt,
+                      all_logits, sampling});
     if (!sampling) n_rows += all_logits ? (size_t)c.n_tokens : 1;
-    if (c.n_tokens == 1 && s.n_generated() > 0 && c.start_pos == (int32_t)s.tokens.size() - 1)
-      n_decode_tokens += 1;
-    else
+    if (s.n_generated() > 0 && c.start_pos == (int32_t)s.tokens.size() - 1) {
+      n_decode_tokens += 1;  // the decode; a draft's tokens are priced as prompt tokens
+      n_prompt_tokens += c.n_tokens - 1;
+    } else {
       n_prompt_tokens += c.n_tokens;
-    Active& a = *active_.at(c.seq);
+    }
     if (!a.scheduled) {  // leaves the queue: it runs now
       a.scheduled = true;
       a.first_scheduled = t0;
@@ -247,8 +265,12 @@ void Engine::step() {
     Active& a = *active_.at(seq);
     const bool on_device = chunks[i].sampling != nullptr;
     const size_t rows = on_device ? 0 : chunks[i].all_logits ? (size_t)c.n_tokens : 1;
-    const float* first_row = logits + row * n_vocab;
+    float* first_row = logits + row * n_vocab;
     row += rows;
+    if (chunks[i].tokens.data() == a.verify.data() && !a.verify.empty()) {
+      verify_and_emit(a, c.start_pos, c.n_tokens, first_row);
+      continue;
+    }
     if (chunks[i].all_logits) emit_prompt_logprobs(a, c.start_pos, c.n_tokens, first_row);
     seq->n_computed += c.n_tokens;
     blocks_.register_full_blocks(*seq);
@@ -315,19 +337,27 @@ const DeviceSampling* Engine::device_sampling(const Active& a, DeviceSampling& s
   return &storage;
 }
 
+int32_t Engine::choose_token(Active& a, float* logits_row, std::span<const int32_t> history,
+                             StreamItem& item) {
+  std::span<float> row(logits_row, (size_t)executor_.n_vocab());
+  // Log-probabilities are those of the model's distribution, before sampling transforms.
+  std::vector<float> raw;
+  if (a.request.n_logprobs >= 0) raw.assign(row.begin(), row.end());
+  const int32_t token = a.request.sampler ? a.request.sampler->sample(row, history) : argmax(row);
+  if (a.request.n_logprobs >= 0) fill_logprobs(raw, token, a.request.n_logprobs, item);
+  return token;
+}
+
 void Engine::sample_and_emit(Active& a, float* logits_row, int32_t sampled) {
+  StreamItem item;
+  const int32_t token =
+      logits_row != nullptr ? choose_token(a, logits_row, a.seq->tokens, item) : sampled;
+  emit_token(a, token, std::move(item));
+}
+
+bool Engine::emit_token(Active& a, int32_t token, StreamItem item) {
   Sequence& seq = *a.seq;
   const auto now = Clock::now();
-  StreamItem item;
-  int32_t token = sampled;
-  if (logits_row != nullptr) {
-    std::span<float> row(logits_row, (size_t)executor_.n_vocab());
-    // Log-probabilities are those of the model's distribution, before sampling transforms.
-    std::vector<float> raw;
-    if (a.request.n_logprobs >= 0) raw.assign(row.begin(), row.end());
-    token = a.request.sampler ? a.request.sampler->sample(row, seq.tokens) : argmax(row);
-    if (a.request.n_logprobs >= 0) fill_logprobs(raw, token, a.request.n_logprobs, item);
-  }
   seq.tokens.push_back(token);
   item.token = token;
 
@@ -352,10 +382,15 @@ void Engine::sample_and_emit(Active& a, float* logits_row, int32_t sampled) {
     a.stop_word = std::move(r.stop_word);
   }
   a.handle->push(std::move(item));
-  if (stop)
+  if (stop) {
     finish(a, FinishReason::kStop);
-  else if (seq.n_generated() >= seq.max_tokens || (int32_t)seq.tokens.size() >= config_.n_ctx)
+    return true;
+  }
+  if (seq.n_generated() >= seq.max_tokens || (int32_t)seq.tokens.size() >= config_.n_ctx) {
     finish(a, FinishReason::kLength);
+    return true;
+  }
+  return false;
 }
 
 void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
@@ -381,6 +416,9 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
   item.queue_ms = a.scheduled ? seconds_between(a.submitted, a.first_scheduled) * 1e3 : 0;
   item.prompt_ms = got_token ? seconds_between(a.submitted, a.first_token) * 1e3 : 0;
   item.decode_ms = got_token ? seconds_between(a.first_token, now) * 1e3 : 0;
+  item.n_drafted = (int32_t)a.spec.drafted;
+  item.n_draft_accepted = (int32_t)a.spec.accepted;
+  if (spec_.enabled()) spec_.drafter()->release(seq.id);
   metrics_.update([&](MetricsSnapshot& m) {
     m.requests_finished += 1;
     m.preemptions_total += (uint64_t)seq.n_preemptions;

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -23,11 +24,13 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/drafter.h"
 #include "engine/executor.h"
 #include "engine/metrics.h"
 #include "engine/sampler.h"  // TokenLogprob
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/speculation.h"
 
 namespace hablar::engine {
 
@@ -70,6 +73,9 @@ struct GenerateRequest {
   int32_t n_prompt_logprobs = -1;
   // Scheduling rank: lower runs first (vLLM's `priority`); equal ones by arrival.
   int32_t priority = 0;
+  // Speculative decoding for this request (llama-server's speculative.n_max / n_min /
+  // p_min); unset: the engine's defaults. Ignored when the engine has no drafter.
+  std::optional<DraftParams> speculative;
   std::unique_ptr<NextTokenSampler> sampler;  // null: greedy (argmax)
   std::unique_ptr<OutputFilter> filter;       // null: no text
 };
@@ -91,9 +97,11 @@ struct StreamItem {
   int32_t n_prompt = 0;
   int32_t n_generated = 0;
   int32_t n_cached_prompt = 0;
-  double queue_ms = 0;   // submit -> first scheduled
-  double prompt_ms = 0;  // submit -> first token
-  double decode_ms = 0;  // first token -> finish
+  double queue_ms = 0;           // submit -> first scheduled
+  double prompt_ms = 0;          // submit -> first token
+  double decode_ms = 0;          // first token -> finish
+  int32_t n_drafted = 0;         // speculative tokens drafted and verified (timings.draft_n)
+  int32_t n_draft_accepted = 0;  // ... and accepted (timings.draft_n_accepted)
 };
 
 class RequestHandle {
@@ -128,6 +136,10 @@ struct EngineConfig {
   // The clock steps are timed with, in ms, for the step cost model (null: steady_clock).
   // Tests inject a simulated clock that a fake executor advances.
   std::function<double()> now_ms;
+  // Speculative decoding (speculation.h): the drafter (null: none) and the default draft
+  // lengths of requests that do not set their own.
+  std::shared_ptr<Drafter> drafter;
+  DraftParams draft;
 };
 
 class Engine {
@@ -152,6 +164,8 @@ class Engine {
   const StepCostModel& step_costs() const { return costs_; }
   int32_t n_vocab() const { return executor_.n_vocab(); }
   bool accepting() const { return accepting_.load(); }
+  // The drafter's kind (SpecType::kNone without one).
+  SpecType spec_type() const { return config_.drafter ? config_.drafter->type() : SpecType::kNone; }
 
  private:
   struct Active {
@@ -166,6 +180,9 @@ class Engine {
     bool filter_stopped = false;    // the output filter matched a stop string
     std::string stop_word;          // ... and which one
     int32_t prompt_items_sent = 0;  // kPrompt items pushed (prompt positions 0 .. n - 1)
+    DraftParams draft;              // this request's draft lengths
+    SpecStats spec;                 // its drafted / accepted tokens
+    std::vector<int32_t> verify;    // this step's verification chunk: last token + draft
   };
 
   void loop();
@@ -173,6 +190,16 @@ class Engine {
   void step();
   // Emits the next token: `sampled` when the executor chose it, else sampled from the row.
   void sample_and_emit(Active& a, float* logits_row, int32_t sampled);
+  // The token the request's sampler picks from a logits row (and its log-probabilities).
+  // `history`: the tokens before it (prompt, generated, accepted draft tokens).
+  int32_t choose_token(Active& a, float* logits_row, std::span<const int32_t> history,
+                       StreamItem& item);
+  // Appends the token and sends it; true when that finished the request (`a` is gone then).
+  bool emit_token(Active& a, int32_t token, StreamItem item);
+  // Speculation (engine_speculation.cpp): drafts for the decoding sequences before the step
+  // is planned; the verification of a drafted chunk's rows after it ran.
+  void plan_drafts();
+  void verify_and_emit(Active& a, int32_t start_pos, int32_t n_tokens, float* rows);
   // Device sampling parameters for a chunk that ends a sequence's pending work, or null.
   const DeviceSampling* device_sampling(const Active& a, DeviceSampling& storage) const;
   void emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens, const float* rows);
@@ -188,6 +215,7 @@ class Engine {
   StepCostModel costs_;
   Scheduler scheduler_;
   EngineMetrics metrics_;
+  Speculation spec_;
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;

@@ -49,6 +49,11 @@ struct MetricsSnapshot {
   int32_t kv_blocks_used = 0;
   int32_t kv_blocks_cached = 0;
   int32_t max_batch_size = 0;
+  // Speculative decoding (one drafter per engine, named by spec_type: "none" without one).
+  std::string spec_type = "none";
+  uint64_t draft_tokens_total = 0;    // drafted and verified
+  uint64_t draft_accepted_total = 0;  // of those, accepted
+  uint64_t spec_rounds_total = 0;     // verification chunks run
   std::vector<SlotInfo> slots;
   Histogram batch_size{{1, 2, 4, 8, 16, 32, 64, 128}};
   Histogram ttft_seconds{{0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};

@@ -20,6 +20,13 @@ int32_t count_decoders(const std::vector<Sequence*>& running) {
   return n;
 }
 
+// Drafted tokens the decoders carry this step (verified beside their pending token).
+int32_t count_drafted(const std::vector<Sequence*>& running) {
+  int32_t n = 0;
+  for (const Sequence* s : running) n += s->n_pending() == 1 ? (int32_t)s->draft.size() : 0;
+  return n;
+}
+
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks)
@@ -60,6 +67,7 @@ void Scheduler::preempt(Sequence* seq, StepPlan& plan) {
   HABLAR_CHECK(r != running_.end(), "preempting a sequence that is not running");
   running_.erase(r);
   blocks_.free(*seq);
+  seq->draft.clear();
   seq->n_preemptions += 1;
   add(seq);
   plan.preempted.push_back(seq);
@@ -150,14 +158,21 @@ std::vector<Scheduler::Share> Scheduler::prefill_shares(int32_t budget) const {
 // of room), i.e. it left running_.
 bool Scheduler::schedule_running(size_t index, const std::vector<Share>& shares, StepPlan& plan) {
   Sequence* seq = running_[index];
-  int32_t n = 1;  // a decoder's token, always planned (the budget counted it)
+  // A decoder's token, always planned (the budget counted it), and its drafted tokens.
+  int32_t n = 1 + (int32_t)seq->draft.size();
   if (seq->n_pending() > 1) {
+    seq->draft.clear();
     n = 0;
     for (const Share& s : shares)
       if (s.seq == seq) n = s.n;
     if (n <= 0) return true;  // no share this step; keeps its place
   }
   while (!blocks_.allocate_slots(*seq, n, plan.copies)) {
+    if (n > 1 && seq->n_pending() == 1) {  // no room to verify a draft: plain decode first
+      seq->draft.clear();
+      n = 1;
+      continue;
+    }
     Sequence* victim = running_.back();
     if (victim == seq) {
       if (running_.size() == 1) {  // nothing left to take room from
@@ -212,7 +227,8 @@ StepPlan Scheduler::schedule() {
   StepPlan plan;
   preempt_for_priority(plan);
   const int32_t decoders = count_decoders(running_);
-  const std::vector<Share> shares = prefill_shares(step_budget(decoders) - decoders);
+  const std::vector<Share> shares =
+      prefill_shares(step_budget(decoders) - decoders - count_drafted(running_));
   // Walk in rank order; preemption removes from the back (lowest rank), which is never a
   // sequence already planned in this loop.
   for (size_t i = 0; i < running_.size();) {

@@ -43,6 +43,9 @@ struct Sequence {
   bool prompt_logits = false;          // logits wanted at every prompt position: the
                                        // prompt is never taken from the prefix cache
   int32_t n_preemptions = 0;
+  // Tokens drafted for this step's verification (speculation.h): planned as one chunk of
+  // 1 + draft.size() tokens after the pending one; empty when not speculating.
+  std::vector<int32_t> draft;
 
   FinishReason finish_reason = FinishReason::kNone;
 

@@ -96,6 +96,7 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   r.spec.sampling = parse_sampling(body, m, Dialect::kOpenAI);
   r.spec.priority = parse_priority(body);
   r.spec.ignore_eos = opt_bool(body, "ignore_eos").value_or(false);  // llama-server's extension
+  r.spec.speculative = parse_speculative(body, m);
   auto max_tokens = opt_integer(body, "max_completion_tokens", 1, INT32_MAX);
   if (!max_tokens) max_tokens = opt_integer(body, "max_tokens", 1, INT32_MAX);
   const OrderedJson kwargs = template_kwargs(m, body);

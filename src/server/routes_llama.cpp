@@ -205,6 +205,7 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
   GenerationSpec spec;
   spec.sampling = parse_sampling(body, *m, Dialect::kLlama);
   spec.priority = parse_priority(body);
+  spec.speculative = parse_speculative(body, *m);
   spec.stop = opt_string_list(body, "stop", 64);
   spec.ignore_eos = opt_bool(body, "ignore_eos").value_or(false);
   CompletionShape shape;
@@ -468,6 +469,20 @@ void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res
          s.kv_blocks_cached);
   metric("hablar_batch_size_max", "gauge", "Largest batch (sequences in one step) so far.",
          s.max_batch_size);
+  // Speculative decoding, per drafter (one per server): drafted, accepted, their ratio.
+  const std::string drafter = "{drafter=\"" + s.spec_type + "\"}";
+  auto labeled = [&](const char* name, const char* type, const char* help, double v) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n"
+      << name << drafter << " " << v << "\n";
+  };
+  labeled("hablar_spec_draft_tokens_total", "counter", "Speculative tokens drafted and verified.",
+          (double)s.draft_tokens_total);
+  labeled("hablar_spec_draft_accepted_total", "counter", "Drafted tokens the model accepted.",
+          (double)s.draft_accepted_total);
+  labeled("hablar_spec_rounds_total", "counter", "Verification rounds (drafted chunks) run.",
+          (double)s.spec_rounds_total);
+  labeled("hablar_spec_acceptance_ratio", "gauge", "Accepted / drafted tokens so far.",
+          s.draft_tokens_total > 0 ? (double)s.draft_accepted_total / s.draft_tokens_total : 0);
   histogram_text(o, "hablar_batch_size", "Sequences per engine step.", s.batch_size);
   histogram_text(o, "hablar_time_to_first_token_seconds", "Submit to first token.", s.ttft_seconds);
   histogram_text(o, "hablar_time_per_output_token_seconds", "Time between generated tokens.",

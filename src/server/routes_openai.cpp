@@ -336,6 +336,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
   const int32_t priority = parse_priority(body);
   // llama-server's extension, which benchmarks send to get outputs of full length.
   const bool ignore_eos = opt_bool(body, "ignore_eos").value_or(false);
+  const auto speculative = parse_speculative(body, *m);
 
   // Choice i is prompt i / n's (i % n)-th: choices of one prompt are next to each other.
   std::vector<std::shared_ptr<engine::RequestHandle>> handles;
@@ -351,6 +352,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
       spec.grammar = grammar;
       spec.priority = priority;
       spec.ignore_eos = ignore_eos;
+      spec.speculative = speculative;
       spec.max_tokens = bounded_max_tokens(*m, max_tokens, p.size());
       for (auto& h : start_choices(*m, spec, n)) {
         echoes.push_back(echo ? m->tok().decode(p) : "");

@@ -131,4 +131,34 @@ int32_t parse_priority(const nlohmann::json& body) {
   return (int32_t)opt_integer(body, "priority", INT32_MIN, INT32_MAX).value_or(0);
 }
 
+std::optional<engine::DraftParams> parse_speculative(const nlohmann::json& body,
+                                                     const ServingModel& m) {
+  const nlohmann::json* obj = nullptr;
+  if (auto it = body.find("speculative"); it != body.end() && !it->is_null()) {
+    if (!it->is_object())
+      throw ApiError(400, "'speculative' must be an object with n_max, n_min, p_min",
+                     "speculative");
+    obj = &*it;
+  }
+  engine::DraftParams p = m.engine->config().draft;
+  bool any = false;
+  auto take_int = [&](const char* flat, const char* key, int32_t& out) {
+    std::optional<int64_t> v = opt_integer(body, flat, 0, 256);
+    if (!v && obj) {
+      if (obj->contains(key) && !(*obj)[key].is_number_integer())
+        throw ApiError(400, std::string("'") + flat + "' must be an integer between 0 and 256",
+                       flat);
+      v = opt_integer(*obj, key, 0, 256);
+    }
+    if (v) out = (int32_t)*v, any = true;
+  };
+  take_int("speculative.n_max", "n_max", p.n_max);
+  take_int("speculative.n_min", "n_min", p.n_min);
+  std::optional<double> pm = opt_number(body, "speculative.p_min", 0, 1);
+  if (!pm && obj) pm = opt_number(*obj, "p_min", 0, 1);
+  if (pm) p.p_min = (float)*pm, any = true;
+  if (!any) return std::nullopt;
+  return p;
+}
+
 }  // namespace hablar::server

@@ -19,4 +19,10 @@ engine::SamplingParams parse_sampling(const nlohmann::json& body, const ServingM
 // The scheduling `priority` (vLLM's: lower runs first; default 0), in every dialect.
 int32_t parse_priority(const nlohmann::json& body);
 
+// llama-server's per-request draft lengths: "speculative.n_max", "speculative.n_min",
+// "speculative.p_min" (also as an object "speculative": {"n_max": ...}); fields left out
+// keep the server's defaults. Unset when none is given. 400 naming the field otherwise.
+std::optional<engine::DraftParams> parse_speculative(const nlohmann::json& body,
+                                                     const ServingModel& m);
+
 }  // namespace hablar::server

@@ -266,6 +266,7 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
   req.n_logprobs = spec.n_logprobs;
   req.n_prompt_logprobs = spec.n_prompt_logprobs;
   req.priority = spec.priority;
+  req.speculative = spec.speculative;
   spec.sampling.n_probs = 0;  // the engine reports log-probabilities itself
   try {
     if (spec.grammar)
@@ -321,16 +322,22 @@ nlohmann::json timings_json(const engine::StreamItem& f) {
   auto per = [](double ms, int n) { return n > 0 ? ms / n : 0.0; };
   auto rate = [](double ms, int n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
   const int prompt_n = f.n_prompt - f.n_cached_prompt;
-  return {{"queue_ms", f.queue_ms},  // submit to first scheduled (a hablar addition)
-          {"cache_n", f.n_cached_prompt},
-          {"prompt_n", prompt_n},
-          {"prompt_ms", f.prompt_ms},
-          {"prompt_per_token_ms", per(f.prompt_ms, prompt_n)},
-          {"prompt_per_second", rate(f.prompt_ms, prompt_n)},
-          {"predicted_n", f.n_generated},
-          {"predicted_ms", f.decode_ms},
-          {"predicted_per_token_ms", per(f.decode_ms, f.n_generated)},
-          {"predicted_per_second", rate(f.decode_ms, std::max(0, f.n_generated - 1))}};
+  nlohmann::json t = {{"queue_ms", f.queue_ms},  // submit to first scheduled (hablar's)
+                      {"cache_n", f.n_cached_prompt},
+                      {"prompt_n", prompt_n},
+                      {"prompt_ms", f.prompt_ms},
+                      {"prompt_per_token_ms", per(f.prompt_ms, prompt_n)},
+                      {"prompt_per_second", rate(f.prompt_ms, prompt_n)},
+                      {"predicted_n", f.n_generated},
+                      {"predicted_ms", f.decode_ms},
+                      {"predicted_per_token_ms", per(f.decode_ms, f.n_generated)},
+                      {"predicted_per_second", rate(f.decode_ms, std::max(0, f.n_generated - 1))}};
+  // Speculative decoding, as llama-server reports it (only when something was drafted).
+  if (f.n_drafted > 0) {
+    t["draft_n"] = f.n_drafted;
+    t["draft_n_accepted"] = f.n_draft_accepted;
+  }
+  return t;
 }
 
 nlohmann::json PromptProgress::state(int32_t processed) const {

@@ -105,6 +105,9 @@ struct GenerationSpec {
   std::string grammar_trigger;
   std::string grammar_context;
   int32_t priority = 0;  // scheduling rank: lower runs first
+  // speculative.n_max / n_min / p_min (llama-server's per-request fields); unset: the
+  // server's --draft-max / --draft-min / --draft-p-min.
+  std::optional<engine::DraftParams> speculative;
 };
 
 // A chat conversation after the template: its text, and the byte positions of it that came

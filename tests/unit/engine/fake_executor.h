@@ -93,6 +93,13 @@ class FakeExecutor : public StepExecutor {
       for (int32_t pos = 0; pos < end; ++pos)
         seen[(size_t)pos] =
             cache_[slot(c.block_table[(size_t)(pos / block_size_)], pos % block_size_)];
+      if (c.all_logits) {  // a row per token: the distribution after each prefix
+        for (size_t t = 0; t + 1 < c.tokens.size(); ++t) {
+          reference_logits(std::span<const int32_t>(seen).first((size_t)c.start_pos + t + 1),
+                           n_vocab_, row.data());
+          logits.insert(logits.end(), row.begin(), row.end());
+        }
+      }
       reference_logits(seen, n_vocab_, row.data());
       if (c.sampling != nullptr) {
         HABLAR_CHECK(device_sampling, "sampling parameters sent to a host-sampling executor");

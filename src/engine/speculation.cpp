@@ -1,0 +1,84 @@
+#include "engine/speculation.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/log.h"
+
+namespace hablar::engine {
+
+void SpecStats::record(int32_t n_drafted, int32_t n_accepted) {
+  drafted += n_drafted;
+  accepted += n_accepted;
+  // Trials: the accepted tokens, plus the rejected one when the round stopped early.
+  const double n_trials = n_accepted + (n_accepted < n_drafted ? 1 : 0);
+  constexpr double kDecay = 0.9;  // per round: the rate follows the text (~10 rounds)
+  hits = kDecay * hits + n_accepted;
+  trials = kDecay * trials + n_trials;
+}
+
+double expected_tokens(double a, int32_t k) {
+  double sum = 0, term = 1;
+  for (int32_t i = 0; i <= k; ++i, term *= a) sum += term;
+  return sum;
+}
+
+int32_t Speculation::choose_length(std::span<const SpecCandidate> cands, int32_t decoders,
+                                   const StepCostModel& costs) const {
+  int32_t k_max = 0;
+  for (const SpecCandidate& c : cands) k_max = std::max(k_max, c.params.n_max);
+  if (k_max == 0 || cands.empty()) return 0;
+  if (!costs.ready()) return k_max;  // nothing measured yet: draft fully, learn from it
+  const double draft_ms = drafter_->ms_per_position();
+  const int32_t plain = decoders - (int32_t)cands.size();
+  double best_rate = 0;
+  int32_t best_k = 0;
+  for (int32_t k = 0; k <= k_max; ++k) {
+    double tokens = plain;
+    int32_t verify = 0;
+    for (const SpecCandidate& c : cands) {
+      const int32_t kc = std::min(k, c.params.n_max);
+      tokens += expected_tokens(c.stats->rate(), kc);
+      verify += kc;
+    }
+    const double ms = costs.predict_ms(verify, decoders) + draft_ms * k;
+    if (!(ms > 0)) return k_max;
+    const double rate = tokens / ms;
+    // A longer draft must pay for itself clearly (1%): ties keep the cheaper step.
+    if (rate > best_rate * 1.01) {
+      best_rate = rate;
+      best_k = k;
+    }
+  }
+  return best_k;
+}
+
+void Speculation::propose(std::span<SpecCandidate> cands, int32_t decoders,
+                          const StepCostModel& costs) {
+  if (!drafter_) return;
+  const int32_t k = choose_length(cands, decoders, costs);
+  log::debug(
+      "speculation: k = {} for {} of {} decoders (rate {:.2f}; step {:.1f} ms + {:.2f} ms "
+      "per extra row)",
+      k, cands.size(), decoders, cands.empty() ? 0.0 : cands[0].stats->rate(),
+      costs.decode_ms(decoders), costs.per_prompt_ms(std::max(1, k)));
+  if (k == 0) return;
+  jobs_.clear();
+  for (const SpecCandidate& c : cands) {
+    const int32_t n = std::min(k, c.params.n_max);
+    if (n <= 0 || n < c.params.n_min) continue;
+    jobs_.push_back({c.seq, n, c.params.p_min, {}});
+  }
+  if (jobs_.empty()) return;
+  drafter_->draft(jobs_);
+  size_t j = 0;
+  for (const SpecCandidate& c : cands) {
+    if (j == jobs_.size() || jobs_[j].seq != c.seq) continue;
+    DraftJob& job = jobs_[j++];
+    if ((int32_t)job.draft.size() > job.n_max) job.draft.resize((size_t)job.n_max);
+    if ((int32_t)job.draft.size() < std::max(1, c.params.n_min)) continue;
+    c.seq->draft = std::move(job.draft);
+  }
+}
+
+}  // namespace hablar::engine

@@ -1,0 +1,73 @@
+// Speculative decoding in the engine: which decoding sequences draft this step and how many
+// tokens, and what a verification round tells about a sequence's acceptance rate.
+//
+// A step's verification chunk for a sequence is [last committed token, d_0 .. d_{k-1}] with
+// a logits row for every token (ExecChunk::all_logits): row i is the target's distribution
+// after d_{i-1}. The engine samples row 0, 1, ... with the request's own sampler (its whole
+// chain: bias, penalties, grammar mask, temperature, top-k/p, min-p) and keeps going while
+// the sampled token equals the draft (drafter.h: point-mass rejection sampling), so a round
+// emits the accepted prefix plus one corrected or bonus token. Rejected positions are then
+// rolled back (BlockManager::truncate); their K/V is garbage past the sequence's end that the
+// next step overwrites, and no prefix hash ever covers them.
+//
+// Draft length: with per-token acceptance rate a, k drafted tokens yield
+// E(k) = 1 + a + ... + a^k tokens per round. The step's cost with k per drafting sequence is
+// priced by the engine's measured step costs (StepCostModel: the decodes, plus S*k
+// verification tokens) plus the drafter's own per-position cost; the k with the most tokens
+// per ms is taken, and k = 0 (no speculation) wins whenever the extra rows cost more than
+// they return (a batch that is already compute-bound).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/drafter.h"
+#include "engine/sequence.h"
+#include "engine/step_cost.h"
+
+namespace hablar::engine {
+
+// One sequence's speculation record.
+struct SpecStats {
+  int64_t drafted = 0;   // tokens proposed and verified
+  int64_t accepted = 0;  // of those, accepted
+  // Exponentially weighted acceptance trials: each drafted token up to and including the
+  // first rejected one is a trial; `hits` the accepted ones.
+  double hits = 0, trials = 0;
+  // The per-token acceptance rate (a prior of 1/2 before any trial).
+  double rate() const { return (hits + 1.0) / (trials + 2.0); }
+  void record(int32_t n_drafted, int32_t n_accepted);
+};
+
+// Expected tokens one verification round emits with k drafts at acceptance rate a.
+double expected_tokens(double a, int32_t k);
+
+struct SpecCandidate {
+  Sequence* seq = nullptr;  // decoding: one pending token
+  DraftParams params;
+  const SpecStats* stats = nullptr;
+};
+
+class Speculation {
+ public:
+  explicit Speculation(std::shared_ptr<Drafter> drafter) : drafter_(std::move(drafter)) {}
+  bool enabled() const { return drafter_ != nullptr; }
+  Drafter* drafter() const { return drafter_.get(); }
+
+  // Chooses each candidate's draft length (0 for some or all when speculation does not pay
+  // at this batch), asks the drafter, and sets seq->draft (drafts shorter than n_min are
+  // dropped). `decoders`: every decoding sequence of the step, drafting or not.
+  void propose(std::span<SpecCandidate> cands, int32_t decoders, const StepCostModel& costs);
+
+  // The common draft length for this step (before each candidate's own n_max).
+  int32_t choose_length(std::span<const SpecCandidate> cands, int32_t decoders,
+                        const StepCostModel& costs) const;
+
+ private:
+  std::shared_ptr<Drafter> drafter_;
+  std::vector<DraftJob> jobs_;
+};
+
+}  // namespace hablar::engine
