@@ -59,6 +59,17 @@ void EmbedOps::begin(std::span<const std::span<const int32_t>> sequences,
   act_.k = rows(k_, dims.kv_dim()), act_.v = rows(v_, dims.kv_dim());
   act_.gate = rows(gate_, dims.n_ff), act_.up = rows(up_, dims.n_ff);
   hidden_ = nullptr;
+  if (causal) {  // the scratch cache's block tables: consecutive blocks per sequence
+    scratch_layout_ = {1, dims.n_kv_heads, dims.head_dim, kDefaultKvBlockSize, 0, KvDType::F16};
+    block_ids_.clear(), table_begin_.clear();
+    for (size_t s = 0; s + 1 < seq_begin_.size(); ++s) {
+      table_begin_.push_back((int64_t)block_ids_.size());
+      const int64_t len = seq_begin_[s + 1] - seq_begin_[s];
+      for (int64_t b = 0; b < (len + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize; ++b)
+        block_ids_.push_back(scratch_layout_.n_blocks++);
+    }
+    scratch_cache_.resize(scratch_layout_.total_elems());
+  }
 }
 
 void EmbedOps::embed(const WeightView& table, float* x) {
@@ -115,10 +126,34 @@ void EmbedOps::rope(float* x, int n_heads, int variant) {
   });
 }
 
-// Per (token, head): softmax(q·K^T * scale) · V over the keys the token sees in its own
-// sequence, in float (scores, then weights, then a weighted sum of value rows).
+// Bidirectional, per (token, head): softmax(q·K^T * scale) · V over its whole sequence, in
+// float (scores, then weights, then a weighted sum of value rows).
+void EmbedOps::causal_attention(const AttentionSpec& spec, const float* q, const float* k,
+                                const float* v, float* out) {
+  const int64_t QD = dims_.q_dim(), KVD = dims_.kv_dim();
+  const auto table = [&](int64_t t) {
+    return block_ids_.data() + table_begin_[(size_t)seq_of_[(size_t)t]];
+  };
+  for_each_token(n_tokens(), [&](int64_t t) {
+    kv_store(scratch_cache_.data(), scratch_layout_, 0, table(t), positions_[(size_t)t],
+             k + t * KVD, v + t * KVD);
+  });
+  queries_.resize(tokens_.size());
+  for (size_t t = 0; t < tokens_.size(); ++t) {
+    const int32_t pos = positions_[t];
+    const int64_t len = seq_begin_[(size_t)seq_of_[t] + 1] - seq_begin_[(size_t)seq_of_[t]];
+    // llama.cpp's one-token kernel for a one-token input, its batched one otherwise.
+    const SumOrder order = len == 1 ? SumOrder::kLanes64 : SumOrder::kLanes16;
+    queries_[t] = {table((int64_t)t),          pos,   q + (int64_t)t * QD,
+                   out + (int64_t)t * QD, order, spec.first_position(pos)};
+  }
+  attention_batch(scratch_cache_.data(), scratch_layout_, 0, queries_, dims_.n_heads, spec.scale,
+                  spec.softcap, pool_);
+}
+
 void EmbedOps::attention(int, const AttentionSpec& spec, const float* q, const float* k,
                          const float* v, float* out) {
+  if (causal_) return causal_attention(spec, q, k, v, out);
   const int H = dims_.n_heads, HD = dims_.head_dim, group = dims_.n_heads / dims_.n_kv_heads;
   const int64_t QD = dims_.q_dim(), KVD = dims_.kv_dim();
   const int64_t units = n_tokens() * H;
@@ -129,10 +164,8 @@ void EmbedOps::attention(int, const AttentionSpec& spec, const float* q, const f
       const int64_t t = u / H;
       const int h = (int)(u % H), kvh = h / group;
       const int64_t base = seq_begin_[(size_t)seq_of_[(size_t)t]];
-      const int32_t pos = positions_[(size_t)t];
       const int64_t len = seq_begin_[(size_t)seq_of_[(size_t)t] + 1] - base;
-      const int64_t first = causal_ ? spec.first_position(pos) : 0;
-      const int64_t last = causal_ ? pos : len - 1;  // inclusive
+      const int64_t first = 0, last = len - 1;  // bidirectional: the whole sequence
       const float* qh = q + t * QD + (int64_t)h * HD;
       w.resize((size_t)(last - first + 1));
       float max_score = -INFINITY;

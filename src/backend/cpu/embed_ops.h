@@ -14,6 +14,7 @@
 
 #include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
+#include "core/kv_layout.h"
 #include "core/layer_spec.h"
 #include "core/pooling.h"
 #include "core/rope.h"
@@ -88,6 +89,10 @@ class EmbedOps {
   void for_each_token(int64_t n, const Fn& fn);
   float* rows(std::vector<float>& v, int64_t width);
   void pool_one(int64_t s, Pooling pooling, const ClassifierHead& head, std::vector<float>& out);
+  // Causal attention as the decode path computes it (llama.cpp's rounding, cpu::
+  // attention_batch) over a one-layer scratch cache that holds this step's K/V.
+  void causal_attention(const AttentionSpec& spec, const float* q, const float* k, const float* v,
+                        float* out);
 
   ThreadPool& pool_;
   ActivationDims dims_{};
@@ -101,6 +106,12 @@ class EmbedOps {
   std::vector<uint8_t> roles_;      // [T] llama.cpp batch roles (matmul summation orders)
   std::vector<float> x_, xb_, q_, k_, v_, att_, gate_, up_, hidden_rows_;
   const float* hidden_ = nullptr;
+  // Causal attention's scratch cache: one layer, block_tables_ [n_seq][blocks] consecutive.
+  KvCacheLayout scratch_layout_{};
+  std::vector<uint16_t> scratch_cache_;
+  std::vector<int32_t> block_ids_;       // every sequence's table, back to back
+  std::vector<int64_t> table_begin_;     // [n_seq] where sequence s's table starts
+  std::vector<AttentionQuery> queries_;  // [T]
   MoeScratch moe_;
   Activations act_;
 };
