@@ -88,7 +88,8 @@ int run_embed(const EmbedOptions& o) {
                            result.values.begin() + result.begin[c + 1]);
       if (pooling != Pooling::kRank) engine::normalize_embedding(v, o.normalize);
       if (o.json) {
-        out.push_back({{"index", first + c}, {"n_tokens", chunks[c].tokens.size()}, {"embedding", v}});
+        out.push_back(
+            {{"index", first + c}, {"n_tokens", chunks[c].tokens.size()}, {"embedding", v}});
       } else {
         std::string line;
         for (size_t k = 0; k < v.size(); ++k) line += fmt::format("{}{:.6g}", k ? " " : "", v[k]);
@@ -98,15 +99,15 @@ int run_embed(const EmbedOptions& o) {
     first = i;
   }
   if (o.json) {
-    const nlohmann::json doc = {{"model", o.model}, {"pooling", pooling_name(pooling)}, {"data", out}};
+    const nlohmann::json doc = {
+        {"model", o.model}, {"pooling", pooling_name(pooling)}, {"data", out}};
     std::printf("%s\n", doc.dump().c_str());
   }
   return 0;
 }
 
 const CommandRegistration registration{
-    "embed", "Print the embeddings of texts (encoders and decoder embedders)",
-    [](CLI::App& app) {
+    "embed", "Print the embeddings of texts (encoders and decoder embedders)", [](CLI::App& app) {
       auto o = std::make_shared<EmbedOptions>();
       app.add_option("-m,--model", o->model, "model GGUF (or Hugging Face directory)")->required();
       app.add_option("-p,--prompt", o->prompts, "a text to embed (repeatable)");

@@ -39,10 +39,11 @@ int run_make_model(const MakeModelOptions& o) {
   synth::SyntheticModelOptions opts;
   const auto arch = synth::arch_from_name(o.arch);
   if (!arch)
-    throw_error(ErrorKind::kInvalidArgument,
-                "--arch: unknown architecture '" + o.arch +
-                    "' (llama, qwen2, qwen3, gemma2, gemma3, mixtral, qwen2moe, qwen3moe, phi3, bert "
-                    "or nomic-bert)");
+    throw_error(
+        ErrorKind::kInvalidArgument,
+        "--arch: unknown architecture '" + o.arch +
+            "' (llama, qwen2, qwen3, gemma2, gemma3, mixtral, qwen2moe, qwen3moe, phi3, bert "
+            "or nomic-bert)");
   const auto shape = synth::shape_from_name(o.shape);
   if (!shape)
     throw_error(ErrorKind::kInvalidArgument,

@@ -50,9 +50,9 @@ struct ServeOptions {
   int n_parallel = 8;
   int n_threads = 0;
   int n_batch = 512;
-  bool embedding = false;  // --embedding: serve embeddings from a decoder
-  bool reranking = false;  // --reranking: pooling rank
-  std::string pooling;     // --pooling
+  bool embedding = false;            // --embedding: serve embeddings from a decoder
+  bool reranking = false;            // --reranking: pooling rank
+  std::string pooling;               // --pooling
   int decode_step_tokens = 128;      // step budget while any stream is decoding (0 = n_batch)
   double max_step_ms = 0;            // step time while any stream is decoding (0 = no bound)
   double max_decode_slowdown = 2.0;  // step time relative to its decodes alone (0 = no bound)

@@ -27,7 +27,8 @@ class CpuExecutor : public StepExecutor {
                StepOutput& out) override;
   std::string describe() const override;
   bool can_embed(std::string* why) const override;
-  void embed(std::span<const EmbedChunk> chunks, EmbedOutput& out) override;  // cpu_executor_embed.cpp
+  void embed(std::span<const EmbedChunk> chunks,
+             EmbedOutput& out) override;  // cpu_executor_embed.cpp
 
   // One forward over the chunks (checked first); logits rows as StepOutput::logits.
   void forward(std::span<const SequenceChunk> chunks, std::vector<float>& logits);

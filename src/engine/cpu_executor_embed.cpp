@@ -27,9 +27,10 @@ void CpuExecutor::embed(std::span<const EmbedChunk> chunks, EmbedOutput& out) {
                                                      " is outside the vocabulary [0, " +
                                                      std::to_string(c.n_vocab) + ")");
     if (w.pos_embd.data != nullptr && (int64_t)ch.tokens.size() > w.pos_embd.rows)
-      throw_error(ErrorKind::kInvalidArgument,
-                  "an input of " + std::to_string(ch.tokens.size()) + " tokens is longer than the " +
-                      std::to_string(w.pos_embd.rows) + " positions the model has");
+      throw_error(ErrorKind::kInvalidArgument, "an input of " + std::to_string(ch.tokens.size()) +
+                                                   " tokens is longer than the " +
+                                                   std::to_string(w.pos_embd.rows) +
+                                                   " positions the model has");
     if (ch.pooling == Pooling::kRank && c.n_cls_out == 0)
       throw_error(ErrorKind::kInvalidArgument,
                   "rank pooling needs a classifier head (cls tensors), which this model lacks");
@@ -41,8 +42,7 @@ void CpuExecutor::embed(std::span<const EmbedChunk> chunks, EmbedOutput& out) {
     out.begin.assign(1, 0);
     return;
   }
-  embed_ops_.begin(sequences, model::activation_dims(c), c.ropes, c.rms_eps, c.norm_eps,
-                   c.causal);
+  embed_ops_.begin(sequences, model::activation_dims(c), c.ropes, c.rms_eps, c.norm_eps, c.causal);
   model::forward_embeddings(c, w, embed_ops_);
   const cpu::ClassifierHead head{&w.cls, w.cls_b, &w.cls_out, w.cls_out_b};
   embed_ops_.pool(pooling, head, out.values, out.begin);

@@ -54,8 +54,7 @@ std::shared_ptr<EmbedHandle> EmbeddingQueue::push(EmbedRequest request) {
   p->submitted = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   if ((int32_t)waiting_.size() >= max_queue_)
-    throw_error(ErrorKind::kResource, "the embedding queue is full (" +
-                                          std::to_string(max_queue_) +
+    throw_error(ErrorKind::kResource, "the embedding queue is full (" + std::to_string(max_queue_) +
                                           " requests waiting); retry later");
   waiting_.push_back(p);
   return p->handle;

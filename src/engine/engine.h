@@ -122,9 +122,9 @@ class RequestHandle {
 };
 
 struct EngineConfig {
-  SchedulerConfig scheduler;  // the KV blocks are the executor's (StepExecutor::n_kv_blocks)
-  int32_t n_ctx = 2048;       // the most tokens (prompt + generated) of one sequence
-  int32_t max_queue = 256;    // submitted but not yet running; beyond this submit() refuses
+  SchedulerConfig scheduler;         // the KV blocks are the executor's (StepExecutor::n_kv_blocks)
+  int32_t n_ctx = 2048;              // the most tokens (prompt + generated) of one sequence
+  int32_t max_queue = 256;           // submitted but not yet running; beyond this submit() refuses
   int32_t embed_step_tokens = 8192;  // token budget of one embedding step
   std::function<bool(int32_t)> is_eog;  // end-of-generation tokens; null: none
   // The clock steps are timed with, in ms, for the step cost model (null: steady_clock).

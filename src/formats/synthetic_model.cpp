@@ -380,7 +380,8 @@ std::vector<PlannedTensor> plan_encoder_tensors(Arch arch, const ModelShape& s, 
   out.back().type = DType::F32;
   if (arch == Arch::kBert) {
     add("position_embd.weight", {h, s.context}, Init::kMatrix, -1);
-    if (out.back().type != DType::F32 && out.back().type != DType::BF16) out.back().type = DType::F16;
+    if (out.back().type != DType::F32 && out.back().type != DType::BF16)
+      out.back().type = DType::F16;
   }
   norm("token_embd_norm", -1);
   if (rank_head) {
@@ -518,7 +519,8 @@ GgufWriter build_synthetic_model(const SyntheticModelOptions& o, SyntheticModelS
     w.set(a + ".pooling_type", Value::u32((uint32_t)*p));
   }
   if (o.rank_head && !is_encoder(o.arch))
-    throw_error(ErrorKind::kInvalidArgument, "a classifier head is for encoders (bert, nomic-bert)");
+    throw_error(ErrorKind::kInvalidArgument,
+                "a classifier head is for encoders (bert, nomic-bert)");
 
   const int n_threads =
       o.n_threads > 0 ? o.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());

@@ -36,7 +36,9 @@ std::string_view arch_name(Arch arch) {
 }
 
 std::string supported_arch_names() {
-  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma2, gemma3, bert, nomic-bert";  // Mixtral is llama
+  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma2, gemma3, bert, nomic-bert";  // Mixtral
+                                                                                             // is
+                                                                                             // llama
 }
 
 namespace {

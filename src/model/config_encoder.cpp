@@ -20,7 +20,8 @@ void read_embedding_config(const gguf::GgufFile& f, ModelConfig& c) {
   c.causal = f.get_bool_or(a + ".attention.causal", !c.encoder);
   if (!c.encoder) return;
   if (c.n_kv_heads != c.n_heads)
-    throw_error(ErrorKind::kFormat, f.path() + ": an encoder's head_count_kv must equal head_count");
+    throw_error(ErrorKind::kFormat,
+                f.path() + ": an encoder's head_count_kv must equal head_count");
   c.norm_eps = (float)f.get_float_or(a + ".attention.layer_norm_epsilon", 1e-12);
   if (!(c.norm_eps > 0.0f) || !std::isfinite(c.norm_eps))
     throw_error(ErrorKind::kFormat, f.path() + ": attention.layer_norm_epsilon must be > 0");

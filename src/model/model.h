@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "core/kv_layout.h"
-#include "core/pooling.h"
 #include "core/layer_spec.h"
+#include "core/pooling.h"
 #include "core/rope.h"
 #include "core/step_batch.h"
 #include "formats/gguf.h"

@@ -19,6 +19,7 @@
 
 #include "server/api_error.h"
 #include "server/http_server.h"
+#include "server/request_fields.h"
 
 namespace hablar::server {
 namespace {
@@ -43,7 +44,8 @@ std::vector<int32_t> tokenize_text(const ServingModel& m, const std::string& tex
 std::vector<int32_t> token_list(const ServingModel& m, const json& list, const std::string& param) {
   std::vector<int32_t> ids;
   for (const auto& t : list) {
-    if (!t.is_number_integer()) bad_request("'" + param + "' mixes token ids and other values", param);
+    if (!t.is_number_integer())
+      bad_request("'" + param + "' mixes token ids and other values", param);
     const int64_t v = t.get<int64_t>();
     if (v < 0 || v >= m.tok().n_vocab())
       bad_request("'" + param + "' token id " + std::to_string(v) + " is outside the vocabulary",
@@ -135,11 +137,12 @@ void openai_embeddings(ServingModel& m, const json& body, httplib::Response& res
   require_embeddings(m);
   refuse_rank(m);
   if (m.pooling == Pooling::kNone)
-    bad_request("pooling 'none' gives per-token vectors, which the OpenAI shape cannot carry; "
-                "use /embedding or start the server with another --pooling");
+    bad_request(
+        "pooling 'none' gives per-token vectors, which the OpenAI shape cannot carry; "
+        "use /embedding or start the server with another --pooling");
   auto in = body.find("input");
   if (in == body.end() || in->is_null()) bad_request("'input' is required", "input");
-  const std::string format = body.value("encoding_format", std::string("float"));
+  const std::string format = opt_string(body, "encoding_format").value_or("float");
   if (format != "float" && format != "base64")
     bad_request("'encoding_format' must be float or base64", "encoding_format");
   const int64_t dims = read_dimensions(m, body);
@@ -155,7 +158,7 @@ void openai_embeddings(ServingModel& m, const json& body, httplib::Response& res
   }
   send_json(res, {{"object", "list"},
                   {"data", std::move(data)},
-                  {"model", body.value("model", m.id)},
+                  {"model", opt_string(body, "model").value_or(m.id)},
                   {"usage", {{"prompt_tokens", r.n_tokens}, {"total_tokens", r.n_tokens}}}});
 }
 
@@ -170,7 +173,8 @@ void llama_embeddings(ServingModel& m, const json& body, httplib::Response& res)
   if (in == nullptr) bad_request("'content' (or 'input') is required", "content");
   int norm = 2;
   if (auto it = body.find("embd_normalize"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer()) bad_request("'embd_normalize' must be an integer", "embd_normalize");
+    if (!it->is_number_integer())
+      bad_request("'embd_normalize' must be an integer", "embd_normalize");
     norm = (int)std::clamp<int64_t>(it->get<int64_t>(), -1, 1000);
   }
   const engine::EmbedResult r = run_embeddings(m, read_inputs(m, *in, "content"), m.pooling);
@@ -200,7 +204,7 @@ void ollama_embed(ServingModel& m, const json& body, httplib::Response& res) {
   const auto t0 = std::chrono::steady_clock::now();
   auto in = body.find("input");
   if (in == body.end() || in->is_null()) bad_request("'input' is required", "input");
-  const bool truncate = body.value("truncate", true);
+  const bool truncate = opt_bool(body, "truncate").value_or(true);
   const int64_t dims = read_dimensions(m, body);
   std::vector<std::vector<int32_t>> inputs = read_inputs(m, *in, "input");
   if (truncate)
@@ -213,10 +217,10 @@ void ollama_embed(ServingModel& m, const json& body, httplib::Response& res) {
     engine::normalize_embedding(v, 2);
     vectors.push_back(std::move(v));
   }
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now() - t0)
-                      .count();
-  send_json(res, {{"model", body.value("model", m.id)},
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  send_json(res, {{"model", opt_string(body, "model").value_or(m.id)},
                   {"embeddings", std::move(vectors)},
                   {"total_duration", ns},
                   {"load_duration", 0},
@@ -257,8 +261,9 @@ std::vector<int32_t> rerank_pair(const ServingModel& m, const std::string& query
 
 void rerank(ServingModel& m, const json& body, httplib::Response& res) {
   if (m.pooling != Pooling::kRank)
-    throw ApiError(501, "this server does not rerank: start it with --reranking and a reranker "
-                        "model (one with a classifier head)");
+    throw ApiError(501,
+                   "this server does not rerank: start it with --reranking and a reranker "
+                   "model (one with a classifier head)");
   auto q = body.find("query");
   if (q == body.end() || !q->is_string()) bad_request("'query' must be a text", "query");
   auto docs = body.find("documents");
@@ -282,7 +287,7 @@ void rerank(ServingModel& m, const json& body, httplib::Response& res) {
       bad_request("'top_n' must be a positive integer", "top_n");
     top_n = std::min(top_n, it->get<int64_t>());
   }
-  const bool return_documents = body.value("return_documents", false);
+  const bool return_documents = opt_bool(body, "return_documents").value_or(false);
   std::vector<std::vector<int32_t>> inputs;
   for (const std::string& d : texts) inputs.push_back(rerank_pair(m, q->get<std::string>(), d));
   const engine::EmbedResult r = run_embeddings(m, std::move(inputs), Pooling::kRank);
@@ -298,7 +303,7 @@ void rerank(ServingModel& m, const json& body, httplib::Response& res) {
     results.push_back(std::move(item));
   }
   send_json(res, {{"object", "list"},
-                  {"model", body.value("model", m.id)},
+                  {"model", opt_string(body, "model").value_or(m.id)},
                   {"results", std::move(results)},
                   {"usage", {{"prompt_tokens", r.n_tokens}, {"total_tokens", r.n_tokens}}}});
 }
@@ -320,8 +325,7 @@ void install_embedding_routes(Router& http, HttpServer& server) {
   // /embeddings: llama-server's non-OpenAI route takes {content}; OpenAI clients pointed at
   // the bare host send {input} and get OpenAI's shape.
   route("/embeddings", [](ServingModel& m, const json& body, httplib::Response& res) {
-    if (body.contains("content") || !body.contains("input"))
-      return llama_embeddings(m, body, res);
+    if (body.contains("content") || !body.contains("input")) return llama_embeddings(m, body, res);
     openai_embeddings(m, body, res);
   });
   route("/api/embed", ollama_embed);

@@ -15,7 +15,8 @@ float dot(const float* a, const float* b, int n) {
   int i = 0;
   for (; i + 8 <= n; i += 8)
     for (int l = 0; l < 8; ++l) lanes[l] += a[i + l] * b[i + l];
-  float s = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+  float s = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) +
+            ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
@@ -94,8 +95,8 @@ void EmbedOps::matmul_qkv(const WeightView& wq, const WeightView& wk, const Weig
   matmul_many(targets, in, n_tokens(), pool_, roles_);
 }
 
-void EmbedOps::matmul_glu(const WeightView& gate, const WeightView& up, const float* in,
-                          float* out, float* up_scratch, GluActivation act) {
+void EmbedOps::matmul_glu(const WeightView& gate, const WeightView& up, const float* in, float* out,
+                          float* up_scratch, GluActivation act) {
   cpu::matmul_glu(gate, up, in, n_tokens(), out, up_scratch, pool_, roles_, act);
 }
 
@@ -113,7 +114,8 @@ void EmbedOps::head_rmsnorm(float* x, const float* weight, int n_heads) {
   const int HD = dims_.head_dim;
   for_each_token(n_tokens(), [&](int64_t t) {
     float* row = x + t * (int64_t)n_heads * HD;
-    for (int h = 0; h < n_heads; ++h) cpu::rmsnorm(row + h * HD, weight, row + h * HD, HD, rms_eps_);
+    for (int h = 0; h < n_heads; ++h)
+      cpu::rmsnorm(row + h * HD, weight, row + h * HD, HD, rms_eps_);
   });
 }
 
@@ -144,7 +146,7 @@ void EmbedOps::causal_attention(const AttentionSpec& spec, const float* q, const
     const int64_t len = seq_begin_[(size_t)seq_of_[t] + 1] - seq_begin_[(size_t)seq_of_[t]];
     // llama.cpp's one-token kernel for a one-token input, its batched one otherwise.
     const SumOrder order = len == 1 ? SumOrder::kLanes64 : SumOrder::kLanes16;
-    queries_[t] = {table((int64_t)t),          pos,   q + (int64_t)t * QD,
+    queries_[t] = {table((int64_t)t),     pos,   q + (int64_t)t * QD,
                    out + (int64_t)t * QD, order, spec.first_position(pos)};
   }
   attention_batch(scratch_cache_.data(), scratch_layout_, 0, queries_, dims_.n_heads, spec.scale,
@@ -200,9 +202,8 @@ void EmbedOps::moe_ffn(const ExpertsView& experts, const float* in, float* out) 
 void EmbedOps::logits(const float* x, const float* norm_weight, const WeightView&, float) {
   const int64_t E = dims_.n_embd;
   float* h = rows(hidden_rows_, E);
-  for_each_token(n_tokens(), [&](int64_t t) {
-    cpu::rmsnorm(x + t * E, norm_weight, h + t * E, E, rms_eps_);
-  });
+  for_each_token(n_tokens(),
+                 [&](int64_t t) { cpu::rmsnorm(x + t * E, norm_weight, h + t * E, E, rms_eps_); });
   hidden_ = h;
 }
 
@@ -271,7 +272,8 @@ void EmbedOps::pool_one(int64_t s, Pooling pooling, const ClassifierHead& head,
     if (head.cls && head.cls->data) {
       std::vector<float> y((size_t)head.cls->rows);
       cpu::matmul(*head.cls, p.data(), 1, y.data(), pool_);
-      for (size_t i = 0; i < y.size(); ++i) y[i] = std::tanh(head.cls_b ? y[i] + head.cls_b[i] : y[i]);
+      for (size_t i = 0; i < y.size(); ++i)
+        y[i] = std::tanh(head.cls_b ? y[i] + head.cls_b[i] : y[i]);
       p.swap(y);
     }
     if (head.cls_out && head.cls_out->data) {

@@ -70,8 +70,7 @@ class EmbedOps {
   // x[t] += the table's row at token t's position (absolute position embeddings).
   void add_position_rows(const WeightView& table, float* x);
   // LayerNorm with bias: (x - mean) / sqrt(var + eps) * w + b, per row (out may be x).
-  void layernorm(const float* x, const float* weight, const float* bias, float* out,
-                 int64_t width);
+  void layernorm(const float* x, const float* weight, const float* bias, float* out, int64_t width);
   // x = GELU(x) as llama.cpp's CPU computes it (half-precision table, cpu::gelu).
   void gelu(float* x, int64_t width);
   // The encoder's last rows: what pool() reads.
