@@ -36,9 +36,8 @@ void require_embeddings(const ServingModel& m) {
 
 std::vector<int32_t> tokenize_text(const ServingModel& m, const std::string& text,
                                    const std::string& param) {
-  std::vector<int32_t> ids = m.tok().encode(text, true, true);
-  if (ids.empty()) bad_request("'" + param + "' holds an empty text", param);
-  return ids;
+  if (text.empty()) bad_request("'" + param + "' holds an empty text (as OpenAI, refused)", param);
+  return m.tok().encode(text, true, true);
 }
 
 std::vector<int32_t> token_list(const ServingModel& m, const json& list, const std::string& param) {

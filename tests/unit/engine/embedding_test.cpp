@@ -16,7 +16,7 @@ namespace hablar::engine {
 namespace {
 
 // Embeds an input as {sum of its ids, its length, its pooling}; records each step's chunks.
-class FakeEmbedder : public FakeExecutor {
+class FakeEmbedder : public test::FakeExecutor {
  public:
   FakeEmbedder() : FakeExecutor(1000, 64, 16) {}
   bool can_embed(std::string* why) const override {
