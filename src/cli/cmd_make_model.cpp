@@ -24,6 +24,8 @@ struct MakeModelOptions {
   std::string rope_scaling;
   double rope_factor = 1.0;
   int64_t rope_original_context = 0;
+  std::string pooling;
+  bool rank_head = false;
 };
 
 std::string shape_names() {
@@ -37,9 +39,11 @@ int run_make_model(const MakeModelOptions& o) {
   synth::SyntheticModelOptions opts;
   const auto arch = synth::arch_from_name(o.arch);
   if (!arch)
-    throw_error(ErrorKind::kInvalidArgument,
-                "--arch: unknown architecture '" + o.arch +
-                    "' (llama, qwen2, qwen3, gemma2, gemma3, mixtral, qwen2moe, qwen3moe or phi3)");
+    throw_error(
+        ErrorKind::kInvalidArgument,
+        "--arch: unknown architecture '" + o.arch +
+            "' (llama, qwen2, qwen3, gemma2, gemma3, mixtral, qwen2moe, qwen3moe, phi3, bert "
+            "or nomic-bert)");
   const auto shape = synth::shape_from_name(o.shape);
   if (!shape)
     throw_error(ErrorKind::kInvalidArgument,
@@ -53,6 +57,8 @@ int run_make_model(const MakeModelOptions& o) {
   opts.seed = o.seed;
   opts.n_threads = o.n_threads;
   opts.exact_quantization = o.exact;
+  opts.pooling = o.pooling;
+  opts.rank_head = o.rank_head;
   if (!o.rope_scaling.empty() && o.rope_scaling != "linear" && o.rope_scaling != "yarn")
     throw_error(ErrorKind::kInvalidArgument, "--rope-scaling: linear or yarn");
   if (!(o.rope_factor >= 1.0 && o.rope_factor <= 1024.0) || o.rope_original_context < 0)
@@ -79,7 +85,8 @@ const CommandRegistration registration{
     [](CLI::App& app) {
       auto o = std::make_shared<MakeModelOptions>();
       app.add_option("--arch", o->arch,
-                     "llama, qwen2, qwen3, gemma2, gemma3, mixtral, qwen2moe, qwen3moe or phi3")
+                     "llama, qwen2, qwen3, gemma2, gemma3, mixtral, qwen2moe, qwen3moe, phi3, "
+                     "bert or nomic-bert")
           ->capture_default_str();
       app.add_option("--shape", o->shape, shape_names())->capture_default_str();
       app.add_option("--type", o->type,
@@ -97,6 +104,11 @@ const CommandRegistration registration{
       app.add_flag("--exact", o->exact,
                    "quantize every row of K-quant/IQ4 tensors (slow) instead of assembling "
                    "large ones from a seeded pool of quantized blocks");
+      app.add_option("--pooling", o->pooling,
+                     "<arch>.pooling_type: none, mean, cls, last or rank (default: mean for "
+                     "encoders, rank with --rank-head; unset for decoders)");
+      app.add_flag("--rank-head", o->rank_head,
+                   "encoders: add a reranker's classifier head (cls, cls.output)");
       app.add_option("-o,--output", o->output, "output GGUF path")->required();
       return [o] { return run_make_model(*o); };
     }};

@@ -53,6 +53,9 @@ struct ServeOptions {
   int n_parallel = 8;
   int n_threads = 0;
   int n_batch = 512;
+  bool embedding = false;            // --embedding: serve embeddings from a decoder
+  bool reranking = false;            // --reranking: pooling rank
+  std::string pooling;               // --pooling
   int decode_step_tokens = 128;      // step budget while any stream is decoding (0 = n_batch)
   double max_step_ms = 0;            // step time while any stream is decoding (0 = no bound)
   double max_decode_slowdown = 2.0;  // step time relative to its decodes alone (0 = no bound)
@@ -96,6 +99,21 @@ std::string model_id_for(const ServeOptions& o, const std::string& path) {
   return name;
 }
 
+// --embedding, --pooling, --reranking as llama-server reads them: --reranking is rank
+// pooling; a decoder serves embeddings only when one of them (or its file's pooling_type)
+// says so, an encoder always.
+void set_embedding_options(const ServeOptions& o, const model::ModelConfig& cfg,
+                           server::ServingModel& sm) {
+  std::optional<Pooling> pooling = cfg.pooling;
+  if (!o.pooling.empty()) pooling = pooling_from_name(o.pooling);  // checked
+  if (o.reranking) pooling = Pooling::kRank;
+  sm.embeddings = cfg.encoder || o.embedding || o.reranking || pooling.has_value();
+  sm.pooling = pooling.value_or(cfg.encoder ? Pooling::kMean : Pooling::kLast);
+  if (sm.pooling == Pooling::kRank && cfg.n_cls_out == 0)
+    throw_error(ErrorKind::kInvalidArgument,
+                "rank pooling (--reranking) needs a model with a classifier head (cls tensors)");
+}
+
 std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
                                                          const std::string& path) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -123,6 +141,7 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   eo.device = engine::device_kind_from_name(o.device);
   eo.n_threads = o.n_threads;
   eo.kv_tokens = o.n_ctx;
+  if (cfg.encoder) eo.kv_tokens = kDefaultKvBlockSize;  // encoders keep no KV cache
   eo.n_gpu_layers = o.n_gpu_layers;
   eo.cuda.gpu_memory_utilization = o.gpu_memory_utilization;
   eo.cuda.max_step_tokens = std::max(o.n_batch, o.n_parallel);
@@ -133,11 +152,14 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   const int32_t pool_tokens = sm->executor->n_kv_blocks() * sm->executor->kv_block_size();
   const int32_t model_ctx = model::max_context(cfg);
   sm->n_ctx = std::min(model_ctx > 0 ? model_ctx : pool_tokens, pool_tokens);
+  if (cfg.encoder) sm->n_ctx = o.n_ctx > 0 ? std::min(o.n_ctx, cfg.n_ctx_train) : cfg.n_ctx_train;
+  set_embedding_options(o, cfg, *sm);
   sm->n_slots = o.n_parallel;
 
   engine::EngineConfig ec;
   ec.n_ctx = sm->n_ctx;
   ec.max_queue = o.max_queue;
+  ec.embed_step_tokens = std::max(o.n_batch, 2048);
   ec.scheduler.max_running = o.n_parallel;
   ec.scheduler.max_step_tokens = std::max(o.n_batch, o.n_parallel);
   ec.scheduler.max_prefill_chunk = o.n_batch;
@@ -196,6 +218,8 @@ void check_options(ServeOptions& o) {
   }
   if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (0: 8192 on the CPU, free memory on a GPU)");
   if (o.n_batch < 1) fail("-b/--batch-size must be at least 1");
+  if (!o.pooling.empty() && !pooling_from_name(o.pooling))
+    fail("--pooling: none, mean, cls, last or rank");
   if (o.decode_step_tokens < 0) fail("--decode-step-tokens must be >= 0 (0 = -b)");
   if (!(o.max_step_ms >= 0)) fail("--max-step-ms must be >= 0 (0 = no time bound)");
   if (!(o.max_decode_slowdown == 0 || o.max_decode_slowdown >= 1))
@@ -348,6 +372,13 @@ CommandRegistration serve_registration{
           ->capture_default_str();
       app.add_option("-t,--threads", o->n_threads, "CPU threads (0: all cores)");
       app.add_option("--threads-batch", o->threads_batch, "accepted for compatibility (-tb)");
+      app.add_flag("--embedding,--embeddings", o->embedding,
+                   "serve embeddings from a generative model (encoders always serve them)");
+      app.add_option("--pooling", o->pooling,
+                     "pooling type for embeddings: none, mean, cls, last or rank (default: "
+                     "the model's, else mean for encoders and last for decoders)");
+      app.add_flag("--rerank,--reranking", o->reranking,
+                   "enable the rerank routes (rank pooling; the model needs a classifier head)");
       app.add_option("-b,--batch-size", o->n_batch, "most tokens in one engine step")
           ->capture_default_str();
       app.add_option("--decode-step-tokens", o->decode_step_tokens,

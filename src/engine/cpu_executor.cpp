@@ -38,7 +38,8 @@ CpuExecutor::CpuExecutor(const model::Model& model, int32_t n_blocks, int32_t bl
     : model_(model),
       layout_(model.kv_layout_for(n_blocks, block_size, cache_type_k, cache_type_v)),
       pool_(std::make_unique<ThreadPool>(thread_count(n_threads))),
-      ops_(*pool_) {
+      ops_(*pool_),
+      embed_ops_(*pool_) {
   check_cpu_kernels(model);
   cache_.resize(layout_.total_elems());
 }

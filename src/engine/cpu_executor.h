@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/embed_ops.h"
 #include "backend/cpu/forward_ops.h"
 #include "core/thread_pool.h"
 #include "engine/executor.h"
@@ -28,6 +29,9 @@ class CpuExecutor : public StepExecutor {
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                StepOutput& out) override;
   std::string describe() const override;
+  bool can_embed(std::string* why) const override;
+  void embed(std::span<const EmbedChunk> chunks,
+             EmbedOutput& out) override;  // cpu_executor_embed.cpp
 
   // One forward over the chunks (checked first); logits rows as StepOutput::logits.
   void forward(std::span<const SequenceChunk> chunks, std::vector<float>& logits);
@@ -49,6 +53,7 @@ class CpuExecutor : public StepExecutor {
   std::vector<uint16_t> cache_;  // [layer][K|V][block][kv_head][slot][dim] F16
   std::unique_ptr<ThreadPool> pool_;
   cpu::ForwardOps ops_;
+  cpu::EmbedOps embed_ops_;
   std::vector<SequenceChunk> chunks_;
 };
 

@@ -62,6 +62,9 @@ void check_cuda_shapes(const model::Model& m) {
   const model::ModelConfig& c = m.config();
   if (c.n_experts > 0)
     throw_error(ErrorKind::kUnsupported, "mixture-of-experts models run on the CPU only for now");
+  if (c.encoder)
+    throw_error(ErrorKind::kUnsupported,
+                "encoder models (" + c.arch + ") run on the CPU only for now: no CUDA encoder ops");
   std::vector<const WeightView*> all = m.weights().matrices();
   all.push_back(&m.weights().token_embd);
   for (const WeightView* w : all) {

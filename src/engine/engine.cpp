@@ -149,7 +149,7 @@ void Engine::intake() {
   std::vector<std::unique_ptr<Active>> fresh;
   {
     std::unique_lock<std::mutex> lock(queue_mu_);
-    if (incoming_.empty() && scheduler_.empty() && !stop_.load())
+    if (incoming_.empty() && scheduler_.empty() && embeddings_.empty() && !stop_.load())
       queue_cv_.wait_for(lock, std::chrono::milliseconds(100));
     fresh.swap(incoming_);
   }
@@ -172,6 +172,7 @@ void Engine::loop() {
       intake();
       if (stop_.load()) break;
       if (!scheduler_.empty()) step();
+      if (!embeddings_.empty()) embeddings_.step(executor_, metrics_);
     } catch (const std::exception& e) {
       log::error("engine step failed: {}", e.what());
       fail_all(std::string("the engine failed: ") + e.what());
@@ -190,6 +191,7 @@ void Engine::loop() {
   std::vector<Active*> rest;
   for (auto& [seq, a] : active_) rest.push_back(a.get());
   for (Active* a : rest) finish(*a, FinishReason::kCancelled, "the server is shutting down");
+  embeddings_.fail_all("the server is shutting down");
   n_queued_.store(0);
   publish_state(nullptr, 0, 0, 0);
 }

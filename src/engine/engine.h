@@ -25,6 +25,7 @@
 
 #include "engine/block_manager.h"
 #include "engine/drafter.h"
+#include "engine/embedding.h"
 #include "engine/executor.h"
 #include "engine/metrics.h"
 #include "engine/sampler.h"  // TokenLogprob
@@ -129,9 +130,10 @@ class RequestHandle {
 };
 
 struct EngineConfig {
-  SchedulerConfig scheduler;  // the KV blocks are the executor's (StepExecutor::n_kv_blocks)
-  int32_t n_ctx = 2048;       // the most tokens (prompt + generated) of one sequence
-  int32_t max_queue = 256;    // submitted but not yet running; beyond this submit() refuses
+  SchedulerConfig scheduler;         // the KV blocks are the executor's (StepExecutor::n_kv_blocks)
+  int32_t n_ctx = 2048;              // the most tokens (prompt + generated) of one sequence
+  int32_t max_queue = 256;           // submitted but not yet running; beyond this submit() refuses
+  int32_t embed_step_tokens = 8192;  // token budget of one embedding step
   std::function<bool(int32_t)> is_eog;  // end-of-generation tokens; null: none
   // The clock steps are timed with, in ms, for the step cost model (null: steady_clock).
   // Tests inject a simulated clock that a fake executor advances.
@@ -152,6 +154,10 @@ class Engine {
   // Queues a request. Throws Error kInvalidArgument (empty prompt, prompt too long for the
   // context: the message gives both numbers) or kResource (queue full, shutting down).
   std::shared_ptr<RequestHandle> submit(GenerateRequest request);
+  // Queues an embedding request (engine/embedding.h), run by the same step loop. Throws
+  // Error kUnsupported (the executor cannot embed this model), kInvalidArgument (an empty
+  // input, one longer than the context, a token outside the vocabulary) or kResource.
+  std::shared_ptr<EmbedHandle> submit_embedding(EmbedRequest request);
 
   // Stops taking requests, lets in-flight ones finish for up to `grace`, cancels the rest,
   // and joins the step thread. Idempotent.
@@ -225,6 +231,7 @@ class Engine {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> next_id_{1};
 
+  EmbeddingQueue embeddings_{config_.embed_step_tokens, config_.max_queue};
   std::unordered_map<Sequence*, std::unique_ptr<Active>> active_;  // step thread only
   StepOutput output_;
   std::vector<DeviceSampling> sampling_;  // per chunk, this step

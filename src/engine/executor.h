@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "core/pooling.h"
 #include "engine/block_manager.h"
 
 namespace hablar::engine {
@@ -52,6 +54,20 @@ struct StepOutput {
   std::vector<int32_t> sampled;
 };
 
+// One input of an embedding step: a whole sequence (encoder inputs are never split; no KV
+// cache is kept), pooled as asked (core/pooling.h).
+struct EmbedChunk {
+  std::span<const int32_t> tokens;
+  Pooling pooling = Pooling::kMean;
+};
+
+struct EmbedOutput {
+  // Chunk c's floats are values[begin[c] .. begin[c + 1]): n_embd for mean/cls/last, the
+  // classifier's outputs for rank, n_tokens x n_embd for none. Not normalized.
+  std::vector<float> values;
+  std::vector<int64_t> begin;  // [n_chunks + 1]
+};
+
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
@@ -68,6 +84,19 @@ class StepExecutor {
   // Whether the last execute() did one-time work (a CUDA graph captured, scratch memory
   // grown) that makes its time no measure of later steps: the engine's step costs skip it.
   virtual bool last_step_was_cold() const { return false; }
+  // Embedding steps: whether embed() runs this model here (false: `why` says why, for the
+  // client's error or the start-up report). The default: no embedding kernels.
+  virtual bool can_embed(std::string* why) const {
+    if (why) *why = "the " + device_name() + " executor has no embedding kernels";
+    return false;
+  }
+  // Runs the chunks' forward (encoder, or a decoder's up to its final norm) and pools each.
+  // Throws Error(kUnsupported) when !can_embed(), kInvalidArgument for bad chunks.
+  virtual void embed(std::span<const EmbedChunk> chunks, EmbedOutput& out) {
+    std::string why;
+    can_embed(&why);
+    throw_error(ErrorKind::kUnsupported, why);
+  }
   // The kind of device the steps run on ("cpu", "cuda"), as /props reports it.
   virtual std::string device_name() const { return "cpu"; }
   // A line for the start-up report: device, weights, KV cache, workspace.

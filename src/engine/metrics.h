@@ -41,6 +41,8 @@ struct MetricsSnapshot {
   uint64_t requests_rejected = 0;
   uint64_t preemptions_total = 0;
   uint64_t steps_total = 0;
+  uint64_t embedding_inputs_total = 0;  // inputs embedded (engine/embedding.h)
+  uint64_t embedding_steps_total = 0;
   double prompt_seconds_total = 0;  // step time spent on prompt tokens (share)
   double decode_seconds_total = 0;  // step time spent on generated tokens (share)
   int32_t requests_running = 0;

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/pooling.h"
 #include "core/thread_pool.h"
 #include "formats/model_info.h"
 
@@ -47,6 +48,12 @@ const std::vector<ModelShape> kShapes = {
      14336},
     {"qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 151936, 40960, 1000000.0, 1e-6, false, 0, 0, 128,
      8, 768},
+    // Encoders (--arch bert / nomic-bert; norm_eps is the LayerNorm epsilon): bert-tiny for
+    // tests, all-MiniLM-L6, BERT-base (bge-base), nomic-embed-text-v1.5.
+    {"bert-tiny", 128, 2, 4, 4, 32, 512, 512, 512, 10000.0, 1e-12, true},
+    {"minilm", 384, 6, 12, 12, 32, 1536, 30522, 512, 10000.0, 1e-12, true},
+    {"bert-base", 768, 12, 12, 12, 64, 3072, 30522, 512, 10000.0, 1e-12, true},
+    {"nomic-bert", 768, 12, 12, 12, 64, 3072, 30522, 2048, 1000.0, 1e-12, true},
 };
 
 // SplitMix64: a fast, well-mixed generator; one stream per (seed, tensor, row) so the
@@ -159,6 +166,10 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
     if (arch != Arch::kMixtral)
       w.set(a + ".expert_feed_forward_length", u32(s.ffn_expert > 0 ? s.ffn_expert : s.ffn));
     if (arch == Arch::kQwen2Moe) w.set(a + ".expert_shared_feed_forward_length", u32(s.ffn));
+  }
+  if (is_encoder(arch)) {
+    w.set(a + ".attention.layer_norm_epsilon", Value::f32((float)s.norm_eps));
+    w.set(a + ".attention.causal", Value::boolean(false));
   }
   if (arch == Arch::kGemma2) {  // the published models' soft-caps
     w.set(a + ".attn_logit_softcapping", Value::f32(50.0f));
@@ -312,6 +323,8 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "qwen3moe") return Arch::kQwen3Moe;
   if (name == "phi3") return Arch::kPhi3;
   if (name == "qwen2moe") return Arch::kQwen2Moe;
+  if (name == "bert") return Arch::kBert;
+  if (name == "nomic-bert") return Arch::kNomicBert;
   return std::nullopt;
 }
 
@@ -335,12 +348,76 @@ std::string_view arch_name(Arch arch) {
       return "phi3";
     case Arch::kQwen2Moe:
       return "qwen2moe";
+    case Arch::kBert:
+      return "bert";
+    case Arch::kNomicBert:
+      return "nomic-bert";
   }
   return "unknown";
 }
 
+namespace {
+
+// An encoder's tensors (llama.cpp's names and order of creation).
+std::vector<PlannedTensor> plan_encoder_tensors(Arch arch, const ModelShape& s, int64_t vocab_size,
+                                                const QuantMix& mix, bool rank_head) {
+  using Init = PlannedTensor::Init;
+  const int n_layers = (int)s.n_layers;
+  const int64_t h = s.hidden, ff = s.ffn;
+  std::vector<PlannedTensor> out;
+  const auto add = [&](std::string name, std::vector<int64_t> dims, Init init, int layer) {
+    const DType type = quant_mix_tensor_type(mix, name, layer, n_layers, dims[0], true);
+    out.push_back({std::move(name), std::move(dims), type, init});
+  };
+  const auto norm = [&](const std::string& name, int layer) {
+    add(name + ".weight", {h}, Init::kNorm, layer);
+    add(name + ".bias", {h}, Init::kBias, layer);
+  };
+  add("token_embd.weight", {h, vocab_size}, Init::kMatrix, -1);
+  // As llama.cpp's converter and quantizer leave them: token types in F32 (llama.cpp adds
+  // the row to F32 activations, which needs F32), positions never quantized.
+  add("token_types.weight", {h, 2}, Init::kMatrix, -1);
+  out.back().type = DType::F32;
+  if (arch == Arch::kBert) {
+    add("position_embd.weight", {h, s.context}, Init::kMatrix, -1);
+    if (out.back().type != DType::F32 && out.back().type != DType::BF16)
+      out.back().type = DType::F16;
+  }
+  norm("token_embd_norm", -1);
+  if (rank_head) {
+    add("cls.weight", {h, h}, Init::kMatrix, -1);
+    add("cls.bias", {h}, Init::kBias, -1);
+    add("cls.output.weight", {h, 1}, Init::kMatrix, -1);
+    add("cls.output.bias", {1}, Init::kBias, -1);
+  }
+  for (int l = 0; l < n_layers; ++l) {
+    const bool bert = arch == Arch::kBert;
+    if (bert) {
+      for (const char* m : {"attn_q", "attn_k", "attn_v"}) {
+        add(block_name(l, std::string(m) + ".weight"), {h, h}, Init::kMatrix, l);
+        add(block_name(l, std::string(m) + ".bias"), {h}, Init::kBias, l);
+      }
+    } else {
+      add(block_name(l, "attn_qkv.weight"), {h, 3 * h}, Init::kMatrix, l);
+    }
+    add(block_name(l, "attn_output.weight"), {h, h}, Init::kMatrix, l);
+    if (bert) add(block_name(l, "attn_output.bias"), {h}, Init::kBias, l);
+    norm(block_name(l, "attn_output_norm"), l);
+    add(block_name(l, "ffn_up.weight"), {h, ff}, Init::kMatrix, l);
+    if (bert) add(block_name(l, "ffn_up.bias"), {ff}, Init::kBias, l);
+    if (!bert) add(block_name(l, "ffn_gate.weight"), {h, ff}, Init::kMatrix, l);
+    add(block_name(l, "ffn_down.weight"), {ff, h}, Init::kMatrix, l);
+    if (bert) add(block_name(l, "ffn_down.bias"), {h}, Init::kBias, l);
+    norm(block_name(l, "layer_output_norm"), l);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t vocab_size,
-                                        const QuantMix& mix) {
+                                        const QuantMix& mix, bool rank_head) {
+  if (is_encoder(arch)) return plan_encoder_tensors(arch, s, vocab_size, mix, rank_head);
   using Init = PlannedTensor::Init;
   const int n_layers = (int)s.n_layers;
   // Gemma 2 always shares token_embd as its classifier.
@@ -427,7 +504,23 @@ GgufWriter build_synthetic_model(const SyntheticModelOptions& o, SyntheticModelS
     vocab_size = copy_vocabulary(o.vocab_path, w);
   else
     write_synthetic_vocabulary(vocab_size, w);
-  w.set(std::string(arch_name(o.arch)) + ".vocab_size", Value::u32((uint32_t)vocab_size));
+  const std::string a(arch_name(o.arch));
+  w.set(a + ".vocab_size", Value::u32((uint32_t)vocab_size));
+  if (is_encoder(o.arch)) w.set("tokenizer.ggml.token_type_count", Value::u32(2));
+  std::string pooling = o.pooling;
+  if (pooling.empty() && is_encoder(o.arch)) pooling = o.rank_head ? "rank" : "mean";
+  if (!pooling.empty()) {
+    const std::optional<Pooling> p = pooling_from_name(pooling);
+    if (!p)
+      throw_error(ErrorKind::kInvalidArgument,
+                  "unknown pooling '" + pooling + "' (none, mean, cls, last, rank)");
+    if (*p == Pooling::kRank && !o.rank_head)
+      throw_error(ErrorKind::kInvalidArgument, "rank pooling needs the classifier head");
+    w.set(a + ".pooling_type", Value::u32((uint32_t)*p));
+  }
+  if (o.rank_head && !is_encoder(o.arch))
+    throw_error(ErrorKind::kInvalidArgument,
+                "a classifier head is for encoders (bert, nomic-bert)");
 
   const int n_threads =
       o.n_threads > 0 ? o.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
@@ -438,7 +531,8 @@ GgufWriter build_synthetic_model(const SyntheticModelOptions& o, SyntheticModelS
   ctx->pool_min_tensor_blocks = o.pool_min_tensor_blocks;
   SyntheticModelSummary sum;
   sum.vocab_size = vocab_size;
-  const std::vector<PlannedTensor> plan = plan_tensors(o.arch, o.shape, vocab_size, *mix);
+  const std::vector<PlannedTensor> plan =
+      plan_tensors(o.arch, o.shape, vocab_size, *mix, o.rank_head);
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedTensor& t = plan[i];
     if (!has_quantizer(t.type))

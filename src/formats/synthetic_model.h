@@ -51,7 +51,24 @@ std::optional<ModelShape> shape_from_name(std::string_view name);
 // kMixtral writes a llama file with experts (as Mixtral GGUFs are); kQwen3Moe a qwen3moe one.
 // kPhi3 writes fused attn_qkv and gate-up (ffn_up of 2 x ffn rows) tensors, as Phi-3 GGUFs do.
 // kQwen2Moe adds the shared expert (ffn_*_shexp) with its gate vector.
-enum class Arch { kLlama, kQwen2, kQwen3, kGemma2, kGemma3, kMixtral, kQwen3Moe, kPhi3, kQwen2Moe };
+// kBert and kNomicBert write encoders (llama.cpp's tensor names: token types, LayerNorms with
+// biases; bert absolute positions and GELU, nomic-bert fused qkv, RoPE and SwiGLU).
+enum class Arch {
+  kLlama,
+  kQwen2,
+  kQwen3,
+  kGemma2,
+  kGemma3,
+  kMixtral,
+  kQwen3Moe,
+  kPhi3,
+  kQwen2Moe,
+  kBert,
+  kNomicBert
+};
+inline bool is_encoder(Arch a) {
+  return a == Arch::kBert || a == Arch::kNomicBert;
+}
 std::optional<Arch> arch_from_name(std::string_view name);
 std::string_view arch_name(Arch arch);  // as GGUF general.architecture spells it
 
@@ -76,6 +93,11 @@ struct SyntheticModelOptions {
   int64_t pool_blocks = 1 << 14;
   int64_t pool_min_tensor_blocks = 1024;
   bool exact_quantization = false;
+  // Embedding metadata: <arch>.pooling_type ("" : mean for encoders, none written for
+  // decoders; none, mean, cls, last, rank). rank_head adds a reranker's classifier head
+  // (cls.weight / cls.bias, cls.output.weight / cls.output.bias, one label) to an encoder.
+  std::string pooling;
+  bool rank_head = false;
 };
 
 // One tensor of the planned file. dims[0] is the row length, as GGUF stores it.
@@ -94,7 +116,7 @@ struct PlannedTensor {
 
 // The tensors of the model in file order, with the type each gets under the mix.
 std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& shape, int64_t vocab_size,
-                                        const QuantMix& mix);
+                                        const QuantMix& mix, bool rank_head = false);
 
 // Writes the model to `path` (through a temporary name). Throws Error naming the fault
 // (unknown type, row length a type cannot hold, unreadable vocabulary, I/O).

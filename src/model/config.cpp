@@ -27,12 +27,18 @@ std::string_view arch_name(Arch arch) {
       return "gemma2";
     case Arch::kGemma3:
       return "gemma3";
+    case Arch::kBert:
+      return "bert";
+    case Arch::kNomicBert:
+      return "nomic-bert";
   }
   return "?";
 }
 
 std::string supported_arch_names() {
-  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma2, gemma3";  // Mixtral is llama
+  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma2, gemma3, bert, nomic-bert";  // Mixtral
+                                                                                             // is
+                                                                                             // llama
 }
 
 namespace {
@@ -46,6 +52,8 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "phi3") return Arch::kPhi3;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
+  if (name == "bert") return Arch::kBert;
+  if (name == "nomic-bert") return Arch::kNomicBert;
   throw_error(ErrorKind::kUnsupported, path + ": unsupported architecture '" + name +
                                            "' (supported: " + supported_arch_names() + ")");
 }
@@ -284,6 +292,7 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   } else {
     llama_family_layers(f, c);
   }
+  read_embedding_config(f, c);
   const gguf::TensorInfo& embd = f.tensor("token_embd.weight");
   c.n_vocab = (int)embd.rows();
   return c;

@@ -18,6 +18,7 @@
 
 #include "core/kv_layout.h"
 #include "core/layer_spec.h"
+#include "core/pooling.h"
 #include "core/rope.h"
 #include "core/step_batch.h"
 #include "formats/gguf.h"
@@ -29,11 +30,26 @@ namespace hablar::model {
 // The architectures hablar runs, in two families with a forward each (model/forward.h): the
 // Llama family (llama, qwen2, qwen3, their MoE forms and phi3 differ by flags and per-layer
 // specs) and the Gemma family.
-enum class Arch { kLlama, kQwen2, kQwen2Moe, kQwen3, kQwen3Moe, kPhi3, kGemma2, kGemma3 };
+enum class Arch {
+  kLlama,
+  kQwen2,
+  kQwen2Moe,
+  kQwen3,
+  kQwen3Moe,
+  kPhi3,
+  kGemma2,
+  kGemma3,
+  kBert,
+  kNomicBert
+};
 std::string_view arch_name(Arch arch);
 std::string supported_arch_names();  // "llama, qwen2, qwen2moe, ..." for error messages
 inline bool is_gemma_family(Arch arch) {
   return arch == Arch::kGemma2 || arch == Arch::kGemma3;
+}
+// The encoder family (model/forward_encoder.h): BERT and nomic-bert.
+inline bool is_encoder_family(Arch arch) {
+  return arch == Arch::kBert || arch == Arch::kNomicBert;
 }
 
 struct ModelConfig {
@@ -78,6 +94,19 @@ struct ModelConfig {
   bool experts_normalized = true;  // Qwen2-MoE: the chosen experts' probabilities as they are
   int n_ff_shared = 0;             // Qwen2-MoE: the shared expert's width (0: none)
 
+  // Embeddings. Encoders (bert, nomic-bert) attend both ways over the whole input
+  // (<arch>.attention.causal false) and keep no KV cache; their norms are LayerNorms with a
+  // bias (epsilon <arch>.attention.layer_norm_epsilon), after each block. `pooling` is the
+  // file's <arch>.pooling_type (any architecture; nullopt when absent); n_cls_out the
+  // classifier head's outputs for rank pooling (<arch>.classifier.output_labels, else 1
+  // when the file has cls tensors, 0 without a head).
+  bool encoder = false;
+  bool causal = true;
+  float norm_eps = 1e-12f;
+  int n_token_types = 0;  // tokenizer.ggml.token_type_count (rows of token_types)
+  std::optional<Pooling> pooling;
+  int n_cls_out = 0;
+
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
 };
@@ -85,6 +114,9 @@ struct ModelConfig {
 // Reads the configuration of a GGUF model; throws Error naming the key or the unsupported
 // architecture (listing the supported ones).
 ModelConfig config_from_gguf(const gguf::GgufFile& file);
+// The embedding part of the configuration (config_encoder.cpp): pooling, causality, the
+// encoders' LayerNorm epsilon, token types and classifier head. Called by config_from_gguf.
+void read_embedding_config(const gguf::GgufFile& file, ModelConfig& c);
 
 // One sequence's share of a forward step (core/step_batch.h).
 using hablar::SequenceChunk;

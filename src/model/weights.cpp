@@ -96,9 +96,72 @@ std::vector<WeightView> expert_slices(const gguf::GgufFile& f, const std::string
   return out;
 }
 
+// A 1-D tensor when the file has it, else null.
+const float* optional_vector(Weights& w, const gguf::GgufFile& f, const std::string& name,
+                             int64_t n) {
+  return f.find_tensor(name) ? vector_f32(w, f, name, n) : nullptr;
+}
+
+// The encoders' tensors (llama.cpp's names): q/k/v apart with biases, or fused attn_qkv
+// (nomic-bert); post-norm LayerNorms with biases; GELU FFN with biases (bert) or SwiGLU
+// (nomic-bert).
+Weights load_encoder_weights(const gguf::GgufFile& f, const ModelConfig& c) {
+  Weights w;
+  const int64_t E = c.n_embd, FF = c.n_ff;
+  w.token_embd = matrix(f, "token_embd.weight", E, c.n_vocab);
+  if (f.find_tensor("token_types.weight"))
+    w.token_types = matrix(f, "token_types.weight", E, c.n_token_types);
+  if (c.arch_kind == Arch::kBert) w.pos_embd = matrix(f, "position_embd.weight", E, c.n_ctx_train);
+  w.embd_norm = vector_f32(w, f, "token_embd_norm.weight", E);
+  w.embd_norm_b = vector_f32(w, f, "token_embd_norm.bias", E);
+  if (c.n_cls_out > 0) {
+    if (f.find_tensor("cls.weight")) {
+      w.cls = matrix(f, "cls.weight", E, E);
+      w.cls_b = optional_vector(w, f, "cls.bias", E);
+    }
+    if (f.find_tensor("cls.output.weight")) {
+      w.cls_out = matrix(f, "cls.output.weight", E, c.n_cls_out);
+      w.cls_out_b = optional_vector(w, f, "cls.output.bias", c.n_cls_out);
+    }
+  }
+  w.layers.resize((size_t)c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    LayerWeights& l = w.layers[(size_t)i];
+    const std::string p = "blk." + std::to_string(i) + ".";
+    if (f.find_tensor(p + "attn_qkv.weight")) {
+      const WeightView qkv = matrix(f, p + "attn_qkv.weight", E, 3 * E);
+      l.wq = row_slice(qkv, 0, E), l.wk = row_slice(qkv, E, E), l.wv = row_slice(qkv, 2 * E, E);
+      if (const float* b = optional_vector(w, f, p + "attn_qkv.bias", 3 * E))
+        l.bq = b, l.bk = b + E, l.bv = b + 2 * E;
+    } else {
+      l.wq = matrix(f, p + "attn_q.weight", E, E);
+      l.wk = matrix(f, p + "attn_k.weight", E, E);
+      l.wv = matrix(f, p + "attn_v.weight", E, E);
+    }
+    if (l.bq == nullptr) {
+      l.bq = optional_vector(w, f, p + "attn_q.bias", E);
+      l.bk = optional_vector(w, f, p + "attn_k.bias", E);
+      l.bv = optional_vector(w, f, p + "attn_v.bias", E);
+    }
+    l.wo = matrix(f, p + "attn_output.weight", E, E);
+    l.bo = optional_vector(w, f, p + "attn_output.bias", E);
+    l.attn_out_norm = vector_f32(w, f, p + "attn_output_norm.weight", E);
+    l.attn_out_norm_b = vector_f32(w, f, p + "attn_output_norm.bias", E);
+    l.w_up = matrix(f, p + "ffn_up.weight", E, FF);
+    l.b_up = optional_vector(w, f, p + "ffn_up.bias", FF);
+    if (c.arch_kind == Arch::kNomicBert) l.w_gate = matrix(f, p + "ffn_gate.weight", E, FF);
+    l.w_down = matrix(f, p + "ffn_down.weight", FF, E);
+    l.b_down = optional_vector(w, f, p + "ffn_down.bias", E);
+    l.layer_out_norm = vector_f32(w, f, p + "layer_output_norm.weight", E);
+    l.layer_out_norm_b = vector_f32(w, f, p + "layer_output_norm.bias", E);
+  }
+  return w;
+}
+
 }  // namespace
 
 Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
+  if (c.encoder) return load_encoder_weights(f, c);
   Weights w;
   const gguf::TensorInfo& embd = require_shape(f, "token_embd.weight", c.n_embd, c.n_vocab);
   w.token_embd = view_of(embd);
@@ -165,11 +228,14 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
 }
 
 std::vector<const WeightView*> Weights::matrices() const {
-  std::vector<const WeightView*> out{&output};
+  std::vector<const WeightView*> out;
+  for (const WeightView* m : {&output, &cls, &cls_out})  // (encoders: no output; heads optional)
+    if (m->data != nullptr) out.push_back(m);
   for (const LayerWeights& l : layers) {
     out.insert(out.end(), {&l.wq, &l.wk, &l.wv, &l.wo});
     if (l.exp_gate.empty()) {
-      out.insert(out.end(), {&l.w_gate, &l.w_up, &l.w_down});
+      for (const WeightView* m : {&l.w_gate, &l.w_up, &l.w_down})
+        if (m->data != nullptr) out.push_back(m);  // (bert: no gate)
       continue;
     }
     out.push_back(&l.router);

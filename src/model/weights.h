@@ -40,6 +40,15 @@ struct LayerWeights {
   WeightView shared_gate_inp;         // [1 x n_embd]
   WeightView shared_gate, shared_up;  // [n_ff_shared x n_embd]
   WeightView shared_down;             // [n_embd x n_ff_shared]
+  // Encoders (bert, nomic-bert): biases of the projections where the file has them, and the
+  // LayerNorms (weight and bias) after attention and after the FFN.
+  const float* bo = nullptr;      // [n_embd]
+  const float* b_up = nullptr;    // [n_ff]
+  const float* b_down = nullptr;  // [n_embd]
+  const float* attn_out_norm = nullptr;
+  const float* attn_out_norm_b = nullptr;
+  const float* layer_out_norm = nullptr;
+  const float* layer_out_norm_b = nullptr;
 };
 
 struct Weights {
@@ -47,6 +56,18 @@ struct Weights {
   std::vector<LayerWeights> layers;
   const float* output_norm = nullptr;  // [n_embd]
   WeightView output;                   // [n_vocab x n_embd]; == token_embd when tied
+  // Encoders: the token-type rows (row 0 is added to every token, as llama.cpp does), the
+  // absolute positions (bert; nomic-bert rotates instead), the LayerNorm of the embedding,
+  // and the classifier head of rerankers: tanh(cls · x + cls_b), then cls_out (either may be
+  // absent).
+  WeightView token_types;  // [n_token_types x n_embd]
+  WeightView pos_embd;     // [n_ctx_train x n_embd]
+  const float* embd_norm = nullptr;
+  const float* embd_norm_b = nullptr;
+  WeightView cls;  // [n_embd x n_embd]
+  const float* cls_b = nullptr;
+  WeightView cls_out;  // [n_cls_out x n_embd]
+  const float* cls_out_b = nullptr;
   // Host storage of the 1-D tensors the pointers above point into (moving Weights keeps
   // them in place; copying would not, hence move-only).
   std::vector<std::vector<float>> vectors;

@@ -366,6 +366,7 @@ void HttpServer::install_routes() {
   install_ollama_routes(router_, *this);
   install_anthropic_routes(router_, *this);
   install_responses_routes(router_, *this);
+  install_embedding_routes(router_, *this);
   install_web_routes(router_, *this);
 }
 

@@ -115,6 +115,7 @@ void install_ollama_routes(Router& http, HttpServer& server);
 void install_anthropic_routes(Router& http, HttpServer& server);
 void install_responses_routes(Router& http, HttpServer& server);
 void install_web_routes(Router& http, HttpServer& server);
+void install_embedding_routes(Router& http, HttpServer& server);
 
 // Runs `fn`, turning ApiError / Error / exceptions into JSON errors with the right status.
 void handle_json(const httplib::Request& req, httplib::Response& res,

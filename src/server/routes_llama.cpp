@@ -458,6 +458,10 @@ void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res
   metric("hablar_preemptions_total", "counter", "Sequences preempted for recomputation.",
          (double)s.preemptions_total);
   metric("hablar_steps_total", "counter", "Engine steps run.", (double)s.steps_total);
+  metric("hablar_embedding_inputs_total", "counter", "Inputs embedded.",
+         (double)s.embedding_inputs_total);
+  metric("hablar_embedding_steps_total", "counter", "Embedding steps run.",
+         (double)s.embedding_steps_total);
   metric("hablar_requests_running", "gauge", "Sequences in the running batch.", s.requests_running);
   metric("hablar_requests_waiting", "gauge", "Sequences waiting to run.", s.requests_waiting);
   metric("hablar_kv_cache_blocks_total", "gauge", "KV cache blocks.", s.kv_blocks_total);

@@ -85,6 +85,11 @@ struct ServingModel {
   // --chat-template-kwargs: variables every render gets (a request's own come on top).
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   RequestRegistry requests;  // running requests' prompts and parameters, for /slots
+  // Embeddings (routes_embeddings.cpp): whether the embedding and rerank routes serve (an
+  // encoder always; a decoder with --embedding, --pooling or a pooling_type in its file), and
+  // their pooling (--pooling, else the file's, else mean for encoders and last for decoders).
+  bool embeddings = false;
+  Pooling pooling = Pooling::kMean;
 
   const tokenizer::Tokenizer& tok() const { return model->tokenizer(); }
 };

@@ -146,6 +146,14 @@ void geglu(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+void gelu(const float* x, float* out, int64_t n) {
+  const std::vector<float>& table = gelu_half_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = x[i];
+    out[i] = g <= -10.0f ? 0.0f : g >= 10.0f ? g : table[f32_to_fp16(g)];
+  }
+}
+
 void glu(GluActivation act, const float* gate, const float* up, float* out, int64_t n) {
   if (act == GluActivation::kGeluTanh) {
     geglu(gate, up, out, n);

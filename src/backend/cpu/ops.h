@@ -88,6 +88,8 @@ void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n);
 // out = gelu_tanh(gate) * up as llama.cpp's CPU computes it: gate rounded to half indexes a
 // table of GELU values rounded to half; gate <= -10 gives 0, gate >= 10 gives gate * up.
 void geglu(const float* gate, const float* up, float* out, int64_t n);
+// out = gelu_tanh(x) as geglu computes it (x <= -10 gives 0, x >= 10 gives x; out may be x).
+void gelu(const float* x, float* out, int64_t n);
 // swiglu or geglu (out may alias gate or up).
 void glu(GluActivation act, const float* gate, const float* up, float* out, int64_t n);
 // x[i] = cap * tanh(x[i] * (1 / cap)) in float, as llama.cpp's scale, tanh, scale.
