@@ -94,6 +94,9 @@ struct StreamItem {
   double queue_ms = 0;   // submit -> first scheduled
   double prompt_ms = 0;  // submit -> first token
   double decode_ms = 0;  // first token -> finish
+  // Time spent turning tokens into text (the request's OutputFilter); filled in by whoever
+  // times its filter (the server does), 0 otherwise.
+  double detokenize_ms = 0;
 };
 
 class RequestHandle {

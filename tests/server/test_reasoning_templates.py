@@ -157,3 +157,26 @@ def test_chat_template_by_name_and_missing_variable():
         assert ok == "What is 2+2?Bot:"
     finally:
         s.stop()
+
+
+def test_anthropic_thinking_param_maps_to_enable_thinking(qwen3_no_thinking):
+    # thinking {"type": "enabled", "budget_tokens": N} asks the template for thinking (Qwen3
+    # then leaves out its empty think block); {"type": "disabled"} turns it off.
+    claude = anthropic.Anthropic(base_url=qwen3_no_thinking.url, api_key="unused", max_retries=0)
+    def count(**extra):
+        return claude.messages.count_tokens(model="x", messages=ASK, **extra).input_tokens
+    enabled = count(thinking={"type": "enabled", "budget_tokens": 1024})
+    disabled = count(thinking={"type": "disabled"})
+    assert enabled < disabled == count()  # the server's default here is --reasoning-budget 0
+    m = claude.messages.create(model="x", max_tokens=2048, messages=ASK, temperature=0,
+                               thinking={"type": "enabled", "budget_tokens": 1024},
+                               extra_body={"max_tokens": 4})
+    assert m.usage.input_tokens == enabled
+    m = claude.messages.create(model="x", max_tokens=4, messages=ASK, thinking={"type": "disabled"})
+    assert m.usage.input_tokens == disabled and [b.type for b in m.content] == ["text"]
+    for bad in ({"type": "enabled", "budget_tokens": "lots"}, {"type": "sometimes"}, "on",
+                {"type": "enabled", "budget_tokens": 0}):
+        with pytest.raises(anthropic.BadRequestError) as e:
+            claude.messages.create(model="x", max_tokens=4, messages=ASK, thinking=bad)
+        assert e.value.body["error"]["type"] == "invalid_request_error"
+        assert "thinking" in e.value.body["error"]["message"]
