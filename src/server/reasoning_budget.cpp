@@ -43,8 +43,7 @@ void ReasoningBudgetSampler::observe(std::span<const int32_t> history) {
   seen_ = history.size();
 }
 
-int32_t ReasoningBudgetSampler::sample(std::span<float> logits,
-                                       std::span<const int32_t> history) {
+int32_t ReasoningBudgetSampler::sample(std::span<float> logits, std::span<const int32_t> history) {
   observe(history);
   if (inside_ && (spent_ >= budget_ || forced_ > 0) && forced_ < close_.size())
     return close_[forced_++];

@@ -162,9 +162,9 @@ json completion_result(const ServingModel& m, const CollectedOutput& out, size_t
   if (shape.n_probs > 0) {
     json probs = json::array();
     for (size_t k = 0; k < out.tokens.size(); ++k)
-      probs.push_back(shape.post_logs.empty() ? probs_json(m, out.tokens[k])
-                                              : post_probs_json(m, out.tokens[k],
-                                                                shape.post_logs[index]->take(k)));
+      probs.push_back(shape.post_logs.empty()
+                          ? probs_json(m, out.tokens[k])
+                          : post_probs_json(m, out.tokens[k], shape.post_logs[index]->take(k)));
     j["completion_probabilities"] = probs;
   }
   final_fields(m, j, out.final, toks, out.text.find('\n') != std::string::npos);

@@ -74,8 +74,7 @@ class GrammarSampler : public engine::NextTokenSampler {
 // the time adds up in `ns`, read when the request's final item is taken (note_final).
 class TimedFilter : public engine::OutputFilter {
  public:
-  TimedFilter(std::unique_ptr<engine::OutputFilter> inner,
-              std::shared_ptr<std::atomic<int64_t>> ns)
+  TimedFilter(std::unique_ptr<engine::OutputFilter> inner, std::shared_ptr<std::atomic<int64_t>> ns)
       : inner_(std::move(inner)), ns_(std::move(ns)) {}
   Result push(int32_t token) override {
     const auto t0 = std::chrono::steady_clock::now();
@@ -92,9 +91,9 @@ class TimedFilter : public engine::OutputFilter {
 
  private:
   void add(std::chrono::steady_clock::time_point t0) {
-    ns_->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       std::chrono::steady_clock::now() - t0)
-                       .count());
+    ns_->fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
   }
   std::unique_ptr<engine::OutputFilter> inner_;
   std::shared_ptr<std::atomic<int64_t>> ns_;
@@ -341,10 +340,10 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
     bad_request(e.what());
   }
   if (spec.reasoning_budget >= 0)
-    req.sampler = with_reasoning_budget(std::move(req.sampler), spec.reasoning_budget,
-                                        spec.reasoning_started,
-                                        m.tok().encode(spec.reasoning_open, false, true),
-                                        m.tok().encode(spec.reasoning_close, false, true));
+    req.sampler =
+        with_reasoning_budget(std::move(req.sampler), spec.reasoning_budget, spec.reasoning_started,
+                              m.tok().encode(spec.reasoning_open, false, true),
+                              m.tok().encode(spec.reasoning_close, false, true));
   auto detokenize_ns = std::make_shared<std::atomic<int64_t>>(0);
   req.filter = std::make_unique<TimedFilter>(
       std::make_unique<engine::TextFilter>(m.tok(), std::move(spec.stop)), detokenize_ns);

@@ -34,10 +34,10 @@ std::vector<int32_t> run(engine::NextTokenSampler& s, std::vector<int32_t> histo
 constexpr int32_t kOpen = 90, kClose1 = 91, kClose2 = 92, kWord = 7;
 
 TEST(ReasoningBudget, ForcesTheCloseAfterBudgetTokensWhenThePromptOpened) {
-  ReasoningBudgetSampler s(std::make_unique<Constant>(kWord), 3, {kOpen}, {kClose1, kClose2},
-                           true);
+  ReasoningBudgetSampler s(std::make_unique<Constant>(kWord), 3, {kOpen}, {kClose1, kClose2}, true);
   const auto out = run(s, {1, 2, kOpen}, 8);
-  EXPECT_EQ(out, (std::vector<int32_t>{kWord, kWord, kWord, kClose1, kClose2, kWord, kWord, kWord}));
+  EXPECT_EQ(out,
+            (std::vector<int32_t>{kWord, kWord, kWord, kClose1, kClose2, kWord, kWord, kWord}));
   EXPECT_FALSE(s.inside());
 }
 
