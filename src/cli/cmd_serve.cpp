@@ -203,10 +203,8 @@ void check_options(ServeOptions& o) {
   if (o.n_parallel < 1) fail("-np/--parallel must be at least 1");
   if (!server::reasoning_format_from_name(o.reasoning_format))
     fail("--reasoning-format must be none, deepseek or auto (got '" + o.reasoning_format + "')");
-  if (o.reasoning_budget != -1 && o.reasoning_budget != 0)
-    fail(
-        "--reasoning-budget must be -1 (unlimited) or 0 (thinking off); other budgets are not "
-        "supported");
+  if (o.reasoning_budget < -1)
+    fail("--reasoning-budget must be -1 (unlimited), 0 (thinking off) or a token count");
   if (!o.chat_template.empty() && !chat::builtin_chat_template(o.chat_template) &&
       o.chat_template.find("{{") == std::string::npos &&
       o.chat_template.find("{%") == std::string::npos)
@@ -434,7 +432,8 @@ CommandRegistration serve_registration{
                      "reasoning_content)")
           ->capture_default_str();
       app.add_option("--reasoning-budget", o->reasoning_budget,
-                     "-1: unlimited thinking; 0: thinking off (enable_thinking false)")
+                     "-1: unlimited thinking; 0: thinking off (enable_thinking false); N > 0: the "
+                     "reasoning block is closed after N tokens")
           ->capture_default_str();
       app.add_option("--n-gpu-layers", o->n_gpu_layers,
                      "layers on the GPU (-ngl): 0 the CPU, >= the layer count all on the GPU; "
@@ -443,6 +442,10 @@ CommandRegistration serve_registration{
       app.add_flag("--no-cont-batching{false}", o->cont_batching, "accepted; batching stays on");
       app.add_option("--flash-attn", o->flash_attn, "accepted for compatibility (-fa)");
       app.add_flag("--no-webui", o->no_webui, "do not serve the chat page at /");
+      app.add_flag("--timings-header", o->http.timings_header,
+                   "send X-Hablar-Timings (queued, prefill, decode, detokenize ms; token counts) "
+                   "with every non-streamed generation, not only when the request sends that "
+                   "header");
       app.add_flag("--special-in-content", o->special_in_content,
                    "control-token text inside chat messages becomes control tokens (by default "
                    "it is tokenized as plain text; only the template's markup is special)");

@@ -103,6 +103,9 @@ struct StreamItem {
   double decode_ms = 0;          // first token -> finish
   int32_t n_drafted = 0;         // speculative tokens drafted and verified (timings.draft_n)
   int32_t n_draft_accepted = 0;  // ... and accepted (timings.draft_n_accepted)
+  // Time spent turning tokens into text (the request's OutputFilter); filled in by whoever
+  // times its filter (the server does), 0 otherwise.
+  double detokenize_ms = 0;
 };
 
 class RequestHandle {

@@ -7,7 +7,30 @@ namespace hablar::engine {
 int32_t ParamsSampler::sample(std::span<float> logits, std::span<const int32_t> history) {
   if (history.size() > accepted_) sampler_.accept(history.subspan(accepted_));
   accepted_ = history.size();
-  return sampler_.sample(logits).token;
+  SampleResult r = sampler_.sample(logits);
+  if (post_log_) post_log_->record(history.size(), {r.token, r.post_prob, std::move(r.post_top)});
+  return r.token;
+}
+
+void ParamsSampler::report_post_sampling(std::shared_ptr<PostSamplingLog> log, int n) {
+  post_log_ = std::move(log);
+  sampler_.keep_candidates(post_log_ ? n : 0);
+}
+
+void PostSamplingLog::record(size_t position, Entry e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!first_) first_ = position;
+  if (position < *first_) return;
+  entries_[position - *first_] = std::move(e);
+}
+
+std::optional<PostSamplingLog::Entry> PostSamplingLog::take(size_t index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(index);
+  if (it == entries_.end()) return std::nullopt;
+  Entry e = std::move(it->second);
+  entries_.erase(it);
+  return e;
 }
 
 bool ParamsSampler::device_params(std::span<const int32_t> history, DeviceSampling& out) const {

@@ -214,11 +214,16 @@ SampleResult Sampler::sample(std::span<const float> logits) {
     for (int32_t i = 1; i < n_vocab_; ++i)
       if (cands_[(size_t)i].logit > cands_[(size_t)best].logit) best = i;
     result.token = best;
+    if (n_post_ > 0) {
+      result.post_prob = 1.0f;
+      result.post_top = {{best, 1.0f}};
+    }
   } else {
     // Banned tokens (-inf) never reach the draw.
     std::erase_if(cands_, [](const Candidate& c) { return std::isinf(c.logit) && c.logit < 0; });
     if (cands_.empty()) throw_error(ErrorKind::kInvalidArgument, "logit_bias banned every token");
     result.token = draw(cands_);
+    if (n_post_ > 0) report_candidates(result);
   }
 
   float max_logit = -std::numeric_limits<float>::infinity();
@@ -229,6 +234,16 @@ SampleResult Sampler::sample(std::span<const float> logits) {
   result.logprob = logits[(size_t)result.token] - lse;
   if (params_.n_probs > 0) result.top = top_logprobs(logits, params_.n_probs);
   return result;
+}
+
+// After draw(), cands_ holds the chain's survivors, most likely first, with the
+// probabilities (after temperature) the draw used.
+void Sampler::report_candidates(SampleResult& result) const {
+  for (const Candidate& c : cands_)
+    if (c.id == result.token) result.post_prob = c.p;
+  const size_t n = std::min(cands_.size(), (size_t)n_post_);
+  for (size_t i = 0; i < n && cands_[i].p > 0.0f; ++i)
+    result.post_top.push_back({cands_[i].id, cands_[i].p});
 }
 
 void log_softmax(std::span<const float> logits, std::span<float> out) {

@@ -7,6 +7,9 @@
 // Same seed and same logits give the same tokens, whatever else runs in the process.
 // Log-probabilities (the chosen token's and the top n) are those of the model's raw
 // distribution, log_softmax(logits), before any sampling transform, as OpenAI reports them.
+// On request (keep_candidates), a sample also reports the distribution after the chain: the
+// tokens still candidates with the probabilities the draw used (llama-server's
+// post_sampling_probs).
 #pragma once
 
 #include <cstdint>
@@ -45,10 +48,20 @@ struct TokenLogprob {
   float logprob = 0.0f;
 };
 
+struct TokenProb {
+  int32_t token = -1;
+  float prob = 0.0f;
+};
+
 struct SampleResult {
   int32_t token = -1;
   float logprob = 0.0f;           // of `token` under log_softmax(raw logits)
   std::vector<TokenLogprob> top;  // n_probs best, most likely first (empty if n_probs == 0)
+  // With keep_candidates(n): `token`'s probability after the chain, and the n most likely
+  // remaining candidates (most likely first; zero-probability ones left out). Greedy
+  // decoding keeps one candidate, the chosen token, with probability 1.
+  float post_prob = 0.0f;
+  std::vector<TokenProb> post_top;
 };
 
 // Small, fast, seedable generator (xoshiro256**), identical on every platform.
@@ -75,6 +88,9 @@ class Sampler {
 
   // Samples from one logits row of n_vocab values (not modified). Does not accept the token.
   SampleResult sample(std::span<const float> logits);
+  // Reports the post-chain distribution (SampleResult::post_prob, post_top) from now on:
+  // n > 0 candidates at most; 0 turns it off.
+  void keep_candidates(int n) { n_post_ = n; }
 
   const SamplingParams& params() const { return params_; }
 
@@ -86,12 +102,14 @@ class Sampler {
   };
   void apply_penalties(std::vector<Candidate>& cands) const;
   int32_t draw(std::vector<Candidate>& cands);
+  void report_candidates(SampleResult& result) const;
 
   SamplingParams params_;
   int32_t n_vocab_;
   Rng rng_;
   std::vector<int32_t> history_;
   std::vector<Candidate> cands_;  // reused between calls
+  int n_post_ = 0;                // keep_candidates
 };
 
 // log_softmax of a logits row into out (same size), numerically stable (max subtracted,

@@ -2,6 +2,7 @@
 
 #include "server/api_error.h"
 #include "server/event_server.h"
+#include "server/reasoning_budget.h"
 #include "server/request_fields.h"
 #include "server/sampling_fields.h"
 #include "server/structured_output.h"
@@ -126,6 +127,18 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   // A template that opens the think block itself (DeepSeek-R1, QwQ, Qwen3 with thinking on):
   // the output begins inside it, without an opening tag of its own.
   r.reasoning_started = r.extract_reasoning && !continue_last && chat::prompt_opens_reasoning(text);
+  // A thinking budget: llama-server's reasoning_budget_tokens / thinking_budget_tokens
+  // (Anthropic's thinking.budget_tokens arrives as the latter); -1 none; by default
+  // --reasoning-budget's.
+  auto budget = opt_integer(body, "reasoning_budget_tokens", -1, INT32_MAX);
+  if (!budget) budget = opt_integer(body, "thinking_budget_tokens", -1, INT32_MAX);
+  r.spec.reasoning_budget = budget ? (int32_t)*budget : m.reasoning_budget;
+  r.spec.reasoning_started = !continue_last && chat::prompt_opens_reasoning(text);
+  if (r.spec.reasoning_budget >= 0) {
+    ReasoningTags tags = reasoning_tags(text);
+    r.spec.reasoning_open = std::move(tags.open);
+    r.spec.reasoning_close = std::move(tags.close);
+  }
   r.parse_output = !r.tools.is_null() || (r.extract_reasoning &&
                                           (needs_output_parser(m, r.tools) || r.reasoning_started));
   if (continue_last && !r.prefill.empty()) {

@@ -121,16 +121,33 @@ void check_final(const engine::StreamItem& f) {
   }
 }
 
+namespace {
+// Whether this request asked for X-Hablar-Timings (its own header, or --timings-header); set
+// by HttpServer::handle on the thread that runs the request's handler.
+thread_local bool t_timings_header = false;
+}  // namespace
+
 void set_server_timing(httplib::Response& res, const engine::StreamItem& f) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "queue;dur=%.2f, prefill;dur=%.2f, decode;dur=%.2f", f.queue_ms,
-                std::max(0.0, f.prompt_ms - f.queue_ms), f.decode_ms);
+  const double prefill = std::max(0.0, f.prompt_ms - f.queue_ms);
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "queue;dur=%.2f, prefill;dur=%.2f, decode;dur=%.2f, detokenize;dur=%.2f",
+                f.queue_ms, prefill, f.decode_ms, f.detokenize_ms);
   res.set_header("Server-Timing", buf);
+  if (!t_timings_header) return;
+  std::snprintf(buf, sizeof buf,
+                "queued=%.2f;prefill=%.2f;decode=%.2f;detokenize=%.2f;prompt_tokens=%d;"
+                "cached_tokens=%d;tokens=%d",
+                f.queue_ms, prefill, f.decode_ms, f.detokenize_ms, f.n_prompt, f.n_cached_prompt,
+                f.n_generated);
+  res.set_header("X-Hablar-Timings", buf);
 }
 
 std::vector<engine::StreamItem> next_items(engine::RequestHandle& handle, int timeout_ms) {
   std::vector<engine::StreamItem> items;
   handle.wait(items, std::chrono::milliseconds(timeout_ms));
+  for (auto& it : items)
+    if (it.kind == engine::StreamItem::Kind::kFinal) note_final(handle, it);
   return items;
 }
 
@@ -303,6 +320,7 @@ int64_t unix_ns_now() {
 
 void HttpServer::handle(httplib::Request& req, httplib::Response& res) {
   const auto start = std::chrono::steady_clock::now();
+  t_timings_header = options_.timings_header || req.has_header("X-Hablar-Timings");
   Span span;
   if (otlp_) {
     start_span(span, req.get_header_value("traceparent"));

@@ -44,6 +44,10 @@ struct ServerOptions {
   bool enable_metrics = false;
   bool enable_slots = true;
   bool enable_webui = true;
+  // X-Hablar-Timings on every non-streamed generation (queued, prefill, decode, detokenize
+  // ms and token counts); without it, only requests that send an X-Hablar-Timings header
+  // get it.
+  bool timings_header = false;
   std::string otlp_endpoint;  // OTLP/HTTP collector for request spans; empty: none
 };
 
@@ -141,8 +145,10 @@ void check_final(const engine::StreamItem& final);
 bool failed(const engine::StreamItem& final);
 nlohmann::json failure_body(const engine::StreamItem& final);
 
-// The W3C Server-Timing header of a non-streamed generation (queue, prefill and decode
-// durations in ms): browsers' developer tools and HTTP tooling show it without parsing bodies.
+// The W3C Server-Timing header of a non-streamed generation (queue, prefill, decode and
+// detokenize durations in ms): browsers' developer tools and HTTP tooling show it without
+// parsing bodies. Also X-Hablar-Timings (the same with token counts, in one
+// `key=value;...` line) when the request asked for it or the server has --timings-header.
 void set_server_timing(httplib::Response& res, const engine::StreamItem& final);
 
 // Waits up to `timeout` for items of one handle.

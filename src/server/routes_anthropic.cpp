@@ -188,8 +188,8 @@ OrderedJson to_chat_body(const OrderedJson& body, bool for_generation) {
   if (body.contains("tools") && !body["tools"].is_null()) out["tools"] = chat_tools(body["tools"]);
   if (body.contains("tool_choice") && !body["tool_choice"].is_null())
     out["tool_choice"] = chat_tool_choice(body["tool_choice"]);
-  // thinking {"type": "enabled" | "disabled"}: the template's enable_thinking (Qwen3 and
-  // the like); budget_tokens is not enforced.
+  // thinking {"type": "enabled", "budget_tokens": N} | {"type": "disabled"}: the template's
+  // enable_thinking (Qwen3 and the like), and N the thinking budget (reasoning_budget.h).
   OrderedJson kwargs = OrderedJson::object();
   if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
     if (!k->is_object())
@@ -197,9 +197,19 @@ OrderedJson to_chat_body(const OrderedJson& body, bool for_generation) {
                   "chat_template_kwargs");
     kwargs = *k;
   }
-  if (auto t = body.find("thinking"); t != body.end() && t->is_object() && t->contains("type")) {
-    if ((*t)["type"] == "enabled") kwargs["enable_thinking"] = true;
-    if ((*t)["type"] == "disabled") kwargs["enable_thinking"] = false;
+  if (auto t = body.find("thinking"); t != body.end() && !t->is_null()) {
+    const auto type = t->is_object() ? t->find("type") : t->end();
+    if (type == t->end() || !(*type == "enabled" || *type == "disabled"))
+      bad_request(R"('thinking' must be {"type": "enabled", "budget_tokens": N} or {"type": )"
+                  R"("disabled"})",
+                  "thinking");
+    kwargs["enable_thinking"] = *type == "enabled";
+    if (*type == "enabled" && t->contains("budget_tokens")) {
+      const auto& b = (*t)["budget_tokens"];
+      if (!b.is_number_integer() || b.get<int64_t>() < 1 || b.get<int64_t>() > INT32_MAX)
+        bad_request("'thinking.budget_tokens' must be a positive integer", "thinking");
+      out["thinking_budget_tokens"] = b;
+    }
   }
   if (!kwargs.empty()) out["chat_template_kwargs"] = std::move(kwargs);
   if (!for_generation) return out;

@@ -2,6 +2,8 @@
 // /health, /props, /slots, /metrics.
 #include <httplib.h>
 
+#include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "server/api_error.h"
@@ -96,6 +98,28 @@ json probs_json(const ServingModel& m, const StreamItem& t) {
   return e;
 }
 
+// The same with post_sampling_probs: probabilities after the sampler chain (of the tokens that
+// stayed candidates), as `prob` and `top_probs`. `e` is the sample's PostSamplingLog entry;
+// without one (none was recorded) the model's own probabilities stand in.
+json post_probs_json(const ServingModel& m, const StreamItem& t,
+                     const std::optional<engine::PostSamplingLog::Entry>& e) {
+  auto entry = [&](int32_t id, float prob) {
+    const std::string s = token_string(m, id);
+    return json{{"id", id}, {"token", piece_json(s)}, {"bytes", token_bytes(s)}, {"prob", prob}};
+  };
+  json top = json::array();
+  json j;
+  if (e) {
+    for (const auto& c : e->top) top.push_back(entry(c.token, c.prob));
+    j = entry(t.token, e->prob);
+  } else {
+    for (const auto& alt : t.top_logprobs) top.push_back(entry(alt.token, std::exp(alt.logprob)));
+    j = entry(t.token, std::exp(t.logprob));
+  }
+  j["top_probs"] = std::move(top);
+  return j;
+}
+
 const char* stop_type(const StreamItem& f, bool eog) {
   if (f.finish_reason == engine::FinishReason::kLength) return "limit";
   if (f.finish_reason == engine::FinishReason::kStop) return eog ? "eos" : "word";
@@ -105,6 +129,8 @@ const char* stop_type(const StreamItem& f, bool eog) {
 // What a /completion reply shows besides the text.
 struct CompletionShape {
   int64_t n_probs = 0;
+  // post_sampling_probs: one log per prompt (engine/request_sampler.h)
+  std::vector<std::shared_ptr<engine::PostSamplingLog>> post_logs;
   bool return_tokens = false;  // non-streamed; streamed chunks always carry their tokens
 };
 
@@ -135,7 +161,10 @@ json completion_result(const ServingModel& m, const CollectedOutput& out, size_t
   if (shape.return_tokens) j["tokens"] = toks;
   if (shape.n_probs > 0) {
     json probs = json::array();
-    for (const auto& t : out.tokens) probs.push_back(probs_json(m, t));
+    for (size_t k = 0; k < out.tokens.size(); ++k)
+      probs.push_back(shape.post_logs.empty()
+                          ? probs_json(m, out.tokens[k])
+                          : post_probs_json(m, out.tokens[k], shape.post_logs[index]->take(k)));
     j["completion_probabilities"] = probs;
   }
   final_fields(m, j, out.final, toks, out.text.find('\n') != std::string::npos);
@@ -171,9 +200,13 @@ void stream_completions(httplib::Response& res, std::shared_ptr<ServingModel> m,
       json j = {{"content", it.text}, {"index", i}, {"stop", false}};
       st->new_line = st->new_line || it.text.find('\n') != std::string::npos;
       if (it.kind == StreamItem::Kind::kToken) {
+        if (shape.n_probs > 0)
+          j["completion_probabilities"] = json::array(
+              {shape.post_logs.empty()
+                   ? probs_json(*m, it)
+                   : post_probs_json(*m, it, shape.post_logs[i]->take(st->toks.size()))});
         st->toks.push_back(it.token);
         j["tokens"] = json::array({it.token});  // llama-server sends each chunk's token ids
-        if (shape.n_probs > 0) j["completion_probabilities"] = json::array({probs_json(*m, it)});
         send(j);
         continue;
       }
@@ -211,6 +244,7 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
   CompletionShape shape;
   shape.n_probs = opt_integer(body, "n_probs", 0, 100).value_or(0);
   spec.n_logprobs = shape.n_probs > 0 ? (int32_t)shape.n_probs : -1;
+  const bool post_sampling = opt_bool(body, "post_sampling_probs").value_or(false);
   opt_bool(body, "cache_prompt");  // the prefix cache is always on
   auto n_predict = opt_integer(body, "n_predict", -1, INT32_MAX);
   if (n_predict && *n_predict == 0)
@@ -227,6 +261,10 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
       GenerationSpec one = spec;
       one.prompt = p;
       one.max_tokens = bounded_max_tokens(*m, n_predict, p.size());
+      if (post_sampling && shape.n_probs > 0) {
+        one.post_sampling = std::make_shared<engine::PostSamplingLog>();
+        shape.post_logs.push_back(one.post_sampling);
+      }
       handles.push_back(start_generation(*m, std::move(one)));
     }
   } catch (...) {

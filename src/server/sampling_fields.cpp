@@ -107,13 +107,13 @@ engine::SamplingParams parse_sampling(const nlohmann::json& body, const ServingM
       if (*v == 0) bad_request("'typical_p' must be above 0 (1 turns it off)", "typical_p");
       p.typical_p = (float)*v;
     }
-    if (auto v = opt_number(body, "repeat_penalty", 0, 10)) {
-      if (*v == 0)
-        bad_request("'repeat_penalty' must be above 0 (1 turns it off)", "repeat_penalty");
-      p.repeat_penalty = (float)*v;
-    }
-    if (auto v = opt_integer(body, "repeat_last_n", -1, 1 << 20)) p.repeat_last_n = (int)*v;
   }
+  // llama.cpp's repetition penalty, which llama-server also takes on its OpenAI routes.
+  if (auto v = opt_number(body, "repeat_penalty", 0, 10)) {
+    if (*v == 0) bad_request("'repeat_penalty' must be above 0 (1 turns it off)", "repeat_penalty");
+    p.repeat_penalty = (float)*v;
+  }
+  if (auto v = opt_integer(body, "repeat_last_n", -1, 1 << 20)) p.repeat_last_n = (int)*v;
   if (auto v = opt_integer(body, "seed", std::numeric_limits<int64_t>::min(),
                            std::numeric_limits<int64_t>::max())) {
     if (*v >= 0 || openai) p.seed = (uint64_t)*v;  // llama.cpp: -1 = random

@@ -1,5 +1,6 @@
 #include "server/serving_model.h"
 
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -9,6 +10,7 @@
 #include "engine/text_filter.h"
 #include "server/api_error.h"
 #include "server/event_server.h"
+#include "server/reasoning_budget.h"
 #include "server/structured_output.h"
 
 namespace hablar::server {
@@ -59,13 +61,69 @@ class GrammarSampler : public engine::NextTokenSampler {
     gate_->constrain(logits, history);
     return inner_.sample(logits, history);
   }
+  void report_post_sampling(std::shared_ptr<engine::PostSamplingLog> log, int n) {
+    inner_.report_post_sampling(std::move(log), n);
+  }
 
  private:
   engine::ParamsSampler inner_;
   std::unique_ptr<GrammarGate> gate_;
 };
 
+// The request's text filter with a stopwatch: it runs on the engine thread, once per token;
+// the time adds up in `ns`, read when the request's final item is taken (note_final).
+class TimedFilter : public engine::OutputFilter {
+ public:
+  TimedFilter(std::unique_ptr<engine::OutputFilter> inner, std::shared_ptr<std::atomic<int64_t>> ns)
+      : inner_(std::move(inner)), ns_(std::move(ns)) {}
+  Result push(int32_t token) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    Result r = inner_->push(token);
+    add(t0);
+    return r;
+  }
+  std::string flush() override {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string s = inner_->flush();
+    add(t0);
+    return s;
+  }
+
+ private:
+  void add(std::chrono::steady_clock::time_point t0) {
+    ns_->fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
+  }
+  std::unique_ptr<engine::OutputFilter> inner_;
+  std::shared_ptr<std::atomic<int64_t>> ns_;
+};
+
+// Detokenize stopwatches by request id; an entry goes when its final item is read or its
+// handle is gone.
+struct DetokenizeClocks {
+  struct Entry {
+    std::weak_ptr<engine::RequestHandle> handle;
+    std::shared_ptr<std::atomic<int64_t>> ns;
+  };
+  std::mutex mu;
+  std::map<uint64_t, Entry> entries;
+};
+DetokenizeClocks& detokenize_clocks() {
+  static DetokenizeClocks clocks;
+  return clocks;
+}
+
 }  // namespace
+
+void note_final(const engine::RequestHandle& handle, engine::StreamItem& final) {
+  DetokenizeClocks& c = detokenize_clocks();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.entries.find(handle.id());
+  if (it == c.entries.end()) return;
+  final.detokenize_ms = (double)it->second.ns->load() / 1e6;
+  c.entries.erase(it);
+}
 
 std::optional<ReasoningFormat> reasoning_format_from_name(std::string_view name) {
   if (name == "none") return ReasoningFormat::kNone;
@@ -273,21 +331,39 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
   req.speculative = spec.speculative;
   spec.sampling.n_probs = 0;  // the engine reports log-probabilities itself
   try {
-    if (spec.grammar)
-      req.sampler = std::make_unique<GrammarSampler>(
+    if (spec.grammar) {
+      auto g = std::make_unique<GrammarSampler>(
           spec.sampling, m.tok().n_vocab(),
           std::make_unique<GrammarGate>(spec.grammar, spec.grammar_trigger, spec.grammar_context));
-    else
-      req.sampler = std::make_unique<engine::ParamsSampler>(spec.sampling, m.tok().n_vocab());
+      if (spec.post_sampling) g->report_post_sampling(spec.post_sampling, spec.n_logprobs);
+      req.sampler = std::move(g);
+    } else {
+      auto p = std::make_unique<engine::ParamsSampler>(spec.sampling, m.tok().n_vocab());
+      if (spec.post_sampling) p->report_post_sampling(spec.post_sampling, spec.n_logprobs);
+      req.sampler = std::move(p);
+    }
   } catch (const Error& e) {
     bad_request(e.what());
   }
-  req.filter = std::make_unique<engine::TextFilter>(m.tok(), std::move(spec.stop));
+  if (spec.reasoning_budget >= 0)
+    req.sampler =
+        with_reasoning_budget(std::move(req.sampler), spec.reasoning_budget, spec.reasoning_started,
+                              m.tok().encode(spec.reasoning_open, false, true),
+                              m.tok().encode(spec.reasoning_close, false, true));
+  auto detokenize_ns = std::make_shared<std::atomic<int64_t>>(0);
+  req.filter = std::make_unique<TimedFilter>(
+      std::make_unique<engine::TextFilter>(m.tok(), std::move(spec.stop)), detokenize_ns);
   std::shared_ptr<engine::RequestHandle> handle;
   try {
     handle = m.engine->submit(std::move(req));
   } catch (const Error& e) {
     throw ApiError(status_for_error_kind(e.kind()), e.what());
+  }
+  {
+    DetokenizeClocks& c = detokenize_clocks();
+    std::lock_guard<std::mutex> lock(c.mu);
+    std::erase_if(c.entries, [](const auto& e) { return e.second.handle.expired(); });
+    c.entries[handle->id()] = {handle, detokenize_ns};
   }
   info.handle = handle;
   m.requests.add(handle->id(), std::move(info));
@@ -311,6 +387,7 @@ CollectedOutput collect_output(engine::RequestHandle& handle) {
       out.text += it.text;
       if (it.kind == engine::StreamItem::Kind::kFinal) {
         out.final = std::move(it);
+        note_final(handle, out.final);
         return out;
       }
       if (it.kind == engine::StreamItem::Kind::kPrompt) {
@@ -326,7 +403,11 @@ nlohmann::json timings_json(const engine::StreamItem& f) {
   auto per = [](double ms, int n) { return n > 0 ? ms / n : 0.0; };
   auto rate = [](double ms, int n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
   const int prompt_n = f.n_prompt - f.n_cached_prompt;
-  nlohmann::json t = {{"queue_ms", f.queue_ms},  // submit to first scheduled (hablar's)
+  // queue_ms, prefill_ms and detokenize_ms are hablar additions: submit to first scheduled,
+  // first scheduled to first token, and the time spent turning tokens into text.
+  nlohmann::json t = {{"queue_ms", f.queue_ms},
+                      {"prefill_ms", std::max(0.0, f.prompt_ms - f.queue_ms)},
+                      {"detokenize_ms", f.detokenize_ms},
                       {"cache_n", f.n_cached_prompt},
                       {"prompt_n", prompt_n},
                       {"prompt_ms", f.prompt_ms},

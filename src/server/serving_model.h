@@ -16,6 +16,7 @@
 #include "chat/chat.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
+#include "engine/request_sampler.h"
 #include "engine/sampler.h"
 #include "grammar/matcher.h"
 #include "model/model.h"
@@ -80,7 +81,8 @@ struct ServingModel {
   bool special_in_content = false;
   ReasoningFormat reasoning_format = ReasoningFormat::kAuto;
   // --reasoning-budget: -1 unlimited; 0 turns thinking off (enable_thinking: false for the
-  // template, as llama-server does).
+  // template, as llama-server does); N > 0 closes the reasoning block after N tokens (a
+  // request's reasoning_budget_tokens / thinking_budget_tokens overrides it).
   int32_t reasoning_budget = -1;
   // --chat-template-kwargs: variables every render gets (a request's own come on top).
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
@@ -113,6 +115,14 @@ struct GenerationSpec {
   // speculative.n_max / n_min / p_min (llama-server's per-request fields); unset: the
   // server's --draft-max / --draft-min / --draft-p-min.
   std::optional<engine::DraftParams> speculative;
+  // post_sampling_probs: each sample's post-chain distribution (n_logprobs candidates at
+  // most) goes here, one entry per generated token.
+  std::shared_ptr<engine::PostSamplingLog> post_sampling;
+  // Thinking budget (reasoning_budget.h): -1 none; else the reasoning tokens after which the
+  // block's closing tag is forced. reasoning_started: the prompt opened the block.
+  int32_t reasoning_budget = -1;
+  bool reasoning_started = false;
+  std::string reasoning_open = "<think>", reasoning_close = "</think>";
 };
 
 // A chat conversation after the template: its text, and the byte positions of it that came
@@ -169,6 +179,9 @@ nlohmann::json token_bytes(const std::string& s);
 // llama-server's "timings" of a finished generation (prompt and predicted counts, times
 // and rates; cache_n the prompt tokens taken from the prefix cache).
 nlohmann::json timings_json(const engine::StreamItem& final);
+// Fills in what the server measured of a request beside the engine (detokenize_ms) when its
+// final item is read; every reader of final items calls it (collect_output, next_items).
+void note_final(const engine::RequestHandle& handle, engine::StreamItem& final);
 
 // Prompt processing progress for streams that ask for it (llama-server's return_progress):
 // polled while the prompt is computed (chunk by chunk over engine steps), it gives

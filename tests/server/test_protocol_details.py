@@ -66,9 +66,10 @@ def test_first_delta_and_timings(server):
     # The same durations in a Server-Timing header (non-streamed replies).
     r = requests.post(server.url + "/v1/chat/completions", json={"messages": HI, "max_tokens": 3})
     parts = dict(p.strip().split(";dur=") for p in r.headers["Server-Timing"].split(","))
-    assert set(parts) == {"queue", "prefill", "decode"}
+    assert set(parts) == {"queue", "prefill", "decode", "detokenize"}
     t = r.json()["timings"]
     assert abs(float(parts["decode"]) - t["predicted_ms"]) < 0.01 and t["queue_ms"] >= 0
+    assert abs(float(parts["detokenize"]) - t["detokenize_ms"]) < 0.01
     for path, body in (("/completion", {"prompt": "Hi", "n_predict": 2}),
                        ("/v1/messages", {"messages": HI, "max_tokens": 2}),
                        ("/v1/responses", {"input": "Hi", "max_output_tokens": 2}),

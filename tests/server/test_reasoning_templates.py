@@ -157,3 +157,73 @@ def test_chat_template_by_name_and_missing_variable():
         assert ok == "What is 2+2?Bot:"
     finally:
         s.stop()
+
+
+def test_anthropic_thinking_param_maps_to_enable_thinking(qwen3_no_thinking):
+    # thinking {"type": "enabled", "budget_tokens": N} asks the template for thinking (Qwen3
+    # then leaves out its empty think block); {"type": "disabled"} turns it off.
+    claude = anthropic.Anthropic(base_url=qwen3_no_thinking.url, api_key="unused", max_retries=0)
+    def count(**extra):
+        return claude.messages.count_tokens(model="x", messages=ASK, **extra).input_tokens
+    enabled = count(thinking={"type": "enabled", "budget_tokens": 1024})
+    disabled = count(thinking={"type": "disabled"})
+    assert enabled < disabled == count()  # the server's default here is --reasoning-budget 0
+    m = claude.messages.create(model="x", max_tokens=2048, messages=ASK,
+                               thinking={"type": "enabled", "budget_tokens": 1024},
+                               extra_body={"max_tokens": 4})
+    prompt = lambda u: u.input_tokens + u.cache_read_input_tokens  # noqa: E731
+    assert prompt(m.usage) == enabled
+    m = claude.messages.create(model="x", max_tokens=4, messages=ASK, thinking={"type": "disabled"})
+    assert prompt(m.usage) == disabled and [b.type for b in m.content] == ["text"]
+    for bad in ({"type": "enabled", "budget_tokens": "lots"}, {"type": "sometimes"}, "on",
+                {"type": "enabled", "budget_tokens": 0}):
+        with pytest.raises(anthropic.BadRequestError) as e:
+            claude.messages.create(model="x", max_tokens=4, messages=ASK, thinking=bad)
+        assert e.value.body["error"]["type"] == "invalid_request_error"
+        assert "thinking" in e.value.body["error"]["message"]
+
+
+def n_tokens(server, text):
+    return len(requests.post(server.url + "/tokenize", json={"content": text}).json()["tokens"])
+
+
+def test_thinking_budget_closes_the_block(r1):
+    # Unbounded, the small model keeps "reasoning" for all 40 tokens (the prompt opened the block).
+    free = chat(r1, max_tokens=40)
+    assert n_tokens(r1, free["reasoning_content"]) > 20 and not free.get("content")
+    # With a budget of 6 the closing tag is forced after 6 tokens and the reply goes on as content.
+    capped = chat(r1, max_tokens=40, reasoning_budget_tokens=6)
+    assert 0 < n_tokens(r1, capped["reasoning_content"]) <= 6
+    assert capped["reasoning_content"] in free["reasoning_content"]
+    assert capped["content"]
+    raw = chat(r1, max_tokens=40, reasoning_budget_tokens=6, reasoning_format="none")
+    assert "</think>" in raw["content"]
+    claude = anthropic.Anthropic(base_url=r1.url, api_key="x", max_retries=0)
+    m = claude.messages.create(model="x", max_tokens=40, messages=ASK, extra_body={"temperature": 0},
+                               thinking={"type": "enabled", "budget_tokens": 6})
+    assert [b.type for b in m.content] == ["thinking", "text"]
+    assert m.content[0].thinking == capped["reasoning_content"] and m.content[1].text == capped["content"]
+    with claude.messages.stream(model="x", max_tokens=40, messages=ASK, extra_body={"temperature": 0},
+                                thinking={"type": "enabled", "budget_tokens": 6}) as s:
+        kinds = [e.delta.type for e in s if e.type == "content_block_delta"]
+        final = s.get_final_message()
+    assert "thinking_delta" in kinds and "text_delta" in kinds
+    assert [b.type for b in final.content] == ["thinking", "text"]
+    assert final.content[0].thinking.strip() == capped["reasoning_content"]
+    for bad in (-2, "six"):
+        r = requests.post(r1.url + "/v1/chat/completions", json={"messages": ASK, "reasoning_budget_tokens": bad})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "reasoning_budget_tokens"
+
+
+def test_reasoning_budget_flag():
+    s = start("--chat-template-file", str(TEMPLATES / "llama-cpp-deepseek-r1.jinja"), "--reasoning-budget", "4")
+    try:
+        m = chat(s, max_tokens=30)
+        assert 0 < n_tokens(s, m["reasoning_content"]) <= 4 and m["content"]
+        # A request's own budget wins.
+        longer = chat(s, max_tokens=30, reasoning_budget_tokens=10)
+        assert 4 < n_tokens(s, longer["reasoning_content"]) <= 10
+    finally:
+        s.stop()
+    bad = subprocess.run([BIN, "serve", "--reasoning-budget", "-5"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode != 0 and "--reasoning-budget" in bad.stderr
