@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
       ok = false;
       std::fprintf(stderr, "incomplete: %s\n", doc.c_str());
     }
-    nlohmann::json r = {{"ids", ids}, {"ns", times}, {"fresh", fresh}, {"compile_ns", compile_ns}, {"ok", ok}};
+    nlohmann::json r = {
+        {"ids", ids}, {"ns", times}, {"fresh", fresh}, {"compile_ns", compile_ns}, {"ok", ok}};
     out << r.dump() << "\n";
   }
   return 0;

@@ -166,7 +166,7 @@ int32_t GrammarMatcher::intern(const RecState& s) {
     dtable_.swap(bigger);
   }
   const size_t mask = dtable_.size() - 1;
-  size_t i = StateHash{}(s) & mask;
+  size_t i = StateHash{}(s)&mask;
   while (dtable_[i] >= 0) {
     if (dstates_[(size_t)dtable_[i]] == s) return dtable_[i];
     i = (i + 1) & mask;

@@ -36,6 +36,12 @@ std::vector<OpeningCase> cases() {
        "get_weather>" + kArgs + "</function>"},
       {"deepseek_named", ToolFormat::kDeepSeek, true, kDeepSeekRest},
       {"deepseek_required", ToolFormat::kDeepSeek, false, kDeepSeekRest},
+      {"command_r_named", ToolFormat::kCommandR, true,
+       "    {\n        \"tool_name\": \"get_weather\",\n        \"parameters\": " + kArgs +
+           "\n    }\n]\n```"},
+      {"command_r_required", ToolFormat::kCommandR, false,
+       "    {\n        \"tool_name\": \"get_weather\",\n        \"parameters\": " + kArgs +
+           "\n    }\n]\n```"},
       {"generic_named", ToolFormat::kGenericJson, true, kArgs + "}}"},
       {"generic_required", ToolFormat::kGenericJson, false,
        R"(get_weather", "arguments": )" + kArgs + "}}"},
@@ -60,8 +66,27 @@ INSTANTIATE_TEST_SUITE_P(Formats, ToolCallOpening, ::testing::ValuesIn(cases()),
 
 TEST(ToolCallOpeningText, NoOpeningWhereTheFormatHasNone) {
   EXPECT_EQ(tool_call_opening(ToolFormat::kNone, "f"), "");
-  EXPECT_EQ(tool_call_opening(ToolFormat::kCommandR, ""), "");
   EXPECT_EQ(tool_call_opening(ToolFormat::kFunctionaryV3_2, "f"), "");
+}
+
+TEST(GenericToolPrompt, DescribesTheToolsInTheSystemMessage) {
+  const auto tools = nlohmann::ordered_json::parse(
+      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {}}}])");
+  auto with_system = with_generic_tool_prompt(
+      nlohmann::ordered_json::parse(R"([{"role": "system", "content": "Be brief."},
+                                         {"role": "user", "content": "Hi"}])"),
+      tools);
+  ASSERT_EQ(with_system.size(), 2u);
+  const std::string sys = with_system[0]["content"];
+  EXPECT_EQ(sys.rfind("Be brief.", 0), 0u);
+  EXPECT_NE(sys.find("\"name\":\"get_weather\""), std::string::npos) << sys;
+  EXPECT_NE(sys.find("tool_call"), std::string::npos);
+  EXPECT_NE(sys.find("response"), std::string::npos);
+  auto without = with_generic_tool_prompt(
+      nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])"), tools);
+  ASSERT_EQ(without.size(), 2u);
+  EXPECT_EQ(without[0]["role"], "system");
+  EXPECT_EQ(without[1]["content"], "Hi");
 }
 
 TEST(ToolCallOpeningText, FunctionNamesAreJsonEscaped) {

@@ -1,7 +1,8 @@
 // GBNF example grammars of our own in the style of llama.cpp's grammars/ folder (arithmetic,
 // JSON, lists, chess moves, a C-like language), each with accept and reject lists checked by
-// hand against the GBNF rules (llama-cpp-python's LlamaGrammar was not available to build
-// here as an oracle). A string is accepted when the whole of it is a sentence of the grammar.
+// hand against the GBNF rules. A string is accepted when the whole of it is a sentence of
+// the grammar. The same kinds of grammars checked against llama.cpp's own grammar sampler:
+// gbnf_parity_test.cpp.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
