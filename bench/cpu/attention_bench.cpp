@@ -179,8 +179,6 @@ void decode_case(const Options& o, ThreadPool& pool, KvDType type) {
     std::snprintf(buf, sizeof buf, "%.3f ms (%.2fx)", per_head * 1e3, per_head / tiled);
     per_head_col = buf;
   }
-  static volatile uint64_t g_sink;
-  g_sink = sink;  // the reads must not be optimized away
   std::printf(
       "| decode @ d%d, %s | %.3f ms | %s | %.1f GB/s of K/V | %.0f%% of the %.1f GB/s "
       "plain read |\n",

@@ -27,23 +27,33 @@ float dot_qk16(const float* qr, const uint16_t* k, int hd, bool bf16) {
 
 // q·k with 64 partial sums (d mod 64) as eight vectors, folded and reduced as fold64 and
 // reduce16 do, then the tail past the last 64 added in double; hd is a multiple of 8.
-float dot_qk64(const float* qr, const uint16_t* k, int hd, bool bf16) {
+// Load8 is (const T* p) -> 8 floats of k at p: the cache's halves, or a row already in float.
+template <typename T, typename Load8>
+float dot_qk64_with(const float* qr, const T* k, int hd, Load8 load) {
   __m256 acc[8];
   for (__m256& a : acc) a = _mm256_setzero_ps();
   const int main_dims = hd / 64 * 64;
   for (int d = 0; d < main_dims; d += 64)
     for (int j = 0; j < 8; ++j)
-      acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d + 8 * j), load8(k + d + 8 * j, bf16), acc[j]);
+      acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d + 8 * j), load(k + d + 8 * j), acc[j]);
   // Lanes 0-7 of the 16 are vectors 0, 2, 4, 6 (offsets 0, 16, 32, 48); lanes 8-15 the odd ones.
   const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
   const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
   double sum = (double)hsum8(_mm256_add_ps(lo, hi));
   alignas(32) float tail[8];
   for (int d = main_dims; d < hd; d += 8) {
-    _mm256_store_ps(tail, _mm256_mul_ps(_mm256_loadu_ps(qr + d), load8(k + d, bf16)));
+    _mm256_store_ps(tail, _mm256_mul_ps(_mm256_loadu_ps(qr + d), load(k + d)));
     for (float t : tail) sum += (double)t;
   }
   return (float)sum;
+}
+
+float dot_qk64(const float* qr, const uint16_t* k, int hd, bool bf16) {
+  return dot_qk64_with(qr, k, hd, [bf16](const uint16_t* p) { return load8(p, bf16); });
+}
+// The same on a K row already converted to float (the same bits: the conversion is exact).
+float dot_qk64(const float* qr, const float* k, int hd) {
+  return dot_qk64_with(qr, k, hd, [](const float* p) { return _mm256_loadu_ps(p); });
 }
 
 // scores[first..pos] -> exp_approx(score - max) in place; returns their sum, taken by
@@ -306,7 +316,6 @@ void tile_prepare(const AttnContext& c, const AttnTile& t, AttnScratch& sc) {
 
 void tile_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int p_begin, int p_end) {
   const int hd = c.layout->head_dim, R = t.n_rows, base = tile_base(t), span = tile_span(t);
-  const bool bf16 = c.layout->dtype == KvDType::BF16;
   p_end = std::min(p_end, t.hi + 1);
   if (t.order == SumOrder::kLanes16 && hd % kReduceLanes == 0) {
     thread_local std::vector<float> kf;
@@ -315,11 +324,14 @@ void tile_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int p
       scores16_group(c, t, sc, g, p_end, kf.data());
     return;
   }
+  // The 64-lane order (decoding): each K row converted once for the tile's rows.
+  thread_local std::vector<float> kf;
+  kf.resize((size_t)hd);
   for (int p = std::max(p_begin, t.lo); p < p_end; ++p) {
-    const uint16_t* k = sc.k_rows[(size_t)(p - base)];
+    row_to_f32(sc.k_rows[(size_t)(p - base)], c.layout->type(0), hd, kf.data());
     for (int r = 0; r < R; ++r) {
       float* dst = sc.s.data() + (size_t)r * span + (p - base);
-      *dst = dot_qk64(sc.qr.data() + (size_t)r * hd, k, hd, bf16) * c.scale;
+      *dst = dot_qk64(sc.qr.data() + (size_t)r * hd, kf.data(), hd) * c.scale;
       if (c.softcap > 0.0f) cpu::softcap(dst, 1, c.softcap);
     }
   }
