@@ -2,7 +2,8 @@
 protocol: a streamed reply, Markdown and code blocks (with a deterministic reply seeded into
 localStorage, as the model's own text is random), chats kept across reloads, the chat list,
 settings that persist and reach the server (/slots shows a running request's params), Stop
-keeping the partial reply, errors, and screenshots at desktop and phone width."""
+keeping the partial reply, errors, streamed reasoning shown collapsed, and screenshots at
+desktop and phone width."""
 import base64
 import io
 import json
@@ -352,3 +353,31 @@ def test_screenshots_at_desktop_and_phone_width(server, page, width, height, tmp
     finally:
         page.call("Emulation.setDeviceMetricsOverride", width=1280, height=800,
                   deviceScaleFactor=1, mobile=False)
+
+
+def test_streamed_reasoning_shows_collapsed(browser):
+    # DeepSeek-R1's template opens the think block: the reply streams reasoning_content first.
+    from conftest import TESTDATA, ServerProcess
+    r1 = ServerProcess("--chat-template-file",
+                       str(TESTDATA / "chat-templates" / "llama-cpp-deepseek-r1.jinja"),
+                       "-t", "1").wait_ready()
+    try:
+        browser.open(r1.url + "/")
+        browser.eval("localStorage.clear()")
+        browser.open(r1.url + "/")
+        browser.eval("""(() => { for (const [k, v] of [['temperature', '0'], ['max_tokens', '8']]) {
+                       const f = document.getElementById('set-' + k); f.value = v;
+                       f.dispatchEvent(new Event('input')); } })()""")
+        browser.eval("document.getElementById('input').value = 'What is 2+2?';"
+                     "document.getElementById('send').click()")
+        browser.wait("document.querySelector('.stats') !== null", 60, "the reply")
+        reply = browser.storage()[0]["messages"][-1]
+        want = requests.post(r1.url + "/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "What is 2+2?"}], "temperature": 0,
+            "max_tokens": 8}).json()["choices"][0]["message"]
+        assert reply["reasoning"].strip() == want["reasoning_content"]
+        assert browser.eval("document.querySelector('details.reasoning').open") is False
+        assert browser.eval("document.querySelector('details.reasoning .thought').textContent") == \
+            reply["reasoning"]
+    finally:
+        r1.stop()
