@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_spec.h"
+#include "cli/chat_prompt.h"
 #include "cli/command.h"
 #include "cli/device_options.h"
 #include "cli/load_options.h"
@@ -37,6 +39,8 @@ struct BenchOptions {
   int n_batch = 512;
   std::string output = "md";
   DeviceFlags device;
+  SpecFlags spec;           // --spec-type: a generation test with and without speculation
+  std::string prompt_file;  // -f: its prompt (default: random tokens of the first -p)
 };
 
 struct TestResult {
@@ -130,6 +134,13 @@ int run_bench(const BenchOptions& o) {
   int max_tokens = 1;
   for (int v : o.n_prompt) max_tokens = std::max(max_tokens, v);
   for (int v : o.n_gen) max_tokens = std::max(max_tokens, v);
+  std::vector<int32_t> prompt;  // of the --spec-type test
+  if (o.spec.spec_type() != engine::SpecType::kNone) {
+    prompt = o.prompt_file.empty()
+                 ? random_tokens(std::max(1, o.n_prompt.front()), m->config().n_vocab, 1234)
+                 : m->tokenizer().encode(read_text_file(o.prompt_file, "prompt file"), true, true);
+    for (int v : o.n_gen) max_tokens = std::max(max_tokens, (int)prompt.size() + v + 64);
+  }
   auto executor = engine::make_executor(*m, o.device.options(o.n_threads, max_tokens, o.n_batch));
   log::info("{}", executor->describe());
   const auto* cpu = dynamic_cast<const engine::CpuExecutor*>(executor.get());
@@ -140,6 +151,21 @@ int run_bench(const BenchOptions& o) {
     if (p > 0) results.push_back(run_test(*executor, o, p, 0));
   for (int n : o.n_gen)
     if (n > 0) results.push_back(run_test(*executor, o, 0, n));
+  if (o.spec.spec_type() != engine::SpecType::kNone) {
+    for (int n : o.n_gen)
+      if (n > 0)
+        for (SpecBenchRow& r : bench_speculation(*m, *executor, o.spec, o.load.options(o.n_threads),
+                                                 o.n_threads, prompt, n, o.repetitions)) {
+          TestResult t;
+          t.name = r.name;
+          t.n_gen = n;
+          t.samples_ts = r.samples_ts;
+          if (r.drafted > 0)
+            t.name += " (" + std::to_string(r.accepted) + "/" + std::to_string(r.drafted) +
+                      " drafted accepted)";
+          results.push_back(std::move(t));
+        }
+  }
 
   // The bound on decode speed: the same threads reading the decode weights, nothing else.
   bool any_gen = false;
@@ -208,9 +234,12 @@ CommandRegistration reg{
           ->capture_default_str();
       app.add_option("-o,--output", o->output, "md or json")->capture_default_str();
       o->device.add_to(app);
+      o->spec.add_to(app);
+      app.add_option("-f,--file", o->prompt_file,
+                     "prompt of the --spec-type test (default: random tokens of the first -p)");
       return [o] { return run_bench(*o); };
     },
-    {{"-ngl", "--n-gpu-layers"}}};
+    {{"-ngl", "--n-gpu-layers"}, {"-md", "--model-draft"}}};
 
 }  // namespace
 }  // namespace hablar::cli

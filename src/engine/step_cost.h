@@ -38,6 +38,7 @@ class StepCostModel {
   // width class when this one has not been seen, a narrower one first: the dearer guess).
   double per_prompt_ms(int32_t width) const;
   int64_t n_observed() const { return n_observed_; }
+  int64_t n_decode_only() const { return n_decode_only_; }  // decode-only steps seen
 
   static constexpr int kWidthClasses = 12;  // 1, 2-3, 4-7, ..., 1024 and wider
 
@@ -53,6 +54,7 @@ class StepCostModel {
   int64_t n_observed_ = 0;
   int64_t n_decode_fit_ = 0;  // observations in the decode line
   int64_t n_with_prompt_ = 0;
+  int64_t n_decode_only_ = 0;
 };
 
 }  // namespace hablar::engine
