@@ -63,7 +63,12 @@ void Speculation::propose(std::span<SpecCandidate> cands, int32_t decoders,
   // kPlainEvery (keeps it measured).
   n_planned_ += 1;
   if ((costs.n_decode_only() < 2 && n_planned_ <= 2) || n_planned_ % kPlainEvery == 0) return;
-  const int32_t k = choose_length(cands, decoders, costs);
+  int32_t k = choose_length(cands, decoders, costs);
+  // A probe now and then when the model says no: the price of verification rows is only
+  // learned from steps that have them (a short warm-up prompt may have priced them as whole
+  // steps), and acceptance only from drafts.
+  if (k == 0 && n_planned_ % kProbeEvery == 1)
+    for (const SpecCandidate& c : cands) k = std::max(k, std::min(c.params.n_max, 4));
   log::debug(
       "speculation: k = {} for {} of {} decoders (rate {:.2f}; step {:.1f} ms + {:.2f} ms "
       "per extra row)",

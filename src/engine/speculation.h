@@ -79,6 +79,8 @@ class Speculation {
   // Every this many steps one runs without drafts, so that the step cost model keeps
   // measuring plain decode steps (what speculation is priced against).
   static constexpr int64_t kPlainEvery = 32;
+  // ... and while the model chooses no drafts, every this many steps a short draft probes.
+  static constexpr int64_t kProbeEvery = 16;
 };
 
 }  // namespace hablar::engine
