@@ -155,21 +155,29 @@ def main():
     ap.add_argument("--llama-server", default=LLAMA)
     ap.add_argument("--skip-llama", action="store_true")
     ap.add_argument("--concurrent", type=int, default=8)
+    ap.add_argument("--kinds", default="none,ngram,draft,self",
+                    help="drafters to run (none is always run: the baseline)")
+    ap.add_argument("--no-concurrent", action="store_true")
     ap.add_argument("--json", default="", help="also write the figures here")
     args = ap.parse_args()
     prompt = rewrite_prompt()
     dm = ["--draft-max", str(args.draft_max)]
-    rows = [("hablar", "none", lambda: hablar(args, [])),
-            ("hablar", "ngram", lambda: hablar(args, ["--spec-type", "ngram", *dm]))]
-    if args.draft:
+    kinds = set(args.kinds.split(","))
+    rows = [("hablar", "none", lambda: hablar(args, []))]
+    if "ngram" in kinds:
+        rows.append(("hablar", "ngram", lambda: hablar(args, ["--spec-type", "ngram", *dm])))
+    if "draft" in kinds and args.draft:
         rows.append(("hablar", "draft", lambda: hablar(
             args, ["--spec-type", "draft", "--model-draft", args.draft, "--draft-max", "8"])))
-    rows.append(("hablar", "self", lambda: hablar(args, ["--spec-type", "self"])))
+    if "self" in kinds:
+        rows.append(("hablar", "self", lambda: hablar(args, ["--spec-type", "self"])))
     if not args.skip_llama:
         ldm = ["--spec-ngram-simple-size-m", str(args.draft_max)]
-        rows += [("llama.cpp", "none", lambda: llama(args, [])),
-                 ("llama.cpp", "ngram", lambda: llama(args, ["--spec-type", "ngram-simple", *ldm]))]
-        if args.draft:
+        rows.append(("llama.cpp", "none", lambda: llama(args, [])))
+        if "ngram" in kinds:
+            rows.append(("llama.cpp", "ngram",
+                         lambda: llama(args, ["--spec-type", "ngram-simple", *ldm])))
+        if "draft" in kinds and args.draft:
             rows.append(("llama.cpp", "draft", lambda: llama(
                 args, ["--spec-type", "draft-simple", "--model-draft", args.draft,
                        "--spec-draft-n-max", "8"])))
@@ -193,10 +201,12 @@ def main():
         print(f"{server:10s} {kind:8s} {r['tps']:10.2f} {r['tps'] / base['tps']:10.2f}x "
               f"{vs_peer:>17s} {acc:>14s} {str(r['text'] == base['text']):>9s}")
     conc = {}
-    for kind, spec in (("none", []), ("ngram", ["--spec-type", "ngram", *dm])):
+    for kind, spec in () if args.no_concurrent else (("none", []),
+                                                      ("ngram", ["--spec-type", "ngram", *dm])):
         conc[kind] = concurrent(lambda: hablar(args, spec, np=args.concurrent), prompt,
                                 args.n_predict // 2, args.concurrent)
-    print(f"\n{args.concurrent} concurrent streams (hablar, aggregate generated tokens / wall)")
+    if conc:
+        print(f"\n{args.concurrent} concurrent streams (hablar, aggregate generated tokens / wall)")
     for kind, r in conc.items():
         acc = f"{r['accepted']}/{r['draft_n']}" if r["draft_n"] else "-"
         print(f"  {kind:6s} {r['tps']:8.2f} t/s  {r['tps'] / conc['none']['tps']:.2f}x  "

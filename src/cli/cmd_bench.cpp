@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_spec.h"
+#include "cli/chat_prompt.h"
 #include "cli/command.h"
 #include "cli/device_options.h"
 #include "cli/load_options.h"
@@ -40,6 +42,8 @@ struct BenchOptions {
   int n_batch = 512;
   std::string output = "md";
   DeviceFlags device;
+  SpecFlags spec;           // --spec-type: a generation test with and without speculation
+  std::string prompt_file;  // -f: its prompt (default: random tokens of the first -p)
 };
 
 struct TestResult {
@@ -147,6 +151,13 @@ int run_bench(const BenchOptions& o) {
         "depth + tokens {} exceed the model's context of {} (measured all the same, as "
         "llama-bench does)",
         max_tokens, limit);
+  std::vector<int32_t> prompt;  // of the --spec-type test
+  if (o.spec.spec_type() != engine::SpecType::kNone) {
+    prompt = o.prompt_file.empty()
+                 ? random_tokens(std::max(1, o.n_prompt.front()), m->config().n_vocab, 1234)
+                 : m->tokenizer().encode(read_text_file(o.prompt_file, "prompt file"), true, true);
+    for (int v : o.n_gen) max_tokens = std::max(max_tokens, (int)prompt.size() + v + 64);
+  }
   const engine::ExecutorOptions eo = o.device.options(o.n_threads, max_tokens, o.n_batch);
   auto executor = engine::make_executor(*m, eo);
   log::info("{}", executor->describe());
@@ -159,6 +170,21 @@ int run_bench(const BenchOptions& o) {
       if (p > 0) results.push_back(run_test(*executor, o, p, 0, d));
     for (int n : o.n_gen)
       if (n > 0) results.push_back(run_test(*executor, o, 0, n, d));
+  }
+  if (o.spec.spec_type() != engine::SpecType::kNone) {
+    for (int n : o.n_gen)
+      if (n > 0)
+        for (SpecBenchRow& r : bench_speculation(*m, *executor, o.spec, o.load.options(o.n_threads),
+                                                 o.n_threads, prompt, n, o.repetitions)) {
+          TestResult t;
+          t.name = r.name;
+          t.n_gen = n;
+          t.samples_ts = r.samples_ts;
+          if (r.drafted > 0)
+            t.name += " (" + std::to_string(r.accepted) + "/" + std::to_string(r.drafted) +
+                      " drafted accepted)";
+          results.push_back(std::move(t));
+        }
   }
 
   // The bound on decode speed: the same threads reading the decode weights, nothing else.
@@ -239,9 +265,15 @@ CommandRegistration reg{
           ->capture_default_str();
       app.add_option("-o,--output", o->output, "md or json")->capture_default_str();
       o->device.add_to(app);
+      o->spec.add_to(app);
+      app.add_option("-f,--file", o->prompt_file,
+                     "prompt of the --spec-type test (default: random tokens of the first -p)");
       return [o] { return run_bench(*o); };
     },
-    {{"-ngl", "--n-gpu-layers"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}}};
+    {{"-ngl", "--n-gpu-layers"},
+     {"-ctk", "--cache-type-k"},
+     {"-ctv", "--cache-type-v"},
+     {"-md", "--model-draft"}}};
 
 }  // namespace
 }  // namespace hablar::cli

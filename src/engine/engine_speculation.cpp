@@ -50,6 +50,7 @@ void Engine::verify_and_emit(Active& a, int32_t start_pos, int32_t n_tokens, flo
     history.push_back(token);
   }
   a.spec.record(k, accepted);
+  spec_.record(k, accepted);
   metrics_.update([&](MetricsSnapshot& m) {
     m.draft_tokens_total += (uint64_t)k;
     m.draft_accepted_total += (uint64_t)accepted;

@@ -28,7 +28,9 @@ int32_t Speculation::choose_length(std::span<const SpecCandidate> cands, int32_t
   int32_t k_max = 0;
   for (const SpecCandidate& c : cands) k_max = std::max(k_max, c.params.n_max);
   if (k_max == 0 || cands.empty()) return 0;
-  if (!costs.ready()) return k_max;  // nothing measured yet: draft fully, learn from it
+  // Nothing measured yet (or no plain decode step seen): draft fully, learn from it.
+  if (!costs.ready() || !(costs.decode_ms(decoders) > 0)) return k_max;
+  const double prior = all_.rate();
   const double draft_ms = drafter_->ms_per_position();
   const int32_t plain = decoders - (int32_t)cands.size();
   double best_rate = 0;
@@ -38,11 +40,11 @@ int32_t Speculation::choose_length(std::span<const SpecCandidate> cands, int32_t
     int32_t verify = 0;
     for (const SpecCandidate& c : cands) {
       const int32_t kc = std::min(k, c.params.n_max);
-      tokens += expected_tokens(c.stats->rate(), kc);
+      tokens += expected_tokens(c.stats->rate(prior), kc);
       verify += kc;
     }
     const double ms = costs.predict_ms(verify, decoders) + draft_ms * k;
-    if (!(ms > 0)) return k_max;
+    if (!(ms > 0)) return 0;
     const double rate = tokens / ms;
     // A longer draft must pay for itself clearly (1%): ties keep the cheaper step.
     if (rate > best_rate * 1.01) {
@@ -56,11 +58,21 @@ int32_t Speculation::choose_length(std::span<const SpecCandidate> cands, int32_t
 void Speculation::propose(std::span<SpecCandidate> cands, int32_t decoders,
                           const StepCostModel& costs) {
   if (!drafter_) return;
-  const int32_t k = choose_length(cands, decoders, costs);
+  // Plain steps: the first two with decoders while no decode-only step was measured (a
+  // single stream then teaches the cost model its decode line at once), and one in
+  // kPlainEvery (keeps it measured).
+  n_planned_ += 1;
+  if ((costs.n_decode_only() < 2 && n_planned_ <= 2) || n_planned_ % kPlainEvery == 0) return;
+  int32_t k = choose_length(cands, decoders, costs);
+  // A probe now and then when the model says no: the price of verification rows is only
+  // learned from steps that have them (a short warm-up prompt may have priced them as whole
+  // steps), and acceptance only from drafts.
+  if (k == 0 && n_planned_ % kProbeEvery == 1)
+    for (const SpecCandidate& c : cands) k = std::max(k, std::min(c.params.n_max, 4));
   log::debug(
       "speculation: k = {} for {} of {} decoders (rate {:.2f}; step {:.1f} ms + {:.2f} ms "
       "per extra row)",
-      k, cands.size(), decoders, cands.empty() ? 0.0 : cands[0].stats->rate(),
+      k, cands.size(), decoders, cands.empty() ? 0.0 : cands[0].stats->rate(all_.rate()),
       costs.decode_ms(decoders), costs.per_prompt_ms(std::max(1, k)));
   if (k == 0) return;
   jobs_.clear();

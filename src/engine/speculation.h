@@ -10,6 +10,9 @@
 // rolled back (BlockManager::truncate); their K/V is garbage past the sequence's end that the
 // next step overwrites, and no prefix hash ever covers them.
 //
+// The cost model must know what a plain decode step costs: the first two steps with decoders
+// (while it has seen no decode-only step) and then one step in kPlainEvery draft nothing;
+// until the costs are known, drafts have their full length.
 // Draft length: with per-token acceptance rate a, k drafted tokens yield
 // E(k) = 1 + a + ... + a^k tokens per round. The step's cost with k per drafting sequence is
 // priced by the engine's measured step costs (StepCostModel: the decodes, plus S*k
@@ -36,8 +39,9 @@ struct SpecStats {
   // Exponentially weighted acceptance trials: each drafted token up to and including the
   // first rejected one is a trial; `hits` the accepted ones.
   double hits = 0, trials = 0;
-  // The per-token acceptance rate (a prior of 1/2 before any trial).
-  double rate() const { return (hits + 1.0) / (trials + 2.0); }
+  // The per-token acceptance rate: `prior` weighs as two trials (before any trial it is the
+  // rate, e.g. the drafter's over every sequence so far).
+  double rate(double prior = 0.5) const { return (hits + 2.0 * prior) / (trials + 2.0); }
   void record(int32_t n_drafted, int32_t n_accepted);
 };
 
@@ -60,6 +64,8 @@ class Speculation {
   // at this batch), asks the drafter, and sets seq->draft (drafts shorter than n_min are
   // dropped). `decoders`: every decoding sequence of the step, drafting or not.
   void propose(std::span<SpecCandidate> cands, int32_t decoders, const StepCostModel& costs);
+  // A verification round's outcome, for the drafter-wide acceptance rate.
+  void record(int32_t n_drafted, int32_t n_accepted) { all_.record(n_drafted, n_accepted); }
 
   // The common draft length for this step (before each candidate's own n_max).
   int32_t choose_length(std::span<const SpecCandidate> cands, int32_t decoders,
@@ -68,6 +74,13 @@ class Speculation {
  private:
   std::shared_ptr<Drafter> drafter_;
   std::vector<DraftJob> jobs_;
+  SpecStats all_;          // every sequence's rounds: the prior of a new sequence's rate
+  int64_t n_planned_ = 0;  // steps planned with candidates
+  // Every this many steps one runs without drafts, so that the step cost model keeps
+  // measuring plain decode steps (what speculation is priced against).
+  static constexpr int64_t kPlainEvery = 32;
+  // ... and while the model chooses no drafts, every this many steps a short draft probes.
+  static constexpr int64_t kProbeEvery = 16;
 };
 
 }  // namespace hablar::engine

@@ -17,6 +17,7 @@ void StepCostModel::observe(int32_t prompt_tokens, int32_t decode_tokens, double
     return;
   n_observed_ += 1;
   if (prompt_tokens == 0) {
+    n_decode_only_ += 1;
     observe_decodes(decode_tokens, ms);
     return;
   }

@@ -49,6 +49,7 @@ class StepCostModel {
   // pays (at most `cap`; 0 without an overhead): a narrower chunk spends more of the step on
   // the overhead than on prompt tokens.
   int32_t efficient_prompt_tokens(int32_t cap) const;
+  int64_t n_decode_only() const { return n_decode_only_; }  // decode-only steps seen
 
   static constexpr int kWidthClasses = 12;  // 1, 2-3, 4-7, ..., 1024 and wider
 
@@ -68,6 +69,7 @@ class StepCostModel {
   std::array<double, 5> excess_{};  // weighted sums over steps with prompt tokens: 1, P, P^2,
                                     // excess ms, P * excess ms
   double overhead_ms_ = 0, marginal_ms_ = 0;
+  int64_t n_decode_only_ = 0;
 };
 
 }  // namespace hablar::engine
