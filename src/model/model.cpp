@@ -116,6 +116,11 @@ size_t Model::weight_bytes_per_token() const {
 
 void check_step(const ModelConfig& config, std::span<const SequenceChunk> chunks,
                 const KvCacheLayout& kl) {
+  if (config.encoder)
+    throw_error(ErrorKind::kUnsupported,
+                "this model is an encoder (" + config.arch +
+                    "): it gives embeddings (`hablar embed`, the embedding routes of `hablar "
+                    "serve`), not generated text");
   if (kl.n_layers != config.n_layers || kl.n_kv_heads != config.n_kv_heads ||
       kl.head_dim != config.head_dim)
     throw_error(ErrorKind::kInvalidArgument, "KV cache layout does not match the model");
