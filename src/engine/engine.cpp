@@ -55,7 +55,7 @@ Engine::Engine(const EngineConfig& config, StepExecutor& executor)
       executor_(executor),
       blocks_(executor.n_kv_blocks(), executor.kv_block_size()),
       scheduler_(config.scheduler, blocks_),
-      spec_(config.drafter) {
+      spec_(config.drafter, config.draft_adaptive) {
   config_.draft.validate();
   scheduler_.set_cost_model(&costs_);
   if (config_.n_ctx < 2)

@@ -145,6 +145,7 @@ struct EngineConfig {
   // lengths of requests that do not set their own.
   std::shared_ptr<Drafter> drafter;
   DraftParams draft;
+  bool draft_adaptive = true;  // false: always n_max (tests)
 };
 
 class Engine {

@@ -62,8 +62,12 @@ void Speculation::propose(std::span<SpecCandidate> cands, int32_t decoders,
   // single stream then teaches the cost model its decode line at once), and one in
   // kPlainEvery (keeps it measured).
   n_planned_ += 1;
-  if ((costs.n_decode_only() < 2 && n_planned_ <= 2) || n_planned_ % kPlainEvery == 0) return;
-  int32_t k = choose_length(cands, decoders, costs);
+  if (adaptive_ &&
+      ((costs.n_decode_only() < 2 && n_planned_ <= 2) || n_planned_ % kPlainEvery == 0))
+    return;
+  int32_t k = adaptive_ ? choose_length(cands, decoders, costs) : 0;
+  if (!adaptive_)
+    for (const SpecCandidate& c : cands) k = std::max(k, c.params.n_max);
   // A probe now and then when the model says no: the price of verification rows is only
   // learned from steps that have them (a short warm-up prompt may have priced them as whole
   // steps), and acceptance only from drafts.

@@ -56,7 +56,10 @@ struct SpecCandidate {
 
 class Speculation {
  public:
-  explicit Speculation(std::shared_ptr<Drafter> drafter) : drafter_(std::move(drafter)) {}
+  // `adaptive` false: every candidate drafts its n_max each step (tests that must exercise
+  // verification whatever the costs say).
+  explicit Speculation(std::shared_ptr<Drafter> drafter, bool adaptive = true)
+      : drafter_(std::move(drafter)), adaptive_(adaptive) {}
   bool enabled() const { return drafter_ != nullptr; }
   Drafter* drafter() const { return drafter_.get(); }
 
@@ -73,6 +76,7 @@ class Speculation {
 
  private:
   std::shared_ptr<Drafter> drafter_;
+  bool adaptive_ = true;
   std::vector<DraftJob> jobs_;
   SpecStats all_;          // every sequence's rounds: the prior of a new sequence's rate
   int64_t n_planned_ = 0;  // steps planned with candidates
