@@ -31,24 +31,9 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "server"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from schema_suite import SCHEMAS, example  # noqa: E402
-
-HOME = os.environ.get("HABLAR_HOME", os.path.expanduser("~/.cache/hablar"))
-VOCABS = {
-    "smollm2 (49,152)": os.path.join(HOME, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-    "qwen2 (151,936)": os.path.join(ROOT, "..", "shared", "testdata", "vocab", "ggml-vocab-qwen2.gguf"),
-}
-
-
-def pct(values, q):
-    v = sorted(values)
-    return v[min(len(v) - 1, int(q / 100 * len(v)))]
-
-
-def summary(ns):
-    us = [x / 1e3 for x in ns]
-    return {"n": len(us), "p50_us": pct(us, 50), "p90_us": pct(us, 90), "p99_us": pct(us, 99),
-            "max_us": max(us), "mean_us": sum(us) / len(us)}
+from bench_grammar import VOCABS, pct, summary  # noqa: E402  (the same vocabularies and stats)
 
 
 class LlamaSide:
