@@ -134,9 +134,9 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   if (!o.chat_template_kwargs.empty())
     sm->template_kwargs = nlohmann::ordered_json::parse(o.chat_template_kwargs);  // checked
 
-  // -c beyond what the model runs (its trained context, or a RoPE scaling's extension) is
-  // refused here, before the cache is allocated.
-  if (o.n_ctx > 0) model::check_context(cfg, o.n_ctx, "-c/--ctx-size");
+  // -c is the KV pool all sequences share (many users' contexts), so it may exceed what one
+  // sequence can hold; each sequence is limited to the model's context (its trained one, or a
+  // RoPE scaling's extension) below, and /props reports that limit.
   engine::ExecutorOptions eo;
   eo.device = engine::device_kind_from_name(o.device);
   eo.n_threads = o.n_threads;
@@ -152,6 +152,11 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   const int32_t pool_tokens = sm->executor->n_kv_blocks() * sm->executor->kv_block_size();
   const int32_t model_ctx = model::max_context(cfg);
   sm->n_ctx = std::min(model_ctx > 0 ? model_ctx : pool_tokens, pool_tokens);
+  if (pool_tokens > sm->n_ctx && !cfg.encoder)
+    log::info(
+        "KV pool of {} tokens shared by all sequences; each sequence holds at most {} (the "
+        "model's context)",
+        pool_tokens, sm->n_ctx);
   if (cfg.encoder) sm->n_ctx = o.n_ctx > 0 ? std::min(o.n_ctx, cfg.n_ctx_train) : cfg.n_ctx_train;
   set_embedding_options(o, cfg, *sm);
   sm->n_slots = o.n_parallel;

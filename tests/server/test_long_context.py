@@ -1,5 +1,7 @@
 """What /props and /v1/models report about the context is what the server enforces, with a
-quantized KV cache too; -c beyond the model's trained context is refused at start-up."""
+quantized KV cache too. `serve -c` is the KV pool all sequences share: it may exceed the
+model's context, while each sequence stays within it (run and perplexity, one sequence each,
+refuse -c beyond it: tests/unit/model/test_cli_long_context.py)."""
 import subprocess
 
 import pytest
@@ -35,8 +37,15 @@ def test_reported_context_is_the_enforced_one(q8_server):
     assert e["type"] == "exceed_context_size_error" and e["n_ctx"] == 1024
 
 
-def test_context_beyond_the_trained_one_is_refused_at_start_up():
-    r = subprocess.run([BIN, "serve", "-m", str(DEFAULT_MODEL), "--port", "0", "-c", "16384"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0
-    assert "16384 exceeds the model's context of 8192" in r.stderr
+def test_a_pool_beyond_the_trained_context_limits_each_sequence_to_it():
+    s = ServerProcess("-c", "16384", "-t", "1").wait_ready()
+    try:
+        props = requests.get(s.url + "/props").json()
+        assert props["n_ctx"] == 8192
+        assert props["default_generation_settings"]["n_ctx"] == 8192
+        meta = requests.get(s.url + "/v1/models").json()["data"][0]["meta"]
+        assert meta["n_ctx"] == 8192 and meta["n_ctx_train"] == 8192
+        r = requests.post(s.url + "/completion", json={"prompt": "Hi", "n_predict": 2})
+        assert r.status_code == 200
+    finally:
+        s.stop()

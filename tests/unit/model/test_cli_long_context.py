@@ -87,9 +87,3 @@ def test_context_beyond_the_trained_one_needs_a_rope_scaling(models):
     r = hablar("perplexity", "-m", models["plain"], "-f", os.path.join(ROOT, "README.md"),
                "-c", "3000")
     assert r.returncode != 0 and "exceeds the model's context" in r.stderr
-
-
-def test_serve_refuses_a_context_beyond_the_model_at_start_up(models):
-    r = hablar("serve", "-m", models["plain"], "-c", "10000", "--port", "0", timeout=60)
-    assert r.returncode != 0
-    assert "10000 exceeds the model's context of 2048" in r.stderr
