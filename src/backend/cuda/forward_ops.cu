@@ -283,11 +283,16 @@ void ForwardOps::upload() {
     copy(b.cos + r * T_max * RP, T * RP), copy(b.sin + r * T_max * RP, T * RP);
 }
 
+// Whether a product of m rows runs on int8 activations (Q4_K outside deterministic mode).
+bool ForwardOps::takes_int8_path(const WeightView& w, int64_t m) const {
+  return !limits_.deterministic && buf_->int8_workspace.get() != nullptr &&
+         m <= kFusedMatmulMaxRows && matmul_fused_workspace_bytes(w, (int)m) > 0;
+}
+
 void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float* out) {
   void* int8_ws = buf_->int8_workspace.get();
   const size_t int8_bytes = buf_->int8_workspace.bytes();
-  if (!limits_.deterministic && int8_ws != nullptr && m <= kFusedMatmulMaxRows &&
-      matmul_fused_workspace_bytes(w, (int)m) > 0) {
+  if (takes_int8_path(w, m)) {
     matmul_fused(w, in, (int)m, out, stream_, int8_ws, int8_bytes);
   } else if (limits_.deterministic || m <= kGemvMaxRows) {
     for (int64_t r = 0; r < m; r += kGemvMaxRows)
@@ -332,10 +337,7 @@ void ForwardOps::products_of_one_input(const float* in, std::span<const WeightVi
   bool quantized = false;
   for (size_t i = 0; i < ws.size(); ++i) {
     const WeightView& w = *ws[i];
-    const bool int8_path = !limits_.deterministic && int8_ws != nullptr &&
-                           n_tokens_ <= kFusedMatmulMaxRows &&
-                           matmul_fused_workspace_bytes(w, (int)n_tokens_) > 0;
-    if (!int8_path) {
+    if (!takes_int8_path(w, n_tokens_)) {
       product(w, in, n_tokens_, outs[i]);
       continue;
     }

@@ -97,6 +97,7 @@ class ForwardOps {
 
  private:
   void product(const WeightView& w, const float* in, int64_t m, float* out);
+  bool takes_int8_path(const WeightView& w, int64_t m) const;
   void products_of_one_input(const float* in, std::span<const WeightView* const> ws,
                              std::span<float* const> outs);
   // Element-wise work is queued (biases and RoPE of q/k/v, a residual add) and fused into
