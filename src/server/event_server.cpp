@@ -252,6 +252,7 @@ struct EventServer::Impl {
   void write_response(Conn& c, httplib::Response& res, bool head_only);
   void take_back();
   void expire();
+  void drain(std::chrono::seconds limit);
 };
 
 void EventServer::Impl::accept_all(int listen_fd) {
@@ -649,6 +650,30 @@ void EventServer::run() {
   }
   for (int fd : s.listen_fds) ::close(fd);
   s.listen_fds.clear();
+  s.drain(std::chrono::seconds(5));
+}
+
+// After stop: requests still being answered (e.g. the 503 of a generation the shutdown cut)
+// finish writing before run() returns, since the caller exits the process right after.
+void EventServer::Impl::drain(std::chrono::seconds limit) {
+  const auto until = Clock::now() + limit;
+  std::vector<std::shared_ptr<Conn>> idle;  // not being answered: nothing to wait for
+  for (auto& [fd, c] : conns)
+    if (c->state != Conn::State::kBusy) idle.push_back(c);
+  for (auto& c : idle) close_conn(c);
+  auto busy = [&] {
+    for (auto& [fd, c] : conns)
+      if (c->state == Conn::State::kBusy) return true;
+    return false;
+  };
+  while (busy() && Clock::now() < until) {
+    epoll_event ev{};
+    if (epoll_wait(epoll_fd, &ev, 1, 50) == 1 && ev.data.fd == wake_fd) {
+      uint64_t v;
+      (void)::read(wake_fd, &v, sizeof v);
+    }
+    take_back();
+  }
 }
 
 void EventServer::stop() {
