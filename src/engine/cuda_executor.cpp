@@ -171,7 +171,7 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   ops_ = std::make_unique<cuda::ForwardOps>(model::activation_dims(c), layout_, nullptr, c.ropes,
                                             c.rms_eps, limits, stream_.get());
   std::vector<const WeightView*> matrices = weights_.matrices();
-  ops_->reserve_int8_workspace(matrices);
+  ops_->reserve_product_workspace(matrices);
   size_kv_cache(o, ops_->workspace_bytes());
   ops_->bind_cache(kv_.get(), layout_);
   const size_t n = (size_t)o.max_step_tokens;

@@ -4,24 +4,10 @@
 
 #include "backend/cpu/matmul_fused.h"
 #include "core/error.h"
+#include "core/llama_batch_roles.h"
 
 namespace hablar::cpu {
 namespace {
-
-// llama.cpp's default micro-batch: a prompt longer than this is evaluated in pieces.
-constexpr int32_t kLlamaUbatch = 512;
-
-// Token i's place in llama.cpp's batch (TokenRoles, for the K formats' summation orders). A
-// sampled token is a batch of its own. A prompt token stands in its prompt's batch, known
-// from where the prompt ends (prompt_len) whatever the chunking; without it, the chunk
-// is taken for the batch.
-uint8_t token_role(const SequenceChunk& ch, size_t i, bool sampled) {
-  if (sampled) return llama_batch_role(0, 1);
-  if (ch.prompt_len < 0) return llama_batch_role((int64_t)i, (int64_t)ch.tokens.size());
-  const int32_t pos = ch.start_pos + (int32_t)i;
-  const int32_t begin = pos / kLlamaUbatch * kLlamaUbatch;
-  return llama_batch_role(pos - begin, std::min(kLlamaUbatch, ch.prompt_len - begin));
-}
 
 float* sized(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
@@ -54,10 +40,9 @@ void ForwardOps::begin(std::span<const SequenceChunk> chunks, uint16_t* cache,
   sum_orders_.clear(), roles_.clear(), logit_roles_.clear();
   for (const SequenceChunk& ch : chunks) {
     for (size_t i = 0; i < ch.tokens.size(); ++i) {
-      const bool sampled =
-          ch.prompt_len >= 0 ? ch.start_pos + (int32_t)i >= ch.prompt_len : ch.tokens.size() == 1;
-      sum_orders_.push_back(sampled ? SumOrder::kLanes64 : SumOrder::kLanes16);
-      roles_.push_back(token_role(ch, i, sampled));
+      const TokenPlace place = token_place(ch, i);
+      sum_orders_.push_back(place.sampled ? SumOrder::kLanes64 : SumOrder::kLanes16);
+      roles_.push_back(place.role);
       // llama.cpp's output matmul takes only the rows whose logits are wanted: all of the
       // batch's, or the last one alone.
       if (ch.all_logits || i + 1 == ch.tokens.size()) {

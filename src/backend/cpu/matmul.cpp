@@ -47,13 +47,6 @@ Isa best_isa() {
   return best;
 }
 
-uint8_t llama_batch_role(int64_t index, int64_t batch_size) {
-  uint8_t role = 0;
-  if (batch_size >= 8) role |= kRoleBatchOf8;
-  if (index < batch_size - batch_size % 4) role |= kRoleGroupOf4;
-  return role;
-}
-
 KOrder k_order_for(DType type, uint8_t role) {
   switch (type) {
     case DType::Q4_K:

@@ -8,6 +8,7 @@
 
 #include "core/kv_layout.h"
 #include "core/layer_spec.h"
+#include "core/llama_batch_roles.h"
 #include "core/rope.h"
 #include "core/tensor_view.h"
 #include "core/thread_pool.h"
@@ -23,12 +24,11 @@ namespace hablar::cpu {
 //    step per 64 values), else its one-token gemv (one per super-block).
 // A role of 0 is a batch of one token (decoding). Roles are the caller's statement about each
 // token alone, so a token's result never depends on the other tokens of the call.
-inline constexpr uint8_t kRoleBatchOf8 = 1;
-inline constexpr uint8_t kRoleGroupOf4 = 2;
+using hablar::kRoleBatchOf8;
+using hablar::kRoleGroupOf4;
 // One role per token; empty: every token takes role 0.
 using TokenRoles = std::span<const uint8_t>;
-// The role of token `index` (0-based) of a llama.cpp batch of batch_size tokens.
-uint8_t llama_batch_role(int64_t index, int64_t batch_size);
+using hablar::llama_batch_role;  // core/llama_batch_roles.h
 
 // y[t * w.rows + r] = sum_c W[r][c] * x[t * w.cols + c], for t < n_tokens.
 // Integer formats quantize the activations to 8-bit blocks (Q8_0, Q8_1 or Q8_K, as the weight

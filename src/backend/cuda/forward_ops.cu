@@ -7,15 +7,15 @@
 #include <cstring>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/cpu_rounding.cuh"
+#include "backend/cuda/cpu_rounding_ops.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops.h"
 #include "core/error.h"
+#include "core/llama_batch_roles.h"
 
 namespace hablar::cuda {
 namespace {
-
-// Positions per attention split in deterministic mode (a multiple of the kernels' tiles).
-constexpr int32_t kFixedSplitLen = 256;
 
 __global__ void add_bias_kernel(float* x, const float* __restrict__ bias, int64_t rows, int width) {
   const int64_t n = rows * width;
@@ -96,6 +96,8 @@ struct ForwardOps::Buffers {
   DeviceMemory inputs;
   DeviceMemory attention_workspace;
   DeviceMemory int8_workspace;
+  DeviceMemory cpu_rounding_workspace;  // deterministic mode: the CPU's activation rows
+  DeviceMemory gelu_table;              // deterministic mode: the CPU's GELU table
   size_t attention_workspace_bytes = 0;
   void* host_inputs = nullptr;  // pinned
   size_t input_words = 0;
@@ -108,8 +110,10 @@ struct ForwardOps::Buffers {
     const float* y = nullptr;
     int64_t width = 0;
   } pending_add;
-  // Word offsets of each input array (for max_tokens rows).
-  size_t tokens = 0, positions = 0, logit_rows = 0, active = 0, tables = 0, cos = 0, sin = 0;
+  // Word offsets of each input array (for max_tokens rows). roles, sampled and logit_roles
+  // hold a byte per row (deterministic mode's rounding facts, core/llama_batch_roles.h).
+  size_t tokens = 0, positions = 0, logit_rows = 0, active = 0, roles = 0, sampled = 0,
+         logit_roles = 0, tables = 0, cos = 0, sin = 0;
   ~Buffers() {
     if (host_inputs) cudaFreeHost(host_inputs);
   }
@@ -127,8 +131,7 @@ size_t attention_workspace_bound(const ActivationDims& d, int32_t max_slots, int
     const int64_t by_target = 2 * ((target + n * d.n_kv_heads - 1) / (n * d.n_kv_heads)) + 1;
     const int64_t splits =
         std::min(by_floor, std::max<int64_t>((capacity + 1023) / 1024, by_target));
-    const int64_t fixed = (capacity + kFixedSplitLen - 1) / kFixedSplitLen;
-    best = std::max(best, (size_t)(n * d.n_heads * std::max(splits, fixed) * (d.head_dim + 2)) * 4);
+    best = std::max(best, (size_t)(n * d.n_heads * splits * (d.head_dim + 2)) * 4);
   }
   return best;
 }
@@ -170,7 +173,10 @@ ForwardOps::ForwardOps(const ActivationDims& dims, const KvCacheLayout& layout, 
   logits_ = slots[9];
   // Inputs: tokens, positions, logit rows, active flags (one word each), block tables, angles.
   Buffers& b = *buf_;
-  b.tokens = 0, b.positions = T, b.logit_rows = 2 * T, b.active = 3 * T, b.tables = 4 * T;
+  const size_t byte_words = (T + 3) / 4;
+  b.tokens = 0, b.positions = T, b.logit_rows = 2 * T, b.active = 3 * T;
+  b.roles = b.active + byte_words, b.sampled = b.roles + byte_words;
+  b.logit_roles = b.sampled + byte_words, b.tables = b.logit_roles + byte_words;
   b.cos = b.tables + T * MB, b.sin = b.cos + T * RP;
   b.input_words = b.sin + T * RP;
   b.inputs = DeviceMemory(b.input_words * 4);
@@ -178,12 +184,31 @@ ForwardOps::ForwardOps(const ActivationDims& dims, const KvCacheLayout& layout, 
   b.attention_workspace_bytes =
       attention_workspace_bound(dims, (int32_t)T, (int32_t)(MB * layout.block_size));
   b.attention_workspace = DeviceMemory(b.attention_workspace_bytes);
+  if (limits.deterministic) {
+    const std::vector<float> table = cpu_rounding::gelu_half_table();
+    b.gelu_table = DeviceMemory(table.size() * sizeof(float));
+    HABLAR_CUDA_CHECK(cudaMemcpy(b.gelu_table.get(), table.data(), table.size() * sizeof(float),
+                                 cudaMemcpyHostToDevice));
+  }
+  if (limits.deterministic &&
+      (int64_t)MB * layout.block_size > cpu_rounding_ops::max_attention_context())
+    throw_error(ErrorKind::kInvalidArgument,
+                "--deterministic supports contexts up to " +
+                    std::to_string(cpu_rounding_ops::max_attention_context()) +
+                    " tokens per sequence (asked " + std::to_string(MB * layout.block_size) +
+                    "); set a smaller context");
 }
 
 ForwardOps::~ForwardOps() = default;
 
-void ForwardOps::reserve_int8_workspace(std::span<const WeightView* const> matrices) {
-  if (limits_.deterministic) return;
+void ForwardOps::reserve_product_workspace(std::span<const WeightView* const> matrices) {
+  if (limits_.deterministic) {
+    size_t bytes = 0;
+    for (const WeightView* w : matrices)
+      bytes = std::max(bytes, cpu_rounding_ops::activation_bytes(*w, limits_.max_tokens));
+    buf_->cpu_rounding_workspace = DeviceMemory(std::max<size_t>(bytes, 256));
+    return;
+  }
   size_t bytes = 0;
   const int rows = std::min(limits_.max_tokens, kFusedMatmulMaxRows);
   for (const WeightView* w : matrices)
@@ -205,7 +230,7 @@ int64_t ForwardOps::one_time_events() const {
 
 size_t ForwardOps::workspace_bytes() const {
   return buf_->activations.bytes() + buf_->inputs.bytes() + buf_->attention_workspace.bytes() +
-         buf_->int8_workspace.bytes();
+         buf_->int8_workspace.bytes() + buf_->cpu_rounding_workspace.bytes();
 }
 
 void ForwardOps::begin(std::span<const SequenceChunk> chunks,
@@ -223,7 +248,11 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
   auto* words = static_cast<int32_t*>(b.host_inputs);
   auto* floats = static_cast<float*>(b.host_inputs);
   auto* active = reinterpret_cast<uint8_t*>(words + b.active);
+  auto* roles = reinterpret_cast<uint8_t*>(words + b.roles);
+  auto* sampled = reinterpret_cast<uint8_t*>(words + b.sampled);
+  auto* logit_roles = reinterpret_cast<uint8_t*>(words + b.logit_roles);
   std::vector<int32_t> rows_in_chunk_order;
+  std::vector<uint8_t> row_roles_in_chunk_order;  // the role each logit row's product takes
   int64_t t = 0;
   max_context_ = 0;
   // Token t of the step: its id, position, sequence's block table and RoPE angles.
@@ -232,6 +261,7 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
     words[b.tokens + t] = token;
     words[b.positions + t] = pos;
     active[t] = live ? 1 : 0;
+    roles[t] = 0, sampled[t] = 0;
     int32_t* row = words + b.tables + t * MB;
     const size_t n = std::min(table.size(), MB);
     std::memcpy(row, table.data(), n * 4);
@@ -248,8 +278,15 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
     for (size_t i = 0; i < ch.tokens.size(); ++i, ++t) {
       const int32_t pos = ch.start_pos + (int32_t)i;
       put(ch.tokens[i], pos, ch.block_table, true);
+      const TokenPlace place = token_place(ch, i);
+      roles[t] = place.role, sampled[t] = place.sampled ? 1 : 0;
       max_context_ = std::max(max_context_, pos + 1);
-      if (ch.all_logits || i + 1 == ch.tokens.size()) rows_in_chunk_order.push_back((int32_t)t);
+      if (ch.all_logits || i + 1 == ch.tokens.size()) {
+        // As the CPU: all rows of an all-logits chunk keep their roles, a last row alone is
+        // a batch of one.
+        rows_in_chunk_order.push_back((int32_t)t);
+        row_roles_in_chunk_order.push_back(ch.all_logits ? place.role : llama_batch_role(0, 1));
+      }
     }
   }
   // Padding up to a captured graph's size: token 0 at position 0 of no sequence, inactive
@@ -257,13 +294,16 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
   for (; t < pad_to; ++t) {
     put(0, 0, {}, false);
     rows_in_chunk_order.push_back((int32_t)t);
+    row_roles_in_chunk_order.push_back(0);
   }
   if (pad_to > 0) max_context_ = (int32_t)(MB * layout_.block_size);  // fixed for the graph
   n_tokens_ = t;
   n_logit_rows_ = (int32_t)logit_order.size();
   HABLAR_CHECK(logit_order.size() <= rows_in_chunk_order.size(), "bad logit order");
-  for (size_t r = 0; r < logit_order.size(); ++r)
+  for (size_t r = 0; r < logit_order.size(); ++r) {
     words[b.logit_rows + r] = rows_in_chunk_order[(size_t)logit_order[r]];
+    logit_roles[r] = row_roles_in_chunk_order[(size_t)logit_order[r]];
+  }
 }
 
 void ForwardOps::upload() {
@@ -277,7 +317,10 @@ void ForwardOps::upload() {
                                       static_cast<const int32_t*>(b.host_inputs) + word,
                                       n_words * 4, cudaMemcpyHostToDevice, stream_));
   };
-  copy(b.tokens, T), copy(b.positions, T), copy(b.logit_rows, T), copy(b.active, (T + 3) / 4);
+  copy(b.tokens, T), copy(b.positions, T), copy(b.logit_rows, T);
+  const size_t byte_words = (T + 3) / 4;
+  copy(b.active, byte_words), copy(b.roles, byte_words), copy(b.sampled, byte_words);
+  copy(b.logit_roles, byte_words);
   copy(b.tables, T * MB);
   for (size_t r = 0; r < ropes_.size(); ++r)  // each variant's first T rows
     copy(b.cos + r * T_max * RP, T * RP), copy(b.sin + r * T_max * RP, T * RP);
@@ -289,12 +332,21 @@ bool ForwardOps::takes_int8_path(const WeightView& w, int64_t m) const {
          m <= kFusedMatmulMaxRows && matmul_fused_workspace_bytes(w, (int)m) > 0;
 }
 
-void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float* out) {
+void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float* out,
+                         const uint8_t* roles) {
+  if (limits_.deterministic) {
+    const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
+    if (roles == nullptr) roles = reinterpret_cast<const uint8_t*>(inputs + buf_->roles);
+    HABLAR_CHECK(cpu_rounding_ops::activation_bytes(w, m) <= buf_->cpu_rounding_workspace.bytes(),
+                 "deterministic product beyond its reserved workspace");
+    cpu_rounding_ops::matmul(w, in, m, roles, out, buf_->cpu_rounding_workspace.get(), stream_);
+    return;
+  }
   void* int8_ws = buf_->int8_workspace.get();
   const size_t int8_bytes = buf_->int8_workspace.bytes();
   if (takes_int8_path(w, m)) {
     matmul_fused(w, in, (int)m, out, stream_, int8_ws, int8_bytes);
-  } else if (limits_.deterministic || m <= kGemvMaxRows) {
+  } else if (m <= kGemvMaxRows) {
     for (int64_t r = 0; r < m; r += kGemvMaxRows)
       matmul_fused(w, in + r * w.cols, (int)std::min<int64_t>(kGemvMaxRows, m - r),
                    out + r * w.rows, stream_);
@@ -308,12 +360,18 @@ void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float*
 void ForwardOps::embed(const WeightView& table, float* x) {
   flush();
   const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
+  if (limits_.deterministic)
+    return cpu_rounding_ops::embed(table, inputs + buf_->tokens, n_tokens_, x, stream_);
   embedding_gather(table, inputs + buf_->tokens, (int)n_tokens_, x, stream_);
 }
 
 // A residual add queued on x runs inside this norm (add_rms_norm: one pass, same values).
 void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_t width) {
   flush_row_work();
+  if (limits_.deterministic) {
+    flush_add();
+    return cpu_rounding_ops::rms_norm(x, weight, out, n_tokens_, (int)width, eps_, stream_);
+  }
   auto& add = buf_->pending_add;
   if (add.x != nullptr && add.x == x && add.width == width) {
     add_rms_norm(add.x, add.y, weight, out, (int)n_tokens_, (int)width, eps_, stream_);
@@ -361,8 +419,13 @@ void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const 
   const WeightView* ws[] = {&gate, &up};
   float* outs[] = {out, up_scratch};
   products_of_one_input(in, ws, outs);
-  if (act == GluActivation::kGeluTanh) {
+  if (act == GluActivation::kGeluTanh && limits_.deterministic) {
+    cpu_rounding_ops::geglu(out, up_scratch, out, n_tokens_ * gate.rows,
+                            static_cast<const float*>(buf_->gelu_table.get()), stream_);
+  } else if (act == GluActivation::kGeluTanh) {
     geglu(out, up_scratch, out, n_tokens_ * gate.rows, stream_);
+  } else if (limits_.deterministic) {
+    cpu_rounding_ops::swiglu(out, up_scratch, out, n_tokens_ * gate.rows, stream_);
   } else {
     swiglu(out, up_scratch, out, n_tokens_ * gate.rows, stream_);
   }
@@ -391,6 +454,9 @@ void ForwardOps::add_bias(float* x, const float* bias, int64_t width) {
 
 void ForwardOps::head_rmsnorm(float* x, const float* weight, int n_heads) {
   flush();
+  if (limits_.deterministic)
+    return cpu_rounding_ops::rms_norm(x, weight, x, n_tokens_ * n_heads, dims_.head_dim, eps_,
+                                      stream_);
   rms_norm(x, weight, x, (int)(n_tokens_ * n_heads), dims_.head_dim, eps_, stream_);
 }
 
@@ -444,6 +510,19 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
                            const float* v, float* out) {
   flush();
   auto* inputs = static_cast<int32_t*>(buf_->inputs.get());
+  if (limits_.deterministic) {
+    cpu_rounding_ops::AttentionArgs a;
+    a.layout = layout_, a.layer = layer, a.kv_cache = kv_cache_;
+    a.n_tokens = (int32_t)n_tokens_, a.n_heads = dims_.n_heads;
+    a.block_tables = inputs + buf_->tables, a.max_blocks_per_seq = limits_.max_blocks_per_seq;
+    a.positions = inputs + buf_->positions;
+    a.active = reinterpret_cast<const uint8_t*>(inputs + buf_->active);
+    a.sampled = reinterpret_cast<const uint8_t*>(inputs + buf_->sampled);
+    a.q = q, a.k = k, a.v = v, a.out = out;
+    a.scale = spec.scale, a.window = spec.window, a.softcap = spec.softcap;
+    a.max_context = max_context_;
+    return cpu_rounding_ops::attention(a, stream_);
+  }
   DecodeAttentionParams p;
   p.layout = layout_;
   p.layer = layer;
@@ -459,7 +538,7 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
   p.window = spec.window;
   p.softcap = spec.softcap;
   p.max_context = max_context_;
-  p.fixed_split_len = limits_.deterministic ? kFixedSplitLen : 0;
+  p.fixed_split_len = 0;
   p.advance_lengths = false;
   p.multiprocessors = device_multiprocessors();
   decode_attention(p, buf_->attention_workspace.get(), buf_->attention_workspace_bytes, stream_);
@@ -484,8 +563,15 @@ void ForwardOps::logits(const float* x, const float* norm_weight, const WeightVi
   gather_rows_kernel<<<n_logit_rows_, 256, 0, stream_>>>(x, inputs + buf_->logit_rows, dims_.n_embd,
                                                          out_rows_);
   HABLAR_CUDA_CHECK_LAUNCH();
-  rms_norm(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_, stream_);
-  product(output, out_rows_, n_logit_rows_, logits_);
+  if (limits_.deterministic) {
+    cpu_rounding_ops::rms_norm(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_,
+                               stream_);
+    product(output, out_rows_, n_logit_rows_, logits_,
+            reinterpret_cast<const uint8_t*>(inputs + buf_->logit_roles));
+  } else {
+    rms_norm(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_, stream_);
+    product(output, out_rows_, n_logit_rows_, logits_);
+  }
   if (softcap > 0.0f)
     cuda::softcap(logits_, (int64_t)n_logit_rows_ * output.rows, softcap, stream_);
 }

@@ -9,10 +9,12 @@
 // integer tensor cores); other types M <= 8 rows on the f32 CUDA-core kernel, more rows on
 // tensor cores (matmul_fused up to 256, then dequantize + cuBLAS).
 //
-// Deterministic mode (`--deterministic`): every product runs the f32 kernel in groups of at
-// most 8 rows (a row's result never depends on the others) and attention splits keys at a
-// fixed length, so a sequence's values do not depend on what else is in the step or how its
-// prompt was chunked (batched = single, bit for bit).
+// Deterministic mode (`--deterministic`): the CPU backend's values, bit for bit
+// (cpu_rounding_ops.h): products on activations quantized as the CPU quantizes them and
+// summed in its orders, its RMSNorm, SwiGLU, embedding lookup and attention. A token's values
+// depend neither on the rest of the step nor on how its prompt was chunked (batched = single),
+// and greedy outputs are the CPU's. Soft-caps use the device's tanhf (within an ulp of the
+// CPU's).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -50,9 +52,10 @@ class ForwardOps {
   // The KV cache the steps write and read (allocated after the step buffers, from what is
   // left); the layout's shape must be the one given at construction.
   void bind_cache(void* kv_cache, const KvCacheLayout& layout);
-  // Outside deterministic mode, Q4_K products of up to 256 rows run on int8 activations
-  // (matmul.h: dp4a and integer tensor cores): the workspace for the largest of them.
-  void reserve_int8_workspace(std::span<const WeightView* const> matrices);
+  // The products' activation workspace for the largest of these matrices: outside
+  // deterministic mode Q4_K products of up to 256 rows run on int8 activations (matmul.h:
+  // dp4a and integer tensor cores); in it, every quantized product takes the CPU's rows.
+  void reserve_product_workspace(std::span<const WeightView* const> matrices);
 
   // Starts a step: flattens the chunks into T token rows and uploads the step's inputs
   // (tokens, positions, RoPE angles, block tables, logit rows) in one asynchronous copy.
@@ -96,7 +99,9 @@ class ForwardOps {
   const float* host_rows(const float* rows, int64_t n, std::vector<float>& host);
 
  private:
-  void product(const WeightView& w, const float* in, int64_t m, float* out);
+  // `roles`: the tokens' roles (device) for deterministic mode; the step's by default.
+  void product(const WeightView& w, const float* in, int64_t m, float* out,
+               const uint8_t* roles = nullptr);
   bool takes_int8_path(const WeightView& w, int64_t m) const;
   void products_of_one_input(const float* in, std::span<const WeightView* const> ws,
                              std::span<float* const> outs);

@@ -1,0 +1,204 @@
+// The deterministic mode's numerics (backend/cuda/cpu_rounding.cuh), compiled for the host,
+// against the CPU backend's scalar references: every value bit for bit. The kernels of
+// cpu_rounding_ops.cu call these functions one thread per value, so this pins their values
+// without a GPU; the GPU parity test (tests/unit/engine/gpu_parity_test.cpp) checks the
+// wiring on a device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/cpu_rounding.cuh"
+#include "core/quant.h"
+
+namespace hablar {
+namespace {
+
+namespace cr = cpu_rounding;
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  WeightView view;
+};
+
+Matrix random_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  const std::vector<float> f = random_floats((size_t)(rows * cols), seed, 0.05f);
+  Matrix m;
+  const size_t row_bytes = dtype_row_bytes(type, cols);
+  m.bytes.resize(row_bytes * (size_t)rows);
+  for (int64_t r = 0; r < rows; ++r)
+    quantize_row(type, f.data() + r * cols, m.bytes.data() + r * row_bytes, cols);
+  m.view = {type, rows, cols, row_bytes, m.bytes.data()};
+  return m;
+}
+
+// The kernel's two steps on the host: the token's row quantized block by block, then each
+// output row's dot product in the order of the token's role.
+float emulated_dot(const WeightView& w, const float* x, int64_t r, uint8_t role) {
+  const int64_t k = w.cols;
+  switch (w.type) {
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q8_0: {
+      const int64_t nb = k / kQK;
+      std::vector<int8_t> qs((size_t)k);
+      std::vector<float> d((size_t)nb), s((size_t)nb);
+      std::vector<int32_t> sum((size_t)nb);
+      for (int64_t b = 0; b < nb; ++b)
+        cr::quantize_block32(x + b * kQK, qs.data() + b * kQK, &d[(size_t)b], &s[(size_t)b],
+                             &sum[(size_t)b]);
+      return cr::dot_act32(w.type, w.row(r), qs.data(), d.data(), s.data(), nb);
+    }
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: {
+      std::vector<BlockQ8_K> a((size_t)(k / kQK_K));
+      for (size_t b = 0; b < a.size(); ++b) cr::quantize_block_q8k(x + b * kQK_K, &a[b]);
+      return cr::dot_q8k(w.type, w.row(r), a.data(), k / kQK_K, cr::k_order_for(w.type, role));
+    }
+    default:
+      return cr::dot_float(w.type, w.row(r), x, k);
+  }
+}
+
+class CpuRoundingMatmul : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CpuRoundingMatmul, EqualsTheCpuReferenceInEveryRole) {
+  const DType type = GetParam();
+  const int64_t rows = 24, cols = 512, tokens = 4;
+  const Matrix m = random_matrix(type, rows, cols, 7);
+  const std::vector<float> x = random_floats((size_t)(tokens * cols), 11);
+  for (uint8_t role :
+       {uint8_t{0}, kRoleBatchOf8, kRoleGroupOf4, uint8_t(kRoleBatchOf8 | kRoleGroupOf4)}) {
+    const std::vector<uint8_t> roles((size_t)tokens, role);
+    std::vector<float> want((size_t)(tokens * rows));
+    cpu::matmul_reference(m.view, x.data(), tokens, want.data(), roles);
+    int differing = 0;
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t r = 0; r < rows; ++r)
+        differing += bits(emulated_dot(m.view, x.data() + t * cols, r, role)) !=
+                     bits(want[(size_t)(t * rows + r)]);
+    EXPECT_EQ(differing, 0) << dtype_name(type) << " role " << (int)role;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CpuRoundingMatmul,
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q4_0,
+                                           DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
+                                           DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(CpuRounding, QuantizedProductsAreTheCpusOwnSimdValues) {
+  // The CPU's SIMD products equal its scalar reference (tests/unit/cpu); checked here once
+  // more against the emulation, on the machine's own instruction set.
+  ThreadPool pool(1);
+  for (DType type : {DType::Q4_1, DType::Q6_K, DType::Q4_K}) {
+    const Matrix m = random_matrix(type, 16, 256, 3);
+    const std::vector<float> x = random_floats(256, 5);
+    std::vector<float> got(16);
+    cpu::matmul(m.view, x.data(), 1, got.data(), pool);
+    for (int64_t r = 0; r < 16; ++r)
+      EXPECT_EQ(bits(emulated_dot(m.view, x.data(), r, 0)), bits(got[(size_t)r]))
+          << dtype_name(type) << " row " << r;
+  }
+}
+
+TEST(CpuRounding, DequantizedRowsAreTheCpus) {
+  for (DType type : {DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                     DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const Matrix m = random_matrix(type, 2, 512, 9);
+    std::vector<float> want(512);
+    dequantize_row(type, m.view.row(1), want.data(), 512);
+    for (int64_t c = 0; c < 512; ++c)
+      ASSERT_EQ(bits(cr::dequantize_value(type, m.view.row(1), c)), bits(want[(size_t)c]))
+          << dtype_name(type) << " value " << c;
+  }
+}
+
+TEST(CpuRounding, NormAndActivationsAreTheCpus) {
+  const std::vector<float> x = random_floats(576, 13, 3.0f), w = random_floats(576, 17);
+  std::vector<float> want(576);
+  cpu::rmsnorm(x.data(), w.data(), want.data(), 576, 1e-5f);
+  const float scale = cr::rms_scale(x.data(), 576, 1e-5f);
+  for (size_t i = 0; i < 576; ++i)
+    ASSERT_EQ(bits(cr::mul(cr::mul(x[i], scale), w[i])), bits(want[i])) << i;
+  const std::vector<float> g = random_floats(4096, 19, 6.0f), u = random_floats(4096, 23);
+  std::vector<float> act(4096);
+  cpu::swiglu_scalar(g.data(), u.data(), act.data(), 4096);
+  for (size_t i = 0; i < 4096; ++i) {
+    ASSERT_EQ(bits(cr::exp_approx(g[i] * 10.0f)), bits(cpu::exp_approx(g[i] * 10.0f))) << g[i];
+    ASSERT_EQ(bits(cr::swiglu(g[i], u[i])), bits(act[i])) << i;
+  }
+}
+
+TEST(CpuRounding, GeluTableAndGegluAreTheCpus) {
+  const std::vector<float> table = cr::gelu_half_table();
+  std::vector<float> x(65536), want(65536);
+  for (uint32_t i = 0; i < 65536; ++i) x[i] = fp16_to_f32((uint16_t)i);
+  cpu::gelu(x.data(), want.data(), 65536);
+  for (uint32_t i = 0; i < 65536; ++i) {
+    if (std::isnan(x[i]) || x[i] <= -10.0f || x[i] >= 10.0f) continue;
+    ASSERT_EQ(bits(table[i]), bits(want[i])) << x[i];
+  }
+  const std::vector<float> g = random_floats(4096, 29, 4.0f), u = random_floats(4096, 37);
+  std::vector<float> act(4096);
+  cpu::geglu(g.data(), u.data(), act.data(), 4096);
+  for (size_t i = 0; i < 4096; ++i)
+    ASSERT_EQ(bits(cr::geglu(g[i], u[i], table.data())), bits(act[i])) << g[i];
+}
+
+// One sequence's cache of `len` positions, attended by every head of a query at the last
+// position, in both summation orders, against the CPU's scalar attention.
+TEST(CpuRounding, AttentionIsTheCpus) {
+  for (int head_dim : {64, 80, 128}) {
+    KvCacheLayout layout;
+    layout.n_layers = 1, layout.n_kv_heads = 2, layout.head_dim = head_dim;
+    layout.block_size = 16, layout.n_blocks = 8;
+    std::vector<uint16_t> cache(layout.total_elems());
+    std::vector<int32_t> table = {5, 2, 7, 0, 1, 3, 4, 6};
+    const int len = 100, n_heads = 6;
+    for (int p = 0; p < len; ++p) {
+      const std::vector<float> k = random_floats((size_t)(2 * head_dim), 100 + p);
+      const std::vector<float> v = random_floats((size_t)(2 * head_dim), 500 + p);
+      cpu::kv_store(cache.data(), layout, 0, table.data(), p, k.data(), v.data());
+    }
+    const std::vector<float> q = random_floats((size_t)(n_heads * head_dim), 31, 2.0f);
+    for (cpu::SumOrder order : {cpu::SumOrder::kLanes16, cpu::SumOrder::kLanes64}) {
+      std::vector<float> want((size_t)(n_heads * head_dim));
+      cpu::attention_one_scalar(cache.data(), layout, 0, table.data(), len - 1, q.data(), n_heads,
+                                want.data(), order);
+      std::vector<float> qr((size_t)head_dim), scores((size_t)len), out((size_t)head_dim);
+      for (int h = 0; h < n_heads; ++h) {
+        const cr::HeadView view{cache.data(), &layout, table.data(), 0, h / (n_heads / 2)};
+        cr::attend_head(view, q.data() + h * head_dim, 0, len - 1,
+                        1.0f / std::sqrt((float)head_dim), 0.0f, order == cpu::SumOrder::kLanes64,
+                        qr.data(), scores.data(), out.data());
+        for (int d = 0; d < head_dim; ++d)
+          ASSERT_EQ(bits(out[(size_t)d]), bits(want[(size_t)(h * head_dim + d)]))
+              << "head_dim " << head_dim << " head " << h << " dim " << d;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hablar
