@@ -104,6 +104,7 @@ float dot_act32_lanes(DType type, const uint8_t* w, const Act32Row& a, int64_t n
   return sum_lanes(lanes) + summs;
 }
 
+// Q4_0 and IQ4_NL: per block acc = fma(float(dot), d_w * d_x, acc), as the SIMD kernels.
 float dot_act32(DType type, const uint8_t* w, const Act32Row& a, int64_t nb) {
   if (type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q5_1 || type == DType::Q8_0)
     return dot_act32_lanes(type, w, a, nb);
@@ -115,13 +116,13 @@ float dot_act32(DType type, const uint8_t* w, const Act32Row& a, int64_t nb) {
       case DType::Q4_0: {
         const auto& blk = reinterpret_cast<const BlockQ4_0*>(w)[b];
         codes_q4_0(blk, c);
-        acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa);
+        acc = std::fma((float)dot32(c, qa), h2f(blk.d) * a.d[b], acc);
         break;
       }
       case DType::IQ4_NL: {
         const auto& blk = reinterpret_cast<const BlockIQ4_NL*>(w)[b];
         codes_iq4_nl(blk.qs, c);
-        acc += h2f(blk.d) * a.d[b] * (float)dot32(c, qa);
+        acc = std::fma((float)dot32(c, qa), h2f(blk.d) * a.d[b], acc);
         break;
       }
       default:

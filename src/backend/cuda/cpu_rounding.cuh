@@ -254,7 +254,7 @@ HABLAR_RHD float dot_act32(DType type, const uint8_t* w, const int8_t* qs, const
       for (int j = 0; j < kQK; ++j) dot += code32(type, blk, j) * qs[b * kQK + j];
       float d, m;
       block32_factors(type, blk, &d, &m);
-      acc = add(acc, mul(mul(d, ad[b]), (float)dot));
+      acc = fmaf((float)dot, mul(d, ad[b]), acc);
     }
     return acc;
   }
@@ -349,22 +349,33 @@ HABLAR_RHD float dot_q8k(DType type, const uint8_t* w, const BlockQ8_K* a, int64
   return type == DType::Q5_K ? add(sum_lanes(lanes), summs) : sum_lanes(lanes);
 }
 
-// Float weights: F16 multiplies the activations rounded to half. Summed in order (the CPU's
-// SIMD order depends on its vector width: within float rounding of this).
-HABLAR_RHD float dot_float(DType type, const uint8_t* w, const float* x, int64_t n) {
+HABLAR_RHD float float_weight(DType type, const uint8_t* w, int64_t c) {
+  if (type == DType::F32) return reinterpret_cast<const float*>(w)[c];
+  const uint16_t h = reinterpret_cast<const uint16_t*>(w)[c];
+  return type == DType::F16 ? fp16_to_f32(h) : bf16_to_f32(h);
+}
+
+// Float weights as the CPU's float tiles sum them on a machine with `lanes`-wide vectors (16
+// with AVX-512, 8 with AVX2; 1: its scalar form): one fma chain per lane, the lanes' sum in
+// the order of a horizontal add, then the tail in order. F16 weights multiply the
+// activations rounded to half.
+HABLAR_RHD float dot_float(DType type, const uint8_t* w, const float* x, int64_t n, int lanes) {
+  const bool round = type == DType::F16;
   float v = 0.0f;
-  for (int64_t c = 0; c < n; ++c) {
-    float wc, xc = x[c];
-    if (type == DType::F32) {
-      wc = reinterpret_cast<const float*>(w)[c];
-    } else if (type == DType::F16) {
-      wc = fp16_to_f32(reinterpret_cast<const uint16_t*>(w)[c]);
-      xc = half_round(xc);
-    } else {
-      wc = bf16_to_f32(reinterpret_cast<const uint16_t*>(w)[c]);
-    }
-    v = add(v, mul(wc, xc));
+  int64_t c = 0;
+  if (lanes > 1) {
+    float acc[16];
+    for (int l = 0; l < 16; ++l) acc[l] = 0.0f;
+    for (; c + lanes <= n; c += lanes)
+      for (int l = 0; l < lanes; ++l) {
+        const float xc = round ? half_round(x[c + l]) : x[c + l];
+        acc[l] = fmaf(float_weight(type, w, c + l), xc, acc[l]);
+      }
+    if (lanes == 16)
+      for (int l = 0; l < 8; ++l) acc[l] = add(acc[l], acc[l + 8]);
+    v = sum_lanes(acc);
   }
+  for (; c < n; ++c) v = add(v, mul(float_weight(type, w, c), round ? half_round(x[c]) : x[c]));
   return v;
 }
 

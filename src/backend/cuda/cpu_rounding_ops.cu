@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cpu_rounding.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 
 namespace hablar::cuda::cpu_rounding_ops {
@@ -61,7 +62,7 @@ __global__ void quantize_q8k_kernel(const float* __restrict__ x, int64_t k, Bloc
 __global__ void matmul_kernel(DType type, const uint8_t* __restrict__ w, size_t w_row_bytes,
                               int64_t n_rows, int64_t k, const float* __restrict__ x,
                               const uint8_t* __restrict__ act, size_t act_row_bytes,
-                              const uint8_t* __restrict__ roles, float* y) {
+                              const uint8_t* __restrict__ roles, int float_lanes, float* y) {
   const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= n_rows) return;
   const int64_t t = blockIdx.y;
@@ -80,7 +81,7 @@ __global__ void matmul_kernel(DType type, const uint8_t* __restrict__ w, size_t 
                       cr::k_order_for(type, roles[t]));
       break;
     default:
-      v = cr::dot_float(type, wr, x + t * k, k);
+      v = cr::dot_float(type, wr, x + t * k, k, float_lanes);
   }
   y[t * n_rows + r] = v;
 }
@@ -178,6 +179,15 @@ __global__ void attention_kernel(AttentionArgs a) {
         cr::weighted_v(head, scores, inv, first, pos, d, bf16, lanes64);
 }
 
+// The vector width of this machine's CPU float tiles (backend/cpu: AVX-512, AVX2, scalar),
+// whose summation order the float products follow.
+int host_float_lanes() {
+  static const int lanes = cpu_features().has_avx512_kernels() ? 16
+                           : cpu_features().has_avx2_kernels() ? 8
+                                                               : 1;
+  return lanes;
+}
+
 constexpr int kAttentionThreads = 128;
 constexpr size_t kMaxSharedBytes = 200 * 1024;
 
@@ -232,7 +242,7 @@ void matmul(const WeightView& w, const float* x, int64_t m, const uint8_t* roles
   HABLAR_CUDA_CHECK_LAUNCH();
   matmul_kernel<<<dim3((unsigned)((w.rows + 127) / 128), tokens), 128, 0, stream>>>(
       w.type, static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, w.cols, x, act, row_bytes,
-      roles, y);
+      roles, host_float_lanes(), y);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 

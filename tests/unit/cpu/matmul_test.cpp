@@ -102,12 +102,13 @@ TEST_P(MatmulType, SimdMatchesReference) {
   }
 }
 
-// The formats summed in llama.cpp's lane order (8 float lanes per row, see
+// The 32-value formats and the K formats whose order is the same in every role (see
 // matmul_reference.cpp): every ISA gives the reference's floats bit for bit, alone (the
 // one-token path) and in batches that fill and leave remainders of every tile.
 TEST(MatmulLaneOrder, SimdEqualsReferenceBitForBit) {
   ThreadPool pool(2);
-  for (DType type : {DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q5_K, DType::Q6_K}) {
+  for (DType type : {DType::Q4_0, DType::IQ4_NL, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q5_K,
+                     DType::Q6_K}) {
     for (int64_t rows : {7, 16, 45}) {
       const Matrix m = make_matrix(type, rows, 1024, 60 + (uint32_t)rows);
       for (int64_t n_tokens : {1, 2, 3, 9}) {

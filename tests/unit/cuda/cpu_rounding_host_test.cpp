@@ -12,6 +12,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cpu_rounding.cuh"
+#include "core/cpu_features.h"
 #include "core/quant.h"
 
 namespace hablar {
@@ -49,6 +50,11 @@ Matrix random_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
   return m;
 }
 
+// The vector width of this machine's CPU float tiles (cpu_rounding_ops.cu passes the same).
+int float_lanes() {
+  return cpu_features().has_avx512_kernels() ? 16 : cpu_features().has_avx2_kernels() ? 8 : 1;
+}
+
 // The kernel's two steps on the host: the token's row quantized block by block, then each
 // output row's dot product in the order of the token's role.
 float emulated_dot(const WeightView& w, const float* x, int64_t r, uint8_t role) {
@@ -76,7 +82,7 @@ float emulated_dot(const WeightView& w, const float* x, int64_t r, uint8_t role)
       return cr::dot_q8k(w.type, w.row(r), a.data(), k / kQK_K, cr::k_order_for(w.type, role));
     }
     default:
-      return cr::dot_float(w.type, w.row(r), x, k);
+      return cr::dot_float(w.type, w.row(r), x, k, float_lanes());
   }
 }
 
@@ -102,23 +108,31 @@ TEST_P(CpuRoundingMatmul, EqualsTheCpuReferenceInEveryRole) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CpuRoundingMatmul,
-                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q4_0,
-                                           DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
-                                           DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                         ::testing::Values(DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                                           DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(CpuRounding, QuantizedProductsAreTheCpusOwnSimdValues) {
   // The CPU's SIMD products equal its scalar reference (tests/unit/cpu); checked here once
-  // more against the emulation, on the machine's own instruction set.
+  // more against the emulation, on the machine's own instruction set, for a token alone and
+  // for the tokens of a batch.
   ThreadPool pool(1);
-  for (DType type : {DType::Q4_1, DType::Q6_K, DType::Q4_K}) {
-    const Matrix m = random_matrix(type, 16, 256, 3);
-    const std::vector<float> x = random_floats(256, 5);
-    std::vector<float> got(16);
-    cpu::matmul(m.view, x.data(), 1, got.data(), pool);
-    for (int64_t r = 0; r < 16; ++r)
-      EXPECT_EQ(bits(emulated_dot(m.view, x.data(), r, 0)), bits(got[(size_t)r]))
-          << dtype_name(type) << " row " << r;
+  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                     DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (int64_t tokens : {1, 9}) {
+      const int64_t cols = type == DType::F32 ? 520 : 512;  // a float tail past the lanes
+      const Matrix m = random_matrix(type, 16, cols, 3);
+      const std::vector<float> x = random_floats((size_t)(cols * tokens), 5);
+      std::vector<uint8_t> roles((size_t)tokens);
+      for (int64_t t = 0; t < tokens; ++t) roles[(size_t)t] = llama_batch_role(t, tokens);
+      std::vector<float> got((size_t)(16 * tokens));
+      cpu::matmul(m.view, x.data(), tokens, got.data(), pool, roles);
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t r = 0; r < 16; ++r)
+          EXPECT_EQ(bits(emulated_dot(m.view, x.data() + t * cols, r, roles[(size_t)t])),
+                    bits(got[(size_t)(t * 16 + r)]))
+              << dtype_name(type) << " token " << t << " of " << tokens << " row " << r;
+    }
   }
 }
 
