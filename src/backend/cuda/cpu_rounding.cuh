@@ -355,6 +355,115 @@ HABLAR_RHD float float_weight(DType type, const uint8_t* w, int64_t c) {
   return type == DType::F16 ? fp16_to_f32(h) : bf16_to_f32(h);
 }
 
+// ---- the same dot products as fma chains (for kernels that split a row over threads) ------
+//
+// Every quantized dot product above is a few independent chains of fused multiply-adds over
+// the row's blocks (acc_c = fma(x, y, acc_c), block after block), combined at the end. The
+// integer work that makes each (x, y) is per block and can run anywhere; only the chains
+// need their order. block_terms() gives a block's entries in chain order, combine_chains()
+// the final sum; dot_by_chains() is the sequential form, equal to dot_act32 / dot_q8k.
+
+inline constexpr int kMaxChains = 9;
+struct BlockTerms {
+  int n = 0;
+  uint8_t chain[kMaxChains];
+  float x[kMaxChains], y[kMaxChains];
+  HABLAR_RHD void put(int c, float a, float b) { chain[n] = (uint8_t)c, x[n] = a, y[n] = b, ++n; }
+};
+
+// Chains of a type and order: 8 lanes (+ the minimum or mins term) for the lane formats,
+// Q4_K's scaled codes and mins, one for Q4_0 and the tiled order.
+HABLAR_RHD bool lane_format(DType type, KOrder order) {
+  return type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q5_1 || type == DType::Q8_0 ||
+         ((type == DType::Q5_K || type == DType::Q6_K) && order == KOrder::kOneToken);
+}
+
+// Block b's entries. Act32 rows: qs, ad, as; K rows: a8.
+HABLAR_RHD void block_terms(DType type, KOrder order, const uint8_t* w, const int8_t* qs,
+                            const float* ad, const float* as, const BlockQ8_K* a8, int64_t b,
+                            BlockTerms& t) {
+  t.n = 0;
+  if (type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q5_1 ||
+      type == DType::Q8_0) {
+    const uint8_t* blk = w + b * block32_bytes(type);
+    const int8_t* q = qs + b * kQK;
+    float dw, m;
+    block32_factors(type, blk, &dw, &m);
+    if (type == DType::Q4_0) {
+      int32_t dot = 0;
+      for (int j = 0; j < kQK; ++j) dot += code32(type, blk, j) * q[j];
+      t.put(0, (float)dot, mul(dw, ad[b]));
+      return;
+    }
+    const float d = mul(dw, ad[b]);
+    for (int k = 0; k < 8; ++k) {
+      int32_t part = 0;
+      for (int j = 4 * k; j < 4 * k + 4; ++j) part += code32(type, blk, j) * q[j];
+      t.put(k, d, (float)part);
+    }
+    if (type == DType::Q4_1 || type == DType::Q5_1) t.put(8, m, as[b]);
+    return;
+  }
+  const uint8_t* blk = w + b * k_block_bytes(type);
+  const BlockQ8_K& a = a8[b];
+  float d, dmin;
+  k_factors(type, blk, &d, &dmin);
+  if (type == DType::Q4_K) {
+    const int step = order == KOrder::kGroupOf4 ? 4 : 16;
+    for (int k0 = 0; k0 < 16; k0 += step) {
+      int32_t isum, msum;
+      k_sums(type, blk, a, k0, k0 + step, &isum, &msum);
+      t.put(0, (float)isum, mul(d, a.d));
+      t.put(1, (float)msum, mul(dmin, a.d));
+    }
+    return;
+  }
+  if (order == KOrder::kTiled) {
+    int32_t isum, msum;
+    k_sums(type, blk, a, 0, 16, &isum, &msum);
+    float r = mul((float)isum, d);
+    if (type == DType::Q5_K) r = fmaf(-dmin, (float)msum, r);
+    t.put(0, r, a.d);
+    return;
+  }
+  const int offset = type == DType::Q6_K ? 32 : 0;
+  int32_t part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int scale[16], min[16];
+  for (int k = 0; k < 16; ++k) k_sub_block(type, blk, k, &scale[k], &min[k]);
+  for (int v = 0; v < kQK_K; ++v)
+    part[(v % 32) / 4] += scale[v / 16] * (code_k(type, blk, v) + offset) * a.qs[v];
+  for (int k = 0; k < 8; ++k) {
+    part[k] -= offset * (a.bsums[2 * k] * scale[2 * k] + a.bsums[2 * k + 1] * scale[2 * k + 1]);
+    t.put(k, mul(a.d, d), (float)part[k]);
+  }
+  if (type == DType::Q5_K) {
+    int32_t msum = 0;
+    for (int k = 0; k < 16; ++k) msum += min[k] * a.bsums[k];
+    t.put(8, mul(-a.d, dmin), (float)msum);
+  }
+}
+
+HABLAR_RHD float combine_chains(DType type, KOrder order, const float* acc) {
+  if (lane_format(type, order)) {
+    const bool with_min = type == DType::Q4_1 || type == DType::Q5_1 || type == DType::Q5_K;
+    return with_min ? add(sum_lanes(acc), acc[8]) : sum_lanes(acc);
+  }
+  if (type == DType::Q4_K) return sub(acc[0], acc[1]);
+  return acc[0];
+}
+
+HABLAR_RHD float dot_by_chains(DType type, KOrder order, const uint8_t* w, const int8_t* qs,
+                               const float* ad, const float* as, const BlockQ8_K* a8, int64_t nb) {
+  float acc[kMaxChains];
+  for (int c = 0; c < kMaxChains; ++c) acc[c] = 0.0f;
+  BlockTerms t;
+  for (int64_t b = 0; b < nb; ++b) {
+    block_terms(type, order, w, qs, ad, as, a8, b, t);
+    for (int e = 0; e < t.n; ++e) acc[t.chain[e]] = fmaf(t.x[e], t.y[e], acc[t.chain[e]]);
+  }
+  return combine_chains(type, order, acc);
+}
+
 // Float weights as the CPU's float tiles sum them on a machine with `lanes`-wide vectors (16
 // with AVX-512, 8 with AVX2; 1: its scalar form): one fma chain per lane, the lanes' sum in
 // the order of a horizontal add, then the tail in order. F16 weights multiply the

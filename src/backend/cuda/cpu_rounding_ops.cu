@@ -58,7 +58,49 @@ __global__ void quantize_q8k_kernel(const float* __restrict__ x, int64_t k, Bloc
   cr::quantize_block_q8k(x + blockIdx.y * k + b * kQK_K, act + blockIdx.y * nb + b);
 }
 
-// y[t][r]: thread per output row r of token t = blockIdx.y.
+// Quantized weights: a warp per (output row r, token t = blockIdx.y). The lanes make the
+// terms of 32 blocks at a time (the integer work), then lane c runs chain c over them in block
+// order (cpu_rounding.cuh block_terms), and lane 0 combines the chains.
+constexpr int kWarpsPerBlock = 4;
+__global__ void matmul_chains_kernel(DType type, const uint8_t* __restrict__ w, size_t w_row_bytes,
+                                     int64_t n_rows, int64_t k, const uint8_t* __restrict__ act,
+                                     size_t act_row_bytes, const uint8_t* __restrict__ roles,
+                                     float* y) {
+  __shared__ cr::BlockTerms terms[kWarpsPerBlock][32];
+  __shared__ float chains[kWarpsPerBlock][cr::kMaxChains];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t r = (int64_t)blockIdx.x * kWarpsPerBlock + warp;
+  if (r >= n_rows) return;  // the whole warp
+  const int64_t t = blockIdx.y;
+  const cr::KOrder order = cr::k_order_for(type, roles[t]);
+  const uint8_t* wr = w + r * w_row_bytes;
+  const uint8_t* a = act + t * act_row_bytes;
+  const bool k_format = act_kind(type) == ActKind::kQ8K;
+  const int64_t nb = k_format ? k / kQK_K : k / kQK;
+  const auto* qs = reinterpret_cast<const int8_t*>(a);
+  const auto* ad = reinterpret_cast<const float*>(a + nb * kQK);
+  const auto* a8 = reinterpret_cast<const BlockQ8_K*>(a);
+  float acc = 0.0f;  // chain `lane`, for lane < kMaxChains
+  for (int64_t b0 = 0; b0 < nb; b0 += 32) {
+    if (b0 + lane < nb)
+      cr::block_terms(type, order, wr, qs, ad, ad + nb, a8, b0 + lane, terms[warp][lane]);
+    __syncwarp();
+    if (lane < cr::kMaxChains) {
+      const int n = (int)(nb - b0 < 32 ? nb - b0 : 32);
+      for (int i = 0; i < n; ++i) {
+        const cr::BlockTerms& tm = terms[warp][i];
+        for (int e = 0; e < tm.n; ++e)
+          if (tm.chain[e] == lane) acc = fmaf(tm.x[e], tm.y[e], acc);
+      }
+    }
+    __syncwarp();
+  }
+  if (lane < cr::kMaxChains) chains[warp][lane] = acc;
+  __syncwarp();
+  if (lane == 0) y[t * n_rows + r] = cr::combine_chains(type, order, chains[warp]);
+}
+
+// Float weights: y[t][r], a thread per output row r of token t = blockIdx.y.
 __global__ void matmul_kernel(DType type, const uint8_t* __restrict__ w, size_t w_row_bytes,
                               int64_t n_rows, int64_t k, const float* __restrict__ x,
                               const uint8_t* __restrict__ act, size_t act_row_bytes,
@@ -240,6 +282,14 @@ void matmul(const WeightView& w, const float* x, int64_t m, const uint8_t* roles
         x, w.cols, reinterpret_cast<BlockQ8_K*>(act));
   }
   HABLAR_CUDA_CHECK_LAUNCH();
+  if (kind != ActKind::kFloat) {
+    matmul_chains_kernel<<<dim3((unsigned)((w.rows + kWarpsPerBlock - 1) / kWarpsPerBlock), tokens),
+                           32 * kWarpsPerBlock, 0, stream>>>(
+        w.type, static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, w.cols, act, row_bytes,
+        roles, y);
+    HABLAR_CUDA_CHECK_LAUNCH();
+    return;
+  }
   matmul_kernel<<<dim3((unsigned)((w.rows + 127) / 128), tokens), 128, 0, stream>>>(
       w.type, static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, w.cols, x, act, row_bytes,
       roles, host_float_lanes(), y);

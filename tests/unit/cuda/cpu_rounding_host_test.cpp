@@ -86,6 +86,26 @@ float emulated_dot(const WeightView& w, const float* x, int64_t r, uint8_t role)
   }
 }
 
+// The same through block_terms() and its chains.
+float chained_dot(const WeightView& w, const float* x, int64_t r, uint8_t role) {
+  const int64_t k = w.cols;
+  const cr::KOrder order = cr::k_order_for(w.type, role);
+  if (w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K) {
+    std::vector<BlockQ8_K> a((size_t)(k / kQK_K));
+    for (size_t b = 0; b < a.size(); ++b) cr::quantize_block_q8k(x + b * kQK_K, &a[b]);
+    return cr::dot_by_chains(w.type, order, w.row(r), nullptr, nullptr, nullptr, a.data(),
+                             k / kQK_K);
+  }
+  const int64_t nb = k / kQK;
+  std::vector<int8_t> qs((size_t)k);
+  std::vector<float> d((size_t)nb), s((size_t)nb);
+  std::vector<int32_t> sum((size_t)nb);
+  for (int64_t b = 0; b < nb; ++b)
+    cr::quantize_block32(x + b * kQK, qs.data() + b * kQK, &d[(size_t)b], &s[(size_t)b],
+                         &sum[(size_t)b]);
+  return cr::dot_by_chains(w.type, order, w.row(r), qs.data(), d.data(), s.data(), nullptr, nb);
+}
+
 class CpuRoundingMatmul : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CpuRoundingMatmul, EqualsTheCpuReferenceInEveryRole) {
@@ -104,6 +124,13 @@ TEST_P(CpuRoundingMatmul, EqualsTheCpuReferenceInEveryRole) {
         differing += bits(emulated_dot(m.view, x.data() + t * cols, r, role)) !=
                      bits(want[(size_t)(t * rows + r)]);
     EXPECT_EQ(differing, 0) << dtype_name(type) << " role " << (int)role;
+    // The chained form the warp kernel runs gives the same values.
+    int chained_differing = 0;
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t r = 0; r < rows; ++r)
+        chained_differing += bits(chained_dot(m.view, x.data() + t * cols, r, role)) !=
+                             bits(want[(size_t)(t * rows + r)]);
+    EXPECT_EQ(chained_differing, 0) << dtype_name(type) << " role " << (int)role;
   }
 }
 
