@@ -118,8 +118,11 @@ server() {
   setup_env
   python3 -m pip install -q --no-index --no-deps --target /tmp/site "$root"/.whl/*.whl 2>&1 | tail -2
   export PYTHONPATH=/tmp/site HABLAR_BIN=$gpu/bin/hablar HABLAR_SERVE_ARGS="--device cuda --gpu-memory-utilization 0.1 ${SERVE_MODE:-}"
-  (cd "$root" && timeout 470 python3 -m pytest tests/server -q -p no:cacheprovider \
-    --deselect tests/server/test_browser.py 2>&1 | tee "$log/server_pytest.txt" | tail -15)
+  # SIGINT at the time limit: pytest stops and still prints the summary of what ran.
+  (cd "$root" && timeout -s INT "${SUITE_SECONDS:-470}" python3 -m pytest tests/server -q -rfE \
+    -p no:cacheprovider --deselect tests/server/test_browser.py 2>&1 |
+    tee "$log/server_pytest.txt" | grep -vE "^\s*$" | tail -40)
+  [ -n "${MEMCHECK:-1}" ] || return 0
   # memcheck over a short serving run: four requests at once (prefill and batched decode
   # steps, graphs captured and replayed), then SIGTERM to hablar itself so that the
   # sanitizer sees it exit and writes its summary.

@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 import requests
 
-from conftest import BIN, REPO, TESTDATA, ServerProcess
+from conftest import BIN, REPO, TESTDATA, ServerProcess, cpu_only
+
+pytestmark = cpu_only
 
 VOCAB = str(TESTDATA / "vocab" / "ggml-vocab-bert-bge.gguf")
 TEXTS = ["hello world", "The quick brown fox jumps over the lazy dog.",

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 import requests
 
-from conftest import BIN, DEFAULT_MODEL, ServerProcess
+from conftest import BIN, DEFAULT_MODEL, ServerProcess, cpu_only
 
 
 @pytest.fixture(scope="module")
@@ -18,6 +18,7 @@ def q8_server():
     s.stop()
 
 
+@cpu_only
 def test_reported_context_is_the_enforced_one(q8_server):
     props = requests.get(q8_server.url + "/props").json()
     assert props["n_ctx"] == 1024
