@@ -122,7 +122,7 @@ server() {
   (cd "$root" && timeout -s INT "${SUITE_SECONDS:-470}" python3 -m pytest tests/server -q -rfE \
     -p no:cacheprovider --deselect tests/server/test_browser.py 2>&1 |
     tee "$log/server_pytest.txt" | grep -vE "^\s*$" | tail -40)
-  [ -n "${MEMCHECK:-1}" ] || return 0
+  [ -n "${MEMCHECK-1}" ] || return 0  # MEMCHECK= skips it
   # memcheck over a short serving run: four requests at once (prefill and batched decode
   # steps, graphs captured and replayed), then SIGTERM to hablar itself so that the
   # sanitizer sees it exit and writes its summary.
