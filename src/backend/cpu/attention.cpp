@@ -242,7 +242,7 @@ void run_staged(const avx2::AttnContext& c, const TilePlan& plan, ThreadPool& po
   for (int i = 0; i < (int)tiles.size(); ++i) {
     const avx2::AttnTile& t = tiles[(size_t)i];
     avx2::tile_prepare(c, t, scratch[(size_t)i]);
-    for (int p = t.lo / 8 * 8; p <= t.hi; p += kScoreChunk)
+    for (int p = t.lo / 16 * 16; p <= t.hi; p += kScoreChunk)
       score_items.push_back({i, p, p + kScoreChunk});
     for (int r = 0; r < t.n_rows; ++r) row_items.push_back({i, r, r + 1});
     for (int part = 0; part < dim_parts; ++part) {
