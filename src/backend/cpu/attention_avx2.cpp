@@ -302,7 +302,8 @@ void tile_prepare(const AttnContext& c, const AttnTile& t, AttnScratch& sc) {
   const size_t span = (size_t)tile_span(t);
   sc.qr.resize((size_t)R * hd);
   if (sc.s.size() < span * R) sc.s.resize(span * R);
-  if (sc.w.size() < span * (size_t)((R + 3) / 4 * 4)) sc.w.resize(span * ((R + 3) / 4 * 4));
+  if (!wide_stages(c) && sc.w.size() < span * (size_t)((R + 3) / 4 * 4))
+    sc.w.resize(span * ((R + 3) / 4 * 4));
   sc.acc.resize((size_t)R * tile_lanes(t.order) * hd);
   const int base = tile_base(t);
   sc.k_rows.resize(span), sc.v_rows.resize(span);
