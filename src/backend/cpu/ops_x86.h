@@ -32,7 +32,8 @@ void attend_head(const uint16_t* cache, const KvCacheLayout& layout, int layer,
 //   values:  per row, the weighted V rows summed into row p mod 16 (or 64) in position order,
 //            with the accumulators in registers across a chunk of positions (each V row read
 //            once per chunk and kept in L1/L2), then folded and reduced as attend_head does.
-// Scratch is [rows x (hi + 1 - base)] floats twice (base = lo rounded down to 16 or 64) plus
+// Scratch is [rows x (hi + 1 - base)] floats twice (base = lo rounded down to 16 or 64; once
+// on the AVX-512 stages, which write the weights over the scores) plus
 // [rows x lanes x head_dim]: a strip of the score matrix, never all of it.
 struct AttnRow {
   const float* q;  // [head_dim]
