@@ -4,25 +4,32 @@
 //   - decode: one token at depth D, the tiled form (keys split over the threads) beside the
 //     one-head form, as GB/s of K/V read, next to a plain read of the same bytes
 //     (read_through, the memory bound);
-//   - the same tiled forms over Q8_0 and Q4_0 caches.
+//   - the same tiled forms over Q8_0 and Q4_0 caches;
+//   - each tiled case twice, with the AVX-512 stages and with the AVX2 ones (alternating
+//     runs; the outputs must be the same bits).
 //
 //   build/bench/cpu/attention_bench [--threads=N] [--depth=D] [--prompt=P] [--heads=H/KV]
-//                                   [--head-dim=HD] [--reps=R]
+//                                   [--head-dim=HD] [--reps=R] [--cpu-time]
+//
+// --cpu-time times the process's CPU time instead of the wall clock: with --threads=1 it
+// measures the work alone on a busy host (GB/s figures are then per CPU-second).
 //
 // Defaults are Qwen2.5-0.5B's attention (14 query heads over 2 kv heads of 64), one layer.
-// Times are the best of R runs (wall clock); ratios are tiled / one-head in the same run.
+// Times are the best of R runs (wall clock); ratios are AVX2 / AVX-512 in the same run.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/ops_x86.h"
 #include "core/kv_layout.h"
 #include "core/thread_pool.h"
 
@@ -32,7 +39,10 @@ namespace {
 struct Options {
   int threads = 2, depth = 4096, prompt = 512, n_heads = 14, n_kv_heads = 2, head_dim = 64;
   int reps = 3;
+  bool cpu_time = false;  // time as the process's CPU time (a busy host's waits not counted)
 };
+
+bool g_cpu_time = false;
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -52,6 +62,8 @@ Options parse(int argc, char** argv) {
       o.head_dim = std::atoi(v);
     else if (const char* v = value("reps"))
       o.reps = std::atoi(v);
+    else if (a == "--cpu-time")
+      o.cpu_time = true;
     else if (const char* v = value("heads"))
       std::sscanf(v, "%d/%d", &o.n_heads, &o.n_kv_heads);
     else {
@@ -67,14 +79,22 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+double now_seconds() {
+  if (!g_cpu_time)
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 double best_seconds(int reps, const std::function<void()>& fn) {
   fn();  // warm-up
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now_seconds();
     fn();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best, now_seconds() - t0);
   }
   return best;
 }
@@ -126,26 +146,60 @@ std::vector<cpu::AttentionQuery> queries(const Cache& c, const Options& o, int f
   return qs;
 }
 
-void prompt_case(const Options& o, ThreadPool& pool) {
+// Best times of the AVX-512 and the AVX2 stages (cpu::set_avx512_attention), the two run
+// alternately so that a change in the host's load touches both.
+struct Pair {
+  double wide = 0, narrow = 0;
+};
+Pair best_pair(int reps, const std::function<void()>& fn) {
+  Pair best{1e30, 1e30};
+  for (int r = 0; r < reps; ++r)
+    for (bool wide : {true, false}) {
+      cpu::set_avx512_attention(wide);
+      double& b = wide ? best.wide : best.narrow;
+      b = std::min(b, best_seconds(1, fn));
+    }
+  cpu::set_avx512_attention(true);
+  return best;
+}
+
+// Output of fn with the AVX-512 stages and with the AVX2 ones: the same bits?
+bool same_bits(const std::function<void()>& fn, const std::vector<float>& out) {
+  cpu::set_avx512_attention(true);
+  fn();
+  const std::vector<float> wide = out;
+  cpu::set_avx512_attention(false);
+  fn();
+  cpu::set_avx512_attention(true);
+  return std::memcmp(wide.data(), out.data(), out.size() * sizeof(float)) == 0;
+}
+
+void prompt_case(const Options& o, ThreadPool& pool, KvDType type) {
   const int n = o.depth + o.prompt;
-  const Cache c(o, n, KvDType::F16);
+  const Cache c(o, n, type);
   const std::vector<float> q = random_rows((size_t)o.prompt * o.n_heads * o.head_dim);
   std::vector<float> out_tiled, out_head;
   const auto qs = queries(c, o, o.depth, o.prompt, q, out_tiled, cpu::SumOrder::kLanes16);
-  const double tiled = best_seconds(
-      o.reps, [&] { cpu::attention_batch(c.data.data(), c.layout, 0, qs, o.n_heads, pool); });
-  out_head.assign(out_tiled.size(), 0.0f);
-  const size_t width = (size_t)o.n_heads * o.head_dim;
-  const double per_head = best_seconds(o.reps, [&] {
-    pool.run([&](int t, int nt) {
-      for (int i = t; i < o.prompt; i += nt)
-        cpu::attention_one(c.data.data(), c.layout, 0, c.table.data(), o.depth + i,
-                           q.data() + i * width, o.n_heads, out_head.data() + i * width);
+  const auto run = [&] { cpu::attention_batch(c.data.data(), c.layout, 0, qs, o.n_heads, pool); };
+  const Pair tiled = best_pair(o.reps, run);
+  bool same = same_bits(run, out_tiled);
+  std::string per_head_col = "-";
+  if (type == KvDType::F16) {
+    out_head.assign(out_tiled.size(), 0.0f);
+    const size_t width = (size_t)o.n_heads * o.head_dim;
+    const double per_head = best_seconds(o.reps, [&] {
+      pool.run([&](int t, int nt) {
+        for (int i = t; i < o.prompt; i += nt)
+          cpu::attention_one(c.data.data(), c.layout, 0, c.table.data(), o.depth + i,
+                             q.data() + i * width, o.n_heads, out_head.data() + i * width);
+      });
     });
-  });
-  const bool same = std::memcmp(out_tiled.data(), out_head.data(), out_tiled.size() * 4) == 0;
-  std::printf("| prompt %d @ d%d, F16 | %.2f ms | %.2f ms | %.2fx | %s |\n", o.prompt, o.depth,
-              tiled * 1e3, per_head * 1e3, per_head / tiled, same ? "identical" : "DIFFERENT");
+    same = same && std::memcmp(out_tiled.data(), out_head.data(), out_tiled.size() * 4) == 0;
+    per_head_col = std::to_string(per_head * 1e3).substr(0, 7) + " ms";
+  }
+  std::printf("| prompt %d @ d%d, %s | %.2f ms | %.2f ms | %.2fx | %s | %s |\n", o.prompt, o.depth,
+              kv_dtype_name(type), tiled.wide * 1e3, tiled.narrow * 1e3, tiled.narrow / tiled.wide,
+              per_head_col.c_str(), same ? "identical" : "DIFFERENT");
 }
 
 void decode_case(const Options& o, ThreadPool& pool, KvDType type) {
@@ -154,8 +208,9 @@ void decode_case(const Options& o, ThreadPool& pool, KvDType type) {
   const std::vector<float> q = random_rows((size_t)o.n_heads * o.head_dim);
   std::vector<float> out;
   const auto qs = queries(c, o, o.depth, 1, q, out, cpu::SumOrder::kLanes64);
-  const double tiled = best_seconds(
-      o.reps * 5, [&] { cpu::attention_batch(c.data.data(), c.layout, 0, qs, o.n_heads, pool); });
+  const auto run = [&] { cpu::attention_batch(c.data.data(), c.layout, 0, qs, o.n_heads, pool); };
+  const Pair tiled = best_pair(o.reps * 5, run);
+  bool same = same_bits(run, out);
   // The plain read: the same threads reading the sequence's K/V bytes (the whole pools).
   const auto* bytes = reinterpret_cast<const uint8_t*>(c.data.data());
   const size_t total = c.layout.total_bytes() / 64 * 64;
@@ -167,7 +222,8 @@ void decode_case(const Options& o, ThreadPool& pool, KvDType type) {
       if (t == 0) sink ^= x;
     });
   });
-  const double gbs = c.bytes(n) / tiled / 1e9, read_gbs = (double)total / read / 1e9;
+  const double gbs = c.bytes(n) / tiled.wide / 1e9, gbs2 = c.bytes(n) / tiled.narrow / 1e9;
+  const double read_gbs = (double)total / read / 1e9;
   std::string per_head_col = "-";
   if (type == KvDType::F16) {
     std::vector<float> out_head(out.size());
@@ -175,27 +231,15 @@ void decode_case(const Options& o, ThreadPool& pool, KvDType type) {
       cpu::attention_one(c.data.data(), c.layout, 0, c.table.data(), o.depth, q.data(), o.n_heads,
                          out_head.data(), cpu::SumOrder::kLanes64);
     });
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%.3f ms (%.2fx)", per_head * 1e3, per_head / tiled);
-    per_head_col = buf;
+    same = same && std::memcmp(out.data(), out_head.data(), out.size() * 4) == 0;
+    per_head_col = std::to_string(per_head * 1e3).substr(0, 6) + " ms";
   }
   std::printf(
-      "| decode @ d%d, %s | %.3f ms | %s | %.1f GB/s of K/V | %.0f%% of the %.1f GB/s "
-      "plain read |\n",
-      o.depth, kv_dtype_name(type), tiled * 1e3, per_head_col.c_str(), gbs, 100.0 * gbs / read_gbs,
-      read_gbs);
-}
-
-void quant_prompt_case(const Options& o, ThreadPool& pool, KvDType type) {
-  const int n = o.depth + o.prompt;
-  const Cache c(o, n, type);
-  const std::vector<float> q = random_rows((size_t)o.prompt * o.n_heads * o.head_dim);
-  std::vector<float> out;
-  const auto qs = queries(c, o, o.depth, o.prompt, q, out, cpu::SumOrder::kLanes16);
-  const double tiled = best_seconds(
-      o.reps, [&] { cpu::attention_batch(c.data.data(), c.layout, 0, qs, o.n_heads, pool); });
-  std::printf("| prompt %d @ d%d, %s | %.2f ms | - | - | - |\n", o.prompt, o.depth,
-              kv_dtype_name(type), tiled * 1e3);
+      "| decode @ d%d, %s | %.3f ms | %.3f ms | %.2fx | %s | %s; K/V read at %.1f vs %.1f GB/s, "
+      "plain read %.1f GB/s (%.0f%% vs %.0f%%) |\n",
+      o.depth, kv_dtype_name(type), tiled.wide * 1e3, tiled.narrow * 1e3, tiled.narrow / tiled.wide,
+      per_head_col.c_str(), same ? "identical" : "DIFFERENT", gbs, gbs2, read_gbs,
+      100.0 * gbs / read_gbs, 100.0 * gbs2 / read_gbs);
 }
 
 }  // namespace
@@ -204,13 +248,14 @@ void quant_prompt_case(const Options& o, ThreadPool& pool, KvDType type) {
 int main(int argc, char** argv) {
   using namespace hablar;
   const bench::Options o = bench::parse(argc, argv);
+  bench::g_cpu_time = o.cpu_time;
   ThreadPool pool(o.threads);
-  std::printf("attention, %d threads, %d/%d heads x %d, one layer\n\n", o.threads, o.n_heads,
-              o.n_kv_heads, o.head_dim);
+  std::printf("attention, %d threads, %d/%d heads x %d, one layer, %s\n\n", o.threads, o.n_heads,
+              o.n_kv_heads, o.head_dim, o.cpu_time ? "process CPU time" : "wall time");
   std::printf(
-      "| case | tiled | one head at a time | ratio | note |\n| --- | ---: | ---: | ---: | --- |\n");
-  bench::prompt_case(o, pool);
-  for (KvDType t : {KvDType::Q8_0, KvDType::Q4_0}) bench::quant_prompt_case(o, pool, t);
+      "| case | tiled, AVX-512 stages | tiled, AVX2 stages | AVX2 / AVX-512 | one head at a "
+      "time | note |\n| --- | ---: | ---: | ---: | ---: | --- |\n");
+  for (KvDType t : {KvDType::F16, KvDType::Q8_0, KvDType::Q4_0}) bench::prompt_case(o, pool, t);
   for (KvDType t : {KvDType::F16, KvDType::Q8_0, KvDType::Q4_0}) bench::decode_case(o, pool, t);
   return 0;
 }

@@ -4,12 +4,14 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
 #include "backend/cpu/avx2_common.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ops_x86.h"
+#include "core/cpu_features.h"
 #include "core/quant_blocks.h"
 
 namespace hablar::cpu::avx2 {
@@ -165,6 +167,19 @@ bool quantized(const KvCacheLayout& l) {
   return kv_dtype_quantized(l.type(0)) || kv_dtype_quantized(l.type(1));
 }
 
+std::atomic<bool>& avx512_switch() {
+  static std::atomic<bool> on{cpu_features().has_avx512_kernels()};
+  return on;
+}
+bool use_avx512() {
+  return avx512_switch().load(std::memory_order_relaxed);
+}
+// Softmax and values on AVX-512 (both or neither: attn_softmax leaves the weights in sc.s).
+// Dimension ranges are then multiples of 16 (attention.cpp splits them in steps of 16).
+bool wide_stages(const AttnContext& c) {
+  return use_avx512() && c.layout->head_dim % 16 == 0;
+}
+
 float half_to_float(uint16_t h) {
   return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
 }
@@ -210,17 +225,6 @@ void row_to_f32(const uint16_t* row, KvDType type, int hd, float* out) {
         break;
     }
   }
-}
-
-int tile_lanes(SumOrder order) {
-  return order == SumOrder::kLanes64 ? 64 : kReduceLanes;
-}
-int tile_base(const AttnTile& t) {
-  return t.lo / tile_lanes(t.order) * tile_lanes(t.order);
-}
-// Score/weight strip length: positions [base, hi] rounded up to whole 8-position groups.
-int tile_span(const AttnTile& t) {
-  return (t.hi + 1 - tile_base(t) + 7) / 8 * 8;
 }
 
 const uint16_t* kv_row(const AttnContext& c, const AttnTile& t, int kv, int p) {
@@ -298,13 +302,22 @@ void tile_prepare(const AttnContext& c, const AttnTile& t, AttnScratch& sc) {
   const size_t span = (size_t)tile_span(t);
   sc.qr.resize((size_t)R * hd);
   if (sc.s.size() < span * R) sc.s.resize(span * R);
-  if (sc.w.size() < span * (size_t)((R + 3) / 4 * 4)) sc.w.resize(span * ((R + 3) / 4 * 4));
+  if (!wide_stages(c) && sc.w.size() < span * (size_t)((R + 3) / 4 * 4))
+    sc.w.resize(span * ((R + 3) / 4 * 4));
   sc.acc.resize((size_t)R * tile_lanes(t.order) * hd);
   const int base = tile_base(t);
   sc.k_rows.resize(span), sc.v_rows.resize(span);
-  for (int p = t.lo; p <= t.hi; ++p) {
-    sc.k_rows[(size_t)(p - base)] = kv_row(c, t, 0, p);
-    sc.v_rows[(size_t)(p - base)] = kv_row(c, t, 1, p);
+  // Block by block of the paged cache: a block's rows are consecutive, row_units(kv) apart.
+  const int bs = c.layout->block_size;
+  for (int kv = 0; kv < 2; ++kv) {
+    const size_t step = c.layout->row_units(kv);
+    const uint16_t** rows = (kv == 0 ? sc.k_rows : sc.v_rows).data();
+    for (int p0 = t.lo; p0 <= t.hi;) {
+      const int p1 = std::min((p0 / bs + 1) * bs, t.hi + 1);
+      const uint16_t* row = kv_row(c, t, kv, p0);
+      for (int p = p0; p < p1; ++p, row += step) rows[p - base] = row;
+      p0 = p1;
+    }
   }
   const bool round = !quantized(*c.layout);
   for (int r = 0; r < R; ++r)
@@ -315,6 +328,8 @@ void tile_prepare(const AttnContext& c, const AttnTile& t, AttnScratch& sc) {
 }
 
 void tile_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int p_begin, int p_end) {
+  if (use_avx512() && avx512::attn_scores_supported(*c.layout, t.order))
+    return avx512::attn_scores(c, t, sc, p_begin, p_end);
   const int hd = c.layout->head_dim, R = t.n_rows, base = tile_base(t), span = tile_span(t);
   p_end = std::min(p_end, t.hi + 1);
   if (t.order == SumOrder::kLanes16 && hd % kReduceLanes == 0) {
@@ -339,6 +354,7 @@ void tile_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int p
 
 void tile_softmax(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int r_begin,
                   int r_end) {
+  if (wide_stages(c)) return avx512::attn_softmax(c, t, sc, r_begin, r_end);
   const int base = tile_base(t), span = tile_span(t);
   const bool bf16 = c.layout->dtype == KvDType::BF16, round = !quantized(*c.layout);
   for (int r = r_begin; r < r_end; ++r) {
@@ -431,7 +447,8 @@ void values_chunk(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int 
 
 void tile_values(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int d_begin, int d_end) {
   const int hd = c.layout->head_dim, L = tile_lanes(t.order), base = tile_base(t);
-  for (int c0 = base; c0 <= t.hi; c0 += kValueChunkPerLane * L) {
+  const bool wide = wide_stages(c);
+  for (int c0 = base; c0 <= t.hi && !wide; c0 += kValueChunkPerLane * L) {
     switch (c.layout->type(1)) {
       case KvDType::F16:
         values_chunk<KvDType::F16>(c, t, sc, d_begin, d_end, c0);
@@ -447,8 +464,15 @@ void tile_values(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int d
         break;
     }
   }
+  if (wide) avx512::attn_values(c, t, sc, d_begin, d_end);
   for (int r = 0; r < t.n_rows; ++r)
     reduce_rows(sc.acc.data() + (size_t)r * L * hd, L, L, hd, t.rows[r].out, d_begin, d_end);
 }
 
 }  // namespace hablar::cpu::avx2
+
+namespace hablar::cpu {
+void set_avx512_attention(bool on) {
+  avx2::avx512_switch().store(on && cpu_features().has_avx512_kernels());
+}
+}  // namespace hablar::cpu

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/ops_x86.h"
+#include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "core/kv_layout.h"
 #include "core/quant.h"
@@ -163,6 +165,26 @@ TEST(TiledAttention, PromptsAtDepthSplitIntoManyTiles) {
   // 48 tokens at depth 3000: tiles of fewer queries (the strip limit), several per thread.
   expect_tiled_equals_scalar({14, 2, 64, KvDType::F16, KvDType::F16},
                              {{3000, 48, SumOrder::kLanes16}}, 0.0f, 2, 3048);
+}
+
+TEST(TiledAttention, AvxTwoStagesWhereAvx512IsTheDefault) {
+  // On an AVX-512 CPU the tests above run the AVX-512 stages; these cases run the AVX2 ones
+  // (prompt tiles, decode order, long split sequences, head_dim 40 and 96) the same way.
+  if (!cpu_features().has_avx2_kernels()) GTEST_SKIP() << "no AVX2";
+  set_avx512_attention(false);
+  struct Restore {
+    ~Restore() { set_avx512_attention(true); }
+  } restore;
+  for (KvDType t : kAllTypes) {
+    SCOPED_TRACE(kv_dtype_name(t));
+    expect_tiled_equals_scalar({14, 2, 64, t, t}, {{300, 40, SumOrder::kLanes16}}, 0.0f, 2, 340);
+    expect_tiled_equals_scalar(
+        {8, 2, 128, t, t}, {{77, 1, SumOrder::kLanes64}, {5, 12, SumOrder::kLanes16}}, 0.0f, 3, 90);
+  }
+  expect_tiled_equals_scalar({14, 2, 64, KvDType::F16, KvDType::F16},
+                             {{4999, 1, SumOrder::kLanes64}}, 0.0f, 2, 5000);
+  expect_tiled_equals_scalar({6, 3, 96, KvDType::BF16, KvDType::BF16},
+                             {{33, 17, SumOrder::kLanes16}}, 0.0f, 1, 50);
 }
 
 TEST(QuantizedKvCache, LayoutSizesAndOffsets) {
