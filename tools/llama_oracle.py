@@ -72,6 +72,15 @@ ARCH_VOCABS = {"phi3": "ggml-vocab-phi-3.gguf"}  # llama.cpp loads phi3 files wi
 VARIANTS = {"qwen2-yarn": ("qwen2", {"rope_scaling": "yarn", "rope_factor": 4.0,
                                      "rope_original_context": 64})}
 ARCH_TYPES["qwen2-yarn"] = ["f16", "q4_k_m"]
+# Phi-3 LongRoPE (short and long factor sets, attention factor from the original context): at
+# the oracle's context of 256 llama.cpp takes the long factors over an original context of 64
+# and the short ones over 512.
+VARIANTS["phi3-longrope"] = ("phi3", {"rope_scaling": "longrope", "rope_original_context": 64})
+VARIANTS["phi3-longrope-short"] = ("phi3", {"rope_scaling": "longrope",
+                                            "rope_original_context": 512})
+ARCH_TYPES["phi3-longrope"] = ["f16", "q8_0", "q4_k_m"]
+ARCH_TYPES["phi3-longrope-short"] = ["f16"]
+SYNTH_CTX = 256  # llama.cpp's context (its per-sequence context picks LongRoPE's factors)
 SYNTH_SEED = 7
 SYNTH_VOCAB = "ggml-vocab-llama-spm.gguf"
 PPL_CTX = 256
@@ -190,12 +199,13 @@ def synthetic_goldens(hablar, vocab_dir, models_dir=None, types=None, arches=Non
                                     "--type", typ,
                                     "--vocab", os.path.join(vocab_dir, ARCH_VOCABS.get(arch, SYNTH_VOCAB)),
                                     "--seed", str(SYNTH_SEED), *opts, "-o", path], check=True)
-                llm = open_model(path, n_ctx=256)
+                llm = open_model(path, n_ctx=SYNTH_CTX)
                 prompts = [prompt_record(llm, p, parse_special=False) for p in SYNTH_PROMPTS]
                 write(f"synthetic-{name}-{typ}",
                       {"model": {"arch": arch, "shape": ARCH_SHAPES.get(arch, "tiny"), "type": typ,
                                  "vocab": ARCH_VOCABS.get(arch, SYNTH_VOCAB),
-                                 "seed": SYNTH_SEED, **extra}, "top_k": TOP_K, "prompts": prompts})
+                                 "seed": SYNTH_SEED, "n_ctx": SYNTH_CTX, **extra},
+                       "top_k": TOP_K, "prompts": prompts})
                 del llm
                 if not models_dir:
                     os.remove(path)

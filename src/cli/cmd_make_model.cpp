@@ -24,6 +24,7 @@ struct MakeModelOptions {
   std::string rope_scaling;
   double rope_factor = 1.0;
   int64_t rope_original_context = 0;
+  int64_t sliding_window = 0;
   std::string pooling;
   bool rank_head = false;
 };
@@ -59,13 +60,17 @@ int run_make_model(const MakeModelOptions& o) {
   opts.exact_quantization = o.exact;
   opts.pooling = o.pooling;
   opts.rank_head = o.rank_head;
-  if (!o.rope_scaling.empty() && o.rope_scaling != "linear" && o.rope_scaling != "yarn")
-    throw_error(ErrorKind::kInvalidArgument, "--rope-scaling: linear or yarn");
+  if (!o.rope_scaling.empty() && o.rope_scaling != "linear" && o.rope_scaling != "yarn" &&
+      o.rope_scaling != "longrope")
+    throw_error(ErrorKind::kInvalidArgument, "--rope-scaling: linear, yarn or longrope");
   if (!(o.rope_factor >= 1.0 && o.rope_factor <= 1024.0) || o.rope_original_context < 0)
     throw_error(ErrorKind::kInvalidArgument, "--rope-factor must be in [1, 1024]");
   opts.rope_scaling = o.rope_scaling;
   opts.rope_factor = o.rope_factor;
   opts.rope_original_context = o.rope_original_context;
+  if (o.sliding_window < 0 || o.sliding_window > (1 << 30))
+    throw_error(ErrorKind::kInvalidArgument, "--sliding-window must be in [0, 2^30]");
+  opts.sliding_window = o.sliding_window;
 
   const auto t0 = std::chrono::steady_clock::now();
   const synth::SyntheticModelSummary sum = synth::write_synthetic_model(opts, o.output);
@@ -95,10 +100,15 @@ const CommandRegistration registration{
       app.add_option("--vocab", o->vocab,
                      "vocabulary GGUF whose tokenizer.* keys are copied (default: synthetic)");
       app.add_option("--seed", o->seed, "random seed")->capture_default_str();
-      app.add_option("--rope-scaling", o->rope_scaling, "RoPE scaling metadata: linear or yarn");
+      app.add_option("--rope-scaling", o->rope_scaling,
+                     "RoPE scaling metadata: linear, yarn or longrope (phi3: short and long "
+                     "factors, with --rope-original-context)");
       app.add_option("--rope-factor", o->rope_factor, "RoPE scaling factor")->capture_default_str();
       app.add_option("--rope-original-context", o->rope_original_context,
                      "original context of the RoPE scaling (0: the shape's)");
+      app.add_option("--sliding-window", o->sliding_window,
+                     "attention window: llama (Mistral-style, every layer), gemma2/gemma3 (their "
+                     "local layers); 0: the shape's");
       app.add_option("-t,--threads", o->n_threads, "threads (0 = all cores)")
           ->capture_default_str();
       app.add_flag("--exact", o->exact,

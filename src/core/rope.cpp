@@ -48,25 +48,34 @@ void rope_angles(int pos, const RopeParams& p, float* cos_t, float* sin_t) {
                 "rope: n_dims " + std::to_string(p.n_dims) + " must be even and positive");
   if (p.scaling != RopeParams::Scaling::kNone && !(p.factor > 0.0f))
     throw_error(ErrorKind::kInvalidArgument, "rope: scaling factor must be > 0");
+  const bool factors = !p.freq_factors.empty();
+  if (factors &&
+      ((int)p.freq_factors.size() != p.n_dims / 2 || p.scaling == RopeParams::Scaling::kLlama3))
+    throw_error(ErrorKind::kInvalidArgument, "rope: " + std::to_string(p.freq_factors.size()) +
+                                                 " frequency factors for n_dims " +
+                                                 std::to_string(p.n_dims) +
+                                                 " (one per pair; not with Llama 3 scaling)");
   // theta_i = pos * base^(-2i/n_dims), built by repeated multiplication as the reference does.
   const float theta_scale = std::pow(p.freq_base, -2.0f / (float)p.n_dims);
   float theta = (float)pos;
   float freq = 1.0f;
-  float yarn_dims[2] = {0.0f, 0.0f}, mscale = 1.0f;
+  float yarn_dims[2] = {0.0f, 0.0f}, mscale = p.attn_factor;
   if (p.scaling == RopeParams::Scaling::kYarn) {
     yarn_corr_dims(p, yarn_dims);
     mscale = p.attn_factor * (1.0f + 0.1f * std::log(1.0f / (1.0f / p.factor)));
   }
   for (int i = 0; i < p.n_dims / 2; ++i) {
-    float angle = theta;
+    // LongRoPE divides the pair's angle before any scaling (an exact no-op without factors).
+    const float extrap = factors ? theta / p.freq_factors[(size_t)i] : theta;
+    float angle = extrap;
     if (p.scaling == RopeParams::Scaling::kLinear) {
-      angle = (1.0f / p.factor) * theta;  // llama.cpp's freq_scale * theta
+      angle = (1.0f / p.factor) * extrap;  // llama.cpp's freq_scale * theta
     } else if (p.scaling == RopeParams::Scaling::kLlama3) {
       angle = (float)pos * llama3_scaled_freq(freq, p);
     } else if (p.scaling == RopeParams::Scaling::kYarn) {
-      const float interp = (1.0f / p.factor) * theta;
+      const float interp = (1.0f / p.factor) * extrap;
       const float mix = yarn_ramp(yarn_dims, i);
-      angle = interp * (1.0f - mix) + theta * mix;
+      angle = interp * (1.0f - mix) + extrap * mix;
     }
     cos_t[i] = std::cos(angle) * mscale;
     sin_t[i] = std::sin(angle) * mscale;

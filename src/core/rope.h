@@ -4,6 +4,8 @@
 // rotate by the same float angles.
 #pragma once
 
+#include <vector>
+
 namespace hablar {
 
 struct RopeParams {
@@ -21,14 +23,21 @@ struct RopeParams {
   // sin are multiplied by attn_factor * (1 + 0.1 ln(factor)).
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
+  // Every scaling: cos and sin multiplied by attn_factor (<arch>.rope.scaling.attn_factor;
+  // LongRoPE's sqrt(1 + ln(context / original) / ln(original))).
   float attn_factor = 1.0f;
+  // LongRoPE (Phi-3 128k, "su"): one divisor per pair [n_dims / 2], pair i turning by
+  // theta_i / freq_factors[i]; the file's short or long factors, chosen by the context the
+  // model runs with (model::ropes_for_context). Empty: none.
+  std::vector<float> freq_factors;
 };
 
 inline constexpr int kMaxRopePairs = 512;
 
 // The rotation angles of position pos as cos_t / sin_t [n_dims / 2], computed as llama.cpp
-// does (theta multiplied by base^(-2/n_dims) pair after pair, in float; cosf/sinf). Throws
-// for n_dims odd or <= 0, or a scaling factor <= 0.
+// does (theta multiplied by base^(-2/n_dims) pair after pair, in float, divided by the pair's
+// freq_factor; cosf/sinf). Throws for n_dims odd or <= 0, a scaling factor <= 0, or
+// freq_factors of another length than n_dims / 2 (or beside Llama 3 scaling).
 void rope_angles(int pos, const RopeParams& p, float* cos_t, float* sin_t);
 
 }  // namespace hablar

@@ -136,6 +136,26 @@ bool BlockManager::allocate_slots(Sequence& seq, int32_t n_new, std::vector<Bloc
   return true;
 }
 
+int32_t BlockManager::release_before(Sequence& seq, int32_t first) {
+  // Never the block position n_computed is written to: first <= n_computed keeps it.
+  const int32_t end = std::min({std::max(first, 0) / block_size_, seq.n_computed / block_size_,
+                                (int32_t)seq.block_table.size()});
+  int32_t released = 0;
+  for (; seq.n_released_blocks < end; ++seq.n_released_blocks, ++released) {
+    int32_t& slot = seq.block_table[(size_t)seq.n_released_blocks];
+    Block& b = blocks_[(size_t)slot];
+    if (b.ref_count == 1 && b.has_hash) {
+      auto it = hash_to_block_.find(b.hash);
+      if (it != hash_to_block_.end() && it->second == slot) hash_to_block_.erase(it);
+      b.has_hash = false;
+      b.tokens.clear();
+    }
+    release_block(slot);
+    slot = kReleased;
+  }
+  return released;
+}
+
 void BlockManager::register_full_blocks(Sequence& seq) {
   const int32_t n_full =
       std::min<int32_t>(seq.n_computed / block_size_, (int32_t)seq.block_table.size());
@@ -146,6 +166,7 @@ void BlockManager::register_full_blocks(Sequence& seq) {
     const uint64_t h = chain_hash(prev, toks);
     seq.block_hashes.push_back(h);
     const int32_t id = seq.block_table[i];
+    if (id == kReleased) continue;  // behind the window: chained through, never offered
     Block& b = blocks_[(size_t)id];
     if (b.has_hash) continue;               // already registered (revived from the cache)
     if (hash_to_block_.count(h)) continue;  // another block holds this prefix already
@@ -161,6 +182,8 @@ void BlockManager::truncate(Sequence& seq, int32_t n_tokens) {
       n_tokens >= 0 && blocks_for(n_tokens, block_size_) <= (int32_t)seq.block_table.size(),
       "truncating a sequence to more positions than its blocks hold");
   const size_t keep = (size_t)blocks_for(n_tokens, block_size_);
+  HABLAR_CHECK(n_tokens / block_size_ >= seq.n_released_blocks,
+               "truncating a sequence into blocks behind its sliding window");
   while (seq.block_table.size() > keep) {
     release_block(seq.block_table.back());
     seq.block_table.pop_back();
@@ -172,16 +195,20 @@ void BlockManager::truncate(Sequence& seq, int32_t n_tokens) {
 
 void BlockManager::free(Sequence& seq) {
   // Tail first: the free list is LRU, so a prompt's head blocks outlive its tail.
-  for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) release_block(*it);
+  for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it)
+    if (*it != kReleased) release_block(*it);
   seq.block_table.clear();
+  seq.n_released_blocks = 0;
   seq.block_hashes.clear();
   seq.n_computed = 0;
 }
 
 void BlockManager::fork(const Sequence& parent, Sequence& child) {
   HABLAR_CHECK(child.block_table.empty(), "fork into a sequence that holds blocks");
-  for (int32_t id : parent.block_table) take_cached_block(id);
+  for (int32_t id : parent.block_table)
+    if (id != kReleased) take_cached_block(id);
   child.block_table = parent.block_table;
+  child.n_released_blocks = parent.n_released_blocks;
   child.block_hashes = parent.block_hashes;
   child.n_computed = parent.n_computed;
 }

@@ -66,6 +66,16 @@ class BlockManager {
   // no longer full. Never registers anything.
   void truncate(Sequence& seq, int32_t n_tokens);
 
+  // A block-table entry whose block was given back by release_before.
+  static constexpr int32_t kReleased = -1;
+  // Sliding windows (every layer slides): gives back the sequence's blocks that lie wholly
+  // before position `first`, which no later query of it reads. Their table entries become
+  // kReleased, so every other position keeps its entry. A block no other sequence holds
+  // also loses its prefix-cache entry: a released block is never offered as a cached prefix
+  // (its successors' hashes stay chained, but a prefix match stops at the first missing
+  // block). Returns the number of entries released.
+  int32_t release_before(Sequence& seq, int32_t first);
+
   // Releases all of the sequence's blocks (finish, cancel or preemption) and clears its table.
   void free(Sequence& seq);
 

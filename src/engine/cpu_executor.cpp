@@ -39,7 +39,8 @@ CpuExecutor::CpuExecutor(const model::Model& model, int32_t n_blocks, int32_t bl
       layout_(model.kv_layout_for(n_blocks, block_size, cache_type_k, cache_type_v)),
       pool_(std::make_unique<ThreadPool>(thread_count(n_threads))),
       ops_(*pool_),
-      embed_ops_(*pool_) {
+      embed_ops_(*pool_),
+      ropes_(model::ropes_for_context(model.config(), (int64_t)n_blocks * block_size)) {
   check_cpu_kernels(model);
   cache_.resize(layout_.total_elems());
 }
@@ -64,7 +65,7 @@ void CpuExecutor::copy_block(const BlockCopy& copy) {
 void CpuExecutor::forward(std::span<const SequenceChunk> chunks, std::vector<float>& logits) {
   const model::ModelConfig& c = model_.config();
   model::check_step(c, chunks, layout_);
-  ops_.begin(chunks, cache_.data(), layout_, model::activation_dims(c), c.ropes, c.rms_eps);
+  ops_.begin(chunks, cache_.data(), layout_, model::activation_dims(c), ropes_, c.rms_eps);
   model::forward(c, model_.weights(), ops_);
   logits.swap(ops_.logits());
 }

@@ -29,6 +29,7 @@ class CpuExecutor : public StepExecutor {
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                StepOutput& out) override;
   std::string describe() const override;
+  int32_t kv_window() const override { return model::kv_window(model_.config()); }
   bool can_embed(std::string* why) const override;
   void embed(std::span<const EmbedChunk> chunks,
              EmbedOutput& out) override;  // cpu_executor_embed.cpp
@@ -54,6 +55,8 @@ class CpuExecutor : public StepExecutor {
   std::unique_ptr<ThreadPool> pool_;
   cpu::ForwardOps ops_;
   cpu::EmbedOps embed_ops_;
+  // The model's RoPE variants for this cache's context (LongRoPE's factor set).
+  std::vector<RopeParams> ropes_;
   std::vector<SequenceChunk> chunks_;
 };
 

@@ -42,7 +42,7 @@ void CpuExecutor::embed(std::span<const EmbedChunk> chunks, EmbedOutput& out) {
     out.begin.assign(1, 0);
     return;
   }
-  embed_ops_.begin(sequences, model::activation_dims(c), c.ropes, c.rms_eps, c.norm_eps, c.causal);
+  embed_ops_.begin(sequences, model::activation_dims(c), ropes_, c.rms_eps, c.norm_eps, c.causal);
   model::forward_embeddings(c, w, embed_ops_);
   const cpu::ClassifierHead head{&w.cls, w.cls_b, &w.cls_out, w.cls_out_b};
   embed_ops_.pool(pooling, head, out.values, out.begin);

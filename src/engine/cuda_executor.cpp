@@ -168,8 +168,9 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   // The step buffers first (their size does not depend on the cache's), then the cache from
   // what is left.
   layout_ = model.kv_layout_for(1, block);
-  ops_ = std::make_unique<cuda::ForwardOps>(model::activation_dims(c), layout_, nullptr, c.ropes,
-                                            c.rms_eps, limits, stream_.get());
+  ops_ = std::make_unique<cuda::ForwardOps>(model::activation_dims(c), layout_, nullptr,
+                                            model::ropes_for_context(c, max_seq), c.rms_eps, limits,
+                                            stream_.get());
   std::vector<const WeightView*> matrices = weights_.matrices();
   ops_->reserve_product_workspace(matrices);
   size_kv_cache(o, ops_->workspace_bytes());

@@ -149,6 +149,7 @@ void ModelDrafter::init(const ModelDrafterOptions& o) {
       std::max<int32_t>(4, (o.kv_tokens + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize);
   layout_ = source_.kv_layout_for(n_blocks, kDefaultKvBlockSize);
   layout_.n_layers = config_.n_layers;
+  config_.ropes = model::ropes_for_context(config_, (int64_t)n_blocks * kDefaultKvBlockSize);
   cache_.assign(layout_.total_elems(), 0);
   ThreadPool* pool = o.pool;
   if (pool == nullptr) {

@@ -50,11 +50,23 @@ void RequestHandle::push(StreamItem item) {
   cv_.notify_all();
 }
 
+namespace {
+
+// The scheduler's configuration with the executor's sliding window, when blocks behind it
+// may be given back.
+SchedulerConfig scheduler_config(const EngineConfig& config, const StepExecutor& executor) {
+  SchedulerConfig c = config.scheduler;
+  c.kv_window = config.release_window_blocks ? executor.kv_window() : 0;
+  return c;
+}
+
+}  // namespace
+
 Engine::Engine(const EngineConfig& config, StepExecutor& executor)
     : config_(config),
       executor_(executor),
       blocks_(executor.n_kv_blocks(), executor.kv_block_size()),
-      scheduler_(config.scheduler, blocks_),
+      scheduler_(scheduler_config(config, executor), blocks_),
       spec_(config.drafter, config.draft_adaptive) {
   config_.draft.validate();
   scheduler_.set_cost_model(&costs_);
@@ -74,8 +86,10 @@ Engine::~Engine() {
 std::shared_ptr<RequestHandle> Engine::submit(GenerateRequest request) {
   const int32_t n_prompt = (int32_t)request.prompt.size();
   if (n_prompt == 0) throw_error(ErrorKind::kInvalidArgument, "the prompt has no tokens");
+  // Under a sliding window the blocks behind it are given back: the pool bounds no sequence.
+  const int32_t pool = executor_.n_kv_blocks() * executor_.kv_block_size();
   const int32_t capacity =
-      std::min(config_.n_ctx, executor_.n_kv_blocks() * executor_.kv_block_size());
+      scheduler_.config().kv_window > 0 ? config_.n_ctx : std::min(config_.n_ctx, pool);
   if (n_prompt >= capacity)
     throw_error(ErrorKind::kInvalidArgument,
                 "the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +

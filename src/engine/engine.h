@@ -137,6 +137,9 @@ struct EngineConfig {
   int32_t n_ctx = 2048;              // the most tokens (prompt + generated) of one sequence
   int32_t max_queue = 256;           // submitted but not yet running; beyond this submit() refuses
   int32_t embed_step_tokens = 8192;  // token budget of one embedding step
+  // Give back KV blocks behind a sliding window when the executor allows it
+  // (StepExecutor::kv_window > 0: every layer slides); false keeps every block.
+  bool release_window_blocks = true;
   std::function<bool(int32_t)> is_eog;  // end-of-generation tokens; null: none
   // The clock steps are timed with, in ms, for the step cost model (null: steady_clock).
   // Tests inject a simulated clock that a fake executor advances.

@@ -97,6 +97,11 @@ class StepExecutor {
     can_embed(&why);
     throw_error(ErrorKind::kUnsupported, why);
   }
+  // Sliding windows: > 0 when no step reads a position more than kv_window() - 1 before its
+  // own (every layer of the model slides, this being the largest window) and the executor
+  // never touches block-table entries wholly before that, so the engine may give those
+  // blocks back (BlockManager::release_before). 0: every block is kept.
+  virtual int32_t kv_window() const { return 0; }
   // The kind of device the steps run on ("cpu", "cuda"), as /props reports it.
   virtual std::string device_name() const { return "cpu"; }
   // A line for the start-up report: device, weights, KV cache, workspace.

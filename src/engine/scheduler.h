@@ -60,6 +60,11 @@ struct SchedulerConfig {
   // The fewest prompt tokens a step offers waiting prompts while streams decode, however
   // little time the decodes leave: prefill always progresses.
   int32_t min_step_prompt_tokens = 8;
+  // Sliding windows (StepExecutor::kv_window, set by the engine): > 0 when no query reads a
+  // position more than kv_window - 1 before its own; each running sequence's blocks wholly
+  // before its next token's window are then given back before its step is planned, so a
+  // long generation holds about window + one step's tokens of cache. 0: keep every block.
+  int32_t kv_window = 0;
 };
 
 struct ScheduledChunk {

@@ -37,6 +37,9 @@ struct Sequence {
   int32_t max_tokens = 0;  // generated-token limit (already bounded by the context)
 
   std::vector<int32_t> block_table;    // physical block of each block-sized span of positions
+                                       // (BlockManager::kReleased: given back, behind the
+                                       // sliding window)
+  int32_t n_released_blocks = 0;       // leading table entries that are kReleased
   std::vector<uint64_t> block_hashes;  // chained prefix hash of each full block, registered
                                        // in the prefix cache (size <= block_table.size())
   int32_t n_cached_prompt = 0;         // prompt tokens served from the prefix cache

@@ -479,6 +479,46 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
   return out;
 }
 
+namespace {
+
+// LongRoPE as llama.cpp's converter writes a Phi-3 128k model: the original context and the
+// attention factor sqrt(1 + ln(context / original) / ln(original)); no scaling type or factor.
+void write_longrope_metadata(const SyntheticModelOptions& o, GgufWriter& w) {
+  const int64_t original = o.rope_original_context;
+  if (o.arch != Arch::kPhi3 || original <= 1 || original > o.shape.context)
+    throw_error(ErrorKind::kInvalidArgument,
+                "longrope RoPE scaling: phi3 only, with an original context in (1, " +
+                    std::to_string(o.shape.context) + "] (the shape's context)");
+  const std::string a(arch_name(o.arch));
+  const double scale = (double)o.shape.context / (double)original;
+  const double attn =
+      scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log((double)original)) : 1.0;
+  w.set(a + ".rope.scaling.original_context_length", Value::u32((uint32_t)original));
+  w.set(a + ".rope.scaling.attn_factor", Value::f32((float)attn));
+}
+
+// rope_factors_short / rope_factors_long [head_dim / 2], F32, seeded: short factors in
+// [1, 1.1), long ones growing with the pair towards the context's extension (as Phi-3's do).
+void add_longrope_factors(const SyntheticModelOptions& o, GgufWriter& w) {
+  const int64_t pairs = o.shape.head_dim / 2;
+  const double scale = (double)o.shape.context / (double)o.rope_original_context;
+  for (const bool is_long : {false, true}) {
+    SplitMix64 rng{o.seed ^ (is_long ? 0x4c4f4e47ull : 0x53484f52ull)};
+    std::vector<float> v((size_t)pairs);
+    for (int64_t i = 0; i < pairs; ++i) {
+      const double u = (double)(rng.next() >> 11) * 0x1.0p-53;
+      const double ramp = ((double)i + 0.5) / (double)pairs;
+      v[(size_t)i] =
+          (float)(is_long ? 1.0 + (scale - 1.0) * ramp * ramp * (0.75 + 0.5 * u) : 1.0 + 0.1 * u);
+    }
+    w.add_tensor(is_long ? "rope_factors_long.weight" : "rope_factors_short.weight", DType::F32,
+                 {pairs},
+                 [v](std::span<uint8_t> out) { std::memcpy(out.data(), v.data(), out.size()); });
+  }
+}
+
+}  // namespace
+
 GgufWriter build_synthetic_model(const SyntheticModelOptions& o, SyntheticModelSummary* summary) {
   check_shape(o.shape);
   const std::optional<QuantMix> mix = quant_mix_from_name(o.type);
@@ -491,7 +531,16 @@ GgufWriter build_synthetic_model(const SyntheticModelOptions& o, SyntheticModelS
   // The vocabulary decides the embedding size, so it is read first; the hyperparameters are
   // set first in the file all the same (set() keeps a replaced key's position).
   write_hyperparameters(o.arch, o.shape, o.shape.vocab, o.type, w);
-  if (!o.rope_scaling.empty()) {
+  if (o.sliding_window > 0) {
+    const bool gemma = o.arch == Arch::kGemma2 || o.arch == Arch::kGemma3;
+    if (!gemma && o.arch != Arch::kLlama)
+      throw_error(ErrorKind::kInvalidArgument, "a sliding window is for llama, gemma2 or gemma3");
+    w.set(std::string(arch_name(o.arch)) + ".attention.sliding_window",
+          Value::u32((uint32_t)o.sliding_window));
+  }
+  if (o.rope_scaling == "longrope") {
+    write_longrope_metadata(o, w);
+  } else if (!o.rope_scaling.empty()) {
     const std::string a(arch_name(o.arch));
     w.set(a + ".rope.scaling.type", Value::string(o.rope_scaling));
     w.set(a + ".rope.scaling.factor", Value::f32((float)o.rope_factor));
@@ -544,7 +593,12 @@ GgufWriter build_synthetic_model(const SyntheticModelOptions& o, SyntheticModelS
     sum.n_bytes += dtype_row_bytes(t.type, t.dims[0]) * (uint64_t)(n / t.dims[0]);
     w.add_tensor_rows(t.name, t.type, t.dims, make_fill(t, i, ctx));
   }
-  sum.n_tensors = plan.size();
+  if (o.rope_scaling == "longrope") {
+    add_longrope_factors(o, w);
+    sum.n_params += o.shape.head_dim;  // two sets of head_dim / 2
+    sum.n_bytes += 4 * (uint64_t)o.shape.head_dim;
+  }
+  sum.n_tensors = plan.size() + (o.rope_scaling == "longrope" ? 2 : 0);
   if (summary) *summary = sum;
   return w;
 }

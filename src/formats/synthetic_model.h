@@ -79,11 +79,15 @@ struct SyntheticModelOptions {
   std::string vocab_path;    // a GGUF whose tokenizer.* keys are copied; "" for synthetic
   uint64_t seed = 0;
   // RoPE scaling metadata ("" for none; linear, yarn): <arch>.rope.scaling.type, factor and
-  // original_context_length.
+  // original_context_length. "longrope" (phi3): original_context_length, attn_factor and
+  // seeded rope_factors_short / rope_factors_long tensors, as a Phi-3 128k file has them.
   std::string rope_scaling;
   double rope_factor = 1.0;
   int64_t rope_original_context = 0;  // 0: the shape's context
-  int n_threads = 0;                  // 0: one per hardware thread
+  // > 0: the attention window. llama (Mistral-style): <arch>.attention.sliding_window on every
+  // layer; gemma2/gemma3: replaces the shape's window. 0: the shape's (llama: none).
+  int64_t sliding_window = 0;
+  int n_threads = 0;  // 0: one per hardware thread
   // The reference quantizers of K-quant and IQ4 types search scales and cost ~100 ns a
   // value, minutes for a 1.5B model. Tensors of those types with at least
   // pool_min_tensor_blocks blocks are therefore assembled from seeded random picks out of a

@@ -74,9 +74,12 @@ void read_rope_scaling(const gguf::GgufFile& f, const std::string& a, RopeParams
   const double factor = f.get_float_or(a + ".rope.scaling.factor", 1.0);
   const int original = (int)f.get_uint_or(a + ".rope.scaling.original_context_length", 8192);
   using Scaling = RopeParams::Scaling;
-  if (type == "none" || ((type == "linear") && factor == 1.0)) {
+  // LongRoPE ("longrope", or "su" in older configs) scales by its per-pair factors, read with
+  // the layers; its positions are not divided unless the file gives a factor (as llama.cpp).
+  const bool longrope = type == "longrope" || type == "su";
+  if (type == "none" || ((type == "linear" || longrope) && factor == 1.0)) {
     rope.scaling = Scaling::kNone;
-  } else if (type == "linear") {
+  } else if (type == "linear" || longrope) {
     rope.scaling = Scaling::kLinear;
     rope.factor = (float)factor;
   } else if (type == "yarn") {
@@ -105,7 +108,13 @@ void read_rope_scaling(const gguf::GgufFile& f, const std::string& a, RopeParams
     rope.original_context = original;
   } else {
     throw_error(ErrorKind::kUnsupported, f.path() + ": unsupported rope scaling type '" + type +
-                                             "' (supported: none, linear, llama3, yarn)");
+                                             "' (supported: none, linear, llama3, yarn, longrope)");
+  }
+  // llama.cpp multiplies every scaling's cos and sin by this key (YaRN's own factor above).
+  if (rope.scaling != Scaling::kYarn) {
+    rope.attn_factor = (float)f.get_float_or(a + ".rope.scaling.attn_factor", 1.0);
+    if (!(rope.attn_factor > 0.0f) || !std::isfinite(rope.attn_factor))
+      throw_error(ErrorKind::kFormat, f.path() + ": rope.scaling.attn_factor must be > 0");
   }
   if (const gguf::TensorInfo* freqs = f.find_tensor("rope_freqs.weight");
       freqs != nullptr && rope.scaling == Scaling::kNone) {
@@ -148,17 +157,60 @@ void read_experts(const gguf::GgufFile& f, ModelConfig& c) {
                                         std::to_string(c.n_experts) + ")");
 }
 
-// Every layer global, rotated by the one RoPE, scaled by 1/sqrt(head_dim) (in attention, or
-// on q for Phi-3). Phi-3's sliding window is ignored, as llama.cpp ignores it; its
-// LongRoPE factors (the 128k-context variants) are refused.
+// One LongRoPE factor set: an F32 vector of n_dims / 2 positive, finite divisors.
+std::vector<float> rope_factors(const gguf::GgufFile& f, const std::string& name, int n_dims) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (t == nullptr)
+    throw_error(ErrorKind::kFormat,
+                f.path() + ": LongRoPE needs both rope_factors_short and rope_factors_long; " +
+                    name + " is missing");
+  if (t->type != DType::F32 || t->n_elements() != (int64_t)(n_dims / 2))
+    throw_error(ErrorKind::kFormat, f.path() + ": " + name + " must be f32 of " +
+                                        std::to_string(n_dims / 2) + " values (n_rot / 2)");
+  const auto* v = reinterpret_cast<const float*>(t->data);
+  std::vector<float> out(v, v + n_dims / 2);
+  for (float x : out)
+    if (!(x > 0.0f) || !std::isfinite(x))
+      throw_error(ErrorKind::kFormat, f.path() + ": " + name + " holds a factor <= 0");
+  return out;
+}
+
+// Phi-3's LongRoPE (the 128k variants): short and long per-pair factors, the long ones used
+// when the context exceeds the original one (rope.scaling.original_context_length, else the
+// trained context), as llama.cpp chooses; the attention factor is read with the scaling.
+void read_longrope(const gguf::GgufFile& f, ModelConfig& c) {
+  if (!f.find_tensor("rope_factors_long.weight") && !f.find_tensor("rope_factors_short.weight"))
+    return;
+  if (c.rope.scaling == RopeParams::Scaling::kLlama3 ||
+      c.rope.scaling == RopeParams::Scaling::kYarn)
+    throw_error(ErrorKind::kUnsupported,
+                f.path() + ": LongRoPE factors together with llama3 or YaRN scaling");
+  c.rope_factors_short = rope_factors(f, "rope_factors_short.weight", c.rope.n_dims);
+  c.rope_factors_long = rope_factors(f, "rope_factors_long.weight", c.rope.n_dims);
+  c.rope.original_context =
+      (int)f.get_uint_or(c.arch + ".rope.scaling.original_context_length", (uint64_t)c.n_ctx_train);
+  if (c.rope.original_context <= 0)
+    throw_error(ErrorKind::kFormat, f.path() + ": rope.scaling.original_context_length is 0");
+  c.rope.freq_factors = c.rope_factors_short;
+}
+
+// Every layer rotated by the one RoPE, scaled by 1/sqrt(head_dim) (in attention, or on q for
+// Phi-3), and global, except that a llama file with <arch>.attention.sliding_window (Mistral,
+// as transformers runs it: every layer slides) attends through that window; llama.cpp's
+// converter writes no such key for Mistral and its llama graph ignores it. Phi-3's sliding
+// window is ignored, as llama.cpp ignores it.
 void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
+  if (c.arch_kind == Arch::kPhi3) read_longrope(f, c);
   c.ropes = {c.rope};
   LayerSpec spec;
   spec.attention.scale = 1.0f / std::sqrt((float)c.head_dim);
+  if (c.arch_kind == Arch::kLlama) {
+    const uint64_t window = f.get_uint_or(c.arch + ".attention.sliding_window", 0);
+    if (window > (1u << 30))
+      throw_error(ErrorKind::kFormat, f.path() + ": attention.sliding_window is out of range");
+    spec.attention.window = (int32_t)window;
+  }
   if (c.arch_kind == Arch::kPhi3) {
-    if (f.find_tensor("rope_factors_long.weight") || f.find_tensor("rope_factors_short.weight"))
-      throw_error(ErrorKind::kUnsupported,
-                  f.path() + ": LongRoPE factors (Phi-3 128k context) are not supported yet");
     c.query_scale = spec.attention.scale;
     spec.attention.scale = 1.0f;
   }

@@ -46,6 +46,26 @@ int32_t max_context(const ModelConfig& c) {
   return (int32_t)std::min<double>(std::max<double>(c.n_ctx_train, scaled), INT32_MAX);
 }
 
+int32_t kv_window(const ModelConfig& c) {
+  int32_t widest = 0;
+  for (const LayerSpec& l : c.layers) {
+    if (l.attention.window <= 0) return 0;
+    widest = std::max(widest, l.attention.window);
+  }
+  return widest;
+}
+
+std::vector<RopeParams> ropes_for_context(const ModelConfig& c, int64_t n_ctx) {
+  std::vector<RopeParams> ropes = c.ropes;
+  if (c.rope_factors_long.empty()) return ropes;
+  const int32_t limit = max_context(c);
+  const int64_t per_seq = limit > 0 ? std::min<int64_t>(n_ctx, limit) : n_ctx;
+  const bool use_long = per_seq > c.rope.original_context;
+  for (RopeParams& r : ropes)
+    r.freq_factors = use_long ? c.rope_factors_long : c.rope_factors_short;
+  return ropes;
+}
+
 void check_context(const ModelConfig& c, int64_t n_ctx, const std::string& flag) {
   const int32_t limit = max_context(c);
   if (limit <= 0 || n_ctx <= limit) return;
@@ -137,7 +157,11 @@ void check_step(const ModelConfig& config, std::span<const SequenceChunk> chunks
                   which + ": block table has " + std::to_string(ch.block_table.size()) +
                       " blocks, positions up to " + std::to_string(end) + " need " +
                       std::to_string(blocks_needed));
-    for (int64_t b = 0; b < blocks_needed; ++b)
+    // Under a sliding window on every layer, blocks wholly before the first token's window
+    // may have been given back (a negative id): no layer reads them.
+    const int32_t window = kv_window(config);
+    const int64_t first_read = window > 0 ? std::max<int64_t>(0, ch.start_pos - window + 1) : 0;
+    for (int64_t b = first_read / kl.block_size; b < blocks_needed; ++b)
       if (ch.block_table[(size_t)b] < 0 || ch.block_table[(size_t)b] >= kl.n_blocks)
         throw_error(ErrorKind::kInvalidArgument,
                     which + ": block id " + std::to_string(ch.block_table[(size_t)b]) +

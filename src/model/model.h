@@ -73,6 +73,9 @@ struct ModelConfig {
   // `rope`). Llama family: every layer global with scale 1/sqrt(head_dim) and ropes = {rope}.
   std::vector<LayerSpec> layers;
   std::vector<RopeParams> ropes;
+  // LongRoPE (Phi-3 128k): the file's per-pair factor sets (empty: none). `ropes` carries the
+  // short ones; ropes_for_context picks by the context an executor runs with.
+  std::vector<float> rope_factors_short, rope_factors_long;
   GluActivation ffn_activation = GluActivation::kSilu;
   // q multiplied by query_scale before attention, whose own scale is then 1 (Gemma, Phi-3:
   // llama.cpp scales q so, and rounds the product to half before q·k).
@@ -134,6 +137,15 @@ void check_context(const ModelConfig& c, int64_t n_ctx, const std::string& flag)
 // max_context.
 int32_t context_for(const ModelConfig& c, int32_t requested, int32_t fallback,
                     const std::string& flag);
+
+// The window every layer's attention slides through when all of them slide (the largest, so
+// a position before it is read by no layer); 0 when any layer attends globally.
+int32_t kv_window(const ModelConfig& c);
+
+// The RoPE variants to run with when each sequence may hold n_ctx positions: `ropes`, with
+// LongRoPE's long factors when min(n_ctx, max_context) exceeds rope.original_context and its
+// short ones otherwise (llama.cpp's choice by its per-sequence context).
+std::vector<RopeParams> ropes_for_context(const ModelConfig& c, int64_t n_ctx);
 
 class Model {
  public:

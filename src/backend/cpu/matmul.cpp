@@ -371,6 +371,88 @@ void matmul_glu(const WeightView& gate, const WeightView& up, const float* x, in
   });
 }
 
+namespace {
+
+// A grouped product ready to run: its weights' plans, runs and quantized input.
+struct PreparedGroup {
+  const GroupedProduct* p;
+  std::vector<TokenRun> runs, up_runs;
+  const uint8_t* act;
+  size_t stride;
+};
+
+PreparedGroup prepare_group(const GroupedProduct& p, size_t slot, ThreadPool& pool) {
+  check_matmul_args(*p.w, p.x, p.n_tokens, p.y);
+  check_roles(p.roles, p.n_tokens);
+  const Plan plan = plan_for(best_isa(), p.w->type);
+  PreparedGroup g{&p, token_runs(plan, p.w->type, p.n_tokens, p.roles), {}, nullptr, 0};
+  if (p.up != nullptr) {
+    check_matmul_args(*p.up, p.x, p.n_tokens, p.up_scratch);
+    const Plan up_plan = plan_for(best_isa(), p.up->type);
+    if (p.up->rows != p.w->rows || up_plan.kernels != plan.kernels || up_plan.kind != plan.kind)
+      throw_error(ErrorKind::kInvalidArgument,
+                  "matmul_grouped: a gated pair needs equal rows and one activation kind");
+    g.up_runs = token_runs(up_plan, p.up->type, p.n_tokens, p.roles);
+  }
+  g.act = activations(plan, p.x, p.w->cols, p.n_tokens, pool, slot, &g.stride);
+  return g;
+}
+
+// Rows [begin, end) of one grouped product (with its gated activation).
+void run_group_rows(const PreparedGroup& g, GluActivation act, int64_t begin, int64_t end) {
+  const GroupedProduct& p = *g.p;
+  run_gemm(g.runs, *p.w, begin, end, g.act, g.stride, p.y);
+  if (p.up == nullptr) return;
+  run_gemm(g.up_runs, *p.up, begin, end, g.act, g.stride, p.up_scratch);
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    float* y = p.y + t * p.w->rows + begin;
+    glu(act, y, p.up_scratch + t * p.w->rows + begin, y, end - begin);
+  }
+}
+
+}  // namespace
+
+void matmul_grouped(std::span<const GroupedProduct> products, ThreadPool& pool, GluActivation act) {
+  std::vector<PreparedGroup> groups;
+  groups.reserve(products.size());
+  int64_t max_tokens = 0;
+  for (const GroupedProduct& p : products) {
+    if (p.n_tokens == 0) continue;
+    groups.push_back(prepare_group(p, groups.size(), pool));
+    max_tokens = std::max(max_tokens, p.n_tokens);
+  }
+  if (groups.empty()) return;
+  std::atomic<int64_t> next{0};
+  if (max_tokens <= kShrinkingMaxTokens) {
+    // Decode: shrinking shares over the rows of every product, one after the other.
+    std::vector<int64_t> rows;
+    int64_t total = 0;
+    for (const PreparedGroup& g : groups) rows.push_back(g.p->w->rows), total += rows.back();
+    pool.run([&](int, int n_threads) {
+      size_t j = 0;
+      int64_t begin = 0, end = 0;
+      while (claim_shrinking(next, rows, total, n_threads, &j, &begin, &end))
+        run_group_rows(groups[j], act, begin, end);
+    });
+    return;
+  }
+  std::vector<ChunkedRows> jobs;
+  int64_t total = 0;
+  for (const PreparedGroup& g : groups) {
+    jobs.push_back(chunk_rows(g.p->w->rows, pool.size()));
+    total += jobs.back().n_chunks;
+  }
+  pool.run([&](int, int) {
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < total;
+         c = next.fetch_add(1, std::memory_order_relaxed)) {
+      size_t j = 0;
+      while (c >= jobs[j].n_chunks) c -= jobs[j++].n_chunks;
+      const int64_t begin = c * jobs[j].chunk;
+      run_group_rows(groups[j], act, begin, std::min(jobs[j].rows, begin + jobs[j].chunk));
+    }
+  });
+}
+
 void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
             TokenRoles roles) {
   matmul_with_isa(best_isa(), w, x, n_tokens, y, pool, roles);

@@ -31,4 +31,24 @@ void matmul_glu(const WeightView& gate, const WeightView& up, const float* x, in
                 float* out, float* up_scratch, ThreadPool& pool, TokenRoles roles = {},
                 GluActivation act = GluActivation::kSilu);
 
+// One product of a grouped call: y [n_tokens x w->rows] = x [n_tokens x w->cols] · Wᵀ; with
+// `up`, the gated pair y = act(W·x) * (U·x) (up_scratch: n_tokens x rows floats), as
+// matmul_glu. Each has its own input rows and token roles (empty: every token's own order).
+struct GroupedProduct {
+  const WeightView* w = nullptr;
+  const WeightView* up = nullptr;
+  const float* x = nullptr;
+  int64_t n_tokens = 0;
+  float* y = nullptr;
+  float* up_scratch = nullptr;
+  TokenRoles roles;
+};
+
+// Every product in one parallel region (a mixture of experts' step: each selected expert over
+// the rows routed to it): inputs quantized once per product, then the threads claim row chunks
+// of all products together, so a decode step with k experts waits at one join instead of k.
+// Each output is bit-identical to matmul's (matmul_glu's with `up`). Throws as matmul does.
+void matmul_grouped(std::span<const GroupedProduct> products, ThreadPool& pool,
+                    GluActivation act = GluActivation::kSilu);
+
 }  // namespace hablar::cpu

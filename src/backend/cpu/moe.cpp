@@ -127,6 +127,52 @@ void run_expert(const ExpertsView& ex, int e, const float* in, int64_t n_tokens,
     std::copy_n(s.down.data() + r * n_embd, n_embd, s.slots.data() + slots[(size_t)r] * n_embd);
 }
 
+// Whether every expert runs through matmul's kernels (no F16 matrix, whose mul_mat_id order
+// is f16_expert_product's) with one width: then all experts go in two grouped regions.
+bool groupable(const ExpertsView& ex) {
+  const int64_t fe = ex.gate[0].rows;
+  for (size_t e = 0; e < ex.gate.size(); ++e)
+    for (const WeightView* w : {&ex.gate[e], &ex.up[e], &ex.down[e]})
+      if (w->type == DType::F16 || ex.gate[e].rows != fe) return false;
+  return true;
+}
+
+// Every selected expert at once: the routed rows sorted by expert (a stable counting sort, so
+// each expert's rows keep their slot order), the gate/up pairs of all experts in one parallel
+// region, their down products in a second, then each result copied to its (token, slot) row
+// of s.slots. The same products as run_expert's, row for row (one-token order each).
+void run_experts_grouped(const ExpertsView& ex, const float* in, int64_t n_tokens, int64_t n_embd,
+                         ThreadPool& pool, MoeScratch& s) {
+  const int E = (int)ex.gate.size(), K = ex.n_used;
+  const int64_t N = n_tokens * K, FE = ex.gate[0].rows;
+  s.offsets.assign((size_t)E + 1, 0);
+  for (int64_t i = 0; i < N; ++i) ++s.offsets[(size_t)s.chosen[(size_t)i] + 1];
+  for (int e = 0; e < E; ++e) s.offsets[(size_t)e + 1] += s.offsets[(size_t)e];
+  s.order.resize((size_t)N);
+  std::vector<int64_t> cursor(s.offsets.begin(), s.offsets.end() - 1);
+  for (int64_t i = 0; i < N; ++i) s.order[(size_t)cursor[(size_t)s.chosen[(size_t)i]]++] = i;
+  s.rows.resize((size_t)(N * n_embd));
+  for (int64_t r = 0; r < N; ++r)
+    std::copy_n(in + s.order[(size_t)r] / K * n_embd, n_embd, s.rows.data() + r * n_embd);
+  s.roles.assign((size_t)N, llama_batch_role(0, 1));
+  s.gate.resize((size_t)(N * FE)), s.up.resize((size_t)(N * FE)),
+      s.down.resize((size_t)(N * n_embd));
+  std::vector<GroupedProduct> pairs, downs;
+  for (int e = 0; e < E; ++e) {
+    const int64_t at = s.offsets[(size_t)e], n = s.offsets[(size_t)e + 1] - at;
+    if (n == 0) continue;
+    const TokenRoles roles(s.roles.data() + at, (size_t)n);
+    pairs.push_back({&ex.gate[(size_t)e], &ex.up[(size_t)e], s.rows.data() + at * n_embd, n,
+                     s.gate.data() + at * FE, s.up.data() + at * FE, roles});
+    downs.push_back({&ex.down[(size_t)e], nullptr, s.gate.data() + at * FE, n,
+                     s.down.data() + at * n_embd, nullptr, roles});
+  }
+  matmul_grouped(pairs, pool, GluActivation::kSilu);
+  matmul_grouped(downs, pool);
+  for (int64_t r = 0; r < N; ++r)
+    std::copy_n(s.down.data() + r * n_embd, n_embd, s.slots.data() + s.order[(size_t)r] * n_embd);
+}
+
 }  // namespace
 
 void moe_ffn(const ExpertsView& ex, const float* in, int64_t n_tokens, int64_t n_embd, float* out,
@@ -137,7 +183,11 @@ void moe_ffn(const ExpertsView& ex, const float* in, int64_t n_tokens, int64_t n
   matmul(*ex.router, in, n_tokens, s.logits.data(), pool, roles);
   route(ex, n_tokens, s);
   s.slots.resize((size_t)(n_tokens * K * n_embd));
-  for (int e = 0; e < E; ++e) run_expert(ex, e, in, n_tokens, n_embd, pool, s);
+  if (groupable(ex)) {
+    run_experts_grouped(ex, in, n_tokens, n_embd, pool, s);
+  } else {
+    for (int e = 0; e < E; ++e) run_expert(ex, e, in, n_tokens, n_embd, pool, s);
+  }
   // The shared expert (dense over every token, as any FFN) and its gate, before `in` is
   // overwritten: shared[t] = swiglu FFN(in[t]) * sigmoid(in[t] · g), the sigmoid taken as
   // silu(x) / x as llama.cpp does.

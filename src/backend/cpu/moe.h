@@ -19,6 +19,7 @@ namespace hablar::cpu {
 struct MoeScratch {
   std::vector<float> logits, rows, gate, up, down, slots;
   std::vector<int32_t> chosen;
+  std::vector<int64_t> offsets, order;  // grouped experts: rows per expert, slot of each row
   std::vector<float> weights;
   std::vector<uint8_t> roles;
 };

@@ -393,6 +393,45 @@ TEST(Matmul, ManyAndSwigluMatchSeparateCalls) {
   EXPECT_THROW(matmul_glu(gate.view, a.view, x.data(), 1, y.data(), y.data(), pool), Error);
 }
 
+// matmul_grouped: products of different weights over different inputs and token counts
+// (a mixture of experts' step, decode and prefill sizes), each bit-identical to matmul /
+// matmul_glu with the same roles; a product with no tokens is skipped.
+TEST(Matmul, GroupedEqualsOneProductAtATime) {
+  ThreadPool pool(3);
+  const int64_t cols = 512;
+  const Matrix g0 = make_matrix(DType::Q4_K, 96, cols, 71),
+               u0 = make_matrix(DType::Q4_K, 96, cols, 72);
+  const Matrix g1 = make_matrix(DType::Q6_K, 96, cols, 73),
+               u1 = make_matrix(DType::Q6_K, 96, cols, 74);
+  const Matrix d0 = make_matrix(DType::Q8_0, 40, cols, 75);
+  for (int64_t n : {1, 2, 7}) {
+    const std::vector<float> x0 = random_values(n * cols, 80 + (uint32_t)n);
+    const std::vector<float> x1 = random_values((n + 1) * cols, 90 + (uint32_t)n);
+    const std::vector<uint8_t> r0((size_t)n, llama_batch_role(0, 1)), r1((size_t)n + 1, 0);
+    std::vector<float> y0((size_t)(n * 96)), s0(y0.size()), y1((size_t)((n + 1) * 96)),
+        s1(y1.size()), y2((size_t)(n * 40));
+    const GroupedProduct products[] = {
+        {&g0.view, &u0.view, x0.data(), n, y0.data(), s0.data(), TokenRoles(r0)},
+        {&d0.view, nullptr, x0.data(), 0, nullptr, nullptr, {}},
+        {&g1.view, &u1.view, x1.data(), n + 1, y1.data(), s1.data(), TokenRoles(r1)},
+        {&d0.view, nullptr, x0.data(), n, y2.data(), nullptr, TokenRoles(r0)}};
+    matmul_grouped(products, pool);
+    std::vector<float> want(y0.size()), scratch(y0.size());
+    matmul_glu(g0.view, u0.view, x0.data(), n, want.data(), scratch.data(), pool, r0);
+    ASSERT_EQ(0, std::memcmp(want.data(), y0.data(), want.size() * 4)) << "tokens " << n;
+    want.resize(y1.size()), scratch.resize(y1.size());
+    matmul_glu(g1.view, u1.view, x1.data(), n + 1, want.data(), scratch.data(), pool, r1);
+    ASSERT_EQ(0, std::memcmp(want.data(), y1.data(), want.size() * 4)) << "tokens " << n;
+    want.resize(y2.size());
+    matmul(d0.view, x0.data(), n, want.data(), pool, r0);
+    ASSERT_EQ(0, std::memcmp(want.data(), y2.data(), want.size() * 4)) << "tokens " << n;
+  }
+  // A gated pair of unequal rows is refused.
+  std::vector<float> x(cols), y(96), sc(96);
+  const GroupedProduct bad[] = {{&g0.view, &d0.view, x.data(), 1, y.data(), sc.data(), {}}};
+  EXPECT_THROW(matmul_grouped(bad, pool), Error);
+}
+
 TEST(Matmul, RejectsBadInput) {
   ThreadPool pool(1);
   std::vector<uint8_t> bytes(4096);

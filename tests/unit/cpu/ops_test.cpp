@@ -105,8 +105,13 @@ double oracle_freq(int i, const RopeParams& p) {
   }
   return freq;
 }
+// LongRoPE divides pair i's frequency by its factor before any other scaling.
+double oracle_freq_with_factors(int i, const RopeParams& p) {
+  const double ff = p.freq_factors.empty() ? 1.0 : (double)p.freq_factors[(size_t)i];
+  return oracle_freq(i, p) / ff;
+}
 
-void check_rope(const RopeParams& p, int head_dim, int pos) {
+void check_rope(const RopeParams& p, int head_dim, int pos, double mscale = 1.0) {
   const int n_heads = 3;
   const auto x = random_values((size_t)n_heads * head_dim, 7);
   std::vector<float> y = x;
@@ -117,9 +122,10 @@ void check_rope(const RopeParams& p, int head_dim, int pos) {
     const float* b = y.data() + h * head_dim;
     for (int i = 0; i < half; ++i) {
       const int i0 = p.neox ? i : 2 * i, i1 = p.neox ? i + half : 2 * i + 1;
-      const double th = pos * oracle_freq(i, p);
-      EXPECT_NEAR(b[i0], a[i0] * std::cos(th) - a[i1] * std::sin(th), 2e-4) << "pair " << i;
-      EXPECT_NEAR(b[i1], a[i0] * std::sin(th) + a[i1] * std::cos(th), 2e-4) << "pair " << i;
+      const double th = pos * oracle_freq_with_factors(i, p);
+      const double c = mscale * std::cos(th), sn = mscale * std::sin(th);
+      EXPECT_NEAR(b[i0], a[i0] * c - a[i1] * sn, 2e-4) << "pair " << i;
+      EXPECT_NEAR(b[i1], a[i0] * sn + a[i1] * c, 2e-4) << "pair " << i;
     }
     for (int d = p.n_dims; d < head_dim; ++d) EXPECT_EQ(b[d], a[d]) << "pass-through dim " << d;
   }
@@ -167,6 +173,32 @@ TEST(Ops, RopeScaling) {
   p.high_freq_factor = 4.0f;
   p.original_context = 8192;
   for (int pos : {3, 90}) check_rope(p, 128, pos);
+}
+
+// LongRoPE: per-pair divisors and the attention factor on cos and sin; a factor list of the
+// wrong length is refused.
+TEST(Ops, RopeLongRopeFactors) {
+  RopeParams p;
+  p.n_dims = 96;
+  p.neox = true;
+  for (int i = 0; i < 48; ++i) p.freq_factors.push_back(1.0f + 0.75f * (float)(i * i) / 47.0f);
+  p.attn_factor = 1.19f;
+  for (int pos : {0, 5, 63, 200}) check_rope(p, 96, pos, 1.19);
+  // Factors of 1 give exactly the plain angles.
+  RopeParams plain = p;
+  plain.freq_factors.clear();
+  plain.attn_factor = 1.0f;
+  RopeParams ones = plain;
+  ones.freq_factors.assign(48, 1.0f);
+  float c0[48], s0[48], c1[48], s1[48];
+  rope_angles(77, plain, c0, s0);
+  rope_angles(77, ones, c1, s1);
+  for (int i = 0; i < 48; ++i) {
+    EXPECT_EQ(c0[i], c1[i]);
+    EXPECT_EQ(s0[i], s1[i]);
+  }
+  p.freq_factors.pop_back();
+  EXPECT_THROW(rope_angles(1, p, c0, s0), Error);
 }
 
 // rope_apply's SIMD form equals the scalar one bit for bit (NeoX pairs 8 at a time plus a

@@ -135,6 +135,65 @@ TEST(BlockManager, ForkSharesAndCopiesOnFirstWrite) {
   EXPECT_EQ(bm.n_free(), 8);
 }
 
+// Sliding windows: blocks wholly before the window go back to the free list, their entries
+// become kReleased (the rest of the table keeps its positions), their prefix hashes are
+// forgotten, and free / fork / register skip them.
+TEST(BlockManager, ReleaseBeforeGivesBackBlocksBehindTheWindow) {
+  BlockManager bm(8, 4);
+  Sequence a = make_seq(14);
+  compute_all(bm, a);  // blocks 0..3, three of them full and hashed
+  EXPECT_EQ(bm.n_cached(), 3);
+  const auto table = a.block_table;
+  // The next token (position 14) with a window of 6 sees [9, 14]: blocks 0 and 1 go.
+  EXPECT_EQ(bm.release_before(a, 14 - 6 + 1), 2);
+  EXPECT_EQ(a.block_table[0], BlockManager::kReleased);
+  EXPECT_EQ(a.block_table[1], BlockManager::kReleased);
+  EXPECT_EQ(a.block_table[2], table[2]);
+  EXPECT_EQ(a.block_table[3], table[3]);
+  EXPECT_EQ(bm.n_free(), 6);
+  EXPECT_EQ(bm.n_cached(), 1);               // block 2 keeps its hash
+  EXPECT_EQ(bm.release_before(a, 9), 0);     // idempotent
+  EXPECT_EQ(bm.release_before(a, 1000), 1);  // never the block being written (position 14)
+  EXPECT_EQ(a.block_table[3], table[3]);
+  // A new sequence with the same prompt is offered no released block.
+  Sequence b = make_seq(14);
+  EXPECT_EQ(bm.match_prefix(b), 0);
+  bm.free(b);
+  // Growing on: the released entries stay, new blocks append, hashing chains through.
+  for (int i = 0; i < 6; ++i) a.tokens.push_back(7 + i);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(bm.allocate_slots(a, 6, copies));
+  a.n_computed = 20;
+  bm.register_full_blocks(a);
+  EXPECT_EQ(a.block_hashes.size(), 5u);
+  Sequence child;
+  child.tokens = a.tokens;
+  bm.fork(a, child);
+  EXPECT_EQ(child.n_released_blocks, 3);
+  EXPECT_EQ(bm.ref_count(a.block_table[4]), 2);
+  bm.free(child);
+  bm.free(a);
+  EXPECT_EQ(bm.n_free(), 8);
+  EXPECT_EQ(a.n_released_blocks, 0);
+}
+
+// A block another sequence still holds keeps its prefix-cache entry when one releases it.
+TEST(BlockManager, ReleaseBeforeKeepsSharedBlocksForTheirOtherHolders) {
+  BlockManager bm(8, 4);
+  Sequence a = make_seq(9), b = make_seq(9);
+  compute_all(bm, a);
+  compute_all(bm, b);  // shares a's two full blocks
+  EXPECT_EQ(bm.ref_count(a.block_table[0]), 2);
+  EXPECT_EQ(bm.release_before(a, 8), 2);
+  EXPECT_EQ(bm.ref_count(b.block_table[0]), 1);
+  Sequence c = make_seq(9);
+  EXPECT_EQ(bm.match_prefix(c), 8);  // b's blocks, still valid and cached
+  bm.free(c);
+  bm.free(b);
+  bm.free(a);
+  EXPECT_EQ(bm.n_free(), 8);
+}
+
 TEST(BlockManager, RejectsEmptyCache) {
   EXPECT_THROW(BlockManager(0, 16), Error);
 }

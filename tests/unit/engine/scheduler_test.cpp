@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <numeric>
 
@@ -306,6 +307,49 @@ TEST(SchedulerPriority, LowerValueIsAdmittedFirstAndPreemptsTheLowestRank) {
   p = f.sched.schedule();
   EXPECT_EQ(Fixture::tokens_of(p, b), 6);  // b recomputes its prompt and its token, before plain
   EXPECT_EQ(Fixture::tokens_of(p, plain), 0);
+}
+
+// Sliding windows: over a generation many windows long, each sequence holds about window +
+// one step of cache (so a pool far smaller than the sequences runs them without preemption),
+// and every table entry a step reads (the chunk's window onwards) is a live block.
+TEST(Scheduler, SlidingWindowKeepsMemoryBounded) {
+  constexpr int32_t kWindow = 10, kBlock = 4;
+  Fixture f(
+      12, kBlock,
+      {.max_running = 2, .max_step_tokens = 16, .max_prefill_chunk = 8, .kv_window = kWindow});
+  Sequence* a = f.add(30);
+  Sequence* b = f.add(5);
+  int32_t most_used = 0;
+  for (int step = 0; step < 400; ++step) {
+    StepPlan p = f.sched.schedule();
+    ASSERT_TRUE(p.preempted.empty() && p.out_of_room.empty()) << "step " << step;
+    for (const ScheduledChunk& c : p.chunks) {
+      const int32_t first = std::max(0, c.start_pos - kWindow + 1);
+      for (int32_t pos = first; pos < c.start_pos + c.n_tokens; ++pos)
+        ASSERT_GE(c.seq->block_table[(size_t)(pos / kBlock)], 0) << "position " << pos;
+    }
+    most_used = std::max(most_used, f.blocks.n_used());
+    f.run(p);
+  }
+  EXPECT_GT(a->n_generated(), 300);
+  EXPECT_GT(b->n_generated(), 300);
+  // Per sequence: ceil((window - 1 + chunk) / block) + 1 blocks at most.
+  EXPECT_LE(most_used, 2 * ((kWindow - 1 + 8 + kBlock - 1) / kBlock + 1));
+  EXPECT_GT(a->n_released_blocks, 70);
+}
+
+// Without the window every block stays: the same pool runs out.
+TEST(Scheduler, WithoutSlidingWindowTheSamePoolRunsOut) {
+  Fixture f(12, 4, {.max_running = 2, .max_step_tokens = 16, .max_prefill_chunk = 8});
+  f.add(30);
+  f.add(5);
+  bool ran_out = false;
+  for (int step = 0; step < 400 && !ran_out; ++step) {
+    StepPlan p = f.sched.schedule();
+    ran_out = !p.preempted.empty() || !p.out_of_room.empty();
+    f.run(p);
+  }
+  EXPECT_TRUE(ran_out);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // same seeded `hablar make-model` files this test writes again).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -58,6 +59,33 @@ TEST_P(SyntheticGolden, TeacherForcedLogitsMatchLlamaCpp) {
   std::filesystem::remove_all(dir);
 }
 
+// LongRoPE's factor set follows the context a sequence may hold: short up to the original
+// context (64 here), long past it (capped at the trained 2048); the attention factor is the
+// converter's sqrt(1 + ln(2048 / 64) / ln(64)).
+TEST(LongRope, FactorSetFollowsTheContext) {
+  const std::string dir = test::make_temp_dir("hablar-longrope");
+  const std::string path = test::write_synthetic(dir, {{"arch", "phi3"},
+                                                       {"shape", "tiny-hd96"},
+                                                       {"type", "f16"},
+                                                       {"vocab", ""},
+                                                       {"seed", 7},
+                                                       {"rope_scaling", "longrope"},
+                                                       {"rope_original_context", 64}});
+  auto m = model::Model::load(path);
+  const model::ModelConfig& c = m->config();
+  ASSERT_EQ(c.rope_factors_short.size(), 48u);
+  ASSERT_EQ(c.rope_factors_long.size(), 48u);
+  EXPECT_NE(c.rope_factors_short, c.rope_factors_long);
+  EXPECT_EQ(c.rope.original_context, 64);
+  EXPECT_NEAR(c.rope.attn_factor, std::sqrt(1.0 + std::log(32.0) / std::log(64.0)), 1e-6);
+  EXPECT_EQ(model::max_context(c), 2048);
+  EXPECT_EQ(model::ropes_for_context(c, 64)[0].freq_factors, c.rope_factors_short);
+  EXPECT_EQ(model::ropes_for_context(c, 65)[0].freq_factors, c.rope_factors_long);
+  EXPECT_EQ(model::ropes_for_context(c, 1 << 20)[0].freq_factors, c.rope_factors_long);
+  m.reset();
+  std::filesystem::remove_all(dir);
+}
+
 std::vector<SynthCase> all_cases() {
   std::vector<SynthCase> cases;
   for (const char* arch : {"llama", "qwen2", "qwen3"})
@@ -66,6 +94,10 @@ std::vector<SynthCase> all_cases() {
   cases.push_back({"llama", "q5_1"});  // Q5_1 in llama.cpp's lane order, as Q4_1
   // YaRN RoPE scaling (factor 4 over an original context of 64 positions).
   for (const char* type : {"f16", "q4_k_m"}) cases.push_back({"qwen2-yarn", type});
+  // Phi-3 LongRoPE at a context of 256: the long factors over an original context of 64, the
+  // short ones over 512 (each with its attention factor).
+  for (const char* type : {"f16", "q8_0", "q4_k_m"}) cases.push_back({"phi3-longrope", type});
+  cases.push_back({"phi3-longrope-short", "f16"});
   for (const char* arch : {"gemma2", "gemma3", "mixtral", "qwen2moe", "qwen3moe", "phi3"})
     for (const char* type : {"f16", "q8_0", "q4_k_m"})
       cases.push_back(

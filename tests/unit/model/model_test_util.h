@@ -77,10 +77,12 @@ inline std::string write_synthetic(const std::string& dir, const nlohmann::json&
   return path;
 }
 
-// log_softmax rows of every position of `ids`, evaluated as one prompt.
+// log_softmax rows of every position of `ids`, evaluated as one prompt on an executor of
+// n_ctx positions (at least the prompt's; the context picks LongRoPE's factor set).
 inline std::vector<std::vector<float>> teacher_forced_logsoftmax(model::Model& m,
-                                                                 const std::vector<int32_t>& ids) {
-  CpuSequence seq(m, (int)ids.size());
+                                                                 const std::vector<int32_t>& ids,
+                                                                 int n_ctx = 0) {
+  CpuSequence seq(m, std::max(n_ctx, (int)ids.size()));
   const std::span<const float> logits = seq.eval(ids, true);
   const size_t n_vocab = (size_t)m.config().n_vocab;
   std::vector<std::vector<float>> rows(ids.size(), std::vector<float>(n_vocab));
@@ -100,10 +102,13 @@ struct GoldenComparison {
 
 inline GoldenComparison compare_with_golden(model::Model& m, const nlohmann::json& golden) {
   GoldenComparison c;
+  // The oracle's context where the golden file records it (synthetic models).
+  const nlohmann::json& spec = golden["model"];
+  const int n_ctx = spec.is_object() ? spec.value("n_ctx", 0) : 0;
   for (size_t pi = 0; pi < golden["prompts"].size(); ++pi) {
     const nlohmann::json& pr = golden["prompts"][pi];
     const std::vector<int32_t> ids = pr["ids"].get<std::vector<int32_t>>();
-    const auto rows = teacher_forced_logsoftmax(m, ids);
+    const auto rows = teacher_forced_logsoftmax(m, ids, n_ctx);
     std::vector<double> per_pos(ids.size(), 0.0);
     for (size_t p = 0; p < ids.size(); ++p) {
       const auto top_ids = pr["top_ids"][p].get<std::vector<int32_t>>();
