@@ -27,10 +27,9 @@ struct QuantizeCliOptions {
 void print_progress(const formats::QuantizeProgress& p) {
   const formats::QuantizedTensorPlan& t = *p.tensor;
   const bool same = t.type == t.source->type;
-  std::fprintf(stderr, "[%4d/%4d] %-36s %-16s %6s%s%s\n", p.index, p.count,
-               t.source->name.c_str(), t.source->shape_string().c_str(),
-               std::string(dtype_name(t.source->type)).c_str(), same ? "" : " -> ",
-               same ? "" : std::string(dtype_name(t.type)).c_str());
+  std::fprintf(stderr, "[%4d/%4d] %-36s %-16s %6s%s%s\n", p.index, p.count, t.source->name.c_str(),
+               t.source->shape_string().c_str(), std::string(dtype_name(t.source->type)).c_str(),
+               same ? "" : " -> ", same ? "" : std::string(dtype_name(t.type)).c_str());
 }
 
 int run_quantize(const QuantizeCliOptions& o) {

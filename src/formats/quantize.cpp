@@ -17,8 +17,8 @@ constexpr uint32_t kQuantizationVersion = 2;  // GGML_QNT_VERSION
 
 // Keys llama.cpp's quantizer sets again at the end of the list, or drops.
 bool key_rewritten(const std::string& key) {
-  return key == "general.quantization_version" || key == "general.file_type" ||
-         key == "split.no" || key == "split.count" || key == "split.tensors.count";
+  return key == "general.quantization_version" || key == "general.file_type" || key == "split.no" ||
+         key == "split.count" || key == "split.tensors.count";
 }
 
 void check_source(const QuantizedTensorPlan& p, const QuantizeOptions& o) {
@@ -86,20 +86,20 @@ gguf::GgufWriter quantize_model(const gguf::GgufFile& f, Ftype ftype, const Quan
     };
     if (p->type == p->source->type) {
       const size_t row_bytes = dtype_row_bytes(p->type, p->source->dims[0]);
-      w.add_tensor_rows(p->source->name, p->type, p->dims,
-                        [p, plan, announce, row_bytes](int64_t first, int64_t n,
-                                                       std::span<uint8_t> out) {
-                          announce(first);
-                          const uint8_t* src = p->source->data + (size_t)first * row_bytes;
-                          std::copy(src, src + (size_t)n * row_bytes, out.begin());
-                        });
+      w.add_tensor_rows(
+          p->source->name, p->type, p->dims,
+          [p, plan, announce, row_bytes](int64_t first, int64_t n, std::span<uint8_t> out) {
+            announce(first);
+            const uint8_t* src = p->source->data + (size_t)first * row_bytes;
+            std::copy(src, src + (size_t)n * row_bytes, out.begin());
+          });
     } else {
-      w.add_tensor_rows(p->source->name, p->type, p->dims,
-                        [p, plan, pool, announce](int64_t first, int64_t n,
-                                                  std::span<uint8_t> out) {
-                          announce(first);
-                          convert_rows(*p, *pool, first, n, out);
-                        });
+      w.add_tensor_rows(
+          p->source->name, p->type, p->dims,
+          [p, plan, pool, announce](int64_t first, int64_t n, std::span<uint8_t> out) {
+            announce(first);
+            convert_rows(*p, *pool, first, n, out);
+          });
     }
   }
   return w;

@@ -57,10 +57,10 @@ DType ftype_default_type(Ftype ftype);
 // Model facts the mix rules read (from the file's <arch>.* keys and tensor names).
 struct QuantizeModelFacts {
   std::string arch;
-  int n_layers = 0;    // <arch>.block_count
-  int n_gqa = 0;       // heads / kv heads of layer 0 (0 when unknown)
-  int n_expert = 0;    // <arch>.expert_count
-  bool is_70b = false;  // llama.cpp's LLM_TYPE_70B (80 layers of llama, qwen2, olmo, deci)
+  int n_layers = 0;         // <arch>.block_count
+  int n_gqa = 0;            // heads / kv heads of layer 0 (0 when unknown)
+  int n_expert = 0;         // <arch>.expert_count
+  bool is_70b = false;      // llama.cpp's LLM_TYPE_70B (80 layers of llama, qwen2, olmo, deci)
   bool tied_output = true;  // no output.weight: token_embd is the classifier
   int n_attention_wv = 0;   // attn_v-like tensors (attn_v, attn_qkv, attn_kv_b)
 };
@@ -83,8 +83,8 @@ struct QuantizeProgress {
 };
 
 struct QuantizeOptions {
-  int n_threads = 0;               // 0: one per hardware thread
-  bool allow_requantize = false;   // quantized inputs are refused unless set (as llama.cpp)
+  int n_threads = 0;              // 0: one per hardware thread
+  bool allow_requantize = false;  // quantized inputs are refused unless set (as llama.cpp)
   std::function<void(const QuantizeProgress&)> progress;  // before each tensor's data
 };
 

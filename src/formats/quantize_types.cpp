@@ -91,16 +91,41 @@ bool allows_quantization(const gguf::TensorInfo& t, const std::vector<int64_t>& 
   if (dims.size() < 2) return false;
   const std::string_view n = t.name;
   if (!n.ends_with("weight")) return false;
-  for (std::string_view skip :
-       {"_norm.weight", "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel",
-        "per_layer_model_proj", "ssm_conv1d", "shortconv.conv.weight", "indexer.k_proj.weight",
-        "indexer.q_proj.weight", "time_mix_first.weight", "time_mix_w0.weight",
-        "time_mix_w1.weight", "time_mix_w2.weight", "time_mix_v0.weight", "time_mix_v1.weight",
-        "time_mix_v2.weight", "time_mix_a0.weight", "time_mix_a1.weight", "time_mix_a2.weight",
-        "time_mix_g1.weight", "time_mix_g2.weight", "time_mix_decay_w1.weight",
-        "time_mix_decay_w2.weight", "time_mix_lerp_fused.weight", "attn_rel_b.weight",
-        ".position_embd", "sam.pos_embd", "sam.neck.", "sam.net_", ".rel_pos", ".patch_embd",
-        ".patch_merger", "a.rvq.codebook", "mm.a.code_embd"})
+  for (std::string_view skip : {"_norm.weight",
+                                "ffn_gate_inp.weight",
+                                "ffn_gate_tid2eid.weight",
+                                "altup",
+                                "laurel",
+                                "per_layer_model_proj",
+                                "ssm_conv1d",
+                                "shortconv.conv.weight",
+                                "indexer.k_proj.weight",
+                                "indexer.q_proj.weight",
+                                "time_mix_first.weight",
+                                "time_mix_w0.weight",
+                                "time_mix_w1.weight",
+                                "time_mix_w2.weight",
+                                "time_mix_v0.weight",
+                                "time_mix_v1.weight",
+                                "time_mix_v2.weight",
+                                "time_mix_a0.weight",
+                                "time_mix_a1.weight",
+                                "time_mix_a2.weight",
+                                "time_mix_g1.weight",
+                                "time_mix_g2.weight",
+                                "time_mix_decay_w1.weight",
+                                "time_mix_decay_w2.weight",
+                                "time_mix_lerp_fused.weight",
+                                "attn_rel_b.weight",
+                                ".position_embd",
+                                "sam.pos_embd",
+                                "sam.neck.",
+                                "sam.net_",
+                                ".rel_pos",
+                                ".patch_embd",
+                                ".patch_merger",
+                                "a.rvq.codebook",
+                                "mm.a.code_embd"})
     if (contains(n, skip)) return false;
   return n != "position_embd.weight" && n != "token_types.weight";
 }
@@ -161,9 +186,7 @@ struct Walk {
     if (f == Ftype::kQ2_K) {
       t = DType::Q3_K;
     } else if (f == Ftype::kQ3_K_M) {
-      t = i < n / 16                        ? DType::Q5_K
-          : !falcon || use_more_bits(i, n) ? DType::Q4_K
-                                            : DType::Q3_K;
+      t = i < n / 16 ? DType::Q5_K : !falcon || use_more_bits(i, n) ? DType::Q4_K : DType::Q3_K;
     } else if (f == Ftype::kQ3_K_L) {
       t = falcon ? DType::Q4_K : DType::Q5_K;
     } else if (f == Ftype::kQ4_K_M) {
@@ -329,8 +352,9 @@ QuantizeModelFacts quantize_model_facts(const gguf::GgufFile& f) {
   const int64_t kv_heads = first_int(f, m.arch + ".attention.head_count_kv", heads);
   m.n_gqa = kv_heads > 0 ? (int)(heads / kv_heads) : 0;
   m.n_expert = (int)f.get_uint_or(m.arch + ".expert_count", 0);
-  const bool seventy = m.arch == "llama" ? heads != kv_heads
-                                          : m.arch == "qwen2" || m.arch == "olmo" || m.arch == "deci";
+  const bool seventy = m.arch == "llama"
+                           ? heads != kv_heads
+                           : m.arch == "qwen2" || m.arch == "olmo" || m.arch == "deci";
   m.is_70b = m.n_layers == 80 && seventy;
   for (const gguf::TensorInfo& t : f.tensors()) {
     if (t.name == "output.weight") m.tied_output = false;
@@ -358,8 +382,8 @@ std::vector<QuantizedTensorPlan> plan_quantization(const gguf::GgufFile& f, Ftyp
   for (QuantizedTensorPlan& p : plan) {
     if (!allows_quantization(*p.source, p.dims)) continue;
     DType t = base;
-    if (quantized) t = fit_row(walk.mix_type(base, *p.source, category_of(p.source->name)),
-                               p.source->dims[0]);
+    if (quantized)
+      t = fit_row(walk.mix_type(base, *p.source, category_of(p.source->name)), p.source->dims[0]);
     p.type = t;
   }
   return plan;
