@@ -40,7 +40,10 @@ int run_quantize(const QuantizeCliOptions& o) {
   if (!o.output.ends_with(".gguf"))
     throw_error(ErrorKind::kInvalidArgument, "quantize: the output must end in .gguf: " + o.output);
   const std::string in = resolve_model_path(o.input);
-  const gguf::GgufFile f = formats::open_model_file(in);
+  const gguf::GgufFile source = formats::open_model_file(in);
+  // A Hugging Face directory is written as `hablar convert` writes it (llama.cpp's layout):
+  // quantizing it gives the bytes of converting it first and quantizing that GGUF.
+  const gguf::GgufFile f = formats::llama_cpp_layout(source);
   formats::QuantizeOptions qo;
   qo.n_threads = o.n_threads;
   qo.allow_requantize = o.allow_requantize;
@@ -50,10 +53,12 @@ int run_quantize(const QuantizeCliOptions& o) {
   w.write(o.output);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double in_mib = (double)f.file_size() / (1 << 20);
+  uint64_t in_bytes = 0;
+  for (const gguf::TensorInfo& t : f.tensors()) in_bytes += t.nbytes;
+  const double in_mib = (double)in_bytes / (1 << 20);
   const double out_mib = (double)std::filesystem::file_size(o.output) / (1 << 20);
-  std::fprintf(stderr, "wrote %s (%s): %.2f MiB -> %.2f MiB in %.2f s\n", o.output.c_str(),
-               formats::ftype_name(*ftype).c_str(), in_mib, out_mib, seconds);
+  std::fprintf(stderr, "wrote %s (%s): tensors %.2f MiB -> file %.2f MiB in %.2f s\n",
+               o.output.c_str(), formats::ftype_name(*ftype).c_str(), in_mib, out_mib, seconds);
   return 0;
 }
 

@@ -47,6 +47,13 @@ gguf::GgufFile open_model_file(const std::string& path, const HfOpenOptions& opt
 std::optional<std::vector<std::pair<std::string, gguf::Value>>> ggml_vocab_from_hf(
     const gguf::GgufFile& f);
 
+// The model as llama.cpp's converter would write it (gguf_layout.cpp): the tokenizer.ggml.*
+// keys above in place of tokenizer.huggingface.json, and for the llama family the q / k
+// rows permuted from transformers' NeoX order to llama.cpp's (hablar.rope.neox dropped).
+// Anything else, a .gguf file included, comes back unchanged. Tensors not permuted still
+// point into `f`'s mapping: `f` must outlive the result.
+gguf::GgufFile llama_cpp_layout(const gguf::GgufFile& f);
+
 // config.json's text as GGUF metadata (<arch>.block_count, ...); for tests and fuzzing.
 std::vector<std::pair<std::string, gguf::Value>> hf_config_metadata(std::string_view config_json,
                                                                     const std::string& name);

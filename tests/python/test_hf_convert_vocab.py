@@ -71,3 +71,28 @@ def test_converted_gguf_generates_as_the_directory(converted):
     want = json.loads(hablar(*args, "-m", twin).stdout)["generated_ids"]
     assert len(want) == 12
     assert json.loads(hablar(*args, "-m", gguf).stdout)["generated_ids"] == want
+
+
+def test_quantizing_the_directory_equals_converting_then_quantizing(converted, tmp_path):
+    twin, gguf = converted
+    direct, via = tmp_path / "direct.gguf", tmp_path / "via.gguf"
+    hablar("quantize", "-q", "-t", "2", twin, direct, "Q8_0")
+    hablar("quantize", "-q", "-t", "2", gguf, via, "Q8_0")
+    assert direct.read_bytes() == via.read_bytes()
+
+
+def test_llama_qk_rows_are_back_in_llama_cpp_order(converted):
+    """transformers un-permuted the default model's q/k rows into NeoX order; the converted
+    GGUF has them as llama.cpp's converter writes them: equal to the original GGUF's rows
+    (dequantized, as transformers read them)."""
+    import numpy as np
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+    original = {t.name: t for t in GGUFReader(GGUF).tensors}
+    ours = {t.name: t for t in GGUFReader(converted[1]).tensors}
+    fields = GGUFReader(converted[1]).fields
+    assert "hablar.rope.neox" not in fields
+    for name in ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.29.attn_k.weight"]:
+        want = dequantize(original[name].data, original[name].tensor_type)
+        got = np.asarray(ours[name].data, dtype=np.float32).reshape(want.shape)
+        np.testing.assert_array_equal(got, want, err_msg=name)
