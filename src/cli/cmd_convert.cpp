@@ -34,11 +34,18 @@ void write_file(const std::string& path, const std::string_view bytes) {
   std::filesystem::rename(tmp, path);
 }
 
-// Every metadata key and tensor, the source-format marker left out.
-void write_gguf(const gguf::GgufFile& f, const std::string& path) {
+// Every metadata key and tensor, the source-format marker left out, in the layout
+// llama.cpp's converter writes (formats::llama_cpp_layout: a byte-level BPE tokenizer.json
+// as tokenizer.ggml.* keys, the llama family's q/k rows in llama.cpp's order).
+void write_gguf(const gguf::GgufFile& source, const std::string& path) {
+  const gguf::GgufFile f = formats::llama_cpp_layout(source);
   gguf::GgufWriter w;
   for (const auto& [key, value] : f.metadata())
     if (key != "general.source.format") w.set(key, value);
+  if (f.has("tokenizer.huggingface.json"))
+    std::fprintf(stderr,
+                 "note: the tokenizer stays as tokenizer.huggingface.json (not a byte-level BPE "
+                 "llama.cpp names); llama.cpp cannot read this file's vocabulary\n");
   for (const gguf::TensorInfo& t : f.tensors()) {
     const gguf::TensorInfo* src = &t;
     w.add_tensor(t.name, t.type, t.dims, [src](std::span<uint8_t> out) {

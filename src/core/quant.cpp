@@ -30,9 +30,23 @@ void dequantize_f32(const void* src, float* dst, int64_t n) {
 void quantize_f32(const float* src, void* dst, int64_t n) {
   std::memcpy(dst, src, (size_t)n * sizeof(float));
 }
+// As fp16_to_f32, without branches (so the loop vectorizes): the half's exponent and
+// mantissa, moved to a float's bit positions, read as a float 2^112 too small (normals and
+// subnormals alike), scaled back exactly; inf / NaN keep all-ones exponents.
 void dequantize_f16(const void* src, float* dst, int64_t n) {
   const auto* h = static_cast<const uint16_t*>(src);
-  for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(h[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t magnitude = (uint32_t)(h[i] & 0x7fffu) << 13;
+    const uint32_t sign = (uint32_t)(h[i] & 0x8000u) << 16;
+    float scaled;
+    std::memcpy(&scaled, &magnitude, sizeof scaled);
+    scaled *= 0x1p112f;
+    uint32_t bits;
+    std::memcpy(&bits, &scaled, sizeof bits);
+    if ((h[i] & 0x7c00u) == 0x7c00u) bits = magnitude | 0x7f800000u;
+    bits |= sign;
+    std::memcpy(&dst[i], &bits, sizeof bits);
+  }
 }
 void quantize_f16(const float* src, void* dst, int64_t n) {
   auto* h = static_cast<uint16_t*>(dst);

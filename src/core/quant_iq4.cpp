@@ -8,6 +8,7 @@
 
 #include "core/fp16.h"
 #include "core/quant.h"
+#include "core/quant_round.h"
 
 // Keep float expressions exactly as written (no fused multiply-add), so that results match
 // the format's reference arithmetic bit for bit on every target.
@@ -142,7 +143,7 @@ void quantize_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t n_blocks) {
     out.scales_h = 0;
     std::memset(out.scales_l, 0, sizeof out.scales_l);
     for (int g = 0; g < kGroups; ++g) {
-      const int l = std::clamp((int)std::lrint(id * scales[g]), -32, 31);
+      const int l = std::clamp(qround::nearest_even(id * scales[g]), -32, 31);
       pack_codes(x + kGroup * g, d * (float)l, out.qs + 16 * g);
       const int biased = l + 32;
       out.scales_l[g / 2] |= (uint8_t)((biased & 0xF) << (4 * (g % 2)));

@@ -11,6 +11,7 @@
 
 #include "core/fp16.h"
 #include "core/quant.h"
+#include "core/quant_round.h"
 
 // Keep float expressions exactly as written (no fused multiply-add), so that results match
 // the format's reference arithmetic bit for bit on every target.
@@ -28,7 +29,7 @@ constexpr float kGroupEps = 1e-15f;
 
 // Round half to even, as the scale searches need it (the default rounding mode).
 int nearest_int(float v) {
-  return (int)std::lrint(v);
+  return qround::nearest_even(v);
 }
 int clamp_int(int v, int lo, int hi) {
   return std::min(hi, std::max(lo, v));

@@ -6,6 +6,7 @@
 
 #include "core/fp16.h"
 #include "core/quant.h"
+#include "core/quant_round.h"
 
 // Keep float expressions exactly as written (no fused multiply-add), so that results match
 // the format's reference arithmetic bit for bit on every target.
@@ -184,7 +185,7 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n_blocks) {
     const float d = std::fabs(signed_absmax(x, kQK)) / 127.0f;
     const float id = inverse_or_zero(d);
     y[b].d = f32_to_fp16(d);
-    for (int j = 0; j < kQK; ++j) y[b].qs[j] = (int8_t)std::round(x[j] * id);
+    for (int j = 0; j < kQK; ++j) y[b].qs[j] = (int8_t)qround::nearest_away(x[j] * id);
   }
 }
 
@@ -195,7 +196,7 @@ void quantize_q8_1(const float* x, BlockQ8_1* y, int64_t n_blocks) {
     const float id = inverse_or_zero(d);
     int sum = 0;
     for (int j = 0; j < kQK; ++j) {
-      y[b].qs[j] = (int8_t)std::round(x[j] * id);
+      y[b].qs[j] = (int8_t)qround::nearest_away(x[j] * id);
       sum += y[b].qs[j];
     }
     y[b].d = f32_to_fp16(d);

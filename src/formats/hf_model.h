@@ -39,6 +39,21 @@ gguf::GgufFile open_hf_model(const std::string& dir, const HfOpenOptions& option
 // A .gguf file or a Hugging Face directory.
 gguf::GgufFile open_model_file(const std::string& path, const HfOpenOptions& options = {});
 
+// For a model whose tokenizer is a byte-level BPE tokenizer.json (Llama 3, Qwen2/3, GPT-2,
+// SmolLM families): the tokenizer.ggml.* keys llama.cpp's converter writes for it (model
+// gpt2, the pre-tokenizer's llama.cpp name, tokens, token types, merges, special ids), so
+// that a GGUF written from it is read by llama.cpp. nullopt for other tokenizers (they stay
+// as tokenizer.huggingface.json) and for models that already have tokenizer.ggml.model.
+std::optional<std::vector<std::pair<std::string, gguf::Value>>> ggml_vocab_from_hf(
+    const gguf::GgufFile& f);
+
+// The model as llama.cpp's converter would write it (gguf_layout.cpp): the tokenizer.ggml.*
+// keys above in place of tokenizer.huggingface.json, and for the llama family the q / k
+// rows permuted from transformers' NeoX order to llama.cpp's (hablar.rope.neox dropped).
+// Anything else, a .gguf file included, comes back unchanged. Tensors not permuted still
+// point into `f`'s mapping: `f` must outlive the result.
+gguf::GgufFile llama_cpp_layout(const gguf::GgufFile& f);
+
 // config.json's text as GGUF metadata (<arch>.block_count, ...); for tests and fuzzing.
 std::vector<std::pair<std::string, gguf::Value>> hf_config_metadata(std::string_view config_json,
                                                                     const std::string& name);

@@ -32,6 +32,9 @@ const std::vector<ModelShape> kShapes = {
     {"tiny", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0, 1e-5, false, 8, 2, 8, 2, 128},
     // tiny-hd96: Phi-3's head size, whose 1/sqrt(96) query scale is no power of two.
     {"tiny-hd96", 768, 2, 8, 4, 96, 512, 512, 2048, 10000.0, 1e-5, false},
+    // tiny-odd: rows of 320 (not a K-quant super-block: the quantizers' fallbacks), 8 layers
+    // (the quantize mixes' first / last eighth), 5 query heads per KV head, tied output.
+    {"tiny-odd", 320, 8, 5, 1, 64, 512, 512, 2048, 10000.0, 1e-5, true, 8, 2, 8, 2, 128},
     {"phi3-mini", 3072, 32, 32, 32, 96, 8192, 32064, 4096, 10000.0, 1e-5, false},
     {"smollm2-135m", 576, 30, 9, 3, 64, 1536, 49152, 8192, 100000.0, 1e-5, true},
     {"qwen2.5-0.5b", 896, 24, 14, 2, 64, 4864, 151936, 32768, 1000000.0, 1e-6, true},

@@ -276,6 +276,12 @@ PrePattern run(PrePattern::Class cls, bool ws_prefix, int count, std::string reg
 // [一-龥ࠀ-一가-퟿]+ without the white space inside those ranges (see class_has).
 constexpr const char* kCjkHangulRegex = R"((?:(?!\p{Z})[\x{800}-\x{9FA5}\x{AC00}-\x{D7FF}])+)";
 
+// llama.cpp's names of the Llama 3 pre-tokenizer (vocabularies that also ignore merges when
+// a word is one token and add BOS: see is_llama3_pre).
+const std::vector<std::string_view> kLlama3Names = {"llama-bpe", "llama3",    "llama-v3",
+                                                    "falcon3",   "falcon-h1", "pixtral",
+                                                    "midm-2.0",  "lfm2",      "jina-v5-nano"};
+
 struct NamedChain {
   std::vector<std::string_view> names;
   std::vector<PrePattern> (*make)();
@@ -284,9 +290,14 @@ struct NamedChain {
 const std::vector<NamedChain>& chains() {
   using C = PrePattern::Class;
   static const std::vector<NamedChain> kChains = {
-      {{"gpt-2", "mpt"}, [] { return std::vector<PrePattern>{gpt2()}; }},
-      {{"llama-bpe", "llama3", "llama-v3"}, [] { return std::vector<PrePattern>{llama3(3)}; }},
-      {{"qwen2"}, [] { return std::vector<PrePattern>{llama3(1)}; }},
+      // Each row: a pre-tokenizer and the other names llama.cpp gives the same splits
+      // (llama-vocab.cpp maps them to one pre-tokenizer type).
+      {{"gpt-2", "mpt", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
+        "a.x-4.0", "mellum", "modern-bert"},
+       [] { return std::vector<PrePattern>{gpt2()}; }},
+      {kLlama3Names, [] { return std::vector<PrePattern>{llama3(3)}; }},
+      {{"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2"},
+       [] { return std::vector<PrePattern>{llama3(1)}; }},
       {{"starcoder", "refact", "smollm"},
        [] {
          return std::vector<PrePattern>{run(C::kNumber, false, 1, R"(\p{N})"), gpt2()};
@@ -327,6 +338,10 @@ const std::vector<NamedChain>& chains() {
 }
 
 }  // namespace
+
+bool PreTokenizer::is_llama3_name(std::string_view pre) {
+  return std::find(kLlama3Names.begin(), kLlama3Names.end(), pre) != kLlama3Names.end();
+}
 
 std::vector<std::string> PreTokenizer::supported_names() {
   std::vector<std::string> names;

@@ -51,6 +51,8 @@ class PreTokenizer {
   // Chain for a tokenizer.ggml.pre value; throws Error(kUnsupported) listing the known ones.
   static PreTokenizer for_name(std::string_view pre);
   static std::vector<std::string> supported_names();
+  // A name of llama.cpp's Llama 3 pre-tokenizer ("llama-bpe", "llama3", "falcon3", ...).
+  static bool is_llama3_name(std::string_view pre);
 
   // Splits code points cps (with their flags from unicode::flags_of) into words; appends
   // the length of each word, in code points, to `lengths`.

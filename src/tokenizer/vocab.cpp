@@ -350,8 +350,7 @@ std::unique_ptr<Tokenizer::Impl> load_vocab(const gguf::GgufFile& f) {
   } else if (v->model_name == "gpt2") {
     v->kind = ModelKind::kBpe;
     v->pre = PreTokenizer::for_name(v->pre_name);
-    const bool llama3 =
-        v->pre_name == "llama-bpe" || v->pre_name == "llama3" || v->pre_name == "llama-v3";
+    const bool llama3 = PreTokenizer::is_llama3_name(v->pre_name);
     v->ignore_merges = llama3;
     v->add_bos = llama3;
   } else if (v->model_name == "bert") {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -285,6 +286,28 @@ TEST(QuantApi, RejectsBadLengthsAndUnsupportedTypes) {
   }
   // Every type the dtype table marks readable has a dequantizer.
   for (DType t : supported_dtypes()) EXPECT_TRUE(has_dequantizer(t)) << name_of(t);
+}
+
+}  // namespace
+}  // namespace hablar
+
+namespace hablar {
+namespace {
+
+// dequantize_row's branch-free F16 loop against the scalar fp16_to_f32 on every half,
+// infinities, NaNs and subnormals included.
+TEST(QuantRoundTrip, F16RowMatchesScalarOnEveryHalf) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = (uint16_t)h;
+  std::vector<float> got(all.size());
+  dequantize_row(DType::F16, all.data(), got.data(), (int64_t)all.size());
+  for (uint32_t h = 0; h < 65536; ++h) {
+    uint32_t a, b;
+    const float want = fp16_to_f32((uint16_t)h);
+    std::memcpy(&a, &got[h], 4);
+    std::memcpy(&b, &want, 4);
+    ASSERT_EQ(a, b) << "half 0x" << std::hex << h;
+  }
 }
 
 }  // namespace
