@@ -20,11 +20,11 @@ namespace {
 // below 2^-126 flush to 0 (exp_approx keeps them as subnormals: a weight < 1e-38 either way).
 __m512 exp_nonpositive(__m512 x) {
   const __m512 shifter = _mm512_set1_ps(0x1.8p23f);
-  const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), shifter),
-                                 shifter);
-  const __m512 b = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_setzero_ps(), n),
-                                   _mm512_set1_ps(0x1.7f7d1cp-20f),
-                                   _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+  const __m512 n =
+      _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), shifter), shifter);
+  const __m512 b =
+      _mm512_fmadd_ps(_mm512_sub_ps(_mm512_setzero_ps(), n), _mm512_set1_ps(0x1.7f7d1cp-20f),
+                      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
   const __m512 u = _mm512_mul_ps(b, b);
   const __m512 hi = _mm512_fmadd_ps(
       _mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
@@ -78,7 +78,8 @@ void weighted_values(const Unit& u, const float* v, float* scores, int64_t l16, 
   const int64_t KVD = (int64_t)u.sh.n_kv_heads * HD;
   const int kvh = u.h / (u.sh.n_heads / u.sh.n_kv_heads);
   if (u.sh.softcap > 0.0f)
-    for (int64_t j = 0; j < u.len; ++j) scores[j] = u.sh.softcap * std::tanh(scores[j] / u.sh.softcap);
+    for (int64_t j = 0; j < u.len; ++j)
+      scores[j] = u.sh.softcap * std::tanh(scores[j] / u.sh.softcap);
   for (int64_t j = u.len; j < l16; ++j) scores[j] = -INFINITY;
   __m512 m = _mm512_set1_ps(-INFINITY);
   for (int64_t j = 0; j < l16; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(scores + j));
@@ -98,7 +99,8 @@ void weighted_values(const Unit& u, const float* v, float* scores, int64_t l16, 
     for (int64_t j = 0; j < u.len; ++j) {
       const __m512 p = _mm512_set1_ps(scores[j]);
       const float* row = vh + j * KVD + d0;
-      for (int i = 0; i < nv; ++i) acc[i] = _mm512_fmadd_ps(p, _mm512_loadu_ps(row + 16 * i), acc[i]);
+      for (int i = 0; i < nv; ++i)
+        acc[i] = _mm512_fmadd_ps(p, _mm512_loadu_ps(row + 16 * i), acc[i]);
     }
     for (int i = 0; i < nv; ++i)
       _mm512_storeu_ps(out + d0 + 16 * i, _mm512_mul_ps(acc[i], _mm512_set1_ps(inv)));
@@ -129,9 +131,9 @@ void run_unit(const Unit& u, const float* q, const float* k, const float* v, flo
 void bidirectional_attention(const AttentionShape& shape, std::span<const int64_t> seq_begin,
                              const float* q, const float* k, const float* v, float* out,
                              ThreadPool& pool) {
-  HABLAR_CHECK(shape.head_dim % 16 == 0 && shape.n_kv_heads > 0 &&
-                   shape.n_heads % shape.n_kv_heads == 0,
-               "bidirectional_attention: head_dim must be a multiple of 16");
+  HABLAR_CHECK(
+      shape.head_dim % 16 == 0 && shape.n_kv_heads > 0 && shape.n_heads % shape.n_kv_heads == 0,
+      "bidirectional_attention: head_dim must be a multiple of 16");
   const int64_t n_seq = (int64_t)seq_begin.size() - 1;
   const int64_t units = n_seq * shape.n_heads;
   std::atomic<int64_t> next{0};

@@ -44,8 +44,7 @@ struct GemmJob {
 };
 // Every job's product over the same input rows x [n_tokens][cols] (one pass of the pool; the
 // jobs' weights all have `cols` columns and one type).
-void float_gemm(std::span<const GemmJob> jobs, const float* x, int64_t n_tokens,
-                ThreadPool& pool);
+void float_gemm(std::span<const GemmJob> jobs, const float* x, int64_t n_tokens, ThreadPool& pool);
 
 // x = GELU(x) + ... in place over n values, as cpu::gelu (bit for bit).
 void gelu_inplace(float* x, int64_t n);

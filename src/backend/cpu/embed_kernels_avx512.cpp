@@ -16,9 +16,9 @@
 namespace hablar::cpu::embed {
 namespace {
 
-constexpr int kTileTokens = 4;    // NT: tokens of a register tile
-constexpr int kTileRows = 6;      // NR: weight rows of a register tile
-constexpr int64_t kChunkRows = 48;  // rows a thread claims at once (kTileRows * 8)
+constexpr int kTileTokens = 4;        // NT: tokens of a register tile
+constexpr int kTileRows = 6;          // NR: weight rows of a register tile
+constexpr int64_t kChunkRows = 48;    // rows a thread claims at once (kTileRows * 8)
 constexpr int64_t kBlockCols = 1024;  // columns per pass over a token tile (L1-sized x rows)
 
 // The horizontal sum of cpu::matmul's AVX-512 float tile: the halves added, then 8 lanes as
@@ -66,7 +66,8 @@ HABLAR_INLINE void tile(const uint8_t* const* rows, const float* x, int64_t x_st
                         int64_t c1, const TileIo& io) {
   __m512 acc[NT][NR];
   for (int t = 0; t < NT; ++t)
-    for (int r = 0; r < NR; ++r) acc[t][r] = io.first ? _mm512_setzero_ps() : _mm512_load_ps(io.scratch[t * NR + r].v);
+    for (int r = 0; r < NR; ++r)
+      acc[t][r] = io.first ? _mm512_setzero_ps() : _mm512_load_ps(io.scratch[t * NR + r].v);
   for (int64_t c = c0; c < c1; c += 16) {
     __m512 w[NR];
     for (int r = 0; r < NR; ++r) w[r] = load_w<kF16>(rows[r], c);
@@ -167,17 +168,16 @@ void chunk(const GemmJob& job, const float* x, int64_t n_tokens, int64_t r_begin
 void round_rows(const float* x, int64_t n, float* out) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm512_cvtps_ph(
-                                  _mm512_loadu_ps(x + i),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    _mm512_storeu_ps(
+        out + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
   for (; i < n; ++i)
     out[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
 }  // namespace
 
-void float_gemm(std::span<const GemmJob> jobs, const float* x, int64_t n_tokens,
-                ThreadPool& pool) {
+void float_gemm(std::span<const GemmJob> jobs, const float* x, int64_t n_tokens, ThreadPool& pool) {
   if (jobs.empty() || n_tokens == 0) return;
   const int64_t cols = jobs[0].w->cols;
   const bool f16 = jobs[0].w->type == DType::F16;

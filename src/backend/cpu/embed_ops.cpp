@@ -134,7 +134,8 @@ void EmbedOps::linear_qkv(const WeightView& wq, const float* bq, const WeightVie
                     embed::float_gemm_supports(wv) && wq.type == wk.type && wq.type == wv.type &&
                     n_tokens() > 1;
   if (fast) {
-    const embed::GemmJob jobs[] = {{&wq, q, {bq, false}}, {&wk, k, {bk, false}}, {&wv, v, {bv, false}}};
+    const embed::GemmJob jobs[] = {
+        {&wq, q, {bq, false}}, {&wk, k, {bk, false}}, {&wv, v, {bv, false}}};
     return embed::float_gemm(jobs, in, n_tokens(), pool_);
   }
   matmul_qkv(wq, wk, wv, in, q, k, v);
