@@ -7,12 +7,12 @@
 // exactly the operations of cpu::matmul's AVX-512 float tile (x rounded to half for F16 weights
 // as llama.cpp does; 16 float lanes accumulated in column order by FMA; the 512-bit horizontal
 // sum), so the results are bit-identical to cpu::matmul's: only the blocking differs. Tiles
-// of 4 tokens x 6 rows keep 24 accumulators in registers; a thread takes a chunk of 48 rows
-// and walks every token tile over it, so the chunk's weights stay in L2 and a token tile's
-// activations (4 x up to 1024 columns) in L1; longer rows are cut in 1024-column blocks whose
-// partial accumulators wait in a scratch (the lanes' order of operations is unchanged).
-// Epilogue: + bias[r] (one float add, as a separate add_bias would do), then GELU (the half
-// table of cpu::gelu) when asked.
+// of 5 tokens x 5 rows keep 25 accumulators in registers; a thread takes a chunk of 40 rows of a
+// block of tokens (about 640 KiB of x) and walks each token tile of the block over it, so the
+// chunk's weights stay in L2 and a token tile's activations (5 x up to 1024 columns) in L1; longer
+// rows are cut in 1024-column blocks whose partial accumulators wait in a scratch (the lanes' order
+// of operations is unchanged). Epilogue: + bias[r] (one float add, as a separate add_bias would
+// do), then GELU (the half table of cpu::gelu) when asked.
 //
 // bidirectional_attention: per (sequence, head), softmax(scale · q·Kᵀ) V over the whole
 // sequence: scores for 16 keys at a time against a transposed K strip, an exp of the same

@@ -16,9 +16,10 @@
 namespace hablar::cpu::embed {
 namespace {
 
-constexpr int kTileTokens = 4;        // NT: tokens of a register tile
-constexpr int kTileRows = 6;          // NR: weight rows of a register tile
-constexpr int64_t kChunkRows = 48;    // rows a thread claims at once (kTileRows * 8)
+constexpr int kTileTokens = 5;                 // NT: tokens of a register tile
+constexpr int kTileRows = 5;                   // NR: weight rows of a register tile
+constexpr int64_t kChunkRows = kTileRows * 8;  // rows a thread claims at once
+constexpr int64_t kBlockBytes = 640 * 1024;    // x rows of a token block (within a 1 MiB L2)
 constexpr int64_t kBlockCols = 1024;  // columns per pass over a token tile (L1-sized x rows)
 
 // The horizontal sum of cpu::matmul's AVX-512 float tile: the halves added, then 8 lanes as
@@ -108,56 +109,39 @@ void tile_at(const GemmJob& job, const float* x, int64_t t0, int64_t r0, int64_t
   tile<kF16, NT, NR>(rows, x + t0 * w.cols, w.cols, c0, c1, io);
 }
 
-// The rows [r0, r0 + n_rows) (n_rows <= kTileRows) for NT tokens: the full-height tile or
-// one of the shorter ones at a chunk's end.
-template <bool kF16, int NT>
-void rows_at(const GemmJob& job, const float* x, int64_t t0, int64_t r0, int n_rows, int64_t c0,
-             int64_t c1, Lanes* scratch) {
-  switch (n_rows) {
-    case 6:
-      return tile_at<kF16, NT, 6>(job, x, t0, r0, c0, c1, scratch);
-    case 5:
-      return tile_at<kF16, NT, 5>(job, x, t0, r0, c0, c1, scratch);
-    case 4:
-      return tile_at<kF16, NT, 4>(job, x, t0, r0, c0, c1, scratch);
-    case 3:
-      return tile_at<kF16, NT, 3>(job, x, t0, r0, c0, c1, scratch);
-    case 2:
-      return tile_at<kF16, NT, 2>(job, x, t0, r0, c0, c1, scratch);
-    default:
-      return tile_at<kF16, NT, 1>(job, x, t0, r0, c0, c1, scratch);
+// The tile of nt <= NT tokens x n_rows <= NR rows: the full one, or a shorter one at the
+// tokens' or the chunk's end (each size its own instance, all with the same lane operations).
+template <bool kF16, int NT, int NR>
+void tile_sized(int nt, int n_rows, const GemmJob& job, const float* x, int64_t t0, int64_t r0,
+                int64_t c0, int64_t c1, Lanes* scratch) {
+  if constexpr (NT > 1) {
+    if (nt < NT) return tile_sized<kF16, NT - 1, NR>(nt, n_rows, job, x, t0, r0, c0, c1, scratch);
   }
+  if constexpr (NR > 1) {
+    if (n_rows < NR)
+      return tile_sized<kF16, NT, NR - 1>(nt, n_rows, job, x, t0, r0, c0, c1, scratch);
+  }
+  tile_at<kF16, NT, NR>(job, x, t0, r0, c0, c1, scratch);
 }
 
 // Every token over rows [r_begin, r_end) of one job: token tiles outermost, so the chunk's
 // weight rows are read from L2 once per tile while the tile's x rows stay in L1.
 template <bool kF16>
-void chunk(const GemmJob& job, const float* x, int64_t n_tokens, int64_t r_begin, int64_t r_end) {
+void chunk(const GemmJob& job, const float* x, int64_t t_begin, int64_t t_end, int64_t r_begin,
+           int64_t r_end) {
   const int64_t cols = job.w->cols;
   const int64_t n_tiles = (r_end - r_begin + kTileRows - 1) / kTileRows;
   thread_local std::vector<Lanes> scratch;
   if (cols > kBlockCols) scratch.resize((size_t)(n_tiles * kTileTokens * kTileRows));
-  for (int64_t t = 0; t < n_tokens;) {
-    const int64_t nt = std::min<int64_t>(kTileTokens, n_tokens - t);
+  for (int64_t t = t_begin; t < t_end;) {
+    const int64_t nt = std::min<int64_t>(kTileTokens, t_end - t);
     for (int64_t c0 = 0; c0 < cols; c0 += kBlockCols) {
       const int64_t c1 = std::min(cols, c0 + kBlockCols);
       for (int64_t i = 0; i < n_tiles; ++i) {
         const int64_t r0 = r_begin + i * kTileRows;
         const int n_rows = (int)std::min<int64_t>(kTileRows, r_end - r0);
         Lanes* sc = scratch.empty() ? nullptr : scratch.data() + i * kTileTokens * kTileRows;
-        switch (nt) {
-          case 4:
-            rows_at<kF16, 4>(job, x, t, r0, n_rows, c0, c1, sc);
-            break;
-          case 3:
-            rows_at<kF16, 3>(job, x, t, r0, n_rows, c0, c1, sc);
-            break;
-          case 2:
-            rows_at<kF16, 2>(job, x, t, r0, n_rows, c0, c1, sc);
-            break;
-          default:
-            rows_at<kF16, 1>(job, x, t, r0, n_rows, c0, c1, sc);
-        }
+        tile_sized<kF16, kTileTokens, kTileRows>((int)nt, n_rows, job, x, t, r0, c0, c1, sc);
       }
     }
     t += nt;
@@ -198,17 +182,25 @@ void float_gemm(std::span<const GemmJob> jobs, const float* x, int64_t n_tokens,
   std::vector<int64_t> first_chunk(jobs.size() + 1, 0);  // chunks numbered over all jobs
   for (size_t j = 0; j < jobs.size(); ++j)
     first_chunk[j + 1] = first_chunk[j] + (jobs[j].w->rows + kChunkRows - 1) / kChunkRows;
+  // Units of (token block, row chunk), the chunks of one token block first: a block's x rows
+  // (about kBlockBytes) stay in L2 while the thread walks its chunks' weights.
+  const int64_t block = std::max<int64_t>(
+      16, kBlockBytes / (cols * (int64_t)sizeof(float)) / kTileTokens * kTileTokens);
+  const int64_t n_chunks = first_chunk.back();
+  const int64_t n_units = (n_tokens + block - 1) / block * n_chunks;
   std::atomic<int64_t> next{0};
   pool.run([&](int, int) {
-    for (int64_t c = next.fetch_add(1); c < first_chunk.back(); c = next.fetch_add(1)) {
+    for (int64_t u = next.fetch_add(1); u < n_units; u = next.fetch_add(1)) {
+      const int64_t t0 = u / n_chunks * block, t1 = std::min(n_tokens, t0 + block);
+      const int64_t c = u % n_chunks;
       size_t j = 0;
       while (c >= first_chunk[j + 1]) ++j;
       const int64_t r0 = (c - first_chunk[j]) * kChunkRows;
       const int64_t r1 = std::min(jobs[j].w->rows, r0 + kChunkRows);
       if (f16) {
-        chunk<true>(jobs[j], in, n_tokens, r0, r1);
+        chunk<true>(jobs[j], in, t0, t1, r0, r1);
       } else {
-        chunk<false>(jobs[j], in, n_tokens, r0, r1);
+        chunk<false>(jobs[j], in, t0, t1, r0, r1);
       }
     }
   });
