@@ -15,9 +15,9 @@
 // do), then GELU (the half table of cpu::gelu) when asked.
 //
 // bidirectional_attention: per (sequence, head), softmax(scale · q·Kᵀ) V over the whole
-// sequence: scores for 16 keys at a time against a transposed K strip, an exp of the same
-// polynomial as cpu::exp_approx, the weighted sum of V rows in 16-lane vectors. Float sums
-// in another order than the plain loops (embeddings agree to cosine 1 - 1e-7, not bits).
+// sequence, vectorised over 16 keys (scores) and 16 dimensions (values) with the operations
+// of EmbedOps' plain loops in their order (products and adds unfused, the exps by std::exp,
+// their sum in double), so it gives those loops' bits.
 #pragma once
 
 #include <cstdint>

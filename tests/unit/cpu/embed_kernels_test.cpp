@@ -1,8 +1,9 @@
 // The embedding step's AVX-512 kernels (backend/cpu/embed_kernels.h): the GEMM gives
 // cpu::matmul's bits (+ add_inplace bias, + cpu::gelu) for F16 and F32 weights at every tile
-// edge (tokens not a multiple of 4, rows not a multiple of 6 or 48, rows longer than one
-// 1024-column block); gelu_inplace gives cpu::gelu's bits; the attention matches a double
-// precision softmax(q·Kᵀ)V over each whole sequence. Skipped on CPUs without AVX-512.
+// edge (tokens and rows not multiples of the 5 x 5 tile or the 40-row unit, rows longer than one
+// 1024-column block); gelu_inplace gives cpu::gelu's bits; the attention gives EmbedOps' plain
+// loops' bits and matches a double precision softmax(q·Kᵀ)V over each whole sequence. Skipped on
+// CPUs without AVX-512.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -140,6 +141,53 @@ std::vector<double> attention_reference(const embed::AttentionShape& s, const fl
     for (int i = 0; i < HD; ++i)
       out[(size_t)i] += w[(size_t)(j - b)] / sum * v[j * KVD + kvh * HD + i];
   return out;
+}
+
+// The plain loops of EmbedOps::attention for token t, head h over rows [b, e): 8-lane dot,
+// scale, std::exp, double sum, p = e * float(1 / sum), out += p * v.
+std::vector<float> attention_plain(const embed::AttentionShape& s, const float* q, const float* k,
+                                   const float* v, int64_t t, int h, int64_t b, int64_t e) {
+  const int HD = s.head_dim, kvh = h / (s.n_heads / s.n_kv_heads);
+  const int64_t QD = (int64_t)s.n_heads * HD, KVD = (int64_t)s.n_kv_heads * HD;
+  std::vector<float> w;
+  float mx = -INFINITY;
+  for (int64_t j = b; j < e; ++j) {
+    float lanes[8] = {};
+    for (int i = 0; i < HD; i += 8)
+      for (int l = 0; l < 8; ++l)
+        lanes[l] += q[t * QD + h * HD + i + l] * k[j * KVD + kvh * HD + i + l];
+    const float d = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) +
+                    ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    w.push_back(d * s.scale);
+    mx = std::max(mx, w.back());
+  }
+  double sum = 0;
+  for (float& x : w) sum += (x = std::exp(x - mx));
+  const float inv = (float)(1.0 / sum);
+  std::vector<float> out((size_t)HD, 0.0f);
+  for (int64_t j = b; j < e; ++j) {
+    const float p = w[(size_t)(j - b)] * inv;
+    for (int i = 0; i < HD; ++i) out[(size_t)i] += p * v[j * KVD + kvh * HD + i];
+  }
+  return out;
+}
+
+TEST_F(EmbedKernels, AttentionGivesThePlainLoopsBits) {
+  const embed::AttentionShape shape{4, 4, 48, 1.0f / std::sqrt(48.0f), 0.0f};
+  const std::vector<int64_t> seq_begin = {0, 33, 40};
+  const std::vector<float> q = random_floats(40 * 4 * 48, 31, 2.0f);
+  const std::vector<float> k = random_floats(40 * 4 * 48, 32, 2.0f);
+  const std::vector<float> v = random_floats(40 * 4 * 48, 33, 1.0f);
+  std::vector<float> out(40 * 4 * 48, NAN);
+  embed::bidirectional_attention(shape, seq_begin, q.data(), k.data(), v.data(), out.data(), pool_);
+  for (size_t s = 0; s + 1 < seq_begin.size(); ++s)
+    for (int64_t t = seq_begin[s]; t < seq_begin[s + 1]; ++t)
+      for (int h = 0; h < 4; ++h) {
+        const std::vector<float> want = attention_plain(shape, q.data(), k.data(), v.data(), t, h,
+                                                        seq_begin[s], seq_begin[s + 1]);
+        ASSERT_EQ(std::memcmp(want.data(), out.data() + t * 192 + h * 48, 48 * sizeof(float)), 0)
+            << "token " << t << " head " << h;
+      }
 }
 
 TEST_F(EmbedKernels, AttentionMatchesDoublePrecision) {
