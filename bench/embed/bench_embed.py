@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -46,6 +47,8 @@ def start(cmd, port_regex=None, port=None):
             if m:
                 port = int(m.group(1))
                 break
+    # Keep reading the log: a server blocked on a full stderr pipe stops answering.
+    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
     url = f"http://127.0.0.1:{port}"
     for _ in range(1200):
         try:
