@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/embed_kernels.h"
 #include "backend/cpu/matmul_internal.h"
 #include "backend/cpu/ops.h"
 #include "core/cpu_features.h"
@@ -115,6 +116,24 @@ void bm_hablar(benchmark::State& state, DType type, Shape s, int64_t signed_toke
         decode_batch ? cpu::llama_batch_role(0, 1) : cpu::llama_batch_role(t, n_tokens);
   for (auto _ : state) {
     cpu::matmul_with_isa(g_isa, w, x.data(), n_tokens, y.data(), pool(), roles);
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_counters(state, w, n_tokens);
+}
+
+// The embedding step's GEMM (cpu::embed::float_gemm: the same values as matmul, blocked for
+// many tokens), beside matmul and ggml at BERT-base's shapes.
+void bm_embed(benchmark::State& state, DType type, Shape s, int64_t n_tokens) {
+  if (!cpu::embed::embed_kernels_usable()) {
+    state.SkipWithError("no AVX-512 on this CPU");
+    return;
+  }
+  const WeightView& w = weights(type, s).view;
+  const std::vector<float> x = activations(s.cols * n_tokens);
+  std::vector<float> y((size_t)(s.rows * n_tokens));
+  const cpu::embed::GemmJob job{&w, y.data(), {}};
+  for (auto _ : state) {
+    cpu::embed::float_gemm({&job, 1}, x.data(), n_tokens, pool());
     benchmark::DoNotOptimize(y.data());
   }
   set_counters(state, w, n_tokens);
@@ -249,6 +268,18 @@ void register_all() {
       peer->UseRealTime();
     }
   };
+  // BERT-base's products (q/k/v/o, FFN up, FFN down) at 4 and 32 inputs of 128 tokens (the
+  // server's embedding steps are up to 4096 tokens).
+  for (const Shape& s : {Shape{768, 768}, Shape{3072, 768}, Shape{768, 3072}})
+    for (int64_t n : {int64_t{512}, int64_t{4096}}) {
+      const std::string suffix =
+          "f16/" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "/" + std::to_string(n);
+      for (auto* b :
+           {benchmark::RegisterBenchmark(("embed/" + suffix).c_str(), bm_embed, DType::F16, s, n),
+            benchmark::RegisterBenchmark(("hablar/" + suffix).c_str(), bm_hablar, DType::F16, s, n),
+            benchmark::RegisterBenchmark(("ggml/" + suffix).c_str(), bm_ggml, DType::F16, s, n)})
+        if (!g_cpu_time) b->UseRealTime();
+    }
   for (DType type : kAttentionTypes)
     for (const Shape& s : kAttentionShapes)
       for (int64_t n_tokens : {1, 128}) register_shape(type, s, n_tokens);

@@ -77,7 +77,19 @@ void EmbeddingQueue::fail_all(const std::string& message) {
   }
 }
 
-void EmbeddingQueue::step(StepExecutor& executor, EngineMetrics& metrics) {
+void EmbeddingQueue::observe(int64_t tokens, double ms) {
+  if (tokens <= 0 || !(ms >= 0)) return;
+  const double per_token = ms / (double)tokens;
+  ms_per_token_ = ms_per_token_ == 0 ? per_token : 0.8 * ms_per_token_ + 0.2 * per_token;
+}
+
+int64_t EmbeddingQueue::token_budget(double max_ms) const {
+  if (max_ms <= 0 || ms_per_token_ <= 0) return step_tokens_;
+  return std::clamp<int64_t>((int64_t)(max_ms / ms_per_token_), 1, step_tokens_);
+}
+
+void EmbeddingQueue::step(StepExecutor& executor, EngineMetrics& metrics, double max_ms) {
+  const int64_t budget = token_budget(max_ms);
   // The step's inputs: the oldest requests' next inputs, whole, up to the token budget (the
   // first always goes, however long). Cancelled requests end here.
   std::vector<std::shared_ptr<Pending>> taken;  // one entry per chunk
@@ -96,7 +108,7 @@ void EmbeddingQueue::step(StepExecutor& executor, EngineMetrics& metrics) {
       }
       while (p.next_input < p.request.inputs.size()) {
         const auto& in = p.request.inputs[p.next_input];
-        if (!chunks.empty() && tokens + (int64_t)in.size() > step_tokens_) break;
+        if (!chunks.empty() && tokens + (int64_t)in.size() > budget) break;
         chunks.push_back({in, p.request.pooling});
         taken.push_back(*it);
         input_index.push_back(p.next_input++);
@@ -126,6 +138,7 @@ void EmbeddingQueue::step(StepExecutor& executor, EngineMetrics& metrics) {
     log::error("embedding step failed: {}", error);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (error.empty()) observe(tokens, seconds * 1e3);
   std::vector<std::shared_ptr<Pending>> finished;
   for (size_t c = 0; c < chunks.size(); ++c) {
     Pending& p = *taken[c];

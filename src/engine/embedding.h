@@ -79,8 +79,16 @@ class EmbeddingQueue {
   // Queues a checked request (Engine::submit_embedding checks it).
   std::shared_ptr<EmbedHandle> push(EmbedRequest request);
   bool empty() const;
-  // One embedding step on `executor` (step thread only).
-  void step(StepExecutor& executor, EngineMetrics& metrics);
+  // One embedding step on `executor` (step thread only). max_ms > 0: the step is a stall for
+  // every decoding stream, so it takes only the inputs that its measured cost per token says
+  // fit in max_ms (the first input always goes: each step progresses); 0: step_tokens.
+  void step(StepExecutor& executor, EngineMetrics& metrics, double max_ms = 0);
+  // The step-cost model of embedding steps: the cost of a token, an exponentially weighted
+  // mean (decay 0.8 per step) of each step's ms per token; 0 before any step. observe() is
+  // what step() feeds it; token_budget() the tokens a step of at most max_ms may take.
+  void observe(int64_t tokens, double ms);
+  double ms_per_token() const { return ms_per_token_; }
+  int64_t token_budget(double max_ms) const;
   // Ends every waiting request with `message` (shutdown, engine failure).
   void fail_all(const std::string& message);
 
@@ -96,6 +104,7 @@ class EmbeddingQueue {
 
   int32_t step_tokens_;
   int32_t max_queue_;
+  double ms_per_token_ = 0;  // step thread only
   mutable std::mutex mu_;
   std::deque<std::shared_ptr<Pending>> waiting_;
   EmbedOutput output_;

@@ -186,7 +186,7 @@ void Engine::loop() {
       intake();
       if (stop_.load()) break;
       if (!scheduler_.empty()) step();
-      if (!embeddings_.empty()) embeddings_.step(executor_, metrics_);
+      if (!embeddings_.empty()) embeddings_.step(executor_, metrics_, embed_step_ms());
     } catch (const std::exception& e) {
       log::error("engine step failed: {}", e.what());
       fail_all(std::string("the engine failed: ") + e.what());
@@ -208,6 +208,16 @@ void Engine::loop() {
   embeddings_.fail_all("the server is shutting down");
   n_queued_.store(0);
   publish_state(nullptr, 0, 0, 0);
+}
+
+// An embedding step between generation steps delays every running stream's next token by its
+// whole length: while streams run, it is held to the time a generation step may take.
+double Engine::embed_step_ms() const {
+  const SchedulerConfig& sc = scheduler_.config();
+  const int32_t running = scheduler_.n_running();
+  if (running == 0 || !costs_.ready() || (sc.max_step_ms <= 0 && sc.max_decode_slowdown <= 0))
+    return 0;
+  return scheduler_.step_target_ms(running);
 }
 
 void Engine::fail_all(const std::string& message) {

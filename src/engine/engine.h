@@ -220,6 +220,8 @@ class Engine {
   void publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,
                      int32_t n_decode_tokens);
   void fail_all(const std::string& message);
+  // The time an embedding step may take now (0: no bound; embedding.h, EmbeddingQueue::step).
+  double embed_step_ms() const;
   double now_ms() const;
 
   EngineConfig config_;

@@ -13,6 +13,8 @@
 //   add_position_rows(table, x)         x[t] += table[position of t]
 //   layernorm(x, w, b, out, width)      (x - mean) / sqrt(var + eps) * w + b
 //   gelu(x, width)                      x = GELU(x)
+//   linear(w, bias, in, out, gelu)      out = W·in (+ bias) (then GELU): one fused pass
+//   linear_qkv(wq, bq, wk, bk, wv, bv, in, q, k, v)   the three biased projections at once
 //   set_hidden(x)                       the rows the pooling reads
 #pragma once
 
@@ -29,12 +31,14 @@ concept EncoderBackend = ForwardBackend<B> && requires(B& b, const WeightView& w
   b.layernorm(x, x, x, x, int64_t{});
   b.gelu(x, int64_t{});
   b.set_hidden(x);
+  b.linear(w, x, x, x, bool{});
+  b.linear_qkv(w, x, w, x, w, x, x, x, x, x);
 };
 
 template <EncoderBackend B>
 void forward_encoder(const ModelConfig& c, const Weights& w, B& b) {
   const Activations& a = b.activations();
-  const int E = c.n_embd, FF = c.n_ff;
+  const int E = c.n_embd;
   std::vector<float> host;
   const auto dump_rows = row_dumper(b, host);
 
@@ -46,18 +50,14 @@ void forward_encoder(const ModelConfig& c, const Weights& w, B& b) {
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& lw = w.layers[(size_t)l];
     const LayerSpec& spec = c.layers[(size_t)l];
-    b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.x, a.q, a.k, a.v);
-    if (lw.bq) b.add_bias(a.q, lw.bq, E);
-    if (lw.bk) b.add_bias(a.k, lw.bk, E);
-    if (lw.bv) b.add_bias(a.v, lw.bv, E);
+    b.linear_qkv(lw.wq, lw.bq, lw.wk, lw.bk, lw.wv, lw.bv, a.x, a.q, a.k, a.v);
     if (c.arch_kind == Arch::kNomicBert) {
       b.rope(a.q, c.n_heads, spec.rope);
       b.rope(a.k, c.n_kv_heads, spec.rope);
     }
     b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
     dump_rows("attn_out", l, a.att, E);
-    b.matmul(lw.wo, a.att, a.xb);
-    if (lw.bo) b.add_bias(a.xb, lw.bo, E);
+    b.linear(lw.wo, lw.bo, a.att, a.xb, false);
     b.add(a.xb, a.x, E);  // llama.cpp: attention output + layer input
     b.layernorm(a.xb, lw.attn_out_norm, lw.attn_out_norm_b, a.x, E);
     dump_rows("ffn_inp", l, a.x, E);
@@ -65,12 +65,9 @@ void forward_encoder(const ModelConfig& c, const Weights& w, B& b) {
     if (c.arch_kind == Arch::kNomicBert) {
       b.matmul_glu(lw.w_gate, lw.w_up, a.x, a.gate, a.up, GluActivation::kSilu);
     } else {
-      b.matmul(lw.w_up, a.x, a.gate);
-      if (lw.b_up) b.add_bias(a.gate, lw.b_up, FF);
-      b.gelu(a.gate, FF);
+      b.linear(lw.w_up, lw.b_up, a.x, a.gate, true);
     }
-    b.matmul(lw.w_down, a.gate, a.xb);
-    if (lw.b_down) b.add_bias(a.xb, lw.b_down, E);
+    b.linear(lw.w_down, lw.b_down, a.gate, a.xb, false);
     b.add(a.xb, a.x, E);
     b.layernorm(a.xb, lw.layer_out_norm, lw.layer_out_norm_b, a.x, E);
     dump_rows("l_out", l, a.x, E);

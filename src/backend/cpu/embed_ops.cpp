@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/embed_kernels.h"
 #include "backend/cpu/matmul_fused.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 
 namespace hablar::cpu {
@@ -22,6 +24,20 @@ float dot(const float* a, const float* b, int n) {
 }
 
 }  // namespace
+
+namespace embed {
+
+bool embed_kernels_usable() {
+  static const bool usable = cpu_features().has_avx512_kernels();
+  return usable;
+}
+
+bool float_gemm_supports(const WeightView& w) {
+  return embed_kernels_usable() && (w.type == DType::F16 || w.type == DType::F32) &&
+         w.cols % 16 == 0 && w.data != nullptr && w.row_bytes >= dtype_row_bytes(w.type, w.cols);
+}
+
+}  // namespace embed
 
 template <typename Fn>
 void EmbedOps::for_each_token(int64_t n, const Fn& fn) {
@@ -100,6 +116,34 @@ void EmbedOps::matmul_glu(const WeightView& gate, const WeightView& up, const fl
   cpu::matmul_glu(gate, up, in, n_tokens(), out, up_scratch, pool_, roles_, act);
 }
 
+void EmbedOps::linear(const WeightView& w, const float* bias, const float* in, float* out,
+                      bool gelu) {
+  if (embed::float_gemm_supports(w) && n_tokens() > 1) {
+    const embed::GemmJob job{&w, out, {bias, gelu}};
+    return embed::float_gemm({&job, 1}, in, n_tokens(), pool_);
+  }
+  matmul(w, in, out);
+  if (bias) add_bias(out, bias, w.rows);
+  if (gelu) this->gelu(out, w.rows);
+}
+
+void EmbedOps::linear_qkv(const WeightView& wq, const float* bq, const WeightView& wk,
+                          const float* bk, const WeightView& wv, const float* bv, const float* in,
+                          float* q, float* k, float* v) {
+  const bool fast = embed::float_gemm_supports(wq) && embed::float_gemm_supports(wk) &&
+                    embed::float_gemm_supports(wv) && wq.type == wk.type && wq.type == wv.type &&
+                    n_tokens() > 1;
+  if (fast) {
+    const embed::GemmJob jobs[] = {
+        {&wq, q, {bq, false}}, {&wk, k, {bk, false}}, {&wv, v, {bv, false}}};
+    return embed::float_gemm(jobs, in, n_tokens(), pool_);
+  }
+  matmul_qkv(wq, wk, wv, in, q, k, v);
+  if (bq) add_bias(q, bq, wq.rows);
+  if (bk) add_bias(k, bk, wk.rows);
+  if (bv) add_bias(v, bv, wv.rows);
+}
+
 void EmbedOps::add_bias(float* x, const float* bias, int64_t width) {
   for_each_token(n_tokens(), [&](int64_t t) { add_inplace(x + t * width, bias, width); });
 }
@@ -156,6 +200,11 @@ void EmbedOps::causal_attention(const AttentionSpec& spec, const float* q, const
 void EmbedOps::attention(int, const AttentionSpec& spec, const float* q, const float* k,
                          const float* v, float* out) {
   if (causal_) return causal_attention(spec, q, k, v, out);
+  if (embed::embed_kernels_usable() && dims_.head_dim % 16 == 0) {
+    const embed::AttentionShape shape{dims_.n_heads, dims_.n_kv_heads, dims_.head_dim, spec.scale,
+                                      spec.softcap};
+    return embed::bidirectional_attention(shape, seq_begin_, q, k, v, out, pool_);
+  }
   const int H = dims_.n_heads, HD = dims_.head_dim, group = dims_.n_heads / dims_.n_kv_heads;
   const int64_t QD = dims_.q_dim(), KVD = dims_.kv_dim();
   const int64_t units = n_tokens() * H;
@@ -247,6 +296,9 @@ void EmbedOps::layernorm(const float* x, const float* weight, const float* bias,
 }
 
 void EmbedOps::gelu(float* x, int64_t width) {
+  if (embed::embed_kernels_usable())
+    return for_each_token(n_tokens(),
+                          [&](int64_t t) { embed::gelu_inplace(x + t * width, width); });
   for_each_token(n_tokens(), [&](int64_t t) { cpu::gelu(x + t * width, x + t * width, width); });
 }
 

@@ -73,6 +73,14 @@ class EmbedOps {
   void layernorm(const float* x, const float* weight, const float* bias, float* out, int64_t width);
   // x = GELU(x) as llama.cpp's CPU computes it (half-precision table, cpu::gelu).
   void gelu(float* x, int64_t width);
+  // out = W·in + bias (bias may be null), then GELU when `gelu`: the AVX-512 GEMM of
+  // embed_kernels.h with the bias and GELU in its epilogue where it takes the weight, else
+  // matmul, add_bias and gelu (the same values either way).
+  void linear(const WeightView& w, const float* bias, const float* in, float* out, bool gelu);
+  // q, k, v = the three biased projections of in (biases may be null), in one pass.
+  void linear_qkv(const WeightView& wq, const float* bq, const WeightView& wk, const float* bk,
+                  const WeightView& wv, const float* bv, const float* in, float* q, float* k,
+                  float* v);
   // The encoder's last rows: what pool() reads.
   void set_hidden(const float* x) { hidden_ = x; }
 

@@ -132,6 +132,10 @@ const std::vector<float>& gelu_half_table() {
 
 }  // namespace
 
+const float* gelu_table() {
+  return gelu_half_table().data();
+}
+
 void geglu(const float* gate, const float* up, float* out, int64_t n) {
   const std::vector<float>& table = gelu_half_table();
   for (int64_t i = 0; i < n; ++i) {

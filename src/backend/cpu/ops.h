@@ -90,6 +90,8 @@ void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n);
 void geglu(const float* gate, const float* up, float* out, int64_t n);
 // out = gelu_tanh(x) as geglu computes it (x <= -10 gives 0, x >= 10 gives x; out may be x).
 void gelu(const float* x, float* out, int64_t n);
+// The table gelu and geglu look up: 65536 floats, gelu_tanh of each half value rounded to half.
+const float* gelu_table();
 // swiglu or geglu (out may alias gate or up).
 void glu(GluActivation act, const float* gate, const float* up, float* out, int64_t n);
 // x[i] = cap * tanh(x[i] * (1 / cap)) in float, as llama.cpp's scale, tanh, scale.

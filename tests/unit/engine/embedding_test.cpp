@@ -102,6 +102,33 @@ TEST(EngineEmbedding, StepsKeepToTheTokenBudgetWithWholeInputs) {
   EXPECT_GE(ex.step_tokens.size(), 4u);
 }
 
+// The step-cost model of embedding steps: a measured cost per token sets how many tokens a
+// step bounded in time takes; whole inputs, and the first input always.
+TEST(EmbeddingQueueCost, StepsBoundedInTimeTakeWhatTheirCostAllows) {
+  EmbeddingQueue q(1000, 16);
+  EXPECT_EQ(q.token_budget(50.0), 1000);  // nothing measured yet: the token budget
+  q.observe(1000, 100.0);                 // 0.1 ms per token
+  EXPECT_DOUBLE_EQ(q.ms_per_token(), 0.1);
+  EXPECT_EQ(q.token_budget(0.0), 1000);  // no time bound
+  EXPECT_EQ(q.token_budget(50.0), 500);
+  EXPECT_EQ(q.token_budget(1e6), 1000);
+  EXPECT_EQ(q.token_budget(0.01), 1);
+  q.observe(100, 20.0);  // 0.2 ms per token: the mean moves a fifth of the way
+  EXPECT_NEAR(q.ms_per_token(), 0.12, 1e-12);
+
+  FakeEmbedder ex;
+  EngineMetrics metrics;
+  auto h = q.push(request(1, 10, 40));  // 10 inputs of 40 tokens
+  for (int i = 0; i < 40; ++i) q.observe(1000, 100.0);
+  ASSERT_NEAR(q.ms_per_token(), 0.1, 1e-3);
+  q.step(ex, metrics, 10.0);   // ~100 tokens: two whole inputs
+  q.step(ex, metrics, 0.001);  // below one input: the first still goes
+  q.step(ex, metrics, 0.0);    // no bound: the rest
+  std::lock_guard<std::mutex> lock(ex.mu);
+  EXPECT_EQ(ex.step_chunks, (std::vector<int>{2, 1, 7}));
+  EXPECT_TRUE(h->wait(std::chrono::seconds(1)));
+}
+
 TEST(EngineEmbedding, RefusesWhatCannotRun) {
   FakeEmbedder ex;
   Engine engine(config(), ex);
