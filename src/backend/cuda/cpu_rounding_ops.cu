@@ -240,22 +240,8 @@ size_t attention_shared_bytes(int hd, int32_t context) {
 }  // namespace
 
 bool supports(DType type) {
-  switch (type) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-    case DType::Q4_0:
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::Q8_0:
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K:
-      return true;
-    default:
-      return false;
-  }
+  return act_kind(type) != ActKind::kFloat || type == DType::F32 || type == DType::F16 ||
+         type == DType::BF16;
 }
 
 size_t activation_bytes(const WeightView& w, int64_t m) {

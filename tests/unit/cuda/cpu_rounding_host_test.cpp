@@ -55,55 +55,48 @@ int float_lanes() {
   return cpu_features().has_avx512_kernels() ? 16 : cpu_features().has_avx2_kernels() ? 8 : 1;
 }
 
-// The kernel's two steps on the host: the token's row quantized block by block, then each
-// output row's dot product in the order of the token's role.
-float emulated_dot(const WeightView& w, const float* x, int64_t r, uint8_t role) {
-  const int64_t k = w.cols;
-  switch (w.type) {
-    case DType::Q4_0:
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::Q8_0: {
-      const int64_t nb = k / kQK;
-      std::vector<int8_t> qs((size_t)k);
-      std::vector<float> d((size_t)nb), s((size_t)nb);
-      std::vector<int32_t> sum((size_t)nb);
-      for (int64_t b = 0; b < nb; ++b)
-        cr::quantize_block32(x + b * kQK, qs.data() + b * kQK, &d[(size_t)b], &s[(size_t)b],
-                             &sum[(size_t)b]);
-      return cr::dot_act32(w.type, w.row(r), qs.data(), d.data(), s.data(), nb);
+// A token's row quantized block by block as the kernel does it: Act32 rows (codes, d, s,
+// sums) for the 32-value formats, Q8_K blocks for the K formats.
+struct QuantizedRow {
+  std::vector<int8_t> qs;
+  std::vector<float> d, s;
+  std::vector<int32_t> sum;
+  std::vector<BlockQ8_K> k_blocks;
+  int64_t nb = 0;
+  QuantizedRow(DType type, const float* x, int64_t k) {
+    if (type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K) {
+      nb = k / kQK_K;
+      k_blocks.resize((size_t)nb);
+      for (int64_t b = 0; b < nb; ++b) cr::quantize_block_q8k(x + b * kQK_K, &k_blocks[(size_t)b]);
+      return;
     }
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K: {
-      std::vector<BlockQ8_K> a((size_t)(k / kQK_K));
-      for (size_t b = 0; b < a.size(); ++b) cr::quantize_block_q8k(x + b * kQK_K, &a[b]);
-      return cr::dot_q8k(w.type, w.row(r), a.data(), k / kQK_K, cr::k_order_for(w.type, role));
-    }
-    default:
-      return cr::dot_float(w.type, w.row(r), x, k, float_lanes());
+    nb = k / kQK;
+    qs.resize((size_t)k), d.resize((size_t)nb), s.resize((size_t)nb), sum.resize((size_t)nb);
+    for (int64_t b = 0; b < nb; ++b)
+      cr::quantize_block32(x + b * kQK, qs.data() + b * kQK, &d[(size_t)b], &s[(size_t)b],
+                           &sum[(size_t)b]);
   }
+};
+
+bool is_float(DType type) {
+  return type == DType::F32 || type == DType::F16 || type == DType::BF16;
 }
 
-// The same through block_terms() and its chains.
+// The kernel's two steps on the host: the token's row quantized, then each output row's dot
+// product in the order of the token's role.
+float emulated_dot(const WeightView& w, const float* x, int64_t r, uint8_t role) {
+  if (is_float(w.type)) return cr::dot_float(w.type, w.row(r), x, w.cols, float_lanes());
+  const QuantizedRow a(w.type, x, w.cols);
+  if (!a.k_blocks.empty())
+    return cr::dot_q8k(w.type, w.row(r), a.k_blocks.data(), a.nb, cr::k_order_for(w.type, role));
+  return cr::dot_act32(w.type, w.row(r), a.qs.data(), a.d.data(), a.s.data(), a.nb);
+}
+
+// The same through block_terms() and its chains (the warp kernel's form).
 float chained_dot(const WeightView& w, const float* x, int64_t r, uint8_t role) {
-  const int64_t k = w.cols;
-  const cr::KOrder order = cr::k_order_for(w.type, role);
-  if (w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K) {
-    std::vector<BlockQ8_K> a((size_t)(k / kQK_K));
-    for (size_t b = 0; b < a.size(); ++b) cr::quantize_block_q8k(x + b * kQK_K, &a[b]);
-    return cr::dot_by_chains(w.type, order, w.row(r), nullptr, nullptr, nullptr, a.data(),
-                             k / kQK_K);
-  }
-  const int64_t nb = k / kQK;
-  std::vector<int8_t> qs((size_t)k);
-  std::vector<float> d((size_t)nb), s((size_t)nb);
-  std::vector<int32_t> sum((size_t)nb);
-  for (int64_t b = 0; b < nb; ++b)
-    cr::quantize_block32(x + b * kQK, qs.data() + b * kQK, &d[(size_t)b], &s[(size_t)b],
-                         &sum[(size_t)b]);
-  return cr::dot_by_chains(w.type, order, w.row(r), qs.data(), d.data(), s.data(), nullptr, nb);
+  const QuantizedRow a(w.type, x, w.cols);
+  return cr::dot_by_chains(w.type, cr::k_order_for(w.type, role), w.row(r), a.qs.data(), a.d.data(),
+                           a.s.data(), a.k_blocks.data(), a.nb);
 }
 
 class CpuRoundingMatmul : public ::testing::TestWithParam<DType> {};
