@@ -7,9 +7,13 @@
 #                                        real models into .gpu/<model>.partN (ignored by git;
 #                                        each call of the device tool carries at most 64 MiB,
 #                                        so SmolLM2 travels in three calls beside the binaries, Gemma 3 in five)
+#   scripts/gpu-serving.sh pack-site     the client libraries the server suite imports (.whl's,
+#                                        plus langchain_openai, litellm and their dependencies),
+#                                        for the GPU machine's Python 3.12, installed into a
+#                                        folder here and packed into .gpu/site.part0..1
 #   scripts/gpu-serving.sh model-part M N
-#                                        on the GPU machine: save .gpu/M.partN (M: smollm2 or
-#                                        gemma3) to /tmp/hablar-model/
+#                                        on the GPU machine: save .gpu/M.partN (M: smollm2,
+#                                        gemma3 or site) to /tmp/hablar-model/
 #   scripts/gpu-serving.sh tests         on the GPU machine: the CUDA kernel tests, the engine
 #                                        over the CUDA executor, GPU-vs-CPU parity in both
 #                                        modes (PARITY_FILTER: a gtest filter; REFERENCE=1: the
@@ -45,12 +49,44 @@ pack() {
   tar cJf "$root/.gpu/bin.tar.xz" -C "$stage" bin lib testdata
   rm -rf "$stage"
   local models=${HABLAR_HOME:-$HOME/.cache/hablar}/models
-  rm -f "$root"/.gpu/*.part*
+  rm -f "$root"/.gpu/{smollm2,gemma3}.part*
   split -n 3 -d -a 1 "$models/SmolLM2-135M-Instruct.Q4_1.gguf" "$root/.gpu/smollm2.part"
   if [ -f "$models/gemma-3-270m-q4_k_m.gguf" ]; then
     split -n 5 -d -a 1 "$models/gemma-3-270m-q4_k_m.gguf" "$root/.gpu/gemma3.part"
   fi
   du -sh "$root"/.gpu/*
+}
+# The suite's client libraries: .whl and those beyond it. The GPU machine has no network: download here for its
+# interpreter (CPython 3.12, manylinux x86_64), skip what .whl or the machine already has, drop
+# litellm's proxy web UI (never imported), and split the archive so that each part fits a call
+# beside a model part.
+pack_site() {
+  local wheels site platforms=()
+  wheels=$(mktemp -d) site=$(mktemp -d)
+  for p in manylinux2014_x86_64 manylinux_2_17_x86_64 manylinux_2_28_x86_64 manylinux1_x86_64 \
+    manylinux_2_5_x86_64 any; do platforms+=(--platform "$p"); done
+  "$root/.venv/bin/python" -m pip download -q langchain_openai litellm -d "$wheels" \
+    --python-version 3.12 --only-binary=:all: "${platforms[@]}" || exit 1
+  local keep=()
+  for w in "$wheels"/*.whl; do
+    local name
+    name=$(basename "$w" | cut -d- -f1)
+    case "$name" in
+      botocore | boto3 | s3transfer | hf_xet | huggingface_hub | tokenizers) continue ;;
+    esac
+    ls "$root"/.whl/"$name"-*.whl >/dev/null 2>&1 || keep+=("$w")
+  done
+  keep+=("$root"/.whl/*.whl)
+  "$root/.venv/bin/python" -m pip install -q --no-index --no-deps --target "$site" \
+    --python-version 3.12 --only-binary=:all: "${platforms[@]}" "${keep[@]}" || exit 1
+  rm -rf "$site/litellm/proxy/_experimental"
+  find "$site" -name __pycache__ -prune -exec rm -rf {} +
+  mkdir -p "$root/.gpu" && rm -f "$root"/.gpu/site.part*
+  tar cf - -C "$site" . | xz -T2 -9e | split -n 2 -d -a 1 - "$root/.gpu/site.part" 2>/dev/null ||
+    { tar cf - -C "$site" . | xz -T2 -9e >"$wheels/site.tar.xz" &&
+      split -n 2 -d -a 1 "$wheels/site.tar.xz" "$root/.gpu/site.part"; }
+  rm -rf "$wheels" "$site"
+  du -sh "$root"/.gpu/site.part*
 }
 
 setup_env() {
@@ -116,7 +152,12 @@ report() {
 
 server() {
   setup_env
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site "$root"/.whl/*.whl 2>&1 | tail -2
+  if [ -f /tmp/hablar-model/site.part1 ]; then  # from pack-site, carried in two calls
+    mkdir -p /tmp/site && cat /tmp/hablar-model/site.part{0,1} | tar xJf - -C /tmp/site
+  else
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site "$root"/.whl/*.whl 2>&1 |
+      tail -2
+  fi
   export PYTHONPATH=/tmp/site HABLAR_BIN=$gpu/bin/hablar HABLAR_SERVE_ARGS="--device cuda --gpu-memory-utilization 0.1 ${SERVE_MODE:-}"
   # SIGINT at the time limit: pytest stops and still prints the summary of what ran.
   (cd "$root" && timeout -s INT "${SUITE_SECONDS:-470}" python3 -m pytest tests/server -q -rfE \
@@ -146,6 +187,7 @@ server() {
 
 case "$mode" in
   pack) pack ;;
+  pack-site) pack_site ;;
   model-part) mkdir -p /tmp/hablar-model && cp "$root/.gpu/$2.part$3" /tmp/hablar-model/ &&
     ls -la /tmp/hablar-model ;;
   tests) tests ;;
