@@ -65,7 +65,7 @@ pack_site() {
   wheels=$(mktemp -d) site=$(mktemp -d)
   for p in manylinux2014_x86_64 manylinux_2_17_x86_64 manylinux_2_28_x86_64 manylinux1_x86_64 \
     manylinux_2_5_x86_64 any; do platforms+=(--platform "$p"); done
-  "$root/.venv/bin/python" -m pip download -q langchain_openai litellm -d "$wheels" \
+  "$root/.venv/bin/python" -m pip download -q langchain_openai litellm lazy_importer -d "$wheels" \
     --python-version 3.12 --only-binary=:all: "${platforms[@]}" || exit 1
   local keep=()
   for w in "$wheels"/*.whl; do
@@ -154,13 +154,16 @@ server() {
   setup_env
   if [ -f /tmp/hablar-model/site.part1 ]; then  # from pack-site, carried in two calls
     mkdir -p /tmp/site && cat /tmp/hablar-model/site.part{0,1} | tar xJf - -C /tmp/site
+    for w in "$root"/.gpu/*.whl; do  # wheels added after the site was packed
+      [ -f "$w" ] && python3 -m pip install -q --no-index --no-deps --target /tmp/site "$w"
+    done
   else
     python3 -m pip install -q --no-index --no-deps --target /tmp/site "$root"/.whl/*.whl 2>&1 |
       tail -2
   fi
   export PYTHONPATH=/tmp/site HABLAR_BIN=$gpu/bin/hablar HABLAR_SERVE_ARGS="--device cuda --gpu-memory-utilization 0.1 ${SERVE_MODE:-}"
   # SIGINT at the time limit: pytest stops and still prints the summary of what ran.
-  (cd "$root" && timeout -s INT "${SUITE_SECONDS:-470}" python3 -m pytest tests/server -q -rfE \
+  (cd "$root" && timeout -s INT "${SUITE_SECONDS:-470}" python3 -m pytest ${SUITE_TESTS:-tests/server} -q -rfE \
     -p no:cacheprovider --deselect tests/server/test_browser.py 2>&1 |
     tee "$log/server_pytest.txt" | grep -vE "^\s*$" | tail -40)
   [ -n "${MEMCHECK-1}" ] || return 0  # MEMCHECK= skips it
