@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "grammar/class_table.h"
+#include "grammar/completion_length.h"
 #include "grammar/utf8.h"
 #include "tokenizer/tokenizer.h"
 
@@ -139,6 +140,7 @@ std::shared_ptr<const CompiledGrammar> compile(Grammar g, std::shared_ptr<const 
       if (c->big.back()) c->vocab->class_table(cls);
     }
   }
+  c->tail = completion_tails(c->grammar);
   return c;
 }
 
@@ -175,6 +177,7 @@ int32_t GrammarMatcher::intern(const RecState& s) {
   dtable_[i] = id;
   dstates_.push_back(s);
   dfirst_.push_back(first_bytes_of(s));
+  ddist_.push_back(-1);
   dnext_.emplace_back();
   dnext_.back().fill(kUnknown);
   return id;
@@ -194,12 +197,67 @@ void GrammarMatcher::reset_dfa() {
   RecState cur = dstates_[(size_t)state_];
   dstates_.clear();
   dfirst_.clear();
+  ddist_.clear();
   dnext_.clear();
   dtable_.clear();
   mask_slot_.clear();
   pool_used_ = 0;
   uniform_.clear();
   state_ = intern(cur);
+}
+
+// The cheapest stack: its top waits for a character of a class (or, mid-character, for the
+// character's last partial_left bytes), and each node below continues its caller's
+// alternative at `pos` once the rule above it ends.
+int32_t GrammarMatcher::state_distance(int32_t dstate) {
+  int32_t& cached = ddist_[(size_t)dstate];
+  if (cached >= 0) return cached;
+  const RecState& s = dstates_[(size_t)dstate];
+  const std::vector<int32_t>& tail = g_->tail;
+  const StackArena& arena = rec_.arena();
+  int32_t best = kNoCompletion;
+  for (int32_t stack : s.stacks) {
+    if (stack == kAccept) {
+      if (s.partial_left == 0) best = 0;
+      continue;
+    }
+    const StackNode& top = arena.at(stack);
+    int32_t d = s.partial_left > 0 ? add_lengths(s.partial_left, tail[(size_t)top.pos + 1])
+                                   : tail[(size_t)top.pos];
+    for (int32_t n = top.parent; n >= 0 && d < best; n = arena.at(n).parent)
+      d = add_lengths(d, tail[(size_t)arena.at(n).pos]);
+    best = std::min(best, d);
+  }
+  cached = best;
+  return best;
+}
+
+int32_t GrammarMatcher::distance_after(int32_t id) {
+  if (finished_ || id < 0 || id >= vocab().n_vocab()) return kNoCompletion;
+  if (vocab().is_eog(id)) return can_end() ? 0 : kNoCompletion;
+  if (!vocab().usable(id)) return kNoCompletion;
+  int32_t s = state_;
+  for (char c : vocab().bytes(id)) {
+    s = step(s, (uint8_t)c);
+    if (s == kDead) return kNoCompletion;
+  }
+  return state_distance(s);
+}
+
+int32_t GrammarMatcher::restrict_to_distance(std::span<float> logits, int32_t max_distance) {
+  const size_t n = std::min(logits.size(), (size_t)vocab().n_vocab());
+  std::vector<int32_t> over;  // allowed tokens that would leave too little room
+  int32_t fits = 0;
+  for (size_t id = 0; id < n; ++id) {
+    if (logits[id] == -std::numeric_limits<float>::infinity()) continue;
+    if (distance_after((int32_t)id) <= max_distance)
+      ++fits;
+    else
+      over.push_back((int32_t)id);
+  }
+  if (fits == 0) return (int32_t)over.size();
+  for (int32_t id : over) logits[(size_t)id] = -std::numeric_limits<float>::infinity();
+  return fits;
 }
 
 bool GrammarMatcher::accept_token(int32_t id) {

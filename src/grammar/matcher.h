@@ -78,6 +78,8 @@ struct CompiledGrammar {
   std::vector<uint32_t> canon_sample;
   // Per class: the bytes a character of it can start with (256 bits).
   std::vector<std::array<uint64_t, 4>> first_bytes;
+  // Per element position: the fewest bytes that finish its alternative (completion_length.h).
+  std::vector<int32_t> tail;
 };
 
 std::shared_ptr<const CompiledGrammar> compile(Grammar g, std::shared_ptr<const Vocab> vocab);
@@ -96,6 +98,17 @@ class GrammarMatcher {
   void fill_mask(std::span<uint32_t> words);
   // Sets logits of refused tokens to -infinity; returns how many stay allowed.
   int32_t apply_mask(std::span<float> logits);
+
+  // The fewest bytes that complete a sentence from here (0: it can end now), and from the
+  // state after token `id`; kNoCompletion (completion_length.h) when there is no completion
+  // or the token is refused.
+  int32_t distance_to_end() { return state_distance(state_); }
+  int32_t distance_after(int32_t id);
+  // Refuses (logit -infinity) each allowed token after which more than `max_distance` bytes
+  // are needed to complete a sentence. When that would refuse every token, the logits stay
+  // as they were. Returns the tokens left allowed. Walks the whole vocabulary: meant for the
+  // few steps where a sampled token would not fit a budget.
+  int32_t restrict_to_distance(std::span<float> logits, int32_t max_distance);
 
   bool can_end() const { return Recognizer::can_end(dstates_[(size_t)state_]); }
   bool must_end() const { return Recognizer::must_end(dstates_[(size_t)state_]); }
@@ -128,6 +141,7 @@ class GrammarMatcher {
   // continuation byte).
   std::array<uint64_t, 4> first_bytes_of(const RecState& s);
   int32_t step(int32_t from, uint8_t byte);
+  int32_t state_distance(int32_t dstate);
   void reset_dfa();
   void compute_mask(std::span<uint32_t> words);
 
@@ -138,6 +152,7 @@ class GrammarMatcher {
   std::vector<RecState> dstates_;
   std::vector<std::array<int32_t, 256>> dnext_;
   std::vector<std::array<uint64_t, 4>> dfirst_;  // per state: first_bytes_of
+  std::vector<int32_t> ddist_;                   // per state: state_distance, -1 not yet
   std::vector<int32_t> dtable_;  // open addressing over dstates_ by content (-1 empty)
   // Per DFA state: its mask's slot in pool_, or kNever / kOnce (computed once, not kept).
   static constexpr int32_t kNever = -1;

@@ -57,8 +57,17 @@ class GrammarSampler : public engine::NextTokenSampler {
  public:
   GrammarSampler(engine::SamplingParams params, int32_t n_vocab, std::unique_ptr<GrammarGate> gate)
       : inner_(std::move(params), n_vocab), gate_(std::move(gate)) {}
+  // The gate masks; a sample that would leave the grammar unfinishable within max_tokens is
+  // drawn again from the constrained logits limited to tokens that fit (GrammarGate).
   int32_t sample(std::span<float> logits, std::span<const int32_t> history) override {
     gate_->constrain(logits, history);
+    const int32_t limit = gate_->distance_limit(history);
+    if (limit < 0) return inner_.sample(logits, history);
+    constrained_.assign(logits.begin(), logits.end());  // the sampler's chain edits logits
+    const int32_t token = inner_.sample(logits, history);
+    if (gate_->fits(token, limit)) return token;
+    std::copy(constrained_.begin(), constrained_.end(), logits.begin());
+    gate_->restrict_to_distance(logits, limit);
     return inner_.sample(logits, history);
   }
   void report_post_sampling(std::shared_ptr<engine::PostSamplingLog> log, int n) {
@@ -68,6 +77,7 @@ class GrammarSampler : public engine::NextTokenSampler {
  private:
   engine::ParamsSampler inner_;
   std::unique_ptr<GrammarGate> gate_;
+  std::vector<float> constrained_;
 };
 
 // The request's text filter with a stopwatch: it runs on the engine thread, once per token;
@@ -334,7 +344,8 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
     if (spec.grammar) {
       auto g = std::make_unique<GrammarSampler>(
           spec.sampling, m.tok().n_vocab(),
-          std::make_unique<GrammarGate>(spec.grammar, spec.grammar_trigger, spec.grammar_context));
+          std::make_unique<GrammarGate>(spec.grammar, spec.grammar_trigger, spec.grammar_context,
+                                        spec.max_tokens));
       if (spec.post_sampling) g->report_post_sampling(spec.post_sampling, spec.n_logprobs);
       req.sampler = std::move(g);
     } else {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "grammar/completion_length.h"
 #include "grammar/regex.h"
 #include "server/api_error.h"
 
@@ -325,8 +326,9 @@ std::string auto_call_trigger(chat::ToolFormat format) {
   }
 }
 
-GrammarGate::GrammarGate(GrammarPtr grammar, std::string trigger, std::string context)
-    : grammar_(std::move(grammar)), trigger_(std::move(trigger)) {
+GrammarGate::GrammarGate(GrammarPtr grammar, std::string trigger, std::string context,
+                         int32_t max_tokens)
+    : grammar_(std::move(grammar)), trigger_(std::move(trigger)), max_tokens_(max_tokens) {
   if (trigger_.empty()) {
     matcher_ = std::make_unique<grammar::GrammarMatcher>(grammar_);
     return;
@@ -373,6 +375,36 @@ void GrammarGate::constrain(std::span<float> logits, std::span<const int32_t> hi
   std::fill(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity());
   for (int32_t id : grammar_->vocab->eog())
     if ((size_t)id < logits.size()) logits[(size_t)id] = 0.0f;
+}
+
+int32_t GrammarGate::distance_limit(std::span<const int32_t> history) {
+  if (max_tokens_ <= 0 || !start_ || !matcher_ || failed_ || off_) return -1;
+  const int32_t left = max_tokens_ - (int32_t)(history.size() - *start_);  // with the next
+  try {
+    const int32_t now = matcher_->distance_to_end();
+    if (now >= grammar::kNoCompletion) return -1;
+    return std::max(left - 1, now - 1);
+  } catch (const std::exception&) {
+    return -1;  // a grammar too ambiguous to follow here: constrain() deals with it
+  }
+}
+
+bool GrammarGate::fits(int32_t token, int32_t limit) {
+  if (limit < 0 || !matcher_) return true;
+  try {
+    return matcher_->distance_after(token) <= limit;
+  } catch (const std::exception&) {
+    return true;
+  }
+}
+
+void GrammarGate::restrict_to_distance(std::span<float> logits, int32_t limit) {
+  if (limit < 0 || !matcher_) return;
+  try {
+    matcher_->restrict_to_distance(logits, limit);
+  } catch (const std::exception& e) {
+    log::warn("grammar budget check skipped: {}", e.what());
+  }
 }
 
 nlohmann::json ollama_tool_calls(const std::vector<chat::ToolCall>& calls) {

@@ -62,10 +62,25 @@ std::string auto_call_trigger(chat::ToolFormat format);
 // waits (no constraint) until the trigger text has appeared in context + output, then
 // starts the grammar right after it (a tool call the model opens on its own). A grammar
 // left with no token (a dead end) lets only the end-of-generation tokens through.
+//
+// The token budget (max_tokens > 0): a sample after which the grammar could no longer be
+// completed within the tokens left is taken again from the tokens that keep it completable,
+// so that an output cut by max_tokens still ends as a whole sentence of the grammar (a JSON
+// document that parses rather than one cut mid-value). Distances are in bytes, an upper
+// bound on tokens (every byte has a token of its own in byte-level and byte-fallback
+// vocabularies). Where even the shortest completion is longer than the tokens left, each
+// token must bring the end closer. Far from the budget nothing changes.
 class GrammarGate {
  public:
-  GrammarGate(GrammarPtr grammar, std::string trigger, std::string context);
+  GrammarGate(GrammarPtr grammar, std::string trigger, std::string context, int32_t max_tokens = 0);
   void constrain(std::span<float> logits, std::span<const int32_t> history);
+  // The most bytes the grammar may still need after the next token (-1: no limit): the
+  // tokens left after it, or, when the end is already farther than that, one byte closer.
+  int32_t distance_limit(std::span<const int32_t> history);
+  // Whether the grammar needs at most `limit` bytes after `token`.
+  bool fits(int32_t token, int32_t limit);
+  // The constrained logits limited to tokens that fit (unchanged when none does).
+  void restrict_to_distance(std::span<float> logits, int32_t limit);
 
  private:
   void feed(int32_t token);
@@ -78,6 +93,7 @@ class GrammarGate {
   bool failed_ = false;  // the grammar threw (too ambiguous): only the end of generation
   std::optional<size_t> start_;  // history length at the first step (the prompt)
   size_t seen_ = 0;
+  int32_t max_tokens_ = 0;
 };
 
 // Ollama's message.tool_calls: [{"function": {"name", "arguments": {...}}}] (arguments as an

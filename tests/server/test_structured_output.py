@@ -164,6 +164,25 @@ def test_max_tokens_cut_is_length(server):
     assert c["message"]["content"].startswith("{")
 
 
+def test_output_cut_by_max_tokens_still_parses(server):
+    # Near the token budget the sampler only takes tokens after which the grammar can still
+    # be finished in the tokens left, so a recursive schema sampled at temperature 1 with a
+    # small max_tokens ends as a whole document (finish_reason may be either).
+    tree = {"type": "object", "properties": {"label": {"type": "string"},
+                                             "children": {"type": "array", "items": {"$ref": "#"}}},
+            "required": ["label", "children"]}
+    rf = {"type": "json_schema", "json_schema": {"name": "tree", "schema": tree}}
+    for seed in range(6):
+        r = chat(server, {"messages": [{"role": "user", "content": "A deep tree, please."}],
+                          "max_tokens": 24 + 8 * seed, "temperature": 1.0, "seed": seed,
+                          "response_format": rf})
+        validate(json.loads(r.json()["choices"][0]["message"]["content"]), tree)
+    r = requests.post(server.url + "/api/generate", timeout=120, json={
+        "model": "x", "stream": False, "format": "json", "prompt": "Nested JSON:",
+        "options": {"temperature": 1.0, "seed": 5, "num_predict": 20}})
+    assert isinstance(json.loads(r.json()["response"]), dict)
+
+
 def test_stop_string_still_applies(server):
     r = chat(server, {"messages": [{"role": "user", "content": "Count."}], "max_tokens": 40,
                       "temperature": 0, "stop": [","], "guided_regex": "[0-9]{1,3}(, [0-9]{1,3}){3}"})
