@@ -33,14 +33,24 @@ REPO = Path(__file__).resolve().parents[2]
 HABLAR = os.environ.get("HABLAR_BIN", str(REPO / "build" / "src" / "cli" / "hablar"))
 LLAMA = "/work/llamacpp/build/bin/llama-server"
 DEFAULT_MODEL = Path.home() / ".cache" / "hablar" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-SOURCE = REPO / "src" / "engine" / "block_manager.cpp"
+# A fixed input: the block manager as it stood when speculation was written (read from git),
+# so that the workload does not change as the live source does.
+SOURCE_COMMIT, SOURCE_PATH = "7fc155b", "src/engine/block_manager.cpp"
+
+
+def source_text():
+    try:
+        return subprocess.run(["git", "-C", str(REPO), "show", f"{SOURCE_COMMIT}:{SOURCE_PATH}"],
+                              check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        sys.exit(f"bench/spec/compare.py needs the git history ({SOURCE_COMMIT}:{SOURCE_PATH})")
 
 
 def rewrite_prompt(lines=110):
     """A chat turn (ChatML, the default model's template) asking to repeat the file with one
     rename, the answer begun with its first lines: the model goes on copying it, which is
     what prompt lookup is for."""
-    text = "\n".join(SOURCE.read_text().split("\n")[:lines])
+    text = "\n".join(source_text().split("\n")[:lines])
     head = "\n".join(text.split("\n")[:4])
     return ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
             "Face<|im_end|>\n<|im_start|>user\nRepeat this C++ file exactly, only renaming "
