@@ -131,6 +131,10 @@ struct MoeCase {
   int64_t n_embd, n_ff;
 };
 
+void PrintTo(const MoeCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
 class MoeHostTwin : public ::testing::TestWithParam<MoeCase> {};
 
 // ForwardOps::moe_ffn's sequence on the host.
