@@ -266,8 +266,9 @@ void CudaExecutor::upload_weights() {
   }
 }
 
-// A layer's experts: slices of one 3-D tensor, uploaded as one allocation when they lie
-// back to back in the file and keep their type (else slice by slice).
+// A layer's experts: slices of one 3-D tensor, uploaded in one allocation (each slice at a
+// 256-byte boundary, as a matrix of its own would be) when they lie back to back in the file
+// and keep their type; else slice by slice.
 std::vector<WeightView> CudaExecutor::upload_experts(const std::vector<WeightView>& experts) {
   const WeightView& first = experts.front();
   const size_t slice = (size_t)first.rows * first.row_bytes;
@@ -281,12 +282,14 @@ std::vector<WeightView> CudaExecutor::upload_experts(const std::vector<WeightVie
     for (const WeightView& w : experts) out.push_back(upload_matrix(w));
     return out;
   }
-  cuda::DeviceMemory& d = tensors_.emplace_back(slice * experts.size());
-  HABLAR_CUDA_CHECK(cudaMemcpy(d.get(), first.data, d.bytes(), cudaMemcpyHostToDevice));
-  weight_bytes_ += d.bytes();
+  const size_t stride = (slice + 255) / 256 * 256;
+  cuda::DeviceMemory& d = tensors_.emplace_back(stride * experts.size());
+  HABLAR_CUDA_CHECK(cudaMemcpy2D(d.get(), stride, first.data, slice, slice, experts.size(),
+                                 cudaMemcpyHostToDevice));
+  weight_bytes_ += slice * experts.size();
   for (size_t e = 0; e < experts.size(); ++e) {
     out.push_back(experts[e]);
-    out.back().data = static_cast<const uint8_t*>(d.get()) + e * slice;
+    out.back().data = static_cast<const uint8_t*>(d.get()) + e * stride;
   }
   return out;
 }
