@@ -192,16 +192,16 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   const std::string graphs =
       c.n_experts > 0
           ? std::string("no CUDA graphs (mixture of experts: a host synchronization per layer)")
-          : fmt::format("decode steps of up to {} sequences as CUDA graphs (buckets of 1, 2, 4, "
-                        "... slots, captured on first use)",
-                        std::min(kMaxGraphTokens, o.max_step_tokens));
+          : fmt::format(
+                "decode steps of up to {} sequences as CUDA graphs (buckets of 1, 2, 4, "
+                "... slots, captured on first use)",
+                std::min(kMaxGraphTokens, o.max_step_tokens));
   report_ = fmt::format(
       "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB F16), "
       "workspace {:.1f} MiB, steps up to {} tokens, sequences up to {} tokens, {}{}",
       (double)weight_bytes_ / (1 << 20), layout_.n_blocks, block, (int64_t)layout_.n_blocks * block,
       (double)layout_.total_bytes() / (1 << 20), (double)ops_->workspace_bytes() / (1 << 20),
-      o.max_step_tokens, max_seq, graphs,
-      o.deterministic ? ", deterministic" : "");
+      o.max_step_tokens, max_seq, graphs, o.deterministic ? ", deterministic" : "");
 }
 
 const float* CudaExecutor::upload_floats(const float* host, int64_t n) {

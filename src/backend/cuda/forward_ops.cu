@@ -267,15 +267,14 @@ void ForwardOps::reserve_moe(int n_experts, int n_used, int64_t n_ff_expert, int
   m->ff_expert = n_ff_expert, m->ff_shared = n_ff_shared;
   const size_t T = (size_t)limits_.max_tokens, N = T * (size_t)n_used, D = (size_t)dims_.n_embd;
   const size_t FE = (size_t)n_ff_expert, FS = (size_t)n_ff_shared;
-  const size_t sizes[] = {T * (size_t)n_experts, N, N * D, N * FE, N * FE, N * D,
-                          T * FS,                T * FS, T * D, T};
+  const size_t sizes[] = {
+      T * (size_t)n_experts, N, N * D, N * FE, N * FE, N * D, T * FS, T * FS, T * D, T};
   size_t floats = 0;
   for (size_t n : sizes) floats += round_up(n);
   m->floats = DeviceMemory(floats * sizeof(float));
   float* p = static_cast<float*>(m->floats.get());
-  float** slots[] = {&m->logits,      &m->weights,   &m->rows,        &m->gate,
-                     &m->up,          &m->down,      &m->shared_gate, &m->shared_up,
-                     &m->shared_down, &m->gate_logits};
+  float** slots[] = {&m->logits, &m->weights,     &m->rows,      &m->gate,        &m->up,
+                     &m->down,   &m->shared_gate, &m->shared_up, &m->shared_down, &m->gate_logits};
   for (size_t i = 0; i < std::size(sizes); ++i) *slots[i] = p, p += round_up(sizes[i]);
   m->ints = DeviceMemory((3 * round_up(N) + round_up((size_t)n_experts + 1)) * sizeof(int32_t));
   auto* q = static_cast<int32_t*>(m->ints.get());

@@ -27,8 +27,8 @@ __global__ void route_kernel(float* logits, int64_t T, int E, int K, bool normal
 }
 
 // One block; thread i handles experts i, i + blockDim, ...; counts in shared memory [E + 1].
-__global__ void group_kernel(const int32_t* __restrict__ chosen, int64_t N, int E,
-                             int32_t* offsets, int32_t* order, int32_t* position) {
+__global__ void group_kernel(const int32_t* __restrict__ chosen, int64_t N, int E, int32_t* offsets,
+                             int32_t* order, int32_t* position) {
   extern __shared__ int32_t at[];  // [E + 1]: counts, then offsets
   for (int e = threadIdx.x; e < E; e += blockDim.x)
     at[e + 1] = (int32_t)mr::expert_slots(chosen, N, e, nullptr);
@@ -57,11 +57,12 @@ __global__ void f16_expert_kernel(const uint8_t* __restrict__ w, size_t row_byte
   const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= n_rows) return;
   const int64_t t = blockIdx.y;
-  y[t * n_rows + r] = mr::f16_expert_dot(reinterpret_cast<const uint16_t*>(w + r * row_bytes),
-                                         x + t * cols, cols);
+  y[t * n_rows + r] =
+      mr::f16_expert_dot(reinterpret_cast<const uint16_t*>(w + r * row_bytes), x + t * cols, cols);
 }
 
-__global__ void combine_kernel(const float* __restrict__ sorted, const int32_t* __restrict__ position,
+__global__ void combine_kernel(const float* __restrict__ sorted,
+                               const int32_t* __restrict__ position,
                                const float* __restrict__ weights, int K, int64_t width,
                                const float* __restrict__ shared,
                                const float* __restrict__ gate_logits, float* out,
@@ -72,10 +73,9 @@ __global__ void combine_kernel(const float* __restrict__ sorted, const int32_t* 
   const float* rows[mr::kMaxExpertsUsed];
   for (int j = 0; j < K; ++j) rows[j] = sorted + (int64_t)position[t * K + j] * width;
   const bool with_shared = shared != nullptr;
-  out[t * width + d] =
-      mr::combine_value(rows, weights + t * K, K, d, with_shared,
-                        with_shared ? shared[t * width + d] : 0.0f,
-                        with_shared ? gate_logits[t] : 0.0f, table);
+  out[t * width + d] = mr::combine_value(rows, weights + t * K, K, d, with_shared,
+                                         with_shared ? shared[t * width + d] : 0.0f,
+                                         with_shared ? gate_logits[t] : 0.0f, table);
 }
 
 unsigned blocks_for(int64_t n, int per_block) {
@@ -84,8 +84,8 @@ unsigned blocks_for(int64_t n, int per_block) {
 
 }  // namespace
 
-void route(float* logits, int64_t T, int E, int K, bool normalize, int32_t* chosen,
-           float* weights, cudaStream_t stream) {
+void route(float* logits, int64_t T, int E, int K, bool normalize, int32_t* chosen, float* weights,
+           cudaStream_t stream) {
   HABLAR_CHECK(K >= 1 && K <= mr::kMaxExpertsUsed && K <= E, "moe::route: bad expert counts");
   if (T == 0) return;
   route_kernel<<<blocks_for(T, 64), 64, 0, stream>>>(logits, T, E, K, normalize, chosen, weights,
@@ -97,7 +97,7 @@ void group(const int32_t* chosen, int64_t N, int E, int32_t* offsets, int32_t* o
            int32_t* position, cudaStream_t stream) {
   const int threads = std::min(E, 1024);
   group_kernel<<<1, threads, (size_t)(E + 1) * sizeof(int32_t), stream>>>(chosen, N, E, offsets,
-                                                                         order, position);
+                                                                          order, position);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 
@@ -124,8 +124,8 @@ void combine(const float* sorted, const int32_t* position, const float* weights,
   HABLAR_CHECK(K >= 1 && K <= mr::kMaxExpertsUsed, "moe::combine: bad expert count");
   if (T == 0) return;
   const dim3 grid(blocks_for(width, 256), (unsigned)T);
-  combine_kernel<<<grid, 256, 0, stream>>>(sorted, position, weights, K, width, shared,
-                                           gate_logits, out, exp_table());
+  combine_kernel<<<grid, 256, 0, stream>>>(sorted, position, weights, K, width, shared, gate_logits,
+                                           out, exp_table());
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 

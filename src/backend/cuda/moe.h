@@ -16,8 +16,8 @@ namespace hablar::cuda::moe {
 
 // logits [T x E] (router products; overwritten by the probabilities) -> chosen [T x K]
 // (descending probability) and weights [T x K]; a thread per token.
-void route(float* logits, int64_t T, int E, int K, bool normalize, int32_t* chosen,
-           float* weights, cudaStream_t stream);
+void route(float* logits, int64_t T, int E, int K, bool normalize, int32_t* chosen, float* weights,
+           cudaStream_t stream);
 
 // chosen [N] (N = T * K entries) grouped by expert, stably: offsets [E + 1] (expert e's
 // entries are order[offsets[e] .. offsets[e + 1])), order [N] the entry of each sorted row,

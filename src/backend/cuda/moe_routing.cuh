@@ -94,7 +94,8 @@ HABLAR_RHD void softmax_row(const float* logits, float* probs, int n, const ExpT
   int i = 0;
   for (; i + 16 <= n; i += 16) {
     float block[16];
-    for (int l = 0; l < 16; ++l) probs[i + l] = block[l] = cr::exp_approx(cr::sub(logits[i + l], max));
+    for (int l = 0; l < 16; ++l)
+      probs[i + l] = block[l] = cr::exp_approx(cr::sub(logits[i + l], max));
     sum = cr::add_d(sum, (double)cr::reduce16(block));
   }
   for (; i < n; ++i) {
@@ -165,8 +166,9 @@ HABLAR_RHD float f16_expert_dot(const uint16_t* w, const float* x, int64_t cols)
 // Output value d of a token: its experts' rows (rows[j], the expert of slot j, value d)
 // weighted and added in slot order, then, with a shared expert, shared_d times
 // sigmoid(gate_logit) taken as silu(g) / g.
-HABLAR_RHD float combine_value(const float* const* rows, const float* weights, int n_used, int64_t d,
-                               bool shared, float shared_d, float gate_logit, const ExpTable& t) {
+HABLAR_RHD float combine_value(const float* const* rows, const float* weights, int n_used,
+                               int64_t d, bool shared, float shared_d, float gate_logit,
+                               const ExpTable& t) {
   float o = 0.0f;
   for (int j = 0; j < n_used; ++j) {
     const float v = cr::mul(rows[j][d], weights[j]);

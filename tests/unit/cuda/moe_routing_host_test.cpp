@@ -66,7 +66,8 @@ TEST(MoeRoutingHost, LibcExpfIsTheCLibrarysExpf) {
     const float got = mr::libc_expf(x, table), want = std::exp(x);
     ++n;
     if (bits(got) != bits(want) && !(std::isnan(got) && std::isnan(want))) {
-      if (differ < 5) ADD_FAILURE() << std::hexfloat << "expf(" << x << "): " << got << " vs " << want;
+      if (differ < 5)
+        ADD_FAILURE() << std::hexfloat << "expf(" << x << "): " << got << " vs " << want;
       ++differ;
     }
   };
@@ -87,7 +88,8 @@ TEST(MoeRoutingHost, SoftmaxIsTheCpusForEveryTail) {
     std::vector<float> want((size_t)n), got((size_t)n);
     cpu::softmax_row(x.data(), want.data(), n);
     mr::softmax_row(x.data(), got.data(), n, table);
-    for (int i = 0; i < n; ++i) ASSERT_EQ(bits(got[(size_t)i]), bits(want[(size_t)i])) << n << " " << i;
+    for (int i = 0; i < n; ++i)
+      ASSERT_EQ(bits(got[(size_t)i]), bits(want[(size_t)i])) << n << " " << i;
   }
 }
 
@@ -167,9 +169,10 @@ void twin_moe(const ExpertsView& ex, const float* in, int64_t T, int64_t D, Thre
     if (w.type != DType::F16) return cpu::matmul(w, x, n, y, pool, {single.data(), (size_t)n});
     for (int64_t t = 0; t < n; ++t)
       for (int64_t o = 0; o < w.rows; ++o)
-        y[t * w.rows + o] = mr::f16_expert_dot(
-            reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w.data) + o * w.row_bytes),
-            x + t * w.cols, w.cols);
+        y[t * w.rows + o] =
+            mr::f16_expert_dot(reinterpret_cast<const uint16_t*>(
+                                   static_cast<const uint8_t*>(w.data) + o * w.row_bytes),
+                               x + t * w.cols, w.cols);
   };
   for (int e = 0; e < E; ++e) {
     const int64_t at = offsets[(size_t)e], n = offsets[(size_t)e + 1] - at;
@@ -195,11 +198,12 @@ void twin_moe(const ExpertsView& ex, const float* in, int64_t T, int64_t D, Thre
   }
   for (int64_t t = 0; t < T; ++t) {
     const float* slot_rows[mr::kMaxExpertsUsed];
-    for (int j = 0; j < K; ++j) slot_rows[j] = down.data() + (int64_t)position[(size_t)(t * K + j)] * D;
+    for (int j = 0; j < K; ++j)
+      slot_rows[j] = down.data() + (int64_t)position[(size_t)(t * K + j)] * D;
     for (int64_t d = 0; d < D; ++d)
-      out[t * D + d] = mr::combine_value(slot_rows, weights.data() + t * K, K, d, shared,
-                                         shared ? sd[(size_t)(t * D + d)] : 0.0f, glog[(size_t)t],
-                                         table);
+      out[t * D + d] =
+          mr::combine_value(slot_rows, weights.data() + t * K, K, d, shared,
+                            shared ? sd[(size_t)(t * D + d)] : 0.0f, glog[(size_t)t], table);
   }
 }
 
@@ -235,7 +239,8 @@ TEST_P(MoeHostTwin, EqualsTheCpuBitForBit) {
     twin_moe(ex, in.data(), T, c.n_embd, pool, got.data());
     int64_t differ = 0;
     for (size_t i = 0; i < want.size(); ++i) differ += bits(got[i]) != bits(want[i]);
-    EXPECT_EQ(differ, 0) << c.name << " T=" << T << ": first values " << got[0] << " vs " << want[0];
+    EXPECT_EQ(differ, 0) << c.name << " T=" << T << ": first values " << got[0] << " vs "
+                         << want[0];
   }
 }
 
