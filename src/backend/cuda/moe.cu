@@ -95,6 +95,7 @@ void route(float* logits, int64_t T, int E, int K, bool normalize, int32_t* chos
 
 void group(const int32_t* chosen, int64_t N, int E, int32_t* offsets, int32_t* order,
            int32_t* position, cudaStream_t stream) {
+  HABLAR_CHECK(E >= 1 && E < 12 * 1024, "moe::group: 1 to 12287 experts (shared memory)");
   const int threads = std::min(E, 1024);
   group_kernel<<<1, threads, (size_t)(E + 1) * sizeof(int32_t), stream>>>(chosen, N, E, offsets,
                                                                           order, position);
