@@ -286,7 +286,7 @@ std::vector<WeightView> CudaExecutor::upload_experts(const std::vector<WeightVie
   cuda::DeviceMemory& d = tensors_.emplace_back(stride * experts.size());
   HABLAR_CUDA_CHECK(cudaMemcpy2D(d.get(), stride, first.data, slice, slice, experts.size(),
                                  cudaMemcpyHostToDevice));
-  weight_bytes_ += slice * experts.size();
+  weight_bytes_ += d.bytes();
   for (size_t e = 0; e < experts.size(); ++e) {
     out.push_back(experts[e]);
     out.back().data = static_cast<const uint8_t*>(d.get()) + e * stride;
