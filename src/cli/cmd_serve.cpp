@@ -151,12 +151,23 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   sm->executor = engine::make_executor(*sm->model, eo);
   const int32_t pool_tokens = sm->executor->n_kv_blocks() * sm->executor->kv_block_size();
   const int32_t model_ctx = model::max_context(cfg);
-  sm->n_ctx = std::min(model_ctx > 0 ? model_ctx : pool_tokens, pool_tokens);
+  // Where every layer slides and the executor reads nothing before a window (the CPU's), the
+  // scheduler gives back the blocks behind it, so the pool bounds no sequence; not with
+  // LongRoPE, whose factors the executor picked for a context of the pool's size.
+  const int32_t window = cfg.rope_factors_long.empty() ? sm->executor->kv_window() : 0;
+  sm->n_ctx = engine::max_sequence_tokens(model_ctx, sm->executor->n_kv_blocks(),
+                                          sm->executor->kv_block_size(), window,
+                                          std::max(o.n_batch, o.n_parallel));
   if (pool_tokens > sm->n_ctx && !cfg.encoder)
     log::info(
         "KV pool of {} tokens shared by all sequences; each sequence holds at most {} (the "
         "model's context)",
         pool_tokens, sm->n_ctx);
+  if (sm->n_ctx > pool_tokens && !cfg.encoder)
+    log::info(
+        "every layer slides over {} positions: blocks behind the window are given back, so a "
+        "sequence may hold {} tokens (the model's context) on a KV pool of {}",
+        window, sm->n_ctx, pool_tokens);
   if (cfg.encoder) sm->n_ctx = o.n_ctx > 0 ? std::min(o.n_ctx, cfg.n_ctx_train) : cfg.n_ctx_train;
   set_embedding_options(o, cfg, *sm);
   sm->n_slots = o.n_parallel;

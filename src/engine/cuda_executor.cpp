@@ -60,8 +60,11 @@ cuda::SamplingParams to_device_params(const DeviceSampling& s) {
 
 void check_cuda_shapes(const model::Model& m) {
   const model::ModelConfig& c = m.config();
-  if (c.n_experts > 0)
-    throw_error(ErrorKind::kUnsupported, "mixture-of-experts models run on the CPU only for now");
+  if (c.n_experts > 0 && (c.n_experts_used < 1 || c.n_experts_used > 16))
+    throw_error(ErrorKind::kUnsupported,
+                fmt::format("the CUDA mixture of experts takes 1 to 16 experts per token; this "
+                            "model uses {}",
+                            c.n_experts_used));
   if (c.encoder)
     throw_error(ErrorKind::kUnsupported,
                 "encoder models (" + c.arch + ") run on the CPU only for now: no CUDA encoder ops");
@@ -113,6 +116,7 @@ class CudaExecutor : public StepExecutor {
   void upload_weights();
   const float* upload_floats(const float* host, int64_t n);
   WeightView upload_matrix(const WeightView& w);
+  std::vector<WeightView> upload_experts(const std::vector<WeightView>& experts);
   void size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes);
   void sample_on_device(std::span<const ExecChunk> chunks, std::span<const int32_t> device_chunks);
   void run_step(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
@@ -173,6 +177,8 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
                                             stream_.get());
   std::vector<const WeightView*> matrices = weights_.matrices();
   ops_->reserve_product_workspace(matrices);
+  if (c.n_experts > 0)
+    ops_->reserve_moe(c.n_experts, c.n_experts_used, c.n_ff_expert, c.n_ff_shared);
   size_kv_cache(o, ops_->workspace_bytes());
   ops_->bind_cache(kv_.get(), layout_);
   const size_t n = (size_t)o.max_step_tokens;
@@ -183,15 +189,19 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   void* pinned = nullptr;
   HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, n * sizeof(int32_t)));
   host_ids_ = static_cast<int32_t*>(pinned);
+  const std::string graphs =
+      c.n_experts > 0
+          ? std::string("no CUDA graphs (mixture of experts: a host synchronization per layer)")
+          : fmt::format(
+                "decode steps of up to {} sequences as CUDA graphs (buckets of 1, 2, 4, "
+                "... slots, captured on first use)",
+                std::min(kMaxGraphTokens, o.max_step_tokens));
   report_ = fmt::format(
       "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB F16), "
-      "workspace {:.1f} MiB, steps up to {} tokens, sequences up to {} tokens, decode steps of "
-      "up to {} sequences as CUDA graphs (buckets of 1, 2, 4, ... slots, captured on first "
-      "use){}",
+      "workspace {:.1f} MiB, steps up to {} tokens, sequences up to {} tokens, {}{}",
       (double)weight_bytes_ / (1 << 20), layout_.n_blocks, block, (int64_t)layout_.n_blocks * block,
       (double)layout_.total_bytes() / (1 << 20), (double)ops_->workspace_bytes() / (1 << 20),
-      o.max_step_tokens, max_seq, std::min(kMaxGraphTokens, o.max_step_tokens),
-      o.deterministic ? ", deterministic" : "");
+      o.max_step_tokens, max_seq, graphs, o.deterministic ? ", deterministic" : "");
 }
 
 const float* CudaExecutor::upload_floats(const float* host, int64_t n) {
@@ -244,7 +254,44 @@ void CudaExecutor::upload_weights() {
     d.post_ffn_norm = upload_floats(s.post_ffn_norm, c.n_embd);
     d.w_gate = upload_matrix(s.w_gate), d.w_up = upload_matrix(s.w_up);
     d.w_down = upload_matrix(s.w_down);
+    if (s.exp_gate.empty()) continue;
+    d.router = upload_matrix(s.router);
+    d.exp_gate = upload_experts(s.exp_gate);
+    d.exp_up = upload_experts(s.exp_up);
+    d.exp_down = upload_experts(s.exp_down);
+    if (s.shared_gate.data == nullptr) continue;
+    d.shared_gate_inp = upload_matrix(s.shared_gate_inp);
+    d.shared_gate = upload_matrix(s.shared_gate), d.shared_up = upload_matrix(s.shared_up);
+    d.shared_down = upload_matrix(s.shared_down);
   }
+}
+
+// A layer's experts: slices of one 3-D tensor, uploaded in one allocation (each slice at a
+// 256-byte boundary, as a matrix of its own would be) when they lie back to back in the file
+// and keep their type; else slice by slice.
+std::vector<WeightView> CudaExecutor::upload_experts(const std::vector<WeightView>& experts) {
+  const WeightView& first = experts.front();
+  const size_t slice = (size_t)first.rows * first.row_bytes;
+  bool contiguous = device_type(first.type) == first.type;
+  for (size_t e = 0; e < experts.size(); ++e)
+    contiguous = contiguous && experts[e].type == first.type && experts[e].rows == first.rows &&
+                 experts[e].row_bytes == first.row_bytes &&
+                 experts[e].data == static_cast<const uint8_t*>(first.data) + e * slice;
+  std::vector<WeightView> out;
+  if (!contiguous) {
+    for (const WeightView& w : experts) out.push_back(upload_matrix(w));
+    return out;
+  }
+  const size_t stride = (slice + 255) / 256 * 256;
+  cuda::DeviceMemory& d = tensors_.emplace_back(stride * experts.size());
+  HABLAR_CUDA_CHECK(cudaMemcpy2D(d.get(), stride, first.data, slice, slice, experts.size(),
+                                 cudaMemcpyHostToDevice));
+  weight_bytes_ += d.bytes();
+  for (size_t e = 0; e < experts.size(); ++e) {
+    out.push_back(experts[e]);
+    out.back().data = static_cast<const uint8_t*>(d.get()) + e * stride;
+  }
+  return out;
 }
 
 // Blocks from the memory left under gpu_memory_utilization (after the weights and the step
@@ -371,7 +418,11 @@ void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
       cudaMemcpyAsync(host_ids_, ids_.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
 }
 
+// Mixture-of-experts steps are never captured: each MoE layer brings its experts' row counts
+// to the host to size their products (cuda::ForwardOps::moe_ffn), a synchronization that a
+// graph cannot hold.
 bool CudaExecutor::graph_eligible(std::span<const ExecChunk> chunks) const {
+  if (model_.config().n_experts > 0) return false;
   if (chunks.empty() || (int32_t)chunks.size() > std::min(kMaxGraphTokens, max_step_tokens_))
     return false;
   for (const ExecChunk& c : chunks)

@@ -62,6 +62,18 @@ SchedulerConfig scheduler_config(const EngineConfig& config, const StepExecutor&
 
 }  // namespace
 
+int32_t max_sequence_tokens(int32_t model_ctx, int32_t pool_blocks, int32_t block_size,
+                            int32_t kv_window, int32_t max_chunk) {
+  HABLAR_CHECK(pool_blocks > 0 && block_size > 0 && max_chunk > 0,
+               "max_sequence_tokens: a pool of blocks and a chunk size");
+  const int64_t pool = (int64_t)pool_blocks * block_size;
+  const int32_t bounded = (int32_t)(model_ctx > 0 ? std::min<int64_t>(model_ctx, pool) : pool);
+  if (kv_window <= 0 || model_ctx <= 0) return bounded;
+  const int64_t live_positions = (int64_t)kv_window - 1 + max_chunk;
+  const int64_t live_blocks = (live_positions + block_size - 1) / block_size + 1;
+  return live_blocks <= pool_blocks ? model_ctx : bounded;
+}
+
 Engine::Engine(const EngineConfig& config, StepExecutor& executor)
     : config_(config),
       executor_(executor),

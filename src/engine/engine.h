@@ -151,6 +151,16 @@ struct EngineConfig {
   bool draft_adaptive = true;  // false: always n_max (tests)
 };
 
+// The most tokens one sequence may hold (prompt and generated together) on a KV pool of
+// pool_blocks blocks of block_size positions: the model's context (model_ctx; 0: unknown)
+// bounded by the pool, unless blocks wholly behind a sliding window are given back
+// (kv_window > 0: the engine's scheduler config) and the pool holds what one sequence keeps
+// live at once: the window's last kv_window - 1 positions and a step's chunk of up to
+// max_chunk new ones, over at most one partial block at each end. Then the model's context
+// alone bounds it (the pool, when the model states none).
+int32_t max_sequence_tokens(int32_t model_ctx, int32_t pool_blocks, int32_t block_size,
+                            int32_t kv_window, int32_t max_chunk);
+
 class Engine {
  public:
   Engine(const EngineConfig& config, StepExecutor& executor);

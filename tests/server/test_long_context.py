@@ -7,7 +7,7 @@ import subprocess
 import pytest
 import requests
 
-from conftest import BIN, DEFAULT_MODEL, ServerProcess, cpu_only
+from conftest import BIN, DEFAULT_MODEL, TESTDATA, ServerProcess, cpu_only
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +50,31 @@ def test_a_pool_beyond_the_trained_context_limits_each_sequence_to_it():
         assert r.status_code == 200
     finally:
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def windowed_server(tmp_path_factory):
+    # A Mistral-style model (every layer slides over 12 positions) on a KV pool of 64 tokens
+    # and steps of 16: the blocks behind the window are given back, so the pool bounds no
+    # sequence and each may reach the model's context (2048 for the tiny shape).
+    path = tmp_path_factory.mktemp("windowed") / "mistral-tiny.gguf"
+    subprocess.run([BIN, "make-model", "--arch", "llama", "--shape", "tiny", "--type", "q8_0",
+                    "--sliding-window", "12", "-t", "1",
+                    "--vocab", str(TESTDATA / "vocab" / "ggml-vocab-llama-spm.gguf"),
+                    "-o", str(path)], check=True, capture_output=True)
+    s = ServerProcess("-m", str(path), "-c", "64", "-b", "16", "-t", "2").wait_ready()
+    yield s
+    s.stop()
+
+
+@cpu_only
+def test_sliding_window_sequence_outgrows_the_pool(windowed_server):
+    url = windowed_server.url
+    props = requests.get(url + "/props").json()
+    assert props["n_ctx"] == 2048
+    r = requests.post(url + "/completion", json={"prompt": "hello world", "n_predict": 200,
+                                                 "ignore_eos": True, "temperature": 0})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["tokens_predicted"] == 200 and body["stop_type"] == "limit"
+    assert body["tokens_evaluated"] + 200 > 3 * 64  # three times the pool

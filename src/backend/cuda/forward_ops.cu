@@ -10,6 +10,7 @@
 #include "backend/cuda/cpu_rounding.cuh"
 #include "backend/cuda/cpu_rounding_ops.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/moe.h"
 #include "backend/cuda/ops.h"
 #include "core/error.h"
 #include "core/llama_batch_roles.h"
@@ -116,6 +117,29 @@ struct ForwardOps::Buffers {
          logit_roles = 0, tables = 0, cos = 0, sin = 0;
   ~Buffers() {
     if (host_inputs) cudaFreeHost(host_inputs);
+  }
+};
+
+// The mixture-of-experts step buffers (reserve_moe): T = max_tokens, N = T * n_used entries.
+struct ForwardOps::MoeBuffers {
+  int n_experts = 0, n_used = 0;
+  int64_t ff_expert = 0, ff_shared = 0;
+  DeviceMemory floats, ints, single_roles;
+  int32_t* host_offsets = nullptr;  // pinned [n_experts + 1]
+  float* logits = nullptr;          // [T x n_experts], then the probabilities
+  float* weights = nullptr;         // [N]
+  float* rows = nullptr;            // [N x n_embd] the gathered inputs, by expert
+  float* gate = nullptr;            // [N x ff_expert]
+  float* up = nullptr;              // [N x ff_expert]
+  float* down = nullptr;            // [N x n_embd] the experts' outputs, by expert
+  float* shared_gate = nullptr;     // [T x ff_shared]
+  float* shared_up = nullptr;       // [T x ff_shared]
+  float* shared_down = nullptr;     // [T x n_embd]
+  float* gate_logits = nullptr;     // [T]
+  int32_t *chosen = nullptr, *order = nullptr, *position = nullptr;  // [N] each
+  int32_t* offsets = nullptr;                                        // [n_experts + 1]
+  ~MoeBuffers() {
+    if (host_offsets) cudaFreeHost(host_offsets);
   }
 };
 
@@ -229,8 +253,40 @@ int64_t ForwardOps::one_time_events() const {
 }
 
 size_t ForwardOps::workspace_bytes() const {
+  const size_t moe =
+      moe_ ? moe_->floats.bytes() + moe_->ints.bytes() + moe_->single_roles.bytes() : 0;
   return buf_->activations.bytes() + buf_->inputs.bytes() + buf_->attention_workspace.bytes() +
-         buf_->int8_workspace.bytes() + buf_->cpu_rounding_workspace.bytes();
+         buf_->int8_workspace.bytes() + buf_->cpu_rounding_workspace.bytes() + moe;
+}
+
+void ForwardOps::reserve_moe(int n_experts, int n_used, int64_t n_ff_expert, int64_t n_ff_shared) {
+  HABLAR_CHECK(n_experts > 0 && n_used > 0 && n_used <= n_experts && n_ff_expert > 0,
+               "reserve_moe: bad expert counts");
+  auto m = std::make_unique<MoeBuffers>();
+  m->n_experts = n_experts, m->n_used = n_used;
+  m->ff_expert = n_ff_expert, m->ff_shared = n_ff_shared;
+  const size_t T = (size_t)limits_.max_tokens, N = T * (size_t)n_used, D = (size_t)dims_.n_embd;
+  const size_t FE = (size_t)n_ff_expert, FS = (size_t)n_ff_shared;
+  const size_t sizes[] = {
+      T * (size_t)n_experts, N, N * D, N * FE, N * FE, N * D, T * FS, T * FS, T * D, T};
+  size_t floats = 0;
+  for (size_t n : sizes) floats += round_up(n);
+  m->floats = DeviceMemory(floats * sizeof(float));
+  float* p = static_cast<float*>(m->floats.get());
+  float** slots[] = {&m->logits, &m->weights,     &m->rows,      &m->gate,        &m->up,
+                     &m->down,   &m->shared_gate, &m->shared_up, &m->shared_down, &m->gate_logits};
+  for (size_t i = 0; i < std::size(sizes); ++i) *slots[i] = p, p += round_up(sizes[i]);
+  m->ints = DeviceMemory((3 * round_up(N) + round_up((size_t)n_experts + 1)) * sizeof(int32_t));
+  auto* q = static_cast<int32_t*>(m->ints.get());
+  m->chosen = q, m->order = q + round_up(N), m->position = q + 2 * round_up(N);
+  m->offsets = q + 3 * round_up(N);
+  // Every expert row is a one-token product on the CPU (llama.cpp's mul_mat_id order).
+  m->single_roles = DeviceMemory(N);
+  HABLAR_CUDA_CHECK(cudaMemset(m->single_roles.get(), llama_batch_role(0, 1), N));
+  void* pinned = nullptr;
+  HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, ((size_t)n_experts + 1) * sizeof(int32_t)));
+  m->host_offsets = static_cast<int32_t*>(pinned);
+  moe_ = std::move(m);
 }
 
 void ForwardOps::begin(std::span<const SequenceChunk> chunks,
@@ -550,9 +606,59 @@ void ForwardOps::add(float* x, const float* y, int64_t width) {
   buf_->pending_add = {x, y, width};
 }
 
-void ForwardOps::moe_ffn(const ExpertsView&, const float*, float*) {
+void ForwardOps::expert_product(const WeightView& w, const float* in, int64_t m, float* out) {
+  if (!limits_.deterministic) return product(w, in, m, out);
+  if (w.type == DType::F16) return moe::f16_expert_matmul(w, in, m, out, stream_);
+  product(w, in, m, out, static_cast<const uint8_t*>(moe_->single_roles.get()));
+}
+
+void ForwardOps::moe_ffn(const ExpertsView& ex, const float* in, float* out) {
   flush();
-  throw_error(ErrorKind::kUnsupported, "mixture-of-experts layers do not run on the GPU yet");
+  MoeBuffers* mb = moe_.get();
+  const int E = (int)ex.gate.size(), K = ex.n_used;
+  HABLAR_CHECK(mb != nullptr && E == mb->n_experts && K == mb->n_used && ex.router != nullptr &&
+                   ex.up.size() == ex.gate.size() && ex.down.size() == ex.gate.size() &&
+                   ex.gate[0].rows == mb->ff_expert &&
+                   (ex.shared_gate == nullptr || ex.shared_gate->rows == mb->ff_shared),
+               "moe_ffn: experts unlike the reserved ones");
+  const int64_t T = n_tokens_, N = T * K, D = dims_.n_embd, FE = mb->ff_expert;
+  if (T == 0) return;
+  // Route every token, then group the step's entries by expert.
+  product(*ex.router, in, T, mb->logits);
+  moe::route(mb->logits, T, E, K, ex.normalize, mb->chosen, mb->weights, stream_);
+  moe::group(mb->chosen, N, E, mb->offsets, mb->order, mb->position, stream_);
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(mb->host_offsets, mb->offsets, ((size_t)E + 1) * 4,
+                                    cudaMemcpyDeviceToHost, stream_));
+  HABLAR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  moe::gather(in, mb->order, N, K, D, mb->rows, stream_);
+  // Each chosen expert's SwiGLU over its rows (rows [at, at + n) of the grouped buffers).
+  const int32_t* off = mb->host_offsets;
+  for (int e = 0; e < E; ++e) {
+    const int64_t at = off[e], n = off[e + 1] - off[e];
+    if (n == 0) continue;
+    expert_product(ex.gate[(size_t)e], mb->rows + at * D, n, mb->gate + at * FE);
+    expert_product(ex.up[(size_t)e], mb->rows + at * D, n, mb->up + at * FE);
+  }
+  if (limits_.deterministic) {
+    cpu_rounding_ops::swiglu(mb->gate, mb->up, mb->gate, N * FE, stream_);
+  } else {
+    swiglu(mb->gate, mb->up, mb->gate, N * FE, stream_);
+  }
+  for (int e = 0; e < E; ++e) {
+    const int64_t at = off[e], n = off[e + 1] - off[e];
+    if (n > 0) expert_product(ex.down[(size_t)e], mb->gate + at * FE, n, mb->down + at * D);
+  }
+  // Qwen2-MoE's shared expert over every token (the step's products, as a dense FFN) and
+  // its gate logit, before `out` (which may be `in`) is written.
+  const bool shared = ex.shared_gate != nullptr;
+  if (shared) {
+    matmul_glu(*ex.shared_gate, *ex.shared_up, in, mb->shared_gate, mb->shared_up,
+               GluActivation::kSilu);
+    matmul(*ex.shared_down, mb->shared_gate, mb->shared_down);
+    product(*ex.shared_gate_inp, in, T, mb->gate_logits);
+  }
+  moe::combine(mb->down, mb->position, mb->weights, T, K, D, shared ? mb->shared_down : nullptr,
+               mb->gate_logits, out, stream_);
 }
 
 void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output,

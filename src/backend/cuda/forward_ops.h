@@ -86,7 +86,15 @@ class ForwardOps {
   void attention(int layer, const AttentionSpec& spec, const float* q, const float* k,
                  const float* v, float* out);
   void add(float* x, const float* y, int64_t width);
-  // Mixture-of-experts models are refused by the CUDA executor at load (not yet on the GPU).
+  // Step buffers of a mixture-of-experts model (before its first moe_ffn): n_experts experts
+  // of width n_ff_expert, n_used per token, a shared expert of width n_ff_shared (0: none).
+  void reserve_moe(int n_experts, int n_used, int64_t n_ff_expert, int64_t n_ff_shared);
+  // The router's product and routing on the device, the step's (token, slot) entries grouped
+  // by expert (the per-expert row counts come to the host: one synchronization per MoE
+  // layer, which is why the executor does not capture MoE steps as graphs), each chosen
+  // expert's SwiGLU over its gathered rows through the products above (deterministic mode:
+  // the CPU's one-token order, F16 experts in the CPU's expert order), then the weighted sum
+  // in slot order and Qwen2-MoE's gated shared expert (moe.h). out may be in.
   void moe_ffn(const ExpertsView& experts, const float* in, float* out);
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
   // One-time work done so far (scratch growths of the prefill products).
@@ -110,7 +118,10 @@ class ForwardOps {
   void flush_row_work();
   void flush_add();
   void flush();
+  // One expert's product of m gathered rows (deterministic: the CPU's order for experts).
+  void expert_product(const WeightView& w, const float* in, int64_t m, float* out);
   struct Buffers;
+  struct MoeBuffers;
 
   ActivationDims dims_;
   KvCacheLayout layout_;
@@ -121,6 +132,7 @@ class ForwardOps {
   ForwardLimits limits_;
   cudaStream_t stream_;
   std::unique_ptr<Buffers> buf_;
+  std::unique_ptr<MoeBuffers> moe_;
   Activations act_;
   float* out_rows_ = nullptr;  // [R x n_embd] the rows that need logits, final-normed
   float* logits_ = nullptr;

@@ -45,10 +45,10 @@ class SlidingWindowEngine : public ::testing::Test {
   };
   // Greedy tokens of each prompt, all submitted together, on a cache of n_blocks blocks.
   static Run generate(const std::vector<std::vector<int32_t>>& prompts, int32_t n_blocks,
-                      bool release, int32_t max_tokens) {
+                      bool release, int32_t max_tokens, int32_t n_ctx = 1024) {
     CpuExecutor exec(*model_, n_blocks, kDefaultKvBlockSize, 2);
     EngineConfig c;
-    c.n_ctx = 1024;
+    c.n_ctx = n_ctx;
     c.release_window_blocks = release;
     c.scheduler = {.max_running = 4, .max_step_tokens = 64, .max_prefill_chunk = 24};
     Engine engine(c, exec);
@@ -122,6 +122,39 @@ TEST_F(SlidingWindowEngine, ReleasingBlocksKeepsOutputsAndBoundsMemory) {
               released.most_blocks_used);
   EXPECT_GT(kept.most_blocks_used, 20);
   EXPECT_LE(released.most_blocks_used, 12);
+}
+
+// What `serve` gives each sequence (engine::max_sequence_tokens): the pool bounds a sequence
+// unless blocks behind the window are given back and the pool holds a window and a chunk.
+TEST(MaxSequenceTokens, ThePoolBoundsASequenceUnlessTheWindowFreesBlocks) {
+  // No window: the smaller of the model's context and the pool (8 blocks of 16).
+  EXPECT_EQ(max_sequence_tokens(4096, 8, 16, 0, 24), 128);
+  EXPECT_EQ(max_sequence_tokens(100, 8, 16, 0, 24), 100);
+  EXPECT_EQ(max_sequence_tokens(0, 8, 16, 0, 24), 128);
+  // A window of 12 and chunks of 24: 11 + 24 live positions over at most 4 blocks.
+  EXPECT_EQ(max_sequence_tokens(4096, 4, 16, 12, 24), 4096);
+  EXPECT_EQ(max_sequence_tokens(4096, 3, 16, 12, 24), 48);
+  // Chunks of 512: 523 live positions over at most 34 blocks.
+  EXPECT_EQ(max_sequence_tokens(4096, 34, 16, 12, 512), 4096);
+  EXPECT_EQ(max_sequence_tokens(4096, 33, 16, 12, 512), 528);
+  // A model that states no context keeps the pool's bound.
+  EXPECT_EQ(max_sequence_tokens(0, 64, 16, 12, 24), 1024);
+}
+
+// serve's limit on the windowed model: a sequence four times the pool runs to its length,
+// with the same tokens as on a pool that holds it whole.
+TEST_F(SlidingWindowEngine, ASequenceLongerThanThePoolRunsWhole) {
+  constexpr int32_t kBlocks = 6, kChunk = 24;  // a pool of 96 positions
+  const int32_t n_ctx = max_sequence_tokens(model::max_context(model_->config()), kBlocks,
+                                            kDefaultKvBlockSize, kWindow, kChunk);
+  ASSERT_GE(n_ctx, 4 * kBlocks * kDefaultKvBlockSize);
+  const std::vector<std::vector<int32_t>> one = {prompts()[1]};  // 30 tokens
+  const int32_t n_tokens = 4 * kBlocks * kDefaultKvBlockSize - 30;
+  const Run small = generate(one, kBlocks, /*release=*/true, n_tokens, n_ctx);
+  const Run whole = generate(one, 64, /*release=*/false, n_tokens, n_ctx);
+  ASSERT_EQ(small.tokens[0].size(), (size_t)n_tokens);
+  EXPECT_EQ(small.tokens[0], whole.tokens[0]);
+  EXPECT_LE(small.most_blocks_used, kBlocks);
 }
 
 }  // namespace

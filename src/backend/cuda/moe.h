@@ -1,0 +1,43 @@
+// The mixture-of-experts kernels of the CUDA backend (forward_ops.h moe_ffn strings them
+// together): routing, grouping the step's (token, slot) entries by expert, gathering their
+// rows, the CPU's F16 expert product, and the weighted combination. Routing and combination
+// follow the CPU's float order in both modes (moe_routing.cuh).
+//
+// Host C++ (no device code here).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/tensor_view.h"
+
+namespace hablar::cuda::moe {
+
+// logits [T x E] (router products; overwritten by the probabilities) -> chosen [T x K]
+// (descending probability) and weights [T x K]; a thread per token.
+void route(float* logits, int64_t T, int E, int K, bool normalize, int32_t* chosen, float* weights,
+           cudaStream_t stream);
+
+// chosen [N] (N = T * K entries) grouped by expert, stably: offsets [E + 1] (expert e's
+// entries are order[offsets[e] .. offsets[e + 1])), order [N] the entry of each sorted row,
+// position [N] the sorted row of each entry.
+void group(const int32_t* chosen, int64_t N, int E, int32_t* offsets, int32_t* order,
+           int32_t* position, cudaStream_t stream);
+
+// rows[r] = in[order[r] / K], rows of `width` floats, r < N.
+void gather(const float* in, const int32_t* order, int64_t N, int K, int64_t width, float* rows,
+            cudaStream_t stream);
+
+// y [m x w.rows] = x [m x w.cols] · Wᵀ for an F16 expert in the CPU's expert order
+// (moe_routing.cuh f16_expert_dot); a thread per output value.
+void f16_expert_matmul(const WeightView& w, const float* x, int64_t m, float* y,
+                       cudaStream_t stream);
+
+// out[t][d] = sum_j weights[t][j] * sorted[position[t * K + j]][d] (in slot order), plus
+// shared[t][d] * sigmoid(gate_logits[t]) when shared is given; out [T x width].
+void combine(const float* sorted, const int32_t* position, const float* weights, int64_t T, int K,
+             int64_t width, const float* shared, const float* gate_logits, float* out,
+             cudaStream_t stream);
+
+}  // namespace hablar::cuda::moe
