@@ -141,7 +141,13 @@ void Tokenizer::Impl::encode_bpe(std::string_view raw_input, std::vector<int32_t
   // SentencePiece-style vocabularies see spaces as U+2581.
   std::string escaped;
   std::string_view input = raw_input;
-  if (escape_spaces) {
+  if (lowercase) {
+    for (uint32_t cp : unicode::decode(raw_input)) {
+      const bool ws = unicode::is_whitespace(unicode::flags_of(cp));
+      unicode::append_utf8(escaped, ws ? cp : unicode::to_lower(cp));
+    }
+    input = escaped;
+  } else if (escape_spaces) {
     escaped.reserve(raw_input.size() + 16);
     for (char c : raw_input) {
       if (c == ' ')
@@ -173,8 +179,10 @@ void Tokenizer::Impl::encode_bpe(std::string_view raw_input, std::vector<int32_t
     for (size_t i = cp_pos; i < cp_pos + len; ++i)
       bytes += cps[i] < 0x80 ? 1 : cps[i] < 0x800 ? 2 : cps[i] < 0x10000 ? 3 : 4;
     const std::string_view word = text.substr(byte_pos, bytes);
+    const bool blank = unicode::is_whitespace(flags[cp_pos]);
     cp_pos += len;
     byte_pos += bytes;
+    if (drop_whitespace && blank) continue;  // a gap between words (\S+ splits only)
     if (ignore_merges || (newline_words && word.find_first_not_of('\n') == std::string::npos)) {
       auto it = raw_to_id.find(word);
       if (it != raw_to_id.end()) {

@@ -134,6 +134,8 @@ struct Tokenizer::Impl {
   bool byte_level = true;      // false: symbols are raw UTF-8 characters (pre.options())
   bool escape_spaces = false;  // ' ' -> U+2581 before splitting
   bool newline_words = false;  // a newline-only word that is a token is taken whole
+  bool drop_whitespace = false;  // "whitespace" model: white space only separates words
+  bool lowercase = false;        // "whitespace" model: words are lowercased
   std::array<int32_t, 256> byte_symbol{};  // raw byte -> symbol id of its byte character
   std::vector<std::string> raw_texts;      // decoded bytes of every token ("" if not bytes)
   TextIndex raw_to_id;                     // raw_texts -> id, for ignore_merges

@@ -385,9 +385,16 @@ std::unique_ptr<Tokenizer::Impl> load_vocab(const gguf::GgufFile& f) {
     v->kind = ModelKind::kSpm;
     v->bos = 1, v->eos = 2, v->unk = 0;
     v->add_bos = true, v->add_space_prefix = true;
-  } else if (v->model_name == "gpt2" || v->model_name == "gemma4") {
-    // Byte-level BPE, or (Gemma 4's model name) BPE over raw UTF-8 with U+2581 for spaces.
+  } else if (v->model_name == "gpt2" || v->model_name == "gemma4" ||
+             v->model_name == "whitespace") {
+    // Byte-level BPE, or (Gemma 4's model name) BPE over raw UTF-8 with U+2581 for spaces,
+    // or ("whitespace") BPE over the text's non-white-space runs, lowercased by default.
     v->kind = ModelKind::kBpe;
+    if (v->model_name == "whitespace") {
+      v->drop_whitespace = true;
+      v->lowercase =
+          f.get_bool_or("tokenizer.ggml.normalizer.lowercase", v->pre_name != "whitespace");
+    }
     if (v->model_name == "gemma4") v->pre_name = "gemma4";
     v->pre = PreTokenizer::for_name(v->pre_name);
     const PreOptions& o = v->pre.options();
@@ -406,7 +413,7 @@ std::unique_ptr<Tokenizer::Impl> load_vocab(const gguf::GgufFile& f) {
                 f.path() + ": unsupported tokenizer model (tokenizer.ggml.model) '" +
                     v->model_name +
                     "'; supported: llama (SentencePiece), gpt2 (byte-level BPE), "
-                    "gemma4 (BPE over UTF-8), bert (WordPiece)");
+                    "gemma4 (BPE over UTF-8), whitespace (BPE over words), bert (WordPiece)");
   }
   load_tokens(f, *v);
   const int32_t n = v->n_vocab();

@@ -1,0 +1,152 @@
+// Every tokenizer.ggml.pre name llama.cpp knows, against llama.cpp's own ids: the Llama 3
+// vocabulary of the shared test data relabelled with each name (or first turned into a
+// raw UTF-8 vocabulary for the names whose BPE runs over UTF-8 with U+2581 for spaces)
+// tokenizes the texts of tests/golden/tokenizer/pretokenizers.json, written by
+// tools/pretokenizer_oracle.py with llama-cpp-python. The vocabularies are built here in
+// memory exactly as the tool builds its files.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/tokenizer_impl.h"
+#include "tokenizer/unicode.h"
+#include "tokenizer_test_util.h"
+
+namespace hablar::tokenizer::test {
+namespace {
+
+using Meta = std::vector<std::pair<std::string, gguf::Value>>;
+
+// A byte-level token text as raw UTF-8 with U+2581 for spaces; false when a character is
+// outside the byte alphabet or the bytes are not strict UTF-8 (as Python decodes it).
+bool to_raw(const std::string& text, std::string& out) {
+  std::string bytes;
+  for (uint32_t cp : unicode::decode(text)) {
+    const int b = byte_from_cp(cp);
+    if (b < 0) return false;
+    bytes.push_back(static_cast<char>(b));
+  }
+  if (!unicode::is_canonical_utf8(bytes)) return false;
+  out.clear();
+  for (uint32_t cp : unicode::decode(bytes)) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) return false;
+    if (cp == ' ')
+      out += "\xE2\x96\x81";
+    else
+      unicode::append_utf8(out, cp);
+  }
+  return true;
+}
+
+// tools/pretokenizer_oracle.py's raw_vocab: converted texts where free (else the original
+// text, else "<dupID>"), 256 byte tokens appended, merges with both sides converted.
+Meta raw_vocab(const gguf::GgufFile& base) {
+  std::vector<std::string> tokens = base.get_string_array("tokenizer.ggml.tokens");
+  std::vector<int32_t> types = base.get_i32_array("tokenizer.ggml.token_type");
+  std::unordered_set<std::string> used;
+  std::string raw;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::string text = to_raw(tokens[i], raw) && !used.count(raw) ? raw : tokens[i];
+    if (used.count(text)) text = "<dup" + std::to_string(i) + ">";
+    used.insert(text);
+    tokens[i] = std::move(text);
+  }
+  static const char* kHex = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">");
+    types.push_back(6);
+  }
+  std::vector<std::string> merges;
+  std::string left, right;
+  for (const std::string& m : base.get_string_array("tokenizer.ggml.merges")) {
+    const size_t space = m.find(' ');
+    if (space == std::string::npos) continue;
+    if (to_raw(m.substr(0, space), left) && to_raw(m.substr(space + 1), right))
+      merges.push_back(left + " " + right);
+  }
+  Meta meta = base.metadata();
+  for (auto& [key, value] : meta) {
+    if (key == "tokenizer.ggml.tokens") value = gguf::Value::string_array(tokens);
+    if (key == "tokenizer.ggml.token_type") value = gguf::Value::i32_array(types);
+    if (key == "tokenizer.ggml.merges") value = gguf::Value::string_array(merges);
+  }
+  return meta;
+}
+
+std::unique_ptr<Tokenizer> relabelled(Meta meta, const std::string& pre) {
+  for (auto& [key, value] : meta) {
+    if (key == "tokenizer.ggml.pre") value = gguf::Value::string(pre);
+    // llama.cpp runs the "whitespace" pre-tokenizer with the "whitespace" model only.
+    if (key == "tokenizer.ggml.model" && pre == "whitespace") value = gguf::Value::string(pre);
+  }
+  return Tokenizer::from_gguf(gguf::GgufFile::assemble(pre, std::move(meta), {}, nullptr));
+}
+
+struct Golden {
+  nlohmann::json doc;
+  Golden() {
+    doc = nlohmann::json::parse(read_file(hablar::test::source_dir() +
+                                          "/tests/golden/tokenizer/pretokenizers.json"));
+  }
+  // The ids of a name, following same_as.
+  const nlohmann::json& ids(const std::string& name) const {
+    const auto& entry = doc["names"][name];
+    return entry.contains("same_as") ? ids(entry["same_as"].get<std::string>()) : entry["ids"];
+  }
+};
+
+TEST(PreTokenizerGolden, NamesAreLlamaCppsNames) {
+  const Golden g;
+  std::set<std::string> golden_names, ours;
+  for (const auto& [name, entry] : g.doc["names"].items()) golden_names.insert(name);
+  for (const auto& name : PreTokenizer::supported_names()) ours.insert(name);
+  EXPECT_EQ(ours, golden_names);
+  EXPECT_GT(ours.size(), 90u);
+}
+
+TEST(PreTokenizerGolden, EveryNameMatchesLlamaCpp) {
+  const Golden g;
+  const auto base = gguf::GgufFile::open(vocab_path("llama-bpe"));
+  ASSERT_EQ(g.doc["vocab"], "ggml-vocab-llama-bpe.gguf");
+  const Meta byte_meta = base.metadata();
+  const Meta raw_meta = raw_vocab(base);
+  const auto texts = g.doc["texts"].get<std::vector<std::string>>();
+  ASSERT_GT(texts.size(), 50u);
+  size_t names = 0, all_exact = 0;
+  for (const auto& [name, entry] : g.doc["names"].items()) {
+    const auto tok = relabelled(entry["raw"].get<bool>() ? raw_meta : byte_meta, name);
+    const nlohmann::json& want = g.ids(name);
+    ASSERT_EQ(want.size(), texts.size()) << name;
+    size_t exact = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const auto got = tok->encode(texts[i], false, false);
+      const bool same = got == want[i].get<std::vector<int32_t>>();
+      exact += same;
+      EXPECT_TRUE(same) << name << " text #" << i << ": '" << texts[i] << "'";
+    }
+    std::printf("[ pre-tok  ] %-26s %zu/%zu texts exact\n", name.c_str(), exact, texts.size());
+    ++names;
+    all_exact += exact == texts.size();
+  }
+  std::printf("[ pre-tok  ] %zu/%zu names exact on every text\n", all_exact, names);
+}
+
+TEST(PreTokenizerGolden, UnknownNameListsTheKnownOnes) {
+  try {
+    PreTokenizer::for_name("no-such-pre");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'no-such-pre'"), std::string::npos) << msg;
+    for (const auto& name : PreTokenizer::supported_names())
+      EXPECT_NE(msg.find(name), std::string::npos) << name;
+  }
+}
+
+}  // namespace
+}  // namespace hablar::tokenizer::test
