@@ -5,7 +5,7 @@ Run with a Python that has llama-cpp-python (e.g. ~/.cache/hablar/oracle-venv/bi
 
   pretokenizer_oracle.py write     writes tests/golden/tokenizer/pretokenizers.json
 
-For each name, the GPT-2 vocabulary of the shared test data is relabelled with
+For each name, the Llama 3 vocabulary of the shared test data (cut, see prune) is relabelled with
 tokenizer.ggml.pre = NAME (byte-level names), or first turned into a raw UTF-8 vocabulary
 (names whose BPE runs over raw UTF-8 with U+2581 for spaces, see raw_vocab), then llama.cpp
 tokenizes every text (no BOS/EOS, special tokens not parsed). The test
@@ -26,6 +26,10 @@ VOCAB_DIR = os.path.join(os.environ.get("HABLAR_TESTDATA", os.path.join(ROOT, ".
 BASE = "ggml-vocab-llama-bpe.gguf"
 CORPUS = os.path.join(ROOT, "tests", "data", "tokenizer-corpus", "corpus.txt")
 GOLDEN = os.path.join(ROOT, "tests", "golden", "tokenizer", "pretokenizers.json")
+# The base vocabulary is cut to its first tokens and merges, so that the test can build
+# ninety-odd tokenizers from it in seconds (both sides cut it the same way).
+KEEP_TOKENS = 32000
+KEEP_MERGES = 31000
 
 # Every tokenizer.ggml.pre value of llama.cpp's llama-vocab.cpp (the BPE branch).
 NAMES = [
@@ -163,7 +167,7 @@ def to_raw(text, dec):
 
 
 def raw_vocab(kvs):
-    """The GPT-2 vocabulary over raw UTF-8: in id order, a token whose bytes are UTF-8 becomes
+    """The byte-level vocabulary over raw UTF-8: in id order, a token whose bytes are UTF-8 becomes
     that text (spaces as U+2581) unless an earlier token has it; otherwise it keeps its text,
     or if that is taken too becomes "<dupID>" (llama.cpp wants unique texts). 256 <0xXX>
     byte tokens are appended; merges whose both sides decode are kept, converted."""
@@ -202,6 +206,18 @@ def raw_vocab(kvs):
     return out
 
 
+def prune(kvs):
+    """The first KEEP_TOKENS tokens (with their types and scores) and KEEP_MERGES merges."""
+    out = []
+    for k, t, v in kvs:
+        if k in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores"):
+            v = (v[0], v[1][:KEEP_TOKENS])
+        elif k == "tokenizer.ggml.merges":
+            v = (v[0], v[1][:KEEP_MERGES])
+        out.append((k, t, v))
+    return out
+
+
 def relabel(kvs, name):
     """kvs with tokenizer.ggml.pre = name; the "whitespace" pre-tokenizer goes with the
     "whitespace" tokenizer model (llama.cpp's BPE asserts on the white space it keeps)."""
@@ -218,6 +234,7 @@ def relabel(kvs, name):
 def write():
     import llama_cpp
     version, kvs = read_gguf(os.path.join(VOCAB_DIR, BASE))
+    kvs = prune(kvs)
     raw_kvs = raw_vocab(kvs)
     texts = TEXTS + load_docs()
     names = {}
@@ -240,7 +257,8 @@ def write():
                   + (f" (as {names[name]['same_as']})" if "same_as" in names[name] else ""),
                   flush=True)
     with open(GOLDEN, "w", encoding="utf-8") as f:
-        json.dump({"vocab": BASE, "texts": texts, "names": names}, f, ensure_ascii=False,
+        json.dump({"vocab": BASE, "keep_tokens": KEEP_TOKENS, "keep_merges": KEEP_MERGES,
+                   "texts": texts, "names": names}, f, ensure_ascii=False,
                   separators=(",", ":"))
         f.write("\n")
     print(f"{len(names)} names, {len(seen)} distinct -> {os.path.relpath(GOLDEN, ROOT)}")
