@@ -404,6 +404,10 @@ std::unique_ptr<Tokenizer::Impl> load_vocab(const gguf::GgufFile& f) {
     v->byte_level = o.byte_level;
     v->escape_spaces = o.escape_spaces;
     v->newline_words = o.newline_words;
+  } else if (v->model_name == "t5") {
+    v->kind = ModelKind::kUgm;  // Unigram; llama.cpp's defaults for its special ids
+    v->eos = 1, v->unk = 2, v->pad = 0;
+    v->add_eos = true;
   } else if (v->model_name == "bert") {
     v->kind = ModelKind::kWpm;
     v->bos = 101, v->unk = 100, v->sep = 102, v->pad = 0;
@@ -413,7 +417,8 @@ std::unique_ptr<Tokenizer::Impl> load_vocab(const gguf::GgufFile& f) {
                 f.path() + ": unsupported tokenizer model (tokenizer.ggml.model) '" +
                     v->model_name +
                     "'; supported: llama (SentencePiece), gpt2 (byte-level BPE), "
-                    "gemma4 (BPE over UTF-8), whitespace (BPE over words), bert (WordPiece)");
+                    "gemma4 (BPE over UTF-8), whitespace (BPE over words), bert (WordPiece), "
+                    "t5 (Unigram)");
   }
   load_tokens(f, *v);
   const int32_t n = v->n_vocab();
@@ -431,6 +436,9 @@ std::unique_ptr<Tokenizer::Impl> load_vocab(const gguf::GgufFile& f) {
       break;
     case ModelKind::kWpm:
       build_wpm(*v);
+      break;
+    case ModelKind::kUgm:
+      build_ugm(f, *v);
       break;
     case ModelKind::kHf:  // built by load_hf_vocab (hf_tokenizer.cpp), never here
       break;
