@@ -12,7 +12,13 @@ tokenizes every text (no BOS/EOS, special tokens not parsed). The test
 (tests/unit/tokenizer/pretokenizer_golden_test.cpp) builds the same vocabularies in memory.
 
 Golden file (JSON): {"vocab": base file name, "texts": [...],
-  "names": {NAME: {"raw": bool, "ids": [[...] per text]} or {"raw": bool, "same_as": NAME}}}
+  "names": {NAME: {"raw": bool, "ids": [[...] per text]} or {"raw": bool, "same_as": NAME}},
+  "ugm": {"vocab": ..., "variants": {VARIANT: [[...] per text]}}}
+
+The "ugm" section is the Unigram tokenizer (tokenizer.ggml.model "t5"): the SentencePiece
+vocabulary of the shared test data relabelled "t5" (no charsmap: the shared data has no
+Unigram vocabulary), as it is ("plain") and with add_space_prefix and
+remove_extra_whitespaces set ("spaces").
 """
 import json
 import os
@@ -231,6 +237,30 @@ def relabel(kvs, name):
     return out
 
 
+UGM_BASE = "ggml-vocab-llama-spm.gguf"
+UGM_VARIANTS = {"plain": [], "spaces": [("tokenizer.ggml.add_space_prefix", 7, True),
+                                         ("tokenizer.ggml.remove_extra_whitespaces", 7, True)]}
+
+
+def ugm_vocab(kvs, extra):
+    out = [(k, t, b"t5" if k == "tokenizer.ggml.model" else v) for k, t, v in kvs]
+    return out + extra
+
+
+def write_ugm(texts, tmp):
+    import llama_cpp
+    version, kvs = read_gguf(os.path.join(VOCAB_DIR, UGM_BASE))
+    variants = {}
+    for name, extra in UGM_VARIANTS.items():
+        path = os.path.join(tmp, "ugm.gguf")
+        write_gguf(path, version, ugm_vocab(kvs, extra))
+        llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+        variants[name] = [llm.tokenize(t.encode(), add_bos=False, special=False) for t in texts]
+        del llm
+        print(f"ugm {name:22s} {sum(map(len, variants[name])):6d} ids", flush=True)
+    return {"vocab": UGM_BASE, "variants": variants}
+
+
 def write():
     import llama_cpp
     version, kvs = read_gguf(os.path.join(VOCAB_DIR, BASE))
@@ -256,9 +286,10 @@ def write():
             print(f"{name:26s} {sum(map(len, ids)):6d} ids"
                   + (f" (as {names[name]['same_as']})" if "same_as" in names[name] else ""),
                   flush=True)
+        ugm = write_ugm(texts, tmp)
     with open(GOLDEN, "w", encoding="utf-8") as f:
         json.dump({"vocab": BASE, "keep_tokens": KEEP_TOKENS, "keep_merges": KEEP_MERGES,
-                   "texts": texts, "names": names}, f, ensure_ascii=False,
+                   "texts": texts, "names": names, "ugm": ugm}, f, ensure_ascii=False,
                   separators=(",", ":"))
         f.write("\n")
     print(f"{len(names)} names, {len(seen)} distinct -> {os.path.relpath(GOLDEN, ROOT)}")

@@ -157,6 +157,42 @@ TEST(PreTokenizerGolden, EveryNameMatchesLlamaCpp) {
   std::printf("[ pre-tok  ] %zu/%zu names exact on every text\n", all_exact, names);
 }
 
+// Unigram ("t5"): the SentencePiece vocabulary relabelled, plain and with the space options.
+TEST(UnigramGolden, MatchesLlamaCpp) {
+  const Golden g;
+  const auto& ugm = g.doc["ugm"];
+  ASSERT_EQ(ugm["vocab"], "ggml-vocab-llama-spm.gguf");
+  const auto file = gguf::GgufFile::open(vocab_path("llama-spm"));
+  const auto texts = g.doc["texts"].get<std::vector<std::string>>();
+  for (const std::string variant : {"plain", "spaces"}) {
+    Meta meta = file.metadata();
+    for (auto& [key, value] : meta)
+      if (key == "tokenizer.ggml.model") value = gguf::Value::string("t5");
+    if (variant == "spaces") {
+      meta.emplace_back("tokenizer.ggml.add_space_prefix", gguf::Value::boolean(true));
+      meta.emplace_back("tokenizer.ggml.remove_extra_whitespaces", gguf::Value::boolean(true));
+    }
+    const auto tok = Tokenizer::from_gguf(gguf::GgufFile::assemble("t5", meta, {}, nullptr));
+    EXPECT_EQ(tok->model_name(), "t5");
+    const auto& want = ugm["variants"][variant];
+    ASSERT_EQ(want.size(), texts.size());
+    size_t exact = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const auto got = tok->encode(texts[i], false, false);
+      const bool same = got == want[i].get<std::vector<int32_t>>();
+      exact += same;
+      EXPECT_TRUE(same) << variant << " text #" << i << ": '" << texts[i] << "'";
+    }
+    std::printf("[ unigram  ] %-8s %zu/%zu texts exact\n", variant.c_str(), exact, texts.size());
+    // The file's add_bos_token (true) and add_eos_token (false) override the Unigram
+    // defaults (no BOS, EOS), as in llama.cpp.
+    const auto plain = tok->encode("Hello", false, false);
+    const auto with_special = tok->encode("Hello", true, false);
+    ASSERT_EQ(with_special.size(), plain.size() + 1);
+    EXPECT_EQ(with_special.front(), tok->bos_id());
+  }
+}
+
 TEST(PreTokenizerGolden, UnknownNameListsTheKnownOnes) {
   try {
     PreTokenizer::for_name("no-such-pre");
