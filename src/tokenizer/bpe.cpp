@@ -2,7 +2,6 @@
 // for raw UTF-8 vocabularies its characters), merge adjacent symbols by rank (lowest rank
 // first, leftmost on ties) until no ranked pair is left.
 #include <queue>
-#include <span>
 
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode.h"
@@ -48,12 +47,12 @@ void emit_symbol(const Tokenizer::Impl& v, int32_t sym, std::vector<int32_t>& ou
 }
 
 // init: the word's initial symbols (at most kScanLimit).
-void merge_by_scan(const Tokenizer::Impl& v, std::span<const int32_t> init,
-                   std::vector<int32_t>& out) {
+// sym_at(i): the word's initial symbol i of n (n <= kScanLimit).
+template <typename SymAt>
+void merge_by_scan(const Tokenizer::Impl& v, size_t n, SymAt sym_at, std::vector<int32_t>& out) {
   int32_t ids[kScanLimit];
   uint64_t ranks[kScanLimit];
-  size_t n = init.size();
-  for (size_t i = 0; i < n; ++i) ids[i] = init[i];
+  for (size_t i = 0; i < n; ++i) ids[i] = sym_at(i);
   for (size_t i = 0; i + 1 < n; ++i) ranks[i] = pair_rank(v.merges, ids[i], ids[i + 1]);
   while (n > 1) {
     size_t best = 0;
@@ -81,12 +80,13 @@ struct Candidate {
   }
 };
 
-void merge_by_heap(const Tokenizer::Impl& v, std::span<const int32_t> init,
+template <typename SymAt>
+void merge_by_heap(const Tokenizer::Impl& v, size_t count, SymAt sym_at,
                    std::vector<int32_t>& out) {
-  const int32_t n = static_cast<int32_t>(init.size());
+  const int32_t n = static_cast<int32_t>(count);
   std::vector<int32_t> sym(n), next(n), prev(n);
   for (int32_t i = 0; i < n; ++i) {
-    sym[i] = init[i];
+    sym[i] = sym_at(static_cast<size_t>(i));
     prev[i] = i - 1;
     next[i] = i + 1 < n ? i + 1 : -1;
   }
@@ -114,13 +114,9 @@ void merge_by_heap(const Tokenizer::Impl& v, std::span<const int32_t> init,
   for (int32_t i = 0; i >= 0; i = next[i]) emit_symbol(v, sym[i], out);
 }
 
-// The initial symbols of a word: one per byte, or in raw UTF-8 mode one per character.
-void initial_symbols(const Tokenizer::Impl& v, std::string_view word, std::vector<int32_t>& syms) {
+// The initial symbols of a word of a raw UTF-8 vocabulary: one per character.
+void char_symbols(const Tokenizer::Impl& v, std::string_view word, std::vector<int32_t>& syms) {
   syms.clear();
-  if (v.byte_level) {
-    for (char c : word) syms.push_back(v.byte_symbol[static_cast<uint8_t>(c)]);
-    return;
-  }
   size_t pos = 0;
   while (pos < word.size()) {
     const size_t start = pos;
@@ -194,11 +190,20 @@ void Tokenizer::Impl::encode_bpe(std::string_view raw_input, std::vector<int32_t
       emit_symbol(*this, byte_symbol[static_cast<uint8_t>(word[0])], out);
       continue;
     }
-    initial_symbols(*this, word, syms);
+    if (byte_level) {  // one symbol per byte
+      auto byte_at = [&](size_t i) { return byte_symbol[static_cast<uint8_t>(word[i])]; };
+      if (word.size() <= kScanLimit)
+        merge_by_scan(*this, word.size(), byte_at, out);
+      else
+        merge_by_heap(*this, word.size(), byte_at, out);
+      continue;
+    }
+    char_symbols(*this, word, syms);
+    auto sym_at = [&](size_t i) { return syms[i]; };
     if (syms.size() <= kScanLimit)
-      merge_by_scan(*this, syms, out);
+      merge_by_scan(*this, syms.size(), sym_at, out);
     else
-      merge_by_heap(*this, syms, out);
+      merge_by_heap(*this, syms.size(), sym_at, out);
   }
 }
 
