@@ -4,6 +4,10 @@
 Run with a Python that has llama-cpp-python (e.g. ~/.cache/hablar/oracle-venv/bin/python):
 
   pretokenizer_oracle.py write     writes tests/golden/tokenizer/pretokenizers.json
+  pretokenizer_oracle.py shipped   writes tests/golden/tokenizer/llama-shipped-vocabs.json:
+                                   llama.cpp's ids on the same texts for the vocabularies
+                                   of llama.cpp's models/ folder that the shared test data
+                                   lacks (LLAMA_CPP_MODELS, default the vendored tree)
 
 For each name, the Llama 3 vocabulary of the shared test data (cut, see prune) is relabelled with
 tokenizer.ggml.pre = NAME (byte-level names), or first turned into a raw UTF-8 vocabulary
@@ -32,6 +36,9 @@ VOCAB_DIR = os.path.join(os.environ.get("HABLAR_TESTDATA", os.path.join(ROOT, ".
 BASE = "ggml-vocab-llama-bpe.gguf"
 CORPUS = os.path.join(ROOT, "tests", "data", "tokenizer-corpus", "corpus.txt")
 GOLDEN = os.path.join(ROOT, "tests", "golden", "tokenizer", "pretokenizers.json")
+SHIPPED = os.path.join(ROOT, "tests", "golden", "tokenizer", "llama-shipped-vocabs.json")
+LLAMA_MODELS = os.environ.get("LLAMA_CPP_MODELS", "/work/llamacpp/llama_cpp_python-0.3.36/"
+                              "vendor/llama.cpp/models")
 # The base vocabulary is cut to its first tokens and merges, so that the test can build
 # ninety-odd tokenizers from it in seconds (both sides cut it the same way).
 KEEP_TOKENS = 32000
@@ -295,9 +302,31 @@ def write():
     print(f"{len(names)} names, {len(seen)} distinct -> {os.path.relpath(GOLDEN, ROOT)}")
 
 
+def write_shipped():
+    import glob
+    import llama_cpp
+    texts = TEXTS + load_docs()
+    vocabs = {}
+    for path in sorted(glob.glob(os.path.join(LLAMA_MODELS, "ggml-vocab-*.gguf"))):
+        name = os.path.basename(path)
+        if os.path.exists(os.path.join(VOCAB_DIR, name)):
+            continue  # covered by tests/golden/tokenizer/<vocab>.txt
+        llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+        vocabs[name] = [llm.tokenize(t.encode(), add_bos=False, special=False) for t in texts]
+        del llm
+        print(f"{name:34s} {sum(map(len, vocabs[name])):6d} ids", flush=True)
+    with open(SHIPPED, "w", encoding="utf-8") as f:
+        json.dump({"texts": texts, "vocabs": vocabs}, f, ensure_ascii=False,
+                  separators=(",", ":"))
+        f.write("\n")
+
+
 def main():
     if len(sys.argv) == 2 and sys.argv[1] == "write":
         write()
+        return 0
+    if len(sys.argv) == 2 and sys.argv[1] == "shipped":
+        write_shipped()
         return 0
     sys.exit(__doc__)
 
