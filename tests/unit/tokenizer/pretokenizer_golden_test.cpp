@@ -193,6 +193,20 @@ TEST(UnigramGolden, MatchesLlamaCpp) {
   }
 }
 
+// llama.cpp accepts a Kimi-K2 vocabulary without merges (and no other): every word is then
+// its byte tokens.
+TEST(PreTokenizerGolden, KimiK2NeedsNoMerges) {
+  const auto file = gguf::GgufFile::open(vocab_path("gpt-2"));
+  Meta meta;
+  for (auto& kv : file.metadata())
+    if (kv.first != "tokenizer.ggml.merges") meta.push_back(kv);
+  EXPECT_THROW(relabelled(meta, "gpt-2"), Error);
+  const auto tok = relabelled(meta, "kimi-k2");
+  const auto ids = tok->encode("Hello 世界", false, false);
+  ASSERT_EQ(ids.size(), std::string("Hello 世界").size());
+  for (int32_t id : ids) EXPECT_EQ(tok->token_text(id, true, false).size(), 1u) << id;
+}
+
 TEST(PreTokenizerGolden, UnknownNameListsTheKnownOnes) {
   try {
     PreTokenizer::for_name("no-such-pre");
