@@ -1,6 +1,7 @@
 // `hablar info [FILE]`: describes a GGUF model (architecture, hyperparameters, tokenizer,
 // chat template, tensors, totals) as text or, with --json, as one JSON object. The file is
 // mapped and only its header is read: tensor data is never touched.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include "formats/gguf.h"
 #include "formats/hf_model.h"
 #include "formats/model_info.h"
+#include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hablar::cli {
@@ -157,7 +159,14 @@ void print_tokenizer(const std::optional<gguf::TokenizerSummary>& tok) {
   }
   std::printf("tokenizer:\n");
   print_row("model", tok->model);
-  if (!tok->pre.empty()) print_row("pre", tok->pre);
+  if (!tok->pre.empty()) {
+    // A GGUF pre-tokenizer name hablar does not know: loading the model will fail.
+    const auto known = tokenizer::PreTokenizer::supported_names();
+    const bool bpe = tok->model == "gpt2" || tok->model == "gemma4" || tok->model == "whitespace";
+    const bool unknown = bpe && std::find(known.begin(), known.end(), tok->pre) == known.end();
+    print_row("pre",
+              unknown ? tok->pre + "  (unsupported: the tokenizer will not load)" : tok->pre);
+  }
   print_row("tokens", std::to_string(tok->n_tokens));
   if (tok->n_merges) print_row("merges", std::to_string(tok->n_merges));
   for (const gguf::SpecialToken& s : tok->special) {

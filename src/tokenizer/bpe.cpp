@@ -1,5 +1,6 @@
-// Byte-level BPE: pre-tokenize, map each word's bytes to symbols, merge adjacent symbols
-// by rank (lowest rank first, leftmost on ties) until no ranked pair is left.
+// BPE: pre-tokenize, map each word to symbols (its bytes through the GPT-2 byte alphabet, or
+// for raw UTF-8 vocabularies its characters), merge adjacent symbols by rank (lowest rank
+// first, leftmost on ties) until no ranked pair is left.
 #include <queue>
 
 #include "tokenizer/tokenizer_impl.h"
@@ -18,9 +19,24 @@ uint64_t pair_rank(const PairTable& merges, int32_t a, int32_t b) {
   return v ? *v : kNoMerge;
 }
 
+// Raw UTF-8 mode: a character that is no symbol is -(code point + 2) (never -1, whose pair
+// key is the pair table's empty key); it never merges.
+void emit_bytes(const Tokenizer::Impl& v, std::string_view bytes, std::vector<int32_t>& out) {
+  for (char c : bytes)
+    if (const int32_t id = v.byte_token[static_cast<uint8_t>(c)]; id >= 0) out.push_back(id);
+}
+
 void emit_symbol(const Tokenizer::Impl& v, int32_t sym, std::vector<int32_t>& out) {
+  if (sym < 0) {
+    emit_bytes(v, unicode::to_utf8(static_cast<uint32_t>(-(sym + 2))), out);
+    return;
+  }
   if (sym < v.n_vocab()) {
     out.push_back(sym);
+    return;
+  }
+  if (!v.byte_level) {  // a merge result that is not a token: its bytes' <0xXX> tokens
+    emit_bytes(v, v.extra_symbols[static_cast<size_t>(sym - v.n_vocab())], out);
     return;
   }
   // A merge result that is not a token: its single characters that are tokens.
@@ -30,11 +46,13 @@ void emit_symbol(const Tokenizer::Impl& v, int32_t sym, std::vector<int32_t>& ou
   }
 }
 
-void merge_by_scan(const Tokenizer::Impl& v, std::string_view word, std::vector<int32_t>& out) {
+// init: the word's initial symbols (at most kScanLimit).
+// sym_at(i): the word's initial symbol i of n (n <= kScanLimit).
+template <typename SymAt>
+void merge_by_scan(const Tokenizer::Impl& v, size_t n, SymAt sym_at, std::vector<int32_t>& out) {
   int32_t ids[kScanLimit];
   uint64_t ranks[kScanLimit];
-  size_t n = word.size();
-  for (size_t i = 0; i < n; ++i) ids[i] = v.byte_symbol[static_cast<uint8_t>(word[i])];
+  for (size_t i = 0; i < n; ++i) ids[i] = sym_at(i);
   for (size_t i = 0; i + 1 < n; ++i) ranks[i] = pair_rank(v.merges, ids[i], ids[i + 1]);
   while (n > 1) {
     size_t best = 0;
@@ -62,11 +80,13 @@ struct Candidate {
   }
 };
 
-void merge_by_heap(const Tokenizer::Impl& v, std::string_view word, std::vector<int32_t>& out) {
-  const int32_t n = static_cast<int32_t>(word.size());
+template <typename SymAt>
+void merge_by_heap(const Tokenizer::Impl& v, size_t count, SymAt sym_at,
+                   std::vector<int32_t>& out) {
+  const int32_t n = static_cast<int32_t>(count);
   std::vector<int32_t> sym(n), next(n), prev(n);
   for (int32_t i = 0; i < n; ++i) {
-    sym[i] = v.byte_symbol[static_cast<uint8_t>(word[i])];
+    sym[i] = sym_at(static_cast<size_t>(i));
     prev[i] = i - 1;
     next[i] = i + 1 < n ? i + 1 : -1;
   }
@@ -94,9 +114,45 @@ void merge_by_heap(const Tokenizer::Impl& v, std::string_view word, std::vector<
   for (int32_t i = 0; i >= 0; i = next[i]) emit_symbol(v, sym[i], out);
 }
 
+// The initial symbols of a word of a raw UTF-8 vocabulary: one per character.
+void char_symbols(const Tokenizer::Impl& v, std::string_view word, std::vector<int32_t>& syms) {
+  syms.clear();
+  size_t pos = 0;
+  while (pos < word.size()) {
+    const size_t start = pos;
+    const uint32_t cp = unicode::decode_one(word, pos);
+    const std::string_view ch = word.substr(start, pos - start);
+    int32_t id = v.lookup(ch);
+    if (id < 0) {
+      auto it = v.extra_index.find(std::string(ch));
+      id = it != v.extra_index.end() ? it->second : -static_cast<int32_t>(cp) - 2;
+    }
+    syms.push_back(id);
+  }
+}
+
 }  // namespace
 
-void Tokenizer::Impl::encode_bpe(std::string_view input, std::vector<int32_t>& out) const {
+void Tokenizer::Impl::encode_bpe(std::string_view raw_input, std::vector<int32_t>& out) const {
+  // SentencePiece-style vocabularies see spaces as U+2581.
+  std::string escaped;
+  std::string_view input = raw_input;
+  if (lowercase) {
+    for (uint32_t cp : unicode::decode(raw_input)) {
+      const bool ws = unicode::is_whitespace(unicode::flags_of(cp));
+      unicode::append_utf8(escaped, ws ? cp : unicode::to_lower(cp));
+    }
+    input = escaped;
+  } else if (escape_spaces) {
+    escaped.reserve(raw_input.size() + 16);
+    for (char c : raw_input) {
+      if (c == ' ')
+        escaped += "\xE2\x96\x81";
+      else
+        escaped.push_back(c);
+    }
+    input = escaped;
+  }
   // Invalid UTF-8 becomes U+FFFD (and overlong forms their shortest form) before splitting.
   std::string sanitized;
   std::string_view text = input;
@@ -112,28 +168,42 @@ void Tokenizer::Impl::encode_bpe(std::string_view input, std::vector<int32_t>& o
   lengths.reserve(cps.size() / 3 + 1);
   pre.split(cps, flags, lengths);
 
+  std::vector<int32_t> syms;
   size_t cp_pos = 0, byte_pos = 0;
   for (uint32_t len : lengths) {
     size_t bytes = 0;
     for (size_t i = cp_pos; i < cp_pos + len; ++i)
       bytes += cps[i] < 0x80 ? 1 : cps[i] < 0x800 ? 2 : cps[i] < 0x10000 ? 3 : 4;
     const std::string_view word = text.substr(byte_pos, bytes);
+    const bool blank = unicode::is_whitespace(flags[cp_pos]);
     cp_pos += len;
     byte_pos += bytes;
-    if (ignore_merges) {
+    if (drop_whitespace && blank) continue;  // a gap between words (\S+ splits only)
+    if (ignore_merges || (newline_words && word.find_first_not_of('\n') == std::string::npos)) {
       auto it = raw_to_id.find(word);
       if (it != raw_to_id.end()) {
         out.push_back(it->second);
         continue;
       }
     }
-    if (word.size() == 1) {
+    if (word.size() == 1 && byte_level) {
       emit_symbol(*this, byte_symbol[static_cast<uint8_t>(word[0])], out);
-    } else if (word.size() <= kScanLimit) {
-      merge_by_scan(*this, word, out);
-    } else {
-      merge_by_heap(*this, word, out);
+      continue;
     }
+    if (byte_level) {  // one symbol per byte
+      auto byte_at = [&](size_t i) { return byte_symbol[static_cast<uint8_t>(word[i])]; };
+      if (word.size() <= kScanLimit)
+        merge_by_scan(*this, word.size(), byte_at, out);
+      else
+        merge_by_heap(*this, word.size(), byte_at, out);
+      continue;
+    }
+    char_symbols(*this, word, syms);
+    auto sym_at = [&](size_t i) { return syms[i]; };
+    if (syms.size() <= kScanLimit)
+      merge_by_scan(*this, syms.size(), sym_at, out);
+    else
+      merge_by_heap(*this, syms.size(), sym_at, out);
   }
 }
 

@@ -165,8 +165,15 @@ void split_gpt2(const uint32_t* cps, const uint8_t* fl, size_t begin, size_t end
   }
 }
 
+bool is_mark(CpFlags f) {
+  return unicode::category_of(f) == unicode::kMark && f != unicode::kOutOfRange;
+}
+
+// marks: letters take combining marks ([\p{L}\p{M}]+), which punctuation runs exclude.
 void split_llama3(const uint32_t* cps, const uint8_t* fl, size_t begin, size_t end, int max_digits,
-                  std::vector<uint32_t>& out) {
+                  bool marks, std::vector<uint32_t>& out) {
+  auto letter = [&](CpFlags f) { return is_l(f) || (marks && is_mark(f)); };
+  auto other = [&](CpFlags f) { return is_other(f) && !(marks && is_mark(f)); };
   size_t pos = begin;
   while (pos < end) {
     const uint32_t c = cps[pos];
@@ -174,17 +181,18 @@ void split_llama3(const uint32_t* cps, const uint8_t* fl, size_t begin, size_t e
     size_t q = pos;
     if (size_t n = contraction_len(cps, pos, end, true)) {
       q = pos + n;
-    } else if (!is_newline(c) && !is_n(f) && (is_l(f) || (pos + 1 < end && is_l(fl[pos + 1])))) {
+    } else if (!is_newline(c) && !is_n(f) &&
+               (letter(f) || (pos + 1 < end && letter(fl[pos + 1])))) {
       // [^\r\n\p{L}\p{N}]?\p{L}+
       q = pos + 1;
-      while (q < end && is_l(fl[q])) ++q;
+      while (q < end && letter(fl[q])) ++q;
     } else if (is_n(f)) {
       // \p{N}{1,max_digits}
       while (q < end && q - pos < static_cast<size_t>(max_digits) && is_n(fl[q])) ++q;
-    } else if (is_other(c == ' ' && pos + 1 < end ? fl[pos + 1] : f)) {
+    } else if (other(c == ' ' && pos + 1 < end ? fl[pos + 1] : f)) {
       // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
       q = pos + (c == ' ' ? 1 : 0);
-      while (q < end && is_other(fl[q])) ++q;
+      while (q < end && other(fl[q])) ++q;
       while (q < end && is_newline(cps[q])) ++q;
     } else {
       // \s*[\r\n]+ | \s+(?!\S) | \s+
@@ -239,130 +247,96 @@ void split_trailing_ws(const uint8_t* fl, size_t begin, size_t end, std::vector<
   if (end > s) out.push_back(static_cast<uint32_t>(end - s));
 }
 
-template <size_t N>
-std::string pcre2_class(const Range (&ranges)[N]) {
-  std::string cls = "[";
-  char buf[32];
-  for (const Range& r : ranges) {
-    std::snprintf(buf, sizeof buf, "\\x{%X}-\\x{%X}", r.lo, r.hi);
-    cls += buf;
+// CJK ideographs (unified, extensions A-F, compatibility): llama.cpp's \p{Han} of Kimi-K2.
+bool is_han(uint32_t cp) {
+  static constexpr Range kHan[] = {{0x3400, 0x4DBF},   {0x4E00, 0x9FFF},   {0xF900, 0xFAFF},
+                                   {0x20000, 0x2A6DF}, {0x2A700, 0x2EBEF}, {0x2F800, 0x2FA1F}};
+  return in_ranges(kHan, cp);
+}
+
+// Kimi-K2's split as llama.cpp's scanner makes it: Han runs; words of non-Han letters, one
+// leading character allowed, with an English contraction after them; digits in threes;
+// ' ?' and a run of other characters with the newlines after it; white space as Llama 3.
+void split_kimi_k2(const uint32_t* cps, const uint8_t* fl, size_t begin, size_t end,
+                   std::vector<uint32_t>& out) {
+  auto word_letter = [&](size_t i) { return i < end && is_l(fl[i]) && !is_han(cps[i]); };
+  size_t pos = begin;
+  while (pos < end) {
+    const uint32_t c = cps[pos];
+    const CpFlags f = fl[pos];
+    size_t q = pos;
+    const bool lead = !is_newline(c) && !is_l(f) && !is_n(f);
+    if (is_han(c)) {
+      while (q < end && is_han(cps[q])) ++q;
+    } else if (word_letter(pos) || (lead && word_letter(pos + 1))) {
+      q = pos + (lead ? 1 : 0);
+      while (word_letter(q)) ++q;
+      q += contraction_len(cps, q, end, true);
+    } else if (is_n(f)) {
+      while (q < end && q - pos < 3 && is_n(fl[q])) ++q;
+    } else if (is_other(c == ' ' && pos + 1 < end ? fl[pos + 1] : f)) {
+      q = pos + (c == ' ' ? 1 : 0);
+      while (q < end && is_other(fl[q])) ++q;
+      while (q < end && is_newline(cps[q])) ++q;
+    } else {
+      size_t n = 0, last_newline_end = 0;
+      while (pos + n < end && is_ws(fl[pos + n])) {
+        if (is_newline(cps[pos + n])) last_newline_end = pos + n + 1;
+        ++n;
+      }
+      if (last_newline_end > 0)
+        q = last_newline_end;
+      else
+        q = pos + std::max<size_t>(1, (n > 1 && pos + n < end) ? n - 1 : n);
+    }
+    out.push_back(static_cast<uint32_t>(q - pos));
+    pos = q;
   }
-  return cls + "]";
 }
 
-PrePattern gpt2() {
-  return {PrePattern::Kind::kGpt2,
-          PrePattern::Class::kNone,
-          false,
-          0,
-          0,
-          R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"};
-}
-PrePattern llama3(int max_digits) {
-  std::string digits = max_digits == 1 ? "" : "{1," + std::to_string(max_digits) + "}";
-  return {
-      PrePattern::Kind::kLlama3,
-      PrePattern::Class::kNone,
-      false,
-      0,
-      max_digits,
-      R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N})" +
-          digits + R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
-}
-PrePattern run(PrePattern::Class cls, bool ws_prefix, int count, std::string regex) {
-  return {PrePattern::Kind::kClassRun, cls, ws_prefix, count, 0, std::move(regex)};
-}
-
-// [一-龥ࠀ-一가-퟿]+ without the white space inside those ranges (see class_has).
-constexpr const char* kCjkHangulRegex = R"((?:(?!\p{Z})[\x{800}-\x{9FA5}\x{AC00}-\x{D7FF}])+)";
-
-// llama.cpp's names of the Llama 3 pre-tokenizer (vocabularies that also ignore merges when
-// a word is one token and add BOS: see is_llama3_pre).
-const std::vector<std::string_view> kLlama3Names = {"llama-bpe", "llama3",    "llama-v3",
-                                                    "falcon3",   "falcon-h1", "pixtral",
-                                                    "midm-2.0",  "lfm2",      "jina-v5-nano"};
-
-struct NamedChain {
-  std::vector<std::string_view> names;
-  std::vector<PrePattern> (*make)();
-};
-
-const std::vector<NamedChain>& chains() {
-  using C = PrePattern::Class;
-  static const std::vector<NamedChain> kChains = {
-      // Each row: a pre-tokenizer and the other names llama.cpp gives the same splits
-      // (llama-vocab.cpp maps them to one pre-tokenizer type).
-      {{"gpt-2", "mpt", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
-        "a.x-4.0", "mellum", "modern-bert"},
-       [] { return std::vector<PrePattern>{gpt2()}; }},
-      {kLlama3Names, [] { return std::vector<PrePattern>{llama3(3)}; }},
-      {{"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2"},
-       [] { return std::vector<PrePattern>{llama3(1)}; }},
-      {{"starcoder", "refact", "smollm"},
-       [] {
-         return std::vector<PrePattern>{run(C::kNumber, false, 1, R"(\p{N})"), gpt2()};
-       }},
-      {{"falcon"},
-       [] {
-         return std::vector<PrePattern>{
-             run(C::kPunctSymbolsFalcon, false, 0, R"([\p{P}\$\+<=>\^~\|`]+)"), gpt2(),
-             run(C::kAsciiDigit, false, 3, "[0-9][0-9][0-9]")};
-       }},
-      {{"default"},
-       [] {
-         return std::vector<PrePattern>{
-             run(C::kPunctSymbolsDefault, false, 0, R"([\p{P}\$\+<=>\^~\|]+)"), gpt2(),
-             run(C::kNumber, false, 0, R"(\p{N}+)"),
-             run(C::kAsciiDigit, false, 3, "[0-9][0-9][0-9]")};
-       }},
-      {{"deepseek-llm"},
-       [] {
-         PrePattern trailing{PrePattern::Kind::kTrailingWs, C::kNone, false, 0, 0, R"(\s+$)"};
-         return std::vector<PrePattern>{
-             run(C::kNewline, false, 1, "[\\r\\n]"),
-             run(C::kDeepseekLetters, true, 0, "\\s?" + pcre2_class(kDeepseekLetterRanges) + "+"),
-             run(C::kDeepseekPunct, true, 0, R"(\s?[!-/:-~！-／：-～‘-‟、-。]+)"),
-             trailing,
-             run(C::kCjkHangul, false, 0, kCjkHangulRegex),
-             run(C::kNumber, false, 0, R"(\p{N}+)")};
-       }},
-      {{"deepseek-coder"},
-       [] {
-         return std::vector<PrePattern>{
-             run(C::kNewline, false, 1, "[\\r\\n]"), run(C::kLetter, true, 0, R"(\s?\p{L}+)"),
-             run(C::kPunct, true, 0, R"(\s?\p{P}+)"), run(C::kCjkHangul, false, 0, kCjkHangulRegex),
-             run(C::kNumber, false, 1, R"(\p{N})")};
-       }},
+// A run of n digits: n % 3 leading digits, joined to the text since the last split, then
+// groups of three; the text after the last run stays one piece.
+void split_digit_groups(const uint8_t* fl, size_t begin, size_t end, std::vector<uint32_t>& out) {
+  size_t prev = begin;
+  auto cut = [&](size_t at) {
+    if (at > prev) out.push_back(static_cast<uint32_t>(at - prev));
+    prev = at;
   };
-  return kChains;
+  size_t pos = begin;
+  while (pos < end) {
+    if (!is_n(fl[pos])) {
+      ++pos;
+      continue;
+    }
+    const size_t start = pos;
+    while (pos < end && is_n(fl[pos])) ++pos;
+    size_t at = start + (pos - start) % 3;
+    cut(at);
+    for (; at < pos; at += 3) cut(at + 3);
+  }
+  cut(end);
+}
+
+void split_newline_runs(const uint32_t* cps, size_t begin, size_t end, std::vector<uint32_t>& out) {
+  size_t pos = begin;
+  while (pos < end) {
+    const bool newline = cps[pos] == '\n';
+    const size_t start = pos;
+    while (pos < end && (cps[pos] == '\n') == newline) ++pos;
+    out.push_back(static_cast<uint32_t>(pos - start));
+  }
 }
 
 }  // namespace
 
-bool PreTokenizer::is_llama3_name(std::string_view pre) {
-  return std::find(kLlama3Names.begin(), kLlama3Names.end(), pre) != kLlama3Names.end();
-}
-
-std::vector<std::string> PreTokenizer::supported_names() {
-  std::vector<std::string> names;
-  for (const auto& c : chains())
-    for (auto n : c.names) names.emplace_back(n);
-  return names;
-}
-
-PreTokenizer PreTokenizer::for_name(std::string_view pre) {
-  for (const auto& c : chains()) {
-    if (std::find(c.names.begin(), c.names.end(), pre) != c.names.end()) {
-      PreTokenizer p;
-      p.patterns_ = c.make();
-      return p;
-    }
+std::string detail_deepseek_letter_class() {
+  std::string cls = "[";
+  char buf[32];
+  for (const Range& r : kDeepseekLetterRanges) {
+    std::snprintf(buf, sizeof buf, "\\x{%X}-\\x{%X}", r.lo, r.hi);
+    cls += buf;
   }
-  std::string list;
-  for (const auto& n : supported_names()) list += (list.empty() ? "" : ", ") + n;
-  throw_error(ErrorKind::kUnsupported,
-              "tokenizer: unsupported pre-tokenizer (tokenizer.ggml.pre) '" + std::string(pre) +
-                  "'; supported: " + list);
+  return cls + "]";
 }
 
 void PreTokenizer::split_piece(const PrePattern& p, const uint32_t* cps, const uint8_t* flags,
@@ -371,11 +345,19 @@ void PreTokenizer::split_piece(const PrePattern& p, const uint32_t* cps, const u
     case PrePattern::Kind::kGpt2:
       return split_gpt2(cps, flags, begin, end, lengths);
     case PrePattern::Kind::kLlama3:
-      return split_llama3(cps, flags, begin, end, p.max_digits, lengths);
+      return split_llama3(cps, flags, begin, end, p.max_digits, p.marks, lengths);
     case PrePattern::Kind::kClassRun:
       return split_class_run(p, cps, flags, begin, end, lengths);
     case PrePattern::Kind::kTrailingWs:
       return split_trailing_ws(flags, begin, end, lengths);
+    case PrePattern::Kind::kKimiK2:
+      return split_kimi_k2(cps, flags, begin, end, lengths);
+    case PrePattern::Kind::kDigitGroups:
+      return split_digit_groups(flags, begin, end, lengths);
+    case PrePattern::Kind::kNewlineRuns:
+      return split_newline_runs(cps, begin, end, lengths);
+    case PrePattern::Kind::kRegex:
+      return p.re->split(cps, flags, begin, end, lengths);
   }
 }
 

@@ -124,6 +124,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
       case ModelKind::kWpm:
         v.encode_wpm(raw, out);
         break;
+      case ModelKind::kUgm:
+        v.encode_ugm(raw, out);
+        break;
       case ModelKind::kHf:
         v.hf->encode(raw, f.offset == 0, out);
         break;

@@ -57,7 +57,7 @@ struct StringViewHash {
 };
 using TextIndex = std::unordered_map<std::string_view, int32_t, StringViewHash, std::equal_to<>>;
 
-enum class ModelKind { kSpm, kBpe, kWpm, kHf };  // kHf: a tokenizer.json pipeline
+enum class ModelKind { kSpm, kBpe, kWpm, kUgm, kHf };  // kHf: a tokenizer.json pipeline
 
 namespace hf {
 class Pipeline;
@@ -131,6 +131,11 @@ struct Tokenizer::Impl {
   // Byte-level BPE.
   PreTokenizer pre;
   bool ignore_merges = false;
+  bool byte_level = true;        // false: symbols are raw UTF-8 characters (pre.options())
+  bool escape_spaces = false;    // ' ' -> U+2581 before splitting
+  bool newline_words = false;    // a newline-only word that is a token is taken whole
+  bool drop_whitespace = false;  // "whitespace" model: white space only separates words
+  bool lowercase = false;        // "whitespace" model: words are lowercased
   std::array<int32_t, 256> byte_symbol{};  // raw byte -> symbol id of its byte character
   std::vector<std::string> raw_texts;      // decoded bytes of every token ("" if not bytes)
   TextIndex raw_to_id;                     // raw_texts -> id, for ignore_merges
@@ -140,6 +145,13 @@ struct Tokenizer::Impl {
 
   // tokenizer.json (hf_pipeline.h): the pipeline and the ids its post-processor adds.
   std::shared_ptr<const hf::Pipeline> hf;
+
+  // Unigram (ugm.cpp).
+  std::string ugm_charsmap;       // tokenizer.ggml.precompiled_charsmap, as stored
+  SpecialTrie ugm_tokens;         // normal, user-defined and unused tokens, by id
+  SpecialTrie ugm_user;           // user-defined tokens, by id
+  float ugm_unk_score = 0.0f;     // lowest normal score - 10
+  bool ugm_merge_spaces = false;  // tokenizer.ggml.remove_extra_whitespaces
 
   // SentencePiece.
   PairTable spm_pairs;                    // (left, right) -> id of the concatenation
@@ -157,10 +169,13 @@ struct Tokenizer::Impl {
   void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
   void encode_spm(std::string_view text, std::vector<int32_t>& out) const;
   void encode_wpm(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_ugm(std::string_view text, std::vector<int32_t>& out) const;
 };
 
 // Loading (vocab.cpp).
 std::unique_ptr<Tokenizer::Impl> load_vocab(const gguf::GgufFile& file);
+// Unigram tables: the charsmap, the token tries, the unknown score, pieces (ugm.cpp).
+void build_ugm(const gguf::GgufFile& file, Tokenizer::Impl& v);
 // After the ids of bos/eos/... are set: end-of-turn, fill-in-the-middle and
 // end-of-generation tokens found by their texts (made control tokens).
 void finish_special_ids(Tokenizer::Impl& v);

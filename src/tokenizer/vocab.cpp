@@ -206,12 +206,46 @@ int32_t bpe_symbol(Tokenizer::Impl& v, const std::string& encoded) {
   return it->second;
 }
 
+// BPE over raw UTF-8 (Gemma 4 style): token texts are the bytes themselves, U+2581 stands
+// for a space where spaces are escaped, and <0xXX> tokens are the byte fallback.
+void build_raw_bpe_tokens(Tokenizer::Impl& v) {
+  static const char* kHex = "0123456789ABCDEF";
+  const int32_t n = v.n_vocab();
+  for (int b = 0; b < 256; ++b) {
+    const char name[7] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>', 0};
+    v.byte_token[b] = v.lookup(name);
+  }
+  for (int32_t id = 0; id < n; ++id) {
+    const std::string& text = v.texts[id];
+    switch (v.types[id]) {
+      case TokenType::kNormal:
+        v.pieces[id] = v.escape_spaces ? replace_all(text, kSpaceMark, " ") : text;
+        break;
+      case TokenType::kByte:
+        if (text.size() == 6 && text.rfind("<0x", 0) == 0)
+          v.pieces[id] =
+              std::string(1, static_cast<char>(std::stoi(text.substr(3, 2), nullptr, 16)));
+        break;
+      case TokenType::kControl:
+      case TokenType::kUnknown:
+      case TokenType::kUserDefined:
+        v.pieces[id] = text;
+        break;
+      default:
+        break;
+    }
+    v.raw_texts[id] = text;
+    v.raw_to_id[text] = id;
+  }
+}
+
 void build_bpe(const gguf::GgufFile& f, Tokenizer::Impl& v) {
   const int32_t n = v.n_vocab();
   v.pieces.assign(n, std::string());
   v.raw_texts.assign(n, std::string());
   v.raw_to_id.reserve(n * 2);
-  for (int32_t id = 0; id < n; ++id) {
+  if (!v.byte_level) build_raw_bpe_tokens(v);
+  for (int32_t id = 0; id < n && v.byte_level; ++id) {
     const std::string& text = v.texts[id];
     std::string raw;
     bool all_bytes = true;
@@ -239,10 +273,14 @@ void build_bpe(const gguf::GgufFile& f, Tokenizer::Impl& v) {
       v.raw_to_id[v.raw_texts[id]] = id;
     }
   }
-  for (int b = 0; b < 256; ++b)
+  for (int b = 0; b < 256 && v.byte_level; ++b)
     v.byte_symbol[b] = bpe_symbol(v, unicode::to_utf8(byte_to_cp(static_cast<uint8_t>(b))));
 
-  const auto merges = f.get_string_array("tokenizer.ggml.merges");
+  // Kimi-K2's vocabulary may come without merges (llama.cpp accepts that for it alone).
+  const bool merges_optional = v.pre_name == "kimi-k2";
+  const auto merges = merges_optional && !f.has("tokenizer.ggml.merges")
+                          ? std::vector<std::string>{}
+                          : f.get_string_array("tokenizer.ggml.merges");
   v.merges.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const std::string& m = merges[rank];
@@ -347,12 +385,29 @@ std::unique_ptr<Tokenizer::Impl> load_vocab(const gguf::GgufFile& f) {
     v->kind = ModelKind::kSpm;
     v->bos = 1, v->eos = 2, v->unk = 0;
     v->add_bos = true, v->add_space_prefix = true;
-  } else if (v->model_name == "gpt2") {
+  } else if (v->model_name == "gpt2" || v->model_name == "gemma4" ||
+             v->model_name == "whitespace") {
+    // Byte-level BPE, or (Gemma 4's model name) BPE over raw UTF-8 with U+2581 for spaces,
+    // or ("whitespace") BPE over the text's non-white-space runs, lowercased by default.
     v->kind = ModelKind::kBpe;
+    if (v->model_name == "whitespace") {
+      v->drop_whitespace = true;
+      v->lowercase =
+          f.get_bool_or("tokenizer.ggml.normalizer.lowercase", v->pre_name != "whitespace");
+    }
+    if (v->model_name == "gemma4") v->pre_name = "gemma4";
     v->pre = PreTokenizer::for_name(v->pre_name);
-    const bool llama3 = PreTokenizer::is_llama3_name(v->pre_name);
-    v->ignore_merges = llama3;
-    v->add_bos = llama3;
+    const PreOptions& o = v->pre.options();
+    v->ignore_merges = o.ignore_merges;
+    v->add_bos = o.add_bos;
+    v->add_sep = o.add_sep;
+    v->byte_level = o.byte_level;
+    v->escape_spaces = o.escape_spaces;
+    v->newline_words = o.newline_words;
+  } else if (v->model_name == "t5") {
+    v->kind = ModelKind::kUgm;  // Unigram; llama.cpp's defaults for its special ids
+    v->eos = 1, v->unk = 2, v->pad = 0;
+    v->add_eos = true;
   } else if (v->model_name == "bert") {
     v->kind = ModelKind::kWpm;
     v->bos = 101, v->unk = 100, v->sep = 102, v->pad = 0;
@@ -362,13 +417,15 @@ std::unique_ptr<Tokenizer::Impl> load_vocab(const gguf::GgufFile& f) {
                 f.path() + ": unsupported tokenizer model (tokenizer.ggml.model) '" +
                     v->model_name +
                     "'; supported: llama (SentencePiece), gpt2 (byte-level BPE), "
-                    "bert (WordPiece)");
+                    "gemma4 (BPE over UTF-8), whitespace (BPE over words), bert (WordPiece), "
+                    "t5 (Unigram)");
   }
   load_tokens(f, *v);
   const int32_t n = v->n_vocab();
   for (int32_t* id : {&v->bos, &v->eos, &v->unk, &v->sep, &v->pad})
     if (*id >= n) *id = -1;
   load_special_ids(f, *v);
+  if (v->newline_words) v->add_bos = true;  // llama.cpp adds BOS to Gemma 4 prompts regardless
   build_special_tokens(f, *v);
   switch (v->kind) {
     case ModelKind::kBpe:
@@ -379,6 +436,9 @@ std::unique_ptr<Tokenizer::Impl> load_vocab(const gguf::GgufFile& f) {
       break;
     case ModelKind::kWpm:
       build_wpm(*v);
+      break;
+    case ModelKind::kUgm:
+      build_ugm(f, *v);
       break;
     case ModelKind::kHf:  // built by load_hf_vocab (hf_tokenizer.cpp), never here
       break;

@@ -82,3 +82,25 @@ def test_errors_are_reported() -> None:
     r = run("tokenize", "-m", str(VOCAB / "no-such-file.gguf"), "x")
     assert r.returncode == 1
     assert b"no-such-file" in r.stderr
+
+
+def test_unknown_pre_tokenizer_is_a_clear_error(tmp_path: Path) -> None:
+    import sys
+    sys.path.insert(0, str(REPO / "tools"))
+    import pretokenizer_oracle as oracle  # its small GGUF reader/writer
+    version, kvs = oracle.read_gguf(str(VOCAB / "ggml-vocab-gpt-2.gguf"))
+    bad = tmp_path / "bad.gguf"
+    oracle.write_gguf(str(bad), version, oracle.relabel(kvs, "no-such-pre"))
+    r = run("tokenize", "-m", str(bad), "hello")
+    assert r.returncode != 0
+    err = r.stderr.decode()
+    assert "unsupported pre-tokenizer" in err and "'no-such-pre'" in err
+    for name in ("gpt-2", "tekken", "kimi-k2", "deepseek-v3", "gemma4", "superbpe"):
+        assert name in err, name
+    info = run("info", str(bad))
+    assert info.returncode == 0
+    assert b"no-such-pre  (unsupported" in info.stdout
+    good = tmp_path / "tekken.gguf"
+    oracle.write_gguf(str(good), version, oracle.relabel(kvs, "tekken"))
+    assert run("tokenize", "-m", str(good), "Hello World").returncode == 0
+    assert b"(unsupported" not in run("info", str(good)).stdout
