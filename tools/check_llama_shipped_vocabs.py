@@ -5,8 +5,10 @@ nomic-bert-moe (Unigram with a precompiled charsmap), Qwen3.5.
 `hablar tokenize --batch` must give llama.cpp's ids (tests/golden/tokenizer/
 llama-shipped-vocabs.json, from tools/pretokenizer_oracle.py shipped) on the pre-tokenizer
 texts, and every vocabulary that comes with llama.cpp's test vectors (.inp/.out) must pass
-them. The vocabularies are read from LLAMA_CPP_MODELS (default: the vendored llama.cpp tree);
-where that folder is absent the tests skip.
+them. The vocabularies are read from LLAMA_CPP_MODELS (default: the vendored llama.cpp tree
+of the llama-cpp-python sdist), which a CI machine does not have: this is a check to run by
+hand where that tree exists (`.venv/bin/python -m pytest tools/check_llama_shipped_vocabs.py`),
+not part of the test suite; a missing vocabulary fails it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[1]
 BIN = Path(os.environ.get("HABLAR_BIN", REPO / "build" / "src" / "cli" / "hablar"))
 MODELS = Path(os.environ.get(
     "LLAMA_CPP_MODELS", "/work/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/models"))
@@ -34,8 +36,7 @@ def tokenize_all(vocab: Path, texts: list[str]) -> list[list[int]]:
 
 
 def need(vocab: Path) -> None:
-    if not vocab.exists():
-        pytest.skip(f"{vocab} not present (set LLAMA_CPP_MODELS)")
+    assert vocab.exists(), f"{vocab} not present (set LLAMA_CPP_MODELS)"
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN["vocabs"]))
@@ -50,13 +51,15 @@ def test_ids_match_llama_cpp(name: str) -> None:
                     f"{texts[bad[0]]!r}: {got[bad[0]]} != {want[bad[0]]}"
 
 
-@pytest.mark.parametrize("name", sorted(GOLDEN["vocabs"]))
+WITH_VECTORS = sorted(n for n in GOLDEN["vocabs"]
+                      if (MODELS / n).with_suffix(".gguf.inp").exists())
+
+
+@pytest.mark.parametrize("name", WITH_VECTORS)
 def test_shipped_vectors(name: str) -> None:
     vocab = MODELS / name
     need(vocab)
     inp = vocab.with_suffix(".gguf.inp")
-    if not inp.exists():
-        pytest.skip(f"{name} ships no test vectors")
     texts = inp.read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
     lines = vocab.with_suffix(".gguf.out").read_text(encoding="utf-8").split("\n")
     want = [[int(x) for x in line.split()] for line in lines[:len(texts)]]
