@@ -34,11 +34,13 @@ log=${OUT:-/tmp/gpu-serving}
 pack() {
   local build=$root/build stage
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
-  ninja -C "$build" hablar gpu_parity_tests engine_model_tests cuda_kernel_tests || exit 1
+  ninja -C "$build" hablar gpu_parity_tests engine_model_tests cuda_kernel_tests \
+    cuda_cpu_rounding_host_tests cuda_moe_host_twin_tests || exit 1
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib" "$stage/testdata/vocab" "$root/.gpu"
   for b in src/cli/hablar tests/unit/engine/gpu_parity_tests tests/unit/engine/engine_model_tests \
-    tests/unit/cuda/cuda_kernel_tests; do
+    tests/unit/cuda/cuda_kernel_tests tests/unit/cuda/cuda_cpu_rounding_host_tests \
+    tests/unit/cuda/cuda_moe_host_twin_tests; do
     strip -o "$stage/bin/$(basename "$b")" "$build/$b"
   done
   for b in "$stage"/bin/*; do
@@ -113,6 +115,10 @@ tests() {
   nvidia-smi -L
   "$gpu/bin/cuda_kernel_tests" >"$log/kernel_tests.txt" 2>&1
   tail -3 "$log/kernel_tests.txt"
+  # The host twins on this machine's CPU too: the deterministic mode follows the host's libm.
+  for t in cuda_cpu_rounding_host_tests cuda_moe_host_twin_tests; do
+    [ -x "$gpu/bin/$t" ] && "$gpu/bin/$t" 2>&1 | tail -1
+  done
   "$gpu/bin/engine_model_tests" >"$log/engine_model_tests.txt" 2>&1
   tail -3 "$log/engine_model_tests.txt"
   HABLAR_PARITY_DUMP=/tmp/parity "$gpu/bin/gpu_parity_tests" --gtest_filter="${PARITY_FILTER:-*}" 2>&1 |
