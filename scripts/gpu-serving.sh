@@ -46,7 +46,7 @@ pack() {
   for b in "$stage"/bin/*; do
     ldd "$b" | awk '/spdlog|fmt|gtest|httplib|utf8proc|pcre2|brotli|libz\.|ssl|crypto/ {print $3}'
   done | sort -u | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
-  cp "$root"/../shared/testdata/vocab/ggml-vocab-{llama-spm,starcoder}.gguf "$stage/testdata/vocab/"
+  cp "$root"/../shared/testdata/vocab/ggml-vocab-{llama-spm,starcoder,phi-3}.gguf "$stage/testdata/vocab/"
   cp -r "$root/../shared/testdata/chat-templates" "$stage/testdata/"
   tar cJf "$root/.gpu/bin.tar.xz" -C "$stage" bin lib testdata
   rm -rf "$stage"
