@@ -504,10 +504,11 @@ namespace {
 constexpr int kValueChunkPerLane = 16;
 
 // Accumulators of rows [r0, r0 + NR), dimensions [d, d + 16 * NV), lane row `lane`, over the
-// positions p = lane (mod lanes) of [c0, c1) ∩ [lo, hi], in increasing order.
+// positions p = lane (mod lanes) of [c0, c1) ∩ [lo, hi], in increasing order. A quantized V
+// is read from vf, the chunk's rows already in float ([p - c0][hd]).
 template <KvDType VT, int NR, int NV>
-void values_block(const AttnTile& t, AttnScratch& sc, int hd, int lane, int d, int r0, int c0,
-                  int c1) {
+void values_block(const AttnTile& t, AttnScratch& sc, const float* vf, int hd, int lane, int d,
+                  int r0, int c0, int c1) {
   const int L = tile_lanes(t.order), base = tile_base(t);
   const size_t span = (size_t)tile_span(t);
   float* acc = sc.acc.data();
@@ -517,9 +518,13 @@ void values_block(const AttnTile& t, AttnScratch& sc, int hd, int lane, int d, i
       a[r][j] = c0 == base ? _mm512_setzero_ps()
                            : _mm512_loadu_ps(acc + ((size_t)(r0 + r) * L + lane) * hd + d + 16 * j);
   for (int p = std::max(c0 + lane, t.lo + (lane - t.lo % L + L) % L); p < c1 && p <= t.hi; p += L) {
-    const uint16_t* v = sc.v_rows[(size_t)(p - base)];
     __m512 vv[NV];
-    for (int j = 0; j < NV; ++j) vv[j] = load16<VT>(v, d + 16 * j);
+    if constexpr (kv_dtype_quantized(VT)) {
+      for (int j = 0; j < NV; ++j) vv[j] = _mm512_loadu_ps(vf + (size_t)(p - c0) * hd + d + 16 * j);
+    } else {
+      const uint16_t* v = sc.v_rows[(size_t)(p - base)];
+      for (int j = 0; j < NV; ++j) vv[j] = load16<VT>(v, d + 16 * j);
+    }
     const float* w = sc.s.data() + (size_t)r0 * span + (size_t)(p - base);
     for (int r = 0; r < NR; ++r) {
       const __m512 wr = _mm512_set1_ps(w[(size_t)r * span]);
@@ -532,17 +537,71 @@ void values_block(const AttnTile& t, AttnScratch& sc, int hd, int lane, int d, i
 }
 
 template <KvDType VT, int NV>
-void values_rows(const AttnTile& t, AttnScratch& sc, int hd, int lane, int d, int r0, int c0,
-                 int c1) {
+void values_rows(const AttnTile& t, AttnScratch& sc, const float* vf, int hd, int lane, int d,
+                 int r0, int c0, int c1) {
   switch (std::min(4, t.n_rows - r0)) {
     case 4:
-      return values_block<VT, 4, NV>(t, sc, hd, lane, d, r0, c0, c1);
+      return values_block<VT, 4, NV>(t, sc, vf, hd, lane, d, r0, c0, c1);
     case 3:
-      return values_block<VT, 3, NV>(t, sc, hd, lane, d, r0, c0, c1);
+      return values_block<VT, 3, NV>(t, sc, vf, hd, lane, d, r0, c0, c1);
     case 2:
-      return values_block<VT, 2, NV>(t, sc, hd, lane, d, r0, c0, c1);
+      return values_block<VT, 2, NV>(t, sc, vf, hd, lane, d, r0, c0, c1);
     default:
-      return values_block<VT, 1, NV>(t, sc, hd, lane, d, r0, c0, c1);
+      return values_block<VT, 1, NV>(t, sc, vf, hd, lane, d, r0, c0, c1);
+  }
+}
+
+// The 32 values of the block from dimension d (a multiple of 32) as float into dst: load16's
+// values (d * q, exact), the block's scale converted once.
+template <KvDType VT>
+HABLAR_INLINE void store_block32(const uint16_t* row, int d, float* dst) {
+  __m512i lo, hi;
+  uint16_t scale;
+  if constexpr (VT == KvDType::Q8_0) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + d / kQK;
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs));
+    lo = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(q));
+    hi = _mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1));
+    scale = b->d;
+  } else {
+    const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + d / kQK;
+    const __m512i q =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));
+    lo = _mm512_sub_epi32(_mm512_and_si512(q, _mm512_set1_epi32(0x0f)), _mm512_set1_epi32(8));
+    hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), _mm512_set1_epi32(8));
+    scale = b->d;
+  }
+  const __m512 dv = _mm512_set1_ps(half_to_float(scale));
+  _mm512_storeu_ps(dst, _mm512_mul_ps(_mm512_cvtepi32_ps(lo), dv));
+  _mm512_storeu_ps(dst + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(hi), dv));
+}
+
+// A quantized V chunk's rows [c0, c1) ∩ [lo, hi], dimensions [d_begin, d_end), to float
+// once (load16's exact d * q) for every row block and lane row that reads them.
+template <KvDType VT>
+const float* convert_chunk(const AttnTile& t, AttnScratch& sc, int hd, int d_begin, int d_end,
+                           int c0, int c1) {
+  if constexpr (!kv_dtype_quantized(VT)) {
+    return nullptr;
+  } else {
+    thread_local std::vector<float> vf_owner;
+    std::vector<float>& vf = vf_owner;
+    vf.resize((size_t)(c1 - c0) * hd);
+    const int base = tile_base(t);
+    for (int p = std::max(c0, t.lo); p < c1 && p <= t.hi; ++p) {
+      const uint16_t* v = sc.v_rows[(size_t)(p - base)];
+      float* dst = vf.data() + (size_t)(p - c0) * hd;
+      for (int d = d_begin; d < d_end;) {
+        if (d % kQK == 0 && d + kQK <= d_end) {
+          store_block32<VT>(v, d, dst + d);
+          d += kQK;
+        } else {
+          _mm512_storeu_ps(dst + d, load16<VT>(v, d));
+          d += 16;
+        }
+      }
+    }
+    return vf.data();
   }
 }
 
@@ -557,21 +616,22 @@ void values_chunk(const AttnTile& t, AttnScratch& sc, int hd, int d_begin, int d
     const char* v = reinterpret_cast<const char*>(sc.v_rows[(size_t)(p - base)]);
     for (size_t i = 0; i < row_bytes; i += 64) _mm_prefetch(v + i, _MM_HINT_T1);
   }
+  const float* vf = convert_chunk<VT>(t, sc, hd, d_begin, d_end, c0, c1);
   for (int r0 = 0; r0 < t.n_rows; r0 += 4)
     for (int lane = 0; lane < tile_lanes(t.order); ++lane)
       for (int d = d_begin; d < d_end; d += 64) {
         switch (std::min(4, (d_end - d) / 16)) {
           case 4:
-            values_rows<VT, 4>(t, sc, hd, lane, d, r0, c0, c1);
+            values_rows<VT, 4>(t, sc, vf, hd, lane, d, r0, c0, c1);
             break;
           case 3:
-            values_rows<VT, 3>(t, sc, hd, lane, d, r0, c0, c1);
+            values_rows<VT, 3>(t, sc, vf, hd, lane, d, r0, c0, c1);
             break;
           case 2:
-            values_rows<VT, 2>(t, sc, hd, lane, d, r0, c0, c1);
+            values_rows<VT, 2>(t, sc, vf, hd, lane, d, r0, c0, c1);
             break;
           default:
-            values_rows<VT, 1>(t, sc, hd, lane, d, r0, c0, c1);
+            values_rows<VT, 1>(t, sc, vf, hd, lane, d, r0, c0, c1);
             break;
         }
       }
