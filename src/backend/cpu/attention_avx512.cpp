@@ -505,7 +505,7 @@ constexpr int kValueChunkPerLane = 16;
 
 // Accumulators of rows [r0, r0 + NR), dimensions [d, d + 16 * NV), lane row `lane`, over the
 // positions p = lane (mod lanes) of [c0, c1) ∩ [lo, hi], in increasing order. A quantized V
-// is read from vf, the chunk's rows already in float ([p - c0][hd]).
+// is read from vf when given, the chunk's rows already in float ([p - c0][hd]).
 template <KvDType VT, int NR, int NV>
 void values_block(const AttnTile& t, AttnScratch& sc, const float* vf, int hd, int lane, int d,
                   int r0, int c0, int c1) {
@@ -519,7 +519,7 @@ void values_block(const AttnTile& t, AttnScratch& sc, const float* vf, int hd, i
                            : _mm512_loadu_ps(acc + ((size_t)(r0 + r) * L + lane) * hd + d + 16 * j);
   for (int p = std::max(c0 + lane, t.lo + (lane - t.lo % L + L) % L); p < c1 && p <= t.hi; p += L) {
     __m512 vv[NV];
-    if constexpr (kv_dtype_quantized(VT)) {
+    if (kv_dtype_quantized(VT) && vf != nullptr) {
       for (int j = 0; j < NV; ++j) vv[j] = _mm512_loadu_ps(vf + (size_t)(p - c0) * hd + d + 16 * j);
     } else {
       const uint16_t* v = sc.v_rows[(size_t)(p - base)];
@@ -581,7 +581,11 @@ HABLAR_INLINE void store_block32(const uint16_t* row, int d, float* dst) {
 template <KvDType VT>
 const float* convert_chunk(const AttnTile& t, AttnScratch& sc, int hd, int d_begin, int d_end,
                            int c0, int c1) {
+  // Two row blocks or fewer (decoding: one kv head's 7 query heads) convert in place: the
+  // buffer's stores and loads cost more than a second conversion.
   if constexpr (!kv_dtype_quantized(VT)) {
+    return nullptr;
+  } else if (t.n_rows <= 8) {
     return nullptr;
   } else {
     thread_local std::vector<float> vf_owner;
