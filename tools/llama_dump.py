@@ -105,8 +105,11 @@ def dump(args):
         return p
 
     lc.llama_context_default_params = params_with_callback
+    kv = {}
+    if args.cache_type == "q8_0":  # llama.cpp takes a quantized V only with flash attention
+        kv = {"flash_attn": True, "type_k": 8, "type_v": 8}  # GGML_TYPE_Q8_0
     llm = Llama(model_path=args.model, n_ctx=1024, n_batch=1024, n_threads=2, logits_all=True,
-                flash_attn=False, verbose=False, seed=0)
+                verbose=False, seed=0, **{"flash_attn": False, **kv})
     lc.llama_context_default_params = default_params
     ids = llm.tokenize(args.prompt.encode("utf-8"), add_bos=True, special=True)
     print("ids:", ids, file=sys.stderr)
@@ -183,6 +186,8 @@ def main():
     d.add_argument("--decode", type=int, default=0,
                    help="then generate this many tokens greedily, one evaluation each")
     d.add_argument("--out", required=True)
+    d.add_argument("--cache-type", choices=["f16", "q8_0"], default="f16",
+                   help="KV cache of K and V (q8_0: llama.cpp's flash attention)")
     c = sub.add_parser("compare")
     c.add_argument("--ref", required=True)
     c.add_argument("--ours", required=True)

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/attention_int.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ops_x86.h"
 #include "core/cpu_features.h"
@@ -46,8 +47,9 @@ float dot_qk(const float* qr, const float* k, int hd, SumOrder order) {
 // reduce16'd in float; positions before `first`, masked in llama.cpp, are zeros there) in
 // double; the weights are rounded to the cache type before the weighted sum of V, which
 // keeps 16 or 64 partial sums by position. Every product of two cache-type values is exact
-// in float, so FMA or not gives the same. A quantized K or V (ops.h): rows dequantized, no
-// roundings of q or the weights, the 16-lane order.
+// in float, so FMA or not gives the same. A quantized K or V (ops.h): no roundings of q or
+// the weights, the 16-lane order; a quantized K's scores are the integer q·k
+// (attention_int.h), a quantized V's rows are dequantized.
 void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int layer,
                         const int32_t* block_table, int first, int pos, int kv_head, const float* q,
                         float scale, float cap, SumOrder order, float* scores, float* out) {
@@ -63,9 +65,18 @@ void attend_head_scalar(const uint16_t* cache, const KvCacheLayout& layout, int 
                   layout.type(kv), hd, row.data());
     return row.data();
   };
+  // A quantized K: the integer q·k of llama.cpp's flash attention (attention_int.h).
+  const KvDType kt = layout.type(0);
+  std::vector<uint32_t> qk(kv_dtype_quantized(kt) ? qk_quant_row_words(hd) : 0);
+  if (kv_dtype_quantized(kt)) quantize_q_for_k(q, hd, kt, qk_quant_row(qk.data(), hd));
+  const auto dot = [&](int p) {
+    if (!kv_dtype_quantized(kt)) return dot_qk(qr.data(), load(0, p), hd, order);
+    return dot_qk_int_scalar(cache + layout.position_offset(block_table, layer, 0, kv_head, p), kt,
+                             qk_quant_row(qk.data(), hd), hd);
+  };
   float max_score = -INFINITY;
   for (int p = first; p <= pos; ++p) {
-    scores[p] = dot_qk(qr.data(), load(0, p), hd, order) * scale;
+    scores[p] = dot(p) * scale;
     if (cap > 0.0f) softcap(scores + p, 1, cap);
     if (scores[p] > max_score) max_score = scores[p];
   }

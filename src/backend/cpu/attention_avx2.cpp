@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/attention_int.h"
 #include "backend/cpu/avx2_common.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ops_x86.h"
@@ -208,6 +209,21 @@ __m256 load_kv8(const uint16_t* row, int d) {
   }
 }
 
+// 32 codes of a quantized K block as signed bytes, in value order (Q4_0: nibble - 8).
+__m256i k_codes32(const uint16_t* k_row, KvDType k_type, int b, float* d) {
+  if (k_type == KvDType::Q8_0) {
+    const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(k_row)[b];
+    *d = half_to_float(blk.d);
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
+  }
+  const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(k_row)[b];
+  *d = half_to_float(blk.d);
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs));
+  const __m256i nib =
+      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+  return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
+}
+
 void row_to_f32(const uint16_t* row, KvDType type, int hd, float* out) {
   for (int d = 0; d < hd; d += 8) {
     switch (type) {
@@ -296,6 +312,23 @@ void scores16_group(const AttnContext& c, const AttnTile& t, AttnScratch& sc, in
 
 }  // namespace
 
+// llama.cpp's AVX2 vec_dot of a Q8_0 / Q4_0 row with Q8_0 (attention_int.h's order): per
+// block, |k| times q with k's signs (maddubs, pairs of int16, then int32 lanes of 4 values:
+// exact, |k| <= 128 and |q| <= 127), converted and accumulated by an FMA with d_k * d_q.
+float dot_qk_int(const uint16_t* k_row, KvDType k_type, const QkQuantRow& q, int hd) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int b = 0; b < hd / kQK; ++b) {
+    float dk;
+    const __m256i kx = k_codes32(k_row, k_type, b, &dk);
+    const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qs + b * kQK));
+    const __m256i prod = _mm256_maddubs_epi16(_mm256_sign_epi8(kx, kx), _mm256_sign_epi8(qy, kx));
+    const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(ones, prod));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(dk * q.d[b]), isum, acc);
+  }
+  return hsum8(acc);
+}
+
 void tile_prepare(const AttnContext& c, const AttnTile& t, AttnScratch& sc) {
   const int hd = c.layout->head_dim, R = t.n_rows;
   const bool bf16 = c.layout->dtype == KvDType::BF16;
@@ -320,6 +353,14 @@ void tile_prepare(const AttnContext& c, const AttnTile& t, AttnScratch& sc) {
     }
   }
   const bool round = !quantized(*c.layout);
+  const KvDType kt = c.layout->type(0);
+  if (kv_dtype_quantized(kt)) {
+    // The integer q·k's q (attention_int.h), once per row of the tile.
+    const size_t words = qk_quant_row_words(hd);
+    sc.qk.resize((size_t)R * words);
+    for (int r = 0; r < R; ++r)
+      quantize_q_for_k(t.rows[r].q, hd, kt, qk_quant_row(sc.qk.data() + (size_t)r * words, hd));
+  }
   for (int r = 0; r < R; ++r)
     for (int d = 0; d < hd; d += 8) {
       const __m256 q = _mm256_loadu_ps(t.rows[r].q + d);
@@ -328,10 +369,23 @@ void tile_prepare(const AttnContext& c, const AttnTile& t, AttnScratch& sc) {
 }
 
 void tile_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int p_begin, int p_end) {
+  const KvDType kt = c.layout->type(0);
   if (use_avx512() && avx512::attn_scores_supported(*c.layout, t.order))
     return avx512::attn_scores(c, t, sc, p_begin, p_end);
   const int hd = c.layout->head_dim, R = t.n_rows, base = tile_base(t), span = tile_span(t);
   p_end = std::min(p_end, t.hi + 1);
+  if (kv_dtype_quantized(kt)) {
+    // Integer q·k (attention_int.h), one key and one row at a time.
+    const size_t words = qk_quant_row_words(hd);
+    for (int p = std::max(p_begin, t.lo); p < p_end; ++p)
+      for (int r = 0; r < R; ++r) {
+        const QkQuantRow q = qk_quant_row(sc.qk.data() + (size_t)r * words, hd);
+        float* dst = sc.s.data() + (size_t)r * span + (p - base);
+        *dst = dot_qk_int(sc.k_rows[(size_t)(p - base)], kt, q, hd) * c.scale;
+        if (c.softcap > 0.0f) cpu::softcap(dst, 1, c.softcap);
+      }
+    return;
+  }
   if (t.order == SumOrder::kLanes16 && hd % kReduceLanes == 0) {
     thread_local std::vector<float> kf;
     kf.resize((size_t)8 * hd);

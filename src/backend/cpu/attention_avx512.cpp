@@ -16,8 +16,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "backend/cpu/attention_int.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ops_x86.h"
 #include "core/quant_blocks.h"
@@ -208,9 +210,167 @@ void scores_typed(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int 
   }
 }
 
+// Integer scores of a quantized K (attention_int.h), 16 keys at a time. The keys' codes are
+// transposed at 4-byte granularity, kt[w * 16 + j] = bytes 4w .. 4w + 3 of key j's codes made
+// unsigned (Q8_0: code + 128; Q4_0: the nibbles), so that one VNNI dpbusd with q's 4 codes of
+// lane group w broadcast gives that group's integer sum for 16 keys; started from q's
+// correction (-128 or -8 times the sum of those q codes) it is the signed sum exactly. The
+// float steps then run on whole registers: per block an FMA with d_k * d_q, the 8 lanes
+// reduced in hsum_float_8's tree.
+
+// The 32 codes of block b of a key as unsigned bytes, in value order.
+template <KvDType T>
+HABLAR_INLINE __m256i int_codes32(const uint16_t* row, int b) {
+  if constexpr (T == KvDType::Q8_0) {
+    const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs)),
+                            _mm256_set1_epi8((char)0x80));
+  } else {
+    const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+  }
+}
+
+template <KvDType T>
+HABLAR_INLINE uint16_t int_scale(const uint16_t* row, int b) {
+  if constexpr (T == KvDType::Q8_0)
+    return (reinterpret_cast<const BlockQ8_0*>(row) + b)->d;
+  else
+    return (reinterpret_cast<const BlockQ4_0*>(row) + b)->d;
+}
+
+// kt as above ([hd / 4][16] words) and kd[b * 16 + j] = key j's block-b scale as float.
+template <KvDType T>
+void transpose_int_keys(const uint16_t* const* rows, int hd, uint32_t* kt, float* kd) {
+  const int nb = hd / kQK;
+  __m512 r[16];
+  for (int b = 0; b < nb; b += 2) {
+    const bool two = b + 1 < nb;
+    for (int j = 0; j < 16; ++j) {
+      const __m256i hi = two ? int_codes32<T>(rows[j], b + 1) : _mm256_setzero_si256();
+      r[j] = _mm512_castsi512_ps(
+          _mm512_inserti64x4(_mm512_castsi256_si512(int_codes32<T>(rows[j], b)), hi, 1));
+    }
+    transpose16(r);  // r[i]: word i of the pair (block b + i / 8, lane i % 8) of the 16 keys
+    for (int i = 0; i < (two ? 16 : 8); ++i)
+      _mm512_storeu_ps(reinterpret_cast<float*>(kt) + (size_t)(8 * b + i) * 16, r[i]);
+  }
+  alignas(32) uint16_t h[16];
+  for (int b = 0; b < nb; ++b) {
+    for (int j = 0; j < 16; ++j) h[j] = int_scale<T>(rows[j], b);
+    _mm512_storeu_ps(kd + (size_t)b * 16,
+                     _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h))));
+  }
+}
+
+// Lane j (of 8) of NR rows' dots with the 16 keys: fma(d_k * d_q, isum, acc) block by block.
+template <int NR>
+HABLAR_INLINE void int_lane(const QkQuantRow* q, const uint32_t* kt, const __m512* dd, int nb,
+                            int j, __m512* out) {
+  for (int r = 0; r < NR; ++r) out[r] = _mm512_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    const int w = 8 * b + j;
+    const __m512i k = _mm512_loadu_si512(kt + (size_t)w * 16);
+    for (int r = 0; r < NR; ++r) {
+      int32_t qw;
+      std::memcpy(&qw, q[r].qs + 4 * w, 4);
+      const __m512i isum =
+          _mm512_dpbusd_epi32(_mm512_set1_epi32(q[r].corr[w]), k, _mm512_set1_epi32(qw));
+      out[r] = _mm512_fmadd_ps(dd[b * NR + r], _mm512_cvtepi32_ps(isum), out[r]);
+    }
+  }
+}
+
+// The NR rows' 16 dots: lanes reduced as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+// dd holds [nb][NR] registers of d_k * d_q.
+template <int NR>
+HABLAR_INLINE void int_dots16(const QkQuantRow* q, const uint32_t* kt, const __m512* dd, int nb,
+                              __m512* dot) {
+  __m512 x[NR], y[NR], u[NR];
+  const auto pair = [&](int a, int b, __m512* sum) {
+    int_lane<NR>(q, kt, dd, nb, a, sum);
+    int_lane<NR>(q, kt, dd, nb, b, y);
+    for (int r = 0; r < NR; ++r) sum[r] = _mm512_add_ps(sum[r], y[r]);
+  };
+  pair(0, 4, u), pair(2, 6, x);
+  for (int r = 0; r < NR; ++r) u[r] = _mm512_add_ps(u[r], x[r]);
+  pair(1, 5, dot), pair(3, 7, x);
+  for (int r = 0; r < NR; ++r) dot[r] = _mm512_add_ps(u[r], _mm512_add_ps(dot[r], x[r]));
+}
+
+// The most blocks a head row may have here (head_dim 512).
+constexpr int kMaxIntBlocks = 16;
+
+template <int NR>
+HABLAR_INLINE void int_dots16_rows(const QkQuantRow* q, const uint32_t* kt, const float* kd, int hd,
+                                   __m512* dot) {
+  const int nb = hd / kQK;
+  __m512 dd[kMaxIntBlocks * NR];
+  for (int b = 0; b < nb; ++b) {
+    const __m512 k = _mm512_loadu_ps(kd + (size_t)b * 16);
+    for (int r = 0; r < NR; ++r) dd[b * NR + r] = _mm512_mul_ps(k, _mm512_set1_ps(q[r].d[b]));
+  }
+  int_dots16<NR>(q, kt, dd, nb, dot);
+}
+
+template <int NR>
+void store_int_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, const uint32_t* kt,
+                      const float* kd, int r0, int g, int v0, int v1) {
+  const int hd = c.layout->head_dim, base = tile_base(t), span = tile_span(t);
+  const size_t words = qk_quant_row_words(hd);
+  QkQuantRow q[NR];
+  for (int r = 0; r < NR; ++r) q[r] = qk_quant_row(sc.qk.data() + (size_t)(r0 + r) * words, hd);
+  __m512 dot[NR];
+  int_dots16_rows<NR>(q, kt, kd, hd, dot);
+  const __mmask16 keep = (__mmask16)(((1u << (v1 - g)) - 1) & ~((1u << (v0 - g)) - 1));
+  for (int r = 0; r < NR; ++r) {
+    float* dst = sc.s.data() + (size_t)(r0 + r) * span + (g - base);
+    _mm512_mask_storeu_ps(dst, keep, _mm512_mul_ps(dot[r], _mm512_set1_ps(c.scale)));
+    if (c.softcap > 0.0f) cpu::softcap(dst + (v0 - g), v1 - v0, c.softcap);
+  }
+}
+
+template <KvDType KT>
+void scores_int(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int p_begin, int p_end) {
+  const int hd = c.layout->head_dim, base = tile_base(t);
+  const size_t row_bytes = c.layout->row_units(0) * sizeof(uint16_t);
+  thread_local std::vector<uint32_t> kt_owner;
+  thread_local std::vector<float> kd_owner;
+  std::vector<uint32_t>& kt = kt_owner;
+  std::vector<float>& kd = kd_owner;
+  kt.resize((size_t)4 * hd), kd.resize((size_t)hd / 2);
+  const uint16_t* rows[16];
+  for (int g = std::max(p_begin, t.lo) / 16 * 16; g < p_end; g += 16) {
+    const int v0 = std::max({g, t.lo, p_begin}), v1 = std::min(g + 16, p_end);
+    for (int j = 0; j < 16; ++j)
+      rows[j] = sc.k_rows[(size_t)(std::clamp(g + j, v0, v1 - 1) - base)];
+    for (int p = g + 16; p < std::min(g + 32, p_end); ++p)
+      prefetch_row(sc.k_rows[(size_t)(p - base)], row_bytes);
+    transpose_int_keys<KT>(rows, hd, kt.data(), kd.data());
+    int r = 0;
+    for (; r + 4 <= t.n_rows; r += 4)
+      store_int_scores<4>(c, t, sc, kt.data(), kd.data(), r, g, v0, v1);
+    switch (t.n_rows - r) {
+      case 3:
+        store_int_scores<3>(c, t, sc, kt.data(), kd.data(), r, g, v0, v1);
+        break;
+      case 2:
+        store_int_scores<2>(c, t, sc, kt.data(), kd.data(), r, g, v0, v1);
+        break;
+      case 1:
+        store_int_scores<1>(c, t, sc, kt.data(), kd.data(), r, g, v0, v1);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
 }  // namespace
 
 bool attn_scores_supported(const KvCacheLayout& layout, SumOrder order) {
+  if (kv_dtype_quantized(layout.type(0))) return layout.head_dim / kQK <= kMaxIntBlocks;
   return order == SumOrder::kLanes64 ? layout.head_dim % 64 == 0 : layout.head_dim % 16 == 0;
 }
 
@@ -222,10 +382,23 @@ void attn_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int p
     case KvDType::BF16:
       return scores_typed<KvDType::BF16>(c, t, sc, p_begin, p_end);
     case KvDType::Q8_0:
-      return scores_typed<KvDType::Q8_0>(c, t, sc, p_begin, p_end);
+      return scores_int<KvDType::Q8_0>(c, t, sc, p_begin, p_end);
     case KvDType::Q4_0:
-      return scores_typed<KvDType::Q4_0>(c, t, sc, p_begin, p_end);
+      return scores_int<KvDType::Q4_0>(c, t, sc, p_begin, p_end);
   }
+}
+
+void dot_qk_int16(const uint16_t* const* rows, KvDType k_type, const QkQuantRow& q, int hd,
+                  float* out) {
+  std::vector<uint32_t> kt((size_t)4 * hd);
+  std::vector<float> kd((size_t)hd / 2);
+  if (k_type == KvDType::Q8_0)
+    transpose_int_keys<KvDType::Q8_0>(rows, hd, kt.data(), kd.data());
+  else
+    transpose_int_keys<KvDType::Q4_0>(rows, hd, kt.data(), kd.data());
+  __m512 dot;
+  int_dots16_rows<1>(&q, kt.data(), kd.data(), hd, &dot);
+  _mm512_storeu_ps(out, dot);
 }
 
 namespace {
@@ -331,10 +504,11 @@ namespace {
 constexpr int kValueChunkPerLane = 16;
 
 // Accumulators of rows [r0, r0 + NR), dimensions [d, d + 16 * NV), lane row `lane`, over the
-// positions p = lane (mod lanes) of [c0, c1) ∩ [lo, hi], in increasing order.
+// positions p = lane (mod lanes) of [c0, c1) ∩ [lo, hi], in increasing order. A quantized V
+// is read from vf when given, the chunk's rows already in float ([p - c0][hd]).
 template <KvDType VT, int NR, int NV>
-void values_block(const AttnTile& t, AttnScratch& sc, int hd, int lane, int d, int r0, int c0,
-                  int c1) {
+void values_block(const AttnTile& t, AttnScratch& sc, const float* vf, int hd, int lane, int d,
+                  int r0, int c0, int c1) {
   const int L = tile_lanes(t.order), base = tile_base(t);
   const size_t span = (size_t)tile_span(t);
   float* acc = sc.acc.data();
@@ -344,9 +518,13 @@ void values_block(const AttnTile& t, AttnScratch& sc, int hd, int lane, int d, i
       a[r][j] = c0 == base ? _mm512_setzero_ps()
                            : _mm512_loadu_ps(acc + ((size_t)(r0 + r) * L + lane) * hd + d + 16 * j);
   for (int p = std::max(c0 + lane, t.lo + (lane - t.lo % L + L) % L); p < c1 && p <= t.hi; p += L) {
-    const uint16_t* v = sc.v_rows[(size_t)(p - base)];
     __m512 vv[NV];
-    for (int j = 0; j < NV; ++j) vv[j] = load16<VT>(v, d + 16 * j);
+    if (kv_dtype_quantized(VT) && vf != nullptr) {
+      for (int j = 0; j < NV; ++j) vv[j] = _mm512_loadu_ps(vf + (size_t)(p - c0) * hd + d + 16 * j);
+    } else {
+      const uint16_t* v = sc.v_rows[(size_t)(p - base)];
+      for (int j = 0; j < NV; ++j) vv[j] = load16<VT>(v, d + 16 * j);
+    }
     const float* w = sc.s.data() + (size_t)r0 * span + (size_t)(p - base);
     for (int r = 0; r < NR; ++r) {
       const __m512 wr = _mm512_set1_ps(w[(size_t)r * span]);
@@ -359,17 +537,75 @@ void values_block(const AttnTile& t, AttnScratch& sc, int hd, int lane, int d, i
 }
 
 template <KvDType VT, int NV>
-void values_rows(const AttnTile& t, AttnScratch& sc, int hd, int lane, int d, int r0, int c0,
-                 int c1) {
+void values_rows(const AttnTile& t, AttnScratch& sc, const float* vf, int hd, int lane, int d,
+                 int r0, int c0, int c1) {
   switch (std::min(4, t.n_rows - r0)) {
     case 4:
-      return values_block<VT, 4, NV>(t, sc, hd, lane, d, r0, c0, c1);
+      return values_block<VT, 4, NV>(t, sc, vf, hd, lane, d, r0, c0, c1);
     case 3:
-      return values_block<VT, 3, NV>(t, sc, hd, lane, d, r0, c0, c1);
+      return values_block<VT, 3, NV>(t, sc, vf, hd, lane, d, r0, c0, c1);
     case 2:
-      return values_block<VT, 2, NV>(t, sc, hd, lane, d, r0, c0, c1);
+      return values_block<VT, 2, NV>(t, sc, vf, hd, lane, d, r0, c0, c1);
     default:
-      return values_block<VT, 1, NV>(t, sc, hd, lane, d, r0, c0, c1);
+      return values_block<VT, 1, NV>(t, sc, vf, hd, lane, d, r0, c0, c1);
+  }
+}
+
+// The 32 values of the block from dimension d (a multiple of 32) as float into dst: load16's
+// values (d * q, exact), the block's scale converted once.
+template <KvDType VT>
+HABLAR_INLINE void store_block32(const uint16_t* row, int d, float* dst) {
+  __m512i lo, hi;
+  uint16_t scale;
+  if constexpr (VT == KvDType::Q8_0) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + d / kQK;
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs));
+    lo = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(q));
+    hi = _mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1));
+    scale = b->d;
+  } else {
+    const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + d / kQK;
+    const __m512i q =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));
+    lo = _mm512_sub_epi32(_mm512_and_si512(q, _mm512_set1_epi32(0x0f)), _mm512_set1_epi32(8));
+    hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), _mm512_set1_epi32(8));
+    scale = b->d;
+  }
+  const __m512 dv = _mm512_set1_ps(half_to_float(scale));
+  _mm512_storeu_ps(dst, _mm512_mul_ps(_mm512_cvtepi32_ps(lo), dv));
+  _mm512_storeu_ps(dst + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(hi), dv));
+}
+
+// A quantized V chunk's rows [c0, c1) ∩ [lo, hi], dimensions [d_begin, d_end), to float
+// once (load16's exact d * q) for every row block and lane row that reads them.
+template <KvDType VT>
+const float* convert_chunk(const AttnTile& t, AttnScratch& sc, int hd, int d_begin, int d_end,
+                           int c0, int c1) {
+  // Two row blocks or fewer (decoding: one kv head's 7 query heads) convert in place: the
+  // buffer's stores and loads cost more than a second conversion.
+  if constexpr (!kv_dtype_quantized(VT)) {
+    return nullptr;
+  } else if (t.n_rows <= 8) {
+    return nullptr;
+  } else {
+    thread_local std::vector<float> vf_owner;
+    std::vector<float>& vf = vf_owner;
+    vf.resize((size_t)(c1 - c0) * hd);
+    const int base = tile_base(t);
+    for (int p = std::max(c0, t.lo); p < c1 && p <= t.hi; ++p) {
+      const uint16_t* v = sc.v_rows[(size_t)(p - base)];
+      float* dst = vf.data() + (size_t)(p - c0) * hd;
+      for (int d = d_begin; d < d_end;) {
+        if (d % kQK == 0 && d + kQK <= d_end) {
+          store_block32<VT>(v, d, dst + d);
+          d += kQK;
+        } else {
+          _mm512_storeu_ps(dst + d, load16<VT>(v, d));
+          d += 16;
+        }
+      }
+    }
+    return vf.data();
   }
 }
 
@@ -384,21 +620,22 @@ void values_chunk(const AttnTile& t, AttnScratch& sc, int hd, int d_begin, int d
     const char* v = reinterpret_cast<const char*>(sc.v_rows[(size_t)(p - base)]);
     for (size_t i = 0; i < row_bytes; i += 64) _mm_prefetch(v + i, _MM_HINT_T1);
   }
+  const float* vf = convert_chunk<VT>(t, sc, hd, d_begin, d_end, c0, c1);
   for (int r0 = 0; r0 < t.n_rows; r0 += 4)
     for (int lane = 0; lane < tile_lanes(t.order); ++lane)
       for (int d = d_begin; d < d_end; d += 64) {
         switch (std::min(4, (d_end - d) / 16)) {
           case 4:
-            values_rows<VT, 4>(t, sc, hd, lane, d, r0, c0, c1);
+            values_rows<VT, 4>(t, sc, vf, hd, lane, d, r0, c0, c1);
             break;
           case 3:
-            values_rows<VT, 3>(t, sc, hd, lane, d, r0, c0, c1);
+            values_rows<VT, 3>(t, sc, vf, hd, lane, d, r0, c0, c1);
             break;
           case 2:
-            values_rows<VT, 2>(t, sc, hd, lane, d, r0, c0, c1);
+            values_rows<VT, 2>(t, sc, vf, hd, lane, d, r0, c0, c1);
             break;
           default:
-            values_rows<VT, 1>(t, sc, hd, lane, d, r0, c0, c1);
+            values_rows<VT, 1>(t, sc, vf, hd, lane, d, r0, c0, c1);
             break;
         }
       }

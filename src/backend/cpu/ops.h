@@ -149,10 +149,11 @@ struct AttentionQuery {
   SumOrder order = SumOrder::kLanes16;  // kLanes64 for a sequence decoding one token
   int32_t first = 0;  // the first position seen (> 0 under a sliding window): [first, pos]
 };
-// With a quantized K or V (Q8_0 / Q4_0) the rows are dequantized to float, q and the softmax
-// weights are not rounded, and both orders are the 16-lane one: the same math, within float
-// rounding of the F16 path's form (FMA products are no longer exact), and still the same bits
-// for a query whatever the batch. F16/BF16 caches keep llama.cpp's roundings exactly.
+// With a quantized K or V (Q8_0 / Q4_0) q and the softmax weights are not rounded and both
+// orders are the 16-lane one; a quantized K's scores are llama.cpp's flash-attention integer
+// q·k (q quantized to Q8_0, attention_int.h), a quantized V's rows are dequantized to float.
+// Still the same bits for a query whatever the batch. F16/BF16 caches keep llama.cpp's
+// (non-flash) roundings exactly.
 // Scores are q·k * scale (attention_one's scale is 1/sqrt(head_dim)), then, when softcap > 0,
 // softcap * tanh(score * (1 / softcap)) as llama.cpp's three ops compute it. Positions before
 // a query's `first` count as masked ones do in llama.cpp: their softmax weights are zeros.

@@ -56,6 +56,7 @@ struct AttnContext {
 };
 struct AttnScratch {
   std::vector<float> qr, s, w, acc;
+  std::vector<uint32_t> qk;  // [rows][qk_quant_row_words]: q for the integer q·k (quantized K)
   std::vector<const uint16_t*> k_rows, v_rows;  // [p - base]: the cache rows of [lo, hi]
 };
 // Sizes the scratch and rounds the rows' q to the cache type. head_dim a multiple of 8.
@@ -97,7 +98,8 @@ namespace hablar::cpu::avx512 {
 using avx2::AttnContext, avx2::AttnTile, avx2::AttnScratch, avx2::tile_lanes, avx2::tile_base,
     avx2::tile_span;
 // Whether attn_scores takes this order at the layout's head_dim (16-lane: a multiple of 16;
-// 64-lane: a multiple of 64, no tail in double).
+// 64-lane: a multiple of 64, no tail in double; a quantized K, whose integer q·k has one
+// order: head_dim up to 512).
 bool attn_scores_supported(const KvCacheLayout& layout, SumOrder order);
 // tile_scores' work: positions [p_begin, p_end), 16 at a time, only those of the range stored.
 void attn_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int p_begin, int p_end);

@@ -161,6 +161,33 @@ TEST(TiledAttention, LongSequencesSplitOverThreadsKeepTheBits) {
     }
 }
 
+TEST(TiledAttention, IntegerScoresOfAQuantizedKAtEveryHeadDim) {
+  // A Q8_0 / Q4_0 K: scores by the integer q·k (attention_int.h), 16 keys at a time on
+  // AVX-512. Head dims of 1 to 8 blocks (an odd count included), GQA groups of 1, 4 and 7
+  // (rows of a tile not a multiple of 4), decode and prompt tiles, positions not a multiple
+  // of 16, with F16 or the other quantized V.
+  struct Case {
+    Shape shape;
+    int n_positions;
+  };
+  const Case cases[] = {{{7, 1, 32, KvDType::Q8_0, KvDType::Q8_0}, 45},
+                        {{8, 2, 96, KvDType::Q8_0, KvDType::F16}, 70},
+                        {{4, 4, 128, KvDType::Q4_0, KvDType::Q8_0}, 33},
+                        {{8, 2, 256, KvDType::Q8_0, KvDType::Q4_0}, 51},
+                        {{14, 2, 64, KvDType::Q4_0, KvDType::Q4_0}, 99}};
+  for (bool wide : {true, false}) {
+    set_avx512_attention(wide);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(kv_dtype_name(c.shape.k_type)) + " hd " +
+                   std::to_string(c.shape.head_dim) + (wide ? " AVX-512" : " AVX2"));
+      const int n = c.n_positions;
+      expect_tiled_equals_scalar(
+          c.shape, {{n - 1, 1, SumOrder::kLanes64}, {n - 20, 19, SumOrder::kLanes16}}, 0.0f, 2, n);
+    }
+  }
+  set_avx512_attention(true);
+}
+
 TEST(TiledAttention, PromptsAtDepthSplitIntoManyTiles) {
   // 48 tokens at depth 3000: tiles of fewer queries (the strip limit), several per thread.
   expect_tiled_equals_scalar({14, 2, 64, KvDType::F16, KvDType::F16},

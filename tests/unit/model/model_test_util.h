@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/cpu_executor.h"
+#include "engine/executor_factory.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
 #include "formats/synthetic_model.h"
@@ -23,8 +24,10 @@ namespace hablar::test {
 // One sequence on a CPU executor of its own (n_ctx positions, n_batch tokens per step).
 class CpuSequence {
  public:
-  CpuSequence(const model::Model& m, int n_ctx, int n_batch = 512)
-      : exec_(m, (std::max(n_ctx, 1) + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize),
+  CpuSequence(const model::Model& m, int n_ctx, int n_batch = 512,
+              KvDType cache_type_k = KvDType::F16, KvDType cache_type_v = KvDType::F16)
+      : exec_(m, (std::max(n_ctx, 1) + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize,
+              kDefaultKvBlockSize, 0, cache_type_k, cache_type_v),
         seq_(exec_, n_ctx, n_batch) {}
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false) {
     return seq_.eval(tokens, all_logits);
@@ -78,11 +81,12 @@ inline std::string write_synthetic(const std::string& dir, const nlohmann::json&
 }
 
 // log_softmax rows of every position of `ids`, evaluated as one prompt on an executor of
-// n_ctx positions (at least the prompt's; the context picks LongRoPE's factor set).
-inline std::vector<std::vector<float>> teacher_forced_logsoftmax(model::Model& m,
-                                                                 const std::vector<int32_t>& ids,
-                                                                 int n_ctx = 0) {
-  CpuSequence seq(m, std::max(n_ctx, (int)ids.size()));
+// n_ctx positions (at least the prompt's; the context picks LongRoPE's factor set), with a KV
+// cache of the given types.
+inline std::vector<std::vector<float>> teacher_forced_logsoftmax(
+    model::Model& m, const std::vector<int32_t>& ids, int n_ctx = 0,
+    KvDType cache_type_k = KvDType::F16, KvDType cache_type_v = KvDType::F16) {
+  CpuSequence seq(m, std::max(n_ctx, (int)ids.size()), 512, cache_type_k, cache_type_v);
   const std::span<const float> logits = seq.eval(ids, true);
   const size_t n_vocab = (size_t)m.config().n_vocab;
   std::vector<std::vector<float>> rows(ids.size(), std::vector<float>(n_vocab));
@@ -105,10 +109,17 @@ inline GoldenComparison compare_with_golden(model::Model& m, const nlohmann::jso
   // The oracle's context where the golden file records it (synthetic models).
   const nlohmann::json& spec = golden["model"];
   const int n_ctx = spec.is_object() ? spec.value("n_ctx", 0) : 0;
+  // The KV cache types the oracle ran with (quantized-cache goldens), F16 otherwise.
+  const auto kv_type = [&](const char* key) {
+    return spec.is_object() && spec.contains(key)
+               ? engine::kv_dtype_from_name(spec[key].get<std::string>())
+               : KvDType::F16;
+  };
+  const KvDType type_k = kv_type("cache_type_k"), type_v = kv_type("cache_type_v");
   for (size_t pi = 0; pi < golden["prompts"].size(); ++pi) {
     const nlohmann::json& pr = golden["prompts"][pi];
     const std::vector<int32_t> ids = pr["ids"].get<std::vector<int32_t>>();
-    const auto rows = teacher_forced_logsoftmax(m, ids, n_ctx);
+    const auto rows = teacher_forced_logsoftmax(m, ids, n_ctx, type_k, type_v);
     std::vector<double> per_pos(ids.size(), 0.0);
     for (size_t p = 0; p < ids.size(); ++p) {
       const auto top_ids = pr["top_ids"][p].get<std::vector<int32_t>>();
