@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "core/error.h"
 
@@ -132,17 +133,22 @@ std::vector<Sequence*> Scheduler::prefill_candidates(bool wave) const {
   return cands;
 }
 
-// Whether a wave holds its members' last tokens back this step: more than one short step of
-// prompt work is left (one token per member plus min_step_prompt_tokens), and the cache has
+// Whether a wave holds its members' last tokens back this step: its members are alike (the
+// most prompt tokens any has left at most twice the shortest member's prompt: a short chat is
+// never held behind a long prompt, it goes first as without waves), more than one short step
+// of prompt work is left (one token per member plus min_step_prompt_tokens), and the cache has
 // room for every member's whole prompt (else holding could wait for room that never comes).
 bool Scheduler::wave_holds(const std::vector<Sequence*>& cands) const {
   int64_t left = 0;
-  int32_t blocks = 0;
+  int32_t blocks = 0, most_left = 0, shortest = INT32_MAX;
   for (const Sequence* s : cands) {
     left += s->n_pending();
+    most_left = std::max(most_left, s->n_pending());
+    shortest = std::min(shortest, (int32_t)s->tokens.size());
     blocks += blocks_.blocks_needed(*s, s->n_pending());
   }
   if (left - (int64_t)cands.size() <= config_.min_step_prompt_tokens) return false;
+  if ((int64_t)most_left > 2 * (int64_t)shortest) return false;
   return blocks <= blocks_.n_free();
 }
 

@@ -390,7 +390,7 @@ TEST(SchedulerWave, PromptsArrivingDuringAPrefillGetTheirFirstTokensInOneStep) {
   EXPECT_EQ(Fixture::tokens_of(p, a), 49);  // its last token held: others may still come
   f.run(p);
   ASSERT_EQ(a->n_generated(), 0);
-  std::vector<Sequence*> all{a, f.add(50), f.add(70), f.add(30)};  // arrived meanwhile
+  std::vector<Sequence*> all{a, f.add(50), f.add(70), f.add(40)};  // arrived meanwhile
   const std::vector<int> first = run_until_all_started(f, all, 20);
   for (size_t i = 1; i < all.size(); ++i) EXPECT_EQ(first[i], first[0]) << "sequence " << i;
   EXPECT_GE(first[0], 0);
@@ -407,6 +407,18 @@ TEST(SchedulerWave, WithoutWavesTheFirstPromptDecodesBesideTheOthersPrefill) {
   const StepPlan p = f.sched.schedule();
   EXPECT_EQ(Fixture::tokens_of(p, a), 1);
   EXPECT_GT(p.n_tokens(), 1);  // its next token waits for a prompt chunk
+}
+
+TEST(SchedulerWave, AShortChatIsNotHeldBehindALongPrompt) {
+  Fixture f(256, 16, wave_config());
+  Sequence* big = f.add(300);
+  f.run(f.sched.schedule());
+  Sequence* chat = f.add(20);  // 300 - 64 left: more than twice its prompt
+  const StepPlan p = f.sched.schedule();
+  EXPECT_EQ(Fixture::tokens_of(p, chat), 20);
+  EXPECT_EQ(Fixture::tokens_of(p, big), 44);
+  f.run(p);
+  EXPECT_EQ(chat->n_generated(), 1);
 }
 
 TEST(SchedulerWave, AShortLonePromptFinishesInItsFirstStep) {
