@@ -409,10 +409,11 @@ CommandRegistration serve_registration{
                      "enough to run the matmuls efficiently")
           ->capture_default_str();
       app.add_flag("--wave-prefill,!--no-wave-prefill", o->wave_prefill,
-                   "while no stream decodes, the prompts being prefilled finish together (each "
-                   "holds its last token back until all fit in one short step; arrivals join): "
-                   "their first tokens come from one step and no stream stalls for the rest of "
-                   "its wave's prefill (default on)");
+                   "while no stream decodes, alike prompts being prefilled finish together (each "
+                   "holds its last token back until all fit in one short step; arrivals join; a "
+                   "short chat is not held behind a long prompt): their first tokens come from "
+                   "one step and no stream stalls for the rest of its wave's prefill (default "
+                   "on)");
       app.add_option("-n,--n-predict", o->n_predict,
                      "default tokens to generate (-1: until the context is full)");
       app.add_option("--temp", o->temp, "default temperature")->capture_default_str();
