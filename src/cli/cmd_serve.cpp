@@ -60,6 +60,7 @@ struct ServeOptions {
   double max_step_ms = 0;            // step time while any stream is decoding (0 = no bound)
   double max_decode_slowdown = 2.0;  // step time relative to its decodes alone (0 = no bound)
   int min_step_prompt_tokens = 32;   // prompt tokens a time-bounded step always offers
+  bool wave_prefill = true;          // prompts prefilled while nobody decodes finish together
   int n_predict = -1;
   int max_queue = 256;
   float temp = 0.8f;
@@ -183,6 +184,7 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   ec.scheduler.max_step_ms = o.max_step_ms;
   ec.scheduler.max_decode_slowdown = o.max_decode_slowdown;
   ec.scheduler.min_step_prompt_tokens = o.min_step_prompt_tokens;
+  ec.scheduler.wave_prefill = o.wave_prefill;
   const tokenizer::Tokenizer* tok = &sm->model->tokenizer();
   ec.is_eog = [tok](int32_t t) { return tok->is_eog(t); };
   ec.draft = o.spec.params();
@@ -417,6 +419,12 @@ CommandRegistration serve_registration{
                      "little time the decodes leave: prefill keeps moving, and in chunks wide "
                      "enough to run the matmuls efficiently")
           ->capture_default_str();
+      app.add_flag("--wave-prefill,!--no-wave-prefill", o->wave_prefill,
+                   "while no stream decodes, alike prompts being prefilled finish together (each "
+                   "holds its last token back until all fit in one short step; arrivals join; a "
+                   "short chat is not held behind a long prompt): their first tokens come from "
+                   "one step and no stream stalls for the rest of its wave's prefill (default "
+                   "on)");
       app.add_option("-n,--n-predict", o->n_predict,
                      "default tokens to generate (-1: until the context is full)");
       app.add_option("--temp", o->temp, "default temperature")->capture_default_str();

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "core/error.h"
 
@@ -17,6 +18,13 @@ bool ranks_before(const Sequence* a, const Sequence* b) {
 int32_t count_decoders(const std::vector<Sequence*>& running) {
   int32_t n = 0;
   for (const Sequence* s : running) n += s->n_pending() == 1 ? 1 : 0;
+  return n;
+}
+
+// Sequences that have sampled a token and wait for the next one: the streams a step delays.
+int32_t count_streams(const std::vector<Sequence*>& running) {
+  int32_t n = 0;
+  for (const Sequence* s : running) n += s->is_decoding() ? 1 : 0;
   return n;
 }
 
@@ -112,17 +120,46 @@ int32_t Scheduler::step_budget(int32_t decoders) const {
   return std::min(config_.max_step_tokens, std::max(config_.max_step_tokens_decoding, decoders));
 }
 
-// Splits `budget` prompt tokens among the sequences with a prompt to prefill: the running
-// ones, and the waiting ones the free slots could take. Returned in no particular order.
-std::vector<Scheduler::Share> Scheduler::prefill_shares(int32_t budget) const {
+// The sequences with a prompt to prefill: the running ones, and the waiting ones the free
+// slots could take. In a wave (nobody decoding), a running prompt with only its last token
+// left is one too (held back, or finishing with the others); otherwise that token is planned
+// as a decode.
+std::vector<Sequence*> Scheduler::prefill_candidates(bool wave) const {
   std::vector<Sequence*> cands;
   for (Sequence* s : running_)
-    if (s->n_pending() > 1) cands.push_back(s);
+    if (s->n_pending() > 1 || (wave && s->n_pending() == 1)) cands.push_back(s);
   const size_t free_slots = (size_t)std::max(0, config_.max_running - (int32_t)running_.size());
   for (size_t i = 0; i < waiting_.size() && i < free_slots; ++i) cands.push_back(waiting_[i]);
+  return cands;
+}
+
+// Whether a wave holds its members' last tokens back this step: its members are alike (the
+// most prompt tokens any has left at most twice the shortest member's prompt: a short chat is
+// never held behind a long prompt, it goes first as without waves), more than one short step
+// of prompt work is left (one token per member plus min_step_prompt_tokens), and the cache has
+// room for every member's whole prompt (else holding could wait for room that never comes).
+bool Scheduler::wave_holds(const std::vector<Sequence*>& cands) const {
+  int64_t left = 0;
+  int32_t blocks = 0, most_left = 0, shortest = INT32_MAX;
+  for (const Sequence* s : cands) {
+    left += s->n_pending();
+    most_left = std::max(most_left, s->n_pending());
+    shortest = std::min(shortest, (int32_t)s->tokens.size());
+    blocks += blocks_.blocks_needed(*s, s->n_pending());
+  }
+  if (left - (int64_t)cands.size() <= config_.min_step_prompt_tokens) return false;
+  if ((int64_t)most_left > 2 * (int64_t)shortest) return false;
+  return blocks <= blocks_.n_free();
+}
+
+// Splits `budget` prompt tokens among the prefill candidates; in a wave that holds, each
+// keeps its last token back. Returned in no particular order.
+std::vector<Scheduler::Share> Scheduler::prefill_shares(int32_t budget, bool wave) const {
+  const std::vector<Sequence*> cands = prefill_candidates(wave);
   if (cands.empty() || budget <= 0) return {};
+  const int32_t hold = wave && wave_holds(cands) ? 1 : 0;
   auto room = [&](const Sequence* s) {
-    return std::min(s->n_pending(), config_.max_prefill_chunk);
+    return std::min(s->n_pending() - hold, config_.max_prefill_chunk);
   };
   std::vector<int32_t> n(cands.size(), 0);
   // The oldest of the best priority is guaranteed a quarter of the budget: it cannot be
@@ -130,7 +167,7 @@ std::vector<Scheduler::Share> Scheduler::prefill_shares(int32_t budget) const {
   size_t oldest = 0;
   for (size_t i = 1; i < cands.size(); ++i)
     if (ranks_before(cands[i], cands[oldest])) oldest = i;
-  n[oldest] = std::min(room(cands[oldest]), std::max(1, budget / 4));
+  n[oldest] = std::max(0, std::min(room(cands[oldest]), std::max(1, budget / 4)));
   budget -= n[oldest];
   // The rest: priority, then fewest tokens left, then age.
   std::vector<size_t> order(cands.size());
@@ -156,11 +193,12 @@ std::vector<Scheduler::Share> Scheduler::prefill_shares(int32_t budget) const {
 
 // Plans running_[index]; returns false when that sequence itself was preempted (or ran out
 // of room), i.e. it left running_.
-bool Scheduler::schedule_running(size_t index, const std::vector<Share>& shares, StepPlan& plan) {
+bool Scheduler::schedule_running(size_t index, const std::vector<Share>& shares, bool wave,
+                                 StepPlan& plan) {
   Sequence* seq = running_[index];
   // A decoder's token, always planned (the budget counted it), and its drafted tokens.
   int32_t n = 1 + (int32_t)seq->draft.size();
-  if (seq->n_pending() > 1) {
+  if (seq->n_pending() > 1 || wave) {  // in a wave, every running sequence is a prompt
     seq->draft.clear();
     n = 0;
     for (const Share& s : shares)
@@ -227,14 +265,17 @@ void Scheduler::admit_waiting(const std::vector<Share>& shares, StepPlan& plan) 
 StepPlan Scheduler::schedule() {
   StepPlan plan;
   preempt_for_priority(plan);
-  const int32_t decoders = count_decoders(running_);
+  // A wave while no stream decodes: the prompts whose last token is left are not decoders
+  // then, and the step gets the full width.
+  const bool wave = config_.wave_prefill && count_streams(running_) == 0;
+  const int32_t decoders = wave ? 0 : count_decoders(running_);
   const std::vector<Share> shares =
-      prefill_shares(step_budget(decoders) - decoders - count_drafted(running_));
+      prefill_shares(step_budget(decoders) - decoders - count_drafted(running_), wave);
   // Walk in rank order; preemption removes from the back (lowest rank), which is never a
   // sequence already planned in this loop.
   for (size_t i = 0; i < running_.size();) {
     const size_t before = running_.size();
-    if (schedule_running(i, shares, plan)) {
+    if (schedule_running(i, shares, wave, plan)) {
       ++i;
     } else {
       HABLAR_CHECK(running_.size() < before, "scheduler made no progress");

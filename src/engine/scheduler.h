@@ -6,13 +6,17 @@
 //   0. Priority (lower value first, as vLLM's `priority`): when every running slot is taken
 //      and a waiting request outranks the lowest-ranked running one, that one is preempted.
 //   1. The step's budget. With nobody decoding, max_step_tokens (prefill runs at full width:
-//      no stream is waiting on this step). With streams decoding, the step is a stall for
-//      each of them, so it is bounded in time through the executor's measured costs
-//      (StepCostModel): by max_step_ms, and by max_decode_slowdown times what its decodes
-//      alone cost, the smaller holding; until the costs are learned (or with neither set),
-//      by max_step_tokens_decoding. Decoders always get their token; the prompt tokens that
-//      fit beside them (at least min_step_prompt_tokens, so prompts always progress) are the
-//      prefill budget.
+//      no stream is waiting on this step). With wave_prefill, alike prompts prefilled while
+//      nobody decodes form a wave that ends together: each keeps its last token back until
+//      the wave's remaining prompt tokens are no more than one per member plus
+//      min_step_prompt_tokens, so every member's first token comes from one step and no
+//      stream ever decodes beside the rest of the wave's prefill. With streams decoding,
+//      the step is a stall for each of them, so it is bounded in time through the executor's
+//      measured costs (StepCostModel): by max_step_ms, and by max_decode_slowdown times what
+//      its decodes alone cost, the smaller holding; until the costs are learned (or with
+//      neither set), by max_step_tokens_decoding. Decoders always get their token; the
+//      prompt tokens that fit beside them (at least min_step_prompt_tokens, so prompts always
+//      progress) are the prefill budget.
 //   2. The prefill budget is shared among the prompts being prefilled (running, and waiting
 //      ones that a free slot could take): by priority, then fewest tokens left first (a short
 //      chat is not stuck behind a long prompt), the oldest of the best priority guaranteed a
@@ -60,6 +64,15 @@ struct SchedulerConfig {
   // The fewest prompt tokens a step offers waiting prompts while streams decode, however
   // little time the decodes leave: prefill always progresses.
   int32_t min_step_prompt_tokens = 8;
+  // Waves: while no stream decodes, the prompts being prefilled (running, and waiting ones a
+  // free slot takes) finish together, their last tokens held back until they all fit in one
+  // short step; prompts that arrive meanwhile join. A lone request pays one extra step of
+  // one token; the first members of a wave wait for the last (TTFT), but no stream stalls
+  // for the prefill of prompts that arrived with it (llama-server batches simultaneous
+  // prompts the same way). Only among alike prompts (the most tokens any has left at most
+  // twice the shortest one's prompt: a short chat goes first, as without waves), and only when
+  // the cache has room for every member's whole prompt.
+  bool wave_prefill = false;
   // Sliding windows (StepExecutor::kv_window, set by the engine): > 0 when no query reads a
   // position more than kv_window - 1 before its own; each running sequence's blocks wholly
   // before its next token's window are then given back before its step is planned, so a
@@ -113,8 +126,10 @@ class Scheduler {
   };
   void preempt(Sequence* seq, StepPlan& plan);
   void preempt_for_priority(StepPlan& plan);
-  std::vector<Share> prefill_shares(int32_t budget) const;
-  bool schedule_running(size_t index, const std::vector<Share>& shares, StepPlan& plan);
+  std::vector<Sequence*> prefill_candidates(bool wave) const;
+  bool wave_holds(const std::vector<Sequence*>& cands) const;
+  std::vector<Share> prefill_shares(int32_t budget, bool wave) const;
+  bool schedule_running(size_t index, const std::vector<Share>& shares, bool wave, StepPlan& plan);
   void admit_waiting(const std::vector<Share>& shares, StepPlan& plan);
   void insert_running(Sequence* seq);
 

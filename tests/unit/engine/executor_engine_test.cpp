@@ -62,11 +62,17 @@ class ModelRunnerTest : public ::testing::TestWithParam<DeviceKind> {
   std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& prompts,
                                              int32_t n_blocks, int32_t max_running,
                                              int32_t max_tokens, bool one_at_a_time,
-                                             MetricsSnapshot* metrics = nullptr) {
+                                             MetricsSnapshot* metrics = nullptr,
+                                             bool serve_policy = false) {
     auto runner = make_test_executor(*model_, GetParam(), n_blocks);
     EngineConfig c;
     c.n_ctx = 1024;
     c.scheduler = {.max_running = max_running, .max_step_tokens = 96, .max_prefill_chunk = 40};
+    if (serve_policy) {  // `serve`'s scheduling: waves, steps bounded to 2x their decodes
+      c.scheduler.wave_prefill = true;
+      c.scheduler.max_decode_slowdown = 2;
+      c.scheduler.min_step_prompt_tokens = 8;
+    }
     Engine engine(c, *runner);
     std::vector<std::vector<int32_t>> out(prompts.size());
     std::vector<std::shared_ptr<RequestHandle>> handles;
@@ -129,6 +135,17 @@ TEST_P(ModelRunnerTest, BatchedEqualsAlone) {
   }
   EXPECT_GT(m.max_batch_size, 1);
   EXPECT_GT(m.prompt_tokens_cached, 0u);  // the shared 40-token head (2 full blocks)
+}
+
+// serve's policy: the prompts submitted together finish in one step (their last tokens held
+// back), later ones prefill beside decodes in time-bounded chunks; outputs are unchanged.
+TEST_P(ModelRunnerTest, BatchedEqualsAloneUnderServesPolicy) {
+  const auto prompts = test_prompts();
+  const auto alone = generate(prompts, 64, 1, 12, /*one_at_a_time=*/true);
+  MetricsSnapshot m;
+  const auto together = generate(prompts, 64, 8, 12, /*one_at_a_time=*/false, &m, true);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i], alone[i]) << "request " << i;
+  EXPECT_GT(m.max_batch_size, 1);
 }
 
 TEST_P(ModelRunnerTest, PreemptionKeepsOutputs) {

@@ -352,5 +352,169 @@ TEST(Scheduler, WithoutSlidingWindowTheSamePoolRunsOut) {
   EXPECT_TRUE(ran_out);
 }
 
+// Waves: prompts prefilled while nobody decodes finish together.
+SchedulerConfig wave_config() {
+  return {.max_running = 8,
+          .max_step_tokens = 64,
+          .max_prefill_chunk = 64,
+          .min_step_prompt_tokens = 8,
+          .wave_prefill = true};
+}
+
+// The step in which each sequence sampled its first token (-1: not yet).
+std::vector<int> run_until_all_started(Fixture& f, const std::vector<Sequence*>& seqs,
+                                       int max_steps) {
+  std::vector<int> first(seqs.size(), -1);
+  for (int step = 0; step < max_steps; ++step) {
+    const StepPlan p = f.sched.schedule();
+    int32_t streams = 0, prompt_tokens = 0;
+    for (const ScheduledChunk& c : p.chunks)
+      (c.seq->is_decoding() ? streams : prompt_tokens) += c.n_tokens;
+    // A wave never makes a stream wait for prompt tokens beyond the short closing step.
+    EXPECT_FALSE(streams > 0 && prompt_tokens > 0) << "step " << step;
+    f.run(p);
+    bool all = true;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (first[i] < 0 && seqs[i]->n_generated() > 0) first[i] = step;
+      all = all && first[i] >= 0;
+    }
+    if (all) break;
+  }
+  return first;
+}
+
+TEST(SchedulerWave, PromptsArrivingDuringAPrefillGetTheirFirstTokensInOneStep) {
+  Fixture f(256, 16, wave_config());
+  Sequence* a = f.add(50);  // alone: it would fit the step whole
+  StepPlan p = f.sched.schedule();
+  EXPECT_EQ(Fixture::tokens_of(p, a), 49);  // its last token held: others may still come
+  f.run(p);
+  ASSERT_EQ(a->n_generated(), 0);
+  std::vector<Sequence*> all{a, f.add(50), f.add(70), f.add(40)};  // arrived meanwhile
+  const std::vector<int> first = run_until_all_started(f, all, 20);
+  for (size_t i = 1; i < all.size(); ++i) EXPECT_EQ(first[i], first[0]) << "sequence " << i;
+  EXPECT_GE(first[0], 0);
+}
+
+TEST(SchedulerWave, WithoutWavesTheFirstPromptDecodesBesideTheOthersPrefill) {
+  SchedulerConfig cfg = wave_config();
+  cfg.wave_prefill = false;
+  Fixture f(256, 16, cfg);
+  Sequence* a = f.add(50);
+  f.run(f.sched.schedule());
+  ASSERT_EQ(a->n_generated(), 1);  // started alone
+  f.add(50);
+  const StepPlan p = f.sched.schedule();
+  EXPECT_EQ(Fixture::tokens_of(p, a), 1);
+  EXPECT_GT(p.n_tokens(), 1);  // its next token waits for a prompt chunk
+}
+
+TEST(SchedulerWave, AShortChatIsNotHeldBehindALongPrompt) {
+  Fixture f(256, 16, wave_config());
+  Sequence* big = f.add(300);
+  f.run(f.sched.schedule());
+  Sequence* chat = f.add(20);  // 300 - 64 left: more than twice its prompt
+  const StepPlan p = f.sched.schedule();
+  EXPECT_EQ(Fixture::tokens_of(p, chat), 20);
+  EXPECT_EQ(Fixture::tokens_of(p, big), 44);
+  f.run(p);
+  EXPECT_EQ(chat->n_generated(), 1);
+}
+
+TEST(SchedulerWave, AShortLonePromptFinishesInItsFirstStep) {
+  Fixture f(256, 16, wave_config());
+  Sequence* a = f.add(9);  // one token + the 8 of min_step_prompt_tokens: one short step
+  f.run(f.sched.schedule());
+  EXPECT_EQ(a->n_generated(), 1);
+}
+
+TEST(SchedulerWave, NoPromptIsHeldWhileStreamsDecode) {
+  Fixture f(256, 16, wave_config());
+  Sequence* a = f.add(5);
+  f.run(f.sched.schedule());
+  ASSERT_TRUE(a->is_decoding());
+  Sequence* b = f.add(40);
+  Sequence* c = f.add(20);
+  f.run(f.sched.schedule());  // a decodes, b and c fit beside it whole
+  EXPECT_EQ(b->n_generated(), 1);
+  EXPECT_EQ(c->n_generated(), 1);
+}
+
+TEST(SchedulerWave, NoHoldWhenTheCacheCannotTakeTheWholeWave) {
+  // 12 blocks of 16 positions; three prompts of 70 tokens need 15: holding them all back
+  // until everyone's prompt is in would wait forever.
+  Fixture f(12, 16, wave_config());
+  std::vector<Sequence*> seqs{f.add(70), f.add(70), f.add(70)};
+  for (int step = 0; step < 60; ++step) {
+    f.run(f.sched.schedule());
+    for (Sequence* s : seqs)
+      if (s->status == SequenceStatus::kRunning && s->n_generated() >= 2) f.sched.remove(s);
+  }
+  for (Sequence* s : seqs) EXPECT_GE(s->n_generated(), 2);
+}
+
+// The time bound with a fake (fed) cost model, over arrivals that meet running streams: every
+// stream gets its token in every step; a step's predicted time stays within the bound unless
+// only the floor's prompt tokens are in it; while prompt work is waiting, each step carries at
+// least the floor of it (no prompt starves), and every request starts.
+void check_bounded_steps(SchedulerConfig cfg, const StepCostModel& costs) {
+  Fixture f(1024, 16, cfg);
+  f.sched.set_cost_model(&costs);
+  const int32_t lens[] = {300, 20, 150, 600, 40, 90, 35, 250};
+  int32_t prompt_steps_with_streams = 0;
+  for (int step = 0; step < 400; ++step) {
+    if (step % 25 == 5 && f.seqs.size() < 2 + std::size(lens))
+      f.add(lens[f.seqs.size() % std::size(lens)]);
+    if (step == 0) {
+      f.add(30);
+      f.add(30);
+    }
+    std::vector<Sequence*> streams;
+    int64_t waiting_work = 0;
+    for (auto& s : f.seqs) {
+      if (s->status == SequenceStatus::kRunning && s->is_decoding()) streams.push_back(s.get());
+      if (s->status != SequenceStatus::kFinished && !s->is_decoding())
+        waiting_work += s->n_pending();
+    }
+    const StepPlan p = f.sched.schedule();
+    int32_t prompt = 0;
+    for (const ScheduledChunk& c : p.chunks)
+      if (std::find(streams.begin(), streams.end(), c.seq) == streams.end()) prompt += c.n_tokens;
+    for (Sequence* s : streams) ASSERT_EQ(Fixture::tokens_of(p, s), 1) << "step " << step;
+    const int32_t d = (int32_t)streams.size();
+    if (d > 0 && waiting_work > 0) {
+      prompt_steps_with_streams += 1;
+      const int64_t floor = std::min<int64_t>(cfg.min_step_prompt_tokens, waiting_work);
+      EXPECT_GE(prompt, floor) << "step " << step << ": a prompt starved";
+      if (prompt > floor) {
+        EXPECT_LE(costs.predict_ms(prompt, d), f.sched.step_target_ms(d) + 1e-9)
+            << "step " << step << ": " << d << " streams delayed by " << prompt << " prompt tokens";
+      }
+    }
+    f.run(p);
+    for (auto& s : f.seqs)
+      if (s->status == SequenceStatus::kRunning && s->n_generated() >= 40) f.sched.remove(s.get());
+  }
+  EXPECT_GT(prompt_steps_with_streams, 20);  // the scenario did mix prompts with streams
+  for (auto& s : f.seqs) EXPECT_GT(s->n_generated(), 0) << "request " << s->id << " never started";
+}
+
+TEST(SchedulerBound, StreamsAreNeverDelayedBeyondTheSlowdownAndPromptsProgress) {
+  SchedulerConfig cfg = wave_config();
+  cfg.max_step_tokens = 256;
+  cfg.max_prefill_chunk = 256;
+  cfg.max_decode_slowdown = 2;
+  cfg.min_step_prompt_tokens = 4;
+  check_bounded_steps(cfg, known_costs());
+}
+
+TEST(SchedulerBound, UnderATightBoundPromptsStillGetTheFloor) {
+  SchedulerConfig cfg = wave_config();
+  cfg.max_step_tokens = 256;
+  cfg.max_prefill_chunk = 256;
+  cfg.max_step_ms = 7;  // two streams alone cost 7 ms: only the floor is left for prompts
+  cfg.min_step_prompt_tokens = 6;
+  check_bounded_steps(cfg, known_costs());
+}
 }  // namespace
 }  // namespace hablar::engine
