@@ -47,7 +47,7 @@ pack() {
 
 unpack_hablar() {
   mkdir -p "$out"
-  rm -rf "$gpu" && mkdir -p "$gpu" && tar xzf "$root/.gpu/bin.tar.gz" -C "$gpu"
+  rm -rf "$gpu" && mkdir -p "$gpu" && tar xJf "$root/.gpu/bin.tar.xz" -C "$gpu"
   export LD_LIBRARY_PATH="$gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 }
 
@@ -62,7 +62,10 @@ build_llamacpp() {
 
 make_model() {  # shape -> path of a Q4_K_M file
   local file=/tmp/$1-q4_k_m.gguf arch=qwen2
-  case $1 in llama*) arch=llama ;; qwen3*) arch=qwen3 ;; gemma3*) arch=gemma3 ;; esac
+  case $1 in
+    llama*) arch=llama ;; moe-small | qwen3-30b-a3b) arch=qwen3moe ;; mixtral*) arch=mixtral ;;
+    qwen3*) arch=qwen3 ;; gemma3*) arch=gemma3 ;;
+  esac
   [ -f "$file" ] || "$gpu/bin/hablar" make-model --arch $arch --shape "$1" --type q4_k_m \
     -o "$file" >/dev/null 2>&1
   echo "$file"
