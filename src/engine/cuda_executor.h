@@ -27,7 +27,7 @@ struct CudaExecutorOptions {
 // Whether this build has the CUDA backend and a usable device; *reason says why not.
 bool cuda_available(std::string* reason = nullptr);
 // Whether the CUDA backend has the kernels this model needs (head sizes, GQA ratio, weight
-// types, no expert layers yet); false with the reason otherwise.
+// types, experts per token); false with the reason otherwise.
 bool cuda_can_run(const model::Model& model, std::string* reason = nullptr);
 
 // Throws Error(kUnsupported) without a device, or naming a tensor type, head size or
