@@ -149,22 +149,31 @@ HABLAR_INLINE void dots16(const float* const* q, const float* kt, int hd, __m512
     dot[r] = _mm512_add_ps(_mm512_add_ps(c[0][r], c[2][r]), _mm512_add_ps(c[1][r], c[3][r]));
 }
 
-// Scores of rows [r0, r0 + NR) for the 16 positions from g (kt transposed); only the
-// positions of [v0, v1) are stored.
-template <int NR, bool L64>
-void store_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, const float* kt, int r0,
-                  int g, int v0, int v1) {
-  const int hd = c.layout->head_dim, base = tile_base(t), span = tile_span(t);
-  const float* q[NR];
-  for (int r = 0; r < NR; ++r) q[r] = sc.qr.data() + (size_t)(r0 + r) * hd;
-  __m512 dot[NR];
-  dots16<NR, L64>(q, kt, hd, dot);
+// Rows r0 .. r0+NR-1 of 16 keys' dots (keys g .. g+15) into the score strip: scaled, only
+// the keys in [v0, v1) stored, soft-capped where the model asks for it.
+template <int NR>
+void store_scaled_rows(const AttnContext& c, const AttnTile& t, AttnScratch& sc,
+                       const __m512 (&dot)[NR], int r0, int g, int v0, int v1) {
+  const int base = tile_base(t), span = tile_span(t);
   const __mmask16 keep = (__mmask16)(((1u << (v1 - g)) - 1) & ~((1u << (v0 - g)) - 1));
   for (int r = 0; r < NR; ++r) {
     float* dst = sc.s.data() + (size_t)(r0 + r) * span + (g - base);
     _mm512_mask_storeu_ps(dst, keep, _mm512_mul_ps(dot[r], _mm512_set1_ps(c.scale)));
     if (c.softcap > 0.0f) cpu::softcap(dst + (v0 - g), v1 - v0, c.softcap);
   }
+}
+
+// Scores of rows [r0, r0 + NR) for the 16 positions from g (kt transposed); only the
+// positions of [v0, v1) are stored.
+template <int NR, bool L64>
+void store_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, const float* kt, int r0,
+                  int g, int v0, int v1) {
+  const int hd = c.layout->head_dim;
+  const float* q[NR];
+  for (int r = 0; r < NR; ++r) q[r] = sc.qr.data() + (size_t)(r0 + r) * hd;
+  __m512 dot[NR];
+  dots16<NR, L64>(q, kt, hd, dot);
+  store_scaled_rows<NR>(c, t, sc, dot, r0, g, v0, v1);
 }
 
 template <bool L64>
@@ -317,18 +326,13 @@ HABLAR_INLINE void int_dots16_rows(const QkQuantRow* q, const uint32_t* kt, cons
 template <int NR>
 void store_int_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, const uint32_t* kt,
                       const float* kd, int r0, int g, int v0, int v1) {
-  const int hd = c.layout->head_dim, base = tile_base(t), span = tile_span(t);
+  const int hd = c.layout->head_dim;
   const size_t words = qk_quant_row_words(hd);
   QkQuantRow q[NR];
   for (int r = 0; r < NR; ++r) q[r] = qk_quant_row(sc.qk.data() + (size_t)(r0 + r) * words, hd);
   __m512 dot[NR];
   int_dots16_rows<NR>(q, kt, kd, hd, dot);
-  const __mmask16 keep = (__mmask16)(((1u << (v1 - g)) - 1) & ~((1u << (v0 - g)) - 1));
-  for (int r = 0; r < NR; ++r) {
-    float* dst = sc.s.data() + (size_t)(r0 + r) * span + (g - base);
-    _mm512_mask_storeu_ps(dst, keep, _mm512_mul_ps(dot[r], _mm512_set1_ps(c.scale)));
-    if (c.softcap > 0.0f) cpu::softcap(dst + (v0 - g), v1 - v0, c.softcap);
-  }
+  store_scaled_rows<NR>(c, t, sc, dot, r0, g, v0, v1);
 }
 
 template <KvDType KT>
