@@ -206,6 +206,29 @@ int32_t bpe_symbol(Tokenizer::Impl& v, const std::string& encoded) {
   return it->second;
 }
 
+// The bytes token `id` stands for when decoded: normal tokens' text (U+2581 back to a space
+// when `unescape_spaces`), a <0xXX> byte token's byte, special tokens' text as written;
+// other types keep the empty piece.
+void set_piece(Tokenizer::Impl& v, int32_t id, bool unescape_spaces) {
+  const std::string& text = v.texts[id];
+  switch (v.types[id]) {
+    case TokenType::kNormal:
+      v.pieces[id] = unescape_spaces ? replace_all(text, kSpaceMark, " ") : text;
+      break;
+    case TokenType::kByte:
+      if (text.size() == 6 && text.rfind("<0x", 0) == 0)
+        v.pieces[id] = std::string(1, static_cast<char>(std::stoi(text.substr(3, 2), nullptr, 16)));
+      break;
+    case TokenType::kControl:
+    case TokenType::kUnknown:
+    case TokenType::kUserDefined:
+      v.pieces[id] = text;
+      break;
+    default:
+      break;
+  }
+}
+
 // BPE over raw UTF-8 (Gemma 4 style): token texts are the bytes themselves, U+2581 stands
 // for a space where spaces are escaped, and <0xXX> tokens are the byte fallback.
 void build_raw_bpe_tokens(Tokenizer::Impl& v) {
@@ -217,23 +240,7 @@ void build_raw_bpe_tokens(Tokenizer::Impl& v) {
   }
   for (int32_t id = 0; id < n; ++id) {
     const std::string& text = v.texts[id];
-    switch (v.types[id]) {
-      case TokenType::kNormal:
-        v.pieces[id] = v.escape_spaces ? replace_all(text, kSpaceMark, " ") : text;
-        break;
-      case TokenType::kByte:
-        if (text.size() == 6 && text.rfind("<0x", 0) == 0)
-          v.pieces[id] =
-              std::string(1, static_cast<char>(std::stoi(text.substr(3, 2), nullptr, 16)));
-        break;
-      case TokenType::kControl:
-      case TokenType::kUnknown:
-      case TokenType::kUserDefined:
-        v.pieces[id] = text;
-        break;
-      default:
-        break;
-    }
+    set_piece(v, id, v.escape_spaces);
     v.raw_texts[id] = text;
     v.raw_to_id[text] = id;
   }
@@ -309,23 +316,7 @@ void build_spm(Tokenizer::Impl& v) {
   v.spm_pairs.reserve(static_cast<size_t>(n));
   for (int32_t id = 0; id < n; ++id) {
     const std::string& text = v.texts[id];
-    switch (v.types[id]) {
-      case TokenType::kNormal:
-        v.pieces[id] = replace_all(text, kSpaceMark, " ");
-        break;
-      case TokenType::kByte:
-        if (text.size() == 6 && text.rfind("<0x", 0) == 0)
-          v.pieces[id] =
-              std::string(1, static_cast<char>(std::stoi(text.substr(3, 2), nullptr, 16)));
-        break;
-      case TokenType::kControl:
-      case TokenType::kUnknown:
-      case TokenType::kUserDefined:
-        v.pieces[id] = text;
-        break;
-      default:
-        break;
-    }
+    set_piece(v, id, true);
     // Every split of the token into two tokens merges into it (the id its text maps to).
     const int32_t canonical = v.lookup(text);
     const std::string_view view = text;

@@ -149,6 +149,16 @@ HABLAR_INLINE void dots16(const float* const* q, const float* kt, int hd, __m512
     dot[r] = _mm512_add_ps(_mm512_add_ps(c[0][r], c[2][r]), _mm512_add_ps(c[1][r], c[3][r]));
 }
 
+// The K rows of the 16 positions from g: positions outside [v0, v1) take a stand-in row
+// (their scores are never stored). The next group's rows are fetched meanwhile (a long
+// cache is read from memory: without this each group waits on its misses).
+void key_group_rows(const AttnScratch& sc, int base, int g, int v0, int v1, int p_end,
+                    size_t row_bytes, const uint16_t* (&rows)[16]) {
+  for (int j = 0; j < 16; ++j) rows[j] = sc.k_rows[(size_t)(std::clamp(g + j, v0, v1 - 1) - base)];
+  for (int p = g + 16; p < std::min(g + 32, p_end); ++p)
+    prefetch_row(sc.k_rows[(size_t)(p - base)], row_bytes);
+}
+
 // Rows r0 .. r0+NR-1 of 16 keys' dots (keys g .. g+15) into the score strip: scaled, only
 // the keys in [v0, v1) stored, soft-capped where the model asks for it.
 template <int NR>
@@ -204,13 +214,7 @@ void scores_typed(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int 
   const uint16_t* rows[16];
   for (int g = std::max(p_begin, t.lo) / 16 * 16; g < p_end; g += 16) {
     const int v0 = std::max({g, t.lo, p_begin}), v1 = std::min(g + 16, p_end);
-    // Positions outside [v0, v1) take a stand-in row; their scores are never stored.
-    for (int j = 0; j < 16; ++j)
-      rows[j] = sc.k_rows[(size_t)(std::clamp(g + j, v0, v1 - 1) - base)];
-    // The next group's K rows are fetched while this one is computed (a long cache is read
-    // from memory: without this each group waits on its misses).
-    for (int p = g + 16; p < std::min(g + 32, p_end); ++p)
-      prefetch_row(sc.k_rows[(size_t)(p - base)], row_bytes);
+    key_group_rows(sc, base, g, v0, v1, p_end, row_bytes, rows);
     transpose_keys<KT>(rows, hd, kt.data());
     if (t.order == SumOrder::kLanes64)
       scores_rows<true>(c, t, sc, kt.data(), g, v0, v1);
@@ -347,10 +351,7 @@ void scores_int(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int p_
   const uint16_t* rows[16];
   for (int g = std::max(p_begin, t.lo) / 16 * 16; g < p_end; g += 16) {
     const int v0 = std::max({g, t.lo, p_begin}), v1 = std::min(g + 16, p_end);
-    for (int j = 0; j < 16; ++j)
-      rows[j] = sc.k_rows[(size_t)(std::clamp(g + j, v0, v1 - 1) - base)];
-    for (int p = g + 16; p < std::min(g + 32, p_end); ++p)
-      prefetch_row(sc.k_rows[(size_t)(p - base)], row_bytes);
+    key_group_rows(sc, base, g, v0, v1, p_end, row_bytes, rows);
     transpose_int_keys<KT>(rows, hd, kt.data(), kd.data());
     int r = 0;
     for (; r + 4 <= t.n_rows; r += 4)
