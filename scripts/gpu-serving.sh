@@ -6,7 +6,7 @@
 #                                        and the test vocabulary into .gpu/bin.tar.xz, and the
 #                                        real models into .gpu/<model>.partN (ignored by git;
 #                                        each call of the device tool carries at most 64 MiB,
-#                                        so SmolLM2 travels in three calls beside the binaries, Gemma 3 in five)
+#                                        so SmolLM2 travels in four pieces (three calls) beside the binaries, Gemma 3 in five)
 #   scripts/gpu-serving.sh pack-site     the client libraries the server suite imports (.whl's,
 #                                        plus langchain_openai, litellm and their dependencies),
 #                                        for the GPU machine's Python 3.12, installed into a
@@ -18,9 +18,15 @@
 #                                        over the CUDA executor, GPU-vs-CPU parity in both
 #                                        modes (PARITY_FILTER: a gtest filter; REFERENCE=1: the
 #                                        float32 reference comparison too)
+#   scripts/gpu-serving.sh embed         on the GPU machine: gpu_embed_tests (CUDA embeddings
+#                                        against the CPU's) and BERT-base embedding throughput
+#                                        (also part of `tests`)
 #   scripts/gpu-serving.sh report        on the GPU machine: bench of a make-model
 #                                        qwen2.5-1.5b Q4_K_M file (tg128, pp512) and the
 #                                        aggregate decode of 1/16/64 parallel clients
+#   scripts/gpu-serving.sh grammar-speed on the GPU machine: decode speed of SmolLM2 with and
+#                                        without a JSON Schema (bench/grammar/decode_speed.py),
+#                                        one sequence and 16 at once
 #   scripts/gpu-serving.sh server        on the GPU machine: the server pytest suite against
 #                                        `hablar serve` on the GPU, then a compute-sanitizer
 #                                        memcheck of a short batched serving run
@@ -34,11 +40,12 @@ log=${OUT:-/tmp/gpu-serving}
 pack() {
   local build=$root/build stage
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
-  ninja -C "$build" hablar gpu_parity_tests engine_model_tests cuda_kernel_tests \
+  ninja -C "$build" hablar gpu_parity_tests gpu_embed_tests engine_model_tests cuda_kernel_tests \
     cuda_cpu_rounding_host_tests cuda_moe_host_twin_tests || exit 1
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib" "$stage/testdata/vocab" "$root/.gpu"
-  for b in src/cli/hablar tests/unit/engine/gpu_parity_tests tests/unit/engine/engine_model_tests \
+  for b in src/cli/hablar tests/unit/engine/gpu_parity_tests tests/unit/engine/gpu_embed_tests \
+    tests/unit/engine/engine_model_tests \
     tests/unit/cuda/cuda_kernel_tests tests/unit/cuda/cuda_cpu_rounding_host_tests \
     tests/unit/cuda/cuda_moe_host_twin_tests; do
     strip -o "$stage/bin/$(basename "$b")" "$build/$b"
@@ -52,7 +59,7 @@ pack() {
   rm -rf "$stage"
   local models=${HABLAR_HOME:-$HOME/.cache/hablar}/models
   rm -f "$root"/.gpu/{smollm2,gemma3}.part*
-  split -n 3 -d -a 1 "$models/SmolLM2-135M-Instruct.Q4_1.gguf" "$root/.gpu/smollm2.part"
+  split -n 4 -d -a 1 "$models/SmolLM2-135M-Instruct.Q4_1.gguf" "$root/.gpu/smollm2.part"
   if [ -f "$models/gemma-3-270m-q4_k_m.gguf" ]; then
     split -n 5 -d -a 1 "$models/gemma-3-270m-q4_k_m.gguf" "$root/.gpu/gemma3.part"
   fi
@@ -99,7 +106,7 @@ setup_env() {
   export LD_LIBRARY_PATH="$gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   export HABLAR_SOURCE_DIR=$root HABLAR_TESTDATA=$gpu/testdata HABLAR_HOME=/tmp/hablar-home
   mkdir -p /tmp/hablar-home/models
-  assemble smollm2 3 SmolLM2-135M-Instruct.Q4_1.gguf
+  assemble smollm2 4 SmolLM2-135M-Instruct.Q4_1.gguf
   assemble gemma3 5 gemma-3-270m-q4_k_m.gguf
 }
 
@@ -121,6 +128,7 @@ tests() {
   done
   "$gpu/bin/engine_model_tests" >"$log/engine_model_tests.txt" 2>&1
   tail -3 "$log/engine_model_tests.txt"
+  embed_checks
   HABLAR_PARITY_DUMP=/tmp/parity "$gpu/bin/gpu_parity_tests" --gtest_filter="${PARITY_FILTER:-*}" 2>&1 |
     tee "$log/gpu_parity.txt" | grep -E "GPU \(|smollm2|gemma3|concurrent|FAILED|PASSED|Failure" |
     head -120
@@ -134,6 +142,19 @@ tests() {
     PYTHONPATH=/tmp/site-gguf python3 "$root/tools/gpu_vs_reference.py" --dump "$file" \
       --model "/tmp/hablar-home/models/${name#*:}" 2>&1 |
       tee "$log/reference-${name%%:*}.txt" | grep -vi "warn" | tail -5
+  done
+}
+
+# CUDA embeddings against the CPU's (every pooling), then BERT-base throughput (512 inputs
+# of 128 tokens, one step; device time per kind of op from HABLAR_EMBED_PROFILE).
+embed_checks() {
+  "$gpu/bin/gpu_embed_tests" 2>&1 | tee "$log/gpu_embed_tests.txt" |
+    grep -E "worst|largest|FAILED|PASSED|Failure" | head -80
+  "$gpu/bin/hablar" make-model --arch bert --shape bert-base --type f16 -o /tmp/bert-base.gguf \
+    >/dev/null 2>&1 || return 1
+  for tokens in 65536 8192; do
+    HABLAR_EMBED_PROFILE=1 "$gpu/bin/hablar" embed -m /tmp/bert-base.gguf --device cuda \
+      --bench 512x128 --batch-tokens $tokens 2>&1 | tail -2 | tee -a "$log/gpu_embed_tests.txt"
   done
 }
 
@@ -194,13 +215,29 @@ server() {
     "$(grep -h "ERROR SUMMARY" "$log/memcheck.txt")"
 }
 
+grammar_speed() {
+  setup_env
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site "$root"/.whl/*.whl 2>&1 | tail -2
+  "$gpu/bin/hablar" serve --port 8413 --device cuda -np 16 -c 32768 >"$log/grammar_serve.txt" 2>&1 &
+  local pid=$!
+  for _ in $(seq 120); do curl -sf localhost:8413/health >/dev/null && break; sleep 1; done
+  for n in 1 16; do
+    PYTHONPATH=/tmp/site python3 "$root/bench/grammar/decode_speed.py" --url http://127.0.0.1:8413 \
+      --runs "${RUNS:-7}" --parallel $n
+  done 2>&1 | tee "$log/grammar_speed.txt"
+  kill $pid
+  wait $pid
+}
+
 case "$mode" in
   pack) pack ;;
   pack-site) pack_site ;;
   model-part) mkdir -p /tmp/hablar-model && cp "$root/.gpu/$2.part$3" /tmp/hablar-model/ &&
     ls -la /tmp/hablar-model ;;
   tests) tests ;;
+  embed) setup_env; embed_checks ;;
   report) report ;;
   server) server ;;
+  grammar-speed) grammar_speed ;;
   *) sed -n 2,20p "$0"; exit 2 ;;
 esac

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/quant_blocks.h"
+#include "engine/cuda_executor_embed.h"
 #include "engine/request_sampler.h"
 #include "model/forward.h"
 #include "model/weights.h"
@@ -55,6 +56,7 @@ cuda::SamplingParams to_device_params(const DeviceSampling& s) {
   p.presence_penalty = s.presence_penalty, p.frequency_penalty = s.frequency_penalty;
   p.seed = s.seed, p.step = s.step;
   p.temperature_last = s.temperature_last;
+  p.masked = s.allowed != nullptr;
   return p;
 }
 
@@ -65,9 +67,6 @@ void check_cuda_shapes(const model::Model& m) {
                 fmt::format("the CUDA mixture of experts takes 1 to 16 experts per token; this "
                             "model uses {}",
                             c.n_experts_used));
-  if (c.encoder)
-    throw_error(ErrorKind::kUnsupported,
-                "encoder models (" + c.arch + ") run on the CPU only for now: no CUDA encoder ops");
   std::vector<const WeightView*> all = m.weights().matrices();
   all.push_back(&m.weights().token_embd);
   for (const WeightView* w : all) {
@@ -76,9 +75,17 @@ void check_cuda_shapes(const model::Model& m) {
     as_loaded.row_bytes = dtype_row_bytes(as_loaded.type, w->cols);
     cuda::validate_weight(as_loaded, "a weight matrix");
   }
-  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
-    throw_error(ErrorKind::kUnsupported, fmt::format("CUDA attention supports head sizes 64, 128 "
-                                                     "and 256; this model has {}",
+  if (c.encoder) {  // encoders only embed (no decode attention)
+    if (!cuda::EmbedOps::supports_head_dim(c.head_dim))
+      throw_error(ErrorKind::kUnsupported,
+                  fmt::format("CUDA embeddings support head sizes 32, 64 and 128; this encoder "
+                              "has {}",
+                              c.head_dim));
+    return;
+  }
+  if (c.head_dim != 64 && c.head_dim != 96 && c.head_dim != 128 && c.head_dim != 256)
+    throw_error(ErrorKind::kUnsupported, fmt::format("CUDA attention supports head sizes 64, 96, "
+                                                     "128 and 256; this model has {}",
                                                      c.head_dim));
   if (c.n_heads % c.n_kv_heads != 0 || c.n_heads / c.n_kv_heads > 8)
     throw_error(ErrorKind::kUnsupported,
@@ -100,6 +107,7 @@ class CudaExecutor : public StepExecutor {
   ~CudaExecutor() override {
     for (auto& [size, graph] : graphs_) cudaGraphExecDestroy(graph);
     if (host_ids_) cudaFreeHost(host_ids_);
+    if (host_masks_) cudaFreeHost(host_masks_);
   }
 
   int32_t n_vocab() const override { return model_.config().n_vocab; }
@@ -111,6 +119,10 @@ class CudaExecutor : public StepExecutor {
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                StepOutput& out) override;
   std::string describe() const override { return report_; }
+  bool can_embed(std::string* why) const override { return embedder_->can_embed(why); }
+  void embed(std::span<const EmbedChunk> chunks, EmbedOutput& out) override {
+    embedder_->embed(chunks, out);  // cuda_executor_embed.cpp
+  }
 
  private:
   void upload_weights();
@@ -119,6 +131,8 @@ class CudaExecutor : public StepExecutor {
   std::vector<WeightView> upload_experts(const std::vector<WeightView>& experts);
   void size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes);
   void sample_on_device(std::span<const ExecChunk> chunks, std::span<const int32_t> device_chunks);
+  const uint32_t* stage_masks(std::span<const ExecChunk> chunks,
+                              std::span<const int32_t> row_chunks);
   void run_step(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                 StepOutput& out);
   bool graph_eligible(std::span<const ExecChunk> chunks) const;
@@ -134,6 +148,7 @@ class CudaExecutor : public StepExecutor {
   KvCacheLayout layout_;
   cuda::DeviceMemory kv_;
   std::unique_ptr<cuda::ForwardOps> ops_;
+  std::unique_ptr<CudaEmbedder> embedder_;  // embedding steps (any model it can run)
   int32_t max_step_tokens_ = 0;
   // Sampling inputs and outputs, [max_step_tokens] each (history: [.. x kMaxDeviceHistory]).
   cuda::DeviceBuffer<cuda::SamplingParams> params_;
@@ -141,6 +156,11 @@ class CudaExecutor : public StepExecutor {
   std::vector<cuda::SamplingParams> host_params_;
   std::vector<int32_t> host_history_, host_history_len_;
   int32_t* host_ids_ = nullptr;  // pinned
+  // Token masks of device-sampled rows, [max_step_tokens][mask_words_] (host side pinned).
+  int mask_words_ = 0;
+  cuda::DeviceBuffer<uint32_t> masks_;
+  uint32_t* host_masks_ = nullptr;
+  std::vector<int32_t> row_chunks_;  // per sampled row: its chunk, -1 for none
   std::vector<SequenceChunk> chunks_;
   std::vector<int32_t> order_, device_chunks_;
   std::map<int32_t, cudaGraphExec_t> graphs_;  // decode graphs by padded batch size
@@ -161,6 +181,13 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   check_cuda_shapes(model);
   const model::ModelConfig& c = model.config();
   upload_weights();
+  embedder_ = std::make_unique<CudaEmbedder>(model, weights_, stream_.get(), o.deterministic);
+  if (c.encoder) {  // encoders only embed: no KV cache, decode buffers or sampling
+    layout_ = model.kv_layout_for(1);
+    report_ = fmt::format("cuda: encoder, weights {:.1f} MiB, embedding steps of any size",
+                          (double)(weight_bytes_ + embedder_->weight_bytes()) / (1 << 20));
+    return;
+  }
   const int32_t block = kDefaultKvBlockSize;
   const int32_t max_seq = o.max_seq_len > 0   ? o.max_seq_len
                           : c.n_ctx_train > 0 ? c.n_ctx_train
@@ -189,6 +216,10 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   void* pinned = nullptr;
   HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, n * sizeof(int32_t)));
   host_ids_ = static_cast<int32_t*>(pinned);
+  mask_words_ = cuda::token_mask_words(c.n_vocab);
+  masks_ = cuda::DeviceBuffer<uint32_t>(n * (size_t)mask_words_);
+  HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, n * (size_t)mask_words_ * sizeof(uint32_t)));
+  host_masks_ = static_cast<uint32_t*>(pinned);
   const std::string graphs =
       c.n_experts > 0
           ? std::string("no CUDA graphs (mixture of experts: a host synchronization per layer)")
@@ -213,6 +244,7 @@ const float* CudaExecutor::upload_floats(const float* host, int64_t n) {
 }
 
 WeightView CudaExecutor::upload_matrix(const WeightView& w) {
+  if (w.data == nullptr) return w;  // absent (an encoder's output head, a bert's gate)
   WeightView out = w;
   std::vector<uint8_t> converted;
   const void* src = w.data;
@@ -331,6 +363,7 @@ void CudaExecutor::size_kv_cache(const CudaExecutorOptions& o, size_t workspace_
 
 void CudaExecutor::execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                            StepOutput& out) {
+  if (!ops_) throw_error(ErrorKind::kUnsupported, "an encoder model only embeds");
   const size_t graphs_before = graphs_.size();
   const int64_t events_before = ops_->one_time_events();
   run_step(copies, chunks, out);
@@ -411,11 +444,34 @@ void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
     HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_.get(), host_history_.data(),
                                       host_history_.size() * sizeof(int32_t),
                                       cudaMemcpyHostToDevice, stream));
+  const uint32_t* masks = stage_masks(chunks, device_chunks);
   cuda::sample_tokens(ops_->device_logits(), (int)n, model_.config().n_vocab, params_.get(),
                       max_history > 0 ? history_.get() : nullptr, history_len_.get(), max_history,
-                      ids_.get(), stream);
+                      masks, mask_words_, ids_.get(), stream);
   HABLAR_CUDA_CHECK(
       cudaMemcpyAsync(host_ids_, ids_.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+}
+
+// Token masks for the sampled rows (row r samples chunk row_chunks[r], -1: none), asked of
+// each chunk's mask source now that the forward is queued, so that the host computes them
+// while the device runs it; uploaded behind the forward. Null when no row is masked.
+const uint32_t* CudaExecutor::stage_masks(std::span<const ExecChunk> chunks,
+                                          std::span<const int32_t> row_chunks) {
+  const size_t words = (size_t)mask_words_;
+  size_t last = 0;  // rows [0, last) are uploaded
+  for (size_t r = 0; r < row_chunks.size(); ++r) {
+    if (row_chunks[r] < 0) continue;
+    const DeviceSampling* s = chunks[(size_t)row_chunks[r]].sampling;
+    if (!s || !s->allowed) continue;
+    std::span<uint32_t> mask(host_masks_ + r * words, words);
+    std::fill(mask.begin(), mask.end(), 0u);
+    s->allowed->fill_allowed(mask);
+    last = r + 1;
+  }
+  if (last == 0) return nullptr;
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(masks_.get(), host_masks_, last * words * sizeof(uint32_t),
+                                    cudaMemcpyHostToDevice, stream_.get()));
+  return masks_.get();
 }
 
 // Mixture-of-experts steps are never captured: each MoE layer brings its experts' row counts
@@ -450,6 +506,14 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
   ops_->upload();
   stage_graph_sampling(chunks, rows);
   HABLAR_CUDA_CHECK(cudaGraphLaunch(graph_for(rows), stream));
+  // Sampling follows the graph, so that masks are computed while the device runs it.
+  row_chunks_.assign((size_t)rows, -1);
+  for (int32_t i = 0; i < n; ++i)
+    if (chunks[(size_t)i].sampling) row_chunks_[(size_t)i] = i;
+  const uint32_t* masks = stage_masks(chunks, row_chunks_);
+  cuda::sample_tokens(ops_->device_logits(), rows, c.n_vocab, params_.get(), history_.get(),
+                      history_len_.get(), kMaxDeviceHistory, masks, mask_words_, ids_.get(),
+                      stream);
   HABLAR_CUDA_CHECK(cudaMemcpyAsync(host_ids_, ids_.get(), (size_t)rows * sizeof(int32_t),
                                     cudaMemcpyDeviceToHost, stream));
   const size_t V = (size_t)c.n_vocab;
@@ -502,7 +566,8 @@ void CudaExecutor::stage_graph_sampling(std::span<const ExecChunk> chunks, int32
 }
 
 // The graph of a decode step of `rows` tokens, captured on first use: every launch of the
-// forward and the sampling, over the step buffers whose contents each replay's uploads set.
+// forward, over the step buffers whose contents each replay's uploads set. (The sampling is
+// launched after it, once the host has the step's token masks.)
 cudaGraphExec_t CudaExecutor::graph_for(int32_t rows) {
   if (auto it = graphs_.find(rows); it != graphs_.end()) return it->second;
   const model::ModelConfig& c = model_.config();
@@ -511,8 +576,6 @@ cudaGraphExec_t CudaExecutor::graph_for(int32_t rows) {
   HABLAR_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   try {
     model::forward(c, weights_, *ops_);
-    cuda::sample_tokens(ops_->device_logits(), rows, c.n_vocab, params_.get(), history_.get(),
-                        history_len_.get(), kMaxDeviceHistory, ids_.get(), stream);
   } catch (...) {
     cudaStreamEndCapture(stream, &graph);
     if (graph) cudaGraphDestroy(graph);

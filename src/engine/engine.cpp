@@ -310,6 +310,11 @@ void Engine::step() {
       continue;
     }
     if (chunks[i].all_logits) emit_prompt_logprobs(a, c.start_pos, c.n_tokens, first_row);
+    if (on_device && !device_sample_stands(a, output_.sampled[i])) {
+      seq->n_computed += c.n_tokens - 1;  // the last position again, sampled on the host
+      blocks_.register_full_blocks(*seq);
+      continue;
+    }
     seq->n_computed += c.n_tokens;
     blocks_.register_full_blocks(*seq);
     if (seq->n_pending() != 0) continue;
@@ -366,8 +371,12 @@ void Engine::emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens
   }
 }
 
-const DeviceSampling* Engine::device_sampling(const Active& a, DeviceSampling& storage) const {
+const DeviceSampling* Engine::device_sampling(Active& a, DeviceSampling& storage) {
   if (!executor_.samples_on_device() || a.request.n_logprobs >= 0) return nullptr;
+  if (a.sample_on_host) {
+    a.sample_on_host = false;
+    return nullptr;
+  }
   storage = DeviceSampling{};  // greedy when the request has no sampler
   if (a.request.sampler && !a.request.sampler->device_params(a.seq->tokens, storage))
     return nullptr;
@@ -384,6 +393,14 @@ int32_t Engine::choose_token(Active& a, float* logits_row, std::span<const int32
   const int32_t token = a.request.sampler ? a.request.sampler->sample(row, history) : argmax(row);
   if (a.request.n_logprobs >= 0) fill_logprobs(raw, token, a.request.n_logprobs, item);
   return token;
+}
+
+bool Engine::device_sample_stands(Active& a, int32_t token) {
+  if (!a.request.sampler || token < 0 ||
+      a.request.sampler->keeps_device_sample(token, a.seq->tokens))
+    return true;
+  a.sample_on_host = true;
+  return false;
 }
 
 void Engine::sample_and_emit(Active& a, float* logits_row, int32_t sampled) {

@@ -43,10 +43,15 @@ class NextTokenSampler {
   virtual int32_t sample(std::span<float> logits, std::span<const int32_t> history) = 0;
   // The same choice as plain parameters an executor can apply on its device, when this
   // sampler can be expressed so (history: the tokens so far; out.history is set to the part
-  // the penalties see). False: the engine samples on the host.
-  virtual bool device_params(std::span<const int32_t> history, DeviceSampling& out) const {
+  // the penalties see; out.allowed to a mask the device applies first). False: the engine
+  // samples on the host. Called once per step that samples, before the step runs.
+  virtual bool device_params(std::span<const int32_t> history, DeviceSampling& out) {
     return false;
   }
+  // Whether a token the executor sampled with device_params() stands (history: the tokens
+  // before it). False: the engine computes that position again and samples it on the host
+  // (a grammar's token that would leave its sentence unfinishable within max_tokens).
+  virtual bool keeps_device_sample(int32_t token, std::span<const int32_t> history) { return true; }
 };
 
 // Turns generated tokens into text on the step thread: detokenization and stop strings.
@@ -206,6 +211,7 @@ class Engine {
     DraftParams draft;              // this request's draft lengths
     SpecStats spec;                 // its drafted / accepted tokens
     std::vector<int32_t> verify;    // this step's verification chunk: last token + draft
+    bool sample_on_host = false;    // the sampler refused the device's last sample
   };
 
   void loop();
@@ -224,7 +230,11 @@ class Engine {
   void plan_drafts();
   void verify_and_emit(Active& a, int32_t start_pos, int32_t n_tokens, float* rows);
   // Device sampling parameters for a chunk that ends a sequence's pending work, or null.
-  const DeviceSampling* device_sampling(const Active& a, DeviceSampling& storage) const;
+  // (Null once after the sampler refused a device sample: that position is sampled on the host.)
+  const DeviceSampling* device_sampling(Active& a, DeviceSampling& storage);
+  // Whether the device's sample for the chunk stands; if not, the chunk's last position is
+  // left to compute again (the sequence's pending token) and sampled on the host next step.
+  bool device_sample_stands(Active& a, int32_t token);
   void emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens, const float* rows);
   void finish(Active& a, FinishReason reason, const std::string& error = {});
   void publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,

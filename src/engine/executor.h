@@ -15,6 +15,18 @@
 
 namespace hablar::engine {
 
+// The tokens a device-sampled request may take next (a grammar's mask). The executor asks for
+// them after it has launched the step's forward, so that the host computes them while the
+// device runs it; they are applied on the device before the rest of the chain.
+class TokenMaskSource {
+ public:
+  virtual ~TokenMaskSource() = default;
+  // Sets bit t % 32 of words[t / 32] for each token t that may come next; `words` holds
+  // n_vocab bits (rounded up to whole words) and arrives zeroed. At least one bit must be
+  // set (a grammar at a dead end allows the end-of-generation tokens).
+  virtual void fill_allowed(std::span<uint32_t> words) = 0;
+};
+
 // Sampling parameters an executor can apply on its own device (the CUDA executor samples
 // there, so only token ids cross to the host). The chain is the engine's (sampler.h):
 // penalties over `history`, then greedy when temperature <= 0, else top-k, top-p, min-p,
@@ -29,9 +41,10 @@ struct DeviceSampling {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   uint64_t seed = 0;
-  uint64_t step = 0;                 // the draw's counter: tokens generated so far
-  bool temperature_last = true;      // filters before temperature, as the host sampler
-  std::span<const int32_t> history;  // the tokens the penalties see (empty: none)
+  uint64_t step = 0;                   // the draw's counter: tokens generated so far
+  bool temperature_last = true;        // filters before temperature, as the host sampler
+  std::span<const int32_t> history;    // the tokens the penalties see (empty: none)
+  TokenMaskSource* allowed = nullptr;  // null: every token may come next
 };
 
 // One sequence's share of a step (mirrors SequenceChunk, core/step_batch.h).

@@ -33,7 +33,7 @@ std::optional<PostSamplingLog::Entry> PostSamplingLog::take(size_t index) {
   return e;
 }
 
-bool ParamsSampler::device_params(std::span<const int32_t> history, DeviceSampling& out) const {
+bool ParamsSampler::device_params(std::span<const int32_t> history, DeviceSampling& out) {
   const SamplingParams& p = sampler_.params();
   if (!p.logit_bias.empty() || p.typical_p < 1.0f) return false;
   const bool greedy = p.temperature <= 0.0f;

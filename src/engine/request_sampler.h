@@ -47,7 +47,7 @@ class ParamsSampler : public NextTokenSampler {
   int32_t sample(std::span<float> logits, std::span<const int32_t> history) override;
   // Device sampling follows the same chain (filters, then temperature) when nothing
   // host-only is asked for (logit bias, typical-p, a penalty window over kMaxDeviceHistory).
-  bool device_params(std::span<const int32_t> history, DeviceSampling& out) const override;
+  bool device_params(std::span<const int32_t> history, DeviceSampling& out) override;
   // Records each sample's post-chain distribution (n candidates at most) into `log`.
   void report_post_sampling(std::shared_ptr<PostSamplingLog> log, int n);
 

@@ -50,36 +50,6 @@ RenderedChat take_markers(const std::string& marked) {
   return out;
 }
 
-// A request with an output grammar: GrammarGate (structured_output.h) masks the logits, then
-// the request's own ParamsSampler samples. It never samples on a device (device_params keeps
-// its default, false): the mask is applied on the host.
-class GrammarSampler : public engine::NextTokenSampler {
- public:
-  GrammarSampler(engine::SamplingParams params, int32_t n_vocab, std::unique_ptr<GrammarGate> gate)
-      : inner_(std::move(params), n_vocab), gate_(std::move(gate)) {}
-  // The gate masks; a sample that would leave the grammar unfinishable within max_tokens is
-  // drawn again from the constrained logits limited to tokens that fit (GrammarGate).
-  int32_t sample(std::span<float> logits, std::span<const int32_t> history) override {
-    gate_->constrain(logits, history);
-    const int32_t limit = gate_->distance_limit(history);
-    if (limit < 0) return inner_.sample(logits, history);
-    constrained_.assign(logits.begin(), logits.end());  // the sampler's chain edits logits
-    const int32_t token = inner_.sample(logits, history);
-    if (gate_->fits(token, limit)) return token;
-    std::copy(constrained_.begin(), constrained_.end(), logits.begin());
-    gate_->restrict_to_distance(logits, limit);
-    return inner_.sample(logits, history);
-  }
-  void report_post_sampling(std::shared_ptr<engine::PostSamplingLog> log, int n) {
-    inner_.report_post_sampling(std::move(log), n);
-  }
-
- private:
-  engine::ParamsSampler inner_;
-  std::unique_ptr<GrammarGate> gate_;
-  std::vector<float> constrained_;
-};
-
 // The request's text filter with a stopwatch: it runs on the engine thread, once per token;
 // the time adds up in `ns`, read when the request's final item is taken (note_final).
 class TimedFilter : public engine::OutputFilter {

@@ -356,25 +356,55 @@ void GrammarGate::feed(int32_t token) {
   text_.clear();
 }
 
-void GrammarGate::constrain(std::span<float> logits, std::span<const int32_t> history) {
+bool GrammarGate::advance(std::span<const int32_t> history) {
   if (!start_) start_ = history.size();
-  bool allowed = false;  // some token other than the end of generation
+  if (failed_) return true;  // only the end of generation
+  try {
+    for (size_t i = std::max(*start_, seen_); i < history.size(); ++i) feed(history[i]);
+    seen_ = history.size();
+  } catch (const std::exception& e) {
+    // Never out of the engine's step (it would fail every sequence): this one ends here.
+    log::warn("grammar stopped the sequence: {}", e.what());
+    failed_ = true;
+  }
+  return failed_ || matcher_ != nullptr;
+}
+
+void GrammarGate::constrain(std::span<float> logits, std::span<const int32_t> history) {
+  if (!advance(history)) return;
   if (!failed_) {
     try {
-      for (size_t i = std::max(*start_, seen_); i < history.size(); ++i) feed(history[i]);
-      seen_ = history.size();
-      allowed = !matcher_ || matcher_->apply_mask(logits) > 0;
+      if (matcher_->apply_mask(logits) > 0) return;
     } catch (const std::exception& e) {
-      // Never out of the engine's step (it would fail every sequence): this one ends here.
       log::warn("grammar stopped the sequence: {}", e.what());
       failed_ = true;
     }
   }
-  if (allowed) return;
   // A dead end, or the grammar failed: only the end of generation.
   std::fill(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity());
   for (int32_t id : grammar_->vocab->eog())
     if ((size_t)id < logits.size()) logits[(size_t)id] = 0.0f;
+}
+
+void GrammarGate::fill_allowed(std::span<uint32_t> words) {
+  if (!failed_ && !matcher_) {  // nothing constrains: every token
+    std::fill(words.begin(), words.end(), ~0u);
+    return;
+  }
+  if (!failed_) {
+    try {
+      const size_t n = std::min(words.size(), ((size_t)grammar_->vocab->n_vocab() + 31) / 32);
+      matcher_->fill_mask(words.first(n));
+      if (std::any_of(words.begin(), words.begin() + (ptrdiff_t)n, [](uint32_t w) { return w; }))
+        return;
+    } catch (const std::exception& e) {
+      log::warn("grammar stopped the sequence: {}", e.what());
+      failed_ = true;
+    }
+  }
+  std::fill(words.begin(), words.end(), 0u);
+  for (int32_t id : grammar_->vocab->eog())
+    if ((size_t)id < words.size() * 32) words[(size_t)id >> 5] |= 1u << (id & 31);
 }
 
 int32_t GrammarGate::distance_limit(std::span<const int32_t> history) {
@@ -383,7 +413,9 @@ int32_t GrammarGate::distance_limit(std::span<const int32_t> history) {
   try {
     const int32_t now = matcher_->distance_to_end();
     if (now >= grammar::kNoCompletion) return -1;
-    return std::max(left - 1, now - 1);
+    // After the next token, left - 1 remain for the completion's bytes and then the end of
+    // generation (without which the sequence would stop for its length, not its grammar).
+    return std::max({left - 2, now - 1, 0});
   } catch (const std::exception&) {
     return -1;  // a grammar too ambiguous to follow here: constrain() deals with it
   }
@@ -405,6 +437,28 @@ void GrammarGate::restrict_to_distance(std::span<float> logits, int32_t limit) {
   } catch (const std::exception& e) {
     log::warn("grammar budget check skipped: {}", e.what());
   }
+}
+
+int32_t GrammarSampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+  gate_->constrain(logits, history);
+  const int32_t limit = gate_->distance_limit(history);
+  if (limit < 0) return inner_.sample(logits, history);
+  constrained_.assign(logits.begin(), logits.end());  // the sampler's chain edits logits
+  const int32_t token = inner_.sample(logits, history);
+  if (gate_->fits(token, limit)) return token;
+  std::copy(constrained_.begin(), constrained_.end(), logits.begin());
+  gate_->restrict_to_distance(logits, limit);
+  return inner_.sample(logits, history);
+}
+
+bool GrammarSampler::device_params(std::span<const int32_t> history, engine::DeviceSampling& out) {
+  if (!inner_.device_params(history, out)) return false;
+  out.allowed = gate_->advance(history) ? this : nullptr;
+  return true;
+}
+
+bool GrammarSampler::keeps_device_sample(int32_t token, std::span<const int32_t> history) {
+  return gate_->fits(token, gate_->distance_limit(history));
 }
 
 nlohmann::json ollama_tool_calls(const std::vector<chat::ToolCall>& calls) {

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "chat/chat.h"
+#include "engine/request_sampler.h"
 #include "grammar/matcher.h"
 #include "server/serving_model.h"
 
@@ -74,8 +75,15 @@ class GrammarGate {
  public:
   GrammarGate(GrammarPtr grammar, std::string trigger, std::string context, int32_t max_tokens = 0);
   void constrain(std::span<float> logits, std::span<const int32_t> history);
+  // The same in two halves, for a device that applies the mask itself: advance() takes the
+  // tokens generated since the last step and says whether a mask applies now (false while
+  // waiting for the trigger, or when the grammar was left off); fill_allowed() then writes
+  // it as bits (words zeroed, n_vocab bits): what constrain() would leave finite.
+  bool advance(std::span<const int32_t> history);
+  void fill_allowed(std::span<uint32_t> words);
   // The most bytes the grammar may still need after the next token (-1: no limit): the
-  // tokens left after it, or, when the end is already farther than that, one byte closer.
+  // tokens left after it less one for the end of generation, or, when the end is already
+  // farther than that, one byte closer.
   int32_t distance_limit(std::span<const int32_t> history);
   // Whether the grammar needs at most `limit` bytes after `token`.
   bool fits(int32_t token, int32_t limit);
@@ -94,6 +102,31 @@ class GrammarGate {
   std::optional<size_t> start_;  // history length at the first step (the prompt)
   size_t seen_ = 0;
   int32_t max_tokens_ = 0;
+};
+
+// A request with an output grammar: the gate masks the logits, then the request's own
+// ParamsSampler samples. On an executor that samples on its device, the device gets the
+// sampler's parameters and the gate's mask (computed when the executor asks, while the
+// forward runs); a device sample that would leave the grammar unfinishable within the token
+// budget is refused (keeps_device_sample) and that position sampled again on the host.
+class GrammarSampler : public engine::NextTokenSampler, public engine::TokenMaskSource {
+ public:
+  GrammarSampler(engine::SamplingParams params, int32_t n_vocab, std::unique_ptr<GrammarGate> gate)
+      : inner_(std::move(params), n_vocab), gate_(std::move(gate)) {}
+  // The gate masks; a sample that would leave the grammar unfinishable within max_tokens is
+  // drawn again from the constrained logits limited to tokens that fit (GrammarGate).
+  int32_t sample(std::span<float> logits, std::span<const int32_t> history) override;
+  bool device_params(std::span<const int32_t> history, engine::DeviceSampling& out) override;
+  bool keeps_device_sample(int32_t token, std::span<const int32_t> history) override;
+  void fill_allowed(std::span<uint32_t> words) override { gate_->fill_allowed(words); }
+  void report_post_sampling(std::shared_ptr<engine::PostSamplingLog> log, int n) {
+    inner_.report_post_sampling(std::move(log), n);
+  }
+
+ private:
+  engine::ParamsSampler inner_;
+  std::unique_ptr<GrammarGate> gate_;
+  std::vector<float> constrained_;
 };
 
 // Ollama's message.tool_calls: [{"function": {"name", "arguments": {...}}}] (arguments as an

@@ -6,10 +6,10 @@
 // per slot and head) and a last one-block kernel advances the lengths.
 //
 // Two attention kernels (decode_uses_mma() picks one; the host twin follows the same one):
-// - decode_attention_mma_kernel (head_dim <= 128, the one that runs): scores and P·V on
+// - decode_attention_mma_kernel (head_dim 64 and 128, the one that runs): scores and P·V on
 //   tensor cores, each warp its own 16-position sub-tiles and softmax state, K and V loaded
 //   straight into registers; described above the kernel.
-// - decode_attention_kernel (head_dim 256, and the lab's HABLAR_DECODE_KERNEL=0): CUDA
+// - decode_attention_kernel (head_dim 96 and 256, and the lab's HABLAR_DECODE_KERNEL=0): CUDA
 //   cores, tiles of kDecodeTile positions copied asynchronously into shared memory; per tile
 //   the scores, a tile softmax state merged into each head's running state
 //   (online_softmax.h), and P·V. One shared-memory stage per block (about 20 KB) lets ten
@@ -127,10 +127,14 @@ __device__ void tile_scores(const DecodeAttentionParams& p, const uint16_t* ks, 
   }
 }
 
-// A lane's kDpl consecutive V values of one row, in one shared-memory load.
+// A lane's kDpl consecutive V values of one row, in one shared-memory load (three 2-byte
+// loads for head_dim 96, whose lanes' runs of 3 elements are not word aligned).
 template <bool kBf16, int kDpl>
 __device__ __forceinline__ void load_v_lane(const uint16_t* vrow, float v[kDpl]) {
-  if constexpr (kDpl == 8) {
+  if constexpr (kDpl == 3) {
+#pragma unroll
+    for (int i = 0; i < 3; ++i) v[i] = kv_to_float<kBf16>(vrow[i]);
+  } else if constexpr (kDpl == 8) {
     kv_unpack8<kBf16>(*reinterpret_cast<const uint4*>(vrow), v);
   } else if constexpr (kDpl == 4) {
     const uint2 raw = *reinterpret_cast<const uint2*>(vrow);
@@ -542,7 +546,7 @@ void launch_attention_group(const DecodeAttentionParams& p, int split_len, int n
 template <bool kBf16, int kDim>
 void launch_attention(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
                       cudaStream_t stream) {
-  if constexpr (kDim <= 128) {
+  if constexpr (kDim == 64 || kDim == 128) {  // its fragments take dims in runs of 64
     if (decode_uses_mma(p)) {
       const dim3 grid(p.layout.n_kv_heads, p.n_slots, n_splits);
       // HABLAR_DECODE_MMA_BLOCKS=3 asks the compiler for three blocks per multiprocessor
@@ -579,6 +583,9 @@ void launch_for_dtype(const DecodeAttentionParams& p, int split_len, int n_split
     case 64:
       launch_attention<kBf16, 64>(p, split_len, n_splits, ws, stream);
       break;
+    case 96:
+      launch_attention<kBf16, 96>(p, split_len, n_splits, ws, stream);
+      break;
     case 128:
       launch_attention<kBf16, 128>(p, split_len, n_splits, ws, stream);
       break;
@@ -593,8 +600,8 @@ void validate(const DecodeAttentionParams& p, size_t workspace_bytes) {
     throw_error(ErrorKind::kInvalidArgument, "decode_attention: " + what);
   };
   const int d = p.layout.head_dim;
-  if (d != 64 && d != 128 && d != 256)
-    fail("head_dim " + std::to_string(d) + " is not supported (64, 128, 256)");
+  if (d != 64 && d != 96 && d != 128 && d != 256)
+    fail("head_dim " + std::to_string(d) + " is not supported (64, 96, 128, 256)");
   if (p.layout.n_kv_heads <= 0 || p.n_heads % p.layout.n_kv_heads != 0)
     fail("n_heads " + std::to_string(p.n_heads) + " is not a multiple of n_kv_heads " +
          std::to_string(p.layout.n_kv_heads));

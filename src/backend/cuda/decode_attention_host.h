@@ -1,7 +1,7 @@
 // The host twin of the CUDA decode-step attention: the same step (scatter this step's K/V,
 // then attend over prior + 1 positions, split-K with a reduce, advance the lengths) built on
 // the same online-softmax functions (online_softmax.h), walking positions in the kernel's
-// split / tile / warp order (the tensor-core kernel's for head_dim <= 128, else the CUDA-core
+// split / tile / warp order (the tensor-core kernel's for head_dim 64 and 128, else the CUDA-core
 // kernel's). It builds with g++ alone, so CI, which has no GPU, runs the
 // decode-wiring oracle against the very algorithm the GPU runs. All pointers are host
 // pointers here.

@@ -73,13 +73,14 @@ inline int32_t decode_max_context(const DecodeAttentionParams& p) {
   return p.max_context > 0 && p.max_context < capacity ? p.max_context : capacity;
 }
 
-// The tensor-core kernel (head_dim <= 128; HABLAR_DECODE_KERNEL=0 selects the CUDA-core
+// The tensor-core kernel (head_dim 64 or 128; HABLAR_DECODE_KERNEL=0 selects the CUDA-core
 // kernel for the lab) walks a split in sub-tiles of kDecodeMmaSubTile positions, warp w
 // taking sub-tiles w, w + kDecodeWarps, ...; the host twin follows whichever kernel runs.
 inline constexpr int kDecodeMmaSubTile = 16;
 // Soft-capped scores take the CUDA-core kernel (the tensor-core one has no soft-cap).
 inline bool decode_uses_mma(const DecodeAttentionParams& p) {
-  return p.layout.head_dim <= 128 && p.softcap == 0.0f && lab_knob("HABLAR_DECODE_KERNEL", 1) != 0;
+  return (p.layout.head_dim == 64 || p.layout.head_dim == 128) && p.softcap == 0.0f &&
+         lab_knob("HABLAR_DECODE_KERNEL", 1) != 0;
 }
 
 // Positions per split ("flash decoding"): short enough that slots x KV heads x splits fills

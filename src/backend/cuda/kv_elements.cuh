@@ -37,6 +37,16 @@ __device__ __forceinline__ float2 kv_unpack2(uint32_t word) {
   }
 }
 
+// One element.
+template <bool kBf16>
+__device__ __forceinline__ float kv_to_float(uint16_t bits) {
+  if constexpr (kBf16) {
+    return __bfloat162float(__ushort_as_bfloat16(bits));
+  } else {
+    return __half2float(__ushort_as_half(bits));
+  }
+}
+
 template <bool kBf16>
 __device__ __forceinline__ uint16_t kv_from_float(float x) {
   if constexpr (kBf16) {

@@ -58,6 +58,13 @@ __device__ void apply_penalties(float* row, const SamplingParams& sp, const int3
   __syncthreads();
 }
 
+// Refused tokens (bit clear) get -infinity: they keep no mass and never win the argmax.
+__device__ void apply_mask(float* row, const uint32_t* words, int vocab) {
+  for (int i = threadIdx.x; i < vocab; i += kThreads)
+    if (!((words[i >> 5] >> (i & 31)) & 1u)) row[i] = -INFINITY;
+  __syncthreads();
+}
+
 // Largest key t with measure(t) >= target, measure non-increasing in t: built bit by bit
 // from the most significant one.
 template <typename Measure>
@@ -76,11 +83,13 @@ __device__ uint32_t search_threshold(Shared& sh, float target, Measure measure) 
 
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(float* logits, int vocab, const SamplingParams* params, const int32_t* history,
-                  const int32_t* history_len, int max_history, int32_t* tokens_out) {
+                  const int32_t* history_len, int max_history, const uint32_t* allowed,
+                  int mask_words, int32_t* tokens_out) {
   __shared__ Shared sh;
   const int seq = blockIdx.x;
   const SamplingParams sp = params[seq];
   float* row = logits + (size_t)seq * vocab;
+  if (sp.masked && allowed) apply_mask(row, allowed + (size_t)seq * mask_words, vocab);
   if (max_history > 0)
     apply_penalties(row, sp, history + (size_t)seq * max_history,
                     min(history_len[seq], max_history), vocab);
@@ -160,8 +169,10 @@ __global__ void __launch_bounds__(kThreads)
     int pick = -1;
     for (int i = begin; i < end; ++i) {
       if (float_key(zf(i)) < keep) continue;
+      const float weight = __expf(z_of(i));
+      if (weight == 0.0f) continue;  // refused (masked) or negligible: never the pick
       pick = i;
-      run += __expf(z_of(i));
+      run += weight;
       if (run > target) break;
     }
     tokens_out[seq] = pick;
@@ -172,13 +183,17 @@ __global__ void __launch_bounds__(kThreads)
 
 void sample_tokens(float* logits, int n_seqs, int vocab, const SamplingParams* params,
                    const int32_t* history, const int32_t* history_len, int max_history,
-                   int32_t* tokens_out, cudaStream_t stream) {
+                   const uint32_t* allowed, int mask_words, int32_t* tokens_out,
+                   cudaStream_t stream) {
   if (vocab <= 0) throw_error(ErrorKind::kInvalidArgument, "sample_tokens: empty vocabulary");
+  if (allowed && mask_words < token_mask_words(vocab))
+    throw_error(ErrorKind::kInvalidArgument,
+                "sample_tokens: token masks narrower than the vocabulary");
   if (max_history > 0 && (!history || !history_len))
     throw_error(ErrorKind::kInvalidArgument, "sample_tokens: history arrays are null");
   if (n_seqs <= 0) return;
   sample_kernel<<<n_seqs, kThreads, 0, stream>>>(logits, vocab, params, history, history_len,
-                                                 max_history, tokens_out);
+                                                 max_history, allowed, mask_words, tokens_out);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 

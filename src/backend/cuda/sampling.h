@@ -1,5 +1,6 @@
 // Device-side sampling: one token per sequence from its logits row, without copying logits
 // to the host. Per sequence, in this order:
+//   0. a token mask (a grammar's): the logits of tokens whose bit is clear become -infinity;
 //   1. penalties over its token history (each distinct token once): repetition (logit / r
 //      if positive, * r if not), presence (- p), frequency (- f * count); in place;
 //   2. temperature <= 0: greedy (argmax, lowest index on ties) and stop;
@@ -32,13 +33,24 @@ struct SamplingParams {
   // top-p and min-p see z = logit - max; the draw is from exp(z / temperature) over what
   // they keep. False: steps 3-7 as listed above.
   bool temperature_last = false;
+  // Whether the sequence's row of `allowed` (sample_tokens) limits the tokens: step 0.
+  bool masked = false;
 };
 
 // logits [n_seqs][vocab] (device, penalized in place); params [n_seqs] (device);
 // history [n_seqs][max_history] token ids of which the first history_len[s] count (device,
-// may be null when max_history is 0); tokens_out [n_seqs] (device).
+// may be null when max_history is 0); allowed [n_seqs][mask_words] bit sets over the
+// vocabulary (bit t % 32 of word t / 32), read for the sequences whose params say `masked`
+// (device, may be null when none does); tokens_out [n_seqs] (device). A masked sequence must
+// allow at least one token.
 void sample_tokens(float* logits, int n_seqs, int vocab, const SamplingParams* params,
                    const int32_t* history, const int32_t* history_len, int max_history,
-                   int32_t* tokens_out, cudaStream_t stream);
+                   const uint32_t* allowed, int mask_words, int32_t* tokens_out,
+                   cudaStream_t stream);
+
+// Words of a vocabulary's token mask: one bit per token.
+inline int token_mask_words(int vocab) {
+  return (vocab + 31) / 32;
+}
 
 }  // namespace hablar::cuda

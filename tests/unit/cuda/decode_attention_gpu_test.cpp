@@ -47,7 +47,7 @@ TEST_P(DecodeWiringGpu, DoneSequenceIsNeitherAttendedNorAdvanced) {
 // The split-K case on the device; window > 0 adds a sliding window (splits wholly before it
 // skipped, the one it begins in started mid-split), as in the host twin's test.
 void check_split_case(KvDType dtype, int window, float softcap = 0.0f) {
-  for (int dim : {64, 128, 256}) {
+  for (int dim : {64, 96, 128, 256}) {
     DecodeSplitCase c(dtype, dim, 11u + (uint32_t)dim);
     c.window = window;
     c.softcap = softcap;
@@ -93,13 +93,13 @@ TEST_P(DecodeWiringGpu, SoftCappedScoresMatchOracle) {
 TEST(DecodeAttentionGpu, RejectsUnsupportedShapesWithAnError) {
   DecodeWiringCase c(KvDType::F16);
   auto p = c.params(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
-  p.layout.head_dim = 96;
+  p.layout.head_dim = 80;
   try {
     cuda::decode_attention(p, nullptr, 0, nullptr);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("head_dim 96"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("head_dim 80"), std::string::npos) << e.what();
   }
 }
 

@@ -48,7 +48,7 @@ TEST_P(DecodeWiringHost, DoneSequenceIsNeitherAttendedNorAdvanced) {
 }
 
 TEST_P(DecodeWiringHost, SplitKLongContextMatchesOracle) {
-  for (int dim : {64, 128}) {
+  for (int dim : {64, 96, 128}) {
     DecodeSplitCase c(GetParam(), dim, 7u + (uint32_t)dim);
     std::vector<uint16_t> cache = c.cache;
     std::vector<int32_t> lens = c.lens;
@@ -69,7 +69,7 @@ TEST_P(DecodeWiringHost, SplitKLongContextMatchesOracle) {
 // skipped, the one it begins in starts mid-split; lengths 1500, 700, 63 and 1 cross it or not.
 // With Gemma 2's soft-capped scores too (a cap of 2 bends most of these scores).
 TEST_P(DecodeWiringHost, SlidingWindowMatchesOracle) {
-  for (int dim : {64, 128, 256}) {
+  for (int dim : {64, 96, 128, 256}) {
     DecodeSplitCase c(GetParam(), dim, 11u + (uint32_t)dim);
     c.window = 300;
     c.softcap = dim == 128 ? 2.0f : 0.0f;

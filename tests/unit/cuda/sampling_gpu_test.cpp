@@ -58,14 +58,17 @@ std::vector<int32_t> run_sampler(std::vector<float> logits, int n_seqs, int voca
                                  const std::vector<SamplingParams>& params,
                                  const std::vector<int32_t>& history = {},
                                  const std::vector<int32_t>& history_len = {}, int max_history = 0,
-                                 std::vector<float>* logits_after = nullptr) {
+                                 std::vector<float>* logits_after = nullptr,
+                                 const std::vector<uint32_t>& masks = {}) {
   DeviceBuffer<float> dl(logits);
   DeviceBuffer<SamplingParams> dp(params);
   DeviceBuffer<int32_t> dh(history.empty() ? std::vector<int32_t>{0} : history);
   DeviceBuffer<int32_t> dhl(history_len.empty() ? std::vector<int32_t>{0} : history_len);
   DeviceBuffer<int32_t> out(std::vector<int32_t>(n_seqs, -7));
+  DeviceBuffer<uint32_t> dm(masks.empty() ? std::vector<uint32_t>{0} : masks);
   cuda::sample_tokens(dl.get(), n_seqs, vocab, dp.get(), dh.get(), dhl.get(), max_history,
-                      out.get(), nullptr);
+                      masks.empty() ? nullptr : dm.get(), cuda::token_mask_words(vocab), out.get(),
+                      nullptr);
   HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
   if (logits_after) *logits_after = dl.download();
   return out.download();
@@ -82,6 +85,53 @@ TEST(SamplingGpu, GreedyIsArgmaxWithLowestIndexOnTies) {
   std::vector<SamplingParams> params(seqs);
   for (auto& p : params) p.temperature = 0.0f;
   EXPECT_EQ(run_sampler(logits, seqs, vocab, params), (std::vector<int32_t>{777, 150000, 5}));
+}
+
+// Token masks (a grammar's): a masked row never yields a refused token, greedy or drawn,
+// whatever the filters keep (top-k wider than what the mask allows included); greedy takes
+// the argmax of the allowed tokens; unmasked rows of the same launch are untouched by it.
+TEST(SamplingGpu, MaskedRowsOnlyYieldAllowedTokens) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const int vocab = 151936, seqs = 96, words = cuda::token_mask_words(vocab);
+  const auto logits = random_floats((size_t)seqs * vocab, 31u, -8.0f, 8.0f);
+  std::vector<uint32_t> masks((size_t)seqs * words, 0u);
+  std::vector<SamplingParams> params(seqs);
+  for (int s = 0; s < seqs; ++s) {
+    // Few allowed tokens, spread over the vocabulary: 1, 2, ... up to 40 of them.
+    for (int j = 0; j <= s % 40; ++j) {
+      const int t = (int)(((uint64_t)(s + 1) * 2654435761u + (uint64_t)j * 40503u) % vocab);
+      masks[(size_t)s * words + t / 32] |= 1u << (t % 32);
+    }
+    params[s].masked = s % 6 != 5;  // every sixth row unmasked
+    params[s].temperature = s % 4 == 0 ? 0.0f : 0.7f + 0.2f * (s % 3);
+    params[s].top_k = s % 3 == 0 ? 0 : 50;  // wider than most masks
+    params[s].top_p = s % 5 == 1 ? 0.9f : 1.0f;
+    params[s].min_p = s % 7 == 3 ? 0.05f : 0.0f;
+    params[s].seed = 77u + s, params[s].step = (uint64_t)s;
+    params[s].temperature_last = s % 2 == 0;
+  }
+  const auto tokens = run_sampler(logits, seqs, vocab, params, {}, {}, 0, nullptr, masks);
+  for (int s = 0; s < seqs; ++s) {
+    ASSERT_GE(tokens[s], 0);
+    ASSERT_LT(tokens[s], vocab);
+    const uint32_t* m = masks.data() + (size_t)s * words;
+    const bool allowed = (m[tokens[s] / 32] >> (tokens[s] % 32)) & 1u;
+    if (params[s].masked) {
+      EXPECT_TRUE(allowed) << "seq " << s << " drew refused token " << tokens[s];
+    }
+    std::vector<float> row(logits.begin() + (size_t)s * vocab,
+                           logits.begin() + (size_t)(s + 1) * vocab);
+    if (params[s].masked) {
+      for (int i = 0; i < vocab; ++i)
+        if (!((m[i / 32] >> (i % 32)) & 1u)) row[(size_t)i] = -INFINITY;
+    }
+    if (params[s].temperature <= 0.0f) {
+      EXPECT_EQ(tokens[s], (int)(std::max_element(row.begin(), row.end()) - row.begin()))
+          << "seq " << s;
+    } else if (params[s].masked) {
+      EXPECT_GT(filtered_probs(row, params[s])[(size_t)tokens[s]], 0.0) << "seq " << s;
+    }
+  }
 }
 
 TEST(SamplingGpu, DrawsLandInTheFilteredCdf) {

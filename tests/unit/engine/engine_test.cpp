@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -266,6 +267,96 @@ TEST(Engine, DeviceSamplingGivesTheHostSamplersOutputs) {
     EXPECT_EQ(r.tokens, reference_generation(prompts[(size_t)i], 10)) << "request " << i;
   }
   EXPECT_EQ(exec.device_sampled, 6 * 10);  // every token was chosen by the executor
+}
+
+// A greedy sampler constrained by a token mask that depends on the history (only tokens
+// t with (t + length) % 3 != 0), the way a grammar's is: the host path masks the row, the
+// device path hands the mask over. A token divisible by 7 is refused once sampled on the
+// device (as a grammar refuses one that would not fit its budget): the host then samples
+// that position again, keeping tokens divisible by 7 out.
+class MaskedGreedySampler : public NextTokenSampler, public TokenMaskSource {
+ public:
+  struct Counts {
+    int host_samples = 0, refused = 0;
+  };
+  explicit MaskedGreedySampler(std::shared_ptr<Counts> counts) : counts_(std::move(counts)) {}
+  static bool allowed(int32_t t, size_t length) { return (t + (int32_t)length) % 3 != 0; }
+  int32_t sample(std::span<float> logits, std::span<const int32_t> history) override {
+    counts_->host_samples += 1;
+    for (size_t t = 0; t < logits.size(); ++t)
+      if (!allowed((int32_t)t, history.size()) || t % 7 == 0)
+        logits[t] = -std::numeric_limits<float>::infinity();
+    return (int32_t)(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  bool device_params(std::span<const int32_t> history, DeviceSampling& out) override {
+    length_ = history.size();
+    out.allowed = this;
+    return true;
+  }
+  void fill_allowed(std::span<uint32_t> words) override {
+    for (int32_t t = 0; t < (int32_t)words.size() * 32; ++t)
+      if (allowed(t, length_)) words[(size_t)t / 32] |= 1u << (t % 32);
+  }
+  bool keeps_device_sample(int32_t token, std::span<const int32_t>) override {
+    counts_->refused += token % 7 == 0 ? 1 : 0;
+    return token % 7 != 0;
+  }
+
+ private:
+  size_t length_ = 0;
+  std::shared_ptr<Counts> counts_;  // outlives the request (the engine drops its sampler)
+};
+
+// The reference: the masked greedy choice with multiples of 7 refused, step by step.
+std::vector<int32_t> masked_reference(std::vector<int32_t> prompt, int32_t n) {
+  std::vector<int32_t> out;
+  std::vector<float> row(kVocab);
+  for (int32_t i = 0; i < n; ++i) {
+    test::reference_logits(prompt, kVocab, row.data());
+    for (int32_t t = 0; t < kVocab; ++t)
+      if (!MaskedGreedySampler::allowed(t, prompt.size()) || t % 7 == 0)
+        row[(size_t)t] = -std::numeric_limits<float>::infinity();
+    const auto t = (int32_t)(std::max_element(row.begin(), row.end()) - row.begin());
+    out.push_back(t);
+    prompt.push_back(t);
+  }
+  return out;
+}
+
+// A grammar-like mask goes to a device-sampling executor with the parameters; a device
+// sample the sampler refuses is taken again on the host at the same position; outputs equal
+// those of host sampling, with several sequences batched.
+TEST(Engine, DeviceSamplingAppliesTokenMasksAndHonoursRefusals) {
+  for (const bool on_device : {false, true}) {
+    test::FakeExecutor exec(kVocab, 64, 4);
+    exec.device_sampling = on_device;
+    Engine engine(config(64, 4, 4), exec);
+    std::mt19937 rng(17);
+    std::vector<std::vector<int32_t>> prompts;
+    auto counts = std::make_shared<MaskedGreedySampler::Counts>();
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (int i = 0; i < 4; ++i) {
+      prompts.push_back(random_prompt(rng, 4 + 5 * i));
+      GenerateRequest g = request(prompts.back(), 24);
+      g.sampler = std::make_unique<MaskedGreedySampler>(counts);
+      handles.push_back(engine.submit(std::move(g)));
+    }
+    for (int i = 0; i < 4; ++i) {
+      Result r = collect(*handles[(size_t)i]);
+      EXPECT_EQ(r.tokens, masked_reference(prompts[(size_t)i], 24))
+          << "request " << i << (on_device ? " (device)" : " (host)");
+    }
+    const int refused = counts->refused, host_samples = counts->host_samples;
+    if (on_device) {
+      EXPECT_GT(exec.device_masked, 0);
+      EXPECT_GT(refused, 0);             // the case arose ...
+      EXPECT_EQ(host_samples, refused);  // ... and only those positions went to the host
+      // Each token was the device's, or the device's refused and then the host's.
+      EXPECT_EQ(exec.device_sampled, 4 * 24);
+    } else {
+      EXPECT_EQ(host_samples, 4 * 24);
+    }
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <thread>
 #include <vector>
@@ -57,7 +58,8 @@ class FakeExecutor : public StepExecutor {
   int32_t n_kv_blocks() const override { return n_blocks_; }
   int32_t kv_block_size() const override { return block_size_; }
   // With device_sampling, chunks that carry sampling parameters get their token chosen here
-  // (greedy over the same logits) and no logits row, as the CUDA executor does.
+  // (greedy over the same logits, after the chunk's token mask if it has one) and no logits
+  // row, as the CUDA executor does.
   bool samples_on_device() const override { return device_sampling; }
 
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
@@ -104,6 +106,14 @@ class FakeExecutor : public StepExecutor {
       if (c.sampling != nullptr) {
         HABLAR_CHECK(device_sampling, "sampling parameters sent to a host-sampling executor");
         HABLAR_CHECK(!c.all_logits, "device sampling asked for an all-logits chunk");
+        if (c.sampling->allowed) {  // the mask, as the CUDA sampler applies it
+          std::vector<uint32_t> words(((size_t)n_vocab_ + 31) / 32, 0u);
+          c.sampling->allowed->fill_allowed(words);
+          for (int32_t v = 0; v < n_vocab_; ++v)
+            if (!((words[(size_t)v / 32] >> (v % 32)) & 1u))
+              row[(size_t)v] = -std::numeric_limits<float>::infinity();
+          device_masked += 1;
+        }
         out.sampled[i] = (int32_t)(std::max_element(row.begin(), row.end()) - row.begin());
         device_sampled += 1;
       } else {
@@ -115,6 +125,7 @@ class FakeExecutor : public StepExecutor {
 
   bool device_sampling = false;
   int64_t device_sampled = 0;
+  int64_t device_masked = 0;  // device samples that applied a token mask
   int64_t step_delay_us = 0;  // makes steps take device-like time
   // A simulated clock each step advances by base + per decode + per prompt token, for
   // deterministic tests of time budgets (EngineConfig::now_ms reads sim_now_ms).

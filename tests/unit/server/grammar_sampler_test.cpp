@@ -1,0 +1,124 @@
+// A grammar request through the engine on an executor that samples on its device (the fake
+// one, applying masks as the CUDA sampler does) and on one that samples on the host: the
+// same outputs, every one a sentence of the grammar, budget refusals (a device sample that
+// would leave the sentence unfinishable within max_tokens) taken again on the host.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "../engine/fake_executor.h"
+#include "engine/engine.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "grammar/recognizer.h"
+#include "server/structured_output.h"
+
+namespace hablar::server {
+namespace {
+
+constexpr int32_t kVocab = 97;
+constexpr int32_t kEos = 96;
+constexpr int kRequests = 24;
+
+constexpr const char* kPieces[] = {"12", "[3", ",4", "[[", "]]", "],", ",[", "567", "[[[", "0,"};
+
+// Tokens: single characters, a few longer pieces, the end of generation last.
+std::shared_ptr<const grammar::Vocab> small_vocab() {
+  const std::string chars = "0123456789[],{}\":abcdefghijklmnopqrstuvwxyz ";
+  std::vector<std::string> bytes;
+  for (int32_t i = 0; i < kVocab - 1; ++i) {
+    if (i < (int32_t)chars.size())
+      bytes.push_back(std::string(1, chars[(size_t)i]));
+    else  // multi-character pieces: digit runs, list openers, separators
+      bytes.push_back(kPieces[(size_t)i % std::size(kPieces)]);
+  }
+  bytes.push_back("");  // kEos
+  std::vector<bool> usable(kVocab, true);
+  usable[kEos] = false;
+  return std::make_shared<grammar::Vocab>(std::move(bytes), usable, std::vector<int32_t>{kEos});
+}
+
+// Lists of lists of numbers: nesting makes some tokens push the shortest completion out.
+constexpr const char* kGbnf = R"(root ::= list
+list ::= "[" item ("," item)* "]"
+item ::= [0-9]+ | list
+)";
+
+std::string text_of(const grammar::Vocab& v, const std::vector<int32_t>& tokens) {
+  std::string s;
+  for (int32_t t : tokens)
+    if (t != kEos) s += v.bytes(t);
+  return s;
+}
+
+std::vector<std::vector<int32_t>> run(bool on_device, int32_t max_tokens, int64_t* masked) {
+  auto vocab = small_vocab();
+  auto g = grammar::compile(grammar::parse_gbnf(kGbnf), vocab);
+  engine::test::FakeExecutor exec(kVocab, 256, 4);
+  exec.device_sampling = on_device;
+  engine::EngineConfig c;
+  c.n_ctx = 4096;
+  c.scheduler = {.max_running = 8, .max_step_tokens = 64, .max_prefill_chunk = 32};
+  c.is_eog = [](int32_t t) { return t == kEos; };
+  std::vector<std::vector<int32_t>> outs;
+  {
+    engine::Engine e(c, exec);
+    std::mt19937 rng(5);
+    std::vector<std::shared_ptr<engine::RequestHandle>> handles;
+    for (int i = 0; i < kRequests; ++i) {
+      engine::GenerateRequest r;
+      for (int j = 0; j < 3 + i % 7; ++j) r.prompt.push_back((int32_t)(rng() % (kVocab - 1)));
+      r.max_tokens = max_tokens;
+      engine::SamplingParams p;
+      p.temperature = 0.0f;
+      r.sampler = std::make_unique<GrammarSampler>(
+          p, kVocab, std::make_unique<GrammarGate>(g, "", "", max_tokens));
+      handles.push_back(e.submit(std::move(r)));
+    }
+    for (auto& h : handles) {
+      std::vector<int32_t> tokens;
+      for (bool done = false; !done;) {
+        std::vector<engine::StreamItem> items;
+        if (!h->wait(items, std::chrono::milliseconds(10000))) {
+          ADD_FAILURE() << "engine stalled";
+          break;
+        }
+        for (const auto& it : items) {
+          if (it.kind == engine::StreamItem::Kind::kFinal) {
+            done = true;
+            // The budget keeps a token for the end of generation: the grammar ends it.
+            EXPECT_EQ(it.finish_reason, engine::FinishReason::kStop) << "max_tokens " << max_tokens;
+          }
+          if (it.kind == engine::StreamItem::Kind::kToken) tokens.push_back(it.token);
+        }
+      }
+      outs.push_back(tokens);
+    }
+  }
+  if (masked) *masked = exec.device_masked;
+  return outs;
+}
+
+TEST(GrammarSampler, DeviceMasksGiveTheHostOutputsAndWholeSentences) {
+  auto vocab = small_vocab();
+  const grammar::Grammar parsed = grammar::parse_gbnf(kGbnf);
+  for (const int32_t max_tokens : {6, 9, 12, 17, 40}) {  // tight budgets: refusals happen
+    int64_t masked = 0;
+    const auto host = run(false, max_tokens, nullptr);
+    const auto device = run(true, max_tokens, &masked);
+    EXPECT_GT(masked, 0);
+    ASSERT_EQ(host.size(), device.size());
+    for (size_t i = 0; i < host.size(); ++i) {
+      EXPECT_EQ(device[i], host[i]) << "request " << i << ", max_tokens " << max_tokens;
+      const std::string text = text_of(*vocab, device[i]);
+      grammar::Recognizer rec(parsed);
+      grammar::RecState st = rec.initial();
+      EXPECT_TRUE(rec.advance_bytes(st, text) && grammar::Recognizer::can_end(st))
+          << "not a sentence: " << text;
+      EXPECT_LE((int32_t)device[i].size(), max_tokens);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hablar::server
