@@ -421,6 +421,17 @@ int32_t GrammarGate::distance_limit(std::span<const int32_t> history) {
   }
 }
 
+bool GrammarGate::near_budget(std::span<const int32_t> history, int32_t margin) {
+  if (max_tokens_ <= 0 || !start_ || !matcher_ || failed_ || off_) return false;
+  const int32_t left = max_tokens_ - (int32_t)(history.size() - *start_);  // with the next
+  try {
+    const int32_t now = matcher_->distance_to_end();
+    return now < grammar::kNoCompletion && left - 2 - now < margin;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 bool GrammarGate::fits(int32_t token, int32_t limit) {
   if (limit < 0 || !matcher_) return true;
   try {
@@ -454,7 +465,7 @@ int32_t GrammarSampler::sample(std::span<float> logits, std::span<const int32_t>
 bool GrammarSampler::device_params(std::span<const int32_t> history, engine::DeviceSampling& out) {
   if (!inner_.device_params(history, out)) return false;
   out.allowed = gate_->advance(history) ? this : nullptr;
-  return true;
+  return !gate_->near_budget(history, host_margin_);
 }
 
 bool GrammarSampler::keeps_device_sample(int32_t token, std::span<const int32_t> history) {

@@ -87,6 +87,9 @@ class GrammarGate {
   int32_t distance_limit(std::span<const int32_t> history);
   // Whether the grammar needs at most `limit` bytes after `token`.
   bool fits(int32_t token, int32_t limit);
+  // Whether the token budget is within `margin` tokens of the shortest completion, where a
+  // sample is likely to be refused for it (a device then samples on the host instead).
+  bool near_budget(std::span<const int32_t> history, int32_t margin);
   // The constrained logits limited to tokens that fit (unchanged when none does).
   void restrict_to_distance(std::span<float> logits, int32_t limit);
 
@@ -108,11 +111,15 @@ class GrammarGate {
 // ParamsSampler samples. On an executor that samples on its device, the device gets the
 // sampler's parameters and the gate's mask (computed when the executor asks, while the
 // forward runs); a device sample that would leave the grammar unfinishable within the token
-// budget is refused (keeps_device_sample) and that position sampled again on the host.
+// budget is refused (keeps_device_sample) and that position sampled again on the host. Within
+// `host_margin` tokens of the budget the host samples from the start (a refusal costs the
+// sequence a step).
 class GrammarSampler : public engine::NextTokenSampler, public engine::TokenMaskSource {
  public:
-  GrammarSampler(engine::SamplingParams params, int32_t n_vocab, std::unique_ptr<GrammarGate> gate)
-      : inner_(std::move(params), n_vocab), gate_(std::move(gate)) {}
+  static constexpr int32_t kDefaultHostMargin = 32;
+  GrammarSampler(engine::SamplingParams params, int32_t n_vocab, std::unique_ptr<GrammarGate> gate,
+                 int32_t host_margin = kDefaultHostMargin)
+      : inner_(std::move(params), n_vocab), gate_(std::move(gate)), host_margin_(host_margin) {}
   // The gate masks; a sample that would leave the grammar unfinishable within max_tokens is
   // drawn again from the constrained logits limited to tokens that fit (GrammarGate).
   int32_t sample(std::span<float> logits, std::span<const int32_t> history) override;
@@ -126,6 +133,7 @@ class GrammarSampler : public engine::NextTokenSampler, public engine::TokenMask
  private:
   engine::ParamsSampler inner_;
   std::unique_ptr<GrammarGate> gate_;
+  int32_t host_margin_;
   std::vector<float> constrained_;
 };
 

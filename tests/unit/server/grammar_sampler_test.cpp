@@ -51,7 +51,8 @@ std::string text_of(const grammar::Vocab& v, const std::vector<int32_t>& tokens)
   return s;
 }
 
-std::vector<std::vector<int32_t>> run(bool on_device, int32_t max_tokens, int64_t* masked) {
+std::vector<std::vector<int32_t>> run(bool on_device, int32_t max_tokens, int64_t* masked,
+                                      int32_t host_margin = GrammarSampler::kDefaultHostMargin) {
   auto vocab = small_vocab();
   auto g = grammar::compile(grammar::parse_gbnf(kGbnf), vocab);
   engine::test::FakeExecutor exec(kVocab, 256, 4);
@@ -72,7 +73,7 @@ std::vector<std::vector<int32_t>> run(bool on_device, int32_t max_tokens, int64_
       engine::SamplingParams p;
       p.temperature = 0.0f;
       r.sampler = std::make_unique<GrammarSampler>(
-          p, kVocab, std::make_unique<GrammarGate>(g, "", "", max_tokens));
+          p, kVocab, std::make_unique<GrammarGate>(g, "", "", max_tokens), host_margin);
       handles.push_back(e.submit(std::move(r)));
     }
     for (auto& h : handles) {
@@ -102,22 +103,28 @@ std::vector<std::vector<int32_t>> run(bool on_device, int32_t max_tokens, int64_
 TEST(GrammarSampler, DeviceMasksGiveTheHostOutputsAndWholeSentences) {
   auto vocab = small_vocab();
   const grammar::Grammar parsed = grammar::parse_gbnf(kGbnf);
-  for (const int32_t max_tokens : {6, 9, 12, 17, 40}) {  // tight budgets: refusals happen
-    int64_t masked = 0;
-    const auto host = run(false, max_tokens, nullptr);
-    const auto device = run(true, max_tokens, &masked);
-    EXPECT_GT(masked, 0);
-    ASSERT_EQ(host.size(), device.size());
-    for (size_t i = 0; i < host.size(); ++i) {
-      EXPECT_EQ(device[i], host[i]) << "request " << i << ", max_tokens " << max_tokens;
-      const std::string text = text_of(*vocab, device[i]);
-      grammar::Recognizer rec(parsed);
-      grammar::RecState st = rec.initial();
-      EXPECT_TRUE(rec.advance_bytes(st, text) && grammar::Recognizer::can_end(st))
-          << "not a sentence: " << text;
-      EXPECT_LE((int32_t)device[i].size(), max_tokens);
+  // Tight budgets: refusals happen (margin 0: the device samples up to the last token; the
+  // default margin hands the steps near the budget to the host).
+  for (const int32_t margin : {0, 3, GrammarSampler::kDefaultHostMargin})
+    for (const int32_t max_tokens : {6, 9, 12, 17, 40, 80}) {
+      int64_t masked = 0;
+      const auto host = run(false, max_tokens, nullptr, margin);
+      const auto device = run(true, max_tokens, &masked, margin);
+      if (margin == 0) {
+        EXPECT_GT(masked, 0);
+      }
+      ASSERT_EQ(host.size(), device.size());
+      for (size_t i = 0; i < host.size(); ++i) {
+        EXPECT_EQ(device[i], host[i])
+            << "request " << i << ", max_tokens " << max_tokens << ", margin " << margin;
+        const std::string text = text_of(*vocab, device[i]);
+        grammar::Recognizer rec(parsed);
+        grammar::RecState st = rec.initial();
+        EXPECT_TRUE(rec.advance_bytes(st, text) && grammar::Recognizer::can_end(st))
+            << "not a sentence: " << text;
+        EXPECT_LE((int32_t)device[i].size(), max_tokens);
+      }
     }
-  }
 }
 
 }  // namespace
