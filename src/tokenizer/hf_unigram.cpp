@@ -2,7 +2,12 @@
 // highest total score (Viterbi over character boundaries). A character no piece starts
 // with becomes unk, scored (lowest score - 10) as `tokenizers` does; consecutive unks fuse
 // into one, and with byte_fallback an unknown run becomes its bytes as <0xNN> tokens.
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "core/error.h"
 #include "formats/hf_json.h"
@@ -17,6 +22,52 @@ using nlohmann::json;
 
 constexpr double kUnkPenalty = 10.0;
 
+// A score as `tokenizers` holds it. Its JSON reader does not round every number correctly:
+// it gathers the decimal digits into a 64-bit integer (digits past that are dropped), turns
+// the integer into a double and then multiplies or divides by the power of ten, rounding
+// twice, so about a fifth of a trained vocabulary's 17-digit scores end one ulp away from
+// the correctly rounded value. Unigram segmentations whose totals differ only in those last
+// bits (a piece and its doubling, "X" + "XX" against "XX" + "X") are then decided by them,
+// so the scores are taken the same way: from the number's shortest decimal form (what the
+// library and Python write), which the correctly parsed value gives back.
+double library_rounded(double parsed) {
+  char text[64];
+  const auto [end, ec] = std::to_chars(text, text + sizeof text, parsed);
+  if (ec != std::errc() || !std::isfinite(parsed)) return parsed;
+  const char* p = text;
+  const bool negative = *p == '-';
+  if (negative) ++p;
+  uint64_t significand = 0;
+  int exponent = 0;
+  bool full = false;  // the next digit would overflow the integer: later ones are dropped
+  bool fraction = false;
+  for (; p < end && *p != 'e'; ++p) {
+    if (*p == '.') {
+      fraction = true;
+      continue;
+    }
+    const uint64_t digit = (uint64_t)(*p - '0');
+    const uint64_t max = std::numeric_limits<uint64_t>::max();
+    full = full || significand > max / 10 || (significand == max / 10 && digit > max % 10);
+    if (full) {
+      exponent += fraction ? 0 : 1;
+      continue;
+    }
+    significand = significand * 10 + digit;
+    exponent -= fraction ? 1 : 0;
+  }
+  if (p < end) exponent += std::atoi(p + 1);  // after 'e'
+  double value = (double)significand;
+  while (value != 0.0 && std::abs(exponent) > 308) {  // (only past double's own range)
+    if (exponent > 0) return parsed;
+    value /= 1e308, exponent += 308;
+  }
+  // The power of ten correctly rounded (exact up to 1e22), as the library's table holds it.
+  const double scale = std::strtod(("1e" + std::to_string(std::abs(exponent))).c_str(), nullptr);
+  value = exponent >= 0 ? value * scale : value / scale;
+  return negative ? -value : value;
+}
+
 class Unigram final : public Model {
  public:
   Unigram(const json& j, const std::string& at) {
@@ -30,7 +81,7 @@ class Unigram final : public Model {
         throw_error(ErrorKind::kFormat, at + ": a vocab entry must be [piece, score]");
       const int32_t id = (int32_t)by_id_.size();
       by_id_.push_back(e[0].get<std::string>());
-      scores_.push_back(e[1].get<double>());
+      scores_.push_back(library_rounded(e[1].get<double>()));
       min_score = std::min(min_score, scores_.back());
       ids_.emplace(by_id_.back(), id);
       if (!by_id_.back().empty()) trie_.add(by_id_.back(), id);

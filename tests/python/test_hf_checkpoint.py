@@ -149,10 +149,11 @@ def test_tokenizer_ids_identical_to_hf_tokenizers(tokenizer_dirs):
         got = hablar_encode(d, texts)
         same = sum(r == g for r, g in zip(ref, got))
         report.append(f"{d.name}: {same}/{len(texts)}")
-        # Known gap: the trained Unigram differs on a few texts of repeated emoji tag
-        # sequences (equal-score segmentations broken the other way); every other is exact.
-        need = len(texts) - 8 if d.name.startswith("unigram") else len(texts)
-        assert same >= need, report[-1]
+        # Every text exact, the trained Unigram's too: its near-tied segmentations (a piece
+        # and its doubling) are decided by the last bits of the scores as `tokenizers` reads
+        # them (hf_unigram.cpp, library_rounded); the training differs run to run, so each
+        # run brings new ties.
+        assert same == len(texts), report[-1]
         # The post-processor's ids (BOS, CLS/SEP) with add_special.
         ref_sp = [e.ids for e in Tokenizer.from_file(str(d / "tokenizer.json")).encode_batch(texts[1:21], add_special_tokens=True)]
         assert hablar_encode(d, texts[1:21], add_special=True) == ref_sp, d.name
