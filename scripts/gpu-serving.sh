@@ -146,14 +146,14 @@ tests() {
 }
 
 # CUDA embeddings against the CPU's (every pooling), then BERT-base throughput (512 inputs
-# of 128 tokens, one step; device time per kind of op from HABLAR_EMBED_PROFILE).
+# of 128 tokens, one step; device time per kind of op from `hablar embed --profile`).
 embed_checks() {
   "$gpu/bin/gpu_embed_tests" 2>&1 | tee "$log/gpu_embed_tests.txt" |
     grep -E "worst|largest|FAILED|PASSED|Failure" | head -80
   "$gpu/bin/hablar" make-model --arch bert --shape bert-base --type f16 -o /tmp/bert-base.gguf \
     >/dev/null 2>&1 || return 1
   for tokens in 65536 8192; do
-    HABLAR_EMBED_PROFILE=1 "$gpu/bin/hablar" embed -m /tmp/bert-base.gguf --device cuda \
+    "$gpu/bin/hablar" embed -m /tmp/bert-base.gguf --device cuda --profile \
       --bench 512x128 --batch-tokens $tokens 2>&1 | tail -2 | tee -a "$log/gpu_embed_tests.txt"
   done
 }

@@ -42,6 +42,7 @@ struct EmbedOptions {
   std::string device = "cpu";
   std::string bench;  // "NxL": N random inputs of L tokens, timed
   int bench_reps = 3;
+  bool profile = false;  // device time per kind of op (CUDA), printed at the end
   LoadFlags load;
 };
 
@@ -83,6 +84,7 @@ std::unique_ptr<engine::StepExecutor> embed_executor(const model::Model& m, cons
   eo.kv_tokens = 2048;  // (embedding steps keep no cache; a decoder's executor makes a small one)
   eo.cuda.max_seq_len = eo.kv_tokens;
   eo.cuda.max_step_tokens = 512;
+  eo.cuda.profile_embeddings = o.profile;
   std::unique_ptr<engine::StepExecutor> ex = engine::make_executor(m, eo);
   std::string why;
   if (ex->can_embed(&why)) return ex;
@@ -207,6 +209,9 @@ const CommandRegistration registration{
                      "NxL: time N random inputs of L tokens instead (prints inputs/s)");
       app.add_option("--bench-reps", o->bench_reps, "timed passes of --bench (the best is shown)")
           ->capture_default_str();
+      app.add_flag("--profile", o->profile,
+                   "on the GPU: device time per kind of op (products, attention, norms), printed "
+                   "at the end");
       o->load.add_to(app);
       return [o] { return run_embed(*o); };
     }};

@@ -181,7 +181,8 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   check_cuda_shapes(model);
   const model::ModelConfig& c = model.config();
   upload_weights();
-  embedder_ = std::make_unique<CudaEmbedder>(model, weights_, stream_.get(), o.deterministic);
+  embedder_ = std::make_unique<CudaEmbedder>(model, weights_, stream_.get(), o.deterministic,
+                                             o.profile_embeddings);
   if (c.encoder) {  // encoders only embed: no KV cache, decode buffers or sampling
     layout_ = model.kv_layout_for(1);
     report_ = fmt::format("cuda: encoder, weights {:.1f} MiB, embedding steps of any size",

@@ -20,6 +20,9 @@ struct CudaExecutorOptions {
   int32_t max_step_tokens = 512;        // token rows of one step
   int32_t max_seq_len = 0;              // the longest sequence; 0: the model's trained context
   bool deterministic = false;           // batch-invariant kernels (forward_ops.h)
+  // Embedding steps: device time per kind of op, printed to stderr when the executor goes
+  // (`hablar embed --profile`; the events synchronize nothing but cost a little).
+  bool profile_embeddings = false;
   // The cache's element types: only F16 on the GPU (the constructor refuses the others).
   KvDType cache_type_k = KvDType::F16, cache_type_v = KvDType::F16;
 };

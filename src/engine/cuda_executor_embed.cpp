@@ -11,10 +11,11 @@
 namespace hablar::engine {
 
 CudaEmbedder::CudaEmbedder(const model::Model& model, model::Weights& weights, cudaStream_t stream,
-                           bool batch_invariant)
+                           bool batch_invariant, bool profile)
     : model_(model),
       weights_(weights),
       batch_invariant_(batch_invariant),
+      profile_(profile),
       ropes_(model::ropes_for_context(
           model.config(), model.config().n_ctx_train > 0 ? model.config().n_ctx_train : 8192)),
       stream_(stream) {
@@ -120,7 +121,7 @@ void CudaEmbedder::run(std::span<const std::span<const int32_t>> sequences,
                        std::span<const Pooling> pooling, EmbedOutput& out) {
   const model::ModelConfig& c = model_.config();
   const model::Weights& w = weights_;
-  if (!ops_) ops_ = std::make_unique<cuda::EmbedOps>(stream_);
+  if (!ops_) ops_ = std::make_unique<cuda::EmbedOps>(stream_, profile_);
   ops_->begin(sequences, model::activation_dims(c), ropes_, c.rms_eps, c.norm_eps, c.causal);
   model::forward_embeddings(c, w, *ops_);
   const cuda::ClassifierHead head{&w.cls, w.cls_b, &w.cls_out, w.cls_out_b};

@@ -27,8 +27,9 @@ class CudaEmbedder {
   // own, so its vector does not depend on what else the step holds (the products' cuBLAS
   // kernels and their summation orders depend on the row count); slower for many short
   // inputs. Otherwise a step's inputs share every product.
+  // `profile`: device time per kind of op, printed when the embedder goes.
   CudaEmbedder(const model::Model& model, model::Weights& weights, cudaStream_t stream,
-               bool batch_invariant);
+               bool batch_invariant, bool profile = false);
   // false, with the reason, for models the device path cannot run (mixtures of experts,
   // head sizes other than 32, 64, 128).
   bool can_embed(std::string* why) const;
@@ -49,6 +50,7 @@ class CudaEmbedder {
   const model::Weights& weights_;
   std::string unsupported_;  // empty: the device embeds this model
   bool batch_invariant_ = false;
+  bool profile_ = false;
   std::vector<RopeParams> ropes_;
   std::vector<cuda::DeviceMemory> tensors_;
   size_t bytes_ = 0;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -74,11 +73,10 @@ struct EmbedOps::Timed {
   Timed& operator=(const Timed&) = delete;
 };
 
-EmbedOps::EmbedOps(cudaStream_t stream) : stream_(stream) {
+EmbedOps::EmbedOps(cudaStream_t stream, bool profile) : stream_(stream) {
   act_ = {&handles_[kX], &handles_[kXb],  &handles_[kQ],    &handles_[kK],
           &handles_[kV], &handles_[kAtt], &handles_[kGate], &handles_[kUp]};
-  const char* env = std::getenv("HABLAR_EMBED_PROFILE");
-  if (env && *env && std::string(env) != "0") profile_ = std::make_unique<Profile>();
+  if (profile) profile_ = std::make_unique<Profile>();
 }
 
 EmbedOps::~EmbedOps() {

@@ -54,7 +54,9 @@ struct ClassifierHead {
 
 class EmbedOps {
  public:
-  explicit EmbedOps(cudaStream_t stream);
+  // `profile`: device time per kind of op (events around each), summed over steps and
+  // printed to stderr when the ops go away.
+  explicit EmbedOps(cudaStream_t stream, bool profile = false);
   ~EmbedOps();
   EmbedOps(const EmbedOps&) = delete;
   EmbedOps& operator=(const EmbedOps&) = delete;
@@ -124,8 +126,7 @@ class EmbedOps {
     uint16_t* f16() const { return static_cast<uint16_t*>(m16.get()); }
   };
   enum Slot { kX, kXb, kQ, kK, kV, kAtt, kGate, kUp, kHidden, kScratch, kSlots };
-  // HABLAR_EMBED_PROFILE=1: device time per kind of op (events around each), summed over
-  // steps and printed to stderr when the ops go away.
+  // The profile's kinds of op (constructor's `profile`).
   enum ProfileKind { kProducts, kAttention, kNorms, kProfileKinds };
   struct Profile;
   struct Timed;
@@ -175,7 +176,7 @@ class EmbedOps {
   // classifier's input, middle and output rows, F16 scratch of its products.
   std::array<DeviceMemory, 3> pool_inputs_;
   DeviceMemory pooled_, cls_in_, cls_mid_, cls_out_, f16_scratch_;
-  std::unique_ptr<Profile> profile_;  // null unless HABLAR_EMBED_PROFILE is set
+  std::unique_ptr<Profile> profile_;  // null unless profiling
 };
 
 }  // namespace hablar::cuda
