@@ -147,12 +147,24 @@ TEST_P(GpuEmbed, EveryPoolingMatchesCpu) {
                 [&](size_t a, size_t b) { return score(want, a) > score(want, b); });
       std::sort(order_got.begin(), order_got.end(),
                 [&](size_t a, size_t b) { return score(got, a) > score(got, b); });
-      EXPECT_EQ(order_got, order_want)
-          << testing::PrintToString(want.values) << " vs " << testing::PrintToString(got.values);
+      const double tol = max_score_difference(c);
+      if (c.type == "f16") {
+        EXPECT_EQ(order_got, order_want)
+            << testing::PrintToString(want.values) << " vs " << testing::PrintToString(got.values);
+      } else {
+        // Quantized: scores move by up to `tol`, so two inputs whose CPU scores lie closer
+        // than 2 tol may swap (measured: 0.850 / 0.839 on the CPU, 0.836 / 0.844 on the
+        // H200); every pair farther apart keeps its order.
+        for (size_t a = 0; a < seqs.size(); ++a)
+          for (size_t b = 0; b < seqs.size(); ++b)
+            if (score(want, a) - score(want, b) > 2 * tol) {
+              EXPECT_GT(score(got, a), score(got, b)) << "inputs " << a << ", " << b;
+            }
+      }
       double worst = 0;
       for (size_t i = 0; i < seqs.size(); ++i) {
         worst = std::max(worst, (double)std::fabs(score(got, i) - score(want, i)));
-        EXPECT_NEAR(score(got, i), score(want, i), max_score_difference(c)) << i;
+        EXPECT_NEAR(score(got, i), score(want, i), tol) << i;
       }
       std::printf("%s rank: worst score difference %.3g\n", c.name.c_str(), worst);
       continue;
