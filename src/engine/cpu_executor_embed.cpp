@@ -21,11 +21,7 @@ void CpuExecutor::embed(std::span<const EmbedChunk> chunks, EmbedOutput& out) {
   EmbedInputs inputs = checked_embed_inputs(c, w, chunks);
   std::vector<std::span<const int32_t>>& sequences = inputs.sequences;
   std::vector<Pooling>& pooling = inputs.pooling;
-  if (sequences.empty()) {
-    out.values.clear();
-    out.begin.assign(1, 0);
-    return;
-  }
+  if (no_embed_inputs(inputs, out)) return;
   embed_ops_.begin(sequences, model::activation_dims(c), ropes_, c.rms_eps, c.norm_eps, c.causal);
   model::forward_embeddings(c, w, embed_ops_);
   const cpu::ClassifierHead head{&w.cls, w.cls_b, &w.cls_out, w.cls_out_b};

@@ -101,11 +101,7 @@ void CudaEmbedder::embed(std::span<const EmbedChunk> chunks, EmbedOutput& out) {
   EmbedInputs inputs = checked_embed_inputs(c, w, chunks);
   std::vector<std::span<const int32_t>>& sequences = inputs.sequences;
   std::vector<Pooling>& pooling = inputs.pooling;
-  if (sequences.empty()) {
-    out.values.clear();
-    out.begin.assign(1, 0);
-    return;
-  }
+  if (no_embed_inputs(inputs, out)) return;
   if (!batch_invariant_ || sequences.size() == 1) return run(sequences, pooling, out);
   out.values.clear();
   out.begin.assign(1, 0);

@@ -45,4 +45,12 @@ inline EmbedInputs checked_embed_inputs(const model::ModelConfig& c, const model
   return in;
 }
 
+// An empty step's output (no inputs): true, with `out` set, when `in` holds none.
+inline bool no_embed_inputs(const EmbedInputs& in, EmbedOutput& out) {
+  if (!in.sequences.empty()) return false;
+  out.values.clear();
+  out.begin.assign(1, 0);
+  return true;
+}
+
 }  // namespace hablar::engine

@@ -1,6 +1,8 @@
 // Helpers shared by the unit tests.
 #pragma once
 
+#include <cmath>
+#include <span>
 #include <string>
 
 namespace hablar::test {
@@ -15,5 +17,13 @@ std::string default_model_path_or_empty();
 std::string cached_model_path_or_empty(const std::string& file_name);
 // A fresh temporary directory for one test.
 std::string make_temp_dir(const std::string& prefix);
+
+// The cosine of the angle between two vectors of equal length, summed in double.
+inline double cosine(std::span<const float> a, std::span<const float> b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+  return ab / std::sqrt(aa * bb);
+}
 
 }  // namespace hablar::test

@@ -41,13 +41,6 @@ std::string write_model(const std::string& dir, const nlohmann::json& spec) {
   return path;
 }
 
-double cosine(std::span<const float> a, std::span<const float> b) {
-  double ab = 0, aa = 0, bb = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
-  return ab / std::sqrt(aa * bb);
-}
-
 // Runs every sequence in one step with the pooling; vectors per sequence.
 std::vector<std::vector<float>> embed_all(engine::CpuExecutor& ex,
                                           const std::vector<std::vector<int32_t>>& seqs,
@@ -93,8 +86,8 @@ TEST_P(EmbeddingGolden, EveryPoolingMatchesLlamaCpp) {
       const int64_t width = pooling == Pooling::kRank ? (int64_t)rows[0].size() : E;
       for (size_t r = 0; r < rows.size(); ++r) {
         const std::span<const float> g(got[i].data() + r * width, (size_t)width);
-        const double c =
-            pooling == Pooling::kRank ? 1.0 - std::fabs(g[0] - rows[r][0]) : cosine(g, rows[r]);
+        const double c = pooling == Pooling::kRank ? 1.0 - std::fabs(g[0] - rows[r][0])
+                                                   : test::cosine(g, rows[r]);
         worst = std::min(worst, c);
         EXPECT_GE(c, kMinCosine) << GetParam() << " " << name << " input " << i << " row " << r;
       }
