@@ -493,22 +493,29 @@ void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
 }
 
 int32_t GrammarMatcher::apply_mask(std::span<float> logits) {
-  const size_t n = std::min(logits.size(), (size_t)vocab().n_vocab());
-  mask_.resize((n + 31) / 32);
+  mask_.resize((std::min(logits.size(), (size_t)vocab().n_vocab()) + 31) / 32);
   fill_mask(mask_);
+  return mask_logits(mask_, logits);  // (rows past the vocabulary: refused)
+}
+
+int32_t mask_logits(std::span<const uint32_t> words, std::span<float> logits) {
+  const size_t n = std::min(logits.size(), words.size() * 32);
   int32_t allowed = 0;
   const float ninf = -std::numeric_limits<float>::infinity();
-  for (size_t w = 0; w < mask_.size(); ++w) {
-    const uint32_t bits = mask_[w];
+  for (size_t w = 0; w * 32 < n; ++w) {
+    const uint32_t bits = words[w];
     const size_t base = w * 32;
     const size_t lim = std::min<size_t>(32, n - base);
     if (bits == 0xFFFFFFFFu && lim == 32) {
       allowed += 32;
       continue;
     }
-    allowed += __builtin_popcount(bits);
-    for (size_t b = 0; b < lim; ++b)
-      if (!((bits >> b) & 1u)) logits[base + b] = ninf;
+    for (size_t b = 0; b < lim; ++b) {
+      if ((bits >> b) & 1u)
+        ++allowed;
+      else
+        logits[base + b] = ninf;
+    }
   }
   for (size_t i = n; i < logits.size(); ++i) logits[i] = ninf;
   return allowed;

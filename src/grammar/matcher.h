@@ -84,6 +84,10 @@ struct CompiledGrammar {
 
 std::shared_ptr<const CompiledGrammar> compile(Grammar g, std::shared_ptr<const Vocab> vocab);
 
+// Sets logits[i] to -infinity where bit i of `words` is clear (every i past its bits too);
+// returns how many stay allowed.
+int32_t mask_logits(std::span<const uint32_t> words, std::span<float> logits);
+
 // One request's position in its grammar. Not thread-safe; one per sequence.
 class GrammarMatcher {
  public:

@@ -372,18 +372,9 @@ bool GrammarGate::advance(std::span<const int32_t> history) {
 
 void GrammarGate::constrain(std::span<float> logits, std::span<const int32_t> history) {
   if (!advance(history)) return;
-  if (!failed_) {
-    try {
-      if (matcher_->apply_mask(logits) > 0) return;
-    } catch (const std::exception& e) {
-      log::warn("grammar stopped the sequence: {}", e.what());
-      failed_ = true;
-    }
-  }
-  // A dead end, or the grammar failed: only the end of generation.
-  std::fill(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity());
-  for (int32_t id : grammar_->vocab->eog())
-    if ((size_t)id < logits.size()) logits[(size_t)id] = 0.0f;
+  mask_.assign((logits.size() + 31) / 32, 0u);
+  fill_allowed(mask_);
+  grammar::mask_logits(mask_, logits);
 }
 
 void GrammarGate::fill_allowed(std::span<uint32_t> words) {
@@ -407,29 +398,28 @@ void GrammarGate::fill_allowed(std::span<uint32_t> words) {
     if ((size_t)id < words.size() * 32) words[(size_t)id >> 5] |= 1u << (id & 31);
 }
 
-int32_t GrammarGate::distance_limit(std::span<const int32_t> history) {
-  if (max_tokens_ <= 0 || !start_ || !matcher_ || failed_ || off_) return -1;
-  const int32_t left = max_tokens_ - (int32_t)(history.size() - *start_);  // with the next
+std::optional<GrammarGate::Budget> GrammarGate::budget(std::span<const int32_t> history) {
+  if (max_tokens_ <= 0 || !start_ || !matcher_ || failed_ || off_) return std::nullopt;
   try {
     const int32_t now = matcher_->distance_to_end();
-    if (now >= grammar::kNoCompletion) return -1;
-    // After the next token, left - 1 remain for the completion's bytes and then the end of
-    // generation (without which the sequence would stop for its length, not its grammar).
-    return std::max({left - 2, now - 1, 0});
+    if (now >= grammar::kNoCompletion) return std::nullopt;
+    return Budget{max_tokens_ - (int32_t)(history.size() - *start_), now};
   } catch (const std::exception&) {
-    return -1;  // a grammar too ambiguous to follow here: constrain() deals with it
+    return std::nullopt;  // a grammar too ambiguous to follow here: constrain() deals with it
   }
 }
 
+int32_t GrammarGate::distance_limit(std::span<const int32_t> history) {
+  const std::optional<Budget> b = budget(history);
+  if (!b) return -1;
+  // After the next token, left - 1 remain for the completion's bytes and then the end of
+  // generation (without which the sequence would stop for its length, not its grammar).
+  return std::max({b->left - 2, b->now - 1, 0});
+}
+
 bool GrammarGate::near_budget(std::span<const int32_t> history, int32_t margin) {
-  if (max_tokens_ <= 0 || !start_ || !matcher_ || failed_ || off_) return false;
-  const int32_t left = max_tokens_ - (int32_t)(history.size() - *start_);  // with the next
-  try {
-    const int32_t now = matcher_->distance_to_end();
-    return now < grammar::kNoCompletion && left - 2 - now < margin;
-  } catch (const std::exception&) {
-    return false;
-  }
+  const std::optional<Budget> b = budget(history);
+  return b && b->left - 2 - b->now < margin;
 }
 
 bool GrammarGate::fits(int32_t token, int32_t limit) {

@@ -94,6 +94,12 @@ class GrammarGate {
   void restrict_to_distance(std::span<float> logits, int32_t limit);
 
  private:
+  // Tokens left with the next one, and the fewest bytes that finish the grammar now; none
+  // without a budget, a matcher, or a finite completion.
+  struct Budget {
+    int32_t left, now;
+  };
+  std::optional<Budget> budget(std::span<const int32_t> history);
   void feed(int32_t token);
 
   GrammarPtr grammar_;
@@ -105,6 +111,7 @@ class GrammarGate {
   std::optional<size_t> start_;  // history length at the first step (the prompt)
   size_t seen_ = 0;
   int32_t max_tokens_ = 0;
+  std::vector<uint32_t> mask_;  // constrain()'s token bits
 };
 
 // A request with an output grammar: the gate masks the logits, then the request's own
