@@ -10,7 +10,7 @@ token + KV cache) against the measured memory bandwidth (a STREAM-like copy), an
 peak RSS against model file + KV cache + 64 MiB.
 
 llama-bench: ~/.cache/hablar/llama-bench/llama-bench (build it with
-~/.cache/hablar/llama-bench/build.sh, from the llama-cpp-python 0.3.36 sdist's vendored
+bench/llama/build_llama_bench.sh, from the llama-cpp-python 0.3.36 sdist's vendored
 llama.cpp). Without it, llama.cpp is timed through llama-cpp-python's eval (same method:
 pp = one eval of P tokens from an empty cache, tg = N evals of one token).
 

@@ -1,19 +1,29 @@
 // Attention of an embedding step (embed_kernels.h): flash attention over each sequence's own
-// rows, bidirectional (encoders) or causal (decoder embedders), on tensor cores.
+// rows, bidirectional (encoders) or causal (decoder embedders), on tensor cores with every
+// intermediate in registers.
 //
 // A block of 4 warps takes one query tile (64 rows of one sequence, embed_plan.h) of one
-// head; warp w owns query rows 16w..16w+15. Per key tile of 64 rows (K and V staged in
-// shared memory as F16):
-//   S = Q · Kᵀ            WMMA 16x16x16, f32 accumulation, into shared memory
-//   online softmax         two lanes per query row: scale, soft-cap, mask, running max m
-//                          and sum l (registers), P = exp(S - m) as F16, O rescaled
-//   O += P · V             WMMA, O kept in shared memory in f32
-// then out = O / l as F16. Shared memory (HD = 128): Q, K, V 3 x 64 x 136 halves, S 64 x 68
-// floats, P 64 x 72 halves, O 64 x 132 floats: 110 KiB (2 blocks per H200 SM; 70 KiB at 64).
+// head; warp w owns query rows 16w..16w+15 and holds them as mma A fragments (Q's bias added).
+// K and V are staged in shared memory as stored (cp.async, up to 256 keys per barrier); K's
+// bias adds q · b_k to all of a row's scores (added to each, so soft-capping stays exact) and
+// V's adds b_v to the output (the weights sum to one). Per key tile of 64 rows:
+//   S = Q · Kᵀ        mma.sync m16n8k16 (F16 in, f32 accumulation), S in registers
+//   online softmax    each lane holds 16 scores of two rows (g, g + 8); scale, soft-cap,
+//                     mask, running max m and sum l (f32), the row's four lanes agreeing
+//                     through shuffles; P = exp(S - m) rounded to F16, O rescaled
+//   O += P · V        mma.sync, P's accumulator fragments reused as A fragments, V's B
+//                     fragments through ldmatrix.trans, O in registers
+// then out = O / l (+ b_v) as F16. Shared memory: K and V 256 x (HD + 8) halves each at
+// HD <= 64 (72 KiB at 64), 128 rows each at HD = 128.
+//
+// Fragment layout of m16n8k16 (g = lane / 4, t = lane % 4): A (16 x 16, row-major) regs
+// {(g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)}; B (16 x 8, by column n)
+// regs {(k 2t..2t+1, n g), (k 2t + 8.., n g)}; C (16 x 8) {(g, 2t), (g, 2t + 1), (g + 8, 2t),
+// (g + 8, 2t + 1)}. Two pairs of C tiles of adjacent columns are exactly one A fragment.
 #include <cuda_fp16.h>
-#include <mma.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/embed_kernels.h"
@@ -21,136 +31,166 @@
 namespace hablar::cuda::embed {
 namespace {
 
-using namespace nvcuda;
-
 constexpr int kBQ = kEmbedQueryTile;  // query rows per block
 constexpr int kBK = 64;               // key rows per step
 constexpr int kWarps = kBQ / 16;
-constexpr int kSP = kBK + 4;  // S row stride (floats)
-constexpr int kPP = kBK + 8;  // P row stride (halves)
 
+// Key tiles staged at once (all of a sequence up to 256 keys at HD <= 64): every copy of
+// them is in flight together, then one barrier.
 template <int HD>
 struct Smem {
-  static constexpr int kHP = HD + 8;  // Q/K/V row stride (halves)
-  static constexpr int kOP = HD + 4;  // O row stride (floats)
-  static constexpr size_t q = 0;
-  static constexpr size_t k = q + (size_t)kBQ * kHP * 2;
-  static constexpr size_t v = k + (size_t)kBK * kHP * 2;
-  static constexpr size_t s = v + (size_t)kBK * kHP * 2;
-  static constexpr size_t p = s + (size_t)kBQ * kSP * 4;
-  static constexpr size_t o = p + (size_t)kBQ * kPP * 2;
-  static constexpr size_t bytes = o + (size_t)kBQ * kOP * 4;
+  static constexpr int kStage = HD <= 64 ? 4 : 2;
+  static constexpr int kKeys = kStage * kBK;
+  static constexpr int kKP = HD + 8;  // K and V row stride (halves): conflict-free fragments
+  static constexpr size_t k = 0;
+  static constexpr size_t v = k + (size_t)kKeys * kKP * 2;
+  static constexpr size_t bytes = v + (size_t)kKeys * kKP * 2;
 };
 
-// rows [kRows x HD] of F16 from global rows (stride `stride` halves) into shared memory
-// (stride kHP), plus bias[HD] when given; rows at or past `valid` are zero.
-template <int HD, int kRows>
-__device__ void stage_rows(__half* dst, const __half* src, int64_t stride, int valid,
-                           const float* __restrict__ bias) {
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Two neighbouring F16 values (plus their biases, added in f32 and rounded once), as a reg.
+__device__ __forceinline__ uint32_t load_pair(const __half* p, const float* bias) {
+  uint32_t raw = *reinterpret_cast<const uint32_t*>(p);
+  if (!bias) return raw;
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&raw));
+  return pack_half2(f.x + bias[0], f.y + bias[1]);
+}
+
+// 16 bytes global -> shared without registers (zero-filled when !valid; src must still be a
+// readable address).
+__device__ __forceinline__ void copy16_async(void* dst, const void* src, bool valid) {
+  const unsigned addr = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+
+// K and V rows [n_rows x HD] (stride `stride` halves) into shared memory (stride kKP), rows at or
+// past `valid` zero; waits for the copies and the block.
+template <int HD>
+__device__ void stage_kv(__half* ks, __half* vs, const __half* k, const __half* v, int64_t stride,
+                         int n_rows, int valid) {
   constexpr int kChunks = HD / 8;  // 16-byte pieces per row
-  for (int u = threadIdx.x; u < kRows * kChunks; u += blockDim.x) {
+  for (int u = threadIdx.x; u < n_rows * kChunks; u += blockDim.x) {
     const int r = u / kChunks, c = u % kChunks;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (r < valid) {
-      val = *reinterpret_cast<const uint4*>(src + r * stride + c * 8);
-      if (bias) {
-        __half2* h = reinterpret_cast<__half2*>(&val);
-        for (int e = 0; e < 4; ++e) {
-          const float2 f = __half22float2(h[e]);
-          h[e] = __floats2half2_rn(f.x + bias[c * 8 + 2 * e], f.y + bias[c * 8 + 2 * e + 1]);
-        }
-      }
-    }
-    *reinterpret_cast<uint4*>(dst + r * Smem<HD>::kHP + c * 8) = val;
+    const bool ok = r < valid;
+    const int64_t at = (ok ? r : 0) * stride + c * 8;
+    copy16_async(ks + r * Smem<HD>::kKP + c * 8, k + at, ok);
+    copy16_async(vs + r * Smem<HD>::kKP + c * 8, v + at, ok);
   }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  __syncthreads();
 }
 
-// S[16 x 64] = Q · Kᵀ for warp `warp`'s 16 query rows, into shared memory.
-template <int HD>
-__device__ void scores(const __half* qs, const __half* ks, float* ss, int warp) {
-  using L = Smem<HD>;
-  for (int j = 0; j < kBK / 16; ++j) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.0f);
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
-      wmma::load_matrix_sync(fa, qs + warp * 16 * L::kHP + kk * 16, L::kHP);
-      wmma::load_matrix_sync(fb, ks + j * 16 * L::kHP + kk * 16, L::kHP);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
-    wmma::store_matrix_sync(ss + warp * 16 * kSP + j * 16, acc, kSP, wmma::mem_row_major);
-  }
+// The B fragment pair of V rows [16kk, 16kk + 16) x columns [8dj, 8dj + 8) from row-major V
+// in shared memory: ldmatrix's transposing load hands lane (g, t) keys 2t, 2t + 1 (+ 8) of
+// column g.
+__device__ __forceinline__ void load_v_fragment(const __half* tile_rows, int stride, int lane,
+                                                uint32_t& b0, uint32_t& b1) {
+  const __half* p = tile_rows + (lane % 16) * stride;
+  const unsigned addr = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(b0), "=r"(b1)
+               : "r"(addr));
 }
 
-// O[16 x HD] += P[16 x 64] · V[64 x HD] for warp `warp`'s rows (O in shared memory, f32).
-template <int HD>
-__device__ void accumulate(const __half* ps, const __half* vs, float* os, int warp) {
-  using L = Smem<HD>;
-  for (int dj = 0; dj < HD / 16; ++dj) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    float* o_tile = os + warp * 16 * L::kOP + dj * 16;
-    wmma::load_matrix_sync(acc, o_tile, L::kOP, wmma::mem_row_major);
-    for (int kk = 0; kk < kBK / 16; ++kk) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> fb;
-      wmma::load_matrix_sync(fa, ps + warp * 16 * kPP + kk * 16, kPP);
-      wmma::load_matrix_sync(fb, vs + kk * 16 * L::kHP + dj * 16, L::kHP);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
-    wmma::store_matrix_sync(o_tile, acc, L::kOP, wmma::mem_row_major);
-  }
-}
-
-// What a lane needs of its query row: its position, whether it is in the sequence, the
-// first key it may see.
-struct QueryRow {
-  int row, half_id, qi, first;
-  bool live;
+// What a lane knows of its two query rows (g and g + 8 of its warp's 16).
+struct LaneRows {
+  int qi[2], first[2];
+  bool live[2];
+  float key_bias[2];  // q · b_k of the row: what K's bias adds to each of its scores
 };
 
-// The online softmax of one key tile for this lane's half (32 columns) of its row: scores
-// scaled, soft-capped and masked; the running max m and sum l updated (the lane pair
-// agrees through shuffles); P = exp(S - m) written as F16; the row of O rescaled.
+// The online softmax of one key tile over the lane's scores s (C fragments, columns
+// k0 + 8j + 2t + {0, 1}): K's bias term added, scaled, soft-capped and masked; m and l updated per
+// row (the four lanes of a row agree through shuffles); s becomes P = exp(S - m); alpha[i] the
+// factor row i's O is rescaled by.
+__device__ __forceinline__ void softmax_tile(const AttentionArgs& a, const EmbedTile& tile,
+                                             const LaneRows& r, int k0, int t,
+                                             float (&s)[kBK / 8][4], float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2]) {
+  const float* row_bias = r.key_bias;
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < kBK / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e / 2, kj = k0 + 8 * j + 2 * t + (e & 1);
+      float x = (s[j][e] + row_bias[i]) * a.scale;
+      if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
+      const bool ok =
+          r.live[i] && kj < tile.len && (!a.causal || (kj <= r.qi[i] && kj >= r.first[i]));
+      s[j][e] = ok ? x : -INFINITY;
+      tile_max[i] = fmaxf(tile_max[i], s[j][e]);
+    }
+  }
+  float sum[2] = {0.0f, 0.0f}, m_new[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
+    tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
+    m_new[i] = fmaxf(m[i], tile_max[i]);
+    alpha[i] = m_new[i] == -INFINITY ? 1.0f : __expf(m[i] - m_new[i]);
+  }
+#pragma unroll
+  for (int j = 0; j < kBK / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e / 2;
+      const float p = s[j][e] == -INFINITY ? 0.0f : __expf(s[j][e] - m_new[i]);
+      sum[i] += p;
+      s[j][e] = p;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
+    sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
+    l[i] = l[i] * alpha[i] + sum[i];
+    m[i] = m_new[i];
+  }
+}
+
+// r.key_bias[i] = q_i · b_k over the row's Q fragments (f32; the row's four lanes each hold a
+// quarter of its columns), 0 without a K bias.
 template <int HD>
-__device__ void softmax_step(const AttentionArgs& a, const EmbedTile& tile, const QueryRow& r,
-                             int k0, const float* ss, __half* ps, float* os, float& m, float& l) {
-  float sv[kBK / 2];
-  float tile_max = -INFINITY;
-  for (int c = 0; c < kBK / 2; ++c) {
-    const int col = r.half_id * (kBK / 2) + c, kj = k0 + col;
-    float s = ss[r.row * kSP + col] * a.scale;
-    if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
-    const bool ok = r.live && kj < tile.len && (!a.causal || (kj <= r.qi && kj >= r.first));
-    sv[c] = ok ? s : -INFINITY;
-    tile_max = fmaxf(tile_max, sv[c]);
+__device__ __forceinline__ void key_bias_terms(const uint32_t (&qa)[HD / 16][4], const float* bk,
+                                               int t, LaneRows& r) {
+  r.key_bias[0] = r.key_bias[1] = 0.0f;
+  if (!bk) return;
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = 16 * kk + 2 * t + 8 * (e / 2);
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&qa[kk][e]));
+      r.key_bias[e % 2] += f.x * bk[col] + f.y * bk[col + 1];
+    }
   }
-  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-  const float m_new = fmaxf(m, tile_max);
-  const float alpha = m_new == -INFINITY ? 1.0f : __expf(m - m_new);
-  float sum = 0.0f;
-  for (int c = 0; c < kBK / 2; ++c) {
-    const float p = sv[c] == -INFINITY ? 0.0f : __expf(sv[c] - m_new);
-    sum += p;
-    ps[r.row * kPP + r.half_id * (kBK / 2) + c] = __float2half_rn(p);
+  for (int i = 0; i < 2; ++i) {
+    r.key_bias[i] += __shfl_xor_sync(0xffffffffu, r.key_bias[i], 1);
+    r.key_bias[i] += __shfl_xor_sync(0xffffffffu, r.key_bias[i], 2);
   }
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-  l = l * alpha + sum;
-  m = m_new;
-  for (int d = r.half_id * (HD / 2); d < (r.half_id + 1) * (HD / 2); ++d)
-    os[r.row * Smem<HD>::kOP + d] *= alpha;
 }
 
 template <int HD>
 __global__ void __launch_bounds__(kWarps * 32) embed_attention_kernel(AttentionArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   using L = Smem<HD>;
-  __half* qs = reinterpret_cast<__half*>(smem + L::q);
   __half* ks = reinterpret_cast<__half*>(smem + L::k);
   __half* vs = reinterpret_cast<__half*>(smem + L::v);
-  float* ss = reinterpret_cast<float*>(smem + L::s);
-  __half* ps = reinterpret_cast<__half*>(smem + L::p);
-  float* os = reinterpret_cast<float*>(smem + L::o);
 
   const EmbedTile tile = a.tiles[blockIdx.x];
   const int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv_heads);
@@ -160,40 +200,94 @@ __global__ void __launch_bounds__(kWarps * 32) embed_attention_kernel(AttentionA
       reinterpret_cast<const __half*>(a.k) + (int64_t)tile.base * kv_stride + kvh * HD;
   const __half* v =
       reinterpret_cast<const __half*>(a.v) + (int64_t)tile.base * kv_stride + kvh * HD;
+  const float* bq = a.bq ? a.bq + h * HD : nullptr;
+  const float* bk = a.bk ? a.bk + kvh * HD : nullptr;
+  const float* bv = a.bv ? a.bv + kvh * HD : nullptr;
   const int n_q = min(kBQ, tile.len - tile.q0);
-  stage_rows<HD, kBQ>(qs, q + tile.q0 * q_stride, q_stride, n_q, a.bq ? a.bq + h * HD : nullptr);
-  for (int u = threadIdx.x; u < kBQ * L::kOP; u += blockDim.x) os[u] = 0.0f;
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  QueryRow r;
-  r.row = warp * 16 + lane / 2, r.half_id = lane % 2, r.qi = tile.q0 + r.row;
-  r.live = r.qi < tile.len;
-  r.first = a.causal && a.window > 0 && r.qi >= a.window ? r.qi - a.window + 1 : 0;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  LaneRows r;
+  for (int i = 0; i < 2; ++i) {
+    r.qi[i] = tile.q0 + warp * 16 + g + 8 * i;
+    r.live[i] = r.qi[i] < tile.len;
+    r.first[i] = a.causal && a.window > 0 && r.qi[i] >= a.window ? r.qi[i] - a.window + 1 : 0;
+  }
+  const bool warp_live = tile.q0 + warp * 16 < tile.len;
+  // The warp's Q rows as A fragments (rows past the sequence are zero).
+  uint32_t qa[HD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e % 2, col = 16 * kk + 2 * t + 8 * (e / 2);
+      qa[kk][e] = r.live[i] ? load_pair(q + r.qi[i] * q_stride + col, bq ? bq + col : nullptr) : 0u;
+    }
+  }
+  float o[HD / 8][4];
+#pragma unroll
+  for (int dj = 0; dj < HD / 8; ++dj) o[dj][0] = o[dj][1] = o[dj][2] = o[dj][3] = 0.0f;
+
   int k_begin = 0, k_end = tile.len;  // the keys some query of the tile sees
   if (a.causal) {
     k_end = tile.q0 + n_q;
     if (a.window > 0 && tile.q0 >= a.window) k_begin = (tile.q0 - a.window + 1) / kBK * kBK;
   }
-  float m = -INFINITY, l = 0.0f;
-  for (int k0 = k_begin; k0 < k_end; k0 += kBK) {
-    __syncthreads();  // the previous tile's products are done with ks / vs
-    const int n_k = min(kBK, tile.len - k0);
-    stage_rows<HD, kBK>(ks, k + k0 * kv_stride, kv_stride, n_k, a.bk ? a.bk + kvh * HD : nullptr);
-    stage_rows<HD, kBK>(vs, v + k0 * kv_stride, kv_stride, n_k, a.bv ? a.bv + kvh * HD : nullptr);
-    __syncthreads();
-    scores<HD>(qs, ks, ss, warp);
-    __syncwarp();
-    softmax_step<HD>(a, tile, r, k0, ss, ps, os, m, l);
-    __syncwarp();
-    accumulate<HD>(ps, vs, os, warp);
-    __syncwarp();
+  key_bias_terms<HD>(qa, bk, t, r);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for (int s0 = k_begin; s0 < k_end; s0 += L::kKeys) {
+    __syncthreads();  // every warp is done with the previous stage's ks / vs
+    const int n_rows = min(L::kKeys, k_end - s0);
+    stage_kv<HD>(ks, vs, k + s0 * kv_stride, v + s0 * kv_stride, kv_stride,
+                 (n_rows + kBK - 1) / kBK * kBK, tile.len - s0);
+    if (!warp_live) continue;
+    for (int k0 = s0; k0 < s0 + n_rows; k0 += kBK) {
+      const __half* kt = ks + (k0 - s0) * L::kKP;
+      const __half* vt = vs + (k0 - s0) * L::kKP;
+      float sc[kBK / 8][4];
+#pragma unroll
+      for (int j = 0; j < kBK / 8; ++j) {
+        sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+        const __half* krow = kt + (8 * j + g) * L::kKP + 2 * t;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; ++kk)
+          mma_16816(sc[j], qa[kk], *reinterpret_cast<const uint32_t*>(krow + 16 * kk),
+                    *reinterpret_cast<const uint32_t*>(krow + 16 * kk + 8));
+      }
+      float alpha[2];
+      softmax_tile(a, tile, r, k0, t, sc, m, l, alpha);
+#pragma unroll
+      for (int dj = 0; dj < HD / 8; ++dj)
+        o[dj][0] *= alpha[0], o[dj][1] *= alpha[0], o[dj][2] *= alpha[1], o[dj][3] *= alpha[1];
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        const uint32_t pa[4] = {pack_half2(sc[2 * kk][0], sc[2 * kk][1]),
+                                pack_half2(sc[2 * kk][2], sc[2 * kk][3]),
+                                pack_half2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                                pack_half2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+        for (int dj = 0; dj < HD / 8; ++dj) {
+          uint32_t b0, b1;
+          load_v_fragment(vt + 16 * kk * L::kKP + 8 * dj, L::kKP, lane, b0, b1);
+          mma_16816(o[dj], pa, b0, b1);
+        }
+      }
+    }
   }
-  if (!r.live) return;
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  __half* dst = reinterpret_cast<__half*>(a.out) + ((int64_t)tile.base + r.qi) * q_stride + h * HD;
-  for (int d = r.half_id * (HD / 2); d < (r.half_id + 1) * (HD / 2); d += 2)
-    *reinterpret_cast<__half2*>(dst + d) =
-        __floats2half2_rn(os[r.row * L::kOP + d] * inv, os[r.row * L::kOP + d + 1] * inv);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (!r.live[i]) continue;
+    const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+    const bool add_bv = bv && l[i] > 0.0f;  // the weights sum to one: V's bias comes out whole
+    __half* dst =
+        reinterpret_cast<__half*>(a.out) + ((int64_t)tile.base + r.qi[i]) * q_stride + h * HD;
+#pragma unroll
+    for (int dj = 0; dj < HD / 8; ++dj) {
+      const int col = 8 * dj + 2 * t;
+      *reinterpret_cast<__half2*>(dst + col) =
+          __floats2half2_rn(o[dj][2 * i] * inv + (add_bv ? bv[col] : 0.0f),
+                            o[dj][2 * i + 1] * inv + (add_bv ? bv[col + 1] : 0.0f));
+    }
+  }
 }
 
 template <int HD>

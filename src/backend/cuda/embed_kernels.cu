@@ -54,22 +54,49 @@ __global__ void f16_to_f32_kernel(const __half* __restrict__ in, float* out, int
     out[i] = __half2float(in[i]);
 }
 
-// Groups of eight values (width a multiple of 8): group j holds columns 8j % width ...
-// 8j % width + 7, one 16-byte load and store each (memory-bound: wide accesses keep enough
-// bytes in flight).
-__global__ void bias_act_f16_kernel(Half8* y, const float* __restrict__ bias, int64_t groups,
-                                    int64_t width, bool gelu) {
-  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < groups;
-       j += (int64_t)gridDim.x * blockDim.x) {
-    Half8 v = y[j];
-    const int64_t c = (8 * j) % width;
-    for (int e = 0; e < 4; ++e) {
-      float2 f = __half22float2(v.h[e]);
-      if (bias) f.x += bias[c + 2 * e], f.y += bias[c + 2 * e + 1];
-      if (gelu) f.x = gelu_tanh(f.x), f.y = gelu_tanh(f.y);
-      v.h[e] = __floats2half2_rn(f.x, f.y);
+// Eight f32 parameters at p[0..8): two 16-byte loads when p is 16-byte aligned (kVec), else
+// eight 4-byte ones.
+template <bool kVec>
+__device__ __forceinline__ void load8_params(const float* __restrict__ p, float* v) {
+  if constexpr (kVec) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    for (int e = 0; e < 8; ++e) v[e] = __ldg(p + e);
+  }
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Rows [rows x 8 * groups_per_row] in blocks of kBiasRows rows: thread x takes column groups
+// x, x + blockDim.x, ... of 8 values (one 16-byte access each), their bias loaded once and
+// the block's rows loaded together before the math (independent loads in flight).
+constexpr int kBiasRows = 8;
+template <bool kVec>
+__global__ void bias_act_f16_kernel(Half8* y, const float* __restrict__ bias, int rows,
+                                    int groups_per_row, bool gelu) {
+  const int r0 = blockIdx.x * kBiasRows, n = min(kBiasRows, rows - r0);
+  for (int cg = threadIdx.x; cg < groups_per_row; cg += blockDim.x) {
+    float bb[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (bias) load8_params<kVec>(bias + 8 * cg, bb);
+    Half8 v[kBiasRows];
+#pragma unroll
+    for (int r = 0; r < kBiasRows; ++r)
+      if (r < n) v[r] = y[(int64_t)(r0 + r) * groups_per_row + cg];
+#pragma unroll
+    for (int r = 0; r < kBiasRows; ++r) {
+      if (r >= n) break;
+      for (int e = 0; e < 4; ++e) {
+        float2 f = __half22float2(v[r].h[e]);
+        f.x += bb[2 * e], f.y += bb[2 * e + 1];
+        if (gelu) f.x = gelu_tanh(f.x), f.y = gelu_tanh(f.y);
+        v[r].h[e] = __floats2half2_rn(f.x, f.y);
+      }
+      y[(int64_t)(r0 + r) * groups_per_row + cg] = v[r];
     }
-    y[j] = v;
   }
 }
 
@@ -129,7 +156,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 // l, l + 32, ... of 8 values in registers, so the inputs are read once and the sums are
 // warp shuffles (no block barriers). Every lane writes only the chunks it read, so an
 // output may alias an input.
-template <int kChunks>
+template <int kChunks, bool kVec>
 __global__ void layernorm_warp_kernel(RowsIn x, const float* __restrict__ bias, RowsIn residual,
                                       const float* __restrict__ w, const float* __restrict__ b,
                                       float* out32, __half* out16, int rows, int width, float eps) {
@@ -144,10 +171,11 @@ __global__ void layernorm_warp_kernel(RowsIn x, const float* __restrict__ bias, 
     const int c = lane + 32 * i;
     if (c >= n_chunks) continue;
     load8(x, off + (size_t)c * 8, v[i]);
-    float r[8];
+    float r[8], bb[8];
     if (residual.data) load8(residual, off + (size_t)c * 8, r);
+    if (bias) load8_params<kVec>(bias + c * 8, bb);
     for (int e = 0; e < 8; ++e) {
-      if (bias) v[i][e] += bias[c * 8 + e];
+      if (bias) v[i][e] += bb[e];
       if (residual.data) v[i][e] += r[e];
       sum += v[i][e];
     }
@@ -163,8 +191,10 @@ __global__ void layernorm_warp_kernel(RowsIn x, const float* __restrict__ bias, 
   for (int i = 0; i < kChunks; ++i) {
     const int c = lane + 32 * i;
     if (c >= n_chunks) continue;
-    float y[8];
-    for (int e = 0; e < 8; ++e) y[e] = (v[i][e] - mean) * scale * w[c * 8 + e] + b[c * 8 + e];
+    float y[8], ww[8], bb[8];
+    load8_params<kVec>(w + c * 8, ww);
+    load8_params<kVec>(b + c * 8, bb);
+    for (int e = 0; e < 8; ++e) y[e] = (v[i][e] - mean) * scale * ww[e] + bb[e];
     const size_t at = off + (size_t)c * 8;
     if (out16) {
       Half8 h;
@@ -280,10 +310,16 @@ void f16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t stream) 
 void bias_act_f16(uint16_t* y, const float* bias, int64_t rows, int64_t width, bool gelu,
                   cudaStream_t stream) {
   HABLAR_CHECK(width % 8 == 0, "bias_act_f16: rows of a multiple of 8 values");
-  const int64_t groups = rows * width / 8;
-  if (groups <= 0 || (!bias && !gelu)) return;
-  bias_act_f16_kernel<<<grid_for(groups), kThreads, 0, stream>>>(reinterpret_cast<Half8*>(y), bias,
-                                                                 groups, width, gelu);
+  HABLAR_CHECK(rows < INT32_MAX && width / 8 < INT32_MAX, "bias_act_f16: too many rows");
+  if (rows <= 0 || width <= 0 || (!bias && !gelu)) return;
+  const int groups = (int)(width / 8), grid = (int)((rows + kBiasRows - 1) / kBiasRows);
+  const int threads = groups >= 128 ? 128 : (groups + 31) / 32 * 32;
+  auto* rows8 = reinterpret_cast<Half8*>(y);
+  if (!bias || aligned16(bias)) {
+    bias_act_f16_kernel<true><<<grid, threads, 0, stream>>>(rows8, bias, (int)rows, groups, gelu);
+  } else {
+    bias_act_f16_kernel<false><<<grid, threads, 0, stream>>>(rows8, bias, (int)rows, groups, gelu);
+  }
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 
@@ -319,18 +355,21 @@ void layernorm(RowsIn x, const float* bias, RowsIn residual, const float* w, con
   if (width % 8 == 0 && width <= 2048) {
     constexpr int kRowsPerBlock = 8;  // one warp each
     const int grid = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-    const auto launch = [&](auto kernel) {
+    const bool vec = (!bias || aligned16(bias)) && aligned16(w) && aligned16(b);
+    const auto launch = [&]<int kChunks>() {
+      const auto kernel =
+          vec ? layernorm_warp_kernel<kChunks, true> : layernorm_warp_kernel<kChunks, false>;
       kernel<<<grid, kRowsPerBlock * 32, 0, stream>>>(x, bias, residual, w, b, out32, o16, rows,
                                                       width, eps);
     };
     if (width <= 256) {
-      launch(layernorm_warp_kernel<1>);
+      launch.template operator()<1>();
     } else if (width <= 512) {
-      launch(layernorm_warp_kernel<2>);
+      launch.template operator()<2>();
     } else if (width <= 1024) {
-      launch(layernorm_warp_kernel<4>);
+      launch.template operator()<4>();
     } else {
-      launch(layernorm_warp_kernel<8>);
+      launch.template operator()<8>();
     }
   } else {
     layernorm_kernel<<<rows, kRowThreads, 0, stream>>>(x, bias, residual, w, b, out32, o16, width,
