@@ -70,8 +70,8 @@ void pool(const PoolArgs& a, cudaStream_t stream);
 //   head h / (n_heads / n_kv_heads)); tiles from embed_plan.h. causal: a query at position
 //   i sees keys [first(i), i] (first(i) = i - window + 1 when window > 0 and i >= window,
 //   else 0); otherwise the whole sequence. Scores scaled, then soft-capped when softcap > 0.
-// Flash attention on tensor cores (WMMA): a block of 4 warps per (tile, head), 64 keys at a
-// time, online softmax.
+// Flash attention on tensor cores (mma.sync, intermediates in registers): a block of 4 warps
+// per (tile, head), 64 keys at a time, online softmax.
 struct AttentionArgs {
   const uint16_t* q = nullptr;
   const uint16_t* k = nullptr;
