@@ -88,7 +88,7 @@ void time_other_kernels(cudaStream_t s, int M, int W, int F, half* buf_a, half* 
   a.out = reinterpret_cast<uint16_t*>(buf_b);
   a.bq = a.bk = a.bv = fparams;
   a.tiles = dtiles, a.n_tiles = (int)tiles.size(), a.n_heads = heads, a.n_kv_heads = heads;
-  a.head_dim = 64, a.scale = 0.125f;
+  a.head_dim = 64, a.scale = 0.125f, a.max_len = seq;
   const float att = time_ms(s, [&] { e::attention(a, s); });
   std::printf("attention %d x %d tokens, %d heads x 64: %.3f ms, %.0f GB/s (q, k, v, out once)\n",
               M / seq, seq, heads, att, 4.0 * T * 2 / att / 1e6);

@@ -22,6 +22,7 @@
 // (g + 8, 2t + 1)}. Two pairs of C tiles of adjacent columns are exactly one A fragment.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -42,9 +43,7 @@ struct Smem {
   static constexpr int kStage = HD <= 64 ? 4 : 2;
   static constexpr int kKeys = kStage * kBK;
   static constexpr int kKP = HD + 8;  // K and V row stride (halves): conflict-free fragments
-  static constexpr size_t k = 0;
-  static constexpr size_t v = k + (size_t)kKeys * kKP * 2;
-  static constexpr size_t bytes = v + (size_t)kKeys * kKP * 2;
+  static constexpr size_t bytes = (size_t)2 * kKeys * kKP * 2;  // K, then V
 };
 
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -77,10 +76,10 @@ __device__ __forceinline__ void copy16_async(void* dst, const void* src, bool va
                "r"(valid ? 16 : 0));
 }
 
-// K and V rows [n_rows x HD] (stride `stride` halves) into shared memory (stride kKP), rows at or
-// past `valid` zero; waits for the copies and the block.
+// Issues the copies of K and V rows [n_rows x HD] (stride `stride` halves) into shared memory
+// (stride kKP), rows at or past `valid` zero; wait_kv waits for them and for the block.
 template <int HD>
-__device__ void stage_kv(__half* ks, __half* vs, const __half* k, const __half* v, int64_t stride,
+__device__ void issue_kv(__half* ks, __half* vs, const __half* k, const __half* v, int64_t stride,
                          int n_rows, int valid) {
   constexpr int kChunks = HD / 8;  // 16-byte pieces per row
   for (int u = threadIdx.x; u < n_rows * kChunks; u += blockDim.x) {
@@ -90,6 +89,8 @@ __device__ void stage_kv(__half* ks, __half* vs, const __half* k, const __half* 
     copy16_async(ks + r * Smem<HD>::kKP + c * 8, k + at, ok);
     copy16_async(vs + r * Smem<HD>::kKP + c * 8, v + at, ok);
   }
+}
+__device__ __forceinline__ void wait_kv() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
 }
@@ -186,11 +187,12 @@ __device__ __forceinline__ void key_bias_terms(const uint32_t (&qa)[HD / 16][4],
 }
 
 template <int HD>
-__global__ void __launch_bounds__(kWarps * 32) embed_attention_kernel(AttentionArgs a) {
+__global__ void __launch_bounds__(kWarps * 32)
+    embed_attention_kernel(AttentionArgs a, int stage_keys) {
   extern __shared__ __align__(128) unsigned char smem[];
   using L = Smem<HD>;
-  __half* ks = reinterpret_cast<__half*>(smem + L::k);
-  __half* vs = reinterpret_cast<__half*>(smem + L::v);
+  __half* ks = reinterpret_cast<__half*>(smem);
+  __half* vs = ks + stage_keys * L::kKP;
 
   const EmbedTile tile = a.tiles[blockIdx.x];
   const int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv_heads);
@@ -213,6 +215,18 @@ __global__ void __launch_bounds__(kWarps * 32) embed_attention_kernel(AttentionA
     r.first[i] = a.causal && a.window > 0 && r.qi[i] >= a.window ? r.qi[i] - a.window + 1 : 0;
   }
   const bool warp_live = tile.q0 + warp * 16 < tile.len;
+  int k_begin = 0, k_end = tile.len;  // the keys some query of the tile sees
+  if (a.causal) {
+    k_end = tile.q0 + n_q;
+    if (a.window > 0 && tile.q0 >= a.window) k_begin = (tile.q0 - a.window + 1) / kBK * kBK;
+  }
+  // Stage s0's keys: [s0, s0 + stage_keys) ∩ [s0, k_end), whole tiles.
+  const auto issue_stage = [&](int s0) {
+    const int n_rows = min(stage_keys, k_end - s0);
+    issue_kv<HD>(ks, vs, k + s0 * kv_stride, v + s0 * kv_stride, kv_stride,
+                 (n_rows + kBK - 1) / kBK * kBK, tile.len - s0);
+  };
+  if (k_begin < k_end) issue_stage(k_begin);  // in flight while Q loads
   // The warp's Q rows as A fragments (rows past the sequence are zero).
   uint32_t qa[HD / 16][4];
 #pragma unroll
@@ -227,18 +241,15 @@ __global__ void __launch_bounds__(kWarps * 32) embed_attention_kernel(AttentionA
 #pragma unroll
   for (int dj = 0; dj < HD / 8; ++dj) o[dj][0] = o[dj][1] = o[dj][2] = o[dj][3] = 0.0f;
 
-  int k_begin = 0, k_end = tile.len;  // the keys some query of the tile sees
-  if (a.causal) {
-    k_end = tile.q0 + n_q;
-    if (a.window > 0 && tile.q0 >= a.window) k_begin = (tile.q0 - a.window + 1) / kBK * kBK;
-  }
   key_bias_terms<HD>(qa, bk, t, r);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  for (int s0 = k_begin; s0 < k_end; s0 += L::kKeys) {
-    __syncthreads();  // every warp is done with the previous stage's ks / vs
-    const int n_rows = min(L::kKeys, k_end - s0);
-    stage_kv<HD>(ks, vs, k + s0 * kv_stride, v + s0 * kv_stride, kv_stride,
-                 (n_rows + kBK - 1) / kBK * kBK, tile.len - s0);
+  for (int s0 = k_begin; s0 < k_end; s0 += stage_keys) {
+    if (s0 != k_begin) {
+      __syncthreads();  // every warp is done with the previous stage's ks / vs
+      issue_stage(s0);
+    }
+    wait_kv();
+    const int n_rows = min(stage_keys, k_end - s0);
     if (!warp_live) continue;
     for (int k0 = s0; k0 < s0 + n_rows; k0 += kBK) {
       const __half* kt = ks + (k0 - s0) * L::kKP;
@@ -299,8 +310,13 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
     return true;
   }();
   (void)configured;
+  // Keys staged per barrier: the longest sequence's, in whole tiles, up to the most that fit
+  // (a smaller stage leaves room for more blocks per SM).
+  const int longest = a.max_len > 0 ? a.max_len : Smem<HD>::kKeys;
+  const int stage_keys = std::min(Smem<HD>::kKeys, (longest + kBK - 1) / kBK * kBK);
+  const size_t bytes = (size_t)2 * stage_keys * Smem<HD>::kKP * 2;
   const dim3 grid((unsigned)a.n_tiles, (unsigned)a.n_heads);
-  embed_attention_kernel<HD><<<grid, kWarps * 32, Smem<HD>::bytes, stream>>>(a);
+  embed_attention_kernel<HD><<<grid, kWarps * 32, bytes, stream>>>(a, stage_keys);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 

@@ -84,6 +84,7 @@ struct AttentionArgs {
   const float* bv = nullptr;
   const EmbedTile* tiles = nullptr;  // device
   int32_t n_tiles = 0;
+  int32_t max_len = 0;  // the longest sequence (sizes the keys staged at once; 0: the most)
   int32_t n_heads = 0;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;

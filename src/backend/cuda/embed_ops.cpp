@@ -374,7 +374,7 @@ void EmbedOps::attention(int, const AttentionSpec& spec, const float* q, const f
   a.bq = std::exchange(rq.bias, nullptr), a.bk = std::exchange(rk.bias, nullptr);
   a.bv = std::exchange(rv.bias, nullptr);
   a.out = write16(rows_of(out));
-  a.tiles = tiles_.get(), a.n_tiles = (int32_t)plan_.tiles.size();
+  a.tiles = tiles_.get(), a.n_tiles = (int32_t)plan_.tiles.size(), a.max_len = plan_.max_len;
   a.n_heads = dims_.n_heads, a.n_kv_heads = dims_.n_kv_heads, a.head_dim = dims_.head_dim;
   a.scale = spec.scale, a.softcap = spec.softcap, a.window = spec.window, a.causal = causal_;
   const Timed timed(profile_.get(), stream_, kAttention);
