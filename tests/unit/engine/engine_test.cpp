@@ -439,12 +439,19 @@ TEST(EngineTime, AStepThatPaysAnOverheadCarriesAChunkWorthIt) {
     EXPECT_EQ(collect(*engine.submit(request(prompts[0], 16))).tokens,
               reference_generation(prompts[0], 16));
     std::vector<std::shared_ptr<RequestHandle>> handles;
+    // The twelve arrive together: a one-token request holds the engine inside a step while
+    // they are submitted, so the next step is planned with all of them whatever the threads'
+    // timing (else the first ones submitted may start alone, and the steps vary run to run).
     exec.paused = true;
+    const std::vector<int32_t> holder = random_prompt(rng, 8);
+    auto held = engine.submit(request(holder, 1));
+    while (!exec.held.load()) std::this_thread::sleep_for(milliseconds(1));
     for (int i = 0; i < 12; ++i) {
       prompts.push_back(random_prompt(rng, 300 + 40 * i));
       handles.push_back(engine.submit(request(prompts.back(), 24)));
     }
     exec.paused = false;
+    EXPECT_EQ(collect(*held).tokens, reference_generation(holder, 1));
     for (size_t i = 0; i < handles.size(); ++i)
       EXPECT_EQ(collect(*handles[i]).tokens, reference_generation(prompts[i + 1], 24)) << i;
     engine.shutdown(milliseconds(0));

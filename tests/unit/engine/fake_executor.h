@@ -64,7 +64,11 @@ class FakeExecutor : public StepExecutor {
 
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                StepOutput& out) override {
-    while (paused.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (paused.load()) {
+      held = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    held = false;
     for (const BlockCopy& c : copies)
       for (int32_t s = 0; s < block_size_; ++s) cache_[slot(c.dst, s)] = cache_[slot(c.src, s)];
     std::vector<float>& logits = out.logits;
@@ -133,7 +137,9 @@ class FakeExecutor : public StepExecutor {
   double sim_prompt_step_ms = 0;
   // While set, execute() waits: a test queues all its requests before the second step, so
   // how steps mix them does not depend on thread timing.
-  std::atomic<bool> paused{false};  // what a step with prompt tokens pays once (GPU: no graph)
+  std::atomic<bool> paused{false};
+  std::atomic<bool> held{false};  // a step is waiting for `paused` to clear  // what a step with
+                                  // prompt tokens pays once (GPU: no graph)
   double sim_now_ms = 0;
   struct StepRecord {
     int32_t prompt_tokens, decode_tokens;
