@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/embed_kernels.h"
 
@@ -68,14 +69,6 @@ __device__ __forceinline__ uint32_t load_pair(const __half* p, const float* bias
   return pack_half2(f.x + bias[0], f.y + bias[1]);
 }
 
-// 16 bytes global -> shared without registers (zero-filled when !valid; src must still be a
-// readable address).
-__device__ __forceinline__ void copy16_async(void* dst, const void* src, bool valid) {
-  const unsigned addr = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-
 // Issues the copies of K and V rows [n_rows x HD] (stride `stride` halves) into shared memory
 // (stride kKP), rows at or past `valid` zero; wait_kv waits for them and for the block.
 template <int HD>
@@ -86,12 +79,12 @@ __device__ void issue_kv(__half* ks, __half* vs, const __half* k, const __half* 
     const int r = u / kChunks, c = u % kChunks;
     const bool ok = r < valid;
     const int64_t at = (ok ? r : 0) * stride + c * 8;
-    copy16_async(ks + r * Smem<HD>::kKP + c * 8, k + at, ok);
-    copy16_async(vs + r * Smem<HD>::kKP + c * 8, v + at, ok);
+    copy16_async_or_zero(ks + r * Smem<HD>::kKP + c * 8, k + at, ok);
+    copy16_async_or_zero(vs + r * Smem<HD>::kKP + c * 8, v + at, ok);
   }
 }
 __device__ __forceinline__ void wait_kv() {
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  wait_async_all();
   __syncthreads();
 }
 

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/matmul_q4k_mma.h"
@@ -106,26 +107,6 @@ struct XTile {
   int8_t codes[8 * kNT][kCodeStride];
   float2 scales[8 * kNT][8];
 };
-
-__device__ __forceinline__ void copy16_async(void* dst, const void* src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src)
-               : "memory");
-#endif
-}
-__device__ __forceinline__ void commit_async() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-template <int kPending>
-__device__ __forceinline__ void wait_async_but() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-#endif
-}
 
 // All threads of the block copy super-block sb of activation rows tok0 .. tok0 + T - 1 (rows
 // past M repeat the last one) into the tile.
