@@ -4,6 +4,7 @@
 // resolved.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_api.h>
 
 namespace hablar::cuda {
@@ -26,5 +27,40 @@ struct CublasLibrary {
 // then from the toolkit's directory hablar was built against). Throws Error(kUnsupported)
 // naming what is missing when it cannot be loaded.
 const CublasLibrary& cublas();
+
+// The cublasLt entry points the fused-epilogue GEMMs use (lt_gemm.h), loaded the same way
+// (libcublasLt.so.<major>; libcublas itself depends on it, so it is mapped already once
+// cuBLAS is in use).
+struct CublasLtLibrary {
+  cublasStatus_t (*create)(cublasLtHandle_t* handle);
+  cublasStatus_t (*destroy)(cublasLtHandle_t handle);
+  cublasStatus_t (*desc_create)(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
+                                cudaDataType_t scale);
+  cublasStatus_t (*desc_destroy)(cublasLtMatmulDesc_t desc);
+  cublasStatus_t (*desc_set)(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                             const void* buf, size_t bytes);
+  cublasStatus_t (*layout_create)(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
+                                  uint64_t cols, int64_t ld);
+  cublasStatus_t (*layout_destroy)(cublasLtMatrixLayout_t layout);
+  cublasStatus_t (*pref_create)(cublasLtMatmulPreference_t* pref);
+  cublasStatus_t (*pref_destroy)(cublasLtMatmulPreference_t pref);
+  cublasStatus_t (*pref_set)(cublasLtMatmulPreference_t pref,
+                             cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                             size_t bytes);
+  cublasStatus_t (*heuristic)(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                              cublasLtMatmulPreference_t pref, int requested,
+                              cublasLtMatmulHeuristicResult_t results[], int* returned);
+  cublasStatus_t (*matmul)(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha,
+                           const void* a, cublasLtMatrixLayout_t a_layout, const void* b,
+                           cublasLtMatrixLayout_t b_layout, const void* beta, const void* c,
+                           cublasLtMatrixLayout_t c_layout, void* d,
+                           cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t* algo,
+                           void* workspace, size_t workspace_bytes, cudaStream_t stream);
+};
+
+// cublasLt, loaded on first use; throws Error(kUnsupported) when it cannot be loaded.
+const CublasLtLibrary& cublas_lt();
 
 }  // namespace hablar::cuda

@@ -237,6 +237,21 @@ void EmbedOps::gemm_f16(const WeightView& w, const uint16_t* in, int64_t m, void
                                        (int)w.rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+bool EmbedOps::gemm_f16_gelu(const WeightView& w, const uint16_t* in, int64_t m, uint16_t* out,
+                             const float* bias) {
+  const uint16_t* b16 = nullptr;
+  if (bias) {
+    auto [it, added] = bias16_.try_emplace(bias);
+    if (added) {
+      it->second = DeviceBuffer<uint16_t>((size_t)w.rows);
+      embed::f32_to_f16(bias, it->second.get(), w.rows, stream_);
+    }
+    b16 = it->second.get();
+  }
+  return lt_.run(static_cast<const uint16_t*>(w.data), (int64_t)(w.row_bytes / 2), w.rows, w.cols,
+                 in, m, out, b16, true, stream_);
+}
+
 void EmbedOps::product(const WeightView& w, Rows& in, Rows& out, const float* bias, bool gelu) {
   HABLAR_CHECK(w.cols == in.width && w.rows == out.width, "cuda::EmbedOps: product shapes");
   const Timed timed(profile_.get(), stream_, kProducts);
@@ -245,6 +260,7 @@ void EmbedOps::product(const WeightView& w, Rows& in, Rows& out, const float* bi
   if (w.type == DType::F16 && out.f16_preferred) {
     const uint16_t* x = ensure16(in);
     uint16_t* y = write16(out);
+    if (gelu && gemm_f16_gelu(w, x, T, y, bias)) return;
     gemm_f16(w, x, T, y, true);
     if (!gelu && residual_next) {
       pending_ = {&out, bias, nullptr};  // for the LayerNorm (or any op) that reads it next

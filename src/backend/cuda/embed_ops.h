@@ -15,10 +15,11 @@
 // stream); other weight types go through PrefillMatmul (dequantized to bf16, cuBLAS; f32
 // rows). Biases are folded into the next reader where one exists: q/k/v's into attention's
 // loads, xb's (with the residual add() after it) into the LayerNorm that reads it, the FFN's
-// with its GELU into one pass over the F16 output. LayerNorm writes F16 only: an encoder's
-// rows stay F16 between ops (each value rounded once per op, as the products' inputs are),
-// and no pass converts them until pooling. Per layer of BERT: 6 GEMMs, attention, one
-// bias+GELU pass and two LayerNorm passes.
+// with its GELU into the GEMM's epilogue (cublasLt, lt_gemm.h; a separate pass over the F16
+// output where cublasLt is missing). LayerNorm writes F16 only: an encoder's rows stay F16
+// between ops (each value rounded once per op, as the products' inputs are), and no pass
+// converts them until pooling. Per layer of BERT: 6 GEMMs, attention and two LayerNorm
+// passes.
 // Measured tolerance: see tests/unit/engine/gpu_embed_test.cpp (cosine >= 0.9999 against
 // the CPU executor, every pooling).
 #pragma once
@@ -29,10 +30,12 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/embed_plan.h"
+#include "backend/cuda/lt_gemm.h"
 #include "backend/cuda/matmul.h"
 #include "core/layer_spec.h"
 #include "core/pooling.h"
@@ -143,6 +146,9 @@ class EmbedOps {
   // out = in · Wᵀ (+ bias, then GELU), into out's preferred form.
   void product(const WeightView& w, Rows& in, Rows& out, const float* bias, bool gelu);
   void gemm_f16(const WeightView& w, const uint16_t* in, int64_t m, void* out, bool out_f16);
+  // out = GELU(in · Wᵀ + bias) in one cublasLt product; false when it cannot (nothing done).
+  bool gemm_f16_gelu(const WeightView& w, const uint16_t* in, int64_t m, uint16_t* out,
+                     const float* bias);
   // out [m x W.rows] f32 = in [m x W.cols] f32 · Wᵀ (the classifier head's products).
   void product_f32(const WeightView& w, const float* in, int64_t m, float* out);
   void upload_rope_tables(std::span<const RopeParams> ropes);
@@ -151,6 +157,9 @@ class EmbedOps {
 
   cudaStream_t stream_;
   CublasHandle cublas_;
+  LtGemm lt_;
+  // F16 copies of the biases fused into cublasLt epilogues, by the model's f32 bias pointer.
+  std::unordered_map<const float*, DeviceBuffer<uint16_t>> bias16_;
   PrefillMatmul prefill_;
   ActivationDims dims_{};
   std::vector<RopeParams> ropes_;
