@@ -19,6 +19,12 @@ namespace {
 // The bound; measured: every vector of every pooling within 1 - 1.2e-7 (most within
 // the golden file's rounding).
 constexpr double kMinCosine = 0.9999;
+// A reranker's score (one float out of an F32 classifier over F16 products) against the
+// golden file's: exact where the CPU rounds as the oracle did, within 2e-3 elsewhere
+// (test::golden_rounding_matches; 4.8e-4 measured).
+double rank_tolerance() {
+  return test::golden_rounding_matches() ? 1.0 - kMinCosine : 2e-3;
+}
 
 nlohmann::json load_embedding_golden(const std::string& name) {
   const std::string path = test::source_dir() + "/tests/golden/embedding/" + name + ".json";
@@ -86,10 +92,11 @@ TEST_P(EmbeddingGolden, EveryPoolingMatchesLlamaCpp) {
       const int64_t width = pooling == Pooling::kRank ? (int64_t)rows[0].size() : E;
       for (size_t r = 0; r < rows.size(); ++r) {
         const std::span<const float> g(got[i].data() + r * width, (size_t)width);
-        const double c = pooling == Pooling::kRank ? 1.0 - std::fabs(g[0] - rows[r][0])
-                                                   : test::cosine(g, rows[r]);
+        const bool rank = pooling == Pooling::kRank;
+        const double c = rank ? 1.0 - std::fabs(g[0] - rows[r][0]) : test::cosine(g, rows[r]);
         worst = std::min(worst, c);
-        EXPECT_GE(c, kMinCosine) << GetParam() << " " << name << " input " << i << " row " << r;
+        EXPECT_GE(c, rank ? 1.0 - rank_tolerance() : kMinCosine)
+            << GetParam() << " " << name << " input " << i << " row " << r;
       }
     }
     std::printf("%s %s: worst cosine %.9f\n", GetParam().c_str(), name.c_str(), worst);
@@ -111,15 +118,19 @@ TEST_P(RerankGolden, OrderMatchesLlamaCpp) {
   const auto pairs = golden["rerank"]["ids"].get<std::vector<std::vector<int32_t>>>();
   const auto want = golden["rerank"]["scores"].get<std::vector<float>>();
   const auto got = embed_all(ex, pairs, Pooling::kRank);
-  std::vector<size_t> order_want(want.size()), order_got(want.size());
-  for (size_t i = 0; i < want.size(); ++i) order_want[i] = order_got[i] = i;
-  std::sort(order_want.begin(), order_want.end(),
-            [&](size_t a, size_t b) { return want[a] > want[b]; });
-  std::sort(order_got.begin(), order_got.end(),
-            [&](size_t a, size_t b) { return got[a][0] > got[b][0]; });
-  EXPECT_EQ(order_got, order_want);
-  // Scores within 1e-3 (measured: 1.6e-4 at most, F16, a 16-token pair; Q8_0 closer).
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i][0], want[i], 1e-3) << i;
+  // Every pair llama.cpp's scores set apart by more than the rounding this machine may add
+  // (none where it rounds as the oracle did: the whole order then) keeps its order.
+  const double tol = test::golden_rounding_matches() ? 0.0 : rank_tolerance();
+  for (size_t a = 0; a < want.size(); ++a) {
+    for (size_t b = 0; b < want.size(); ++b) {
+      if (want[a] - want[b] <= tol) continue;
+      EXPECT_GT(got[a][0], got[b][0]) << "pair " << a << " above " << b << " in llama.cpp's order";
+    }
+  }
+  // Scores within 1e-3 (measured: 1.6e-4 at most, F16, a 16-token pair; Q8_0 closer), or the
+  // looser bound where the CPU rounds otherwise.
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i][0], want[i], std::max(1e-3, rank_tolerance())) << i;
   m.reset();
   std::filesystem::remove_all(dir);
 }

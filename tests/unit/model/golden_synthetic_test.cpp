@@ -3,6 +3,7 @@
 // same seeded `hablar make-model` files this test writes again).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -41,8 +42,20 @@ struct SynthCase {
 
 class SyntheticGolden : public ::testing::TestWithParam<SynthCase> {};
 
+// The bound for this machine: the case's own where the CPU rounds as the golden's oracle did
+// (test::golden_rounding_matches), else looser for the float formats and for mixtures of
+// experts, whose routers are F32 products (the integer formats stay exact).
+double tolerance_here(const SynthCase& sc) {
+  if (test::golden_rounding_matches()) return sc.tol;
+  const bool moe = sc.arch == "mixtral" || sc.arch == "qwen2moe" || sc.arch == "qwen3moe";
+  if (moe && sc.type != "f16" && sc.type != "f32") return 0.03;
+  if (moe || sc.type == "f16" || sc.type == "f32") return std::max(sc.tol, 5e-3);
+  return sc.tol;
+}
+
 TEST_P(SyntheticGolden, TeacherForcedLogitsMatchLlamaCpp) {
   const SynthCase& sc = GetParam();
+  const double tol = tolerance_here(sc);
   const nlohmann::json golden = test::load_model_golden("synthetic-" + sc.arch + "-" + sc.type);
   const auto& spec = golden["model"];
   const std::string dir = test::make_temp_dir("hablar-synth");
@@ -53,8 +66,8 @@ TEST_P(SyntheticGolden, TeacherForcedLogitsMatchLlamaCpp) {
               sc.arch.c_str(), sc.type.c_str(), c.top1_equal, c.positions, c.max_abs_top,
               c.worst.c_str(), c.max_abs_probe);
   EXPECT_EQ(c.top1_equal, c.positions);
-  EXPECT_LE(c.max_abs_top, sc.tol);
-  EXPECT_LE(c.max_abs_probe, sc.tol);
+  EXPECT_LE(c.max_abs_top, tol);
+  EXPECT_LE(c.max_abs_probe, tol);
   m.reset();
   std::filesystem::remove_all(dir);
 }
