@@ -155,8 +155,10 @@ __device__ __forceinline__ float warp_sum(float v) {
 // One warp per row (width a multiple of 8, at most kChunks * 256): lane l holds chunks
 // l, l + 32, ... of 8 values in registers, so the inputs are read once and the sums are
 // warp shuffles (no block barriers). Every lane writes only the chunks it read, so an
-// output may alias an input.
-template <int kChunks, bool kVec>
+// output may alias an input. kF16: every row input present is F16 (an encoder's steps);
+// then all of a lane's 16-byte loads are issued before any value is used, so a warp keeps
+// 2 x kChunks loads in flight instead of two (the kernel is latency-bound otherwise).
+template <int kChunks, bool kVec, bool kF16>
 __global__ void layernorm_warp_kernel(RowsIn x, const float* __restrict__ bias, RowsIn residual,
                                       const float* __restrict__ w, const float* __restrict__ b,
                                       float* out32, __half* out16, int rows, int width, float eps) {
@@ -166,18 +168,46 @@ __global__ void layernorm_warp_kernel(RowsIn x, const float* __restrict__ bias, 
   const size_t off = (size_t)row * width;
   float v[kChunks][8];
   float sum = 0.0f;
+  if constexpr (kF16) {
+    Half8 hx[kChunks], hr[kChunks];
+    const auto* xs = static_cast<const Half8*>(x.data) + off / 8;
+    const auto* rs = static_cast<const Half8*>(residual.data) + off / 8;
 #pragma unroll
-  for (int i = 0; i < kChunks; ++i) {
-    const int c = lane + 32 * i;
-    if (c >= n_chunks) continue;
-    load8(x, off + (size_t)c * 8, v[i]);
-    float r[8], bb[8];
-    if (residual.data) load8(residual, off + (size_t)c * 8, r);
-    if (bias) load8_params<kVec>(bias + c * 8, bb);
-    for (int e = 0; e < 8; ++e) {
-      if (bias) v[i][e] += bb[e];
-      if (residual.data) v[i][e] += r[e];
-      sum += v[i][e];
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = lane + 32 * i;
+      if (c >= n_chunks) continue;
+      hx[i] = xs[c];
+      if (residual.data) hr[i] = rs[c];
+    }
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = lane + 32 * i;
+      if (c >= n_chunks) continue;
+      float bb[8];
+      if (bias) load8_params<kVec>(bias + c * 8, bb);
+      for (int e = 0; e < 4; ++e) {  // x + bias + residual, in the f32 path's order
+        const float2 f = __half22float2(hx[i].h[e]);
+        const float2 r = residual.data ? __half22float2(hr[i].h[e]) : make_float2(0.0f, 0.0f);
+        v[i][2 * e] = bias ? f.x + bb[2 * e] : f.x;
+        v[i][2 * e + 1] = bias ? f.y + bb[2 * e + 1] : f.y;
+        if (residual.data) v[i][2 * e] += r.x, v[i][2 * e + 1] += r.y;
+      }
+      for (int e = 0; e < 8; ++e) sum += v[i][e];
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = lane + 32 * i;
+      if (c >= n_chunks) continue;
+      load8(x, off + (size_t)c * 8, v[i]);
+      float r[8], bb[8];
+      if (residual.data) load8(residual, off + (size_t)c * 8, r);
+      if (bias) load8_params<kVec>(bias + c * 8, bb);
+      for (int e = 0; e < 8; ++e) {
+        if (bias) v[i][e] += bb[e];
+        if (residual.data) v[i][e] += r[e];
+        sum += v[i][e];
+      }
     }
   }
   const float mean = warp_sum(sum) / (float)width;
@@ -356,9 +386,12 @@ void layernorm(RowsIn x, const float* bias, RowsIn residual, const float* w, con
     constexpr int kRowsPerBlock = 8;  // one warp each
     const int grid = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
     const bool vec = (!bias || aligned16(bias)) && aligned16(w) && aligned16(b);
+    const bool f16 = x.f16 && (!residual.data || residual.f16);
     const auto launch = [&]<int kChunks>() {
-      const auto kernel =
-          vec ? layernorm_warp_kernel<kChunks, true> : layernorm_warp_kernel<kChunks, false>;
+      const auto kernel = vec ? (f16 ? layernorm_warp_kernel<kChunks, true, true>
+                                     : layernorm_warp_kernel<kChunks, true, false>)
+                              : (f16 ? layernorm_warp_kernel<kChunks, false, true>
+                                     : layernorm_warp_kernel<kChunks, false, false>);
       kernel<<<grid, kRowsPerBlock * 32, 0, stream>>>(x, bias, residual, w, b, out32, o16, rows,
                                                       width, eps);
     };
