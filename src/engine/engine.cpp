@@ -256,7 +256,7 @@ void Engine::step() {
   std::vector<ExecChunk> chunks;
   chunks.reserve(plan.chunks.size());
   sampling_.resize(plan.chunks.size());
-  int32_t n_prompt_tokens = 0, n_decode_tokens = 0;
+  int32_t n_prompt_tokens = 0, n_decode_tokens = 0, n_verify_tokens = 0;
   size_t n_rows = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     const Sequence& s = *c.seq;
@@ -280,8 +280,8 @@ void Engine::step() {
                       all_logits, sampling});
     if (!sampling) n_rows += all_logits ? (size_t)c.n_tokens : 1;
     if (s.n_generated() > 0 && c.start_pos == (int32_t)s.tokens.size() - 1) {
-      n_decode_tokens += 1;  // the decode; a draft's tokens are priced as prompt tokens
-      n_prompt_tokens += c.n_tokens - 1;
+      n_decode_tokens += 1;  // the decode; a draft's tokens are priced apart (step_cost.h)
+      (verify ? n_verify_tokens : n_prompt_tokens) += c.n_tokens - 1;
     } else {
       n_prompt_tokens += c.n_tokens;
     }
@@ -328,10 +328,12 @@ void Engine::step() {
   // The whole step, planning to emission, is what each decoding stream waited.
   const double step_ms = now_ms() - t0_ms;
   if (n_decode_tokens > 0 && costs_.ready())
-    log::debug("step: {} prompt + {} decode tokens in {:.1f} ms (predicted {:.1f})",
-               n_prompt_tokens, n_decode_tokens, step_ms,
-               costs_.predict_ms(n_prompt_tokens, n_decode_tokens));
-  if (!executor_.last_step_was_cold()) costs_.observe(n_prompt_tokens, n_decode_tokens, step_ms);
+    log::debug("step: {} prompt + {} decode + {} drafted tokens in {:.1f} ms (predicted {:.1f})",
+               n_prompt_tokens, n_decode_tokens, n_verify_tokens, step_ms,
+               costs_.predict_ms(n_prompt_tokens, n_decode_tokens, n_verify_tokens));
+  if (!executor_.last_step_was_cold())
+    costs_.observe(n_prompt_tokens, n_decode_tokens, step_ms, n_verify_tokens);
+  n_prompt_tokens += n_verify_tokens;  // computed rows, for the metrics as before
   if (costs_.n_observed() % 64 == 0)
     log::debug(
         "step cost: {:.2f} ms + {:.3f} ms per decode; per prompt token {:.3f} ms in chunks of "

@@ -10,6 +10,7 @@ namespace hablar::engine {
 void SpecStats::record(int32_t n_drafted, int32_t n_accepted) {
   drafted += n_drafted;
   accepted += n_accepted;
+  full_round = n_drafted > 0 && n_accepted == n_drafted ? n_drafted : 0;
   // Trials: the accepted tokens, plus the rejected one when the round stopped early.
   const double n_trials = n_accepted + (n_accepted < n_drafted ? 1 : 0);
   constexpr double kDecay = 0.9;  // per round: the rate follows the text (~10 rounds)
@@ -43,7 +44,7 @@ int32_t Speculation::choose_length(std::span<const SpecCandidate> cands, int32_t
       tokens += expected_tokens(c.stats->rate(prior), kc);
       verify += kc;
     }
-    const double ms = costs.predict_ms(verify, decoders) + draft_ms * k;
+    const double ms = costs.predict_ms(0, decoders, verify) + draft_ms * k;
     if (!(ms > 0)) return 0;
     const double rate = tokens / ms;
     // A longer draft must pay for itself clearly (1%): ties keep the cheaper step.
@@ -77,11 +78,13 @@ void Speculation::propose(std::span<SpecCandidate> cands, int32_t decoders,
       "speculation: k = {} for {} of {} decoders (rate {:.2f}; step {:.1f} ms + {:.2f} ms "
       "per extra row)",
       k, cands.size(), decoders, cands.empty() ? 0.0 : cands[0].stats->rate(all_.rate()),
-      costs.decode_ms(decoders), costs.per_prompt_ms(std::max(1, k)));
+      costs.decode_ms(decoders), costs.per_verify_ms(std::max(1, k)));
   if (k == 0) return;
   jobs_.clear();
   for (const SpecCandidate& c : cands) {
-    const int32_t n = std::min(k, c.params.n_max);
+    int32_t n = std::min(k, c.params.n_max);
+    if (adaptive_ && n > 0 && c.stats->full_round > 0)  // a run of acceptances: grow
+      n = std::max(n, std::min(2 * c.stats->full_round, c.params.n_max));
     if (n <= 0 || n < c.params.n_min) continue;
     jobs_.push_back({c.seq, n, c.params.p_min, {}});
   }

@@ -19,6 +19,11 @@
 // verification tokens) plus the drafter's own per-position cost; the k with the most tokens
 // per ms is taken, and k = 0 (no speculation) wins whenever the extra rows cost more than
 // they return (a batch that is already compute-bound).
+// The rate is a slow estimate (a few rejections at the start of an answer keep it low for
+// tens of rounds), while acceptance comes in runs: text copied from the prompt is accepted
+// whole for long stretches. So where speculation pays at all (k > 0), a sequence whose last
+// round was accepted whole drafts up to twice that round's length, doubling while the runs
+// last (1, 2, 4, 8, 16 in five rounds); the first rejection returns it to the model's k.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +44,9 @@ struct SpecStats {
   // Exponentially weighted acceptance trials: each drafted token up to and including the
   // first rejected one is a trial; `hits` the accepted ones.
   double hits = 0, trials = 0;
+  // The length of the last round when every drafted token was accepted (else 0): the next
+  // round may draft twice as many (Speculation::propose).
+  int32_t full_round = 0;
   // The per-token acceptance rate: `prior` weighs as two trials (before any trial it is the
   // rate, e.g. the drafter's over every sequence so far).
   double rate(double prior = 0.5) const { return (hits + 2.0 * prior) / (trials + 2.0); }

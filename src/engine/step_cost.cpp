@@ -12,9 +12,29 @@ int StepCostModel::width_class(int32_t width) {
   return std::min(kWidthClasses - 1, (int)std::bit_width((uint32_t)std::max(1, width)) - 1);
 }
 
-void StepCostModel::observe(int32_t prompt_tokens, int32_t decode_tokens, double ms) {
-  if (prompt_tokens < 0 || decode_tokens < 0 || prompt_tokens + decode_tokens == 0 || !(ms >= 0))
+void StepCostModel::observe(int32_t prompt_tokens, int32_t decode_tokens, double ms,
+                            int32_t verify_tokens) {
+  if (prompt_tokens < 0 || decode_tokens < 0 || verify_tokens < 0 ||
+      prompt_tokens + decode_tokens + verify_tokens == 0 || !(ms >= 0))
     return;
+  if (verify_tokens > 0) {
+    // Verification rows beside decodes alone teach their own price (once the decode line is
+    // known); beside prompt tokens they are taken off at their price and the rest is the
+    // prompt tokens' (before any price is known, the step is not used at all).
+    const bool decodes_known = n_decode_fit_ >= 2;
+    if (prompt_tokens == 0) {
+      if (!decodes_known) return;
+      n_observed_ += 1;
+      const double per = std::max(0.0, ms - decode_ms(decode_tokens)) / verify_tokens;
+      constexpr double kVerifyDecay = 0.8;  // per verification step: ~5 steps
+      verify_ms_ = n_verify_ == 0 ? per : kVerifyDecay * verify_ms_ + (1 - kVerifyDecay) * per;
+      n_verify_ += 1;
+      return;
+    }
+    const double per = per_verify_ms(verify_tokens);
+    if (!(per > 0)) return;
+    ms = std::max(0.0, ms - verify_tokens * per);
+  }
   n_observed_ += 1;
   if (prompt_tokens == 0) {
     n_decode_only_ += 1;
@@ -99,9 +119,16 @@ double StepCostModel::per_prompt_ms(int32_t width) const {
   return 0;
 }
 
-double StepCostModel::predict_ms(int32_t prompt_tokens, int32_t decode_tokens) const {
-  const double decodes = decode_ms(decode_tokens);
-  return prompt_tokens > 0 ? decodes + prompt_tokens * per_prompt_ms(prompt_tokens) : decodes;
+double StepCostModel::per_verify_ms(int32_t width) const {
+  return n_verify_ > 0 ? verify_ms_ : per_prompt_ms(width);
+}
+
+double StepCostModel::predict_ms(int32_t prompt_tokens, int32_t decode_tokens,
+                                 int32_t verify_tokens) const {
+  double ms = decode_ms(decode_tokens);
+  if (prompt_tokens > 0) ms += prompt_tokens * per_prompt_ms(prompt_tokens);
+  if (verify_tokens > 0) ms += verify_tokens * per_verify_ms(verify_tokens);
+  return ms;
 }
 
 int32_t StepCostModel::prompt_tokens_within(double target_ms, int32_t decode_tokens,

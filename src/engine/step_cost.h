@@ -13,6 +13,11 @@
 //     prompt tokens pays beyond a decode-only one (on a GPU, decode-only steps replay CUDA
 //     graphs while the others launch every kernel), and a step that pays it should carry
 //     enough prompt tokens to be worth it (efficient_prompt_tokens).
+//   - a speculative verification chunk's drafted tokens (speculation.h): rows in the
+//     one-token order with a logits row each, priced apart from prompt tokens (at a 1.5k
+//     context on 2 CPU threads one costs about 3x a prompt token in a chunk of 512), as one
+//     exponentially weighted price per row over every verification step whatever its width,
+//     so that no draft length is shut out by one noisy step of its width.
 // Both follow the machine as contexts grow or other work shares it. Nothing is read from the
 // environment: each executor's costs are what its own steps measured.
 #pragma once
@@ -27,11 +32,17 @@ class StepCostModel {
   // `decay`: the weight a past observation keeps per new one of its kind (0.98: ~50 steps).
   explicit StepCostModel(double decay = 0.98);
 
-  void observe(int32_t prompt_tokens, int32_t decode_tokens, double ms);
+  // `verify_tokens`: drafted tokens verified in the step (beside its decodes, which count
+  // each verification chunk's first token).
+  void observe(int32_t prompt_tokens, int32_t decode_tokens, double ms, int32_t verify_tokens = 0);
   // Whether both parts have been seen (decode-only steps, and steps with prompt tokens).
   bool ready() const;
   double decode_ms(int32_t decode_tokens) const;  // a step of only these decodes
-  double predict_ms(int32_t prompt_tokens, int32_t decode_tokens) const;
+  double predict_ms(int32_t prompt_tokens, int32_t decode_tokens, int32_t verify_tokens = 0) const;
+  // The cost of one drafted token in a verification chunk of `width` (the prompt price of
+  // that width until a verification step was seen).
+  double per_verify_ms(int32_t width) const;
+  int64_t n_verify_steps() const { return n_verify_; }
   // The most prompt tokens that fit beside `decode_tokens` decodes in `target_ms` (0 when the
   // decodes alone reach it; at most `cap`). Only meaningful when ready().
   int32_t prompt_tokens_within(double target_ms, int32_t decode_tokens, int32_t cap) const;
@@ -70,6 +81,8 @@ class StepCostModel {
                                     // excess ms, P * excess ms
   double overhead_ms_ = 0, marginal_ms_ = 0;
   int64_t n_decode_only_ = 0;
+  double verify_ms_ = 0;  // per drafted token; 0: not seen
+  int64_t n_verify_ = 0;
 };
 
 }  // namespace hablar::engine

@@ -196,10 +196,16 @@ struct TilePlan {
 // order, consecutive positions), at most kMaxQueryTile of them and fewer for long sequences,
 // times one kv head with its group of query heads.
 void plan_tiles(std::span<const AttentionQuery> queries, int n_heads, int n_kv_heads, int hd,
-                bool quant, TilePlan& plan) {
+                bool quant, int n_threads, TilePlan& plan) {
   const int group = n_heads / n_kv_heads;
   plan.rows.clear(), plan.tiles.clear();
   std::vector<size_t> row_begin;
+  // Few queries (a speculative verification chunk of one sequence: 9 tokens, 3 kv heads)
+  // would make fewer tiles than the threads can share evenly (3 tiles on 2 threads: one
+  // thread idle a third of the time): at most this many tokens per tile then, so that there
+  // are about two tiles per thread.
+  const int64_t even_cap = std::max<int64_t>(
+      1, ((int64_t)queries.size() * n_kv_heads + 2 * n_threads - 1) / (2 * n_threads));
   for (size_t i = 0; i < queries.size();) {
     const AttentionQuery& a = queries[i];
     const int64_t tq =
@@ -208,6 +214,10 @@ void plan_tiles(std::span<const AttentionQuery> queries, int n_heads, int n_kv_h
     while (j < queries.size() && (int64_t)(j - i) < tq && queries[j].block_table == a.block_table &&
            queries[j].order == a.order && queries[j].pos == queries[j - 1].pos + 1)
       ++j;
+    if ((int64_t)(j - i) > even_cap) {  // equal parts of at most even_cap tokens
+      const int64_t parts = ((int64_t)(j - i) + even_cap - 1) / even_cap;
+      j = i + (size_t)(((int64_t)(j - i) + parts - 1) / parts);
+    }
     for (int kv = 0; kv < n_kv_heads; ++kv) {
       const SumOrder order = quant ? SumOrder::kLanes16 : a.order;
       avx2::AttnTile t{a.block_table, kv, order, nullptr, 0, INT32_MAX, -1};
@@ -287,7 +297,8 @@ void run_tiled(const avx2::AttnContext& c, std::span<const AttentionQuery> queri
   TilePlan& plan = plan_owner;  // by reference: the workers read the caller's plan
   const KvCacheLayout& layout = *c.layout;
   plan_tiles(queries, n_heads, layout.n_kv_heads, layout.head_dim,
-             kv_dtype_quantized(layout.type(0)) || kv_dtype_quantized(layout.type(1)), plan);
+             kv_dtype_quantized(layout.type(0)) || kv_dtype_quantized(layout.type(1)), pool.size(),
+             plan);
   int longest = 0;
   for (const avx2::AttnTile& t : plan.tiles) longest = std::max(longest, t.hi + 1 - t.lo);
   if (pool.size() > 1 && (int)plan.tiles.size() < 2 * pool.size() && longest >= 2 * kScoreChunk)

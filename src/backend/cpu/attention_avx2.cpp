@@ -310,6 +310,59 @@ void scores16_group(const AttnContext& c, const AttnTile& t, AttnScratch& sc, in
   }
 }
 
+// One row's q·k with a key (both F32, head_dim a multiple of 64) in dot_qk64's order, up to
+// its final hsum8: the 64 partial sums (d mod 64) folded as dot_qk64 folds them, lanes l and
+// l + 8 of the 16 paired; reduce8x8 finishes eight of these at once in hsum8's order.
+[[gnu::always_inline]] inline __m256 qk64_pairs(const float* q, const float* k, int hd) {
+  __m256 acc[8];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  for (int d = 0; d < hd; d += 64)
+    for (int j = 0; j < 8; ++j)
+      acc[j] =
+          _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8 * j), _mm256_loadu_ps(k + d + 8 * j), acc[j]);
+  const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+  const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+  return _mm256_add_ps(lo, hi);
+}
+
+// The same with head_dim 64 and the row's q already in registers (q[j] = dims 8j..8j+7).
+[[gnu::always_inline]] inline __m256 qk64_pairs(const __m256 (&q)[8], const float* k) {
+  __m256 acc[8];
+  for (int j = 0; j < 8; ++j)
+    acc[j] = _mm256_fmadd_ps(q[j], _mm256_loadu_ps(k + 8 * j), _mm256_setzero_ps());
+  const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+  const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+  return _mm256_add_ps(lo, hi);
+}
+
+// Scores of the 8 positions [g, g + 8) for every row in the 64-lane (decode) order, head_dim a
+// multiple of 64: the bits of dot_qk64 per (row, position), with one horizontal reduction per
+// eight positions instead of one per position (decode at 1.5k positions spent a quarter of
+// its step in those). Positions outside [lo, p_end) as in scores16_group.
+void scores64_group(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int g, int p_end,
+                    float* kf) {
+  const int hd = c.layout->head_dim, R = t.n_rows, base = tile_base(t), span = tile_span(t);
+  const int valid0 = std::max(g, t.lo), valid1 = std::min(g + 8, p_end);
+  for (int j = 0; j < 8; ++j)
+    row_to_f32(sc.k_rows[(size_t)(std::clamp(g + j, valid0, valid1 - 1) - base)], c.layout->type(0),
+               hd, kf + j * hd);
+  const __m256 scale = _mm256_set1_ps(c.scale);
+  for (int r = 0; r < R; ++r) {
+    const float* qr = sc.qr.data() + (size_t)r * hd;
+    __m256 v[8];
+    if (hd == 64) {
+      __m256 q[8];
+      for (int j = 0; j < 8; ++j) q[j] = _mm256_loadu_ps(qr + 8 * j);
+      for (int j = 0; j < 8; ++j) v[j] = qk64_pairs(q, kf + j * 64);
+    } else {
+      for (int j = 0; j < 8; ++j) v[j] = qk64_pairs(qr, kf + j * hd, hd);
+    }
+    float* dst = sc.s.data() + (size_t)r * span + (g - base);
+    _mm256_storeu_ps(dst, _mm256_mul_ps(reduce8x8(v), scale));
+    if (c.softcap > 0.0f) cpu::softcap(dst + (valid0 - g), valid1 - valid0, c.softcap);
+  }
+}
+
 }  // namespace
 
 // llama.cpp's AVX2 vec_dot of a Q8_0 / Q4_0 row with Q8_0 (attention_int.h's order): per
@@ -393,7 +446,14 @@ void tile_scores(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int p
       scores16_group(c, t, sc, g, p_end, kf.data());
     return;
   }
-  // The 64-lane order (decoding): each K row converted once for the tile's rows.
+  if (t.order == SumOrder::kLanes64 && hd % 64 == 0) {
+    thread_local std::vector<float> kf;
+    kf.resize((size_t)8 * hd);
+    for (int g = std::max(p_begin, t.lo) / 8 * 8; g < p_end; g += 8)
+      scores64_group(c, t, sc, g, p_end, kf.data());
+    return;
+  }
+  // The 64-lane order at other head dims: each K row converted once for the tile's rows.
   thread_local std::vector<float> kf;
   kf.resize((size_t)hd);
   for (int p = std::max(p_begin, t.lo); p < p_end; ++p) {

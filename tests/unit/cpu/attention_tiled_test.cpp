@@ -161,6 +161,28 @@ TEST(TiledAttention, LongSequencesSplitOverThreadsKeepTheBits) {
     }
 }
 
+TEST(TiledAttention, VerificationChunksInTheDecodeOrder) {
+  // A speculative verification chunk: consecutive tokens of one sequence, each in the one-token
+  // order (its scores eight positions at a time when head_dim is a multiple of 64). Head dims
+  // 64, 128 and 256 (and 96, the per-position form), chunk starts and ends off the groups of
+  // eight, windows and a soft-cap, beside a plain decode token of another part of the cache.
+  for (bool wide : {true, false}) {
+    set_avx512_attention(wide);
+    for (int hd : {64, 96, 128, 256})
+      for (KvDType t : {KvDType::F16, KvDType::BF16, KvDType::Q8_0}) {
+        SCOPED_TRACE(std::string(kv_dtype_name(t)) + " hd " + std::to_string(hd) +
+                     (wide ? " AVX-512" : " AVX2"));
+        expect_tiled_equals_scalar({9, 3, hd, t, t},
+                                   {{1203, 9, SumOrder::kLanes64}, {37, 1, SumOrder::kLanes64}},
+                                   0.0f, 2, 1212);
+        expect_tiled_equals_scalar({4, 2, hd, t, t},
+                                   {{301, 5, SumOrder::kLanes64, 53}, {99, 1, SumOrder::kLanes64}},
+                                   30.0f, 3, 306);
+      }
+  }
+  set_avx512_attention(true);
+}
+
 TEST(TiledAttention, IntegerScoresOfAQuantizedKAtEveryHeadDim) {
   // A Q8_0 / Q4_0 K: scores by the integer q·k (attention_int.h), 16 keys at a time on
   // AVX-512. Head dims of 1 to 8 blocks (an odd count included), GQA groups of 1, 4 and 7

@@ -191,6 +191,74 @@ TEST(Speculation, LengthFollowsTheMeasuredCosts) {
   EXPECT_EQ(spec.choose_length(std::span(&c, 1), 1, moderate), 8);
 }
 
+// Proposes n_max tokens (all zeros) for every job, and remembers the lengths asked for.
+class FixedDrafter : public Drafter {
+ public:
+  SpecType type() const override { return SpecType::kNgram; }
+  void draft(std::span<DraftJob> jobs) override {
+    for (DraftJob& j : jobs) {
+      asked.push_back(j.n_max);
+      j.draft.assign((size_t)j.n_max, 0);
+    }
+  }
+  std::vector<int32_t> asked;
+};
+
+TEST(Speculation, WholeRoundsAcceptedDoubleTheNextDraft) {
+  auto drafter = std::make_shared<FixedDrafter>();
+  Speculation spec(drafter);
+  // Extra rows cost 4 ms beside a 10 ms decode: at a modest rate the model picks a short k.
+  StepCostModel costs;
+  for (int i = 0; i < 20; ++i) {
+    costs.observe(0, 1, 10);
+    costs.observe(0, 2, 11);
+  }
+  costs.observe(512, 0, 10 + 512 * 1.0);
+  for (int i = 0; i < 5; ++i) costs.observe(0, 1, 10 + 2 * 4.0, 2);
+  Sequence seq;
+  SpecStats stats;
+  for (int i = 0; i < 10; ++i) stats.record(4, 2);  // rate ~0.6
+  SpecCandidate c{&seq, {.n_max = 16}, &stats};
+  const int32_t k_model = spec.choose_length(std::span(&c, 1), 1, costs);
+  ASSERT_GT(k_model, 0);
+  ASSERT_LT(k_model, 4);
+  // Three steps (the engine's first two plan no drafts): the model's k, until a round is
+  // accepted whole; then twice that round, and twice again, up to n_max.
+  const auto propose = [&] {
+    seq.draft.clear();
+    spec.propose(std::span(&c, 1), 1, costs);
+    return (int32_t)seq.draft.size();
+  };
+  propose(), propose();
+  EXPECT_EQ(propose(), k_model);
+  stats.record(k_model, k_model);
+  EXPECT_EQ(propose(), 2 * k_model);
+  stats.record(2 * k_model, 2 * k_model);
+  EXPECT_EQ(propose(), std::min(16, 4 * k_model));
+  stats.record(8, 8);
+  EXPECT_EQ(propose(), 16);
+  // A rejection: back to what the model says at the new rate.
+  stats.record(16, 3);
+  EXPECT_EQ(propose(), spec.choose_length(std::span(&c, 1), 1, costs));
+  // Where speculation does not pay (every row as dear as a step), no growth either.
+  StepCostModel bound;
+  for (int i = 0; i < 20; ++i) {
+    bound.observe(0, 1, 1);
+    bound.observe(0, 2, 2);
+  }
+  bound.observe(512, 0, 1 + 512 * 1.0);
+  for (int i = 0; i < 5; ++i) bound.observe(0, 1, 1 + 8 * 1.5, 8);
+  stats.record(4, 4);
+  ASSERT_EQ(spec.choose_length(std::span(&c, 1), 1, bound), 0);
+  seq.draft.clear();
+  Speculation bound_spec(drafter);
+  for (int i = 0; i < 3; ++i) {  // past the plain first steps and the probe of step 1
+    seq.draft.clear();
+    bound_spec.propose(std::span(&c, 1), 1, bound);
+  }
+  EXPECT_TRUE(seq.draft.empty());
+}
+
 TEST(EngineSpeculation, GreedyOutputsAndLogprobsEqualPlainDecoding) {
   std::mt19937 rng(7);
   for (int wrong_every : {0, 2, 3, 5, 11}) {

@@ -24,6 +24,30 @@ TEST(StepCostModel, FitsTheDecodeLineAndPricesPromptTokensPerWidth) {
   EXPECT_NEAR(m.decode_ms(3), 11.0, 1e-3);
 }
 
+TEST(StepCostModel, VerificationRowsArePricedApartFromPromptTokens) {
+  StepCostModel m;
+  for (int32_t d = 1; d <= 4; ++d) m.observe(0, d, 10.0 + 1.0 * d);
+  m.observe(512, 0, 10.0 + 512 * 1.5);  // prompt tokens: 1.5 ms each in wide chunks
+  // Before any verification step, a drafted row is priced as a prompt token of its width.
+  EXPECT_NEAR(m.per_verify_ms(8), 1.5, 1e-3);
+  // Verification steps (one decode + k drafted rows at 5 ms each) teach their own price
+  // whatever their width, and leave the prompt prices and the decode line alone.
+  for (int32_t k : {1, 2, 3, 13}) m.observe(0, 1, 11.0 + k * 5.0, k);
+  EXPECT_NEAR(m.per_verify_ms(2), 5.0, 1e-3);
+  EXPECT_NEAR(m.per_verify_ms(16), 5.0, 1e-3);  // a width never verified: the same price
+  EXPECT_NEAR(m.per_prompt_ms(512), 1.5, 1e-3);
+  EXPECT_NEAR(m.decode_ms(1), 11.0, 1e-3);
+  EXPECT_NEAR(m.predict_ms(0, 1, 8), 11.0 + 8 * 5.0, 1e-3);
+  // One slow verification step moves the price a fifth of the way, not all of it.
+  m.observe(0, 1, 11.0 + 2 * 10.0, 2);
+  EXPECT_NEAR(m.per_verify_ms(2), 6.0, 1e-3);
+  // A step with a prompt chunk beside a verification chunk: the drafted rows are taken off at
+  // their price, the rest teaches the prompt price (64-token class: 2 ms each).
+  m.observe(64, 1, 11.0 + 4 * 6.0 + 64 * 2.0, 4);
+  EXPECT_NEAR(m.per_prompt_ms(64), 2.0, 1e-3);
+  EXPECT_NEAR(m.per_verify_ms(4), 6.0, 1e-3);
+}
+
 TEST(StepCostModel, PromptTokensWithinATargetUseTheirWidthsPrice) {
   StepCostModel m;
   for (int32_t d = 1; d <= 4; ++d) m.observe(0, d, 4.0 + 1.0 * d);
