@@ -4,12 +4,14 @@
 //   - decode: one token at depth D, the tiled form (keys split over the threads) beside the
 //     one-head form, as GB/s of K/V read, next to a plain read of the same bytes
 //     (read_through, the memory bound);
+//   - verify: a speculative verification chunk of V tokens at depth D in the one-token (decode)
+//     order, per token beside one decode token's time;
 //   - the same tiled forms over Q8_0 and Q4_0 caches;
 //   - each tiled case twice, with the AVX-512 stages and with the AVX2 ones (alternating
 //     runs; the outputs must be the same bits).
 //
 //   build/bench/cpu/attention_bench [--threads=N] [--depth=D] [--prompt=P] [--heads=H/KV]
-//                                   [--head-dim=HD] [--reps=R] [--cpu-time]
+//                                   [--head-dim=HD] [--reps=R] [--verify=V] [--cpu-time]
 //
 // --cpu-time times the process's CPU time instead of the wall clock: with --threads=1 it
 // measures the work alone on a busy host (GB/s figures are then per CPU-second).
@@ -38,7 +40,7 @@ namespace {
 
 struct Options {
   int threads = 2, depth = 4096, prompt = 512, n_heads = 14, n_kv_heads = 2, head_dim = 64;
-  int reps = 3;
+  int reps = 3, verify = 9;
   bool cpu_time = false;  // time as the process's CPU time (a busy host's waits not counted)
 };
 
@@ -62,6 +64,8 @@ Options parse(int argc, char** argv) {
       o.head_dim = std::atoi(v);
     else if (const char* v = value("reps"))
       o.reps = std::atoi(v);
+    else if (const char* v = value("verify"))
+      o.verify = std::atoi(v);
     else if (a == "--cpu-time")
       o.cpu_time = true;
     else if (const char* v = value("heads"))
@@ -71,8 +75,8 @@ Options parse(int argc, char** argv) {
       std::exit(2);
     }
   }
-  if (o.threads < 1 || o.depth < 1 || o.prompt < 1 || o.reps < 1 || o.n_kv_heads < 1 ||
-      o.n_heads % o.n_kv_heads != 0 || o.head_dim % 32 != 0) {
+  if (o.threads < 1 || o.depth < 1 || o.prompt < 1 || o.reps < 1 || o.verify < 1 ||
+      o.n_kv_heads < 1 || o.n_heads % o.n_kv_heads != 0 || o.head_dim % 32 != 0) {
     std::fprintf(stderr, "bad arguments (head_dim must be a multiple of 32)\n");
     std::exit(2);
   }
@@ -242,6 +246,28 @@ void decode_case(const Options& o, ThreadPool& pool, KvDType type) {
       100.0 * gbs / read_gbs, 100.0 * gbs2 / read_gbs);
 }
 
+// A verification chunk: V consecutive tokens of one sequence at depth D, each in the
+// one-token order (what speculative decoding computes), against V separate decode calls.
+void verify_case(const Options& o, ThreadPool& pool, KvDType type) {
+  const int n = o.depth + o.verify;
+  const Cache c(o, n, type);
+  const std::vector<float> q = random_rows((size_t)o.verify * o.n_heads * o.head_dim);
+  std::vector<float> out, one;
+  const auto qs = queries(c, o, o.depth, o.verify, q, out, cpu::SumOrder::kLanes64);
+  const auto run = [&] { cpu::attention_batch(c.data.data(), c.layout, 0, qs, o.n_heads, pool); };
+  const Pair chunk = best_pair(o.reps * 3, run);
+  const bool same = same_bits(run, out);
+  const auto q1 = queries(c, o, o.depth, 1, q, one, cpu::SumOrder::kLanes64);
+  const double decode = best_seconds(
+      o.reps * 5, [&] { cpu::attention_batch(c.data.data(), c.layout, 0, q1, o.n_heads, pool); });
+  std::printf(
+      "| verify %d @ d%d, %s | %.3f ms | %.3f ms | %.2fx | - | %s; per token %.3f ms (AVX2), "
+      "%.2fx one decode token's %.3f ms |\n",
+      o.verify, o.depth, kv_dtype_name(type), chunk.wide * 1e3, chunk.narrow * 1e3,
+      chunk.narrow / chunk.wide, same ? "identical" : "DIFFERENT", chunk.narrow / o.verify * 1e3,
+      chunk.narrow / o.verify / decode, decode * 1e3);
+}
+
 }  // namespace
 }  // namespace hablar::bench
 
@@ -257,5 +283,6 @@ int main(int argc, char** argv) {
       "time | note |\n| --- | ---: | ---: | ---: | ---: | --- |\n");
   for (KvDType t : {KvDType::F16, KvDType::Q8_0, KvDType::Q4_0}) bench::prompt_case(o, pool, t);
   for (KvDType t : {KvDType::F16, KvDType::Q8_0, KvDType::Q4_0}) bench::decode_case(o, pool, t);
+  bench::verify_case(o, pool, KvDType::F16);
   return 0;
 }

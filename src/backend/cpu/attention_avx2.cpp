@@ -388,8 +388,6 @@ void tile_prepare(const AttnContext& c, const AttnTile& t, AttnScratch& sc) {
   const size_t span = (size_t)tile_span(t);
   sc.qr.resize((size_t)R * hd);
   if (sc.s.size() < span * R) sc.s.resize(span * R);
-  if (!wide_stages(c) && sc.w.size() < span * (size_t)((R + 3) / 4 * 4))
-    sc.w.resize(span * ((R + 3) / 4 * 4));
   sc.acc.resize((size_t)R * tile_lanes(t.order) * hd);
   const int base = tile_base(t);
   sc.k_rows.resize(span), sc.v_rows.resize(span);
@@ -474,21 +472,32 @@ void tile_softmax(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int 
   for (int r = r_begin; r < r_end; ++r) {
     const AttnRow& row = t.rows[r];
     float* s = sc.s.data() + (size_t)r * span;
-    float max_score = -INFINITY;
-    for (int p = row.first; p <= row.pos; ++p) max_score = std::max(max_score, s[p - base]);
-    const float inv = (float)(1.0 / softmax_numerators(s, base, row.first, row.pos, max_score));
-    // Weights by blocks of 4 rows: [r / 4][p - base][r % 4].
-    float* w = sc.w.data() + (size_t)(r / 4) * span * 4 + r % 4;
-    for (int p = t.lo; p < row.first; ++p) w[(size_t)(p - base) * 4] = 0.0f;
-    for (int p = row.pos + 1; p <= t.hi; ++p) w[(size_t)(p - base) * 4] = 0.0f;
-    const __m256 vinv = _mm256_set1_ps(inv);
+    // The maximum (exact in any order; a NaN score is passed over, as std::max does).
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    int p = row.first;
+    for (; p + 8 <= row.pos + 1; p += 8)
+      vmax = _mm256_max_ps(_mm256_loadu_ps(s + (p - base)), vmax);
     alignas(32) float tmp[8];
-    for (int p = row.first; p <= row.pos; p += 8) {
-      const int n = std::min(8, row.pos + 1 - p);
+    _mm256_store_ps(tmp, vmax);
+    float max_score = -INFINITY;
+    for (float m : tmp) max_score = std::max(max_score, m);
+    for (; p <= row.pos; ++p) max_score = std::max(max_score, s[p - base]);
+    const float inv = (float)(1.0 / softmax_numerators(s, base, row.first, row.pos, max_score));
+    // The weights over the row's scores (row-major, as the AVX-512 stages keep them), zeros
+    // outside [first, pos] where the tile's values stage reads.
+    std::fill(s + (t.lo - base), s + (row.first - base), 0.0f);
+    std::fill(s + (row.pos + 1 - base), s + (t.hi + 1 - base), 0.0f);
+    const __m256 vinv = _mm256_set1_ps(inv);
+    for (p = row.first; p + 8 <= row.pos + 1; p += 8) {
+      const __m256 w8 = _mm256_mul_ps(_mm256_loadu_ps(s + (p - base)), vinv);
+      _mm256_storeu_ps(s + (p - base), round ? round_to_kv8(w8, bf16) : w8);
+    }
+    if (p <= row.pos) {
+      const int n = row.pos + 1 - p;
       std::copy(s + (p - base), s + (p - base) + n, tmp);
       const __m256 w8 = _mm256_mul_ps(_mm256_load_ps(tmp), vinv);
       _mm256_store_ps(tmp, round ? round_to_kv8(w8, bf16) : w8);
-      for (int i = 0; i < n; ++i) w[(size_t)(p + i - base) * 4] = tmp[i];
+      std::copy(tmp, tmp + n, s + (p - base));
     }
   }
 }
@@ -506,24 +515,37 @@ void values_block(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int 
                   int c0, int c1) {
   const int hd = c.layout->head_dim, L = tile_lanes(t.order), base = tile_base(t);
   const size_t span = (size_t)tile_span(t);
-  float* acc = sc.acc.data();
+  // Locals, so that the accumulators stay in registers (with the vectors' data pointers
+  // reloaded in the loop, GCC kept them on the stack: a store per FMA).
+  float* const acc = sc.acc.data();
+  const uint16_t* const* const v_rows = sc.v_rows.data();
+  const float* w_rows[NR];  // row r's weight of position p at w_rows[r][p - base]
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) w_rows[r] = sc.s.data() + (size_t)(r0 + r) * span;
   __m256 a[NR][NV];
+#pragma GCC unroll 4
   for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 2
     for (int j = 0; j < NV; ++j)
       a[r][j] = c0 == base ? _mm256_setzero_ps()
                            : _mm256_loadu_ps(acc + ((size_t)(r0 + r) * L + lane) * hd + d + 8 * j);
-  for (int p = c0 + lane; p < c1 && p <= t.hi; p += L) {
-    if (p < t.lo) continue;
-    const uint16_t* v = sc.v_rows[(size_t)(p - base)];
+  int p = c0 + lane;
+  while (p < t.lo) p += L;
+  for (const int end = std::min(c1, t.hi + 1); p < end; p += L) {
+    const uint16_t* v = v_rows[p - base];
     __m256 vv[NV];
+#pragma GCC unroll 2
     for (int j = 0; j < NV; ++j) vv[j] = load_kv8<VT>(v, d + 8 * j);
-    const float* w = sc.w.data() + ((size_t)(r0 / 4) * span + (size_t)(p - base)) * 4;
+#pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
-      const __m256 wr = _mm256_broadcast_ss(w + r);
+      const __m256 wr = _mm256_broadcast_ss(w_rows[r] + (p - base));
+#pragma GCC unroll 2
       for (int j = 0; j < NV; ++j) a[r][j] = _mm256_fmadd_ps(wr, vv[j], a[r][j]);
     }
   }
+#pragma GCC unroll 4
   for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 2
     for (int j = 0; j < NV; ++j)
       _mm256_storeu_ps(acc + ((size_t)(r0 + r) * L + lane) * hd + d + 8 * j, a[r][j]);
 }

@@ -55,7 +55,7 @@ struct AttnContext {
   float scale, softcap;
 };
 struct AttnScratch {
-  std::vector<float> qr, s, w, acc;
+  std::vector<float> qr, s, acc;  // s: [row][p - base] scores, then the softmax weights
   std::vector<uint32_t> qk;  // [rows][qk_quant_row_words]: q for the integer q·k (quantized K)
   std::vector<const uint16_t*> k_rows, v_rows;  // [p - base]: the cache rows of [lo, hi]
 };
