@@ -226,13 +226,16 @@ SampleResult Sampler::sample(std::span<const float> logits) {
     if (n_post_ > 0) report_candidates(result);
   }
 
+  // Log-probabilities only when asked for: a softmax over the whole vocabulary in double
+  // costs about as much as a speculative verification row's sampling otherwise.
+  if (params_.n_probs <= 0) return result;
   float max_logit = -std::numeric_limits<float>::infinity();
   for (float l : logits) max_logit = std::max(max_logit, l);
   double sum = 0.0;
   for (float l : logits) sum += std::exp((double)(l - max_logit));
   const float lse = max_logit + (float)std::log(sum);
   result.logprob = logits[(size_t)result.token] - lse;
-  if (params_.n_probs > 0) result.top = top_logprobs(logits, params_.n_probs);
+  result.top = top_logprobs(logits, params_.n_probs);
   return result;
 }
 

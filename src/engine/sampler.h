@@ -32,7 +32,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;  // subtracted per occurrence in the window
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to a token's logit (-inf bans)
   uint64_t seed = 0xC0FFEEull;                        // per request
-  int n_probs = 0;  // top-n log-probabilities to report per token (0 = none)
+  int n_probs = 0;  // top-n log-probabilities to report per token (0 = none, nor the token's own)
 
   // Throws Error(kInvalidArgument) naming the bad parameter: NaN or negative temperature,
   // top_p outside (0, 1], min_p outside [0, 1], typical_p outside (0, 1], repeat_penalty <= 0,
@@ -55,7 +55,7 @@ struct TokenProb {
 
 struct SampleResult {
   int32_t token = -1;
-  float logprob = 0.0f;           // of `token` under log_softmax(raw logits)
+  float logprob = 0.0f;           // of `token` under log_softmax(raw logits) (n_probs > 0)
   std::vector<TokenLogprob> top;  // n_probs best, most likely first (empty if n_probs == 0)
   // With keep_candidates(n): `token`'s probability after the chain, and the n most likely
   // remaining candidates (most likely first; zero-probability ones left out). Greedy
