@@ -283,15 +283,24 @@ void qk16_2x2(const float* q0, const float* q1, const float* ka, const float* kb
   for (int i = 0; i < 4; ++i) out[i] = _mm256_add_ps(a[2 * i], a[2 * i + 1]);
 }
 
+// The K rows of positions [g, g + 8) in float (kf[j * hd ..]), those outside [lo, p_end)
+// replaced by the nearest valid one (computed, never read); [valid0, valid1) the valid ones.
+void convert_key_group(const AttnContext& c, const AttnTile& t, const AttnScratch& sc, int g,
+                       int p_end, float* kf, int& valid0, int& valid1) {
+  const int hd = c.layout->head_dim, base = tile_base(t);
+  valid0 = std::max(g, t.lo), valid1 = std::min(g + 8, p_end);
+  for (int j = 0; j < 8; ++j)
+    row_to_f32(sc.k_rows[(size_t)(std::clamp(g + j, valid0, valid1 - 1) - base)], c.layout->type(0),
+               hd, kf + j * hd);
+}
+
 // Scores of the 8 positions [g, g + 8) for every row (16-lane order, head_dim a multiple of
 // 16); positions outside [lo, p_end) are computed on a stand-in row and never read.
 void scores16_group(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int g, int p_end,
                     float* kf) {
   const int hd = c.layout->head_dim, R = t.n_rows, base = tile_base(t), span = tile_span(t);
-  const int valid0 = std::max(g, t.lo), valid1 = std::min(g + 8, p_end);
-  for (int j = 0; j < 8; ++j)
-    row_to_f32(sc.k_rows[(size_t)(std::clamp(g + j, valid0, valid1 - 1) - base)], c.layout->type(0),
-               hd, kf + j * hd);
+  int valid0, valid1;
+  convert_key_group(c, t, sc, g, p_end, kf, valid0, valid1);
   const __m256 scale = _mm256_set1_ps(c.scale);
   for (int r = 0; r < R; r += 2) {
     const float* q0 = sc.qr.data() + (size_t)r * hd;
@@ -342,10 +351,8 @@ void scores16_group(const AttnContext& c, const AttnTile& t, AttnScratch& sc, in
 void scores64_group(const AttnContext& c, const AttnTile& t, AttnScratch& sc, int g, int p_end,
                     float* kf) {
   const int hd = c.layout->head_dim, R = t.n_rows, base = tile_base(t), span = tile_span(t);
-  const int valid0 = std::max(g, t.lo), valid1 = std::min(g + 8, p_end);
-  for (int j = 0; j < 8; ++j)
-    row_to_f32(sc.k_rows[(size_t)(std::clamp(g + j, valid0, valid1 - 1) - base)], c.layout->type(0),
-               hd, kf + j * hd);
+  int valid0, valid1;
+  convert_key_group(c, t, sc, g, p_end, kf, valid0, valid1);
   const __m256 scale = _mm256_set1_ps(c.scale);
   for (int r = 0; r < R; ++r) {
     const float* qr = sc.qr.data() + (size_t)r * hd;
