@@ -28,6 +28,15 @@ float dot_qk16(const float* qr, const uint16_t* k, int hd, bool bf16) {
   return hsum8(_mm256_add_ps(acc0, acc1));
 }
 
+// The 64 partial sums of a 64-lane q·k (eight vectors, d mod 64) folded as fold64 folds them,
+// lanes l and l + 8 of the 16 paired (lanes 0-7 are vectors 0, 2, 4, 6, i.e. offsets 0, 16,
+// 32, 48; lanes 8-15 the odd ones): what hsum8 (or reduce8x8) finishes in reduce16's order.
+[[gnu::always_inline]] inline __m256 fold64_pairs(const __m256 (&acc)[8]) {
+  const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+  const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+  return _mm256_add_ps(lo, hi);
+}
+
 // q·k with 64 partial sums (d mod 64) as eight vectors, folded and reduced as fold64 and
 // reduce16 do, then the tail past the last 64 added in double; hd is a multiple of 8.
 // Load8 is (const T* p) -> 8 floats of k at p: the cache's halves, or a row already in float.
@@ -39,10 +48,7 @@ float dot_qk64_with(const float* qr, const T* k, int hd, Load8 load) {
   for (int d = 0; d < main_dims; d += 64)
     for (int j = 0; j < 8; ++j)
       acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d + 8 * j), load(k + d + 8 * j), acc[j]);
-  // Lanes 0-7 of the 16 are vectors 0, 2, 4, 6 (offsets 0, 16, 32, 48); lanes 8-15 the odd ones.
-  const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
-  const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
-  double sum = (double)hsum8(_mm256_add_ps(lo, hi));
+  double sum = (double)hsum8(fold64_pairs(acc));
   alignas(32) float tail[8];
   for (int d = main_dims; d < hd; d += 8) {
     _mm256_store_ps(tail, _mm256_mul_ps(_mm256_loadu_ps(qr + d), load(k + d)));
@@ -320,8 +326,7 @@ void scores16_group(const AttnContext& c, const AttnTile& t, AttnScratch& sc, in
 }
 
 // One row's q·k with a key (both F32, head_dim a multiple of 64) in dot_qk64's order, up to
-// its final hsum8: the 64 partial sums (d mod 64) folded as dot_qk64 folds them, lanes l and
-// l + 8 of the 16 paired; reduce8x8 finishes eight of these at once in hsum8's order.
+// its final hsum8 (fold64_pairs); reduce8x8 finishes eight of these at once in hsum8's order.
 [[gnu::always_inline]] inline __m256 qk64_pairs(const float* q, const float* k, int hd) {
   __m256 acc[8];
   for (__m256& a : acc) a = _mm256_setzero_ps();
@@ -329,9 +334,7 @@ void scores16_group(const AttnContext& c, const AttnTile& t, AttnScratch& sc, in
     for (int j = 0; j < 8; ++j)
       acc[j] =
           _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8 * j), _mm256_loadu_ps(k + d + 8 * j), acc[j]);
-  const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
-  const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
-  return _mm256_add_ps(lo, hi);
+  return fold64_pairs(acc);
 }
 
 // The same with head_dim 64 and the row's q already in registers (q[j] = dims 8j..8j+7).
@@ -339,9 +342,7 @@ void scores16_group(const AttnContext& c, const AttnTile& t, AttnScratch& sc, in
   __m256 acc[8];
   for (int j = 0; j < 8; ++j)
     acc[j] = _mm256_fmadd_ps(q[j], _mm256_loadu_ps(k + 8 * j), _mm256_setzero_ps());
-  const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
-  const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
-  return _mm256_add_ps(lo, hi);
+  return fold64_pairs(acc);
 }
 
 // Scores of the 8 positions [g, g + 8) for every row in the 64-lane (decode) order, head_dim a
