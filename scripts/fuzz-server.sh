@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fuzzes the HTTP server's request parsers for a bounded time each: the HTTP/1.1 framing
-# (fuzz/http_wire_fuzz) and JSON request bodies through the field readers, the chat message
-# checks and chat templates (fuzz/chat_request_fuzz). Same build folder and sanitizers as
-# scripts/fuzz-gguf.sh; committed seeds in fuzz/corpus-http and fuzz/corpus-chat stay
-# untouched. Exits non-zero on any finding.
+# (fuzz/http_wire_fuzz), JSON request bodies through the field readers, the chat message
+# checks and chat templates (fuzz/chat_request_fuzz), and the grammars a request may carry
+# (GBNF, JSON Schema, regex) walked through the matcher (fuzz/grammar_fuzz). Same build
+# folder and sanitizers as scripts/fuzz-gguf.sh; committed seeds in fuzz/corpus-http,
+# fuzz/corpus-chat and fuzz/corpus-grammar stay untouched. Exits non-zero on any finding.
 #
 #   scripts/fuzz-server.sh [--time SECONDS_PER_TARGET] [--junit FILE]
 set -euo pipefail
@@ -25,11 +26,11 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_C_FLAGS="$sanitize" -DCMAKE_CXX_FLAGS="$sanitize" \
   -DHABLAR_FUZZ=ON -DHABLAR_TESTS=OFF -DHABLAR_BENCH=OFF -DHABLAR_CUDA=OFF >/dev/null
-ninja -C "$build" http_wire_fuzz chat_request_fuzz
+ninja -C "$build" http_wire_fuzz chat_request_fuzz grammar_fuzz
 
 status=0
 cases=""
-for target in http_wire_fuzz:corpus-http chat_request_fuzz:corpus-chat; do
+for target in http_wire_fuzz:corpus-http chat_request_fuzz:corpus-chat grammar_fuzz:corpus-grammar; do
   name="${target%%:*}"
   seeds="$root/fuzz/${target##*:}"
   work="$build/fuzz-work-$name"
@@ -62,7 +63,7 @@ if [ -n "$junit" ]; then
   mkdir -p "$(dirname "$junit")"
   {
     echo '<?xml version="1.0" encoding="UTF-8"?>'
-    echo "<testsuite name=\"fuzz-server\" tests=\"2\" failures=\"$status\">"
+    echo "<testsuite name=\"fuzz-server\" tests=\"3\" failures=\"$status\">"
     printf '%s' "$cases"
     echo "</testsuite>"
   } >"$junit"

@@ -21,9 +21,6 @@ namespace {
 constexpr size_t kMaxCachedMasks = 512;
 // DFA states kept per matcher before it starts over (each holds 1 KB of transitions).
 constexpr size_t kMaxDfaStates = 20000;
-// Masks that took fewer trie steps than this are not cached (a copy of the whole mask
-// costs about as much as that many steps).
-constexpr size_t kCacheFromSteps = 256;
 
 }  // namespace
 
@@ -378,8 +375,9 @@ std::array<uint64_t, 4> GrammarMatcher::first_bytes_of(const RecState& s) {
 
 void GrammarMatcher::walk_trie(const TokenTrie& trie, int32_t from, std::span<uint32_t> words) {
   walk_[0] = from;
-  // First bytes the state may take and the trie has: only their subtrees are walked.
-  const auto& first = dfirst_[(size_t)from];
+  // First bytes the state may take and the trie has: only their subtrees are walked. A copy:
+  // the walk interns new states, which may move dfirst_.
+  const std::array<uint64_t, 4> first = dfirst_[(size_t)from];
   for (int w = 0; w < 4; ++w) {
     uint64_t bits = first[(size_t)w] & trie.first_bytes[(size_t)w];
     while (bits) {
