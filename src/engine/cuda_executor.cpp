@@ -150,6 +150,9 @@ class CudaExecutor : public StepExecutor {
   std::unique_ptr<cuda::ForwardOps> ops_;
   std::unique_ptr<CudaEmbedder> embedder_;  // embedding steps (any model it can run)
   int32_t max_step_tokens_ = 0;
+  // Every MoE layer sizes its expert products on the device (ForwardOps::moe_sized_on_device):
+  // its decode steps can be CUDA graphs. True for dense models.
+  bool moe_graphs_ = true;
   // Sampling inputs and outputs, [max_step_tokens] each (history: [.. x kMaxDeviceHistory]).
   cuda::DeviceBuffer<cuda::SamplingParams> params_;
   cuda::DeviceBuffer<int32_t> history_, history_len_, ids_;
@@ -205,8 +208,13 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
                                             stream_.get());
   std::vector<const WeightView*> matrices = weights_.matrices();
   ops_->reserve_product_workspace(matrices);
-  if (c.n_experts > 0)
+  if (c.n_experts > 0) {
     ops_->reserve_moe(c.n_experts, c.n_experts_used, c.n_ff_expert, c.n_ff_shared);
+    for (const model::LayerWeights& l : weights_.layers)
+      if (!l.exp_gate.empty())
+        moe_graphs_ = moe_graphs_ && ops_->moe_sized_on_device(
+                                         ExpertsView{&l.router, l.exp_gate, l.exp_up, l.exp_down});
+  }
   size_kv_cache(o, ops_->workspace_bytes());
   ops_->bind_cache(kv_.get(), layout_);
   const size_t n = (size_t)o.max_step_tokens;
@@ -222,12 +230,13 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, n * (size_t)mask_words_ * sizeof(uint32_t)));
   host_masks_ = static_cast<uint32_t*>(pinned);
   const std::string graphs =
-      c.n_experts > 0
-          ? std::string("no CUDA graphs (mixture of experts: a host synchronization per layer)")
-          : fmt::format(
-                "decode steps of up to {} sequences as CUDA graphs (buckets of 1, 2, 4, "
-                "... slots, captured on first use)",
-                std::min(kMaxGraphTokens, o.max_step_tokens));
+      !moe_graphs_ ? std::string(
+                         "no CUDA graphs (mixture of experts sized on the host: a "
+                         "synchronization per layer)")
+                   : fmt::format(
+                         "decode steps of up to {} sequences as CUDA graphs (buckets of 1, 2, 4, "
+                         "... slots, captured on first use)",
+                         std::min(kMaxGraphTokens, o.max_step_tokens));
   report_ = fmt::format(
       "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB F16), "
       "workspace {:.1f} MiB, steps up to {} tokens, sequences up to {} tokens, {}{}",
@@ -475,11 +484,11 @@ const uint32_t* CudaExecutor::stage_masks(std::span<const ExecChunk> chunks,
   return masks_.get();
 }
 
-// Mixture-of-experts steps are never captured: each MoE layer brings its experts' row counts
-// to the host to size their products (cuda::ForwardOps::moe_ffn), a synchronization that a
-// graph cannot hold.
+// Mixture-of-experts steps are captured only when their expert products are sized on the
+// device: otherwise each MoE layer brings its experts' row counts to the host
+// (cuda::ForwardOps::moe_ffn), a synchronization that a graph cannot hold.
 bool CudaExecutor::graph_eligible(std::span<const ExecChunk> chunks) const {
-  if (model_.config().n_experts > 0) return false;
+  if (!moe_graphs_) return false;
   if (chunks.empty() || (int32_t)chunks.size() > std::min(kMaxGraphTokens, max_step_tokens_))
     return false;
   for (const ExecChunk& c : chunks)

@@ -138,6 +138,7 @@ struct ForwardOps::MoeBuffers {
   float* gate_logits = nullptr;     // [T]
   int32_t *chosen = nullptr, *order = nullptr, *position = nullptr;  // [N] each
   int32_t* offsets = nullptr;                                        // [n_experts + 1]
+  int32_t* active = nullptr;  // [n_experts] the experts with rows, then -1 (moe::group)
   ~MoeBuffers() {
     if (host_offsets) cudaFreeHost(host_offsets);
   }
@@ -276,10 +277,12 @@ void ForwardOps::reserve_moe(int n_experts, int n_used, int64_t n_ff_expert, int
   float** slots[] = {&m->logits, &m->weights,     &m->rows,      &m->gate,        &m->up,
                      &m->down,   &m->shared_gate, &m->shared_up, &m->shared_down, &m->gate_logits};
   for (size_t i = 0; i < std::size(sizes); ++i) *slots[i] = p, p += round_up(sizes[i]);
-  m->ints = DeviceMemory((3 * round_up(N) + round_up((size_t)n_experts + 1)) * sizeof(int32_t));
+  const size_t E1 = round_up((size_t)n_experts + 1);
+  m->ints = DeviceMemory((3 * round_up(N) + 2 * E1) * sizeof(int32_t));
   auto* q = static_cast<int32_t*>(m->ints.get());
   m->chosen = q, m->order = q + round_up(N), m->position = q + 2 * round_up(N);
   m->offsets = q + 3 * round_up(N);
+  m->active = m->offsets + E1;
   // Every expert row is a one-token product on the CPU (llama.cpp's mul_mat_id order).
   m->single_roles = DeviceMemory(N);
   HABLAR_CUDA_CHECK(cudaMemset(m->single_roles.get(), llama_batch_role(0, 1), N));
@@ -612,6 +615,33 @@ void ForwardOps::expert_product(const WeightView& w, const float* in, int64_t m,
   product(w, in, m, out, static_cast<const uint8_t*>(moe_->single_roles.get()));
 }
 
+namespace {
+
+// The distance between consecutive experts of one matrix when every expert has the first's
+// type and shape and they lie at one stride (one 3-D tensor uploaded whole); 0 otherwise.
+size_t expert_stride(std::span<const WeightView> experts) {
+  if (experts.size() < 2)
+    return experts.empty() ? 0 : (size_t)experts[0].rows * experts[0].row_bytes;
+  const auto* base = static_cast<const uint8_t*>(experts[0].data);
+  const ptrdiff_t stride = static_cast<const uint8_t*>(experts[1].data) - base;
+  if (stride < (ptrdiff_t)(experts[0].rows * experts[0].row_bytes)) return 0;
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const WeightView& w = experts[e];
+    if (w.type != experts[0].type || w.rows != experts[0].rows || w.cols != experts[0].cols ||
+        w.row_bytes != experts[0].row_bytes ||
+        static_cast<const uint8_t*>(w.data) != base + (ptrdiff_t)e * stride)
+      return 0;
+  }
+  return (size_t)stride;
+}
+
+}  // namespace
+
+bool ForwardOps::moe_sized_on_device(const ExpertsView& ex) const {
+  return !limits_.deterministic && expert_stride(ex.gate) != 0 && expert_stride(ex.up) != 0 &&
+         expert_stride(ex.down) != 0;
+}
+
 void ForwardOps::moe_ffn(const ExpertsView& ex, const float* in, float* out) {
   flush();
   MoeBuffers* mb = moe_.get();
@@ -626,12 +656,42 @@ void ForwardOps::moe_ffn(const ExpertsView& ex, const float* in, float* out) {
   // Route every token, then group the step's entries by expert.
   product(*ex.router, in, T, mb->logits);
   moe::route(mb->logits, T, E, K, ex.normalize, mb->chosen, mb->weights, stream_);
-  moe::group(mb->chosen, N, E, mb->offsets, mb->order, mb->position, stream_);
+  moe::group(mb->chosen, N, E, mb->offsets, mb->order, mb->position, stream_, mb->active);
+  moe::gather(in, mb->order, N, K, D, mb->rows, stream_);
+  // Each chosen expert's SwiGLU over its rows (rows [at, at + n) of the grouped buffers).
+  if (moe_sized_on_device(ex)) {
+    moe::grouped_product(ex.gate[0], expert_stride(ex.gate), E, mb->rows, N, mb->offsets,
+                         mb->active, mb->gate, stream_);
+    moe::grouped_product(ex.up[0], expert_stride(ex.up), E, mb->rows, N, mb->offsets, mb->active,
+                         mb->up, stream_);
+    swiglu(mb->gate, mb->up, mb->gate, N * FE, stream_);
+    moe::grouped_product(ex.down[0], expert_stride(ex.down), E, mb->gate, N, mb->offsets,
+                         mb->active, mb->down, stream_);
+  } else {
+    expert_products_sized_on_host(ex, N);
+  }
+  // Qwen2-MoE's shared expert over every token (the step's products, as a dense FFN) and
+  // its gate logit, before `out` (which may be `in`) is written.
+  const bool shared = ex.shared_gate != nullptr;
+  if (shared) {
+    matmul_glu(*ex.shared_gate, *ex.shared_up, in, mb->shared_gate, mb->shared_up,
+               GluActivation::kSilu);
+    matmul(*ex.shared_down, mb->shared_gate, mb->shared_down);
+    product(*ex.shared_gate_inp, in, T, mb->gate_logits);
+  }
+  moe::combine(mb->down, mb->position, mb->weights, T, K, D, shared ? mb->shared_down : nullptr,
+               mb->gate_logits, out, stream_);
+}
+
+// The experts' row counts come to the host (one synchronization), then each chosen
+// expert's products run through product() (deterministic mode: the CPU's expert order).
+void ForwardOps::expert_products_sized_on_host(const ExpertsView& ex, int64_t N) {
+  MoeBuffers* mb = moe_.get();
+  const int E = (int)ex.gate.size();
+  const int64_t D = dims_.n_embd, FE = mb->ff_expert;
   HABLAR_CUDA_CHECK(cudaMemcpyAsync(mb->host_offsets, mb->offsets, ((size_t)E + 1) * 4,
                                     cudaMemcpyDeviceToHost, stream_));
   HABLAR_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  moe::gather(in, mb->order, N, K, D, mb->rows, stream_);
-  // Each chosen expert's SwiGLU over its rows (rows [at, at + n) of the grouped buffers).
   const int32_t* off = mb->host_offsets;
   for (int e = 0; e < E; ++e) {
     const int64_t at = off[e], n = off[e + 1] - off[e];
@@ -648,17 +708,6 @@ void ForwardOps::moe_ffn(const ExpertsView& ex, const float* in, float* out) {
     const int64_t at = off[e], n = off[e + 1] - off[e];
     if (n > 0) expert_product(ex.down[(size_t)e], mb->gate + at * FE, n, mb->down + at * D);
   }
-  // Qwen2-MoE's shared expert over every token (the step's products, as a dense FFN) and
-  // its gate logit, before `out` (which may be `in`) is written.
-  const bool shared = ex.shared_gate != nullptr;
-  if (shared) {
-    matmul_glu(*ex.shared_gate, *ex.shared_up, in, mb->shared_gate, mb->shared_up,
-               GluActivation::kSilu);
-    matmul(*ex.shared_down, mb->shared_gate, mb->shared_down);
-    product(*ex.shared_gate_inp, in, T, mb->gate_logits);
-  }
-  moe::combine(mb->down, mb->position, mb->weights, T, K, D, shared ? mb->shared_down : nullptr,
-               mb->gate_logits, out, stream_);
 }
 
 void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output,

@@ -90,12 +90,16 @@ class ForwardOps {
   // of width n_ff_expert, n_used per token, a shared expert of width n_ff_shared (0: none).
   void reserve_moe(int n_experts, int n_used, int64_t n_ff_expert, int64_t n_ff_shared);
   // The router's product and routing on the device, the step's (token, slot) entries grouped
-  // by expert (the per-expert row counts come to the host: one synchronization per MoE
-  // layer, which is why the executor does not capture MoE steps as graphs), each chosen
-  // expert's SwiGLU over its gathered rows through the products above (deterministic mode:
-  // the CPU's one-token order, F16 experts in the CPU's expert order), then the weighted sum
-  // in slot order and Qwen2-MoE's gated shared expert (moe.h). out may be in.
+  // by expert, each chosen expert's SwiGLU over its gathered rows, then the weighted sum in
+  // slot order and Qwen2-MoE's gated shared expert (moe.h). out may be in. The experts'
+  // products are sized on the device (moe::grouped_product: no host round trip, so such
+  // steps can be CUDA graphs) when moe_sized_on_device(); otherwise the per-expert row
+  // counts come to the host (one synchronization per MoE layer) and each chosen expert runs
+  // through the products above (deterministic mode: the CPU's one-token order, F16 experts
+  // in the CPU's expert order).
   void moe_ffn(const ExpertsView& experts, const float* in, float* out);
+  // Outside deterministic mode, with each matrix's experts at one stride (one 3-D tensor).
+  bool moe_sized_on_device(const ExpertsView& experts) const;
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
   // One-time work done so far (scratch growths of the prefill products).
   int64_t one_time_events() const;
@@ -120,6 +124,7 @@ class ForwardOps {
   void flush();
   // One expert's product of m gathered rows (deterministic: the CPU's order for experts).
   void expert_product(const WeightView& w, const float* in, int64_t m, float* out);
+  void expert_products_sized_on_host(const ExpertsView& experts, int64_t n_entries);
   struct Buffers;
   struct MoeBuffers;
 

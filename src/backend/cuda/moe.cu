@@ -28,7 +28,7 @@ __global__ void route_kernel(float* logits, int64_t T, int E, int K, bool normal
 
 // One block; thread i handles experts i, i + blockDim, ...; counts in shared memory [E + 1].
 __global__ void group_kernel(const int32_t* __restrict__ chosen, int64_t N, int E, int32_t* offsets,
-                             int32_t* order, int32_t* position) {
+                             int32_t* order, int32_t* position, int32_t* active, int n_active) {
   extern __shared__ int32_t at[];  // [E + 1]: counts, then offsets
   for (int e = threadIdx.x; e < E; e += blockDim.x)
     at[e + 1] = (int32_t)mr::expert_slots(chosen, N, e, nullptr);
@@ -36,6 +36,7 @@ __global__ void group_kernel(const int32_t* __restrict__ chosen, int64_t N, int 
   if (threadIdx.x == 0) {
     at[0] = 0;
     for (int e = 0; e < E; ++e) at[e + 1] += at[e];
+    if (active != nullptr) mr::active_experts(at, E, active, n_active);
   }
   __syncthreads();
   for (int e = threadIdx.x; e <= E; e += blockDim.x) offsets[e] = at[e];
@@ -94,11 +95,11 @@ void route(float* logits, int64_t T, int E, int K, bool normalize, int32_t* chos
 }
 
 void group(const int32_t* chosen, int64_t N, int E, int32_t* offsets, int32_t* order,
-           int32_t* position, cudaStream_t stream) {
+           int32_t* position, cudaStream_t stream, int32_t* active) {
   HABLAR_CHECK(E >= 1 && E < 12 * 1024, "moe::group: 1 to 12287 experts (shared memory)");
   const int threads = std::min(E, 1024);
-  group_kernel<<<1, threads, (size_t)(E + 1) * sizeof(int32_t), stream>>>(chosen, N, E, offsets,
-                                                                          order, position);
+  group_kernel<<<1, threads, (size_t)(E + 1) * sizeof(int32_t), stream>>>(
+      chosen, N, E, offsets, order, position, active, active_slots(N, E));
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 

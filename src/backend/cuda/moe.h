@@ -21,9 +21,22 @@ void route(float* logits, int64_t T, int E, int K, bool normalize, int32_t* chos
 
 // chosen [N] (N = T * K entries) grouped by expert, stably: offsets [E + 1] (expert e's
 // entries are order[offsets[e] .. offsets[e + 1])), order [N] the entry of each sorted row,
-// position [N] the sorted row of each entry.
+// position [N] the sorted row of each entry; when given, active [active_slots(N, E)] the
+// experts with entries in expert order, then -1 (moe_routing.cuh active_experts).
 void group(const int32_t* chosen, int64_t N, int E, int32_t* offsets, int32_t* order,
-           int32_t* position, cudaStream_t stream);
+           int32_t* position, cudaStream_t stream, int32_t* active = nullptr);
+inline int active_slots(int64_t N, int E) {
+  return (int)(N < E ? N : E);
+}
+
+// The experts' products over the grouped rows, sized on the device (no host round trip, so
+// a step that runs it can be a CUDA graph): expert e's matrix at first.data + e * stride
+// (every expert of first's type and shape, as one 3-D tensor uploads), rows [N x first.cols]
+// grouped as group() left them, y [N x first.rows] in the same row order. Per active slot a
+// slice of blocks walks its expert's rows 8 at a time on the f32 CUDA-core product
+// (gemv_rows.cuh), so each expert's weights are read once per 8 of its rows.
+void grouped_product(const WeightView& first, size_t stride, int E, const float* rows, int64_t N,
+                     const int32_t* offsets, const int32_t* active, float* y, cudaStream_t stream);
 
 // rows[r] = in[order[r] / K], rows of `width` floats, r < N.
 void gather(const float* in, const int32_t* order, int64_t N, int K, int64_t width, float* rows,

@@ -6,7 +6,8 @@
 //   - route_token: a token's softmax over the router's logits, its n_used likeliest experts
 //     (descending, ties to the lower index, as std::stable_sort) and their weights;
 //   - expert_slots: the (token, slot) entries routed to one expert, in slot order (a stable
-//     counting sort, one expert per thread on the device);
+//     counting sort, one expert per thread on the device); active_experts: the experts with
+//     entries, which the grouped products walk;
 //   - f16_expert_dot: the dot-product order the CPU takes for F16 experts;
 //   - combine_value: one output value, the weighted expert rows added in slot order, plus the
 //     shared expert scaled by its sigmoid gate.
@@ -145,6 +146,17 @@ HABLAR_RHD int64_t expert_slots(const int32_t* chosen, int64_t n, int32_t e, int
       ++count;
     }
   return count;
+}
+
+// The experts that have entries (offsets [E + 1], as grouped), in expert order, written to
+// active[0 .. n_slots); -1 fills the slots past the last. The grouped products run a slice of
+// blocks per slot (n_slots = min(entries, E) covers every case without the host).
+HABLAR_RHD void active_experts(const int32_t* offsets, int n_experts, int32_t* active,
+                               int n_slots) {
+  int s = 0;
+  for (int e = 0; e < n_experts && s < n_slots; ++e)
+    if (offsets[e + 1] > offsets[e]) active[s++] = e;
+  for (; s < n_slots; ++s) active[s] = -1;
 }
 
 // An F16 expert row against x [cols] in the CPU's order for experts (moe.cpp

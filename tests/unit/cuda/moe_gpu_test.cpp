@@ -1,14 +1,16 @@
 // The mixture-of-experts kernels (backend/cuda/moe.h) against the same functions run on the
 // host (moe_routing.cuh), bit for bit: routing, the grouping by expert and its inverse, the
 // row gather, the F16 expert product and the weighted combination with and without a shared
-// expert. The host functions are held to cpu::moe_ffn by cuda_moe_host_twin_tests; the
-// wiring through ForwardOps by gpu_parity_tests.
+// expert; and the grouped expert products (sized on the device) against each expert's
+// product in double precision. The host functions are held to cpu::moe_ffn by
+// cuda_moe_host_twin_tests; the wiring through ForwardOps by gpu_parity_tests.
 #include <cstring>
 
 #include "backend/cuda/moe.h"
 #include "backend/cuda/moe_routing.cuh"
 #include "core/fp16.h"
 #include "cuda_test_util.h"
+#include "quant_test_data.h"
 
 namespace hablar::test {
 namespace {
@@ -139,6 +141,60 @@ TEST(MoeGpu, GatherF16ProductAndCombineAreTheHostFunctions) {
     expect_same_bits(d_out.download(), want, with_shared ? "combined, shared" : "combined");
   }
 }
+
+// Experts of one type at one stride (as a 3-D tensor uploads), routed so that one expert
+// gets more than 8 rows (two rounds of the kernel) and others none; and a step with fewer
+// entries than experts (fewer slots than experts).
+class MoeGroupedGpu : public ::testing::TestWithParam<DType> {};
+
+TEST_P(MoeGroupedGpu, GroupedProductsAreEachExpertsProduct) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const DType type = GetParam();
+  const int E = 6;
+  const int64_t n = 67, k = 512;  // odd rows: a partial row pair
+  const size_t slice = dtype_row_bytes(type, k) * (size_t)n, stride = (slice + 255) / 256 * 256;
+  std::vector<uint8_t> all(stride * E);
+  std::vector<std::vector<float>> ref_w;
+  for (int e = 0; e < E; ++e) {
+    const auto bytes = random_weight_bytes(type, n, k, 300u + (uint32_t)e);
+    std::copy(bytes.begin(), bytes.end(), all.begin() + (ptrdiff_t)(stride * e));
+    ref_w.push_back(dequantize_matrix(type, bytes, n, k));
+  }
+  DeviceBuffer<uint8_t> d_w(all);
+  const WeightView first{type, n, k, dtype_row_bytes(type, k), d_w.get()};
+  for (const int64_t T : {1, 2, 13}) {
+    const int K = 2;
+    const int64_t N = T * K;
+    std::vector<int32_t> chosen((size_t)N);
+    for (int64_t i = 0; i < N; ++i)  // expert 4 takes two entries of three; 0 and 5 none
+      chosen[(size_t)i] = i % 3 == 2 ? 1 + (int32_t)(i / 3 % 3) : 4;
+    const auto x = random_floats((size_t)(N * k), 40u + (uint32_t)T);
+    DeviceBuffer<int32_t> d_chosen(chosen), d_offsets((size_t)E + 1), d_order((size_t)N),
+        d_position((size_t)N), d_active((size_t)E);
+    cuda::moe::group(d_chosen.get(), N, E, d_offsets.get(), d_order.get(), d_position.get(),
+                     nullptr, d_active.get());
+    DeviceBuffer<float> d_x(x), d_y(std::vector<float>((size_t)(N * n), NAN));
+    cuda::moe::grouped_product(first, stride, E, d_x.get(), N, d_offsets.get(), d_active.get(),
+                               d_y.get(), nullptr);
+    HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto offsets = d_offsets.download();
+    std::vector<double> want((size_t)(N * n));
+    for (int e = 0; e < E; ++e)
+      for (int32_t r = offsets[(size_t)e]; r < offsets[(size_t)e + 1]; ++r)
+        for (int64_t o = 0; o < n; ++o) {
+          double sum = 0.0;
+          for (int64_t c = 0; c < k; ++c)
+            sum += (double)x[(size_t)(r * k + c)] * ref_w[(size_t)e][(size_t)(o * k + c)];
+          want[(size_t)(r * n + o)] = sum;
+        }
+    EXPECT_LT(normalized_error(d_y.download(), want), 1e-5) << dtype_name(type) << " T=" << T;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MoeGroupedGpu,
+                         ::testing::Values(DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q5_0,
+                                           DType::F16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace
 }  // namespace hablar::test

@@ -125,6 +125,18 @@ TEST(MoeRoutingHost, GroupingIsAStableCountingSortWithItsInverse) {
   for (int64_t i = 0; i < N; ++i) EXPECT_EQ(order[(size_t)position[(size_t)i]], i);
 }
 
+TEST(MoeRoutingHost, ActiveExpertsListsTheExpertsWithEntriesThenMinusOne) {
+  // 6 experts; 1, 3 and 4 have entries.
+  const int32_t offsets[] = {0, 0, 2, 2, 7, 8, 8};
+  int32_t active[5];
+  mr::active_experts(offsets, 6, active, 5);
+  EXPECT_EQ(std::vector<int32_t>(active, active + 5), (std::vector<int32_t>{1, 3, 4, -1, -1}));
+  // Fewer slots than experts with entries (a step of fewer entries than experts cannot have
+  // more experts with entries than slots; the list stops at the slots anyway).
+  mr::active_experts(offsets, 6, active, 2);
+  EXPECT_EQ(std::vector<int32_t>(active, active + 2), (std::vector<int32_t>{1, 3}));
+}
+
 struct MoeCase {
   const char* name;
   DType type;
