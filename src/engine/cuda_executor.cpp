@@ -150,9 +150,11 @@ class CudaExecutor : public StepExecutor {
   std::unique_ptr<cuda::ForwardOps> ops_;
   std::unique_ptr<CudaEmbedder> embedder_;  // embedding steps (any model it can run)
   int32_t max_step_tokens_ = 0;
-  // Every MoE layer sizes its expert products on the device (ForwardOps::moe_sized_on_device):
-  // its decode steps can be CUDA graphs. True for dense models.
+  // Every MoE layer sizes its expert products on the device (ForwardOps::moe_sized_on_device)
+  // in steps of up to moe_graph_rows_ tokens: such decode steps can be CUDA graphs.
   bool moe_graphs_ = true;
+  int32_t moe_graph_rows_ = kMaxGraphTokens;
+  int32_t graph_rows(int32_t n) const;  // the padded bucket of a decode step of n sequences
   // Sampling inputs and outputs, [max_step_tokens] each (history: [.. x kMaxDeviceHistory]).
   cuda::DeviceBuffer<cuda::SamplingParams> params_;
   cuda::DeviceBuffer<int32_t> history_, history_len_, ids_;
@@ -214,6 +216,7 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
       if (!l.exp_gate.empty())
         moe_graphs_ = moe_graphs_ && ops_->moe_sized_on_device(
                                          ExpertsView{&l.router, l.exp_gate, l.exp_up, l.exp_down});
+    moe_graph_rows_ = (int32_t)std::min<int64_t>(kMaxGraphTokens, ops_->moe_device_max_tokens());
   }
   size_kv_cache(o, ops_->workspace_bytes());
   ops_->bind_cache(kv_.get(), layout_);
@@ -236,7 +239,7 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
                    : fmt::format(
                          "decode steps of up to {} sequences as CUDA graphs (buckets of 1, 2, 4, "
                          "... slots, captured on first use)",
-                         std::min(kMaxGraphTokens, o.max_step_tokens));
+                         std::min({kMaxGraphTokens, o.max_step_tokens, moe_graph_rows_}));
   report_ = fmt::format(
       "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB F16), "
       "workspace {:.1f} MiB, steps up to {} tokens, sequences up to {} tokens, {}{}",
@@ -489,11 +492,18 @@ const uint32_t* CudaExecutor::stage_masks(std::span<const ExecChunk> chunks,
 // (cuda::ForwardOps::moe_ffn), a synchronization that a graph cannot hold.
 bool CudaExecutor::graph_eligible(std::span<const ExecChunk> chunks) const {
   if (!moe_graphs_) return false;
-  if (chunks.empty() || (int32_t)chunks.size() > std::min(kMaxGraphTokens, max_step_tokens_))
+  if (chunks.empty() || (int32_t)chunks.size() > std::min(kMaxGraphTokens, max_step_tokens_) ||
+      graph_rows((int32_t)chunks.size()) > moe_graph_rows_)
     return false;
   for (const ExecChunk& c : chunks)
     if (c.tokens.size() != 1 || c.all_logits) return false;
   return true;
+}
+
+int32_t CudaExecutor::graph_rows(int32_t n) const {
+  int32_t rows = kMinGraphTokens;
+  while (rows < n) rows *= 2;
+  return std::min(rows, max_step_tokens_);
 }
 
 // A decode step: inputs staged and uploaded for `rows` (padded) tokens, the captured graph
@@ -503,9 +513,7 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
   const model::ModelConfig& c = model_.config();
   cudaStream_t stream = stream_.get();
   const int32_t n = (int32_t)chunks.size();
-  int32_t rows = kMinGraphTokens;
-  while (rows < n) rows *= 2;
-  rows = std::min(rows, max_step_tokens_);
+  const int32_t rows = graph_rows(n);
   chunks_.clear();
   for (const ExecChunk& ec : chunks)
     chunks_.push_back({ec.tokens, ec.start_pos, ec.block_table, ec.all_logits, ec.prompt_len});

@@ -642,6 +642,15 @@ bool ForwardOps::moe_sized_on_device(const ExpertsView& ex) const {
          expert_stride(ex.down) != 0;
 }
 
+// Up to about kGemvMaxRows rows per expert on average: beyond, the host-sized path's batched
+// products (tensor cores, each expert's weights read once) win over the grouped kernel's
+// CUDA-core rounds of 8 rows (qwen3-30b-a3b shape on the H200: pp512 1,764 t/s grouped,
+// 3,476 host-sized; 64-sequence decode 1,114 against 310).
+int64_t ForwardOps::moe_device_max_tokens() const {
+  if (!moe_) return 0;
+  return std::max<int64_t>(1, (int64_t)moe_->n_experts * kGemvMaxRows / moe_->n_used);
+}
+
 void ForwardOps::moe_ffn(const ExpertsView& ex, const float* in, float* out) {
   flush();
   MoeBuffers* mb = moe_.get();
@@ -659,7 +668,7 @@ void ForwardOps::moe_ffn(const ExpertsView& ex, const float* in, float* out) {
   moe::group(mb->chosen, N, E, mb->offsets, mb->order, mb->position, stream_, mb->active);
   moe::gather(in, mb->order, N, K, D, mb->rows, stream_);
   // Each chosen expert's SwiGLU over its rows (rows [at, at + n) of the grouped buffers).
-  if (moe_sized_on_device(ex)) {
+  if (T <= moe_device_max_tokens() && moe_sized_on_device(ex)) {
     moe::grouped_product(ex.gate[0], expert_stride(ex.gate), E, mb->rows, N, mb->offsets,
                          mb->active, mb->gate, stream_);
     moe::grouped_product(ex.up[0], expert_stride(ex.up), E, mb->rows, N, mb->offsets, mb->active,

@@ -98,8 +98,10 @@ class ForwardOps {
   // through the products above (deterministic mode: the CPU's one-token order, F16 experts
   // in the CPU's expert order).
   void moe_ffn(const ExpertsView& experts, const float* in, float* out);
-  // Outside deterministic mode, with each matrix's experts at one stride (one 3-D tensor).
+  // Outside deterministic mode, with each matrix's experts at one stride (one 3-D tensor),
+  // for steps of up to moe_device_max_tokens() tokens.
   bool moe_sized_on_device(const ExpertsView& experts) const;
+  int64_t moe_device_max_tokens() const;
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
   // One-time work done so far (scratch growths of the prefill products).
   int64_t one_time_events() const;
