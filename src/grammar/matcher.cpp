@@ -61,9 +61,24 @@ std::shared_ptr<const Vocab> Vocab::from_tokenizer(const tokenizer::Tokenizer& t
 std::shared_ptr<const ClassTable> Vocab::class_table(const CharClass& c) const {
   const std::string key = class_signature(c);
   std::lock_guard<std::mutex> lock(tables_mu_);
-  auto& t = tables_[key];
-  if (!t) t = std::make_shared<ClassTable>(c, bytes_, usable_);
-  return t;
+  if (auto it = tables_.find(key); it != tables_.end()) {
+    it->second.last_use = ++table_uses_;
+    return it->second.table;
+  }
+  if (tables_.size() >= kMaxClassTables) {  // the least recently asked for goes
+    auto oldest = tables_.begin();
+    for (auto it = tables_.begin(); it != tables_.end(); ++it)
+      if (it->second.last_use < oldest->second.last_use) oldest = it;
+    tables_.erase(oldest);
+  }
+  auto table = std::make_shared<const ClassTable>(c, bytes_, usable_);
+  tables_.emplace(key, KeptTable{table, ++table_uses_});
+  return table;
+}
+
+size_t Vocab::class_tables_kept() const {
+  std::lock_guard<std::mutex> lock(tables_mu_);
+  return tables_.size();
 }
 
 namespace {
@@ -122,8 +137,9 @@ std::shared_ptr<const CompiledGrammar> compile(Grammar g, std::shared_ptr<const 
   c->grammar = std::move(g);
   c->vocab = std::move(vocab);
   std::map<std::string, uint32_t> ids;
-  // The vocabulary tables of the big classes are built here, once per vocabulary and class
-  // content (shared by later grammars), so that no sampling step pays for them.
+  // The vocabulary tables of the big classes are taken here (built once per vocabulary and
+  // class content while the vocabulary keeps them, shared by later grammars) and held by the
+  // grammar, so that no sampling step pays for them.
   for (size_t k = 0; k < c->grammar.classes.size(); ++k) {
     const CharClass& cls = c->grammar.classes[k];
     auto [it, fresh] = ids.emplace(class_signature(cls), (uint32_t)c->canon_class.size());
@@ -134,7 +150,7 @@ std::shared_ptr<const CompiledGrammar> compile(Grammar g, std::shared_ptr<const 
     if (fresh) {
       c->canon_class.push_back((uint32_t)k);
       c->canon_sample.push_back(sample.value_or(0));
-      if (c->big.back()) c->vocab->class_table(cls);
+      c->canon_table.push_back(c->big.back() ? c->vocab->class_table(cls) : nullptr);
     }
   }
   c->tail = completion_tails(c->grammar);
@@ -432,6 +448,8 @@ bool GrammarMatcher::class_mask(std::span<uint32_t> words) {
     }
   }
   if (p == UINT32_MAX) return false;
+  const ClassTable* table = g_->canon_table[p].get();
+  if (table == nullptr) return false;
   std::string sample;
   append_utf8(sample, g_->canon_sample[p]);
   // The chain of states after 0, 1, 2, ... characters of the class, while each is uniform.
@@ -449,7 +467,6 @@ bool GrammarMatcher::class_mask(std::span<uint32_t> words) {
     }
     if (cur == kDead) break;
   }
-  const auto table = vocab().class_table(g_->grammar.classes[g_->canon_class[p]]);
   // Pure runs of up to alive - 1 characters; cut-off characters after up to alive - 2 (one
   // more character of the class must still be allowed there).
   const std::vector<uint32_t>& pure = table->upto(alive - 1);

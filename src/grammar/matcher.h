@@ -52,8 +52,13 @@ class Vocab {
   const std::vector<int32_t>& trie_tokens() const { return trie_.tokens; }
   int max_depth() const { return trie_.max_depth; }
   // The vocabulary split by a character class (class_table.h), built once per class
-  // content and shared by every grammar over this vocabulary. Thread-safe.
+  // content and shared by every grammar over this vocabulary that holds it; the vocabulary
+  // itself keeps only the kMaxClassTables most recently asked for (a table of a 150k-token
+  // vocabulary takes over 1 MB, and requests may bring any number of distinct classes).
+  // Thread-safe.
   std::shared_ptr<const ClassTable> class_table(const CharClass& c) const;
+  static constexpr size_t kMaxClassTables = 16;
+  size_t class_tables_kept() const;
 
  private:
   std::vector<std::string> bytes_;
@@ -61,8 +66,13 @@ class Vocab {
   std::vector<bool> is_eog_;
   std::vector<int32_t> eog_;
   TokenTrie trie_;
+  struct KeptTable {
+    std::shared_ptr<const ClassTable> table;
+    uint64_t last_use = 0;
+  };
   mutable std::mutex tables_mu_;
-  mutable std::map<std::string, std::shared_ptr<const ClassTable>> tables_;
+  mutable std::map<std::string, KeptTable> tables_;
+  mutable uint64_t table_uses_ = 0;
 };
 
 // A grammar ready for matching, shared by every request that uses it.
@@ -76,6 +86,8 @@ struct CompiledGrammar {
   std::vector<bool> big;
   std::vector<uint32_t> canon_class;
   std::vector<uint32_t> canon_sample;
+  // Per canonical id of a big class: its vocabulary table, held for the grammar's life.
+  std::vector<std::shared_ptr<const ClassTable>> canon_table;
   // Per class: the bytes a character of it can start with (256 bits).
   std::vector<std::array<uint64_t, 4>> first_bytes;
   // Per element position: the fewest bytes that finish its alternative (completion_length.h).

@@ -48,9 +48,9 @@ std::vector<uint32_t> brute_mask(const Grammar& g, const Vocab& v, const std::st
 
 // Walks `text` token by token (greedy longest token the grammar allows that is a prefix of
 // the rest), checking the mask at each step against brute force.
-void check_walk(const std::shared_ptr<const Vocab>& vocab, const std::string& gbnf,
-                const std::string& text, int brute_steps) {
-  auto g = compile(parse_gbnf(gbnf), vocab);
+void check_walk(const std::shared_ptr<const Vocab>& vocab,
+                const std::shared_ptr<const CompiledGrammar>& g, const std::string& text,
+                int brute_steps) {
   GrammarMatcher m(g);
   std::vector<uint32_t> mask(((size_t)vocab->n_vocab() + 31) / 32);
   size_t at = 0;
@@ -78,6 +78,11 @@ void check_walk(const std::shared_ptr<const Vocab>& vocab, const std::string& gb
   m.fill_mask(mask);
   EXPECT_EQ(mask, brute_mask(g->grammar, *vocab, text));
   for (int32_t id : vocab->eog()) EXPECT_TRUE((mask[(size_t)id >> 5] >> (id & 31)) & 1u);
+}
+
+void check_walk(const std::shared_ptr<const Vocab>& vocab, const std::string& gbnf,
+                const std::string& text, int brute_steps) {
+  check_walk(vocab, compile(parse_gbnf(gbnf), vocab), text, brute_steps);
 }
 
 const char* kJsonSchema = R"({"type": "object", "properties": {
@@ -116,6 +121,32 @@ TEST(Masks, ClassRunsMatchBruteForce) {
   for (const char* name : {"gpt-2", "qwen2"})
     check_walk(gguf_vocab(name), json_schema_to_gbnf(nlohmann::ordered_json::parse(schema)), doc,
                1000);
+}
+
+// Requests may bring any number of distinct big classes: the vocabulary keeps only the most
+// recently asked-for tables, and a grammar holds its own, so a grammar compiled before many
+// others still masks as brute force says after its table left the vocabulary's cache.
+TEST(Masks, ClassTablesAreBoundedAndHeldByTheirGrammars) {
+  const auto base = gguf_vocab("gpt-2");
+  // A vocabulary of its own (the shared one's cache serves the other tests).
+  std::vector<std::string> bytes;
+  std::vector<bool> usable;
+  for (int32_t id = 0; id < base->n_vocab(); ++id) {
+    bytes.push_back(base->bytes(id));
+    usable.push_back(base->usable(id));
+  }
+  auto v = std::make_shared<Vocab>(bytes, usable, base->eog());
+  const std::string first = "root ::= [a-z ]+ \".\"\n";
+  auto g = compile(parse_gbnf(first), v);
+  EXPECT_EQ(v->class_tables_kept(), 1u);
+  for (int i = 0; i < 3 * (int)Vocab::kMaxClassTables; ++i) {
+    const std::string other = "root ::= [^" + std::string(1, (char)('A' + i % 26)) +
+                              std::string(1, (char)('0' + i / 26)) + "]+\n";
+    compile(parse_gbnf(other), v);
+    EXPECT_LE(v->class_tables_kept(), Vocab::kMaxClassTables);
+  }
+  EXPECT_EQ(v->class_tables_kept(), Vocab::kMaxClassTables);
+  check_walk(v, g, "the quick brown fox jumps over the lazy dog.", 1000);
 }
 
 TEST(Masks, SpmVocabulary) {
