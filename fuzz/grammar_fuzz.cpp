@@ -5,12 +5,14 @@
 // A finding: a crash or sanitizer report; an exception other than the documented Error
 // (bad grammar, too ambiguous); a mask that allows a token the matcher then refuses, or
 // refuses one it would take; an accepted text the plain recognizer rejects; a completion
-// distance of 0 where the grammar cannot end.
+// distance of 0 where the grammar cannot end; a token budget (restrict_to_distance) that lets
+// a refused token through, keeps one past its limit while others fit, or refuses them all.
 //
 // Input: <mode byte> <grammar text> '\0' <choice bytes>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -77,6 +79,29 @@ bool allowed(const std::vector<uint32_t>& words, int32_t id) {
   return (words[(size_t)id >> 5] >> (id & 31)) & 1u;
 }
 
+// The token budget's restriction (what a sampler does near max_tokens): tokens the mask
+// refused stay refused; when some allowed token fits `limit`, exactly the fitting ones stay,
+// and each of them is one the matcher takes.
+void check_budget(GrammarMatcher& m, const std::vector<uint32_t>& words,
+                  const std::vector<int32_t>& ok, int32_t limit) {
+  const int32_t n_vocab = vocab()->n_vocab();
+  std::vector<float> logits((size_t)n_vocab, -std::numeric_limits<float>::infinity());
+  for (const int32_t id : ok) logits[(size_t)id] = 0.0f;
+  bool any_fits = false;
+  for (const int32_t id : ok) any_fits = any_fits || m.distance_after(id) <= limit;
+  const int32_t left = m.restrict_to_distance(logits, limit);
+  int32_t finite = 0;
+  for (int32_t id = 0; id < n_vocab; ++id) {
+    if (logits[(size_t)id] == -std::numeric_limits<float>::infinity()) continue;
+    ++finite;
+    if (!allowed(words, id)) finding("the budget let a refused token through");
+    if (any_fits && m.distance_after(id) > limit) finding("the budget kept a token past its limit");
+  }
+  if (finite != left) finding("restrict_to_distance miscounted the tokens it left");
+  if (any_fits && left == 0) finding("the budget refused every token while some fit");
+  if (!any_fits && left != (int32_t)ok.size()) finding("the budget changed a mask none fit");
+}
+
 // Walks the grammar with the choice bytes; returns the accepted text.
 std::string walk(const Grammar& parsed, std::shared_ptr<const CompiledGrammar> g,
                  std::string_view choices) {
@@ -95,6 +120,7 @@ std::string walk(const Grammar& parsed, std::shared_ptr<const CompiledGrammar> g
     const bool can_end = m.can_end();
     if (allowed(words, n_vocab - 1) != can_end) finding("the end of generation's bit is wrong");
     if (m.distance_to_end() == 0 && !can_end) finding("distance 0 where the grammar cannot end");
+    if (choice & 2) check_budget(m, words, ok, choice >> 2);
     if ((choice & 1) && !refused.empty()) {  // a refused token must stay refused
       const int32_t id = refused[(size_t)(choice >> 1) % refused.size()];
       if (m.accept_token(id)) finding("the matcher took a token its mask refused");
