@@ -635,11 +635,18 @@ size_t expert_stride(std::span<const WeightView> experts) {
   return (size_t)stride;
 }
 
+struct ExpertStrides {
+  size_t gate, up, down;
+  bool all() const { return gate != 0 && up != 0 && down != 0; }
+};
+ExpertStrides expert_strides(const ExpertsView& ex) {
+  return {expert_stride(ex.gate), expert_stride(ex.up), expert_stride(ex.down)};
+}
+
 }  // namespace
 
 bool ForwardOps::moe_sized_on_device(const ExpertsView& ex) const {
-  return !limits_.deterministic && expert_stride(ex.gate) != 0 && expert_stride(ex.up) != 0 &&
-         expert_stride(ex.down) != 0;
+  return !limits_.deterministic && expert_strides(ex).all();
 }
 
 // Up to about kGemvMaxRows rows per expert on average: beyond, the host-sized path's batched
@@ -668,14 +675,17 @@ void ForwardOps::moe_ffn(const ExpertsView& ex, const float* in, float* out) {
   moe::group(mb->chosen, N, E, mb->offsets, mb->order, mb->position, stream_, mb->active);
   moe::gather(in, mb->order, N, K, D, mb->rows, stream_);
   // Each chosen expert's SwiGLU over its rows (rows [at, at + n) of the grouped buffers).
-  if (T <= moe_device_max_tokens() && moe_sized_on_device(ex)) {
-    moe::grouped_product(ex.gate[0], expert_stride(ex.gate), E, mb->rows, N, mb->offsets,
-                         mb->active, mb->gate, stream_);
-    moe::grouped_product(ex.up[0], expert_stride(ex.up), E, mb->rows, N, mb->offsets, mb->active,
-                         mb->up, stream_);
+  const ExpertStrides stride = T <= moe_device_max_tokens() && !limits_.deterministic
+                                   ? expert_strides(ex)
+                                   : ExpertStrides{0, 0, 0};
+  if (stride.all()) {
+    moe::grouped_product(ex.gate[0], stride.gate, E, mb->rows, N, mb->offsets, mb->active, mb->gate,
+                         stream_);
+    moe::grouped_product(ex.up[0], stride.up, E, mb->rows, N, mb->offsets, mb->active, mb->up,
+                         stream_);
     swiglu(mb->gate, mb->up, mb->gate, N * FE, stream_);
-    moe::grouped_product(ex.down[0], expert_stride(ex.down), E, mb->gate, N, mb->offsets,
-                         mb->active, mb->down, stream_);
+    moe::grouped_product(ex.down[0], stride.down, E, mb->gate, N, mb->offsets, mb->active, mb->down,
+                         stream_);
   } else {
     expert_products_sized_on_host(ex, N);
   }

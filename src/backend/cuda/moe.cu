@@ -17,29 +17,13 @@ const mr::ExpTable& exp_table() {
   return table;
 }
 
-// Routers of up to this many experts route in the thread's local memory (cached, written
-// back), not in global memory, whose write-then-read round trips through L2 made a token's
-// routing take hundreds of microseconds on one thread.
-constexpr int kLocalRouterExperts = 256;
-
 __global__ void route_kernel(float* logits, int64_t T, int E, int K, bool normalize,
                              int32_t* chosen, float* weights, mr::ExpTable table) {
   const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= T) return;
   float* row = logits + t * E;
-  int32_t ids[mr::kMaxExpertsUsed];
-  float w[mr::kMaxExpertsUsed];
-  if (E <= kLocalRouterExperts) {
-    float probs[kLocalRouterExperts];
-    for (int e = 0; e < E; ++e) probs[e] = row[e];
-    mr::softmax_row(probs, probs, E, table);
-    mr::route_token(probs, E, K, normalize, ids, w);
-    for (int e = 0; e < E; ++e) row[e] = probs[e];
-  } else {
-    mr::softmax_row(row, row, E, table);
-    mr::route_token(row, E, K, normalize, ids, w);
-  }
-  for (int j = 0; j < K; ++j) chosen[t * K + j] = ids[j], weights[t * K + j] = w[j];
+  mr::softmax_row(row, row, E, table);
+  mr::route_token(row, E, K, normalize, chosen + t * K, weights + t * K);
 }
 
 // One block; thread i handles experts i, i + blockDim, ...; counts in shared memory [E + 1].

@@ -14,16 +14,6 @@
 namespace hablar::cuda::moe {
 namespace {
 
-// gemv_rows over m rows (1..kGemvMaxRows): the instantiation for that count.
-template <DType T, int kM = 1>
-__device__ __forceinline__ void rows_of_count(int m, const uint8_t* w, size_t row_bytes, int n,
-                                              int k, const float* x, float* y, int group_threads) {
-  if constexpr (kM < kGemvMaxRows) {
-    if (m > kM) return rows_of_count<T, kM + 1>(m, w, row_bytes, n, k, x, y, group_threads);
-  }
-  gemv_rows<T, kM>(w, row_bytes, n, k, x, y, group_threads);
-}
-
 template <DType T>
 __global__ void __launch_bounds__(kGemvThreads)
     grouped_kernel(const uint8_t* __restrict__ w0, size_t stride, size_t row_bytes, int n, int k,
@@ -36,7 +26,32 @@ __global__ void __launch_bounds__(kGemvThreads)
   for (int r = offsets[e]; r < end; r += kGemvMaxRows) {
     const float* x = rows + (size_t)r * k;
     float* out = y + (size_t)r * n;
-    rows_of_count<T>(min(end - r, kGemvMaxRows), w, row_bytes, n, k, x, out, group_threads);
+    switch (min(end - r, kGemvMaxRows)) {
+      case 1:
+        gemv_rows<T, 1>(w, row_bytes, n, k, x, out, group_threads);
+        break;
+      case 2:
+        gemv_rows<T, 2>(w, row_bytes, n, k, x, out, group_threads);
+        break;
+      case 3:
+        gemv_rows<T, 3>(w, row_bytes, n, k, x, out, group_threads);
+        break;
+      case 4:
+        gemv_rows<T, 4>(w, row_bytes, n, k, x, out, group_threads);
+        break;
+      case 5:
+        gemv_rows<T, 5>(w, row_bytes, n, k, x, out, group_threads);
+        break;
+      case 6:
+        gemv_rows<T, 6>(w, row_bytes, n, k, x, out, group_threads);
+        break;
+      case 7:
+        gemv_rows<T, 7>(w, row_bytes, n, k, x, out, group_threads);
+        break;
+      default:
+        gemv_rows<T, 8>(w, row_bytes, n, k, x, out, group_threads);
+        break;
+    }
     __syncthreads();  // the reduction's shared partial sums are written again next round
   }
 }
