@@ -125,6 +125,7 @@ struct ForwardOps::MoeBuffers {
   int n_experts = 0, n_used = 0;
   int64_t ff_expert = 0, ff_shared = 0;
   DeviceMemory floats, ints, single_roles;
+  DeviceMemory q8;                  // the grouped Q4_K products' int8 rows (moe::quantize_rows)
   int32_t* host_offsets = nullptr;  // pinned [n_experts + 1]
   float* logits = nullptr;          // [T x n_experts], then the probabilities
   float* weights = nullptr;         // [N]
@@ -254,8 +255,9 @@ int64_t ForwardOps::one_time_events() const {
 }
 
 size_t ForwardOps::workspace_bytes() const {
-  const size_t moe =
-      moe_ ? moe_->floats.bytes() + moe_->ints.bytes() + moe_->single_roles.bytes() : 0;
+  const size_t moe = moe_ ? moe_->floats.bytes() + moe_->ints.bytes() + moe_->single_roles.bytes() +
+                                moe_->q8.bytes()
+                          : 0;
   return buf_->activations.bytes() + buf_->inputs.bytes() + buf_->attention_workspace.bytes() +
          buf_->int8_workspace.bytes() + buf_->cpu_rounding_workspace.bytes() + moe;
 }
@@ -286,6 +288,13 @@ void ForwardOps::reserve_moe(int n_experts, int n_used, int64_t n_ff_expert, int
   // Every expert row is a one-token product on the CPU (llama.cpp's mul_mat_id order).
   m->single_roles = DeviceMemory(N);
   HABLAR_CUDA_CHECK(cudaMemset(m->single_roles.get(), llama_batch_role(0, 1), N));
+  // The device-sized steps' int8 rows: inputs (n_embd wide) or SwiGLU outputs (n_ff_expert).
+  if (!limits_.deterministic) {
+    const int64_t device_rows =
+        std::min<int64_t>(T, std::max<int64_t>(1, (int64_t)n_experts * kGemvMaxRows / n_used)) *
+        n_used;
+    m->q8 = DeviceMemory(moe::quantized_rows_bytes(device_rows, std::max(D, FE)));
+  }
   void* pinned = nullptr;
   HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, ((size_t)n_experts + 1) * sizeof(int32_t)));
   m->host_offsets = static_cast<int32_t*>(pinned);
@@ -667,26 +676,20 @@ void ForwardOps::moe_ffn(const ExpertsView& ex, const float* in, float* out) {
                    ex.gate[0].rows == mb->ff_expert &&
                    (ex.shared_gate == nullptr || ex.shared_gate->rows == mb->ff_shared),
                "moe_ffn: experts unlike the reserved ones");
-  const int64_t T = n_tokens_, N = T * K, D = dims_.n_embd, FE = mb->ff_expert;
+  const int64_t T = n_tokens_, N = T * K, D = dims_.n_embd;
   if (T == 0) return;
   // Route every token, then group the step's entries by expert.
   product(*ex.router, in, T, mb->logits);
   moe::route(mb->logits, T, E, K, ex.normalize, mb->chosen, mb->weights, stream_);
   moe::group(mb->chosen, N, E, mb->offsets, mb->order, mb->position, stream_, mb->active);
-  moe::gather(in, mb->order, N, K, D, mb->rows, stream_);
   // Each chosen expert's SwiGLU over its rows (rows [at, at + n) of the grouped buffers).
   const ExpertStrides stride = T <= moe_device_max_tokens() && !limits_.deterministic
                                    ? expert_strides(ex)
                                    : ExpertStrides{0, 0, 0};
   if (stride.all()) {
-    moe::grouped_product(ex.gate[0], stride.gate, E, mb->rows, N, mb->offsets, mb->active, mb->gate,
-                         stream_);
-    moe::grouped_product(ex.up[0], stride.up, E, mb->rows, N, mb->offsets, mb->active, mb->up,
-                         stream_);
-    swiglu(mb->gate, mb->up, mb->gate, N * FE, stream_);
-    moe::grouped_product(ex.down[0], stride.down, E, mb->gate, N, mb->offsets, mb->active, mb->down,
-                         stream_);
+    expert_products_sized_on_device(ex, in, {stride.gate, stride.up, stride.down});
   } else {
+    moe::gather(in, mb->order, N, K, D, mb->rows, stream_);
     expert_products_sized_on_host(ex, N);
   }
   // Qwen2-MoE's shared expert over every token (the step's products, as a dense FFN) and
@@ -700,6 +703,39 @@ void ForwardOps::moe_ffn(const ExpertsView& ex, const float* in, float* out) {
   }
   moe::combine(mb->down, mb->position, mb->weights, T, K, D, shared ? mb->shared_down : nullptr,
                mb->gate_logits, out, stream_);
+}
+
+// Sized on the device (a CUDA graph can hold it): Q4_K experts on int8 rows
+// (moe_grouped_q4k.cu: gate, up and SwiGLU in one pass), other types on the f32 grouped
+// product (moe_grouped.cu) over the gathered rows.
+void ForwardOps::expert_products_sized_on_device(const ExpertsView& ex, const float* in,
+                                                 std::array<size_t, 3> strides) {
+  const ExpertStrides stride{strides[0], strides[1], strides[2]};
+  MoeBuffers* mb = moe_.get();
+  const int E = (int)ex.gate.size(), K = ex.n_used;
+  const int64_t N = n_tokens_ * K, D = dims_.n_embd, FE = mb->ff_expert;
+  void* q8 = mb->q8.get();
+  if (moe::grouped_q4k_supported(ex.gate[0], stride.gate) &&
+      moe::grouped_q4k_supported(ex.up[0], stride.up)) {
+    moe::quantize_rows(in, mb->order, K, N, D, q8, stream_);
+    moe::grouped_q4k_glu(ex.gate[0], stride.gate, ex.up[0], stride.up, E, q8, N, mb->offsets,
+                         mb->active, mb->gate, stream_);
+  } else {
+    moe::gather(in, mb->order, N, K, D, mb->rows, stream_);
+    moe::grouped_product(ex.gate[0], stride.gate, E, mb->rows, N, mb->offsets, mb->active, mb->gate,
+                         stream_);
+    moe::grouped_product(ex.up[0], stride.up, E, mb->rows, N, mb->offsets, mb->active, mb->up,
+                         stream_);
+    swiglu(mb->gate, mb->up, mb->gate, N * FE, stream_);
+  }
+  if (moe::grouped_q4k_supported(ex.down[0], stride.down)) {
+    moe::quantize_rows(mb->gate, nullptr, 1, N, FE, q8, stream_);
+    moe::grouped_q4k_product(ex.down[0], stride.down, E, q8, N, mb->offsets, mb->active, mb->down,
+                             stream_);
+  } else {
+    moe::grouped_product(ex.down[0], stride.down, E, mb->gate, N, mb->offsets, mb->active, mb->down,
+                         stream_);
+  }
 }
 
 // The experts' row counts come to the host (one synchronization), then each chosen

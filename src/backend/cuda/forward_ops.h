@@ -19,6 +19,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -127,6 +128,9 @@ class ForwardOps {
   // One expert's product of m gathered rows (deterministic: the CPU's order for experts).
   void expert_product(const WeightView& w, const float* in, int64_t m, float* out);
   void expert_products_sized_on_host(const ExpertsView& experts, int64_t n_entries);
+  // strides: the gate, up and down experts' (all at one stride each).
+  void expert_products_sized_on_device(const ExpertsView& experts, const float* in,
+                                       std::array<size_t, 3> strides);
   struct Buffers;
   struct MoeBuffers;
 

@@ -20,6 +20,7 @@
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/matmul_q4k_mma.h"
 #include "backend/cuda/matmul_q4k_rows.h"
+#include "backend/cuda/q4k_chunk.cuh"
 #include "backend/cuda/quant_device.cuh"
 #include "core/dtype.h"
 
@@ -43,25 +44,13 @@ __global__ void __launch_bounds__(kGemvThreads)
 
 __global__ void quantize_x_q8_kernel(const float* __restrict__ x, int64_t n_blocks,
                                      int8_t* __restrict__ xq, float2* __restrict__ xs) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // The product launched after this kernel may start loading its weights now; it waits for
   // this kernel to finish before it reads the codes.
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  q4k_chunk::allow_next_kernel_to_start();
   const int64_t block = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (block >= n_blocks) return;  // whole warps leave together
-  const float v = x[block * 32 + lane];
-  float amax = fabsf(v);
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float d = amax / 127.0f;
-  const int q = d > 0.0f ? __float2int_rn(v / d) : 0;
-  int sum = q;
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  xq[block * 32 + lane] = (int8_t)q;
-  if (lane == 0) xs[block] = make_float2(d, d * (float)sum);
+  q4k_chunk::quantize_block32(x[block * 32 + lane], lane, xq + block * 32 + lane, xs + block);
 }
 
 template <int kM>

@@ -23,85 +23,14 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul_q4k_rows.h"
+#include "backend/cuda/q4k_chunk.cuh"
 #include "core/quant_blocks.h"
 
 namespace hablar::cuda {
 namespace {
+using namespace q4k_chunk;
 
 constexpr int kThreads = 128;
-constexpr int kSuperBlockBytes = sizeof(BlockQ4_K);  // 144
-static_assert(kSuperBlockBytes == 144, "Q4_K super-block layout");
-
-// Unsigned bytes of a times signed bytes of b, summed into c.
-__device__ __forceinline__ int dp4a_unsigned_signed(uint32_t a, int b, int c) {
-  int d;
-  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void allow_next_kernel_to_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-
-struct Chunk {
-  uint4 head;    // d | dmin << 16, scale bytes 0-3, 4-7, 8-11
-  uint4 lo, hi;  // the 32 bytes of nibbles
-};
-
-// The (scale, min) pairs of sub-blocks 2cs and 2cs + 1 (cs = chunk within the super-block),
-// each pair as two bytes of a word: 6-bit values packed as in ggml's get_scale_min_k4.
-__device__ __forceinline__ void chunk_scales(const uint4& head, int cs, uint32_t* sc,
-                                             uint32_t* mn) {
-  const int shift = (cs & 1) * 16;
-  const uint32_t a = head.y >> shift, b = head.z >> shift, e = head.w >> shift;
-  if (cs < 2) {
-    *sc = a & 0x3F3Fu;
-    *mn = b & 0x3F3Fu;
-  } else {
-    *sc = (e & 0x0F0Fu) | ((a >> 2) & 0x3030u);
-    *mn = ((e >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u);
-  }
-}
-
-__device__ __forceinline__ float chunk_dot(const Chunk& ch, int cs, const int4& x0, const int4& x1,
-                                           const int4& x2, const int4& x3, const float4& xs) {
-  const uint32_t q[8] = {ch.lo.x, ch.lo.y, ch.lo.z, ch.lo.w, ch.hi.x, ch.hi.y, ch.hi.z, ch.hi.w};
-  const int xlo[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-  const int xhi[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
-  int dot_lo = 0, dot_hi16 = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    dot_lo = dp4a_unsigned_signed(q[i] & 0x0F0F0F0Fu, xlo[i], dot_lo);
-    dot_hi16 = dp4a_unsigned_signed(q[i] & 0xF0F0F0F0u, xhi[i], dot_hi16);
-  }
-  uint32_t sc, mn;
-  chunk_scales(ch.head, cs, &sc, &mn);
-  const float d = __half2float(__ushort_as_half((unsigned short)(ch.head.x & 0xFFFFu)));
-  const float dmin = __half2float(__ushort_as_half((unsigned short)(ch.head.x >> 16)));
-  const float scaled = (float)(sc & 0xFFu) * xs.x * (float)dot_lo +
-                       (float)(sc >> 8) * (xs.z * (1.0f / 16.0f)) * (float)dot_hi16;
-  const float mins = (float)(mn & 0xFFu) * xs.y + (float)(mn >> 8) * xs.w;
-  return d * scaled - dmin * mins;
-}
-
-// 16 bytes of weights; with l2_hint the L2 fetches the whole 256-byte span around them.
-__device__ __forceinline__ uint4 load_weights16(const uint8_t* p, bool l2_hint) {
-  if (!l2_hint) return __ldg(reinterpret_cast<const uint4*>(p));
-  uint4 v;
-  asm("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 // Where a team stands: its first row and its thread's index in it.
 struct TeamPlace {
   const uint8_t* w;
@@ -136,16 +65,6 @@ __device__ __forceinline__ void load_chunks(const TeamPlace& at, int row0,
       }
     }
   }
-}
-
-// The int8 activations of one chunk (64 codes) and its two blocks' (dx, sx).
-struct ChunkX {
-  int4 x0, x1, x2, x3;
-  float4 s;
-};
-__device__ __forceinline__ ChunkX load_x(const int8_t* xq, const float4* xs, int c) {
-  const int4* xv = reinterpret_cast<const int4*>(xq + (size_t)64 * c);
-  return {__ldg(xv), __ldg(xv + 1), __ldg(xv + 2), __ldg(xv + 3), __ldg(xs + c)};
 }
 
 // Sums acc over the team (lanes of a warp, then through `partial` the warps of a team wider

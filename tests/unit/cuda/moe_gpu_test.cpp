@@ -4,6 +4,7 @@
 // expert; and the grouped expert products (sized on the device) against each expert's
 // product in double precision. The host functions are held to cpu::moe_ffn by
 // cuda_moe_host_twin_tests; the wiring through ForwardOps by gpu_parity_tests.
+#include <cmath>
 #include <cstring>
 
 #include "backend/cuda/moe.h"
@@ -49,19 +50,17 @@ Routed route_on_host(std::vector<float> logits, int64_t T, int E, int K, bool no
   return r;
 }
 
-class MoeRouteGpu : public ::testing::TestWithParam<std::tuple<int, int, bool>> {};
-
-TEST_P(MoeRouteGpu, RouteAndGroupAreTheHostFunctions) {
-  HABLAR_REQUIRE_CUDA_DEVICE();
-  const auto [E, K, normalize] = GetParam();
-  const int64_t T = 37, N = T * K;
-  const auto logits = random_floats((size_t)(T * E), 5u, -4.0f, 4.0f);
+// Routes and groups T tokens' logits [T x E] on the device; every output equal to the host's.
+void expect_route_and_group_as_host(const std::vector<float>& logits, int64_t T, int E, int K,
+                                    bool normalize) {
+  const int64_t N = T * K;
   const Routed want = route_on_host(logits, T, E, K, normalize);
   DeviceBuffer<float> d_logits(logits), d_weights((size_t)N);
   DeviceBuffer<int32_t> d_chosen((size_t)N), d_offsets((size_t)E + 1), d_order((size_t)N),
-      d_position((size_t)N);
+      d_position((size_t)N), d_active((size_t)cuda::moe::active_slots(N, E));
   cuda::moe::route(d_logits.get(), T, E, K, normalize, d_chosen.get(), d_weights.get(), nullptr);
-  cuda::moe::group(d_chosen.get(), N, E, d_offsets.get(), d_order.get(), d_position.get(), nullptr);
+  cuda::moe::group(d_chosen.get(), N, E, d_offsets.get(), d_order.get(), d_position.get(), nullptr,
+                   d_active.get());
   expect_same_bits(d_logits.download(), want.probs, "probabilities");
   expect_same_bits(d_weights.download(), want.weights, "weights");
   EXPECT_EQ(d_chosen.download(), want.chosen);
@@ -75,6 +74,30 @@ TEST_P(MoeRouteGpu, RouteAndGroupAreTheHostFunctions) {
   EXPECT_EQ(d_offsets.download(), offsets);
   EXPECT_EQ(d_order.download(), order);
   EXPECT_EQ(d_position.download(), position);
+  std::vector<int32_t> active((size_t)cuda::moe::active_slots(N, E));
+  mr::active_experts(offsets.data(), E, active.data(), (int)active.size());
+  EXPECT_EQ(d_active.download(), active);
+}
+
+class MoeRouteGpu : public ::testing::TestWithParam<std::tuple<int, int, bool>> {};
+
+TEST_P(MoeRouteGpu, RouteAndGroupAreTheHostFunctions) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const auto [E, K, normalize] = GetParam();
+  const int64_t T = 37;
+  expect_route_and_group_as_host(random_floats((size_t)(T * E), 5u, -4.0f, 4.0f), T, E, K,
+                                 normalize);
+}
+
+// Logits of three values only (equal probabilities everywhere: the picks' ties go to the
+// lower expert), over more entries than the grouping's shared-memory tile of 2048.
+TEST(MoeGpu, RouteTiesAndManyTokensAreTheHostFunctions) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const int64_t T = 700;
+  const int E = 40, K = 6;  // E not a multiple of 16: the softmax's tail
+  auto logits = random_floats((size_t)(T * E), 9u, -1.5f, 1.5f);
+  for (float& v : logits) v = std::round(v);
+  expect_route_and_group_as_host(logits, T, E, K, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Routers, MoeRouteGpu,
