@@ -1,5 +1,7 @@
 #include "engine/cuda_executor.h"
 
+#include "backend/cuda/moe.h"
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -62,11 +64,16 @@ cuda::SamplingParams to_device_params(const DeviceSampling& s) {
 
 void check_cuda_shapes(const model::Model& m) {
   const model::ModelConfig& c = m.config();
-  if (c.n_experts > 0 && (c.n_experts_used < 1 || c.n_experts_used > 16))
+  if (c.n_experts > 0 && (c.n_experts_used < 1 || c.n_experts_used > cuda::moe::kMaxExpertsUsed))
     throw_error(ErrorKind::kUnsupported,
-                fmt::format("the CUDA mixture of experts takes 1 to 16 experts per token; this "
+                fmt::format("the CUDA mixture of experts takes 1 to {} experts per token; this "
                             "model uses {}",
-                            c.n_experts_used));
+                            cuda::moe::kMaxExpertsUsed, c.n_experts_used));
+  if (c.n_experts > cuda::moe::kMaxExperts)
+    throw_error(ErrorKind::kUnsupported,
+                fmt::format("the CUDA mixture of experts routes up to {} experts; this model has "
+                            "{}",
+                            cuda::moe::kMaxExperts, c.n_experts));
   std::vector<const WeightView*> all = m.weights().matrices();
   all.push_back(&m.weights().token_embd);
   for (const WeightView* w : all) {

@@ -221,10 +221,11 @@ unsigned blocks_for(int64_t n, int per_block) {
 
 void route(float* logits, int64_t T, int E, int K, bool normalize, int32_t* chosen, float* weights,
            cudaStream_t stream) {
-  HABLAR_CHECK(K >= 1 && K <= mr::kMaxExpertsUsed && K <= E, "moe::route: bad expert counts");
+  HABLAR_CHECK(K >= 1 && K <= kMaxExpertsUsed && K <= E, "moe::route: bad expert counts");
   if (T == 0) return;
+  static_assert(kRouteWarps * kMaxExperts * sizeof(float) <= 48 * 1024, "route's shared memory");
+  HABLAR_CHECK(E <= kMaxExperts, "moe::route: at most kMaxExperts experts");
   const size_t shared = (size_t)kRouteWarps * E * sizeof(float);
-  HABLAR_CHECK(shared <= 48 * 1024, "moe::route: at most 3072 experts (shared memory)");
   route_kernel<<<blocks_for(T, kRouteWarps), kRouteWarps * 32, shared, stream>>>(
       logits, T, E, K, normalize, chosen, weights, exp_table());
   HABLAR_CUDA_CHECK_LAUNCH();

@@ -3,16 +3,22 @@
 // rows, the CPU's F16 expert product, and the weighted combination. Routing and combination
 // follow the CPU's float order in both modes (moe_routing.cuh).
 //
-// Host C++ (no device code here).
+// Host C++ declarations (moe_routing.cuh brings the host-and-device routing functions).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "backend/cuda/moe_routing.cuh"
 #include "core/tensor_view.h"
 
 namespace hablar::cuda::moe {
+
+// The most experts the kernels route (route(): a warp per token keeps its E probabilities in
+// shared memory, four warps a block within 48 KiB) and the most experts per token.
+inline constexpr int kMaxExperts = 3072;
+inline constexpr int kMaxExpertsUsed = moe_routing::kMaxExpertsUsed;
 
 // logits [T x E] (router products; overwritten by the probabilities) -> chosen [T x K]
 // (descending probability) and weights [T x K]; a thread per token.

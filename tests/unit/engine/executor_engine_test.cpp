@@ -306,5 +306,27 @@ INSTANTIATE_TEST_SUITE_P(Executors, ModelRunnerTest,
                            return std::string(info.param == DeviceKind::kCpu ? "Cpu" : "Cuda");
                          });
 
+#if defined(HABLAR_HAVE_CUDA)
+// The CUDA backend refuses, at load and by name, mixtures of experts its routing kernels
+// cannot hold (more than 3072 experts); a tiny one of 8 experts it takes (no device needed).
+TEST(CudaShapes, MixturesOfExpertsBeyondTheRoutingKernelsAreRefusedByName) {
+  synth::SyntheticModelOptions o;
+  o.arch = synth::Arch::kQwen3Moe;
+  o.shape = *synth::shape_from_name("tiny");
+  o.type = "q8_0";
+  o.seed = 3;
+  const std::string dir = test::make_temp_dir("cuda-shapes");
+  synth::write_synthetic_model(o, dir + "/small.gguf");
+  std::string reason;
+  EXPECT_TRUE(cuda_can_run(*model::Model::load(dir + "/small.gguf"), &reason)) << reason;
+  o.shape.n_layers = 1;
+  o.shape.n_experts = 3100;
+  o.shape.ffn_expert = 32;
+  synth::write_synthetic_model(o, dir + "/many.gguf");
+  EXPECT_FALSE(cuda_can_run(*model::Model::load(dir + "/many.gguf"), &reason));
+  EXPECT_NE(reason.find("up to 3072 experts; this model has 3100"), std::string::npos) << reason;
+}
+#endif
+
 }  // namespace
 }  // namespace hablar::engine
