@@ -6,6 +6,7 @@
 // chunked or preempted.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
 #include <random>
 
@@ -319,12 +320,14 @@ TEST(CudaShapes, MixturesOfExpertsBeyondTheRoutingKernelsAreRefusedByName) {
   synth::write_synthetic_model(o, dir + "/small.gguf");
   std::string reason;
   EXPECT_TRUE(cuda_can_run(*model::Model::load(dir + "/small.gguf"), &reason)) << reason;
-  o.shape.n_layers = 1;
-  o.shape.n_experts = 3100;
-  o.shape.ffn_expert = 32;
+  // One narrow layer (11 MB of Q4_0 experts).
+  o.type = "q4_0";
+  o.shape.n_layers = 1, o.shape.hidden = 64, o.shape.n_heads = o.shape.n_kv_heads = 1;
+  o.shape.n_experts = 3100, o.shape.ffn_expert = 32;
   synth::write_synthetic_model(o, dir + "/many.gguf");
   EXPECT_FALSE(cuda_can_run(*model::Model::load(dir + "/many.gguf"), &reason));
   EXPECT_NE(reason.find("up to 3072 experts; this model has 3100"), std::string::npos) << reason;
+  std::filesystem::remove_all(dir);
 }
 #endif
 
