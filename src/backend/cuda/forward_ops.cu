@@ -288,17 +288,15 @@ void ForwardOps::reserve_moe(int n_experts, int n_used, int64_t n_ff_expert, int
   // Every expert row is a one-token product on the CPU (llama.cpp's mul_mat_id order).
   m->single_roles = DeviceMemory(N);
   HABLAR_CUDA_CHECK(cudaMemset(m->single_roles.get(), llama_batch_role(0, 1), N));
-  // The device-sized steps' int8 rows: inputs (n_embd wide) or SwiGLU outputs (n_ff_expert).
-  if (!limits_.deterministic) {
-    const int64_t device_rows =
-        std::min<int64_t>(T, std::max<int64_t>(1, (int64_t)n_experts * kGemvMaxRows / n_used)) *
-        n_used;
-    m->q8 = DeviceMemory(moe::quantized_rows_bytes(device_rows, std::max(D, FE)));
-  }
   void* pinned = nullptr;
   HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, ((size_t)n_experts + 1) * sizeof(int32_t)));
   m->host_offsets = static_cast<int32_t*>(pinned);
   moe_ = std::move(m);
+  // The device-sized steps' int8 rows: inputs (n_embd wide) or SwiGLU outputs (n_ff_expert).
+  if (!limits_.deterministic) {
+    const int64_t rows = std::min<int64_t>((int64_t)T, moe_device_max_tokens()) * n_used;
+    moe_->q8 = DeviceMemory(q8_activation_bytes((int)rows, (int64_t)std::max(D, FE)));
+  }
 }
 
 void ForwardOps::begin(std::span<const SequenceChunk> chunks,

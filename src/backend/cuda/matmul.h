@@ -47,6 +47,13 @@ void matmul_fused(const WeightView& w, const float* x, int m, float* y, cudaStre
 // workspace: q8_activation_bytes(m, k) bytes at M = 1, matmul_fused_workspace_bytes(w, m)
 // (which adds the tensor-core kernel's scratch) for M > 1.
 size_t q8_activation_bytes(int m, int64_t k);
+// The workspace's layout: int8 codes [m][k], then (d, d * sum of codes) per block of 32 at a
+// 256-byte aligned offset.
+struct Q8Activations {
+  int8_t* codes;
+  float2* scales;
+};
+Q8Activations q8_layout(void* workspace, int m, int64_t k);
 void quantize_activations_q8(const float* x, int m, int64_t k, void* workspace,
                              size_t workspace_bytes, cudaStream_t stream);
 void matmul_q4k_prequantized(const WeightView& w, int m, float* y, void* workspace,

@@ -135,17 +135,6 @@ int gemv_group_threads(int64_t rows, int64_t units_per_row, int min_units, int t
   return group_threads;
 }
 
-// Workspace layout: int8 codes [m][k], then (d, d * sum) per block of 32 at a 256-byte
-// aligned offset.
-struct Q8Activations {
-  int8_t* codes;
-  float2* scales;
-};
-Q8Activations q8_layout(void* workspace, int m, int64_t k) {
-  int8_t* codes = static_cast<int8_t*>(workspace);
-  return {codes, reinterpret_cast<float2*>(codes + ((m * k + 255) / 256) * 256)};
-}
-
 template <int kM>
 void launch_q4k_q8(const WeightView& w, const Q8Activations& xa, float* y, cudaStream_t stream) {
   const int group_threads =
@@ -324,6 +313,11 @@ void validate_weight(const WeightView& w, const char* what) {
     throw_error(ErrorKind::kInvalidArgument, std::string(what) + ": row_bytes " +
                                                  std::to_string(w.row_bytes) +
                                                  " does not match the type and row length");
+}
+
+Q8Activations q8_layout(void* workspace, int m, int64_t k) {
+  int8_t* codes = static_cast<int8_t*>(workspace);
+  return {codes, reinterpret_cast<float2*>(codes + ((m * k + 255) / 256) * 256)};
 }
 
 size_t q8_activation_bytes(int m, int64_t k) {

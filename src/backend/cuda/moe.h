@@ -45,14 +45,13 @@ void grouped_product(const WeightView& first, size_t stride, int E, const float*
                      const int32_t* offsets, const int32_t* active, float* y, cudaStream_t stream);
 
 // Q4_K experts on int8 activations (moe_grouped_q4k.cu), the decode form: the step's rows
-// quantized in grouped order into q8 (quantized_rows_bytes(N, width) bytes; rows[r] =
+// quantized in grouped order into q8 (q8_activation_bytes(N, width) bytes, matmul.h; rows[r] =
 // in[order[r] / K], or in[r] when order is null), then per active expert its weights read
 // once and taken against each of its rows. grouped_q4k_glu writes silu(x · gateᵀ) *
 // (x · upᵀ) [N x gate.rows]; grouped_q4k_product x · Wᵀ [N x first.rows]. Strides as
 // grouped_product's; every matrix Q4_K, 16-byte aligned, K at most 32768
 // (grouped_q4k_supported).
 bool grouped_q4k_supported(const WeightView& first, size_t stride);
-size_t quantized_rows_bytes(int64_t N, int64_t width);
 void quantize_rows(const float* in, const int32_t* order, int K, int64_t N, int64_t width, void* q8,
                    cudaStream_t stream);
 void grouped_q4k_product(const WeightView& first, size_t stride, int E, const void* q8, int64_t N,

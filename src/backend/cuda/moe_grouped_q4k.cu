@@ -1,6 +1,6 @@
 // Q4_K experts on int8 activations, sized on the device (moe.h grouped_q4k_*): the decode
 // form of the expert products. The step's rows are first quantized in grouped order
-// (quantize_rows: int8 codes in blocks of 32, quantize_activations_q8's layout); then a
+// (quantize_rows: int8 codes in blocks of 32 in q8_layout, as quantize_activations_q8's); then a
 // team of threads owns two weight rows of one expert (two rows of one matrix, or a gate row
 // and its up row), loads their Q4_K chunks into registers once (q4k_chunk.cuh), and takes
 // them against each of the expert's rows: one read of the weights per step however many
@@ -20,17 +20,6 @@ using namespace q4k_chunk;
 constexpr int kThreads = 128;
 constexpr int kRows = 2;       // weight rows per team
 constexpr int kMaxChunks = 4;  // chunks per thread and row: kRows x 4 x 48 bytes of registers
-
-// The quantized rows: codes [N][width], then (d, d * sum) per block of 32 at a 256-byte
-// aligned offset (quantize_activations_q8's layout).
-struct QuantizedRows {
-  int8_t* codes;
-  float2* scales;
-};
-QuantizedRows rows_layout(void* q8, int64_t N, int64_t width) {
-  auto* codes = static_cast<int8_t*>(q8);
-  return {codes, reinterpret_cast<float2*>(codes + (N * width + 255) / 256 * 256)};
-}
 
 // Sorted row r = in[order[r] / K] (order null: in[r]), a warp per block of 32 values.
 __global__ void quantize_rows_kernel(const float* __restrict__ in,
@@ -170,7 +159,7 @@ GroupedArgs grouped_args(const WeightView& first, size_t stride, const void* q8,
   a.stride0 = stride, a.row_bytes = first.row_bytes;
   a.n = (int)first.rows, a.n_chunks = (int)(first.cols / 64);
   a.team_threads = team_threads_for(a.n_chunks);
-  const QuantizedRows x = rows_layout(const_cast<void*>(q8), N, first.cols);
+  const Q8Activations x = q8_layout(const_cast<void*>(q8), (int)N, first.cols);
   a.codes = x.codes, a.scales = reinterpret_cast<const float4*>(x.scales);
   a.offsets = offsets, a.active = active, a.y = y;
   return a;
@@ -189,15 +178,11 @@ bool grouped_q4k_supported(const WeightView& first, size_t stride) {
          stride % 16 == 0;
 }
 
-size_t quantized_rows_bytes(int64_t N, int64_t width) {
-  return (size_t)((N * width + 255) / 256 * 256) + (size_t)(N * width / 32) * sizeof(float2);
-}
-
 void quantize_rows(const float* in, const int32_t* order, int K, int64_t N, int64_t width, void* q8,
                    cudaStream_t stream) {
   HABLAR_CHECK(width % 64 == 0 && K >= 1, "moe::quantize_rows: width a multiple of 64");
   if (N == 0) return;
-  const QuantizedRows x = rows_layout(q8, N, width);
+  const Q8Activations x = q8_layout(q8, (int)N, width);
   const int64_t threads = N * width;  // a thread per value
   quantize_rows_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, stream>>>(
       in, order, K, N, width, x.codes, x.scales);

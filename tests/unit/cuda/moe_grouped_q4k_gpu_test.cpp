@@ -5,6 +5,7 @@
 // than a warp, and two chunks per thread.
 #include <cmath>
 
+#include "backend/cuda/matmul.h"
 #include "backend/cuda/moe.h"
 #include "cuda_test_util.h"
 #include "quant_test_data.h"
@@ -75,7 +76,7 @@ TEST_P(MoeGroupedQ4kGpu, SwigluAndPlainProductsAreEachExpertsProduct) {
     const auto tokens = random_floats((size_t)(T * k), 70u + (uint32_t)T);
     const auto sorted = random_floats((size_t)(N * k), 80u + (uint32_t)T);
     DeviceBuffer<float> d_tokens(tokens), d_sorted(sorted);
-    DeviceBuffer<uint8_t> d_q8(cuda::moe::quantized_rows_bytes(N, k));
+    DeviceBuffer<uint8_t> d_q8(cuda::q8_activation_bytes((int)N, k));
     DeviceBuffer<float> d_glu(std::vector<float>((size_t)(N * n), NAN)),
         d_plain(std::vector<float>((size_t)(N * n), NAN));
     cuda::moe::quantize_rows(d_tokens.get(), d_order.get(), K, N, k, d_q8.get(), nullptr);
