@@ -41,13 +41,13 @@ pack() {
   local build=$root/build stage
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
   ninja -C "$build" hablar gpu_parity_tests gpu_embed_tests engine_model_tests cuda_kernel_tests \
-    cuda_cpu_rounding_host_tests cuda_moe_host_twin_tests || exit 1
+    cuda_cpu_rounding_host_tests cuda_moe_host_twin_tests cuda_bench || exit 1
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib" "$stage/testdata/vocab" "$root/.gpu"
   for b in src/cli/hablar tests/unit/engine/gpu_parity_tests tests/unit/engine/gpu_embed_tests \
     tests/unit/engine/engine_model_tests \
     tests/unit/cuda/cuda_kernel_tests tests/unit/cuda/cuda_cpu_rounding_host_tests \
-    tests/unit/cuda/cuda_moe_host_twin_tests; do
+    tests/unit/cuda/cuda_moe_host_twin_tests bench/cuda/cuda_bench; do
     strip -o "$stage/bin/$(basename "$b")" "$build/$b"
   done
   for b in "$stage"/bin/*; do

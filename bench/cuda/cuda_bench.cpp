@@ -19,6 +19,8 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul.h"
+#include "backend/cuda/matmul_q4k_rows.h"
+#include "backend/cuda/ops.h"
 #include "core/dtype.h"
 #include "core/fp16.h"
 #include "core/quant_blocks.h"
@@ -205,7 +207,7 @@ Row bench_decode_matmul(Stream& stream, DType type, int64_t n, int64_t k, int m,
     const double ms = time_graph_ms(stream, rotate ? copies * 2 : 100, 7, [&](int i) {
       WeightView view{type, n, k, dtype_row_bytes(type, k), w[i % copies].get()};
       if (int8_path == 2) {
-        matmul_q4k_prequantized(view, m, y.get(), ws.get(), stream.get());
+        matmul_prequantized(view, m, y.get(), ws.get(), stream.get());
       } else {
         matmul_fused(view, x.get(), m, y.get(), stream.get(), ws.get(), ws.bytes());
       }
@@ -379,6 +381,39 @@ void run_lab(Stream& stream, double copy_gbs) {
   bench_decode_attention(stream, 1, 4096, copy_gbs, 0, attention_variants);
 }
 
+// The gated feed-forward's first half at one token, two ways: gate and up products and the
+// activation in one launch (matmul_q4k_rows_glu), and the three launches it replaces. Weights
+// rotated past the L2 cache; the input quantized beforehand (the norm before does it).
+void bench_glu_fusion(Stream& stream, int64_t n, int64_t k, double copy_gbs) {
+  const auto gate_host = random_weights(DType::Q4_K, n, k),
+             up_host = random_weights(DType::Q4_K, n, k);
+  const size_t bytes = 2 * gate_host.size();
+  const int copies = (int)std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes);
+  std::vector<DeviceBuffer<uint8_t>> gate, up;
+  for (int i = 0; i < copies; ++i) gate.emplace_back(gate_host), up.emplace_back(up_host);
+  DeviceBuffer<float> x(random_floats((size_t)k)), g((size_t)n), u((size_t)n);
+  DeviceMemory ws(q8_activation_bytes(1, k));
+  quantize_activations_q8(x.get(), 1, k, ws.get(), ws.bytes(), stream.get());
+  const Q8Activations xa = q8_layout(ws.get(), 1, k);
+  auto view = [&](std::vector<DeviceBuffer<uint8_t>>& w, int i) {
+    return WeightView{DType::Q4_K, n, k, dtype_row_bytes(DType::Q4_K, k), w[i % copies].get()};
+  };
+  for (bool fused : {true, false}) {
+    const double ms = time_graph_ms(stream, copies * 2, 7, [&](int i) {
+      if (fused)
+        return matmul_q4k_rows_glu(view(gate, i), view(up, i), xa.codes, xa.scales, g.get(),
+                                   GluActivation::kSilu, stream.get());
+      matmul_q4k_rows(view(gate, i), xa.codes, xa.scales, g.get(), stream.get());
+      matmul_q4k_rows(view(up, i), xa.codes, xa.scales, u.get(), stream.get());
+      swiglu(g.get(), u.get(), g.get(), n, stream.get());
+    });
+    char name[160];
+    std::snprintf(name, sizeof name, "gate+up+SwiGLU Q4_K N=%lld K=%lld, %s", (long long)n,
+                  (long long)k, fused ? "one launch" : "three launches");
+    print_row(Row{name, ms * 1e3, (double)bytes / (ms * 1e-3) / 1e9, copy_gbs, "GB/s", 0});
+  }
+}
+
 int run(bool quick, bool lab) {
   std::string reason;
   if (device_count(&reason) == 0) {
@@ -416,6 +451,13 @@ int run(bool quick, bool lab) {
     for (int m : {2, 4, 8, 16, 64, 256})
       print_row(bench_decode_matmul(stream, DType::Q4_K, 4096, 14336, m, copy_gbs, 0));
   }
+  std::printf("\n== one token: Q6_K on int8 activations beside the f32 path; fused gate+up ==\n");
+  for (int int8_path : {2, 0}) {
+    print_row(bench_decode_matmul(stream, DType::Q6_K, 1536, 8960, 1, copy_gbs, 0, int8_path));
+    print_row(bench_decode_matmul(stream, DType::Q6_K, 151936, 1536, 1, copy_gbs, 0, int8_path));
+  }
+  bench_glu_fusion(stream, 8960, 1536, copy_gbs);
+  bench_glu_fusion(stream, 14336, 4096, copy_gbs);
   std::printf("\n== decode attention (F16 KV, split-K) vs copy bandwidth ==\n");
   print_row(bench_decode_attention(stream, 128, 1024, copy_gbs, 0.60));
   if (!quick) {

@@ -23,6 +23,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kv_elements.cuh"
 #include "backend/cuda/online_softmax.h"
+#include "backend/cuda/q4k_chunk.cuh"
 
 namespace hablar::cuda {
 namespace {
@@ -494,12 +495,21 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
 }
 
 // One block per (slot, head), one thread per dimension: merges the head's splits in order
-// and writes the normalized output.
+// and writes the normalized output (and, when asked, its int8 blocks: a warp per block of 32
+// dimensions). The product launched next may start loading its weights at once.
 __global__ void decode_reduce_kernel(DecodeAttentionParams p, int split_len, int n_splits,
                                      const float* workspace) {
+  q4k_chunk::allow_next_kernel_to_start();
   const int slot = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
-  if (!p.active[slot]) return;
   const int d_head = p.layout.head_dim;
+  const size_t at = ((size_t)slot * p.n_heads + head) * d_head + d;
+  if (!p.active[slot]) {  // out untouched; int8 rows of zeros (the workspace holds anything)
+    if (p.out_codes != nullptr) {
+      p.out_codes[at] = 0;
+      if (d % 32 == 0) static_cast<float2*>(p.out_scales)[at / 32] = make_float2(0.0f, 0.0f);
+    }
+    return;
+  }
   // Splits past the grid (a context beyond max_context, a caller error) are not read.
   const int n_valid = min(n_splits, (decode_context(p, slot) + split_len - 1) / split_len);
   // Splits wholly before a sliding window's first position wrote nothing either.
@@ -512,7 +522,11 @@ __global__ void decode_reduce_kernel(DecodeAttentionParams p, int split_len, int
     const SoftmaxMerge m = softmax_merge(total, SoftmaxState{part[0], part[1]});
     merged = merged * m.factor_a + part[2 + d] * m.factor_b;
   }
-  p.out[((size_t)slot * p.n_heads + head) * d_head + d] = merged * softmax_inverse_sum(total);
+  const float o = merged * softmax_inverse_sum(total);
+  p.out[at] = o;
+  if (p.out_codes != nullptr)  // head_dim is a multiple of 32: whole warps, whole blocks
+    q4k_chunk::quantize_block32(o, d % 32, p.out_codes + at,
+                                static_cast<float2*>(p.out_scales) + at / 32);
 }
 
 // After every reader of the lengths: each live slot's length + 1.

@@ -37,7 +37,12 @@ struct DecodeAttentionParams {
   const float* k_new = nullptr;
   const float* v_new = nullptr;
   float* out = nullptr;
-  float scale = 0.0f;  // usually 1 / sqrt(head_dim)
+  // When set, the output rows are also quantized to int8 blocks of 32 as
+  // quantize_activations_q8 lays them out (matmul.h: codes [n_slots][n_heads * head_dim],
+  // then (d, d * sum of codes) per block), for the output projection's int8 product.
+  int8_t* out_codes = nullptr;
+  void* out_scales = nullptr;  // float2 [n_slots * n_heads * head_dim / 32]
+  float scale = 0.0f;          // usually 1 / sqrt(head_dim)
   // > 0: a sliding window; the query at position pos sees [pos - window + 1, pos] only.
   int32_t window = 0;
   // > 0: each score s (q·k * scale) becomes softcap * tanh(s / softcap) (Gemma 2).

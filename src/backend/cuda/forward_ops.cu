@@ -10,6 +10,7 @@
 #include "backend/cuda/cpu_rounding.cuh"
 #include "backend/cuda/cpu_rounding_ops.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/matmul_q4k_rows.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/ops.h"
 #include "core/error.h"
@@ -111,6 +112,10 @@ struct ForwardOps::Buffers {
     const float* y = nullptr;
     int64_t width = 0;
   } pending_add;
+  // The activation rows the int8 workspace holds, quantized by the norm that wrote them
+  // (rmsnorm: norm and quantization in one launch); the next products of those rows skip
+  // their own quantization. Cleared by every other op (flush_add, product).
+  const float* q8_holds = nullptr;
   // Word offsets of each input array (for max_tokens rows). roles, sampled and logit_roles
   // hold a byte per row (deterministic mode's rounding facts, core/llama_batch_roles.h).
   size_t tokens = 0, positions = 0, logit_rows = 0, active = 0, roles = 0, sampled = 0,
@@ -400,6 +405,7 @@ bool ForwardOps::takes_int8_path(const WeightView& w, int64_t m) const {
 
 void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float* out,
                          const uint8_t* roles) {
+  buf_->q8_holds = nullptr;  // the int8 path below quantizes into the workspace
   if (limits_.deterministic) {
     const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
     if (roles == nullptr) roles = reinterpret_cast<const uint8_t*>(inputs + buf_->roles);
@@ -431,7 +437,16 @@ void ForwardOps::embed(const WeightView& table, float* x) {
   embedding_gather(table, inputs + buf_->tokens, (int)n_tokens_, x, stream_);
 }
 
-// A residual add queued on x runs inside this norm (add_rms_norm: one pass, same values).
+// Whether a norm (or the attention's reduction) of m rows of `width` values also quantizes
+// them for the int8 products (outside deterministic mode, when they fit the workspace).
+bool ForwardOps::norm_quantizes(int64_t m, int64_t width) const {
+  return !limits_.deterministic && buf_->int8_workspace.get() != nullptr &&
+         m <= kFusedMatmulMaxRows && width % 32 == 0 &&
+         q8_activation_bytes((int)m, width) <= buf_->int8_workspace.bytes();
+}
+
+// A residual add queued on x runs inside this norm (add_rms_norm: one pass, same values);
+// the normed rows are quantized for the int8 products in the same launch where they can be.
 void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_t width) {
   flush_row_work();
   if (limits_.deterministic) {
@@ -439,52 +454,94 @@ void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_
     return cpu_rounding_ops::rms_norm(x, weight, out, n_tokens_, (int)width, eps_, stream_);
   }
   auto& add = buf_->pending_add;
-  if (add.x != nullptr && add.x == x && add.width == width) {
-    add_rms_norm(add.x, add.y, weight, out, (int)n_tokens_, (int)width, eps_, stream_);
+  const bool with_add = add.x != nullptr && add.x == x && add.width == width;
+  if (!with_add) flush_add();
+  const int rows = (int)n_tokens_, dim = (int)width;
+  if (norm_quantizes(n_tokens_, width)) {
+    void* q8 = buf_->int8_workspace.get();
+    if (with_add) {
+      add_rms_norm_q8(add.x, add.y, weight, out, rows, dim, eps_, q8, stream_);
+    } else {
+      rms_norm_q8(x, weight, out, rows, dim, eps_, q8, stream_);
+    }
+    add = {};
+    buf_->q8_holds = out;
+    return;
+  }
+  if (with_add) {
+    add_rms_norm(add.x, add.y, weight, out, rows, dim, eps_, stream_);
     add = {};
     return;
   }
-  flush_add();
-  rms_norm(x, weight, out, (int)n_tokens_, (int)width, eps_, stream_);
+  rms_norm(x, weight, out, rows, dim, eps_, stream_);
 }
 
 void ForwardOps::matmul(const WeightView& w, const float* in, float* out) {
-  flush();
-  product(w, in, n_tokens_, out);
+  const WeightView* ws[] = {&w};
+  float* outs[] = {out};
+  products_of_one_input(in, n_tokens_, ws, outs);
 }
 
-// Products of one input: on the int8 path the input is quantized once for all of them.
-void ForwardOps::products_of_one_input(const float* in, std::span<const WeightView* const> ws,
+// Products of one input of m rows: on the int8 path the input is quantized once for all of
+// them (or not at all when the norm that wrote it did); at one row the Q4_K matrices among
+// them run in one launch (matmul_q4k_rows_multi: Q, K and V).
+void ForwardOps::products_of_one_input(const float* in, int64_t m,
+                                       std::span<const WeightView* const> ws,
                                        std::span<float* const> outs) {
+  bool quantized = buf_->q8_holds == in;
   flush();
   void* int8_ws = buf_->int8_workspace.get();
-  bool quantized = false;
+  const WeightView* together[3] = {};
+  float* together_out[3] = {};
+  size_t n_together = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
     const WeightView& w = *ws[i];
-    if (!takes_int8_path(w, n_tokens_)) {
-      product(w, in, n_tokens_, outs[i]);
+    if (!takes_int8_path(w, m)) {
+      product(w, in, m, outs[i]);
       continue;
     }
     if (!quantized)
-      quantize_activations_q8(in, (int)n_tokens_, w.cols, int8_ws, buf_->int8_workspace.bytes(),
-                              stream_);
+      quantize_activations_q8(in, (int)m, w.cols, int8_ws, buf_->int8_workspace.bytes(), stream_);
     quantized = true;
-    matmul_q4k_prequantized(w, (int)n_tokens_, outs[i], int8_ws, stream_);
+    if (m == 1 && n_together < 3 && q4k_rows_supported(w) &&
+        (n_together == 0 || together[0]->cols == w.cols)) {
+      together[n_together] = &w, together_out[n_together++] = outs[i];
+      continue;
+    }
+    matmul_prequantized(w, (int)m, outs[i], int8_ws, stream_);
   }
+  if (n_together > 0) {
+    const Q8Activations xa = q8_layout(int8_ws, 1, together[0]->cols);
+    matmul_q4k_rows_multi({together, n_together}, {together_out, n_together}, xa.codes, xa.scales,
+                          stream_);
+  }
+  buf_->q8_holds = nullptr;
 }
 
 void ForwardOps::matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv,
                             const float* in, float* q, float* k, float* v) {
   const WeightView* ws[] = {&wq, &wk, &wv};
   float* outs[] = {q, k, v};
-  products_of_one_input(in, ws, outs);
+  products_of_one_input(in, n_tokens_, ws, outs);
 }
 
 void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const float* in,
                             float* out, float* up_scratch, GluActivation act) {
+  // One token, Q4_K: both products and the activation in one launch.
+  if (n_tokens_ == 1 && takes_int8_path(gate, 1) && takes_int8_path(up, 1) &&
+      q4k_rows_glu_supported(gate, up)) {
+    const bool quantized = buf_->q8_holds == in;
+    flush();
+    void* int8_ws = buf_->int8_workspace.get();
+    if (!quantized)
+      quantize_activations_q8(in, 1, gate.cols, int8_ws, buf_->int8_workspace.bytes(), stream_);
+    buf_->q8_holds = nullptr;
+    const Q8Activations xa = q8_layout(int8_ws, 1, gate.cols);
+    return matmul_q4k_rows_glu(gate, up, xa.codes, xa.scales, out, act, stream_);
+  }
   const WeightView* ws[] = {&gate, &up};
   float* outs[] = {out, up_scratch};
-  products_of_one_input(in, ws, outs);
+  products_of_one_input(in, n_tokens_, ws, outs);
   if (act == GluActivation::kGeluTanh && limits_.deterministic) {
     cpu_rounding_ops::geglu(out, up_scratch, out, n_tokens_ * gate.rows,
                             static_cast<const float*>(buf_->gelu_table.get()), stream_);
@@ -561,6 +618,7 @@ void ForwardOps::flush_row_work() {
 }
 
 void ForwardOps::flush_add() {
+  buf_->q8_holds = nullptr;  // every op but the products of the normed rows comes here
   auto& add = buf_->pending_add;
   if (add.x == nullptr) return;
   cuda::add(add.x, add.y, add.x, n_tokens_ * add.width, stream_);
@@ -607,7 +665,14 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
   p.fixed_split_len = 0;
   p.advance_lengths = false;
   p.multiprocessors = device_multiprocessors();
+  // The output rows quantized for the output projection's int8 product in the same pass.
+  const bool quantize = norm_quantizes(n_tokens_, dims_.q_dim());
+  if (quantize) {
+    const Q8Activations q8 = q8_layout(buf_->int8_workspace.get(), (int)n_tokens_, dims_.q_dim());
+    p.out_codes = q8.codes, p.out_scales = q8.scales;
+  }
   decode_attention(p, buf_->attention_workspace.get(), buf_->attention_workspace_bytes, stream_);
+  if (quantize) buf_->q8_holds = out;
 }
 
 // Queued: the norm that usually follows takes it into its own pass (rmsnorm above).
@@ -776,6 +841,13 @@ void ForwardOps::logits(const float* x, const float* norm_weight, const WeightVi
                                stream_);
     product(output, out_rows_, n_logit_rows_, logits_,
             reinterpret_cast<const uint8_t*>(inputs + buf_->logit_roles));
+  } else if (norm_quantizes(n_logit_rows_, dims_.n_embd)) {
+    rms_norm_q8(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_,
+                buf_->int8_workspace.get(), stream_);
+    buf_->q8_holds = out_rows_;
+    const WeightView* ws[] = {&output};
+    float* outs[] = {logits_};
+    products_of_one_input(out_rows_, n_logit_rows_, ws, outs);
   } else {
     rms_norm(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_, stream_);
     product(output, out_rows_, n_logit_rows_, logits_);

@@ -31,19 +31,21 @@ bool cuda_supports_weight_type(DType type);
 void validate_weight(const WeightView& w, const char* what);
 
 // Throws kInvalidArgument for an unsupported type, a bad K, or M outside 1..256.
-// With a workspace of matmul_fused_workspace_bytes(w, m) bytes (nonzero for Q4_K), x is
-// quantized to int8 blocks of 32 and the product runs on integer arithmetic: dp4a for
-// M <= 3, integer tensor cores (matmul_q4k_mma.cu) for M = 4..256; far fewer instructions,
-// at the cost of int8 rounding of the activations (normalized error about 3e-3 instead of
-// 1e-6). Without one, every type takes the f32 path. At M = 1
-// the product is matmul_q4k_rows.cu's kernel, launched with programmatic dependent launch
-// on a stream of the caller's (its weight loads overlap the end of the kernel before it).
+// With a workspace of matmul_fused_workspace_bytes(w, m) bytes (nonzero for Q4_K, and for
+// Q6_K at M = 1), x is quantized to int8 blocks of 32 and the product runs on integer
+// arithmetic: for Q4_K dp4a for M <= 3, integer tensor cores (matmul_q4k_mma.cu) for
+// M = 4..256; far fewer instructions, at the cost of int8 rounding of the activations
+// (normalized error about 3e-3 instead of 1e-6). Without one, every type takes the f32 path.
+// At M = 1 the products are matmul_q4k_rows.cu's and matmul_q6k_rows.cu's kernels, launched
+// with programmatic dependent launch on a stream of the caller's (their weight loads overlap
+// the end of the kernel before them).
 size_t matmul_fused_workspace_bytes(const WeightView& w, int m);
 void matmul_fused(const WeightView& w, const float* x, int m, float* y, cudaStream_t stream,
                   void* workspace = nullptr, size_t workspace_bytes = 0);
 
 // The two halves of the int8 path, for products that share one input (Q, K and V; gate
-// and up): quantize x once into a workspace, then run each Q4_K product from it. The
+// and up): quantize x once into a workspace, then run each product from it (any matrix and
+// M for which matmul_fused_workspace_bytes is nonzero). The
 // workspace: q8_activation_bytes(m, k) bytes at M = 1, matmul_fused_workspace_bytes(w, m)
 // (which adds the tensor-core kernel's scratch) for M > 1.
 size_t q8_activation_bytes(int m, int64_t k);
@@ -56,8 +58,8 @@ struct Q8Activations {
 Q8Activations q8_layout(void* workspace, int m, int64_t k);
 void quantize_activations_q8(const float* x, int m, int64_t k, void* workspace,
                              size_t workspace_bytes, cudaStream_t stream);
-void matmul_q4k_prequantized(const WeightView& w, int m, float* y, void* workspace,
-                             cudaStream_t stream);
+void matmul_prequantized(const WeightView& w, int m, float* y, void* workspace,
+                         cudaStream_t stream);
 
 // Dequantizes the whole of W into out[N][K] (bf16 bits, device).
 void dequantize_to_bf16(const WeightView& w, uint16_t* out, cudaStream_t stream);

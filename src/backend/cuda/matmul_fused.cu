@@ -20,6 +20,7 @@
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/matmul_q4k_mma.h"
 #include "backend/cuda/matmul_q4k_rows.h"
+#include "backend/cuda/matmul_q6k_rows.h"
 #include "backend/cuda/q4k_chunk.cuh"
 #include "backend/cuda/quant_device.cuh"
 #include "core/dtype.h"
@@ -331,6 +332,8 @@ size_t mma_scratch_offset(int m, int64_t k) {
 }
 
 size_t matmul_fused_workspace_bytes(const WeightView& w, int m) {
+  if (w.type == DType::Q6_K && m == 1 && q6k_rows_supported(w))
+    return q8_activation_bytes(m, w.cols);
   if (w.type != DType::Q4_K || m < 1 || m > kFusedMatmulMaxRows) return 0;
   if (m == 1) return q8_activation_bytes(m, w.cols);
   return mma_scratch_offset(m, w.cols) + q4k_mma_scratch_bytes(w, m);
@@ -349,14 +352,15 @@ void quantize_activations_q8(const float* x, int m, int64_t k, void* workspace,
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 
-void matmul_q4k_prequantized(const WeightView& w, int m, float* y, void* workspace,
-                             cudaStream_t stream) {
-  validate_weight(w, "matmul_q4k_prequantized");
-  if (w.type != DType::Q4_K || m < 1 || m > kFusedMatmulMaxRows)
+void matmul_prequantized(const WeightView& w, int m, float* y, void* workspace,
+                         cudaStream_t stream) {
+  validate_weight(w, "matmul_prequantized");
+  if (matmul_fused_workspace_bytes(w, m) == 0)
     throw_error(ErrorKind::kInvalidArgument,
-                "matmul_q4k_prequantized: needs Q4_K weights and M in 1.." +
-                    std::to_string(kFusedMatmulMaxRows));
+                "matmul_prequantized: needs Q4_K weights and M in 1.." +
+                    std::to_string(kFusedMatmulMaxRows) + ", or Q6_K weights and M = 1");
   const Q8Activations xa = q8_layout(workspace, m, w.cols);
+  if (w.type == DType::Q6_K) return matmul_q6k_rows(w, xa.codes, xa.scales, y, stream);
   // M = 1 (decode of one sequence): the rows kernel (matmul_q4k_rows.cu);
   // HABLAR_Q4K_KERNEL=0 selects the sub-block kernel below for the lab.
   if (m == 1 && q4k_rows_supported(w) && lab_knob("HABLAR_Q4K_KERNEL", 1) != 0)
@@ -368,7 +372,7 @@ void matmul_q4k_prequantized(const WeightView& w, int m, float* y, void* workspa
     return matmul_q4k_mma(w, xa.codes, xa.scales, m, y,
                           static_cast<uint8_t*>(workspace) + mma_scratch_offset(m, w.cols), stream);
   if (m > kGemvMaxRows)
-    throw_error(ErrorKind::kInvalidArgument, "matmul_q4k_prequantized: M > " +
+    throw_error(ErrorKind::kInvalidArgument, "matmul_prequantized: M > " +
                                                  std::to_string(kGemvMaxRows) +
                                                  " needs 16-byte aligned Q4_K rows");
   switch (m) {
@@ -401,7 +405,7 @@ void matmul_fused(const WeightView& w, const float* x, int m, float* y, cudaStre
   const size_t need = matmul_fused_workspace_bytes(w, m);
   if (need > 0 && workspace != nullptr) {
     quantize_activations_q8(x, m, w.cols, workspace, workspace_bytes, stream);
-    return matmul_q4k_prequantized(w, m, y, workspace, stream);
+    return matmul_prequantized(w, m, y, workspace, stream);
   }
   dispatch_weight_type(w.type, [&]<DType T>() { launch_fused<T>(w, x, m, y, stream); });
 }

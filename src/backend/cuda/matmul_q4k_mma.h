@@ -1,7 +1,7 @@
 // The Q4_K product for a batch of activation rows (M = 4 .. 256, batched decode) on integer
 // tensor cores (matmul_q4k_mma.cu), from activations already quantized by
 // quantize_activations_q8 (codes [M][K], per block of 32 the pair (scale, scale * sum of
-// codes)). Internal to the CUDA backend: matmul_q4k_prequantized() and matmul_fused() call it.
+// codes)). Internal to the CUDA backend: matmul_prequantized() and matmul_fused() call it.
 #pragma once
 
 #include <cuda_runtime_api.h>

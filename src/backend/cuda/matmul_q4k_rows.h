@@ -1,7 +1,7 @@
 // The Q4_K decode product at M = 1 on int8 activations (matmul_q4k_rows.cu): y = x · Wᵀ for
 // one row of activations already quantized by quantize_activations_q8 (codes [K], and per
 // block of 32 the pair (scale, scale * sum of codes)). Internal to the CUDA backend:
-// matmul_q4k_prequantized() and matmul_fused() call it for M = 1.
+// matmul_prequantized() and matmul_fused() call it for M = 1.
 //
 // Launched with programmatic dependent launch: its weight loads may start while the kernel
 // before it on the stream still runs; it reads the activations and writes y only after
@@ -11,7 +11,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <span>
 
+#include "core/layer_spec.h"
 #include "core/tensor_view.h"
 
 namespace hablar::cuda {
@@ -20,5 +22,18 @@ namespace hablar::cuda {
 bool q4k_rows_supported(const WeightView& w);
 void matmul_q4k_rows(const WeightView& w, const int8_t* xq, const float2* xs, float* y,
                      cudaStream_t stream);
+
+// Up to three products of one input in one launch (Q, K and V of a layer): ys[i] = x · ws[i]ᵀ,
+// every matrix q4k_rows_supported and of one K. Blocks of the grid are split between the
+// matrices in order; the same kernel and rounding as matmul_q4k_rows.
+void matmul_q4k_rows_multi(std::span<const WeightView* const> ws, std::span<float* const> ys,
+                           const int8_t* xq, const float2* xs, cudaStream_t stream);
+
+// The gated feed-forward's first half in one launch: out[r] = act(x · gate[r]) * (x · up[r]);
+// each team holds a gate row and its up row, so both products and the activation take one
+// pass (the element function of glu_activation.cuh, as ops.cu's swiglu / geglu).
+bool q4k_rows_glu_supported(const WeightView& gate, const WeightView& up);
+void matmul_q4k_rows_glu(const WeightView& gate, const WeightView& up, const int8_t* xq,
+                         const float2* xs, float* out, GluActivation act, cudaStream_t stream);
 
 }  // namespace hablar::cuda

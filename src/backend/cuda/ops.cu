@@ -2,8 +2,10 @@
 #include <cub/block/block_reduce.cuh>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/glu_activation.cuh"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/q4k_chunk.cuh"
 #include "backend/cuda/quant_device.cuh"
 
 namespace hablar::cuda {
@@ -49,6 +51,43 @@ __global__ void add_rms_norm_kernel(float* x, const float* __restrict__ y,
   for (int i = threadIdx.x; i < dim; i += kRowThreads) dst[i] = row[i] * inv_rms * weight[i];
 }
 
+// The norm of rms_norm_kernel / add_rms_norm_kernel (same passes, same values; y may be
+// null), its output also quantized to int8 blocks of 32 as quantize_activations_q8 does
+// (q4k_chunk::quantize_block32: a warp per block), for the products that read it. The
+// product launched next may start loading its weights at once (programmatic launch).
+__global__ void rms_norm_q8_kernel(float* x, const float* __restrict__ y,
+                                   const float* __restrict__ weight, float* out, int dim, float eps,
+                                   int8_t* __restrict__ codes, float2* __restrict__ scales) {
+  q4k_chunk::allow_next_kernel_to_start();
+  using Reduce = cub::BlockReduce<float, kRowThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  __shared__ float inv_rms;
+  float* row = x + (size_t)blockIdx.x * dim;
+  float sum = 0.0f;
+  if (y != nullptr) {
+    const float* add_row = y + (size_t)blockIdx.x * dim;
+    for (int i = threadIdx.x; i < dim; i += kRowThreads) {
+      const float v = row[i] + add_row[i];
+      row[i] = v;
+      sum = fmaf(v, v, sum);
+    }
+  } else {
+    for (int i = threadIdx.x; i < dim; i += kRowThreads) sum = fmaf(row[i], row[i], sum);
+  }
+  sum = Reduce(temp).Sum(sum);
+  if (threadIdx.x == 0) inv_rms = rsqrtf(sum / (float)dim + eps);
+  __syncthreads();
+  float* dst = out + (size_t)blockIdx.x * dim;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, blocks = dim / 32;
+  const size_t first = (size_t)blockIdx.x * dim;
+  for (int b = warp; b < blocks; b += kRowThreads / 32) {
+    const int i = b * 32 + lane;
+    const float v = row[i] * inv_rms * weight[i];
+    dst[i] = v;
+    q4k_chunk::quantize_block32(v, lane, codes + first + i, scales + first / 32 + b);
+  }
+}
+
 __global__ void rope_kernel(float* x, const int32_t* __restrict__ positions, int heads,
                             int head_dim, int rot_dim, float theta, bool neox) {
   const int t = blockIdx.x;
@@ -70,20 +109,15 @@ __global__ void rope_kernel(float* x, const int32_t* __restrict__ positions, int
 __global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + expf(-g)) * up[i];
+    out[i] = swiglu_value(gate[i], up[i]);
   }
 }
 
-// GELU with the tanh approximation (in float; the CPU's table of half-precision values
-// differs from it by at most a half-precision rounding of the result).
+// GELU with the tanh approximation (glu_activation.cuh).
 __global__ void geglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
-  constexpr float kCoefA = 0.044715f, kSqrt2OverPi = 0.79788456080286535587989211986876f;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const float g = gate[i];
-    out[i] = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * g * (1.0f + kCoefA * g * g))) * up[i];
-  }
+       i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = geglu_value(gate[i], up[i]);
 }
 
 __global__ void softcap_kernel(float* x, int64_t n, float cap) {
@@ -144,6 +178,27 @@ void add_rms_norm(float* x, const float* y, const float* weight, float* out, int
                   float eps, cudaStream_t stream) {
   if (rows <= 0) return;
   add_rms_norm_kernel<<<rows, kRowThreads, 0, stream>>>(x, y, weight, out, dim, eps);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void rms_norm_q8(const float* x, const float* weight, float* out, int rows, int dim, float eps,
+                 void* q8_workspace, cudaStream_t stream) {
+  if (rows <= 0) return;
+  HABLAR_CHECK(dim % 32 == 0, "rms_norm_q8: the width must be a multiple of 32");
+  const Q8Activations q = q8_layout(q8_workspace, rows, dim);
+  // Without y the kernel only reads x (the const_cast is never written through).
+  rms_norm_q8_kernel<<<rows, kRowThreads, 0, stream>>>(const_cast<float*>(x), nullptr, weight, out,
+                                                       dim, eps, q.codes, q.scales);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void add_rms_norm_q8(float* x, const float* y, const float* weight, float* out, int rows, int dim,
+                     float eps, void* q8_workspace, cudaStream_t stream) {
+  if (rows <= 0) return;
+  HABLAR_CHECK(dim % 32 == 0, "add_rms_norm_q8: the width must be a multiple of 32");
+  const Q8Activations q = q8_layout(q8_workspace, rows, dim);
+  rms_norm_q8_kernel<<<rows, kRowThreads, 0, stream>>>(x, y, weight, out, dim, eps, q.codes,
+                                                       q.scales);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 

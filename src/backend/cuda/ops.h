@@ -17,6 +17,13 @@ void rms_norm(const float* x, const float* weight, float* out, int rows, int dim
 // norm in one pass, with the same rounding as add() followed by rms_norm().
 void add_rms_norm(float* x, const float* y, const float* weight, float* out, int rows, int dim,
                   float eps, cudaStream_t stream);
+// rms_norm / add_rms_norm with the same values, the output rows also
+// quantized to int8 into q8_workspace (quantize_activations_q8's layout and rounding, matmul.h)
+// for the int8 products that read them: one launch instead of two. dim a multiple of 32.
+void rms_norm_q8(const float* x, const float* weight, float* out, int rows, int dim, float eps,
+                 void* q8_workspace, cudaStream_t stream);
+void add_rms_norm_q8(float* x, const float* y, const float* weight, float* out, int rows, int dim,
+                     float eps, void* q8_workspace, cudaStream_t stream);
 
 // Rotary embedding in place on x [tokens][heads][head_dim], the first rot_dim dims of each
 // head. kNormal rotates adjacent pairs (2i, 2i+1) (Llama GGUF); kNeox rotates (i, i + rot/2)

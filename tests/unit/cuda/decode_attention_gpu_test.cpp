@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/matmul.h"
 #include "cuda_test_util.h"
 #include "decode_split_case.h"
 #include "decode_wiring_case.h"
@@ -42,6 +43,44 @@ TEST_P(DecodeWiringGpu, DoneSequenceIsNeitherAttendedNorAdvanced) {
   const int done = c.live_slots[1];
   active[done] = 0;
   EXPECT_EQ(run_wiring_step(c, active, done), "");
+}
+
+// With the output quantized in the reduction (for the output projection's int8 product): the
+// outputs and the cache as without it, each live slot's int8 row equal to
+// quantize_activations_q8 of its output row, byte for byte, and zeros for the other slots.
+TEST_P(DecodeWiringGpu, QuantizedOutputRowsEqualQuantizingTheOutput) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  DecodeWiringCase c(GetParam());
+  DeviceBuffer<uint16_t> cache(c.cache);
+  DeviceBuffer<int32_t> tables(c.block_tables), lens(c.seq_lens);
+  DeviceBuffer<uint8_t> act(c.active);
+  DeviceBuffer<float> q(c.q), k(c.k_new), v(c.v_new), out(c.out);
+  auto p = c.params(cache.get(), tables.get(), lens.get(), act.get(), q.get(), k.get(), v.get(),
+                    out.get());
+  const int slots = p.n_slots, width = p.n_heads * p.layout.head_dim;
+  const size_t bytes = cuda::q8_activation_bytes(slots, width);
+  DeviceBuffer<uint8_t> fused(std::vector<uint8_t>(bytes, 0x7F)), separate(bytes);
+  const cuda::Q8Activations q8 = cuda::q8_layout(fused.get(), slots, width);
+  p.out_codes = q8.codes, p.out_scales = q8.scales;
+  DeviceBuffer<float> workspace(cuda::decode_attention_workspace_bytes(p) / sizeof(float));
+  cuda::Stream stream;
+  cuda::decode_attention(p, workspace.get(), workspace.bytes(), stream.get());
+  cuda::quantize_activations_q8(out.get(), slots, width, separate.get(), bytes, stream.get());
+  stream.synchronize();
+  EXPECT_EQ(c.check(out.download(), lens.download(), cache.download(), -1), "");
+  const auto got = fused.download(), want = separate.download();
+  const size_t scales_at = (size_t)(reinterpret_cast<uint8_t*>(q8.scales) - fused.get());
+  for (int s = 0; s < slots; ++s) {
+    for (int i = 0; i < width; ++i) {
+      const size_t at = (size_t)s * width + i;
+      EXPECT_EQ(got[at], c.active[s] ? want[at] : 0) << "slot " << s << " code " << i;
+    }
+    for (int b = 0; b < width / 32; ++b)
+      for (size_t j = 0; j < sizeof(float2); ++j) {
+        const size_t at = scales_at + ((size_t)s * width / 32 + b) * sizeof(float2) + j;
+        EXPECT_EQ(got[at], c.active[s] ? want[at] : 0) << "slot " << s << " block " << b;
+      }
+  }
 }
 
 // The split-K case on the device; window > 0 adds a sliding window (splits wholly before it

@@ -4,8 +4,10 @@
 // run one at a time).
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "backend/cuda/forward_ops.h"
+#include "backend/cuda/matmul.h"
 #include "backend/cuda/ops.h"
 #include "core/rope.h"
 #include "cuda_test_util.h"
@@ -29,6 +31,41 @@ TEST(FusedOpsGpu, AddRmsNormEqualsAddThenNorm) {
     cuda::add_rms_norm(x2.get(), dy.get(), dw.get(), out2.get(), rows, dim, 1e-6f, nullptr);
     EXPECT_EQ(x1.download(), x2.download()) << "dim " << dim;
     EXPECT_EQ(out1.download(), out2.download()) << "dim " << dim;
+  }
+}
+
+// The norm that also quantizes its rows for the int8 products (rms_norm_q8, add_rms_norm_q8):
+// its f32 rows equal rms_norm's / add_rms_norm's, and its codes and scales equal
+// quantize_activations_q8 of those rows, byte for byte.
+TEST(FusedOpsGpu, NormWithQuantizationEqualsNormThenQuantize) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  for (int dim : {256, 1536, 2080}) {
+    for (int rows : {1, 5}) {
+      for (bool with_add : {false, true}) {
+        const size_t n = (size_t)rows * dim;
+        const auto x = random_floats(n, 31u, -3.0f, 3.0f), y = random_floats(n, 32u, -2.0f, 2.0f);
+        const auto w = random_floats(dim, 33u, 0.5f, 1.5f);
+        DeviceBuffer<float> x1(x), x2(x), dy(y), dw(w), out1(n), out2(n);
+        const size_t bytes = cuda::q8_activation_bytes(rows, dim);
+        DeviceBuffer<uint8_t> q1(std::vector<uint8_t>(bytes, 0)),
+            q2(std::vector<uint8_t>(bytes, 0));
+        if (with_add) {
+          cuda::add_rms_norm(x1.get(), dy.get(), dw.get(), out1.get(), rows, dim, 1e-6f, nullptr);
+          cuda::add_rms_norm_q8(x2.get(), dy.get(), dw.get(), out2.get(), rows, dim, 1e-6f,
+                                q2.get(), nullptr);
+        } else {
+          cuda::rms_norm(x1.get(), dw.get(), out1.get(), rows, dim, 1e-6f, nullptr);
+          cuda::rms_norm_q8(x2.get(), dw.get(), out2.get(), rows, dim, 1e-6f, q2.get(), nullptr);
+        }
+        cuda::quantize_activations_q8(out1.get(), rows, dim, q1.get(), bytes, nullptr);
+        HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::string where = "dim " + std::to_string(dim) + " rows " + std::to_string(rows) +
+                                  (with_add ? " with add" : "");
+        EXPECT_EQ(x1.download(), x2.download()) << where;
+        EXPECT_EQ(out1.download(), out2.download()) << where;
+        EXPECT_EQ(q1.download(), q2.download()) << where;
+      }
+    }
   }
 }
 

@@ -9,36 +9,13 @@
 #include "backend/cuda/matmul.h"
 #include "core/dtype.h"
 #include "cuda_test_util.h"
+#include "matmul_test_util.h"
 #include "quant_test_data.h"
 
 namespace hablar::test {
 namespace {
 
 using cuda::DeviceBuffer;
-
-std::vector<double> reference_product(const std::vector<float>& w, const std::vector<float>& x,
-                                      int m, int64_t n, int64_t k) {
-  std::vector<double> y((size_t)m * n);
-  for (int i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = 0;
-      for (int64_t c = 0; c < k; ++c) s += (double)x[(size_t)i * k + c] * w[(size_t)j * k + c];
-      y[(size_t)i * n + j] = s;
-    }
-  return y;
-}
-
-struct DeviceWeights {
-  DeviceBuffer<uint8_t> bytes;
-  WeightView view;
-  DeviceWeights(DType type, int64_t n, int64_t k, const std::vector<uint8_t>& host) : bytes(host) {
-    view.type = type;
-    view.rows = n;
-    view.cols = k;
-    view.row_bytes = dtype_row_bytes(type, k);
-    view.data = bytes.get();
-  }
-};
 
 class FusedMatmulGpu : public ::testing::TestWithParam<DType> {};
 
@@ -163,10 +140,10 @@ TEST(FusedMatmulInt8Activations, BackToBackProductsOnAStreamSeeTheirOwnInput) {
   for (int i = 0; i < 4; ++i) y.emplace_back(std::vector<float>((size_t)n, NAN));
   cuda::Stream stream;
   cuda::quantize_activations_q8(dx1.get(), 1, k, ws.get(), ws_bytes, stream.get());
-  cuda::matmul_q4k_prequantized(a.view, 1, y[0].get(), ws.get(), stream.get());
-  cuda::matmul_q4k_prequantized(b.view, 1, y[1].get(), ws.get(), stream.get());
+  cuda::matmul_prequantized(a.view, 1, y[0].get(), ws.get(), stream.get());
+  cuda::matmul_prequantized(b.view, 1, y[1].get(), ws.get(), stream.get());
   cuda::quantize_activations_q8(dx2.get(), 1, k, ws.get(), ws_bytes, stream.get());
-  cuda::matmul_q4k_prequantized(a.view, 1, y[2].get(), ws.get(), stream.get());
+  cuda::matmul_prequantized(a.view, 1, y[2].get(), ws.get(), stream.get());
   cuda::matmul_fused(b.view, dx1.get(), 1, y[3].get(), stream.get(), ws.get(), ws_bytes);
   stream.synchronize();
   const auto ref_a = dequantize_matrix(DType::Q4_K, host_a, n, k);
