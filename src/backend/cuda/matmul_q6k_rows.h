@@ -1,0 +1,28 @@
+// The Q6_K decode product at M = 1 on int8 activations (matmul_q6k_rows.cu): y = x · Wᵀ for
+// one row of activations already quantized by quantize_activations_q8 (codes [K], and per
+// block of 32 the pair (scale, scale * sum of codes)). Internal to the CUDA backend.
+//
+// Launched with programmatic dependent launch on a stream of the caller's: its weight loads
+// may start while the kernel before it on the stream still runs; it reads the activations
+// and writes y only after that kernel has finished.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/tensor_view.h"
+
+namespace hablar::cuda {
+
+// Q6_K, K a multiple of 256 and at most 49152 (a block stages a whole row in shared memory,
+// in slices of 16 super-blocks, within the 48 KB it gets without opting in), rows of exactly
+// 210 * K / 256 bytes, W 16-byte aligned, at most 2^30 rows.
+bool q6k_rows_supported(const WeightView& w);
+// y[n] = W[n][K] · x, x given as int8 codes xq[K] and per block of 32 activations the pair
+// xs[K/32] = (d, d * sum of the block's 32 codes)  (value_i ≈ d * code_i). xq and xs 16-byte
+// aligned (as q8_layout places them).
+void matmul_q6k_rows(const WeightView& w, const int8_t* xq, const float2* xs, float* y,
+                     cudaStream_t stream);
+
+}  // namespace hablar::cuda

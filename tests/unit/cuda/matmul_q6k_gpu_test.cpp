@@ -1,0 +1,137 @@
+// The Q6_K product at M = 1 on int8 activations (matmul_q6k_rows.cu) against a double
+// product with core/quant.h's dequantized weights. The activations go through
+// quantize_activations_q8 as in decode: int8 rounding per block of 32 (to 1/254 of its
+// largest value) gives a normalized error of a few 1e-3, held under 1e-2, and never 0.
+#include <string>
+#include <vector>
+
+#include "backend/cuda/matmul.h"
+#include "backend/cuda/matmul_q6k_rows.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "cuda_test_util.h"
+#include "matmul_test_util.h"
+#include "quant_test_data.h"
+
+namespace hablar::test {
+namespace {
+
+using cuda::DeviceBuffer;
+
+// Random Q6_K rows on the device, with their dequantized values on the host.
+struct Q6KWeights {
+  std::vector<uint8_t> host;
+  std::vector<float> values;
+  DeviceBuffer<uint8_t> bytes;
+  WeightView view;
+  Q6KWeights(int64_t n, int64_t k, uint32_t seed)
+      : host(random_weight_bytes(DType::Q6_K, n, k, seed)),
+        values(dequantize_matrix(DType::Q6_K, host, n, k)),
+        bytes(host) {
+    view.type = DType::Q6_K;
+    view.rows = n;
+    view.cols = k;
+    view.row_bytes = dtype_row_bytes(DType::Q6_K, k);
+    view.data = bytes.get();
+  }
+};
+
+// Quantizes x into the workspace and runs the product on `stream`, queued only.
+void quantize_and_multiply(const Q6KWeights& w, const DeviceBuffer<float>& x,
+                           DeviceBuffer<uint8_t>& ws, DeviceBuffer<float>& y, cudaStream_t stream) {
+  const int64_t k = w.view.cols;
+  cuda::quantize_activations_q8(x.get(), 1, k, ws.get(), ws.size(), stream);
+  const cuda::Q8Activations xa = cuda::q8_layout(ws.get(), 1, k);
+  cuda::matmul_q6k_rows(w.view, xa.codes, xa.scales, y.get(), stream);
+}
+
+double product_error(const Q6KWeights& w, uint32_t seed, cudaStream_t stream) {
+  const int64_t n = w.view.rows, k = w.view.cols;
+  const auto x = random_floats((size_t)k, seed);
+  DeviceBuffer<float> dx(x), dy(std::vector<float>((size_t)n, NAN));
+  DeviceBuffer<uint8_t> ws(cuda::q8_activation_bytes(1, k));
+  quantize_and_multiply(w, dx, ws, dy, stream);
+  HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+  return normalized_error(dy.download(), reference_product(w.values, x, 1, n, k));
+}
+
+// Whole rows per warp up to K = 4096, slices of at most 16 super-blocks beyond: with 67
+// rows, K = 256 takes teams of 2 lanes (16 rows per warp), 1536 and 2048 teams of 16 (2 rows
+// per warp, one half-unit of 128 values per lane, some lanes idle at 1536); 4352 two slices
+// of 8 and 9 super-blocks (two rows per block), 8960 three of 11-12 and 14336 four of 14.
+// 67 rows leave the last warp or block short of rows.
+TEST(Q6KRowsProduct, MatchesReference) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const int64_t n = 67;
+  for (int64_t k : {256, 1536, 2048, 4352, 8960, 14336}) {
+    const Q6KWeights w(n, k, 606u + (uint32_t)k);
+    ASSERT_TRUE(cuda::q6k_rows_supported(w.view)) << "K=" << k;
+    const double err = product_error(w, 17u + (uint32_t)k, nullptr);
+    EXPECT_LT(err, 1e-2) << "K=" << k;
+    EXPECT_GT(err, 0.0) << "K=" << k << ": int8 activations cannot give exact results";
+  }
+}
+
+// A tall matrix like a vocabulary projection, on a stream of its own (programmatic dependent
+// launch after the quantization): many warps, so the team narrows (to 2 lanes and 16 rows per
+// warp on an H200's 132 multiprocessors), and the last warp stages the matrix's last bytes.
+TEST(Q6KRowsProduct, TallMatrixOnAStreamMatchesReference) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const Q6KWeights w(20011, 1536, 77u);
+  cuda::Stream stream;
+  const double err = product_error(w, 78u, stream.get());
+  EXPECT_LT(err, 1e-2);
+  EXPECT_GT(err, 0.0);
+}
+
+// Products queued back to back on one stream (each may start loading weights before the
+// kernel ahead of it ends): the second quantization overwrites the workspace after the first
+// two products, and each product must still see the activations quantized just before it.
+TEST(Q6KRowsProduct, BackToBackProductsOnAStreamSeeTheirOwnInput) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const int64_t n = 301, k = 4096;
+  const Q6KWeights a(n, k, 81u), b(n, k, 82u);
+  const auto x1 = random_floats((size_t)k, 5u), x2 = random_floats((size_t)k, 6u, -3.0f, 3.0f);
+  DeviceBuffer<float> dx1(x1), dx2(x2);
+  DeviceBuffer<uint8_t> ws(cuda::q8_activation_bytes(1, k));
+  std::vector<DeviceBuffer<float>> y;
+  for (int i = 0; i < 4; ++i) y.emplace_back(std::vector<float>((size_t)n, NAN));
+  cuda::Stream stream;
+  quantize_and_multiply(a, dx1, ws, y[0], stream.get());
+  const cuda::Q8Activations xa = cuda::q8_layout(ws.get(), 1, k);
+  cuda::matmul_q6k_rows(b.view, xa.codes, xa.scales, y[1].get(), stream.get());
+  quantize_and_multiply(a, dx2, ws, y[2], stream.get());
+  cuda::matmul_q6k_rows(b.view, xa.codes, xa.scales, y[3].get(), stream.get());
+  stream.synchronize();
+  const std::vector<double> want[4] = {
+      reference_product(a.values, x1, 1, n, k), reference_product(b.values, x1, 1, n, k),
+      reference_product(a.values, x2, 1, n, k), reference_product(b.values, x2, 1, n, k)};
+  for (int i = 0; i < 4; ++i) EXPECT_LT(normalized_error(y[i].download(), want[i]), 1e-2) << i;
+}
+
+// Host-side checks only: no device needed.
+TEST(Q6KRowsProduct, RejectsWhatItCannotTake) {
+  WeightView w;
+  w.type = DType::Q6_K;
+  w.rows = 8;
+  w.cols = 1536;
+  w.row_bytes = dtype_row_bytes(DType::Q6_K, w.cols);
+  alignas(16) static const uint8_t storage[32] = {};
+  w.data = storage;
+  EXPECT_TRUE(cuda::q6k_rows_supported(w));
+  WeightView bad = w;
+  bad.type = DType::Q4_K;
+  bad.row_bytes = dtype_row_bytes(DType::Q4_K, w.cols);
+  EXPECT_FALSE(cuda::q6k_rows_supported(bad));
+  bad = w;
+  bad.data = storage + 2;  // blocks are 2-byte aligned, but W must start 16-byte aligned
+  EXPECT_FALSE(cuda::q6k_rows_supported(bad));
+  bad = w;
+  bad.cols = 65536;
+  bad.row_bytes = dtype_row_bytes(DType::Q6_K, bad.cols);
+  EXPECT_FALSE(cuda::q6k_rows_supported(bad));
+  EXPECT_THROW(cuda::matmul_q6k_rows(bad, nullptr, nullptr, nullptr, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace hablar::test
