@@ -21,6 +21,7 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/kv_elements.cuh"
 #include "backend/cuda/online_softmax.h"
 #include "backend/cuda/q4k_chunk.cuh"
@@ -48,6 +49,7 @@ __device__ __forceinline__ SplitRange split_range(const DecodeAttentionParams& p
 
 template <bool kBf16>
 __global__ void decode_scatter_kernel(DecodeAttentionParams p) {
+  begin_dependent_kernel();
   const int slot = blockIdx.x;
   if (!p.active[slot]) return;
   const int pos = p.seq_lens[slot];
@@ -160,6 +162,7 @@ template <bool kBf16, int kDim, int kGroup, int kStages>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_attention_kernel(DecodeAttentionParams p, int split_len, int n_splits,
                             float* workspace) {
+  begin_dependent_kernel();
   using L = DecodeSmem<kBf16, kDim, kGroup, kStages>;
   constexpr int kLd = L::kLd, kDpl = kDim / 32, kHeadsPerWarp = (kGroup + 3) / 4;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -355,6 +358,7 @@ template <bool kBf16, int kDim, int kMinBlocks>
 __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
     decode_attention_mma_kernel(DecodeAttentionParams p, int split_len, int n_splits,
                                 float* workspace) {
+  begin_dependent_kernel();
   constexpr int kKPieces = kDim / 32, kVPieces = kDim / 64, kKSteps = kDim / 16;
   constexpr int kNTiles = kDim / 8, kSub = kDecodeMmaSubTile;
   __shared__ __align__(16) float o_s[kDecodeWarps][8][kDim];
@@ -496,10 +500,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
 
 // One block per (slot, head), one thread per dimension: merges the head's splits in order
 // and writes the normalized output (and, when asked, its int8 blocks: a warp per block of 32
-// dimensions). The product launched next may start loading its weights at once.
+// dimensions).
 __global__ void decode_reduce_kernel(DecodeAttentionParams p, int split_len, int n_splits,
                                      const float* workspace) {
-  q4k_chunk::allow_next_kernel_to_start();
+  begin_dependent_kernel();
   const int slot = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
   const int d_head = p.layout.head_dim;
   const size_t at = ((size_t)slot * p.n_heads + head) * d_head + d;
@@ -543,8 +547,7 @@ void launch_attention_stages(const DecodeAttentionParams& p, int split_len, int 
   HABLAR_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const dim3 grid(p.layout.n_kv_heads, p.n_slots, n_splits);
-  kernel<<<grid, kDecodeWarps * 32, smem, stream>>>(p, split_len, n_splits, ws);
-  HABLAR_CUDA_CHECK_LAUNCH();
+  launch_dependent(kernel, grid, dim3(kDecodeWarps * 32), smem, stream, p, split_len, n_splits, ws);
 }
 
 template <bool kBf16, int kDim, int kGroup>
@@ -565,14 +568,11 @@ void launch_attention(const DecodeAttentionParams& p, int split_len, int n_split
       const dim3 grid(p.layout.n_kv_heads, p.n_slots, n_splits);
       // HABLAR_DECODE_MMA_BLOCKS=3 asks the compiler for three blocks per multiprocessor
       // (fewer registers) instead of two, for the lab.
-      if (lab_knob("HABLAR_DECODE_MMA_BLOCKS", 2) == 3) {
-        decode_attention_mma_kernel<kBf16, kDim, 3>
-            <<<grid, kDecodeWarps * 32, 0, stream>>>(p, split_len, n_splits, ws);
-      } else {
-        decode_attention_mma_kernel<kBf16, kDim, 1>
-            <<<grid, kDecodeWarps * 32, 0, stream>>>(p, split_len, n_splits, ws);
-      }
-      HABLAR_CUDA_CHECK_LAUNCH();
+      const auto kernel = lab_knob("HABLAR_DECODE_MMA_BLOCKS", 2) == 3
+                              ? decode_attention_mma_kernel<kBf16, kDim, 3>
+                              : decode_attention_mma_kernel<kBf16, kDim, 1>;
+      launch_dependent(kernel, grid, dim3(kDecodeWarps * 32), 0, stream, p, split_len, n_splits,
+                       ws);
       return;
     }
   }
@@ -591,8 +591,7 @@ void launch_attention(const DecodeAttentionParams& p, int split_len, int n_split
 template <bool kBf16>
 void launch_for_dtype(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
                       cudaStream_t stream) {
-  decode_scatter_kernel<kBf16><<<p.n_slots, 256, 0, stream>>>(p);
-  HABLAR_CUDA_CHECK_LAUNCH();
+  launch_dependent(decode_scatter_kernel<kBf16>, dim3(p.n_slots), dim3(256), 0, stream, p);
   switch (p.layout.head_dim) {
     case 64:
       launch_attention<kBf16, 64>(p, split_len, n_splits, ws, stream);
@@ -644,9 +643,8 @@ void decode_attention(const DecodeAttentionParams& p, void* workspace, size_t wo
   } else {
     launch_for_dtype<false>(p, split_len, n_splits, ws, stream);
   }
-  decode_reduce_kernel<<<dim3(p.n_slots, p.n_heads), p.layout.head_dim, 0, stream>>>(p, split_len,
-                                                                                     n_splits, ws);
-  HABLAR_CUDA_CHECK_LAUNCH();
+  launch_dependent(decode_reduce_kernel, dim3(p.n_slots, p.n_heads), dim3(p.layout.head_dim), 0,
+                   stream, p, split_len, n_splits, static_cast<const float*>(ws));
   if (!p.advance_lengths) return;
   decode_advance_kernel<<<1, 256, 0, stream>>>(p);
   HABLAR_CUDA_CHECK_LAUNCH();

@@ -10,6 +10,7 @@
 #include "backend/cuda/cpu_rounding.cuh"
 #include "backend/cuda/cpu_rounding_ops.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/matmul_q4k_rows.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/ops.h"
@@ -45,13 +46,17 @@ struct RowWorkBatch {
   int n = 0;
 };
 
-__device__ void row_work_entry(const RowWorkEntry& w, int t, int head_dim, int half) {
+// Entry w's work for token t, over the indices first, first + stride, ... of each of its
+// loops (the blocks of one token split them: one block of 128 threads per head's worth of
+// pairs, not one block for every head of q, k and v).
+__device__ void row_work_entry(const RowWorkEntry& w, int t, int head_dim, int half, int first,
+                               int stride) {
   float* row = w.x + (size_t)t * w.heads * head_dim;
   if (w.variant < 0) {
-    for (int i = threadIdx.x; i < w.heads * head_dim; i += blockDim.x) row[i] += w.bias[i];
+    for (int i = first; i < w.heads * head_dim; i += stride) row[i] += w.bias[i];
     return;
   }
-  for (int idx = threadIdx.x; idx < w.heads * half; idx += blockDim.x) {
+  for (int idx = first; idx < w.heads * half; idx += stride) {
     const int h = idx / half, i = idx % half;
     const float c = w.cos_t[(size_t)t * half + i], s = w.sin_t[(size_t)t * half + i];
     float* head = row + (size_t)h * head_dim;
@@ -63,19 +68,36 @@ __device__ void row_work_entry(const RowWorkEntry& w, int t, int head_dim, int h
   }
   const int rest = head_dim - 2 * half;  // dimensions RoPE leaves alone
   if (w.bias && rest > 0)
-    for (int idx = threadIdx.x; idx < w.heads * rest; idx += blockDim.x) {
+    for (int idx = first; idx < w.heads * rest; idx += stride) {
       const int at = idx / rest * head_dim + 2 * half + idx % rest;
       row[at] += w.bias[at];
     }
 }
 
+// Grid (tokens, blocks per token).
 __global__ void row_work_kernel(RowWorkBatch batch, int head_dim, int half) {
-  for (int e = 0; e < batch.n; ++e) row_work_entry(batch.e[e], blockIdx.x, head_dim, half);
+  begin_dependent_kernel();
+  const int first = blockIdx.y * blockDim.x + threadIdx.x, stride = gridDim.y * blockDim.x;
+  for (int e = 0; e < batch.n; ++e)
+    row_work_entry(batch.e[e], blockIdx.x, head_dim, half, first, stride);
+}
+
+// The blocks per token of row_work_kernel (128 threads each): enough for the widest loop of
+// the batch's entries, at most 32.
+int row_work_blocks(const RowWorkBatch& batch, int head_dim, int half) {
+  int widest = 1;
+  for (int e = 0; e < batch.n; ++e) {
+    const RowWorkEntry& w = batch.e[e];
+    widest = std::max(widest, w.variant < 0 ? w.heads * head_dim : w.heads * half);
+    if (w.variant >= 0 && w.bias != nullptr) widest = std::max(widest, w.heads * (head_dim - 2 * half));
+  }
+  return std::min((widest + 127) / 128, 32);
 }
 
 // out[r] = x[rows[r]], rows of `width` floats.
 __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows,
                                    int width, float* out) {
+  begin_dependent_kernel();
   const float* src = x + (size_t)rows[blockIdx.x] * width;
   float* dst = out + (size_t)blockIdx.x * width;
   for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = src[i];
@@ -611,8 +633,9 @@ void ForwardOps::flush_row_work() {
   RowWorkBatch& rows = buf_->pending_rows;
   if (rows.n == 0) return;
   if (n_tokens_ > 0) {
-    row_work_kernel<<<(unsigned)n_tokens_, 128, 0, stream_>>>(rows, dims_.head_dim, rope_pairs_);
-    HABLAR_CUDA_CHECK_LAUNCH();
+    const int blocks = row_work_blocks(rows, dims_.head_dim, rope_pairs_);
+    launch_dependent(row_work_kernel, dim3((unsigned)n_tokens_, (unsigned)blocks), dim3(128), 0,
+                     stream_, rows, dims_.head_dim, (int)rope_pairs_);
   }
   rows = {};
 }
@@ -833,9 +856,8 @@ void ForwardOps::logits(const float* x, const float* norm_weight, const WeightVi
   flush();
   if (n_logit_rows_ == 0) return;
   const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
-  gather_rows_kernel<<<n_logit_rows_, 256, 0, stream_>>>(x, inputs + buf_->logit_rows, dims_.n_embd,
-                                                         out_rows_);
-  HABLAR_CUDA_CHECK_LAUNCH();
+  launch_dependent(gather_rows_kernel, dim3(n_logit_rows_), dim3(256), 0, stream_, x,
+                   inputs + buf_->logit_rows, (int)dims_.n_embd, out_rows_);
   if (limits_.deterministic) {
     cpu_rounding_ops::rms_norm(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_,
                                stream_);

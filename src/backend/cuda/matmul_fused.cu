@@ -15,6 +15,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/gemv_rows.cuh"
 #include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul.h"
@@ -45,9 +46,7 @@ __global__ void __launch_bounds__(kGemvThreads)
 
 __global__ void quantize_x_q8_kernel(const float* __restrict__ x, int64_t n_blocks,
                                      int8_t* __restrict__ xq, float2* __restrict__ xs) {
-  // The product launched after this kernel may start loading its weights now; it waits for
-  // this kernel to finish before it reads the codes.
-  q4k_chunk::allow_next_kernel_to_start();
+  begin_dependent_kernel();
   const int64_t block = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (block >= n_blocks) return;  // whole warps leave together
@@ -347,9 +346,8 @@ void quantize_activations_q8(const float* x, int m, int64_t k, void* workspace,
                     std::to_string(q8_activation_bytes(m, k)) + " bytes of workspace");
   const Q8Activations xa = q8_layout(workspace, m, k);
   const int64_t n_blocks = m * k / 32;
-  quantize_x_q8_kernel<<<(unsigned)((n_blocks * 32 + 255) / 256), 256, 0, stream>>>(
-      x, n_blocks, xa.codes, xa.scales);
-  HABLAR_CUDA_CHECK_LAUNCH();
+  launch_dependent(quantize_x_q8_kernel, dim3((unsigned)((n_blocks * 32 + 255) / 256)), dim3(256),
+                   0, stream, x, n_blocks, xa.codes, xa.scales);
 }
 
 void matmul_prequantized(const WeightView& w, int m, float* y, void* workspace,

@@ -2,6 +2,7 @@
 #include <cub/block/block_reduce.cuh>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/glu_activation.cuh"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/ops.h"
@@ -15,6 +16,7 @@ constexpr int kRowThreads = 256;
 
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight,
                                 float* out, int dim, float eps) {
+  begin_dependent_kernel();
   using Reduce = cub::BlockReduce<float, kRowThreads>;
   __shared__ typename Reduce::TempStorage temp;
   __shared__ float inv_rms;
@@ -33,6 +35,7 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
 __global__ void add_rms_norm_kernel(float* x, const float* __restrict__ y,
                                     const float* __restrict__ weight, float* out, int dim,
                                     float eps) {
+  begin_dependent_kernel();
   using Reduce = cub::BlockReduce<float, kRowThreads>;
   __shared__ typename Reduce::TempStorage temp;
   __shared__ float inv_rms;
@@ -53,8 +56,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* __restrict__ y,
 
 // The norm of rms_norm_kernel / add_rms_norm_kernel (same passes, same values; y may be
 // null), its output also quantized to int8 blocks of 32 as quantize_activations_q8 does
-// (q4k_chunk::quantize_block32: a warp per block), for the products that read it. The
-// product launched next may start loading its weights at once (programmatic launch).
+// (q4k_chunk::quantize_block32: a warp per block), for the products that read it.
 __global__ void rms_norm_q8_kernel(float* x, const float* __restrict__ y,
                                    const float* __restrict__ weight, float* out, int dim, float eps,
                                    int8_t* __restrict__ codes, float2* __restrict__ scales) {
@@ -170,15 +172,15 @@ unsigned grid_for(int64_t n) {
 void rms_norm(const float* x, const float* weight, float* out, int rows, int dim, float eps,
               cudaStream_t stream) {
   if (rows <= 0) return;
-  rms_norm_kernel<<<rows, kRowThreads, 0, stream>>>(x, weight, out, dim, eps);
-  HABLAR_CUDA_CHECK_LAUNCH();
+  launch_dependent(rms_norm_kernel, dim3(rows), dim3(kRowThreads), 0, stream, x, weight, out, dim,
+                   eps);
 }
 
 void add_rms_norm(float* x, const float* y, const float* weight, float* out, int rows, int dim,
                   float eps, cudaStream_t stream) {
   if (rows <= 0) return;
-  add_rms_norm_kernel<<<rows, kRowThreads, 0, stream>>>(x, y, weight, out, dim, eps);
-  HABLAR_CUDA_CHECK_LAUNCH();
+  launch_dependent(add_rms_norm_kernel, dim3(rows), dim3(kRowThreads), 0, stream, x, y, weight,
+                   out, dim, eps);
 }
 
 void rms_norm_q8(const float* x, const float* weight, float* out, int rows, int dim, float eps,
@@ -187,9 +189,9 @@ void rms_norm_q8(const float* x, const float* weight, float* out, int rows, int 
   HABLAR_CHECK(dim % 32 == 0, "rms_norm_q8: the width must be a multiple of 32");
   const Q8Activations q = q8_layout(q8_workspace, rows, dim);
   // Without y the kernel only reads x (the const_cast is never written through).
-  rms_norm_q8_kernel<<<rows, kRowThreads, 0, stream>>>(const_cast<float*>(x), nullptr, weight, out,
-                                                       dim, eps, q.codes, q.scales);
-  HABLAR_CUDA_CHECK_LAUNCH();
+  launch_dependent(rms_norm_q8_kernel, dim3(rows), dim3(kRowThreads), 0, stream,
+                   const_cast<float*>(x), static_cast<const float*>(nullptr), weight, out, dim, eps,
+                   q.codes, q.scales);
 }
 
 void add_rms_norm_q8(float* x, const float* y, const float* weight, float* out, int rows, int dim,
@@ -197,9 +199,8 @@ void add_rms_norm_q8(float* x, const float* y, const float* weight, float* out, 
   if (rows <= 0) return;
   HABLAR_CHECK(dim % 32 == 0, "add_rms_norm_q8: the width must be a multiple of 32");
   const Q8Activations q = q8_layout(q8_workspace, rows, dim);
-  rms_norm_q8_kernel<<<rows, kRowThreads, 0, stream>>>(x, y, weight, out, dim, eps, q.codes,
-                                                       q.scales);
-  HABLAR_CUDA_CHECK_LAUNCH();
+  launch_dependent(rms_norm_q8_kernel, dim3(rows), dim3(kRowThreads), 0, stream, x, y, weight, out,
+                   dim, eps, q.codes, q.scales);
 }
 
 void rope(float* x, const int32_t* positions, int tokens, int heads, int head_dim, int rot_dim,

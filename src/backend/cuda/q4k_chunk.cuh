@@ -9,13 +9,15 @@
 //     chunk's 64 int8 activations in sixteen dp4a:
 //       y += d*sc_lo*dx_lo*dot_lo + d*sc_hi*dx_hi*dot_hi/16 - dmin*(m_lo*sx_lo + m_hi*sx_hi)
 //     (dx: activation scale of a block of 32, sx = dx * sum of its codes);
-//   - programmatic dependent launch: wait for the kernel before, let the next one start.
+//   - programmatic dependent launch (dependent_launch.cuh): wait for the kernel before, let the
+//     next one start.
 #pragma once
 
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
+#include "backend/cuda/dependent_launch.cuh"
 #include "core/quant_blocks.h"
 
 namespace hablar::cuda::q4k_chunk {
@@ -23,17 +25,8 @@ namespace hablar::cuda::q4k_chunk {
 constexpr int kSuperBlockBytes = sizeof(BlockQ4_K);  // 144
 static_assert(kSuperBlockBytes == 144, "Q4_K super-block layout");
 
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void allow_next_kernel_to_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
+using cuda::allow_next_kernel_to_start;  // dependent_launch.cuh
+using cuda::wait_for_previous_kernel;
 
 // One block of 32 activations, value v of lane (every lane of the warp calls it): its int8
 // code (round to nearest of v / d, d = max |v| / 127) to *code, and lane 0 writes (d, d *

@@ -1,0 +1,56 @@
+// Programmatic dependent launch (sm_90) for the kernels of a step, so that a kernel is
+// already launched and resident when the one before it on the stream ends, instead of paying
+// the launch after it: a dependent kernel is launched with launch_dependent(); in it, every
+// thread calls wait_for_previous_kernel() before it reads anything the kernel before wrote
+// (which also makes its own end imply the end of every kernel before it), and
+// allow_next_kernel_to_start() lets the kernel after it launch.
+//
+// The step's kernels that read their inputs at once call both at their start, wait first
+// (begin_dependent_kernel), so at most one kernel waits ahead of the running one. The
+// one-token products allow first and load their weights (which nothing in a step writes)
+// before they wait.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace hablar::cuda {
+
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_next_kernel_to_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+__device__ __forceinline__ void begin_dependent_kernel() {
+  wait_for_previous_kernel();
+  allow_next_kernel_to_start();
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent of the kernel
+// before it on `stream` (a plain launch on the legacy default stream).
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = stream != nullptr ? 1 : 0;
+  HABLAR_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hablar::cuda
