@@ -89,7 +89,8 @@ int row_work_blocks(const RowWorkBatch& batch, int head_dim, int half) {
   for (int e = 0; e < batch.n; ++e) {
     const RowWorkEntry& w = batch.e[e];
     widest = std::max(widest, w.variant < 0 ? w.heads * head_dim : w.heads * half);
-    if (w.variant >= 0 && w.bias != nullptr) widest = std::max(widest, w.heads * (head_dim - 2 * half));
+    if (w.variant >= 0 && w.bias != nullptr)
+      widest = std::max(widest, w.heads * (head_dim - 2 * half));
   }
   return std::min((widest + 127) / 128, 32);
 }

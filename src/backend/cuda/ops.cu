@@ -57,10 +57,56 @@ __global__ void add_rms_norm_kernel(float* x, const float* __restrict__ y,
 // The norm of rms_norm_kernel / add_rms_norm_kernel (same passes, same values; y may be
 // null), its output also quantized to int8 blocks of 32 as quantize_activations_q8 does
 // (q4k_chunk::quantize_block32: a warp per block), for the products that read it.
+// dim <= kRowThreads * kPer: thread t keeps values t + 256 j (j < kPer) in registers from the
+// first pass, and for each j the lanes of warp w hold block w + 8 j, 32 consecutive values: the
+// second pass reloads nothing (a row of one token is latency, not bytes).
+template <int kPer>
 __global__ void rms_norm_q8_kernel(float* x, const float* __restrict__ y,
                                    const float* __restrict__ weight, float* out, int dim, float eps,
                                    int8_t* __restrict__ codes, float2* __restrict__ scales) {
-  q4k_chunk::allow_next_kernel_to_start();
+  begin_dependent_kernel();
+  using Reduce = cub::BlockReduce<float, kRowThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  __shared__ float inv_rms;
+  float* row = x + (size_t)blockIdx.x * dim;
+  const float* add_row = y != nullptr ? y + (size_t)blockIdx.x * dim : nullptr;
+  float v[kPer], w[kPer];
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = threadIdx.x + j * kRowThreads;
+    if (i >= dim) break;
+    v[j] = row[i];
+    w[j] = weight[i];
+    if (add_row != nullptr) {
+      v[j] += add_row[i];
+      row[i] = v[j];
+    }
+    sum = fmaf(v[j], v[j], sum);
+  }
+  sum = Reduce(temp).Sum(sum);
+  if (threadIdx.x == 0) inv_rms = rsqrtf(sum / (float)dim + eps);
+  __syncthreads();
+  const float inv = inv_rms;
+  float* dst = out + (size_t)blockIdx.x * dim;
+  const size_t first = (size_t)blockIdx.x * dim;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = threadIdx.x + j * kRowThreads;
+    if (i >= dim) break;  // whole warps: dim is a multiple of 32
+    const float o = v[j] * inv * w[j];
+    dst[i] = o;
+    q4k_chunk::quantize_block32(o, lane, codes + first + i, scales + (first + i) / 32);
+  }
+}
+
+// The same for rows longer than kRowThreads * 32: the second pass reads the row again.
+__global__ void rms_norm_q8_long_kernel(float* x, const float* __restrict__ y,
+                                        const float* __restrict__ weight, float* out, int dim,
+                                        float eps, int8_t* __restrict__ codes,
+                                        float2* __restrict__ scales) {
+  begin_dependent_kernel();
   using Reduce = cub::BlockReduce<float, kRowThreads>;
   __shared__ typename Reduce::TempStorage temp;
   __shared__ float inv_rms;
@@ -88,6 +134,22 @@ __global__ void rms_norm_q8_kernel(float* x, const float* __restrict__ y,
     dst[i] = v;
     q4k_chunk::quantize_block32(v, lane, codes + first + i, scales + first / 32 + b);
   }
+}
+
+// The norm-and-quantize launch for rows of dim values: the register form that holds them.
+void launch_rms_norm_q8(float* x, const float* y, const float* weight, float* out, int rows,
+                        int dim, float eps, void* q8_workspace, cudaStream_t stream) {
+  HABLAR_CHECK(dim % 32 == 0, "rms_norm_q8: the width must be a multiple of 32");
+  const Q8Activations q = q8_layout(q8_workspace, rows, dim);
+  const int per_thread = (dim + kRowThreads - 1) / kRowThreads;
+  auto kernel = per_thread <= 2    ? rms_norm_q8_kernel<2>
+                : per_thread <= 4  ? rms_norm_q8_kernel<4>
+                : per_thread <= 8  ? rms_norm_q8_kernel<8>
+                : per_thread <= 16 ? rms_norm_q8_kernel<16>
+                : per_thread <= 32 ? rms_norm_q8_kernel<32>
+                                   : rms_norm_q8_long_kernel;
+  launch_dependent(kernel, dim3(rows), dim3(kRowThreads), 0, stream, x, y, weight, out, dim, eps,
+                   q.codes, q.scales);
 }
 
 __global__ void rope_kernel(float* x, const int32_t* __restrict__ positions, int heads,
@@ -179,28 +241,22 @@ void rms_norm(const float* x, const float* weight, float* out, int rows, int dim
 void add_rms_norm(float* x, const float* y, const float* weight, float* out, int rows, int dim,
                   float eps, cudaStream_t stream) {
   if (rows <= 0) return;
-  launch_dependent(add_rms_norm_kernel, dim3(rows), dim3(kRowThreads), 0, stream, x, y, weight,
-                   out, dim, eps);
+  launch_dependent(add_rms_norm_kernel, dim3(rows), dim3(kRowThreads), 0, stream, x, y, weight, out,
+                   dim, eps);
 }
 
 void rms_norm_q8(const float* x, const float* weight, float* out, int rows, int dim, float eps,
                  void* q8_workspace, cudaStream_t stream) {
   if (rows <= 0) return;
-  HABLAR_CHECK(dim % 32 == 0, "rms_norm_q8: the width must be a multiple of 32");
-  const Q8Activations q = q8_layout(q8_workspace, rows, dim);
-  // Without y the kernel only reads x (the const_cast is never written through).
-  launch_dependent(rms_norm_q8_kernel, dim3(rows), dim3(kRowThreads), 0, stream,
-                   const_cast<float*>(x), static_cast<const float*>(nullptr), weight, out, dim, eps,
-                   q.codes, q.scales);
+  // Without y the kernels only read x (the const_cast is never written through).
+  launch_rms_norm_q8(const_cast<float*>(x), nullptr, weight, out, rows, dim, eps, q8_workspace,
+                     stream);
 }
 
 void add_rms_norm_q8(float* x, const float* y, const float* weight, float* out, int rows, int dim,
                      float eps, void* q8_workspace, cudaStream_t stream) {
   if (rows <= 0) return;
-  HABLAR_CHECK(dim % 32 == 0, "add_rms_norm_q8: the width must be a multiple of 32");
-  const Q8Activations q = q8_layout(q8_workspace, rows, dim);
-  launch_dependent(rms_norm_q8_kernel, dim3(rows), dim3(kRowThreads), 0, stream, x, y, weight, out,
-                   dim, eps, q.codes, q.scales);
+  launch_rms_norm_q8(x, y, weight, out, rows, dim, eps, q8_workspace, stream);
 }
 
 void rope(float* x, const int32_t* positions, int tokens, int heads, int head_dim, int rot_dim,
