@@ -19,7 +19,8 @@
 #                                     `hablar serve --device cuda -np 256`, then against
 #                                     `llama-server -np 256 -cb -fa on` when `run` built it in
 #                                     the same call; the step counts of hablar's /metrics beside
-#                                     (SERVE_ARGS: extra hablar flags)
+#                                     (SERVE_ARGS: extra hablar flags; SERVE_CTX: hablar's KV
+#                                     pool in tokens, default 256 x 640 as llama-server's -c)
 #   bench/gpu/compare.sh profile [SHAPE]
 #                                     on the GPU machine: ncu's kernel times over hablar's
 #                                     batch-1 decode (two steady-state steps), summed by kernel
@@ -117,7 +118,7 @@ serve() {
   m=$(make_model "$shape")
   local bench=("$root/bench/serving/bench_serving.py" --input-len 512 --output-len 128
     --concurrency "$levels" --ignore-eos)
-  "$gpu/bin/hablar" serve -m "$m" --device cuda -np 256 -c $((256 * 640)) -b 2048 --port 8413 \
+  "$gpu/bin/hablar" serve -m "$m" --device cuda -np 256 -c "${SERVE_CTX:-$((256 * 640))}" -b 2048 --port 8413 \
     ${SERVE_ARGS:-} >"$out/$shape-serve.log" 2>&1 &
   pid=$!
   wait_health 8413 || { tail -5 "$out/$shape-serve.log"; return 1; }

@@ -15,9 +15,9 @@
 
 namespace hablar::cuda {
 
-// Q6_K, K a multiple of 256 and at most 49152 (a block stages a whole row in shared memory,
-// in slices of 16 super-blocks, within the 48 KB it gets without opting in), rows of exactly
-// 210 * K / 256 bytes, W 16-byte aligned, at most 2^30 rows.
+// Q6_K, K a multiple of 256 and at most 49152 (a warp stages whole rows in shared memory,
+// within the 48 KB a block gets without opting in), rows of exactly 210 * K / 256 bytes,
+// W 16-byte aligned, at most 2^30 rows.
 bool q6k_rows_supported(const WeightView& w);
 // y[n] = W[n][K] · x, x given as int8 codes xq[K] and per block of 32 activations the pair
 // xs[K/32] = (d, d * sum of the block's 32 codes)  (value_i ≈ d * code_i). xq and xs 16-byte

@@ -55,11 +55,11 @@ double product_error(const Q6KWeights& w, uint32_t seed, cudaStream_t stream) {
   return normalized_error(dy.download(), reference_product(w.values, x, 1, n, k));
 }
 
-// Whole rows per warp up to K = 4096, slices of at most 16 super-blocks beyond: with 67
-// rows, K = 256 takes teams of 2 lanes (16 rows per warp), 1536 and 2048 teams of 16 (2 rows
-// per warp, one half-unit of 128 values per lane, some lanes idle at 1536); 4352 two slices
-// of 8 and 9 super-blocks (two rows per block), 8960 three of 11-12 and 14336 four of 14.
-// 67 rows leave the last warp or block short of rows.
+// With 67 rows (few warps, so the team stays at its widest): K = 256 takes teams of 2 lanes
+// (16 rows per warp), 1536 and 2048 teams of 16 (2 rows per warp, one half-unit of 128
+// values per lane, some lanes idle at 1536), 4352, 8960 and 14336 a warp per row with 1-2,
+// 2-3 and 3-4 half-units per lane. 67 rows leave the last warp short of rows, and the matrix
+// mostly ends inside a 16-byte piece (the last bytes are staged by 2-byte loads).
 TEST(Q6KRowsProduct, MatchesReference) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   const int64_t n = 67;
@@ -73,7 +73,7 @@ TEST(Q6KRowsProduct, MatchesReference) {
 }
 
 // A tall matrix like a vocabulary projection, on a stream of its own (programmatic dependent
-// launch after the quantization): many warps, so the team narrows (to 2 lanes and 16 rows per
+// launch after the quantization): many warps, so the team narrows (to 4 lanes and 8 rows per
 // warp on an H200's 132 multiprocessors), and the last warp stages the matrix's last bytes.
 TEST(Q6KRowsProduct, TallMatrixOnAStreamMatchesReference) {
   HABLAR_REQUIRE_CUDA_DEVICE();
