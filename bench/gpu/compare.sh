@@ -118,7 +118,7 @@ serve() {
   m=$(make_model "$shape")
   local bench=("$root/bench/serving/bench_serving.py" --input-len 512 --output-len 128
     --concurrency "$levels" --ignore-eos)
-  "$gpu/bin/hablar" serve -m "$m" --device cuda -np 256 -c "${SERVE_CTX:-$((256 * 640))}" -b 2048 --port 8413 \
+  "$gpu/bin/hablar" serve -m "$m" --device cuda -np 256 -c "${SERVE_CTX:-$((256 * 640))}" -b 2048 --port 8413 --metrics \
     ${SERVE_ARGS:-} >"$out/$shape-serve.log" 2>&1 &
   pid=$!
   wait_health 8413 || { tail -5 "$out/$shape-serve.log"; return 1; }
