@@ -31,8 +31,12 @@ WORDS = ("time person year way day thing man world life hand part child eye woma
          "music paper story light voice table money water history market summer winter city").split()
 
 
-def make_prompt(rng, n_tokens):
+def make_prompt(rng, n_tokens, token_ids=None):
     # Roughly one token per word plus punctuation; the server's usage gives the exact count.
+    # token_ids (lo, hi): exactly n_tokens random ids in [lo, hi) instead (both servers take
+    # token-id prompts), for vocabularies that spell words byte by byte (make-model files).
+    if token_ids:
+        return [rng.randrange(token_ids[0], token_ids[1]) for _ in range(max(1, n_tokens))]
     words = [rng.choice(WORDS) for _ in range(max(1, int(n_tokens * 0.9)))]
     return " ".join(words).capitalize() + "."
 
@@ -88,7 +92,7 @@ async def one_request(client, args, prompt, max_tokens):
     n_out = (usage or {}).get("completion_tokens") or len(times)
     return {"start": t0, "end": end, "token_times": times, "n_out": n_out,
             "n_in": (usage or {}).get("prompt_tokens"), "error": error,
-            "long": len(prompt) > args.short_chars}
+            "long": (len(prompt) * 6 if isinstance(prompt, list) else len(prompt)) > args.short_chars}
 
 
 def workload(args, n, seed):
@@ -101,7 +105,7 @@ def workload(args, n, seed):
             n_out = rng.randint(args.mixed_output[0], args.mixed_output[1])
         else:
             n_in, n_out = args.input_len, args.output_len
-        items.append((make_prompt(rng, n_in), n_out))
+        items.append((make_prompt(rng, n_in, args.token_ids), n_out))
     return items
 
 
@@ -226,6 +230,9 @@ def main():
     p.add_argument("--rate", type=float, default=0.0, help="Poisson arrivals per second instead of workers")
     p.add_argument("--workload", choices=["fixed", "mixed"], default="fixed")
     p.add_argument("--input-len", type=int, default=512)
+    p.add_argument("--token-ids", type=lambda s: tuple(int(x) for x in s.split(":")), default=None,
+                   metavar="LO:HI", help="prompts of exactly --input-len random token ids in [LO, HI) "
+                   "instead of words (synthetic vocabularies spell words byte by byte)")
     p.add_argument("--output-len", type=int, default=128)
     rng_arg = lambda s: tuple(map(int, s.split(",")))  # noqa: E731
     p.add_argument("--mixed-input", type=rng_arg, default=(32, 160), help="short chats' prompt tokens")
