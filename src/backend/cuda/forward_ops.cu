@@ -1,6 +1,7 @@
 // The CUDA forward ops (see forward_ops.h): step inputs, the small kernels the forward needs
 // beyond ops.h (bias, RoPE from angle tables, row gather) and the product dispatch.
 #include "backend/cuda/forward_ops.h"
+#include "backend/cuda/forward_ops_buffers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,25 +27,6 @@ __global__ void add_bias_kernel(float* x, const float* __restrict__ bias, int64_
        i += (int64_t)gridDim.x * blockDim.x)
     x[i] += bias[i % width];
 }
-
-// Queued element-wise work of up to three buffers (the step's q, k and v), done in one
-// launch: for each, x += bias (when given), then RoPE (when variant >= 0) with the angles of
-// its variant. x [T][heads][head_dim]: pair i of each head of token t turns by the angle whose
-// cosine and sine are cos_t[t][i], sin_t[t][i] (core/rope.h), with the CPU's fused rounding;
-// the bias is added first, as add_bias_kernel would.
-struct RowWorkEntry {
-  float* x = nullptr;
-  const float* bias = nullptr;  // [heads * head_dim] or null
-  int heads = 0;
-  int variant = -1;  // RoPE variant, -1: none
-  const float* cos_t = nullptr;
-  const float* sin_t = nullptr;
-  bool neox = false;
-};
-struct RowWorkBatch {
-  RowWorkEntry e[3];
-  int n = 0;
-};
 
 // Entry w's work for token t, over the indices first, first + stride, ... of each of its
 // loops (the blocks of one token split them: one block of 128 threads per head's worth of
@@ -108,70 +90,7 @@ int grid_for(int64_t n) {
   return (int)std::min<int64_t>((n + 255) / 256, 4096);
 }
 
-size_t round_up(size_t n) {
-  return (n + 255) / 256 * 256;
-}
-
 }  // namespace
-
-// The step's inputs, laid out identically in pinned host memory and on the device, so one
-// asynchronous copy moves them all. Offsets are in 4-byte words.
-struct ForwardOps::Buffers {
-  DeviceMemory activations;
-  DeviceMemory inputs;
-  DeviceMemory attention_workspace;
-  DeviceMemory int8_workspace;
-  DeviceMemory cpu_rounding_workspace;  // deterministic mode: the CPU's activation rows
-  DeviceMemory gelu_table;              // deterministic mode: the CPU's GELU table
-  size_t attention_workspace_bytes = 0;
-  void* host_inputs = nullptr;  // pinned
-  size_t input_words = 0;
-  PrefillMatmul prefill;
-  // Work queued by add_bias()/rope() and add(), run fused by the op that next needs it
-  // (one kind at a time, so the order of the queued ops is kept).
-  RowWorkBatch pending_rows;
-  struct {
-    float* x = nullptr;
-    const float* y = nullptr;
-    int64_t width = 0;
-  } pending_add;
-  // The activation rows the int8 workspace holds, quantized by the norm that wrote them
-  // (rmsnorm: norm and quantization in one launch); the next products of those rows skip
-  // their own quantization. Cleared by every other op (flush_add, product).
-  const float* q8_holds = nullptr;
-  // Word offsets of each input array (for max_tokens rows). roles, sampled and logit_roles
-  // hold a byte per row (deterministic mode's rounding facts, core/llama_batch_roles.h).
-  size_t tokens = 0, positions = 0, logit_rows = 0, active = 0, roles = 0, sampled = 0,
-         logit_roles = 0, tables = 0, cos = 0, sin = 0;
-  ~Buffers() {
-    if (host_inputs) cudaFreeHost(host_inputs);
-  }
-};
-
-// The mixture-of-experts step buffers (reserve_moe): T = max_tokens, N = T * n_used entries.
-struct ForwardOps::MoeBuffers {
-  int n_experts = 0, n_used = 0;
-  int64_t ff_expert = 0, ff_shared = 0;
-  DeviceMemory floats, ints, single_roles;
-  DeviceMemory q8;                  // the grouped Q4_K products' int8 rows (moe::quantize_rows)
-  int32_t* host_offsets = nullptr;  // pinned [n_experts + 1]
-  float* logits = nullptr;          // [T x n_experts], then the probabilities
-  float* weights = nullptr;         // [N]
-  float* rows = nullptr;            // [N x n_embd] the gathered inputs, by expert
-  float* gate = nullptr;            // [N x ff_expert]
-  float* up = nullptr;              // [N x ff_expert]
-  float* down = nullptr;            // [N x n_embd] the experts' outputs, by expert
-  float* shared_gate = nullptr;     // [T x ff_shared]
-  float* shared_up = nullptr;       // [T x ff_shared]
-  float* shared_down = nullptr;     // [T x n_embd]
-  float* gate_logits = nullptr;     // [T]
-  int32_t *chosen = nullptr, *order = nullptr, *position = nullptr;  // [N] each
-  int32_t* offsets = nullptr;                                        // [n_experts + 1]
-  int32_t* active = nullptr;  // [n_experts] the experts with rows, then -1 (moe::group)
-  ~MoeBuffers() {
-    if (host_offsets) cudaFreeHost(host_offsets);
-  }
-};
 
 namespace {
 
@@ -288,43 +207,6 @@ size_t ForwardOps::workspace_bytes() const {
                           : 0;
   return buf_->activations.bytes() + buf_->inputs.bytes() + buf_->attention_workspace.bytes() +
          buf_->int8_workspace.bytes() + buf_->cpu_rounding_workspace.bytes() + moe;
-}
-
-void ForwardOps::reserve_moe(int n_experts, int n_used, int64_t n_ff_expert, int64_t n_ff_shared) {
-  HABLAR_CHECK(n_experts > 0 && n_used > 0 && n_used <= n_experts && n_ff_expert > 0,
-               "reserve_moe: bad expert counts");
-  auto m = std::make_unique<MoeBuffers>();
-  m->n_experts = n_experts, m->n_used = n_used;
-  m->ff_expert = n_ff_expert, m->ff_shared = n_ff_shared;
-  const size_t T = (size_t)limits_.max_tokens, N = T * (size_t)n_used, D = (size_t)dims_.n_embd;
-  const size_t FE = (size_t)n_ff_expert, FS = (size_t)n_ff_shared;
-  const size_t sizes[] = {
-      T * (size_t)n_experts, N, N * D, N * FE, N * FE, N * D, T * FS, T * FS, T * D, T};
-  size_t floats = 0;
-  for (size_t n : sizes) floats += round_up(n);
-  m->floats = DeviceMemory(floats * sizeof(float));
-  float* p = static_cast<float*>(m->floats.get());
-  float** slots[] = {&m->logits, &m->weights,     &m->rows,      &m->gate,        &m->up,
-                     &m->down,   &m->shared_gate, &m->shared_up, &m->shared_down, &m->gate_logits};
-  for (size_t i = 0; i < std::size(sizes); ++i) *slots[i] = p, p += round_up(sizes[i]);
-  const size_t E1 = round_up((size_t)n_experts + 1);
-  m->ints = DeviceMemory((3 * round_up(N) + 2 * E1) * sizeof(int32_t));
-  auto* q = static_cast<int32_t*>(m->ints.get());
-  m->chosen = q, m->order = q + round_up(N), m->position = q + 2 * round_up(N);
-  m->offsets = q + 3 * round_up(N);
-  m->active = m->offsets + E1;
-  // Every expert row is a one-token product on the CPU (llama.cpp's mul_mat_id order).
-  m->single_roles = DeviceMemory(N);
-  HABLAR_CUDA_CHECK(cudaMemset(m->single_roles.get(), llama_batch_role(0, 1), N));
-  void* pinned = nullptr;
-  HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, ((size_t)n_experts + 1) * sizeof(int32_t)));
-  m->host_offsets = static_cast<int32_t*>(pinned);
-  moe_ = std::move(m);
-  // The device-sized steps' int8 rows: inputs (n_embd wide) or SwiGLU outputs (n_ff_expert).
-  if (!limits_.deterministic) {
-    const int64_t rows = std::min<int64_t>((int64_t)T, moe_device_max_tokens()) * n_used;
-    moe_->q8 = DeviceMemory(q8_activation_bytes((int)rows, (int64_t)std::max(D, FE)));
-  }
 }
 
 void ForwardOps::begin(std::span<const SequenceChunk> chunks,
@@ -703,153 +585,6 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
 void ForwardOps::add(float* x, const float* y, int64_t width) {
   flush();
   buf_->pending_add = {x, y, width};
-}
-
-void ForwardOps::expert_product(const WeightView& w, const float* in, int64_t m, float* out) {
-  if (!limits_.deterministic) return product(w, in, m, out);
-  if (w.type == DType::F16) return moe::f16_expert_matmul(w, in, m, out, stream_);
-  product(w, in, m, out, static_cast<const uint8_t*>(moe_->single_roles.get()));
-}
-
-namespace {
-
-// The distance between consecutive experts of one matrix when every expert has the first's
-// type and shape and they lie at one stride (one 3-D tensor uploaded whole); 0 otherwise.
-size_t expert_stride(std::span<const WeightView> experts) {
-  if (experts.size() < 2)
-    return experts.empty() ? 0 : (size_t)experts[0].rows * experts[0].row_bytes;
-  const auto* base = static_cast<const uint8_t*>(experts[0].data);
-  const ptrdiff_t stride = static_cast<const uint8_t*>(experts[1].data) - base;
-  if (stride < (ptrdiff_t)(experts[0].rows * experts[0].row_bytes)) return 0;
-  for (size_t e = 0; e < experts.size(); ++e) {
-    const WeightView& w = experts[e];
-    if (w.type != experts[0].type || w.rows != experts[0].rows || w.cols != experts[0].cols ||
-        w.row_bytes != experts[0].row_bytes ||
-        static_cast<const uint8_t*>(w.data) != base + (ptrdiff_t)e * stride)
-      return 0;
-  }
-  return (size_t)stride;
-}
-
-struct ExpertStrides {
-  size_t gate, up, down;
-  bool all() const { return gate != 0 && up != 0 && down != 0; }
-};
-ExpertStrides expert_strides(const ExpertsView& ex) {
-  return {expert_stride(ex.gate), expert_stride(ex.up), expert_stride(ex.down)};
-}
-
-}  // namespace
-
-bool ForwardOps::moe_sized_on_device(const ExpertsView& ex) const {
-  return !limits_.deterministic && expert_strides(ex).all();
-}
-
-// Up to about kGemvMaxRows rows per expert on average: beyond, the host-sized path's batched
-// products (tensor cores, each expert's weights read once) win over the grouped kernel's
-// CUDA-core rounds of 8 rows (qwen3-30b-a3b shape on the H200: pp512 1,764 t/s grouped,
-// 3,476 host-sized; 64-sequence decode 1,114 against 310).
-int64_t ForwardOps::moe_device_max_tokens() const {
-  if (!moe_) return 0;
-  return std::max<int64_t>(1, (int64_t)moe_->n_experts * kGemvMaxRows / moe_->n_used);
-}
-
-void ForwardOps::moe_ffn(const ExpertsView& ex, const float* in, float* out) {
-  flush();
-  MoeBuffers* mb = moe_.get();
-  const int E = (int)ex.gate.size(), K = ex.n_used;
-  HABLAR_CHECK(mb != nullptr && E == mb->n_experts && K == mb->n_used && ex.router != nullptr &&
-                   ex.up.size() == ex.gate.size() && ex.down.size() == ex.gate.size() &&
-                   ex.gate[0].rows == mb->ff_expert &&
-                   (ex.shared_gate == nullptr || ex.shared_gate->rows == mb->ff_shared),
-               "moe_ffn: experts unlike the reserved ones");
-  const int64_t T = n_tokens_, N = T * K, D = dims_.n_embd;
-  if (T == 0) return;
-  // Route every token, then group the step's entries by expert.
-  product(*ex.router, in, T, mb->logits);
-  moe::route(mb->logits, T, E, K, ex.normalize, mb->chosen, mb->weights, stream_);
-  moe::group(mb->chosen, N, E, mb->offsets, mb->order, mb->position, stream_, mb->active);
-  // Each chosen expert's SwiGLU over its rows (rows [at, at + n) of the grouped buffers).
-  const ExpertStrides stride = T <= moe_device_max_tokens() && !limits_.deterministic
-                                   ? expert_strides(ex)
-                                   : ExpertStrides{0, 0, 0};
-  if (stride.all()) {
-    expert_products_sized_on_device(ex, in, {stride.gate, stride.up, stride.down});
-  } else {
-    moe::gather(in, mb->order, N, K, D, mb->rows, stream_);
-    expert_products_sized_on_host(ex, N);
-  }
-  // Qwen2-MoE's shared expert over every token (the step's products, as a dense FFN) and
-  // its gate logit, before `out` (which may be `in`) is written.
-  const bool shared = ex.shared_gate != nullptr;
-  if (shared) {
-    matmul_glu(*ex.shared_gate, *ex.shared_up, in, mb->shared_gate, mb->shared_up,
-               GluActivation::kSilu);
-    matmul(*ex.shared_down, mb->shared_gate, mb->shared_down);
-    product(*ex.shared_gate_inp, in, T, mb->gate_logits);
-  }
-  moe::combine(mb->down, mb->position, mb->weights, T, K, D, shared ? mb->shared_down : nullptr,
-               mb->gate_logits, out, stream_);
-}
-
-// Sized on the device (a CUDA graph can hold it): Q4_K experts on int8 rows
-// (moe_grouped_q4k.cu: gate, up and SwiGLU in one pass), other types on the f32 grouped
-// product (moe_grouped.cu) over the gathered rows.
-void ForwardOps::expert_products_sized_on_device(const ExpertsView& ex, const float* in,
-                                                 std::array<size_t, 3> strides) {
-  const ExpertStrides stride{strides[0], strides[1], strides[2]};
-  MoeBuffers* mb = moe_.get();
-  const int E = (int)ex.gate.size(), K = ex.n_used;
-  const int64_t N = n_tokens_ * K, D = dims_.n_embd, FE = mb->ff_expert;
-  void* q8 = mb->q8.get();
-  if (moe::grouped_q4k_supported(ex.gate[0], stride.gate) &&
-      moe::grouped_q4k_supported(ex.up[0], stride.up)) {
-    moe::quantize_rows(in, mb->order, K, N, D, q8, stream_);
-    moe::grouped_q4k_glu(ex.gate[0], stride.gate, ex.up[0], stride.up, E, q8, N, mb->offsets,
-                         mb->active, mb->gate, stream_);
-  } else {
-    moe::gather(in, mb->order, N, K, D, mb->rows, stream_);
-    moe::grouped_product(ex.gate[0], stride.gate, E, mb->rows, N, mb->offsets, mb->active, mb->gate,
-                         stream_);
-    moe::grouped_product(ex.up[0], stride.up, E, mb->rows, N, mb->offsets, mb->active, mb->up,
-                         stream_);
-    swiglu(mb->gate, mb->up, mb->gate, N * FE, stream_);
-  }
-  if (moe::grouped_q4k_supported(ex.down[0], stride.down)) {
-    moe::quantize_rows(mb->gate, nullptr, 1, N, FE, q8, stream_);
-    moe::grouped_q4k_product(ex.down[0], stride.down, E, q8, N, mb->offsets, mb->active, mb->down,
-                             stream_);
-  } else {
-    moe::grouped_product(ex.down[0], stride.down, E, mb->gate, N, mb->offsets, mb->active, mb->down,
-                         stream_);
-  }
-}
-
-// The experts' row counts come to the host (one synchronization), then each chosen
-// expert's products run through product() (deterministic mode: the CPU's expert order).
-void ForwardOps::expert_products_sized_on_host(const ExpertsView& ex, int64_t N) {
-  MoeBuffers* mb = moe_.get();
-  const int E = (int)ex.gate.size();
-  const int64_t D = dims_.n_embd, FE = mb->ff_expert;
-  HABLAR_CUDA_CHECK(cudaMemcpyAsync(mb->host_offsets, mb->offsets, ((size_t)E + 1) * 4,
-                                    cudaMemcpyDeviceToHost, stream_));
-  HABLAR_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  const int32_t* off = mb->host_offsets;
-  for (int e = 0; e < E; ++e) {
-    const int64_t at = off[e], n = off[e + 1] - off[e];
-    if (n == 0) continue;
-    expert_product(ex.gate[(size_t)e], mb->rows + at * D, n, mb->gate + at * FE);
-    expert_product(ex.up[(size_t)e], mb->rows + at * D, n, mb->up + at * FE);
-  }
-  if (limits_.deterministic) {
-    cpu_rounding_ops::swiglu(mb->gate, mb->up, mb->gate, N * FE, stream_);
-  } else {
-    swiglu(mb->gate, mb->up, mb->gate, N * FE, stream_);
-  }
-  for (int e = 0; e < E; ++e) {
-    const int64_t at = off[e], n = off[e + 1] - off[e];
-    if (n > 0) expert_product(ex.down[(size_t)e], mb->gate + at * FE, n, mb->down + at * D);
-  }
 }
 
 void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output,

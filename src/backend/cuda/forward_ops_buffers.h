@@ -1,0 +1,100 @@
+// The step buffers of cuda::ForwardOps (forward_ops.cu, forward_ops_moe.cu): internal to the
+// CUDA backend, shared by the two files that implement the op set.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/forward_ops.h"
+#include "backend/cuda/matmul.h"
+
+namespace hablar::cuda {
+
+// n rounded up to a multiple of 256 (elements): every buffer carved from one allocation starts
+// aligned.
+inline size_t round_up(size_t n) {
+  return (n + 255) / 256 * 256;
+}
+
+// Queued element-wise work of up to three buffers (the step's q, k and v), done in one
+// launch: for each, x += bias (when given), then RoPE (when variant >= 0) with the angles of
+// its variant. x [T][heads][head_dim]: pair i of each head of token t turns by the angle whose
+// cosine and sine are cos_t[t][i], sin_t[t][i] (core/rope.h), with the CPU's fused rounding;
+// the bias is added first, as add_bias_kernel would.
+struct RowWorkEntry {
+  float* x = nullptr;
+  const float* bias = nullptr;  // [heads * head_dim] or null
+  int heads = 0;
+  int variant = -1;  // RoPE variant, -1: none
+  const float* cos_t = nullptr;
+  const float* sin_t = nullptr;
+  bool neox = false;
+};
+struct RowWorkBatch {
+  RowWorkEntry e[3];
+  int n = 0;
+};
+
+// The step's inputs, laid out identically in pinned host memory and on the device, so one
+// asynchronous copy moves them all. Offsets are in 4-byte words.
+struct ForwardOps::Buffers {
+  DeviceMemory activations;
+  DeviceMemory inputs;
+  DeviceMemory attention_workspace;
+  DeviceMemory int8_workspace;
+  DeviceMemory cpu_rounding_workspace;  // deterministic mode: the CPU's activation rows
+  DeviceMemory gelu_table;              // deterministic mode: the CPU's GELU table
+  size_t attention_workspace_bytes = 0;
+  void* host_inputs = nullptr;  // pinned
+  size_t input_words = 0;
+  PrefillMatmul prefill;
+  // Work queued by add_bias()/rope() and add(), run fused by the op that next needs it
+  // (one kind at a time, so the order of the queued ops is kept).
+  RowWorkBatch pending_rows;
+  struct {
+    float* x = nullptr;
+    const float* y = nullptr;
+    int64_t width = 0;
+  } pending_add;
+  // The activation rows the int8 workspace holds, quantized by the norm that wrote them
+  // (rmsnorm: norm and quantization in one launch); the next products of those rows skip
+  // their own quantization. Cleared by every other op (flush_add, product).
+  const float* q8_holds = nullptr;
+  // Word offsets of each input array (for max_tokens rows). roles, sampled and logit_roles
+  // hold a byte per row (deterministic mode's rounding facts, core/llama_batch_roles.h).
+  size_t tokens = 0, positions = 0, logit_rows = 0, active = 0, roles = 0, sampled = 0,
+         logit_roles = 0, tables = 0, cos = 0, sin = 0;
+  ~Buffers() {
+    if (host_inputs) cudaFreeHost(host_inputs);
+  }
+};
+
+// The mixture-of-experts step buffers (reserve_moe): T = max_tokens, N = T * n_used entries.
+struct ForwardOps::MoeBuffers {
+  int n_experts = 0, n_used = 0;
+  int64_t ff_expert = 0, ff_shared = 0;
+  DeviceMemory floats, ints, single_roles;
+  DeviceMemory q8;                  // the grouped Q4_K products' int8 rows (moe::quantize_rows)
+  int32_t* host_offsets = nullptr;  // pinned [n_experts + 1]
+  float* logits = nullptr;          // [T x n_experts], then the probabilities
+  float* weights = nullptr;         // [N]
+  float* rows = nullptr;            // [N x n_embd] the gathered inputs, by expert
+  float* gate = nullptr;            // [N x ff_expert]
+  float* up = nullptr;              // [N x ff_expert]
+  float* down = nullptr;            // [N x n_embd] the experts' outputs, by expert
+  float* shared_gate = nullptr;     // [T x ff_shared]
+  float* shared_up = nullptr;       // [T x ff_shared]
+  float* shared_down = nullptr;     // [T x n_embd]
+  float* gate_logits = nullptr;     // [T]
+  int32_t *chosen = nullptr, *order = nullptr, *position = nullptr;  // [N] each
+  int32_t* offsets = nullptr;                                        // [n_experts + 1]
+  int32_t* active = nullptr;  // [n_experts] the experts with rows, then -1 (moe::group)
+  ~MoeBuffers() {
+    if (host_offsets) cudaFreeHost(host_offsets);
+  }
+};
+
+}  // namespace hablar::cuda
