@@ -342,9 +342,10 @@ void ForwardOps::embed(const WeightView& table, float* x) {
   embedding_gather(table, inputs + buf_->tokens, (int)n_tokens_, x, stream_);
 }
 
-// Whether a norm (or the attention's reduction) of m rows of `width` values also quantizes
-// them for the int8 products (outside deterministic mode, when they fit the workspace).
-bool ForwardOps::norm_quantizes(int64_t m, int64_t width) const {
+// Whether the op that writes m rows of `width` values (a norm, the attention's reduction) also
+// quantizes them for the int8 products (outside deterministic mode, when they fit the
+// workspace).
+bool ForwardOps::writer_quantizes(int64_t m, int64_t width) const {
   return !limits_.deterministic && buf_->int8_workspace.get() != nullptr &&
          m <= kFusedMatmulMaxRows && width % 32 == 0 &&
          q8_activation_bytes((int)m, width) <= buf_->int8_workspace.bytes();
@@ -362,7 +363,7 @@ void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_
   const bool with_add = add.x != nullptr && add.x == x && add.width == width;
   if (!with_add) flush_add();
   const int rows = (int)n_tokens_, dim = (int)width;
-  if (norm_quantizes(n_tokens_, width)) {
+  if (writer_quantizes(n_tokens_, width)) {
     void* q8 = buf_->int8_workspace.get();
     if (with_add) {
       add_rms_norm_q8(add.x, add.y, weight, out, rows, dim, eps_, q8, stream_);
@@ -387,6 +388,16 @@ void ForwardOps::matmul(const WeightView& w, const float* in, float* out) {
   products_of_one_input(in, n_tokens_, ws, outs);
 }
 
+// The int8 rows of `in` (m x k) in the workspace: quantized now, unless *quantized says (or
+// q8_holds said, before the caller's flush) the op that wrote them already did.
+Q8Activations ForwardOps::int8_rows(const float* in, int64_t m, int64_t k, bool* quantized) {
+  void* ws = buf_->int8_workspace.get();
+  if (!*quantized)
+    quantize_activations_q8(in, (int)m, k, ws, buf_->int8_workspace.bytes(), stream_);
+  *quantized = true;
+  return q8_layout(ws, (int)m, k);
+}
+
 // Products of one input of m rows: on the int8 path the input is quantized once for all of
 // them (or not at all when the norm that wrote it did); at one row the Q4_K matrices among
 // them run in one launch (matmul_q4k_rows_multi: Q, K and V).
@@ -405,9 +416,7 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
       product(w, in, m, outs[i]);
       continue;
     }
-    if (!quantized)
-      quantize_activations_q8(in, (int)m, w.cols, int8_ws, buf_->int8_workspace.bytes(), stream_);
-    quantized = true;
+    int8_rows(in, m, w.cols, &quantized);  // once for all of them
     if (m == 1 && n_together < 3 && q4k_rows_supported(w) &&
         (n_together == 0 || together[0]->cols == w.cols)) {
       together[n_together] = &w, together_out[n_together++] = outs[i];
@@ -416,7 +425,7 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
     matmul_prequantized(w, (int)m, outs[i], int8_ws, stream_);
   }
   if (n_together > 0) {
-    const Q8Activations xa = q8_layout(int8_ws, 1, together[0]->cols);
+    const Q8Activations xa = int8_rows(in, 1, together[0]->cols, &quantized);
     matmul_q4k_rows_multi({together, n_together}, {together_out, n_together}, xa.codes, xa.scales,
                           stream_);
   }
@@ -435,13 +444,10 @@ void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const 
   // One token, Q4_K: both products and the activation in one launch.
   if (n_tokens_ == 1 && takes_int8_path(gate, 1) && takes_int8_path(up, 1) &&
       q4k_rows_glu_supported(gate, up)) {
-    const bool quantized = buf_->q8_holds == in;
+    bool quantized = buf_->q8_holds == in;
     flush();
-    void* int8_ws = buf_->int8_workspace.get();
-    if (!quantized)
-      quantize_activations_q8(in, 1, gate.cols, int8_ws, buf_->int8_workspace.bytes(), stream_);
+    const Q8Activations xa = int8_rows(in, 1, gate.cols, &quantized);
     buf_->q8_holds = nullptr;
-    const Q8Activations xa = q8_layout(int8_ws, 1, gate.cols);
     return matmul_q4k_rows_glu(gate, up, xa.codes, xa.scales, out, act, stream_);
   }
   const WeightView* ws[] = {&gate, &up};
@@ -572,7 +578,7 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
   p.advance_lengths = false;
   p.multiprocessors = device_multiprocessors();
   // The output rows quantized for the output projection's int8 product in the same pass.
-  const bool quantize = norm_quantizes(n_tokens_, dims_.q_dim());
+  const bool quantize = writer_quantizes(n_tokens_, dims_.q_dim());
   if (quantize) {
     const Q8Activations q8 = q8_layout(buf_->int8_workspace.get(), (int)n_tokens_, dims_.q_dim());
     p.out_codes = q8.codes, p.out_scales = q8.scales;
@@ -599,7 +605,7 @@ void ForwardOps::logits(const float* x, const float* norm_weight, const WeightVi
                                stream_);
     product(output, out_rows_, n_logit_rows_, logits_,
             reinterpret_cast<const uint8_t*>(inputs + buf_->logit_roles));
-  } else if (norm_quantizes(n_logit_rows_, dims_.n_embd)) {
+  } else if (writer_quantizes(n_logit_rows_, dims_.n_embd)) {
     rms_norm_q8(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_,
                 buf_->int8_workspace.get(), stream_);
     buf_->q8_holds = out_rows_;

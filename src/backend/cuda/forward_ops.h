@@ -118,7 +118,8 @@ class ForwardOps {
   void product(const WeightView& w, const float* in, int64_t m, float* out,
                const uint8_t* roles = nullptr);
   bool takes_int8_path(const WeightView& w, int64_t m) const;
-  bool norm_quantizes(int64_t m, int64_t width) const;
+  bool writer_quantizes(int64_t m, int64_t width) const;
+  Q8Activations int8_rows(const float* in, int64_t m, int64_t k, bool* quantized);
   void products_of_one_input(const float* in, int64_t m, std::span<const WeightView* const> ws,
                              std::span<float* const> outs);
   // Element-wise work is queued (biases and RoPE of q/k/v, a residual add) and fused into

@@ -101,53 +101,28 @@ __global__ void rms_norm_q8_kernel(float* x, const float* __restrict__ y,
   }
 }
 
-// The same for rows longer than kRowThreads * 32: the second pass reads the row again.
-__global__ void rms_norm_q8_long_kernel(float* x, const float* __restrict__ y,
-                                        const float* __restrict__ weight, float* out, int dim,
-                                        float eps, int8_t* __restrict__ codes,
-                                        float2* __restrict__ scales) {
-  begin_dependent_kernel();
-  using Reduce = cub::BlockReduce<float, kRowThreads>;
-  __shared__ typename Reduce::TempStorage temp;
-  __shared__ float inv_rms;
-  float* row = x + (size_t)blockIdx.x * dim;
-  float sum = 0.0f;
-  if (y != nullptr) {
-    const float* add_row = y + (size_t)blockIdx.x * dim;
-    for (int i = threadIdx.x; i < dim; i += kRowThreads) {
-      const float v = row[i] + add_row[i];
-      row[i] = v;
-      sum = fmaf(v, v, sum);
-    }
-  } else {
-    for (int i = threadIdx.x; i < dim; i += kRowThreads) sum = fmaf(row[i], row[i], sum);
-  }
-  sum = Reduce(temp).Sum(sum);
-  if (threadIdx.x == 0) inv_rms = rsqrtf(sum / (float)dim + eps);
-  __syncthreads();
-  float* dst = out + (size_t)blockIdx.x * dim;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, blocks = dim / 32;
-  const size_t first = (size_t)blockIdx.x * dim;
-  for (int b = warp; b < blocks; b += kRowThreads / 32) {
-    const int i = b * 32 + lane;
-    const float v = row[i] * inv_rms * weight[i];
-    dst[i] = v;
-    q4k_chunk::quantize_block32(v, lane, codes + first + i, scales + first / 32 + b);
-  }
-}
-
-// The norm-and-quantize launch for rows of dim values: the register form that holds them.
+// The norm-and-quantize launch for rows of dim values: the register form that holds them;
+// rows wider than kRowThreads * 32 (none of today's models) take the norm and then
+// quantize_activations_q8, the same values in two launches.
 void launch_rms_norm_q8(float* x, const float* y, const float* weight, float* out, int rows,
                         int dim, float eps, void* q8_workspace, cudaStream_t stream) {
   HABLAR_CHECK(dim % 32 == 0, "rms_norm_q8: the width must be a multiple of 32");
-  const Q8Activations q = q8_layout(q8_workspace, rows, dim);
   const int per_thread = (dim + kRowThreads - 1) / kRowThreads;
+  if (per_thread > 32) {
+    if (y != nullptr) {
+      add_rms_norm(x, y, weight, out, rows, dim, eps, stream);
+    } else {
+      rms_norm(x, weight, out, rows, dim, eps, stream);
+    }
+    return quantize_activations_q8(out, rows, dim, q8_workspace, q8_activation_bytes(rows, dim),
+                                   stream);
+  }
+  const Q8Activations q = q8_layout(q8_workspace, rows, dim);
   auto kernel = per_thread <= 2    ? rms_norm_q8_kernel<2>
                 : per_thread <= 4  ? rms_norm_q8_kernel<4>
                 : per_thread <= 8  ? rms_norm_q8_kernel<8>
                 : per_thread <= 16 ? rms_norm_q8_kernel<16>
-                : per_thread <= 32 ? rms_norm_q8_kernel<32>
-                                   : rms_norm_q8_long_kernel;
+                                   : rms_norm_q8_kernel<32>;
   launch_dependent(kernel, dim3(rows), dim3(kRowThreads), 0, stream, x, y, weight, out, dim, eps,
                    q.codes, q.scales);
 }
