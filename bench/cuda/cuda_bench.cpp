@@ -19,6 +19,7 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul.h"
+#include "backend/cuda/matmul_q4k_f16.h"
 #include "backend/cuda/matmul_q4k_rows.h"
 #include "backend/cuda/ops.h"
 #include "core/dtype.h"
@@ -316,6 +317,49 @@ void bench_prefill(Stream& stream, DType type, int64_t n, int64_t k, int m, doub
              flops / (fused_ms * 1e-3) / 1e12, peak_tflops, "TFLOP/s", 0});
 }
 
+// Q4_K products of many rows (batched decode, prompt chunks), each path with its own
+// conversion of the f32 rows: f16 tensor cores (convert_rows_to_f16 + matmul_q4k_f16),
+// int8 tensor cores (quantize + matmul_q4k_mma, M <= 256) and W dequantized to bf16 +
+// cuBLAS (PrefillMatmul). Weights rotated past the L2 as in a step.
+void bench_many_rows(Stream& stream, int64_t n, int64_t k, int m, double peak_tflops) {
+  const auto host = random_weights(DType::Q4_K, n, k);
+  const int copies = (int)std::max<size_t>(2, (kRotateBytes + host.size() - 1) / host.size());
+  std::vector<DeviceBuffer<uint8_t>> w;
+  for (int i = 0; i < copies; ++i) w.emplace_back(host);
+  auto view = [&](int i) {
+    return WeightView{DType::Q4_K, n, k, dtype_row_bytes(DType::Q4_K, k), w[i % copies].get()};
+  };
+  DeviceBuffer<float> x(random_floats((size_t)m * k)), y((size_t)m * n);
+  DeviceMemory rows(f16_rows_bytes(m, k)),
+      scratch(std::max<size_t>(q4k_f16_scratch_bytes(view(0), m), 256));
+  const double flops = 2.0 * m * n * k;
+  char base[96];
+  std::snprintf(base, sizeof base, "M=%d N=%lld K=%lld", m, (long long)n, (long long)k);
+  const double f16_ms = time_graph_ms(stream, copies, 7, [&](int i) {
+    convert_rows_to_f16(x.get(), m, k, rows.get(), rows.bytes(), stream.get());
+    matmul_q4k_f16(view(i), rows.get(), m, y.get(), scratch.get(), stream.get());
+  });
+  print_row({std::string("Q4_K f16 tensor cores ") + base, f16_ms * 1e3,
+             flops / (f16_ms * 1e-3) / 1e12, peak_tflops, "TFLOP/s", 0});
+  double other_ms = 0;
+  const char* other = nullptr;
+  if (m <= kFusedMatmulMaxRows) {
+    DeviceMemory ws(matmul_fused_workspace_bytes(view(0), m));
+    other_ms = time_graph_ms(stream, copies, 7, [&](int i) {
+      matmul_fused(view(i), x.get(), m, y.get(), stream.get(), ws.get(), ws.bytes());
+    });
+    other = "int8";
+  } else {
+    PrefillMatmul mm;
+    mm.run(view(0), x.get(), m, y.get(), stream.get());  // sizes the scratch outside capture
+    other_ms = time_graph_ms(stream, copies, 7,
+                             [&](int i) { mm.run(view(i), x.get(), m, y.get(), stream.get()); });
+    other = "dequant+cuBLAS";
+  }
+  std::printf("%-46s %10.2f us   -> f16 %.2fx\n", (std::string("  ") + other + " " + base).c_str(),
+              other_ms * 1e3, other_ms / f16_ms);
+}
+
 // The copy kernel moving `bytes` per call over buffers rotated past the L2 cache, as a
 // decode matmul of that many weight bytes is timed: the bandwidth one call of that size
 // reaches (bytes read + written).
@@ -465,6 +509,13 @@ int run(bool quick, bool lab) {
     print_row(bench_decode_attention(stream, 16, 2048, copy_gbs, 0));
     print_row(bench_decode_attention(stream, 64, 512, copy_gbs, 0));
   }
+  std::printf("\n== Q4_K, many rows: f16 tensor cores beside the int8 / cuBLAS paths ==\n");
+  const int64_t many_shapes[][2] = {{1536, 1536}, {8960, 1536},  {1536, 8960},
+                                    {4096, 4096}, {14336, 4096}, {4096, 14336}};
+  for (const auto& shape : many_shapes)
+    for (int m : {8, 16, 32, 64, 128, 256, 512, 2048})
+      if (!quick || m == 16 || m == 128 || m == 512)
+        bench_many_rows(stream, shape[0], shape[1], m, peak);
   std::printf("\n== prefill matmul vs cuBLAS bf16 peak measured above ==\n");
   bench_prefill(stream, DType::Q4_K, 14336, 4096, 512, peak);
   bench_prefill(stream, DType::Q4_K, 4096, 14336, 512, peak);

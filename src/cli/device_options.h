@@ -1,6 +1,6 @@
 // The flags that choose where a command runs (run, bench, perplexity; serve has its own
 // copy beside its other flags): --device, -ngl, --gpu-memory-utilization, --deterministic,
-// --cache-type-k / --cache-type-v.
+// --cache-type-k / --cache-type-v, --lab-knobs.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/cuda/lab_knobs.h"
 #include "engine/executor_factory.h"
 
 namespace hablar::cli {
@@ -39,6 +40,10 @@ struct DeviceFlags {
                    "share of the GPU's memory to use")
         ->capture_default_str();
     app.add_flag("--deterministic", deterministic, "GPU: batch-invariant kernels (slower)");
+    app.add_flag_callback(
+        "--lab-knobs", [] { cuda::enable_lab_knobs(); },
+        "GPU, for measuring kernel variants: read the HABLAR_* tuning knobs of docs/CUDA.md "
+        "from the environment (without it none is read)");
   }
   // Options for an executor of `kv_tokens` positions running steps of up to `step_tokens`.
   engine::ExecutorOptions options(int n_threads, int32_t kv_tokens, int32_t step_tokens) const {

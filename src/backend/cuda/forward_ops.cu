@@ -6,12 +6,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
+#include <utility>
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cpu_rounding.cuh"
 #include "backend/cuda/cpu_rounding_ops.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.cuh"
+#include "backend/cuda/matmul_q4k_f16.h"
 #include "backend/cuda/matmul_q4k_rows.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/ops.h"
@@ -187,6 +190,29 @@ void ForwardOps::reserve_product_workspace(std::span<const WeightView* const> ma
   for (const WeightView* w : matrices)
     for (int m = 1; m <= rows; ++m) bytes = std::max(bytes, matmul_fused_workspace_bytes(*w, m));
   buf_->int8_workspace = DeviceMemory(bytes);
+  reserve_f16_products(matrices);
+}
+
+// The rows and split-K scratch of the f16 tensor-core products, for every shape among the
+// matrices that takes them at some step size up to max_tokens.
+void ForwardOps::reserve_f16_products(std::span<const WeightView* const> matrices) {
+  const int64_t lo = q4k_f16_min_rows();
+  const int64_t hi = std::min<int64_t>(limits_.max_tokens, q4k_f16_max_rows());
+  std::set<std::pair<int64_t, int64_t>> shapes;
+  for (const WeightView* w : matrices)
+    if (q4k_f16_supported(*w)) shapes.insert({w->rows, w->cols});
+  if (lo > hi || shapes.empty()) return;
+  size_t rows_bytes = 0, scratch_bytes = 0;
+  for (const auto& [n, k] : shapes) {
+    rows_bytes = std::max(rows_bytes, f16_rows_bytes((int)hi, k));
+    WeightView shape;
+    shape.type = DType::Q4_K, shape.rows = n, shape.cols = k;
+    shape.row_bytes = dtype_row_bytes(DType::Q4_K, k);
+    for (int64_t m = lo; m <= hi; ++m)
+      scratch_bytes = std::max(scratch_bytes, q4k_f16_scratch_bytes(shape, (int)m));
+  }
+  buf_->f16_rows = DeviceMemory(rows_bytes);
+  buf_->f16_scratch = DeviceMemory(std::max<size_t>(scratch_bytes, 256));
 }
 
 void ForwardOps::bind_cache(void* kv_cache, const KvCacheLayout& layout) {
@@ -302,10 +328,27 @@ void ForwardOps::upload() {
     copy(b.cos + r * T_max * RP, T * RP), copy(b.sin + r * T_max * RP, T * RP);
 }
 
+// Whether a product of m rows runs on f16 tensor cores (Q4_K, many rows, outside
+// deterministic mode); it is chosen before the int8 path.
+bool ForwardOps::takes_f16_path(const WeightView& w, int64_t m) const {
+  return !limits_.deterministic && buf_->f16_rows.get() != nullptr && q4k_f16_preferred(w, m) &&
+         f16_rows_bytes((int)m, w.cols) <= buf_->f16_rows.bytes() &&
+         q4k_f16_scratch_bytes(w, (int)m) <= buf_->f16_scratch.bytes();
+}
+
 // Whether a product of m rows runs on int8 activations (Q4_K outside deterministic mode).
 bool ForwardOps::takes_int8_path(const WeightView& w, int64_t m) const {
   return !limits_.deterministic && buf_->int8_workspace.get() != nullptr &&
-         m <= kFusedMatmulMaxRows && matmul_fused_workspace_bytes(w, (int)m) > 0;
+         m <= kFusedMatmulMaxRows && matmul_fused_workspace_bytes(w, (int)m) > 0 &&
+         !takes_f16_path(w, m);
+}
+
+void ForwardOps::f16_product(const WeightView& w, const float* in, int64_t m, float* out,
+                             bool* converted) {
+  if (!*converted)
+    convert_rows_to_f16(in, (int)m, w.cols, buf_->f16_rows.get(), buf_->f16_rows.bytes(), stream_);
+  *converted = true;
+  matmul_q4k_f16(w, buf_->f16_rows.get(), (int)m, out, buf_->f16_scratch.get(), stream_);
 }
 
 void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float* out,
@@ -321,7 +364,10 @@ void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float*
   }
   void* int8_ws = buf_->int8_workspace.get();
   const size_t int8_bytes = buf_->int8_workspace.bytes();
-  if (takes_int8_path(w, m)) {
+  bool converted = false;
+  if (takes_f16_path(w, m)) {
+    f16_product(w, in, m, out, &converted);
+  } else if (takes_int8_path(w, m)) {
     matmul_fused(w, in, (int)m, out, stream_, int8_ws, int8_bytes);
   } else if (m <= kGemvMaxRows) {
     for (int64_t r = 0; r < m; r += kGemvMaxRows)
@@ -346,7 +392,9 @@ void ForwardOps::embed(const WeightView& table, float* x) {
 // quantizes them for the int8 products (outside deterministic mode, when they fit the
 // workspace).
 bool ForwardOps::writer_quantizes(int64_t m, int64_t width) const {
-  return !limits_.deterministic && buf_->int8_workspace.get() != nullptr &&
+  const bool f16_products =
+      buf_->f16_rows.get() != nullptr && m >= q4k_f16_min_rows() && m <= q4k_f16_max_rows();
+  return !limits_.deterministic && buf_->int8_workspace.get() != nullptr && !f16_products &&
          m <= kFusedMatmulMaxRows && width % 32 == 0 &&
          q8_activation_bytes((int)m, width) <= buf_->int8_workspace.bytes();
 }
@@ -410,8 +458,13 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
   const WeightView* together[3] = {};
   float* together_out[3] = {};
   size_t n_together = 0;
+  bool converted = false;  // to f16 rows, once for all of them
   for (size_t i = 0; i < ws.size(); ++i) {
     const WeightView& w = *ws[i];
+    if (takes_f16_path(w, m)) {
+      f16_product(w, in, m, outs[i], &converted);
+      continue;
+    }
     if (!takes_int8_path(w, m)) {
       product(w, in, m, outs[i]);
       continue;

@@ -117,7 +117,12 @@ class ForwardOps {
   // `roles`: the tokens' roles (device) for deterministic mode; the step's by default.
   void product(const WeightView& w, const float* in, int64_t m, float* out,
                const uint8_t* roles = nullptr);
+  void reserve_f16_products(std::span<const WeightView* const> matrices);
+  bool takes_f16_path(const WeightView& w, int64_t m) const;
   bool takes_int8_path(const WeightView& w, int64_t m) const;
+  // Runs w's product on f16 tensor cores, converting `in` to f16 rows first unless
+  // *converted says this step's products of `in` already did.
+  void f16_product(const WeightView& w, const float* in, int64_t m, float* out, bool* converted);
   bool writer_quantizes(int64_t m, int64_t width) const;
   Q8Activations int8_rows(const float* in, int64_t m, int64_t k, bool* quantized);
   void products_of_one_input(const float* in, int64_t m, std::span<const WeightView* const> ws,

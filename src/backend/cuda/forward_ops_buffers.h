@@ -45,6 +45,8 @@ struct ForwardOps::Buffers {
   DeviceMemory inputs;
   DeviceMemory attention_workspace;
   DeviceMemory int8_workspace;
+  DeviceMemory f16_rows;     // the f16 tensor-core products' rows (convert_rows_to_f16)
+  DeviceMemory f16_scratch;  // their partial sums where K is split
   DeviceMemory cpu_rounding_workspace;  // deterministic mode: the CPU's activation rows
   DeviceMemory gelu_table;              // deterministic mode: the CPU's GELU table
   size_t attention_workspace_bytes = 0;

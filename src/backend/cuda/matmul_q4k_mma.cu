@@ -31,6 +31,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/matmul_q4k_mma.h"
+#include "backend/cuda/split_k.cuh"
 #include "core/quant_blocks.h"
 
 namespace hablar::cuda {
@@ -232,34 +233,17 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
 }
 
-// y[i] = part[0][i] + part[1][i] + ... in slice order (deterministic).
-__global__ void sum_slices_kernel(const float* __restrict__ part, int slices, int64_t count,
-                                  float* __restrict__ y) {
-  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= count) return;
-  float sum = 0.0f;
-  for (int s = 0; s < slices; ++s) sum += part[(size_t)s * count + i];
-  y[i] = sum;
-}
-
 int tokens_per_block(int m) {
   return m <= 8 ? 8 : (m <= 16 ? 16 : 32);
 }
 
 // K slices: the count (1 .. 16, at most one per super-block) whose blocks fill whole waves
-// of two blocks per multiprocessor best: time ~ waves / slices.
+// of two blocks per multiprocessor best.
 int k_slices(const WeightView& w, int m) {
   const int64_t blocks = (w.rows + 16 * kWarps - 1) / (16 * kWarps) *
                          ((m + tokens_per_block(m) - 1) / tokens_per_block(m));
-  const int64_t slots = 2 * device_multiprocessors();
-  const int most = (int)std::min<int64_t>(16, w.cols / 256);
-  int best = 1;
-  for (int s = 2; s <= most; ++s) {
-    const int64_t waves = (blocks * s + slots - 1) / slots;
-    const int64_t best_waves = (blocks * best + slots - 1) / slots;
-    if (waves * best < best_waves * s) best = s;  // waves / s < best_waves / best
-  }
-  return best;
+  return choose_k_slices(blocks, 2 * (int64_t)device_multiprocessors(),
+                         (int)std::min<int64_t>(16, w.cols / 256));
 }
 
 template <int kNT>
@@ -281,6 +265,15 @@ void launch(const WeightView& w, const int8_t* codes, const float2* scales, int 
 }
 
 }  // namespace
+
+__global__ void sum_slices_kernel(const float* __restrict__ part, int slices, int64_t count,
+                                  float* __restrict__ y) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  float sum = 0.0f;
+  for (int s = 0; s < slices; ++s) sum += part[(size_t)s * count + i];
+  y[i] = sum;
+}
 
 bool q4k_mma_supported(const WeightView& w) {
   return w.type == DType::Q4_K && w.cols % 256 == 0 && w.rows > 0 &&
@@ -313,9 +306,7 @@ void matmul_q4k_mma(const WeightView& w, const int8_t* codes, const float2* scal
       launch<4>(w, codes, scales, m, slices, out, stream);
   }
   if (slices > 1) {
-    const int64_t count = (int64_t)m * w.rows;
-    sum_slices_kernel<<<(unsigned)((count + 255) / 256), 256, 0, stream>>>(out, slices, count, y);
-    HABLAR_CUDA_CHECK_LAUNCH();
+    sum_slices(out, slices, (int64_t)m * w.rows, y, stream);
   }
 }
 

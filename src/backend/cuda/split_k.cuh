@@ -1,0 +1,38 @@
+// K split into slices for the batched tensor-core products (matmul_q4k_mma.cu,
+// matmul_q4k_f16.cu): where a matrix gives too few blocks to fill the GPU, each block takes
+// one slice of the super-blocks and writes its partial sums to part[slice][M][N]; the
+// slices are then added in slice order (deterministic).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace hablar::cuda {
+
+// y[i] = part[0][i] + part[1][i] + ... in slice order.
+__global__ void sum_slices_kernel(const float* __restrict__ part, int slices, int64_t count,
+                                  float* __restrict__ y);
+
+inline void sum_slices(const float* part, int slices, int64_t count, float* y,
+                       cudaStream_t stream) {
+  sum_slices_kernel<<<(unsigned)((count + 255) / 256), 256, 0, stream>>>(part, slices, count, y);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+// The slice count (1 .. most) whose blocks fill whole waves of `slots` resident blocks
+// best: time ~ waves / slices.
+inline int choose_k_slices(int64_t blocks, int64_t slots, int most) {
+  int best = 1;
+  for (int s = 2; s <= most; ++s) {
+    const int64_t waves = (blocks * s + slots - 1) / slots;
+    const int64_t best_waves = (blocks * best + slots - 1) / slots;
+    if (waves * best < best_waves * s) best = s;  // waves / s < best_waves / best
+  }
+  return best;
+}
+
+}  // namespace hablar::cuda
