@@ -3,7 +3,7 @@
 // kernels and a cuBLAS bf16 8192^3 GEMM for the compute-bound ones. Inputs are random and,
 // for memory-bound kernels, rotated over enough copies to exceed the L2 cache several times.
 //
-// Usage: cuda_bench [--quick | --lab]
+// Usage: cuda_bench [--quick | --lab | --many-rows]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -458,7 +458,17 @@ void bench_glu_fusion(Stream& stream, int64_t n, int64_t k, double copy_gbs) {
   }
 }
 
-int run(bool quick, bool lab) {
+void run_many_rows(Stream& stream, double peak, bool quick) {
+  std::printf("\n== Q4_K, many rows: f16 tensor cores beside the int8 / cuBLAS paths ==\n");
+  const int64_t shapes[][2] = {{1536, 1536}, {8960, 1536},  {1536, 8960},
+                               {4096, 4096}, {14336, 4096}, {4096, 14336}};
+  for (const auto& shape : shapes)
+    for (int m : {8, 16, 32, 64, 128, 256, 512, 2048})
+      if (!quick || m == 16 || m == 128 || m == 512)
+        bench_many_rows(stream, shape[0], shape[1], m, peak);
+}
+
+int run(bool quick, bool lab, bool many_rows) {
   std::string reason;
   if (device_count(&reason) == 0) {
     std::printf("no CUDA device (%s): nothing to measure\n", reason.c_str());
@@ -477,6 +487,10 @@ int run(bool quick, bool lab) {
       copy_gbs, peak);
   if (lab) {
     run_lab(stream, copy_gbs);
+    return 0;
+  }
+  if (many_rows) {
+    run_many_rows(stream, peak, false);
     return 0;
   }
   std::printf("== decode matmul (fused dequant, M rows of activations) vs copy bandwidth ==\n");
@@ -509,13 +523,7 @@ int run(bool quick, bool lab) {
     print_row(bench_decode_attention(stream, 16, 2048, copy_gbs, 0));
     print_row(bench_decode_attention(stream, 64, 512, copy_gbs, 0));
   }
-  std::printf("\n== Q4_K, many rows: f16 tensor cores beside the int8 / cuBLAS paths ==\n");
-  const int64_t many_shapes[][2] = {{1536, 1536}, {8960, 1536},  {1536, 8960},
-                                    {4096, 4096}, {14336, 4096}, {4096, 14336}};
-  for (const auto& shape : many_shapes)
-    for (int m : {8, 16, 32, 64, 128, 256, 512, 2048})
-      if (!quick || m == 16 || m == 128 || m == 512)
-        bench_many_rows(stream, shape[0], shape[1], m, peak);
+  run_many_rows(stream, peak, quick);
   std::printf("\n== prefill matmul vs cuBLAS bf16 peak measured above ==\n");
   bench_prefill(stream, DType::Q4_K, 14336, 4096, 512, peak);
   bench_prefill(stream, DType::Q4_K, 4096, 14336, 512, peak);
@@ -528,9 +536,11 @@ int run(bool quick, bool lab) {
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const bool lab = argc > 1 && std::strcmp(argv[1], "--lab") == 0;
-  if (lab) hablar::cuda::enable_lab_knobs();  // the variants below set knobs through the env
+  // --many-rows: the many-rows products alone, under the knobs the environment sets.
+  const bool many_rows = argc > 1 && std::strcmp(argv[1], "--many-rows") == 0;
+  if (lab || many_rows) hablar::cuda::enable_lab_knobs();  // variants set knobs through the env
   try {
-    return hablar::cuda::run(quick, lab);
+    return hablar::cuda::run(quick, lab, many_rows);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_bench: %s\n", e.what());
     return 1;

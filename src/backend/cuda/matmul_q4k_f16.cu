@@ -23,6 +23,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/lab_knobs.h"
+#include "backend/cuda/matmul.h"
 #include "backend/cuda/matmul_q4k_f16.h"
 #include "backend/cuda/q4k_f16_fragments.cuh"
 #include "backend/cuda/split_k.cuh"
@@ -41,7 +42,14 @@ static_assert(kBlockBytes == 144, "Q4_K super-block layout");
 // Bytes per staged activation row: 256 f16 values plus 32, so that the 8-byte B loads of a
 // half warp (4 rows x 32 bytes) fall in different banks.
 constexpr int kRowStride = 256 * 2 + 32;
-constexpr int kStages = 3;
+
+// Independent accumulator sets: with few activation tiles per warp the tensor cores' chain
+// of dependent multiply-adds on one accumulator would stall the warp, so the two value
+// halves of a sub-block add into separate sets (summed at the end).
+template <int kC>
+constexpr int accumulator_sets() {
+  return kC <= 2 ? 2 : 1;
+}
 
 template <int kC>
 constexpr int tokens_per_block() {
@@ -105,31 +113,44 @@ __device__ __forceinline__ void fill_stage(Stage<kC>& st, const uint8_t* w, size
   }
 }
 
-// The (scale, -min) of sub-block s for a weight row whose super-block head is `head`, each
-// broadcast to both halves of an f16 pair.
-struct SubBlockScale {
-  __half2 scale, neg_min;
+// The (scale, -min) of each sub-block of the block's weight rows for the staged
+// super-block, each as an f16 pair holding it twice (the form the fused multiply-add takes):
+// made once per super-block by the whole block, 4 per thread, instead of by each of the
+// eight lanes that use one. Rows padded to 9 entries so that the 8-byte loads of a half warp
+// (4 rows) fall in different banks.
+struct ScalePair {
+  uint32_t scale, neg_min;
 };
-__device__ __forceinline__ SubBlockScale sub_block_scale(const uint4& head, int s) {
-  const __half2 d_neg_dmin = as_half2(head.x ^ 0x80000000u);  // (d, -dmin)
+struct SharedScales {
+  ScalePair at[kBlockRows][9];
+};
+
+template <typename Stage>
+__device__ __forceinline__ void compute_scales(const Stage& st, SharedScales& scales) {
   const __half2 k1024 = as_half2(q4k_f16::kMagicPair);
-  const uint32_t pair = q4k_f16::scale_min_pair(head.y, head.z, head.w, s);
-  const __half2 scaled = __hmul2(__hsub2(as_half2(pair), k1024), d_neg_dmin);
-  return {__low2half2(scaled), __high2half2(scaled)};
+  for (int i = threadIdx.x; i < kBlockRows * 8; i += kThreads) {
+    const int r = i / 8, s = i % 8;
+    const uint4 head = *reinterpret_cast<const uint4*>(st.w[r]);
+    const __half2 d_neg_dmin = as_half2(head.x ^ 0x80000000u);  // (d, -dmin)
+    const uint32_t pair = q4k_f16::scale_min_pair(head.y, head.z, head.w, s);
+    const __half2 scaled = __hmul2(__hsub2(as_half2(pair), k1024), d_neg_dmin);
+    scales.at[r][s] = {half2_bits(__low2half2(scaled)), half2_bits(__high2half2(scaled))};
+  }
 }
 
 // The warp's 32 weight rows times its 8*kC activation rows over one staged super-block.
-template <int kC>
-__device__ __forceinline__ void add_super_block(const Stage<kC>& st, int warp_n, int warp_m, int g,
-                                                int q, float (&acc)[2][kC][4]) {
+template <int kC, typename Stage>
+__device__ __forceinline__ void add_super_block(const Stage& st, const SharedScales& scales,
+                                                int warp_n, int warp_m, int g, int q,
+                                                float (&acc)[accumulator_sets<kC>()][2][kC][4]) {
   const uint8_t* rows[2][2];  // [tile][row g, row g + 8]
-  uint4 head[2][2];
+  int row_index[2][2];
 #pragma unroll
   for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      rows[rt][hr] = st.w[32 * warp_n + 16 * rt + 8 * hr + g];
-      head[rt][hr] = *reinterpret_cast<const uint4*>(rows[rt][hr]);
+      row_index[rt][hr] = 32 * warp_n + 16 * rt + 8 * hr + g;
+      rows[rt][hr] = st.w[row_index[rt][hr]];
     }
   const uint8_t* x_rows = st.x[8 * kC * warp_m + g];
 #pragma unroll
@@ -146,11 +167,11 @@ __device__ __forceinline__ void add_super_block(const Stage<kC>& st, int warp_n,
 #pragma unroll
     for (int odd = 0; odd < 2; ++odd) {
       const int s = 2 * j + odd;
-      SubBlockScale scale[2][2];
+      ScalePair scale[2][2];
 #pragma unroll
       for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) scale[rt][hr] = sub_block_scale(head[rt][hr], s);
+        for (int hr = 0; hr < 2; ++hr) scale[rt][hr] = scales.at[row_index[rt][hr]][s];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         uint32_t a[2][4];
@@ -159,15 +180,18 @@ __device__ __forceinline__ void add_super_block(const Stage<kC>& st, int warp_n,
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
             const NibblePairs p = nibble_pairs(words[rt][hr][h], odd);
-            a[rt][hr] = dequantize_pair(p.v02, scale[rt][hr].scale, scale[rt][hr].neg_min);
-            a[rt][2 + hr] = dequantize_pair(p.v13, scale[rt][hr].scale, scale[rt][hr].neg_min);
+            const __half2 step = as_half2(scale[rt][hr].scale);
+            const __half2 neg_min = as_half2(scale[rt][hr].neg_min);
+            a[rt][hr] = dequantize_pair(p.v02, step, neg_min);
+            a[rt][2 + hr] = dequantize_pair(p.v13, step, neg_min);
           }
 #pragma unroll
         for (int ct = 0; ct < kC; ++ct) {
           const uint2 b = *reinterpret_cast<const uint2*>(x_rows + 8 * ct * kRowStride +
                                                           2 * (32 * s + 16 * h + 4 * q));
 #pragma unroll
-          for (int rt = 0; rt < 2; ++rt) mma_f16(acc[rt][ct], a[rt], b.x, b.y);
+          for (int rt = 0; rt < 2; ++rt)
+            mma_f16(acc[h % accumulator_sets<kC>()][rt][ct], a[rt], b.x, b.y);
         }
       }
     }
@@ -175,14 +199,16 @@ __device__ __forceinline__ void add_super_block(const Stage<kC>& st, int warp_n,
 }
 
 // Grid: (ceil(M / (16 * kC)), ceil(N / 128), slices). With one slice the sums go to
-// y [M][N]; with several to part [slice][M][N] (added by sum_slices).
-template <int kC>
-__global__ void __launch_bounds__(kThreads, kC == 4 ? 1 : 2)
+// y [M][N]; with several to part [slice][M][N] (added by sum_slices). Shared memory:
+// kStages stages, then the scales of the super-block being multiplied.
+template <int kC, int kStages>
+__global__ void __launch_bounds__(kThreads, 2)
     q4k_f16_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n, int k,
                    const uint16_t* __restrict__ x, const float* __restrict__ out_scales, int m,
                    float* __restrict__ out) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   Stage<kC>* stages = reinterpret_cast<Stage<kC>*>(smem_raw);
+  SharedScales& scales = *reinterpret_cast<SharedScales*>(stages + kStages);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int warp_n = warp % kWarpsN, warp_m = warp / kWarpsN;
   const int tok0 = blockIdx.x * tokens_per_block<kC>(), row_blk = blockIdx.y * kBlockRows;
@@ -197,12 +223,15 @@ __global__ void __launch_bounds__(kThreads, kC == 4 ? 1 : 2)
   };
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) fill(sb_begin + i);
-  float acc[2][kC][4] = {};
+  float acc[accumulator_sets<kC>()][2][kC][4] = {};
   for (int sb = sb_begin; sb < sb_end; ++sb) {
+    const Stage<kC>& st = stages[(sb - sb_begin) % kStages];
     wait_async_but<kStages - 2>();  // stage of sb complete (later ones may be in flight)
-    __syncthreads();                // visible to all; the stage refilled next is free
+    __syncthreads();                // visible to all; the stage refilled next and the scales free
     fill(sb + kStages - 1);
-    add_super_block<kC>(stages[(sb - sb_begin) % kStages], warp_n, warp_m, g, q, acc);
+    compute_scales(st, scales);
+    __syncthreads();
+    add_super_block<kC>(st, scales, warp_n, warp_m, g, q, acc);
   }
   float* dst = out + (size_t)blockIdx.z * m * n;
 #pragma unroll
@@ -213,7 +242,9 @@ __global__ void __launch_bounds__(kThreads, kC == 4 ? 1 : 2)
       for (int i = 0; i < 4; ++i) {
         const int row = row_blk + 32 * warp_n + 16 * rt + g + (i >= 2 ? 8 : 0);
         const int tok = tok0 + 8 * kC * warp_m + 8 * ct + 2 * q + (i & 1);
-        if (row < n && tok < m) dst[(size_t)tok * n + row] = acc[rt][ct][i] * out_scales[tok];
+        float sum = acc[0][rt][ct][i];
+        if constexpr (accumulator_sets<kC>() > 1) sum += acc[1][rt][ct][i];
+        if (row < n && tok < m) dst[(size_t)tok * n + row] = sum * out_scales[tok];
       }
 }
 
@@ -249,17 +280,18 @@ int tile_tokens(int m) {
   return m <= 16 ? 1 : (m <= 32 ? 2 : 4);
 }
 
-template <int kC>
+template <int kC, int kStages>
 struct Launch {
-  static size_t shared_bytes() { return kStages * sizeof(Stage<kC>); }
+  static constexpr auto kernel = q4k_f16_kernel<kC, kStages>;
+  static size_t shared_bytes() { return kStages * sizeof(Stage<kC>) + sizeof(SharedScales); }
   // Resident blocks per multiprocessor (asked of the device once).
   static int blocks_per_sm() {
     static const int blocks = [] {
-      HABLAR_CUDA_CHECK(cudaFuncSetAttribute(
-          q4k_f16_kernel<kC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared_bytes()));
+      HABLAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)shared_bytes()));
       int n = 0;
-      HABLAR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, q4k_f16_kernel<kC>,
-                                                                      kThreads, shared_bytes()));
+      HABLAR_CUDA_CHECK(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, shared_bytes()));
       return std::max(n, 1);
     }();
     return blocks;
@@ -268,31 +300,38 @@ struct Launch {
     return dim3((unsigned)((m + tokens_per_block<kC>() - 1) / tokens_per_block<kC>()),
                 (unsigned)((w.rows + kBlockRows - 1) / kBlockRows), (unsigned)slices);
   }
-  // K slices (at most 16, at most one per super-block) that fill whole waves best.
   static int slices(const WeightView& w, int m) {
     const dim3 g = grid(w, m, 1);
-    return choose_k_slices((int64_t)g.x * g.y, (int64_t)blocks_per_sm() * device_multiprocessors(),
-                           (int)std::min<int64_t>(16, w.cols / 256));
+    return k_slices_by_cost((int64_t)g.x * g.y, (int64_t)blocks_per_sm() * device_multiprocessors(),
+                            (int)(w.cols / 256), (int64_t)m * w.rows * (int64_t)sizeof(float));
   }
   static void run(const WeightView& w, const F16Rows& x, int m, int slices, float* out,
                   cudaStream_t stream) {
     blocks_per_sm();  // sets the shared-memory attribute
-    q4k_f16_kernel<kC><<<grid(w, m, slices), kThreads, shared_bytes(), stream>>>(
+    kernel<<<grid(w, m, slices), kThreads, shared_bytes(), stream>>>(
         static_cast<const uint8_t*>(w.data), w.row_bytes, (int)w.rows, (int)w.cols, x.values,
         x.out_scales, m, out);
     HABLAR_CUDA_CHECK_LAUNCH();
   }
 };
 
-int k_slices(const WeightView& w, int m) {
+// The kernel for m rows: 16, 32 or 64 activation rows per block; at 64 two stages (two
+// blocks fit a multiprocessor) unless the lab knob HABLAR_Q4K_F16_STAGES says 3.
+template <typename Body>
+auto with_launch(int m, Body&& body) {
   switch (tile_tokens(m)) {
     case 1:
-      return Launch<1>::slices(w, m);
+      return body(Launch<1, 3>{});
     case 2:
-      return Launch<2>::slices(w, m);
+      return body(Launch<2, 3>{});
     default:
-      return Launch<4>::slices(w, m);
+      return lab_knob("HABLAR_Q4K_F16_STAGES", 2) == 3 ? body(Launch<4, 3>{})
+                                                       : body(Launch<4, 2>{});
   }
+}
+
+int k_slices(const WeightView& w, int m) {
+  return with_launch(m, [&](auto launch) { return decltype(launch)::slices(w, m); });
 }
 
 }  // namespace
@@ -324,12 +363,12 @@ bool q4k_f16_supported(const WeightView& w) {
 }
 
 int64_t q4k_f16_min_rows() {
-  const int from = lab_knob("HABLAR_Q4K_F16_FROM", 16);
+  const int from = lab_knob("HABLAR_Q4K_F16_FROM", 32);
   return from > 0 ? from : INT64_MAX;
 }
 
 int64_t q4k_f16_max_rows() {
-  const int upto = lab_knob("HABLAR_Q4K_F16_UPTO", 0);
+  const int upto = lab_knob("HABLAR_Q4K_F16_UPTO", kFusedMatmulMaxRows);
   return upto > 0 ? upto : INT64_MAX;
 }
 
@@ -352,16 +391,7 @@ void matmul_q4k_f16(const WeightView& w, const void* rows, int m, float* y, void
     throw_error(ErrorKind::kInvalidArgument, "matmul_q4k_f16: needs q4k_f16_scratch_bytes()");
   float* out = slices > 1 ? static_cast<float*>(scratch) : y;
   const F16Rows x = f16_rows_layout(const_cast<void*>(rows), m, w.cols);
-  switch (tile_tokens(m)) {
-    case 1:
-      Launch<1>::run(w, x, m, slices, out, stream);
-      break;
-    case 2:
-      Launch<2>::run(w, x, m, slices, out, stream);
-      break;
-    default:
-      Launch<4>::run(w, x, m, slices, out, stream);
-  }
+  with_launch(m, [&](auto launch) { decltype(launch)::run(w, x, m, slices, out, stream); });
   if (slices > 1) sum_slices(out, slices, (int64_t)m * w.rows, y, stream);
 }
 
