@@ -458,6 +458,24 @@ void bench_glu_fusion(Stream& stream, int64_t n, int64_t k, double copy_gbs) {
   }
 }
 
+// Q6_K (the ffn_down / attn_v of half the layers and the vocabulary of Q4_K_M files) at
+// many rows: the bf16 WMMA tiles of matmul_fused, the path such products take in a step.
+void bench_many_rows_q6k(Stream& stream, int64_t n, int64_t k, int m, double peak_tflops) {
+  const auto host = random_weights(DType::Q6_K, n, k);
+  const int copies = (int)std::max<size_t>(2, (kRotateBytes + host.size() - 1) / host.size());
+  std::vector<DeviceBuffer<uint8_t>> w;
+  for (int i = 0; i < copies; ++i) w.emplace_back(host);
+  DeviceBuffer<float> x(random_floats((size_t)m * k)), y((size_t)m * n);
+  const double ms = time_graph_ms(stream, copies, 7, [&](int i) {
+    const WeightView view{DType::Q6_K, n, k, dtype_row_bytes(DType::Q6_K, k), w[i % copies].get()};
+    matmul_fused(view, x.get(), m, y.get(), stream.get());
+  });
+  char name[96];
+  std::snprintf(name, sizeof name, "Q6_K bf16 WMMA M=%d N=%lld K=%lld", m, (long long)n,
+                (long long)k);
+  print_row({name, ms * 1e3, 2.0 * m * n * k / (ms * 1e-3) / 1e12, peak_tflops, "TFLOP/s", 0});
+}
+
 void run_many_rows(Stream& stream, double peak, bool quick) {
   std::printf("\n== Q4_K, many rows: f16 tensor cores beside the int8 / cuBLAS paths ==\n");
   const int64_t shapes[][2] = {{1536, 1536}, {8960, 1536},  {1536, 8960},
@@ -466,6 +484,10 @@ void run_many_rows(Stream& stream, double peak, bool quick) {
     for (int m : {8, 16, 32, 64, 128, 256, 512, 2048})
       if (!quick || m == 16 || m == 128 || m == 512)
         bench_many_rows(stream, shape[0], shape[1], m, peak);
+  const int64_t q6k_shapes[][2] = {{1536, 8960}, {256, 1536}, {151936, 1536}, {4096, 14336}};
+  for (const auto& shape : q6k_shapes)
+    for (int m : {16, 64, 128, 256})
+      if (!quick || m == 128) bench_many_rows_q6k(stream, shape[0], shape[1], m, peak);
 }
 
 int run(bool quick, bool lab, bool many_rows) {
