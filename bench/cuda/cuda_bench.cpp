@@ -19,7 +19,7 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul.h"
-#include "backend/cuda/matmul_q4k_f16.h"
+#include "backend/cuda/matmul_f16.h"
 #include "backend/cuda/matmul_q4k_rows.h"
 #include "backend/cuda/ops.h"
 #include "core/dtype.h"
@@ -317,38 +317,40 @@ void bench_prefill(Stream& stream, DType type, int64_t n, int64_t k, int m, doub
              flops / (fused_ms * 1e-3) / 1e12, peak_tflops, "TFLOP/s", 0});
 }
 
-// Q4_K products of many rows (batched decode, prompt chunks), each path with its own
-// conversion of the f32 rows: f16 tensor cores (convert_rows_to_f16 + matmul_q4k_f16),
-// int8 tensor cores (quantize + matmul_q4k_mma, M <= 256) and W dequantized to bf16 +
-// cuBLAS (PrefillMatmul). Weights rotated past the L2 as in a step.
-void bench_many_rows(Stream& stream, int64_t n, int64_t k, int m, double peak_tflops) {
-  const auto host = random_weights(DType::Q4_K, n, k);
+// Q4_K / Q6_K products of many rows (batched decode, prompt chunks), each path with its own
+// conversion of the f32 rows: f16 tensor cores (convert_rows_to_f16 + matmul_f16), the
+// matmul_fused path at M <= 256 (Q4_K: int8 tensor cores; Q6_K: bf16 WMMA tiles) and W
+// dequantized to bf16 + cuBLAS (PrefillMatmul) beyond. Weights rotated past the L2 as in a
+// step.
+void bench_many_rows(Stream& stream, DType type, int64_t n, int64_t k, int m, double peak_tflops) {
+  const auto host = random_weights(type, n, k);
   const int copies = (int)std::max<size_t>(2, (kRotateBytes + host.size() - 1) / host.size());
   std::vector<DeviceBuffer<uint8_t>> w;
   for (int i = 0; i < copies; ++i) w.emplace_back(host);
   auto view = [&](int i) {
-    return WeightView{DType::Q4_K, n, k, dtype_row_bytes(DType::Q4_K, k), w[i % copies].get()};
+    return WeightView{type, n, k, dtype_row_bytes(type, k), w[i % copies].get()};
   };
   DeviceBuffer<float> x(random_floats((size_t)m * k)), y((size_t)m * n);
   DeviceMemory rows(f16_rows_bytes(m, k)),
-      scratch(std::max<size_t>(q4k_f16_scratch_bytes(view(0), m), 256));
+      scratch(std::max<size_t>(f16_product_scratch_bytes(view(0), m), 256));
   const double flops = 2.0 * m * n * k;
   char base[96];
-  std::snprintf(base, sizeof base, "M=%d N=%lld K=%lld", m, (long long)n, (long long)k);
+  std::snprintf(base, sizeof base, "%s M=%d N=%lld K=%lld", std::string(dtype_name(type)).c_str(),
+                m, (long long)n, (long long)k);
   const double f16_ms = time_graph_ms(stream, copies, 7, [&](int i) {
     convert_rows_to_f16(x.get(), m, k, rows.get(), rows.bytes(), stream.get());
-    matmul_q4k_f16(view(i), rows.get(), m, y.get(), scratch.get(), stream.get());
+    matmul_f16(view(i), rows.get(), m, y.get(), scratch.get(), stream.get());
   });
-  print_row({std::string("Q4_K f16 tensor cores ") + base, f16_ms * 1e3,
+  print_row({std::string("f16 tensor cores ") + base, f16_ms * 1e3,
              flops / (f16_ms * 1e-3) / 1e12, peak_tflops, "TFLOP/s", 0});
   double other_ms = 0;
   const char* other = nullptr;
   if (m <= kFusedMatmulMaxRows) {
-    DeviceMemory ws(matmul_fused_workspace_bytes(view(0), m));
+    DeviceMemory ws(std::max<size_t>(matmul_fused_workspace_bytes(view(0), m), 256));
     other_ms = time_graph_ms(stream, copies, 7, [&](int i) {
       matmul_fused(view(i), x.get(), m, y.get(), stream.get(), ws.get(), ws.bytes());
     });
-    other = "int8";
+    other = type == DType::Q4_K ? "int8" : "bf16 WMMA";
   } else {
     PrefillMatmul mm;
     mm.run(view(0), x.get(), m, y.get(), stream.get());  // sizes the scratch outside capture
@@ -458,36 +460,19 @@ void bench_glu_fusion(Stream& stream, int64_t n, int64_t k, double copy_gbs) {
   }
 }
 
-// Q6_K (the ffn_down / attn_v of half the layers and the vocabulary of Q4_K_M files) at
-// many rows: the bf16 WMMA tiles of matmul_fused, the path such products take in a step.
-void bench_many_rows_q6k(Stream& stream, int64_t n, int64_t k, int m, double peak_tflops) {
-  const auto host = random_weights(DType::Q6_K, n, k);
-  const int copies = (int)std::max<size_t>(2, (kRotateBytes + host.size() - 1) / host.size());
-  std::vector<DeviceBuffer<uint8_t>> w;
-  for (int i = 0; i < copies; ++i) w.emplace_back(host);
-  DeviceBuffer<float> x(random_floats((size_t)m * k)), y((size_t)m * n);
-  const double ms = time_graph_ms(stream, copies, 7, [&](int i) {
-    const WeightView view{DType::Q6_K, n, k, dtype_row_bytes(DType::Q6_K, k), w[i % copies].get()};
-    matmul_fused(view, x.get(), m, y.get(), stream.get());
-  });
-  char name[96];
-  std::snprintf(name, sizeof name, "Q6_K bf16 WMMA M=%d N=%lld K=%lld", m, (long long)n,
-                (long long)k);
-  print_row({name, ms * 1e3, 2.0 * m * n * k / (ms * 1e-3) / 1e12, peak_tflops, "TFLOP/s", 0});
-}
-
 void run_many_rows(Stream& stream, double peak, bool quick) {
-  std::printf("\n== Q4_K, many rows: f16 tensor cores beside the int8 / cuBLAS paths ==\n");
+  std::printf("\n== many rows: f16 tensor cores beside the int8 / WMMA / cuBLAS paths ==\n");
   const int64_t shapes[][2] = {{1536, 1536}, {8960, 1536},  {1536, 8960},
                                {4096, 4096}, {14336, 4096}, {4096, 14336}};
   for (const auto& shape : shapes)
     for (int m : {8, 16, 32, 64, 128, 256, 512, 2048})
       if (!quick || m == 16 || m == 128 || m == 512)
-        bench_many_rows(stream, shape[0], shape[1], m, peak);
+        bench_many_rows(stream, DType::Q4_K, shape[0], shape[1], m, peak);
+  // Q6_K: the ffn_down / attn_v of half the layers and the vocabulary of Q4_K_M files.
   const int64_t q6k_shapes[][2] = {{1536, 8960}, {256, 1536}, {151936, 1536}, {4096, 14336}};
   for (const auto& shape : q6k_shapes)
-    for (int m : {16, 64, 128, 256})
-      if (!quick || m == 128) bench_many_rows_q6k(stream, shape[0], shape[1], m, peak);
+    for (int m : {16, 32, 64, 128, 256})
+      if (!quick || m == 128) bench_many_rows(stream, DType::Q6_K, shape[0], shape[1], m, peak);
 }
 
 int run(bool quick, bool lab, bool many_rows) {

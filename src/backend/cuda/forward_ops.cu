@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "backend/cuda/attention.h"
@@ -14,7 +15,7 @@
 #include "backend/cuda/cpu_rounding_ops.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.cuh"
-#include "backend/cuda/matmul_q4k_f16.h"
+#include "backend/cuda/matmul_f16.h"
 #include "backend/cuda/matmul_q4k_rows.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/ops.h"
@@ -196,20 +197,20 @@ void ForwardOps::reserve_product_workspace(std::span<const WeightView* const> ma
 // The rows and split-K scratch of the f16 tensor-core products, for every shape among the
 // matrices that takes them at some step size up to max_tokens.
 void ForwardOps::reserve_f16_products(std::span<const WeightView* const> matrices) {
-  const int64_t lo = q4k_f16_min_rows();
-  const int64_t hi = std::min<int64_t>(limits_.max_tokens, q4k_f16_max_rows());
-  std::set<std::pair<int64_t, int64_t>> shapes;
+  const int64_t lo = f16_product_min_rows();
+  const int64_t hi = std::min<int64_t>(limits_.max_tokens, f16_product_max_rows());
+  std::set<std::tuple<DType, int64_t, int64_t>> shapes;
   for (const WeightView* w : matrices)
-    if (q4k_f16_supported(*w)) shapes.insert({w->rows, w->cols});
+    if (f16_product_supported(*w)) shapes.insert({w->type, w->rows, w->cols});
   if (lo > hi || shapes.empty()) return;
   size_t rows_bytes = 0, scratch_bytes = 0;
-  for (const auto& [n, k] : shapes) {
+  for (const auto& [type, n, k] : shapes) {
     rows_bytes = std::max(rows_bytes, f16_rows_bytes((int)hi, k));
     WeightView shape;
-    shape.type = DType::Q4_K, shape.rows = n, shape.cols = k;
-    shape.row_bytes = dtype_row_bytes(DType::Q4_K, k);
+    shape.type = type, shape.rows = n, shape.cols = k;
+    shape.row_bytes = dtype_row_bytes(type, k);
     for (int64_t m = lo; m <= hi; ++m)
-      scratch_bytes = std::max(scratch_bytes, q4k_f16_scratch_bytes(shape, (int)m));
+      scratch_bytes = std::max(scratch_bytes, f16_product_scratch_bytes(shape, (int)m));
   }
   buf_->f16_rows = DeviceMemory(rows_bytes);
   buf_->f16_scratch = DeviceMemory(std::max<size_t>(scratch_bytes, 256));
@@ -328,12 +329,12 @@ void ForwardOps::upload() {
     copy(b.cos + r * T_max * RP, T * RP), copy(b.sin + r * T_max * RP, T * RP);
 }
 
-// Whether a product of m rows runs on f16 tensor cores (Q4_K, many rows, outside
+// Whether a product of m rows runs on f16 tensor cores (Q4_K or Q6_K, many rows, outside
 // deterministic mode); it is chosen before the int8 path.
 bool ForwardOps::takes_f16_path(const WeightView& w, int64_t m) const {
-  return !limits_.deterministic && buf_->f16_rows.get() != nullptr && q4k_f16_preferred(w, m) &&
+  return !limits_.deterministic && buf_->f16_rows.get() != nullptr && f16_product_preferred(w, m) &&
          f16_rows_bytes((int)m, w.cols) <= buf_->f16_rows.bytes() &&
-         q4k_f16_scratch_bytes(w, (int)m) <= buf_->f16_scratch.bytes();
+         f16_product_scratch_bytes(w, (int)m) <= buf_->f16_scratch.bytes();
 }
 
 // Whether a product of m rows runs on int8 activations (Q4_K outside deterministic mode).
@@ -348,7 +349,7 @@ void ForwardOps::f16_product(const WeightView& w, const float* in, int64_t m, fl
   if (!*converted)
     convert_rows_to_f16(in, (int)m, w.cols, buf_->f16_rows.get(), buf_->f16_rows.bytes(), stream_);
   *converted = true;
-  matmul_q4k_f16(w, buf_->f16_rows.get(), (int)m, out, buf_->f16_scratch.get(), stream_);
+  matmul_f16(w, buf_->f16_rows.get(), (int)m, out, buf_->f16_scratch.get(), stream_);
 }
 
 void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float* out,
@@ -393,7 +394,7 @@ void ForwardOps::embed(const WeightView& table, float* x) {
 // workspace).
 bool ForwardOps::writer_quantizes(int64_t m, int64_t width) const {
   const bool f16_products =
-      buf_->f16_rows.get() != nullptr && m >= q4k_f16_min_rows() && m <= q4k_f16_max_rows();
+      buf_->f16_rows.get() != nullptr && m >= f16_product_min_rows() && m <= f16_product_max_rows();
   return !limits_.deterministic && buf_->int8_workspace.get() != nullptr && !f16_products &&
          m <= kFusedMatmulMaxRows && width % 32 == 0 &&
          q8_activation_bytes((int)m, width) <= buf_->int8_workspace.bytes();

@@ -1,6 +1,6 @@
 // Where the values of a Q4_K sub-block and of an activation row go in the f16 tensor-core
-// fragments of matmul_q4k_f16.cu (mma.sync m16n8k16, f16 x f16 -> f32). Every function is
-// __host__ __device__ so that q4k_f16_fragments_host_test.cu rebuilds a whole warp's
+// fragments of matmul_f16.cu (mma.sync m16n8k16, f16 x f16 -> f32). Every function is
+// __host__ __device__ so that f16_fragments_host_test.cu rebuilds a whole warp's
 // fragments on the host and multiplies them as the PTX fragment layout says.
 //
 // A product only needs the same k order on both sides, so the kernel does not take a

@@ -1,5 +1,5 @@
 // K split into slices for the batched tensor-core products (matmul_q4k_mma.cu,
-// matmul_q4k_f16.cu): where a matrix gives too few blocks to fill the GPU, each block takes
+// matmul_f16.cu): where a matrix gives too few blocks to fill the GPU, each block takes
 // one slice of the super-blocks and writes its partial sums to part[slice][M][N]; the
 // slices are then added in slice order (deterministic).
 #pragma once

@@ -1,11 +1,11 @@
-// The Q4_K product on f16 tensor cores (matmul_q4k_f16.cu) against a double-precision
+// The Q4_K and Q6_K products on f16 tensor cores (matmul_f16.cu) against a double-precision
 // product over the reference dequantizer. The kernel rounds each weight and each scaled
 // activation to f16 (relative 2^-11 each), so the normalized error ||y - ref|| / ||ref|| is
 // a few 1e-4; it is held under 2e-3, five times below the int8 path's bound.
 #include <cmath>
 #include <vector>
 
-#include "backend/cuda/matmul_q4k_f16.h"
+#include "backend/cuda/matmul_f16.h"
 #include "cuda_test_util.h"
 #include "matmul_test_util.h"
 #include "quant_test_data.h"
@@ -19,39 +19,50 @@ std::vector<float> f16_product(const DeviceWeights& w, const std::vector<float>&
   const int64_t k = w.view.cols;
   DeviceBuffer<float> dx(x), dy(std::vector<float>((size_t)m * w.view.rows, NAN));
   DeviceBuffer<uint8_t> rows(cuda::f16_rows_bytes(m, k));
-  const size_t scratch_bytes = cuda::q4k_f16_scratch_bytes(w.view, m);
+  const size_t scratch_bytes = cuda::f16_product_scratch_bytes(w.view, m);
   DeviceBuffer<uint8_t> scratch(std::max<size_t>(scratch_bytes, 1));
   cuda::Stream stream;
   cuda::convert_rows_to_f16(dx.get(), m, k, rows.get(), rows.bytes(), stream.get());
-  cuda::matmul_q4k_f16(w.view, rows.get(), m, dy.get(), scratch_bytes ? scratch.get() : nullptr,
-                       stream.get());
+  cuda::matmul_f16(w.view, rows.get(), m, dy.get(), scratch_bytes ? scratch.get() : nullptr,
+                   stream.get());
   stream.synchronize();
   return dy.download();
 }
 
 // Weight rows not a multiple of the block's 128 or the tiles' 16, activation rows not a
 // multiple of 16 / 32 / 64, K of one and of many super-blocks (split into slices or not),
-// M from 1 to past the batched-decode range (prompt chunks).
-TEST(Q4kF16Product, MatchesReferenceForManyShapes) {
-  HABLAR_REQUIRE_CUDA_DEVICE();
-  const int64_t shapes[][2] = {{67, 256}, {301, 2048}, {40, 8960}, {1536, 1536}};
+// M from 1 to past the batched-decode range (prompt chunks). Q6_K rows of an odd number of
+// super-blocks start at every 2-byte offset mod 16, and the last row's last block ends where
+// the matrix does (its staging stops there).
+void expect_matches_reference(DType type) {
+  const int64_t shapes[][2] = {{67, 256}, {301, 2048}, {40, 8960}, {1536, 1536}, {129, 768}};
   for (const auto& shape : shapes) {
     const int64_t n = shape[0], k = shape[1];
-    const auto host_w = random_weight_bytes(DType::Q4_K, n, k, 4242u + (uint32_t)k);
-    const auto ref_w = dequantize_matrix(DType::Q4_K, host_w, n, k);
-    DeviceWeights w(DType::Q4_K, n, k, host_w);
+    const auto host_w = random_weight_bytes(type, n, k, 4242u + (uint32_t)k);
+    const auto ref_w = dequantize_matrix(type, host_w, n, k);
+    DeviceWeights w(type, n, k, host_w);
     for (int m : {1, 7, 16, 17, 33, 64, 100, 256, 517}) {
       const auto x = random_floats((size_t)m * k, 31u + (uint32_t)m);
       const double err =
           normalized_error(f16_product(w, x, m), reference_product(ref_w, x, m, n, k));
-      EXPECT_LT(err, 2e-3) << "M=" << m << " N=" << n << " K=" << k;
+      EXPECT_LT(err, 2e-3) << dtype_name(type) << " M=" << m << " N=" << n << " K=" << k;
     }
   }
 }
 
+TEST(F16Product, Q4kMatchesReferenceForManyShapes) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  expect_matches_reference(DType::Q4_K);
+}
+
+TEST(F16Product, Q6kMatchesReferenceForManyShapes) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  expect_matches_reference(DType::Q6_K);
+}
+
 // Activations far outside f16's range (1e6) and far below its normal range (1e-9), and a
 // row of zeros: the per-row power-of-two scale keeps every row exact to f16's precision.
-TEST(Q4kF16Product, RowsOfAnyMagnitudeKeepTheirPrecision) {
+TEST(F16Product, RowsOfAnyMagnitudeKeepTheirPrecision) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   const int64_t n = 130, k = 512;
   const int m = 4;
@@ -75,16 +86,19 @@ TEST(Q4kF16Product, RowsOfAnyMagnitudeKeepTheirPrecision) {
   }
 }
 
-TEST(Q4kF16Product, RejectsWhatItCannotMultiply) {
+TEST(F16Product, RejectsWhatItCannotMultiply) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   const auto host_w = random_weight_bytes(DType::Q4_K, 8, 256, 1u);
   DeviceWeights w(DType::Q4_K, 8, 256, host_w);
   DeviceBuffer<uint8_t> rows(cuda::f16_rows_bytes(1, 256));
   DeviceBuffer<float> y(std::vector<float>(8));
-  EXPECT_THROW(cuda::matmul_q4k_f16(w.view, rows.get(), 0, y.get(), nullptr, nullptr), Error);
+  EXPECT_THROW(cuda::matmul_f16(w.view, rows.get(), 0, y.get(), nullptr, nullptr), Error);
   WeightView q8 = w.view;
   q8.type = DType::Q8_0;
-  EXPECT_FALSE(cuda::q4k_f16_supported(q8));
+  EXPECT_FALSE(cuda::f16_product_supported(q8));
+  WeightView odd_q6k = w.view;  // Q6_K rows must be 2-byte aligned
+  odd_q6k.type = DType::Q6_K, odd_q6k.row_bytes = 211;
+  EXPECT_FALSE(cuda::f16_product_supported(odd_q6k));
   DeviceBuffer<float> x(std::vector<float>(256));
   EXPECT_THROW(cuda::convert_rows_to_f16(x.get(), 1, 256, rows.get(), 16, nullptr), Error);
 }
