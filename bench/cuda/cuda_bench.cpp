@@ -332,17 +332,24 @@ void bench_many_rows(Stream& stream, DType type, int64_t n, int64_t k, int m, do
   };
   DeviceBuffer<float> x(random_floats((size_t)m * k)), y((size_t)m * n);
   DeviceMemory rows(f16_rows_bytes(m, k)),
-      scratch(std::max<size_t>(f16_product_scratch_bytes(view(0), m), 256));
+      scratch(std::max({f16_product_scratch_bytes(view(0), m, 1),
+                        f16_product_scratch_bytes(view(0), m, 2), size_t{256}}));
   const double flops = 2.0 * m * n * k;
   char base[96];
   std::snprintf(base, sizeof base, "%s M=%d N=%lld K=%lld", std::string(dtype_name(type)).c_str(),
                 m, (long long)n, (long long)k);
-  const double f16_ms = time_graph_ms(stream, copies, 7, [&](int i) {
-    convert_rows_to_f16(x.get(), m, k, rows.get(), rows.bytes(), stream.get());
-    matmul_f16(view(i), rows.get(), m, y.get(), scratch.get(), stream.get());
-  });
-  print_row({std::string("f16 tensor cores ") + base, f16_ms * 1e3,
-             flops / (f16_ms * 1e-3) / 1e12, peak_tflops, "TFLOP/s", 0});
+  // The two ways the warps of a column share a block (matmul_f16.h): different activation
+  // rows, or halves of each super-block.
+  double f16_ms = 0;
+  for (int parts : {1, 2}) {
+    const double ms = time_graph_ms(stream, copies, 7, [&](int i) {
+      convert_rows_to_f16(x.get(), m, k, rows.get(), rows.bytes(), stream.get());
+      matmul_f16(view(i), rows.get(), m, y.get(), scratch.get(), stream.get(), parts);
+    });
+    print_row({std::string(parts == 1 ? "f16 tensor cores " : "f16, halves split ") + base,
+               ms * 1e3, flops / (ms * 1e-3) / 1e12, peak_tflops, "TFLOP/s", 0});
+    if (parts == 1) f16_ms = ms;
+  }
   double other_ms = 0;
   const char* other = nullptr;
   if (m <= kFusedMatmulMaxRows) {

@@ -4,9 +4,12 @@
 // f16 activation rows. The kernel, its pipeline and its epilogue are written once, in
 // matmul_f16.cu.
 //
-// A block is 8 warps: 4 along the weight rows (32 rows each: two 16-row tiles, rt) and 2
-// along the activation rows (8 * kC each: kC tiles of 8, ct). Lane (g = lane / 4, q = lane %
-// 4) holds rows g and g + 8 of each tile (hr) and activation row g of each tile.
+// A block is 8 warps: 4 along the weight rows (32 rows each: two 16-row tiles, rt) times 2
+// (warp_m), which either take different activation rows (8 * kC each: kC tiles of 8, ct) or
+// the same activation rows and different halves of each super-block (kParts = 2: each weight
+// is dequantized once per block instead of twice; the halves' sums meet in shared memory at
+// the end). Lane (g = lane / 4, q = lane % 4) holds rows g and g + 8 of each weight tile (hr)
+// and activation row g of each activation tile.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -38,17 +41,17 @@ constexpr int accumulator_sets() {
 template <int kC>
 using Accumulators = float[accumulator_sets<kC>()][2][kC][4];
 
-template <int kC>
+template <int kC, int kParts>
 constexpr int tokens_per_block() {
-  return kWarpsM * 8 * kC;
+  return kWarpsM / kParts * 8 * kC;
 }
 
 // One pipeline stage: the staged bytes of a super-block of each weight row, and the f16
-// values of that super-block for each activation row.
-template <typename Format, int kC>
+// values of that super-block for each of kTokens activation rows.
+template <typename Format, int kTokens>
 struct Stage {
   uint8_t w[kBlockRows][Format::kSlotBytes];
-  uint8_t x[tokens_per_block<kC>()][kRowStride];
+  uint8_t x[kTokens][kRowStride];
 };
 
 // Which super-block of which rows a stage holds: rows row_blk .. row_blk + 127 (those past n
@@ -128,8 +131,8 @@ struct Q4kFormat {
     ScalePair at[kBlockRows][9];
   };
 
-  template <int kC>
-  __device__ static void fill_weights(Stage<Q4kFormat, kC>& st, const Tile& tile) {
+  template <typename StageT>
+  __device__ static void fill_weights(StageT& st, const Tile& tile) {
     constexpr int kPieces = kBlockBytes / 16;  // 9
     for (int i = threadIdx.x; i < kBlockRows * kPieces; i += kThreads) {
       const int r = i / kPieces, piece = i % kPieces;
@@ -137,9 +140,8 @@ struct Q4kFormat {
     }
   }
 
-  template <int kC>
-  __device__ static void compute_scales(const Stage<Q4kFormat, kC>& st, const Tile&,
-                                        SharedScales& scales) {
+  template <typename StageT>
+  __device__ static void compute_scales(const StageT& st, const Tile&, SharedScales& scales) {
     const __half2 k1024 = as_half2(q4k_f16::kMagicPair);
     for (int i = threadIdx.x; i < kBlockRows * 8; i += kThreads) {
       const int r = i / 8, s = i % 8;
@@ -151,16 +153,17 @@ struct Q4kFormat {
     }
   }
 
-  // The warp's 32 weight rows times its 8 * kC activation rows over one staged super-block:
-  // per sub-block pair a lane loads two nibble words per row and reuses each A fragment for
-  // all its kC activation tiles.
-  template <int kC>
-  __device__ static void add_super_block(const Stage<Q4kFormat, kC>& st, const Tile&,
-                                         const SharedScales& scales, const LaneRows& rows,
-                                         const uint8_t* x_rows, int q, Accumulators<kC>& acc) {
+  // The warp's 32 weight rows times its 8 * kC activation rows over part `part` of kParts of
+  // one staged super-block: per sub-block pair a lane loads two nibble words per row and
+  // reuses each A fragment for all its kC activation tiles.
+  template <int kC, int kParts, typename StageT>
+  __device__ static void add_super_block(const StageT& st, const Tile&, const SharedScales& scales,
+                                         const LaneRows& rows, const uint8_t* x_rows, int q,
+                                         int part, Accumulators<kC>& acc) {
     const __half2 k1024 = as_half2(q4k_f16::kMagicPair);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // sub-block pair: 32 bytes of nibbles
+    for (int jj = 0; jj < 4 / kParts; ++jj) {  // sub-block pair: 32 bytes of nibbles
+      const int j = part * (4 / kParts) + jj;
       uint32_t words[2][2][2];     // [tile][row][value half h]
 #pragma unroll
       for (int rt = 0; rt < 2; ++rt)
@@ -222,8 +225,8 @@ struct Q6kFormat {
 
   // The pieces of a row's block; the one piece that would reach past the end of W (the last
   // row's last block) is copied by 2-byte loads up to the end instead.
-  template <int kC>
-  __device__ static void fill_weights(Stage<Q6kFormat, kC>& st, const Tile& tile) {
+  template <typename StageT>
+  __device__ static void fill_weights(StageT& st, const Tile& tile) {
     const uint8_t* w_end = tile.w + (size_t)tile.n * tile.row_bytes;
     for (int i = threadIdx.x; i < kBlockRows * kPieces; i += kThreads) {
       const int r = i / kPieces, piece = i % kPieces;
@@ -240,9 +243,8 @@ struct Q6kFormat {
     }
   }
 
-  template <int kC>
-  __device__ static void compute_scales(const Stage<Q6kFormat, kC>& st, const Tile& tile,
-                                        SharedScales& scales) {
+  template <typename StageT>
+  __device__ static void compute_scales(const StageT& st, const Tile& tile, SharedScales& scales) {
     for (int i = threadIdx.x; i < kBlockRows * 16; i += kThreads) {
       const int r = i / 16, s = i % 16;
       const uint8_t* block = staged_block(st.w[r], tile, r);
@@ -259,12 +261,14 @@ struct Q6kFormat {
     return word[0];
   }
 
-  // Per half-block n a lane loads, per row, four ql words and two qh words; each group of 32
-  // values is two instructions (h), each one sub-block with its own scale.
-  template <int kC>
-  __device__ static void add_super_block(const Stage<Q6kFormat, kC>& st, const Tile& tile,
+  // Per half-block n a lane loads, per row, two qh words, then per ql pair (groups c and
+  // c + 2 share their words) two ql words; each group of 32 values is two instructions (h),
+  // each one sub-block with its own scale.
+  template <int kC, int kParts, typename StageT>
+  __device__ static void add_super_block(const StageT& st, const Tile& tile,
                                          const SharedScales& scales, const LaneRows& rows,
-                                         const uint8_t* x_rows, int q, Accumulators<kC>& acc) {
+                                         const uint8_t* x_rows, int q, int part,
+                                         Accumulators<kC>& acc) {
     const __half2 offset = as_half2(q6k_f16::kOffsetPair);
     const uint8_t* blocks[2][2];
 #pragma unroll
@@ -273,38 +277,46 @@ struct Q6kFormat {
       for (int hr = 0; hr < 2; ++hr)
         blocks[rt][hr] = staged_block(st.w[rows.index[rt][hr]], tile, rows.index[rt][hr]);
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      uint32_t ql[2][2][2][2], qh[2][2][2];  // [tile][row][c & 1][h], [tile][row][h]
+    for (int nn = 0; nn < 2 / kParts; ++nn) {
+      const int n = part * (2 / kParts) + nn;
+      uint32_t qh[2][2][2];  // [tile][row][h]
 #pragma unroll
       for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
+          for (int h = 0; h < 2; ++h)
             qh[rt][hr][h] = word_at(blocks[rt][hr] + q6k_f16::qh_offset(n, h, q));
 #pragma unroll
-            for (int c = 0; c < 2; ++c)
-              ql[rt][hr][c][h] = word_at(blocks[rt][hr] + q6k_f16::ql_offset(n, c, h, q));
+      for (int c1 = 0; c1 < 2; ++c1) {
+        uint32_t ql[2][2][2];  // [tile][row][h]
+#pragma unroll
+        for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              ql[rt][hr][h] = word_at(blocks[rt][hr] + q6k_f16::ql_offset(n, c1, h, q));
+#pragma unroll
+        for (int c = c1; c < 4; c += 2)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int s = q6k_f16::sub_block(n, c, h);
+            uint32_t a[2][4];
+#pragma unroll
+            for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+              for (int hr = 0; hr < 2; ++hr) {
+                const q4k_f16::NibblePairs p =
+                    q6k_f16::six_bit_pairs(ql[rt][hr][h], qh[rt][hr][h], c);
+                const __half2 scale = as_half2(scales.at[rows.index[rt][hr]][s]);
+                a[rt][hr] = half2_bits(__hmul2(__hsub2(as_half2(p.v02), offset), scale));
+                a[rt][2 + hr] = half2_bits(__hmul2(__hsub2(as_half2(p.v13), offset), scale));
+              }
+            multiply_tiles<kC>(a, x_rows, 128 * n + 32 * c + 16 * h + 4 * q,
+                               h % accumulator_sets<kC>(), acc);
           }
-#pragma unroll
-      for (int c = 0; c < 4; ++c)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int s = q6k_f16::sub_block(n, c, h);
-          uint32_t a[2][4];
-#pragma unroll
-          for (int rt = 0; rt < 2; ++rt)
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-              const q4k_f16::NibblePairs p =
-                  q6k_f16::six_bit_pairs(ql[rt][hr][c & 1][h], qh[rt][hr][h], c);
-              const __half2 scale = as_half2(scales.at[rows.index[rt][hr]][s]);
-              a[rt][hr] = half2_bits(__hmul2(__hsub2(as_half2(p.v02), offset), scale));
-              a[rt][2 + hr] = half2_bits(__hmul2(__hsub2(as_half2(p.v13), offset), scale));
-            }
-          multiply_tiles<kC>(a, x_rows, 128 * n + 32 * c + 16 * h + 4 * q,
-                             h % accumulator_sets<kC>(), acc);
-        }
+      }
     }
   }
 };

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
@@ -32,12 +33,12 @@ using namespace f16_product;
 
 // All threads copy super-block tile.sb of the block's weight rows and of its activation rows
 // (rows past M repeat the last) into the stage.
-template <typename Format, int kC>
-__device__ __forceinline__ void fill_stage(Stage<Format, kC>& st, const Tile& tile,
+template <typename Format, int kTokens>
+__device__ __forceinline__ void fill_stage(Stage<Format, kTokens>& st, const Tile& tile,
                                            const uint16_t* x, int k, int m, int tok0) {
-  Format::template fill_weights<kC>(st, tile);
+  Format::fill_weights(st, tile);
   constexpr int kRowPieces = 256 * 2 / 16;  // 32
-  for (int i = threadIdx.x; i < tokens_per_block<kC>() * kRowPieces; i += kThreads) {
+  for (int i = threadIdx.x; i < kTokens * kRowPieces; i += kThreads) {
     const int t = i / kRowPieces, piece = i % kRowPieces;
     const uint16_t* src =
         x + (size_t)min(tok0 + t, m - 1) * k + (size_t)tile.sb * 256 + 8 * piece;
@@ -45,46 +46,29 @@ __device__ __forceinline__ void fill_stage(Stage<Format, kC>& st, const Tile& ti
   }
 }
 
-// Grid: (ceil(M / (16 * kC)), ceil(N / 128), slices). With one slice the sums go to
-// y [M][N]; with several to part [slice][M][N] (added by sum_slices). Shared memory:
-// kStages stages, then the scales of the super-block being multiplied.
-template <typename Format, int kC, int kStages>
-__global__ void __launch_bounds__(kThreads, 2)
-    f16_product_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n, int k,
-                       const uint16_t* __restrict__ x, const float* __restrict__ out_scales,
-                       int m, float* __restrict__ out) {
-  using StageT = Stage<Format, kC>;
-  extern __shared__ __align__(16) uint8_t smem_raw[];
-  StageT* stages = reinterpret_cast<StageT*>(smem_raw);
-  auto& scales = *reinterpret_cast<typename Format::SharedScales*>(stages + kStages);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
-  const int warp_n = warp % kWarpsN, warp_m = warp / kWarpsN;
-  const int tok0 = blockIdx.x * tokens_per_block<kC>(), row_blk = blockIdx.y * kBlockRows;
-  const int super_blocks = k / 256;
-  const int sb_begin = (int)((int64_t)blockIdx.z * super_blocks / gridDim.z);
-  const int sb_end = (int)((int64_t)(blockIdx.z + 1) * super_blocks / gridDim.z);
-  auto tile_of = [&](int sb) { return Tile{w, row_bytes, n, row_blk, sb, Format::kBlockBytes}; };
-  auto fill = [&](int sb) {  // one commit group per stage, empty past the end
-    if (sb < sb_end)
-      fill_stage<Format, kC>(stages[(sb - sb_begin) % kStages], tile_of(sb), x, k, m, tok0);
-    commit_async();
-  };
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) fill(sb_begin + i);
-  const LaneRows rows(warp_n, g);
-  float acc[accumulator_sets<kC>()][2][kC][4] = {};
-  for (int sb = sb_begin; sb < sb_end; ++sb) {
-    const StageT& st = stages[(sb - sb_begin) % kStages];
-    const Tile tile = tile_of(sb);
-    wait_async_but<kStages - 2>();  // stage of sb complete (later ones may be in flight)
-    __syncthreads();                // visible to all; the stage refilled next and the scales free
-    fill(sb + kStages - 1);
-    Format::template compute_scales<kC>(st, tile, scales);
+// The block's sums into y (or its slice's part): with kParts = 2 the warps of part 1 first
+// hand theirs to the warps of part 0 through shared memory (`spare`, free once the stages
+// are done: kC * 1024 floats).
+template <int kC, int kParts>
+__device__ __forceinline__ void store_sums(Accumulators<kC>& acc, float* spare, int warp_n,
+                                           int warp_m, int lane, int row_blk, int tok0, int n,
+                                           int m, const float* out_scales, float* dst) {
+  constexpr int kSets = accumulator_sets<kC>();
+  const int g = lane / 4, q = lane % 4;
+  if constexpr (kParts == 2) {
+    float* mine = spare + (size_t)warp_n * (2 * kC * 4 * 32) + lane;
+    __syncthreads();  // every warp is done with the stages
+    if (warp_m == 1)
+      for (int i = 0; i < 2 * kC * 4; ++i) {
+        float sum = (&acc[0][0][0][0])[i];
+        if constexpr (kSets > 1) sum += (&acc[1][0][0][0])[i];
+        mine[32 * i] = sum;
+      }
     __syncthreads();
-    Format::template add_super_block<kC>(st, tile, scales, rows, st.x[8 * kC * warp_m + g], q,
-                                         acc);
+    if (warp_m == 1) return;
+    for (int i = 0; i < 2 * kC * 4; ++i) (&acc[0][0][0][0])[i] += mine[32 * i];
   }
-  float* dst = out + (size_t)blockIdx.z * m * n;
+  const int token_warp = kParts == 2 ? 0 : warp_m;
 #pragma unroll
   for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
@@ -92,11 +76,58 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int row = row_blk + 32 * warp_n + 16 * rt + g + (i >= 2 ? 8 : 0);
-        const int tok = tok0 + 8 * kC * warp_m + 8 * ct + 2 * q + (i & 1);
+        const int tok = tok0 + 8 * kC * token_warp + 8 * ct + 2 * q + (i & 1);
         float sum = acc[0][rt][ct][i];
-        if constexpr (accumulator_sets<kC>() > 1) sum += acc[1][rt][ct][i];
+        if constexpr (kSets > 1) sum += acc[1][rt][ct][i];
         if (row < n && tok < m) dst[(size_t)tok * n + row] = sum * out_scales[tok];
       }
+}
+
+// Grid: (ceil(M / tokens_per_block), ceil(N / 128), slices). With one slice the sums go to
+// y [M][N]; with several to part [slice][M][N] (added by sum_slices). Shared memory:
+// kStages stages, then the scales of the super-block being multiplied.
+template <typename Format, int kC, int kStages, int kParts>
+__global__ void __launch_bounds__(kThreads, 2)
+    f16_product_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n, int k,
+                       const uint16_t* __restrict__ x, const float* __restrict__ out_scales,
+                       int m, float* __restrict__ out) {
+  constexpr int kTokens = tokens_per_block<kC, kParts>();
+  using StageT = Stage<Format, kTokens>;
+  static_assert(kParts == 1 || kC * 1024 * sizeof(float) <= sizeof(StageT) * kStages,
+                "the halves' sums fit the stages");
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  StageT* stages = reinterpret_cast<StageT*>(smem_raw);
+  auto& scales = *reinterpret_cast<typename Format::SharedScales*>(stages + kStages);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+  const int warp_n = warp % kWarpsN, warp_m = warp / kWarpsN;
+  const int token_warp = kParts == 2 ? 0 : warp_m, part = kParts == 2 ? warp_m : 0;
+  const int tok0 = blockIdx.x * kTokens, row_blk = blockIdx.y * kBlockRows;
+  const int super_blocks = k / 256;
+  const int sb_begin = (int)((int64_t)blockIdx.z * super_blocks / gridDim.z);
+  const int sb_end = (int)((int64_t)(blockIdx.z + 1) * super_blocks / gridDim.z);
+  auto tile_of = [&](int sb) { return Tile{w, row_bytes, n, row_blk, sb, Format::kBlockBytes}; };
+  auto fill = [&](int sb) {  // one commit group per stage, empty past the end
+    if (sb < sb_end) fill_stage(stages[(sb - sb_begin) % kStages], tile_of(sb), x, k, m, tok0);
+    commit_async();
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) fill(sb_begin + i);
+  const LaneRows rows(warp_n, g);
+  Accumulators<kC> acc = {};
+  for (int sb = sb_begin; sb < sb_end; ++sb) {
+    const StageT& st = stages[(sb - sb_begin) % kStages];
+    const Tile tile = tile_of(sb);
+    wait_async_but<kStages - 2>();  // stage of sb complete (later ones may be in flight)
+    __syncthreads();                // visible to all; the stage refilled next and the scales free
+    fill(sb + kStages - 1);
+    Format::compute_scales(st, tile, scales);
+    __syncthreads();
+    Format::template add_super_block<kC, kParts>(st, tile, scales, rows,
+                                                 st.x[8 * kC * token_warp + g], q, part, acc);
+  }
+  wait_async_all();  // only empty groups remain; the stages may be reused
+  store_sums<kC, kParts>(acc, reinterpret_cast<float*>(smem_raw), warp_n, warp_m, lane, row_blk,
+                         tok0, n, m, out_scales, out + (size_t)blockIdx.z * m * n);
 }
 
 // The power of two a row is scaled by: its largest magnitude into [2^14, 2^15); rows of
@@ -171,15 +202,12 @@ __global__ void long_rows_to_f16_kernel(const float* __restrict__ x, int64_t k,
   if (threadIdx.x == 0) out_scales[blockIdx.x] = ldexpf(1.0f, e - 15);
 }
 
-int tile_tokens(int m) {
-  return m <= 16 ? 1 : (m <= 32 ? 2 : 4);
-}
-
-template <typename Format, int kC, int kStages>
+template <typename Format, int kC, int kStages, int kParts>
 struct Launch {
-  static constexpr auto kernel = f16_product_kernel<Format, kC, kStages>;
+  static constexpr auto kernel = f16_product_kernel<Format, kC, kStages, kParts>;
+  static constexpr int kTokens = tokens_per_block<kC, kParts>();
   static size_t shared_bytes() {
-    return kStages * sizeof(Stage<Format, kC>) + sizeof(typename Format::SharedScales);
+    return kStages * sizeof(Stage<Format, kTokens>) + sizeof(typename Format::SharedScales);
   }
   // Resident blocks per multiprocessor (asked of the device once).
   static int blocks_per_sm() {
@@ -194,7 +222,7 @@ struct Launch {
     return blocks;
   }
   static dim3 grid(const WeightView& w, int m, int slices) {
-    return dim3((unsigned)((m + tokens_per_block<kC>() - 1) / tokens_per_block<kC>()),
+    return dim3((unsigned)((m + kTokens - 1) / kTokens),
                 (unsigned)((w.rows + kBlockRows - 1) / kBlockRows), (unsigned)slices);
   }
   static int slices(const WeightView& w, int m) {
@@ -212,37 +240,39 @@ struct Launch {
   }
 };
 
-// The kernel for m rows of W: 16, 32 or 64 activation rows per block.
+// The kernel for m rows of W: 16, 32 or 64 activation rows per block (kC tiles of 8 per
+// warp: twice as many when the two warps of a column split each super-block, kParts = 2).
 //   Q4_K: three stages at 16 and 32 (two blocks still fit a multiprocessor), two at 64 so
 //   that two blocks fit, unless the lab knob HABLAR_Q4K_F16_STAGES says 3.
 //   Q6_K (240-byte slots): two stages (two blocks per multiprocessor at 16 and 32, one at 64
 //   either way; HABLAR_Q6K_F16_STAGES=3 measures three there).
-template <typename Body>
-auto with_launch(const WeightView& w, int m, Body&& body) {
-  if (w.type == DType::Q6_K) {
-    switch (tile_tokens(m)) {
-      case 1:
-        return body(Launch<Q6kFormat, 1, 2>{});
-      case 2:
-        return body(Launch<Q6kFormat, 2, 2>{});
-      default:
-        return lab_knob("HABLAR_Q6K_F16_STAGES", 2) == 3 ? body(Launch<Q6kFormat, 4, 3>{})
-                                                         : body(Launch<Q6kFormat, 4, 2>{});
-    }
-  }
-  switch (tile_tokens(m)) {
-    case 1:
-      return body(Launch<Q4kFormat, 1, 3>{});
-    case 2:
-      return body(Launch<Q4kFormat, 2, 3>{});
-    default:
-      return lab_knob("HABLAR_Q4K_F16_STAGES", 2) == 3 ? body(Launch<Q4kFormat, 4, 3>{})
-                                                       : body(Launch<Q4kFormat, 4, 2>{});
-  }
+// Lab knob HABLAR_F16_PARTS: 1 (the two warps take different activation rows) or 2.
+template <typename Format, int kParts, typename Body>
+auto with_format_launch(int m, const char* stages_knob, Body&& body) {
+  constexpr int kUnit = kParts;  // kC of 16 activation rows per block
+  constexpr int kSmallStages = std::is_same_v<Format, Q6kFormat> ? 2 : 3;
+  if (m <= 16) return body(Launch<Format, kUnit, kSmallStages, kParts>{});
+  if (m <= 32) return body(Launch<Format, 2 * kUnit, kSmallStages, kParts>{});
+  return lab_knob(stages_knob, 2) == 3 ? body(Launch<Format, 4 * kUnit, 3, kParts>{})
+                                       : body(Launch<Format, 4 * kUnit, 2, kParts>{});
 }
 
-int k_slices(const WeightView& w, int m) {
-  return with_launch(w, m, [&](auto launch) { return decltype(launch)::slices(w, m); });
+int default_parts() {
+  return lab_knob("HABLAR_F16_PARTS", 1) == 2 ? 2 : 1;
+}
+
+template <typename Body>
+auto with_launch(const WeightView& w, int m, int parts, Body&& body) {
+  const bool split = (parts == 0 ? default_parts() : parts) == 2;
+  if (w.type == DType::Q6_K)
+    return split ? with_format_launch<Q6kFormat, 2>(m, "HABLAR_Q6K_F16_STAGES", body)
+                 : with_format_launch<Q6kFormat, 1>(m, "HABLAR_Q6K_F16_STAGES", body);
+  return split ? with_format_launch<Q4kFormat, 2>(m, "HABLAR_Q4K_F16_STAGES", body)
+               : with_format_launch<Q4kFormat, 1>(m, "HABLAR_Q4K_F16_STAGES", body);
+}
+
+int k_slices(const WeightView& w, int m, int parts) {
+  return with_launch(w, m, parts, [&](auto launch) { return decltype(launch)::slices(w, m); });
 }
 
 }  // namespace
@@ -300,23 +330,24 @@ bool f16_product_preferred(const WeightView& w, int64_t m) {
   return f16_product_supported(w) && m >= f16_product_min_rows() && m <= f16_product_max_rows();
 }
 
-size_t f16_product_scratch_bytes(const WeightView& w, int m) {
-  const int slices = k_slices(w, m);
+size_t f16_product_scratch_bytes(const WeightView& w, int m, int parts) {
+  const int slices = k_slices(w, m, parts);
   return slices > 1 ? (size_t)slices * m * w.rows * sizeof(float) : 0;
 }
 
 void matmul_f16(const WeightView& w, const void* rows, int m, float* y, void* scratch,
-                cudaStream_t stream) {
-  if (!f16_product_supported(w) || m < 1)
+                cudaStream_t stream, int parts) {
+  if (!f16_product_supported(w) || m < 1 || parts < 0 || parts > 2)
     throw_error(ErrorKind::kInvalidArgument,
-                "matmul_f16: needs Q4_K or Q6_K weights, K a multiple of 256, aligned rows and "
-                "M >= 1");
-  const int slices = k_slices(w, m);
+                "matmul_f16: needs Q4_K or Q6_K weights, K a multiple of 256, aligned rows, "
+                "M >= 1 and parts 0..2");
+  const int slices = k_slices(w, m, parts);
   if (slices > 1 && scratch == nullptr)
     throw_error(ErrorKind::kInvalidArgument, "matmul_f16: needs f16_product_scratch_bytes()");
   float* out = slices > 1 ? static_cast<float*>(scratch) : y;
   const F16Rows x = f16_rows_layout(const_cast<void*>(rows), m, w.cols);
-  with_launch(w, m, [&](auto launch) { decltype(launch)::run(w, x, m, slices, out, stream); });
+  with_launch(w, m, parts,
+              [&](auto launch) { decltype(launch)::run(w, x, m, slices, out, stream); });
   if (slices > 1) sum_slices(out, slices, (int64_t)m * w.rows, y, stream);
 }
 

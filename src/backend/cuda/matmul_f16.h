@@ -32,7 +32,10 @@ void convert_rows_to_f16(const float* x, int m, int64_t k, void* workspace, size
 // aligned.
 bool f16_product_supported(const WeightView& w);
 // Scratch for partial sums when K is split over several blocks (0 when it is not).
-size_t f16_product_scratch_bytes(const WeightView& w, int m);
+// `parts`: how the two warps of a column share a block (1: different activation rows, 2:
+// the same rows and different halves of each super-block; 0: the default, 1 unless the lab
+// knob HABLAR_F16_PARTS says 2).
+size_t f16_product_scratch_bytes(const WeightView& w, int m, int parts = 0);
 // Whether the forward runs a product of m rows of W here: a supported format and m within
 // the measured range, f16_product_min_rows() .. f16_product_max_rows() (below it the int8
 // kernels read fewer bytes per activation row and win; prompt chunks beyond it go to
@@ -43,6 +46,6 @@ int64_t f16_product_max_rows();
 bool f16_product_preferred(const WeightView& w, int64_t m);
 // y [M][N] = x [M][K] · Wᵀ for any M >= 1, x converted into `rows` by convert_rows_to_f16.
 void matmul_f16(const WeightView& w, const void* rows, int m, float* y, void* scratch,
-                cudaStream_t stream);
+                cudaStream_t stream, int parts = 0);
 
 }  // namespace hablar::cuda

@@ -15,16 +15,17 @@ namespace {
 
 using cuda::DeviceBuffer;
 
-std::vector<float> f16_product(const DeviceWeights& w, const std::vector<float>& x, int m) {
+std::vector<float> f16_product(const DeviceWeights& w, const std::vector<float>& x, int m,
+                               int parts = 0) {
   const int64_t k = w.view.cols;
   DeviceBuffer<float> dx(x), dy(std::vector<float>((size_t)m * w.view.rows, NAN));
   DeviceBuffer<uint8_t> rows(cuda::f16_rows_bytes(m, k));
-  const size_t scratch_bytes = cuda::f16_product_scratch_bytes(w.view, m);
+  const size_t scratch_bytes = cuda::f16_product_scratch_bytes(w.view, m, parts);
   DeviceBuffer<uint8_t> scratch(std::max<size_t>(scratch_bytes, 1));
   cuda::Stream stream;
   cuda::convert_rows_to_f16(dx.get(), m, k, rows.get(), rows.bytes(), stream.get());
   cuda::matmul_f16(w.view, rows.get(), m, dy.get(), scratch_bytes ? scratch.get() : nullptr,
-                   stream.get());
+                   stream.get(), parts);
   stream.synchronize();
   return dy.download();
 }
@@ -33,7 +34,7 @@ std::vector<float> f16_product(const DeviceWeights& w, const std::vector<float>&
 // multiple of 16 / 32 / 64, K of one and of many super-blocks (split into slices or not),
 // M from 1 to past the batched-decode range (prompt chunks). Q6_K rows of an odd number of
 // super-blocks start at every 2-byte offset mod 16, and the last row's last block ends where
-// the matrix does (its staging stops there).
+// the matrix does (its staging stops there). Both ways of sharing a block between its warps.
 void expect_matches_reference(DType type) {
   const int64_t shapes[][2] = {{67, 256}, {301, 2048}, {40, 8960}, {1536, 1536}, {129, 768}};
   for (const auto& shape : shapes) {
@@ -43,9 +44,12 @@ void expect_matches_reference(DType type) {
     DeviceWeights w(type, n, k, host_w);
     for (int m : {1, 7, 16, 17, 33, 64, 100, 256, 517}) {
       const auto x = random_floats((size_t)m * k, 31u + (uint32_t)m);
-      const double err =
-          normalized_error(f16_product(w, x, m), reference_product(ref_w, x, m, n, k));
-      EXPECT_LT(err, 2e-3) << dtype_name(type) << " M=" << m << " N=" << n << " K=" << k;
+      const auto want = reference_product(ref_w, x, m, n, k);
+      for (int parts : {1, 2}) {
+        const double err = normalized_error(f16_product(w, x, m, parts), want);
+        EXPECT_LT(err, 2e-3) << dtype_name(type) << " M=" << m << " N=" << n << " K=" << k
+                             << " parts=" << parts;
+      }
     }
   }
 }
