@@ -164,7 +164,7 @@ struct Q4kFormat {
 #pragma unroll
     for (int jj = 0; jj < 4 / kParts; ++jj) {  // sub-block pair: 32 bytes of nibbles
       const int j = part * (4 / kParts) + jj;
-      uint32_t words[2][2][2];     // [tile][row][value half h]
+      uint32_t words[2][2][2];  // [tile][row][value half h]
 #pragma unroll
       for (int rt = 0; rt < 2; ++rt)
 #pragma unroll

@@ -355,6 +355,7 @@ void ForwardOps::f16_product(const WeightView& w, const float* in, int64_t m, fl
 void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float* out,
                          const uint8_t* roles) {
   buf_->q8_holds = nullptr;  // the int8 path below quantizes into the workspace
+  buf_->f16_holds = nullptr;
   if (limits_.deterministic) {
     const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
     if (roles == nullptr) roles = reinterpret_cast<const uint8_t*>(inputs + buf_->roles);
@@ -400,8 +401,17 @@ bool ForwardOps::writer_quantizes(int64_t m, int64_t width) const {
          q8_activation_bytes((int)m, width) <= buf_->int8_workspace.bytes();
 }
 
+// Whether the op that writes m rows of `width` values (a norm) also converts them into the
+// f16 rows of the f16 tensor-core products (at the step sizes that take them).
+bool ForwardOps::writer_converts(int64_t m, int64_t width) const {
+  return !limits_.deterministic && buf_->f16_rows.get() != nullptr && m >= f16_product_min_rows() &&
+         m <= f16_product_max_rows() && width % 4 == 0 &&
+         f16_rows_bytes((int)m, width) <= buf_->f16_rows.bytes();
+}
+
 // A residual add queued on x runs inside this norm (add_rms_norm: one pass, same values);
-// the normed rows are quantized for the int8 products in the same launch where they can be.
+// the normed rows are quantized for the int8 products, or converted for the f16 products, in
+// the same launch where they can be.
 void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_t width) {
   flush_row_work();
   if (limits_.deterministic) {
@@ -412,6 +422,18 @@ void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_
   const bool with_add = add.x != nullptr && add.x == x && add.width == width;
   if (!with_add) flush_add();
   const int rows = (int)n_tokens_, dim = (int)width;
+  if (writer_converts(n_tokens_, width)) {
+    void* f16 = buf_->f16_rows.get();
+    const size_t f16_bytes = buf_->f16_rows.bytes();
+    if (with_add) {
+      add_rms_norm_f16(add.x, add.y, weight, out, rows, dim, eps_, f16, f16_bytes, stream_);
+    } else {
+      rms_norm_f16(x, weight, out, rows, dim, eps_, f16, f16_bytes, stream_);
+    }
+    add = {};
+    buf_->f16_holds = out;
+    return;
+  }
   if (writer_quantizes(n_tokens_, width)) {
     void* q8 = buf_->int8_workspace.get();
     if (with_add) {
@@ -454,12 +476,12 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
                                        std::span<const WeightView* const> ws,
                                        std::span<float* const> outs) {
   bool quantized = buf_->q8_holds == in;
+  bool converted = buf_->f16_holds == in;  // to f16 rows, once for all of them
   flush();
   void* int8_ws = buf_->int8_workspace.get();
   const WeightView* together[3] = {};
   float* together_out[3] = {};
   size_t n_together = 0;
-  bool converted = false;  // to f16 rows, once for all of them
   for (size_t i = 0; i < ws.size(); ++i) {
     const WeightView& w = *ws[i];
     if (takes_f16_path(w, m)) {
@@ -484,6 +506,7 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
                           stream_);
   }
   buf_->q8_holds = nullptr;
+  buf_->f16_holds = nullptr;
 }
 
 void ForwardOps::matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv,
@@ -502,6 +525,7 @@ void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const 
     flush();
     const Q8Activations xa = int8_rows(in, 1, gate.cols, &quantized);
     buf_->q8_holds = nullptr;
+    buf_->f16_holds = nullptr;
     return matmul_q4k_rows_glu(gate, up, xa.codes, xa.scales, out, act, stream_);
   }
   const WeightView* ws[] = {&gate, &up};
@@ -585,6 +609,7 @@ void ForwardOps::flush_row_work() {
 
 void ForwardOps::flush_add() {
   buf_->q8_holds = nullptr;  // every op but the products of the normed rows comes here
+  buf_->f16_holds = nullptr;
   auto& add = buf_->pending_add;
   if (add.x == nullptr) return;
   cuda::add(add.x, add.y, add.x, n_tokens_ * add.width, stream_);
@@ -659,6 +684,13 @@ void ForwardOps::logits(const float* x, const float* norm_weight, const WeightVi
                                stream_);
     product(output, out_rows_, n_logit_rows_, logits_,
             reinterpret_cast<const uint8_t*>(inputs + buf_->logit_roles));
+  } else if (writer_converts(n_logit_rows_, dims_.n_embd)) {
+    rms_norm_f16(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_,
+                 buf_->f16_rows.get(), buf_->f16_rows.bytes(), stream_);
+    buf_->f16_holds = out_rows_;
+    const WeightView* ws[] = {&output};
+    float* outs[] = {logits_};
+    products_of_one_input(out_rows_, n_logit_rows_, ws, outs);
   } else if (writer_quantizes(n_logit_rows_, dims_.n_embd)) {
     rms_norm_q8(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_,
                 buf_->int8_workspace.get(), stream_);

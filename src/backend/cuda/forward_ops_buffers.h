@@ -45,8 +45,8 @@ struct ForwardOps::Buffers {
   DeviceMemory inputs;
   DeviceMemory attention_workspace;
   DeviceMemory int8_workspace;
-  DeviceMemory f16_rows;     // the f16 tensor-core products' rows (convert_rows_to_f16)
-  DeviceMemory f16_scratch;  // their partial sums where K is split
+  DeviceMemory f16_rows;                // the f16 tensor-core products' rows (convert_rows_to_f16)
+  DeviceMemory f16_scratch;             // their partial sums where K is split
   DeviceMemory cpu_rounding_workspace;  // deterministic mode: the CPU's activation rows
   DeviceMemory gelu_table;              // deterministic mode: the CPU's GELU table
   size_t attention_workspace_bytes = 0;
@@ -65,6 +65,9 @@ struct ForwardOps::Buffers {
   // (rmsnorm: norm and quantization in one launch); the next products of those rows skip
   // their own quantization. Cleared by every other op (flush_add, product).
   const float* q8_holds = nullptr;
+  // The same for the f16 rows of the f16 tensor-core products (rmsnorm: norm and conversion
+  // in one launch).
+  const float* f16_holds = nullptr;
   // Word offsets of each input array (for max_tokens rows). roles, sampled and logit_roles
   // hold a byte per row (deterministic mode's rounding facts, core/llama_batch_roles.h).
   size_t tokens = 0, positions = 0, logit_rows = 0, active = 0, roles = 0, sampled = 0,

@@ -40,8 +40,7 @@ __device__ __forceinline__ void fill_stage(Stage<Format, kTokens>& st, const Til
   constexpr int kRowPieces = 256 * 2 / 16;  // 32
   for (int i = threadIdx.x; i < kTokens * kRowPieces; i += kThreads) {
     const int t = i / kRowPieces, piece = i % kRowPieces;
-    const uint16_t* src =
-        x + (size_t)min(tok0 + t, m - 1) * k + (size_t)tile.sb * 256 + 8 * piece;
+    const uint16_t* src = x + (size_t)min(tok0 + t, m - 1) * k + (size_t)tile.sb * 256 + 8 * piece;
     copy16_async(&st.x[t][16 * piece], src);
   }
 }
@@ -89,8 +88,8 @@ __device__ __forceinline__ void store_sums(Accumulators<kC>& acc, float* spare, 
 template <typename Format, int kC, int kStages, int kParts>
 __global__ void __launch_bounds__(kThreads, 2)
     f16_product_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n, int k,
-                       const uint16_t* __restrict__ x, const float* __restrict__ out_scales,
-                       int m, float* __restrict__ out) {
+                       const uint16_t* __restrict__ x, const float* __restrict__ out_scales, int m,
+                       float* __restrict__ out) {
   constexpr int kTokens = tokens_per_block<kC, kParts>();
   using StageT = Stage<Format, kTokens>;
   static_assert(kParts == 1 || kC * 1024 * sizeof(float) <= sizeof(StageT) * kStages,
@@ -130,14 +129,6 @@ __global__ void __launch_bounds__(kThreads, 2)
                          tok0, n, m, out_scales, out + (size_t)blockIdx.z * m * n);
 }
 
-// The power of two a row is scaled by: its largest magnitude into [2^14, 2^15); rows of
-// zeros and rows with inf or nan keep their values (scale 1).
-__device__ __forceinline__ int row_exponent(float largest) {
-  int e = 15;
-  if (largest > 0.0f && isfinite(largest)) frexpf(largest, &e);  // largest < 2^e
-  return e;
-}
-
 // The largest of every thread's `largest` in the block (any block size up to 1024).
 __device__ __forceinline__ float block_largest(float largest) {
   for (int off = 16; off > 0; off /= 2)
@@ -171,10 +162,10 @@ __global__ void rows_to_f16_kernel(const float* __restrict__ x, int k,
   for (int i = 0; i < kGroupsPerThread; ++i) {
     const int at = threadIdx.x + i * blockDim.x;
     v[i] = at < groups ? src[at] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    largest = fmaxf(largest, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)),
-                                   fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+    largest = fmaxf(
+        largest, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
   }
-  const int e = row_exponent(block_largest(largest));
+  const int e = q4k_f16::f16_row_exponent(block_largest(largest));
   const float up = ldexpf(1.0f, 15 - e);
   uint2* dst = reinterpret_cast<uint2*>(values + (size_t)blockIdx.x * k);
 #pragma unroll
@@ -195,7 +186,7 @@ __global__ void long_rows_to_f16_kernel(const float* __restrict__ x, int64_t k,
     const float4 v = src[i];
     largest = fmaxf(largest, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
   }
-  const int e = row_exponent(block_largest(largest));
+  const int e = q4k_f16::f16_row_exponent(block_largest(largest));
   const float up = ldexpf(1.0f, 15 - e);
   uint2* dst = reinterpret_cast<uint2*>(values + (size_t)blockIdx.x * k);
   for (int64_t i = threadIdx.x; i < k / 4; i += blockDim.x) dst[i] = stored_f16(src[i], up);
@@ -301,8 +292,7 @@ void convert_rows_to_f16(const float* x, int m, int64_t k, void* workspace, size
   } else {
     const int64_t threads = (groups + kGroupsPerThread - 1) / kGroupsPerThread;
     const int block = (int)std::clamp<int64_t>((threads + 31) / 32 * 32, 64, kMaxThreads);
-    rows_to_f16_kernel<<<(unsigned)m, block, 0, stream>>>(x, (int)k, rows.values,
-                                                           rows.out_scales);
+    rows_to_f16_kernel<<<(unsigned)m, block, 0, stream>>>(x, (int)k, rows.values, rows.out_scales);
   }
   HABLAR_CUDA_CHECK_LAUNCH();
 }

@@ -1,12 +1,16 @@
 // Element-wise and row-wise ops (see ops.h).
+#include <cuda_fp16.h>
+
 #include <cub/block/block_reduce.cuh>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/glu_activation.cuh"
 #include "backend/cuda/matmul.h"
+#include "backend/cuda/matmul_f16.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/q4k_chunk.cuh"
+#include "backend/cuda/q4k_f16_fragments.cuh"
 #include "backend/cuda/quant_device.cuh"
 
 namespace hablar::cuda {
@@ -60,17 +64,16 @@ __global__ void add_rms_norm_kernel(float* x, const float* __restrict__ y,
 // dim <= kRowThreads * kPer: thread t keeps values t + 256 j (j < kPer) in registers from the
 // first pass, and for each j the lanes of warp w hold block w + 8 j, 32 consecutive values: the
 // second pass reloads nothing (a row of one token is latency, not bytes).
-template <int kPer>
-__global__ void rms_norm_q8_kernel(float* x, const float* __restrict__ y,
-                                   const float* __restrict__ weight, float* out, int dim, float eps,
-                                   int8_t* __restrict__ codes, float2* __restrict__ scales) {
-  begin_dependent_kernel();
-  using Reduce = cub::BlockReduce<float, kRowThreads>;
-  __shared__ typename Reduce::TempStorage temp;
+// The first pass of the register forms below: thread t loads values t + 256 j (j < kPer) of
+// the row (x + y stored back into x when y is given) and their weights, and the row's 1 / rms
+// is returned to every thread.
+template <int kPer, typename Reduce>
+__device__ __forceinline__ float norm_row_in_registers(float* row, const float* add_row,
+                                                       const float* __restrict__ weight, int dim,
+                                                       float eps, float (&v)[kPer],
+                                                       float (&w)[kPer],
+                                                       typename Reduce::TempStorage& temp) {
   __shared__ float inv_rms;
-  float* row = x + (size_t)blockIdx.x * dim;
-  const float* add_row = y != nullptr ? y + (size_t)blockIdx.x * dim : nullptr;
-  float v[kPer], w[kPer];
   float sum = 0.0f;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
@@ -87,7 +90,20 @@ __global__ void rms_norm_q8_kernel(float* x, const float* __restrict__ y,
   sum = Reduce(temp).Sum(sum);
   if (threadIdx.x == 0) inv_rms = rsqrtf(sum / (float)dim + eps);
   __syncthreads();
-  const float inv = inv_rms;
+  return inv_rms;
+}
+
+template <int kPer>
+__global__ void rms_norm_q8_kernel(float* x, const float* __restrict__ y,
+                                   const float* __restrict__ weight, float* out, int dim, float eps,
+                                   int8_t* __restrict__ codes, float2* __restrict__ scales) {
+  begin_dependent_kernel();
+  using Reduce = cub::BlockReduce<float, kRowThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  float* row = x + (size_t)blockIdx.x * dim;
+  const float* add_row = y != nullptr ? y + (size_t)blockIdx.x * dim : nullptr;
+  float v[kPer], w[kPer];
+  const float inv = norm_row_in_registers<kPer, Reduce>(row, add_row, weight, dim, eps, v, w, temp);
   float* dst = out + (size_t)blockIdx.x * dim;
   const size_t first = (size_t)blockIdx.x * dim;
   const int lane = threadIdx.x % 32;
@@ -99,6 +115,48 @@ __global__ void rms_norm_q8_kernel(float* x, const float* __restrict__ y,
     dst[i] = o;
     q4k_chunk::quantize_block32(o, lane, codes + first + i, scales + (first + i) / 32);
   }
+}
+
+// The same norm, its output also written as the f16 rows of the f16 tensor-core products
+// (convert_rows_to_f16's values and scale: matmul_f16.h): a second reduction for the row's
+// largest magnitude, then each value times 2^(15 - e) at its stored position.
+template <int kPer>
+__global__ void rms_norm_f16_kernel(float* x, const float* __restrict__ y,
+                                    const float* __restrict__ weight, float* out, int dim,
+                                    float eps, uint16_t* __restrict__ values,
+                                    float* __restrict__ out_scales) {
+  begin_dependent_kernel();
+  using Reduce = cub::BlockReduce<float, kRowThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  __shared__ float row_largest;
+  float* row = x + (size_t)blockIdx.x * dim;
+  const float* add_row = y != nullptr ? y + (size_t)blockIdx.x * dim : nullptr;
+  float v[kPer], w[kPer];
+  const float inv = norm_row_in_registers<kPer, Reduce>(row, add_row, weight, dim, eps, v, w, temp);
+  float* dst = out + (size_t)blockIdx.x * dim;
+  float largest = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = threadIdx.x + j * kRowThreads;
+    if (i >= dim) break;
+    v[j] = v[j] * inv * w[j];
+    dst[i] = v[j];
+    largest = fmaxf(largest, fabsf(v[j]));
+  }
+  __syncthreads();  // temp is reused
+  largest = Reduce(temp).Reduce(largest, [](float a, float b) { return fmaxf(a, b); });
+  if (threadIdx.x == 0) row_largest = largest;
+  __syncthreads();
+  const int e = q4k_f16::f16_row_exponent(row_largest);
+  const float up = ldexpf(1.0f, 15 - e);
+  uint16_t* row_values = values + (size_t)blockIdx.x * dim;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = threadIdx.x + j * kRowThreads;
+    if (i >= dim) break;
+    row_values[q4k_f16::stored_index(i)] = __half_as_ushort(__float2half_rn(v[j] * up));
+  }
+  if (threadIdx.x == 0) out_scales[blockIdx.x] = ldexpf(1.0f, e - 15);
 }
 
 // The norm-and-quantize launch for rows of dim values: the register form that holds them;
@@ -125,6 +183,32 @@ void launch_rms_norm_q8(float* x, const float* y, const float* weight, float* ou
                                    : rms_norm_q8_kernel<32>;
   launch_dependent(kernel, dim3(rows), dim3(kRowThreads), 0, stream, x, y, weight, out, dim, eps,
                    q.codes, q.scales);
+}
+
+// The norm-and-convert launch: the register form for rows up to kRowThreads * 32 values;
+// wider rows take the norm and then convert_rows_to_f16, the same values in two launches.
+void launch_rms_norm_f16(float* x, const float* y, const float* weight, float* out, int rows,
+                         int dim, float eps, void* f16_workspace, size_t f16_bytes,
+                         cudaStream_t stream) {
+  HABLAR_CHECK(dim % 4 == 0 && f16_bytes >= f16_rows_bytes(rows, dim),
+               "rms_norm_f16: the width must be a multiple of 4 and the rows fit the workspace");
+  const int per_thread = (dim + kRowThreads - 1) / kRowThreads;
+  if (per_thread > 32) {
+    if (y != nullptr) {
+      add_rms_norm(x, y, weight, out, rows, dim, eps, stream);
+    } else {
+      rms_norm(x, weight, out, rows, dim, eps, stream);
+    }
+    return convert_rows_to_f16(out, rows, dim, f16_workspace, f16_bytes, stream);
+  }
+  const F16Rows f16 = f16_rows_layout(f16_workspace, rows, dim);
+  auto kernel = per_thread <= 2    ? rms_norm_f16_kernel<2>
+                : per_thread <= 4  ? rms_norm_f16_kernel<4>
+                : per_thread <= 8  ? rms_norm_f16_kernel<8>
+                : per_thread <= 16 ? rms_norm_f16_kernel<16>
+                                   : rms_norm_f16_kernel<32>;
+  launch_dependent(kernel, dim3(rows), dim3(kRowThreads), 0, stream, x, y, weight, out, dim, eps,
+                   f16.values, f16.out_scales);
 }
 
 __global__ void rope_kernel(float* x, const int32_t* __restrict__ positions, int heads,
@@ -232,6 +316,19 @@ void add_rms_norm_q8(float* x, const float* y, const float* weight, float* out, 
                      float eps, void* q8_workspace, cudaStream_t stream) {
   if (rows <= 0) return;
   launch_rms_norm_q8(x, y, weight, out, rows, dim, eps, q8_workspace, stream);
+}
+
+void rms_norm_f16(const float* x, const float* weight, float* out, int rows, int dim, float eps,
+                  void* f16_workspace, size_t f16_bytes, cudaStream_t stream) {
+  if (rows <= 0) return;
+  launch_rms_norm_f16(const_cast<float*>(x), nullptr, weight, out, rows, dim, eps, f16_workspace,
+                      f16_bytes, stream);
+}
+
+void add_rms_norm_f16(float* x, const float* y, const float* weight, float* out, int rows, int dim,
+                      float eps, void* f16_workspace, size_t f16_bytes, cudaStream_t stream) {
+  if (rows <= 0) return;
+  launch_rms_norm_f16(x, y, weight, out, rows, dim, eps, f16_workspace, f16_bytes, stream);
 }
 
 void rope(float* x, const int32_t* positions, int tokens, int heads, int head_dim, int rot_dim,

@@ -24,6 +24,13 @@ void rms_norm_q8(const float* x, const float* weight, float* out, int rows, int 
                  void* q8_workspace, cudaStream_t stream);
 void add_rms_norm_q8(float* x, const float* y, const float* weight, float* out, int rows, int dim,
                      float eps, void* q8_workspace, cudaStream_t stream);
+// rms_norm / add_rms_norm with the same values, the output rows also written into
+// f16_workspace as the f16 rows of the f16 tensor-core products (convert_rows_to_f16's
+// layout, values and scales: matmul_f16.h): one launch instead of two. dim a multiple of 4.
+void rms_norm_f16(const float* x, const float* weight, float* out, int rows, int dim, float eps,
+                  void* f16_workspace, size_t f16_bytes, cudaStream_t stream);
+void add_rms_norm_f16(float* x, const float* y, const float* weight, float* out, int rows, int dim,
+                      float eps, void* f16_workspace, size_t f16_bytes, cudaStream_t stream);
 
 // Rotary embedding in place on x [tokens][heads][head_dim], the first rot_dim dims of each
 // head. kNormal rotates adjacent pairs (2i, 2i+1) (Llama GGUF); kNeox rotates (i, i + rot/2)

@@ -20,6 +20,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace hablar::cuda::q4k_f16 {
@@ -32,6 +33,15 @@ constexpr uint32_t kMagicPair = 0x64006400u;
 __host__ __device__ constexpr int stored_index(int i) {
   const int j = i & 3;
   return (i & ~3) | (j == 1 ? 2 : (j == 2 ? 1 : j));
+}
+
+// The power of two e of an activation row with largest magnitude `largest`: the row is
+// stored times 2^(15 - e), its largest magnitude in [2^14, 2^15); rows of zeros and rows with
+// inf or nan keep their values (e = 15, scale 1).
+__host__ __device__ inline int f16_row_exponent(float largest) {
+  int e = 15;
+  if (largest > 0.0f && isfinite(largest)) frexpf(largest, &e);  // largest < 2^e
+  return e;
 }
 
 // The f16 pairs (1024 + n0, 1024 + n2) and (1024 + n1, 1024 + n3) of a nibble word's four

@@ -2,12 +2,14 @@
 // inside the next norm (add_rms_norm), and the queued biases and RoPE of q, k and v run in one
 // launch (against a host loop with the same fmaf rounding, and against the same ops forced to
 // run one at a time).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 
 #include "backend/cuda/forward_ops.h"
 #include "backend/cuda/matmul.h"
+#include "backend/cuda/matmul_f16.h"
 #include "backend/cuda/ops.h"
 #include "core/rope.h"
 #include "cuda_test_util.h"
@@ -64,6 +66,45 @@ TEST(FusedOpsGpu, NormWithQuantizationEqualsNormThenQuantize) {
         EXPECT_EQ(x1.download(), x2.download()) << where;
         EXPECT_EQ(out1.download(), out2.download()) << where;
         EXPECT_EQ(q1.download(), q2.download()) << where;
+      }
+    }
+  }
+}
+
+// The norm that also writes its rows as f16 rows for the f16 tensor-core products
+// (rms_norm_f16, add_rms_norm_f16): its f32 rows equal rms_norm's / add_rms_norm's, and its
+// f16 values and row scales equal convert_rows_to_f16 of those rows, byte for byte (a row of
+// zeros among them keeps scale 1).
+TEST(FusedOpsGpu, NormWithF16RowsEqualsNormThenConvert) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  for (int dim : {256, 1536, 2052, 8224}) {  // 8224: norm, then conversion
+    for (int rows : {1, 5}) {
+      for (bool with_add : {false, true}) {
+        const size_t n = (size_t)rows * dim;
+        auto x = random_floats(n, 41u, -3.0f, 3.0f);
+        const auto y = random_floats(n, 42u, -2.0f, 2.0f);
+        if (rows > 1 && !with_add) std::fill(x.begin() + dim, x.begin() + 2 * dim, 0.0f);
+        const auto w = random_floats(dim, 43u, 0.5f, 1.5f);
+        DeviceBuffer<float> x1(x), x2(x), dy(y), dw(w), out1(n), out2(n);
+        const size_t bytes = cuda::f16_rows_bytes(rows, dim);
+        DeviceBuffer<uint8_t> f1(std::vector<uint8_t>(bytes, 0)),
+            f2(std::vector<uint8_t>(bytes, 0));
+        if (with_add) {
+          cuda::add_rms_norm(x1.get(), dy.get(), dw.get(), out1.get(), rows, dim, 1e-6f, nullptr);
+          cuda::add_rms_norm_f16(x2.get(), dy.get(), dw.get(), out2.get(), rows, dim, 1e-6f,
+                                 f2.get(), bytes, nullptr);
+        } else {
+          cuda::rms_norm(x1.get(), dw.get(), out1.get(), rows, dim, 1e-6f, nullptr);
+          cuda::rms_norm_f16(x2.get(), dw.get(), out2.get(), rows, dim, 1e-6f, f2.get(), bytes,
+                             nullptr);
+        }
+        cuda::convert_rows_to_f16(out1.get(), rows, dim, f1.get(), bytes, nullptr);
+        HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::string where = "dim " + std::to_string(dim) + " rows " + std::to_string(rows) +
+                                  (with_add ? " with add" : "");
+        EXPECT_EQ(x1.download(), x2.download()) << where;
+        EXPECT_EQ(out1.download(), out2.download()) << where;
+        EXPECT_EQ(f1.download(), f2.download()) << where;
       }
     }
   }
