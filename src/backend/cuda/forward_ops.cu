@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -196,24 +197,34 @@ void ForwardOps::reserve_product_workspace(std::span<const WeightView* const> ma
 
 // The rows and split-K scratch of the f16 tensor-core products, for every shape among the
 // matrices that takes them at some step size up to max_tokens.
+// The norms write f16 rows from the step size at which the most common f16-capable weight
+// type starts taking the f16 path (their products are mostly of that type).
 void ForwardOps::reserve_f16_products(std::span<const WeightView* const> matrices) {
-  const int64_t lo = f16_product_min_rows();
   const int64_t hi = std::min<int64_t>(limits_.max_tokens, f16_product_max_rows());
   std::set<std::tuple<DType, int64_t, int64_t>> shapes;
+  std::map<DType, int> matrices_of_type;
   for (const WeightView* w : matrices)
-    if (f16_product_supported(*w)) shapes.insert({w->type, w->rows, w->cols});
-  if (lo > hi || shapes.empty()) return;
+    if (f16_product_supported(*w)) {
+      shapes.insert({w->type, w->rows, w->cols});
+      ++matrices_of_type[w->type];
+    }
   size_t rows_bytes = 0, scratch_bytes = 0;
   for (const auto& [type, n, k] : shapes) {
     rows_bytes = std::max(rows_bytes, f16_rows_bytes((int)hi, k));
     WeightView shape;
     shape.type = type, shape.rows = n, shape.cols = k;
     shape.row_bytes = dtype_row_bytes(type, k);
-    for (int64_t m = lo; m <= hi; ++m)
+    for (int64_t m = f16_product_min_rows(type); m <= hi; ++m)
       scratch_bytes = std::max(scratch_bytes, f16_product_scratch_bytes(shape, (int)m));
   }
+  if (rows_bytes == 0) return;  // no f16-capable matrix, or none at these step sizes
   buf_->f16_rows = DeviceMemory(rows_bytes);
   buf_->f16_scratch = DeviceMemory(std::max<size_t>(scratch_bytes, 256));
+  HABLAR_CUDA_CHECK(cudaMemset(buf_->f16_scratch.get(), 0, buf_->f16_scratch.bytes()));
+  const auto most_common =
+      std::max_element(matrices_of_type.begin(), matrices_of_type.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  writers_f16_from_ = f16_product_min_rows(most_common->first);
 }
 
 void ForwardOps::bind_cache(void* kv_cache, const KvCacheLayout& layout) {
@@ -394,8 +405,8 @@ void ForwardOps::embed(const WeightView& table, float* x) {
 // quantizes them for the int8 products (outside deterministic mode, when they fit the
 // workspace).
 bool ForwardOps::writer_quantizes(int64_t m, int64_t width) const {
-  const bool f16_products =
-      buf_->f16_rows.get() != nullptr && m >= f16_product_min_rows() && m <= f16_product_max_rows();
+  const bool f16_products = buf_->f16_rows.get() != nullptr && m >= writers_f16_from_ &&
+                            m <= f16_product_max_rows();
   return !limits_.deterministic && buf_->int8_workspace.get() != nullptr && !f16_products &&
          m <= kFusedMatmulMaxRows && width % 32 == 0 &&
          q8_activation_bytes((int)m, width) <= buf_->int8_workspace.bytes();
@@ -404,7 +415,7 @@ bool ForwardOps::writer_quantizes(int64_t m, int64_t width) const {
 // Whether the op that writes m rows of `width` values (a norm) also converts them into the
 // f16 rows of the f16 tensor-core products (at the step sizes that take them).
 bool ForwardOps::writer_converts(int64_t m, int64_t width) const {
-  return !limits_.deterministic && buf_->f16_rows.get() != nullptr && m >= f16_product_min_rows() &&
+  return !limits_.deterministic && buf_->f16_rows.get() != nullptr && m >= writers_f16_from_ &&
          m <= f16_product_max_rows() && width % 4 == 0 &&
          f16_rows_bytes((int)m, width) <= buf_->f16_rows.bytes();
 }

@@ -156,6 +156,8 @@ class ForwardOps {
   float* out_rows_ = nullptr;  // [R x n_embd] the rows that need logits, final-normed
   float* logits_ = nullptr;
   int64_t n_tokens_ = 0;
+  // The step size from which the norms write f16 rows (reserve_f16_products).
+  int64_t writers_f16_from_ = INT64_MAX;
   int32_t n_logit_rows_ = 0;
   int32_t max_context_ = 0;  // the longest context (position + 1) of the step
 };

@@ -45,15 +45,59 @@ __device__ __forceinline__ void fill_stage(Stage<Format, kTokens>& st, const Til
   }
 }
 
+// Where the block's sums go: y [M][N] directly with one slice of K; with several, its
+// slice's part [slice][M][N], after which the last block of the tile to finish (counted in
+// tile_done, left at zero again) adds the tile's parts in slice order into y: deterministic,
+// and no separate summing launch.
+struct Output {
+  float* y;
+  float* parts;
+  unsigned* tile_done;
+};
+
+// The tile's parts, added in slice order (0 + part 0 + part 1 + ...), into y; read past L1,
+// since other multiprocessors wrote them.
+template <int kTokens>
+__device__ __forceinline__ void add_tile_parts(const Output& out, int row_blk, int tok0, int n,
+                                               int m) {
+  const int slices = (int)gridDim.z;
+  const size_t count = (size_t)m * n;
+  for (int i = threadIdx.x; i < kTokens * kBlockRows; i += kThreads) {
+    const int tok = tok0 + i / kBlockRows, row = row_blk + i % kBlockRows;
+    if (tok >= m || row >= n) continue;
+    const size_t at = (size_t)tok * n + row;
+    float sum = 0.0f;
+    for (int s = 0; s < slices; ++s) sum += __ldcg(out.parts + s * count + at);
+    out.y[at] = sum;
+  }
+}
+
+// Whether this block is the last of its tile to have stored its part (all of the tile's
+// parts are then visible to it).
+__device__ __forceinline__ bool last_of_tile(const Output& out) {
+  __shared__ bool last;
+  __threadfence();  // this block's part is visible before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* done = out.tile_done + blockIdx.y * gridDim.x + blockIdx.x;
+    last = atomicAdd(done, 1u) == gridDim.z - 1;
+    if (last) *done = 0;  // ready for the next launch
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 // The block's sums into y (or its slice's part): with kParts = 2 the warps of part 1 first
 // hand theirs to the warps of part 0 through shared memory (`spare`, free once the stages
 // are done: kC * 1024 floats).
 template <int kC, int kParts>
 __device__ __forceinline__ void store_sums(Accumulators<kC>& acc, float* spare, int warp_n,
                                            int warp_m, int lane, int row_blk, int tok0, int n,
-                                           int m, const float* out_scales, float* dst) {
+                                           int m, const float* out_scales, const Output& out) {
   constexpr int kSets = accumulator_sets<kC>();
   const int g = lane / 4, q = lane % 4;
+  bool storing = true;
   if constexpr (kParts == 2) {
     float* mine = spare + (size_t)warp_n * (2 * kC * 4 * 32) + lane;
     __syncthreads();  // every warp is done with the stages
@@ -64,32 +108,37 @@ __device__ __forceinline__ void store_sums(Accumulators<kC>& acc, float* spare, 
         mine[32 * i] = sum;
       }
     __syncthreads();
-    if (warp_m == 1) return;
-    for (int i = 0; i < 2 * kC * 4; ++i) (&acc[0][0][0][0])[i] += mine[32 * i];
+    storing = warp_m == 0;
+    if (storing)
+      for (int i = 0; i < 2 * kC * 4; ++i) (&acc[0][0][0][0])[i] += mine[32 * i];
   }
   const int token_warp = kParts == 2 ? 0 : warp_m;
+  float* dst = gridDim.z > 1 ? out.parts + (size_t)blockIdx.z * m * n : out.y;
+  if (storing) {
 #pragma unroll
-  for (int rt = 0; rt < 2; ++rt)
+    for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
-    for (int ct = 0; ct < kC; ++ct)
+      for (int ct = 0; ct < kC; ++ct)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int row = row_blk + 32 * warp_n + 16 * rt + g + (i >= 2 ? 8 : 0);
-        const int tok = tok0 + 8 * kC * token_warp + 8 * ct + 2 * q + (i & 1);
-        float sum = acc[0][rt][ct][i];
-        if constexpr (kSets > 1) sum += acc[1][rt][ct][i];
-        if (row < n && tok < m) dst[(size_t)tok * n + row] = sum * out_scales[tok];
-      }
+        for (int i = 0; i < 4; ++i) {
+          const int row = row_blk + 32 * warp_n + 16 * rt + g + (i >= 2 ? 8 : 0);
+          const int tok = tok0 + 8 * kC * token_warp + 8 * ct + 2 * q + (i & 1);
+          float sum = acc[0][rt][ct][i];
+          if constexpr (kSets > 1) sum += acc[1][rt][ct][i];
+          if (row < n && tok < m) dst[(size_t)tok * n + row] = sum * out_scales[tok];
+        }
+  }
+  if (gridDim.z > 1 && last_of_tile(out))
+    add_tile_parts<tokens_per_block<kC, kParts>()>(out, row_blk, tok0, n, m);
 }
 
-// Grid: (ceil(M / tokens_per_block), ceil(N / 128), slices). With one slice the sums go to
-// y [M][N]; with several to part [slice][M][N] (added by sum_slices). Shared memory:
-// kStages stages, then the scales of the super-block being multiplied.
+// Grid: (ceil(M / tokens_per_block), ceil(N / 128), slices of K). Shared memory: kStages
+// stages, then the scales of the super-block being multiplied.
 template <typename Format, int kC, int kStages, int kParts>
 __global__ void __launch_bounds__(kThreads, 2)
     f16_product_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n, int k,
                        const uint16_t* __restrict__ x, const float* __restrict__ out_scales, int m,
-                       float* __restrict__ out) {
+                       Output out) {
   constexpr int kTokens = tokens_per_block<kC, kParts>();
   using StageT = Stage<Format, kTokens>;
   static_assert(kParts == 1 || kC * 1024 * sizeof(float) <= sizeof(StageT) * kStages,
@@ -126,7 +175,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   wait_async_all();  // only empty groups remain; the stages may be reused
   store_sums<kC, kParts>(acc, reinterpret_cast<float*>(smem_raw), warp_n, warp_m, lane, row_blk,
-                         tok0, n, m, out_scales, out + (size_t)blockIdx.z * m * n);
+                         tok0, n, m, out_scales, out);
 }
 
 // The largest of every thread's `largest` in the block (any block size up to 1024).
@@ -218,10 +267,12 @@ struct Launch {
   }
   static int slices(const WeightView& w, int m) {
     const dim3 g = grid(w, m, 1);
+    // The slices are added by the tiles' last blocks, in the shadow of the others: no launch.
     return k_slices_by_cost((int64_t)g.x * g.y, (int64_t)blocks_per_sm() * device_multiprocessors(),
-                            (int)(w.cols / 256), (int64_t)m * w.rows * (int64_t)sizeof(float));
+                            (int)(w.cols / 256), (int64_t)m * w.rows * (int64_t)sizeof(float),
+                            0.0);
   }
-  static void run(const WeightView& w, const F16Rows& x, int m, int slices, float* out,
+  static void run(const WeightView& w, const F16Rows& x, int m, int slices, const Output& out,
                   cudaStream_t stream) {
     blocks_per_sm();  // sets the shared-memory attribute
     kernel<<<grid(w, m, slices), kThreads, shared_bytes(), stream>>>(
@@ -237,7 +288,8 @@ struct Launch {
 //   that two blocks fit, unless the lab knob HABLAR_Q4K_F16_STAGES says 3.
 //   Q6_K (240-byte slots): two stages (two blocks per multiprocessor at 16 and 32, one at 64
 //   either way; HABLAR_Q6K_F16_STAGES=3 measures three there).
-// Lab knob HABLAR_F16_PARTS: 1 (the two warps take different activation rows) or 2.
+// Lab knob HABLAR_F16_PARTS: 2 (the default: the two warps of a column split each
+// super-block) or 1 (they take different activation rows).
 template <typename Format, int kParts, typename Body>
 auto with_format_launch(int m, const char* stages_knob, Body&& body) {
   constexpr int kUnit = kParts;  // kC of 16 activation rows per block
@@ -249,7 +301,7 @@ auto with_format_launch(int m, const char* stages_knob, Body&& body) {
 }
 
 int default_parts() {
-  return lab_knob("HABLAR_F16_PARTS", 1) == 2 ? 2 : 1;
+  return lab_knob("HABLAR_F16_PARTS", 2) == 1 ? 1 : 2;
 }
 
 template <typename Body>
@@ -305,8 +357,9 @@ bool f16_product_supported(const WeightView& w) {
          w.row_bytes >= (size_t)w.cols / 256 * sizeof(BlockQ6_K);
 }
 
-int64_t f16_product_min_rows() {
-  const int from = lab_knob("HABLAR_F16_PRODUCT_FROM", 32);
+int64_t f16_product_min_rows(DType type) {
+  const int from = type == DType::Q6_K ? lab_knob("HABLAR_Q6K_F16_FROM", kGemvMaxRows + 1)
+                                       : lab_knob("HABLAR_Q4K_F16_FROM", 16);
   return from > 0 ? from : INT64_MAX;
 }
 
@@ -316,13 +369,20 @@ int64_t f16_product_max_rows() {
 }
 
 bool f16_product_preferred(const WeightView& w, int64_t m) {
-  if (w.type == DType::Q6_K && lab_knob("HABLAR_Q6K_F16", 1) == 0) return false;
-  return f16_product_supported(w) && m >= f16_product_min_rows() && m <= f16_product_max_rows();
+  return f16_product_supported(w) && m >= f16_product_min_rows(w.type) &&
+         m <= f16_product_max_rows();
 }
 
+// The scratch: the slices' parts [slices][M][N], then a counter per output tile at a 256-byte
+// aligned offset.
 size_t f16_product_scratch_bytes(const WeightView& w, int m, int parts) {
   const int slices = k_slices(w, m, parts);
-  return slices > 1 ? (size_t)slices * m * w.rows * sizeof(float) : 0;
+  if (slices <= 1) return 0;
+  const dim3 tiles = with_launch(w, m, parts, [&](auto launch) {
+    return decltype(launch)::grid(w, m, 1);
+  });
+  const size_t part_bytes = ((size_t)slices * m * w.rows * sizeof(float) + 255) / 256 * 256;
+  return part_bytes + (size_t)tiles.x * tiles.y * sizeof(unsigned);
 }
 
 void matmul_f16(const WeightView& w, const void* rows, int m, float* y, void* scratch,
@@ -334,11 +394,15 @@ void matmul_f16(const WeightView& w, const void* rows, int m, float* y, void* sc
   const int slices = k_slices(w, m, parts);
   if (slices > 1 && scratch == nullptr)
     throw_error(ErrorKind::kInvalidArgument, "matmul_f16: needs f16_product_scratch_bytes()");
-  float* out = slices > 1 ? static_cast<float*>(scratch) : y;
+  Output out{y, nullptr, nullptr};
+  if (slices > 1) {
+    out.parts = static_cast<float*>(scratch);
+    const size_t part_bytes = ((size_t)slices * m * w.rows * sizeof(float) + 255) / 256 * 256;
+    out.tile_done = reinterpret_cast<unsigned*>(static_cast<uint8_t*>(scratch) + part_bytes);
+  }
   const F16Rows x = f16_rows_layout(const_cast<void*>(rows), m, w.cols);
   with_launch(w, m, parts,
               [&](auto launch) { decltype(launch)::run(w, x, m, slices, out, stream); });
-  if (slices > 1) sum_slices(out, slices, (int64_t)m * w.rows, y, stream);
 }
 
 }  // namespace hablar::cuda

@@ -31,17 +31,20 @@ void convert_rows_to_f16(const float* x, int m, int64_t k, void* workspace, size
 // Q4_K (rows 16-byte aligned) or Q6_K (rows 2-byte aligned), K a multiple of 256, W 16-byte
 // aligned.
 bool f16_product_supported(const WeightView& w);
-// Scratch for partial sums when K is split over several blocks (0 when it is not).
+// Scratch for partial sums when K is split over several blocks (0 when it is not). It holds
+// counters that each call leaves at zero: clear a scratch buffer once after allocating it.
 // `parts`: how the two warps of a column share a block (1: different activation rows, 2:
-// the same rows and different halves of each super-block; 0: the default, 1 unless the lab
-// knob HABLAR_F16_PARTS says 2).
+// the same rows and different halves of each super-block, so each weight is dequantized once
+// per block, 5-12% faster from 16 rows on the H200; 0: the default, 2 unless the lab knob
+// HABLAR_F16_PARTS says 1).
 size_t f16_product_scratch_bytes(const WeightView& w, int m, int parts = 0);
 // Whether the forward runs a product of m rows of W here: a supported format and m within
-// the measured range, f16_product_min_rows() .. f16_product_max_rows() (below it the int8
-// kernels read fewer bytes per activation row and win; prompt chunks beyond it go to
-// dequant + cuBLAS). Lab knobs: HABLAR_F16_PRODUCT_FROM (0: never), HABLAR_F16_PRODUCT_UPTO,
-// HABLAR_Q6K_F16 (0: Q6_K keeps its bf16 WMMA tiles).
-int64_t f16_product_min_rows();
+// the measured range, f16_product_min_rows(type) .. f16_product_max_rows(). Q4_K from 16 rows
+// (below, its int8 kernels read fewer bytes per activation row and win), Q6_K from 9 (up to 8
+// rows its f32 GEMV reads the weights once; from 9 its alternative, the bf16 WMMA tiles, is
+// 1.5-3.8x slower); up to 256, beyond which prompt chunks go to dequant + cuBLAS. Lab knobs:
+// HABLAR_Q4K_F16_FROM and HABLAR_Q6K_F16_FROM (0: never), HABLAR_F16_PRODUCT_UPTO.
+int64_t f16_product_min_rows(DType type);
 int64_t f16_product_max_rows();
 bool f16_product_preferred(const WeightView& w, int64_t m);
 // y [M][N] = x [M][K] · Wᵀ for any M >= 1, x converted into `rows` by convert_rows_to_f16.

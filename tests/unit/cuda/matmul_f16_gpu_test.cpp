@@ -21,7 +21,7 @@ std::vector<float> f16_product(const DeviceWeights& w, const std::vector<float>&
   DeviceBuffer<float> dx(x), dy(std::vector<float>((size_t)m * w.view.rows, NAN));
   DeviceBuffer<uint8_t> rows(cuda::f16_rows_bytes(m, k));
   const size_t scratch_bytes = cuda::f16_product_scratch_bytes(w.view, m, parts);
-  DeviceBuffer<uint8_t> scratch(std::max<size_t>(scratch_bytes, 1));
+  DeviceBuffer<uint8_t> scratch(std::vector<uint8_t>(std::max<size_t>(scratch_bytes, 1), 0));
   cuda::Stream stream;
   cuda::convert_rows_to_f16(dx.get(), m, k, rows.get(), rows.bytes(), stream.get());
   cuda::matmul_f16(w.view, rows.get(), m, dy.get(), scratch_bytes ? scratch.get() : nullptr,
@@ -87,6 +87,30 @@ TEST(F16Product, RowsOfAnyMagnitudeKeepTheirPrecision) {
       continue;
     }
     EXPECT_LT(normalized_error(got_row, want_row), 2e-3) << "row scaled by " << magnitude[r];
+  }
+}
+
+// Where K is split, the last block of each output tile adds the slices in slice order and
+// resets the tile's counter: calls after the first, on the same scratch, give the same bits.
+TEST(F16Product, SplitKIsDeterministicAcrossCalls) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  for (DType type : {DType::Q4_K, DType::Q6_K}) {
+    const int64_t n = 300, k = 8960;
+    const int m = 40;
+    DeviceWeights w(type, n, k, random_weight_bytes(type, n, k, 7u));
+    const size_t scratch_bytes = cuda::f16_product_scratch_bytes(w.view, m);
+    ASSERT_GT(scratch_bytes, 0u) << "the shape should split K";
+    DeviceBuffer<float> dx(random_floats((size_t)m * k, 8u)), dy((size_t)m * n);
+    DeviceBuffer<uint8_t> rows(cuda::f16_rows_bytes(m, k)),
+        scratch(std::vector<uint8_t>(scratch_bytes, 0));
+    cuda::convert_rows_to_f16(dx.get(), m, k, rows.get(), rows.bytes(), nullptr);
+    std::vector<std::vector<float>> results;
+    for (int call = 0; call < 3; ++call) {
+      cuda::matmul_f16(w.view, rows.get(), m, dy.get(), scratch.get(), nullptr);
+      results.push_back(dy.download());
+    }
+    EXPECT_EQ(results[0], results[1]) << dtype_name(type);
+    EXPECT_EQ(results[0], results[2]) << dtype_name(type);
   }
 }
 
