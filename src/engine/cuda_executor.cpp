@@ -3,6 +3,7 @@
 #include "backend/cuda/moe.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -12,6 +13,7 @@
 
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/forward_ops.h"
+#include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/sampling.h"
 #include "core/dtype.h"
@@ -137,6 +139,7 @@ class CudaExecutor : public StepExecutor {
   WeightView upload_matrix(const WeightView& w);
   std::vector<WeightView> upload_experts(const std::vector<WeightView>& experts);
   void size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes);
+  void keep_bf16_prompt_weights(const CudaExecutorOptions& o);
   void sample_on_device(std::span<const ExecChunk> chunks, std::span<const int32_t> device_chunks);
   const uint32_t* stage_masks(std::span<const ExecChunk> chunks,
                               std::span<const int32_t> row_chunks);
@@ -225,6 +228,7 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
                                          ExpertsView{&l.router, l.exp_gate, l.exp_up, l.exp_down});
     moe_graph_rows_ = (int32_t)std::min<int64_t>(kMaxGraphTokens, ops_->moe_device_max_tokens());
   }
+  keep_bf16_prompt_weights(o);
   size_kv_cache(o, ops_->workspace_bytes());
   ops_->bind_cache(kv_.get(), layout_);
   const size_t n = (size_t)o.max_step_tokens;
@@ -249,10 +253,12 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
                          std::min({kMaxGraphTokens, o.max_step_tokens, moe_graph_rows_}));
   report_ = fmt::format(
       "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB F16), "
-      "workspace {:.1f} MiB, steps up to {} tokens, sequences up to {} tokens, {}{}",
+      "workspace {:.1f} MiB (of it bf16 copies of the layer matrices for prompt chunks: "
+      "{:.1f} MiB), steps up to {} tokens, sequences up to {} tokens, {}{}",
       (double)weight_bytes_ / (1 << 20), layout_.n_blocks, block, (int64_t)layout_.n_blocks * block,
       (double)layout_.total_bytes() / (1 << 20), (double)ops_->workspace_bytes() / (1 << 20),
-      o.max_step_tokens, max_seq, graphs, o.deterministic ? ", deterministic" : "");
+      (double)ops_->kept_bf16_bytes() / (1 << 20), o.max_step_tokens, max_seq, graphs,
+      o.deterministic ? ", deterministic" : "");
 }
 
 const float* CudaExecutor::upload_floats(const float* host, int64_t n) {
@@ -348,6 +354,39 @@ std::vector<WeightView> CudaExecutor::upload_experts(const std::vector<WeightVie
 
 // Blocks from the memory left under gpu_memory_utilization (after the weights and the step
 // buffers), or exactly the positions asked for.
+// Prompt chunks of more than 256 rows (dequant + cuBLAS) multiply bf16 copies of the layers'
+// dense matrices made once here: dequantizing each matrix for every chunk cost about a third
+// of a prompt's time. Only where the copies take at most half of what this server's share
+// leaves after the weights and step buffers (and of what is free beside a cache of a given
+// size), so the KV cache keeps most of the memory.
+void CudaExecutor::keep_bf16_prompt_weights(const CudaExecutorOptions& o) {
+  if (o.deterministic || !o.bf16_prompt_weights || o.max_step_tokens <= cuda::kFusedMatmulMaxRows ||
+      cuda::lab_knob("HABLAR_BF16_PROMPT_WEIGHTS", 1) == 0)
+    return;
+  std::vector<const WeightView*> dense;
+  size_t bytes = 0;
+  for (const model::LayerWeights& l : weights_.layers)
+    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down,
+                                &l.shared_gate, &l.shared_up, &l.shared_down})
+      if (w->data != nullptr) {
+        dense.push_back(w);
+        bytes += (size_t)w->rows * (size_t)w->cols * sizeof(uint16_t);
+      }
+  size_t free_bytes = 0, total = 0;
+  HABLAR_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  const double margin = 256.0 * (1 << 20);
+  const double own = (double)weight_bytes_ + (double)ops_->workspace_bytes();
+  double room = std::min(o.gpu_memory_utilization * (double)total - own - margin,
+                         (double)free_bytes - margin);
+  if (o.kv_tokens > 0) {
+    const double block_bytes = (double)layout_.block_elems() * 2 * 2 * layout_.n_layers;
+    const double blocks = std::ceil((double)o.kv_tokens / layout_.block_size);
+    room = (double)free_bytes - margin - blocks * block_bytes;
+  }
+  if (dense.empty() || (double)bytes > 0.5 * room) return;
+  ops_->keep_bf16_weights(dense);
+}
+
 void CudaExecutor::size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes) {
   const size_t block_bytes = layout_.block_elems() * 2 * 2 * (size_t)layout_.n_layers;
   int64_t n_blocks = 0;

@@ -227,6 +227,15 @@ void ForwardOps::reserve_f16_products(std::span<const WeightView* const> matrice
   writers_f16_from_ = f16_product_min_rows(most_common->first);
 }
 
+void ForwardOps::keep_bf16_weights(std::span<const WeightView* const> matrices) {
+  for (const WeightView* w : matrices) buf_->prefill.keep_bf16(*w, stream_);
+  HABLAR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+size_t ForwardOps::kept_bf16_bytes() const {
+  return buf_->prefill.kept_bytes();
+}
+
 void ForwardOps::bind_cache(void* kv_cache, const KvCacheLayout& layout) {
   HABLAR_CHECK(layout.n_layers == layout_.n_layers && layout.n_kv_heads == layout_.n_kv_heads &&
                    layout.head_dim == layout_.head_dim && layout.block_size == layout_.block_size,
@@ -244,7 +253,8 @@ size_t ForwardOps::workspace_bytes() const {
                                 moe_->q8.bytes()
                           : 0;
   return buf_->activations.bytes() + buf_->inputs.bytes() + buf_->attention_workspace.bytes() +
-         buf_->int8_workspace.bytes() + buf_->cpu_rounding_workspace.bytes() + moe;
+         buf_->int8_workspace.bytes() + buf_->f16_rows.bytes() + buf_->f16_scratch.bytes() +
+         buf_->cpu_rounding_workspace.bytes() + buf_->prefill.kept_bytes() + moe;
 }
 
 void ForwardOps::begin(std::span<const SequenceChunk> chunks,

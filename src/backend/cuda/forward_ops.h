@@ -57,6 +57,11 @@ class ForwardOps {
   // deterministic mode Q4_K products of up to 256 rows run on int8 activations (matmul.h:
   // dp4a and integer tensor cores); in it, every quantized product takes the CPU's rows.
   void reserve_product_workspace(std::span<const WeightView* const> matrices);
+  // bf16 copies of these matrices, made now and kept for the products of prompt chunks
+  // beyond the batched range (matmul.h: PrefillMatmul::keep_bf16); counted in
+  // workspace_bytes().
+  void keep_bf16_weights(std::span<const WeightView* const> matrices);
+  size_t kept_bf16_bytes() const;
 
   // Starts a step: flattens the chunks into T token rows and uploads the step's inputs
   // (tokens, positions, RoPE angles, block tables, logit rows) in one asynchronous copy.

@@ -54,6 +54,9 @@ struct Output {
   float* parts;
   unsigned* tile_done;
 };
+// Tiles a split launch may have (a split only pays below a wave of blocks, far fewer).
+constexpr int64_t kTileCounters = 4096;
+constexpr size_t kCounterBytes = kTileCounters * sizeof(unsigned);
 
 // The tile's parts, added in slice order (0 + part 0 + part 1 + ...), into y; read past L1,
 // since other multiprocessors wrote them.
@@ -73,17 +76,18 @@ __device__ __forceinline__ void add_tile_parts(const Output& out, int row_blk, i
 }
 
 // Whether this block is the last of its tile to have stored its part (all of the tile's
-// parts are then visible to it).
+// parts are then visible to it). No static shared memory: a few bytes more would cost the
+// second block per multiprocessor at 64 rows.
 __device__ __forceinline__ bool last_of_tile(const Output& out) {
-  __shared__ bool last;
   __threadfence();  // this block's part is visible before it is counted
   __syncthreads();
+  bool last = false;
   if (threadIdx.x == 0) {
     unsigned* done = out.tile_done + blockIdx.y * gridDim.x + blockIdx.x;
     last = atomicAdd(done, 1u) == gridDim.z - 1;
     if (last) *done = 0;  // ready for the next launch
   }
-  __syncthreads();
+  last = __syncthreads_or(last);
   if (last) __threadfence();
   return last;
 }
@@ -267,6 +271,7 @@ struct Launch {
   }
   static int slices(const WeightView& w, int m) {
     const dim3 g = grid(w, m, 1);
+    if ((int64_t)g.x * g.y > kTileCounters) return 1;
     // The slices are added by the tiles' last blocks, in the shadow of the others: no launch.
     return k_slices_by_cost((int64_t)g.x * g.y, (int64_t)blocks_per_sm() * device_multiprocessors(),
                             (int)(w.cols / 256), (int64_t)m * w.rows * (int64_t)sizeof(float),
@@ -373,16 +378,12 @@ bool f16_product_preferred(const WeightView& w, int64_t m) {
          m <= f16_product_max_rows();
 }
 
-// The scratch: the slices' parts [slices][M][N], then a counter per output tile at a 256-byte
-// aligned offset.
+// The scratch: a counter per output tile at the start, at the same place for every shape
+// (each call leaves them at zero, whatever shape wrote its parts over the rest before), then
+// the slices' parts [slices][M][N].
 size_t f16_product_scratch_bytes(const WeightView& w, int m, int parts) {
   const int slices = k_slices(w, m, parts);
-  if (slices <= 1) return 0;
-  const dim3 tiles = with_launch(w, m, parts, [&](auto launch) {
-    return decltype(launch)::grid(w, m, 1);
-  });
-  const size_t part_bytes = ((size_t)slices * m * w.rows * sizeof(float) + 255) / 256 * 256;
-  return part_bytes + (size_t)tiles.x * tiles.y * sizeof(unsigned);
+  return slices > 1 ? kCounterBytes + (size_t)slices * m * w.rows * sizeof(float) : 0;
 }
 
 void matmul_f16(const WeightView& w, const void* rows, int m, float* y, void* scratch,
@@ -396,9 +397,8 @@ void matmul_f16(const WeightView& w, const void* rows, int m, float* y, void* sc
     throw_error(ErrorKind::kInvalidArgument, "matmul_f16: needs f16_product_scratch_bytes()");
   Output out{y, nullptr, nullptr};
   if (slices > 1) {
-    out.parts = static_cast<float*>(scratch);
-    const size_t part_bytes = ((size_t)slices * m * w.rows * sizeof(float) + 255) / 256 * 256;
-    out.tile_done = reinterpret_cast<unsigned*>(static_cast<uint8_t*>(scratch) + part_bytes);
+    out.tile_done = static_cast<unsigned*>(scratch);
+    out.parts = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + kCounterBytes);
   }
   const F16Rows x = f16_rows_layout(const_cast<void*>(rows), m, w.cols);
   with_launch(w, m, parts,

@@ -69,14 +69,32 @@ void PrefillMatmul::reserve(size_t bytes) {
 void PrefillMatmul::run(const WeightView& w, const float* x, int m, float* y, cudaStream_t stream) {
   validate_weight(w, "PrefillMatmul");
   if (m < 1) throw_error(ErrorKind::kInvalidArgument, "PrefillMatmul: M must be >= 1");
-  const size_t w_elems = (size_t)w.rows * (size_t)w.cols;
   const size_t x_elems = (size_t)m * (size_t)w.cols;
+  const auto kept = kept_.find(w.data);
+  if (kept != kept_.end()) {
+    reserve(x_elems * sizeof(uint16_t));
+    auto* x_bf16 = static_cast<uint16_t*>(scratch_.get());
+    convert_f32_to_bf16(x, x_bf16, (int64_t)x_elems, stream);
+    return gemm_bf16(static_cast<const uint16_t*>(kept->second.get()), x_bf16, w.rows, w.cols, m,
+                     y, stream);
+  }
+  const size_t w_elems = (size_t)w.rows * (size_t)w.cols;
   reserve((w_elems + x_elems) * sizeof(uint16_t) + 256);
   uint16_t* w_bf16 = static_cast<uint16_t*>(scratch_.get());
   uint16_t* x_bf16 = w_bf16 + ((w_elems + 127) / 128) * 128;
   dequantize_to_bf16(w, w_bf16, stream);
   convert_f32_to_bf16(x, x_bf16, (int64_t)x_elems, stream);
   gemm_bf16(w_bf16, x_bf16, w.rows, w.cols, m, y, stream);
+}
+
+void PrefillMatmul::keep_bf16(const WeightView& w, cudaStream_t stream) {
+  validate_weight(w, "PrefillMatmul::keep_bf16");
+  if (kept_.count(w.data) != 0) return;
+  const size_t bytes = (size_t)w.rows * (size_t)w.cols * sizeof(uint16_t);
+  DeviceMemory copy(bytes);
+  dequantize_to_bf16(w, static_cast<uint16_t*>(copy.get()), stream);
+  kept_.emplace(w.data, std::move(copy));
+  kept_bytes_ += bytes;
 }
 
 void PrefillMatmul::gemm_bf16(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n, int64_t k,

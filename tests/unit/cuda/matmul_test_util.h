@@ -29,7 +29,9 @@ inline std::vector<double> reference_product(const std::vector<float>& w,
 struct DeviceWeights {
   cuda::DeviceBuffer<uint8_t> bytes;
   WeightView view;
-  DeviceWeights(DType type, int64_t n, int64_t k, const std::vector<uint8_t>& host) : bytes(host) {
+  std::vector<uint8_t> host;
+  DeviceWeights(DType type, int64_t n, int64_t k, const std::vector<uint8_t>& host_bytes)
+      : bytes(host_bytes), host(host_bytes) {
     view.type = type;
     view.rows = n;
     view.cols = k;
