@@ -415,8 +415,8 @@ void ForwardOps::embed(const WeightView& table, float* x) {
 // quantizes them for the int8 products (outside deterministic mode, when they fit the
 // workspace).
 bool ForwardOps::writer_quantizes(int64_t m, int64_t width) const {
-  const bool f16_products = buf_->f16_rows.get() != nullptr && m >= writers_f16_from_ &&
-                            m <= f16_product_max_rows();
+  const bool f16_products =
+      buf_->f16_rows.get() != nullptr && m >= writers_f16_from_ && m <= f16_product_max_rows();
   return !limits_.deterministic && buf_->int8_workspace.get() != nullptr && !f16_products &&
          m <= kFusedMatmulMaxRows && width % 32 == 0 &&
          q8_activation_bytes((int)m, width) <= buf_->int8_workspace.bytes();
@@ -555,6 +555,10 @@ void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const 
   if (act == GluActivation::kGeluTanh && limits_.deterministic) {
     cpu_rounding_ops::geglu(out, up_scratch, out, n_tokens_ * gate.rows,
                             static_cast<const float*>(buf_->gelu_table.get()), stream_);
+  } else if (writer_converts(n_tokens_, gate.rows)) {  // the down product's f16 rows too
+    glu_rows_to_f16(out, up_scratch, act, out, (int)n_tokens_, gate.rows, buf_->f16_rows.get(),
+                    buf_->f16_rows.bytes(), stream_);
+    buf_->f16_holds = out;
   } else if (act == GluActivation::kGeluTanh) {
     geglu(out, up_scratch, out, n_tokens_ * gate.rows, stream_);
   } else if (limits_.deterministic) {

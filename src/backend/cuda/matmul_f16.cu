@@ -21,9 +21,11 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/f16_weight_formats.cuh"
+#include "backend/cuda/glu_activation.cuh"
 #include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/matmul_f16.h"
+#include "backend/cuda/ops.h"
 #include "backend/cuda/split_k.cuh"
 
 namespace hablar::cuda {
@@ -229,6 +231,43 @@ __global__ void rows_to_f16_kernel(const float* __restrict__ x, int k,
   if (threadIdx.x == 0) out_scales[blockIdx.x] = ldexpf(1.0f, e - 15);
 }
 
+// The gated feed-forward's activation rows out = act(gate) * up (glu_activation.cuh, the same
+// values as ops.cu's swiglu / geglu), written in f32 and as f16 rows in the same pass: one
+// block per row held in registers, as rows_to_f16_kernel.
+__global__ void glu_rows_to_f16_kernel(const float* __restrict__ gate, const float* __restrict__ up,
+                                       GluActivation act, int k, float* __restrict__ out,
+                                       uint16_t* __restrict__ values,
+                                       float* __restrict__ out_scales) {
+  const size_t row = (size_t)blockIdx.x * k;
+  const float4* g4 = reinterpret_cast<const float4*>(gate + row);
+  const float4* u4 = reinterpret_cast<const float4*>(up + row);
+  float4* o4 = reinterpret_cast<float4*>(out + row);
+  const int groups = k / 4;
+  float4 v[kGroupsPerThread];
+  float largest = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kGroupsPerThread; ++i) {
+    const int at = threadIdx.x + i * blockDim.x;
+    v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (at >= groups) continue;
+    const float4 g = g4[at], u = u4[at];
+    v[i] = make_float4(glu_value(act, g.x, u.x), glu_value(act, g.y, u.y), glu_value(act, g.z, u.z),
+                       glu_value(act, g.w, u.w));
+    o4[at] = v[i];
+    largest = fmaxf(
+        largest, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+  }
+  const int e = q4k_f16::f16_row_exponent(block_largest(largest));
+  const float scale_up = ldexpf(1.0f, 15 - e);
+  uint2* dst = reinterpret_cast<uint2*>(values + row);
+#pragma unroll
+  for (int i = 0; i < kGroupsPerThread; ++i) {
+    const int at = threadIdx.x + i * blockDim.x;
+    if (at < groups) dst[at] = stored_f16(v[i], scale_up);
+  }
+  if (threadIdx.x == 0) out_scales[blockIdx.x] = ldexpf(1.0f, e - 15);
+}
+
 // The same for rows too long for the registers: two passes over the row.
 __global__ void long_rows_to_f16_kernel(const float* __restrict__ x, int64_t k,
                                         uint16_t* __restrict__ values,
@@ -274,8 +313,7 @@ struct Launch {
     if ((int64_t)g.x * g.y > kTileCounters) return 1;
     // The slices are added by the tiles' last blocks, in the shadow of the others: no launch.
     return k_slices_by_cost((int64_t)g.x * g.y, (int64_t)blocks_per_sm() * device_multiprocessors(),
-                            (int)(w.cols / 256), (int64_t)m * w.rows * (int64_t)sizeof(float),
-                            0.0);
+                            (int)(w.cols / 256), (int64_t)m * w.rows * (int64_t)sizeof(float), 0.0);
   }
   static void run(const WeightView& w, const F16Rows& x, int m, int slices, const Output& out,
                   cudaStream_t stream) {
@@ -323,6 +361,16 @@ int k_slices(const WeightView& w, int m, int parts) {
   return with_launch(w, m, parts, [&](auto launch) { return decltype(launch)::slices(w, m); });
 }
 
+// Threads per block for rows of k values held kGroupsPerThread groups of four to a thread
+// (0: too long for the registers).
+int register_row_threads(int64_t k) {
+  constexpr int kMaxThreads = 1024;
+  const int64_t groups = k / 4;
+  if (groups > (int64_t)kGroupsPerThread * kMaxThreads) return 0;
+  const int64_t threads = (groups + kGroupsPerThread - 1) / kGroupsPerThread;
+  return (int)std::clamp<int64_t>((threads + 31) / 32 * 32, 64, kMaxThreads);
+}
+
 }  // namespace
 
 size_t f16_rows_bytes(int m, int64_t k) {
@@ -342,15 +390,33 @@ void convert_rows_to_f16(const float* x, int m, int64_t k, void* workspace, size
     throw_error(ErrorKind::kInvalidArgument,
                 "convert_rows_to_f16: needs M >= 1, K a multiple of 4 and f16_rows_bytes()");
   const F16Rows rows = f16_rows_layout(workspace, m, k);
-  constexpr int kMaxThreads = 1024;
-  const int64_t groups = k / 4;
-  if (groups > (int64_t)kGroupsPerThread * kMaxThreads) {
+  const int threads = register_row_threads(k);
+  if (threads == 0) {
     long_rows_to_f16_kernel<<<(unsigned)m, 256, 0, stream>>>(x, k, rows.values, rows.out_scales);
   } else {
-    const int64_t threads = (groups + kGroupsPerThread - 1) / kGroupsPerThread;
-    const int block = (int)std::clamp<int64_t>((threads + 31) / 32 * 32, 64, kMaxThreads);
-    rows_to_f16_kernel<<<(unsigned)m, block, 0, stream>>>(x, (int)k, rows.values, rows.out_scales);
+    rows_to_f16_kernel<<<(unsigned)m, threads, 0, stream>>>(x, (int)k, rows.values,
+                                                            rows.out_scales);
   }
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void glu_rows_to_f16(const float* gate, const float* up, GluActivation act, float* out, int m,
+                     int64_t k, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (m < 1 || k < 4 || k % 4 != 0 || workspace_bytes < f16_rows_bytes(m, k))
+    throw_error(ErrorKind::kInvalidArgument,
+                "glu_rows_to_f16: needs M >= 1, K a multiple of 4 and f16_rows_bytes()");
+  const int threads = register_row_threads(k);
+  if (threads == 0) {  // rows too long for the registers: the activation, then the conversion
+    if (act == GluActivation::kGeluTanh) {
+      geglu(gate, up, out, (int64_t)m * k, stream);
+    } else {
+      swiglu(gate, up, out, (int64_t)m * k, stream);
+    }
+    return convert_rows_to_f16(out, m, k, workspace, workspace_bytes, stream);
+  }
+  const F16Rows rows = f16_rows_layout(workspace, m, k);
+  glu_rows_to_f16_kernel<<<(unsigned)m, threads, 0, stream>>>(gate, up, act, (int)k, out,
+                                                              rows.values, rows.out_scales);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 

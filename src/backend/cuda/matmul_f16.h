@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "core/layer_spec.h"
 #include "core/tensor_view.h"
 
 namespace hablar::cuda {
@@ -27,6 +28,12 @@ F16Rows f16_rows_layout(void* workspace, int m, int64_t k);
 // largest magnitude lies in [2^14, 2^15) (1 for rows of zeros or with non-finite values).
 void convert_rows_to_f16(const float* x, int m, int64_t k, void* workspace, size_t workspace_bytes,
                          cudaStream_t stream);
+
+// The gated feed-forward's activation out [M][K] = act(gate) * up, the same values as ops.h's
+// swiglu / geglu, also written into the workspace as convert_rows_to_f16 would convert it:
+// one launch instead of two.
+void glu_rows_to_f16(const float* gate, const float* up, GluActivation act, float* out, int m,
+                     int64_t k, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // Q4_K (rows 16-byte aligned) or Q6_K (rows 2-byte aligned), K a multiple of 256, W 16-byte
 // aligned.

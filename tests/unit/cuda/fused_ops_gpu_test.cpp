@@ -110,6 +110,35 @@ TEST(FusedOpsGpu, NormWithF16RowsEqualsNormThenConvert) {
   }
 }
 
+// The gated activation that also writes its rows as f16 rows (glu_rows_to_f16): its f32 rows
+// equal swiglu's / geglu's and its f16 values and scales convert_rows_to_f16's, byte for byte.
+TEST(FusedOpsGpu, GluWithF16RowsEqualsGluThenConvert) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  for (int k : {512, 8960, 40000}) {  // 40000: past the registers, two launches
+    for (GluActivation act : {GluActivation::kSilu, GluActivation::kGeluTanh}) {
+      const int rows = 3;
+      const size_t n = (size_t)rows * k;
+      DeviceBuffer<float> gate(random_floats(n, 51u, -4.0f, 4.0f)),
+          up(random_floats(n, 52u, -2.0f, 2.0f)), out1(n), out2(n);
+      const size_t bytes = cuda::f16_rows_bytes(rows, k);
+      DeviceBuffer<uint8_t> f1(std::vector<uint8_t>(bytes, 0)), f2(std::vector<uint8_t>(bytes, 0));
+      if (act == GluActivation::kGeluTanh) {
+        cuda::geglu(gate.get(), up.get(), out1.get(), (int64_t)n, nullptr);
+      } else {
+        cuda::swiglu(gate.get(), up.get(), out1.get(), (int64_t)n, nullptr);
+      }
+      cuda::convert_rows_to_f16(out1.get(), rows, k, f1.get(), bytes, nullptr);
+      cuda::glu_rows_to_f16(gate.get(), up.get(), act, out2.get(), rows, k, f2.get(), bytes,
+                            nullptr);
+      HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::string where =
+          "k " + std::to_string(k) + (act == GluActivation::kGeluTanh ? " gelu" : " silu");
+      EXPECT_EQ(out1.download(), out2.download()) << where;
+      EXPECT_EQ(f1.download(), f2.download()) << where;
+    }
+  }
+}
+
 struct QkvCase {
   ActivationDims dims{256, 4, 2, 64, 512, 100};
   KvCacheLayout layout{1, 2, 64, 16, 8};
