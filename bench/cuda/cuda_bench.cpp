@@ -334,7 +334,6 @@ void bench_many_rows(Stream& stream, DType type, int64_t n, int64_t k, int m, do
   DeviceMemory rows(f16_rows_bytes(m, k)),
       scratch(std::max({f16_product_scratch_bytes(view(0), m, 1),
                         f16_product_scratch_bytes(view(0), m, 2), size_t{256}}));
-  HABLAR_CUDA_CHECK(cudaMemset(scratch.get(), 0, scratch.bytes()));
   const double flops = 2.0 * m * n * k;
   char base[96];
   std::snprintf(base, sizeof base, "%s M=%d N=%lld K=%lld", std::string(dtype_name(type)).c_str(),

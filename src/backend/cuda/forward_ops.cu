@@ -220,7 +220,6 @@ void ForwardOps::reserve_f16_products(std::span<const WeightView* const> matrice
   if (rows_bytes == 0) return;  // no f16-capable matrix, or none at these step sizes
   buf_->f16_rows = DeviceMemory(rows_bytes);
   buf_->f16_scratch = DeviceMemory(std::max<size_t>(scratch_bytes, 256));
-  HABLAR_CUDA_CHECK(cudaMemset(buf_->f16_scratch.get(), 0, buf_->f16_scratch.bytes()));
   const auto most_common =
       std::max_element(matrices_of_type.begin(), matrices_of_type.end(),
                        [](const auto& a, const auto& b) { return a.second < b.second; });

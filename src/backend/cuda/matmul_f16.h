@@ -38,8 +38,7 @@ void glu_rows_to_f16(const float* gate, const float* up, GluActivation act, floa
 // Q4_K (rows 16-byte aligned) or Q6_K (rows 2-byte aligned), K a multiple of 256, W 16-byte
 // aligned.
 bool f16_product_supported(const WeightView& w);
-// Scratch for partial sums when K is split over several blocks (0 when it is not). It holds
-// counters that each call leaves at zero: clear a scratch buffer once after allocating it.
+// Scratch for partial sums when K is split over several blocks (0 when it is not).
 // `parts`: how the two warps of a column share a block (1: different activation rows, 2:
 // the same rows and different halves of each super-block, so each weight is dequantized once
 // per block, 5-12% faster from 16 rows on the H200; 0: the default, 2 unless the lab knob

@@ -1,8 +1,7 @@
 // K split into slices for the batched tensor-core products (matmul_q4k_mma.cu,
 // matmul_f16.cu): where a matrix gives too few blocks to fill the GPU, each block takes
 // one slice of the super-blocks and writes its partial sums to part[slice][M][N]; the
-// slices are then added in slice order (deterministic): by sum_slices (the int8 kernel) or
-// by the last block of each output tile (the f16 kernel).
+// slices are then added in slice order by sum_slices (deterministic).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -39,18 +38,16 @@ inline int choose_k_slices(int64_t blocks, int64_t slots, int most) {
 // The slice count (1 .. min(16, super_blocks)) of least estimated time, in units of one
 // super-block step of a wave of blocks: waves x (super-blocks per slice + 1 for filling the
 // pipeline), plus, with several slices, writing and reading back the partial sums (s + 1
-// passes over out_bytes) at about 6 MB per step (a step: ~2 us; ~3 TB/s) and sum_steps for
-// adding them (a launch of its own: 1).
-inline int k_slices_by_cost(int64_t blocks, int64_t slots, int super_blocks, int64_t out_bytes,
-                            double sum_steps = 1.0) {
-  constexpr double kBytesPerStep = 6e6;
+// passes over out_bytes, and a launch) at about 6 MB per step (a step: ~2 us; ~3 TB/s).
+inline int k_slices_by_cost(int64_t blocks, int64_t slots, int super_blocks, int64_t out_bytes) {
+  constexpr double kBytesPerStep = 6e6, kLaunchSteps = 1.0;
   const int most = std::min(16, super_blocks);
   int best = 1;
   double best_cost = 0;
   for (int s = 1; s <= most; ++s) {
     const int64_t waves = (blocks * s + slots - 1) / slots;
     double cost = (double)waves * ((super_blocks + s - 1) / s + 1);
-    if (s > 1) cost += (double)(2 * s + 1) * out_bytes / kBytesPerStep + sum_steps;
+    if (s > 1) cost += (double)(2 * s + 1) * out_bytes / kBytesPerStep + kLaunchSteps;
     if (s == 1 || cost < best_cost) best = s, best_cost = cost;
   }
   return best;

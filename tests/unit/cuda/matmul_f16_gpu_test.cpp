@@ -90,10 +90,9 @@ TEST(F16Product, RowsOfAnyMagnitudeKeepTheirPrecision) {
   }
 }
 
-// Where K is split, the last block of each output tile adds the slices in slice order and
-// resets the tile's counter: calls after the first on the same scratch, also after products
-// of other shapes wrote their parts there (as the forward's products share one scratch), give
-// the same bits, and those match the reference.
+// Where K is split, the slices are added in slice order: calls after the first on the same
+// scratch, also after products of other shapes wrote their parts there (as the forward's
+// products share one scratch), give the same bits, and those match the reference.
 TEST(F16Product, SplitKIsDeterministicAcrossCallsAndShapes) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   const int64_t k = 8960;
