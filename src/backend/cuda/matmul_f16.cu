@@ -154,10 +154,34 @@ __device__ __forceinline__ uint2 stored_f16(float4 v, float up) {
   return make_uint2(half2_bits(v02), half2_bits(v13));
 }
 
-// One block per row, the row held in registers (kPer groups of four per thread, K <= 4 *
-// kPer * blockDim.x): one read of the row with all its loads in flight at once, its largest
-// magnitude, then its values times 2^(15 - e) in f16, and 2^(e - 15) as its output scale.
+// The register forms hold a row as kGroupsPerThread groups of four values per thread (K <= 4
+// * kGroupsPerThread * blockDim.x).
 constexpr int kGroupsPerThread = 8;
+
+__device__ __forceinline__ float largest_of(float4 v) {
+  return fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+}
+
+// The second half of the register forms below: the row's largest magnitude over the block,
+// then its groups v (thread t holds groups t + blockDim.x i) as f16 times 2^(15 - e), and
+// 2^(e - 15) as the row's output scale.
+__device__ __forceinline__ void store_f16_row(const float4 (&v)[kGroupsPerThread], float largest,
+                                              int groups, uint16_t* __restrict__ row_values,
+                                              float* __restrict__ out_scale) {
+  const int e = q4k_f16::f16_row_exponent(block_largest(largest));
+  const float up = ldexpf(1.0f, 15 - e);
+  uint2* dst = reinterpret_cast<uint2*>(row_values);
+#pragma unroll
+  for (int i = 0; i < kGroupsPerThread; ++i) {
+    const int at = threadIdx.x + i * blockDim.x;
+    if (at < groups) dst[at] = stored_f16(v[i], up);
+  }
+  if (threadIdx.x == 0) *out_scale = ldexpf(1.0f, e - 15);
+}
+
+// One block per row, held in registers: one read of the row with all its loads in flight at
+// once, its largest magnitude, then its values times 2^(15 - e) in f16, and 2^(e - 15) as its
+// output scale.
 __global__ void rows_to_f16_kernel(const float* __restrict__ x, int k,
                                    uint16_t* __restrict__ values, float* __restrict__ out_scales) {
   const float4* src = reinterpret_cast<const float4*>(x + (size_t)blockIdx.x * k);
@@ -168,18 +192,9 @@ __global__ void rows_to_f16_kernel(const float* __restrict__ x, int k,
   for (int i = 0; i < kGroupsPerThread; ++i) {
     const int at = threadIdx.x + i * blockDim.x;
     v[i] = at < groups ? src[at] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    largest = fmaxf(
-        largest, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+    largest = fmaxf(largest, largest_of(v[i]));
   }
-  const int e = q4k_f16::f16_row_exponent(block_largest(largest));
-  const float up = ldexpf(1.0f, 15 - e);
-  uint2* dst = reinterpret_cast<uint2*>(values + (size_t)blockIdx.x * k);
-#pragma unroll
-  for (int i = 0; i < kGroupsPerThread; ++i) {
-    const int at = threadIdx.x + i * blockDim.x;
-    if (at < groups) dst[at] = stored_f16(v[i], up);
-  }
-  if (threadIdx.x == 0) out_scales[blockIdx.x] = ldexpf(1.0f, e - 15);
+  store_f16_row(v, largest, groups, values + (size_t)blockIdx.x * k, out_scales + blockIdx.x);
 }
 
 // The gated feed-forward's activation rows out = act(gate) * up (glu_activation.cuh, the same
@@ -205,18 +220,9 @@ __global__ void glu_rows_to_f16_kernel(const float* __restrict__ gate, const flo
     v[i] = make_float4(glu_value(act, g.x, u.x), glu_value(act, g.y, u.y), glu_value(act, g.z, u.z),
                        glu_value(act, g.w, u.w));
     o4[at] = v[i];
-    largest = fmaxf(
-        largest, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+    largest = fmaxf(largest, largest_of(v[i]));
   }
-  const int e = q4k_f16::f16_row_exponent(block_largest(largest));
-  const float scale_up = ldexpf(1.0f, 15 - e);
-  uint2* dst = reinterpret_cast<uint2*>(values + row);
-#pragma unroll
-  for (int i = 0; i < kGroupsPerThread; ++i) {
-    const int at = threadIdx.x + i * blockDim.x;
-    if (at < groups) dst[at] = stored_f16(v[i], scale_up);
-  }
-  if (threadIdx.x == 0) out_scales[blockIdx.x] = ldexpf(1.0f, e - 15);
+  store_f16_row(v, largest, groups, values + row, out_scales + blockIdx.x);
 }
 
 // The same for rows too long for the registers: two passes over the row.
@@ -227,7 +233,7 @@ __global__ void long_rows_to_f16_kernel(const float* __restrict__ x, int64_t k,
   float largest = 0.0f;
   for (int64_t i = threadIdx.x; i < k / 4; i += blockDim.x) {
     const float4 v = src[i];
-    largest = fmaxf(largest, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+    largest = fmaxf(largest, largest_of(v));
   }
   const int e = q4k_f16::f16_row_exponent(block_largest(largest));
   const float up = ldexpf(1.0f, 15 - e);

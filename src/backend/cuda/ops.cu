@@ -2,6 +2,7 @@
 #include <cuda_fp16.h>
 
 #include <cub/block/block_reduce.cuh>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.cuh"
@@ -159,30 +160,48 @@ __global__ void rms_norm_f16_kernel(float* x, const float* __restrict__ y,
   if (threadIdx.x == 0) out_scales[blockIdx.x] = ldexpf(1.0f, e - 15);
 }
 
+// The norm (with the residual add when y is given) alone: the first of two launches for rows
+// too wide for the register forms.
+void norm_rows(float* x, const float* y, const float* weight, float* out, int rows, int dim,
+               float eps, cudaStream_t stream) {
+  if (y != nullptr) return add_rms_norm(x, y, weight, out, rows, dim, eps, stream);
+  rms_norm(x, weight, out, rows, dim, eps, stream);
+}
+
+// Calls launch(std::integral_constant<int, kPer>) with the register forms' kPer (values per
+// thread: 2, 4, 8, 16 or 32) for rows of dim values; false for rows wider than kRowThreads * 32.
+template <typename Launch>
+bool with_values_per_thread(int dim, Launch&& launch) {
+  const int per_thread = (dim + kRowThreads - 1) / kRowThreads;
+  if (per_thread > 32) return false;
+  if (per_thread <= 2) {
+    launch(std::integral_constant<int, 2>{});
+  } else if (per_thread <= 4) {
+    launch(std::integral_constant<int, 4>{});
+  } else if (per_thread <= 8) {
+    launch(std::integral_constant<int, 8>{});
+  } else if (per_thread <= 16) {
+    launch(std::integral_constant<int, 16>{});
+  } else {
+    launch(std::integral_constant<int, 32>{});
+  }
+  return true;
+}
+
 // The norm-and-quantize launch for rows of dim values: the register form that holds them;
 // rows wider than kRowThreads * 32 (none of today's models) take the norm and then
 // quantize_activations_q8, the same values in two launches.
 void launch_rms_norm_q8(float* x, const float* y, const float* weight, float* out, int rows,
                         int dim, float eps, void* q8_workspace, cudaStream_t stream) {
   HABLAR_CHECK(dim % 32 == 0, "rms_norm_q8: the width must be a multiple of 32");
-  const int per_thread = (dim + kRowThreads - 1) / kRowThreads;
-  if (per_thread > 32) {
-    if (y != nullptr) {
-      add_rms_norm(x, y, weight, out, rows, dim, eps, stream);
-    } else {
-      rms_norm(x, weight, out, rows, dim, eps, stream);
-    }
-    return quantize_activations_q8(out, rows, dim, q8_workspace, q8_activation_bytes(rows, dim),
-                                   stream);
-  }
   const Q8Activations q = q8_layout(q8_workspace, rows, dim);
-  auto kernel = per_thread <= 2    ? rms_norm_q8_kernel<2>
-                : per_thread <= 4  ? rms_norm_q8_kernel<4>
-                : per_thread <= 8  ? rms_norm_q8_kernel<8>
-                : per_thread <= 16 ? rms_norm_q8_kernel<16>
-                                   : rms_norm_q8_kernel<32>;
-  launch_dependent(kernel, dim3(rows), dim3(kRowThreads), 0, stream, x, y, weight, out, dim, eps,
-                   q.codes, q.scales);
+  const bool fused = with_values_per_thread(dim, [&](auto per) {
+    launch_dependent(rms_norm_q8_kernel<decltype(per)::value>, dim3(rows), dim3(kRowThreads), 0,
+                     stream, x, y, weight, out, dim, eps, q.codes, q.scales);
+  });
+  if (fused) return;
+  norm_rows(x, y, weight, out, rows, dim, eps, stream);
+  quantize_activations_q8(out, rows, dim, q8_workspace, q8_activation_bytes(rows, dim), stream);
 }
 
 // The norm-and-convert launch: the register form for rows up to kRowThreads * 32 values;
@@ -192,23 +211,14 @@ void launch_rms_norm_f16(float* x, const float* y, const float* weight, float* o
                          cudaStream_t stream) {
   HABLAR_CHECK(dim % 4 == 0 && f16_bytes >= f16_rows_bytes(rows, dim),
                "rms_norm_f16: the width must be a multiple of 4 and the rows fit the workspace");
-  const int per_thread = (dim + kRowThreads - 1) / kRowThreads;
-  if (per_thread > 32) {
-    if (y != nullptr) {
-      add_rms_norm(x, y, weight, out, rows, dim, eps, stream);
-    } else {
-      rms_norm(x, weight, out, rows, dim, eps, stream);
-    }
-    return convert_rows_to_f16(out, rows, dim, f16_workspace, f16_bytes, stream);
-  }
   const F16Rows f16 = f16_rows_layout(f16_workspace, rows, dim);
-  auto kernel = per_thread <= 2    ? rms_norm_f16_kernel<2>
-                : per_thread <= 4  ? rms_norm_f16_kernel<4>
-                : per_thread <= 8  ? rms_norm_f16_kernel<8>
-                : per_thread <= 16 ? rms_norm_f16_kernel<16>
-                                   : rms_norm_f16_kernel<32>;
-  launch_dependent(kernel, dim3(rows), dim3(kRowThreads), 0, stream, x, y, weight, out, dim, eps,
-                   f16.values, f16.out_scales);
+  const bool fused = with_values_per_thread(dim, [&](auto per) {
+    launch_dependent(rms_norm_f16_kernel<decltype(per)::value>, dim3(rows), dim3(kRowThreads), 0,
+                     stream, x, y, weight, out, dim, eps, f16.values, f16.out_scales);
+  });
+  if (fused) return;
+  norm_rows(x, y, weight, out, rows, dim, eps, stream);
+  convert_rows_to_f16(out, rows, dim, f16_workspace, f16_bytes, stream);
 }
 
 __global__ void rope_kernel(float* x, const int32_t* __restrict__ positions, int heads,
