@@ -261,6 +261,18 @@ struct Q6kFormat {
     return word[0];
   }
 
+  // For each of the lane's rows ([tile][row g, g + 8]) the words at offset(h), h = 0, 1.
+  template <typename Offset>
+  __device__ static void load_row_words(const uint8_t* const (&blocks)[2][2], Offset offset,
+                                        uint32_t (&words)[2][2][2]) {
+#pragma unroll
+    for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) words[rt][hr][h] = word_at(blocks[rt][hr] + offset(h));
+  }
+
   // Per half-block n a lane loads, per row, two qh words, then per ql pair (groups c and
   // c + 2 share their words) two ql words; each group of 32 values is two instructions (h),
   // each one sub-block with its own scale.
@@ -280,23 +292,13 @@ struct Q6kFormat {
     for (int nn = 0; nn < 2 / kParts; ++nn) {
       const int n = part * (2 / kParts) + nn;
       uint32_t qh[2][2][2];  // [tile][row][h]
-#pragma unroll
-      for (int rt = 0; rt < 2; ++rt)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            qh[rt][hr][h] = word_at(blocks[rt][hr] + q6k_f16::qh_offset(n, h, q));
+      load_row_words(
+          blocks, [&](int h) { return q6k_f16::qh_offset(n, h, q); }, qh);
 #pragma unroll
       for (int c1 = 0; c1 < 2; ++c1) {
         uint32_t ql[2][2][2];  // [tile][row][h]
-#pragma unroll
-        for (int rt = 0; rt < 2; ++rt)
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-              ql[rt][hr][h] = word_at(blocks[rt][hr] + q6k_f16::ql_offset(n, c1, h, q));
+        load_row_words(
+            blocks, [&](int h) { return q6k_f16::ql_offset(n, c1, h, q); }, ql);
 #pragma unroll
         for (int c = c1; c < 4; c += 2)
 #pragma unroll
