@@ -196,9 +196,9 @@ void ForwardOps::reserve_product_workspace(std::span<const WeightView* const> ma
 }
 
 // The rows and split-K scratch of the f16 tensor-core products, for every shape among the
-// matrices that takes them at some step size up to max_tokens.
-// The norms write f16 rows from the step size at which the most common f16-capable weight
-// type starts taking the f16 path (their products are mostly of that type).
+// matrices that takes them at some step size up to max_tokens; the norms write f16 rows from
+// the step size at which the most common f16-capable weight type starts taking the f16 path
+// (their products are mostly of that type).
 void ForwardOps::reserve_f16_products(std::span<const WeightView* const> matrices) {
   const int64_t hi = std::min<int64_t>(limits_.max_tokens, f16_product_max_rows());
   std::set<std::tuple<DType, int64_t, int64_t>> shapes;
@@ -414,9 +414,7 @@ void ForwardOps::embed(const WeightView& table, float* x) {
 // quantizes them for the int8 products (outside deterministic mode, when they fit the
 // workspace).
 bool ForwardOps::writer_quantizes(int64_t m, int64_t width) const {
-  const bool f16_products =
-      buf_->f16_rows.get() != nullptr && m >= writers_f16_from_ && m <= f16_product_max_rows();
-  return !limits_.deterministic && buf_->int8_workspace.get() != nullptr && !f16_products &&
+  return !limits_.deterministic && buf_->int8_workspace.get() != nullptr && !writers_f16_at(m) &&
          m <= kFusedMatmulMaxRows && width % 32 == 0 &&
          q8_activation_bytes((int)m, width) <= buf_->int8_workspace.bytes();
 }
@@ -424,9 +422,14 @@ bool ForwardOps::writer_quantizes(int64_t m, int64_t width) const {
 // Whether the op that writes m rows of `width` values (a norm) also converts them into the
 // f16 rows of the f16 tensor-core products (at the step sizes that take them).
 bool ForwardOps::writer_converts(int64_t m, int64_t width) const {
-  return !limits_.deterministic && buf_->f16_rows.get() != nullptr && m >= writers_f16_from_ &&
-         m <= f16_product_max_rows() && width % 4 == 0 &&
+  return !limits_.deterministic && writers_f16_at(m) && width % 4 == 0 &&
          f16_rows_bytes((int)m, width) <= buf_->f16_rows.bytes();
+}
+
+// Whether steps of m rows are in the range where the writers of product inputs produce f16
+// rows rather than int8 ones.
+bool ForwardOps::writers_f16_at(int64_t m) const {
+  return buf_->f16_rows.get() != nullptr && m >= writers_f16_from_ && m <= f16_product_max_rows();
 }
 
 // A residual add queued on x runs inside this norm (add_rms_norm: one pass, same values);

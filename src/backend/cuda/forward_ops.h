@@ -130,6 +130,7 @@ class ForwardOps {
   void f16_product(const WeightView& w, const float* in, int64_t m, float* out, bool* converted);
   bool writer_quantizes(int64_t m, int64_t width) const;
   bool writer_converts(int64_t m, int64_t width) const;
+  bool writers_f16_at(int64_t m) const;
   Q8Activations int8_rows(const float* in, int64_t m, int64_t k, bool* quantized);
   void products_of_one_input(const float* in, int64_t m, std::span<const WeightView* const> ws,
                              std::span<float* const> outs);
