@@ -354,24 +354,29 @@ std::vector<WeightView> CudaExecutor::upload_experts(const std::vector<WeightVie
 
 // Blocks from the memory left under gpu_memory_utilization (after the weights and the step
 // buffers), or exactly the positions asked for.
-// Prompt chunks of more than 256 rows (dequant + cuBLAS) multiply bf16 copies of the layers'
-// dense matrices made once here: dequantizing each matrix for every chunk cost about a third
-// of a prompt's time. Only where the copies take at most half of what this server's share
-// leaves after the weights and step buffers (and of what is free beside a cache of a given
-// size), so the KV cache keeps most of the memory.
+// Steps of many rows (prompt chunks, and decode steps from cuda::kept_bf16_min_rows()
+// sequences) multiply bf16 copies of the dense matrices (the layers' and the output head)
+// made once here: dequantizing each matrix for every prompt chunk cost about a third of a
+// prompt's time, and at many rows cuBLAS on 2-byte weights beats dequantizing inside the
+// product. Only where the copies take at most half of what this server's share leaves after
+// the weights and step buffers (and of what is free beside a cache of a given size), so the
+// KV cache keeps most of the memory.
 void CudaExecutor::keep_bf16_prompt_weights(const CudaExecutorOptions& o) {
-  if (o.deterministic || !o.bf16_prompt_weights || o.max_step_tokens <= cuda::kFusedMatmulMaxRows ||
+  if (o.deterministic || !o.bf16_prompt_weights || o.max_step_tokens < cuda::kept_bf16_min_rows() ||
       cuda::lab_knob("HABLAR_BF16_PROMPT_WEIGHTS", 1) == 0)
     return;
   std::vector<const WeightView*> dense;
   size_t bytes = 0;
+  auto add = [&](const WeightView* w) {
+    if (w->data == nullptr || !cuda::cuda_supports_weight_type(w->type)) return;
+    dense.push_back(w);
+    bytes += (size_t)w->rows * (size_t)w->cols * sizeof(uint16_t);
+  };
   for (const model::LayerWeights& l : weights_.layers)
     for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down,
                                 &l.shared_gate, &l.shared_up, &l.shared_down})
-      if (w->data != nullptr) {
-        dense.push_back(w);
-        bytes += (size_t)w->rows * (size_t)w->cols * sizeof(uint16_t);
-      }
+      add(w);
+  add(&weights_.output);
   size_t free_bytes = 0, total = 0;
   HABLAR_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
   const double margin = 256.0 * (1 << 20);

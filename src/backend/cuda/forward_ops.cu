@@ -227,7 +227,13 @@ void ForwardOps::reserve_f16_products(std::span<const WeightView* const> matrice
 }
 
 void ForwardOps::keep_bf16_weights(std::span<const WeightView* const> matrices) {
-  for (const WeightView* w : matrices) buf_->prefill.keep_bf16(*w, stream_);
+  int64_t widest = 0;
+  for (const WeightView* w : matrices) {
+    buf_->prefill.keep_bf16(*w, stream_);
+    widest = std::max(widest, w->cols);
+  }
+  if (!limits_.deterministic && widest > 0)
+    buf_->bf16_rows = DeviceMemory((size_t)limits_.max_tokens * (size_t)widest * sizeof(uint16_t));
   HABLAR_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -253,7 +259,8 @@ size_t ForwardOps::workspace_bytes() const {
                           : 0;
   return buf_->activations.bytes() + buf_->inputs.bytes() + buf_->attention_workspace.bytes() +
          buf_->int8_workspace.bytes() + buf_->f16_rows.bytes() + buf_->f16_scratch.bytes() +
-         buf_->cpu_rounding_workspace.bytes() + buf_->prefill.kept_bytes() + moe;
+         buf_->bf16_rows.bytes() + buf_->cpu_rounding_workspace.bytes() +
+         buf_->prefill.kept_bytes() + moe;
 }
 
 void ForwardOps::begin(std::span<const SequenceChunk> chunks,
@@ -357,6 +364,25 @@ bool ForwardOps::takes_f16_path(const WeightView& w, int64_t m) const {
          f16_product_scratch_bytes(w, (int)m) <= buf_->f16_scratch.bytes();
 }
 
+// Whether steps of m rows multiply the kept bf16 copies (cuBLAS at full tensor-core rate on
+// 2-byte weights): from kept_bf16_min_rows(), where that beats dequantizing in the product.
+bool ForwardOps::kept_bf16_at(int64_t m) const {
+  return !limits_.deterministic && buf_->bf16_rows.get() != nullptr && m >= kept_bf16_min_rows() &&
+         m <= limits_.max_tokens;
+}
+
+bool ForwardOps::takes_kept_bf16_path(const WeightView& w, int64_t m) const {
+  return kept_bf16_at(m) && buf_->prefill.keeps(w);
+}
+
+void ForwardOps::kept_bf16_product(const WeightView& w, const float* in, int64_t m, float* out,
+                                   bool* converted) {
+  auto* rows = static_cast<uint16_t*>(buf_->bf16_rows.get());
+  if (!*converted) convert_f32_to_bf16(in, rows, m * w.cols, stream_);
+  *converted = true;
+  buf_->prefill.multiply_kept(w, rows, (int)m, out, stream_);
+}
+
 // Whether a product of m rows runs on int8 activations (Q4_K outside deterministic mode).
 bool ForwardOps::takes_int8_path(const WeightView& w, int64_t m) const {
   return !limits_.deterministic && buf_->int8_workspace.get() != nullptr &&
@@ -376,6 +402,7 @@ void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float*
                          const uint8_t* roles) {
   buf_->q8_holds = nullptr;  // the int8 path below quantizes into the workspace
   buf_->f16_holds = nullptr;
+  buf_->bf16_holds = nullptr;
   if (limits_.deterministic) {
     const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
     if (roles == nullptr) roles = reinterpret_cast<const uint8_t*>(inputs + buf_->roles);
@@ -387,7 +414,9 @@ void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float*
   void* int8_ws = buf_->int8_workspace.get();
   const size_t int8_bytes = buf_->int8_workspace.bytes();
   bool converted = false;
-  if (takes_f16_path(w, m)) {
+  if (takes_kept_bf16_path(w, m)) {
+    kept_bf16_product(w, in, m, out, &converted);
+  } else if (takes_f16_path(w, m)) {
     f16_product(w, in, m, out, &converted);
   } else if (takes_int8_path(w, m)) {
     matmul_fused(w, in, (int)m, out, stream_, int8_ws, int8_bytes);
@@ -415,7 +444,7 @@ void ForwardOps::embed(const WeightView& table, float* x) {
 // workspace).
 bool ForwardOps::writer_quantizes(int64_t m, int64_t width) const {
   return !limits_.deterministic && buf_->int8_workspace.get() != nullptr && !writers_f16_at(m) &&
-         m <= kFusedMatmulMaxRows && width % 32 == 0 &&
+         !kept_bf16_at(m) && m <= kFusedMatmulMaxRows && width % 32 == 0 &&
          q8_activation_bytes((int)m, width) <= buf_->int8_workspace.bytes();
 }
 
@@ -426,10 +455,18 @@ bool ForwardOps::writer_converts(int64_t m, int64_t width) const {
          f16_rows_bytes((int)m, width) <= buf_->f16_rows.bytes();
 }
 
+// Whether the op that writes m rows of `width` values (a norm, the gated activation) also
+// writes them as the bf16 rows of the products over kept bf16 copies (at the step sizes that
+// take them).
+bool ForwardOps::writer_writes_bf16(int64_t m, int64_t width) const {
+  return kept_bf16_at(m) && (size_t)m * (size_t)width * sizeof(uint16_t) <= buf_->bf16_rows.bytes();
+}
+
 // Whether steps of m rows are in the range where the writers of product inputs produce f16
 // rows rather than int8 ones.
 bool ForwardOps::writers_f16_at(int64_t m) const {
-  return buf_->f16_rows.get() != nullptr && m >= writers_f16_from_ && m <= f16_product_max_rows();
+  return buf_->f16_rows.get() != nullptr && m >= writers_f16_from_ && m <= f16_product_max_rows() &&
+         !kept_bf16_at(m);
 }
 
 // A residual add queued on x runs inside this norm (add_rms_norm: one pass, same values);
@@ -445,6 +482,17 @@ void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_
   const bool with_add = add.x != nullptr && add.x == x && add.width == width;
   if (!with_add) flush_add();
   const int rows = (int)n_tokens_, dim = (int)width;
+  if (writer_writes_bf16(n_tokens_, width)) {
+    auto* bf16 = static_cast<uint16_t*>(buf_->bf16_rows.get());
+    if (with_add) {
+      add_rms_norm_bf16(add.x, add.y, weight, out, rows, dim, eps_, bf16, stream_);
+    } else {
+      rms_norm_bf16(x, weight, out, rows, dim, eps_, bf16, stream_);
+    }
+    add = {};
+    buf_->bf16_holds = out;
+    return;
+  }
   if (writer_converts(n_tokens_, width)) {
     void* f16 = buf_->f16_rows.get();
     const size_t f16_bytes = buf_->f16_rows.bytes();
@@ -499,7 +547,8 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
                                        std::span<const WeightView* const> ws,
                                        std::span<float* const> outs) {
   bool quantized = buf_->q8_holds == in;
-  bool converted = buf_->f16_holds == in;  // to f16 rows, once for all of them
+  bool converted = buf_->f16_holds == in;        // to f16 rows, once for all of them
+  bool bf16_converted = buf_->bf16_holds == in;  // to bf16 rows, likewise
   flush();
   void* int8_ws = buf_->int8_workspace.get();
   const WeightView* together[3] = {};
@@ -507,6 +556,10 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
   size_t n_together = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
     const WeightView& w = *ws[i];
+    if (takes_kept_bf16_path(w, m)) {
+      kept_bf16_product(w, in, m, outs[i], &bf16_converted);
+      continue;
+    }
     if (takes_f16_path(w, m)) {
       f16_product(w, in, m, outs[i], &converted);
       continue;
@@ -530,6 +583,7 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
   }
   buf_->q8_holds = nullptr;
   buf_->f16_holds = nullptr;
+  buf_->bf16_holds = nullptr;
 }
 
 void ForwardOps::matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv,
@@ -549,6 +603,7 @@ void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const 
     const Q8Activations xa = int8_rows(in, 1, gate.cols, &quantized);
     buf_->q8_holds = nullptr;
     buf_->f16_holds = nullptr;
+    buf_->bf16_holds = nullptr;
     return matmul_q4k_rows_glu(gate, up, xa.codes, xa.scales, out, act, stream_);
   }
   const WeightView* ws[] = {&gate, &up};
@@ -557,6 +612,10 @@ void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const 
   if (act == GluActivation::kGeluTanh && limits_.deterministic) {
     cpu_rounding_ops::geglu(out, up_scratch, out, n_tokens_ * gate.rows,
                             static_cast<const float*>(buf_->gelu_table.get()), stream_);
+  } else if (writer_writes_bf16(n_tokens_, gate.rows)) {  // the down product's bf16 rows too
+    glu_to_bf16(out, up_scratch, act, out, static_cast<uint16_t*>(buf_->bf16_rows.get()),
+                n_tokens_ * gate.rows, stream_);
+    buf_->bf16_holds = out;
   } else if (writer_converts(n_tokens_, gate.rows)) {  // the down product's f16 rows too
     glu_rows_to_f16(out, up_scratch, act, out, (int)n_tokens_, gate.rows, buf_->f16_rows.get(),
                     buf_->f16_rows.bytes(), stream_);
@@ -637,6 +696,7 @@ void ForwardOps::flush_row_work() {
 void ForwardOps::flush_add() {
   buf_->q8_holds = nullptr;  // every op but the products of the normed rows comes here
   buf_->f16_holds = nullptr;
+  buf_->bf16_holds = nullptr;
   auto& add = buf_->pending_add;
   if (add.x == nullptr) return;
   cuda::add(add.x, add.y, add.x, n_tokens_ * add.width, stream_);
@@ -711,6 +771,13 @@ void ForwardOps::logits(const float* x, const float* norm_weight, const WeightVi
                                stream_);
     product(output, out_rows_, n_logit_rows_, logits_,
             reinterpret_cast<const uint8_t*>(inputs + buf_->logit_roles));
+  } else if (writer_writes_bf16(n_logit_rows_, dims_.n_embd)) {
+    rms_norm_bf16(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_,
+                  static_cast<uint16_t*>(buf_->bf16_rows.get()), stream_);
+    buf_->bf16_holds = out_rows_;
+    const WeightView* ws[] = {&output};
+    float* outs[] = {logits_};
+    products_of_one_input(out_rows_, n_logit_rows_, ws, outs);
   } else if (writer_converts(n_logit_rows_, dims_.n_embd)) {
     rms_norm_f16(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_,
                  buf_->f16_rows.get(), buf_->f16_rows.bytes(), stream_);

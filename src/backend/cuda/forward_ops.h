@@ -125,11 +125,20 @@ class ForwardOps {
   void reserve_f16_products(std::span<const WeightView* const> matrices);
   bool takes_f16_path(const WeightView& w, int64_t m) const;
   bool takes_int8_path(const WeightView& w, int64_t m) const;
+  // Whether steps of m rows multiply the kept bf16 copies of W (keep_bf16_weights), and
+  // whether this W has one.
+  bool kept_bf16_at(int64_t m) const;
+  bool takes_kept_bf16_path(const WeightView& w, int64_t m) const;
+  // Runs w's product over its kept bf16 copy (cuBLAS), converting `in` to bf16 rows first
+  // unless *converted says this step's products of `in` already did.
+  void kept_bf16_product(const WeightView& w, const float* in, int64_t m, float* out,
+                         bool* converted);
   // Runs w's product on f16 tensor cores, converting `in` to f16 rows first unless
   // *converted says this step's products of `in` already did.
   void f16_product(const WeightView& w, const float* in, int64_t m, float* out, bool* converted);
   bool writer_quantizes(int64_t m, int64_t width) const;
   bool writer_converts(int64_t m, int64_t width) const;
+  bool writer_writes_bf16(int64_t m, int64_t width) const;
   bool writers_f16_at(int64_t m) const;
   Q8Activations int8_rows(const float* in, int64_t m, int64_t k, bool* quantized);
   void products_of_one_input(const float* in, int64_t m, std::span<const WeightView* const> ws,

@@ -47,6 +47,7 @@ struct ForwardOps::Buffers {
   DeviceMemory int8_workspace;
   DeviceMemory f16_rows;                // the f16 tensor-core products' rows (convert_rows_to_f16)
   DeviceMemory f16_scratch;             // their partial sums where K is split
+  DeviceMemory bf16_rows;               // products over kept bf16 copies: their input rows in bf16
   DeviceMemory cpu_rounding_workspace;  // deterministic mode: the CPU's activation rows
   DeviceMemory gelu_table;              // deterministic mode: the CPU's GELU table
   size_t attention_workspace_bytes = 0;
@@ -68,6 +69,9 @@ struct ForwardOps::Buffers {
   // The same for the f16 rows of the f16 tensor-core products (rmsnorm: norm and conversion
   // in one launch).
   const float* f16_holds = nullptr;
+  // And for the bf16 rows of the products over kept bf16 copies (rmsnorm, the gated
+  // activation).
+  const float* bf16_holds = nullptr;
   // Word offsets of each input array (for max_tokens rows). roles, sampled and logit_roles
   // hold a byte per row (deterministic mode's rounding facts, core/llama_batch_roles.h).
   size_t tokens = 0, positions = 0, logit_rows = 0, active = 0, roles = 0, sampled = 0,

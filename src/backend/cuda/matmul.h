@@ -25,6 +25,8 @@
 namespace hablar::cuda {
 
 inline constexpr int kFusedMatmulMaxRows = 256;
+// Default of kept_bf16_min_rows() (below).
+inline constexpr int kKeptBf16MinRows = 65;
 inline constexpr int kGemvMaxRows = 8;
 
 bool cuda_supports_weight_type(DType type);
@@ -67,6 +69,12 @@ void dequantize_to_bf16(const WeightView& w, uint16_t* out, cudaStream_t stream)
 // f32 -> bf16 (round to nearest even) of n values.
 void convert_f32_to_bf16(const float* in, uint16_t* out, int64_t n, cudaStream_t stream);
 
+// The fewest rows at which a product whose W has a kept bf16 copy (PrefillMatmul::keep_bf16)
+// multiplies that copy through cuBLAS rather than the quantized weights: from there the
+// tensor cores at full rate on 2-byte weights beat dequantizing in the product (measured on
+// the H200, docs/PERFORMANCE.md). Lab knob HABLAR_KEPT_BF16_FROM.
+int64_t kept_bf16_min_rows();
+
 class PrefillMatmul {
  public:
   PrefillMatmul() = default;
@@ -84,6 +92,11 @@ class PrefillMatmul {
   // weight of device memory.
   void keep_bf16(const WeightView& w, cudaStream_t stream);
   size_t kept_bytes() const { return kept_bytes_; }
+  bool keeps(const WeightView& w) const { return kept_.count(w.data) != 0; }
+  // y = x · Wᵀ over W's kept copy (keeps(w)) and x already in bf16 ([M][K]): one cuBLAS GEMM,
+  // no scratch, so it can be captured in a CUDA graph.
+  void multiply_kept(const WeightView& w, const uint16_t* x_bf16, int m, float* y,
+                     cudaStream_t stream);
 
  private:
   void reserve(size_t bytes);

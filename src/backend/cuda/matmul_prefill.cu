@@ -7,8 +7,10 @@
 
 #include "backend/cuda/cublas_library.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/quant_device.cuh"
+#include "core/error.h"
 
 namespace hablar::cuda {
 namespace {
@@ -38,6 +40,10 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ in, __nv_bfloat16* 
 }
 
 }  // namespace
+
+int64_t kept_bf16_min_rows() {
+  return lab_knob("HABLAR_KEPT_BF16_FROM", kKeptBf16MinRows);
+}
 
 void dequantize_to_bf16(const WeightView& w, uint16_t* out, cudaStream_t stream) {
   validate_weight(w, "dequantize_to_bf16");
@@ -70,13 +76,11 @@ void PrefillMatmul::run(const WeightView& w, const float* x, int m, float* y, cu
   validate_weight(w, "PrefillMatmul");
   if (m < 1) throw_error(ErrorKind::kInvalidArgument, "PrefillMatmul: M must be >= 1");
   const size_t x_elems = (size_t)m * (size_t)w.cols;
-  const auto kept = kept_.find(w.data);
-  if (kept != kept_.end()) {
+  if (keeps(w)) {
     reserve(x_elems * sizeof(uint16_t));
     auto* x_bf16 = static_cast<uint16_t*>(scratch_.get());
     convert_f32_to_bf16(x, x_bf16, (int64_t)x_elems, stream);
-    return gemm_bf16(static_cast<const uint16_t*>(kept->second.get()), x_bf16, w.rows, w.cols, m,
-                     y, stream);
+    return multiply_kept(w, x_bf16, m, y, stream);
   }
   const size_t w_elems = (size_t)w.rows * (size_t)w.cols;
   reserve((w_elems + x_elems) * sizeof(uint16_t) + 256);
@@ -95,6 +99,13 @@ void PrefillMatmul::keep_bf16(const WeightView& w, cudaStream_t stream) {
   dequantize_to_bf16(w, static_cast<uint16_t*>(copy.get()), stream);
   kept_.emplace(w.data, std::move(copy));
   kept_bytes_ += bytes;
+}
+
+void PrefillMatmul::multiply_kept(const WeightView& w, const uint16_t* x_bf16, int m, float* y,
+                                  cudaStream_t stream) {
+  const auto kept = kept_.find(w.data);
+  HABLAR_CHECK(kept != kept_.end(), "PrefillMatmul::multiply_kept: W has no kept copy");
+  gemm_bf16(static_cast<const uint16_t*>(kept->second.get()), x_bf16, w.rows, w.cols, m, y, stream);
 }
 
 void PrefillMatmul::gemm_bf16(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n, int64_t k,

@@ -1,4 +1,5 @@
 // Element-wise and row-wise ops (see ops.h).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cub/block/block_reduce.cuh>
@@ -160,6 +161,43 @@ __global__ void rms_norm_f16_kernel(float* x, const float* __restrict__ y,
   if (threadIdx.x == 0) out_scales[blockIdx.x] = ldexpf(1.0f, e - 15);
 }
 
+// The same norm, its output also written as bf16 rows ([rows][dim], round to nearest even)
+// for the products over kept bf16 copies of W (matmul.h: PrefillMatmul::multiply_kept).
+template <int kPer>
+__global__ void rms_norm_bf16_kernel(float* x, const float* __restrict__ y,
+                                     const float* __restrict__ weight, float* out, int dim,
+                                     float eps, __nv_bfloat16* __restrict__ values) {
+  begin_dependent_kernel();
+  using Reduce = cub::BlockReduce<float, kRowThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  float* row = x + (size_t)blockIdx.x * dim;
+  const float* add_row = y != nullptr ? y + (size_t)blockIdx.x * dim : nullptr;
+  float v[kPer], w[kPer];
+  const float inv = norm_row_in_registers<kPer, Reduce>(row, add_row, weight, dim, eps, v, w, temp);
+  float* dst = out + (size_t)blockIdx.x * dim;
+  __nv_bfloat16* row_values = values + (size_t)blockIdx.x * dim;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = threadIdx.x + j * kRowThreads;
+    if (i >= dim) break;
+    const float o = v[j] * inv * w[j];
+    dst[i] = o;
+    row_values[i] = __float2bfloat16_rn(o);
+  }
+}
+
+// The gated activation out = act(gate) * up (glu_activation.cuh: swiglu's / geglu's values),
+// also written as bf16 values.
+__global__ void glu_bf16_kernel(const float* gate, const float* up, GluActivation act, float* out,
+                                __nv_bfloat16* __restrict__ values, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float o = glu_value(act, gate[i], up[i]);
+    out[i] = o;
+    values[i] = __float2bfloat16_rn(o);
+  }
+}
+
 // The norm (with the residual add when y is given) alone: the first of two launches for rows
 // too wide for the register forms.
 void norm_rows(float* x, const float* y, const float* weight, float* out, int rows, int dim,
@@ -219,6 +257,20 @@ void launch_rms_norm_f16(float* x, const float* y, const float* weight, float* o
   if (fused) return;
   norm_rows(x, y, weight, out, rows, dim, eps, stream);
   convert_rows_to_f16(out, rows, dim, f16_workspace, f16_bytes, stream);
+}
+
+// The norm-and-bf16 launch: the register form for rows up to kRowThreads * 32 values; wider
+// rows take the norm and then convert_f32_to_bf16, the same values in two launches.
+void launch_rms_norm_bf16(float* x, const float* y, const float* weight, float* out, int rows,
+                          int dim, float eps, uint16_t* bf16_rows, cudaStream_t stream) {
+  auto* values = reinterpret_cast<__nv_bfloat16*>(bf16_rows);
+  const bool fused = with_values_per_thread(dim, [&](auto per) {
+    launch_dependent(rms_norm_bf16_kernel<decltype(per)::value>, dim3(rows), dim3(kRowThreads), 0,
+                     stream, x, y, weight, out, dim, eps, values);
+  });
+  if (fused) return;
+  norm_rows(x, y, weight, out, rows, dim, eps, stream);
+  convert_f32_to_bf16(out, bf16_rows, (int64_t)rows * dim, stream);
 }
 
 __global__ void rope_kernel(float* x, const int32_t* __restrict__ positions, int heads,
@@ -339,6 +391,27 @@ void add_rms_norm_f16(float* x, const float* y, const float* weight, float* out,
                       float eps, void* f16_workspace, size_t f16_bytes, cudaStream_t stream) {
   if (rows <= 0) return;
   launch_rms_norm_f16(x, y, weight, out, rows, dim, eps, f16_workspace, f16_bytes, stream);
+}
+
+void rms_norm_bf16(const float* x, const float* weight, float* out, int rows, int dim, float eps,
+                   uint16_t* bf16_rows, cudaStream_t stream) {
+  if (rows <= 0) return;
+  launch_rms_norm_bf16(const_cast<float*>(x), nullptr, weight, out, rows, dim, eps, bf16_rows,
+                       stream);
+}
+
+void add_rms_norm_bf16(float* x, const float* y, const float* weight, float* out, int rows, int dim,
+                       float eps, uint16_t* bf16_rows, cudaStream_t stream) {
+  if (rows <= 0) return;
+  launch_rms_norm_bf16(x, y, weight, out, rows, dim, eps, bf16_rows, stream);
+}
+
+void glu_to_bf16(const float* gate, const float* up, GluActivation act, float* out,
+                 uint16_t* bf16_values, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  glu_bf16_kernel<<<grid_for(n), 256, 0, stream>>>(
+      gate, up, act, out, reinterpret_cast<__nv_bfloat16*>(bf16_values), n);
+  HABLAR_CUDA_CHECK_LAUNCH();
 }
 
 void rope(float* x, const int32_t* positions, int tokens, int heads, int head_dim, int rot_dim,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "core/layer_spec.h"
 #include "core/tensor_view.h"
 
 namespace hablar::cuda {
@@ -31,6 +32,13 @@ void rms_norm_f16(const float* x, const float* weight, float* out, int rows, int
                   void* f16_workspace, size_t f16_bytes, cudaStream_t stream);
 void add_rms_norm_f16(float* x, const float* y, const float* weight, float* out, int rows, int dim,
                       float eps, void* f16_workspace, size_t f16_bytes, cudaStream_t stream);
+// rms_norm / add_rms_norm with the same values, the output rows also written as bf16 rows
+// ([rows][dim], round to nearest even) for the products over kept bf16 copies of W
+// (matmul.h: PrefillMatmul::multiply_kept): one launch instead of two.
+void rms_norm_bf16(const float* x, const float* weight, float* out, int rows, int dim, float eps,
+                   uint16_t* bf16_rows, cudaStream_t stream);
+void add_rms_norm_bf16(float* x, const float* y, const float* weight, float* out, int rows, int dim,
+                       float eps, uint16_t* bf16_rows, cudaStream_t stream);
 
 // Rotary embedding in place on x [tokens][heads][head_dim], the first rot_dim dims of each
 // head. kNormal rotates adjacent pairs (2i, 2i+1) (Llama GGUF); kNeox rotates (i, i + rot/2)
@@ -44,6 +52,11 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStrea
 
 // out = gelu_tanh(gate) * up over n values (GeGLU); out may alias either input.
 void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+
+// out = act(gate) * up over n values (swiglu's / geglu's values), also written as bf16 values
+// for the products over kept bf16 copies of W; out may alias either input.
+void glu_to_bf16(const float* gate, const float* up, GluActivation act, float* out,
+                 uint16_t* bf16_values, int64_t n, cudaStream_t stream);
 
 // x = cap * tanh(x / cap) over n values (soft-capped logits).
 void softcap(float* x, int64_t n, float cap, cudaStream_t stream);

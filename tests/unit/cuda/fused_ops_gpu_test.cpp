@@ -139,6 +139,63 @@ TEST(FusedOpsGpu, GluWithF16RowsEqualsGluThenConvert) {
   }
 }
 
+// The norm that also writes its rows as bf16 rows for the products over kept bf16 copies
+// (rms_norm_bf16, add_rms_norm_bf16): its f32 rows equal rms_norm's / add_rms_norm's, and its
+// bf16 rows convert_f32_to_bf16's of those rows, byte for byte.
+TEST(FusedOpsGpu, NormWithBf16RowsEqualsNormThenConvert) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  for (int dim : {256, 1536, 2052, 8224}) {  // 8224: norm, then conversion
+    for (int rows : {1, 5}) {
+      for (bool with_add : {false, true}) {
+        const size_t n = (size_t)rows * dim;
+        const auto x = random_floats(n, 61u, -3.0f, 3.0f), y = random_floats(n, 62u, -2.0f, 2.0f);
+        const auto w = random_floats(dim, 63u, 0.5f, 1.5f);
+        DeviceBuffer<float> x1(x), x2(x), dy(y), dw(w), out1(n), out2(n);
+        DeviceBuffer<uint16_t> b1(std::vector<uint16_t>(n, 0)), b2(std::vector<uint16_t>(n, 0));
+        if (with_add) {
+          cuda::add_rms_norm(x1.get(), dy.get(), dw.get(), out1.get(), rows, dim, 1e-6f, nullptr);
+          cuda::add_rms_norm_bf16(x2.get(), dy.get(), dw.get(), out2.get(), rows, dim, 1e-6f,
+                                  b2.get(), nullptr);
+        } else {
+          cuda::rms_norm(x1.get(), dw.get(), out1.get(), rows, dim, 1e-6f, nullptr);
+          cuda::rms_norm_bf16(x2.get(), dw.get(), out2.get(), rows, dim, 1e-6f, b2.get(), nullptr);
+        }
+        cuda::convert_f32_to_bf16(out1.get(), b1.get(), (int64_t)n, nullptr);
+        HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::string where = "dim " + std::to_string(dim) + " rows " + std::to_string(rows) +
+                                  (with_add ? " with add" : "");
+        EXPECT_EQ(x1.download(), x2.download()) << where;
+        EXPECT_EQ(out1.download(), out2.download()) << where;
+        EXPECT_EQ(b1.download(), b2.download()) << where;
+      }
+    }
+  }
+}
+
+// The gated activation that also writes bf16 values (glu_to_bf16), in place over the gate as
+// the forward runs it: its f32 values equal swiglu's / geglu's, and its bf16 values
+// convert_f32_to_bf16's of them, byte for byte.
+TEST(FusedOpsGpu, GluWithBf16ValuesEqualsGluThenConvert) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  for (GluActivation act : {GluActivation::kSilu, GluActivation::kGeluTanh}) {
+    const size_t n = 3 * 8960 + 7;
+    const auto g = random_floats(n, 71u, -4.0f, 4.0f);
+    DeviceBuffer<float> gate1(g), gate2(g), up(random_floats(n, 72u, -2.0f, 2.0f));
+    DeviceBuffer<uint16_t> b1(std::vector<uint16_t>(n, 0)), b2(std::vector<uint16_t>(n, 0));
+    if (act == GluActivation::kGeluTanh) {
+      cuda::geglu(gate1.get(), up.get(), gate1.get(), (int64_t)n, nullptr);
+    } else {
+      cuda::swiglu(gate1.get(), up.get(), gate1.get(), (int64_t)n, nullptr);
+    }
+    cuda::convert_f32_to_bf16(gate1.get(), b1.get(), (int64_t)n, nullptr);
+    cuda::glu_to_bf16(gate2.get(), up.get(), act, gate2.get(), b2.get(), (int64_t)n, nullptr);
+    HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+    const char* where = act == GluActivation::kGeluTanh ? "gelu" : "silu";
+    EXPECT_EQ(gate1.download(), gate2.download()) << where;
+    EXPECT_EQ(b1.download(), b2.download()) << where;
+  }
+}
+
 struct QkvCase {
   ActivationDims dims{256, 4, 2, 64, 512, 100};
   KvCacheLayout layout{1, 2, 64, 16, 8};

@@ -72,6 +72,42 @@ TEST_P(FusedMatmulGpu, PrefillPathMatchesReference) {
   EXPECT_LT(normalized_error(dy.download(), ref), 1e-2) << dtype_name(type);
 }
 
+// W's kept bf16 copy: run() multiplies it instead of dequantizing W again (the dequantizing
+// path's bf16 operands, so its results), and multiply_kept() over rows converted once gives
+// them too, at decode-sized M as well as prompt-sized M.
+TEST_P(FusedMatmulGpu, KeptCopyEqualsDequantizingPath) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const DType type = GetParam();
+  const int64_t n = 96, k = 512;
+  const auto host_w = random_weight_bytes(type, n, k, 4322u);
+  DeviceWeights w(type, n, k, host_w);
+  const auto ref_w = dequantize_matrix(type, host_w, n, k);
+  for (int m : {65, 128, 300}) {
+    const auto x = random_floats((size_t)m * k, 6u + (uint32_t)m);
+    DeviceBuffer<float> dx(x), fresh((size_t)m * n), kept((size_t)m * n), direct((size_t)m * n);
+    DeviceBuffer<uint16_t> x16((size_t)m * k);
+    cuda::PrefillMatmul dequantizing, keeping;
+    dequantizing.run(w.view, dx.get(), m, fresh.get(), nullptr);
+    EXPECT_FALSE(keeping.keeps(w.view));
+    keeping.keep_bf16(w.view, nullptr);
+    ASSERT_TRUE(keeping.keeps(w.view));
+    EXPECT_EQ(keeping.kept_bytes(), (size_t)(n * k) * sizeof(uint16_t));
+    keeping.run(w.view, dx.get(), m, kept.get(), nullptr);
+    cuda::convert_f32_to_bf16(dx.get(), x16.get(), (int64_t)m * k, nullptr);
+    keeping.multiply_kept(w.view, x16.get(), m, direct.get(), nullptr);
+    HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::string where = std::string(dtype_name(type)) + " M=" + std::to_string(m);
+    // Same bf16 operands each way; only cuBLAS's choice of algorithm could differ.
+    auto to_double = [](const std::vector<float>& v) {
+      return std::vector<double>(v.begin(), v.end());
+    };
+    EXPECT_LT(normalized_error(kept.download(), to_double(fresh.download())), 1e-6) << where;
+    EXPECT_LT(normalized_error(direct.download(), to_double(kept.download())), 1e-6) << where;
+    EXPECT_LT(normalized_error(direct.download(), reference_product(ref_w, x, m, n, k)), 1e-2)
+        << where;
+  }
+}
+
 // The int8 path (matmul_fused with a workspace) on M random activation rows against the f64
 // product with the dequantized weights: int8 rounding of the activations gives a normalized
 // error of a few 1e-3, held under 1e-2, and never 0 (which would mean the f32 path ran).
