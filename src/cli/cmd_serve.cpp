@@ -81,6 +81,7 @@ struct ServeOptions {
   std::string device = "auto";
   double gpu_memory_utilization = 0.9;
   bool deterministic = false;
+  bool no_bf16_copies = false;
   std::string cache_type_k = "f16", cache_type_v = "f16";
   bool special_in_content = false;
   bool jinja = true;
@@ -147,6 +148,7 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   eo.cuda.gpu_memory_utilization = o.gpu_memory_utilization;
   eo.cuda.max_step_tokens = std::max(o.n_batch, o.n_parallel);
   eo.cuda.deterministic = o.deterministic;
+  eo.cuda.bf16_weight_copies = !o.no_bf16_copies;
   eo.cache_type_k = engine::kv_dtype_from_name(o.cache_type_k);
   eo.cache_type_v = engine::kv_dtype_from_name(o.cache_type_v);
   sm->executor = engine::make_executor(*sm->model, eo);
@@ -384,6 +386,7 @@ CommandRegistration serve_registration{
       app.add_flag("--deterministic", o->deterministic,
                    "GPU: batch-invariant kernels (a sequence's output does not depend on the "
                    "others in its steps); slower");
+      add_no_bf16_copies_flag(app, o->no_bf16_copies);
       app.add_option("--parallel", o->n_parallel, "sequences decoded at once (-np)")
           ->capture_default_str();
       app.add_option("-t,--threads", o->n_threads, "CPU threads (0: all cores)");

@@ -23,11 +23,20 @@ inline void add_cache_type_flags(CLI::App& app, std::string& k, std::string& v) 
       ->capture_default_str();
 }
 
+// --no-bf16-copies: the GPU keeps no bf16 copies of the weight matrices.
+inline void add_no_bf16_copies_flag(CLI::App& app, bool& no_copies) {
+  app.add_flag("--no-bf16-copies", no_copies,
+               "GPU: keep no bf16 copies of the weight matrices (2 bytes per weight, made where "
+               "they take at most half of the memory left; prompts and steps of many sequences "
+               "multiply them) and leave that memory to the KV cache");
+}
+
 struct DeviceFlags {
   std::string device = "auto";
   int n_gpu_layers = -1;
   double gpu_memory_utilization = 0.9;
   bool deterministic = false;
+  bool no_bf16_copies = false;
   std::string cache_type_k = "f16", cache_type_v = "f16";
 
   void add_to(CLI::App& app) {
@@ -40,6 +49,7 @@ struct DeviceFlags {
                    "share of the GPU's memory to use")
         ->capture_default_str();
     app.add_flag("--deterministic", deterministic, "GPU: batch-invariant kernels (slower)");
+    add_no_bf16_copies_flag(app, no_bf16_copies);
     app.add_flag_callback(
         "--lab-knobs", [] { cuda::enable_lab_knobs(); },
         "GPU, for measuring kernel variants: read the HABLAR_* tuning knobs of docs/CUDA.md "
@@ -56,6 +66,7 @@ struct DeviceFlags {
     o.cuda.max_step_tokens = step_tokens;
     o.cuda.max_seq_len = kv_tokens;
     o.cuda.deterministic = deterministic;
+    o.cuda.bf16_weight_copies = !no_bf16_copies;
     o.cache_type_k = engine::kv_dtype_from_name(cache_type_k);
     o.cache_type_v = engine::kv_dtype_from_name(cache_type_v);
     return o;

@@ -139,7 +139,7 @@ class CudaExecutor : public StepExecutor {
   WeightView upload_matrix(const WeightView& w);
   std::vector<WeightView> upload_experts(const std::vector<WeightView>& experts);
   void size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes);
-  void keep_bf16_prompt_weights(const CudaExecutorOptions& o);
+  void keep_bf16_weight_copies(const CudaExecutorOptions& o);
   void sample_on_device(std::span<const ExecChunk> chunks, std::span<const int32_t> device_chunks);
   const uint32_t* stage_masks(std::span<const ExecChunk> chunks,
                               std::span<const int32_t> row_chunks);
@@ -228,7 +228,7 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
                                          ExpertsView{&l.router, l.exp_gate, l.exp_up, l.exp_down});
     moe_graph_rows_ = (int32_t)std::min<int64_t>(kMaxGraphTokens, ops_->moe_device_max_tokens());
   }
-  keep_bf16_prompt_weights(o);
+  keep_bf16_weight_copies(o);
   size_kv_cache(o, ops_->workspace_bytes());
   ops_->bind_cache(kv_.get(), layout_);
   const size_t n = (size_t)o.max_step_tokens;
@@ -361,9 +361,9 @@ std::vector<WeightView> CudaExecutor::upload_experts(const std::vector<WeightVie
 // product. Only where the copies take at most half of what this server's share leaves after
 // the weights and step buffers (and of what is free beside a cache of a given size), so the
 // KV cache keeps most of the memory.
-void CudaExecutor::keep_bf16_prompt_weights(const CudaExecutorOptions& o) {
-  if (o.deterministic || !o.bf16_prompt_weights || o.max_step_tokens < cuda::kept_bf16_min_rows() ||
-      cuda::lab_knob("HABLAR_BF16_PROMPT_WEIGHTS", 1) == 0)
+void CudaExecutor::keep_bf16_weight_copies(const CudaExecutorOptions& o) {
+  if (o.deterministic || !o.bf16_weight_copies || o.max_step_tokens < cuda::kept_bf16_min_rows() ||
+      cuda::lab_knob("HABLAR_BF16_WEIGHT_COPIES", 1) == 0)
     return;
   std::vector<const WeightView*> dense;
   size_t bytes = 0;

@@ -20,9 +20,10 @@ struct CudaExecutorOptions {
   int32_t max_step_tokens = 512;        // token rows of one step
   int32_t max_seq_len = 0;              // the longest sequence; 0: the model's trained context
   bool deterministic = false;           // batch-invariant kernels (forward_ops.h)
-  // Prompt chunks beyond 256 rows multiply bf16 copies of the layers' matrices, kept on the
-  // device when they take at most half of the memory left after weights and step buffers.
-  bool bf16_prompt_weights = true;
+  // Steps of many rows (prompt chunks, decode steps from cuda::kept_bf16_min_rows()
+  // sequences) multiply bf16 copies of the dense matrices, kept on the device when they take
+  // at most half of the memory left after weights and step buffers (--no-bf16-copies: off).
+  bool bf16_weight_copies = true;
   // Embedding steps: device time per kind of op, printed to stderr when the executor goes
   // (`hablar embed --profile`; the events synchronize nothing but cost a little).
   bool profile_embeddings = false;
