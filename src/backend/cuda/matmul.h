@@ -26,7 +26,7 @@ namespace hablar::cuda {
 
 inline constexpr int kFusedMatmulMaxRows = 256;
 // Default of kept_bf16_min_rows() (below).
-inline constexpr int kKeptBf16MinRows = 65;
+inline constexpr int kKeptBf16MinRows = 17;
 inline constexpr int kGemvMaxRows = 8;
 
 bool cuda_supports_weight_type(DType type);

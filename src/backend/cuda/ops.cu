@@ -76,15 +76,26 @@ __device__ __forceinline__ float norm_row_in_registers(float* row, const float* 
                                                        float (&w)[kPer],
                                                        typename Reduce::TempStorage& temp) {
   __shared__ float inv_rms;
+  // Every load is issued before the first store (the sum x + y written back into the row):
+  // a store between them would keep each load waiting for the one before it (the row may
+  // alias the other inputs as far as the compiler knows), kPer round trips instead of one.
+  float a[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = threadIdx.x + j * kRowThreads;
+    if (i < dim) {
+      v[j] = row[i];
+      w[j] = weight[i];
+      a[j] = add_row != nullptr ? add_row[i] : 0.0f;
+    }
+  }
   float sum = 0.0f;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int i = threadIdx.x + j * kRowThreads;
     if (i >= dim) break;
-    v[j] = row[i];
-    w[j] = weight[i];
     if (add_row != nullptr) {
-      v[j] += add_row[i];
+      v[j] += a[j];
       row[i] = v[j];
     }
     sum = fmaf(v[j], v[j], sum);
