@@ -253,7 +253,7 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
                          std::min({kMaxGraphTokens, o.max_step_tokens, moe_graph_rows_}));
   report_ = fmt::format(
       "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB F16), "
-      "workspace {:.1f} MiB (of it bf16 copies of the layer matrices for prompt chunks: "
+      "workspace {:.1f} MiB (of it bf16 copies of the weight matrices for steps of many rows: "
       "{:.1f} MiB), steps up to {} tokens, sequences up to {} tokens, {}{}",
       (double)weight_bytes_ / (1 << 20), layout_.n_blocks, block, (int64_t)layout_.n_blocks * block,
       (double)layout_.total_bytes() / (1 << 20), (double)ops_->workspace_bytes() / (1 << 20),
