@@ -1,14 +1,12 @@
 // The CUDA forward ops (see forward_ops.h): step inputs, the small kernels the forward needs
-// beyond ops.h (bias, RoPE from angle tables, row gather) and the product dispatch.
+// beyond ops.h (bias, RoPE from angle tables, row gather), norms, attention and logits; the
+// product dispatch is forward_ops_products.cu.
 #include "backend/cuda/forward_ops.h"
 #include "backend/cuda/forward_ops_buffers.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
-#include <set>
-#include <tuple>
 #include <utility>
 
 #include "backend/cuda/attention.h"
@@ -17,7 +15,6 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/matmul_f16.h"
-#include "backend/cuda/matmul_q4k_rows.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/ops.h"
 #include "core/error.h"
@@ -179,68 +176,6 @@ ForwardOps::ForwardOps(const ActivationDims& dims, const KvCacheLayout& layout, 
 
 ForwardOps::~ForwardOps() = default;
 
-void ForwardOps::reserve_product_workspace(std::span<const WeightView* const> matrices) {
-  if (limits_.deterministic) {
-    size_t bytes = 0;
-    for (const WeightView* w : matrices)
-      bytes = std::max(bytes, cpu_rounding_ops::activation_bytes(*w, limits_.max_tokens));
-    buf_->cpu_rounding_workspace = DeviceMemory(std::max<size_t>(bytes, 256));
-    return;
-  }
-  size_t bytes = 0;
-  const int rows = std::min(limits_.max_tokens, kFusedMatmulMaxRows);
-  for (const WeightView* w : matrices)
-    for (int m = 1; m <= rows; ++m) bytes = std::max(bytes, matmul_fused_workspace_bytes(*w, m));
-  buf_->int8_workspace = DeviceMemory(bytes);
-  reserve_f16_products(matrices);
-}
-
-// The rows and split-K scratch of the f16 tensor-core products, for every shape among the
-// matrices that takes them at some step size up to max_tokens; the norms write f16 rows from
-// the step size at which the most common f16-capable weight type starts taking the f16 path
-// (their products are mostly of that type).
-void ForwardOps::reserve_f16_products(std::span<const WeightView* const> matrices) {
-  const int64_t hi = std::min<int64_t>(limits_.max_tokens, f16_product_max_rows());
-  std::set<std::tuple<DType, int64_t, int64_t>> shapes;
-  std::map<DType, int> matrices_of_type;
-  for (const WeightView* w : matrices)
-    if (f16_product_supported(*w)) {
-      shapes.insert({w->type, w->rows, w->cols});
-      ++matrices_of_type[w->type];
-    }
-  size_t rows_bytes = 0, scratch_bytes = 0;
-  for (const auto& [type, n, k] : shapes) {
-    rows_bytes = std::max(rows_bytes, f16_rows_bytes((int)hi, k));
-    WeightView shape;
-    shape.type = type, shape.rows = n, shape.cols = k;
-    shape.row_bytes = dtype_row_bytes(type, k);
-    for (int64_t m = f16_product_min_rows(type); m <= hi; ++m)
-      scratch_bytes = std::max(scratch_bytes, f16_product_scratch_bytes(shape, (int)m));
-  }
-  if (rows_bytes == 0) return;  // no f16-capable matrix, or none at these step sizes
-  buf_->f16_rows = DeviceMemory(rows_bytes);
-  buf_->f16_scratch = DeviceMemory(std::max<size_t>(scratch_bytes, 256));
-  const auto most_common =
-      std::max_element(matrices_of_type.begin(), matrices_of_type.end(),
-                       [](const auto& a, const auto& b) { return a.second < b.second; });
-  writers_f16_from_ = f16_product_min_rows(most_common->first);
-}
-
-void ForwardOps::keep_bf16_weights(std::span<const WeightView* const> matrices) {
-  int64_t widest = 0;
-  for (const WeightView* w : matrices) {
-    buf_->prefill.keep_bf16(*w, stream_);
-    widest = std::max(widest, w->cols);
-  }
-  if (!limits_.deterministic && widest > 0)
-    buf_->bf16_rows = DeviceMemory((size_t)limits_.max_tokens * (size_t)widest * sizeof(uint16_t));
-  HABLAR_CUDA_CHECK(cudaStreamSynchronize(stream_));
-}
-
-size_t ForwardOps::kept_bf16_bytes() const {
-  return buf_->prefill.kept_bytes();
-}
-
 void ForwardOps::bind_cache(void* kv_cache, const KvCacheLayout& layout) {
   HABLAR_CHECK(layout.n_layers == layout_.n_layers && layout.n_kv_heads == layout_.n_kv_heads &&
                    layout.head_dim == layout_.head_dim && layout.block_size == layout_.block_size,
@@ -356,117 +291,12 @@ void ForwardOps::upload() {
     copy(b.cos + r * T_max * RP, T * RP), copy(b.sin + r * T_max * RP, T * RP);
 }
 
-// Whether a product of m rows runs on f16 tensor cores (Q4_K or Q6_K, many rows, outside
-// deterministic mode); it is chosen before the int8 path.
-bool ForwardOps::takes_f16_path(const WeightView& w, int64_t m) const {
-  return !limits_.deterministic && buf_->f16_rows.get() != nullptr && f16_product_preferred(w, m) &&
-         f16_rows_bytes((int)m, w.cols) <= buf_->f16_rows.bytes() &&
-         f16_product_scratch_bytes(w, (int)m) <= buf_->f16_scratch.bytes();
-}
-
-// Whether steps of m rows multiply the kept bf16 copies (cuBLAS at full tensor-core rate on
-// 2-byte weights): from kept_bf16_min_rows(), where that beats dequantizing in the product.
-bool ForwardOps::kept_bf16_at(int64_t m) const {
-  return !limits_.deterministic && buf_->bf16_rows.get() != nullptr && m >= kept_bf16_min_rows() &&
-         m <= limits_.max_tokens;
-}
-
-bool ForwardOps::takes_kept_bf16_path(const WeightView& w, int64_t m) const {
-  return kept_bf16_at(m) && buf_->prefill.keeps(w);
-}
-
-void ForwardOps::kept_bf16_product(const WeightView& w, const float* in, int64_t m, float* out,
-                                   bool* converted) {
-  auto* rows = static_cast<uint16_t*>(buf_->bf16_rows.get());
-  if (!*converted) convert_f32_to_bf16(in, rows, m * w.cols, stream_);
-  *converted = true;
-  buf_->prefill.multiply_kept(w, rows, (int)m, out, stream_);
-}
-
-// Whether a product of m rows runs on int8 activations (Q4_K outside deterministic mode).
-bool ForwardOps::takes_int8_path(const WeightView& w, int64_t m) const {
-  return !limits_.deterministic && buf_->int8_workspace.get() != nullptr &&
-         m <= kFusedMatmulMaxRows && matmul_fused_workspace_bytes(w, (int)m) > 0 &&
-         !takes_f16_path(w, m);
-}
-
-void ForwardOps::f16_product(const WeightView& w, const float* in, int64_t m, float* out,
-                             bool* converted) {
-  if (!*converted)
-    convert_rows_to_f16(in, (int)m, w.cols, buf_->f16_rows.get(), buf_->f16_rows.bytes(), stream_);
-  *converted = true;
-  matmul_f16(w, buf_->f16_rows.get(), (int)m, out, buf_->f16_scratch.get(), stream_);
-}
-
-void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float* out,
-                         const uint8_t* roles) {
-  buf_->q8_holds = nullptr;  // the int8 path below quantizes into the workspace
-  buf_->f16_holds = nullptr;
-  buf_->bf16_holds = nullptr;
-  if (limits_.deterministic) {
-    const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
-    if (roles == nullptr) roles = reinterpret_cast<const uint8_t*>(inputs + buf_->roles);
-    HABLAR_CHECK(cpu_rounding_ops::activation_bytes(w, m) <= buf_->cpu_rounding_workspace.bytes(),
-                 "deterministic product beyond its reserved workspace");
-    cpu_rounding_ops::matmul(w, in, m, roles, out, buf_->cpu_rounding_workspace.get(), stream_);
-    return;
-  }
-  void* int8_ws = buf_->int8_workspace.get();
-  const size_t int8_bytes = buf_->int8_workspace.bytes();
-  bool converted = false;
-  if (takes_kept_bf16_path(w, m)) {
-    kept_bf16_product(w, in, m, out, &converted);
-  } else if (takes_f16_path(w, m)) {
-    f16_product(w, in, m, out, &converted);
-  } else if (takes_int8_path(w, m)) {
-    matmul_fused(w, in, (int)m, out, stream_, int8_ws, int8_bytes);
-  } else if (m <= kGemvMaxRows) {
-    for (int64_t r = 0; r < m; r += kGemvMaxRows)
-      matmul_fused(w, in + r * w.cols, (int)std::min<int64_t>(kGemvMaxRows, m - r),
-                   out + r * w.rows, stream_);
-  } else if (m <= kFusedMatmulMaxRows) {
-    matmul_fused(w, in, (int)m, out, stream_);
-  } else {
-    buf_->prefill.run(w, in, (int)m, out, stream_);
-  }
-}
-
 void ForwardOps::embed(const WeightView& table, float* x) {
   flush();
   const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
   if (limits_.deterministic)
     return cpu_rounding_ops::embed(table, inputs + buf_->tokens, n_tokens_, x, stream_);
   embedding_gather(table, inputs + buf_->tokens, (int)n_tokens_, x, stream_);
-}
-
-// Whether the op that writes m rows of `width` values (a norm, the attention's reduction) also
-// quantizes them for the int8 products (outside deterministic mode, when they fit the
-// workspace).
-bool ForwardOps::writer_quantizes(int64_t m, int64_t width) const {
-  return !limits_.deterministic && buf_->int8_workspace.get() != nullptr && !writers_f16_at(m) &&
-         !kept_bf16_at(m) && m <= kFusedMatmulMaxRows && width % 32 == 0 &&
-         q8_activation_bytes((int)m, width) <= buf_->int8_workspace.bytes();
-}
-
-// Whether the op that writes m rows of `width` values (a norm) also converts them into the
-// f16 rows of the f16 tensor-core products (at the step sizes that take them).
-bool ForwardOps::writer_converts(int64_t m, int64_t width) const {
-  return !limits_.deterministic && writers_f16_at(m) && width % 4 == 0 &&
-         f16_rows_bytes((int)m, width) <= buf_->f16_rows.bytes();
-}
-
-// Whether the op that writes m rows of `width` values (a norm, the gated activation) also
-// writes them as the bf16 rows of the products over kept bf16 copies (at the step sizes that
-// take them).
-bool ForwardOps::writer_writes_bf16(int64_t m, int64_t width) const {
-  return kept_bf16_at(m) && (size_t)m * (size_t)width * sizeof(uint16_t) <= buf_->bf16_rows.bytes();
-}
-
-// Whether steps of m rows are in the range where the writers of product inputs produce f16
-// rows rather than int8 ones.
-bool ForwardOps::writers_f16_at(int64_t m) const {
-  return buf_->f16_rows.get() != nullptr && m >= writers_f16_from_ && m <= f16_product_max_rows() &&
-         !kept_bf16_at(m);
 }
 
 // A residual add queued on x runs inside this norm (add_rms_norm: one pass, same values);
@@ -522,111 +352,6 @@ void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_
     return;
   }
   rms_norm(x, weight, out, rows, dim, eps_, stream_);
-}
-
-void ForwardOps::matmul(const WeightView& w, const float* in, float* out) {
-  const WeightView* ws[] = {&w};
-  float* outs[] = {out};
-  products_of_one_input(in, n_tokens_, ws, outs);
-}
-
-// The int8 rows of `in` (m x k) in the workspace: quantized now, unless *quantized says (or
-// q8_holds said, before the caller's flush) the op that wrote them already did.
-Q8Activations ForwardOps::int8_rows(const float* in, int64_t m, int64_t k, bool* quantized) {
-  void* ws = buf_->int8_workspace.get();
-  if (!*quantized)
-    quantize_activations_q8(in, (int)m, k, ws, buf_->int8_workspace.bytes(), stream_);
-  *quantized = true;
-  return q8_layout(ws, (int)m, k);
-}
-
-// Products of one input of m rows: on the int8 path the input is quantized once for all of
-// them (or not at all when the norm that wrote it did); at one row the Q4_K matrices among
-// them run in one launch (matmul_q4k_rows_multi: Q, K and V).
-void ForwardOps::products_of_one_input(const float* in, int64_t m,
-                                       std::span<const WeightView* const> ws,
-                                       std::span<float* const> outs) {
-  bool quantized = buf_->q8_holds == in;
-  bool converted = buf_->f16_holds == in;        // to f16 rows, once for all of them
-  bool bf16_converted = buf_->bf16_holds == in;  // to bf16 rows, likewise
-  flush();
-  void* int8_ws = buf_->int8_workspace.get();
-  const WeightView* together[3] = {};
-  float* together_out[3] = {};
-  size_t n_together = 0;
-  for (size_t i = 0; i < ws.size(); ++i) {
-    const WeightView& w = *ws[i];
-    if (takes_kept_bf16_path(w, m)) {
-      kept_bf16_product(w, in, m, outs[i], &bf16_converted);
-      continue;
-    }
-    if (takes_f16_path(w, m)) {
-      f16_product(w, in, m, outs[i], &converted);
-      continue;
-    }
-    if (!takes_int8_path(w, m)) {
-      product(w, in, m, outs[i]);
-      continue;
-    }
-    int8_rows(in, m, w.cols, &quantized);  // once for all of them
-    if (m == 1 && n_together < 3 && q4k_rows_supported(w) &&
-        (n_together == 0 || together[0]->cols == w.cols)) {
-      together[n_together] = &w, together_out[n_together++] = outs[i];
-      continue;
-    }
-    matmul_prequantized(w, (int)m, outs[i], int8_ws, stream_);
-  }
-  if (n_together > 0) {
-    const Q8Activations xa = int8_rows(in, 1, together[0]->cols, &quantized);
-    matmul_q4k_rows_multi({together, n_together}, {together_out, n_together}, xa.codes, xa.scales,
-                          stream_);
-  }
-  buf_->q8_holds = nullptr;
-  buf_->f16_holds = nullptr;
-  buf_->bf16_holds = nullptr;
-}
-
-void ForwardOps::matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv,
-                            const float* in, float* q, float* k, float* v) {
-  const WeightView* ws[] = {&wq, &wk, &wv};
-  float* outs[] = {q, k, v};
-  products_of_one_input(in, n_tokens_, ws, outs);
-}
-
-void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const float* in,
-                            float* out, float* up_scratch, GluActivation act) {
-  // One token, Q4_K: both products and the activation in one launch.
-  if (n_tokens_ == 1 && takes_int8_path(gate, 1) && takes_int8_path(up, 1) &&
-      q4k_rows_glu_supported(gate, up)) {
-    bool quantized = buf_->q8_holds == in;
-    flush();
-    const Q8Activations xa = int8_rows(in, 1, gate.cols, &quantized);
-    buf_->q8_holds = nullptr;
-    buf_->f16_holds = nullptr;
-    buf_->bf16_holds = nullptr;
-    return matmul_q4k_rows_glu(gate, up, xa.codes, xa.scales, out, act, stream_);
-  }
-  const WeightView* ws[] = {&gate, &up};
-  float* outs[] = {out, up_scratch};
-  products_of_one_input(in, n_tokens_, ws, outs);
-  if (act == GluActivation::kGeluTanh && limits_.deterministic) {
-    cpu_rounding_ops::geglu(out, up_scratch, out, n_tokens_ * gate.rows,
-                            static_cast<const float*>(buf_->gelu_table.get()), stream_);
-  } else if (writer_writes_bf16(n_tokens_, gate.rows)) {  // the down product's bf16 rows too
-    glu_to_bf16(out, up_scratch, act, out, static_cast<uint16_t*>(buf_->bf16_rows.get()),
-                n_tokens_ * gate.rows, stream_);
-    buf_->bf16_holds = out;
-  } else if (writer_converts(n_tokens_, gate.rows)) {  // the down product's f16 rows too
-    glu_rows_to_f16(out, up_scratch, act, out, (int)n_tokens_, gate.rows, buf_->f16_rows.get(),
-                    buf_->f16_rows.bytes(), stream_);
-    buf_->f16_holds = out;
-  } else if (act == GluActivation::kGeluTanh) {
-    geglu(out, up_scratch, out, n_tokens_ * gate.rows, stream_);
-  } else if (limits_.deterministic) {
-    cpu_rounding_ops::swiglu(out, up_scratch, out, n_tokens_ * gate.rows, stream_);
-  } else {
-    swiglu(out, up_scratch, out, n_tokens_ * gate.rows, stream_);
-  }
 }
 
 void ForwardOps::scale(float* x, float s, int64_t width) {
