@@ -8,9 +8,11 @@ reports per level: request and output-token throughput, TTFT, TPOT and inter-tok
 (mean, p50, p90, p99), and the share of stalls (inter-token gaps above twice the level's median
 gap: a stream visibly freezing). The mixed workload is short chats among long prompts
 (--mixed-long-share of the requests have --mixed-long-input prompt tokens); TTFT is also
-reported for the short ones alone. Results go to JSON; --plot draws them against concurrency,
-and --compare overlays several result files (e.g. hablar vs llama-server) in one PNG and prints
-the ratios.
+reported for the short ones alone. At a fixed concurrency of 32 or more the streams are
+driven from several processes (one per 16 streams, up to the cores; --client-processes), since
+one event loop reads many fast streams late and in bursts. Results go to JSON; --plot draws
+them against concurrency, and --compare overlays several result files (e.g. hablar vs
+llama-server) in one PNG and prints the ratios.
 
   bench_serving.py --base-url http://127.0.0.1:8080 --label hablar --concurrency 1,2,4,8 \
       --input-len 512 --output-len 128 --requests-per-level 16 --out hablar.json
@@ -18,7 +20,10 @@ the ratios.
 """
 import argparse
 import asyncio
+import concurrent.futures
 import json
+import multiprocessing
+import os
 import random
 import statistics
 import sys
@@ -109,26 +114,75 @@ def workload(args, n, seed):
     return items
 
 
-async def run_level(args, concurrency):
-    items = workload(args, args.requests_per_level or max(2, concurrency), seed=concurrency)
-    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+def client_processes(args, concurrency):
+    """Processes that drive a level's streams. One Python event loop parses some 10,000-20,000
+    stream events a second: at 64 or more streams a few ms apart it reads them late and in
+    bursts (inter-token gaps of 0 that the server never made), so by default each process
+    drives at most 16 streams, up to the machine's cores (--client-processes: a fixed count)."""
+    if args.rate:
+        return 1
+    if args.client_processes > 0:
+        return min(args.client_processes, concurrency)
+    return max(1, min(os.cpu_count() or 1, concurrency // 16))
+
+
+async def drive_workers(args, items, workers, start_at):
+    """`workers` streams at a time over `items`, each sending its next request when the last
+    ends, from the moment start_at (time.perf_counter: CLOCK_MONOTONIC, one clock for every
+    process of the machine)."""
+    limits = httpx.Limits(max_connections=workers + 4, max_keepalive_connections=workers + 4)
     async with httpx.AsyncClient(timeout=httpx.Timeout(3600.0), limits=limits) as client:
+        await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
         queue = list(items)
         results = []
-        t_start = time.perf_counter()
-        if args.rate:
+
+        async def worker():
+            while queue:
+                prompt, n_out = queue.pop()
+                results.append(await one_request(client, args, prompt, n_out))
+        await asyncio.gather(*(worker() for _ in range(workers)))
+    return results
+
+
+def drive_workers_in_process(args, items, workers, start_at):
+    return asyncio.run(drive_workers(args, items, workers, start_at))
+
+
+def drive_in_processes(args, items, concurrency, n_proc):
+    """The level's workers split over n_proc processes (each its own event loop and client),
+    all starting at one moment; their results gathered."""
+    start_at = time.perf_counter() + 1.0 + 0.1 * n_proc  # past the processes' start-up
+    groups = [(items[p::n_proc], concurrency // n_proc + (1 if p < concurrency % n_proc else 0))
+              for p in range(n_proc)]
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=n_proc, mp_context=ctx) as pool:
+        futures = [pool.submit(drive_workers_in_process, args, group, workers, start_at)
+                   for group, workers in groups if workers > 0 and group]
+        results = [r for f in futures for r in f.result()]
+    return results, start_at
+
+
+async def run_level(args, concurrency):
+    items = workload(args, args.requests_per_level or max(2, concurrency), seed=concurrency)
+    n_proc = client_processes(args, concurrency)
+    if args.rate:
+        limits = httpx.Limits(max_connections=concurrency + 4,
+                              max_keepalive_connections=concurrency + 4)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(3600.0), limits=limits) as client:
+            t_start = time.perf_counter()
             rng = random.Random(1)
             tasks = []
-            for prompt, n_out in queue:
+            for prompt, n_out in items:
                 tasks.append(asyncio.create_task(one_request(client, args, prompt, n_out)))
                 await asyncio.sleep(rng.expovariate(args.rate))
             results = await asyncio.gather(*tasks)
-        else:
-            async def worker():
-                while queue:
-                    prompt, n_out = queue.pop()
-                    results.append(await one_request(client, args, prompt, n_out))
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
+        duration = time.perf_counter() - t_start
+    elif n_proc > 1:
+        results, t_start = drive_in_processes(args, items, concurrency, n_proc)
+        duration = max(r["end"] for r in results) - t_start
+    else:
+        t_start = time.perf_counter()
+        results = await drive_workers(args, items, concurrency, t_start)
         duration = time.perf_counter() - t_start
     ok = [r for r in results if not r["error"]]
     ttft = [r["token_times"][0] - r["start"] for r in ok if r["token_times"]]
@@ -141,7 +195,7 @@ async def run_level(args, concurrency):
     out_tokens = sum(r["n_out"] for r in ok)
     in_tokens = sum(r["n_in"] or 0 for r in ok)
     level = {
-        "concurrency": concurrency, "rate": args.rate, "requests": len(results), "failed": len(results) - len(ok),
+        "concurrency": concurrency, "rate": args.rate, "client_processes": n_proc, "requests": len(results), "failed": len(results) - len(ok),
         "errors": sorted({r["error"] for r in results if r["error"]})[:3],
         "duration_s": duration, "request_throughput": len(ok) / duration,
         "output_token_throughput": out_tokens / duration,
@@ -247,6 +301,9 @@ def main():
                    help="send llama-server's ignore_eos (outputs of full length without a logit bias, "
                         "which a GPU server samples on the host)")
     p.add_argument("--warmup", type=int, default=1, help="requests sent before measuring")
+    p.add_argument("--client-processes", type=int, default=0,
+                   help="processes driving the streams at a fixed concurrency (0: one per 16 "
+                        "streams, up to the cores)")
     p.add_argument("--out", help="write results JSON here")
     p.add_argument("--plot", help="write a PNG here")
     p.add_argument("--compare", nargs="+", help="result JSON files to overlay and compare (first = base)")
