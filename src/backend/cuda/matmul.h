@@ -92,7 +92,7 @@ class PrefillMatmul {
   // weight of device memory.
   void keep_bf16(const WeightView& w, cudaStream_t stream);
   size_t kept_bytes() const { return kept_bytes_; }
-  bool keeps(const WeightView& w) const { return kept_.count(w.data) != 0; }
+  bool keeps(const WeightView& w) const;
   // y = x · Wᵀ over W's kept copy (keeps(w)) and x already in bf16 ([M][K]): one cuBLAS GEMM,
   // no scratch, so it can be captured in a CUDA graph.
   void multiply_kept(const WeightView& w, const uint16_t* x_bf16, int m, float* y,
@@ -103,7 +103,11 @@ class PrefillMatmul {
   CublasHandle handle_;
   int64_t growths_ = 0;
   DeviceMemory scratch_;
-  std::unordered_map<const void*, DeviceMemory> kept_;  // by W's data
+  struct KeptCopy {
+    DeviceMemory bf16;  // [rows][cols]
+    int64_t rows = 0, cols = 0;
+  };
+  std::unordered_map<const void*, KeptCopy> kept_;  // by W's data
   size_t kept_bytes_ = 0;
 };
 

@@ -97,15 +97,21 @@ void PrefillMatmul::keep_bf16(const WeightView& w, cudaStream_t stream) {
   const size_t bytes = (size_t)w.rows * (size_t)w.cols * sizeof(uint16_t);
   DeviceMemory copy(bytes);
   dequantize_to_bf16(w, static_cast<uint16_t*>(copy.get()), stream);
-  kept_.emplace(w.data, std::move(copy));
+  kept_.emplace(w.data, KeptCopy{std::move(copy), w.rows, w.cols});
   kept_bytes_ += bytes;
+}
+
+// A copy made from a view of the same bytes in another shape is not this W's.
+bool PrefillMatmul::keeps(const WeightView& w) const {
+  const auto kept = kept_.find(w.data);
+  return kept != kept_.end() && kept->second.rows == w.rows && kept->second.cols == w.cols;
 }
 
 void PrefillMatmul::multiply_kept(const WeightView& w, const uint16_t* x_bf16, int m, float* y,
                                   cudaStream_t stream) {
-  const auto kept = kept_.find(w.data);
-  HABLAR_CHECK(kept != kept_.end(), "PrefillMatmul::multiply_kept: W has no kept copy");
-  gemm_bf16(static_cast<const uint16_t*>(kept->second.get()), x_bf16, w.rows, w.cols, m, y, stream);
+  HABLAR_CHECK(keeps(w), "PrefillMatmul::multiply_kept: W has no kept copy");
+  gemm_bf16(static_cast<const uint16_t*>(kept_.at(w.data).bf16.get()), x_bf16, w.rows, w.cols, m, y,
+            stream);
 }
 
 void PrefillMatmul::gemm_bf16(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n, int64_t k,
