@@ -312,36 +312,25 @@ void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_
   const bool with_add = add.x != nullptr && add.x == x && add.width == width;
   if (!with_add) flush_add();
   const int rows = (int)n_tokens_, dim = (int)width;
+  // The fused forms take the queued add's rows, or x alone with y = null (x only read).
+  float* in = with_add ? add.x : const_cast<float*>(x);
+  const float* y = with_add ? add.y : nullptr;
   if (writer_writes_bf16(n_tokens_, width)) {
     auto* bf16 = static_cast<uint16_t*>(buf_->bf16_rows.get());
-    if (with_add) {
-      add_rms_norm_bf16(add.x, add.y, weight, out, rows, dim, eps_, bf16, stream_);
-    } else {
-      rms_norm_bf16(x, weight, out, rows, dim, eps_, bf16, stream_);
-    }
+    add_rms_norm_bf16(in, y, weight, out, rows, dim, eps_, bf16, stream_);
     add = {};
     buf_->bf16_holds = out;
     return;
   }
   if (writer_converts(n_tokens_, width)) {
-    void* f16 = buf_->f16_rows.get();
-    const size_t f16_bytes = buf_->f16_rows.bytes();
-    if (with_add) {
-      add_rms_norm_f16(add.x, add.y, weight, out, rows, dim, eps_, f16, f16_bytes, stream_);
-    } else {
-      rms_norm_f16(x, weight, out, rows, dim, eps_, f16, f16_bytes, stream_);
-    }
+    add_rms_norm_f16(in, y, weight, out, rows, dim, eps_, buf_->f16_rows.get(),
+                     buf_->f16_rows.bytes(), stream_);
     add = {};
     buf_->f16_holds = out;
     return;
   }
   if (writer_quantizes(n_tokens_, width)) {
-    void* q8 = buf_->int8_workspace.get();
-    if (with_add) {
-      add_rms_norm_q8(add.x, add.y, weight, out, rows, dim, eps_, q8, stream_);
-    } else {
-      rms_norm_q8(x, weight, out, rows, dim, eps_, q8, stream_);
-    }
+    add_rms_norm_q8(in, y, weight, out, rows, dim, eps_, buf_->int8_workspace.get(), stream_);
     add = {};
     buf_->q8_holds = out;
     return;

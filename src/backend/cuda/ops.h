@@ -18,6 +18,8 @@ void rms_norm(const float* x, const float* weight, float* out, int rows, int dim
 // norm in one pass, with the same rounding as add() followed by rms_norm().
 void add_rms_norm(float* x, const float* y, const float* weight, float* out, int rows, int dim,
                   float eps, cudaStream_t stream);
+// In the three fused forms below, add_* also takes y = null: the norm of x alone (x only
+// read), as the plain form.
 // rms_norm / add_rms_norm with the same values, the output rows also
 // quantized to int8 into q8_workspace (quantize_activations_q8's layout and rounding, matmul.h)
 // for the int8 products that read them: one launch instead of two. dim a multiple of 32.

@@ -159,6 +159,15 @@ TEST(FusedOpsGpu, NormWithBf16RowsEqualsNormThenConvert) {
         } else {
           cuda::rms_norm(x1.get(), dw.get(), out1.get(), rows, dim, 1e-6f, nullptr);
           cuda::rms_norm_bf16(x2.get(), dw.get(), out2.get(), rows, dim, 1e-6f, b2.get(), nullptr);
+          // The add form with y = null is the plain form (ForwardOps::rmsnorm calls it so).
+          DeviceBuffer<float> x3(x), out3(n);
+          DeviceBuffer<uint16_t> b3(std::vector<uint16_t>(n, 0));
+          cuda::add_rms_norm_bf16(x3.get(), nullptr, dw.get(), out3.get(), rows, dim, 1e-6f,
+                                  b3.get(), nullptr);
+          HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+          EXPECT_EQ(x3.download(), x) << "dim " << dim << " rows " << rows;
+          EXPECT_EQ(out3.download(), out2.download()) << "dim " << dim << " rows " << rows;
+          EXPECT_EQ(b3.download(), b2.download()) << "dim " << dim << " rows " << rows;
         }
         cuda::convert_f32_to_bf16(out1.get(), b1.get(), (int64_t)n, nullptr);
         HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
