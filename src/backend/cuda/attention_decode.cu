@@ -1,4 +1,5 @@
-// Decode-step attention: scatter kernel, split-K attention kernel, reduce kernel.
+// Decode-step attention: scatter kernel (unless the RoPE pass stored this step's K/V already:
+// kv_stored), split-K attention kernel, reduce kernel.
 //
 // Attention grid: (n_kv_heads, n_slots, n_splits), 128 threads. A block reads its KV head's
 // positions [split * split_len, ...) once and serves every query head of the GQA group; it
@@ -591,7 +592,8 @@ void launch_attention(const DecodeAttentionParams& p, int split_len, int n_split
 template <bool kBf16>
 void launch_for_dtype(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
                       cudaStream_t stream) {
-  launch_dependent(decode_scatter_kernel<kBf16>, dim3(p.n_slots), dim3(256), 0, stream, p);
+  if (!p.kv_stored)
+    launch_dependent(decode_scatter_kernel<kBf16>, dim3(p.n_slots), dim3(256), 0, stream, p);
   switch (p.layout.head_dim) {
     case 64:
       launch_attention<kBf16, 64>(p, split_len, n_splits, ws, stream);

@@ -176,7 +176,7 @@ inline SoftmaxState attend_split(const DecodeAttentionParams& p, const int32_t* 
 // The whole decode step on the host; same contract as decode_attention() in attention.h.
 inline void decode_attention_host(const DecodeAttentionParams& p) {
   HABLAR_CHECK(p.n_heads % p.layout.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads");
-  host_twin::scatter(p);
+  if (!p.kv_stored) host_twin::scatter(p);
   const int d_head = p.layout.head_dim;
   const int group = p.n_heads / p.layout.n_kv_heads;
   const int split_len = decode_split_len(p);

@@ -43,6 +43,9 @@ struct DecodeAttentionParams {
   int8_t* out_codes = nullptr;
   void* out_scales = nullptr;  // float2 [n_slots * n_heads * head_dim / 32]
   float scale = 0.0f;          // usually 1 / sqrt(head_dim)
+  // Whether this step's k_new / v_new are already in the cache (the RoPE pass stored them):
+  // no scatter kernel.
+  bool kv_stored = false;
   // > 0: a sliding window; the query at position pos sees [pos - window + 1, pos] only.
   int32_t window = 0;
   // > 0: each score s (q·k * scale) becomes softcap * tanh(s / softcap) (Gemma 2).

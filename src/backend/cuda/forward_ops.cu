@@ -14,6 +14,8 @@
 #include "backend/cuda/cpu_rounding_ops.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.cuh"
+#include "backend/cuda/kv_elements.cuh"
+#include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul_f16.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/ops.h"
@@ -30,14 +32,34 @@ __global__ void add_bias_kernel(float* x, const float* __restrict__ bias, int64_
     x[i] += bias[i % width];
 }
 
+// Stores value x of dimension d of head h of token t's row in the cache (entry kv >= 0).
+struct CacheSlot {
+  uint16_t* cache = nullptr;  // null: nothing to store for this token
+  const int32_t* table = nullptr;
+  int pos = 0;
+};
+__device__ __forceinline__ void store_kv(const RowWorkCacheStore& s, const CacheSlot& at, int kv,
+                                         int h, int d, float x) {
+  const size_t offset = s.layout.position_offset(at.table, s.layer, kv, h, at.pos) + d;
+  at.cache[offset] =
+      s.layout.dtype == KvDType::BF16 ? kv_from_float<true>(x) : kv_from_float<false>(x);
+}
+
 // Entry w's work for token t, over the indices first, first + stride, ... of each of its
 // loops (the blocks of one token split them: one block of 128 threads per head's worth of
-// pairs, not one block for every head of q, k and v).
-__device__ void row_work_entry(const RowWorkEntry& w, int t, int head_dim, int half, int first,
+// pairs, not one block for every head of q, k and v); `at` where its final values go in the
+// cache when the entry stores (w.kv >= 0).
+__device__ void row_work_entry(const RowWorkEntry& w, const RowWorkCacheStore& store,
+                               const CacheSlot& at, int t, int head_dim, int half, int first,
                                int stride) {
   float* row = w.x + (size_t)t * w.heads * head_dim;
+  const bool stores = w.kv >= 0 && at.cache != nullptr;
   if (w.variant < 0) {
-    for (int i = first; i < w.heads * head_dim; i += stride) row[i] += w.bias[i];
+    for (int i = first; i < w.heads * head_dim; i += stride) {
+      const float x = w.bias ? row[i] + w.bias[i] : row[i];
+      if (w.bias) row[i] = x;
+      if (stores) store_kv(store, at, w.kv, i / head_dim, i % head_dim, x);
+    }
     return;
   }
   for (int idx = first; idx < w.heads * half; idx += stride) {
@@ -47,23 +69,37 @@ __device__ void row_work_entry(const RowWorkEntry& w, int t, int head_dim, int h
     const int a = w.neox ? i : 2 * i, b = w.neox ? i + half : 2 * i + 1;
     float x0 = head[a], x1 = head[b];
     if (w.bias) x0 += w.bias[h * head_dim + a], x1 += w.bias[h * head_dim + b];
-    head[a] = fmaf(x0, c, -(x1 * s));
-    head[b] = fmaf(x0, s, x1 * c);
+    const float y0 = fmaf(x0, c, -(x1 * s)), y1 = fmaf(x0, s, x1 * c);
+    head[a] = y0;
+    head[b] = y1;
+    if (stores) store_kv(store, at, w.kv, h, a, y0), store_kv(store, at, w.kv, h, b, y1);
   }
   const int rest = head_dim - 2 * half;  // dimensions RoPE leaves alone
-  if (w.bias && rest > 0)
+  if ((w.bias || stores) && rest > 0)
     for (int idx = first; idx < w.heads * rest; idx += stride) {
-      const int at = idx / rest * head_dim + 2 * half + idx % rest;
-      row[at] += w.bias[at];
+      const int h = idx / rest, d = 2 * half + idx % rest, at_row = h * head_dim + d;
+      const float x = w.bias ? row[at_row] + w.bias[at_row] : row[at_row];
+      if (w.bias) row[at_row] = x;
+      if (stores) store_kv(store, at, w.kv, h, d, x);
     }
 }
 
 // Grid (tokens, blocks per token).
 __global__ void row_work_kernel(RowWorkBatch batch, int head_dim, int half) {
   begin_dependent_kernel();
+  const int t = blockIdx.x;
   const int first = blockIdx.y * blockDim.x + threadIdx.x, stride = gridDim.y * blockDim.x;
+  const RowWorkCacheStore& store = batch.store;
+  CacheSlot at;
+  if (store.cache != nullptr && store.active[t]) {
+    at.pos = store.positions[t];
+    if (at.pos < store.max_blocks_per_seq * store.layout.block_size) {
+      at.cache = store.cache;
+      at.table = store.block_tables + (size_t)t * store.max_blocks_per_seq;
+    }
+  }
   for (int e = 0; e < batch.n; ++e)
-    row_work_entry(batch.e[e], blockIdx.x, head_dim, half, first, stride);
+    row_work_entry(batch.e[e], store, at, t, head_dim, half, first, stride);
 }
 
 // The blocks per token of row_work_kernel (128 threads each): enough for the widest loop of
@@ -73,7 +109,7 @@ int row_work_blocks(const RowWorkBatch& batch, int head_dim, int half) {
   for (int e = 0; e < batch.n; ++e) {
     const RowWorkEntry& w = batch.e[e];
     widest = std::max(widest, w.variant < 0 ? w.heads * head_dim : w.heads * half);
-    if (w.variant >= 0 && w.bias != nullptr)
+    if (w.variant >= 0 && (w.bias != nullptr || w.kv >= 0))
       widest = std::max(widest, w.heads * (head_dim - 2 * half));
   }
   return std::min((widest + 127) / 128, 32);
@@ -422,8 +458,43 @@ void ForwardOps::flush() {
   flush_add();
 }
 
+bool ForwardOps::store_kv_in_row_work(int layer, const float* k, const float* v) {
+  RowWorkBatch& rows = buf_->pending_rows;
+  if (rows.n == 0 || n_tokens_ == 0) return false;
+  const float* bufs[2] = {k, v};
+  RowWorkEntry* entry[2] = {nullptr, nullptr};
+  for (int i = 0; i < rows.n; ++i)
+    for (int kv = 0; kv < 2; ++kv)
+      if (rows.e[i].x == bufs[kv]) entry[kv] = &rows.e[i];
+  const int missing = (entry[0] == nullptr) + (entry[1] == nullptr);
+  if (rows.n + missing > 3) return false;
+  for (RowWorkEntry* e : entry)
+    if (e != nullptr && e->heads != layout_.n_kv_heads) return false;
+  for (int kv = 0; kv < 2; ++kv) {
+    if (entry[kv] == nullptr) {  // a copy to the cache only
+      entry[kv] = &rows.e[rows.n++];
+      *entry[kv] = {const_cast<float*>(bufs[kv]), nullptr, layout_.n_kv_heads};
+    }
+    entry[kv]->kv = kv;
+  }
+  auto* inputs = static_cast<int32_t*>(buf_->inputs.get());
+  RowWorkCacheStore& store = rows.store;
+  store.cache = static_cast<uint16_t*>(kv_cache_);
+  store.layout = layout_;
+  store.layer = layer;
+  store.positions = inputs + buf_->positions;
+  store.block_tables = inputs + buf_->tables;
+  store.max_blocks_per_seq = limits_.max_blocks_per_seq;
+  store.active = reinterpret_cast<const uint8_t*>(inputs + buf_->active);
+  return true;
+}
+
 void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q, const float* k,
                            const float* v, float* out) {
+  // The queued RoPE/bias pass stores this step's keys and values (no scatter kernel).
+  // (The lab's HABLAR_KV_IN_ROPE=0 keeps the scatter kernel.)
+  const bool kv_stored = !limits_.deterministic && lab_knob("HABLAR_KV_IN_ROPE", 1) != 0 &&
+                         store_kv_in_row_work(layer, k, v);
   flush();
   auto* inputs = static_cast<int32_t*>(buf_->inputs.get());
   if (limits_.deterministic) {
@@ -457,6 +528,7 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
   p.fixed_split_len = 0;
   p.advance_lengths = false;
   p.multiprocessors = device_multiprocessors();
+  p.kv_stored = kv_stored;
   // The output rows quantized for the output projection's int8 product in the same pass.
   const bool quantize = writer_quantizes(n_tokens_, dims_.q_dim());
   if (quantize) {

@@ -146,6 +146,10 @@ class ForwardOps {
   // Element-wise work is queued (biases and RoPE of q/k/v, a residual add) and fused into
   // one launch or into the next norm; every other op runs what is queued first.
   void flush_row_work();
+  // Lets the queued RoPE/bias pass also store the step's keys k and values v (whole rows of
+  // n_kv_heads heads) in layer's cache, adding a copy-only entry for a buffer with no queued
+  // work; false (nothing changed) when the queued work cannot take them.
+  bool store_kv_in_row_work(int layer, const float* k, const float* v);
   void flush_add();
   void flush();
   // One expert's product of m gathered rows (deterministic: the CPU's order for experts).

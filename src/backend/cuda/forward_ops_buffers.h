@@ -10,6 +10,7 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/forward_ops.h"
 #include "backend/cuda/matmul.h"
+#include "core/kv_layout.h"
 
 namespace hablar::cuda {
 
@@ -24,6 +25,9 @@ inline size_t round_up(size_t n) {
 // its variant. x [T][heads][head_dim]: pair i of each head of token t turns by the angle whose
 // cosine and sine are cos_t[t][i], sin_t[t][i] (core/rope.h), with the CPU's fused rounding;
 // the bias is added first, as add_bias_kernel would.
+// An entry may also store its final rows in the KV cache (kv 0: the step's keys, 1: its
+// values) at each live token's position, as the attention's scatter kernel would: the
+// attention that follows then skips that kernel (ForwardOps::attention).
 struct RowWorkEntry {
   float* x = nullptr;
   const float* bias = nullptr;  // [heads * head_dim] or null
@@ -32,10 +36,23 @@ struct RowWorkEntry {
   const float* cos_t = nullptr;
   const float* sin_t = nullptr;
   bool neox = false;
+  int kv = -1;  // the cache half it stores to, -1: none
+};
+// Where the entries with kv >= 0 store: token t at positions[t] through its block table,
+// unless inactive or past the table's capacity.
+struct RowWorkCacheStore {
+  uint16_t* cache = nullptr;  // null: no entry stores
+  KvCacheLayout layout;
+  int layer = 0;
+  const int32_t* positions = nullptr;
+  const int32_t* block_tables = nullptr;  // [T][max_blocks_per_seq]
+  int max_blocks_per_seq = 0;
+  const uint8_t* active = nullptr;
 };
 struct RowWorkBatch {
   RowWorkEntry e[3];
   int n = 0;
+  RowWorkCacheStore store;
 };
 
 // The step's inputs, laid out identically in pinned host memory and on the device, so one

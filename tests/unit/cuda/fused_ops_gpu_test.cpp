@@ -1,7 +1,7 @@
 // The fusions of cuda::ForwardOps against the unfused ops, bit for bit: the residual add run
 // inside the next norm (add_rms_norm), and the queued biases and RoPE of q, k and v run in one
 // launch (against a host loop with the same fmaf rounding, and against the same ops forced to
-// run one at a time).
+// run one at a time), storing the step's keys and values in the cache for the attention.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -292,6 +292,61 @@ TEST_P(QueuedRowWorkGpu, BiasAndRopeOfQkvInOneLaunchMatchHostRounding) {
     EXPECT_EQ(got[0], want_q) << "q, one at a time: " << one_at_a_time;
     EXPECT_EQ(got[1], want_k) << "k, one at a time: " << one_at_a_time;
     EXPECT_EQ(got[2], want_v) << "v, one at a time: " << one_at_a_time;
+  }
+}
+
+// The step's attention after its queued biases and RoPE: as the forward calls the ops, the
+// RoPE pass stores the step's keys and values in the cache and the attention runs no scatter
+// kernel; one op at a time, the scatter kernel stores them. v_bias false leaves v with no
+// queued work (the pass takes it as a copy to the cache). Returns the cache's bytes and the
+// attention's output.
+std::pair<std::vector<uint8_t>, std::vector<float>> run_attention_after_row_work(const QkvCase& c,
+                                                                                 bool one_at_a_time,
+                                                                                 bool v_bias) {
+  cuda::DeviceMemory cache(c.layout.total_bytes());
+  HABLAR_CUDA_CHECK(cudaMemset(cache.get(), 0, cache.bytes()));
+  cuda::ForwardLimits limits;
+  limits.max_tokens = 16, limits.max_blocks_per_seq = 4;
+  cuda::ForwardOps ops(c.dims, c.layout, cache.get(), std::span(&c.rope, 1), 1e-6f, limits,
+                       nullptr);
+  const std::vector<int32_t> tokens{1, 2, 3, 4}, table_a{0}, table_b{2, 3};
+  const SequenceChunk chunks[] = {{std::span(tokens).first(3), 5, table_a, false, 8},
+                                  {std::span(tokens).last(1), 30, table_b, false, 8}};
+  ops.begin(chunks, {});
+  const Activations& a = ops.activations();
+  const auto put = [](float* dst, const std::vector<float>& src) {
+    HABLAR_CUDA_CHECK(cudaMemcpy(dst, src.data(), src.size() * 4, cudaMemcpyHostToDevice));
+  };
+  put(a.q, c.q), put(a.k, c.k), put(a.v, c.v);
+  DeviceBuffer<float> bq(c.bq), bk(c.bk), bv(c.bv);
+  const auto separate = [&](float* x, int64_t width) {
+    if (one_at_a_time) ops.scale(x, 1.0f, width);
+  };
+  ops.add_bias(a.q, bq.get(), c.dims.q_dim()), separate(a.q, c.dims.q_dim());
+  ops.add_bias(a.k, bk.get(), c.dims.kv_dim()), separate(a.k, c.dims.kv_dim());
+  if (v_bias) ops.add_bias(a.v, bv.get(), c.dims.kv_dim()), separate(a.v, c.dims.kv_dim());
+  ops.rope(a.q, c.dims.n_heads, 0), separate(a.q, c.dims.q_dim());
+  ops.rope(a.k, c.dims.n_kv_heads, 0), separate(a.k, c.dims.kv_dim());
+  AttentionSpec spec;
+  spec.scale = 1.0f / std::sqrt((float)c.dims.head_dim);
+  ops.attention(0, spec, a.q, a.k, a.v, a.att);
+  std::vector<float> out;
+  ops.host_rows(a.att, (int64_t)c.positions.size() * c.dims.q_dim(), out);
+  std::vector<uint8_t> bytes(cache.bytes());
+  HABLAR_CUDA_CHECK(cudaMemcpy(bytes.data(), cache.get(), bytes.size(), cudaMemcpyDeviceToHost));
+  return {bytes, out};
+}
+
+TEST_P(QueuedRowWorkGpu, RopePassStoresTheKvTheScatterKernelWould) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const QkvCase c(GetParam());
+  for (bool v_bias : {true, false}) {
+    const auto fused = run_attention_after_row_work(c, false, v_bias);
+    const auto separate = run_attention_after_row_work(c, true, v_bias);
+    EXPECT_EQ(fused.first, separate.first) << "cache, v bias: " << v_bias;
+    EXPECT_EQ(fused.second, separate.second) << "attention output, v bias: " << v_bias;
+    // Something was stored: the cache is not all zeros.
+    EXPECT_NE(std::count(fused.first.begin(), fused.first.end(), 0), (long)fused.first.size());
   }
 }
 
