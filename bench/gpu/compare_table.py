@@ -93,7 +93,11 @@ def ncu_summary(path):
     for r in csv.DictReader(lines[start:]):
         if r.get("Metric Name") != "gpu__time_duration.sum":
             continue
-        name = r["Kernel Name"].split("(")[0].split("<")[0]
+        # "void hablar::cuda::(anonymous namespace)::kernel<...>(...)": the kernel's own name
+        name = r["Kernel Name"].replace("void ", "", 1)
+        for anon in ("(anonymous namespace)::", "<unnamed>::"):
+            name = name.replace(anon, "")
+        name = name.split("(")[0].split("<")[0]
         value = float(r["Metric Value"].replace(",", ""))
         scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r.get("Metric Unit"), 1e-3)
         total[name] += value * scale
