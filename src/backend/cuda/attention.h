@@ -21,12 +21,14 @@ namespace hablar::cuda {
 void decode_attention(const DecodeAttentionParams& p, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream);
 
-// A chunk of prompt tokens for each of n_seqs sequences (token-major, packed):
+// A chunk of prompt tokens for each of n_seqs sequences (token-major):
 //   q     [total][n_heads][head_dim]      f32, RoPE applied
 //   k_new [total][n_kv_heads][head_dim]   f32, RoPE applied
 //   v_new [total][n_kv_heads][head_dim]   f32
 //   out   [total][n_heads][head_dim]      f32
-// Sequence s owns tokens token_begin[s] .. token_begin[s+1]-1, whose positions start at
+// Sequence s owns tokens token_begin[s] .. token_begin[s+1]-1 (packed), or, with
+// token_count, token_begin[s] .. token_begin[s] + token_count[s] - 1 (chunks anywhere among
+// other rows of a step, which it neither reads nor writes); their positions start at
 // cached_len[s] (tokens already in its cache, a prefix or earlier chunks). Every position
 // up to cached_len[s] + chunk must fit its block table.
 struct PrefillAttentionParams {
@@ -34,10 +36,17 @@ struct PrefillAttentionParams {
   int32_t layer = 0;
   void* kv_cache = nullptr;
   int32_t n_seqs = 0;
-  const int32_t* block_tables = nullptr;  // [n_seqs][max_blocks_per_seq]
+  // [n_seqs][max_blocks_per_seq], or with tables_per_token a row per token of the step
+  // (sequence s's: the row of its first token, token_begin[s]).
+  const int32_t* block_tables = nullptr;
   int32_t max_blocks_per_seq = 0;
-  const int32_t* token_begin = nullptr;  // [n_seqs + 1], device
+  bool tables_per_token = false;
+  const int32_t* token_begin = nullptr;  // [n_seqs + 1] (with token_count: [n_seqs]), device
+  const int32_t* token_count = nullptr;  // [n_seqs], device, or null (packed chunks)
   const int32_t* cached_len = nullptr;   // [n_seqs], device
+  // The chunks' K/V are in the cache already (the forward's RoPE pass stored them): no
+  // scatter kernel.
+  bool kv_stored = false;
   int32_t total_tokens = 0;
   int32_t max_chunk = 0;  // largest token_begin[s+1] - token_begin[s] (host-side bound)
   int32_t n_heads = 0;

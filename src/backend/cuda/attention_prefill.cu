@@ -22,25 +22,23 @@ namespace {
 
 constexpr int kTile = 64, kWarps = 4, kPad = 8;
 
-__device__ int sequence_of_token(const int32_t* token_begin, int n_seqs, int token) {
-  int lo = 0, hi = n_seqs - 1;
-  while (lo < hi) {  // last s with token_begin[s] <= token
-    const int mid = (lo + hi + 1) / 2;
-    if (token_begin[mid] <= token)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
+// Sequence s's chunk: its first token row and its token count.
+__device__ __forceinline__ int chunk_tokens(const PrefillAttentionParams& p, int s) {
+  return p.token_count != nullptr ? p.token_count[s] : p.token_begin[s + 1] - p.token_begin[s];
+}
+__device__ __forceinline__ const int32_t* chunk_table(const PrefillAttentionParams& p, int s) {
+  return p.block_tables +
+         (size_t)(p.tables_per_token ? p.token_begin[s] : s) * p.max_blocks_per_seq;
 }
 
+// Grid (max_chunk, n_seqs): token i of sequence s's chunk.
 template <bool kBf16>
 __global__ void prefill_scatter_kernel(PrefillAttentionParams p) {
-  const int token = blockIdx.x;
-  const int s = sequence_of_token(p.token_begin, p.n_seqs, token);
-  const int pos = p.cached_len[s] + token - p.token_begin[s];
+  const int s = blockIdx.y, i = blockIdx.x;
+  if (i >= chunk_tokens(p, s)) return;
+  const int token = p.token_begin[s] + i, pos = p.cached_len[s] + i;
   if (pos >= p.max_blocks_per_seq * p.layout.block_size) return;
-  const int32_t* table = p.block_tables + (size_t)s * p.max_blocks_per_seq;
+  const int32_t* table = chunk_table(p, s);
   const int d_head = p.layout.head_dim, per_kv = p.layout.n_kv_heads * d_head;
   uint16_t* cache = static_cast<uint16_t*>(p.kv_cache);
   for (int i = threadIdx.x; i < 2 * per_kv; i += blockDim.x) {
@@ -80,12 +78,12 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(PrefillA
   float* os = reinterpret_cast<float*>(smem + L::kO);
 
   const int s = blockIdx.z, head = blockIdx.y, q0 = blockIdx.x * kTile;
-  const int first = p.token_begin[s], chunk = p.token_begin[s + 1] - first;
+  const int first = p.token_begin[s], chunk = chunk_tokens(p, s);
   if (q0 >= chunk) return;
   const int cached = p.cached_len[s];
   const int kvh = head / (p.n_heads / p.layout.n_kv_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int32_t* table = p.block_tables + (size_t)s * p.max_blocks_per_seq;
+  const int32_t* table = chunk_table(p, s);
   const uint16_t* cache = static_cast<const uint16_t*>(p.kv_cache);
 
   // Q tile (scaled) and O = 0.
@@ -208,8 +206,10 @@ void launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
 
 template <bool kBf16>
 void prefill_for_dtype(const PrefillAttentionParams& p, cudaStream_t stream) {
-  prefill_scatter_kernel<kBf16><<<p.total_tokens, 256, 0, stream>>>(p);
-  HABLAR_CUDA_CHECK_LAUNCH();
+  if (!p.kv_stored) {
+    prefill_scatter_kernel<kBf16><<<dim3(p.max_chunk, p.n_seqs), 256, 0, stream>>>(p);
+    HABLAR_CUDA_CHECK_LAUNCH();
+  }
   if (p.layout.head_dim == 64)
     launch_prefill<kBf16, 64>(p, stream);
   else

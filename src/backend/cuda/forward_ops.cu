@@ -124,6 +124,10 @@ __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* _
   for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = src[i];
 }
 
+// Prompt chunks of at least this many tokens take the flash prefill attention (a 64-row
+// query tile per block and head; shorter chunks would leave most of its rows idle).
+constexpr int64_t kFlashPrefillMinTokens = 32;
+
 int grid_for(int64_t n) {
   return (int)std::min<int64_t>((n + 255) / 256, 4096);
 }
@@ -187,7 +191,9 @@ ForwardOps::ForwardOps(const ActivationDims& dims, const KvCacheLayout& layout, 
   const size_t byte_words = (T + 3) / 4;
   b.tokens = 0, b.positions = T, b.logit_rows = 2 * T, b.active = 3 * T;
   b.roles = b.active + byte_words, b.sampled = b.roles + byte_words;
-  b.logit_roles = b.sampled + byte_words, b.tables = b.logit_roles + byte_words;
+  b.logit_roles = b.sampled + byte_words, b.decode_active = b.logit_roles + byte_words;
+  b.prefill_first = b.decode_active + byte_words, b.prefill_count = b.prefill_first + T;
+  b.prefill_cached = b.prefill_count + T, b.tables = b.prefill_cached + T;
   b.cos = b.tables + T * MB, b.sin = b.cos + T * RP;
   b.input_words = b.sin + T * RP;
   b.inputs = DeviceMemory(b.input_words * 4);
@@ -252,6 +258,11 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
   auto* roles = reinterpret_cast<uint8_t*>(words + b.roles);
   auto* sampled = reinterpret_cast<uint8_t*>(words + b.sampled);
   auto* logit_roles = reinterpret_cast<uint8_t*>(words + b.logit_roles);
+  auto* decode_active = reinterpret_cast<uint8_t*>(words + b.decode_active);
+  // Prompt chunks of kFlashPrefillMinTokens or more take the flash prefill attention (not in
+  // graphs, which are decode steps, nor in deterministic mode).
+  const bool flash_prefill = pad_to == 0 && !limits_.deterministic;
+  n_prefill_chunks_ = 0, prefill_max_chunk_ = 0, n_decode_rows_ = 0;
   std::vector<int32_t> rows_in_chunk_order;
   std::vector<uint8_t> row_roles_in_chunk_order;  // the role each logit row's product takes
   int64_t t = 0;
@@ -276,9 +287,20 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
     const int64_t needed =
         (ch.start_pos + (int64_t)ch.tokens.size() + layout_.block_size - 1) / layout_.block_size;
     HABLAR_CHECK((size_t)needed <= MB, "a sequence is longer than the executor's context limit");
+    const bool prefill_chunk = flash_prefill && (int64_t)ch.tokens.size() >= kFlashPrefillMinTokens;
+    if (prefill_chunk) {
+      const int n = n_prefill_chunks_++;
+      words[b.prefill_first + n] = (int32_t)t;
+      words[b.prefill_count + n] = (int32_t)ch.tokens.size();
+      words[b.prefill_cached + n] = ch.start_pos;
+      prefill_max_chunk_ = std::max(prefill_max_chunk_, (int32_t)ch.tokens.size());
+    } else {
+      n_decode_rows_ += (int64_t)ch.tokens.size();
+    }
     for (size_t i = 0; i < ch.tokens.size(); ++i, ++t) {
       const int32_t pos = ch.start_pos + (int32_t)i;
       put(ch.tokens[i], pos, ch.block_table, true);
+      decode_active[t] = prefill_chunk ? 0 : 1;
       const TokenPlace place = token_place(ch, i);
       roles[t] = place.role, sampled[t] = place.sampled ? 1 : 0;
       max_context_ = std::max(max_context_, pos + 1);
@@ -294,11 +316,16 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
   // (attention neither writes nor reads it; its other rows are computed and ignored).
   for (; t < pad_to; ++t) {
     put(0, 0, {}, false);
+    decode_active[t] = 0;
     rows_in_chunk_order.push_back((int32_t)t);
     row_roles_in_chunk_order.push_back(0);
   }
   if (pad_to > 0) max_context_ = (int32_t)(MB * layout_.block_size);  // fixed for the graph
   n_tokens_ = t;
+  if (n_prefill_chunks_ > 0 && !flash_prefill_fills_gpu()) {  // all rows on the decode kernel
+    n_prefill_chunks_ = 0, n_decode_rows_ = t;
+    std::memcpy(decode_active, active, (size_t)t);
+  }
   n_logit_rows_ = (int32_t)logit_order.size();
   HABLAR_CHECK(logit_order.size() <= rows_in_chunk_order.size(), "bad logit order");
   for (size_t r = 0; r < logit_order.size(); ++r) {
@@ -322,6 +349,10 @@ void ForwardOps::upload() {
   const size_t byte_words = (T + 3) / 4;
   copy(b.active, byte_words), copy(b.roles, byte_words), copy(b.sampled, byte_words);
   copy(b.logit_roles, byte_words);
+  copy(b.decode_active, byte_words);
+  const size_t chunks = (size_t)n_prefill_chunks_;
+  if (chunks > 0)
+    copy(b.prefill_first, chunks), copy(b.prefill_count, chunks), copy(b.prefill_cached, chunks);
   copy(b.tables, T * MB);
   for (size_t r = 0; r < ropes_.size(); ++r)  // each variant's first T rows
     copy(b.cos + r * T_max * RP, T * RP), copy(b.sin + r * T_max * RP, T * RP);
@@ -496,6 +527,8 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
   const bool kv_stored = !limits_.deterministic && lab_knob("HABLAR_KV_IN_ROPE", 1) != 0 &&
                          store_kv_in_row_work(layer, k, v);
   flush();
+  if (takes_prefill_attention(spec))
+    return attention_with_prefill_chunks(layer, spec, q, k, v, out, kv_stored);
   auto* inputs = static_cast<int32_t*>(buf_->inputs.get());
   if (limits_.deterministic) {
     cpu_rounding_ops::AttentionArgs a;
@@ -537,6 +570,65 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
   }
   decode_attention(p, buf_->attention_workspace.get(), buf_->attention_workspace_bytes, stream_);
   if (quantize) buf_->q8_holds = out;
+}
+
+// Whether the staged prompt chunks give the flash prefill kernel at least a block per
+// multiprocessor (a 64-row query tile per head): with fewer, its blocks walk the chunk's
+// K/V tiles one after another on a few multiprocessors, and the decode kernel, which splits
+// every row's positions over the whole GPU, was faster on the H200 (a 512-token prompt of
+// 12 heads: 96 blocks, 76,300 t/s on the decode kernel, 66,600 on the flash one; 32 heads:
+// 256 blocks, 24,000 and 28,100).
+bool ForwardOps::flash_prefill_fills_gpu() const {
+  const auto* words = static_cast<const int32_t*>(buf_->host_inputs);
+  int64_t blocks = 0;
+  for (int c = 0; c < n_prefill_chunks_; ++c)
+    blocks += (words[buf_->prefill_count + c] + 63) / 64 * (int64_t)dims_.n_heads;
+  // (The lab's HABLAR_FLASH_PREFILL=2 takes the flash kernel whatever the count, 0 never.)
+  return blocks >= device_multiprocessors() || lab_knob("HABLAR_FLASH_PREFILL", 1) == 2;
+}
+
+bool ForwardOps::takes_prefill_attention(const AttentionSpec& spec) const {
+  return n_prefill_chunks_ > 0 && (dims_.head_dim == 64 || dims_.head_dim == 128) &&
+         spec.window == 0 && spec.softcap == 0.0f && lab_knob("HABLAR_FLASH_PREFILL", 1) != 0;
+}
+
+// The step's prompt chunks of kFlashPrefillMinTokens or more on the flash prefill kernel
+// (query tiles of 64 rows share each K/V tile), the step's other rows (decodes, short
+// chunks) on the decode kernel with those chunks' rows inactive: each kernel writes only its
+// own rows of `out`. Neither quantizes its output (the output projection does).
+void ForwardOps::attention_with_prefill_chunks(int layer, const AttentionSpec& spec, const float* q,
+                                               const float* k, const float* v, float* out,
+                                               bool kv_stored) {
+  auto* inputs = static_cast<int32_t*>(buf_->inputs.get());
+  if (n_decode_rows_ > 0) {
+    DecodeAttentionParams p;
+    p.layout = layout_, p.layer = layer, p.kv_cache = kv_cache_;
+    p.n_slots = (int32_t)n_tokens_;
+    p.block_tables = inputs + buf_->tables, p.max_blocks_per_seq = limits_.max_blocks_per_seq;
+    p.seq_lens = inputs + buf_->positions;  // each token attends over [0, its position]
+    p.active = reinterpret_cast<const uint8_t*>(inputs + buf_->decode_active);
+    p.n_heads = dims_.n_heads;
+    p.q = q, p.k_new = k, p.v_new = v, p.out = out;
+    p.scale = spec.scale;
+    p.max_context = max_context_;
+    p.advance_lengths = false;
+    p.multiprocessors = device_multiprocessors();
+    p.kv_stored = kv_stored;
+    decode_attention(p, buf_->attention_workspace.get(), buf_->attention_workspace_bytes, stream_);
+  }
+  PrefillAttentionParams pp;
+  pp.layout = layout_, pp.layer = layer, pp.kv_cache = kv_cache_;
+  pp.n_seqs = n_prefill_chunks_;
+  pp.block_tables = inputs + buf_->tables, pp.tables_per_token = true;
+  pp.max_blocks_per_seq = limits_.max_blocks_per_seq;
+  pp.token_begin = inputs + buf_->prefill_first, pp.token_count = inputs + buf_->prefill_count;
+  pp.cached_len = inputs + buf_->prefill_cached;
+  pp.kv_stored = kv_stored;
+  pp.total_tokens = (int32_t)n_tokens_, pp.max_chunk = prefill_max_chunk_;
+  pp.n_heads = dims_.n_heads;
+  pp.q = q, pp.k_new = k, pp.v_new = v, pp.out = out;
+  pp.scale = spec.scale;
+  prefill_attention(pp, stream_);
 }
 
 // Queued: the norm that usually follows takes it into its own pass (rmsnorm above).

@@ -3,9 +3,12 @@
 // so the executor that drives it builds with g++.
 //
 // Every token of the step is one slot of decode_attention() (attention.h): its K/V are
-// scattered at its own position through its sequence's block table, then each query
-// attends over positions [0, pos], so prefill chunks and decode tokens of any mix of
-// sequences take one path. Products: Q4_K weights up to 256 rows on int8 activations (dp4a,
+// stored at its own position through its sequence's block table (by the RoPE pass), then
+// each query attends over positions [0, pos], so prefill chunks and decode tokens of any mix
+// of sequences take one path; outside graphs and deterministic mode, prompt chunks of 32 or
+// more tokens whose 64-row query tiles give the flash kernel at least a block per
+// multiprocessor take prefill_attention() instead (each K/V tile read once per query tile,
+// not once per token). Products: Q4_K weights up to 256 rows on int8 activations (dp4a,
 // integer tensor cores); other types M <= 8 rows on the f32 CUDA-core kernel, more rows on
 // tensor cores (matmul_fused up to 256, then dequantize + cuBLAS).
 //
@@ -150,6 +153,13 @@ class ForwardOps {
   // n_kv_heads heads) in layer's cache, adding a copy-only entry for a buffer with no queued
   // work; false (nothing changed) when the queued work cannot take them.
   bool store_kv_in_row_work(int layer, const float* k, const float* v);
+  // Whether this layer's attention runs the step's prompt chunks on the flash prefill kernel
+  // (head_dim 64 or 128, no window, no soft-cap), and that run (with the decode attention
+  // for the step's other rows).
+  bool takes_prefill_attention(const AttentionSpec& spec) const;
+  bool flash_prefill_fills_gpu() const;
+  void attention_with_prefill_chunks(int layer, const AttentionSpec& spec, const float* q,
+                                     const float* k, const float* v, float* out, bool kv_stored);
   void flush_add();
   void flush();
   // One expert's product of m gathered rows (deterministic: the CPU's order for experts).
@@ -179,6 +189,10 @@ class ForwardOps {
   int64_t writers_f16_from_ = INT64_MAX;
   int32_t n_logit_rows_ = 0;
   int32_t max_context_ = 0;  // the longest context (position + 1) of the step
+  // Prompt chunks of the step on the flash prefill attention (stage()), their longest, and
+  // the rows left to the decode attention.
+  int32_t n_prefill_chunks_ = 0, prefill_max_chunk_ = 0;
+  int64_t n_decode_rows_ = 0;
 };
 
 }  // namespace hablar::cuda

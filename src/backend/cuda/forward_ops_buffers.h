@@ -93,6 +93,10 @@ struct ForwardOps::Buffers {
   // hold a byte per row (deterministic mode's rounding facts, core/llama_batch_roles.h).
   size_t tokens = 0, positions = 0, logit_rows = 0, active = 0, roles = 0, sampled = 0,
          logit_roles = 0, tables = 0, cos = 0, sin = 0;
+  // The step's prompt chunks that take the flash prefill attention (ForwardOps::stage): the
+  // first row, token count and cached length of each, and a byte per row that is 1 for the
+  // live rows the decode attention takes (the other chunks' tokens).
+  size_t prefill_first = 0, prefill_count = 0, prefill_cached = 0, decode_active = 0;
   ~Buffers() {
     if (host_inputs) cudaFreeHost(host_inputs);
   }

@@ -4,13 +4,16 @@
 // run one at a time), storing the step's keys and values in the cache for the attention.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "backend/cuda/forward_ops.h"
+#include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/matmul_f16.h"
 #include "backend/cuda/ops.h"
+#include "core/fp16.h"
 #include "core/rope.h"
 #include "cuda_test_util.h"
 
@@ -348,6 +351,69 @@ TEST_P(QueuedRowWorkGpu, RopePassStoresTheKvTheScatterKernelWould) {
     // Something was stored: the cache is not all zeros.
     EXPECT_NE(std::count(fused.first.begin(), fused.first.end(), 0), (long)fused.first.size());
   }
+}
+
+// A step of a 40-token prompt chunk over a cached prefix of 10 positions, a decode token and
+// a 3-token chunk: the long chunk's attention on the flash prefill kernel (the decode kernel
+// takes the other rows), against every row on the decode kernel (the lab's
+// HABLAR_FLASH_PREFILL=0): the same cache, outputs within the flash kernel's f16 rounding of
+// the probabilities. Returns the cache's bytes and the attention's output.
+std::pair<std::vector<uint8_t>, std::vector<float>> run_mixed_step_attention(bool flash,
+                                                                             bool neox) {
+  const ActivationDims dims{256, 4, 2, 64, 512, 100};
+  const KvCacheLayout layout{1, 2, 64, 16, 16};
+  RopeParams rope;
+  rope.n_dims = 64, rope.neox = neox;
+  std::vector<uint16_t> cached;  // the prefix's K/V (and everything else) random f16 values
+  for (float x : random_floats(layout.total_elems(), 31u)) cached.push_back(f32_to_fp16(x));
+  cuda::DeviceBuffer<uint16_t> cache(cached);
+  cuda::ForwardLimits limits;
+  limits.max_tokens = 64, limits.max_blocks_per_seq = 4;
+  cuda::ForwardOps ops(dims, layout, cache.get(), std::span(&rope, 1), 1e-6f, limits, nullptr);
+  std::vector<int32_t> tokens(44, 7);
+  const std::vector<int32_t> table_a{0, 1, 2, 3}, table_b{5, 6}, table_c{8};
+  const SequenceChunk chunks[] = {{std::span(tokens).subspan(0, 40), 10, table_a, false, 50},
+                                  {std::span(tokens).subspan(40, 1), 20, table_b, false, 8},
+                                  {std::span(tokens).subspan(41, 3), 0, table_c, false, 3}};
+  // The lab's HABLAR_FLASH_PREFILL: 2 the flash kernel for this step's four blocks (fewer
+  // than a GPU's multiprocessors), 0 the decode kernel; read when the step is staged.
+  setenv("HABLAR_FLASH_PREFILL", flash ? "2" : "0", 1);
+  ops.begin(chunks, {});
+  const Activations& a = ops.activations();
+  const auto put = [](float* dst, const std::vector<float>& src) {
+    HABLAR_CUDA_CHECK(cudaMemcpy(dst, src.data(), src.size() * 4, cudaMemcpyHostToDevice));
+  };
+  put(a.q, random_floats(44 * (size_t)dims.q_dim(), 32u));
+  put(a.k, random_floats(44 * (size_t)dims.kv_dim(), 33u));
+  put(a.v, random_floats(44 * (size_t)dims.kv_dim(), 34u));
+  ops.rope(a.q, dims.n_heads, 0);
+  ops.rope(a.k, dims.n_kv_heads, 0);
+  AttentionSpec spec;
+  spec.scale = 0.125f;
+  ops.attention(0, spec, a.q, a.k, a.v, a.att);
+  unsetenv("HABLAR_FLASH_PREFILL");
+  std::vector<float> out;
+  ops.host_rows(a.att, 44 * (int64_t)dims.q_dim(), out);
+  std::vector<uint8_t> bytes(cache.bytes());
+  HABLAR_CUDA_CHECK(cudaMemcpy(bytes.data(), cache.get(), bytes.size(), cudaMemcpyDeviceToHost));
+  return {bytes, out};
+}
+
+TEST_P(QueuedRowWorkGpu, PromptChunkOnTheFlashKernelMatchesTheDecodeKernel) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  cuda::enable_lab_knobs();  // HABLAR_FLASH_PREFILL selects the decode kernel for the reference
+  const auto flash = run_mixed_step_attention(true, GetParam());
+  const auto decode = run_mixed_step_attention(false, GetParam());
+  EXPECT_EQ(flash.first, decode.first) << "the cache";
+  ASSERT_EQ(flash.second.size(), decode.second.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < flash.second.size(); ++i)
+    worst = std::max(worst, (double)std::fabs(flash.second[i] - decode.second[i]));
+  EXPECT_LT(worst, 5e-3);
+  // The rows the decode kernel takes in both runs (the decode token and the short chunk).
+  const size_t width = 4 * 64;
+  for (size_t i = 40 * width; i < 44 * width; ++i)
+    EXPECT_EQ(flash.second[i], decode.second[i]) << "row " << i / width;
 }
 
 INSTANTIATE_TEST_SUITE_P(Styles, QueuedRowWorkGpu, ::testing::Values(false, true),
