@@ -260,7 +260,8 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
   auto* logit_roles = reinterpret_cast<uint8_t*>(words + b.logit_roles);
   auto* decode_active = reinterpret_cast<uint8_t*>(words + b.decode_active);
   // Prompt chunks of kFlashPrefillMinTokens or more take the flash prefill attention (not in
-  // graphs, which are decode steps, nor in deterministic mode).
+  // graphs, which are decode steps, nor in deterministic mode), if flash_prefill_fills_gpu()
+  // finds them enough blocks.
   const bool flash_prefill = pad_to == 0 && !limits_.deterministic;
   n_prefill_chunks_ = 0, prefill_max_chunk_ = 0, n_decode_rows_ = 0;
   std::vector<int32_t> rows_in_chunk_order;
@@ -574,16 +575,17 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
 
 // Whether the staged prompt chunks give the flash prefill kernel at least a block per
 // multiprocessor (a 64-row query tile per head): with fewer, its blocks walk the chunk's
-// K/V tiles one after another on a few multiprocessors, and the decode kernel, which splits
-// every row's positions over the whole GPU, was faster on the H200 (a 512-token prompt of
-// 12 heads: 96 blocks, 76,300 t/s on the decode kernel, 66,600 on the flash one; 32 heads:
-// 256 blocks, 24,000 and 28,100).
+// K/V tiles one after another on a few multiprocessors, and the decode kernel, whose splits
+// fill the GPU, was faster on the H200 (a 512-token prompt of 12 heads: 96 blocks, 76,300
+// t/s on the decode kernel, 66,600 on the flash one, 61,200 on a 32-row-tile form of it with
+// twice the blocks; 32 heads: 256 blocks, 24,000 and 28,100; four 128-token prompts of 12
+// heads: 96 blocks, 39,500 and 35,900 t/s; eight: 192 blocks, 60,800 and 61,800). The lab's
+// HABLAR_FLASH_PREFILL=2 takes it whatever the count.
 bool ForwardOps::flash_prefill_fills_gpu() const {
   const auto* words = static_cast<const int32_t*>(buf_->host_inputs);
   int64_t blocks = 0;
   for (int c = 0; c < n_prefill_chunks_; ++c)
     blocks += (words[buf_->prefill_count + c] + 63) / 64 * (int64_t)dims_.n_heads;
-  // (The lab's HABLAR_FLASH_PREFILL=2 takes the flash kernel whatever the count, 0 never.)
   return blocks >= device_multiprocessors() || lab_knob("HABLAR_FLASH_PREFILL", 1) == 2;
 }
 

@@ -7,8 +7,8 @@
 // each query attends over positions [0, pos], so prefill chunks and decode tokens of any mix
 // of sequences take one path; outside graphs and deterministic mode, prompt chunks of 32 or
 // more tokens whose 64-row query tiles give the flash kernel at least a block per
-// multiprocessor take prefill_attention() instead (each K/V tile read once per query tile,
-// not once per token). Products: Q4_K weights up to 256 rows on int8 activations (dp4a,
+// multiprocessor take prefill_attention() instead (each K/V tile read once per
+// query tile, not once per token). Products: Q4_K weights up to 256 rows on int8 activations (dp4a,
 // integer tensor cores); other types M <= 8 rows on the f32 CUDA-core kernel, more rows on
 // tensor cores (matmul_fused up to 256, then dequantize + cuBLAS).
 //
