@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "backend/cuda/forward_ops.h"
@@ -249,38 +250,51 @@ struct QkvCase {
 
 class QueuedRowWorkGpu : public ::testing::TestWithParam<bool> {};
 
-// Runs bias q, k, v then RoPE q, k on a step of two sequences (3 tokens and 1), either as
-// the forward calls them (queued, one launch) or with a no-op scale between every op, which
-// makes each run alone.
+// A step of two sequences (3 tokens and 1) over a cache of zeros, with the case's q, k, v:
+// biases of q, k and v (v's only with v_bias) then RoPE of q and k, either as the forward
+// calls them (queued, one launch) or with a no-op scale after every op, which makes each run
+// alone (one_at_a_time).
+struct QueuedQkvStep {
+  cuda::DeviceMemory cache;
+  DeviceBuffer<float> bq, bk, bv;
+  std::unique_ptr<cuda::ForwardOps> ops;
+
+  QueuedQkvStep(const QkvCase& c, bool one_at_a_time, bool v_bias)
+      : cache(c.layout.total_bytes()), bq(c.bq), bk(c.bk), bv(c.bv) {
+    HABLAR_CUDA_CHECK(cudaMemset(cache.get(), 0, cache.bytes()));
+    cuda::ForwardLimits limits;
+    limits.max_tokens = 16, limits.max_blocks_per_seq = 4;
+    ops = std::make_unique<cuda::ForwardOps>(c.dims, c.layout, cache.get(), std::span(&c.rope, 1),
+                                             1e-6f, limits, nullptr);
+    const std::vector<int32_t> tokens{1, 2, 3, 4}, table_a{0}, table_b{2, 3};
+    const SequenceChunk chunks[] = {{std::span(tokens).first(3), 5, table_a, false, 8},
+                                    {std::span(tokens).last(1), 30, table_b, false, 8}};
+    ops->begin(chunks, {});
+    const Activations& a = ops->activations();
+    const auto put = [](float* dst, const std::vector<float>& src) {
+      HABLAR_CUDA_CHECK(cudaMemcpy(dst, src.data(), src.size() * 4, cudaMemcpyHostToDevice));
+    };
+    put(a.q, c.q), put(a.k, c.k), put(a.v, c.v);
+    const auto separate = [&](float* x, int64_t width) {
+      if (one_at_a_time) ops->scale(x, 1.0f, width);
+    };
+    ops->add_bias(a.q, bq.get(), c.dims.q_dim()), separate(a.q, c.dims.q_dim());
+    ops->add_bias(a.k, bk.get(), c.dims.kv_dim()), separate(a.k, c.dims.kv_dim());
+    if (v_bias) ops->add_bias(a.v, bv.get(), c.dims.kv_dim()), separate(a.v, c.dims.kv_dim());
+    ops->rope(a.q, c.dims.n_heads, 0), separate(a.q, c.dims.q_dim());
+    ops->rope(a.k, c.dims.n_kv_heads, 0), separate(a.k, c.dims.kv_dim());
+  }
+};
+
+// The rows of q, k and v after the step's queued work.
 std::vector<std::vector<float>> run_qkv_ops(const QkvCase& c, bool one_at_a_time) {
-  cuda::DeviceMemory cache(c.layout.total_bytes());
-  cuda::ForwardLimits limits;
-  limits.max_tokens = 16, limits.max_blocks_per_seq = 4;
-  cuda::ForwardOps ops(c.dims, c.layout, cache.get(), std::span(&c.rope, 1), 1e-6f, limits,
-                       nullptr);
-  const std::vector<int32_t> tokens{1, 2, 3, 4}, table_a{0}, table_b{2, 3};
-  const SequenceChunk chunks[] = {{std::span(tokens).first(3), 5, table_a, false, 8},
-                                  {std::span(tokens).last(1), 30, table_b, false, 8}};
-  ops.begin(chunks, {});
-  const Activations& a = ops.activations();
-  const auto put = [](float* dst, const std::vector<float>& src) {
-    HABLAR_CUDA_CHECK(cudaMemcpy(dst, src.data(), src.size() * 4, cudaMemcpyHostToDevice));
-  };
-  put(a.q, c.q), put(a.k, c.k), put(a.v, c.v);
-  DeviceBuffer<float> bq(c.bq), bk(c.bk), bv(c.bv);
-  const auto separate = [&](float* x, int64_t width) {
-    if (one_at_a_time) ops.scale(x, 1.0f, width);
-  };
-  ops.add_bias(a.q, bq.get(), c.dims.q_dim()), separate(a.q, c.dims.q_dim());
-  ops.add_bias(a.k, bk.get(), c.dims.kv_dim()), separate(a.k, c.dims.kv_dim());
-  ops.add_bias(a.v, bv.get(), c.dims.kv_dim()), separate(a.v, c.dims.kv_dim());
-  ops.rope(a.q, c.dims.n_heads, 0), separate(a.q, c.dims.q_dim());
-  ops.rope(a.k, c.dims.n_kv_heads, 0);
+  QueuedQkvStep step(c, one_at_a_time, true);
+  const Activations& a = step.ops->activations();
   std::vector<std::vector<float>> out(3);
   const int64_t T = (int64_t)c.positions.size();
-  ops.host_rows(a.q, T * c.dims.q_dim(), out[0]);  // host_rows fills the vector it is given
-  ops.host_rows(a.k, T * c.dims.kv_dim(), out[1]);
-  ops.host_rows(a.v, T * c.dims.kv_dim(), out[2]);
+  step.ops->host_rows(a.q, T * c.dims.q_dim(), out[0]);  // host_rows fills the vector given
+  step.ops->host_rows(a.k, T * c.dims.kv_dim(), out[1]);
+  step.ops->host_rows(a.v, T * c.dims.kv_dim(), out[2]);
   return out;
 }
 
@@ -306,37 +320,16 @@ TEST_P(QueuedRowWorkGpu, BiasAndRopeOfQkvInOneLaunchMatchHostRounding) {
 std::pair<std::vector<uint8_t>, std::vector<float>> run_attention_after_row_work(const QkvCase& c,
                                                                                  bool one_at_a_time,
                                                                                  bool v_bias) {
-  cuda::DeviceMemory cache(c.layout.total_bytes());
-  HABLAR_CUDA_CHECK(cudaMemset(cache.get(), 0, cache.bytes()));
-  cuda::ForwardLimits limits;
-  limits.max_tokens = 16, limits.max_blocks_per_seq = 4;
-  cuda::ForwardOps ops(c.dims, c.layout, cache.get(), std::span(&c.rope, 1), 1e-6f, limits,
-                       nullptr);
-  const std::vector<int32_t> tokens{1, 2, 3, 4}, table_a{0}, table_b{2, 3};
-  const SequenceChunk chunks[] = {{std::span(tokens).first(3), 5, table_a, false, 8},
-                                  {std::span(tokens).last(1), 30, table_b, false, 8}};
-  ops.begin(chunks, {});
-  const Activations& a = ops.activations();
-  const auto put = [](float* dst, const std::vector<float>& src) {
-    HABLAR_CUDA_CHECK(cudaMemcpy(dst, src.data(), src.size() * 4, cudaMemcpyHostToDevice));
-  };
-  put(a.q, c.q), put(a.k, c.k), put(a.v, c.v);
-  DeviceBuffer<float> bq(c.bq), bk(c.bk), bv(c.bv);
-  const auto separate = [&](float* x, int64_t width) {
-    if (one_at_a_time) ops.scale(x, 1.0f, width);
-  };
-  ops.add_bias(a.q, bq.get(), c.dims.q_dim()), separate(a.q, c.dims.q_dim());
-  ops.add_bias(a.k, bk.get(), c.dims.kv_dim()), separate(a.k, c.dims.kv_dim());
-  if (v_bias) ops.add_bias(a.v, bv.get(), c.dims.kv_dim()), separate(a.v, c.dims.kv_dim());
-  ops.rope(a.q, c.dims.n_heads, 0), separate(a.q, c.dims.q_dim());
-  ops.rope(a.k, c.dims.n_kv_heads, 0), separate(a.k, c.dims.kv_dim());
+  QueuedQkvStep step(c, one_at_a_time, v_bias);
+  const Activations& a = step.ops->activations();
   AttentionSpec spec;
   spec.scale = 1.0f / std::sqrt((float)c.dims.head_dim);
-  ops.attention(0, spec, a.q, a.k, a.v, a.att);
+  step.ops->attention(0, spec, a.q, a.k, a.v, a.att);
   std::vector<float> out;
-  ops.host_rows(a.att, (int64_t)c.positions.size() * c.dims.q_dim(), out);
-  std::vector<uint8_t> bytes(cache.bytes());
-  HABLAR_CUDA_CHECK(cudaMemcpy(bytes.data(), cache.get(), bytes.size(), cudaMemcpyDeviceToHost));
+  step.ops->host_rows(a.att, (int64_t)c.positions.size() * c.dims.q_dim(), out);
+  std::vector<uint8_t> bytes(step.cache.bytes());
+  HABLAR_CUDA_CHECK(
+      cudaMemcpy(bytes.data(), step.cache.get(), bytes.size(), cudaMemcpyDeviceToHost));
   return {bytes, out};
 }
 
