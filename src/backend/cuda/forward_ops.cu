@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_plan.h"
 #include "backend/cuda/cpu_rounding.cuh"
 #include "backend/cuda/cpu_rounding_ops.h"
 #include "backend/cuda/cuda_check.h"
@@ -123,10 +124,6 @@ __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* _
   float* dst = out + (size_t)blockIdx.x * width;
   for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = src[i];
 }
-
-// Prompt chunks of at least this many tokens take the flash prefill attention (a 64-row
-// query tile per block and head; shorter chunks would leave most of its rows idle).
-constexpr int64_t kFlashPrefillMinTokens = 32;
 
 int grid_for(int64_t n) {
   return (int)std::min<int64_t>((n + 255) / 256, 4096);
@@ -258,12 +255,7 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
   auto* roles = reinterpret_cast<uint8_t*>(words + b.roles);
   auto* sampled = reinterpret_cast<uint8_t*>(words + b.sampled);
   auto* logit_roles = reinterpret_cast<uint8_t*>(words + b.logit_roles);
-  auto* decode_active = reinterpret_cast<uint8_t*>(words + b.decode_active);
-  // Prompt chunks of kFlashPrefillMinTokens or more take the flash prefill attention (not in
-  // graphs, which are decode steps, nor in deterministic mode), if flash_prefill_fills_gpu()
-  // finds them enough blocks.
-  const bool flash_prefill = pad_to == 0 && !limits_.deterministic;
-  n_prefill_chunks_ = 0, prefill_max_chunk_ = 0, n_decode_rows_ = 0;
+  std::vector<StepChunkRows> chunk_rows;  // for the attention plan (attention_plan.h)
   std::vector<int32_t> rows_in_chunk_order;
   std::vector<uint8_t> row_roles_in_chunk_order;  // the role each logit row's product takes
   int64_t t = 0;
@@ -288,20 +280,10 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
     const int64_t needed =
         (ch.start_pos + (int64_t)ch.tokens.size() + layout_.block_size - 1) / layout_.block_size;
     HABLAR_CHECK((size_t)needed <= MB, "a sequence is longer than the executor's context limit");
-    const bool prefill_chunk = flash_prefill && (int64_t)ch.tokens.size() >= kFlashPrefillMinTokens;
-    if (prefill_chunk) {
-      const int n = n_prefill_chunks_++;
-      words[b.prefill_first + n] = (int32_t)t;
-      words[b.prefill_count + n] = (int32_t)ch.tokens.size();
-      words[b.prefill_cached + n] = ch.start_pos;
-      prefill_max_chunk_ = std::max(prefill_max_chunk_, (int32_t)ch.tokens.size());
-    } else {
-      n_decode_rows_ += (int64_t)ch.tokens.size();
-    }
+    chunk_rows.push_back({(int32_t)t, (int32_t)ch.tokens.size(), ch.start_pos});
     for (size_t i = 0; i < ch.tokens.size(); ++i, ++t) {
       const int32_t pos = ch.start_pos + (int32_t)i;
       put(ch.tokens[i], pos, ch.block_table, true);
-      decode_active[t] = prefill_chunk ? 0 : 1;
       const TokenPlace place = token_place(ch, i);
       roles[t] = place.role, sampled[t] = place.sampled ? 1 : 0;
       max_context_ = std::max(max_context_, pos + 1);
@@ -317,16 +299,12 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
   // (attention neither writes nor reads it; its other rows are computed and ignored).
   for (; t < pad_to; ++t) {
     put(0, 0, {}, false);
-    decode_active[t] = 0;
     rows_in_chunk_order.push_back((int32_t)t);
     row_roles_in_chunk_order.push_back(0);
   }
   if (pad_to > 0) max_context_ = (int32_t)(MB * layout_.block_size);  // fixed for the graph
   n_tokens_ = t;
-  if (n_prefill_chunks_ > 0 && !flash_prefill_fills_gpu()) {  // all rows on the decode kernel
-    n_prefill_chunks_ = 0, n_decode_rows_ = t;
-    std::memcpy(decode_active, active, (size_t)t);
-  }
+  plan_attention(chunk_rows, pad_to);
   n_logit_rows_ = (int32_t)logit_order.size();
   HABLAR_CHECK(logit_order.size() <= rows_in_chunk_order.size(), "bad logit order");
   for (size_t r = 0; r < logit_order.size(); ++r) {
@@ -573,20 +551,28 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
   if (quantize) buf_->q8_holds = out;
 }
 
-// Whether the staged prompt chunks give the flash prefill kernel at least a block per
-// multiprocessor (a 64-row query tile per head): with fewer, its blocks walk the chunk's
-// K/V tiles one after another on a few multiprocessors, and the decode kernel, whose splits
-// fill the GPU, was faster on the H200 (a 512-token prompt of 12 heads: 96 blocks, 76,300
-// t/s on the decode kernel, 66,600 on the flash one, 61,200 on a 32-row-tile form of it with
-// twice the blocks; 32 heads: 256 blocks, 24,000 and 28,100; four 128-token prompts of 12
-// heads: 96 blocks, 39,500 and 35,900 t/s; eight: 192 blocks, 60,800 and 61,800). The lab's
-// HABLAR_FLASH_PREFILL=2 takes it whatever the count.
-bool ForwardOps::flash_prefill_fills_gpu() const {
-  const auto* words = static_cast<const int32_t*>(buf_->host_inputs);
-  int64_t blocks = 0;
-  for (int c = 0; c < n_prefill_chunks_; ++c)
-    blocks += (words[buf_->prefill_count + c] + 63) / 64 * (int64_t)dims_.n_heads;
-  return blocks >= device_multiprocessors() || lab_knob("HABLAR_FLASH_PREFILL", 1) == 2;
+// The step's rows between the flash prefill kernel and the decode kernel (attention_plan.h),
+// into the staged inputs: the flash chunks' first rows, counts and cached lengths, and the
+// decode kernel's row flags. Outside graphs (decode steps) and deterministic mode; the lab's
+// HABLAR_FLASH_PREFILL=2 takes the flash kernel whatever the block count.
+void ForwardOps::plan_attention(std::span<const StepChunkRows> chunk_rows, int64_t pad_to) {
+  Buffers& b = *buf_;
+  AttentionPlanLimits limits;
+  limits.flash_allowed = pad_to == 0 && !limits_.deterministic;
+  limits.n_heads = dims_.n_heads;
+  limits.multiprocessors = device_multiprocessors();
+  limits.force_flash = lab_knob("HABLAR_FLASH_PREFILL", 1) == 2;
+  const AttentionPlan plan = plan_step_attention(chunk_rows, n_tokens_, limits);
+  auto* words = static_cast<int32_t*>(b.host_inputs);
+  for (size_t c = 0; c < plan.flash.size(); ++c) {
+    words[b.prefill_first + c] = plan.flash[c].first_row;
+    words[b.prefill_count + c] = plan.flash[c].count;
+    words[b.prefill_cached + c] = plan.flash[c].start_pos;
+  }
+  std::memcpy(words + b.decode_active, plan.decode_rows.data(), plan.decode_rows.size());
+  n_prefill_chunks_ = (int32_t)plan.flash.size();
+  prefill_max_chunk_ = plan.max_flash_chunk;
+  n_decode_rows_ = plan.n_decode_rows;
 }
 
 bool ForwardOps::takes_prefill_attention(const AttentionSpec& spec) const {

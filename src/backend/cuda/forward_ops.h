@@ -28,6 +28,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/cuda/attention_plan.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/matmul.h"
 #include "core/kv_layout.h"
@@ -157,7 +158,8 @@ class ForwardOps {
   // (head_dim 64 or 128, no window, no soft-cap), and that run (with the decode attention
   // for the step's other rows).
   bool takes_prefill_attention(const AttentionSpec& spec) const;
-  bool flash_prefill_fills_gpu() const;
+  // Splits the staged step's rows between the flash prefill and the decode attention.
+  void plan_attention(std::span<const StepChunkRows> chunk_rows, int64_t pad_to);
   void attention_with_prefill_chunks(int layer, const AttentionSpec& spec, const float* q,
                                      const float* k, const float* v, float* out, bool kv_stored);
   void flush_add();
