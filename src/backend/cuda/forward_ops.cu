@@ -328,10 +328,11 @@ void ForwardOps::upload() {
   const size_t byte_words = (T + 3) / 4;
   copy(b.active, byte_words), copy(b.roles, byte_words), copy(b.sampled, byte_words);
   copy(b.logit_roles, byte_words);
-  copy(b.decode_active, byte_words);
-  const size_t chunks = (size_t)n_prefill_chunks_;
-  if (chunks > 0)
+  const size_t chunks = (size_t)n_prefill_chunks_;  // (none in a decode step)
+  if (chunks > 0) {
+    copy(b.decode_active, byte_words);
     copy(b.prefill_first, chunks), copy(b.prefill_count, chunks), copy(b.prefill_cached, chunks);
+  }
   copy(b.tables, T * MB);
   for (size_t r = 0; r < ropes_.size(); ++r)  // each variant's first T rows
     copy(b.cos + r * T_max * RP, T * RP), copy(b.sin + r * T_max * RP, T * RP);
@@ -522,24 +523,7 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
     a.max_context = max_context_;
     return cpu_rounding_ops::attention(a, stream_);
   }
-  DecodeAttentionParams p;
-  p.layout = layout_;
-  p.layer = layer;
-  p.kv_cache = kv_cache_;
-  p.n_slots = (int32_t)n_tokens_;
-  p.block_tables = inputs + buf_->tables;
-  p.max_blocks_per_seq = limits_.max_blocks_per_seq;
-  p.seq_lens = inputs + buf_->positions;  // each token attends over [0, its position]
-  p.active = reinterpret_cast<const uint8_t*>(inputs + buf_->active);
-  p.n_heads = dims_.n_heads;
-  p.q = q, p.k_new = k, p.v_new = v, p.out = out;
-  p.scale = spec.scale;
-  p.window = spec.window;
-  p.softcap = spec.softcap;
-  p.max_context = max_context_;
-  p.fixed_split_len = 0;
-  p.advance_lengths = false;
-  p.multiprocessors = device_multiprocessors();
+  DecodeAttentionParams p = decode_params(layer, spec, q, k, v, out, buf_->active);
   p.kv_stored = kv_stored;
   // The output rows quantized for the output projection's int8 product in the same pass.
   const bool quantize = writer_quantizes(n_tokens_, dims_.q_dim());
@@ -575,6 +559,33 @@ void ForwardOps::plan_attention(std::span<const StepChunkRows> chunk_rows, int64
   n_decode_rows_ = plan.n_decode_rows;
 }
 
+// The decode attention over every row of the step, each attending over [0, its position];
+// `active_at`: the staged row flags it takes (the live rows, or the decode kernel's share).
+DecodeAttentionParams ForwardOps::decode_params(int layer, const AttentionSpec& spec,
+                                                const float* q, const float* k, const float* v,
+                                                float* out, size_t active_at) const {
+  auto* inputs = static_cast<int32_t*>(buf_->inputs.get());
+  DecodeAttentionParams p;
+  p.layout = layout_;
+  p.layer = layer;
+  p.kv_cache = kv_cache_;
+  p.n_slots = (int32_t)n_tokens_;
+  p.block_tables = inputs + buf_->tables;
+  p.max_blocks_per_seq = limits_.max_blocks_per_seq;
+  p.seq_lens = inputs + buf_->positions;
+  p.active = reinterpret_cast<const uint8_t*>(inputs + active_at);
+  p.n_heads = dims_.n_heads;
+  p.q = q, p.k_new = k, p.v_new = v, p.out = out;
+  p.scale = spec.scale;
+  p.window = spec.window;
+  p.softcap = spec.softcap;
+  p.max_context = max_context_;
+  p.fixed_split_len = 0;
+  p.advance_lengths = false;
+  p.multiprocessors = device_multiprocessors();
+  return p;
+}
+
 bool ForwardOps::takes_prefill_attention(const AttentionSpec& spec) const {
   return n_prefill_chunks_ > 0 && (dims_.head_dim == 64 || dims_.head_dim == 128) &&
          spec.window == 0 && spec.softcap == 0.0f && lab_knob("HABLAR_FLASH_PREFILL", 1) != 0;
@@ -588,19 +599,8 @@ void ForwardOps::attention_with_prefill_chunks(int layer, const AttentionSpec& s
                                                const float* k, const float* v, float* out,
                                                bool kv_stored) {
   auto* inputs = static_cast<int32_t*>(buf_->inputs.get());
-  if (n_decode_rows_ > 0) {
-    DecodeAttentionParams p;
-    p.layout = layout_, p.layer = layer, p.kv_cache = kv_cache_;
-    p.n_slots = (int32_t)n_tokens_;
-    p.block_tables = inputs + buf_->tables, p.max_blocks_per_seq = limits_.max_blocks_per_seq;
-    p.seq_lens = inputs + buf_->positions;  // each token attends over [0, its position]
-    p.active = reinterpret_cast<const uint8_t*>(inputs + buf_->decode_active);
-    p.n_heads = dims_.n_heads;
-    p.q = q, p.k_new = k, p.v_new = v, p.out = out;
-    p.scale = spec.scale;
-    p.max_context = max_context_;
-    p.advance_lengths = false;
-    p.multiprocessors = device_multiprocessors();
+  if (n_decode_rows_ > 0) {  // (takes_prefill_attention: no window nor soft-cap here)
+    DecodeAttentionParams p = decode_params(layer, spec, q, k, v, out, buf_->decode_active);
     p.kv_stored = kv_stored;
     decode_attention(p, buf_->attention_workspace.get(), buf_->attention_workspace_bytes, stream_);
   }

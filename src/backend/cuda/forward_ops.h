@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "backend/cuda/attention_plan.h"
+#include "backend/cuda/decode_attention_params.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/matmul.h"
 #include "core/kv_layout.h"
@@ -158,6 +159,11 @@ class ForwardOps {
   // (head_dim 64 or 128, no window, no soft-cap), and that run (with the decode attention
   // for the step's other rows).
   bool takes_prefill_attention(const AttentionSpec& spec) const;
+  // The decode attention's parameters over the step's rows, with the row flags at word offset
+  // `active_at` of the inputs.
+  DecodeAttentionParams decode_params(int layer, const AttentionSpec& spec, const float* q,
+                                      const float* k, const float* v, float* out,
+                                      size_t active_at) const;
   // Splits the staged step's rows between the flash prefill and the decode attention.
   void plan_attention(std::span<const StepChunkRows> chunk_rows, int64_t pad_to);
   void attention_with_prefill_chunks(int layer, const AttentionSpec& spec, const float* q,
