@@ -3,7 +3,7 @@
 // kernels and a cuBLAS bf16 8192^3 GEMM for the compute-bound ones. Inputs are random and,
 // for memory-bound kernels, rotated over enough copies to exceed the L2 cache several times.
 //
-// Usage: cuda_bench [--quick | --lab | --many-rows]
+// Usage: cuda_bench [--quick | --lab | --many-rows | --attention]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/attention.h"
@@ -285,6 +286,63 @@ Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gb
   return row;
 }
 
+// Causal prefill attention of `seqs` prompts of `chunk` tokens each (empty caches, K/V
+// already stored as the forward's RoPE pass leaves them), F16 cache, head_dim 128. FLOPs are
+// the causal ones: 4 * head_dim per (query, seen key) pair and head.
+Row bench_prefill_attention(Stream& stream, int seqs, int chunk, int heads, int kv_heads,
+                            double peak_tflops) {
+  const int dim = 128, blocks_per_seq = (chunk + 15) / 16;
+  KvCacheLayout layout{1, kv_heads, dim, 16, seqs * blocks_per_seq, KvDType::F16};
+  DeviceBuffer<uint16_t> cache(layout.total_elems());
+  {
+    std::vector<uint16_t> host(layout.total_elems());
+    for (auto& e : host)
+      e = f32_to_fp16((float)((next_random() >> 40) * (1.0 / 16777216.0)) - 0.5f);
+    cache.upload(host);
+  }
+  std::vector<int32_t> tables((size_t)seqs * blocks_per_seq), begin(seqs + 1);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = (int32_t)i;
+  for (int s = 0; s <= seqs; ++s) begin[s] = s * chunk;
+  DeviceBuffer<int32_t> dtables(tables), dbegin(begin), cached(std::vector<int32_t>(seqs, 0));
+  const size_t rows = (size_t)seqs * chunk;
+  DeviceBuffer<float> q(random_floats(rows * heads * dim)), kv(rows * kv_heads * dim),
+      out(rows * heads * dim);
+  PrefillAttentionParams p;
+  p.layout = layout;
+  p.kv_cache = cache.get();
+  p.n_seqs = seqs;
+  p.block_tables = dtables.get();
+  p.max_blocks_per_seq = blocks_per_seq;
+  p.token_begin = dbegin.get();
+  p.cached_len = cached.get();
+  p.kv_stored = true;
+  p.total_tokens = (int)rows;
+  p.max_chunk = chunk;
+  p.n_heads = heads;
+  p.q = q.get();
+  p.k_new = kv.get();
+  p.v_new = kv.get();
+  p.out = out.get();
+  p.scale = 1.0f / std::sqrt((float)dim);
+  const double ms = time_graph_ms(stream, 4, 5, [&](int) { prefill_attention(p, stream.get()); });
+  const double pairs = (double)seqs * chunk * (chunk + 1) / 2;
+  const double flops = 4.0 * dim * heads * pairs;
+  char name[160];
+  std::snprintf(name, sizeof name, "prefill attention %d x %d tok (%d/%d heads, d128)", seqs, chunk,
+                heads, kv_heads);
+  return Row{name, ms * 1e3, flops / (ms * 1e-3) / 1e12, peak_tflops, "TFLOP/s", 0};
+}
+
+void run_prefill_attention(Stream& stream, double peak) {
+  std::printf("\n== prefill attention (F16 KV, causal) vs cuBLAS bf16 peak measured above ==\n");
+  for (const auto& [heads, kv_heads] : {std::pair{12, 2}, std::pair{32, 8}}) {
+    print_row(bench_prefill_attention(stream, 1, 512, heads, kv_heads, peak));
+    print_row(bench_prefill_attention(stream, 1, 2048, heads, kv_heads, peak));
+    print_row(bench_prefill_attention(stream, 16, 512, heads, kv_heads, peak));
+    print_row(bench_prefill_attention(stream, 64, 512, heads, kv_heads, peak));
+  }
+}
+
 void bench_prefill(Stream& stream, DType type, int64_t n, int64_t k, int m, double peak_tflops) {
   const auto host = random_weights(type, n, k);
   DeviceBuffer<uint8_t> w(host);
@@ -502,7 +560,7 @@ void run_many_rows(Stream& stream, double peak, bool quick) {
       if (!quick || m == 128) bench_many_rows(stream, DType::Q6_K, shape[0], shape[1], m, peak);
 }
 
-int run(bool quick, bool lab, bool many_rows) {
+int run(bool quick, bool lab, bool many_rows, bool attention) {
   std::string reason;
   if (device_count(&reason) == 0) {
     std::printf("no CUDA device (%s): nothing to measure\n", reason.c_str());
@@ -525,6 +583,10 @@ int run(bool quick, bool lab, bool many_rows) {
   }
   if (many_rows) {
     run_many_rows(stream, peak, false);
+    return 0;
+  }
+  if (attention) {
+    run_prefill_attention(stream, peak);
     return 0;
   }
   std::printf("== decode matmul (fused dequant, M rows of activations) vs copy bandwidth ==\n");
@@ -558,6 +620,7 @@ int run(bool quick, bool lab, bool many_rows) {
     print_row(bench_decode_attention(stream, 64, 512, copy_gbs, 0));
   }
   run_many_rows(stream, peak, quick);
+  run_prefill_attention(stream, peak);
   std::printf("\n== prefill matmul vs cuBLAS bf16 peak measured above ==\n");
   bench_prefill(stream, DType::Q4_K, 14336, 4096, 512, peak);
   bench_prefill(stream, DType::Q4_K, 4096, 14336, 512, peak);
@@ -572,9 +635,11 @@ int main(int argc, char** argv) {
   const bool lab = argc > 1 && std::strcmp(argv[1], "--lab") == 0;
   // --many-rows: the many-rows products alone, under the knobs the environment sets.
   const bool many_rows = argc > 1 && std::strcmp(argv[1], "--many-rows") == 0;
+  // --attention: the prefill attention kernel alone.
+  const bool attention = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
   if (lab || many_rows) hablar::cuda::enable_lab_knobs();  // variants set knobs through the env
   try {
-    return hablar::cuda::run(quick, lab, many_rows);
+    return hablar::cuda::run(quick, lab, many_rows, attention);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_bench: %s\n", e.what());
     return 1;

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/kv_elements.cuh"
@@ -304,23 +305,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 // permuted consistently for Q and K, which a dot product allows), and V rows 2t, 2t + 1,
 // 2t + 8, 2t + 9 at dims 8g + 64i, paired into B fragments with byte permutes; output column
 // n of n-tile 8i + e is dim 64i + 8n + e.
-
-// c += a · b on the tensor cores, m16n8k16, f32 accumulators.
-template <bool kBf16>
-__device__ __forceinline__ void mma_m16n8k16(float c[4], const uint32_t a[4], uint32_t b0,
-                                             uint32_t b1) {
-  if constexpr (kBf16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
 
 // (x0, x1) rounded to the element type (*hi) and the rounding's remainder (*lo), packed.
 template <bool kBf16>

@@ -3,14 +3,16 @@
 //
 // Prompt chunks of kFlashPrefillMinTokens or more take the flash prefill kernel
 // (prefill_attention: a block per 64-row query tile and head, each K/V tile read once per
-// tile) when, together, their tiles give at least a block per multiprocessor; with fewer
-// blocks they walk their K/V tiles one after another on a few multiprocessors, and the
-// decode kernel, whose splits fill the GPU, was faster on the H200 (a 512-token prompt of 12
-// heads: 96 blocks, 76,300 t/s on the decode kernel, 66,600 on the flash one, 61,200 on a
-// 32-row-tile form of it with twice the blocks; 32 heads: 256 blocks, 24,000 and 28,100;
-// four 128-token prompts of 12 heads: 96 blocks, 39,500 and 35,900 t/s; eight: 192 blocks,
-// 60,800 and 61,800). Every other live row (decodes, short chunks, and every row when the
-// flash kernel is not taken) goes to the decode kernel; padding rows to neither.
+// tile and shared by its 64 rows) when their tiles, together, give at least a block per
+// multiprocessor, or when every one of them ends within kFlashPrefillShortContext positions.
+// Measured on the H200 with the register-resident kernel (2026-12-04, evening), the flash
+// kernel beat the decode kernel in every such step, with few blocks too: a 512-token prompt
+// of 12 heads (96 blocks) 92,500 against 86,100 t/s, four 128-token prompts 102,700 against
+// 92,900, a 2048-token prompt in 512-token chunks 73,800 against 56,300. Past that context,
+// with fewer blocks than multiprocessors, each block would walk a long prefix alone while
+// the decode kernel splits it over the GPU, so those steps stay on it. Every other live row
+// (decodes, short chunks, and every row when the flash kernel is not taken) goes to the
+// decode kernel; padding rows to neither.
 #pragma once
 
 #include <algorithm>
@@ -22,6 +24,7 @@ namespace hablar::cuda {
 
 inline constexpr int64_t kFlashPrefillMinTokens = 32;
 inline constexpr int64_t kFlashPrefillQueryRows = 64;  // the flash kernel's rows per block
+inline constexpr int64_t kFlashPrefillShortContext = 2048;
 
 // One sequence's chunk among the step's rows: rows first_row .. first_row + count - 1, at
 // positions start_pos ...
@@ -33,7 +36,7 @@ struct AttentionPlanLimits {
   bool flash_allowed = false;  // not in graphs (decode steps) nor in deterministic mode
   int32_t n_heads = 0;
   int32_t multiprocessors = 0;
-  bool force_flash = false;  // the lab's HABLAR_FLASH_PREFILL=2: whatever the block count
+  bool force_flash = false;  // the lab's HABLAR_FLASH_PREFILL=2: whatever the blocks and context
 };
 
 struct AttentionPlan {
@@ -49,13 +52,15 @@ inline AttentionPlan plan_step_attention(std::span<const StepChunkRows> chunks, 
                                          const AttentionPlanLimits& limits) {
   AttentionPlan plan;
   int64_t blocks = 0;
+  bool all_short = true;
   if (limits.flash_allowed)
     for (const StepChunkRows& c : chunks)
       if (c.count >= kFlashPrefillMinTokens) {
         plan.flash.push_back(c);
         blocks += (c.count + kFlashPrefillQueryRows - 1) / kFlashPrefillQueryRows * limits.n_heads;
+        all_short = all_short && (int64_t)c.start_pos + c.count <= kFlashPrefillShortContext;
       }
-  if (blocks < limits.multiprocessors && !limits.force_flash) plan.flash.clear();
+  if (blocks < limits.multiprocessors && !all_short && !limits.force_flash) plan.flash.clear();
   plan.decode_rows.assign((size_t)n_rows, 0);
   size_t next_flash = 0;
   for (const StepChunkRows& c : chunks) {

@@ -1,18 +1,26 @@
 // Prefill attention: scatter a chunk of prompt tokens into the paged cache, then causal
 // flash attention of those tokens over every cached position up to their own (GQA).
 //
-// Attention grid: (query tiles of 64, n_heads, n_seqs), 4 warps; warp w owns 16 query rows.
-// Per KV tile of 64 positions (read from the cache's 16-position pages into shared memory):
-// S = Q Kᵀ on tensor cores (WMMA 16x16x16, f16/bf16 in, f32 out), a tile softmax state per
-// row merged into the running state with softmax_merge (online_softmax.h: the same rescale
-// as the decode path), O = O * factor + P V on tensor cores with O kept in shared memory.
+// Attention grid: (query tiles of 64, n_heads, n_seqs), 4 warps; warp w owns query rows
+// 16w..16w+15 of the tile and holds them as mma A fragments of Q * scale. K/V tiles of 64
+// positions are copied from the cache's pages into shared memory with cp.async, two stages
+// (the next tile in flight while this one is used). Per tile, everything in registers:
+//   S = Q · Kᵀ       mma.sync m16n8k16 (f16 or bf16 in, as the cache; f32 accumulation)
+//   softmax          each lane holds 16 scores of two rows (g, g + 8); a tile state per row
+//                    (causal mask), merged into the running state with softmax_merge
+//                    (online_softmax.h: the same rescale as the decode path)
+//   O = O * a + P·V  mma.sync, P's accumulator fragments reused as A fragments, V's B
+//                    fragments through ldmatrix's transposing load, O in registers
+// Fragment layouts: attention_mma.cuh. A block's query tiles are taken longest first (the
+// causal tile q reads q + 1 key tiles), and a warp skips key tiles past its last row.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 
 #include <string>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kv_elements.cuh"
 #include "backend/cuda/online_softmax.h"
@@ -20,7 +28,7 @@
 namespace hablar::cuda {
 namespace {
 
-constexpr int kTile = 64, kWarps = 4, kPad = 8;
+constexpr int kTile = 64, kWarps = 4, kPad = 8, kStages = 2;
 
 // Sequence s's chunk: its first token row and its token count.
 __device__ __forceinline__ int chunk_tokens(const PrefillAttentionParams& p, int s) {
@@ -48,154 +56,273 @@ __global__ void prefill_scatter_kernel(PrefillAttentionParams p) {
   }
 }
 
-template <bool kBf16, int kDim>
+// Shared memory: two stages of a K tile and a V tile, kTile rows of kDim + 8 elements each
+// (the padding puts the 8 rows a fragment load touches in distinct banks).
+template <int kDim>
 struct PrefillSmem {
-  using Elem = std::conditional_t<kBf16, __nv_bfloat16, __half>;
-  static constexpr int kLd = kDim + kPad;    // Q, K, V rows (elements)
-  static constexpr int kLdS = kTile + 4;     // S rows (floats)
-  static constexpr int kLdP = kTile + kPad;  // P rows (elements)
-  static constexpr int kLdO = kDim + 4;      // O rows (floats)
-  static constexpr size_t kQ = 0;
-  static constexpr size_t kK = kQ + sizeof(Elem) * kTile * kLd;
-  static constexpr size_t kV = kK + sizeof(Elem) * kTile * kLd;
-  static constexpr size_t kS = kV + sizeof(Elem) * kTile * kLd;
-  static constexpr size_t kP = kS + sizeof(float) * kTile * kLdS;
-  static constexpr size_t kO = kP + sizeof(Elem) * kTile * kLdP;
-  static constexpr size_t kBytes = kO + sizeof(float) * kTile * kLdO;
+  static constexpr int kLd = kDim + kPad;
+  static constexpr int kTileElems = kTile * kLd;
+  static constexpr size_t kBytes = sizeof(uint16_t) * 2 * kStages * kTileElems;
 };
+
+// What a lane knows of its two query rows (g and g + 8 of its warp's 16).
+struct LaneRows {
+  int query[2];  // index within the chunk
+  int pos[2];    // cache position: the last key the row may see
+};
+
+// How a block's threads share the copies of a K/V tile: thread x copies 16-byte piece
+// x % kPieces of rows x / kPieces + i * kRowStep, i < kRows.
+template <int kDim>
+struct TileCopy {
+  static constexpr int kPieces = kDim / 8;
+  static constexpr int kRowStep = kWarps * 32 / kPieces;
+  static constexpr int kRows = kTile / kRowStep;
+};
+
+// The cache blocks (pages) that hold the thread's rows of the tile at t0, -1 past last_pos.
+// Loaded a tile ahead of the copies that use them, so that the table's latency hides behind
+// a tile's work instead of stalling each copy.
+template <int kDim>
+__device__ __forceinline__ void load_tile_pages(const int32_t* table, int block_size, int t0,
+                                                int last_pos,
+                                                int32_t (&page)[TileCopy<kDim>::kRows]) {
+  using C = TileCopy<kDim>;
+  const int r0 = threadIdx.x / C::kPieces;
+#pragma unroll
+  for (int i = 0; i < C::kRows; ++i) {
+    const int pos = t0 + r0 + i * C::kRowStep;
+    page[i] = pos <= last_pos ? __ldg(table + pos / block_size) : -1;
+  }
+}
+
+// Where the thread's 16-byte pieces of K and V rows live: element offset
+// base + page * page_stride + slot * row (KvCacheLayout::offset with everything but the page
+// and the slot fixed for the block's layer, KV head and the thread's column).
+struct CopyOffsets {
+  size_t k_base, v_base, k_page_stride, v_page_stride, k_row, v_row;
+  __device__ CopyOffsets(const PrefillAttentionParams& p, int kvh, int column) {
+    const KvCacheLayout& l = p.layout;
+    k_base = l.offset(p.layer, 0, 0, kvh, 0, column);
+    v_base = l.offset(p.layer, 1, 0, kvh, 0, column);
+    k_row = l.row_units(0), v_row = l.row_units(1);
+    k_page_stride = (size_t)l.n_kv_heads * l.block_size * k_row;
+    v_page_stride = (size_t)l.n_kv_heads * l.block_size * v_row;
+  }
+};
+
+// Issues the cp.async copies of the K and V rows of positions [t0, t0 + kTile) into one
+// stage, from the pages load_tile_pages found; rows past last_pos (page -1) are zero-filled
+// (their scores are masked, and a zero V row keeps P · V finite).
+template <int kDim>
+__device__ __forceinline__ void issue_kv_tile(const uint16_t* cache, const CopyOffsets& at,
+                                              int block_size,
+                                              const int32_t (&page)[TileCopy<kDim>::kRows], int t0,
+                                              uint16_t* k_stage, uint16_t* v_stage) {
+  using L = PrefillSmem<kDim>;
+  using C = TileCopy<kDim>;
+  const int r0 = threadIdx.x / C::kPieces, c = (threadIdx.x % C::kPieces) * 8;
+#pragma unroll
+  for (int i = 0; i < C::kRows; ++i) {
+    const int r = r0 + i * C::kRowStep;
+    const bool valid = page[i] >= 0;
+    const size_t blk = valid ? (size_t)page[i] : 0, slot = (size_t)((t0 + r) % block_size);
+    copy16_async_or_zero(k_stage + r * L::kLd + c,
+                         cache + at.k_base + blk * at.k_page_stride + slot * at.k_row, valid);
+    copy16_async_or_zero(v_stage + r * L::kLd + c,
+                         cache + at.v_base + blk * at.v_page_stride + slot * at.v_row, valid);
+  }
+  commit_async();
+}
+
+// S = Q · Kᵀ for the warp's 16 rows and the tile's 64 keys: s[j] holds keys 8j + 2t, + 1 of
+// rows g and g + 8. K's B fragments come through ldmatrix, two 8-key tiles per load (lanes
+// 0-15 address keys 8j + lane % 8 at columns 16kk and 16kk + 8, lanes 16-31 the next 8 keys).
+template <bool kBf16, int kDim>
+__device__ __forceinline__ void tile_scores(const uint32_t (&qa)[kDim / 16][4],
+                                            const uint16_t* k_stage, int lane,
+                                            float (&s)[kTile / 8][4]) {
+  using L = PrefillSmem<kDim>;
+#pragma unroll
+  for (int j = 0; j < kTile / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+  const uint16_t* key_rows = k_stage + (8 * (lane / 16) + lane % 8) * L::kLd + 8 * ((lane / 8) % 2);
+#pragma unroll
+  for (int j = 0; j < kTile / 8; j += 2)
+#pragma unroll
+    for (int kk = 0; kk < kDim / 16; ++kk) {
+      uint32_t b[4];
+      ldmatrix_x4(key_rows + 8 * j * L::kLd + 16 * kk, b);
+      mma_m16n8k16<kBf16>(s[j], qa[kk], b[0], b[1]);
+      mma_m16n8k16<kBf16>(s[j + 1], qa[kk], b[2], b[3]);
+    }
+}
+
+// The tile's softmax state per row (causal mask, where `mask` says the tile reaches past a
+// row of the warp: key t0 + col is seen by a row whose position is at least that), merged
+// into the running state; s becomes the weights P scaled by the
+// merge's factor_b, and factor_a[i] is what row i's accumulator is rescaled by.
+__device__ __forceinline__ void tile_softmax(const LaneRows& rows, int t0, int t, bool mask,
+                                             float (&s)[kTile / 8][4], SoftmaxState (&state)[2],
+                                             float (&factor_a)[2]) {
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e / 2, key = t0 + 8 * j + 2 * t + (e & 1);
+      if (mask && key > rows.pos[i]) s[j][e] = -INFINITY;
+      tile_max[i] = fmaxf(tile_max[i], s[j][e]);
+    }
+  float tile_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
+    tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
+  }
+#pragma unroll
+  for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e / 2;
+      s[j][e] = s[j][e] == -INFINITY ? 0.0f : softmax_exp(s[j][e] - tile_max[i]);
+      tile_sum[i] += s[j][e];
+    }
+  float factor_b[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    tile_sum[i] += __shfl_xor_sync(0xffffffffu, tile_sum[i], 1);
+    tile_sum[i] += __shfl_xor_sync(0xffffffffu, tile_sum[i], 2);
+    const SoftmaxMerge merge = softmax_merge(state[i], SoftmaxState{tile_max[i], tile_sum[i]});
+    factor_a[i] = merge.factor_a;
+    factor_b[i] = merge.factor_b;
+  }
+#pragma unroll
+  for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] *= factor_b[e / 2];
+}
+
+// O = O * factor_a + P · V: P's C fragments (two adjacent 8-key tiles) are the A fragment of
+// a 16-key step; V's B fragments come through ldmatrix's transposing load, two 8-column
+// tiles per load (lanes 0-15 address the step's 16 key rows at column 8dj, lanes 16-31 at
+// column 8dj + 8).
+template <bool kBf16, int kDim>
+__device__ __forceinline__ void tile_values(const float (&s)[kTile / 8][4],
+                                            const float (&factor_a)[2], const uint16_t* v_stage,
+                                            int lane, float (&o)[kDim / 8][4]) {
+  using L = PrefillSmem<kDim>;
+#pragma unroll
+  for (int dj = 0; dj < kDim / 8; ++dj) {
+    o[dj][0] *= factor_a[0];
+    o[dj][1] *= factor_a[0];
+    o[dj][2] *= factor_a[1];
+    o[dj][3] *= factor_a[1];
+  }
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    const uint32_t pa[4] = {pack_pair<kBf16>(s[2 * kk][0], s[2 * kk][1]),
+                            pack_pair<kBf16>(s[2 * kk][2], s[2 * kk][3]),
+                            pack_pair<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                            pack_pair<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    const uint16_t* v_rows = v_stage + (16 * kk + lane % 16) * L::kLd + 8 * (lane / 16);
+#pragma unroll
+    for (int dj = 0; dj < kDim / 8; dj += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(v_rows + 8 * dj, b);
+      mma_m16n8k16<kBf16>(o[dj], pa, b[0], b[1]);
+      mma_m16n8k16<kBf16>(o[dj + 1], pa, b[2], b[3]);
+    }
+  }
+}
 
 template <bool kBf16, int kDim>
 __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(PrefillAttentionParams p) {
-  using namespace nvcuda;
-  using L = PrefillSmem<kBf16, kDim>;
-  using Elem = typename L::Elem;
+  using L = PrefillSmem<kDim>;
   extern __shared__ __align__(128) unsigned char smem[];
-  Elem* qs = reinterpret_cast<Elem*>(smem + L::kQ);
-  Elem* ks = reinterpret_cast<Elem*>(smem + L::kK);
-  Elem* vs = reinterpret_cast<Elem*>(smem + L::kV);
-  float* ss = reinterpret_cast<float*>(smem + L::kS);
-  Elem* ps = reinterpret_cast<Elem*>(smem + L::kP);
-  float* os = reinterpret_cast<float*>(smem + L::kO);
+  uint16_t* stages = reinterpret_cast<uint16_t*>(smem);  // [stage][K, V][kTile][kLd]
 
-  const int s = blockIdx.z, head = blockIdx.y, q0 = blockIdx.x * kTile;
+  const int s = blockIdx.z, head = blockIdx.y;
   const int first = p.token_begin[s], chunk = chunk_tokens(p, s);
-  if (q0 >= chunk) return;
+  const int n_query_tiles = (chunk + kTile - 1) / kTile;
+  if ((int)blockIdx.x >= n_query_tiles) return;
+  const int q0 = (n_query_tiles - 1 - blockIdx.x) * kTile;  // the longest tiles start first
   const int cached = p.cached_len[s];
   const int kvh = head / (p.n_heads / p.layout.n_kv_heads);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int32_t* table = chunk_table(p, s);
+  const int last_pos = cached + min(chunk, q0 + kTile) - 1;  // the tile's last query
+
+  // Tile 0's copies in flight while Q loads; tile 1's pages loading.
+  const int block_size = p.layout.block_size;
   const uint16_t* cache = static_cast<const uint16_t*>(p.kv_cache);
+  const CopyOffsets copy_at(p, kvh, (threadIdx.x % TileCopy<kDim>::kPieces) * 8);
+  int32_t page[TileCopy<kDim>::kRows];
+  load_tile_pages<kDim>(table, block_size, 0, last_pos, page);
+  issue_kv_tile<kDim>(cache, copy_at, block_size, page, 0, stages, stages + L::kTileElems);
+  load_tile_pages<kDim>(table, block_size, kTile, last_pos, page);
 
-  // Q tile (scaled) and O = 0.
-  for (int i = threadIdx.x; i < kTile * kDim; i += blockDim.x) {
-    const int r = i / kDim, d = i % kDim;
-    const float v = q0 + r < chunk
-                        ? p.q[((size_t)(first + q0 + r) * p.n_heads + head) * kDim + d] * p.scale
-                        : 0.0f;
-    if constexpr (kBf16)
-      qs[r * L::kLd + d] = __float2bfloat16_rn(v);
-    else
-      qs[r * L::kLd + d] = __float2half_rn(v);
-    os[r * L::kLdO + d] = 0.0f;
+  // The warp's query rows as A fragments of Q * scale (rows past the chunk are zero).
+  LaneRows rows;
+  for (int i = 0; i < 2; ++i) {
+    rows.query[i] = q0 + warp * 16 + g + 8 * i;
+    rows.pos[i] = cached + rows.query[i];
   }
-  // Each lane pair owns one of the warp's 16 rows; lane & 1 picks a half of the columns.
-  const int my_row = warp * 16 + lane / 2, half = lane & 1;
-  const int my_query = q0 + my_row;  // index within the chunk
-  const int my_pos = cached + my_query;
-  SoftmaxState state = softmax_empty();
+  uint32_t qa[kDim / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kDim / 16; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e % 2, col = 16 * kk + 2 * t + 8 * (e / 2);
+      float2 x = make_float2(0.0f, 0.0f);
+      if (rows.query[i] < chunk)
+        x = *reinterpret_cast<const float2*>(
+            p.q + ((size_t)(first + rows.query[i]) * p.n_heads + head) * kDim + col);
+      qa[kk][e] = pack_pair<kBf16>(x.x * p.scale, x.y * p.scale);
+    }
+  float o[kDim / 8][4];
+#pragma unroll
+  for (int dj = 0; dj < kDim / 8; ++dj) o[dj][0] = o[dj][1] = o[dj][2] = o[dj][3] = 0.0f;
+  SoftmaxState state[2] = {softmax_empty(), softmax_empty()};
+  // Tiles past the warp's last row are masked for all its rows: skipped (warp-uniform).
+  const int warp_first_pos = cached + q0 + warp * 16;
+  const int warp_last_pos = min(warp_first_pos + 15, last_pos);
   const bool warp_live = q0 + warp * 16 < chunk;
-  const int last_pos = cached + min(chunk, q0 + kTile) - 1;
 
-  for (int t0 = 0; t0 <= last_pos; t0 += kTile) {
-    __syncthreads();  // previous tile's K/V (and the Q/O fill) are done with
-    for (int i = threadIdx.x; i < kTile * (kDim / 8); i += blockDim.x) {
-      const int r = i / (kDim / 8), c = (i % (kDim / 8)) * 8;
-      const int pos = t0 + r;
-      uint4 kraw = make_uint4(0, 0, 0, 0), vraw = kraw;
-      if (pos <= last_pos) {
-        const size_t at = p.layout.position_offset(table, p.layer, 0, kvh, pos) + c;
-        kraw = *reinterpret_cast<const uint4*>(cache + at);
-        vraw = *reinterpret_cast<const uint4*>(cache + at + p.layout.pool_elems());
-      }
-      *reinterpret_cast<uint4*>(ks + r * L::kLd + c) = kraw;
-      *reinterpret_cast<uint4*>(vs + r * L::kLd + c) = vraw;
+  for (int t0 = 0, stage = 0; t0 <= last_pos; t0 += kTile, stage ^= 1) {
+    // Prefetch the next tile into the other stage, then wait for this one.
+    if (t0 + kTile <= last_pos) {
+      uint16_t* next = stages + (stage ^ 1) * 2 * L::kTileElems;
+      issue_kv_tile<kDim>(cache, copy_at, block_size, page, t0 + kTile, next, next + L::kTileElems);
+      load_tile_pages<kDim>(table, block_size, t0 + 2 * kTile, last_pos, page);
+      wait_async_but<1>();
+    } else {
+      wait_async_all();
     }
     __syncthreads();
-    if (!warp_live) continue;
-
-    // S = Q Kᵀ for the warp's 16 rows.
-    float* s_w = ss + warp * 16 * L::kLdS;
-    for (int f = 0; f < kTile / 16; ++f) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-      for (int kk = 0; kk < kDim; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, Elem, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, Elem, wmma::col_major> b;
-        wmma::load_matrix_sync(a, qs + warp * 16 * L::kLd + kk, L::kLd);
-        wmma::load_matrix_sync(b, ks + f * 16 * L::kLd + kk, L::kLd);
-        wmma::mma_sync(acc, a, b, acc);
-      }
-      wmma::store_matrix_sync(s_w + f * 16, acc, L::kLdS, wmma::mem_row_major);
+    if (warp_live && t0 <= warp_last_pos) {
+      const uint16_t* k_stage = stages + stage * 2 * L::kTileElems;
+      float sc[kTile / 8][4], factor_a[2];
+      tile_scores<kBf16, kDim>(qa, k_stage, lane, sc);
+      tile_softmax(rows, t0, t, t0 + kTile - 1 > warp_first_pos, sc, state, factor_a);
+      tile_values<kBf16, kDim>(sc, factor_a, k_stage + L::kTileElems, lane, o);
     }
-    __syncwarp();
-
-    // Tile softmax state of my row (causal mask), merged into the running state.
-    const float* s_row = s_w + (lane / 2) * L::kLdS;
-    float tile_max = -INFINITY;
-    for (int j = half * 32; j < half * 32 + 32; ++j)
-      if (my_query < chunk && t0 + j <= my_pos) tile_max = fmaxf(tile_max, s_row[j]);
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    float tile_sum = 0.0f;
-    Elem* p_row = ps + (warp * 16 + lane / 2) * L::kLdP;
-    float e[32];
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int col = half * 32 + j;
-      const bool ok = my_query < chunk && t0 + col <= my_pos;
-      e[j] = ok ? softmax_exp(s_row[col] - tile_max) : 0.0f;
-      tile_sum += e[j];
-    }
-    tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, 1);
-    const SoftmaxMerge merge = softmax_merge(state, SoftmaxState{tile_max, tile_sum});
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      if constexpr (kBf16)
-        p_row[half * 32 + j] = __float2bfloat16_rn(e[j] * merge.factor_b);
-      else
-        p_row[half * 32 + j] = __float2half_rn(e[j] * merge.factor_b);
-    }
-    float* o_row = os + (warp * 16 + lane / 2) * L::kLdO;
-    for (int d = half * (kDim / 2); d < (half + 1) * (kDim / 2); ++d) o_row[d] *= merge.factor_a;
-    __syncwarp();
-
-    // O += P V.
-    for (int f = 0; f < kDim / 16; ++f) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      float* o_tile = os + warp * 16 * L::kLdO + f * 16;
-      wmma::load_matrix_sync(acc, o_tile, L::kLdO, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < kTile; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, Elem, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, Elem, wmma::row_major> b;
-        wmma::load_matrix_sync(a, ps + warp * 16 * L::kLdP + kk, L::kLdP);
-        wmma::load_matrix_sync(b, vs + kk * L::kLd + f * 16, L::kLd);
-        wmma::mma_sync(acc, a, b, acc);
-      }
-      wmma::store_matrix_sync(o_tile, acc, L::kLdO, wmma::mem_row_major);
-    }
-    __syncwarp();
+    __syncthreads();  // every warp is done with this stage before it is refilled
   }
-  if (!warp_live || my_query >= chunk) return;
-  const float inv = softmax_inverse_sum(state);
-  const float* o_row = os + my_row * L::kLdO;
-  float* out = p.out + ((size_t)(first + my_query) * p.n_heads + head) * kDim;
-  for (int d = half * (kDim / 2); d < (half + 1) * (kDim / 2); ++d) out[d] = o_row[d] * inv;
+
+  for (int i = 0; i < 2; ++i) {
+    if (rows.query[i] >= chunk) continue;
+    const float inv = softmax_inverse_sum(state[i]);
+    float* out = p.out + ((size_t)(first + rows.query[i]) * p.n_heads + head) * kDim + 2 * t;
+#pragma unroll
+    for (int dj = 0; dj < kDim / 8; ++dj)
+      *reinterpret_cast<float2*>(out + 8 * dj) =
+          make_float2(o[dj][2 * i] * inv, o[dj][2 * i + 1] * inv);
+  }
 }
 
 template <bool kBf16, int kDim>
 void launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
-  const size_t smem = PrefillSmem<kBf16, kDim>::kBytes;
+  const size_t smem = PrefillSmem<kDim>::kBytes;
   auto kernel = prefill_attention_kernel<kBf16, kDim>;
   HABLAR_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

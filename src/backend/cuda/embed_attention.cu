@@ -15,11 +15,7 @@
 //                     fragments through ldmatrix.trans, O in registers
 // then out = O / l (+ b_v) as F16. Shared memory: K and V 256 x (HD + 8) halves each at
 // HD <= 64 (72 KiB at 64), 128 rows each at HD = 128.
-//
-// Fragment layout of m16n8k16 (g = lane / 4, t = lane % 4): A (16 x 16, row-major) regs
-// {(g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)}; B (16 x 8, by column n)
-// regs {(k 2t..2t+1, n g), (k 2t + 8.., n g)}; C (16 x 8) {(g, 2t), (g, 2t + 1), (g + 8, 2t),
-// (g + 8, 2t + 1)}. Two pairs of C tiles of adjacent columns are exactly one A fragment.
+// The fragment layouts: attention_mma.cuh.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -27,6 +23,7 @@
 #include <cstdint>
 
 #include "backend/cuda/async_copy.cuh"
+#include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/embed_kernels.h"
 
@@ -47,26 +44,12 @@ struct Smem {
   static constexpr size_t bytes = (size_t)2 * kKeys * kKP * 2;  // K, then V
 };
 
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
 // Two neighbouring F16 values (plus their biases, added in f32 and rounded once), as a reg.
 __device__ __forceinline__ uint32_t load_pair(const __half* p, const float* bias) {
   uint32_t raw = *reinterpret_cast<const uint32_t*>(p);
   if (!bias) return raw;
   const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&raw));
-  return pack_half2(f.x + bias[0], f.y + bias[1]);
+  return pack_pair<false>(f.x + bias[0], f.y + bias[1]);
 }
 
 // Issues the copies of K and V rows [n_rows x HD] (stride `stride` halves) into shared memory
@@ -254,8 +237,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         const __half* krow = kt + (8 * j + g) * L::kKP + 2 * t;
 #pragma unroll
         for (int kk = 0; kk < HD / 16; ++kk)
-          mma_16816(sc[j], qa[kk], *reinterpret_cast<const uint32_t*>(krow + 16 * kk),
-                    *reinterpret_cast<const uint32_t*>(krow + 16 * kk + 8));
+          mma_m16n8k16<false>(sc[j], qa[kk], *reinterpret_cast<const uint32_t*>(krow + 16 * kk),
+                              *reinterpret_cast<const uint32_t*>(krow + 16 * kk + 8));
       }
       float alpha[2];
       softmax_tile(a, tile, r, k0, t, sc, m, l, alpha);
@@ -264,15 +247,15 @@ __global__ void __launch_bounds__(kWarps * 32)
         o[dj][0] *= alpha[0], o[dj][1] *= alpha[0], o[dj][2] *= alpha[1], o[dj][3] *= alpha[1];
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
-        const uint32_t pa[4] = {pack_half2(sc[2 * kk][0], sc[2 * kk][1]),
-                                pack_half2(sc[2 * kk][2], sc[2 * kk][3]),
-                                pack_half2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                                pack_half2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+        const uint32_t pa[4] = {pack_pair<false>(sc[2 * kk][0], sc[2 * kk][1]),
+                                pack_pair<false>(sc[2 * kk][2], sc[2 * kk][3]),
+                                pack_pair<false>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                                pack_pair<false>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
 #pragma unroll
         for (int dj = 0; dj < HD / 8; ++dj) {
           uint32_t b0, b1;
           load_v_fragment(vt + 16 * kk * L::kKP + 8 * dj, L::kKP, lane, b0, b1);
-          mma_16816(o[dj], pa, b0, b1);
+          mma_m16n8k16<false>(o[dj], pa, b0, b1);
         }
       }
     }

@@ -41,23 +41,37 @@ TEST(AttentionPlanHost, LongChunkOnTheFlashKernelOtherRowsOnTheDecodeKernel) {
   EXPECT_EQ(decode_rows(plan), (std::vector<int>{0, 601, 602, 603}));
 }
 
-TEST(AttentionPlanHost, TooFewBlocksLeaveEveryRowToTheDecodeKernel) {
-  // One 512-token prompt of 12 heads: 8 tiles x 12 = 96 blocks, under 132.
-  const std::vector<StepChunkRows> chunks = {{0, 512, 0}};
-  const AttentionPlan few = cuda::plan_step_attention(chunks, 512, h200(12));
+TEST(AttentionPlanHost, FewBlocksTakeTheFlashKernelOnlyWithinTheShortContext) {
+  // One 512-token prompt of 12 heads: 8 tiles x 12 = 96 blocks, under 132, but it ends
+  // within 2048 positions: flash.
+  const std::vector<StepChunkRows> first = {{0, 512, 0}};
+  const AttentionPlan short_one = cuda::plan_step_attention(first, 512, h200(12));
+  EXPECT_EQ(short_one.flash.size(), 1u);
+  EXPECT_EQ(short_one.n_decode_rows, 0);
+  EXPECT_EQ(short_one.max_flash_chunk, 512);
+  // The same chunk ending at 2048 still does; one position further, with 96 blocks, every
+  // row goes to the decode kernel.
+  const std::vector<StepChunkRows> at_limit = {{0, 512, 1536}};
+  EXPECT_EQ(cuda::plan_step_attention(at_limit, 512, h200(12)).flash.size(), 1u);
+  const std::vector<StepChunkRows> deep = {{0, 512, 1537}};
+  const AttentionPlan few = cuda::plan_step_attention(deep, 512, h200(12));
   EXPECT_TRUE(few.flash.empty());
   EXPECT_EQ(few.n_decode_rows, 512);
   EXPECT_EQ(few.max_flash_chunk, 0);
-  // Two of them: 192 blocks.
-  const std::vector<StepChunkRows> two = {{0, 512, 0}, {512, 512, 0}};
+  EXPECT_EQ(decode_rows(few).size(), 512u);
+  // A deep chunk beside a short one: both on the decode kernel (one rule for the step's set).
+  const std::vector<StepChunkRows> mixed = {{0, 64, 0}, {64, 512, 4000}};
+  EXPECT_TRUE(cuda::plan_step_attention(mixed, 576, h200(12)).flash.empty());
+  // Two deep ones: 192 blocks fill the GPU.
+  const std::vector<StepChunkRows> two = {{0, 512, 4000}, {512, 512, 9000}};
   const AttentionPlan enough = cuda::plan_step_attention(two, 1024, h200(12));
   EXPECT_EQ(enough.flash.size(), 2u);
   EXPECT_EQ(enough.n_decode_rows, 0);
   EXPECT_TRUE(decode_rows(enough).empty());
-  // The lab's forcing takes the single prompt too; graphs and deterministic mode never.
+  // The lab's forcing takes the deep single chunk too; graphs and deterministic mode never.
   AttentionPlanLimits forced = h200(12);
   forced.force_flash = true;
-  EXPECT_EQ(cuda::plan_step_attention(chunks, 512, forced).flash.size(), 1u);
+  EXPECT_EQ(cuda::plan_step_attention(deep, 512, forced).flash.size(), 1u);
   AttentionPlanLimits graph = h200(12);
   graph.flash_allowed = false, graph.force_flash = true;
   EXPECT_TRUE(cuda::plan_step_attention(two, 1024, graph).flash.empty());

@@ -3,6 +3,7 @@
 // f16 / bf16 on the tensor cores: normalized error under 5e-3 (f16) and 2e-2 (bf16).
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "backend/cuda/attention.h"
 #include "core/fp16.h"
@@ -15,16 +16,20 @@ using cuda::DeviceBuffer;
 
 struct PrefillCase {
   int heads = 8, kv_heads = 2, dim;
-  std::vector<int32_t> cached = {0, 37, 5};
-  std::vector<int32_t> chunk = {100, 29, 1};
-  int blocks_per_seq = 16;  // capacity 256
+  std::vector<int32_t> cached, chunk;
+  int blocks_per_seq;  // capacity blocks_per_seq * 16 positions
   KvCacheLayout layout;
   std::vector<int32_t> token_begin, tables;
   std::vector<uint16_t> cache;
   std::vector<float> q, k, v;
   int total = 0;
 
-  PrefillCase(KvDType dtype, int head_dim) : dim(head_dim) {
+  PrefillCase(KvDType dtype, int head_dim, std::vector<int32_t> cached_len,
+              std::vector<int32_t> chunk_len, int blocks)
+      : dim(head_dim),
+        cached(std::move(cached_len)),
+        chunk(std::move(chunk_len)),
+        blocks_per_seq(blocks) {
     const int n = (int)cached.size();
     layout = KvCacheLayout{1, kv_heads, dim, 16, n * blocks_per_seq, dtype};
     token_begin.assign(n + 1, 0);
@@ -85,10 +90,8 @@ struct PrefillCase {
 
 class PrefillAttentionGpu : public ::testing::TestWithParam<std::tuple<KvDType, int>> {};
 
-TEST_P(PrefillAttentionGpu, CausalGqaOverCachedPrefixMatchesOracle) {
-  HABLAR_REQUIRE_CUDA_DEVICE();
-  const auto [dtype, dim] = GetParam();
-  PrefillCase c(dtype, dim);
+// Runs the kernel on the case and checks its output and the chunk's K/V in the cache.
+void check_prefill_case(PrefillCase& c, KvDType dtype, int dim) {
   DeviceBuffer<uint16_t> cache(c.cache);
   DeviceBuffer<int32_t> tables(c.tables), begin(c.token_begin), cached(c.cached);
   DeviceBuffer<float> q(c.q), k(c.k), v(c.v);
@@ -122,6 +125,22 @@ TEST_P(PrefillAttentionGpu, CausalGqaOverCachedPrefixMatchesOracle) {
         const size_t at = c.layout.position_offset(table, 0, kv, 1, c.cached[s] + i) + 3;
         EXPECT_EQ(c.decode(got_cache[at]), c.kv_at(kv, s, c.cached[s] + i, 1, 3));
       }
+}
+
+TEST_P(PrefillAttentionGpu, CausalGqaOverCachedPrefixMatchesOracle) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const auto [dtype, dim] = GetParam();
+  PrefillCase c(dtype, dim, {0, 37, 5}, {100, 29, 1}, 16);
+  check_prefill_case(c, dtype, dim);
+}
+
+// Chunks of several query tiles over prefixes of several key tiles: the two shared-memory
+// stages alternate, tiles end mid-page, and the diagonal tile of each query tile is partial.
+TEST_P(PrefillAttentionGpu, LongChunksOverLongPrefixesMatchOracle) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const auto [dtype, dim] = GetParam();
+  PrefillCase c(dtype, dim, {0, 130, 64, 17}, {300, 70, 190, 64}, 32);
+  check_prefill_case(c, dtype, dim);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PrefillAttentionGpu,

@@ -23,10 +23,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cuda/lab_knobs.h"
 #include "engine/engine.h"
 #include "engine/executor_factory.h"
 #include "engine/perplexity.h"
@@ -61,6 +63,11 @@ class GpuParity : public ::testing::Test {
   void SetUp() override {
     std::string reason;
     if (!cuda_available(&reason)) GTEST_SKIP() << "no CUDA device: " << reason;
+    // HABLAR_TEST_LAB_KNOBS=1 lets the lab knobs steer the kernels under test (for example
+    // HABLAR_FLASH_PREFILL=2: every prompt chunk of 32+ tokens on the flash kernel, which
+    // these small models' few heads would otherwise never fill the GPU enough to take).
+    if (const char* v = std::getenv("HABLAR_TEST_LAB_KNOBS"); v != nullptr && *v == '1')
+      cuda::enable_lab_knobs();
   }
 };
 
