@@ -458,6 +458,7 @@ void ForwardOps::flush_add() {
   buf_->q8_holds = nullptr;  // every op but the products of the normed rows comes here
   buf_->f16_holds = nullptr;
   buf_->bf16_holds = nullptr;
+  buf_->bf16_only = nullptr;
   auto& add = buf_->pending_add;
   if (add.x == nullptr) return;
   cuda::add(add.x, add.y, add.x, n_tokens_ * add.width, stream_);
@@ -538,7 +539,7 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
 // The step's rows between the flash prefill kernel and the decode kernel (attention_plan.h),
 // into the staged inputs: the flash chunks' first rows, counts and cached lengths, and the
 // decode kernel's row flags. Outside graphs (decode steps) and deterministic mode; the lab's
-// HABLAR_FLASH_PREFILL=2 takes the flash kernel whatever the block count.
+// HABLAR_FLASH_PREFILL=2 takes the flash kernel whatever the blocks and context.
 void ForwardOps::plan_attention(std::span<const StepChunkRows> chunk_rows, int64_t pad_to) {
   Buffers& b = *buf_;
   AttentionPlanLimits limits;

@@ -134,6 +134,9 @@ class ForwardOps {
   // whether this W has one.
   bool kept_bf16_at(int64_t m) const;
   bool takes_kept_bf16_path(const WeightView& w, int64_t m) const;
+  bool glu_in_bf16(const WeightView& gate, const WeightView& up) const;
+  void glu_over_kept_copies(const WeightView& gate, const WeightView& up, const float* in,
+                            float* out, float* up_scratch, GluActivation act);
   // Runs w's product over its kept bf16 copy (cuBLAS), converting `in` to bf16 rows first
   // unless *converted says this step's products of `in` already did.
   void kept_bf16_product(const WeightView& w, const float* in, int64_t m, float* out,

@@ -89,6 +89,9 @@ struct ForwardOps::Buffers {
   // And for the bf16 rows of the products over kept bf16 copies (rmsnorm, the gated
   // activation).
   const float* bf16_holds = nullptr;
+  // Rows whose f32 buffer was never written: the gated activation over kept copies
+  // (glu_over_kept_copies) leaves its output only as bf16 rows. Cleared with the holds.
+  const float* bf16_only = nullptr;
   // Word offsets of each input array (for max_tokens rows). roles, sampled and logit_roles
   // hold a byte per row (deterministic mode's rounding facts, core/llama_batch_roles.h).
   size_t tokens = 0, positions = 0, logit_rows = 0, active = 0, roles = 0, sampled = 0,

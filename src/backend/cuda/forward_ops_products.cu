@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/forward_ops.h"
 #include "backend/cuda/forward_ops_buffers.h"
+#include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul_f16.h"
 #include "backend/cuda/matmul_q4k_rows.h"
 #include "backend/cuda/ops.h"
@@ -124,9 +125,12 @@ void ForwardOps::f16_product(const WeightView& w, const float* in, int64_t m, fl
 
 void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float* out,
                          const uint8_t* roles) {
+  HABLAR_CHECK(buf_->bf16_only != in || in == nullptr,
+               "ForwardOps: rows held only as bf16 reach an f32 product");
   buf_->q8_holds = nullptr;  // the int8 path below quantizes into the workspace
   buf_->f16_holds = nullptr;
   buf_->bf16_holds = nullptr;
+  buf_->bf16_only = nullptr;
   if (limits_.deterministic) {
     const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
     if (roles == nullptr) roles = reinterpret_cast<const uint8_t*>(inputs + buf_->roles);
@@ -210,7 +214,11 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
   bool quantized = buf_->q8_holds == in;
   bool converted = buf_->f16_holds == in;        // to f16 rows, once for all of them
   bool bf16_converted = buf_->bf16_holds == in;  // to bf16 rows, likewise
+  const bool bf16_only = buf_->bf16_only == in;  // no f32 values: only the kept path may read
   flush();
+  for (const WeightView* w : ws)
+    HABLAR_CHECK(!bf16_only || takes_kept_bf16_path(*w, m),
+                 "ForwardOps: rows held only as bf16 reach a product without a kept copy");
   void* int8_ws = buf_->int8_workspace.get();
   const WeightView* together[3] = {};
   float* together_out[3] = {};
@@ -245,6 +253,7 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
   buf_->q8_holds = nullptr;
   buf_->f16_holds = nullptr;
   buf_->bf16_holds = nullptr;
+  buf_->bf16_only = nullptr;
 }
 
 void ForwardOps::matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv,
@@ -252,6 +261,35 @@ void ForwardOps::matmul_qkv(const WeightView& wq, const WeightView& wk, const We
   const WeightView* ws[] = {&wq, &wk, &wv};
   float* outs[] = {q, k, v};
   products_of_one_input(in, n_tokens_, ws, outs);
+}
+
+// Whether the gated products of this step run on kept bf16 copies with bf16 outputs
+// (glu_over_kept_copies).
+bool ForwardOps::glu_in_bf16(const WeightView& gate, const WeightView& up) const {
+  return takes_kept_bf16_path(gate, n_tokens_) && takes_kept_bf16_path(up, n_tokens_) &&
+         writer_writes_bf16(n_tokens_, gate.rows) && lab_knob("HABLAR_GLU_BF16", 1) != 0;
+}
+
+// Gate and up over their kept copies writing bf16 (half the bytes of f32 outputs, in the
+// first halves of out and up_scratch), then the activation from those into the down
+// product's bf16 rows only: of [n_tokens][ffn] the step moves 3 x 2 bytes a value where the
+// f32 form moved 2 x 4 written + 2 x 4 read + 4 + 2 written. `out` receives no f32 values;
+// the down product over its kept copy reads the bf16 rows (products_of_one_input checks it).
+void ForwardOps::glu_over_kept_copies(const WeightView& gate, const WeightView& up, const float* in,
+                                      float* out, float* up_scratch, GluActivation act) {
+  const bool converted = buf_->bf16_holds == in;
+  flush();
+  auto* rows = static_cast<uint16_t*>(buf_->bf16_rows.get());
+  if (!converted) convert_f32_to_bf16(in, rows, n_tokens_ * gate.cols, stream_);
+  auto* gate_bf16 = reinterpret_cast<uint16_t*>(out);
+  auto* up_bf16 = reinterpret_cast<uint16_t*>(up_scratch);
+  buf_->prefill.multiply_kept_to_bf16(gate, rows, (int)n_tokens_, gate_bf16, stream_);
+  buf_->prefill.multiply_kept_to_bf16(up, rows, (int)n_tokens_, up_bf16, stream_);
+  glu_bf16_rows(gate_bf16, up_bf16, act, rows, n_tokens_ * gate.rows, stream_);
+  buf_->q8_holds = nullptr;
+  buf_->f16_holds = nullptr;
+  buf_->bf16_holds = out;
+  buf_->bf16_only = out;
 }
 
 void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const float* in,
@@ -265,8 +303,10 @@ void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const 
     buf_->q8_holds = nullptr;
     buf_->f16_holds = nullptr;
     buf_->bf16_holds = nullptr;
+    buf_->bf16_only = nullptr;
     return matmul_q4k_rows_glu(gate, up, xa.codes, xa.scales, out, act, stream_);
   }
+  if (glu_in_bf16(gate, up)) return glu_over_kept_copies(gate, up, in, out, up_scratch, act);
   const WeightView* ws[] = {&gate, &up};
   float* outs[] = {out, up_scratch};
   products_of_one_input(in, n_tokens_, ws, outs);

@@ -97,9 +97,15 @@ class PrefillMatmul {
   // no scratch, so it can be captured in a CUDA graph.
   void multiply_kept(const WeightView& w, const uint16_t* x_bf16, int m, float* y,
                      cudaStream_t stream);
+  // The same with y written as bf16 (the f32 accumulators rounded once).
+  void multiply_kept_to_bf16(const WeightView& w, const uint16_t* x_bf16, int m, uint16_t* y,
+                             cudaStream_t stream);
 
  private:
   void reserve(size_t bytes);
+  // y (f32 or bf16, cudaDataType y_type) = x · Wᵀ over bf16 W [N][K] and x [M][K].
+  void gemm_bf16_to(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n, int64_t k, int m,
+                    void* y, int y_type, cudaStream_t stream);
   CublasHandle handle_;
   int64_t growths_ = 0;
   DeviceMemory scratch_;

@@ -60,6 +60,12 @@ void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream
 void glu_to_bf16(const float* gate, const float* up, GluActivation act, float* out,
                  uint16_t* bf16_values, int64_t n, cudaStream_t stream);
 
+// out = act(gate) * up over n bf16 values, in f32 and rounded once to bf16: the gated
+// activation between products whose outputs and inputs are bf16 (the gate and up products
+// over kept bf16 copies writing bf16, the down product reading it). out may alias either.
+void glu_bf16_rows(const uint16_t* gate, const uint16_t* up, GluActivation act, uint16_t* out,
+                   int64_t n, cudaStream_t stream);
+
 // x = cap * tanh(x / cap) over n values (soft-capped logits).
 void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
 

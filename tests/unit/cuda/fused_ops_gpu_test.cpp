@@ -209,6 +209,38 @@ TEST(FusedOpsGpu, GluWithBf16ValuesEqualsGluThenConvert) {
   }
 }
 
+// The gated activation from bf16 gate and up values into bf16 values (glu_bf16_rows: the
+// products over kept copies writing bf16): each value act(g) * u in f32 over the bf16 inputs,
+// rounded once, equal to what the f32 activation and conversion give on those inputs; the
+// 16-byte form (n a multiple of 8, aligned) and the one-value form (an odd n) alike.
+TEST(FusedOpsGpu, GluOnBf16RowsEqualsGluOfTheirValues) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  for (GluActivation act : {GluActivation::kSilu, GluActivation::kGeluTanh}) {
+    for (size_t n : {size_t{4 * 8960}, size_t{3 * 8960 + 7}}) {
+      std::vector<uint16_t> g16(n), u16(n);
+      std::vector<float> g(n), u(n);
+      const auto gr = random_floats(n, 73u, -6.0f, 6.0f), ur = random_floats(n, 74u, -3.0f, 3.0f);
+      for (size_t i = 0; i < n; ++i) {
+        g16[i] = f32_to_bf16(gr[i]), u16[i] = f32_to_bf16(ur[i]);
+        g[i] = bf16_to_f32(g16[i]), u[i] = bf16_to_f32(u16[i]);
+      }
+      DeviceBuffer<uint16_t> dg(g16), du(u16), got(std::vector<uint16_t>(n, 0));
+      DeviceBuffer<float> fg(g), fu(u);
+      DeviceBuffer<uint16_t> want(std::vector<uint16_t>(n, 0));
+      if (act == GluActivation::kGeluTanh) {
+        cuda::geglu(fg.get(), fu.get(), fg.get(), (int64_t)n, nullptr);
+      } else {
+        cuda::swiglu(fg.get(), fu.get(), fg.get(), (int64_t)n, nullptr);
+      }
+      cuda::convert_f32_to_bf16(fg.get(), want.get(), (int64_t)n, nullptr);
+      cuda::glu_bf16_rows(dg.get(), du.get(), act, got.get(), (int64_t)n, nullptr);
+      HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(got.download(), want.download())
+          << (act == GluActivation::kGeluTanh ? "gelu" : "silu") << " n=" << n;
+    }
+  }
+}
+
 struct QkvCase {
   ActivationDims dims{256, 4, 2, 64, 512, 100};
   KvCacheLayout layout{1, 2, 64, 16, 8};

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/matmul.h"
 #include "core/dtype.h"
+#include "core/fp16.h"
 #include "cuda_test_util.h"
 #include "matmul_test_util.h"
 #include "quant_test_data.h"
@@ -105,6 +106,20 @@ TEST_P(FusedMatmulGpu, KeptCopyEqualsDequantizingPath) {
     EXPECT_LT(normalized_error(direct.download(), to_double(kept.download())), 1e-6) << where;
     EXPECT_LT(normalized_error(direct.download(), reference_product(ref_w, x, m, n, k)), 1e-2)
         << where;
+    // The bf16 output: the f32 product rounded once (within an ulp where cuBLAS's algorithm
+    // for the bf16 output sums in another order).
+    DeviceBuffer<uint16_t> narrow((size_t)m * n);
+    keeping.multiply_kept_to_bf16(w.view, x16.get(), m, narrow.get(), nullptr);
+    HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto wide = direct.download();
+    const auto got = narrow.download();
+    int beyond_ulp = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float rounded = bf16_to_f32(f32_to_bf16(wide[i]));
+      const float ulp = std::max(std::fabs(rounded) * (1.0f / 128.0f), 1e-30f);
+      if (std::fabs(bf16_to_f32(got[i]) - rounded) > ulp) ++beyond_ulp;
+    }
+    EXPECT_EQ(beyond_ulp, 0) << where;
   }
 }
 
