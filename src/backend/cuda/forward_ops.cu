@@ -260,6 +260,18 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
   std::vector<uint8_t> row_roles_in_chunk_order;  // the role each logit row's product takes
   int64_t t = 0;
   max_context_ = 0;
+  // The block-table entries the step can read: the blocks that hold its chunks' positions.
+  // Rows keep their stride of MB entries, but only the first table_width_ of each are
+  // written and uploaded (a model's full context is thousands of entries a row, and a step
+  // of 2,048 rows would move that many times over).
+  table_width_ = 1;
+  for (const SequenceChunk& ch : chunks) {
+    const int64_t needed =
+        (ch.start_pos + (int64_t)ch.tokens.size() + layout_.block_size - 1) / layout_.block_size;
+    HABLAR_CHECK((size_t)needed <= MB, "a sequence is longer than the executor's context limit");
+    table_width_ = std::max(table_width_, (size_t)needed);
+  }
+  const size_t W = table_width_;
   // Token t of the step: its id, position, sequence's block table and RoPE angles.
   const auto put = [&](int32_t token, int32_t pos, std::span<const int32_t> table, bool live) {
     HABLAR_CHECK((size_t)t < T_max, "more tokens in a step than the executor's limit");
@@ -268,18 +280,15 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
     active[t] = live ? 1 : 0;
     roles[t] = 0, sampled[t] = 0;
     int32_t* row = words + b.tables + t * MB;
-    const size_t n = std::min(table.size(), MB);
+    const size_t n = std::min(table.size(), W);
     std::memcpy(row, table.data(), n * 4);
-    std::fill(row + n, row + MB, 0);
+    std::fill(row + n, row + W, 0);
     for (size_t r = 0; r < ropes_.size(); ++r) {
       const size_t at = (r * T_max + (size_t)t) * RP;
       rope_angles(pos, ropes_[r], floats + b.cos + at, floats + b.sin + at);
     }
   };
   for (const SequenceChunk& ch : chunks) {
-    const int64_t needed =
-        (ch.start_pos + (int64_t)ch.tokens.size() + layout_.block_size - 1) / layout_.block_size;
-    HABLAR_CHECK((size_t)needed <= MB, "a sequence is longer than the executor's context limit");
     chunk_rows.push_back({(int32_t)t, (int32_t)ch.tokens.size(), ch.start_pos});
     for (size_t i = 0; i < ch.tokens.size(); ++i, ++t) {
       const int32_t pos = ch.start_pos + (int32_t)i;
@@ -333,7 +342,13 @@ void ForwardOps::upload() {
     copy(b.decode_active, byte_words);
     copy(b.prefill_first, chunks), copy(b.prefill_count, chunks), copy(b.prefill_cached, chunks);
   }
-  copy(b.tables, T * MB);
+  // The first table_width_ entries of each of the T rows (stride MB on both sides): the
+  // kernels read no entry past the blocks of a row's own positions.
+  if (T > 0)
+    HABLAR_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<int32_t*>(b.inputs.get()) + b.tables, MB * 4,
+                                        static_cast<const int32_t*>(b.host_inputs) + b.tables,
+                                        MB * 4, table_width_ * 4, T, cudaMemcpyHostToDevice,
+                                        stream_));
   for (size_t r = 0; r < ropes_.size(); ++r)  // each variant's first T rows
     copy(b.cos + r * T_max * RP, T * RP), copy(b.sin + r * T_max * RP, T * RP);
 }
