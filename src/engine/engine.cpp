@@ -29,7 +29,10 @@ void fill_logprobs(std::span<const float> row, int32_t chosen, int32_t k, Stream
 
 bool RequestHandle::wait(std::vector<StreamItem>& out, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return !items_.empty(); })) return false;
+  ++waiting_;
+  const bool ready = cv_.wait_for(lock, timeout, [&] { return !items_.empty(); });
+  --waiting_;
+  if (!ready) return false;
   while (!items_.empty()) {
     out.push_back(std::move(items_.front()));
     items_.pop_front();
@@ -39,15 +42,21 @@ bool RequestHandle::wait(std::vector<StreamItem>& out, std::chrono::milliseconds
 
 bool RequestHandle::wait_ready(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, timeout, [&] { return !items_.empty(); });
+  ++waiting_;
+  const bool ready = cv_.wait_for(lock, timeout, [&] { return !items_.empty(); });
+  --waiting_;
+  return ready;
 }
 
 void RequestHandle::push(StreamItem item) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    items_.push_back(std::move(item));
-  }
+  append(std::move(item));
   cv_.notify_all();
+}
+
+bool RequestHandle::append(StreamItem item) {
+  std::lock_guard<std::mutex> lock(mu_);
+  items_.push_back(std::move(item));
+  return waiting_ > 0;
 }
 
 namespace {
@@ -203,6 +212,7 @@ void Engine::loop() {
       log::error("engine step failed: {}", e.what());
       fail_all(std::string("the engine failed: ") + e.what());
     }
+    waker_.flush();  // the turn's stream items reach their readers
   }
   // Whatever is left ends cleanly: streams get a final item.
   {
@@ -220,6 +230,7 @@ void Engine::loop() {
   embeddings_.fail_all("the server is shutting down");
   n_queued_.store(0);
   publish_state(nullptr, 0, 0, 0);
+  waker_.flush();
 }
 
 // An embedding step between generation steps delays every running stream's next token by its
@@ -230,6 +241,10 @@ double Engine::embed_step_ms() const {
   if (running == 0 || !costs_.ready() || (sc.max_step_ms <= 0 && sc.max_decode_slowdown <= 0))
     return 0;
   return scheduler_.step_target_ms(running);
+}
+
+void Engine::deliver(Active& a, StreamItem item) {
+  if (a.handle->append(std::move(item))) waker_.add(a.handle);
 }
 
 void Engine::fail_all(const std::string& message) {
@@ -356,7 +371,7 @@ void Engine::emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens
     first.kind = StreamItem::Kind::kPrompt;
     first.token = s.tokens[0];
     first.has_logprob = false;
-    a.handle->push(std::move(first));
+    deliver(a, std::move(first));
     a.prompt_items_sent = 1;
   }
   for (int32_t j = 0; j < n_tokens; ++j) {
@@ -368,7 +383,7 @@ void Engine::emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens
     item.token = s.tokens[(size_t)target];
     fill_logprobs(std::span<const float>(rows + (size_t)j * n_vocab, n_vocab), item.token,
                   a.request.n_prompt_logprobs, item);
-    a.handle->push(std::move(item));
+    deliver(a, std::move(item));
     a.prompt_items_sent = target + 1;
   }
 }
@@ -438,7 +453,7 @@ bool Engine::emit_token(Active& a, int32_t token, StreamItem item) {
     a.filter_stopped = r.stop;
     a.stop_word = std::move(r.stop_word);
   }
-  a.handle->push(std::move(item));
+  deliver(a, std::move(item));
   if (stop) {
     finish(a, FinishReason::kStop);
     return true;
@@ -486,7 +501,7 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
     m.requests_running = scheduler_.n_running();
     m.requests_waiting = scheduler_.n_waiting();
   });
-  a.handle->push(std::move(item));
+  deliver(a, std::move(item));
   active_.erase(&seq);
 }
 

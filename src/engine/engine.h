@@ -27,6 +27,7 @@
 #include "engine/drafter.h"
 #include "engine/embedding.h"
 #include "engine/executor.h"
+#include "engine/handle_waker.h"
 #include "engine/metrics.h"
 #include "engine/sampler.h"  // TokenLogprob
 #include "engine/scheduler.h"
@@ -128,13 +129,19 @@ class RequestHandle {
 
  private:
   friend class Engine;
-  void push(StreamItem item);
+  friend class HandleWaker;
+  void push(StreamItem item);  // append and wake
+  // Appends without waking the reader; true when a reader is blocked in wait() or
+  // wait_ready() and must be woken (wake(), from the HandleWaker).
+  bool append(StreamItem item);
+  void wake() { cv_.notify_all(); }
 
   uint64_t id_ = 0;
   std::atomic<bool> cancelled_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<StreamItem> items_;
+  int32_t waiting_ = 0;  // readers blocked on cv_ (under mu_)
 };
 
 struct EngineConfig {
@@ -240,6 +247,9 @@ class Engine {
   void publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,
                      int32_t n_decode_tokens);
   void fail_all(const std::string& message);
+  // Appends an item to the request's stream; its reader is woken at the end of the loop's
+  // turn, off this thread (waker_).
+  void deliver(Active& a, StreamItem item);
   // The time an embedding step may take now (0: no bound; embedding.h, EmbeddingQueue::step).
   double embed_step_ms() const;
   double now_ms() const;
@@ -264,6 +274,7 @@ class Engine {
   std::unordered_map<Sequence*, std::unique_ptr<Active>> active_;  // step thread only
   StepOutput output_;
   std::vector<DeviceSampling> sampling_;  // per chunk, this step
+  HandleWaker waker_;
   std::thread thread_;
 };
 

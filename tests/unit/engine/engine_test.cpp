@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <random>
 #include <thread>
@@ -79,6 +80,43 @@ EngineConfig config(int32_t /*n_blocks*/, int32_t /*block_size*/, int32_t max_ru
   c.n_ctx = 4096;
   c.scheduler = {.max_running = max_running, .max_step_tokens = 64, .max_prefill_chunk = 32};
   return c;
+}
+
+// Stream items reach a reader blocked in wait() through the waking thread (handle_waker.h):
+// every wait returns with the next token long before its timeout (a lost wake-up would hold
+// it for the whole 30 s, since wait() checks for items again only when it times out), for
+// many streams at once and steps of device-like length.
+TEST(Engine, BlockedReadersAreWokenForEveryToken) {
+  test::FakeExecutor exec(kVocab, 256, 8);
+  exec.step_delay_us = 2000;
+  Engine engine(config(256, 8, 16), exec);
+  std::mt19937 rng(7);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 16; ++i) handles.push_back(engine.submit(request(random_prompt(rng, 9), 6)));
+  std::vector<std::thread> readers;
+  std::atomic<int> slow_waits{0}, tokens{0}, finals{0};
+  for (auto& h : handles)
+    readers.emplace_back([&, h] {
+      std::vector<StreamItem> items;
+      for (;;) {
+        items.clear();
+        const auto t0 = std::chrono::steady_clock::now();
+        const bool got = h->wait(items, milliseconds(30000));
+        if (!got || std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) ++slow_waits;
+        if (!got) return;
+        for (const auto& it : items) {
+          if (it.kind == StreamItem::Kind::kFinal) {
+            ++finals;
+            return;
+          }
+          ++tokens;
+        }
+      }
+    });
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(slow_waits.load(), 0);
+  EXPECT_EQ(finals.load(), 16);
+  EXPECT_EQ(tokens.load(), 16 * 6);
 }
 
 TEST(Engine, ConcurrentRequestsEachGetTheirSoloOutput) {
