@@ -227,18 +227,21 @@ Row bench_decode_matmul(Stream& stream, DType type, int64_t n, int64_t k, int m,
   return row;
 }
 
+// A KV cache of the layout's size filled with random F16 values in [-0.5, 0.5).
+DeviceBuffer<uint16_t> random_f16_cache(const KvCacheLayout& layout) {
+  DeviceBuffer<uint16_t> cache(layout.total_elems());
+  std::vector<uint16_t> host(layout.total_elems());
+  for (auto& e : host) e = f32_to_fp16((float)((next_random() >> 40) * (1.0 / 16777216.0)) - 0.5f);
+  cache.upload(host);
+  return cache;
+}
+
 Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gbs, double goal,
                            const std::vector<Variant>& variants = {{}}) {
   const int heads = 32, kv_heads = 8, dim = 128, iters = 16;
   const int blocks_per_seq = (context + iters + 64) / 16 + 1;
   KvCacheLayout layout{1, kv_heads, dim, 16, seqs * blocks_per_seq, KvDType::F16};
-  DeviceBuffer<uint16_t> cache(layout.total_elems());
-  {
-    std::vector<uint16_t> host(layout.total_elems());
-    for (auto& e : host)
-      e = f32_to_fp16((float)((next_random() >> 40) * (1.0 / 16777216.0)) - 0.5f);
-    cache.upload(host);
-  }
+  DeviceBuffer<uint16_t> cache = random_f16_cache(layout);
   std::vector<int32_t> tables((size_t)seqs * blocks_per_seq);
   for (size_t i = 0; i < tables.size(); ++i) tables[i] = (int32_t)i;
   DeviceBuffer<int32_t> dtables(tables), lens(std::vector<int32_t>(seqs, context - 1));
@@ -293,13 +296,7 @@ Row bench_prefill_attention(Stream& stream, int seqs, int chunk, int heads, int 
                             double peak_tflops) {
   const int dim = 128, blocks_per_seq = (chunk + 15) / 16;
   KvCacheLayout layout{1, kv_heads, dim, 16, seqs * blocks_per_seq, KvDType::F16};
-  DeviceBuffer<uint16_t> cache(layout.total_elems());
-  {
-    std::vector<uint16_t> host(layout.total_elems());
-    for (auto& e : host)
-      e = f32_to_fp16((float)((next_random() >> 40) * (1.0 / 16777216.0)) - 0.5f);
-    cache.upload(host);
-  }
+  DeviceBuffer<uint16_t> cache = random_f16_cache(layout);
   std::vector<int32_t> tables((size_t)seqs * blocks_per_seq), begin(seqs + 1);
   for (size_t i = 0; i < tables.size(); ++i) tables[i] = (int32_t)i;
   for (int s = 0; s <= seqs; ++s) begin[s] = s * chunk;
