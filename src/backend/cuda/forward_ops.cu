@@ -165,6 +165,7 @@ ForwardOps::ForwardOps(const ActivationDims& dims, const KvCacheLayout& layout, 
   for (const RopeParams& r : ropes_)
     HABLAR_CHECK(r.n_dims == ropes_[0].n_dims, "RoPE variants of different widths");
   rope_pairs_ = ropes_[0].n_dims / 2;
+  for (const RopeParams& r : ropes_) angle_caches_.emplace_back(r);
   // Angles of every variant: [variants][T][n_dims / 2].
   const size_t T = (size_t)limits.max_tokens, RP = (size_t)rope_pairs_ * ropes_.size();
   const size_t MB = (size_t)limits.max_blocks_per_seq;
@@ -285,7 +286,10 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
     std::fill(row + n, row + W, 0);
     for (size_t r = 0; r < ropes_.size(); ++r) {
       const size_t at = (r * T_max + (size_t)t) * RP;
-      rope_angles(pos, ropes_[r], floats + b.cos + at, floats + b.sin + at);
+      const float *cos_t = nullptr, *sin_t = nullptr;
+      angle_caches_[r].angles(pos, &cos_t, &sin_t);
+      std::memcpy(floats + b.cos + at, cos_t, RP * sizeof(float));
+      std::memcpy(floats + b.sin + at, sin_t, RP * sizeof(float));
     }
   };
   for (const SequenceChunk& ch : chunks) {

@@ -35,6 +35,7 @@
 #include "core/kv_layout.h"
 #include "core/layer_spec.h"
 #include "core/rope.h"
+#include "core/rope_angle_cache.h"
 #include "core/step_batch.h"
 #include "core/tensor_view.h"
 
@@ -186,7 +187,8 @@ class ForwardOps {
   KvCacheLayout layout_;
   void* kv_cache_;
   std::vector<RopeParams> ropes_;
-  int32_t rope_pairs_ = 0;  // n_dims / 2 of every variant
+  std::vector<RopeAngleCache> angle_caches_;  // one per variant: each position's angles once
+  int32_t rope_pairs_ = 0;                    // n_dims / 2 of every variant
   float eps_;
   ForwardLimits limits_;
   cudaStream_t stream_;
