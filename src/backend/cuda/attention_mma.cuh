@@ -44,6 +44,17 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
   }
 }
 
+// The A fragment of the weights P for keys [16kk, 16kk + 16) of a warp's 16 rows, from P's
+// accumulator fragments s (C tiles of 8 keys: tiles 2kk and 2kk + 1), rounded to the element
+// type: the step from S's softmax to P · V without leaving registers.
+template <bool kBf16, int kTiles>
+__device__ __forceinline__ void p_fragment(const float (&s)[kTiles][4], int kk, uint32_t (&pa)[4]) {
+  pa[0] = pack_pair<kBf16>(s[2 * kk][0], s[2 * kk][1]);
+  pa[1] = pack_pair<kBf16>(s[2 * kk][2], s[2 * kk][3]);
+  pa[2] = pack_pair<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+  pa[3] = pack_pair<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
 // Four 8 x 8 tiles of 16-bit elements from shared memory: lanes 8i..8i+7 give the row
 // addresses of tile i, and register i of lane (g, t) receives the tile's elements (row g,
 // columns 2t and 2t + 1) - a B fragment half of an N x K tile stored by rows of K.

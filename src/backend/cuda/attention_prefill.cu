@@ -220,10 +220,8 @@ __device__ __forceinline__ void tile_values(const float (&s)[kTile / 8][4],
   }
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) {
-    const uint32_t pa[4] = {pack_pair<kBf16>(s[2 * kk][0], s[2 * kk][1]),
-                            pack_pair<kBf16>(s[2 * kk][2], s[2 * kk][3]),
-                            pack_pair<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                            pack_pair<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    uint32_t pa[4];
+    p_fragment<kBf16>(s, kk, pa);
     const uint16_t* v_rows = v_stage + (16 * kk + lane % 16) * L::kLd + 8 * (lane / 16);
 #pragma unroll
     for (int dj = 0; dj < kDim / 8; dj += 2) {

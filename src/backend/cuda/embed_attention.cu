@@ -247,10 +247,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         o[dj][0] *= alpha[0], o[dj][1] *= alpha[0], o[dj][2] *= alpha[1], o[dj][3] *= alpha[1];
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
-        const uint32_t pa[4] = {pack_pair<false>(sc[2 * kk][0], sc[2 * kk][1]),
-                                pack_pair<false>(sc[2 * kk][2], sc[2 * kk][3]),
-                                pack_pair<false>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                                pack_pair<false>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+        uint32_t pa[4];
+        p_fragment<false>(sc, kk, pa);
 #pragma unroll
         for (int dj = 0; dj < HD / 8; ++dj) {
           uint32_t b0, b1;

@@ -474,10 +474,7 @@ void ForwardOps::flush_row_work() {
 }
 
 void ForwardOps::flush_add() {
-  buf_->q8_holds = nullptr;  // every op but the products of the normed rows comes here
-  buf_->f16_holds = nullptr;
-  buf_->bf16_holds = nullptr;
-  buf_->bf16_only = nullptr;
+  buf_->forget_held_rows();  // every op but the products of the normed rows comes here
   auto& add = buf_->pending_add;
   if (add.x == nullptr) return;
   cuda::add(add.x, add.y, add.x, n_tokens_ * add.width, stream_);

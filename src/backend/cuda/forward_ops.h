@@ -6,11 +6,10 @@
 // stored at its own position through its sequence's block table (by the RoPE pass), then
 // each query attends over positions [0, pos], so prefill chunks and decode tokens of any mix
 // of sequences take one path; outside graphs and deterministic mode, prompt chunks of 32 or
-// more tokens whose 64-row query tiles give the flash kernel at least a block per
-// multiprocessor take prefill_attention() instead (each K/V tile read once per
-// query tile, not once per token). Products: Q4_K weights up to 256 rows on int8 activations (dp4a,
-// integer tensor cores); other types M <= 8 rows on the f32 CUDA-core kernel, more rows on
-// tensor cores (matmul_fused up to 256, then dequantize + cuBLAS).
+// more tokens take prefill_attention() instead when attention_plan.h's rule says so (each
+// K/V tile read once per query tile, not once per token). Products: Q4_K weights up to 256 rows on
+// int8 activations (dp4a, integer tensor cores); other types M <= 8 rows on the f32 CUDA-core
+// kernel, more rows on tensor cores (matmul_fused up to 256, then dequantize + cuBLAS).
 //
 // Deterministic mode (`--deterministic`): the CPU backend's values, bit for bit
 // (cpu_rounding_ops.h): products on activations quantized as the CPU quantizes them and

@@ -92,6 +92,8 @@ struct ForwardOps::Buffers {
   // Rows whose f32 buffer was never written: the gated activation over kept copies
   // (glu_over_kept_copies) leaves its output only as bf16 rows. Cleared with the holds.
   const float* bf16_only = nullptr;
+  // Forgets what the workspaces hold: every op but the ones that consume held rows calls it.
+  void forget_held_rows() { q8_holds = f16_holds = bf16_holds = bf16_only = nullptr; }
   // Word offsets of each input array (for max_tokens rows). roles, sampled and logit_roles
   // hold a byte per row (deterministic mode's rounding facts, core/llama_batch_roles.h).
   size_t tokens = 0, positions = 0, logit_rows = 0, active = 0, roles = 0, sampled = 0,

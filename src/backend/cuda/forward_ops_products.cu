@@ -127,10 +127,7 @@ void ForwardOps::product(const WeightView& w, const float* in, int64_t m, float*
                          const uint8_t* roles) {
   HABLAR_CHECK(buf_->bf16_only != in || in == nullptr,
                "ForwardOps: rows held only as bf16 reach an f32 product");
-  buf_->q8_holds = nullptr;  // the int8 path below quantizes into the workspace
-  buf_->f16_holds = nullptr;
-  buf_->bf16_holds = nullptr;
-  buf_->bf16_only = nullptr;
+  buf_->forget_held_rows();  // the int8 path below quantizes into the workspace
   if (limits_.deterministic) {
     const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
     if (roles == nullptr) roles = reinterpret_cast<const uint8_t*>(inputs + buf_->roles);
@@ -216,9 +213,10 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
   bool bf16_converted = buf_->bf16_holds == in;  // to bf16 rows, likewise
   const bool bf16_only = buf_->bf16_only == in;  // no f32 values: only the kept path may read
   flush();
-  for (const WeightView* w : ws)
-    HABLAR_CHECK(!bf16_only || takes_kept_bf16_path(*w, m),
-                 "ForwardOps: rows held only as bf16 reach a product without a kept copy");
+  if (bf16_only)
+    for (const WeightView* w : ws)
+      HABLAR_CHECK(takes_kept_bf16_path(*w, m),
+                   "ForwardOps: rows held only as bf16 reach a product without a kept copy");
   void* int8_ws = buf_->int8_workspace.get();
   const WeightView* together[3] = {};
   float* together_out[3] = {};
@@ -250,10 +248,7 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
     matmul_q4k_rows_multi({together, n_together}, {together_out, n_together}, xa.codes, xa.scales,
                           stream_);
   }
-  buf_->q8_holds = nullptr;
-  buf_->f16_holds = nullptr;
-  buf_->bf16_holds = nullptr;
-  buf_->bf16_only = nullptr;
+  buf_->forget_held_rows();
 }
 
 void ForwardOps::matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv,
@@ -286,8 +281,7 @@ void ForwardOps::glu_over_kept_copies(const WeightView& gate, const WeightView& 
   buf_->prefill.multiply_kept_to_bf16(gate, rows, (int)n_tokens_, gate_bf16, stream_);
   buf_->prefill.multiply_kept_to_bf16(up, rows, (int)n_tokens_, up_bf16, stream_);
   glu_bf16_rows(gate_bf16, up_bf16, act, rows, n_tokens_ * gate.rows, stream_);
-  buf_->q8_holds = nullptr;
-  buf_->f16_holds = nullptr;
+  buf_->forget_held_rows();
   buf_->bf16_holds = out;
   buf_->bf16_only = out;
 }
@@ -300,10 +294,7 @@ void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const 
     bool quantized = buf_->q8_holds == in;
     flush();
     const Q8Activations xa = int8_rows(in, 1, gate.cols, &quantized);
-    buf_->q8_holds = nullptr;
-    buf_->f16_holds = nullptr;
-    buf_->bf16_holds = nullptr;
-    buf_->bf16_only = nullptr;
+    buf_->forget_held_rows();
     return matmul_q4k_rows_glu(gate, up, xa.codes, xa.scales, out, act, stream_);
   }
   if (glu_in_bf16(gate, up)) return glu_over_kept_copies(gate, up, in, out, up_scratch, act);
