@@ -15,6 +15,8 @@
 #include "backend/cuda/forward_ops.h"
 #include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul.h"
+#include "backend/cuda/persistent_step_plan.h"
+#include "backend/cuda/persistent_step_runner.h"
 #include "backend/cuda/sampling.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -149,6 +151,7 @@ class CudaExecutor : public StepExecutor {
   void execute_graph(std::span<const ExecChunk> chunks, StepOutput& out);
   void stage_graph_sampling(std::span<const ExecChunk> chunks, int32_t rows);
   cudaGraphExec_t graph_for(int32_t rows);
+  void plan_persistent_step(const CudaExecutorOptions& o);
 
   const model::Model& model_;
   cuda::Stream stream_;
@@ -179,6 +182,13 @@ class CudaExecutor : public StepExecutor {
   std::vector<SequenceChunk> chunks_;
   std::vector<int32_t> order_, device_chunks_;
   std::map<int32_t, cudaGraphExec_t> graphs_;  // decode graphs by padded batch size
+  // The one-token decode step as one launch (null: the launch-per-op graph), the spare
+  // residual buffer its phases alternate with, what the step embeds first, and why not.
+  std::unique_ptr<cuda::PersistentStepRunner> persistent_;
+  cuda::DeviceMemory persistent_residual_;
+  WeightView persistent_embedding_;
+  float* persistent_embedded_ = nullptr;
+  std::string persistent_report_;
   bool cold_ = false;  // the last step captured a graph or grew scratch memory
   std::string report_;
 };
@@ -243,6 +253,7 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   masks_ = cuda::DeviceBuffer<uint32_t>(n * (size_t)mask_words_);
   HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, n * (size_t)mask_words_ * sizeof(uint32_t)));
   host_masks_ = static_cast<uint32_t*>(pinned);
+  plan_persistent_step(o);
   const std::string graphs =
       !moe_graphs_ ? std::string(
                          "no CUDA graphs (mixture of experts sized on the host: a "
@@ -254,11 +265,11 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   report_ = fmt::format(
       "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB F16), "
       "workspace {:.1f} MiB (of it bf16 copies of the weight matrices for steps of many rows: "
-      "{:.1f} MiB), steps up to {} tokens, sequences up to {} tokens, {}{}",
+      "{:.1f} MiB), steps up to {} tokens, sequences up to {} tokens, {}; {}{}",
       (double)weight_bytes_ / (1 << 20), layout_.n_blocks, block, (int64_t)layout_.n_blocks * block,
       (double)layout_.total_bytes() / (1 << 20), (double)ops_->workspace_bytes() / (1 << 20),
       (double)ops_->kept_bf16_bytes() / (1 << 20), o.max_step_tokens, max_seq, graphs,
-      o.deterministic ? ", deterministic" : "");
+      persistent_report_, o.deterministic ? ", deterministic" : "");
 }
 
 const float* CudaExecutor::upload_floats(const float* host, int64_t n) {
@@ -634,6 +645,33 @@ void CudaExecutor::stage_graph_sampling(std::span<const ExecChunk> chunks, int32
                                     stream));
 }
 
+// Records the model's forward into the persistent step's phases (persistent_step_plan.h):
+// one-token decode steps then run as the embedding lookup and one persistent launch.
+void CudaExecutor::plan_persistent_step(const CudaExecutorOptions& o) {
+  std::string why;
+  const cuda::PersistentStepContext ctx = ops_->persistent_context();
+  if (!o.persistent_decode || o.deterministic) {
+    why = o.deterministic ? "deterministic mode" : "turned off";
+  } else if (cuda::persistent_shapes_supported(ctx, &why) &&
+             cuda::PersistentStepRunner::device_can_run(&why)) {
+    persistent_residual_ = cuda::DeviceMemory((size_t)model_.config().n_embd * sizeof(float));
+    cuda::PersistentStepPlan plan(ops_->activations(), ctx,
+                                  static_cast<float*>(persistent_residual_.get()),
+                                  ops_->device_logits(), cuda::persistent_matrix_rule);
+    model::forward(model_.config(), weights_, plan);
+    if (plan.supported()) {
+      persistent_ = std::make_unique<cuda::PersistentStepRunner>(plan.phases(), ctx);
+      persistent_embedding_ = plan.embedding();
+      persistent_embedded_ = plan.embedded_rows();
+      persistent_report_ = fmt::format("one-token steps as one persistent launch ({} phases)",
+                                       persistent_->phases());
+      return;
+    }
+    why = plan.reason();
+  }
+  persistent_report_ = "one-token steps launch per op (persistent step: " + why + ")";
+}
+
 // The graph of a decode step of `rows` tokens, captured on first use: every launch of the
 // forward, over the step buffers whose contents each replay's uploads set. (The sampling is
 // launched after it, once the host has the step's token masks.)
@@ -644,7 +682,12 @@ cudaGraphExec_t CudaExecutor::graph_for(int32_t rows) {
   cudaGraph_t graph = nullptr;
   HABLAR_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   try {
-    model::forward(c, weights_, *ops_);
+    if (rows == 1 && persistent_) {  // the embedding lookup, then every layer in one launch
+      ops_->embed(persistent_embedding_, persistent_embedded_);
+      persistent_->launch(stream);
+    } else {
+      model::forward(c, weights_, *ops_);
+    }
   } catch (...) {
     cudaStreamEndCapture(stream, &graph);
     if (graph) cudaGraphDestroy(graph);

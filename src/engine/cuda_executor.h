@@ -27,6 +27,10 @@ struct CudaExecutorOptions {
   // Embedding steps: device time per kind of op, printed to stderr when the executor goes
   // (`hablar embed --profile`; the events synchronize nothing but cost a little).
   bool profile_embeddings = false;
+  // One-token decode steps as one persistent launch (backend/cuda/persistent_step.h) where
+  // the model's forward and weights allow it, outside deterministic mode (off: the
+  // launch-per-op step, as for every other step).
+  bool persistent_decode = true;
   // The cache's element types: only F16 on the GPU (the constructor refuses the others).
   KvDType cache_type_k = KvDType::F16, cache_type_v = KvDType::F16;
 };

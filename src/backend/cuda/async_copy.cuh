@@ -1,5 +1,6 @@
 // Asynchronous global -> shared copies (cp.async, sm_80 and later), shared by the kernels
-// that stage tiles in shared memory (matmul_q4k_mma.cu, embed_attention.cu).
+// that stage tiles in shared memory (matmul_q4k_mma.cu, embed_attention.cu, the Q6_K rows
+// of matmul_q6k_rows.cu and persistent_step.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,6 +49,23 @@ __device__ __forceinline__ void wait_async_all() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
+}
+
+// Starts copying the bytes [begin, end) of a matrix W (which ends at w_end) to slot in aligned
+// 16-byte pieces, lane i taking pieces i, i + 32, ...; a last piece that would reach past w_end is
+// copied by 2-byte loads instead. Returns where begin lands in the slot (0..14).
+__device__ __forceinline__ int stage_span(const uint8_t* begin, const uint8_t* end,
+                                          const uint8_t* w_end, uint8_t* slot, int lane) {
+  const int lead = (int)(reinterpret_cast<uintptr_t>(begin) & 15);
+  const uint8_t* first = begin - lead;  // not before W, which is 16-byte aligned
+  const int bytes = (int)(end - first), pieces = (bytes + 15) / 16;
+  const int whole = first + 16 * pieces <= w_end ? pieces : pieces - 1;
+  for (int i = lane; i < whole; i += 32) copy16_async(slot + 16 * i, first + 16 * i);
+  if (whole < pieces && lane == 0)  // the matrix's last bytes (bytes is even)
+    for (int b = 16 * whole; b < bytes; b += 2)
+      *reinterpret_cast<uint16_t*>(slot + b) =
+          __ldg(reinterpret_cast<const unsigned short*>(first + b));
+  return lead;
 }
 
 }  // namespace hablar::cuda

@@ -683,6 +683,29 @@ void ForwardOps::logits(const float* x, const float* norm_weight, const WeightVi
     cuda::softcap(logits_, (int64_t)n_logit_rows_ * output.rows, softcap, stream_);
 }
 
+PersistentStepContext ForwardOps::persistent_context() const {
+  PersistentStepContext c;
+  c.n_embd = (int32_t)dims_.n_embd, c.n_heads = dims_.n_heads, c.n_kv_heads = dims_.n_kv_heads;
+  c.head_dim = dims_.head_dim;
+  c.rms_eps = eps_;
+  c.layout = layout_;
+  c.kv_cache = kv_cache_;
+  const auto* words = static_cast<const int32_t*>(buf_->inputs.get());
+  const auto* floats = static_cast<const float*>(buf_->inputs.get());
+  c.position = words + buf_->positions;
+  c.block_table = words + buf_->tables;
+  c.max_blocks_per_seq = limits_.max_blocks_per_seq;
+  c.rope_pairs = rope_pairs_;
+  c.n_rope_variants = (int32_t)std::min<size_t>(ropes_.size(), kPersistentMaxRopeVariants);
+  for (int r = 0; r < c.n_rope_variants; ++r) {
+    const size_t at = (size_t)r * (size_t)limits_.max_tokens * (size_t)rope_pairs_;
+    c.rope_cos[r] = floats + buf_->cos + at;
+    c.rope_sin[r] = floats + buf_->sin + at;
+    c.rope_neox[r] = ropes_[(size_t)r].neox;
+  }
+  return c;
+}
+
 const float* ForwardOps::host_rows(const float* rows, int64_t n, std::vector<float>& host) {
   flush();
   host.resize((size_t)n);

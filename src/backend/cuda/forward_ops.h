@@ -31,6 +31,7 @@
 #include "backend/cuda/decode_attention_params.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/matmul.h"
+#include "backend/cuda/persistent_step.h"
 #include "core/kv_layout.h"
 #include "core/layer_spec.h"
 #include "core/rope.h"
@@ -119,6 +120,10 @@ class ForwardOps {
   // Device logits [n_logit_rows x n_vocab] in logit_order.
   float* device_logits() const { return logits_; }
   int32_t n_logit_rows() const { return n_logit_rows_; }
+  // The staged step's first token (its position, block table and RoPE angles, as device
+  // pointers the uploads refill) and the model's shapes: what the persistent decode step of
+  // one token reads (persistent_step.h).
+  PersistentStepContext persistent_context() const;
   // Copies device rows to the host (synchronously; for debug dumps only).
   // Runs any queued work first.
   const float* host_rows(const float* rows, int64_t n, std::vector<float>& host);

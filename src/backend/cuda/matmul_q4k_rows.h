@@ -20,6 +20,10 @@ namespace hablar::cuda {
 
 // Q4_K, K a multiple of 256 and at most 65536, W 16-byte aligned.
 bool q4k_rows_supported(const WeightView& w);
+// Threads per row (16 .. 128) these kernels give a product of `rows` rows of K = cols, for
+// one matrix or the gated pair (matrices 2): a row's sum depends on it (persistent_step.h
+// takes the same teams, so its rows equal these).
+int q4k_rows_team(int64_t cols, int64_t rows, int matrices);
 void matmul_q4k_rows(const WeightView& w, const int8_t* xq, const float2* xs, float* y,
                      cudaStream_t stream);
 

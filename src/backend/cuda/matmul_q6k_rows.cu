@@ -44,23 +44,6 @@ constexpr int kSmemPerBlock = 48 * 1024;  // what a block gets without opting in
 constexpr int64_t kMaxK = 49152;          // one row of it, 40,320 bytes, fits a warp's slot
 constexpr int kValuesPerHalfUnit = 128;
 
-// Starts copying the bytes [begin, end) of W (which ends at w_end) to slot in aligned 16-byte
-// pieces, lane i taking pieces i, i + 32, ...; a last piece that would reach past w_end is
-// copied by 2-byte loads instead. Returns where begin lands in the slot (0..14).
-__device__ __forceinline__ int stage_span(const uint8_t* begin, const uint8_t* end,
-                                          const uint8_t* w_end, uint8_t* slot, int lane) {
-  const int lead = (int)(reinterpret_cast<uintptr_t>(begin) & 15);
-  const uint8_t* first = begin - lead;  // not before W, which is 16-byte aligned
-  const int bytes = (int)(end - first), pieces = (bytes + 15) / 16;
-  const int whole = first + 16 * pieces <= w_end ? pieces : pieces - 1;
-  for (int i = lane; i < whole; i += 32) copy16_async(slot + 16 * i, first + 16 * i);
-  if (whole < pieces && lane == 0)  // the matrix's last bytes (bytes is even)
-    for (int b = 16 * whole; b < bytes; b += 2)
-      *reinterpret_cast<uint16_t*>(slot + b) =
-          __ldg(reinterpret_cast<const unsigned short*>(first + b));
-  return lead;
-}
-
 // The activations of half-unit h: its 128 codes, four to a word, and its blocks' (dx, sx).
 struct UnitX {
   int codes[32];
@@ -152,6 +135,14 @@ void launch(const WeightView& w, const int8_t* xq, const float2* xs, float* y, i
 }
 
 }  // namespace
+
+int q6k_rows_team(const WeightView& w) {
+  return choose_team(w);
+}
+
+size_t q6k_rows_slot_bytes(int team, size_t row_bytes) {
+  return (size_t)slot_bytes_for(team, row_bytes);
+}
 
 bool q6k_rows_supported(const WeightView& w) {
   return w.type == DType::Q6_K && w.cols > 0 && w.cols % 256 == 0 && w.cols <= kMaxK &&

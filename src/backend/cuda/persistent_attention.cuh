@@ -1,0 +1,255 @@
+// The attention phase of the persistent decode step (persistent_step.h), for its one token at
+// position pos of one sequence: head_dim 64 or 128, F16 cache, no window nor soft-cap.
+//
+// Work items are (KV head, split) pairs, one warp each: the context [0, pos] is cut into
+// splits of whole 32-position tiles, as many as the grid's warps allow per KV head (at most
+// kPersistentMaxSplits). A warp
+//   - takes its group's queries (q + bias, then RoPE: forward_ops.cu's row work, the same
+//     arithmetic) into its shared region, [group][head_dim] floats;
+//   - if its split holds pos, first stores this token's key (k + bias, RoPE) and value
+//     (v + bias) there in the cache, rounded to F16 as the row work would;
+//   - per tile: lane j scores position t0 + j against each query of the group (f32 sums over
+//     the F16 key), one online-softmax update per head (max and sum across the warp), and
+//     P·V with lane l holding dimensions [l * per_lane, (l + 1) * per_lane);
+//   - writes (m, l, o) of each head to the partials; the warp that finishes a KV head's last
+//     split merges its splits, writes the heads' output rows and their int8 blocks of 32
+//     (quantize_block32's rounding), and resets the count for the next layer.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kv_elements.cuh"
+#include "backend/cuda/persistent_step.h"
+
+namespace hablar::cuda {
+
+// Element i of head h's row after bias and RoPE, for the rotated pair (a, b) = i's pair.
+struct RopedPair {
+  float first, second;
+};
+__device__ __forceinline__ RopedPair rope_pair(const float* row, const float* bias, int a, int b,
+                                               float c, float s) {
+  float x0 = __ldcg(row + a), x1 = __ldcg(row + b);
+  if (bias != nullptr) x0 += __ldg(bias + a), x1 += __ldg(bias + b);
+  return {fmaf(x0, c, -(x1 * s)), fmaf(x0, s, x1 * c)};
+}
+
+// Calls put(d, value) for every dimension of one head's row after bias and RoPE (variant <
+// 0: bias only), the warp's lanes sharing the dimensions.
+template <typename Put>
+__device__ __forceinline__ void roped_head(const PersistentStepContext& ctx, int variant,
+                                           const float* row, const float* bias, Put&& put) {
+  const int lane = threadIdx.x % 32, hd = ctx.head_dim;
+  int plain_from = 0;
+  if (variant >= 0) {
+    const int half = ctx.rope_pairs;
+    const bool neox = ctx.rope_neox[variant];
+    for (int i = lane; i < half; i += 32) {
+      const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+      const RopedPair y = rope_pair(row, bias, a, b, __ldg(ctx.rope_cos[variant] + i),
+                                    __ldg(ctx.rope_sin[variant] + i));
+      put(a, y.first), put(b, y.second);
+    }
+    plain_from = 2 * half;
+  }
+  for (int d = plain_from + lane; d < hd; d += 32)
+    put(d, bias != nullptr ? __ldcg(row + d) + __ldg(bias + d) : __ldcg(row + d));
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// One (KV head, split) item over positions [begin, end) at kDim = head_dim, kPer = kDim / 32
+// dimensions per lane, for a group of `group` query heads.
+template <int kDim>
+__device__ void attention_item(const PersistentPhase& ph, const PersistentStepContext& ctx, int kvh,
+                               int split, int begin, int end, int pos, int group, float* partials,
+                               float* q_s) {
+  constexpr int kPer = kDim / 32;
+  const int lane = threadIdx.x % 32;
+  const KvCacheLayout& L = ctx.layout;
+  auto* cache = static_cast<uint16_t*>(ctx.kv_cache);
+  const int32_t* table = ctx.block_table;
+  for (int g = 0; g < group; ++g) {
+    const int h = kvh * group + g;
+    roped_head(ctx, ph.rope_variant, ph.q + (size_t)h * kDim,
+               ph.bq != nullptr ? ph.bq + (size_t)h * kDim : nullptr,
+               [&](int d, float x) { q_s[g * kDim + d] = x; });
+  }
+  if (end == pos + 1) {  // this split holds the token: its key and value go in first
+    const size_t k_at = L.position_offset(table, ph.layer, 0, kvh, pos);
+    const size_t v_at = L.position_offset(table, ph.layer, 1, kvh, pos);
+    roped_head(ctx, ph.rope_variant, ph.k + (size_t)kvh * kDim,
+               ph.bk != nullptr ? ph.bk + (size_t)kvh * kDim : nullptr,
+               [&](int d, float x) { cache[k_at + d] = kv_from_float<false>(x); });
+    roped_head(ctx, -1, ph.v + (size_t)kvh * kDim,
+               ph.bv != nullptr ? ph.bv + (size_t)kvh * kDim : nullptr,
+               [&](int d, float x) { cache[v_at + d] = kv_from_float<false>(x); });
+  }
+  __syncwarp();  // the queries in shared memory, the token's key and value in the cache
+
+  float m[kPersistentMaxGroup], l[kPersistentMaxGroup], o[kPersistentMaxGroup][kPer];
+#pragma unroll
+  for (int g = 0; g < kPersistentMaxGroup; ++g) {
+    m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) o[g][e] = 0.0f;
+  }
+  for (int t0 = begin; t0 < end; t0 += 32) {
+    const int p = t0 + lane;
+    const bool valid = p < end;
+    float s[kPersistentMaxGroup] = {};
+    if (valid) {
+      const uint4* k =
+          reinterpret_cast<const uint4*>(cache + L.position_offset(table, ph.layer, 0, kvh, p));
+#pragma unroll 4
+      for (int c = 0; c < kDim / 8; ++c) {
+        float kf[8];
+        kv_unpack8<false>(__ldcg(k + c), kf);
+#pragma unroll
+        for (int g = 0; g < kPersistentMaxGroup; ++g) {
+          if (g >= group) break;
+          const float* q = q_s + g * kDim + 8 * c;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) s[g] = fmaf(q[e], kf[e], s[g]);
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kPersistentMaxGroup; ++g) {
+      if (g >= group) break;
+      const float score = valid ? s[g] * ph.scale : -INFINITY;
+      const float m_new = fmaxf(m[g], warp_max(score));
+      const float keep = expf(m[g] - m_new);  // 0 while m[g] is -inf
+      const float pj = valid ? expf(score - m_new) : 0.0f;
+      l[g] = l[g] * keep + warp_sum(pj);
+      m[g] = m_new;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) o[g][e] *= keep;
+      s[g] = pj;
+    }
+    const int n = min(32, end - t0);
+    for (int j = 0; j < n; ++j) {
+      const uint16_t* vrow =
+          cache + L.position_offset(table, ph.layer, 1, kvh, t0 + j) + lane * kPer;
+      float vf[kPer];
+      if constexpr (kPer == 4) {
+        const uint2 raw = __ldcg(reinterpret_cast<const uint2*>(vrow));
+        const float2 a = kv_unpack2<false>(raw.x), b = kv_unpack2<false>(raw.y);
+        vf[0] = a.x, vf[1] = a.y, vf[2] = b.x, vf[3] = b.y;
+      } else {
+        const float2 a = kv_unpack2<false>(__ldcg(reinterpret_cast<const unsigned*>(vrow)));
+        vf[0] = a.x, vf[1] = a.y;
+      }
+#pragma unroll
+      for (int g = 0; g < kPersistentMaxGroup; ++g) {
+        if (g >= group) break;
+        const float pj = __shfl_sync(0xffffffffu, s[g], j);
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) o[g][e] = fmaf(pj, vf[e], o[g][e]);
+      }
+    }
+  }
+  for (int g = 0; g < group; ++g) {
+    float* part =
+        partials + ((size_t)(kvh * group + g) * kPersistentMaxSplits + split) * (kDim + 2);
+    if (lane == 0) part[0] = m[g], part[1] = l[g];
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) part[2 + lane * kPer + e] = o[g][e];
+  }
+}
+
+// The splits of KV head kvh merged into each of its query heads' output row, written as f32
+// and as int8 blocks of 32 (d = max |x| / 127, codes rounded to nearest, (d, d * sum)).
+template <int kDim>
+__device__ void merge_splits(const PersistentPhase& ph, int kvh, int n_splits, int group,
+                             const float* partials, int8_t* codes, float2* scales) {
+  constexpr int kPer = kDim / 32, kLanesPerBlock = 32 / kPer;
+  const int lane = threadIdx.x % 32;
+  for (int g = 0; g < group; ++g) {
+    const int h = kvh * group + g;
+    const float* part = partials + (size_t)h * kPersistentMaxSplits * (kDim + 2);
+    float top = -INFINITY;
+    for (int s = 0; s < n_splits; ++s) top = fmaxf(top, __ldcg(part + (size_t)s * (kDim + 2)));
+    float sum = 0.0f, acc[kPer] = {};
+    for (int s = 0; s < n_splits; ++s) {
+      const float* ps = part + (size_t)s * (kDim + 2);
+      const float w = expf(__ldcg(ps) - top);
+      sum = fmaf(__ldcg(ps + 1), w, sum);
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) acc[e] = fmaf(__ldcg(ps + 2 + lane * kPer + e), w, acc[e]);
+    }
+    float amax = 0.0f, x[kPer];
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      x[e] = acc[e] / sum;
+      ph.out[(size_t)h * kDim + lane * kPer + e] = x[e];
+      amax = fmaxf(amax, fabsf(x[e]));
+    }
+    for (int off = 1; off < kLanesPerBlock; off *= 2)
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float d = amax / 127.0f;
+    int total = 0;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int q = d > 0.0f ? __float2int_rn(x[e] / d) : 0;
+      codes[(size_t)h * kDim + lane * kPer + e] = (int8_t)q;
+      total += q;
+    }
+    for (int off = 1; off < kLanesPerBlock; off *= 2)
+      total += __shfl_xor_sync(0xffffffffu, total, off);
+    if (lane % kLanesPerBlock == 0)
+      scales[((size_t)h * kDim + lane * kPer) / 32] = make_float2(d, d * (float)total);
+  }
+}
+
+template <int kDim>
+__device__ __noinline__ void attention_phase(const PersistentPhase& ph,
+                                             const PersistentStepContext& ctx, float* partials,
+                                             unsigned* done, int8_t* codes, float2* scales,
+                                             float* q_s) {
+  const int lane = threadIdx.x % 32;
+  const int group = ctx.n_heads / ctx.n_kv_heads;
+  const int pos = *ctx.position, context = pos + 1;
+  const int warps = gridDim.x * (blockDim.x / 32);
+  const int tiles = (context + 31) / 32;
+  const int max_splits = max(1, min(kPersistentMaxSplits, warps / ctx.n_kv_heads));
+  const int split_len = 32 * ((tiles + max_splits - 1) / max_splits);
+  const int n_splits = (context + split_len - 1) / split_len;
+  for (int item = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+       item < ctx.n_kv_heads * n_splits; item += warps) {
+    const int kvh = item / n_splits, split = item % n_splits;
+    const int begin = split * split_len, end = min(begin + split_len, context);
+    attention_item<kDim>(ph, ctx, kvh, split, begin, end, pos, group, partials, q_s);
+    __threadfence();  // the partials before the count that announces them
+    __syncwarp();
+    unsigned before = 0;
+    if (lane == 0) before = atomicAdd(done + kvh, 1u);
+    before = __shfl_sync(0xffffffffu, before, 0);
+    if (before + 1 == (unsigned)n_splits) {  // the last split of this KV head: merge
+      __threadfence();
+      merge_splits<kDim>(ph, kvh, n_splits, group, partials, codes, scales);
+      if (lane == 0) atomicExch(done + kvh, 0u);
+    }
+  }
+}
+
+__device__ inline void persistent_attention(const PersistentPhase& ph,
+                                            const PersistentStepContext& ctx, float* partials,
+                                            unsigned* done, int8_t* codes, float2* scales,
+                                            float* q_s) {
+  if (ctx.head_dim == 128) return attention_phase<128>(ph, ctx, partials, done, codes, scales, q_s);
+  attention_phase<64>(ph, ctx, partials, done, codes, scales, q_s);
+}
+
+}  // namespace hablar::cuda
