@@ -44,6 +44,8 @@ struct BenchOptions {
   DeviceFlags device;
   SpecFlags spec;           // --spec-type: a generation test with and without speculation
   std::string prompt_file;  // -f: its prompt (default: random tokens of the first -p)
+  bool profile = false;     // --profile: the persistent decode step's phases, timed
+  bool persistent = false;  // --persistent-decode: one-token steps as one persistent launch
 };
 
 struct TestResult {
@@ -158,7 +160,9 @@ int run_bench(const BenchOptions& o) {
                  : m->tokenizer().encode(read_text_file(o.prompt_file, "prompt file"), true, true);
     for (int v : o.n_gen) max_tokens = std::max(max_tokens, (int)prompt.size() + v + 64);
   }
-  const engine::ExecutorOptions eo = o.device.options(o.n_threads, max_tokens, o.n_batch);
+  engine::ExecutorOptions eo = o.device.options(o.n_threads, max_tokens, o.n_batch);
+  eo.cuda.profile_decode = o.profile;
+  eo.cuda.persistent_decode = o.persistent;
   auto executor = engine::make_executor(*m, eo);
   log::info("{}", executor->describe());
   const auto* cpu = dynamic_cast<const engine::CpuExecutor*>(executor.get());
@@ -268,6 +272,10 @@ CommandRegistration reg{
       o->spec.add_to(app);
       app.add_option("-f,--file", o->prompt_file,
                      "prompt of the --spec-type test (default: random tokens of the first -p)");
+      app.add_flag("--persistent-decode", o->persistent,
+                   "CUDA (experimental): one-token steps as one persistent launch");
+      app.add_flag("--profile", o->profile,
+                   "CUDA: time the phases of the persistent one-token step (printed at exit)");
       return [o] { return run_bench(*o); };
     },
     {{"-ngl", "--n-gpu-layers"},

@@ -3,6 +3,7 @@
 #include "backend/cuda/moe.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -116,6 +117,7 @@ class CudaExecutor : public StepExecutor {
  public:
   CudaExecutor(const model::Model& model, const CudaExecutorOptions& o);
   ~CudaExecutor() override {
+    print_persistent_profile();
     for (auto& [size, graph] : graphs_) cudaGraphExecDestroy(graph);
     if (host_ids_) cudaFreeHost(host_ids_);
     if (host_masks_) cudaFreeHost(host_masks_);
@@ -189,6 +191,14 @@ class CudaExecutor : public StepExecutor {
   WeightView persistent_embedding_;
   float* persistent_embedded_ = nullptr;
   std::string persistent_report_;
+  // --profile: the stamps each persistent launch writes (persistent_step_runner.h), and per
+  // phase kind the summed times (ns): whole, prologue, until the last block is done.
+  cuda::DeviceBuffer<unsigned long long> persistent_stamps_;
+  std::vector<std::string> persistent_kinds_;
+  std::map<std::string, std::array<double, 3>> persistent_profile_;
+  int64_t persistent_steps_ = 0;
+  void add_persistent_profile();
+  void print_persistent_profile() const;
   bool cold_ = false;  // the last step captured a graph or grew scratch memory
   std::string report_;
 };
@@ -585,6 +595,11 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
   ops_->stage(chunks_, order_, rows);
   ops_->upload();
   stage_graph_sampling(chunks, rows);
+  const bool profiled = rows == 1 && persistent_ && persistent_stamps_.size() > 0;
+  if (profiled)
+    HABLAR_CUDA_CHECK(cudaMemsetAsync(persistent_stamps_.get(), 0,
+                                      persistent_stamps_.size() * sizeof(unsigned long long),
+                                      stream));
   HABLAR_CUDA_CHECK(cudaGraphLaunch(graph_for(rows), stream));
   // Sampling follows the graph, so that masks are computed while the device runs it.
   row_chunks_.assign((size_t)rows, -1);
@@ -610,6 +625,33 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
   out.sampled.assign(chunks.size(), -1);
   for (int32_t i = 0; i < n; ++i)
     if (chunks[(size_t)i].sampling) out.sampled[(size_t)i] = host_ids_[i];
+  if (profiled) add_persistent_profile();
+}
+
+void CudaExecutor::add_persistent_profile() {
+  const std::vector<unsigned long long> t = persistent_stamps_.download();
+  const size_t n = persistent_kinds_.size();
+  for (size_t i = 0; i < n; ++i) {
+    auto& sums = persistent_profile_[persistent_kinds_[i]];
+    sums[0] += (double)(t[4 * i + 4] - t[4 * i]);
+    sums[1] += (double)(t[4 * i + 1] - t[4 * i]);
+    sums[2] += (double)t[4 * i + 2] - (double)t[4 * i];
+  }
+  ++persistent_steps_;
+}
+
+void CudaExecutor::print_persistent_profile() const {
+  if (persistent_steps_ == 0) return;
+  double total = 0;
+  for (const auto& [kind, sums] : persistent_profile_) total += sums[0];
+  fmt::print(stderr, "persistent one-token step, {} steps: {:.1f} us a step\n", persistent_steps_,
+             total / 1e3 / (double)persistent_steps_);
+  for (const auto& [kind, sums] : persistent_profile_)
+    fmt::print(stderr,
+               "  {:<12} {:8.1f} us a step ({:4.1f}%): prologue {:7.1f}, last block done {:7.1f}\n",
+               kind, sums[0] / 1e3 / (double)persistent_steps_, 100.0 * sums[0] / total,
+               sums[1] / 1e3 / (double)persistent_steps_,
+               sums[2] / 1e3 / (double)persistent_steps_);
 }
 
 // Sampling parameters of every row of a graph step (padding and host-sampled rows greedy,
@@ -651,7 +693,7 @@ void CudaExecutor::plan_persistent_step(const CudaExecutorOptions& o) {
   std::string why;
   const cuda::PersistentStepContext ctx = ops_->persistent_context();
   if (!o.persistent_decode || o.deterministic) {
-    why = o.deterministic ? "deterministic mode" : "turned off";
+    why = o.deterministic ? "deterministic mode" : "off; experimental";
   } else if (cuda::persistent_shapes_supported(ctx, &why) &&
              cuda::PersistentStepRunner::device_can_run(&why)) {
     persistent_residual_ = cuda::DeviceMemory((size_t)model_.config().n_embd * sizeof(float));
@@ -661,6 +703,11 @@ void CudaExecutor::plan_persistent_step(const CudaExecutorOptions& o) {
     model::forward(model_.config(), weights_, plan);
     if (plan.supported()) {
       persistent_ = std::make_unique<cuda::PersistentStepRunner>(plan.phases(), ctx);
+      if (o.profile_decode) {
+        persistent_stamps_ = cuda::DeviceBuffer<unsigned long long>(4 * plan.phases().size() + 4);
+        for (const cuda::PersistentPhase& p : plan.phases())
+          persistent_kinds_.push_back(cuda::persistent_phase_name(p));
+      }
       persistent_embedding_ = plan.embedding();
       persistent_embedded_ = plan.embedded_rows();
       persistent_report_ = fmt::format("one-token steps as one persistent launch ({} phases)",
@@ -684,7 +731,7 @@ cudaGraphExec_t CudaExecutor::graph_for(int32_t rows) {
   try {
     if (rows == 1 && persistent_) {  // the embedding lookup, then every layer in one launch
       ops_->embed(persistent_embedding_, persistent_embedded_);
-      persistent_->launch(stream);
+      persistent_->launch(stream, persistent_stamps_.get());
     } else {
       model::forward(c, weights_, *ops_);
     }

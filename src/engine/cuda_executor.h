@@ -28,9 +28,13 @@ struct CudaExecutorOptions {
   // (`hablar embed --profile`; the events synchronize nothing but cost a little).
   bool profile_embeddings = false;
   // One-token decode steps as one persistent launch (backend/cuda/persistent_step.h) where
-  // the model's forward and weights allow it, outside deterministic mode (off: the
-  // launch-per-op step, as for every other step).
-  bool persistent_decode = true;
+  // the model's forward and weights allow it, outside deterministic mode. Experimental, off
+  // by default: on the H200 it is still slower than the launch-per-op graph
+  // (docs/PERFORMANCE.md); `hablar bench --persistent-decode` measures it.
+  bool persistent_decode = false;
+  // The persistent one-token step's phases timed on the device (%globaltimer), summed per
+  // kind and printed to stderr when the executor goes (`hablar bench --profile`).
+  bool profile_decode = false;
   // The cache's element types: only F16 on the GPU (the constructor refuses the others).
   KvDType cache_type_k = KvDType::F16, cache_type_v = KvDType::F16;
 };

@@ -21,9 +21,16 @@
 #include <cstdint>
 
 #include "backend/cuda/kv_elements.cuh"
+#include "backend/cuda/persistent_products.cuh"
 #include "backend/cuda/persistent_step.h"
 
 namespace hablar::cuda {
+
+// A warp's region during attention: its K and V tiles ([16][head_dim] halves each), then
+// its group's queries ([group][head_dim] floats, at most 4 KB).
+inline constexpr size_t kQueryOffset = 8192;
+static_assert(kQueryOffset + kPersistentMaxGroup * 128 * sizeof(float) <= kPersistentWarpRegion,
+              "the queries fit the region after the tiles");
 
 // Element i of head h's row after bias and RoPE, for the rotated pair (a, b) = i's pair.
 struct RopedPair {
@@ -70,21 +77,51 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // One (KV head, split) item over positions [begin, end) at kDim = head_dim, kPer = kDim / 32
-// dimensions per lane, for a group of `group` query heads.
-template <int kDim>
+// dimensions per lane, for a group of kGroup query heads.
+template <int kDim, int kGroup>
 __device__ void attention_item(const PersistentPhase& ph, const PersistentStepContext& ctx, int kvh,
-                               int split, int begin, int end, int pos, int group, float* partials,
-                               float* q_s) {
-  constexpr int kPer = kDim / 32;
+                               int split, int begin, int end, int pos, float* partials,
+                               uint8_t* region, persistent::WarpStream& ws) {
+  float* q_s = reinterpret_cast<float*>(region + kQueryOffset);
+  constexpr int kPer = kDim / 32, group = kGroup;
   const int lane = threadIdx.x % 32;
   const KvCacheLayout& L = ctx.layout;
   auto* cache = static_cast<uint16_t*>(ctx.kv_cache);
   const int32_t* table = ctx.block_table;
-  for (int g = 0; g < group; ++g) {
-    const int h = kvh * group + g;
-    roped_head(ctx, ph.rope_variant, ph.q + (size_t)h * kDim,
-               ph.bq != nullptr ? ph.bq + (size_t)h * kDim : nullptr,
-               [&](int d, float x) { q_s[g * kDim + d] = x; });
+  const int variant = ph.rope_variant;
+  if (variant >= 0 && ctx.rope_neox[variant] && 2 * ctx.rope_pairs == kDim) {
+    // NeoX over whole heads: lane l's pairs are (l + 32 e, l + 32 e + kDim / 2), e < kPer / 2,
+    // so every load of the group's queries goes out before any is used.
+    float x[kGroup][kPer];
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      const size_t at = (size_t)(kvh * group + g) * kDim;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+        const int d = lane + 32 * e;
+        x[g][e] = __ldcg(ph.q + at + d);
+        if (ph.bq != nullptr) x[g][e] += __ldg(ph.bq + at + d);
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < kPer / 2; ++e) {
+      const int i = lane + 32 * e;
+      const float c = __ldg(ctx.rope_cos[variant] + i), sn = __ldg(ctx.rope_sin[variant] + i);
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        const float x0 = x[g][e], x1 = x[g][e + kPer / 2];
+        q_s[g * kDim + i] = fmaf(x0, c, -(x1 * sn));
+        q_s[g * kDim + i + kDim / 2] = fmaf(x0, sn, x1 * c);
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int g = 0; g < group; ++g) {
+      const int h = kvh * group + g;
+      roped_head(ctx, variant, ph.q + (size_t)h * kDim,
+                 ph.bq != nullptr ? ph.bq + (size_t)h * kDim : nullptr,
+                 [&](int d, float x) { q_s[g * kDim + d] = x; });
+    }
   }
   if (end == pos + 1) {  // this split holds the token: its key and value go in first
     const size_t k_at = L.position_offset(table, ph.layer, 0, kvh, pos);
@@ -98,67 +135,89 @@ __device__ void attention_item(const PersistentPhase& ph, const PersistentStepCo
   }
   __syncwarp();  // the queries in shared memory, the token's key and value in the cache
 
-  float m[kPersistentMaxGroup], l[kPersistentMaxGroup], o[kPersistentMaxGroup][kPer];
+  float m[kGroup], l[kGroup], o[kGroup][kPer];
 #pragma unroll
-  for (int g = 0; g < kPersistentMaxGroup; ++g) {
+  for (int g = 0; g < kGroup; ++g) {
     m[g] = -INFINITY, l[g] = 0.0f;
 #pragma unroll
     for (int e = 0; e < kPer; ++e) o[g][e] = 0.0f;
   }
-  for (int t0 = begin; t0 < end; t0 += 32) {
-    const int p = t0 + lane;
-    const bool valid = p < end;
-    float s[kPersistentMaxGroup] = {};
-    if (valid) {
-      const uint4* k =
-          reinterpret_cast<const uint4*>(cache + L.position_offset(table, ph.layer, 0, kvh, p));
-#pragma unroll 4
-      for (int c = 0; c < kDim / 8; ++c) {
+  // Tiles of up to 16 positions of one cache block: their K and V rows (contiguous in the
+  // cache) bulk-copied into the warp's region, then summed from shared memory with rolled
+  // loops (a warp runs this code once a layer: it must be short to fetch).
+  const int tile = min(16, L.block_size);
+  uint16_t* k_s = reinterpret_cast<uint16_t*>(region);
+  uint16_t* v_s = k_s + 16 * kDim;
+  asm volatile("fence.proxy.async;" ::: "memory");  // the token's K/V stores, before the copies
+  __syncwarp();
+#pragma unroll 1
+  for (int t0 = begin; t0 < end; t0 += tile) {
+    const int n = min(tile, end - t0);
+    if (lane == 0) {
+      const int block = __ldg(table + t0 / L.block_size), slot = t0 % L.block_size;
+      const uint32_t bytes = (uint32_t)(n * kDim * 2);
+      persistent::fence_before_bulk_copies();
+      persistent::barrier_expect(&ws.bars[0], 2 * bytes);
+      persistent::bulk_copy(k_s, cache + L.offset(ph.layer, 0, block, kvh, slot, 0), bytes,
+                            &ws.bars[0]);
+      persistent::bulk_copy(v_s, cache + L.offset(ph.layer, 1, block, kvh, slot, 0), bytes,
+                            &ws.bars[0]);
+    }
+    persistent::wait_half(ws, 0);
+    __syncwarp();
+    // Scores: lanes j and j + 16 take halves of position j's dimensions.
+    const int j = lane % 16, part = lane / 16;
+    float s[kGroup] = {};
+    if (j < n) {
+      const uint16_t* krow = k_s + j * kDim + part * (kDim / 2);
+      const float* qh = q_s + part * (kDim / 2);
+#pragma unroll 1
+      for (int c = 0; c < kDim / 16; ++c) {
         float kf[8];
-        kv_unpack8<false>(__ldcg(k + c), kf);
+        kv_unpack8<false>(*reinterpret_cast<const uint4*>(krow + 8 * c), kf);
 #pragma unroll
-        for (int g = 0; g < kPersistentMaxGroup; ++g) {
-          if (g >= group) break;
-          const float* q = q_s + g * kDim + 8 * c;
+        for (int g = 0; g < kGroup; ++g) {
+          const float* q = qh + g * kDim + 8 * c;
 #pragma unroll
           for (int e = 0; e < 8; ++e) s[g] = fmaf(q[e], kf[e], s[g]);
         }
       }
     }
+    const bool scored = j < n && part == 0;
 #pragma unroll
-    for (int g = 0; g < kPersistentMaxGroup; ++g) {
-      if (g >= group) break;
-      const float score = valid ? s[g] * ph.scale : -INFINITY;
+    for (int g = 0; g < kGroup; ++g) {
+      s[g] += __shfl_xor_sync(0xffffffffu, s[g], 16);
+      const float score = scored ? s[g] * ph.scale : -INFINITY;
       const float m_new = fmaxf(m[g], warp_max(score));
       const float keep = expf(m[g] - m_new);  // 0 while m[g] is -inf
-      const float pj = valid ? expf(score - m_new) : 0.0f;
+      const float pj = scored ? expf(score - m_new) : 0.0f;
       l[g] = l[g] * keep + warp_sum(pj);
       m[g] = m_new;
 #pragma unroll
       for (int e = 0; e < kPer; ++e) o[g][e] *= keep;
       s[g] = pj;
     }
-    const int n = min(32, end - t0);
-    for (int j = 0; j < n; ++j) {
-      const uint16_t* vrow =
-          cache + L.position_offset(table, ph.layer, 1, kvh, t0 + j) + lane * kPer;
+    // P·V: lane l's dimensions of each position's V row.
+#pragma unroll 1
+    for (int jj = 0; jj < n; ++jj) {
       float vf[kPer];
+      const uint16_t* vrow = v_s + jj * kDim + lane * kPer;
       if constexpr (kPer == 4) {
-        const uint2 raw = __ldcg(reinterpret_cast<const uint2*>(vrow));
-        const float2 a = kv_unpack2<false>(raw.x), b = kv_unpack2<false>(raw.y);
-        vf[0] = a.x, vf[1] = a.y, vf[2] = b.x, vf[3] = b.y;
+        const uint2 raw = *reinterpret_cast<const uint2*>(vrow);
+        const float2 x = kv_unpack2<false>(raw.x), y = kv_unpack2<false>(raw.y);
+        vf[0] = x.x, vf[1] = x.y, vf[2] = y.x, vf[3] = y.y;
       } else {
-        const float2 a = kv_unpack2<false>(__ldcg(reinterpret_cast<const unsigned*>(vrow)));
-        vf[0] = a.x, vf[1] = a.y;
+        const float2 x = kv_unpack2<false>(*reinterpret_cast<const unsigned*>(vrow));
+        vf[0] = x.x, vf[1] = x.y;
       }
 #pragma unroll
-      for (int g = 0; g < kPersistentMaxGroup; ++g) {
-        if (g >= group) break;
-        const float pj = __shfl_sync(0xffffffffu, s[g], j);
+      for (int g = 0; g < kGroup; ++g) {
+        const float pj = __shfl_sync(0xffffffffu, s[g], jj);
 #pragma unroll
         for (int e = 0; e < kPer; ++e) o[g][e] = fmaf(pj, vf[e], o[g][e]);
       }
     }
+    __syncwarp();  // the tiles are read before the next copies land there
   }
   for (int g = 0; g < group; ++g) {
     float* part =
@@ -171,23 +230,39 @@ __device__ void attention_item(const PersistentPhase& ph, const PersistentStepCo
 
 // The splits of KV head kvh merged into each of its query heads' output row, written as f32
 // and as int8 blocks of 32 (d = max |x| / 127, codes rounded to nearest, (d, d * sum)).
-template <int kDim>
-__device__ void merge_splits(const PersistentPhase& ph, int kvh, int n_splits, int group,
+template <int kDim, int kGroup>
+__device__ void merge_splits(const PersistentPhase& ph, int kvh, int n_splits,
                              const float* partials, int8_t* codes, float2* scales) {
+  constexpr int group = kGroup;
   constexpr int kPer = kDim / 32, kLanesPerBlock = 32 / kPer;
   const int lane = threadIdx.x % 32;
+  // Lane s holds split s's (m, l) of every head of the group: all loaded at once (n_splits
+  // <= 32), the maximum and the weighted sum by shuffles; then each lane's dimensions of
+  // the accumulators, a split's loads issued ahead of its use.
+  float m_s[kGroup], l_s[kGroup];
+#pragma unroll
+  for (int g = 0; g < kGroup; ++g) {
+    m_s[g] = -INFINITY, l_s[g] = 0.0f;
+    if (lane >= n_splits) continue;
+    const float* ps =
+        partials + ((size_t)(kvh * group + g) * kPersistentMaxSplits + lane) * (kDim + 2);
+    m_s[g] = __ldcg(ps), l_s[g] = __ldcg(ps + 1);
+  }
+#pragma unroll 1
   for (int g = 0; g < group; ++g) {
     const int h = kvh * group + g;
     const float* part = partials + (size_t)h * kPersistentMaxSplits * (kDim + 2);
-    float top = -INFINITY;
-    for (int s = 0; s < n_splits; ++s) top = fmaxf(top, __ldcg(part + (size_t)s * (kDim + 2)));
-    float sum = 0.0f, acc[kPer] = {};
+    const float top = warp_max(m_s[g]);
+    const float w_lane = lane < n_splits ? expf(m_s[g] - top) : 0.0f;
+    const float sum = warp_sum(l_s[g] * w_lane);
+    float acc[kPer] = {};
+#pragma unroll 4
+#pragma unroll 1
     for (int s = 0; s < n_splits; ++s) {
-      const float* ps = part + (size_t)s * (kDim + 2);
-      const float w = expf(__ldcg(ps) - top);
-      sum = fmaf(__ldcg(ps + 1), w, sum);
+      const float w = __shfl_sync(0xffffffffu, w_lane, s);
+      const float* ps = part + (size_t)s * (kDim + 2) + 2 + lane * kPer;
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) acc[e] = fmaf(__ldcg(ps + 2 + lane * kPer + e), w, acc[e]);
+      for (int e = 0; e < kPer; ++e) acc[e] = fmaf(__ldcg(ps + e), w, acc[e]);
     }
     float amax = 0.0f, x[kPer];
 #pragma unroll
@@ -213,24 +288,24 @@ __device__ void merge_splits(const PersistentPhase& ph, int kvh, int n_splits, i
   }
 }
 
-template <int kDim>
+template <int kDim, int kGroup>
 __device__ __noinline__ void attention_phase(const PersistentPhase& ph,
                                              const PersistentStepContext& ctx, float* partials,
                                              unsigned* done, int8_t* codes, float2* scales,
-                                             float* q_s) {
+                                             uint8_t* region, persistent::WarpStream& ws) {
   const int lane = threadIdx.x % 32;
-  const int group = ctx.n_heads / ctx.n_kv_heads;
   const int pos = *ctx.position, context = pos + 1;
   const int warps = gridDim.x * (blockDim.x / 32);
   const int tiles = (context + 31) / 32;
   const int max_splits = max(1, min(kPersistentMaxSplits, warps / ctx.n_kv_heads));
   const int split_len = 32 * ((tiles + max_splits - 1) / max_splits);
   const int n_splits = (context + split_len - 1) / split_len;
+#pragma unroll 1
   for (int item = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
        item < ctx.n_kv_heads * n_splits; item += warps) {
     const int kvh = item / n_splits, split = item % n_splits;
     const int begin = split * split_len, end = min(begin + split_len, context);
-    attention_item<kDim>(ph, ctx, kvh, split, begin, end, pos, group, partials, q_s);
+    attention_item<kDim, kGroup>(ph, ctx, kvh, split, begin, end, pos, partials, region, ws);
     __threadfence();  // the partials before the count that announces them
     __syncwarp();
     unsigned before = 0;
@@ -238,18 +313,35 @@ __device__ __noinline__ void attention_phase(const PersistentPhase& ph,
     before = __shfl_sync(0xffffffffu, before, 0);
     if (before + 1 == (unsigned)n_splits) {  // the last split of this KV head: merge
       __threadfence();
-      merge_splits<kDim>(ph, kvh, n_splits, group, partials, codes, scales);
+      merge_splits<kDim, kGroup>(ph, kvh, n_splits, partials, codes, scales);
       if (lane == 0) atomicExch(done + kvh, 0u);
     }
   }
 }
 
+// The instance for the model's head size and group (query heads per KV head): only that
+// one's code is fetched.
+template <int kDim, int kGroup = 1>
+__device__ __forceinline__ void attention_for_group(const PersistentPhase& ph,
+                                                    const PersistentStepContext& ctx,
+                                                    float* partials, unsigned* done, int8_t* codes,
+                                                    float2* scales, uint8_t* region,
+                                                    persistent::WarpStream& ws, int group) {
+  if constexpr (kGroup < kPersistentMaxGroup)
+    if (group != kGroup)
+      return attention_for_group<kDim, kGroup + 1>(ph, ctx, partials, done, codes, scales, region,
+                                                   ws, group);
+  attention_phase<kDim, kGroup>(ph, ctx, partials, done, codes, scales, region, ws);
+}
+
 __device__ inline void persistent_attention(const PersistentPhase& ph,
                                             const PersistentStepContext& ctx, float* partials,
                                             unsigned* done, int8_t* codes, float2* scales,
-                                            float* q_s) {
-  if (ctx.head_dim == 128) return attention_phase<128>(ph, ctx, partials, done, codes, scales, q_s);
-  attention_phase<64>(ph, ctx, partials, done, codes, scales, q_s);
+                                            uint8_t* region, persistent::WarpStream& ws) {
+  const int group = ctx.n_heads / ctx.n_kv_heads;
+  if (ctx.head_dim == 128)
+    return attention_for_group<128>(ph, ctx, partials, done, codes, scales, region, ws, group);
+  attention_for_group<64>(ph, ctx, partials, done, codes, scales, region, ws, group);
 }
 
 }  // namespace hablar::cuda

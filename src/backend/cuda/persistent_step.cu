@@ -1,33 +1,36 @@
-// The persistent one-token decode step (persistent_step.h): one block of kThreads per
-// multiprocessor walks the phase list, a grid-wide barrier between phases.
+// The persistent one-token decode step (persistent_step.h): one block of kThreads (16 warps)
+// per multiprocessor walks the phase list, a grid-wide barrier between phases; before each
+// barrier every warp requests its first weight group of the next phase.
 //
 // Shared memory of a block: the phase's int8 input row (codes [kPersistentMaxWidth], then
-// (d, d * sum) per block of 32), then one region per warp (a Q6_K warp's staged rows, or an
-// attention warp's roped queries).
-#include <cub/block/block_reduce.cuh>
-
+// (d, d * sum) per block of 32), then one 12 KB region per warp (weight rows streaming
+// through it, or an attention warp's K/V tiles and queries).
+//
+// Code size is speed here: each phase's code runs once a layer, so what it executes is
+// fetched cold unless the whole step's code stays in the instruction cache. Loops whose
+// shuffles every lane takes in step (no divergent collectives), rolled outer loops and one
+// call site per piece keep it small (docs/PERFORMANCE.md: 542 KB of SASS cost 4.6 ms a step
+// on the 1.5B shape; the same work in less code, 2.9 ms).
 #include <algorithm>
 
-#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
-#include "backend/cuda/glu_activation.cuh"
 #include "backend/cuda/kv_elements.cuh"
 #include "backend/cuda/matmul_q4k_rows.h"
 #include "backend/cuda/matmul_q6k_rows.h"
 #include "backend/cuda/persistent_attention.cuh"
+#include "backend/cuda/persistent_products.cuh"
 #include "backend/cuda/persistent_step_runner.h"
-#include "backend/cuda/q4k_rows_team.cuh"
-#include "backend/cuda/q6k_unit.cuh"
+#include "backend/cuda/q4k_chunk.cuh"
 
 namespace hablar::cuda {
 namespace {
 
-using namespace q4k_chunk;
-constexpr int kThreads = 256, kWarps = kThreads / 32;
+using persistent::kWarps;
+constexpr int kThreads = kWarps * 32;
 constexpr size_t kCodesBytes = kPersistentMaxWidth;
 constexpr size_t kScalesBytes = kPersistentMaxWidth / 32 * sizeof(float2);
-constexpr size_t kWarpRegion = kPersistentQ6kSlotBytes;
+constexpr size_t kWarpRegion = kPersistentWarpRegion;
 constexpr size_t kSmemBytes = kCodesBytes + kScalesBytes + kWarps * kWarpRegion;
 static_assert(kWarpRegion % 16 == 0, "warp regions stay 16-byte aligned");
 
@@ -36,7 +39,7 @@ struct Workspace {
   float2* scales;     // [n_heads * head_dim / 32]
   float* partials;    // [n_heads][kPersistentMaxSplits][head_dim + 2]: m, l, o
   unsigned* done;     // [n_kv_heads] splits finished (reset by the warp that merges)
-  unsigned* barrier;  // [2]: blocks arrived, generation
+  unsigned* barrier;  // [2]: arrivals at barriers, blocks that left (zeroed at the end)
 };
 
 struct Args {
@@ -44,7 +47,25 @@ struct Args {
   int n_phases;
   PersistentStepContext ctx;
   Workspace ws;
+  // Null, or per phase [4] times (ns, %globaltimer): block 0 starting the phase, block 0
+  // done with its prologue (norm, quantization), the last block done with its share, and
+  // [n_phases][0] the end.
+  unsigned long long* stamps;
 };
+
+__device__ __forceinline__ unsigned long long now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// Block 0's time into stamps[i][what].
+__device__ __forceinline__ void stamp(unsigned long long* stamps, int i, int what) {
+  if (stamps != nullptr && blockIdx.x == 0 && threadIdx.x == 0) stamps[4 * i + what] = now();
+}
+// The latest block's time into stamps[i][2].
+__device__ __forceinline__ void stamp_latest(unsigned long long* stamps, int i) {
+  if (stamps != nullptr && threadIdx.x == 0) atomicMax(stamps + 4 * i + 2, now());
+}
 
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   unsigned v;
@@ -52,65 +73,143 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   return v;
 }
 
-// Every block of the grid reaches this point before any leaves it; the writes of each are
-// visible to all after it.
-__device__ void grid_barrier(unsigned* barrier) {
+// Barrier `index` (0, 1, ... within a launch): every block reaches it before any leaves,
+// and the writes of each are visible to all after it. Arrivals only ever add to one counter
+// (no reset between barriers): barrier i waits for (i + 1) * blocks arrivals.
+__device__ void grid_barrier(unsigned* arrivals, int index) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    const unsigned generation = *reinterpret_cast<volatile unsigned*>(barrier + 1);
     __threadfence();
-    if (atomicAdd(barrier, 1u) == gridDim.x - 1) {
-      atomicExch(barrier, 0u);
-      __threadfence();
-      atomicAdd(barrier + 1, 1u);
-    } else {
-      while (load_acquire(barrier + 1) == generation) {
-      }
+    atomicAdd(arrivals, 1u);
+    const unsigned target = (unsigned)(index + 1) * gridDim.x;
+    while (load_acquire(arrivals) < target) {
     }
-    __threadfence();
   }
   __syncthreads();
+}
+
+// At the end of a launch: the last block to leave zeroes the counters for the next launch
+// (no block reads them any more).
+__device__ void reset_barrier(unsigned* arrivals, unsigned* departures) {
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd(departures, 1u) == gridDim.x - 1) {
+    *arrivals = 0;
+    *departures = 0;
+    __threadfence();
+  }
 }
 
 // ---- The row every block multiplies: normed and quantized, or quantized, into shared memory.
 
-// rmsnorm(x + add) * w quantized to int8 blocks of 32, with the launch-per-op norm's passes
-// (ops.cu: thread t takes values t + 256 j, fmaf squares in j order, one block reduction);
-// x + add also stored into x_out (each block a share of it).
-__device__ void norm_into_shared(const PersistentPhase& ph, float eps, int8_t* codes,
-                                 float2* scales) {
-  using Reduce = cub::BlockReduce<float, kThreads>;
-  __shared__ typename Reduce::TempStorage temp;
-  __shared__ float inv_rms;
-  const int dim = ph.width;
-  const auto value = [&](int i) {
-    float v = __ldcg(ph.x + i);
-    if (ph.add != nullptr) v += __ldcg(ph.add + i);
+// The launch-per-op norm's sum of squares (ops.cu: 256 threads, thread t summing values
+// t + 256 j in j order with fmaf, then cub::BlockReduce<float, 256>): warps 0..7 play those
+// threads and reduce as cub's warp-reductions algorithm does (each warp by shuffles down 1,
+// 2, .. 16; then the warps' sums added in warp order), so the result is that norm's bit for
+// bit (persistent_step_gpu_test checks it). Every thread of the block calls it; the total is
+// returned to all.
+constexpr int kNormThreads = 256;
+__device__ float sum_of_squares(float partial) {
+  __shared__ float warp_sums[kNormThreads / 32];
+  __shared__ float total;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2) {  // every warp (the others' sums are unused)
+    const float other = __shfl_down_sync(0xffffffffu, partial, off);
+    if (lane + off < 32) partial += other;
+  }
+  if (warp < kNormThreads / 32 && lane == 0) warp_sums[warp] = partial;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = warp_sums[0];
+    for (int w = 1; w < kNormThreads / 32; ++w) sum += warp_sums[w];
+    total = sum;
+  }
+  __syncthreads();
+  return total;
+}
+
+// A value's int8 block of 32 into shared memory when `store` (every lane of the warp calls
+// it in control flow the warp takes whole: no divergent shuffles, little code).
+__device__ __forceinline__ void quantize_into(bool store, float v, int i, int8_t* codes,
+                                              float2* scales) {
+  const q4k_chunk::Block32Code c = q4k_chunk::quantize_block32_code(v);
+  if (!store) return;
+  codes[i] = (int8_t)c.q;
+  if (i % 32 == 0) scales[i / 32] = make_float2(c.d, c.d * (float)c.sum);
+}
+
+// rmsnorm(x + add) * w quantized to int8 blocks of 32 into shared memory, x + add also
+// stored into x_out (each block a share of it). Threads t < 256 hold values t + 256 j (j <
+// kNormHeld; wider rows are read again); the other threads take zeros, so every loop is the
+// same for all (its shuffles never diverge, which keeps this code short).
+constexpr int kNormHeld = 8;
+__device__ __noinline__ void norm_into_shared(const PersistentPhase& ph, float eps, int8_t* codes,
+                                              float2* scales) {
+  const int dim = ph.width, passes = (dim + kNormThreads - 1) / kNormThreads;
+  const bool sums = threadIdx.x < kNormThreads;
+  const auto value = [&](int i, bool have) {
+    float v = have ? __ldcg(ph.x + i) : 0.0f;
+    if (ph.add != nullptr) v += have ? __ldcg(ph.add + i) : 0.0f;
     return v;
   };
-  float sum = 0.0f;
-  for (int i = threadIdx.x; i < dim; i += kThreads) {
-    const float v = value(i);
-    sum = fmaf(v, v, sum);
+  // Every load of the held values (and their weights) goes out before any is used.
+  float held[kNormHeld], weight[kNormHeld];
+#pragma unroll
+  for (int j = 0; j < kNormHeld; ++j) {
+    const int i = threadIdx.x + j * kNormThreads;
+    const bool have = sums && i < dim;
+    held[j] = value(i, have);
+    weight[j] = have ? __ldg(ph.norm_weight + i) : 0.0f;
   }
-  sum = Reduce(temp).Sum(sum);
-  if (threadIdx.x == 0) inv_rms = rsqrtf(sum / (float)dim + eps);
-  __syncthreads();
-  const float inv = inv_rms;
-  const int lane = threadIdx.x % 32;
-  for (int i = threadIdx.x, j = 0; i < dim; i += kThreads, ++j) {  // whole warps: dim % 32 == 0
-    const float v = value(i);
-    quantize_block32(v * inv * __ldg(ph.norm_weight + i), lane, codes + i, scales + i / 32);
-    if (ph.x_out != nullptr && j % (int)gridDim.x == (int)blockIdx.x) ph.x_out[i] = v;
+  float partial = 0.0f;  // zeros add nothing: the sum is the 256-thread norm's
+#pragma unroll
+  for (int j = 0; j < kNormHeld; ++j) partial = fmaf(held[j], held[j], partial);
+#pragma unroll 1
+  for (int j = kNormHeld; j < passes; ++j) {
+    const int i = threadIdx.x + j * kNormThreads;
+    const float v = value(i, sums && i < dim);
+    partial = fmaf(v, v, partial);
+  }
+  const float inv = rsqrtf(sum_of_squares(partial) / (float)dim + eps);
+  const auto put = [&](int j, float v, float w) {
+    const int i = threadIdx.x + j * kNormThreads;
+    const bool have = sums && i < dim;
+    quantize_into(have, v * inv * w, i, codes, scales);
+    if (have && ph.x_out != nullptr && j % (int)gridDim.x == (int)blockIdx.x) ph.x_out[i] = v;
+  };
+#pragma unroll
+  for (int j = 0; j < kNormHeld; ++j) put(j, held[j], weight[j]);
+#pragma unroll 1
+  for (int j = kNormHeld; j < passes; ++j) {
+    const int i = threadIdx.x + j * kNormThreads;
+    const bool have = sums && i < dim;
+    put(j, value(i, have), have ? __ldg(ph.norm_weight + i) : 0.0f);
   }
   __syncthreads();
 }
 
-// f32 rows (written earlier in this launch: read through L2) quantized, a warp per block of 32.
-__device__ void quantize_into_shared(const float* in, int width, int8_t* codes, float2* scales) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int b = warp; b < width / 32; b += kWarps)
-    quantize_block32(__ldcg(in + 32 * b + lane), lane, codes + 32 * b + lane, scales + b);
+// f32 rows (written earlier in this launch: read through L2) quantized, a warp per block of
+// 32, in rounds of kBatch blocks a warp whose loads go out before their quantization (the
+// same rounds for every warp: no divergent shuffles, little code).
+__device__ __noinline__ void quantize_into_shared(const float* in, int width, int8_t* codes,
+                                                  float2* scales) {
+  constexpr int kBatch = 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, blocks = width / 32;
+  const int rounds = (blocks + kBatch * kWarps - 1) / (kBatch * kWarps);
+#pragma unroll 1
+  for (int r = 0; r < rounds; ++r) {
+    float v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int b = (r * kBatch + k) * kWarps + warp;
+      v[k] = b < blocks ? __ldcg(in + 32 * b + lane) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int b = (r * kBatch + k) * kWarps + warp;
+      quantize_into(b < blocks, v[k], 32 * b + lane, codes, scales);
+    }
+  }
   __syncthreads();
 }
 
@@ -123,215 +222,46 @@ __device__ void copy_codes_into_shared(const Workspace& ws, int width, int8_t* c
   __syncthreads();
 }
 
-// ---- Q4_K products: a team of `team` threads per row, one row per team at a time, the
-// next row's chunks loaded while the current one is summed (chunk_dot in matmul_q4k_rows.cu's
-// order, team_total's reduction).
-
-struct RowOf {
-  const PersistentMatrix* m;
-  int row;
-};
-// Row r of the phase's Q4_K matrices taken one after another.
-__device__ __forceinline__ RowOf q4k_row(const PersistentPhase& ph, int r) {
-  for (int i = 0; i < ph.n_matrices; ++i) {
-    const PersistentMatrix& m = ph.matrices[i];
-    if (m.type != PersistentMatrixType::kQ4K) continue;
-    if (r < m.rows) return {&m, r};
-    r -= m.rows;
-  }
-  return {nullptr, 0};
-}
-
-template <int kCpt>
-__device__ __forceinline__ void load_row(const PersistentMatrix* m, const uint8_t* data, int row,
-                                         int t, int team, Chunk (&c)[kCpt]) {
-  const int n_chunks = m->cols / 64;
-#pragma unroll
-  for (int i = 0; i < kCpt; ++i) {
-    const int chunk = t + i * team;
-    if (m == nullptr || chunk >= n_chunks) continue;
-    const uint8_t* block =
-        data + (size_t)row * m->row_bytes + (size_t)(chunk / 4) * kSuperBlockBytes;
-    const uint8_t* nibbles = block + 16 + 32 * (chunk % 4);
-    c[i].head = load_weights16(block, false);
-    c[i].lo = load_weights16(nibbles, false);
-    c[i].hi = load_weights16(nibbles + 16, false);
-  }
-}
-
-template <int kCpt>
-__device__ __forceinline__ float dot_row(const PersistentMatrix* m, int t, int team,
-                                         const Chunk (&c)[kCpt], const int8_t* codes,
-                                         const float2* scales) {
-  float acc = 0.0f;
-  if (m == nullptr) return acc;
-  const int n_chunks = m->cols / 64;
-#pragma unroll
-  for (int i = 0; i < kCpt; ++i) {
-    const int chunk = t + i * team;
-    if (chunk >= n_chunks) continue;
-    const int4* x = reinterpret_cast<const int4*>(codes + 64 * chunk);
-    const float4 s = reinterpret_cast<const float4*>(scales)[chunk];
-    acc += chunk_dot(c[i], chunk % 4, x[0], x[1], x[2], x[3], s);
-  }
-  return acc;
-}
-
-// One row group: each team's row (or gate and up rows) summed and stored.
-template <int kCpt, bool kGlu>
-__device__ __forceinline__ void finish_rows(const PersistentPhase& ph, const TeamPlace& at,
-                                            int team, int r, const Chunk (&g)[kCpt],
-                                            const Chunk (&u)[kCpt], const int8_t* codes,
-                                            const float2* scales, float (*partial)[1]) {
-  const RowOf row = q4k_row(ph, r);
-  float acc[1] = {dot_row<kCpt>(row.m, at.t, at.team_threads, g, codes, scales)};
-  const float total = team_total<1>(at, team, acc, partial);
-  if constexpr (kGlu) {
-    float up[1] = {dot_row<kCpt>(row.m, at.t, at.team_threads, u, codes, scales)};
-    const float total_up = team_total<1>(at, team, up, partial + kWarps);
-    if (at.t == 0 && row.m != nullptr) row.m->out[row.row] = glu_value(ph.act, total, total_up);
-  } else {
-    if (at.t == 0 && row.m != nullptr) row.m->out[row.row] = total;
-  }
-}
-
-// (Not inlined: each instance gets its registers to itself, not the union of every phase's.)
-template <int kCpt, bool kGlu>
-__device__ __noinline__ void q4k_products(const PersistentPhase& ph, int team_threads,
-                                          int total_rows, const int8_t* codes,
-                                          const float2* scales) {
-  __shared__ float partial[2][2 * kWarps][1];  // alternate groups: no barrier between them
-  const int teams = kThreads / team_threads, team = threadIdx.x / team_threads;
-  const TeamPlace at = {nullptr, 0, 0, 0, team_threads, (int)threadIdx.x % team_threads, false};
-  const int groups = (total_rows + teams - 1) / teams;
-  const uint8_t* up = kGlu ? static_cast<const uint8_t*>(ph.matrices[1].data) : nullptr;
-  const auto load = [&](int bg, Chunk(&g)[kCpt], Chunk(&u)[kCpt]) {
-    const int r = bg * teams + team;
-    const RowOf row = r < total_rows ? q4k_row(ph, r) : RowOf{nullptr, 0};
-    if (row.m == nullptr) return;
-    load_row<kCpt>(row.m, static_cast<const uint8_t*>(row.m->data), row.row, at.t, team_threads, g);
-    if constexpr (kGlu) load_row<kCpt>(row.m, up, row.row, at.t, team_threads, u);
-  };
-  const auto finish = [&](int bg, const Chunk(&g)[kCpt], const Chunk(&u)[kCpt], int parity) {
-    const int r = bg * teams + team;
-    finish_rows<kCpt, kGlu>(ph, at, team, r < total_rows ? r : 1 << 30, g, u, codes, scales,
-                            partial[parity]);
-  };
-  Chunk ga[kCpt], gb[kCpt], ua[kCpt], ub[kCpt];  // (ua, ub unused without kGlu)
-  int bg = blockIdx.x;
-  if (bg < groups) load(bg, ga, ua);
-  while (bg < groups) {  // the same trip count for every thread of the block
-    if (bg + (int)gridDim.x < groups) load(bg + gridDim.x, gb, ub);
-    finish(bg, ga, ua, 0);
-    bg += gridDim.x;
-    if (bg >= groups) break;
-    if (bg + (int)gridDim.x < groups) load(bg + gridDim.x, ga, ua);
-    finish(bg, gb, ub, 1);
-    bg += gridDim.x;
-  }
-}
-
-// The Q4_K products of the phase: every Q4_K matrix's rows (or the gated pair), at kCpt
-// chunks per thread (1 .. 4; the planner admits no more).
-__device__ void q4k_phase(const PersistentPhase& ph, const int8_t* codes, const float2* scales) {
-  int rows = 0, team = 0, cols = 0;
-  for (int i = 0; i < ph.n_matrices; ++i)
-    if (ph.matrices[i].type == PersistentMatrixType::kQ4K && !(ph.glu && i == 1)) {
-      rows += ph.matrices[i].rows;
-      team = ph.matrices[i].team, cols = ph.matrices[i].cols;
-    }
-  if (rows == 0) return;
-  const int cpt = (cols / 64 + team - 1) / team;
-  if (ph.glu) {
-    if (cpt == 1) return q4k_products<1, true>(ph, team, rows, codes, scales);
-    return q4k_products<2, true>(ph, team, rows, codes, scales);
-  }
-  switch (cpt) {
-    case 1:
-      return q4k_products<1, false>(ph, team, rows, codes, scales);
-    case 2:
-      return q4k_products<2, false>(ph, team, rows, codes, scales);
-    case 3:
-      return q4k_products<3, false>(ph, team, rows, codes, scales);
-    default:
-      return q4k_products<4, false>(ph, team, rows, codes, scales);
-  }
-}
-
-// ---- Q6_K products: matmul_q6k_rows.cu's warps (32 / team rows staged in the warp's
-// region, lane t of a team taking half-units t, t + team, ...), looping over row groups.
-__device__ __noinline__ void q6k_matrix(const PersistentMatrix& m, const int8_t* codes,
-                                        const float2* scales, uint8_t* slot) {
-  const int lane = threadIdx.x % 32, team = m.team, rows_per_warp = 32 / team;
-  const int groups = (m.rows + rows_per_warp - 1) / rows_per_warp;
-  const int half_units = m.cols / 128, t = lane % team;
-  const uint8_t* w = static_cast<const uint8_t*>(m.data);
-  const uint8_t* w_end = w + (size_t)m.rows * m.row_bytes;
-  for (int g = blockIdx.x * kWarps + threadIdx.x / 32; g < groups; g += gridDim.x * kWarps) {
-    const int row0 = g * rows_per_warp, row = row0 + lane / team;
-    const int lead =
-        stage_span(w + (size_t)row0 * m.row_bytes,
-                   w + (size_t)min(row0 + rows_per_warp, m.rows) * m.row_bytes, w_end, slot, lane);
-    wait_async_all();
-    __syncwarp();
-    float acc = 0.0f;
-    if (row < m.rows) {
-      const uint8_t* w_row = slot + lead + (size_t)(lane / team) * m.row_bytes;
-      for (int h = t; h < half_units; h += team) {
-        int x[32];
-        const int4* xv = reinterpret_cast<const int4*>(codes + 128 * h);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int4 v = xv[i];
-          x[4 * i] = v.x, x[4 * i + 1] = v.y, x[4 * i + 2] = v.z, x[4 * i + 3] = v.w;
-        }
-        const float2 xs[4] = {scales[4 * h], scales[4 * h + 1], scales[4 * h + 2],
-                              scales[4 * h + 3]};
-        acc += q6k::half_unit_dot(q6k::load_half_unit(w_row + (h / 2) * q6k::kBlockBytes, h % 2), x,
-                                  xs);
-      }
-    }
-    for (int off = team / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (t == 0 && row < m.rows) m.out[row] = acc;
-    __syncwarp();  // every lane is done with the slot before the next group's copies
-  }
-}
-
-__device__ void products(const PersistentPhase& ph, const int8_t* codes, const float2* scales,
-                         uint8_t* slot) {
-  q4k_phase(ph, codes, scales);
-  if (ph.glu) return;
-  for (int i = 0; i < ph.n_matrices; ++i)
-    if (ph.matrices[i].type == PersistentMatrixType::kQ6K)
-      q6k_matrix(ph.matrices[i], codes, scales, slot);
-}
-
 __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Args a) {
   extern __shared__ __align__(16) uint8_t smem[];
   auto* codes = reinterpret_cast<int8_t*>(smem);
   auto* scales = reinterpret_cast<float2*>(smem + kCodesBytes);
   uint8_t* region = smem + kCodesBytes + kScalesBytes + (threadIdx.x / 32) * kWarpRegion;
+  __shared__ uint64_t bars[kWarps][2];
+  persistent::WarpStream stream = persistent::warp_stream(bars);
+  __shared__ PersistentPhase phase;  // the current phase: its fields read from shared memory
   for (int i = 0; i < a.n_phases; ++i) {
-    const PersistentPhase& ph = a.phases[i];
-    switch (ph.kind) {
-      case PersistentPhaseKind::kNormProducts:
+    stamp(a.stamps, i, 0);
+    for (int w = threadIdx.x; w < (int)(sizeof(PersistentPhase) / 4); w += kThreads)
+      reinterpret_cast<uint32_t*>(&phase)[w] = reinterpret_cast<const uint32_t*>(a.phases + i)[w];
+    __syncthreads();
+    const PersistentPhase& ph = phase;
+    if (ph.kind == PersistentPhaseKind::kAttention) {
+      stamp(a.stamps, i, 1);
+      persistent_attention(ph, a.ctx, a.ws.partials, a.ws.done, a.ws.codes, a.ws.scales, region,
+                           stream);
+    } else {
+      // The products' input row in shared memory, then the products (one call site: the
+      // kernel's code is fetched once per phase, so it is kept small).
+      if (ph.kind == PersistentPhaseKind::kNormProducts)
         norm_into_shared(ph, a.ctx.rms_eps, codes, scales);
-        products(ph, codes, scales, region);
-        break;
-      case PersistentPhaseKind::kProduct:
-        if (ph.input == PersistentInput::kF32)
-          quantize_into_shared(ph.in, ph.width, codes, scales);
-        else
-          copy_codes_into_shared(a.ws, ph.width, codes, scales);
-        products(ph, codes, scales, region);
-        break;
-      case PersistentPhaseKind::kAttention:
-        persistent_attention(ph, a.ctx, a.ws.partials, a.ws.done, a.ws.codes, a.ws.scales,
-                             reinterpret_cast<float*>(region));
-        break;
+      else if (ph.input == PersistentInput::kF32)
+        quantize_into_shared(ph.in, ph.width, codes, scales);
+      else
+        copy_codes_into_shared(a.ws, ph.width, codes, scales);
+      stamp(a.stamps, i, 1);
+      persistent::products(ph, codes, scales, region, stream);
     }
-    if (i + 1 < a.n_phases) grid_barrier(a.ws.barrier);
+    __syncthreads();
+    stamp_latest(a.stamps, i);
+    if (i + 1 < a.n_phases) {
+      persistent::prefetch_first_group(a.phases[i + 1], region, stream);
+      grid_barrier(a.ws.barrier, i);
+    }
   }
+  __syncthreads();
+  stamp(a.stamps, a.n_phases, 0);
+  reset_barrier(a.ws.barrier, a.ws.barrier + 1);
 }
 
 }  // namespace
@@ -344,17 +274,29 @@ bool persistent_matrix_rule(const WeightView& w, int matrices, PersistentMatrix*
   if (w.type == DType::Q4_K && q4k_rows_supported(w)) {
     m.type = PersistentMatrixType::kQ4K;
     m.team = q4k_rows_team(w.cols, w.rows, matrices);
-    const int64_t per_thread = (w.cols / 64 + m.team - 1) / m.team;
-    if (per_thread > (matrices == 2 ? 2 : 4)) return false;
+    if (w.row_bytes * (size_t)matrices + 32 > kPersistentWarpRegion) return false;
   } else if (w.type == DType::Q6_K && matrices == 1 && q6k_rows_supported(w)) {
     m.type = PersistentMatrixType::kQ6K;
     m.team = q6k_rows_team(w);
-    if (q6k_rows_slot_bytes(m.team, w.row_bytes) > kPersistentQ6kSlotBytes) return false;
+    if (w.row_bytes + 32 > kPersistentWarpRegion) return false;
   } else {
     return false;
   }
   *out = m;
   return true;
+}
+
+std::string persistent_phase_name(const PersistentPhase& p) {
+  switch (p.kind) {
+    case PersistentPhaseKind::kAttention:
+      return "attention";
+    case PersistentPhaseKind::kProduct:
+      return p.input == PersistentInput::kAttentionCodes ? "o" : "down";
+    case PersistentPhaseKind::kNormProducts:
+      break;
+  }
+  if (p.glu) return "gate-up";
+  return p.n_matrices == 3 ? "qkv" : "norm-product";
 }
 
 bool persistent_shapes_supported(const PersistentStepContext& c, std::string* why) {
@@ -417,8 +359,9 @@ bool PersistentStepRunner::device_can_run(std::string* why) {
   return true;
 }
 
-void PersistentStepRunner::launch(cudaStream_t stream) const {
+void PersistentStepRunner::launch(cudaStream_t stream, unsigned long long* stamps) const {
   Args a;
+  a.stamps = stamps;
   a.phases = static_cast<const PersistentPhase*>(phases_.get());
   a.n_phases = n_phases_;
   a.ctx = ctx_;

@@ -22,6 +22,12 @@
 // the launch-per-op step (the same reductions in the same order, the same teams per row:
 // q4k_rows_team, q6k_rows_team); the attention sums in f32 on CUDA cores in its own order,
 // so its output (and what follows) differs from the tensor-core decode kernel's by rounding.
+//
+// Status: experimental and off by default (CudaExecutorOptions::persistent_decode; `hablar
+// bench --persistent-decode --profile` times its phases). On the H200 it is still slower
+// than the launch-per-op graph (1.5B shape: 2.9 ms a step against 1.3 ms): every phase pays
+// a grid barrier, L2 round trips in its prologue and, above all, cold instruction fetches
+// (docs/PERFORMANCE.md).
 // Plain C++ (no CUDA types): the planner and its host test build without nvcc.
 #pragma once
 
@@ -101,7 +107,7 @@ inline constexpr int32_t kPersistentMaxWidth = 16384;
 inline constexpr int32_t kPersistentMaxGroup = 8;
 inline constexpr int32_t kPersistentMaxSplits = 32;
 inline constexpr int kPersistentMaxRopeVariants = 4;
-// Shared memory a warp's Q6_K rows may take (the launch-per-op kernel's bound).
-inline constexpr size_t kPersistentQ6kSlotBytes = 24 * 1024 + 32;
+// Shared memory of each warp's region, through which its weight rows stream.
+inline constexpr size_t kPersistentWarpRegion = 12 * 1024;
 
 }  // namespace hablar::cuda

@@ -21,6 +21,9 @@ bool persistent_matrix_rule(const WeightView& w, int matrices, PersistentMatrix*
 // query heads per KV head, an F16 cache, widths in whole blocks of 32); why not otherwise.
 bool persistent_shapes_supported(const PersistentStepContext& ctx, std::string* why);
 
+// A phase's kind for profiles: "qkv", "attention", "o", "gate-up", "down", "logits", ...
+std::string persistent_phase_name(const PersistentPhase& p);
+
 class PersistentStepRunner {
  public:
   // Whether this device holds the kernel's grid resident (one block per multiprocessor, with
@@ -30,8 +33,11 @@ class PersistentStepRunner {
   ~PersistentStepRunner();
   PersistentStepRunner(const PersistentStepRunner&) = delete;
   PersistentStepRunner& operator=(const PersistentStepRunner&) = delete;
-  // The whole phase list in one launch on `stream`, after the work queued before it.
-  void launch(cudaStream_t stream) const;
+  // The whole phase list in one launch on `stream`, after the work queued before it;
+  // `stamps` (device, [phases() + 1][4], zeroed) given: per phase the times (ns,
+  // %globaltimer) block 0 began it and ended its prologue, and the last block ended its
+  // share; [phases()][0] the end (for benches and tests).
+  void launch(cudaStream_t stream, unsigned long long* stamps = nullptr) const;
   int phases() const { return n_phases_; }
 
  private:

@@ -28,10 +28,15 @@ static_assert(kSuperBlockBytes == 144, "Q4_K super-block layout");
 using cuda::allow_next_kernel_to_start;  // dependent_launch.cuh
 using cuda::wait_for_previous_kernel;
 
-// One block of 32 activations, value v of lane (every lane of the warp calls it): its int8
-// code (round to nearest of v / d, d = max |v| / 127) to *code, and lane 0 writes (d, d *
-// sum of the codes) to *scales.
-__device__ __forceinline__ void quantize_block32(float v, int lane, int8_t* code, float2* scales) {
+// One block of 32 activations, value v of each lane of the warp (every lane calls it, in
+// control flow the whole warp takes): its int8 code (round to nearest of v / d, d = max |v|
+// / 127), d, and the sum of the warp's codes.
+struct Block32Code {
+  int q;
+  float d;
+  int sum;
+};
+__device__ __forceinline__ Block32Code quantize_block32_code(float v) {
   float amax = fabsf(v);
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
@@ -40,8 +45,14 @@ __device__ __forceinline__ void quantize_block32(float v, int lane, int8_t* code
   int sum = q;
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  *code = (int8_t)q;
-  if (lane == 0) *scales = make_float2(d, d * (float)sum);
+  return {q, d, sum};
+}
+
+// The same with its code to *code, and lane 0 writing (d, d * sum of the codes) to *scales.
+__device__ __forceinline__ void quantize_block32(float v, int lane, int8_t* code, float2* scales) {
+  const Block32Code c = quantize_block32_code(v);
+  *code = (int8_t)c.q;
+  if (lane == 0) *scales = make_float2(c.d, c.d * (float)c.sum);
 }
 
 // Unsigned bytes of a times signed bytes of b, summed into c.

@@ -5,7 +5,9 @@
 // quantized by the phase (quantize_activations_q8). One phase list chains them, so the later
 // phases read what earlier ones wrote in other blocks: the grid barrier is under test too.
 // (The attention phase is compared end to end: gpu_parity_test.cpp.)
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/matmul.h"
@@ -36,6 +38,24 @@ cuda::PersistentMatrix matrix_of(const DeviceWeights& w, int matrices, float* ou
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Per phase of one launch: block 0's prologue, the last block's end of its share, and the
+// barrier after it.
+void print_phase_times(const cuda::PersistentStepRunner& runner, const std::string& what,
+                       const std::vector<std::string>& names) {
+  DeviceBuffer<unsigned long long> stamps(4 * names.size() + 4);
+  HABLAR_CUDA_CHECK(cudaMemset(stamps.get(), 0, stamps.size() * 8));
+  runner.launch(nullptr, stamps.get());
+  HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto t = stamps.download();
+  std::printf("%s:", what.c_str());
+  for (size_t i = 0; i < names.size(); ++i)
+    std::printf(" %s %.1f us (prologue %.1f, last block done %.1f, barrier %.1f);",
+                names[i].c_str(), (t[4 * i + 4] - t[4 * i]) / 1e3, (t[4 * i + 1] - t[4 * i]) / 1e3,
+                ((double)t[4 * i + 2] - (double)t[4 * i]) / 1e3,
+                ((double)t[4 * i + 4] - (double)t[4 * i + 2]) / 1e3);
+  std::printf("\n");
 }
 
 // Shapes of a 1.5B-like layer (E = 1536, FF = 8960) and an 8B-like one (4096, 14336).
@@ -81,6 +101,8 @@ TEST_P(PersistentStepPhases, EqualTheLaunchPerOpKernelsBitForBit) {
   cuda::PersistentStepRunner runner(phases, ctx);
   for (int run = 0; run < 3; ++run) runner.launch(nullptr);  // barriers reused across launches
   HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+  print_phase_times(runner, "E " + std::to_string(E) + " FF " + std::to_string(FF),
+                    {"QKV", "gate-up", "down"});
 
   // The same through the launch-per-op kernels, from the same inputs.
   DeviceBuffer<float> rx(x_host), normed((size_t)E), rq((size_t)E), rk((size_t)KV), rv((size_t)KV);
@@ -113,6 +135,33 @@ TEST_P(PersistentStepPhases, EqualTheLaunchPerOpKernelsBitForBit) {
   double sum = 0;
   for (float f : y4.download()) sum += std::abs(f);
   EXPECT_GT(sum, 0.0);
+}
+
+// A list of norm-only phases: what a phase costs beyond its products (the norm of a
+// 1536-value row in every block and the grid barrier), printed.
+TEST(PersistentStepBarrier, NormOnlyPhasesRunAndTheirCostIsPrinted) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const int E = 1536, n = 64;
+  DeviceBuffer<float> x(random_floats((size_t)E, 1)), w(random_floats((size_t)E, 2));
+  std::vector<cuda::PersistentPhase> phases((size_t)n);
+  for (auto& p : phases) p.x = x.get(), p.norm_weight = w.get(), p.width = E;
+  cuda::PersistentStepContext ctx;
+  ctx.n_embd = E, ctx.n_heads = 12, ctx.n_kv_heads = 2, ctx.head_dim = 128, ctx.rms_eps = 1e-6f;
+  cuda::PersistentStepRunner runner(phases, ctx);
+  DeviceBuffer<unsigned long long> stamps(4 * phases.size() + 4);
+  for (int run = 0; run < 3; ++run) {
+    HABLAR_CUDA_CHECK(cudaMemset(stamps.get(), 0, stamps.size() * 8));
+    runner.launch(nullptr, stamps.get());
+  }
+  HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto t = stamps.download();
+  ASSERT_GT(t[4 * (size_t)n], t[0]);
+  double norm = 0, rest = 0;
+  for (int i = 0; i < n; ++i) {
+    norm += (double)(t[4 * i + 1] - t[4 * i]), rest += (double)(t[4 * i + 4] - t[4 * i + 1]);
+  }
+  std::printf("norm-only phase: %.2f us each over %d (norm %.2f, the rest and the barrier %.2f)\n",
+              (double)(t[4 * (size_t)n] - t[0]) / 1e3 / n, n, norm / 1e3 / n, rest / 1e3 / n);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PersistentStepPhases,

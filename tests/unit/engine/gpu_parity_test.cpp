@@ -49,7 +49,7 @@ nlohmann::json golden(const std::string& name) {
 
 std::unique_ptr<StepExecutor> executor(const model::Model& m, DeviceKind device, int32_t n_ctx,
                                        bool deterministic = false, int32_t step_tokens = 512,
-                                       bool persistent_decode = true) {
+                                       bool persistent_decode = false) {
   ExecutorOptions o;
   o.cuda.persistent_decode = persistent_decode;
   o.device = device;
