@@ -18,6 +18,8 @@
 //  - mixtures of experts (synthetic Mixtral, Qwen2-MoE, Qwen3-MoE in F16, Q8_0, Q4_K_M): the
 //    bounds above, and in deterministic mode every logits row identical to the CPU's and
 //    batched = single.
+//  - the experimental persistent one-token step (backend/cuda/persistent_step.h) against the
+//    launch-per-op step it replaces, over 48 greedy steps: top-1 on 85%, |d| <= 0.15.
 // Every case skips, saying why, without a CUDA device.
 #include <gtest/gtest.h>
 
