@@ -76,26 +76,20 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// One (KV head, split) item over positions [begin, end) at kDim = head_dim, kPer = kDim / 32
-// dimensions per lane, for a group of kGroup query heads.
+// The group's queries (q + bias, then RoPE) into q_s [kGroup][kDim] floats.
 template <int kDim, int kGroup>
-__device__ void attention_item(const PersistentPhase& ph, const PersistentStepContext& ctx, int kvh,
-                               int split, int begin, int end, int pos, float* partials,
-                               uint8_t* region, persistent::WarpStream& ws) {
-  float* q_s = reinterpret_cast<float*>(region + kQueryOffset);
-  constexpr int kPer = kDim / 32, group = kGroup;
-  const int lane = threadIdx.x % 32;
-  const KvCacheLayout& L = ctx.layout;
-  auto* cache = static_cast<uint16_t*>(ctx.kv_cache);
-  const int32_t* table = ctx.block_table;
-  const int variant = ph.rope_variant;
+__device__ __forceinline__ void group_queries(const PersistentPhase& ph,
+                                              const PersistentStepContext& ctx, int kvh,
+                                              float* q_s) {
+  constexpr int kPer = kDim / 32;
+  const int lane = threadIdx.x % 32, variant = ph.rope_variant;
   if (variant >= 0 && ctx.rope_neox[variant] && 2 * ctx.rope_pairs == kDim) {
     // NeoX over whole heads: lane l's pairs are (l + 32 e, l + 32 e + kDim / 2), e < kPer / 2,
     // so every load of the group's queries goes out before any is used.
     float x[kGroup][kPer];
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
-      const size_t at = (size_t)(kvh * group + g) * kDim;
+      const size_t at = (size_t)(kvh * kGroup + g) * kDim;
 #pragma unroll
       for (int e = 0; e < kPer; ++e) {
         const int d = lane + 32 * e;
@@ -114,59 +108,55 @@ __device__ void attention_item(const PersistentPhase& ph, const PersistentStepCo
         q_s[g * kDim + i + kDim / 2] = fmaf(x0, sn, x1 * c);
       }
     }
-  } else {
+    return;
+  }
 #pragma unroll 1
-    for (int g = 0; g < group; ++g) {
-      const int h = kvh * group + g;
-      roped_head(ctx, variant, ph.q + (size_t)h * kDim,
-                 ph.bq != nullptr ? ph.bq + (size_t)h * kDim : nullptr,
-                 [&](int d, float x) { q_s[g * kDim + d] = x; });
-    }
-  }
-  if (end == pos + 1) {  // this split holds the token: its key and value go in first
-    const size_t k_at = L.position_offset(table, ph.layer, 0, kvh, pos);
-    const size_t v_at = L.position_offset(table, ph.layer, 1, kvh, pos);
-    roped_head(ctx, ph.rope_variant, ph.k + (size_t)kvh * kDim,
-               ph.bk != nullptr ? ph.bk + (size_t)kvh * kDim : nullptr,
-               [&](int d, float x) { cache[k_at + d] = kv_from_float<false>(x); });
-    roped_head(ctx, -1, ph.v + (size_t)kvh * kDim,
-               ph.bv != nullptr ? ph.bv + (size_t)kvh * kDim : nullptr,
-               [&](int d, float x) { cache[v_at + d] = kv_from_float<false>(x); });
-  }
-  __syncwarp();  // the queries in shared memory, the token's key and value in the cache
-
-  float m[kGroup], l[kGroup], o[kGroup][kPer];
-#pragma unroll
   for (int g = 0; g < kGroup; ++g) {
-    m[g] = -INFINITY, l[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) o[g][e] = 0.0f;
+    const int h = kvh * kGroup + g;
+    roped_head(ctx, variant, ph.q + (size_t)h * kDim,
+               ph.bq != nullptr ? ph.bq + (size_t)h * kDim : nullptr,
+               [&](int d, float x) { q_s[g * kDim + d] = x; });
   }
-  // Tiles of up to 16 positions of one cache block: their K and V rows (contiguous in the
-  // cache) bulk-copied into the warp's region, then summed from shared memory with rolled
-  // loops (a warp runs this code once a layer: it must be short to fetch).
-  const int tile = min(16, L.block_size);
-  uint16_t* k_s = reinterpret_cast<uint16_t*>(region);
-  uint16_t* v_s = k_s + 16 * kDim;
-  asm volatile("fence.proxy.async;" ::: "memory");  // the token's K/V stores, before the copies
-  __syncwarp();
-#pragma unroll 1
-  for (int t0 = begin; t0 < end; t0 += tile) {
-    const int n = min(tile, end - t0);
-    if (lane == 0) {
-      const int block = __ldg(table + t0 / L.block_size), slot = t0 % L.block_size;
-      const uint32_t bytes = (uint32_t)(n * kDim * 2);
-      persistent::fence_before_bulk_copies();
-      persistent::barrier_expect(&ws.bars[0], 2 * bytes);
-      persistent::bulk_copy(k_s, cache + L.offset(ph.layer, 0, block, kvh, slot, 0), bytes,
-                            &ws.bars[0]);
-      persistent::bulk_copy(v_s, cache + L.offset(ph.layer, 1, block, kvh, slot, 0), bytes,
-                            &ws.bars[0]);
+}
+
+// This token's key (k + bias, RoPE) and value (v + bias) of KV head kvh into the cache at
+// position pos, rounded to F16 as the launch-per-op row work would.
+template <int kDim>
+__device__ __forceinline__ void store_token_kv(const PersistentPhase& ph,
+                                               const PersistentStepContext& ctx, int kvh, int pos) {
+  auto* cache = static_cast<uint16_t*>(ctx.kv_cache);
+  const size_t k_at = ctx.layout.position_offset(ctx.block_table, ph.layer, 0, kvh, pos);
+  const size_t v_at = ctx.layout.position_offset(ctx.block_table, ph.layer, 1, kvh, pos);
+  roped_head(ctx, ph.rope_variant, ph.k + (size_t)kvh * kDim,
+             ph.bk != nullptr ? ph.bk + (size_t)kvh * kDim : nullptr,
+             [&](int d, float x) { cache[k_at + d] = kv_from_float<false>(x); });
+  roped_head(ctx, -1, ph.v + (size_t)kvh * kDim,
+             ph.bv != nullptr ? ph.bv + (size_t)kvh * kDim : nullptr,
+             [&](int d, float x) { cache[v_at + d] = kv_from_float<false>(x); });
+}
+
+// A warp's running softmax state over one split for its group: per head the maximum m, the
+// sum l and the unnormalized output o (lane l's kPer dimensions).
+template <int kDim, int kGroup>
+struct SplitState {
+  static constexpr int kPer = kDim / 32;
+  float m[kGroup], l[kGroup], o[kGroup][kPer];
+
+  __device__ __forceinline__ void start() {
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) o[g][e] = 0.0f;
     }
-    persistent::wait_half(ws, 0);
-    __syncwarp();
-    // Scores: lanes j and j + 16 take halves of position j's dimensions.
-    const int j = lane % 16, part = lane / 16;
+  }
+
+  // One tile of n positions from shared memory (k_s, v_s: [n][kDim] halves): scores (lanes j
+  // and j + 16 take halves of position j's dimensions), one online-softmax update per head,
+  // then P·V with rolled loops (a warp runs this once a layer: it must be short to fetch).
+  __device__ __forceinline__ void add_tile(const uint16_t* k_s, const uint16_t* v_s,
+                                           const float* q_s, int n, float scale) {
+    const int lane = threadIdx.x % 32, j = lane % 16, part = lane / 16;
     float s[kGroup] = {};
     if (j < n) {
       const uint16_t* krow = k_s + j * kDim + part * (kDim / 2);
@@ -187,7 +177,7 @@ __device__ void attention_item(const PersistentPhase& ph, const PersistentStepCo
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
       s[g] += __shfl_xor_sync(0xffffffffu, s[g], 16);
-      const float score = scored ? s[g] * ph.scale : -INFINITY;
+      const float score = scored ? s[g] * scale : -INFINITY;
       const float m_new = fmaxf(m[g], warp_max(score));
       const float keep = expf(m[g] - m_new);  // 0 while m[g] is -inf
       const float pj = scored ? expf(score - m_new) : 0.0f;
@@ -197,7 +187,6 @@ __device__ void attention_item(const PersistentPhase& ph, const PersistentStepCo
       for (int e = 0; e < kPer; ++e) o[g][e] *= keep;
       s[g] = pj;
     }
-    // P·V: lane l's dimensions of each position's V row.
 #pragma unroll 1
     for (int jj = 0; jj < n; ++jj) {
       float vf[kPer];
@@ -217,15 +206,61 @@ __device__ void attention_item(const PersistentPhase& ph, const PersistentStepCo
         for (int e = 0; e < kPer; ++e) o[g][e] = fmaf(pj, vf[e], o[g][e]);
       }
     }
+  }
+
+  // (m, l, o) of each head of the group as split `split`'s partial.
+  __device__ __forceinline__ void write(float* partials, int kvh, int split) const {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      float* part =
+          partials + ((size_t)(kvh * kGroup + g) * kPersistentMaxSplits + split) * (kDim + 2);
+      if (lane == 0) part[0] = m[g], part[1] = l[g];
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) part[2 + lane * kPer + e] = o[g][e];
+    }
+  }
+};
+
+// One (KV head, split) item over positions [begin, end) at kDim = head_dim, for a group of
+// kGroup query heads: tiles of up to 16 positions of one cache block, their K and V rows
+// (contiguous in the cache) bulk-copied into the warp's region and summed from there.
+template <int kDim, int kGroup>
+__device__ void attention_item(const PersistentPhase& ph, const PersistentStepContext& ctx, int kvh,
+                               int split, int begin, int end, int pos, float* partials,
+                               uint8_t* region, persistent::WarpStream& ws) {
+  float* q_s = reinterpret_cast<float*>(region + kQueryOffset);
+  const int lane = threadIdx.x % 32;
+  const KvCacheLayout& L = ctx.layout;
+  const auto* cache = static_cast<const uint16_t*>(ctx.kv_cache);
+  group_queries<kDim, kGroup>(ph, ctx, kvh, q_s);
+  if (end == pos + 1) store_token_kv<kDim>(ph, ctx, kvh, pos);  // this split holds the token
+  asm volatile("fence.proxy.async;" ::: "memory");  // the token's K/V stores, before the copies
+  __syncwarp();  // the queries in shared memory, the token's key and value in the cache
+  SplitState<kDim, kGroup> state;
+  state.start();
+  const int tile = min(16, L.block_size);
+  uint16_t* k_s = reinterpret_cast<uint16_t*>(region);
+  uint16_t* v_s = k_s + 16 * kDim;
+#pragma unroll 1
+  for (int t0 = begin; t0 < end; t0 += tile) {
+    const int n = min(tile, end - t0);
+    if (lane == 0) {
+      const int block = __ldg(ctx.block_table + t0 / L.block_size), slot = t0 % L.block_size;
+      const uint32_t bytes = (uint32_t)(n * kDim * 2);
+      persistent::fence_before_bulk_copies();
+      persistent::barrier_expect(&ws.bars[0], 2 * bytes);
+      persistent::bulk_copy(k_s, cache + L.offset(ph.layer, 0, block, kvh, slot, 0), bytes,
+                            &ws.bars[0]);
+      persistent::bulk_copy(v_s, cache + L.offset(ph.layer, 1, block, kvh, slot, 0), bytes,
+                            &ws.bars[0]);
+    }
+    persistent::wait_half(ws, 0);
+    __syncwarp();
+    state.add_tile(k_s, v_s, q_s, n, ph.scale);
     __syncwarp();  // the tiles are read before the next copies land there
   }
-  for (int g = 0; g < group; ++g) {
-    float* part =
-        partials + ((size_t)(kvh * group + g) * kPersistentMaxSplits + split) * (kDim + 2);
-    if (lane == 0) part[0] = m[g], part[1] = l[g];
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) part[2 + lane * kPer + e] = o[g][e];
-  }
+  state.write(partials, kvh, split);
 }
 
 // The splits of KV head kvh merged into each of its query heads' output row, written as f32
