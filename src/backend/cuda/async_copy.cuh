@@ -1,6 +1,7 @@
 // Asynchronous global -> shared copies (cp.async, sm_80 and later), shared by the kernels
 // that stage tiles in shared memory (matmul_q4k_mma.cu, embed_attention.cu, the Q6_K rows
-// of matmul_q6k_rows.cu and persistent_step.cu).
+// of matmul_q6k_rows.cu), and the 16-byte pieces of a matrix's byte span
+// (persistent_products.cuh stages them by bulk copies).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -51,21 +52,36 @@ __device__ __forceinline__ void wait_async_all() {
 #endif
 }
 
-// Starts copying the bytes [begin, end) of a matrix W (which ends at w_end) to slot in aligned
-// 16-byte pieces, lane i taking pieces i, i + 32, ...; a last piece that would reach past w_end is
-// copied by 2-byte loads instead. Returns where begin lands in the slot (0..14).
+// Bytes [begin, end) of a matrix W (16-byte aligned, ending at w_end) as 16-byte pieces:
+// from begin rounded down to 16 (`first`; begin lands `lead` bytes in), `whole` pieces that
+// lie inside W, `bytes` in all from first to end. What lies past the whole pieces (the
+// matrix's last bytes, never reading past w_end) is copied by copy_span_tail.
+struct SpanPieces {
+  const uint8_t* first;
+  int lead, bytes, whole;
+};
+__device__ __forceinline__ SpanPieces span_pieces(const uint8_t* begin, const uint8_t* end,
+                                                  const uint8_t* w_end) {
+  const int lead = (int)(reinterpret_cast<uintptr_t>(begin) & 15);
+  const uint8_t* first = begin - lead;  // not before W
+  const int bytes = (int)(end - first), pieces = (bytes + 15) / 16;
+  return {first, lead, bytes, first + 16 * pieces <= w_end ? pieces : pieces - 1};
+}
+// The span's bytes past its whole pieces into dst, by 2-byte loads (bytes is even).
+__device__ __forceinline__ void copy_span_tail(const SpanPieces& s, uint8_t* dst) {
+  for (int b = 16 * s.whole; b < s.bytes; b += 2)
+    *reinterpret_cast<uint16_t*>(dst + b) =
+        __ldg(reinterpret_cast<const unsigned short*>(s.first + b));
+}
+
+// Starts copying the span [begin, end) of W to slot, lane i taking pieces i, i + 32, ...
+// (span_pieces; lane 0 copies the tail). Returns where begin lands in the slot (0..14).
 __device__ __forceinline__ int stage_span(const uint8_t* begin, const uint8_t* end,
                                           const uint8_t* w_end, uint8_t* slot, int lane) {
-  const int lead = (int)(reinterpret_cast<uintptr_t>(begin) & 15);
-  const uint8_t* first = begin - lead;  // not before W, which is 16-byte aligned
-  const int bytes = (int)(end - first), pieces = (bytes + 15) / 16;
-  const int whole = first + 16 * pieces <= w_end ? pieces : pieces - 1;
-  for (int i = lane; i < whole; i += 32) copy16_async(slot + 16 * i, first + 16 * i);
-  if (whole < pieces && lane == 0)  // the matrix's last bytes (bytes is even)
-    for (int b = 16 * whole; b < bytes; b += 2)
-      *reinterpret_cast<uint16_t*>(slot + b) =
-          __ldg(reinterpret_cast<const unsigned short*>(first + b));
-  return lead;
+  const SpanPieces s = span_pieces(begin, end, w_end);
+  for (int i = lane; i < s.whole; i += 32) copy16_async(slot + 16 * i, s.first + 16 * i);
+  if (lane == 0) copy_span_tail(s, slot);
+  return s.lead;
 }
 
 }  // namespace hablar::cuda

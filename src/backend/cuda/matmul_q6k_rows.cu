@@ -140,10 +140,6 @@ int q6k_rows_team(const WeightView& w) {
   return choose_team(w);
 }
 
-size_t q6k_rows_slot_bytes(int team, size_t row_bytes) {
-  return (size_t)slot_bytes_for(team, row_bytes);
-}
-
 bool q6k_rows_supported(const WeightView& w) {
   return w.type == DType::Q6_K && w.cols > 0 && w.cols % 256 == 0 && w.cols <= kMaxK &&
          w.row_bytes == (size_t)w.cols / 256 * sizeof(BlockQ6_K) && w.rows > 0 &&

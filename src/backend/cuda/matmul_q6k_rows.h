@@ -20,9 +20,8 @@ namespace hablar::cuda {
 // W 16-byte aligned, at most 2^30 rows.
 bool q6k_rows_supported(const WeightView& w);
 // Lanes per row this kernel gives w (a row's sum depends on it: persistent_step.h takes the
-// same), and the shared memory a warp's rows take at that team.
+// same).
 int q6k_rows_team(const WeightView& w);
-size_t q6k_rows_slot_bytes(int team, size_t row_bytes);
 // y[n] = W[n][K] · x, x given as int8 codes xq[K] and per block of 32 activations the pair
 // xs[K/32] = (d, d * sum of the block's 32 codes)  (value_i ≈ d * code_i). xq and xs 16-byte
 // aligned (as q8_layout places them).

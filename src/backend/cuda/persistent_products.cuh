@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/glu_activation.cuh"
 #include "backend/cuda/persistent_step.h"
 #include "backend/cuda/q4k_chunk.cuh"
@@ -90,24 +91,6 @@ __device__ __forceinline__ WarpStream warp_stream(uint64_t (*bars)[2]) {
   return s;
 }
 
-// Starts copying bytes [begin, end) of a matrix (ending at w_end) to dst in whole 16-byte
-// pieces from begin rounded down to 16 (one bulk copy; a last piece that would read past
-// w_end by 2-byte loads), arriving on bar; returns where begin lands in dst (0..14).
-__device__ __forceinline__ int bulk_stage(const uint8_t* begin, const uint8_t* end,
-                                          const uint8_t* w_end, uint8_t* dst, uint64_t* bar,
-                                          uint32_t* expected) {
-  const int lead = (int)(reinterpret_cast<uintptr_t>(begin) & 15);
-  const uint8_t* first = begin - lead;
-  const int bytes = (int)(end - first), pieces = (bytes + 15) / 16;
-  const int whole = first + 16 * pieces <= w_end ? pieces : pieces - 1;
-  if (whole > 0) bulk_copy(dst, first, 16u * whole, bar);
-  *expected += 16u * whole;
-  for (int b = 16 * whole; b < bytes; b += 2)  // the matrix's last bytes (bytes is even)
-    *reinterpret_cast<uint16_t*>(dst + b) =
-        __ldg(reinterpret_cast<const unsigned short*>(first + b));
-  return lead;
-}
-
 // A group of rows staged in a half region: matrix, first row, count, and where the first
 // row starts in the half (Q6_K rows are only 2-byte aligned).
 struct Staged {
@@ -121,6 +104,11 @@ __device__ __forceinline__ bool double_buffered(const PersistentPhase& ph) {
   for (int i = 0; i < ph.n_matrices; ++i)
     if (ph.matrices[i].row_bytes * (ph.glu ? 2 : 1) + 32 > kHalfRegion) return false;
   return true;
+}
+
+// Where group s's first row lands in its half: the row's offset within 16 bytes.
+__device__ __forceinline__ int lead_of(const Staged& s) {
+  return (int)((reinterpret_cast<uintptr_t>(s.m->data) + (size_t)s.row0 * s.m->row_bytes) & 15);
 }
 
 // Rows per group of matrix m: within its buffer (half a region, or all of it), with the
@@ -176,24 +164,24 @@ __device__ __forceinline__ void stage_group(const PersistentPhase& ph, Staged& s
   const uint8_t* w_end = w + (size_t)m.rows * m.row_bytes;
   const size_t first = (size_t)s.row0 * m.row_bytes, bytes = (size_t)s.rows * m.row_bytes;
   uint8_t* half = region + h * kHalfRegion;
-  s.lead = (int)(reinterpret_cast<uintptr_t>(w + first) & 15);
+  s.lead = lead_of(s);
   if (lane != 0) return;
   fence_before_bulk_copies();  // the warp's reads of this half (before its __syncwarp) first
-  uint32_t expected = 0;
+  const SpanPieces rows = span_pieces(w + first, w + first + bytes, w_end);
+  SpanPieces up = {};
+  uint8_t* up_dst = half + (bytes + 15) / 16 * 16;
+  if (ph.glu) {
+    const auto* u = static_cast<const uint8_t*>(ph.matrices[1].data);
+    up = span_pieces(u + first, u + first + bytes, u + (w_end - w));
+  }
   // The copies' total is known before they start: expect it, then copy.
-  const auto span_bytes = [&](const uint8_t* begin, const uint8_t* end, const uint8_t* limit) {
-    const uint8_t* f = begin - (reinterpret_cast<uintptr_t>(begin) & 15);
-    const int pieces = (int)((end - f + 15) / 16);
-    return 16u * (uint32_t)(f + 16 * pieces <= limit ? pieces : pieces - 1);
+  barrier_expect(&ws.bars[h], 16u * (uint32_t)(rows.whole + up.whole));
+  const auto copy = [&](const SpanPieces& span, uint8_t* dst) {
+    if (span.whole > 0) bulk_copy(dst, span.first, 16u * span.whole, &ws.bars[h]);
+    copy_span_tail(span, dst);
   };
-  const auto* up = ph.glu ? static_cast<const uint8_t*>(ph.matrices[1].data) : nullptr;
-  uint32_t total = span_bytes(w + first, w + first + bytes, w_end);
-  if (up) total += span_bytes(up + first, up + first + bytes, up + (w_end - w));
-  barrier_expect(&ws.bars[h], total);
-  bulk_stage(w + first, w + first + bytes, w_end, half, &ws.bars[h], &expected);
-  if (up)
-    bulk_stage(up + first, up + first + bytes, up + (w_end - w), half + (bytes + 15) / 16 * 16,
-               &ws.bars[h], &expected);
+  copy(rows, half);
+  if (ph.glu) copy(up, up_dst);
 }
 
 // Waits until half h's copies have landed (every lane).
@@ -315,9 +303,7 @@ __device__ __noinline__ void products(const PersistentPhase& ph, const int8_t* c
   if (g >= groups) return;
   Staged cur = group_at(ph, total_rows, g), next;
   if (prefetched)
-    cur.lead = (int)(reinterpret_cast<uintptr_t>(static_cast<const uint8_t*>(cur.m->data) +
-                                                 (size_t)cur.row0 * cur.m->row_bytes) &
-                     15);
+    cur.lead = lead_of(cur);
   else
     stage_group(ph, cur, region, ws, 0, lane);
   const bool two = double_buffered(ph);
