@@ -236,9 +236,17 @@ DeviceBuffer<uint16_t> random_f16_cache(const KvCacheLayout& layout) {
   return cache;
 }
 
+// Heads of the two shapes the H200 figures use: Llama-3-8B (32 query / 8 KV heads) and
+// Qwen2.5-1.5B (12 / 2), head_dim 128 both.
+struct AttentionHeads {
+  int heads, kv_heads;
+};
+constexpr AttentionHeads kHeads8B{32, 8}, kHeads15B{12, 2};
+
 Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gbs, double goal,
-                           const std::vector<Variant>& variants = {{}}) {
-  const int heads = 32, kv_heads = 8, dim = 128, iters = 16;
+                           const std::vector<Variant>& variants = {{}},
+                           AttentionHeads shape = kHeads8B) {
+  const int heads = shape.heads, kv_heads = shape.kv_heads, dim = 128, iters = 16;
   const int blocks_per_seq = (context + iters + 64) / 16 + 1;
   KvCacheLayout layout{1, kv_heads, dim, 16, seqs * blocks_per_seq, KvDType::F16};
   DeviceBuffer<uint16_t> cache = random_f16_cache(layout);
@@ -280,8 +288,8 @@ Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gb
     const double kv_bytes = (double)seqs * mean_context * kv_heads * dim * 2 * 2;
     char name[160];
     const std::string label = variants.size() > 1 ? variant_label(variant) : std::string();
-    std::snprintf(name, sizeof name, "decode attention %d seqs x %d tok (32/8 heads, d128)%s", seqs,
-                  context, label.c_str());
+    std::snprintf(name, sizeof name, "decode attention %d seqs x %d tok (%d/%d heads, d128)%s",
+                  seqs, context, heads, kv_heads, label.c_str());
     row = Row{name, ms * 1e3, kv_bytes / (ms * 1e-3) / 1e9, copy_gbs, "GB/s", goal};
     if (variants.size() > 1) print_row(row);
     apply_variant(variant, true);
@@ -507,6 +515,23 @@ void run_lab(Stream& stream, double copy_gbs) {
   bench_decode_attention(stream, 128, 1024, copy_gbs, 0.60, attention_variants);
   bench_decode_attention(stream, 16, 2048, copy_gbs, 0, attention_variants);
   bench_decode_attention(stream, 1, 4096, copy_gbs, 0, attention_variants);
+  for (AttentionHeads shape : {kHeads8B, kHeads15B}) {
+    bench_decode_attention(stream, 1, 32768, copy_gbs, 0.60, attention_variants, shape);
+    bench_decode_attention(stream, 64, 4096, copy_gbs, 0.60, attention_variants, shape);
+  }
+}
+
+// Decode attention at long contexts (the H200-speed issue's goal: 60% of the copy bandwidth
+// at 1 x 32k and 64 x 4k positions) and the shorter shapes beside them, for both head shapes.
+void run_decode_attention(Stream& stream, double copy_gbs) {
+  std::printf("\n== decode attention (F16 KV, split-K) vs copy bandwidth ==\n");
+  for (AttentionHeads shape : {kHeads8B, kHeads15B}) {
+    print_row(bench_decode_attention(stream, 1, 32768, copy_gbs, 0.60, {{}}, shape));
+    print_row(bench_decode_attention(stream, 64, 4096, copy_gbs, 0.60, {{}}, shape));
+    print_row(bench_decode_attention(stream, 128, 1024, copy_gbs, 0.60, {{}}, shape));
+    print_row(bench_decode_attention(stream, 256, 576, copy_gbs, 0, {{}}, shape));
+    print_row(bench_decode_attention(stream, 1, 4096, copy_gbs, 0, {{}}, shape));
+  }
 }
 
 // The gated feed-forward's first half at one token, two ways: gate and up products and the
@@ -583,6 +608,7 @@ int run(bool quick, bool lab, bool many_rows, bool attention) {
     return 0;
   }
   if (attention) {
+    run_decode_attention(stream, copy_gbs);
     run_prefill_attention(stream, peak);
     return 0;
   }
@@ -615,6 +641,8 @@ int run(bool quick, bool lab, bool many_rows, bool attention) {
     print_row(bench_decode_attention(stream, 1, 4096, copy_gbs, 0));
     print_row(bench_decode_attention(stream, 16, 2048, copy_gbs, 0));
     print_row(bench_decode_attention(stream, 64, 512, copy_gbs, 0));
+    print_row(bench_decode_attention(stream, 1, 32768, copy_gbs, 0.60));
+    print_row(bench_decode_attention(stream, 64, 4096, copy_gbs, 0.60));
   }
   run_many_rows(stream, peak, quick);
   run_prefill_attention(stream, peak);
@@ -632,9 +660,10 @@ int main(int argc, char** argv) {
   const bool lab = argc > 1 && std::strcmp(argv[1], "--lab") == 0;
   // --many-rows: the many-rows products alone, under the knobs the environment sets.
   const bool many_rows = argc > 1 && std::strcmp(argv[1], "--many-rows") == 0;
-  // --attention: the prefill attention kernel alone.
+  // --attention: the attention kernels alone (decode at long and short contexts, prefill).
   const bool attention = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
-  if (lab || many_rows) hablar::cuda::enable_lab_knobs();  // variants set knobs through the env
+  // Variants set knobs through the environment (--attention: for split-sizing runs).
+  if (lab || many_rows || attention) hablar::cuda::enable_lab_knobs();
   try {
     return hablar::cuda::run(quick, lab, many_rows, attention);
   } catch (const std::exception& e) {

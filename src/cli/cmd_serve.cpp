@@ -387,6 +387,7 @@ CommandRegistration serve_registration{
                    "GPU: batch-invariant kernels (a sequence's output does not depend on the "
                    "others in its steps); slower");
       add_no_bf16_copies_flag(app, o->no_bf16_copies);
+      add_lab_knobs_flag(app);
       app.add_option("--parallel", o->n_parallel, "sequences decoded at once (-np)")
           ->capture_default_str();
       app.add_option("-t,--threads", o->n_threads, "CPU threads (0: all cores)");

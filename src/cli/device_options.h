@@ -13,13 +13,15 @@
 
 namespace hablar::cli {
 
-// -ctk/--cache-type-k and -ctv/--cache-type-v, llama.cpp's names: f16, q8_0, q4_0.
+// -ctk/--cache-type-k and -ctv/--cache-type-v, llama.cpp's names: f16, bf16, q8_0, q4_0.
 inline void add_cache_type_flags(CLI::App& app, std::string& k, std::string& v) {
-  app.add_option("--cache-type-k", k, "KV cache type of K: f16, q8_0 or q4_0 (q8_0/q4_0: CPU)")
-      ->check(CLI::IsMember({"f16", "q8_0", "q4_0"}))
+  app.add_option("--cache-type-k", k,
+                 "KV cache type of K: f16, bf16, q8_0 or q4_0 (q4_0: CPU only; the GPU takes "
+                 "K and V of one type)")
+      ->check(CLI::IsMember({"f16", "bf16", "q8_0", "q4_0"}))
       ->capture_default_str();
-  app.add_option("--cache-type-v", v, "KV cache type of V: f16, q8_0 or q4_0 (q8_0/q4_0: CPU)")
-      ->check(CLI::IsMember({"f16", "q8_0", "q4_0"}))
+  app.add_option("--cache-type-v", v, "KV cache type of V: f16, bf16, q8_0 or q4_0")
+      ->check(CLI::IsMember({"f16", "bf16", "q8_0", "q4_0"}))
       ->capture_default_str();
 }
 
@@ -29,6 +31,14 @@ inline void add_no_bf16_copies_flag(CLI::App& app, bool& no_copies) {
                "GPU: keep no bf16 copies of the weight matrices (2 bytes per weight, made where "
                "they take at most half of the memory left; prompts and steps of many sequences "
                "multiply them) and leave that memory to the KV cache");
+}
+
+// --lab-knobs: the HABLAR_* tuning knobs of docs/CUDA.md read from the environment.
+inline void add_lab_knobs_flag(CLI::App& app) {
+  app.add_flag_callback(
+      "--lab-knobs", [] { cuda::enable_lab_knobs(); },
+      "GPU, for measuring kernel variants: read the HABLAR_* tuning knobs of docs/CUDA.md "
+      "from the environment (without it none is read)");
 }
 
 struct DeviceFlags {
@@ -50,10 +60,7 @@ struct DeviceFlags {
         ->capture_default_str();
     app.add_flag("--deterministic", deterministic, "GPU: batch-invariant kernels (slower)");
     add_no_bf16_copies_flag(app, no_bf16_copies);
-    app.add_flag_callback(
-        "--lab-knobs", [] { cuda::enable_lab_knobs(); },
-        "GPU, for measuring kernel variants: read the HABLAR_* tuning knobs of docs/CUDA.md "
-        "from the environment (without it none is read)");
+    add_lab_knobs_flag(app);
   }
   // Options for an executor of `kv_tokens` positions running steps of up to `step_tokens`.
   engine::ExecutorOptions options(int n_threads, int32_t kv_tokens, int32_t step_tokens) const {

@@ -67,6 +67,30 @@ cuda::SamplingParams to_device_params(const DeviceSampling& s) {
   return p;
 }
 
+// The KV cache types the CUDA attention takes: f16, bf16 and q8_0, K and V of one type. Not
+// q8_0 in deterministic mode, whose attention replays the CPU's f16/bf16 arithmetic; and q8_0
+// only through the lab's HABLAR_CUDA_Q8_KV=1 until its kernels have run on a device.
+void check_cache_types(const CudaExecutorOptions& o) {
+  const auto refuse = [&](const std::string& why) {
+    throw_error(ErrorKind::kUnsupported,
+                fmt::format("the CUDA backend's KV cache (asked for K {}, V {}): {}",
+                            kv_dtype_name(o.cache_type_k), kv_dtype_name(o.cache_type_v), why));
+  };
+  if (o.cache_type_k != o.cache_type_v) refuse("K and V must be of one type here");
+  switch (o.cache_type_k) {
+    case KvDType::F16:
+    case KvDType::BF16:
+      return;
+    case KvDType::Q8_0:
+      if (o.deterministic) refuse("deterministic mode takes f16 or bf16");
+      if (cuda::lab_knob("HABLAR_CUDA_Q8_KV", 0) == 0)
+        refuse("q8_0 is not yet enabled on the GPU (f16 or bf16; q8_0 runs on the CPU)");
+      return;
+    default:
+      refuse("f16, bf16 or q8_0 here; q4_0 runs on the CPU (--device cpu)");
+  }
+}
+
 void check_cuda_shapes(const model::Model& m) {
   const model::ModelConfig& c = m.config();
   if (c.n_experts > 0 && (c.n_experts_used < 1 || c.n_experts_used > cuda::moe::kMaxExpertsUsed))
@@ -143,6 +167,10 @@ class CudaExecutor : public StepExecutor {
   WeightView upload_matrix(const WeightView& w);
   std::vector<WeightView> upload_experts(const std::vector<WeightView>& experts);
   void size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes);
+  // Bytes one block of positions takes over every layer, K and V.
+  size_t kv_block_bytes() const {
+    return (layout_.block_elems(0) + layout_.block_elems(1)) * 2 * (size_t)layout_.n_layers;
+  }
   void keep_bf16_weight_copies(const CudaExecutorOptions& o);
   void sample_on_device(std::span<const ExecChunk> chunks, std::span<const int32_t> device_chunks);
   const uint32_t* stage_masks(std::span<const ExecChunk> chunks,
@@ -205,11 +233,7 @@ class CudaExecutor : public StepExecutor {
 
 CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions& o)
     : model_(model), max_step_tokens_(o.max_step_tokens) {
-  if (o.cache_type_k != KvDType::F16 || o.cache_type_v != KvDType::F16)
-    throw_error(ErrorKind::kUnsupported,
-                std::string("the CUDA backend's KV cache is F16 only (asked for K ") +
-                    kv_dtype_name(o.cache_type_k) + ", V " + kv_dtype_name(o.cache_type_v) +
-                    "); quantized KV caches run on the CPU (--device cpu)");
+  check_cache_types(o);
   std::string reason;
   if (cuda::device_count(&reason) == 0)
     throw_error(ErrorKind::kUnsupported, "no CUDA device: " + reason);
@@ -234,7 +258,7 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   limits.deterministic = o.deterministic;
   // The step buffers first (their size does not depend on the cache's), then the cache from
   // what is left.
-  layout_ = model.kv_layout_for(1, block);
+  layout_ = model.kv_layout_for(1, block, o.cache_type_k, o.cache_type_v);
   ops_ = std::make_unique<cuda::ForwardOps>(model::activation_dims(c), layout_, nullptr,
                                             model::ropes_for_context(c, max_seq), c.rms_eps, limits,
                                             stream_.get());
@@ -273,13 +297,14 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
                          "... slots, captured on first use)",
                          std::min({kMaxGraphTokens, o.max_step_tokens, moe_graph_rows_}));
   report_ = fmt::format(
-      "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB F16), "
+      "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB {}), "
       "workspace {:.1f} MiB (of it bf16 copies of the weight matrices for steps of many rows: "
       "{:.1f} MiB), steps up to {} tokens, sequences up to {} tokens, {}; {}{}",
       (double)weight_bytes_ / (1 << 20), layout_.n_blocks, block, (int64_t)layout_.n_blocks * block,
-      (double)layout_.total_bytes() / (1 << 20), (double)ops_->workspace_bytes() / (1 << 20),
-      (double)ops_->kept_bf16_bytes() / (1 << 20), o.max_step_tokens, max_seq, graphs,
-      persistent_report_, o.deterministic ? ", deterministic" : "");
+      (double)layout_.total_bytes() / (1 << 20), kv_dtype_name(layout_.dtype),
+      (double)ops_->workspace_bytes() / (1 << 20), (double)ops_->kept_bf16_bytes() / (1 << 20),
+      o.max_step_tokens, max_seq, graphs, persistent_report_,
+      o.deterministic ? ", deterministic" : "");
 }
 
 const float* CudaExecutor::upload_floats(const float* host, int64_t n) {
@@ -405,7 +430,7 @@ void CudaExecutor::keep_bf16_weight_copies(const CudaExecutorOptions& o) {
   double room = std::min(o.gpu_memory_utilization * (double)total - own - margin,
                          (double)free_bytes - margin);
   if (o.kv_tokens > 0) {
-    const double block_bytes = (double)layout_.block_elems() * 2 * 2 * layout_.n_layers;
+    const double block_bytes = (double)kv_block_bytes();
     const double blocks = std::ceil((double)o.kv_tokens / layout_.block_size);
     room = (double)free_bytes - margin - blocks * block_bytes;
   }
@@ -414,7 +439,7 @@ void CudaExecutor::keep_bf16_weight_copies(const CudaExecutorOptions& o) {
 }
 
 void CudaExecutor::size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes) {
-  const size_t block_bytes = layout_.block_elems() * 2 * 2 * (size_t)layout_.n_layers;
+  const size_t block_bytes = kv_block_bytes();
   int64_t n_blocks = 0;
   if (o.kv_tokens > 0) {
     n_blocks = (o.kv_tokens + layout_.block_size - 1) / layout_.block_size;
@@ -465,7 +490,7 @@ void CudaExecutor::run_step(std::span<const BlockCopy> copies, std::span<const E
         auto* base = static_cast<uint16_t*>(kv_.get());
         HABLAR_CUDA_CHECK(cudaMemcpyAsync(base + layout_.offset(layer, kv, bc.dst, 0, 0, 0),
                                           base + layout_.offset(layer, kv, bc.src, 0, 0, 0),
-                                          layout_.block_elems() * 2, cudaMemcpyDeviceToDevice,
+                                          layout_.block_elems(kv) * 2, cudaMemcpyDeviceToDevice,
                                           stream));
       }
   if (graph_eligible(chunks)) return execute_graph(chunks, out);

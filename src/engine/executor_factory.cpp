@@ -18,10 +18,11 @@ DeviceKind device_kind_from_name(const std::string& name) {
 
 KvDType kv_dtype_from_name(const std::string& name) {
   if (name == "f16") return KvDType::F16;
+  if (name == "bf16") return KvDType::BF16;
   if (name == "q8_0") return KvDType::Q8_0;
   if (name == "q4_0") return KvDType::Q4_0;
   throw_error(ErrorKind::kInvalidArgument,
-              "unknown KV cache type '" + name + "' (expected f16, q8_0 or q4_0)");
+              "unknown KV cache type '" + name + "' (expected f16, bf16, q8_0 or q4_0)");
 }
 
 DeviceKind resolve_device(const model::Model& model, const ExecutorOptions& o) {

@@ -14,8 +14,8 @@ namespace hablar::engine {
 enum class DeviceKind { kAuto, kCpu, kCuda };
 // "auto", "cpu", "cuda"; throws Error(kInvalidArgument) for another name.
 DeviceKind device_kind_from_name(const std::string& name);
-// "f16", "q8_0", "q4_0" (llama.cpp's --cache-type names); throws Error(kInvalidArgument) for
-// another.
+// "f16", "bf16", "q8_0", "q4_0" (llama.cpp's --cache-type names); throws Error(kInvalidArgument)
+// for another.
 KvDType kv_dtype_from_name(const std::string& name);
 
 struct ExecutorOptions {

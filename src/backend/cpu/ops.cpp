@@ -9,6 +9,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/kv_q8_rows.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
 
@@ -210,17 +211,9 @@ void store_row(uint16_t* dst, const float* x, int hd, KvDType type) {
     case KvDType::BF16:
       for (int d = 0; d < hd; ++d) dst[d] = f32_to_bf16(x[d]);
       return;
-    case KvDType::Q8_0: {
-      auto* blocks = reinterpret_cast<BlockQ8_0*>(dst);
-      for (int b = 0; b < hd / kQK; ++b, x += kQK) {
-        float amax = 0.0f;
-        for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        blocks[b].d = f32_to_fp16(amax / 127.0f);
-        for (int j = 0; j < kQK; ++j) blocks[b].qs[j] = (int8_t)round_half_even(x[j] * id);
-      }
+    case KvDType::Q8_0:
+      kv_q8_0_quantize_row(x, hd, reinterpret_cast<BlockQ8_0*>(dst));
       return;
-    }
     case KvDType::Q4_0:
       qref::quantize_q4_0(x, reinterpret_cast<BlockQ4_0*>(dst), hd / kQK);
       return;

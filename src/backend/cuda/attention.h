@@ -1,4 +1,5 @@
-// Attention over the paged KV cache (core/kv_layout.h), F16 or BF16 elements.
+// Attention over the paged KV cache (core/kv_layout.h): F16 or BF16 elements, or Q8_0 rows
+// (read as f16, kv_elements.cuh); K and V of one type (cuda_kv_layout_problem).
 //
 // decode_attention(): THE decode-step entry point the engine calls once per layer and step:
 // scatter this step's K/V of every live slot at its position, attend every query head over

@@ -49,7 +49,9 @@ __device__ __forceinline__ SplitRange split_range(const DecodeAttentionParams& p
   return {max(begin, decode_first_position(p, p.seq_lens[slot])), min(begin + split_len, context)};
 }
 
-template <bool kBf16>
+// Grid (n_slots), 256 threads. With Q8_0 rows each warp takes whole blocks of 32 dimensions
+// (head_dim and 256 are multiples of 32, and the early returns are the block's).
+template <KvElem kElem>
 __global__ void decode_scatter_kernel(DecodeAttentionParams p) {
   begin_dependent_kernel();
   const int slot = blockIdx.x;
@@ -64,11 +66,11 @@ __global__ void decode_scatter_kernel(DecodeAttentionParams p) {
     const int kv = i / per_kv, kvh = (i % per_kv) / d_head, d = i % d_head;
     const float* src = kv == 0 ? p.k_new : p.v_new;
     const float value = src[(size_t)slot * per_kv + kvh * d_head + d];
-    cache[p.layout.position_offset(table, p.layer, kv, kvh, pos) + d] = kv_from_float<kBf16>(value);
+    kv_store_dim<kElem>(cache + p.layout.position_offset(table, p.layer, kv, kvh, pos), d, value);
   }
 }
 
-template <bool kBf16, int kDim, int kGroup, int kStages>
+template <int kDim, int kGroup, int kStages>
 struct DecodeSmem {
   static constexpr int kLd = kDim + 8;  // halves per K/V row: 16 bytes of padding (banks)
   static constexpr size_t kKv = 0;      // [kStages][K, V][kDecodeTile][kLd] halves
@@ -78,8 +80,9 @@ struct DecodeSmem {
 };
 
 // Starts the asynchronous copy of one tile of K and V rows into a shared-memory stage;
-// rows past `end` are zeroed (never left stale: P = 0 times garbage could be NaN).
-template <int kDim>
+// rows past `end` are zeroed (never left stale: P = 0 times garbage could be NaN). Q8_0 rows
+// are read and stored as f16 at once (kv_q8_load8), not copied asynchronously.
+template <KvElem kElem, int kDim>
 __device__ void issue_kv_tile(const DecodeAttentionParams& p, const int32_t* table, int kvh, int t0,
                               int end, uint16_t* k_stage, uint16_t* v_stage) {
   constexpr int kLd = kDim + 8, kChunks = kDim / 8;
@@ -88,7 +91,15 @@ __device__ void issue_kv_tile(const DecodeAttentionParams& p, const int32_t* tab
     const int r = i / kChunks, c = (i % kChunks) * 8;
     uint16_t* dk = k_stage + r * kLd + c;
     uint16_t* dv = v_stage + r * kLd + c;
-    if (t0 + r < end) {
+    if constexpr (kElem == KvElem::kQ8_0) {
+      uint4 k = make_uint4(0, 0, 0, 0), v = k;
+      if (t0 + r < end) {
+        k = kv_q8_load8(cache + p.layout.position_offset(table, p.layer, 0, kvh, t0 + r), c);
+        v = kv_q8_load8(cache + p.layout.position_offset(table, p.layer, 1, kvh, t0 + r), c);
+      }
+      *reinterpret_cast<uint4*>(dk) = k;
+      *reinterpret_cast<uint4*>(dv) = v;
+    } else if (t0 + r < end) {
       const size_t at = p.layout.position_offset(table, p.layer, 0, kvh, t0 + r) + c;
       __pipeline_memcpy_async(dk, cache + at, 16);
       __pipeline_memcpy_async(dv, cache + at + p.layout.pool_elems(), 16);
@@ -160,12 +171,13 @@ __device__ __forceinline__ void load_v_lane(const uint16_t* vrow, float v[kDpl])
 // shared memory; warp w turns the scores of heads w, w+4 into a tile softmax state, merges it into
 // its running state (softmax_merge) and accumulates P·V for its heads, each lane owning head_dim /
 // 32 dimensions.
-template <bool kBf16, int kDim, int kGroup, int kStages>
+template <KvElem kElem, int kDim, int kGroup, int kStages>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_attention_kernel(DecodeAttentionParams p, int split_len, int n_splits,
                             float* workspace) {
   begin_dependent_kernel();
-  using L = DecodeSmem<kBf16, kDim, kGroup, kStages>;
+  constexpr bool kBf16 = kv_elem_bf16(kElem);  // the staged tiles' element type
+  using L = DecodeSmem<kDim, kGroup, kStages>;
   constexpr int kLd = L::kLd, kDpl = kDim / 32, kHeadsPerWarp = (kGroup + 3) / 4;
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* kv_s = reinterpret_cast<uint16_t*>(smem + L::kKv);
@@ -185,7 +197,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
   const int n_tiles = (end - begin + kDecodeTile - 1) / kDecodeTile;
   auto stage_k = [&](int stage) { return kv_s + (size_t)(stage * 2) * kDecodeTile * kLd; };
-  issue_kv_tile<kDim>(p, table, kvh, begin, end, stage_k(0), stage_k(0) + kDecodeTile * kLd);
+  issue_kv_tile<kElem, kDim>(p, table, kvh, begin, end, stage_k(0), stage_k(0) + kDecodeTile * kLd);
 
   SoftmaxState state[kHeadsPerWarp];
   float acc[kHeadsPerWarp][kDpl];
@@ -201,11 +213,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       // One stage: more blocks fit on a multiprocessor, and other blocks' copies overlap
       // this block's arithmetic.
       if (tile > 0)
-        issue_kv_tile<kDim>(p, table, kvh, t0, end, stage_k(0), stage_k(0) + kDecodeTile * kLd);
+        issue_kv_tile<kElem, kDim>(p, table, kvh, t0, end, stage_k(0),
+                                   stage_k(0) + kDecodeTile * kLd);
       __pipeline_wait_prior(0);
     } else if (tile + 1 < n_tiles) {
       uint16_t* next = stage_k((tile + 1) & 1);
-      issue_kv_tile<kDim>(p, table, kvh, t0 + kDecodeTile, end, next, next + kDecodeTile * kLd);
+      issue_kv_tile<kElem, kDim>(p, table, kvh, t0 + kDecodeTile, end, next,
+                                 next + kDecodeTile * kLd);
       __pipeline_wait_prior(1);
     } else {
       __pipeline_wait_prior(0);
@@ -339,11 +353,12 @@ struct KvRows {
   }
 };
 
-template <bool kBf16, int kDim, int kMinBlocks>
+template <KvElem kElem, int kDim, int kMinBlocks>
 __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
     decode_attention_mma_kernel(DecodeAttentionParams p, int split_len, int n_splits,
                                 float* workspace) {
   begin_dependent_kernel();
+  constexpr bool kBf16 = kv_elem_bf16(kElem);  // the products' inputs (f16 for Q8_0 rows)
   constexpr int kKPieces = kDim / 32, kVPieces = kDim / 64, kKSteps = kDim / 16;
   constexpr int kNTiles = kDim / 8, kSub = kDecodeMmaSubTile;
   __shared__ __align__(16) float o_s[kDecodeWarps][8][kDim];
@@ -392,8 +407,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
       const uint16_t* row = pos < end ? kv.row(0, pos) : nullptr;
 #pragma unroll
       for (int i = 0; i < kKPieces; ++i)
-        kf[nt][i] = row ? __ldg(reinterpret_cast<const uint4*>(row + 8 * t + 32 * i))
-                        : make_uint4(0, 0, 0, 0);
+        kf[nt][i] = row ? kv_load8<kElem>(row, 8 * t + 32 * i) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -401,8 +415,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
       const uint16_t* row = pos < end ? kv.row(1, pos) : nullptr;
 #pragma unroll
       for (int i = 0; i < kVPieces; ++i)
-        vf[r][i] = row ? __ldg(reinterpret_cast<const uint4*>(row + 8 * g + 64 * i))
-                       : make_uint4(0, 0, 0, 0);
+        vf[r][i] = row ? kv_load8<kElem>(row, 8 * g + 64 * i) : make_uint4(0, 0, 0, 0);
     }
 
     // Scores: lane (g, t) ends with head g at positions 2t, 2t + 1 (n-tile 0), 8 + 2t,
@@ -524,28 +537,28 @@ __global__ void decode_advance_kernel(DecodeAttentionParams p) {
     if (p.active[slot]) p.seq_lens[slot] += 1;
 }
 
-template <bool kBf16, int kDim, int kGroup, int kStages>
+template <KvElem kElem, int kDim, int kGroup, int kStages>
 void launch_attention_stages(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
                              cudaStream_t stream) {
-  const size_t smem = DecodeSmem<kBf16, kDim, kGroup, kStages>::kBytes;
-  auto kernel = decode_attention_kernel<kBf16, kDim, kGroup, kStages>;
+  const size_t smem = DecodeSmem<kDim, kGroup, kStages>::kBytes;
+  auto kernel = decode_attention_kernel<kElem, kDim, kGroup, kStages>;
   HABLAR_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const dim3 grid(p.layout.n_kv_heads, p.n_slots, n_splits);
   launch_dependent(kernel, grid, dim3(kDecodeWarps * 32), smem, stream, p, split_len, n_splits, ws);
 }
 
-template <bool kBf16, int kDim, int kGroup>
+template <KvElem kElem, int kDim, int kGroup>
 void launch_attention_group(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
                             cudaStream_t stream) {
   if (lab_knob("HABLAR_DECODE_STAGES", 1) == 1) {
-    launch_attention_stages<kBf16, kDim, kGroup, 1>(p, split_len, n_splits, ws, stream);
+    launch_attention_stages<kElem, kDim, kGroup, 1>(p, split_len, n_splits, ws, stream);
   } else {
-    launch_attention_stages<kBf16, kDim, kGroup, 2>(p, split_len, n_splits, ws, stream);
+    launch_attention_stages<kElem, kDim, kGroup, 2>(p, split_len, n_splits, ws, stream);
   }
 }
 
-template <bool kBf16, int kDim>
+template <KvElem kElem, int kDim>
 void launch_attention(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
                       cudaStream_t stream) {
   if constexpr (kDim == 64 || kDim == 128) {  // its fragments take dims in runs of 64
@@ -554,8 +567,8 @@ void launch_attention(const DecodeAttentionParams& p, int split_len, int n_split
       // HABLAR_DECODE_MMA_BLOCKS=3 asks the compiler for three blocks per multiprocessor
       // (fewer registers) instead of two, for the lab.
       const auto kernel = lab_knob("HABLAR_DECODE_MMA_BLOCKS", 2) == 3
-                              ? decode_attention_mma_kernel<kBf16, kDim, 3>
-                              : decode_attention_mma_kernel<kBf16, kDim, 1>;
+                              ? decode_attention_mma_kernel<kElem, kDim, 3>
+                              : decode_attention_mma_kernel<kElem, kDim, 1>;
       launch_dependent(kernel, grid, dim3(kDecodeWarps * 32), 0, stream, p, split_len, n_splits,
                        ws);
       return;
@@ -563,33 +576,33 @@ void launch_attention(const DecodeAttentionParams& p, int split_len, int n_split
   }
   const int group = p.n_heads / p.layout.n_kv_heads;
   if (group <= 1) {
-    launch_attention_group<kBf16, kDim, 1>(p, split_len, n_splits, ws, stream);
+    launch_attention_group<kElem, kDim, 1>(p, split_len, n_splits, ws, stream);
   } else if (group <= 2) {
-    launch_attention_group<kBf16, kDim, 2>(p, split_len, n_splits, ws, stream);
+    launch_attention_group<kElem, kDim, 2>(p, split_len, n_splits, ws, stream);
   } else if (group <= 4) {
-    launch_attention_group<kBf16, kDim, 4>(p, split_len, n_splits, ws, stream);
+    launch_attention_group<kElem, kDim, 4>(p, split_len, n_splits, ws, stream);
   } else {
-    launch_attention_group<kBf16, kDim, 8>(p, split_len, n_splits, ws, stream);
+    launch_attention_group<kElem, kDim, 8>(p, split_len, n_splits, ws, stream);
   }
 }
 
-template <bool kBf16>
+template <KvElem kElem>
 void launch_for_dtype(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
                       cudaStream_t stream) {
   if (!p.kv_stored)
-    launch_dependent(decode_scatter_kernel<kBf16>, dim3(p.n_slots), dim3(256), 0, stream, p);
+    launch_dependent(decode_scatter_kernel<kElem>, dim3(p.n_slots), dim3(256), 0, stream, p);
   switch (p.layout.head_dim) {
     case 64:
-      launch_attention<kBf16, 64>(p, split_len, n_splits, ws, stream);
+      launch_attention<kElem, 64>(p, split_len, n_splits, ws, stream);
       break;
     case 96:
-      launch_attention<kBf16, 96>(p, split_len, n_splits, ws, stream);
+      launch_attention<kElem, 96>(p, split_len, n_splits, ws, stream);
       break;
     case 128:
-      launch_attention<kBf16, 128>(p, split_len, n_splits, ws, stream);
+      launch_attention<kElem, 128>(p, split_len, n_splits, ws, stream);
       break;
     default:
-      launch_attention<kBf16, 256>(p, split_len, n_splits, ws, stream);
+      launch_attention<kElem, 256>(p, split_len, n_splits, ws, stream);
       break;
   }
 }
@@ -607,6 +620,7 @@ void validate(const DecodeAttentionParams& p, size_t workspace_bytes) {
   if (p.n_heads / p.layout.n_kv_heads > 8)
     fail("more than 8 query heads per KV head are not supported");
   if (p.layer < 0 || p.layer >= p.layout.n_layers) fail("layer out of range");
+  if (const std::string why = cuda_kv_layout_problem(p.layout); !why.empty()) fail(why);
   if (p.n_slots <= 0 || p.max_blocks_per_seq <= 0) fail("empty batch or block table");
   if (!p.kv_cache || !p.block_tables || !p.seq_lens || !p.active || !p.q || !p.k_new || !p.v_new ||
       !p.out)
@@ -624,10 +638,16 @@ void decode_attention(const DecodeAttentionParams& p, void* workspace, size_t wo
   const int split_len = decode_split_len(p);
   const int n_splits = decode_num_splits(p);
   float* ws = static_cast<float*>(workspace);
-  if (p.layout.dtype == KvDType::BF16) {
-    launch_for_dtype<true>(p, split_len, n_splits, ws, stream);
-  } else {
-    launch_for_dtype<false>(p, split_len, n_splits, ws, stream);
+  switch (kv_elem_of(p.layout.dtype)) {
+    case KvElem::kBf16:
+      launch_for_dtype<KvElem::kBf16>(p, split_len, n_splits, ws, stream);
+      break;
+    case KvElem::kQ8_0:
+      launch_for_dtype<KvElem::kQ8_0>(p, split_len, n_splits, ws, stream);
+      break;
+    default:
+      launch_for_dtype<KvElem::kF16>(p, split_len, n_splits, ws, stream);
+      break;
   }
   launch_dependent(decode_reduce_kernel, dim3(p.n_slots, p.n_heads), dim3(p.layout.head_dim), 0,
                    stream, p, split_len, n_splits, static_cast<const float*>(ws));

@@ -39,8 +39,9 @@ __device__ __forceinline__ const int32_t* chunk_table(const PrefillAttentionPara
          (size_t)(p.tables_per_token ? p.token_begin[s] : s) * p.max_blocks_per_seq;
 }
 
-// Grid (max_chunk, n_seqs): token i of sequence s's chunk.
-template <bool kBf16>
+// Grid (max_chunk, n_seqs), 256 threads: token i of sequence s's chunk. With Q8_0 rows each
+// warp takes whole blocks of 32 dimensions (the early returns are the block's).
+template <KvElem kElem>
 __global__ void prefill_scatter_kernel(PrefillAttentionParams p) {
   const int s = blockIdx.y, i = blockIdx.x;
   if (i >= chunk_tokens(p, s)) return;
@@ -52,7 +53,7 @@ __global__ void prefill_scatter_kernel(PrefillAttentionParams p) {
   for (int i = threadIdx.x; i < 2 * per_kv; i += blockDim.x) {
     const int kv = i / per_kv, kvh = (i % per_kv) / d_head, d = i % d_head;
     const float value = (kv == 0 ? p.k_new : p.v_new)[(size_t)token * per_kv + kvh * d_head + d];
-    cache[p.layout.position_offset(table, p.layer, kv, kvh, pos) + d] = kv_from_float<kBf16>(value);
+    kv_store_dim<kElem>(cache + p.layout.position_offset(table, p.layer, kv, kvh, pos), d, value);
   }
 }
 
@@ -96,9 +97,10 @@ __device__ __forceinline__ void load_tile_pages(const int32_t* table, int block_
   }
 }
 
-// Where the thread's 16-byte pieces of K and V rows live: element offset
+// Where the thread's 16-byte pieces of K and V rows live: unit offset
 // base + page * page_stride + slot * row (KvCacheLayout::offset with everything but the page
-// and the slot fixed for the block's layer, KV head and the thread's column).
+// and the slot fixed for the block's layer, KV head and the thread's column; column 0, the
+// row's start, for Q8_0 rows, whose pieces kv_q8_load8 finds).
 struct CopyOffsets {
   size_t k_base, v_base, k_page_stride, v_page_stride, k_row, v_row;
   __device__ CopyOffsets(const PrefillAttentionParams& p, int kvh, int column) {
@@ -113,8 +115,9 @@ struct CopyOffsets {
 
 // Issues the cp.async copies of the K and V rows of positions [t0, t0 + kTile) into one
 // stage, from the pages load_tile_pages found; rows past last_pos (page -1) are zero-filled
-// (their scores are masked, and a zero V row keeps P · V finite).
-template <int kDim>
+// (their scores are masked, and a zero V row keeps P · V finite). Q8_0 rows are read and
+// stored as f16 at once (kv_q8_load8), not copied asynchronously.
+template <KvElem kElem, int kDim>
 __device__ __forceinline__ void issue_kv_tile(const uint16_t* cache, const CopyOffsets& at,
                                               int block_size,
                                               const int32_t (&page)[TileCopy<kDim>::kRows], int t0,
@@ -127,10 +130,16 @@ __device__ __forceinline__ void issue_kv_tile(const uint16_t* cache, const CopyO
     const int r = r0 + i * C::kRowStep;
     const bool valid = page[i] >= 0;
     const size_t blk = valid ? (size_t)page[i] : 0, slot = (size_t)((t0 + r) % block_size);
-    copy16_async_or_zero(k_stage + r * L::kLd + c,
-                         cache + at.k_base + blk * at.k_page_stride + slot * at.k_row, valid);
-    copy16_async_or_zero(v_stage + r * L::kLd + c,
-                         cache + at.v_base + blk * at.v_page_stride + slot * at.v_row, valid);
+    const uint16_t* k_row = cache + at.k_base + blk * at.k_page_stride + slot * at.k_row;
+    const uint16_t* v_row = cache + at.v_base + blk * at.v_page_stride + slot * at.v_row;
+    if constexpr (kElem == KvElem::kQ8_0) {
+      const uint4 zero = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(k_stage + r * L::kLd + c) = valid ? kv_q8_load8(k_row, c) : zero;
+      *reinterpret_cast<uint4*>(v_stage + r * L::kLd + c) = valid ? kv_q8_load8(v_row, c) : zero;
+    } else {
+      copy16_async_or_zero(k_stage + r * L::kLd + c, k_row, valid);
+      copy16_async_or_zero(v_stage + r * L::kLd + c, v_row, valid);
+    }
   }
   commit_async();
 }
@@ -233,8 +242,9 @@ __device__ __forceinline__ void tile_values(const float (&s)[kTile / 8][4],
   }
 }
 
-template <bool kBf16, int kDim>
+template <KvElem kElem, int kDim>
 __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(PrefillAttentionParams p) {
+  constexpr bool kBf16 = kv_elem_bf16(kElem);  // the products' inputs (f16 for Q8_0 rows)
   using L = PrefillSmem<kDim>;
   extern __shared__ __align__(128) unsigned char smem[];
   uint16_t* stages = reinterpret_cast<uint16_t*>(smem);  // [stage][K, V][kTile][kLd]
@@ -253,10 +263,11 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(PrefillA
   // Tile 0's copies in flight while Q loads; tile 1's pages loading.
   const int block_size = p.layout.block_size;
   const uint16_t* cache = static_cast<const uint16_t*>(p.kv_cache);
-  const CopyOffsets copy_at(p, kvh, (threadIdx.x % TileCopy<kDim>::kPieces) * 8);
+  const CopyOffsets copy_at(
+      p, kvh, kElem == KvElem::kQ8_0 ? 0 : (threadIdx.x % TileCopy<kDim>::kPieces) * 8);
   int32_t page[TileCopy<kDim>::kRows];
   load_tile_pages<kDim>(table, block_size, 0, last_pos, page);
-  issue_kv_tile<kDim>(cache, copy_at, block_size, page, 0, stages, stages + L::kTileElems);
+  issue_kv_tile<kElem, kDim>(cache, copy_at, block_size, page, 0, stages, stages + L::kTileElems);
   load_tile_pages<kDim>(table, block_size, kTile, last_pos, page);
 
   // The warp's query rows as A fragments of Q * scale (rows past the chunk are zero).
@@ -290,7 +301,8 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(PrefillA
     // Prefetch the next tile into the other stage, then wait for this one.
     if (t0 + kTile <= last_pos) {
       uint16_t* next = stages + (stage ^ 1) * 2 * L::kTileElems;
-      issue_kv_tile<kDim>(cache, copy_at, block_size, page, t0 + kTile, next, next + L::kTileElems);
+      issue_kv_tile<kElem, kDim>(cache, copy_at, block_size, page, t0 + kTile, next,
+                                 next + L::kTileElems);
       load_tile_pages<kDim>(table, block_size, t0 + 2 * kTile, last_pos, page);
       wait_async_but<1>();
     } else {
@@ -318,10 +330,10 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(PrefillA
   }
 }
 
-template <bool kBf16, int kDim>
+template <KvElem kElem, int kDim>
 void launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
   const size_t smem = PrefillSmem<kDim>::kBytes;
-  auto kernel = prefill_attention_kernel<kBf16, kDim>;
+  auto kernel = prefill_attention_kernel<kElem, kDim>;
   HABLAR_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const dim3 grid((p.max_chunk + kTile - 1) / kTile, p.n_heads, p.n_seqs);
@@ -329,16 +341,16 @@ void launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 
-template <bool kBf16>
+template <KvElem kElem>
 void prefill_for_dtype(const PrefillAttentionParams& p, cudaStream_t stream) {
   if (!p.kv_stored) {
-    prefill_scatter_kernel<kBf16><<<dim3(p.max_chunk, p.n_seqs), 256, 0, stream>>>(p);
+    prefill_scatter_kernel<kElem><<<dim3(p.max_chunk, p.n_seqs), 256, 0, stream>>>(p);
     HABLAR_CUDA_CHECK_LAUNCH();
   }
   if (p.layout.head_dim == 64)
-    launch_prefill<kBf16, 64>(p, stream);
+    launch_prefill<kElem, 64>(p, stream);
   else
-    launch_prefill<kBf16, 128>(p, stream);
+    launch_prefill<kElem, 128>(p, stream);
 }
 
 }  // namespace
@@ -356,10 +368,18 @@ void prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
   if (!p.kv_cache || !p.block_tables || !p.token_begin || !p.cached_len || !p.q || !p.k_new ||
       !p.v_new || !p.out)
     fail("a required device pointer is null");
-  if (p.layout.dtype == KvDType::BF16)
-    prefill_for_dtype<true>(p, stream);
-  else
-    prefill_for_dtype<false>(p, stream);
+  if (const std::string why = cuda_kv_layout_problem(p.layout); !why.empty()) fail(why);
+  switch (kv_elem_of(p.layout.dtype)) {
+    case KvElem::kBf16:
+      prefill_for_dtype<KvElem::kBf16>(p, stream);
+      break;
+    case KvElem::kQ8_0:
+      prefill_for_dtype<KvElem::kQ8_0>(p, stream);
+      break;
+    default:
+      prefill_for_dtype<KvElem::kF16>(p, stream);
+      break;
+  }
 }
 
 }  // namespace hablar::cuda

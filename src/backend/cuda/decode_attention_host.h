@@ -16,19 +16,40 @@
 #include "backend/cuda/online_softmax.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/kv_q8_rows.h"
 
 namespace hablar::cuda {
 
 namespace host_twin {
 
-inline float load_kv(const DecodeAttentionParams& p, size_t offset) {
-  const uint16_t bits = static_cast<const uint16_t*>(p.kv_cache)[offset];
-  return p.layout.dtype == KvDType::F16 ? fp16_to_f32(bits) : bf16_to_f32(bits);
+// Dimension d of the head row at unit offset `row`, as the kernels read it (Q8_0: code * d
+// rounded to f16, kv_q8_load8).
+inline float load_kv(const DecodeAttentionParams& p, size_t row, int d) {
+  const uint16_t* at = static_cast<const uint16_t*>(p.kv_cache) + row;
+  switch (p.layout.dtype) {
+    case KvDType::F16:
+      return fp16_to_f32(at[d]);
+    case KvDType::BF16:
+      return bf16_to_f32(at[d]);
+    default:
+      return kv_q8_0_value_as_f16(reinterpret_cast<const BlockQ8_0*>(at)[d / kQK], d % kQK);
+  }
 }
 
-inline void store_kv(const DecodeAttentionParams& p, size_t offset, float value) {
-  static_cast<uint16_t*>(p.kv_cache)[offset] =
-      p.layout.dtype == KvDType::F16 ? f32_to_fp16(value) : f32_to_bf16(value);
+// A head row of head_dim values into the cache at unit offset `row`.
+inline void store_kv_row(const DecodeAttentionParams& p, size_t row, const float* values) {
+  uint16_t* at = static_cast<uint16_t*>(p.kv_cache) + row;
+  const int n = p.layout.head_dim;
+  switch (p.layout.dtype) {
+    case KvDType::F16:
+      for (int d = 0; d < n; ++d) at[d] = f32_to_fp16(values[d]);
+      return;
+    case KvDType::BF16:
+      for (int d = 0; d < n; ++d) at[d] = f32_to_bf16(values[d]);
+      return;
+    default:
+      kv_q8_0_quantize_row(values, n, reinterpret_cast<BlockQ8_0*>(at));
+  }
 }
 
 // Scatter: this step's K and V of every live slot into the cache at position seq_lens[s].
@@ -43,8 +64,7 @@ inline void scatter(const DecodeAttentionParams& p) {
       const size_t src = ((size_t)s * p.layout.n_kv_heads + kvh) * d_head;
       for (int kv = 0; kv < 2; ++kv) {
         const float* from = kv == 0 ? p.k_new : p.v_new;
-        const size_t dst = p.layout.position_offset(table, p.layer, kv, kvh, pos);
-        for (int d = 0; d < d_head; ++d) store_kv(p, dst + d, from[src + d]);
+        store_kv_row(p, p.layout.position_offset(table, p.layer, kv, kvh, pos), from + src);
       }
     }
   }
@@ -77,7 +97,7 @@ inline void tile_scores(const DecodeAttentionParams& p, const int32_t* table, co
   for (int i = 0; i < n; ++i) {
     const size_t k_at = p.layout.position_offset(table, p.layer, 0, kvh, t0 + i);
     float score = 0.0f;
-    for (int d = 0; d < d_head; ++d) score += q[d] * p.scale * load_kv(p, k_at + d);
+    for (int d = 0; d < d_head; ++d) score += q[d] * p.scale * load_kv(p, k_at, d);
     scores[i] = decode_softcap(p, score);
   }
 }
@@ -89,7 +109,7 @@ inline void rescale_and_add_values(const DecodeAttentionParams& p, const int32_t
   for (int d = 0; d < d_head; ++d) acc[d] *= factor;
   for (int i = 0; i < n; ++i) {
     const size_t v_at = p.layout.position_offset(table, p.layer, 1, kvh, t0 + i);
-    for (int d = 0; d < d_head; ++d) acc[d] += weights[i] * load_kv(p, v_at + d);
+    for (int d = 0; d < d_head; ++d) acc[d] += weights[i] * load_kv(p, v_at, d);
   }
 }
 
@@ -176,6 +196,7 @@ inline SoftmaxState attend_split(const DecodeAttentionParams& p, const int32_t* 
 // The whole decode step on the host; same contract as decode_attention() in attention.h.
 inline void decode_attention_host(const DecodeAttentionParams& p) {
   HABLAR_CHECK(p.n_heads % p.layout.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads");
+  HABLAR_CHECK(cuda_kv_layout_problem(p.layout).empty(), "a cache the CUDA attention cannot read");
   if (!p.kv_stored) host_twin::scatter(p);
   const int d_head = p.layout.head_dim;
   const int group = p.n_heads / p.layout.n_kv_heads;

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "backend/cuda/lab_knobs.h"
 #include "core/kv_layout.h"
@@ -65,6 +66,18 @@ struct DecodeAttentionParams {
   // host twin, which has no device, keeps an H200's count.
   int32_t multiprocessors = 132;
 };
+
+// Why the CUDA attention kernels cannot read a cache of this layout ("" when they can): its
+// elements are F16, BF16 or Q8_0 rows (head_dim a multiple of 32), K and V of one type.
+inline std::string cuda_kv_layout_problem(const KvCacheLayout& l) {
+  if (l.v_type >= 0 && l.v_type != (int8_t)l.dtype)
+    return std::string("K and V of different types (") + kv_dtype_name(l.dtype) + ", " +
+           kv_dtype_name((KvDType)l.v_type) + ")";
+  if (l.dtype == KvDType::Q4_0) return "a q4_0 cache (f16, bf16 and q8_0 only)";
+  if (l.dtype == KvDType::Q8_0 && l.head_dim % kKvQuantBlock != 0)
+    return "a q8_0 cache with head_dim " + std::to_string(l.head_dim) + " (a multiple of 32)";
+  return {};
+}
 
 // A score after the soft-cap (unchanged when it is off).
 HABLAR_KV_HD inline float decode_softcap(const DecodeAttentionParams& p, float score) {

@@ -33,7 +33,8 @@ __global__ void add_bias_kernel(float* x, const float* __restrict__ bias, int64_
     x[i] += bias[i % width];
 }
 
-// Stores value x of dimension d of head h of token t's row in the cache (entry kv >= 0).
+// Stores value x of dimension d of head h of token t's row in the cache (entry kv >= 0); F16
+// or BF16 elements (store_kv_in_row_work leaves quantized rows to the attention's scatter).
 struct CacheSlot {
   uint16_t* cache = nullptr;  // null: nothing to store for this token
   const int32_t* table = nullptr;
@@ -489,6 +490,9 @@ void ForwardOps::flush() {
 bool ForwardOps::store_kv_in_row_work(int layer, const float* k, const float* v) {
   RowWorkBatch& rows = buf_->pending_rows;
   if (rows.n == 0 || n_tokens_ == 0) return false;
+  // A Q8_0 block's scale needs the maximum of its 32 dimensions, which the pass's threads
+  // (a RoPE pair each) do not gather: the attention's scatter kernel writes those rows.
+  if (kv_dtype_quantized(layout_.type(0)) || kv_dtype_quantized(layout_.type(1))) return false;
   const float* bufs[2] = {k, v};
   RowWorkEntry* entry[2] = {nullptr, nullptr};
   for (int i = 0; i < rows.n; ++i)

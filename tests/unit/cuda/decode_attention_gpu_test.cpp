@@ -7,6 +7,7 @@
 #include "cuda_test_util.h"
 #include "decode_split_case.h"
 #include "decode_wiring_case.h"
+#include "kv_q8_twins.h"
 
 namespace hablar::test {
 namespace {
@@ -139,6 +140,47 @@ TEST(DecodeAttentionGpu, RejectsUnsupportedShapesWithAnError) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("head_dim 80"), std::string::npos) << e.what();
+  }
+}
+
+// Q8_0 rows (kv_q8_twins.h): the step over them equals the step over the F16 cache of the
+// values the kernels read from them, bit for bit, for both kernels; the scatter writes the
+// CPU backend's rows. The host twin runs the same scenario in CI.
+TEST(DecodeAttentionGpu, Q8CacheEqualsF16CacheOfItsValues) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  expect_q8_decode_equals_f16_of_its_values(
+      [](const DecodeSplitCase& c, cuda::DecodeAttentionParams p, std::vector<uint16_t>& cache) {
+        DeviceBuffer<uint16_t> kv(cache);
+        DeviceBuffer<int32_t> tables(c.tables), lens(c.lens);
+        DeviceBuffer<uint8_t> act(c.active);
+        DeviceBuffer<float> q(c.q), k(c.k_new), v(c.v_new);
+        DeviceBuffer<float> out(std::vector<float>(p.out, p.out + c.q.size()));
+        p.kv_cache = kv.get(), p.block_tables = tables.get(), p.seq_lens = lens.get();
+        p.active = act.get(), p.q = q.get(), p.k_new = k.get(), p.v_new = v.get(),
+        p.out = out.get();
+        DeviceBuffer<float> workspace(cuda::decode_attention_workspace_bytes(p) / sizeof(float));
+        cuda::Stream stream;
+        cuda::decode_attention(p, workspace.get(), workspace.bytes(), stream.get());
+        stream.synchronize();
+        cache = kv.download();
+        return out.download();
+      });
+}
+
+TEST(DecodeAttentionGpu, RefusesCachesItCannotRead) {
+  DecodeWiringCase c(KvDType::F16);
+  auto p = c.params(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+  for (int mixed = 0; mixed < 2; ++mixed) {
+    p.layout.dtype = mixed ? KvDType::F16 : KvDType::Q4_0;
+    p.layout.v_type = mixed ? (int8_t)KvDType::Q8_0 : -1;
+    try {
+      cuda::decode_attention(p, nullptr, 0, nullptr);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(mixed ? "different types" : "q4_0"), std::string::npos)
+          << e.what();
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #include "backend/cuda/decode_attention_host.h"
 #include "decode_split_case.h"
 #include "decode_wiring_case.h"
+#include "kv_q8_twins.h"
 
 namespace hablar::test {
 namespace {
@@ -84,6 +85,20 @@ TEST_P(DecodeWiringHost, SlidingWindowMatchesOracle) {
     EXPECT_EQ(fault, "");
     EXPECT_LT(err, 2e-3) << "head_dim " << dim;
   }
+}
+
+// Q8_0 rows in the twin: the same step as over the F16 cache of the values it reads, the
+// scatter writing the CPU backend's rows (kv_q8_twins.h; the GPU test runs the same scenario).
+TEST(DecodeWiringHostQ8, Q8CacheEqualsF16CacheOfItsValues) {
+  expect_q8_decode_equals_f16_of_its_values(
+      [](const DecodeSplitCase& c, cuda::DecodeAttentionParams p, std::vector<uint16_t>& cache) {
+        std::vector<float> out(p.out, p.out + c.q.size());
+        p.kv_cache = cache.data();
+        p.block_tables = c.tables.data();
+        p.out = out.data();
+        cuda::decode_attention_host(p);
+        return out;
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(KvTypes, DecodeWiringHost, ::testing::Values(KvDType::F16, KvDType::BF16),

@@ -8,6 +8,7 @@
 #include "backend/cuda/attention.h"
 #include "core/fp16.h"
 #include "cuda_test_util.h"
+#include "kv_q8_twins.h"
 
 namespace hablar::test {
 namespace {
@@ -90,14 +91,18 @@ struct PrefillCase {
 
 class PrefillAttentionGpu : public ::testing::TestWithParam<std::tuple<KvDType, int>> {};
 
-// Runs the kernel on the case and checks its output and the chunk's K/V in the cache.
-void check_prefill_case(PrefillCase& c, KvDType dtype, int dim) {
-  DeviceBuffer<uint16_t> cache(c.cache);
+// Runs the kernel over `cache_host` with `layout` (the case's by default; the cache it wrote
+// comes back in cache_host) and returns its output.
+std::vector<float> run_prefill(const PrefillCase& c, const KvCacheLayout& layout,
+                               std::vector<uint16_t>& cache_host, bool kv_stored) {
+  const int dim = c.dim;
+  DeviceBuffer<uint16_t> cache(cache_host);
   DeviceBuffer<int32_t> tables(c.tables), begin(c.token_begin), cached(c.cached);
   DeviceBuffer<float> q(c.q), k(c.k), v(c.v);
   DeviceBuffer<float> out(std::vector<float>(c.q.size(), NAN));
   cuda::PrefillAttentionParams p;
-  p.layout = c.layout;
+  p.layout = layout;
+  p.kv_stored = kv_stored;
   p.kv_cache = cache.get();
   p.n_seqs = (int)c.cached.size();
   p.block_tables = tables.get();
@@ -114,11 +119,19 @@ void check_prefill_case(PrefillCase& c, KvDType dtype, int dim) {
   p.scale = 1.0f / std::sqrt((float)dim);
   cuda::prefill_attention(p, nullptr);
   HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+  cache_host = cache.download();
+  return out.download();
+}
+
+// Runs the kernel on the case and checks its output and the chunk's K/V in the cache.
+void check_prefill_case(PrefillCase& c, KvDType dtype, int dim) {
+  std::vector<uint16_t> got_cache = c.cache;
+  const std::vector<float> out = run_prefill(c, c.layout, got_cache, false);
   const double tol = dtype == KvDType::F16 ? 5e-3 : 2e-2;
-  EXPECT_LT(normalized_error(out.download(), c.oracle()), tol);
+  EXPECT_LT(normalized_error(out, c.oracle()), tol);
   // The chunk's K/V landed in the cache at their positions.
-  const auto got_cache = cache.download();
-  for (int s = 0; s < p.n_seqs; ++s)
+  const int n_seqs = (int)c.cached.size();
+  for (int s = 0; s < n_seqs; ++s)
     for (int i = 0; i < c.chunk[s]; ++i)
       for (int kv = 0; kv < 2; ++kv) {
         const int32_t* table = &c.tables[(size_t)s * c.blocks_per_seq];
@@ -141,6 +154,34 @@ TEST_P(PrefillAttentionGpu, LongChunksOverLongPrefixesMatchOracle) {
   const auto [dtype, dim] = GetParam();
   PrefillCase c(dtype, dim, {0, 130, 64, 17}, {300, 70, 190, 64}, 32);
   check_prefill_case(c, dtype, dim);
+}
+
+// Q8_0 rows (kv_q8_twins.h): the prompt chunks' attention over them equals the attention over
+// the F16 cache of the values the kernel reads from them, bit for bit, with the chunks' rows
+// stored beforehand or by the scatter (which writes the CPU backend's rows).
+TEST(PrefillAttentionGpuQ8, Q8CacheEqualsF16CacheOfItsValues) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  for (int dim : {64, 128}) {
+    PrefillCase c(KvDType::F16, dim, {0, 130, 64, 17}, {300, 70, 190, 64}, 32);
+    KvQ8Twins stored = make_kv_q8_twins(c.layout, c.cache);
+    KvQ8Twins bare = stored;
+    for (int s = 0; s < (int)c.cached.size(); ++s) {
+      const int32_t* table = &c.tables[(size_t)s * c.blocks_per_seq];
+      for (int i = 0; i < c.chunk[s]; ++i)
+        for (int h = 0; h < c.kv_heads; ++h) {
+          const size_t row = ((size_t)(c.token_begin[s] + i) * c.kv_heads + h) * dim;
+          stored.put_position(0, 0, table, h, c.cached[s] + i, &c.k[row]);
+          stored.put_position(0, 1, table, h, c.cached[s] + i, &c.v[row]);
+        }
+    }
+    const std::vector<float> want = run_prefill(c, stored.f16_layout, stored.f16, true);
+    const std::vector<float> got = run_prefill(c, stored.q8_layout, stored.q8, true);
+    const std::vector<float> scattered = run_prefill(c, bare.q8_layout, bare.q8, false);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << dim;
+    EXPECT_EQ(std::memcmp(scattered.data(), want.data(), want.size() * sizeof(float)), 0) << dim;
+    EXPECT_TRUE(bare.q8 == stored.q8) << "the scatter's Q8_0 rows, head_dim " << dim;
+    EXPECT_LT(normalized_error(got, c.oracle()), 5e-2) << "against the F16 prefix's oracle";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PrefillAttentionGpu,
