@@ -519,10 +519,23 @@ __global__ void decode_reduce_kernel(DecodeAttentionParams p, int split_len, int
   const float* parts = workspace + ((size_t)slot * p.n_heads + head) * n_splits * (d_head + 2);
   SoftmaxState total = softmax_empty();
   float merged = 0.0f;
-  for (int s = first_split; s < n_valid; ++s) {
-    const float* part = parts + (size_t)s * (d_head + 2);
-    const SoftmaxMerge m = softmax_merge(total, SoftmaxState{part[0], part[1]});
-    merged = merged * m.factor_a + part[2 + d] * m.factor_b;
+  // Splits in order, their loads issued kBatch at a time: a long context's hundreds of
+  // splits would otherwise wait out one L2 round trip each.
+  constexpr int kBatch = 8;
+  for (int s0 = first_split; s0 < n_valid; s0 += kBatch) {
+    float state_max[kBatch], state_sum[kBatch], value[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (s0 + j >= n_valid) break;
+      const float* part = parts + (size_t)(s0 + j) * (d_head + 2);
+      state_max[j] = part[0], state_sum[j] = part[1], value[j] = part[2 + d];
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (s0 + j >= n_valid) break;
+      const SoftmaxMerge m = softmax_merge(total, SoftmaxState{state_max[j], state_sum[j]});
+      merged = merged * m.factor_a + value[j] * m.factor_b;
+    }
   }
   const float o = merged * softmax_inverse_sum(total);
   p.out[at] = o;
