@@ -33,7 +33,7 @@ inline constexpr int kKvQ8BlockUnits = 17;
 // like eight F16 cache elements: each code * d computed in f32 (exact: 8 + 11 bits) and
 // rounded once, so an F16 cache holding those rounded values gives the attention the same
 // inputs.
-__device__ __forceinline__ uint4 kv_q8_load8(const uint16_t* row, int dim) {
+__host__ __device__ __forceinline__ uint4 kv_q8_load8(const uint16_t* row, int dim) {
   const uint16_t* block = row + (dim / 32) * kKvQ8BlockUnits;
   const float d = __half2float(__ushort_as_half(block[0]));
   const uint16_t* codes = block + 1 + (dim % 32) / 2;
@@ -48,20 +48,34 @@ __device__ __forceinline__ uint4 kv_q8_load8(const uint16_t* row, int dim) {
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
+// A block's code of x and its scale's bits from the block's largest magnitude, as the CPU
+// backend stores them (core/kv_q8_rows.h): d = max|x| / 127 as a half, codes
+// round-half-even(x * 127 / max|x|). Host and device, so that CI checks them against the CPU's
+// rows without a GPU.
+__host__ __device__ __forceinline__ int kv_q8_code(float x, float amax) {
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+#if defined(__CUDA_ARCH__)
+  return __float2int_rn(x * id);
+#else
+  return (int)nearbyintf(x * id);
+#endif
+}
+__host__ __device__ __forceinline__ uint16_t kv_q8_scale_bits(float amax) {
+  return __half_as_ushort(__float2half_rn(amax / 127.0f));
+}
+
 // Writes dimension `dim` of a Q8_0 head row from the calling lane's value x: the 32 lanes of
 // the warp must hold dimensions 32b .. 32b + 31 of one block b (lane l has dim % 32 == l),
-// all active. The block is what the CPU backend stores for those values: d = max|x| / 127 as
-// a half, codes round-half-even(x * 127 / max|x|).
+// all active. The maximum by shuffles; each even lane writes its code and the next lane's.
 __device__ __forceinline__ void kv_q8_store_lane(uint16_t* row, int dim, float x) {
   float amax = fabsf(x);
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  const int code = __float2int_rn(x * id);
+  const int code = kv_q8_code(x, amax);
   const int next = __shfl_down_sync(0xffffffffu, code, 1);
   uint16_t* block = row + (dim / 32) * kKvQ8BlockUnits;
   if (dim % 2 == 0) block[1 + (dim % 32) / 2] = (uint16_t)((code & 0xff) | ((next & 0xff) << 8));
-  if (dim % 32 == 0) block[0] = __half_as_ushort(__float2half_rn(amax / 127.0f));
+  if (dim % 32 == 0) block[0] = kv_q8_scale_bits(amax);
 }
 
 // Stores x as dimension `dim` of the head row at `row` (cache units) in the element type.
