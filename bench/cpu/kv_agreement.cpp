@@ -1,5 +1,5 @@
 // What a quantized KV cache costs: one long stretch of a text, teacher-forced through the CPU
-// executor once per cache type (F16, Q8_0, Q4_0 for K and V alike), in one process. For each
+// executor once per cache type (F16, BF16, Q8_0, Q4_0 for K and V alike), in one process. For each
 // type: its KV bytes per token, the perplexity of the scored positions (the second half, as
 // `hablar perplexity` scores a chunk), and the share of those positions whose top-1 token
 // (the argmax of the logits; the first on ties) is the F16 cache's.
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
       "| KV cache | perplexity | vs F16 | top-1 same as F16 |\n| --- | ---: | ---: | ---: |\n");
   bench::Scores base;
   double base_ppl = 0.0;
-  for (KvDType t : {KvDType::F16, KvDType::Q8_0, KvDType::Q4_0}) {
+  for (KvDType t : {KvDType::F16, KvDType::BF16, KvDType::Q8_0, KvDType::Q4_0}) {
     const bench::Scores s = bench::run(*m, tokens, o, t);
     double nll = 0.0;
     for (double x : s.nll) nll += x;
