@@ -790,6 +790,16 @@ bool cuda_can_run(const model::Model& model, std::string* reason) {
   }
 }
 
+bool cuda_takes_cache(const CudaExecutorOptions& options, std::string* reason) {
+  try {
+    check_cache_types(options);
+    return true;
+  } catch (const Error& e) {
+    if (reason) *reason = e.what();
+    return false;
+  }
+}
+
 std::unique_ptr<StepExecutor> make_cuda_executor(const model::Model& model,
                                                  const CudaExecutorOptions& options) {
   return std::make_unique<CudaExecutor>(model, options);

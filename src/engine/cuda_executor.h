@@ -35,9 +35,14 @@ struct CudaExecutorOptions {
   // The persistent one-token step's phases timed on the device (%globaltimer), summed per
   // kind and printed to stderr when the executor goes (`hablar bench --profile`).
   bool profile_decode = false;
-  // The cache's element types: only F16 on the GPU (the constructor refuses the others).
+  // The cache's element types (cuda_takes_cache: the constructor refuses the others).
   KvDType cache_type_k = KvDType::F16, cache_type_v = KvDType::F16;
 };
+
+// Whether the CUDA attention takes a KV cache of these types in this mode: F16, BF16 and
+// (behind the lab knob HABLAR_CUDA_Q8_KV, outside deterministic mode) Q8_0, K and V of one
+// type; false with the reason otherwise.
+bool cuda_takes_cache(const CudaExecutorOptions& options, std::string* reason = nullptr);
 
 // Whether this build has the CUDA backend and a usable device; *reason says why not.
 bool cuda_available(std::string* reason = nullptr);

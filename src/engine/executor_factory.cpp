@@ -25,6 +25,18 @@ KvDType kv_dtype_from_name(const std::string& name) {
               "unknown KV cache type '" + name + "' (expected f16, bf16, q8_0 or q4_0)");
 }
 
+namespace {
+
+// The CUDA executor's options: the shared ones (KV positions, cache types) filled in.
+CudaExecutorOptions cuda_options(const ExecutorOptions& o) {
+  CudaExecutorOptions c = o.cuda;
+  if (o.kv_tokens > 0) c.kv_tokens = o.kv_tokens;
+  c.cache_type_k = o.cache_type_k, c.cache_type_v = o.cache_type_v;
+  return c;
+}
+
+}  // namespace
+
 DeviceKind resolve_device(const model::Model& model, const ExecutorOptions& o) {
   const int n_layers = model.config().n_layers;
   DeviceKind want = o.device;
@@ -52,6 +64,7 @@ DeviceKind resolve_device(const model::Model& model, const ExecutorOptions& o) {
   bool have = cuda_available(&reason);
   const bool device_present = have;
   if (have && !cuda_can_run(model, &reason)) have = false;  // no kernels for this model
+  if (have && !cuda_takes_cache(cuda_options(o), &reason)) have = false;  // nor for the cache
   if (want == DeviceKind::kCuda && !have)
     throw_error(ErrorKind::kUnsupported, "--device cuda: " + reason);
   if (device_present && !have) log::info("running on the CPU: {}", reason);
@@ -59,12 +72,8 @@ DeviceKind resolve_device(const model::Model& model, const ExecutorOptions& o) {
 }
 
 std::unique_ptr<StepExecutor> make_executor(const model::Model& model, const ExecutorOptions& o) {
-  if (resolve_device(model, o) == DeviceKind::kCuda) {
-    CudaExecutorOptions c = o.cuda;
-    if (o.kv_tokens > 0) c.kv_tokens = o.kv_tokens;
-    c.cache_type_k = o.cache_type_k, c.cache_type_v = o.cache_type_v;
-    return make_cuda_executor(model, c);
-  }
+  if (resolve_device(model, o) == DeviceKind::kCuda)
+    return make_cuda_executor(model, cuda_options(o));
   const int32_t tokens = o.kv_tokens > 0 ? o.kv_tokens : 8192;
   const int32_t n_blocks = (tokens + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize;
   return std::make_unique<CpuExecutor>(model, n_blocks, kDefaultKvBlockSize, o.n_threads,
@@ -73,6 +82,11 @@ std::unique_ptr<StepExecutor> make_executor(const model::Model& model, const Exe
 
 #if !defined(HABLAR_HAVE_CUDA)
 bool cuda_can_run(const model::Model&, std::string* reason) {
+  if (reason) *reason = "this build has no CUDA backend";
+  return false;
+}
+
+bool cuda_takes_cache(const CudaExecutorOptions&, std::string* reason) {
   if (reason) *reason = "this build has no CUDA backend";
   return false;
 }
