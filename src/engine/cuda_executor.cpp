@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -85,6 +86,9 @@ class CudaExecutor : public StepExecutor {
   bool samples_on_device() const override { return true; }
   std::string device_name() const override { return "cuda"; }
   bool last_step_was_cold() const override { return cold_; }
+  ExecutorTimes times() const override {
+    return {execute_seconds_ - times_.wait_seconds, times_.wait_seconds};
+  }
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                StepOutput& out) override;
   std::string describe() const override { return report_; }
@@ -160,6 +164,10 @@ class CudaExecutor : public StepExecutor {
   void add_persistent_profile();
   void print_persistent_profile() const;
   bool cold_ = false;  // the last step captured a graph or grew scratch memory
+  // Seconds in execute() and, of them, in waiting for the device (wait_for_device).
+  double execute_seconds_ = 0;
+  ExecutorTimes times_;
+  void wait_for_device();
   std::string report_;
 };
 
@@ -408,8 +416,17 @@ void CudaExecutor::execute(std::span<const BlockCopy> copies, std::span<const Ex
   if (!ops_) throw_error(ErrorKind::kUnsupported, "an encoder model only embeds");
   const size_t graphs_before = graphs_.size();
   const int64_t events_before = ops_->one_time_events();
+  const auto t0 = std::chrono::steady_clock::now();
   run_step(copies, chunks, out);
+  execute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   cold_ = graphs_.size() != graphs_before || ops_->one_time_events() != events_before;
+}
+
+void CudaExecutor::wait_for_device() {
+  const auto t0 = std::chrono::steady_clock::now();
+  stream_.synchronize();
+  times_.wait_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void CudaExecutor::run_step(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
@@ -454,7 +471,7 @@ void CudaExecutor::run_step(std::span<const BlockCopy> copies, std::span<const E
     HABLAR_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), ops_->device_logits() + n_device * V,
                                       host_rows.size() * V * sizeof(float), cudaMemcpyDeviceToHost,
                                       stream));
-  stream_.synchronize();
+  wait_for_device();
   out.sampled.assign(chunks.size(), -1);
   for (size_t d = 0; d < n_device; ++d) out.sampled[(size_t)device_chunks_[d]] = host_ids_[d];
 }
@@ -578,7 +595,7 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
       HABLAR_CUDA_CHECK(cudaMemcpyAsync(out.logits.data() + (next++) * V,
                                         ops_->device_logits() + (size_t)i * V, V * sizeof(float),
                                         cudaMemcpyDeviceToHost, stream));
-  stream_.synchronize();
+  wait_for_device();
   out.sampled.assign(chunks.size(), -1);
   for (int32_t i = 0; i < n; ++i)
     if (chunks[(size_t)i].sampling) out.sampled[(size_t)i] = host_ids_[i];

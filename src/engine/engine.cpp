@@ -531,6 +531,8 @@ void Engine::publish_state(const StepPlan* plan, double step_seconds, int32_t n_
         m.prompt_seconds_total += step_seconds * n_prompt_tokens / total;
         m.decode_seconds_total += step_seconds * n_decode_tokens / total;
       }
+      const ExecutorTimes t = executor_.times();
+      m.executor_host_seconds = t.host_seconds, m.executor_wait_seconds = t.wait_seconds;
     }
   });
 }

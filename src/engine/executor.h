@@ -81,6 +81,16 @@ struct EmbedOutput {
   std::vector<int64_t> begin;  // [n_chunks + 1]
 };
 
+// Where an executor's execute() calls spent their time so far (seconds, summed over steps):
+// on the host before the device had the whole step (copies, staging, uploads, launches, the
+// masks computed while it runs) and waiting for the device's results. Device executors fill
+// it; the engine publishes it (/metrics), so that a serving run shows what a step's host work
+// costs beside the device's.
+struct ExecutorTimes {
+  double host_seconds = 0;
+  double wait_seconds = 0;
+};
+
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
@@ -97,6 +107,8 @@ class StepExecutor {
   // Whether the last execute() did one-time work (a CUDA graph captured, scratch memory
   // grown) that makes its time no measure of later steps: the engine's step costs skip it.
   virtual bool last_step_was_cold() const { return false; }
+  // Time spent in execute() so far, host and waiting (zero where the host does all the work).
+  virtual ExecutorTimes times() const { return {}; }
   // Embedding steps: whether embed() runs this model here (false: `why` says why, for the
   // client's error or the start-up report). The default: no embedding kernels.
   virtual bool can_embed(std::string* why) const {

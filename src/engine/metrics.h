@@ -45,6 +45,9 @@ struct MetricsSnapshot {
   uint64_t embedding_steps_total = 0;
   double prompt_seconds_total = 0;  // step time spent on prompt tokens (share)
   double decode_seconds_total = 0;  // step time spent on generated tokens (share)
+  // The executor's execute() time, host and waiting for the device (ExecutorTimes).
+  double executor_host_seconds = 0;
+  double executor_wait_seconds = 0;
   int32_t requests_running = 0;
   int32_t requests_waiting = 0;
   int32_t kv_blocks_total = 0;

@@ -482,6 +482,12 @@ void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res
          s.prompt_seconds_total);
   metric("hablar_decode_seconds_total", "counter", "Step time spent on generated tokens.",
          s.decode_seconds_total);
+  metric("hablar_executor_host_seconds_total", "counter",
+         "Step time the device executor spent on the host before the device had the step.",
+         s.executor_host_seconds);
+  metric("hablar_executor_wait_seconds_total", "counter",
+         "Step time the device executor spent waiting for the device's results.",
+         s.executor_wait_seconds);
   metric(
       "hablar_prompt_tokens_per_second", "gauge", "Average prompt throughput.",
       s.prompt_seconds_total > 0 ? (double)s.prompt_tokens_computed / s.prompt_seconds_total : 0);

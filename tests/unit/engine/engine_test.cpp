@@ -141,6 +141,21 @@ TEST(Engine, ConcurrentRequestsEachGetTheirSoloOutput) {
   EXPECT_EQ(m.requests_finished, 16u);
 }
 
+// The executor's host and waiting times reach the metrics (/metrics:
+// hablar_executor_host_seconds_total, hablar_executor_wait_seconds_total) after each step.
+TEST(Engine, ExecutorTimesArePublished) {
+  test::FakeExecutor exec(kVocab, 64, 8);
+  Engine engine(config(64, 8, 4), exec);
+  std::mt19937 rng(3);
+  collect(*engine.submit(request(random_prompt(rng, 9), 5)));
+  // A prompt step and four decode steps; the last step's state is published after its
+  // tokens are delivered.
+  ASSERT_TRUE(eventually(engine, [](const MetricsSnapshot& m) { return m.steps_total >= 5; }));
+  const MetricsSnapshot m = engine.metrics().snapshot();
+  EXPECT_DOUBLE_EQ(m.executor_host_seconds, 1e-3 * (double)m.steps_total);
+  EXPECT_DOUBLE_EQ(m.executor_wait_seconds, 2e-3 * (double)m.steps_total);
+}
+
 TEST(Engine, SharedPrefixIsServedFromTheCache) {
   test::FakeExecutor exec(kVocab, 128, 8);
   Engine engine(config(128, 8, 4), exec);
