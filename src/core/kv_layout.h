@@ -9,7 +9,7 @@
 // so one head's keys of one block are a contiguous [block_size][head_dim] tile, which the
 // attention kernels read in order. Elements are F16 or BF16, or one head row of head_dim
 // values is a run of llama.cpp Q8_0 / Q4_0 blocks of 32 (core/quant_blocks.h: 34 / 18 bytes
-// each; Q4_0 on the CPU only; Q8_0 rows as core/kv_q8_rows.h makes them). Sizes and offsets count
+// each; Q4_0 on the CPU only; Q8_0 rows as core/kv_rows.h makes them). Sizes and offsets count
 // 2-byte units: a row is head_dim units for F16/BF16, head_dim / 32 * 17 (Q8_0) or * 9 (Q4_0) units
 // for the quantized types.
 #pragma once

@@ -88,9 +88,13 @@ bool cuda_available(std::string* reason) {
   return cuda::device_count(reason) > 0;
 }
 
-bool cuda_can_run(const model::Model& model, std::string* reason) {
+namespace {
+
+// Whether check() returns without an Error; *reason gets its message when it throws.
+template <typename Check>
+bool passes(Check&& check, std::string* reason) {
   try {
-    check_cuda_shapes(model);
+    check();
     return true;
   } catch (const Error& e) {
     if (reason) *reason = e.what();
@@ -98,14 +102,14 @@ bool cuda_can_run(const model::Model& model, std::string* reason) {
   }
 }
 
+}  // namespace
+
+bool cuda_can_run(const model::Model& model, std::string* reason) {
+  return passes([&] { check_cuda_shapes(model); }, reason);
+}
+
 bool cuda_takes_cache(const CudaExecutorOptions& options, std::string* reason) {
-  try {
-    check_cuda_cache_types(options);
-    return true;
-  } catch (const Error& e) {
-    if (reason) *reason = e.what();
-    return false;
-  }
+  return passes([&] { check_cuda_cache_types(options); }, reason);
 }
 
 }  // namespace hablar::engine

@@ -9,7 +9,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/fp16.h"
-#include "core/kv_q8_rows.h"
+#include "core/kv_rows.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
 
@@ -198,30 +198,6 @@ void embedding_row(const WeightView& table, int32_t token, float* out) {
   dequantize_row(table.type, table.row(token), out, table.cols);
 }
 
-namespace {
-
-// One head row into the cache in its type. Q8_0 as llama.cpp's CPU stores a q8_0 cache row
-// (its x86 quantizer: d = max|x| / 127 as a half, codes round-to-even(x * 127 / max|x|)),
-// Q4_0 by the reference quantizer, which its CPU uses for q4_0 rows.
-void store_row(uint16_t* dst, const float* x, int hd, KvDType type) {
-  switch (type) {
-    case KvDType::F16:
-      for (int d = 0; d < hd; ++d) dst[d] = f32_to_fp16(x[d]);
-      return;
-    case KvDType::BF16:
-      for (int d = 0; d < hd; ++d) dst[d] = f32_to_bf16(x[d]);
-      return;
-    case KvDType::Q8_0:
-      kv_q8_0_quantize_row(x, hd, reinterpret_cast<BlockQ8_0*>(dst));
-      return;
-    case KvDType::Q4_0:
-      qref::quantize_q4_0(x, reinterpret_cast<BlockQ4_0*>(dst), hd / kQK);
-      return;
-  }
-}
-
-}  // namespace
-
 void kv_row_to_f32(const uint16_t* row, KvDType type, int hd, float* out) {
   switch (type) {
     case KvDType::F16:
@@ -243,10 +219,10 @@ void kv_store(uint16_t* cache, const KvCacheLayout& layout, int layer, const int
               int pos, const float* k, const float* v) {
   const int hd = layout.head_dim;
   for (int h = 0; h < layout.n_kv_heads; ++h) {
-    store_row(cache + layout.position_offset(block_table, layer, 0, h, pos), k + (int64_t)h * hd,
-              hd, layout.type(0));
-    store_row(cache + layout.position_offset(block_table, layer, 1, h, pos), v + (int64_t)h * hd,
-              hd, layout.type(1));
+    kv_store_row(cache + layout.position_offset(block_table, layer, 0, h, pos), k + (int64_t)h * hd,
+                 hd, layout.type(0));
+    kv_store_row(cache + layout.position_offset(block_table, layer, 1, h, pos), v + (int64_t)h * hd,
+                 hd, layout.type(1));
   }
 }
 

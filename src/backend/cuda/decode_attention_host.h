@@ -16,7 +16,7 @@
 #include "backend/cuda/online_softmax.h"
 #include "core/error.h"
 #include "core/fp16.h"
-#include "core/kv_q8_rows.h"
+#include "core/kv_rows.h"
 
 namespace hablar::cuda {
 
@@ -36,22 +36,6 @@ inline float load_kv(const DecodeAttentionParams& p, size_t row, int d) {
   }
 }
 
-// A head row of head_dim values into the cache at unit offset `row`.
-inline void store_kv_row(const DecodeAttentionParams& p, size_t row, const float* values) {
-  uint16_t* at = static_cast<uint16_t*>(p.kv_cache) + row;
-  const int n = p.layout.head_dim;
-  switch (p.layout.dtype) {
-    case KvDType::F16:
-      for (int d = 0; d < n; ++d) at[d] = f32_to_fp16(values[d]);
-      return;
-    case KvDType::BF16:
-      for (int d = 0; d < n; ++d) at[d] = f32_to_bf16(values[d]);
-      return;
-    default:
-      kv_q8_0_quantize_row(values, n, reinterpret_cast<BlockQ8_0*>(at));
-  }
-}
-
 // Scatter: this step's K and V of every live slot into the cache at position seq_lens[s].
 inline void scatter(const DecodeAttentionParams& p) {
   const int d_head = p.layout.head_dim;
@@ -64,7 +48,9 @@ inline void scatter(const DecodeAttentionParams& p) {
       const size_t src = ((size_t)s * p.layout.n_kv_heads + kvh) * d_head;
       for (int kv = 0; kv < 2; ++kv) {
         const float* from = kv == 0 ? p.k_new : p.v_new;
-        store_kv_row(p, p.layout.position_offset(table, p.layer, kv, kvh, pos), from + src);
+        kv_store_row(static_cast<uint16_t*>(p.kv_cache) +
+                         p.layout.position_offset(table, p.layer, kv, kvh, pos),
+                     from + src, d_head, p.layout.dtype);
       }
     }
   }

@@ -49,7 +49,7 @@ __host__ __device__ __forceinline__ uint4 kv_q8_load8(const uint16_t* row, int d
 }
 
 // A block's code of x and its scale's bits from the block's largest magnitude, as the CPU
-// backend stores them (core/kv_q8_rows.h): d = max|x| / 127 as a half, codes
+// backend stores them (core/kv_rows.h): d = max|x| / 127 as a half, codes
 // round-half-even(x * 127 / max|x|). Host and device, so that CI checks them against the CPU's
 // rows without a GPU.
 __host__ __device__ __forceinline__ int kv_q8_code(float x, float amax) {

@@ -1,6 +1,6 @@
 // Two caches that give the CUDA attention the same inputs: one of Q8_0 rows, and one of F16
 // elements holding the values the kernels read from those rows (each code * d rounded to
-// f16, core/kv_q8_rows.h). The attention over the first must equal the attention over the
+// f16, core/kv_rows.h). The attention over the first must equal the attention over the
 // second bit for bit, so the well-tested F16 kernels are the Q8_0 kernels' oracle. Shared by
 // the GPU tests and the host twin's (no CUDA here).
 #pragma once
@@ -14,7 +14,7 @@
 
 #include "core/fp16.h"
 #include "core/kv_layout.h"
-#include "core/kv_q8_rows.h"
+#include "core/kv_rows.h"
 #include "decode_split_case.h"
 
 namespace hablar::test {
@@ -84,7 +84,7 @@ inline KvQ8Twins decode_case_twins(const DecodeSplitCase& c, bool with_step_rows
 // `run(case, params, cache)` runs the step with `params` over `cache` (host data, updated with
 // what the step stored) and returns its output. The Q8_0 output must equal the F16 one bit for
 // bit, with this step's rows stored beforehand (kv_stored) or by the scatter, which must write
-// the rows core/kv_q8_rows.h makes.
+// the rows core/kv_rows.h makes.
 template <typename Run>
 void expect_q8_decode_equals_f16_of_its_values(Run run) {
   for (int dim : {64, 96, 128, 256})

@@ -7,7 +7,7 @@
 
 #include "backend/cuda/kv_elements.cuh"
 #include "backend/cuda/quant_device.cuh"
-#include "core/kv_q8_rows.h"
+#include "core/kv_rows.h"
 #include "quant_test_data.h"
 
 namespace hablar::test {
@@ -50,7 +50,7 @@ TEST(CudaDequantOnHost, EveryGroupOfEightMatchesTheReferenceExactly) {
 }
 
 // The Q8_0 KV rows of the CUDA kernels (kv_elements.cuh) on the host: the scatter's codes
-// and scale equal the CPU's rows (core/kv_q8_rows.h) byte for byte, the warp's packing
+// and scale equal the CPU's rows (core/kv_rows.h) byte for byte, the warp's packing
 // replayed as kv_q8_store_lane does it; kv_q8_load8 reads every group of eight as the f16 of
 // code * d. Values of every scale from 2^-12 to 2^11, and blocks of zeros.
 TEST(CudaKvQ8OnHost, RowsAndReadsMatchTheCpusRows) {
