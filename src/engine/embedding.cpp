@@ -157,12 +157,7 @@ void EmbeddingQueue::step(StepExecutor& executor, EngineMetrics& metrics, double
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& p : finished) std::erase(waiting_, p);
   }
-  const auto now = Clock::now();
-  for (auto& p : finished) {
-    p->handle->result_.total_ms =
-        std::chrono::duration<double, std::milli>(now - p->submitted).count();
-    p->handle->finish();
-  }
+  // The counters first: a client that has its vectors sees them counted.
   metrics.update([&](MetricsSnapshot& m) {
     m.embedding_inputs_total += chunks.size();
     m.embedding_steps_total += 1;
@@ -171,6 +166,12 @@ void EmbeddingQueue::step(StepExecutor& executor, EngineMetrics& metrics, double
     m.prompt_seconds_total += seconds;
     m.requests_finished += finished.size();
   });
+  const auto now = Clock::now();
+  for (auto& p : finished) {
+    p->handle->result_.total_ms =
+        std::chrono::duration<double, std::milli>(now - p->submitted).count();
+    p->handle->finish();
+  }
 }
 
 // Engine's side: the checks generation requests get (context, vocabulary, queue), then the
