@@ -198,23 +198,6 @@ void embedding_row(const WeightView& table, int32_t token, float* out) {
   dequantize_row(table.type, table.row(token), out, table.cols);
 }
 
-void kv_row_to_f32(const uint16_t* row, KvDType type, int hd, float* out) {
-  switch (type) {
-    case KvDType::F16:
-      for (int d = 0; d < hd; ++d) out[d] = fp16_to_f32(row[d]);
-      return;
-    case KvDType::BF16:
-      for (int d = 0; d < hd; ++d) out[d] = bf16_to_f32(row[d]);
-      return;
-    case KvDType::Q8_0:
-      qref::dequantize_q8_0(reinterpret_cast<const BlockQ8_0*>(row), out, hd / kQK);
-      return;
-    case KvDType::Q4_0:
-      qref::dequantize_q4_0(reinterpret_cast<const BlockQ4_0*>(row), out, hd / kQK);
-      return;
-  }
-}
-
 void kv_store(uint16_t* cache, const KvCacheLayout& layout, int layer, const int32_t* block_table,
               int pos, const float* k, const float* v) {
   const int hd = layout.head_dim;

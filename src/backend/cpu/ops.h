@@ -7,6 +7,7 @@
 #include <span>
 
 #include "core/kv_layout.h"
+#include "core/kv_rows.h"
 #include "core/layer_spec.h"
 #include "core/llama_batch_roles.h"
 #include "core/rope.h"
@@ -110,8 +111,7 @@ void embedding_row(const WeightView& table, int32_t token, float* out);
 // quantized ones as llama.cpp's CPU stores them): k and v are [n_kv_heads][head_dim].
 void kv_store(uint16_t* cache, const KvCacheLayout& layout, int layer, const int32_t* block_table,
               int pos, const float* k, const float* v);
-// One cache row of head_dim values back to float (the quantized types' d * q exactly).
-void kv_row_to_f32(const uint16_t* row, KvDType type, int head_dim, float* out);
+// One cache row back to float: kv_row_to_f32 (core/kv_rows.h).
 
 // The two summation orders of llama.cpp's CPU attention, which ours copies: its kernel for
 // several query tokens keeps 16 partial sums per dot product (index mod 16, reduce16); its

@@ -25,8 +25,8 @@ inline KvElem kv_elem_of(KvDType t) {
 }
 
 // ---- Q8_0 rows. A head row is head_dim / 32 blocks of 17 two-byte units: the f16 scale d,
-// then 32 int8 codes (two per unit, the lower dimension in the low byte), as the CPU backend
-// stores them (backend/cpu/ops.cpp), so both read one layout.
+// then 32 int8 codes (two per unit, the lower dimension in the low byte), as every backend
+// stores them (core/kv_rows.h), so all read one layout.
 inline constexpr int kKvQ8BlockUnits = 17;
 
 // Dimensions [dim, dim + 8) of a Q8_0 row (dim a multiple of 8) as eight f16 values packed
@@ -78,11 +78,6 @@ __device__ __forceinline__ void kv_q8_store_lane(uint16_t* row, int dim, float x
   if (dim % 32 == 0) block[0] = kv_q8_scale_bits(amax);
 }
 
-// Stores x as dimension `dim` of the head row at `row` (cache units) in the element type.
-// Q8_0: the warp rule of kv_q8_store_lane holds for the caller.
-template <KvElem kElem>
-__device__ __forceinline__ void kv_store_dim(uint16_t* row, int dim, float x);
-
 template <bool kBf16>
 __device__ __forceinline__ void kv_unpack8(const uint4& raw, float out[8]) {
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
@@ -130,6 +125,8 @@ __device__ __forceinline__ uint16_t kv_from_float(float x) {
   }
 }
 
+// Stores x as dimension `dim` of the head row at `row` (cache units) in the element type.
+// Q8_0: the warp rule of kv_q8_store_lane holds for the caller.
 template <KvElem kElem>
 __device__ __forceinline__ void kv_store_dim(uint16_t* row, int dim, float x) {
   if constexpr (kElem == KvElem::kQ8_0) {
