@@ -92,6 +92,10 @@ struct ServeOptions {
   bool slots = false;
   int threads_batch = 0;
   std::string flash_attn;
+  std::string reasoning;  // --reasoning on|off|auto (llama-server): thinking on or off
+  bool verbose = false;
+  bool accepted_flag = false;  // llama-server flags whose behaviour is hablar's only one
+  std::string accepted_value;  // values of such flags (-ub, --cache-ram, ...)
 };
 
 std::string model_id_for(const ServeOptions& o, const std::string& path) {
@@ -207,6 +211,7 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   if (o.seed >= 0) d.sampling.seed = (uint64_t)o.seed;
   d.n_predict = o.n_predict;
   sm->special_in_content = o.special_in_content;
+  sm->verbose_replies = o.verbose;
   d.sampling.validate();
   sm->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log::info(
@@ -234,6 +239,21 @@ void check_options(ServeOptions& o) {
     const auto kw = nlohmann::ordered_json::parse(o.chat_template_kwargs, nullptr, false);
     if (!kw.is_object()) fail("--chat-template-kwargs must be a JSON object");
   }
+  if (!o.reasoning.empty()) {
+    const std::string& r = o.reasoning;
+    if (r == "off" || r == "false" || r == "0") {
+      o.reasoning_budget = 0;
+    } else if (r == "on" || r == "true" || r == "1") {
+      auto kw = o.chat_template_kwargs.empty()
+                    ? nlohmann::ordered_json::object()
+                    : nlohmann::ordered_json::parse(o.chat_template_kwargs);
+      if (!kw.contains("enable_thinking")) kw["enable_thinking"] = true;
+      o.chat_template_kwargs = kw.dump();
+    } else if (r != "auto") {
+      fail("--reasoning must be on, off or auto (got '" + r + "')");
+    }
+  }
+  if (o.verbose) log::set_level("debug");
   if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (0: 8192 on the CPU, free memory on a GPU)");
   if (o.n_batch < 1) fail("-b/--batch-size must be at least 1");
   if (!o.pooling.empty() && !pooling_from_name(o.pooling))
@@ -354,6 +374,37 @@ int run_serve(ServeOptions& o) {
   std::_Exit(load_failed ? 1 : 0);  // a model that did not load is a failed start
 }
 
+// llama-server flags that scripts and test suites pass and whose effect is already how hablar
+// works, or that tune llama.cpp internals hablar does not have: accepted so a command line
+// moves over unchanged.
+void add_llama_server_compat_flags(CLI::App& app, ServeOptions& o) {
+  app.add_option("--reasoning", o.reasoning,
+                 "on, off or auto (-rea): thinking on (enable_thinking true), off (as "
+                 "--reasoning-budget 0) or as the template decides");
+  app.add_flag("--verbose", o.verbose, "debug logging (-v; as --log-level debug)");
+  const char* accepted_flags[] = {
+      "--no-jinja",          // the model's Jinja template is always what renders chats
+      "--offline",           // nothing is ever downloaded
+      "--kv-unified",        // the KV pool is always shared by all sequences
+      "--swa-full",          // sliding-window layers keep the positions they read
+      "--no-context-shift",  // a sequence that fills its context stops ("length")
+      "--no-cache-idle-slots",
+      "--cache-idle-slots",
+      "--no-mmap",
+      "--mlock",
+      "--no-warmup",
+      "--backend-sampling",
+      "--log-disable",
+      "--no-perf"};
+  for (const char* f : accepted_flags)
+    app.add_flag(f, o.accepted_flag, "accepted for compatibility with llama-server")->group("");
+  const char* accepted_options[] = {
+      "--ubatch-size", "--cache-ram", "--sleep-idle-seconds", "--slot-prompt-similarity",
+      "--keep",        "--numa"};
+  for (const char* f : accepted_options)
+    app.add_option(f, o.accepted_value, "accepted for compatibility with llama-server")->group("");
+}
+
 CommandRegistration serve_registration{
     "serve",
     "Serve a model over HTTP (OpenAI, llama.cpp and Ollama APIs, web chat at /)",
@@ -469,7 +520,7 @@ CommandRegistration serve_registration{
       app.add_flag("--cont-batching", o->cont_batching, "continuous batching (always on) (-cb)");
       app.add_flag("--no-cont-batching{false}", o->cont_batching, "accepted; batching stays on");
       app.add_option("--flash-attn", o->flash_attn, "accepted for compatibility (-fa)");
-      app.add_flag("--no-webui", o->no_webui, "do not serve the chat page at /");
+      app.add_flag("--no-webui,--no-ui", o->no_webui, "do not serve the chat page at /");
       app.add_flag("--timings-header", o->http.timings_header,
                    "send X-Hablar-Timings (queued, prefill, decode, detokenize ms; token counts) "
                    "with every non-streamed generation, not only when the request sends that "
@@ -508,6 +559,7 @@ CommandRegistration serve_registration{
       app.add_option("--shutdown-grace", o->http.shutdown_grace_seconds,
                      "seconds running requests get to finish on SIGTERM")
           ->capture_default_str();
+      add_llama_server_compat_flags(app, *o);
       return [o] { return run_serve(*o); };
     },
     {{"-np", "--parallel"},
@@ -519,7 +571,12 @@ CommandRegistration serve_registration{
      {"-to", "--timeout"},
      {"-tb", "--threads-batch"},
      {"-fa", "--flash-attn"},
-     {"-md", "--model-draft"}}};
+     {"-md", "--model-draft"},
+     {"-ub", "--ubatch-size"},
+     {"-rea", "--reasoning"},
+     {"-kvu", "--kv-unified"},
+     {"-cram", "--cache-ram"},
+     {"-v", "--verbose"}}};
 
 }  // namespace
 }  // namespace hablar::cli

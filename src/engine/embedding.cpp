@@ -189,8 +189,8 @@ std::shared_ptr<EmbedHandle> Engine::submit_embedding(EmbedRequest request) {
     if ((int32_t)in.size() > config_.n_ctx)
       throw_error(ErrorKind::kInvalidArgument,
                   "input " + std::to_string(i) + " has " + std::to_string(in.size()) +
-                      " tokens but the context holds " + std::to_string(config_.n_ctx) +
-                      "; shorten it (or truncate)");
+                      " tokens, too large for the context of " + std::to_string(config_.n_ctx) +
+                      " tokens; shorten it (or truncate)");
     for (int32_t t : in)
       if (t < 0 || t >= vocab)
         throw_error(ErrorKind::kInvalidArgument, "token id " + std::to_string(t) +

@@ -96,7 +96,13 @@ struct TensorInfo {
 class GgufFile {
  public:
   // Maps and validates the file; throws Error(kFormat/kIo) naming the file and the fault.
+  // A shard of a split model (split.count > 1; gguf-split and gguf-py name shard k of n
+  // "<prefix>-%05d-of-%05d.gguf", k from 1) opens every shard and returns the whole model:
+  // the first shard's metadata (without the split.* keys) and all shards' tensors, each
+  // pointing into its own shard's mapping. Any shard's path names the model.
   static GgufFile open(const std::string& path);
+  // Exactly one file, a shard taken as it is (its own metadata and tensors).
+  static GgufFile open_one(const std::string& path);
   // Parses bytes owned by the caller (fuzzing, tests); `name` appears in errors.
   static GgufFile parse(std::span<const uint8_t> bytes, std::string name);
   // A model described in GGUF's vocabulary by another format's reader (formats/hf_model.h):
@@ -140,6 +146,7 @@ class GgufFile {
 
  private:
   friend class Parser;
+  static GgufFile join_shards(GgufFile given, uint64_t count);
   [[noreturn]] void fail_key(std::string_view key, const Value& v, std::string_view want) const;
   const Value& require(std::string_view key) const;
 

@@ -263,7 +263,7 @@ class Parser {
   uint64_t metadata_values_ = 0;  // array items parsed so far
 };
 
-GgufFile GgufFile::open(const std::string& path) {
+GgufFile GgufFile::open_one(const std::string& path) {
   auto map = std::make_shared<MappedFile>(path);
   GgufFile f = parse(map->bytes(), path);
   f.map_ = std::move(map);

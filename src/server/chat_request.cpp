@@ -75,6 +75,30 @@ void drop_cut_call(std::string& content, const std::string& trigger, engine::Fin
   content.resize(at > head.size() ? at - head.size() : 0);
 }
 
+// Whether the last message is a prefix the model continues (no generation prompt): a final
+// assistant message is one unless the request says otherwise (vLLM's and transformers'
+// continue_final_message, with add_generation_prompt its opposite). Only one trailing
+// assistant message can be the prefix.
+bool continues_final_message(const json& body, const OrderedJson& messages) {
+  const auto add_generation = opt_bool(body, "add_generation_prompt");
+  const auto continue_final = opt_bool(body, "continue_final_message");
+  if (add_generation.value_or(false) && continue_final.value_or(false))
+    bad_request("'add_generation_prompt' and 'continue_final_message' cannot both be true",
+                "continue_final_message");
+  const bool last_is_assistant = messages.back()["role"] == "assistant";
+  if (continue_final.value_or(false) && !last_is_assistant)
+    bad_request("'continue_final_message' needs a final assistant message to continue",
+                "continue_final_message");
+  const bool prefill =
+      continue_final.value_or(last_is_assistant && !add_generation.value_or(false));
+  if (prefill && messages.size() >= 2 && messages[messages.size() - 2]["role"] == "assistant")
+    bad_request(
+        "the messages end in two assistant messages: only one final assistant message can be "
+        "continued",
+        "messages");
+  return prefill;
+}
+
 }  // namespace
 
 ChatRequest parse_chat_request(const json& body, const std::string& body_text, ServingModel& m) {
@@ -119,10 +143,11 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   }
   if (!r.spec.grammar && !r.tools.is_null()) constrain_auto_call(body, m, r);
 
-  // A last assistant message is a prefix the model continues (no generation prompt).
-  const bool continue_last = r.messages.back()["role"] == "assistant";
+  const bool continue_last = continues_final_message(body, r.messages);
   if (continue_last) r.prefill = r.messages.back()["content"].get<std::string>();
-  RenderedChat chat_text = render_chat(m, r.messages, r.tools, !continue_last, kwargs);
+  const bool add_generation =
+      !continue_last && opt_bool(body, "add_generation_prompt").value_or(true);
+  RenderedChat chat_text = render_chat(m, r.messages, r.tools, add_generation, kwargs);
   std::string& text = chat_text.text;
   // A template that opens the think block itself (DeepSeek-R1, QwQ, Qwen3 with thinking on):
   // the output begins inside it, without an opening tag of its own.

@@ -35,9 +35,9 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 // itself ("http://localhost:5173"), its scheme and host with any port ("http://localhost"),
 // or its host alone with any scheme and port ("localhost"); "*" matches every origin.
 bool origin_allowed(const std::vector<std::string>& allowed, const std::string& origin) {
+  // Browsers send scheme://host[:port]; other clients may send a bare host.
   const size_t scheme_end = origin.find("://");
-  if (scheme_end == std::string::npos) return false;
-  const size_t host_start = scheme_end + 3;
+  const size_t host_start = scheme_end == std::string::npos ? 0 : scheme_end + 3;
   size_t host_end = origin.size();
   if (origin.compare(host_start, 1, "[") == 0) {  // [IPv6]
     host_end = origin.find(']', host_start);

@@ -7,6 +7,8 @@ namespace hablar::server {
 
 namespace {
 
+// A message's content as one text: a list of text parts is joined with blank lines between
+// them, as llama-server renders parts for templates that take text only.
 std::string flatten_content(const OrderedJson& content, size_t index) {
   const std::string where = "messages[" + std::to_string(index) + "].content";
   if (content.is_string()) return content.get<std::string>();
@@ -15,8 +17,9 @@ std::string flatten_content(const OrderedJson& content, size_t index) {
     bad_request("'" + where + "' must be a string or a list of parts", where);
   std::string text;
   for (const auto& part : content) {
+    const bool first = &part == &content.front();
     if (part.is_string()) {
-      text += part.get<std::string>();
+      text += (first ? "" : "\n\n") + part.get<std::string>();
       continue;
     }
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
@@ -28,7 +31,7 @@ std::string flatten_content(const OrderedJson& content, size_t index) {
                   where);
     if (!part.contains("text") || !part["text"].is_string())
       bad_request("'" + where + "' text parts need a string 'text'", where);
-    text += part["text"].get<std::string>();
+    text += (first ? "" : "\n\n") + part["text"].get<std::string>();
   }
   return text;
 }

@@ -21,7 +21,8 @@ inline std::string element_path(const std::string& where, size_t i) {
 std::string required_string(const OrderedJson& object, const char* key, const std::string& where);
 
 // Checks `messages` (a non-empty list of {role, content, ...}) and returns them in the form
-// templates expect: content parts joined into one string, tool-call arguments as objects.
+// templates expect: content parts joined into one string (blank lines between them),
+// tool-call arguments as objects.
 OrderedJson normalize_messages(const OrderedJson& messages);
 
 // The tools a template should see given "tools" and "tool_choice" (null when none).

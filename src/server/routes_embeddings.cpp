@@ -19,6 +19,7 @@
 
 #include "server/api_error.h"
 #include "server/http_server.h"
+#include "server/prompt_inputs.h"
 #include "server/request_fields.h"
 
 namespace hablar::server {
@@ -34,48 +35,15 @@ void require_embeddings(const ServingModel& m) {
                    "with --embedding (or --pooling)");
 }
 
-std::vector<int32_t> tokenize_text(const ServingModel& m, const std::string& text,
-                                   const std::string& param) {
-  if (text.empty()) bad_request("'" + param + "' holds an empty text (as OpenAI, refused)", param);
-  return m.tok().encode(text, true, true);
-}
-
-std::vector<int32_t> token_list(const ServingModel& m, const json& list, const std::string& param) {
-  std::vector<int32_t> ids;
-  for (const auto& t : list) {
-    if (!t.is_number_integer())
-      bad_request("'" + param + "' mixes token ids and other values", param);
-    const int64_t v = t.get<int64_t>();
-    if (v < 0 || v >= m.tok().n_vocab())
-      bad_request("'" + param + "' token id " + std::to_string(v) + " is outside the vocabulary",
-                  param);
-    ids.push_back((int32_t)v);
-  }
-  if (ids.empty()) bad_request("'" + param + "' holds an empty token list", param);
-  return ids;
-}
-
-// OpenAI's input forms: a string, a list of strings, a list of token ids, a list of token-id
-// lists (also llama-server's and Ollama's).
+// The inputs of an embedding request in every form llama-server reads (prompt_inputs.h):
+// texts (with BOS and the model's other added tokens), token ids, mixed lists, objects.
+// OpenAI's route refuses an empty text as OpenAI does; llama-server's embed what it gives.
 std::vector<std::vector<int32_t>> read_inputs(const ServingModel& m, const json& in,
-                                              const std::string& param) {
-  if (in.is_string()) return {tokenize_text(m, in.get<std::string>(), param)};
-  if (!in.is_array() || in.empty())
-    bad_request("'" + param + "' must be a text, a list of texts, token ids or lists of token ids",
-                param);
-  if (in.size() > 2048) bad_request("'" + param + "' holds more than 2048 inputs", param);
-  if (in[0].is_number_integer()) return {token_list(m, in, param)};
-  std::vector<std::vector<int32_t>> out;
-  for (const auto& item : in) {
-    if (item.is_string()) {
-      out.push_back(tokenize_text(m, item.get<std::string>(), param));
-    } else if (item.is_array()) {
-      out.push_back(token_list(m, item, param));
-    } else {
-      bad_request("'" + param + "' items must be texts or lists of token ids", param);
-    }
-  }
-  return out;
+                                              const std::string& param, bool allow_empty = true) {
+  PromptReading how{param,
+                    [&m](const std::string& text) { return m.tok().encode(text, true, true); },
+                    2048, allow_empty};
+  return read_prompts(m, in, how);
 }
 
 // Runs the inputs through the engine and waits for their vectors (not normalized).
@@ -145,7 +113,7 @@ void openai_embeddings(ServingModel& m, const json& body, httplib::Response& res
   if (format != "float" && format != "base64")
     bad_request("'encoding_format' must be float or base64", "encoding_format");
   const int64_t dims = read_dimensions(m, body);
-  const engine::EmbedResult r = run_embeddings(m, read_inputs(m, *in, "input"), m.pooling);
+  const engine::EmbedResult r = run_embeddings(m, read_inputs(m, *in, "input", false), m.pooling);
   json data = json::array();
   for (size_t i = 0; i < r.vectors.size(); ++i) {
     std::vector<float> v = r.vectors[i];
@@ -322,9 +290,11 @@ void install_embedding_routes(Router& http, HttpServer& server) {
   route("/v1/embeddings", openai_embeddings);
   route("/embedding", llama_embeddings);
   // /embeddings: llama-server's non-OpenAI route takes {content}; OpenAI clients pointed at
-  // the bare host send {input} and get OpenAI's shape.
+  // the bare host send {input} and get OpenAI's shape — unless pooling is none, whose
+  // per-token vectors only llama-server's shape carries.
   route("/embeddings", [](ServingModel& m, const json& body, httplib::Response& res) {
-    if (body.contains("content") || !body.contains("input")) return llama_embeddings(m, body, res);
+    if (body.contains("content") || !body.contains("input") || m.pooling == Pooling::kNone)
+      return llama_embeddings(m, body, res);
     openai_embeddings(m, body, res);
   });
   route("/api/embed", ollama_embed);

@@ -9,6 +9,7 @@
 #include "server/api_error.h"
 #include "server/http_server.h"
 #include "server/openai_chat.h"
+#include "server/prompt_inputs.h"
 #include "server/request_fields.h"
 #include "server/sampling_fields.h"
 #include "server/structured_output.h"
@@ -31,56 +32,13 @@ json piece_json(const std::string& s) {
   }
 }
 
-// One prompt: text, token ids, or a list mixing both (text after the first piece is
-// tokenized without BOS).
-std::vector<int32_t> llama_one_prompt(const json& prompt, const ServingModel& m) {
-  std::vector<int32_t> ids;
-  auto add = [&](const json& part, bool first) {
-    if (part.is_string()) {
-      auto t = first ? tokenize_prompt(m, part.get<std::string>())
-                     : m.tok().encode(part.get<std::string>(), false, true);
-      ids.insert(ids.end(), t.begin(), t.end());
-    } else if (part.is_number_integer()) {
-      const int64_t v = part.get<int64_t>();
-      if (v < 0 || v >= m.tok().n_vocab())
-        bad_request("'prompt' token id " + std::to_string(v) + " is outside the vocabulary",
-                    "prompt");
-      ids.push_back((int32_t)v);
-    } else {
-      bad_request("'prompt' must be text, token ids, a list mixing both, or a list of prompts",
-                  "prompt");
-    }
-  };
-  if (prompt.is_array()) {
-    bool first = true;
-    for (const auto& p : prompt) {
-      add(p, first);
-      first = false;
-    }
-  } else {
-    add(prompt, true);
-  }
-  if (ids.empty()) bad_request("'prompt' is empty", "prompt");
-  return ids;
-}
-
-// The prompts of a request, read as llama-server reads them: text, token ids, or a list
-// mixing texts and ids is one prompt; any other list (of texts, of token lists) is a list
-// of prompts, each completed on its own.
+// The prompts of a request's "prompt" (server/prompt_inputs.h): the first text of each
+// tokenized as the model's prompts are (BOS unless the text starts with it).
 std::vector<std::vector<int32_t>> llama_prompts(const json& body, const ServingModel& m) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) bad_request("'prompt' is required", "prompt");
-  bool has_text = false, has_id = false;
-  if (it->is_array())
-    for (const auto& p : *it) {
-      has_text = has_text || p.is_string();
-      has_id = has_id || p.is_number();
-    }
-  if (!it->is_array() || has_id || it->empty()) return {llama_one_prompt(*it, m)};
-  if (it->size() > 64) bad_request("'prompt' holds more than 64 prompts", "prompt");
-  std::vector<std::vector<int32_t>> prompts;
-  for (const auto& p : *it) prompts.push_back(llama_one_prompt(p, m));
-  return prompts;
+  PromptReading how{"prompt", [&m](const std::string& text) { return tokenize_prompt(m, text); }};
+  return read_prompts(m, *it, how);
 }
 
 // llama-server's n_probs entries: id, token (text, or its bytes when not valid UTF-8),
@@ -132,7 +90,25 @@ struct CompletionShape {
   // post_sampling_probs: one log per prompt (engine/request_sampler.h)
   std::vector<std::shared_ptr<engine::PostSamplingLog>> post_logs;
   bool return_tokens = false;  // non-streamed; streamed chunks always carry their tokens
+  json generation_settings;    // the request's own settings, as llama-server echoes them
+  std::vector<std::string> response_fields;  // "a/b" paths: only these, flattened
 };
+
+// llama-server's response_fields: the reply holds only the named fields, a path "a/b" read
+// from inside "a" and keyed by the path itself. A path that names nothing is left out.
+json pick_fields(const json& full, const std::vector<std::string>& paths) {
+  json out = json::object();
+  for (const std::string& path : paths) {
+    const json* at = &full;
+    for (size_t a = 0, b; at != nullptr && a <= path.size(); a = b + 1) {
+      b = std::min(path.find('/', a), path.size());
+      const auto it = at->is_object() ? at->find(path.substr(a, b - a)) : at->end();
+      at = it != at->end() ? &*it : nullptr;
+    }
+    if (at != nullptr) out[path] = *at;
+  }
+  return out;
+}
 
 // The fields of a finished generation. has_new_line: whether the generated text holds a
 // line break (llama-server's infill clients use it); stopping_word: the stop string that
@@ -154,7 +130,7 @@ void final_fields(const ServingModel& m, json& j, const StreamItem& f,
 }
 
 json completion_result(const ServingModel& m, const CollectedOutput& out, size_t index,
-                       const CompletionShape& shape) {
+                       const CompletionShape& shape, const std::vector<int32_t>& prompt) {
   std::vector<int32_t> toks;
   for (const auto& t : out.tokens) toks.push_back(t.token);
   json j = {{"content", out.text}, {"index", index}};
@@ -168,7 +144,9 @@ json completion_result(const ServingModel& m, const CollectedOutput& out, size_t
     j["completion_probabilities"] = probs;
   }
   final_fields(m, j, out.final, toks, out.text.find('\n') != std::string::npos);
-  return j;
+  j["generation_settings"] = shape.generation_settings;
+  j["prompt"] = m.tok().decode(prompt, /*show_special=*/true);
+  return shape.response_fields.empty() ? j : pick_fields(j, shape.response_fields);
 }
 
 // Streams the prompts' completions one after another, each chunk naming its prompt's index.
@@ -230,6 +208,27 @@ void stream_completions(httplib::Response& res, std::shared_ptr<ServingModel> m,
   });
 }
 
+// The settings a /completion request runs with, as llama-server echoes them in its reply:
+// its sampling, n_predict and stop strings, and the logit biases (ignore_eos bans every
+// end-of-generation token: bias null, JSON's stand-in for -inf).
+json request_settings(const ServingModel& m, const GenerationSpec& spec,
+                      std::optional<int64_t> n_predict) {
+  json g = sampling_json(spec.sampling);
+  g["n_predict"] = n_predict.value_or(m.defaults.n_predict);
+  g["stop"] = spec.stop;
+  g["ignore_eos"] = spec.ignore_eos;
+  g["n_probs"] = std::max(0, spec.n_logprobs);
+  g["model"] = m.id;
+  json bias = json::array();
+  for (const auto& [token, value] : spec.sampling.logit_bias)
+    bias.push_back({{"token", token}, {"bias", std::isfinite(value) ? json(value) : json()}});
+  if (spec.ignore_eos)
+    for (int32_t t = 0; t < m.tok().n_vocab(); ++t)
+      if (m.tok().is_eog(t)) bias.push_back({{"token", t}, {"bias", nullptr}});
+  g["logit_bias"] = std::move(bias);
+  return g;
+}
+
 // /completion and /infill: everything after the prompts. One prompt gets one result, a list
 // of prompts a list of results (as llama-server answers).
 void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req,
@@ -254,7 +253,9 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
   const bool stream = opt_bool(body, "stream").value_or(false);
   shape.return_tokens = opt_bool(body, "return_tokens").value_or(false);
   const bool return_progress = opt_bool(body, "return_progress").value_or(false);
+  shape.response_fields = opt_string_list(body, "response_fields", 64);
   spec.grammar = llama_output_grammar(*m, req.body);
+  shape.generation_settings = request_settings(*m, spec, n_predict);
   std::vector<std::shared_ptr<engine::RequestHandle>> handles;
   try {
     for (const auto& p : prompts) {
@@ -284,7 +285,7 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
     if (failed(out.final))
       for (auto& h : handles) h->cancel();
     check_final(out.final);
-    results.push_back(completion_result(*m, out, i, shape));
+    results.push_back(completion_result(*m, out, i, shape, prompts[i]));
     if (i == 0) first = out.final;
   }
   send_json(res, results.size() == 1 ? results[0] : results);
@@ -438,6 +439,8 @@ void llamacpp_metrics(Metric& metric, const engine::MetricsSnapshot& s) {
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   metric("llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",
          (double)s.prompt_tokens_computed);
+  metric("llamacpp:prompt_tokens_cached_total", "counter",
+         "Number of prompt tokens served from the prompt cache.", (double)s.prompt_tokens_cached);
   metric("llamacpp:prompt_seconds_total", "counter", "Prompt process time.",
          s.prompt_seconds_total);
   metric("llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.",
@@ -446,7 +449,15 @@ void llamacpp_metrics(Metric& metric, const engine::MetricsSnapshot& s) {
          s.decode_seconds_total);
   metric("llamacpp:n_decode_total", "counter", "Total number of llama_decode() calls.",
          (double)s.steps_total);
-  metric("llamacpp:n_busy_slots_per_decode", "counter",
+  metric("llamacpp:n_tokens_max", "counter", "Largest observed n_tokens.",
+         (double)s.max_batch_size);
+  metric("llamacpp:spec_decode_num_draft_tokens_total", "counter",
+         "Number of drafted tokens verified.", (double)s.draft_tokens_total);
+  metric("llamacpp:spec_decode_num_accepted_tokens_total", "counter",
+         "Number of drafted tokens accepted.", (double)s.draft_accepted_total);
+  metric("llamacpp:spec_decode_num_drafts_total", "counter", "Number of drafts verified.",
+         (double)s.spec_rounds_total);
+  metric("llamacpp:n_busy_slots_per_decode", "gauge",
          "Average number of busy slots per llama_decode() call.",
          ratio(s.batch_size.sum, (double)s.batch_size.count));
   metric("llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",

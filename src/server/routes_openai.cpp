@@ -220,25 +220,37 @@ void chat_completions(HttpServer& server, const httplib::Request& req, httplib::
   json choices = json::array();
   StreamItem total;
   json timings;
+  std::string first_text;
   for (size_t i = 0; i < handles.size(); ++i) {
     CollectedOutput out = collect_output(*handles[i]);
     if (failed(out.final)) {
       for (auto& h : handles) h->cancel();
       check_final(out.final);
     }
+    if (i == 0) first_text = out.text;
     choices.push_back(chat_choice(*m, r, out, i));
     add_usage(total, out.final, i == 0);
     if (i == 0) timings = timings_json(out.final);  // the first choice's, as llama-server has one
     if (i == 0) set_server_timing(res, out.final);
   }
-  send_json(res, {{"id", random_id("chatcmpl-")},
-                  {"object", "chat.completion"},
-                  {"created", unix_time_now()},
-                  {"model", m->id},
-                  {"system_fingerprint", "hablar"},
-                  {"choices", choices},
-                  {"usage", usage_json(total)},
-                  {"timings", timings}});
+  json reply = {{"id", random_id("chatcmpl-")},   {"object", "chat.completion"},
+                {"created", unix_time_now()},     {"model", m->id},
+                {"system_fingerprint", "hablar"}, {"choices", choices},
+                {"usage", usage_json(total)},     {"timings", timings}};
+  if (m->verbose_replies || opt_bool(body, "verbose").value_or(false))
+    reply["__verbose"] = {{"prompt", m->tok().decode(r.spec.prompt, /*show_special=*/true)},
+                          {"content", first_text},
+                          {"tokens_evaluated", r.spec.prompt.size()},
+                          {"generation_settings", sampling_json(r.spec.sampling)}};
+  send_json(res, reply);
+}
+
+// The prompt tokens a chat request would be read as (llama-server's
+// /chat/completions/input_tokens), without generating.
+void chat_input_tokens(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  const ChatRequest r = parse_chat_request(request_json(req), req.body, *m);
+  send_json(res, {{"input_tokens", r.spec.prompt.size()}});
 }
 
 // "prompt": text, list of texts, token ids, or list of token-id lists.
@@ -496,6 +508,8 @@ void install_openai_routes(Router& http, HttpServer& server) {
   };
   post("/v1/chat/completions", chat_completions);
   post("/chat/completions", chat_completions);
+  post("/v1/chat/completions/input_tokens", chat_input_tokens);
+  post("/chat/completions/input_tokens", chat_input_tokens);
   post("/v1/completions", completions);
   auto models = [&server](const httplib::Request& req, httplib::Response& res) {
     handle_json(req, res, [&] {

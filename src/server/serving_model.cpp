@@ -291,7 +291,7 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
   if ((int64_t)spec.prompt.size() >= m.n_ctx)
     throw ApiError(400,
                    "the prompt has " + std::to_string(spec.prompt.size()) +
-                       " tokens but the context holds " + std::to_string(m.n_ctx) +
+                       " tokens, too large for the context of " + std::to_string(m.n_ctx) +
                        " tokens (prompt and completion together); shorten the prompt",
                    "messages", "exceed_context_size_error",
                    {{"n_prompt_tokens", spec.prompt.size()}, {"n_ctx", m.n_ctx}});
@@ -396,7 +396,9 @@ nlohmann::json timings_json(const engine::StreamItem& f) {
                       {"prompt_per_second", rate(f.prompt_ms, prompt_n)},
                       {"predicted_n", f.n_generated},
                       {"predicted_ms", f.decode_ms},
-                      {"predicted_per_token_ms", per(f.decode_ms, f.n_generated)},
+                      // the first token comes with the prompt's last step: the decode time
+                      // covers the n - 1 after it
+                      {"predicted_per_token_ms", per(f.decode_ms, f.n_generated - 1)},
                       {"predicted_per_second", rate(f.decode_ms, std::max(0, f.n_generated - 1))}};
   // Speculative decoding, as llama-server reports it (only when something was drafted).
   if (f.n_drafted > 0) {

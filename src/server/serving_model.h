@@ -92,6 +92,9 @@ struct ServingModel {
   // their pooling (--pooling, else the file's, else mean for encoders and last for decoders).
   bool embeddings = false;
   Pooling pooling = Pooling::kMean;
+  // --verbose: every chat reply carries "__verbose" (the prompt as the model read it, the raw
+  // output), as a request's "verbose": true asks for its own.
+  bool verbose_replies = false;
 
   const tokenizer::Tokenizer& tok() const { return model->tokenizer(); }
 };

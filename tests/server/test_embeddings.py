@@ -179,7 +179,7 @@ def test_errors_are_400s(bert):
     assert post(bert, "/v1/embeddings", {"input": "x", "dimensions": 4096}).status_code == 400
     assert post(bert, "/v1/embeddings", {"input": [10 ** 9]}).status_code == 400
     long = post(bert, "/v1/embeddings", {"input": " ".join(["word"] * 700)})
-    assert long.status_code == 400 and "context holds 512" in long.json()["error"]["message"]
+    assert long.status_code == 400 and "too large for the context of 512" in long.json()["error"]["message"]
     chat = post(bert, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
     assert chat.status_code == 400 and "encoder" in chat.json()["error"]["message"]
     assert post(bert, "/v1/rerank", {"query": "q", "documents": ["d"]}).status_code == 501
@@ -244,3 +244,35 @@ def test_decoder_embedder_serves_embeddings_and_chat():
         assert chat.status_code == 200
     finally:
         s.stop()
+
+
+def test_every_prompt_form_llama_server_reads(bert):
+    """Texts, ids, ids mixed with texts, {prompt_string} and {content: [text parts]} objects,
+    alone or in lists: each form embeds as the same text given plainly."""
+    ids = requests.post(bert.url + "/tokenize", json={"content": "hello world",
+                                                      "add_special": True}).json()["tokens"]
+    plain = post(bert, "/v1/embeddings", {"input": "hello world"}).json()["data"][0]["embedding"]
+    forms = [ids, {"prompt_string": "hello world"},
+             {"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]}]
+    for form in forms:
+        r = post(bert, "/v1/embeddings", {"input": form})
+        assert r.status_code == 200, (form, r.text)
+        np.testing.assert_allclose(r.json()["data"][0]["embedding"], plain, atol=1e-6)
+    many = post(bert, "/v1/embeddings", {"input": ["hello world", *forms]}).json()["data"]
+    assert len(many) == 4
+    for d in many:
+        np.testing.assert_allclose(d["embedding"], plain, atol=1e-6)
+    # ids and text in one list are one prompt
+    mixed = post(bert, "/v1/embeddings", {"input": [ids[0], "hello", ids[-1]]})
+    assert mixed.status_code == 200 and len(mixed.json()["data"]) == 1
+
+
+def test_prompt_forms_that_are_refused(bert):
+    for bad in [[], {"content": "text"}, {"content": [{"type": "unknown"}]},
+                {"content": [{"type": "image_url", "image_url": {"url": "data:,"}}]},
+                {"prompt_string": "x", "multimodal_data": ["AAAA"]}, {"other": 1}]:
+        r = post(bert, "/v1/embeddings", {"input": bad})
+        assert r.status_code == 400, (bad, r.text)
+        assert r.json()["error"]["message"]
+    long = post(bert, "/v1/embeddings", {"input": "word " * 5000})
+    assert long.status_code == 400 and "too large" in long.json()["error"]["message"]

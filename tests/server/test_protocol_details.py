@@ -44,6 +44,12 @@ def test_cors_as_llama_server(guarded, server):
     # The default (*) echoes the origin rather than "*", with credentials allowed.
     r = requests.get(server.url + "/v1/models", headers={"Origin": "http://any.example"})
     assert r.headers["Access-Control-Allow-Origin"] == "http://any.example"
+    # An origin without a scheme (non-browser clients send bare hosts) is read as a host.
+    r = requests.get(server.url + "/v1/models", headers={"Origin": "any.example"})
+    assert r.headers["Access-Control-Allow-Origin"] == "any.example"
+    r = requests.get(guarded.url + "/v1/models", headers={"Origin": "evil.example",
+                                                          "Authorization": "Bearer k1"})
+    assert "Access-Control-Allow-Origin" not in r.headers
     # Probes stay open under an API key.
     assert requests.get(guarded.url + "/health/live").status_code == 200
     assert requests.get(guarded.url + "/health/ready").status_code == 200

@@ -1,0 +1,116 @@
+"""llama-server's request and reply fields beyond the basics, as its own test suite and
+clients use them: prompt objects and mixed lists in /completion, generation_settings and
+response_fields in the reply, __verbose, continue_final_message, the input_tokens count, the
+llamacpp:* metric names, and its command-line flags."""
+import subprocess
+
+import requests
+
+from conftest import BIN, ServerProcess, chat
+
+
+def completion(server, body):
+    return requests.post(server.url + "/completion", json=body, timeout=300)
+
+
+def test_prompt_objects_and_mixed_lists(server):
+    text = "The capital of France is"
+    ids = requests.post(server.url + "/tokenize", json={"content": text}).json()["tokens"]
+    want = completion(server, {"prompt": text, "n_predict": 4, "temperature": 0}).json()["content"]
+    for prompt in [ids, {"prompt_string": text}, {"prompt_string": text, "multimodal_data": []}]:
+        r = completion(server, {"prompt": prompt, "n_predict": 4, "temperature": 0})
+        assert r.status_code == 200, r.text
+        assert r.json()["content"] == want
+    r = completion(server, {"prompt": [ids, text, {"prompt_string": text}], "n_predict": 4,
+                            "temperature": 0})
+    assert [x["content"] for x in r.json()] == [want] * 3
+    r = completion(server, {"prompt": {"prompt_string": text, "multimodal_data": ["iVBORw0"]}})
+    assert r.status_code == 400 and "multimodal" in r.json()["error"]["message"]
+
+
+def test_generation_settings_and_response_fields(server):
+    r = completion(server, {"prompt": "Hello", "n_predict": 3, "temperature": 0.5,
+                            "ignore_eos": True, "logit_bias": [[42, -2.0]]}).json()
+    g = r["generation_settings"]
+    assert g["n_predict"] == 3 and g["temperature"] == 0.5 and g["ignore_eos"] is True
+    assert {"token": 42, "bias": -2.0} in g["logit_bias"]
+    banned = [b["token"] for b in g["logit_bias"] if b["bias"] is None]
+    assert 2 in banned  # <|im_end|>, an end-of-generation token of the model
+    assert r["prompt"] == "Hello"
+    plain = completion(server, {"prompt": "Hello", "n_predict": 1}).json()["generation_settings"]
+    assert plain["logit_bias"] == []
+    r = completion(server, {"prompt": "Hello", "n_predict": 5,
+                            "response_fields": ["content", "generation_settings/n_predict",
+                                                "timings/predicted_n", "no/such"]}).json()
+    assert set(r) == {"content", "generation_settings/n_predict", "timings/predicted_n"}
+    assert r["generation_settings/n_predict"] == 5
+
+
+def test_verbose_reply_shows_the_prompt_as_read(server):
+    body = {"max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}
+    assert "__verbose" not in chat(server, body).json()
+    v = chat(server, {**body, "verbose": True}).json()["__verbose"]
+    assert v["prompt"].endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert v["tokens_evaluated"] > 3
+
+
+def test_continue_final_message_and_its_conflicts(server):
+    msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hel"}]
+    v = chat(server, {"max_tokens": 1, "verbose": True, "continue_final_message": True,
+                      "add_generation_prompt": False, "messages": msgs}).json()["__verbose"]
+    assert v["prompt"].endswith("<|im_start|>assistant\nHel")
+    closed = chat(server, {"max_tokens": 1, "verbose": True, "add_generation_prompt": True,
+                           "messages": msgs}).json()["__verbose"]
+    assert closed["prompt"].endswith("Hel<|im_end|>\n<|im_start|>assistant\n")
+    no_gen = chat(server, {"max_tokens": 1, "verbose": True, "add_generation_prompt": False,
+                           "messages": msgs[:1]}).json()["__verbose"]
+    assert no_gen["prompt"].endswith("Hi<|im_end|>\n")
+    parts = chat(server, {"max_tokens": 1, "verbose": True, "messages": [
+        msgs[0], {"role": "assistant", "content": [{"type": "text", "text": "A"},
+                                                   {"type": "text", "text": "B"}]}]})
+    assert parts.json()["__verbose"]["prompt"].endswith("assistant\nA\n\nB")
+    for bad in [{"add_generation_prompt": True, "continue_final_message": True, "messages": msgs},
+                {"continue_final_message": True, "messages": msgs[:1]},
+                {"messages": msgs + [{"role": "assistant", "content": "x"}]}]:
+        r = chat(server, {"max_tokens": 1, **bad})
+        assert r.status_code == 400, (bad, r.text)
+
+
+def test_chat_input_tokens_counts_the_rendered_prompt(server):
+    body = {"messages": [{"role": "user", "content": "What is the best book?"}]}
+    v = chat(server, {**body, "max_tokens": 1, "verbose": True}).json()
+    for path in ["/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"]:
+        r = requests.post(server.url + path, json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["input_tokens"] == v["usage"]["prompt_tokens"]
+
+
+def test_llamacpp_metric_names(server):
+    completion(server, {"prompt": "Hello", "n_predict": 2})
+    text = requests.get(server.url + "/metrics").text
+    for name, kind in [("llamacpp:prompt_tokens_cached_total", "counter"),
+                       ("llamacpp:n_tokens_max", "counter"),
+                       ("llamacpp:spec_decode_num_draft_tokens_total", "counter"),
+                       ("llamacpp:spec_decode_num_accepted_tokens_total", "counter"),
+                       ("llamacpp:spec_decode_num_drafts_total", "counter"),
+                       ("llamacpp:n_busy_slots_per_decode", "gauge")]:
+        assert f"# TYPE {name} {kind}" in text
+        assert f"# HELP {name} " in text
+    t = completion(server, {"prompt": "Hello", "n_predict": 1}).json()["timings"]
+    assert t["predicted_per_token_ms"] == 0 and t["predicted_per_second"] == 0
+
+
+def test_llama_server_command_lines_start():
+    """Flags llama-server scripts pass (its own test suite among them) are accepted."""
+    s = ServerProcess("-np", "1", "-c", "512", "--no-jinja", "--offline", "--kv-unified", "-kvu",
+                      "--swa-full", "--no-ui", "-ub", "32", "--cache-ram", "0",
+                      "--no-context-shift", "--reasoning", "off", "--verbose").wait_ready()
+    try:
+        assert requests.get(s.url + "/").status_code == 404  # --no-ui
+        r = chat(s, {"max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}).json()
+        assert "__verbose" in r  # --verbose
+    finally:
+        s.stop()
+    bad = subprocess.run([BIN, "serve", "--port", "0", "--reasoning", "sometimes"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "--reasoning must be on, off or auto" in bad.stderr
