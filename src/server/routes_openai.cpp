@@ -160,7 +160,8 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, const 
     };
     if (st->progress) progress_chunk(st->progress->poll(*m));
     auto items = next_items(*handles[i]);
-    if (st->progress && !items.empty()) progress_chunk(st->progress->finish(*m));
+    if (st->progress && !items.empty())
+      while (auto p = st->progress->finish(*m)) progress_chunk(p);
     for (StreamItem& it : items) {
       if (it.kind == StreamItem::Kind::kToken) cs.pending_logprobs.push_back(it);
       emit_parsed(*m, st->maker, logprobs, i, cs, cs.output->next(it), out);

@@ -414,24 +414,38 @@ nlohmann::json PromptProgress::state(int32_t processed) const {
   return {{"total", total_}, {"cache", cache_}, {"processed", processed}, {"time_ms", ms}};
 }
 
+std::optional<engine::SlotInfo> PromptProgress::find_slot(const ServingModel& m) const {
+  const engine::MetricsSnapshot s = m.engine->metrics().snapshot();
+  for (const engine::SlotInfo& slot : s.slots)
+    if (slot.id == id_) return slot;
+  return std::nullopt;
+}
+
+// The first report comes as the prompt is scheduled, before any of it is computed:
+// processed counts the tokens the prefix cache already holds (as llama-server's).
+nlohmann::json PromptProgress::first_report() {
+  started_ = true;
+  last_ = std::min(cache_, total_ - 1);
+  return state(last_);
+}
+
 std::optional<nlohmann::json> PromptProgress::poll(const ServingModel& m) {
   if (done_) return std::nullopt;
-  const engine::MetricsSnapshot s = m.engine->metrics().snapshot();
-  for (const engine::SlotInfo& slot : s.slots) {
-    if (slot.id != id_) continue;
-    cache_ = slot.n_cached_prompt;
-    const int32_t processed = std::min(slot.n_computed, total_);
-    if (processed <= last_) return std::nullopt;  // nothing new (or still queued)
-    last_ = processed;
-    done_ = processed >= total_;
-    return state(processed);
-  }
-  return std::nullopt;
+  const std::optional<engine::SlotInfo> slot = find_slot(m);
+  if (!slot) return std::nullopt;
+  cache_ = slot->n_cached_prompt;
+  if (!started_) return slot->running ? std::optional(first_report()) : std::nullopt;
+  const int32_t processed = std::min(slot->n_computed, total_);
+  if (processed <= last_) return std::nullopt;  // nothing new
+  last_ = processed;
+  done_ = processed >= total_;
+  return state(processed);
 }
 
 std::optional<nlohmann::json> PromptProgress::finish(const ServingModel& m) {
   if (done_) return std::nullopt;
-  poll(m);  // the cache count, while the sequence is still listed
+  if (const auto slot = find_slot(m)) cache_ = slot->n_cached_prompt;  // while still listed
+  if (!started_) return first_report();
   done_ = true;
   last_ = total_;
   return state(total_);

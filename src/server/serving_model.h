@@ -195,16 +195,22 @@ class PromptProgress {
  public:
   PromptProgress(uint64_t request_id, int32_t n_prompt)
       : id_(request_id), total_(n_prompt), start_(std::chrono::steady_clock::now()) {}
+  // The next report, when the prompt has moved since the last one.
   std::optional<nlohmann::json> poll(const ServingModel& m);
+  // Once the first token is out: the reports still owed (the first one, if the prompt was
+  // computed before any poll saw it, then the complete one); nullopt when none is left.
   std::optional<nlohmann::json> finish(const ServingModel& m);
 
  private:
+  std::optional<engine::SlotInfo> find_slot(const ServingModel& m) const;
+  nlohmann::json first_report();
   nlohmann::json state(int32_t processed) const;
   uint64_t id_;
   int32_t total_;
   std::chrono::steady_clock::time_point start_;
   int32_t last_ = 0;
   int32_t cache_ = 0;
+  bool started_ = false;  // the first report (processed = cached tokens) was sent
   bool done_ = false;
 };
 

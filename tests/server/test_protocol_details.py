@@ -149,6 +149,9 @@ def check_progress(progress, total):
     assert processed == sorted(set(processed)), processed  # growing, no repeats
     assert processed[-1] == total and all(p["total"] == total for p in progress)
     assert len(progress) >= 2, processed  # several steps were reported
+    # The first report comes before any of the prompt is computed: only cached tokens count.
+    assert all(p["cache"] == progress[0]["cache"] for p in progress)
+    assert processed[0] == progress[0]["cache"]
 
 
 def test_return_progress(small_steps):
@@ -166,6 +169,14 @@ def test_return_progress(small_steps):
     chunks = [json.loads(e) for e in sse_events(r) if e != "[DONE]"]
     progress = [c["prompt_progress"] for c in chunks if "prompt_progress" in c]
     check_progress(progress, chunks[-1]["usage"]["prompt_tokens"])
+    # The same chat again: its first report already counts the cached prefix as processed.
+    r = requests.post(small_steps.url + "/v1/chat/completions", stream=True, json={
+        "messages": [{"role": "user", "content": "five six seven " * 50}], "max_tokens": 2, "stream": True,
+        "return_progress": True})
+    again = [json.loads(e)["prompt_progress"] for e in sse_events(r)
+             if e != "[DONE]" and "prompt_progress" in e]
+    assert again[0]["cache"] > 0 and again[0]["processed"] == again[0]["cache"], again
+    assert again[-1]["processed"] == progress[-1]["processed"]
     # Without return_progress there is none.
     r = requests.post(small_steps.url + "/completion", stream=True, json={
         "prompt": prompt, "n_predict": 1, "stream": True})
