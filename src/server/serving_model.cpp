@@ -122,6 +122,13 @@ nlohmann::ordered_json template_kwargs(const ServingModel& m, const nlohmann::js
   char date[32];
   std::strftime(date, sizeof date, "%d %b %Y", &local);
   kw["date_string"] = date;
+  std::strftime(date, sizeof date, "%b %d %Y", &local);
+  kw["datetime"] = date;  // Firefunction's "Today is ..."
+  // Templates that read enable_thinking get it defined, true unless thinking is turned off,
+  // as llama-server defines it for templates that can think: some test "if not
+  // enable_thinking" and would otherwise close the think block of every reply.
+  if (m.chat_template && m.chat_template->source().find("enable_thinking") != std::string::npos)
+    kw["enable_thinking"] = true;
   kw.update(m.template_kwargs);
   if (m.reasoning_budget == 0) kw["enable_thinking"] = false;
   if (auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
@@ -169,6 +176,10 @@ RenderedChat render_chat(const ServingModel& m, const nlohmann::ordered_json& me
   input.tools = tools;
   input.add_generation_prompt = add_generation_prompt;
   input.extra = kwargs.is_object() ? kwargs : template_kwargs(m, nlohmann::json::object());
+  // Templates written for apply_chat_template(functions=json.dumps(tools)) (Firefunction)
+  // print `functions` as text: the request's tools, or nothing.
+  if (!input.extra.contains("functions"))
+    input.extra["functions"] = tools.is_array() && !tools.empty() ? tools.dump(2) : "";
   const auto& tok = m.tok();
   if (!m.special_in_content) {
     mark_control_text(tok, input.messages, 0);

@@ -130,6 +130,24 @@ def test_strftime_now_and_date_string_are_today():
             assert "Today Date: 01 Jan 2000" in given
 
 
+def test_firefunction_gets_its_functions_and_datetime():
+    """Firefunction v2's template prints `functions` (the tools as JSON text, as its model card
+    passes them) and `datetime`: both are given, today's date and the request's tools."""
+    s = start("--chat-template-file", str(TEMPLATES / "fireworks-ai-llama-3-firefunction-v2.jinja"))
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+                                             "parameters": {"type": "object", "properties": {}}}}
+    try:
+        plain = requests.post(s.url + "/apply-template", json={"messages": ASK})
+        with_tools = requests.post(s.url + "/apply-template", json={"messages": ASK, "tools": [tool]})
+    finally:
+        s.stop()
+    assert plain.status_code == 200, plain.text
+    today = datetime.datetime.now().strftime("%b %d %Y")
+    assert f"Today is {today}." in plain.json()["prompt"]
+    assert "get_weather" not in plain.json()["prompt"]
+    assert '"name": "get_weather"' in with_tools.json()["prompt"]
+
+
 def test_chat_template_by_name_and_missing_variable():
     s = start("--chat-template", "llama3")
     try:
@@ -227,3 +245,28 @@ def test_reasoning_budget_flag():
         s.stop()
     bad = subprocess.run([BIN, "serve", "--reasoning-budget", "-5"], capture_output=True, text=True, timeout=30)
     assert bad.returncode != 0 and "--reasoning-budget" in bad.stderr
+
+
+@pytest.mark.parametrize("template,thinking_on,thinking_off", [
+    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "<think>\n", "<think>\n</think>"),
+    ("Qwen-QwQ-32B.jinja", "<|im_start|>assistant\n<think>\n", "<|im_start|>assistant\n<think>\n</think>"),
+    ("CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
+     "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|><|END_THINKING|>"),
+])
+def test_enable_thinking_is_defined_for_templates_that_read_it(template, thinking_on, thinking_off):
+    """Templates that test "if not enable_thinking" think unless thinking is turned off (as
+    llama-server renders them): the variable is defined, true by default."""
+    def ends(server, **body):
+        p = requests.post(server.url + "/apply-template", json={"messages": ASK, **body}).json()["prompt"]
+        return p
+    s = start("--chat-template-file", str(TEMPLATES / template))
+    try:
+        assert ends(s).endswith(thinking_on)
+        assert ends(s, chat_template_kwargs={"enable_thinking": False}).endswith(thinking_off)
+    finally:
+        s.stop()
+    s = start("--chat-template-file", str(TEMPLATES / template), "--reasoning", "off")
+    try:
+        assert ends(s).endswith(thinking_off)
+    finally:
+        s.stop()
