@@ -446,9 +446,10 @@ void responses(HttpServer& server, const httplib::Request& req, httplib::Respons
 }  // namespace
 
 void install_responses_routes(Router& http, HttpServer& server) {
-  http.Post("/v1/responses", [&server](const httplib::Request& req, httplib::Response& res) {
-    handle_json(req, res, [&] { responses(server, req, res); });
-  });
+  for (const char* path : {"/v1/responses", "/responses"})  // llama-server answers both
+    http.Post(path, [&server](const httplib::Request& req, httplib::Response& res) {
+      handle_json(req, res, [&] { responses(server, req, res); });
+    });
   http.Get(R"(/v1/responses/([^/]+))", [](const httplib::Request& req, httplib::Response& res) {
     handle_json(req, res, [&] {
       throw ApiError(404, "no response " + text_excerpt(std::string(req.matches[1])) +

@@ -96,6 +96,9 @@ def test_errors(client, server):
     assert r.status_code == 400 and r.json()["error"]["param"] == "input"
     r = requests.post(server.url + "/v1/responses", json={"input": "Hi", "max_output_tokens": 0})
     assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"]
+    # llama-server's alias without /v1 is the same route
+    r = requests.post(server.url + "/responses", json={"input": "Hi", "max_output_tokens": 2})
+    assert r.status_code == 200 and r.json()["object"] == "response"
 
 
 @pytest.fixture(scope="module")
