@@ -111,6 +111,7 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
     r.include_usage = opt_bool(body["stream_options"], "include_usage").value_or(false);
   r.n = (int)opt_integer(body, "n", 1, kMaxChoices).value_or(1);
   r.return_progress = opt_bool(body, "return_progress").value_or(false);
+  r.timings_per_token = opt_bool(body, "timings_per_token").value_or(false);
   opt_string(body, "user");
   opt_string(body, "model");
   r.logprobs = opt_bool(body, "logprobs").value_or(false);

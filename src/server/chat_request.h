@@ -22,7 +22,8 @@ struct ChatRequest {
   int n = 1;  // choices, each its own sequence (with a seed, choice j draws with seed + j)
   bool stream = false;
   bool include_usage = false;
-  bool return_progress = false;  // stream prompt_progress chunks while the prompt is computed
+  bool return_progress = false;    // stream prompt_progress chunks while the prompt is computed
+  bool timings_per_token = false;  // every streamed chunk carries the timings so far
   bool logprobs = false;
   bool parse_output = false;
   bool extract_reasoning = true;   // reasoning goes apart (not --reasoning-format none)

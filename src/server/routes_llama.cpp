@@ -8,6 +8,7 @@
 
 #include "server/api_error.h"
 #include "server/http_server.h"
+#include "server/live_timings.h"
 #include "server/openai_chat.h"
 #include "server/prompt_inputs.h"
 #include "server/request_fields.h"
@@ -150,25 +151,31 @@ json completion_result(const ServingModel& m, const CollectedOutput& out, size_t
 }
 
 // Streams the prompts' completions one after another, each chunk naming its prompt's index.
+// With timings_per_token every chunk carries the timings so far (live_timings.h).
 void stream_completions(httplib::Response& res, std::shared_ptr<ServingModel> m,
                         std::vector<std::shared_ptr<engine::RequestHandle>> handles,
-                        CompletionShape shape, std::shared_ptr<PromptProgress> progress) {
+                        CompletionShape shape, std::shared_ptr<PromptProgress> progress,
+                        std::vector<LiveTimings> live) {
   struct State {
     size_t current = 0;
     std::vector<int32_t> toks;
     bool new_line = false;
+    std::vector<LiveTimings> live;  // one per prompt, or none
   };
   auto st = std::make_shared<State>();
+  st->live = std::move(live);
   StreamPump pump = [=](bool& done) {
     std::string out;
     auto send = [&](const json& j) { out += "data: " + dump_json(j) + "\n\n"; };
     auto progress_chunk = [&](const std::optional<json>& p) {
-      if (p)
-        send({{"index", 0},
-              {"content", ""},
-              {"tokens", json::array()},
-              {"stop", false},
-              {"prompt_progress", *p}});
+      if (!p) return;
+      json j = {{"index", 0},
+                {"content", ""},
+                {"tokens", json::array()},
+                {"stop", false},
+                {"prompt_progress", *p}};
+      if (!st->live.empty()) j["timings"] = LiveTimings::of_progress(*p);
+      send(j);
     };
     const size_t i = st->current;
     if (progress) progress_chunk(progress->poll(*m));
@@ -186,6 +193,10 @@ void stream_completions(httplib::Response& res, std::shared_ptr<ServingModel> m,
                    : post_probs_json(*m, it, shape.post_logs[i]->take(st->toks.size()))});
         st->toks.push_back(it.token);
         j["tokens"] = json::array({it.token});  // llama-server sends each chunk's token ids
+        if (!st->live.empty()) {
+          st->live[i].on_token(*m);
+          j["timings"] = st->live[i].now();
+        }
         send(j);
         continue;
       }
@@ -254,6 +265,7 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
   const bool stream = opt_bool(body, "stream").value_or(false);
   shape.return_tokens = opt_bool(body, "return_tokens").value_or(false);
   const bool return_progress = opt_bool(body, "return_progress").value_or(false);
+  const bool timings_per_token = opt_bool(body, "timings_per_token").value_or(false);
   shape.response_fields = opt_string_list(body, "response_fields", 64);
   spec.grammar = llama_output_grammar(*m, req.body);
   shape.generation_settings = request_settings(*m, spec, n_predict);
@@ -277,7 +289,12 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
     auto progress = return_progress ? std::make_shared<PromptProgress>(handles[0]->id(),
                                                                        (int32_t)prompts[0].size())
                                     : nullptr;
-    return stream_completions(res, m, std::move(handles), shape, std::move(progress));
+    std::vector<LiveTimings> live;
+    if (timings_per_token)
+      for (size_t i = 0; i < handles.size(); ++i)
+        live.emplace_back(handles[i]->id(), (int32_t)prompts[i].size());
+    return stream_completions(res, m, std::move(handles), shape, std::move(progress),
+                              std::move(live));
   }
   json results = json::array();
   StreamItem first;

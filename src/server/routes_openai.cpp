@@ -4,6 +4,7 @@
 #include "server/api_error.h"
 #include "server/chat_request.h"
 #include "server/http_server.h"
+#include "server/live_timings.h"
 #include "server/openai_chat.h"
 #include "server/request_fields.h"
 #include "server/sampling_fields.h"
@@ -71,6 +72,7 @@ struct ChunkMaker {
   int64_t created = unix_time_now();
   std::string model;
   bool include_usage = false;
+  const LiveTimings* live = nullptr;  // timings_per_token: the current choice's
   json make(size_t index, json delta, const json& logprobs, const char* finish_reason) const {
     json c = {{"id", id},
               {"object", "chat.completion.chunk"},
@@ -83,6 +85,7 @@ struct ChunkMaker {
                              {"logprobs", logprobs},
                              {"finish_reason", finish_reason ? json(finish_reason) : json()}}})}};
     if (include_usage) c["usage"] = nullptr;
+    if (live != nullptr && live->started()) c["timings"] = live->now();
     return c;
   }
 };
@@ -132,6 +135,8 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, const 
     size_t current = 0;
     StreamItem total;
     std::unique_ptr<PromptProgress> progress;  // of the first choice, when asked
+    std::vector<LiveTimings> live;             // one per choice, with timings_per_token
+    json first_timings;                        // the first choice's, for the usage chunk
   };
   auto st = std::make_shared<State>();
   st->maker.model = m->id;
@@ -141,11 +146,14 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, const 
     st->progress =
         std::make_unique<PromptProgress>(handles[0]->id(), (int32_t)r.spec.prompt.size());
   for (ChoiceStream& cs : st->choices) cs.output = std::make_unique<ChatOutputStream>(*m, r);
+  if (r.timings_per_token)
+    for (const auto& h : handles) st->live.emplace_back(h->id(), (int32_t)r.spec.prompt.size());
   StreamPump pump = [st, m, handles, logprobs = r.logprobs,
                      include_usage = r.include_usage](bool& done) {
     std::string out;
     const size_t i = st->current;
     ChoiceStream& cs = st->choices[i];
+    st->maker.live = st->live.empty() ? nullptr : &st->live[i];
     if (!cs.sent_role) {
       // As llama-server: the role first, with no content yet.
       out += sse(st->maker.make(i, {{"role", "assistant"}, {"content", nullptr}}, json(), nullptr));
@@ -156,6 +164,7 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, const 
       json c = st->maker.make(0, json::object(), json(), nullptr);
       c["choices"] = json::array();
       c["prompt_progress"] = *p;
+      if (!st->live.empty()) c["timings"] = LiveTimings::of_progress(*p);
       out += sse(c);
     };
     if (st->progress) progress_chunk(st->progress->poll(*m));
@@ -163,7 +172,10 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, const 
     if (st->progress && !items.empty())
       while (auto p = st->progress->finish(*m)) progress_chunk(p);
     for (StreamItem& it : items) {
-      if (it.kind == StreamItem::Kind::kToken) cs.pending_logprobs.push_back(it);
+      if (it.kind == StreamItem::Kind::kToken) {
+        cs.pending_logprobs.push_back(it);
+        if (!st->live.empty()) st->live[i].on_token(*m);
+      }
       emit_parsed(*m, st->maker, logprobs, i, cs, cs.output->next(it), out);
       if (it.kind != StreamItem::Kind::kFinal) continue;
       if (failed(it)) {
@@ -175,6 +187,7 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, const 
       json last = st->maker.make(i, json::object(), json(),
                                  finish_reason_text(it.finish_reason, cs.tool_calls));
       last["timings"] = timings_json(it);
+      if (i == 0) st->first_timings = last["timings"];
       out += sse(last);
       add_usage(st->total, it, i == 0);
       st->current += 1;
@@ -183,6 +196,7 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, const 
           json u = st->maker.make(0, json::object(), json(), nullptr);
           u["choices"] = json::array();
           u["usage"] = usage_json(st->total);
+          u["timings"] = st->first_timings;  // as the non-streamed reply has them
           out += sse(u);
         }
         out += "data: [DONE]\n\n";

@@ -425,10 +425,10 @@ nlohmann::json PromptProgress::state(int32_t processed) const {
   return {{"total", total_}, {"cache", cache_}, {"processed", processed}, {"time_ms", ms}};
 }
 
-std::optional<engine::SlotInfo> PromptProgress::find_slot(const ServingModel& m) const {
+std::optional<engine::SlotInfo> slot_of(const ServingModel& m, uint64_t request_id) {
   const engine::MetricsSnapshot s = m.engine->metrics().snapshot();
   for (const engine::SlotInfo& slot : s.slots)
-    if (slot.id == id_) return slot;
+    if (slot.id == request_id) return slot;
   return std::nullopt;
 }
 
@@ -442,7 +442,7 @@ nlohmann::json PromptProgress::first_report() {
 
 std::optional<nlohmann::json> PromptProgress::poll(const ServingModel& m) {
   if (done_) return std::nullopt;
-  const std::optional<engine::SlotInfo> slot = find_slot(m);
+  const std::optional<engine::SlotInfo> slot = slot_of(m, id_);
   if (!slot) return std::nullopt;
   cache_ = slot->n_cached_prompt;
   if (!started_) return slot->running ? std::optional(first_report()) : std::nullopt;
@@ -455,7 +455,7 @@ std::optional<nlohmann::json> PromptProgress::poll(const ServingModel& m) {
 
 std::optional<nlohmann::json> PromptProgress::finish(const ServingModel& m) {
   if (done_) return std::nullopt;
-  if (const auto slot = find_slot(m)) cache_ = slot->n_cached_prompt;  // while still listed
+  if (const auto slot = slot_of(m, id_)) cache_ = slot->n_cached_prompt;  // while still listed
   if (!started_) return first_report();
   done_ = true;
   last_ = total_;

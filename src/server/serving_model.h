@@ -186,6 +186,9 @@ nlohmann::json timings_json(const engine::StreamItem& final);
 // final item is read; every reader of final items calls it (collect_output, next_items).
 void note_final(const engine::RequestHandle& handle, engine::StreamItem& final);
 
+// The /slots entry of a running request, if it is still listed.
+std::optional<engine::SlotInfo> slot_of(const ServingModel& m, uint64_t request_id);
+
 // Prompt processing progress for streams that ask for it (llama-server's return_progress):
 // polled while the prompt is computed (chunk by chunk over engine steps), it gives
 // {"total", "cache", "processed", "time_ms"} each time more of the prompt is done. finish(),
@@ -202,7 +205,6 @@ class PromptProgress {
   std::optional<nlohmann::json> finish(const ServingModel& m);
 
  private:
-  std::optional<engine::SlotInfo> find_slot(const ServingModel& m) const;
   nlohmann::json first_report();
   nlohmann::json state(int32_t processed) const;
   uint64_t id_;

@@ -2,11 +2,12 @@
 clients use them: prompt objects and mixed lists in /completion, generation_settings and
 response_fields in the reply, __verbose, continue_final_message, the input_tokens count, the
 llamacpp:* metric names, and its command-line flags."""
+import json
 import subprocess
 
 import requests
 
-from conftest import BIN, ServerProcess, chat
+from conftest import BIN, ServerProcess, chat, sse_events
 
 
 def completion(server, body):
@@ -114,3 +115,32 @@ def test_llama_server_command_lines_start():
     bad = subprocess.run([BIN, "serve", "--port", "0", "--reasoning", "sometimes"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "--reasoning must be on, off or auto" in bad.stderr
+
+
+def test_timings_per_token_in_streams(server):
+    """timings_per_token: every chunk after the first token carries the timings so far
+    (growing counts, and predicted_n never past the tokens sent); progress chunks carry the
+    prompt's; the usage chunk and the last chunk carry the final ones."""
+    r = requests.post(server.url + "/v1/chat/completions", stream=True, timeout=300, json={
+        "messages": [{"role": "user", "content": "Count to twenty"}], "max_tokens": 6, "stream": True,
+        "stream_options": {"include_usage": True}, "timings_per_token": True, "return_progress": True})
+    chunks = [json.loads(e) for e in sse_events(r) if e != "[DONE]"]
+    role = next(c for c in chunks if c["choices"] and "role" in c["choices"][0]["delta"])
+    assert "timings" not in role
+    progress = [c for c in chunks if "prompt_progress" in c]
+    assert progress and all("timings" in c for c in progress)
+    assert progress[0]["timings"]["prompt_n"] == 0 and progress[0]["timings"]["prompt_ms"] == 0
+    content = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+    seen = [c["timings"]["predicted_n"] for c in content]
+    assert seen == sorted(seen) and seen[-1] <= 6 and all(n >= 1 for n in seen)
+    usage = chunks[-1]
+    assert not usage["choices"] and usage["timings"]["predicted_n"] == usage["usage"]["completion_tokens"]
+    # /completion: each token chunk carries them too.
+    r = requests.post(server.url + "/completion", stream=True, timeout=300, json={
+        "prompt": "Once upon a time", "n_predict": 4, "stream": True, "timings_per_token": True})
+    chunks = [json.loads(e) for e in sse_events(r)]
+    assert [c["timings"]["predicted_n"] for c in chunks[:-1]] == list(range(1, len(chunks)))
+    assert chunks[-1]["timings"]["predicted_n"] == len(chunks) - 1
+    plain = requests.post(server.url + "/completion", stream=True, timeout=300, json={
+        "prompt": "Once upon a time", "n_predict": 2, "stream": True})
+    assert all("timings" not in json.loads(e) for e in list(sse_events(plain))[:-1])
