@@ -125,7 +125,9 @@ void final_fields(const ServingModel& m, json& j, const StreamItem& f,
   j["tokens_evaluated"] = f.n_prompt;
   j["tokens_cached"] = f.n_cached_prompt;
   j["stop_type"] = stop_type(f, eog);
-  j["truncated"] = false;
+  // As llama-server: the generation stopped because the context was full.
+  j["truncated"] = f.finish_reason == engine::FinishReason::kLength &&
+                   (int64_t)f.n_prompt + f.n_generated >= m.n_ctx;
   j["id_slot"] = 0;
   j["timings"] = timings_json(f);
 }

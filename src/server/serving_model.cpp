@@ -301,8 +301,8 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
   if (spec.prompt.empty()) bad_request("the prompt is empty", "prompt");
   if ((int64_t)spec.prompt.size() >= m.n_ctx)
     throw ApiError(400,
-                   "the prompt has " + std::to_string(spec.prompt.size()) +
-                       " tokens, too large for the context of " + std::to_string(m.n_ctx) +
+                   "the prompt of " + std::to_string(spec.prompt.size()) +
+                       " tokens exceeds the available context size of " + std::to_string(m.n_ctx) +
                        " tokens (prompt and completion together); shorten the prompt",
                    "messages", "exceed_context_size_error",
                    {{"n_prompt_tokens", spec.prompt.size()}, {"n_ctx", m.n_ctx}});

@@ -144,3 +144,20 @@ def test_timings_per_token_in_streams(server):
     plain = requests.post(server.url + "/completion", stream=True, timeout=300, json={
         "prompt": "Once upon a time", "n_predict": 2, "stream": True})
     assert all("timings" not in json.loads(e) for e in list(sse_events(plain))[:-1])
+
+
+def test_truncated_says_the_context_filled():
+    """A generation cut by a full context (not by n_predict) is "truncated", as llama-server
+    reports it; a prompt that does not fit is refused in llama-server's words."""
+    s = ServerProcess("-np", "1", "-c", "128").wait_ready()
+    try:
+        full = completion(s, {"prompt": "Hi how are you", "n_predict": -1, "ignore_eos": True}).json()
+        assert full["truncated"] is True and full["stop_type"] == "limit"
+        assert full["tokens_predicted"] + full["tokens_evaluated"] == 128
+        short = completion(s, {"prompt": "Hi how are you", "n_predict": 4}).json()
+        assert short["truncated"] is False and short["tokens_predicted"] == 4
+        long = completion(s, {"prompt": "word " * 300, "n_predict": 4})
+        assert long.status_code == 400
+        assert "exceeds the available context size" in long.json()["error"]["message"]
+    finally:
+        s.stop()
