@@ -45,9 +45,10 @@ namespace {
 
 struct ServeOptions {
   std::string model;
-  LoadFlags load;  // --quantize
-  SpecFlags spec;  // --spec-type, --model-draft, --draft-max, ...
-  std::string alias;
+  LoadFlags load;     // --quantize
+  SpecFlags spec;     // --spec-type, --model-draft, --draft-max, ...
+  std::string alias;  // comma-separated names
+  std::string tags;   // comma-separated labels
   server::ServerOptions http;
   int n_ctx = 0;  // KV cache size in tokens shared by all sequences; 0: 8192
   int n_parallel = 8;
@@ -98,8 +99,18 @@ struct ServeOptions {
   std::string accepted_value;  // values of such flags (-ub, --cache-ram, ...)
 };
 
+// Comma-separated names, empty ones dropped ("a,b,c" -> {a, b, c}).
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t a = 0, b; a <= text.size(); a = b + 1) {
+    b = std::min(text.find(',', a), text.size());
+    if (b > a) out.push_back(text.substr(a, b - a));
+  }
+  return out;
+}
+
 std::string model_id_for(const ServeOptions& o, const std::string& path) {
-  if (!o.alias.empty()) return o.alias;
+  if (const auto aliases = split_list(o.alias); !aliases.empty()) return aliases[0];
   std::string name = path.substr(path.find_last_of('/') + 1);
   if (name.size() > 5 && name.substr(name.size() - 5) == ".gguf") name.resize(name.size() - 5);
   return name;
@@ -199,6 +210,8 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   sm->engine = std::make_unique<engine::Engine>(ec, *sm->executor);
 
   sm->id = model_id_for(o, path);
+  sm->aliases = split_list(o.alias);
+  sm->tags = split_list(o.tags);
   sm->path = path;
   sm->created = server::unix_time_now();
   auto& d = sm->defaults;
@@ -272,11 +285,7 @@ void check_options(ServeOptions& o) {
     fail("--timeout, --header-timeout, --body-timeout and --idle-timeout must be at least 1");
   if (!o.cont_batching) log::warn("continuous batching is always on; --no-cont-batching ignored");
   for (const std::string& k : o.api_keys)
-    for (size_t a = 0, b; a <= k.size(); a = b + 1) {
-      b = k.find(',', a);
-      if (b == std::string::npos) b = k.size();
-      if (b > a) o.http.api_keys.push_back(k.substr(a, b - a));
-    }
+    for (std::string& key : split_list(k)) o.http.api_keys.push_back(std::move(key));
   if (!o.api_key_file.empty()) {
     std::string text = read_text_file(o.api_key_file, "API key file");
     for (size_t a = 0, b; a < text.size(); a = b + 1) {
@@ -288,14 +297,7 @@ void check_options(ServeOptions& o) {
     }
     if (o.http.api_keys.empty()) fail("--api-key-file '" + o.api_key_file + "' holds no key");
   }
-  if (!o.cors.empty()) {
-    o.http.cors_origins.clear();
-    for (size_t a = 0, b; a <= o.cors.size(); a = b + 1) {
-      b = o.cors.find(',', a);
-      if (b == std::string::npos) b = o.cors.size();
-      if (b > a) o.http.cors_origins.push_back(o.cors.substr(a, b - a));
-    }
-  }
+  if (!o.cors.empty()) o.http.cors_origins = split_list(o.cors);
   o.http.enable_metrics = o.metrics;
   o.http.enable_slots = !o.no_slots;
   o.http.enable_webui = !o.no_webui;
@@ -423,7 +425,10 @@ CommandRegistration serve_registration{
       app.add_option("--port", o->http.port, "port (0: any free port)")
           ->capture_default_str()
           ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-      app.add_option("-a,--alias", o->alias, "model name shown to clients");
+      app.add_option("-a,--alias", o->alias,
+                     "model name shown to clients; several, comma-separated, are all accepted "
+                     "(the first is the id)");
+      app.add_option("--tags", o->tags, "comma-separated labels /v1/models shows");
       app.add_option("-c,--ctx-size", o->n_ctx,
                      "KV cache size in tokens, shared by all sequences (0: 8192 on the CPU; on a "
                      "GPU, what --gpu-memory-utilization leaves)");

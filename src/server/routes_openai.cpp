@@ -503,6 +503,8 @@ json model_entry(const ServingModel& m) {
           {"object", "model"},
           {"created", m.created},
           {"owned_by", "hablar"},
+          {"aliases", m.aliases},
+          {"tags", m.tags},
           {"meta",
            {{"n_vocab", c.n_vocab},
             {"n_ctx_train", c.n_ctx_train},
@@ -537,7 +539,9 @@ void install_openai_routes(Router& http, HttpServer& server) {
   http.Get(R"(/v1/models/(.+))", [&server](const httplib::Request& req, httplib::Response& res) {
     handle_json(req, res, [&] {
       auto m = server.model_or_throw();
-      if (req.matches[1] != m->id)
+      const std::string name = req.matches[1];
+      if (name != m->id &&
+          std::find(m->aliases.begin(), m->aliases.end(), name) == m->aliases.end())
         throw ApiError(404, "no model named " + text_excerpt(std::string(req.matches[1])));
       send_json(res, model_entry(*m));
     });

@@ -68,11 +68,13 @@ struct ServingModel {
   // False when the template has no tool format of its own: the generic JSON format stands in
   // and render_chat describes the tools in the system message.
   bool template_knows_tools = true;
-  std::string id;       // the name clients use (alias, or the file name)
-  std::string path;     // the GGUF file
-  int32_t n_ctx = 0;    // tokens one sequence may hold (prompt + generated)
-  int32_t n_slots = 0;  // sequences running at once
-  int64_t created = 0;  // unix time the model was loaded
+  std::string id;                    // the name clients use (the first alias, or the file name)
+  std::vector<std::string> aliases;  // --alias a,b,c: every name the model answers to
+  std::vector<std::string> tags;     // --tags: labels /v1/models shows
+  std::string path;                  // the GGUF file
+  int32_t n_ctx = 0;                 // tokens one sequence may hold (prompt + generated)
+  int32_t n_slots = 0;               // sequences running at once
+  int64_t created = 0;               // unix time the model was loaded
   double load_seconds = 0;
   GenerationDefaults defaults;
   // Control-token text inside chat messages (e.g. "<|im_end|>" in a user message) becomes

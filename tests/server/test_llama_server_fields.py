@@ -112,6 +112,15 @@ def test_llama_server_command_lines_start():
         assert "__verbose" in r  # --verbose
     finally:
         s.stop()
+    named = ServerProcess("-np", "1", "--alias", "smol,chat-small", "--tags", "chat,small").wait_ready()
+    try:
+        entry = requests.get(named.url + "/v1/models").json()["data"][0]
+        assert entry["id"] == "smol" and entry["aliases"] == ["smol", "chat-small"]
+        assert entry["tags"] == ["chat", "small"]
+        assert requests.get(named.url + "/v1/models/chat-small").status_code == 200
+        assert requests.get(named.url + "/v1/models/other").status_code == 404
+    finally:
+        named.stop()
     bad = subprocess.run([BIN, "serve", "--port", "0", "--reasoning", "sometimes"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "--reasoning must be on, off or auto" in bad.stderr
