@@ -401,39 +401,113 @@ class Parser {
   std::vector<CharClass> classes_;
 };
 
-// Refuses rules that can reach themselves before consuming a character.
-void check_left_recursion(const Grammar& g) {
-  const size_t n = g.n_rules();
-  std::vector<bool> nullable(n, false);
+// The rules each rule may begin with: the leading reference of every alternative, and the
+// next one as long as those before it can match the empty string (`nullable`). `tail` marks
+// the references that end their alternative.
+struct LeadEdge {
+  uint32_t rule;
+  bool tail;
+};
+std::vector<std::vector<LeadEdge>> leading_rules(const Grammar& g,
+                                                 const std::vector<bool>& nullable) {
+  std::vector<std::vector<LeadEdge>> leads(g.n_rules());
+  for (size_t r = 0; r < g.n_rules(); ++r)
+    for (uint32_t a : g.rule_alts[r])
+      for (uint32_t i = a; g.elems[i].kind == ElemKind::kRule; ++i) {
+        leads[r].push_back({g.elems[i].id, g.elems[i + 1].kind == ElemKind::kEnd});
+        if (!nullable[g.elems[i].id]) break;
+      }
+  return leads;
+}
+
+// Rules that can match the empty string, through other rules too.
+std::vector<bool> nullable_rules(const Grammar& g) {
+  std::vector<bool> nullable(g.n_rules(), false);
   for (bool changed = true; changed;) {
     changed = false;
-    for (size_t r = 0; r < n; ++r) {
+    for (size_t r = 0; r < g.n_rules(); ++r) {
       if (nullable[r]) continue;
       for (uint32_t a : g.rule_alts[r]) {
-        bool all = true;
-        for (uint32_t i = a; g.elems[i].kind != ElemKind::kEnd; ++i) {
-          const Elem& e = g.elems[i];
-          if (e.kind == ElemKind::kClass || !nullable[e.id]) {
-            all = false;
-            break;
-          }
-        }
-        if (all) {
+        uint32_t i = a;
+        while (g.elems[i].kind == ElemKind::kRule && nullable[g.elems[i].id]) ++i;
+        if (g.elems[i].kind == ElemKind::kEnd) {
           nullable[r] = changed = true;
           break;
         }
       }
     }
   }
-  std::vector<std::vector<uint32_t>> leads(n);
-  for (size_t r = 0; r < n; ++r) {
-    for (uint32_t a : g.rule_alts[r]) {
-      for (uint32_t i = a; g.elems[i].kind == ElemKind::kRule; ++i) {
-        leads[r].push_back(g.elems[i].id);
-        if (!nullable[g.elems[i].id]) break;
+  return nullable;
+}
+
+[[noreturn]] void fail_left_recursion(const Grammar& g, uint32_t rule) {
+  throw_error(ErrorKind::kInvalidArgument,
+              "grammar: left recursion in rule '" + g.rule_names[rule] + "'");
+}
+
+// Strongly connected components of the lead graph (iterative Tarjan): comp[r] per rule.
+std::vector<uint32_t> lead_components(const std::vector<std::vector<LeadEdge>>& leads) {
+  const uint32_t n = (uint32_t)leads.size(), kNone = UINT32_MAX;
+  std::vector<uint32_t> index(n, kNone), low(n, 0), comp(n, kNone), stack;
+  std::vector<bool> on_stack(n, false);
+  uint32_t next_index = 0, next_comp = 0;
+  for (uint32_t start = 0; start < n; ++start) {
+    if (index[start] != kNone) continue;
+    std::vector<std::pair<uint32_t, size_t>> path{{start, 0}};
+    index[start] = low[start] = next_index++;
+    stack.push_back(start);
+    on_stack[start] = true;
+    while (!path.empty()) {
+      auto& [r, k] = path.back();
+      if (k < leads[r].size()) {
+        const uint32_t v = leads[r][k++].rule;
+        if (index[v] == kNone) {
+          index[v] = low[v] = next_index++;
+          stack.push_back(v);
+          on_stack[v] = true;
+          path.push_back({v, 0});
+        } else if (on_stack[v]) {
+          low[r] = std::min(low[r], index[v]);
+        }
+        continue;
       }
+      const uint32_t done = r;
+      path.pop_back();
+      if (!path.empty()) low[path.back().first] = std::min(low[path.back().first], low[done]);
+      if (low[done] != index[done]) continue;
+      for (uint32_t v = kNone; v != done;) {
+        v = stack.back();
+        stack.pop_back();
+        on_stack[v] = false;
+        comp[v] = next_comp;
+      }
+      ++next_comp;
     }
   }
+  return comp;
+}
+
+// Refuses rules that can reach themselves before consuming a character, where that would
+// make the recognizer build stacks without end: a cycle of leading references in which some
+// reference is followed by more of its alternative (each lap would push a new return
+// position). A cycle of references that all end their alternatives returns to the same
+// (element, continuation) pair, which the recognizer expands once per step, so
+// `root ::= ( [x]* )*` is taken. Cycles llama.cpp's own check finds (through rules with an
+// empty alternative of their own, e.g. `"x"**`) are refused as llama.cpp refuses them.
+void check_left_recursion(const Grammar& g) {
+  const size_t n = g.n_rules();
+  const std::vector<bool> nullable = nullable_rules(g);
+  const auto leads = leading_rules(g, nullable);
+  const std::vector<uint32_t> comp = lead_components(leads);
+  for (size_t r = 0; r < n; ++r)
+    for (const LeadEdge& e : leads[r])
+      if (!e.tail && comp[e.rule] == comp[r]) fail_left_recursion(g, e.rule);
+
+  std::vector<bool> has_empty_alt(n, false);  // llama.cpp's notion of a rule that may be empty
+  for (size_t r = 0; r < n; ++r)
+    for (uint32_t a : g.rule_alts[r])
+      has_empty_alt[r] = has_empty_alt[r] || g.elems[a].kind == ElemKind::kEnd;
+  const auto shallow = leading_rules(g, has_empty_alt);
   std::vector<uint8_t> color(n, 0);  // 0 new, 1 on the path, 2 done
   for (size_t start = 0; start < n; ++start) {
     if (color[start]) continue;
@@ -441,15 +515,13 @@ void check_left_recursion(const Grammar& g) {
     color[start] = 1;
     while (!path.empty()) {
       auto& [r, k] = path.back();
-      if (k == leads[r].size()) {
+      if (k == shallow[r].size()) {
         color[r] = 2;
         path.pop_back();
         continue;
       }
-      const uint32_t next = leads[r][k++];
-      if (color[next] == 1)
-        throw_error(ErrorKind::kInvalidArgument,
-                    "grammar: left recursion in rule '" + g.rule_names[next] + "'");
+      const uint32_t next = shallow[r][k++].rule;
+      if (color[next] == 1) fail_left_recursion(g, next);
       if (color[next] == 0) {
         color[next] = 1;
         path.push_back({next, 0});

@@ -3,7 +3,8 @@
 // Every schema node becomes a GBNF expression; objects, arrays, references and anything
 // reused become named rules. What is enforced:
 //   type (one or a list), enum, const, anyOf / oneOf (as alternatives: oneOf's exclusivity
-//   is not checked), allOf of object schemas (merged), $ref into the document (#, #/$defs/..,
+//   is not checked; keywords beside them hold for each alternative), allOf of object schemas
+//   (merged; enums intersected), $ref into the document (#, #/$defs/..,
 //   #/definitions/..; recursion allowed), properties / required / additionalProperties
 //   (declared properties come out in declared order, required ones always, optional ones
 //   when the model wants them; extra properties only for a map, i.e. additionalProperties
@@ -20,6 +21,7 @@
 // Output is generated in the order properties are declared. Whitespace is bounded so that a
 // sequence cannot run away in it: none before a colon and at most one space after it; at the
 // other gaps nothing, one space, or a newline and an indent of up to 16 spaces or 4 tabs.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -210,17 +212,20 @@ std::string Converter::visit(const json& s, const std::string& hint, const std::
   }
   for (const char* key : {"anyOf", "oneOf"}) {
     if (!s.contains(key)) continue;
-    for (auto it = s.begin(); it != s.end(); ++it)
-      if (it.key() != key && !annotation_keys().count(it.key()))
-        refuse(where,
-               std::string("keywords beside ") + key + " ('" + it.key() + "') are not supported");
     const json& alts = s[key];
     if (!alts.is_array() || alts.empty())
       refuse(where, std::string("'") + key + "' must be a list");
+    // Keywords beside the alternatives hold for each of them: {"type": "object", "anyOf":
+    // [A, B]} is A and B, each merged with {"type": "object"} (as allOf merges).
+    json beside = json::object();
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (it.key() != key && !annotation_keys().count(it.key())) beside[it.key()] = *it;
     std::string e = "(";
-    for (size_t i = 0; i < alts.size(); ++i)
-      e += (i ? " | " : " ") + visit(alts[i], hint + "-" + std::to_string(i),
-                                     where + "/" + key + "/" + std::to_string(i));
+    for (size_t i = 0; i < alts.size(); ++i) {
+      const json alt = beside.empty() ? alts[i] : json{{"allOf", json::array({beside, alts[i]})}};
+      e += (i ? " | " : " ") +
+           visit(alt, hint + "-" + std::to_string(i), where + "/" + key + "/" + std::to_string(i));
+    }
     return e + " )";
   }
   if (s.contains("allOf")) return visit(merge_all_of(s, where), hint, where);
@@ -280,6 +285,13 @@ json Converter::merge_all_of(const json& s, const std::string& where) {
         }
       } else if (k == "required") {
         for (const json& r : *it) merged["required"].push_back(r);
+      } else if (k == "enum" && merged.contains("enum") && merged["enum"].is_array() &&
+                 it->is_array()) {
+        json common = json::array();  // the values every part allows, in the first's order
+        for (const json& v : merged["enum"])
+          if (std::find(it->begin(), it->end(), v) != it->end()) common.push_back(v);
+        if (common.empty()) refuse(where, "allOf parts' enums have no value in common");
+        merged["enum"] = std::move(common);
       } else if (!merged.contains(k)) {
         merged[k] = *it;
       } else if (merged[k] != *it) {
@@ -380,11 +392,19 @@ std::string Converter::array(const json& s, const std::string& hint, const std::
   if (s.contains("uniqueItems") && s["uniqueItems"] == true)
     refuse(where, "'uniqueItems' cannot be enforced");
   std::vector<json> prefix;
-  if (s.contains("prefixItems")) {
-    if (!s["prefixItems"].is_array()) refuse(where, "'prefixItems' must be a list");
-    for (const json& p : s["prefixItems"]) prefix.push_back(p);
-  }
   json items = s.contains("items") ? s["items"] : json(true);
+  if (s.contains("prefixItems")) {
+    const json& pre = s["prefixItems"];
+    // A single schema where a list belongs (written so by some generators, read so by
+    // llama.cpp): the schema of every item, when `items` says nothing else.
+    const bool items_free = items == json(true) || items == json::object();
+    if (pre.is_object() && items_free) {
+      items = pre;
+    } else {
+      if (!pre.is_array()) refuse(where, "'prefixItems' must be a list");
+      for (const json& p : pre) prefix.push_back(p);
+    }
+  }
   if (items.is_array()) {  // draft-07 tuple form
     for (const json& p : items) prefix.push_back(p);
     items = s.contains("additionalItems") ? s["additionalItems"] : json(true);

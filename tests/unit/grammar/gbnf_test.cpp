@@ -170,6 +170,24 @@ TEST(Gbnf, Errors) {
   expect_error("root ::= \"x\"{2001}\n", "above 2000");
   expect_error("root ::= (\"x\"{0,3}){700}\n", "repetition too large");
   expect_error("root ::= \"x\"**\n", "left recursion");  // (x*)* as in llama.cpp
+  // A nullable loop body reached again through a reference that is followed by more of its
+  // alternative would stack return positions without end: refused.
+  expect_error("root ::= a \"y\"\na ::= ( \"x\"? )* a \"z\" | \"w\"\n", "left recursion");
+}
+
+TEST(Gbnf, NestedRepetitionOfANullableGroupIsTaken) {
+  // ( [x]* )*: the loop can match nothing, but its self-reference ends its alternative, so
+  // the recognizer meets the same position again and stops (llama.cpp takes it too).
+  Grammar g = parse_gbnf("root ::= ( [x]* )*\n");
+  EXPECT_TRUE(accepts(g, ""));
+  EXPECT_TRUE(accepts(g, "x"));
+  EXPECT_TRUE(accepts(g, "xxx"));
+  EXPECT_FALSE(accepts(g, "y"));
+  EXPECT_FALSE(accepts(g, "xy"));
+  Grammar words = parse_gbnf("root ::= ( [a-z]* \" \"? )* \".\"\n");
+  EXPECT_TRUE(accepts(words, "a b  cd."));
+  EXPECT_TRUE(accepts(words, "."));
+  EXPECT_FALSE(accepts(words, "a b"));
 }
 
 TEST(Gbnf, HelperRulesNeverClashWithLaterRules) {

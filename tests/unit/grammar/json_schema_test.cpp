@@ -202,6 +202,50 @@ TEST(IntRange, EveryValueInWindows) {
   }
 }
 
+TEST(JsonSchema, KeywordsBesideAnyOfHoldForEachAlternative) {
+  // {"type": "object", "anyOf": [...]}: each alternative merged with the keywords beside it.
+  Grammar g = schema_grammar(R"({
+    "type": "object",
+    "required": ["id"],
+    "properties": {"id": {"type": "integer"}},
+    "anyOf": [{"$ref": "#/$defs/a"}, {"properties": {"b": {"type": "string"}}, "required": ["b"]}],
+    "$defs": {"a": {"properties": {"a": {"type": "number"}}, "required": ["a"]}}})");
+  EXPECT_TRUE(accepts(g, R"({"id": 1, "a": 2.5})"));
+  EXPECT_TRUE(accepts(g, R"({"id": 1, "b": "x"})"));
+  EXPECT_FALSE(accepts(g, R"({"a": 2.5})"));  // id is required beside either
+  EXPECT_FALSE(accepts(g, R"({"id": 1})"));   // neither alternative
+  EXPECT_FALSE(accepts(g, R"("text")"));
+  // Nested: allOf parts holding an anyOf (the shape of schemastore's tsconfig schema).
+  Grammar nested = schema_grammar(R"({"allOf": [
+    {"properties": {"a": {"type": "number"}}},
+    {"anyOf": [{"properties": {"c": {"type": "boolean"}}, "required": ["c"]},
+               {"properties": {"d": {"type": "null"}}, "required": ["d"]}]}]})");
+  EXPECT_TRUE(accepts(nested, R"({"a": 1, "c": true})"));
+  EXPECT_TRUE(accepts(nested, R"({"d": null})"));
+  EXPECT_FALSE(accepts(nested, R"({"a": 1})"));
+}
+
+TEST(JsonSchema, AllOfEnumsIntersect) {
+  Grammar g = schema_grammar(R"({"allOf": [{"type": "string", "enum": ["a", "b", "c"]},
+                                           {"type": "string", "enum": ["d", "c", "b"]}]})");
+  EXPECT_TRUE(accepts(g, R"("b")"));
+  EXPECT_TRUE(accepts(g, R"("c")"));
+  EXPECT_FALSE(accepts(g, R"("a")"));
+  EXPECT_FALSE(accepts(g, R"("d")"));
+  EXPECT_THROW(json_schema_to_gbnf(json::parse(R"({"allOf": [{"enum": ["a"]}, {"enum": ["b"]}]})")),
+               Error);
+}
+
+TEST(JsonSchema, PrefixItemsGivenAsOneSchemaIsEveryItem) {
+  Grammar g = schema_grammar(R"({"type": "array", "prefixItems": {"type": "string"}})");
+  EXPECT_TRUE(accepts(g, "[]"));
+  EXPECT_TRUE(accepts(g, R"(["a", "b"])"));
+  EXPECT_FALSE(accepts(g, R"(["a", 1])"));
+  EXPECT_THROW(json_schema_to_gbnf(json::parse(
+                   R"({"prefixItems": {"type": "string"}, "items": {"type": "integer"}})")),
+               Error);
+}
+
 TEST(JsonSchema, RefusesWhatItCannotEnforce) {
   for (const char* s :
        {R"({"type": "array", "uniqueItems": true})", R"({"not": {"type": "string"}})",
