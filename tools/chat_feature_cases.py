@@ -126,6 +126,10 @@ CASES = [
     ("loop_changed", "{% for x in [1, 1, 2, 2, 1] %}{% if loop.changed(x) %}{{ x }}{% endif %}{% endfor %}", {}),
     ("items_filter_is_a_generator", "{{ d | items | length }}", {"d": {"a": 1}}),
     ("dict_items_method_has_length", "{{ d.items() | length }} {{ d.keys() | first }}", {"d": {"a": 1}}),
+    ("truncate", "{{ s | truncate(9) }}|{{ s | truncate(11) }}|{{ s | truncate(9, true) }}|{{ s | truncate(9, false, '!') }}|{{ s | truncate(18) }}|{{ s | truncate(10, leeway=0) }}|{{ 'abcdefghijklmnop' | truncate(9, leeway=0) }}|{{ 'héllo wörld ünïcode text' | truncate(12, leeway=0) }}|{{ u | truncate(3) }}|", {"s": "hello world foo bar"}),
+    ("dict_literal_number_and_none_keys", "{% set d = {1: 'a', 2: 'b', none: 'n'} %}{{ d[1] }}{{ d[2] }}{{ d[none] }} {{ 1 in d }} {{ 3 in d }} {{ {10: 'Bob'}[10] }}", {}),
+    ("dict_from_pairs", "{{ dict([('a', 1), ('b', 2)]) | tojson }} {{ dict(obj | items, c=3) | tojson }} {{ dict(obj) | tojson }}", {"obj": {"x": 1}}),
+    ("in_test_on_strings_and_dicts", "{{ 'bc' is in('abcde') }} {{ 'z' is in('abc') }} {{ 2 is in([1, 2]) }} {{ 'k' is in({'k': 1}) }} {{ ['y', 'q'] | select('in', 'xyz') | list }}", {}),
 ]
 
 

@@ -394,6 +394,33 @@ Value filter_center(Interpreter&, const Value& v, const CallArgs& a) {
                std::string(static_cast<std::size_t>(total - left), ' '));
 }
 
+// jinja2's truncate(length=255, killwords=False, end='...', leeway=5), in characters: a text
+// up to length + leeway stays whole; a longer one is cut to length - len(end) characters
+// (at the last space unless killwords) and gets `end`.
+Value filter_truncate(Interpreter&, const Value& v, const CallArgs& a) {
+  const std::vector<std::uint32_t> chars = utf8_decode(to_str(v));
+  const std::int64_t length = arg_int(a, 0, "length", 255);
+  const bool killwords = arg_bool(a, 1, "killwords", false);
+  const Value* end_arg = a.get(2, "end");
+  const std::string end = end_arg ? to_str(*end_arg) : "...";
+  const std::int64_t leeway = arg_int(a, 3, "leeway", 5);
+  const std::int64_t n_end = static_cast<std::int64_t>(utf8_decode(end).size());
+  if (length < n_end) throw JinjaError("expected length >= " + std::to_string(n_end));
+  auto text = [&](std::size_t n) {
+    std::string out;
+    for (std::size_t i = 0; i < n; ++i) utf8_append(out, chars[i]);
+    return out;
+  };
+  if (static_cast<std::int64_t>(chars.size()) <= length + leeway) return Value(text(chars.size()));
+  std::size_t keep = static_cast<std::size_t>(length - n_end);
+  if (!killwords) {
+    std::size_t space = keep;
+    while (space > 0 && chars[space - 1] != ' ') --space;
+    if (space > 0) keep = space - 1;  // rsplit(' ', 1)[0]: up to the last space, without it
+  }
+  return Value(text(keep) + end);
+}
+
 std::unordered_map<std::string, FilterFn> make_filters() {
   std::unordered_map<std::string, FilterFn> f;
   f["default"] = f["d"] = filter_default;
@@ -431,6 +458,7 @@ std::unordered_map<std::string, FilterFn> make_filters() {
   f["replace"] = filter_replace;
   f["reverse"] = filter_reverse;
   f["center"] = filter_center;
+  f["truncate"] = filter_truncate;
   f["first"] = [](Interpreter& in, const Value& v, const CallArgs&) {
     return filter_first_last(in, v, true);
   };
@@ -570,9 +598,7 @@ std::unordered_map<std::string, TestFn> make_tests() {
     return v.same_object(other(a));
   };
   t["in"] = [other](Interpreter& in, const Value& v, const CallArgs& a) {
-    for (const Value& item : in.iterate(other(a)))
-      if (values_equal(item, v)) return true;
-    return false;
+    return contains(in, other(a), v);  // the `in` operator: substrings of a string too
   };
   t["filter"] = [](Interpreter&, const Value& v, const CallArgs&) {
     return v.is_string() && builtin_filters().count(v.as_string()) > 0;
@@ -635,17 +661,28 @@ Dict make_globals() {
   Dict g;
   g.set("range", Value::function("range", global_range, "type"));
   g.set("namespace", Value::function("namespace", global_namespace, "type"));
-  g.set("dict", Value::function(
-                    "dict",
-                    [](Interpreter&, const CallArgs& a) {
-                      Dict d;
-                      for (const Value& p : a.positional)
-                        if (p.is_dict())
-                          for (const auto& [k, v] : p.as_dict().entries) d.set(k, v);
-                      for (const auto& [k, v] : a.keyword) d.set(k, v);
-                      return Value::dict(std::move(d));
-                    },
-                    "type"));
+  g.set("dict",
+        Value::function(
+            "dict",
+            [](Interpreter& in, const CallArgs& a) {
+              Dict d;
+              for (const Value& p : a.positional) {
+                if (p.is_dict()) {
+                  for (const auto& [k, v] : p.as_dict().entries) d.set(k, v);
+                  continue;
+                }
+                // dict(pairs): an iterable of (key, value) pairs, as Python's
+                for (const Value& pair : in.iterate(p)) {
+                  if (!pair.is_list_like() || pair.items().size() != 2)
+                    throw JinjaError("dictionary update sequence element has length other than 2");
+                  const Value& k = pair.items()[0];
+                  d.set(k.is_string() ? k.as_string() : to_str(k), pair.items()[1]);
+                }
+              }
+              for (const auto& [k, v] : a.keyword) d.set(k, v);
+              return Value::dict(std::move(d));
+            },
+            "type"));
   g.set("joiner", Value::function(
                       "joiner",
                       [](Interpreter&, const CallArgs& a) {

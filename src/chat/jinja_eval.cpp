@@ -544,8 +544,6 @@ Value Interpreter::call(const Value& callee, const CallArgs& args) {
   return callee.as_callable().call(*this, args);
 }
 
-namespace {
-
 bool contains(Interpreter& in, const Value& container, const Value& item) {
   switch (container.kind()) {
     case Kind::kString:
@@ -555,7 +553,9 @@ bool contains(Interpreter& in, const Value& container, const Value& item) {
       return container.as_string().find(item.as_string()) != std::string::npos;
     case Kind::kDict:
     case Kind::kNamespace:
-      return item.is_string() && container.as_dict().find(item.as_string()) != nullptr;
+      if (item.is_string()) return container.as_dict().find(item.as_string()) != nullptr;
+      return container.is_dict() && !item.is_undefined() && !item.is_list_like() &&
+             !item.is_dict() && container.as_dict().find(to_str(item)) != nullptr;
     case Kind::kUndefined:
       return false;
     case Kind::kList:
@@ -569,8 +569,6 @@ bool contains(Interpreter& in, const Value& container, const Value& item) {
   }
   (void)in;
 }
-
-}  // namespace
 
 Value Interpreter::eval_binary(const Expr& e) {
   const std::string& op = e.name;
@@ -688,6 +686,10 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
   if (obj.is_undefined()) throw JinjaError(obj.undefined_message());
   if ((obj.is_dict() || obj.is_namespace()) && key.is_string()) {
     if (const Value* v = obj.as_dict().find(key.as_string())) return *v;
+  } else if (obj.is_dict() && !key.is_undefined() && !key.is_list_like() && !key.is_dict()) {
+    // A literal's non-string keys ({1: 'a'}, {none: 2}) are kept as their text: look the
+    // key up the same way.
+    if (const Value* v = obj.as_dict().find(to_str(key))) return *v;
   } else if ((obj.is_list_like() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     std::int64_t i = key.as_int();
     if (obj.is_string()) {

@@ -97,6 +97,8 @@ class Interpreter {
 Value binary_op(const std::string& op, const Value& a, const Value& b);
 // Python's <, for sort and min/max; throws TypeError's message for unorderable values.
 bool less_than(const Value& a, const Value& b);
+// Python's `item in container` (strings: substring; dicts: key; sequences: element).
+bool contains(Interpreter& in, const Value& container, const Value& item);
 // Escapes & < > ' " the way markupsafe does.
 std::string html_escape(std::string_view s);
 
