@@ -27,20 +27,48 @@ const std::map<std::string, std::string, std::less<>>& templates() {
        "{{ bos_token }}{% for m in messages %}<|header_start|>{{ m.role }}<|header_end|>\n\n"
        "{{ m.content | trim }}<|eot|>{% endfor %}"
        "{% if add_generation_prompt %}<|header_start|>assistant<|header_end|>\n\n{% endif %}"},
+      // The llama2 family as llama.cpp names it: plain llama2 folds a system message into the
+      // first turn as text; -sys wraps it in <<SYS>>; -sys-bos opens later turns with <s>;
+      // -sys-strip trims every message. A turn's [INST] comes with its first message.
       {"llama2",
-       "{{ bos_token }}[INST] {% for m in messages %}{% if m.role == 'system' %}<<SYS>>\n"
-       "{{ m.content }}\n<</SYS>>\n\n{% elif m.role == 'user' %}{{ m.content }} [/INST]"
-       "{% else %}{{ m.content }}</s>[INST] {% endif %}{% endfor %}"},
+       "{{ bos_token }}[INST] {% set ns = namespace(open=true) %}{% for m in messages %}"
+       "{% if not ns.open %}[INST] {% set ns.open = true %}{% endif %}"
+       "{% if m.role == 'system' %}{{ m.content }}\n"
+       "{% elif m.role == 'user' %}{{ m.content }} [/INST]"
+       "{% else %}{{ m.content }}</s>{% set ns.open = false %}{% endif %}{% endfor %}"},
+      {"llama2-sys",
+       "{{ bos_token }}[INST] {% set ns = namespace(open=true) %}{% for m in messages %}"
+       "{% if not ns.open %}[INST] {% set ns.open = true %}{% endif %}"
+       "{% if m.role == 'system' %}<<SYS>>\n{{ m.content }}\n<</SYS>>\n\n"
+       "{% elif m.role == 'user' %}{{ m.content }} [/INST]"
+       "{% else %}{{ m.content }}</s>{% set ns.open = false %}{% endif %}{% endfor %}"},
+      {"llama2-sys-bos",
+       "{{ bos_token }}[INST] {% set ns = namespace(open=true) %}{% for m in messages %}"
+       "{% if not ns.open %}<s>[INST] {% set ns.open = true %}{% endif %}"
+       "{% if m.role == 'system' %}<<SYS>>\n{{ m.content }}\n<</SYS>>\n\n"
+       "{% elif m.role == 'user' %}{{ m.content }} [/INST]"
+       "{% else %}{{ m.content }}</s>{% set ns.open = false %}{% endif %}{% endfor %}"},
+      {"llama2-sys-strip",
+       "{{ bos_token }}[INST] {% set ns = namespace(open=true) %}{% for m in messages %}"
+       "{% if not ns.open %}[INST] {% set ns.open = true %}{% endif %}"
+       "{% if m.role == 'system' %}<<SYS>>\n{{ m.content | trim }}\n<</SYS>>\n\n"
+       "{% elif m.role == 'user' %}{{ m.content | trim }} [/INST]"
+       "{% else %}{{ m.content | trim }}</s>{% set ns.open = false %}{% endif %}{% endfor %}"},
       {"mistral-v1",
        "{{ bos_token }}{% set ns = namespace(sys='') %}{% for m in messages %}"
        "{% if m.role == 'system' %}{% set ns.sys = m.content + '\n\n' %}"
        "{% elif m.role == 'user' %} [INST] {{ ns.sys }}{{ m.content }} [/INST]{% set ns.sys = '' %}"
        "{% else %} {{ m.content }}</s>{% endif %}{% endfor %}"},
-      {"mistral-v3",
+      {"mistral-v3",  // assistant messages trimmed, as Mistral's v3 tokenizer does
        "{{ bos_token }}{% set ns = namespace(sys='') %}{% for m in messages %}"
        "{% if m.role == 'system' %}{% set ns.sys = m.content + '\n\n' %}"
        "{% elif m.role == 'user' %}[INST] {{ ns.sys }}{{ m.content }}[/INST]{% set ns.sys = '' %}"
-       "{% else %} {{ m.content }}</s>{% endif %}{% endfor %}"},
+       "{% else %} {{ m.content | trim }}</s>{% endif %}{% endfor %}"},
+      {"mistral-v3-tekken",
+       "{{ bos_token }}{% set ns = namespace(sys='') %}{% for m in messages %}"
+       "{% if m.role == 'system' %}{% set ns.sys = m.content + '\n\n' %}"
+       "{% elif m.role == 'user' %}[INST]{{ ns.sys }}{{ m.content }}[/INST]{% set ns.sys = '' %}"
+       "{% else %}{{ m.content }}</s>{% endif %}{% endfor %}"},
       {"mistral-v7",
        "{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}[SYSTEM_PROMPT] "
        "{{ m.content }}[/SYSTEM_PROMPT]{% elif m.role == 'user' %}[INST] {{ m.content }}[/INST]"
@@ -73,7 +101,7 @@ const std::map<std::string, std::string, std::less<>>& templates() {
        "{{ m.content }}<|end_of_turn|>{% endif %}{% endfor %}"
        "{% if add_generation_prompt %}GPT4 Correct Assistant:{% endif %}"},
       {"deepseek",
-       "{% for m in messages %}{% if m.role == 'system' %}{{ m.content }}\n"
+       "{% for m in messages %}{% if m.role == 'system' %}{{ m.content }}"
        "{% elif m.role == 'user' %}### Instruction:\n{{ m.content }}\n"
        "{% else %}### Response:\n{{ m.content }}\n<|EOT|>\n{% endif %}{% endfor %}"
        "{% if add_generation_prompt %}### Response:\n{% endif %}"},

@@ -36,7 +36,7 @@ TEST(BuiltinTemplates, EveryNameRendersEveryMessageInOrder) {
     }
     ++count;
   }
-  EXPECT_GE(count, 19);
+  EXPECT_GE(count, 23);
   EXPECT_EQ(builtin_chat_template("no-such-format"), nullptr);
 }
 
@@ -51,6 +51,35 @@ TEST(BuiltinTemplates, Llama3AndChatmlExactly) {
   EXPECT_EQ(apply_chat_template(ChatTemplate(*builtin_chat_template("command-r")), in),
             "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi<|END_OF_TURN_TOKEN|>"
             "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+}
+
+// The formats whose details vary within a family: how a system message is written, where a
+// turn's [INST] goes, which messages are trimmed (llama.cpp's built-in formats by these names).
+TEST(BuiltinTemplates, FamilyVariantsExactly) {
+  ChatInput in;
+  in.messages = nlohmann::ordered_json::array({{{"role", "system"}, {"content", "Be brief"}},
+                                               {{"role", "user"}, {"content", "Hi"}},
+                                               {{"role", "assistant"}, {"content", "  Yes  "}},
+                                               {{"role", "user"}, {"content", "More"}}});
+  in.eos_token = "</s>";
+  auto render = [&](const char* name) {
+    return apply_chat_template(ChatTemplate(*builtin_chat_template(name)), in);
+  };
+  EXPECT_EQ(render("llama2"), "[INST] Be brief\nHi [/INST]  Yes  </s>[INST] More [/INST]");
+  EXPECT_EQ(render("llama2-sys"),
+            "[INST] <<SYS>>\nBe brief\n<</SYS>>\n\nHi [/INST]  Yes  </s>[INST] More [/INST]");
+  EXPECT_EQ(render("llama2-sys-bos"),
+            "[INST] <<SYS>>\nBe brief\n<</SYS>>\n\nHi [/INST]  Yes  </s><s>[INST] More [/INST]");
+  EXPECT_EQ(render("llama2-sys-strip"),
+            "[INST] <<SYS>>\nBe brief\n<</SYS>>\n\nHi [/INST]Yes</s>[INST] More [/INST]");
+  EXPECT_EQ(render("mistral-v1"), " [INST] Be brief\n\nHi [/INST]   Yes  </s> [INST] More [/INST]");
+  EXPECT_EQ(render("mistral-v3"), "[INST] Be brief\n\nHi[/INST] Yes</s>[INST] More[/INST]");
+  EXPECT_EQ(render("mistral-v3-tekken"), "[INST]Be brief\n\nHi[/INST]  Yes  </s>[INST]More[/INST]");
+  in.add_generation_prompt = true;
+  EXPECT_EQ(
+      render("deepseek"),
+      "Be brief### Instruction:\nHi\n### Response:\n  Yes  \n<|EOT|>\n### Instruction:\nMore\n"
+      "### Response:\n");
 }
 
 }  // namespace
