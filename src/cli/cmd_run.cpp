@@ -15,6 +15,7 @@
 #include "cli/chat_loop.h"
 #include "cli/chat_prompt.h"
 #include "cli/command.h"
+#include "cli/sampler_flags.h"
 #include "cli/device_options.h"
 #include "cli/load_options.h"
 #include "cli/load_progress.h"
@@ -254,6 +255,7 @@ CommandRegistration reg{
           ->capture_default_str();
       app.add_option("--frequency-penalty", o->sampling.frequency_penalty, "frequency penalty")
           ->capture_default_str();
+      add_extra_sampler_flags(app, o->sampling);
       app.add_option("-s,--seed", o->seed, "RNG seed (-1: random, printed)")->capture_default_str();
       app.add_option("--stop", o->stop, "stop string (repeatable)");
       o->spec.add_to(app);

@@ -29,6 +29,7 @@
 
 #include "cli/chat_prompt.h"
 #include "cli/command.h"
+#include "cli/sampler_flags.h"
 #include "cli/device_options.h"
 #include "cli/load_options.h"
 #include "cli/load_progress.h"
@@ -69,6 +70,7 @@ struct ServeOptions {
   float min_p = 0.05f;
   int top_k = 40;
   float repeat_penalty = 1.0f;
+  engine::SamplingParams extra_sampling;  // --top-n-sigma, --xtc-probability, --xtc-threshold
   int64_t seed = -1;
   std::vector<std::string> api_keys;
   std::string api_key_file;
@@ -220,6 +222,9 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   d.sampling.top_p = o.top_p;
   d.sampling.min_p = o.min_p;
   d.sampling.repeat_penalty = o.repeat_penalty;
+  d.sampling.top_n_sigma = o.extra_sampling.top_n_sigma;
+  d.sampling.xtc_probability = o.extra_sampling.xtc_probability;
+  d.sampling.xtc_threshold = o.extra_sampling.xtc_threshold;
   d.seed_random = o.seed < 0;
   if (o.seed >= 0) d.sampling.seed = (uint64_t)o.seed;
   d.n_predict = o.n_predict;
@@ -492,6 +497,7 @@ CommandRegistration serve_registration{
       app.add_option("--top-p", o->top_p, "default top-p")->capture_default_str();
       app.add_option("--min-p", o->min_p, "default min-p")->capture_default_str();
       app.add_option("--repeat-penalty", o->repeat_penalty, "default repetition penalty");
+      add_extra_sampler_flags(app, o->extra_sampling);
       app.add_option("-s,--seed", o->seed, "default seed (-1: random per request)");
       app.add_option("--api-key", o->api_keys,
                      "API key(s) clients must send as Bearer tokens (comma-separated)");

@@ -66,6 +66,11 @@ void SamplingParams::validate() const {
   if (!std::isfinite(presence_penalty)) bad_param("presence_penalty must be finite");
   if (!std::isfinite(frequency_penalty)) bad_param("frequency_penalty must be finite");
   if (n_probs < 0) bad_param("n_probs must be >= 0, got " + std::to_string(n_probs));
+  if (!std::isfinite(top_n_sigma)) bad_param("top_n_sigma must be finite");
+  if (std::isnan(xtc_probability) || xtc_probability < 0.0f || xtc_probability > 1.0f)
+    bad_param("xtc_probability must be in [0, 1], got " + std::to_string(xtc_probability));
+  if (std::isnan(xtc_threshold) || xtc_threshold < 0.0f || xtc_threshold > 1.0f)
+    bad_param("xtc_threshold must be in [0, 1], got " + std::to_string(xtc_threshold));
   for (const auto& [token, bias] : logit_bias)
     if (std::isnan(bias)) bad_param("logit_bias for token " + std::to_string(token) + " is NaN");
 }
@@ -135,8 +140,37 @@ void Sampler::apply_penalties(std::vector<Candidate>& cands) const {
   }
 }
 
+namespace {
+
+// Top-n-sigma: the candidates whose logit is within n population standard deviations of the
+// largest (llama.cpp's top_n_sigma).
+void keep_within_sigmas(std::vector<Sampler::Candidate>& cands, float n_sigma) {
+  double sum = 0.0, best = -std::numeric_limits<double>::infinity();
+  for (const auto& c : cands) {
+    sum += c.logit;
+    best = std::max(best, (double)c.logit);
+  }
+  const double mean = sum / (double)cands.size();
+  double acc = 0.0;
+  for (const auto& c : cands) acc += ((double)c.logit - mean) * ((double)c.logit - mean);
+  const double threshold = best - n_sigma * std::sqrt(acc / (double)cands.size());
+  std::erase_if(cands, [&](const auto& c) { return (double)c.logit < threshold; });
+}
+
+// XTC ("exclude top choices"), on candidates sorted most likely first with probabilities:
+// every token at least `threshold` likely except the least likely of them is dropped.
+void exclude_top_choices(std::vector<Sampler::Candidate>& cands, float threshold) {
+  size_t last_above = 0;
+  while (last_above + 1 < cands.size() && cands[last_above + 1].p >= threshold) ++last_above;
+  if (last_above > 0 && cands.front().p >= threshold)
+    cands.erase(cands.begin(), cands.begin() + (ptrdiff_t)last_above);
+}
+
+}  // namespace
+
 int32_t Sampler::draw(std::vector<Candidate>& cands) {
   const SamplingParams& p = params_;
+  if (p.top_n_sigma > 0.0f && cands.size() > 1) keep_within_sigmas(cands, p.top_n_sigma);
   // Top-k: the k largest logits, sorted.
   if (p.top_k > 0 && (size_t)p.top_k < cands.size()) {
     auto greater = [](const Candidate& a, const Candidate& b) {
@@ -187,6 +221,12 @@ int32_t Sampler::draw(std::vector<Candidate>& cands) {
     size_t keep = 1;
     while (keep < cands.size() && cands[keep].logit >= threshold) ++keep;
     cands.resize(keep);
+  }
+  // XTC draws its own chance first (only when on, so other requests' draws are unchanged).
+  if (p.xtc_probability > 0.0f && p.xtc_threshold <= 0.5f && cands.size() > 1 &&
+      rng_.uniform() < p.xtc_probability) {
+    softmax(cands);
+    exclude_top_choices(cands, p.xtc_threshold);
   }
   for (Candidate& c : cands) c.logit /= p.temperature;
   softmax(cands);

@@ -30,6 +30,11 @@ struct SamplingParams {
   int repeat_last_n = 64;          // window of past tokens the penalties see; -1 = all, 0 = off
   float presence_penalty = 0.0f;   // subtracted once from each token present in the window
   float frequency_penalty = 0.0f;  // subtracted per occurrence in the window
+  float top_n_sigma = -1.0f;       // <= 0: off; keeps logits within n standard deviations of
+                                   // the best (over the candidates), before top-k
+  float xtc_probability = 0.0f;    // [0, 1]; 0 = off. "Exclude top choices": with this chance,
+  float xtc_threshold = 0.1f;      // the tokens at least this likely (all but the least likely
+                                   // of them) are dropped, after min-p; above 0.5: off
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to a token's logit (-inf bans)
   uint64_t seed = 0xC0FFEEull;                        // per request
   int n_probs = 0;  // top-n log-probabilities to report per token (0 = none, nor the token's own)
@@ -94,12 +99,14 @@ class Sampler {
 
   const SamplingParams& params() const { return params_; }
 
- private:
+  // One token of the chain: its logit, and its probability where a stage computed one.
   struct Candidate {
     int32_t id;
     float logit;
     float p;
   };
+
+ private:
   void apply_penalties(std::vector<Candidate>& cands) const;
   int32_t draw(std::vector<Candidate>& cands);
   void report_candidates(SampleResult& result) const;

@@ -114,6 +114,10 @@ engine::SamplingParams parse_sampling(const nlohmann::json& body, const ServingM
     p.repeat_penalty = (float)*v;
   }
   if (auto v = opt_integer(body, "repeat_last_n", -1, 1 << 20)) p.repeat_last_n = (int)*v;
+  // llama-server's other samplers (its OpenAI routes take them too): top-n-sigma and XTC.
+  if (auto v = opt_number(body, "top_n_sigma", -1e9, 1e9)) p.top_n_sigma = (float)*v;
+  if (auto v = opt_number(body, "xtc_probability", 0, 1)) p.xtc_probability = (float)*v;
+  if (auto v = opt_number(body, "xtc_threshold", 0, 1)) p.xtc_threshold = (float)*v;
   if (auto v = opt_integer(body, "seed", std::numeric_limits<int64_t>::min(),
                            std::numeric_limits<int64_t>::max())) {
     if (*v >= 0 || openai) p.seed = (uint64_t)*v;  // llama.cpp: -1 = random

@@ -275,6 +275,9 @@ nlohmann::json sampling_json(const engine::SamplingParams& s) {
           {"repeat_last_n", s.repeat_last_n},
           {"presence_penalty", s.presence_penalty},
           {"frequency_penalty", s.frequency_penalty},
+          {"top_n_sigma", s.top_n_sigma},
+          {"xtc_probability", s.xtc_probability},
+          {"xtc_threshold", s.xtc_threshold},
           {"seed", s.seed}};
 }
 

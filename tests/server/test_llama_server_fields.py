@@ -170,3 +170,27 @@ def test_truncated_says_the_context_filled():
         assert "exceeds the available context size" in long.json()["error"]["message"]
     finally:
         s.stop()
+
+
+def test_top_n_sigma_and_xtc_samplers(server):
+    """llama-server's top_n_sigma and XTC: taken on the llama and OpenAI routes, echoed in
+    generation_settings, bad values refused; a tiny sigma leaves only the best token, so the
+    draw equals greedy decoding whatever the seed."""
+    greedy = completion(server, {"prompt": "The capital of France is", "n_predict": 6,
+                                 "temperature": 0}).json()["content"]
+    for seed in (1, 2, 3):
+        r = completion(server, {"prompt": "The capital of France is", "n_predict": 6, "seed": seed,
+                                "temperature": 1.5, "top_k": 0, "top_p": 1, "min_p": 0,
+                                "top_n_sigma": 1e-6}).json()
+        assert r["content"] == greedy
+        assert abs(r["generation_settings"]["top_n_sigma"] - 1e-6) < 1e-9
+    r = completion(server, {"prompt": "Hello", "n_predict": 4, "xtc_probability": 1,
+                            "xtc_threshold": 0.05}).json()
+    assert r["generation_settings"]["xtc_probability"] == 1
+    assert abs(r["generation_settings"]["xtc_threshold"] - 0.05) < 1e-6
+    ok = chat(server, {"max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}],
+                       "xtc_probability": 0.5, "top_n_sigma": 2})
+    assert ok.status_code == 200, ok.text
+    for bad in [{"xtc_probability": 1.5}, {"xtc_threshold": -1}, {"top_n_sigma": "x"}]:
+        r = completion(server, {"prompt": "Hi", "n_predict": 1, **bad})
+        assert r.status_code == 400, (bad, r.text)

@@ -128,6 +128,62 @@ TEST(Sampler, TypicalPKeepsTokensNearTheEntropy) {
   EXPECT_TRUE(h.count(0));
 }
 
+// The chain's survivors and their probabilities (post-chain, at temperature 1).
+std::map<int32_t, float> survivors(SamplingParams p, const std::vector<double>& probs) {
+  Sampler s(p, (int32_t)probs.size());
+  s.keep_candidates((int)probs.size());
+  std::map<int32_t, float> out;
+  for (const TokenProb& t : s.sample(logits_from_probs(probs)).post_top) out[t.token] = t.prob;
+  return out;
+}
+
+void expect_distribution(const std::map<int32_t, float>& got,
+                         const std::map<int32_t, float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [token, prob] : want) {
+    ASSERT_TRUE(got.count(token)) << token;
+    EXPECT_NEAR(got.at(token), prob, 1e-5) << token;
+  }
+}
+
+TEST(Sampler, TopNSigmaKeepsLogitsNearTheBest) {
+  // Logits log(0.1..0.4): mean -1.53, population sd 0.53; one sd below the best keeps 0.3, 0.4.
+  SamplingParams p = plain(1.0f);
+  p.top_n_sigma = 1.0f;
+  expect_distribution(survivors(p, {0.1, 0.2, 0.3, 0.4}), {{2, 3.0f / 7}, {3, 4.0f / 7}});
+  p.top_n_sigma = 3.0f;
+  expect_distribution(survivors(p, {0.1, 0.2, 0.3, 0.4}),
+                      {{0, 0.1f}, {1, 0.2f}, {2, 0.3f}, {3, 0.4f}});
+  p.top_n_sigma = 0.0f;  // off
+  expect_distribution(survivors(p, {0.1, 0.2, 0.3, 0.4}),
+                      {{0, 0.1f}, {1, 0.2f}, {2, 0.3f}, {3, 0.4f}});
+}
+
+TEST(Sampler, XtcDropsTheTopChoicesButTheLeastLikelyOfThem) {
+  SamplingParams p = plain(1.0f);
+  p.xtc_probability = 1.0f;
+  p.xtc_threshold = 0.09f;  // all four reach it: only the least likely stays
+  expect_distribution(survivors(p, {0.4, 0.3, 0.2, 0.1}), {{3, 1.0f}});
+  p.xtc_threshold = 0.19f;
+  expect_distribution(survivors(p, {0.4, 0.3, 0.2, 0.1}), {{2, 2.0f / 3}, {3, 1.0f / 3}});
+  p.xtc_threshold = 0.29f;
+  expect_distribution(survivors(p, {0.4, 0.3, 0.2, 0.1}),
+                      {{1, 0.5f}, {2, 1.0f / 3}, {3, 1.0f / 6}});
+  p.xtc_threshold = 0.39f;  // one token reaches it: nothing to exclude
+  expect_distribution(survivors(p, {0.4, 0.3, 0.2, 0.1}),
+                      {{0, 0.4f}, {1, 0.3f}, {2, 0.2f}, {3, 0.1f}});
+  p.xtc_threshold = 0.6f;  // above 0.5: off
+  p.xtc_probability = 1.0f;
+  EXPECT_EQ(survivors(p, {0.4, 0.3, 0.2, 0.1}).size(), 4u);
+  // With probability 0 it never acts, and it draws no random number: the same tokens come
+  // from the same seed as without it.
+  SamplingParams off = plain(1.0f), zero = plain(1.0f);
+  zero.xtc_probability = 0.0f;
+  const std::vector<float> logits = logits_from_probs({0.4, 0.3, 0.2, 0.1});
+  Sampler a(off, 4), b(zero, 4);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(a.sample(logits).token, b.sample(logits).token);
+}
+
 TEST(Sampler, RepetitionPenaltyFollowsLlamaCppRule) {
   // Token 0 (logit 2.0) seen: 2.0 / 2 = 1.0 < token 1's 1.5. Token 2 (logit -1) seen: -2.
   SamplingParams p = SamplingParams::greedy();
@@ -213,6 +269,15 @@ TEST(SamplerParams, InvalidValuesAreClearErrors) {
   p = {};
   p.n_probs = -1;
   expect_bad(p, "n_probs");
+  p = {};
+  p.xtc_probability = 1.5f;
+  expect_bad(p, "xtc_probability");
+  p = {};
+  p.xtc_threshold = -0.1f;
+  expect_bad(p, "xtc_threshold");
+  p = {};
+  p.top_n_sigma = std::numeric_limits<float>::infinity();
+  expect_bad(p, "top_n_sigma");
   p = {};
   p.logit_bias = {{7, 1.0f}};
   EXPECT_THROW(Sampler(p, 5), Error);  // token outside the vocabulary
