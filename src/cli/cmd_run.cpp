@@ -15,10 +15,10 @@
 #include "cli/chat_loop.h"
 #include "cli/chat_prompt.h"
 #include "cli/command.h"
-#include "cli/sampler_flags.h"
 #include "cli/device_options.h"
 #include "cli/load_options.h"
 #include "cli/load_progress.h"
+#include "cli/sampler_flags.h"
 #include "cli/spec_options.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -28,6 +28,7 @@
 #include "engine/sampler.h"
 #include "engine/text_filter.h"
 #include "model/model.h"
+#include "server/dry_breakers.h"
 
 namespace hablar::cli {
 namespace {
@@ -153,7 +154,10 @@ int run_generate(RunOptions o) {
   engine::GenerateRequest req;
   req.prompt = prompt;
   req.max_tokens = o.n_predict > 0 ? o.n_predict : n_ctx - (int)prompt.size();
-  req.sampler = std::make_unique<engine::ParamsSampler>(o.sampling, m->config().n_vocab);
+  engine::SamplingParams sampling = o.sampling;
+  if (sampling.dry.on() && !sampling.dry.breakers)
+    sampling.dry.breakers = server::resolve_dry_breakers(tok, server::default_dry_breakers());
+  req.sampler = std::make_unique<engine::ParamsSampler>(sampling, m->config().n_vocab);
   req.filter = std::make_unique<engine::TextFilter>(tok, o.stop);
   const auto t0 = Clock::now();
   std::shared_ptr<engine::RequestHandle> handle = eng.submit(std::move(req));

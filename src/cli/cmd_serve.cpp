@@ -29,16 +29,17 @@
 
 #include "cli/chat_prompt.h"
 #include "cli/command.h"
-#include "cli/sampler_flags.h"
 #include "cli/device_options.h"
 #include "cli/load_options.h"
 #include "cli/load_progress.h"
+#include "cli/sampler_flags.h"
 #include "cli/spec_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
 #include "engine/executor_factory.h"
 #include "model/model.h"
+#include "server/dry_breakers.h"
 #include "server/http_server.h"
 
 namespace hablar::cli {
@@ -225,6 +226,10 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   d.sampling.top_n_sigma = o.extra_sampling.top_n_sigma;
   d.sampling.xtc_probability = o.extra_sampling.xtc_probability;
   d.sampling.xtc_threshold = o.extra_sampling.xtc_threshold;
+  d.sampling.dry = o.extra_sampling.dry;
+  if (d.sampling.dry.on())
+    d.sampling.dry.breakers =
+        server::resolve_dry_breakers(sm->tok(), server::default_dry_breakers());
   d.seed_random = o.seed < 0;
   if (o.seed >= 0) d.sampling.seed = (uint64_t)o.seed;
   d.n_predict = o.n_predict;

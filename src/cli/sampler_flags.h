@@ -1,5 +1,8 @@
 // Sampler flags `run` and `serve` share beyond the usual ones (llama.cpp's names):
-// --top-n-sigma, --xtc-probability, --xtc-threshold (engine/sampler.h says what they do).
+// --top-n-sigma, --xtc-probability, --xtc-threshold and DRY's --dry-multiplier, --dry-base,
+// --dry-allowed-length, --dry-penalty-last-n (engine/sampler.h, engine/dry_penalty.h).
+// DRY's sequence breakers are llama-server's defaults, resolved against the model's
+// vocabulary by the command once it is loaded (server/dry_breakers.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -17,6 +20,16 @@ inline void add_extra_sampler_flags(CLI::App& app, engine::SamplingParams& p) {
       ->capture_default_str();
   app.add_option("--xtc-threshold", p.xtc_threshold,
                  "XTC: tokens at least this likely are the ones dropped (above 0.5: off)")
+      ->capture_default_str();
+  app.add_option("--dry-multiplier", p.dry.multiplier, "DRY repetition penalty strength (0: off)")
+      ->capture_default_str();
+  app.add_option("--dry-base", p.dry.base, "DRY: penalty base, raised to the repetition's excess")
+      ->capture_default_str();
+  app.add_option("--dry-allowed-length", p.dry.allowed_length,
+                 "DRY: repetitions up to this many tokens go unpunished")
+      ->capture_default_str();
+  app.add_option("--dry-penalty-last-n", p.dry.penalty_last_n,
+                 "DRY: tokens of history scanned (-1: all, 0: off)")
       ->capture_default_str();
 }
 

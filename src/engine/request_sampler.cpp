@@ -40,6 +40,7 @@ bool ParamsSampler::device_params(std::span<const int32_t> history, DeviceSampli
   // Stages the device chain does not have: the host samples (greedy decoding skips them).
   if (!greedy && (p.top_n_sigma > 0.0f || (p.xtc_probability > 0.0f && p.xtc_threshold <= 0.5f)))
     return false;
+  if (p.dry.on()) return false;  // DRY changes the logits even for greedy decoding
   const bool penalties =
       p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   size_t window = 0;

@@ -67,6 +67,7 @@ void SamplingParams::validate() const {
   if (!std::isfinite(frequency_penalty)) bad_param("frequency_penalty must be finite");
   if (n_probs < 0) bad_param("n_probs must be >= 0, got " + std::to_string(n_probs));
   if (!std::isfinite(top_n_sigma)) bad_param("top_n_sigma must be finite");
+  dry.validate();
   if (std::isnan(xtc_probability) || xtc_probability < 0.0f || xtc_probability > 1.0f)
     bad_param("xtc_probability must be in [0, 1], got " + std::to_string(xtc_probability));
   if (std::isnan(xtc_threshold) || xtc_threshold < 0.0f || xtc_threshold > 1.0f)
@@ -247,6 +248,9 @@ SampleResult Sampler::sample(std::span<const float> logits) {
   for (int32_t i = 0; i < n_vocab_; ++i) cands_[(size_t)i] = {i, logits[(size_t)i], 0.0f};
   for (const auto& [token, bias] : params_.logit_bias) cands_[(size_t)token].logit += bias;
   apply_penalties(cands_);
+  if (params_.dry.on())  // candidates are still indexed by id here
+    for (const auto& [token, penalty] : dry_penalties(params_.dry, history_))
+      if (token >= 0 && token < n_vocab_) cands_[(size_t)token].logit -= penalty;
 
   SampleResult result;
   if (params_.temperature == 0.0f) {

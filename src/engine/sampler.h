@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/dry_penalty.h"
+
 namespace hablar::engine {
 
 struct SamplingParams {
@@ -33,6 +35,7 @@ struct SamplingParams {
   float top_n_sigma = -1.0f;       // <= 0: off; keeps logits within n standard deviations of
                                    // the best (over the candidates), before top-k
   float xtc_probability = 0.0f;    // [0, 1]; 0 = off. "Exclude top choices": with this chance,
+  DryParams dry;                   // DRY repetition penalty (off unless dry.multiplier > 0)
   float xtc_threshold = 0.1f;      // the tokens at least this likely (all but the least likely
                                    // of them) are dropped, after min-p; above 0.5: off
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to a token's logit (-inf bans)

@@ -1,5 +1,7 @@
 #include "server/sampling_fields.h"
 
+#include "server/dry_breakers.h"
+
 #include <random>
 #include <string>
 
@@ -78,6 +80,36 @@ uint64_t random_seed() {
   return rng();
 }
 
+// llama-server's DRY fields. The breakers (default: newline, ':', '"', '*') are resolved
+// against the vocabulary only when DRY is on.
+void parse_dry(const nlohmann::json& body, engine::DryParams& d, const ServingModel& m) {
+  if (auto v = opt_number(body, "dry_multiplier", 0, 1e6)) d.multiplier = (float)*v;
+  if (auto v = opt_number(body, "dry_base", 0, 1e6))
+    if (*v >= 1) d.base = (float)*v;  // below 1: the default stays, as in llama-server
+  if (auto v = opt_integer(body, "dry_allowed_length", 0, INT32_MAX))
+    d.allowed_length = (int32_t)*v;
+  if (auto v = opt_integer(body, "dry_penalty_last_n", -1, INT32_MAX))
+    d.penalty_last_n = (int32_t)*v;
+  std::optional<std::vector<std::string>> breakers;
+  if (auto it = body.find("dry_sequence_breakers"); it != body.end() && !it->is_null()) {
+    if (!it->is_array() || it->empty() || it->size() > 64)
+      bad_request("'dry_sequence_breakers' must be a non-empty list of strings",
+                  "dry_sequence_breakers");
+    breakers.emplace();
+    for (const auto& b : *it) {
+      if (!b.is_string())
+        bad_request("'dry_sequence_breakers' must be a non-empty list of strings",
+                    "dry_sequence_breakers");
+      breakers->push_back(b.get<std::string>());
+    }
+  }
+  if (!d.on()) return;
+  if (breakers)
+    d.breakers = resolve_dry_breakers(m.tok(), *breakers);
+  else if (!d.breakers)
+    d.breakers = resolve_dry_breakers(m.tok(), default_dry_breakers());
+}
+
 }  // namespace
 
 engine::SamplingParams parse_sampling(const nlohmann::json& body, const ServingModel& m,
@@ -118,6 +150,7 @@ engine::SamplingParams parse_sampling(const nlohmann::json& body, const ServingM
   if (auto v = opt_number(body, "top_n_sigma", -1e9, 1e9)) p.top_n_sigma = (float)*v;
   if (auto v = opt_number(body, "xtc_probability", 0, 1)) p.xtc_probability = (float)*v;
   if (auto v = opt_number(body, "xtc_threshold", 0, 1)) p.xtc_threshold = (float)*v;
+  parse_dry(body, p.dry, m);
   if (auto v = opt_integer(body, "seed", std::numeric_limits<int64_t>::min(),
                            std::numeric_limits<int64_t>::max())) {
     if (*v >= 0 || openai) p.seed = (uint64_t)*v;  // llama.cpp: -1 = random

@@ -278,6 +278,10 @@ nlohmann::json sampling_json(const engine::SamplingParams& s) {
           {"top_n_sigma", s.top_n_sigma},
           {"xtc_probability", s.xtc_probability},
           {"xtc_threshold", s.xtc_threshold},
+          {"dry_multiplier", s.dry.multiplier},
+          {"dry_base", s.dry.base},
+          {"dry_allowed_length", s.dry.allowed_length},
+          {"dry_penalty_last_n", s.dry.penalty_last_n},
           {"seed", s.seed}};
 }
 

@@ -194,3 +194,27 @@ def test_top_n_sigma_and_xtc_samplers(server):
     for bad in [{"xtc_probability": 1.5}, {"xtc_threshold": -1}, {"top_n_sigma": "x"}]:
         r = completion(server, {"prompt": "Hi", "n_predict": 1, **bad})
         assert r.status_code == 400, (bad, r.text)
+
+
+def test_dry_repetition_penalty(server):
+    """DRY: a token that would extend an earlier sequence loses logit (greedy decoding too);
+    the fields are echoed, a zero window turns it off, malformed breakers are refused."""
+    prompt = "one two three four one two three four one two three four one two three"
+    base = {"prompt": prompt, "n_predict": 1, "temperature": 0}
+    plain = completion(server, base).json()
+    assert plain["content"].strip() == "four"
+    dry = completion(server, {**base, "dry_multiplier": 100, "dry_allowed_length": 2}).json()
+    assert dry["content"].strip() != "four"
+    g = dry["generation_settings"]
+    assert g["dry_multiplier"] == 100 and g["dry_allowed_length"] == 2 and g["dry_base"] == 1.75
+    off = completion(server, {**base, "dry_multiplier": 100, "dry_penalty_last_n": 0}).json()
+    assert off["content"] == plain["content"]
+    # With "three" as a breaker the match of the end stops at it: the repeat that " four"
+    # would extend is too short to punish.
+    broken = completion(server, {**base, "dry_multiplier": 100, "dry_allowed_length": 2,
+                                 "dry_sequence_breakers": ["three"]}).json()
+    assert broken["content"] == plain["content"]
+    for bad in [{"dry_sequence_breakers": []}, {"dry_sequence_breakers": [1]},
+                {"dry_multiplier": -1}, {"dry_penalty_last_n": -2}]:
+        r = completion(server, {**base, **bad})
+        assert r.status_code == 400, (bad, r.text)

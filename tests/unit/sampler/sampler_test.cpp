@@ -184,6 +184,73 @@ TEST(Sampler, XtcDropsTheTopChoicesButTheLeastLikelyOfThem) {
   for (int i = 0; i < 32; ++i) EXPECT_EQ(a.sample(logits).token, b.sample(logits).token);
 }
 
+// DRY over a history: the survivors' probabilities at temperature 1 after the penalty.
+std::map<int32_t, float> after_dry(DryParams dry, const std::vector<double>& probs,
+                                   const std::vector<int32_t>& history) {
+  SamplingParams p = plain(1.0f);
+  p.dry = std::move(dry);
+  Sampler s(p, (int32_t)probs.size());
+  s.accept(history);
+  s.keep_candidates((int)probs.size());
+  std::map<int32_t, float> out;
+  for (const TokenProb& t : s.sample(logits_from_probs(probs)).post_top) out[t.token] = t.prob;
+  return out;
+}
+
+DryParams dry(float multiplier, float base, int32_t allowed, int32_t last_n,
+              std::vector<std::vector<int32_t>> breakers = {}) {
+  DryParams d;
+  d.multiplier = multiplier;
+  d.base = base;
+  d.allowed_length = allowed;
+  d.penalty_last_n = last_n;
+  auto b = std::make_shared<DryBreakers>();
+  for (auto& seq : breakers)
+    b->heads.emplace(seq[0], std::vector<int32_t>(seq.begin() + 1, seq.end()));
+  d.breakers = std::move(b);
+  return d;
+}
+
+TEST(Sampler, DryPenalizesTheTokenThatWouldExtendARepeat) {
+  // 0 1 2 0 1: "0 1" was followed by 2, and is the end again: 2 loses 1 * 1.1^(2 - 2).
+  const float e = std::exp(-1.0f);
+  expect_distribution(after_dry(dry(1.0f, 1.1f, 2, 5), {0.25, 0.25, 0.25, 0.25}, {0, 1, 2, 0, 1}),
+                      {{0, 1 / (3 + e)}, {1, 1 / (3 + e)}, {2, e / (3 + e)}, {3, 1 / (3 + e)}});
+  const float e2 = std::exp(-2.0f);  // multiplier 2
+  expect_distribution(after_dry(dry(2.0f, 1.1f, 2, 5), {0.2, 0.2, 0.2, 0.2, 0.2}, {0, 1, 2, 0, 1}),
+                      {{0, 1 / (4 + e2)},
+                       {1, 1 / (4 + e2)},
+                       {2, e2 / (4 + e2)},
+                       {3, 1 / (4 + e2)},
+                       {4, 1 / (4 + e2)}});
+  // Longer repeats grow the penalty by the base per token beyond the allowed length:
+  // 5 6 7 8 0 5 6 7: "5 6 7" (3 tokens) was followed by 8: 1 * 2^(3 - 2) = 2.
+  const auto longer =
+      after_dry(dry(1.0f, 2.0f, 2, -1), std::vector<double>(9, 1.0 / 9), {5, 6, 7, 8, 0, 5, 6, 7});
+  EXPECT_NEAR(std::log(longer.at(8) / longer.at(0)), -2.0, 1e-4);
+}
+
+TEST(Sampler, DryLeavesShortRepeatsBreakersAndOldHistoryAlone) {
+  const std::map<int32_t, float> even4 = {{0, 0.25f}, {1, 0.25f}, {2, 0.25f}, {3, 0.25f}};
+  // Too short a history to hold a repeat.
+  expect_distribution(after_dry(dry(1.0f, 1.1f, 2, 4), {0.25, 0.25, 0.25, 0.25}, {0, 1}), even4);
+  // A breaker (token 3) between the repeat and the end cuts the match.
+  const std::map<int32_t, float> even5 = {{0, 0.2f}, {1, 0.2f}, {2, 0.2f}, {3, 0.2f}, {4, 0.2f}};
+  expect_distribution(
+      after_dry(dry(1.0f, 1.1f, 2, 6, {{3}}), {0.2, 0.2, 0.2, 0.2, 0.2}, {0, 1, 3, 4, 0, 1}),
+      even5);
+  // Allowed length 4: a 2-token repeat goes unpunished.
+  expect_distribution(
+      after_dry(dry(1.0f, 1.1f, 4, 7), {0.2, 0.2, 0.2, 0.2, 0.2}, {0, 1, 2, 3, 4, 0, 1}), even5);
+  // Outside the scanned window: 0 1 2 ... 0 1 with a window of 3 sees only "4 0 1".
+  expect_distribution(
+      after_dry(dry(1.0f, 1.1f, 2, 3), {0.2, 0.2, 0.2, 0.2, 0.2}, {0, 1, 2, 4, 0, 1}), even5);
+  // A multi-token breaker (4 then 3) counts only when complete.
+  const auto partial =
+      after_dry(dry(1.0f, 1.1f, 2, -1, {{4, 3}}), {0.2, 0.2, 0.2, 0.2, 0.2}, {0, 1, 2, 4, 0, 1});
+  EXPECT_LT(partial.at(2), 0.1f);
+}
+
 TEST(Sampler, RepetitionPenaltyFollowsLlamaCppRule) {
   // Token 0 (logit 2.0) seen: 2.0 / 2 = 1.0 < token 1's 1.5. Token 2 (logit -1) seen: -2.
   SamplingParams p = SamplingParams::greedy();
