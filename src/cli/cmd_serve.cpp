@@ -227,6 +227,9 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   d.sampling.xtc_probability = o.extra_sampling.xtc_probability;
   d.sampling.xtc_threshold = o.extra_sampling.xtc_threshold;
   d.sampling.dry = o.extra_sampling.dry;
+  d.sampling.mirostat = o.extra_sampling.mirostat;
+  d.sampling.mirostat_tau = o.extra_sampling.mirostat_tau;
+  d.sampling.mirostat_eta = o.extra_sampling.mirostat_eta;
   if (d.sampling.dry.on())
     d.sampling.dry.breakers =
         server::resolve_dry_breakers(sm->tok(), server::default_dry_breakers());

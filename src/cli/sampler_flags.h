@@ -21,6 +21,12 @@ inline void add_extra_sampler_flags(CLI::App& app, engine::SamplingParams& p) {
   app.add_option("--xtc-threshold", p.xtc_threshold,
                  "XTC: tokens at least this likely are the ones dropped (above 0.5: off)")
       ->capture_default_str();
+  app.add_option("--mirostat", p.mirostat, "Mirostat sampling: 0 off, 1 or 2 (replaces top-k/p)")
+      ->capture_default_str();
+  app.add_option("--mirostat-ent", p.mirostat_tau, "Mirostat target surprise tau")
+      ->capture_default_str();
+  app.add_option("--mirostat-lr", p.mirostat_eta, "Mirostat learning rate eta")
+      ->capture_default_str();
   app.add_option("--dry-multiplier", p.dry.multiplier, "DRY repetition penalty strength (0: off)")
       ->capture_default_str();
   app.add_option("--dry-base", p.dry.base, "DRY: penalty base, raised to the repetition's excess")

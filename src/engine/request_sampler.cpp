@@ -41,6 +41,7 @@ bool ParamsSampler::device_params(std::span<const int32_t> history, DeviceSampli
   if (!greedy && (p.top_n_sigma > 0.0f || (p.xtc_probability > 0.0f && p.xtc_threshold <= 0.5f)))
     return false;
   if (p.dry.on()) return false;  // DRY changes the logits even for greedy decoding
+  if (!greedy && p.mirostat > 0) return false;
   const bool penalties =
       p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   size_t window = 0;

@@ -68,6 +68,10 @@ void SamplingParams::validate() const {
   if (n_probs < 0) bad_param("n_probs must be >= 0, got " + std::to_string(n_probs));
   if (!std::isfinite(top_n_sigma)) bad_param("top_n_sigma must be finite");
   dry.validate();
+  if (mirostat < 0 || mirostat > 2)
+    bad_param("mirostat must be 0 (off), 1 or 2, got " + std::to_string(mirostat));
+  if (!std::isfinite(mirostat_tau) || !std::isfinite(mirostat_eta))
+    bad_param("mirostat_tau and mirostat_eta must be finite");
   if (std::isnan(xtc_probability) || xtc_probability < 0.0f || xtc_probability > 1.0f)
     bad_param("xtc_probability must be in [0, 1], got " + std::to_string(xtc_probability));
   if (std::isnan(xtc_threshold) || xtc_threshold < 0.0f || xtc_threshold > 1.0f)
@@ -104,7 +108,10 @@ double Rng::uniform() {
 }
 
 Sampler::Sampler(SamplingParams params, int32_t n_vocab)
-    : params_(std::move(params)), n_vocab_(n_vocab), rng_(params_.seed) {
+    : params_(std::move(params)),
+      n_vocab_(n_vocab),
+      rng_(params_.seed),
+      mirostat_mu_(2.0f * params_.mirostat_tau) {
   params_.validate();
   if (n_vocab <= 0) bad_param("vocabulary size must be > 0");
   for (const auto& [token, bias] : params_.logit_bias)
@@ -240,6 +247,49 @@ int32_t Sampler::draw(std::vector<Candidate>& cands) {
   return cands.back().id;
 }
 
+// Mirostat, after temperature, on candidates sorted with probabilities. Version 2 keeps the
+// tokens whose surprise (-log2 p) is at most mu; version 1 keeps the top k, k estimated from
+// the Zipf exponent of the 100 most likely tokens so that the expected surprise is mu. The
+// drawn token's surprise then moves mu towards tau.
+int32_t Sampler::draw_mirostat(std::vector<Candidate>& cands) {
+  const SamplingParams& p = params_;
+  for (Candidate& c : cands) c.logit /= p.temperature;
+  sort_descending(cands);
+  softmax(cands);
+  size_t keep = cands.size();
+  if (p.mirostat == 2) {
+    keep = 0;
+    while (keep < cands.size() && -std::log2(cands[keep].p) <= mirostat_mu_) ++keep;
+  } else {
+    constexpr size_t kZipfTokens = 100;
+    double sum_tb = 0.0, sum_tt = 0.0;
+    for (size_t i = 0; i + 1 < kZipfTokens && i + 1 < cands.size(); ++i) {
+      const double t = std::log((double)(i + 2) / (double)(i + 1));
+      sum_tb += t * std::log((double)cands[i].p / (double)cands[i + 1].p);
+      sum_tt += t * t;
+    }
+    const double s_hat = sum_tb / sum_tt, epsilon = s_hat - 1.0;
+    const double k = std::pow(epsilon * std::pow(2.0, (double)mirostat_mu_) /
+                                  (1.0 - std::pow((double)n_vocab_, -epsilon)),
+                              1.0 / s_hat);
+    keep = std::isfinite(k) && k >= 1.0 ? (size_t)std::min(k, (double)cands.size()) : 1;
+  }
+  cands.resize(std::max<size_t>(keep, 1));
+  softmax(cands);
+  const double u = rng_.uniform();
+  double cum = 0.0;
+  size_t chosen = cands.size() - 1;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    cum += cands[i].p;
+    if (u < cum) {
+      chosen = i;
+      break;
+    }
+  }
+  mirostat_mu_ -= p.mirostat_eta * (-std::log2(cands[chosen].p) - p.mirostat_tau);
+  return cands[chosen].id;
+}
+
 SampleResult Sampler::sample(std::span<const float> logits) {
   if ((int64_t)logits.size() != n_vocab_)
     throw_error(ErrorKind::kInvalidArgument, "logits row has " + std::to_string(logits.size()) +
@@ -247,8 +297,9 @@ SampleResult Sampler::sample(std::span<const float> logits) {
   cands_.resize((size_t)n_vocab_);
   for (int32_t i = 0; i < n_vocab_; ++i) cands_[(size_t)i] = {i, logits[(size_t)i], 0.0f};
   for (const auto& [token, bias] : params_.logit_bias) cands_[(size_t)token].logit += bias;
-  apply_penalties(cands_);
-  if (params_.dry.on())  // candidates are still indexed by id here
+  const bool mirostat = params_.mirostat > 0 && params_.temperature > 0.0f;
+  if (!mirostat) apply_penalties(cands_);
+  if (params_.dry.on() && !mirostat)  // candidates are still indexed by id here
     for (const auto& [token, penalty] : dry_penalties(params_.dry, history_))
       if (token >= 0 && token < n_vocab_) cands_[(size_t)token].logit -= penalty;
 
@@ -266,7 +317,7 @@ SampleResult Sampler::sample(std::span<const float> logits) {
     // Banned tokens (-inf) never reach the draw.
     std::erase_if(cands_, [](const Candidate& c) { return std::isinf(c.logit) && c.logit < 0; });
     if (cands_.empty()) throw_error(ErrorKind::kInvalidArgument, "logit_bias banned every token");
-    result.token = draw(cands_);
+    result.token = mirostat ? draw_mirostat(cands_) : draw(cands_);
     if (n_post_ > 0) report_candidates(result);
   }
 

@@ -36,8 +36,14 @@ struct SamplingParams {
                                    // the best (over the candidates), before top-k
   float xtc_probability = 0.0f;    // [0, 1]; 0 = off. "Exclude top choices": with this chance,
   DryParams dry;                   // DRY repetition penalty (off unless dry.multiplier > 0)
-  float xtc_threshold = 0.1f;      // the tokens at least this likely (all but the least likely
-                                   // of them) are dropped, after min-p; above 0.5: off
+  // Mirostat (1 or 2; 0 = off) replaces the chain after the logit bias, as in llama.cpp: no
+  // penalties, DRY, top-k/p, min-p, typical-p or XTC; temperature, then a truncation that
+  // steers each token's surprise (-log2 p) towards tau, learning at rate eta.
+  int mirostat = 0;
+  float mirostat_tau = 5.0f;
+  float mirostat_eta = 0.1f;
+  float xtc_threshold = 0.1f;  // the tokens at least this likely (all but the least likely
+                               // of them) are dropped, after min-p; above 0.5: off
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to a token's logit (-inf bans)
   uint64_t seed = 0xC0FFEEull;                        // per request
   int n_probs = 0;  // top-n log-probabilities to report per token (0 = none, nor the token's own)
@@ -112,6 +118,7 @@ class Sampler {
  private:
   void apply_penalties(std::vector<Candidate>& cands) const;
   int32_t draw(std::vector<Candidate>& cands);
+  int32_t draw_mirostat(std::vector<Candidate>& cands);
   void report_candidates(SampleResult& result) const;
 
   SamplingParams params_;
@@ -120,6 +127,7 @@ class Sampler {
   std::vector<int32_t> history_;
   std::vector<Candidate> cands_;  // reused between calls
   int n_post_ = 0;                // keep_candidates
+  float mirostat_mu_;             // the surprise bound mirostat steers (2 tau at first)
 };
 
 // log_softmax of a logits row into out (same size), numerically stable (max subtracted,

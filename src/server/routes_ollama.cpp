@@ -46,7 +46,8 @@ json ollama_options(const json& body) {
       body.contains("options") && body["options"].is_object() ? body["options"] : json::object();
   json mapped = json::object();
   for (const char* k : {"temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
-                        "repeat_last_n", "presence_penalty", "frequency_penalty", "seed"})
+                        "repeat_last_n", "presence_penalty", "frequency_penalty", "seed",
+                        "mirostat", "mirostat_tau", "mirostat_eta"})
     if (o.contains(k)) mapped[k] = o[k];
   return mapped;
 }

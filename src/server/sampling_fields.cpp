@@ -151,6 +151,9 @@ engine::SamplingParams parse_sampling(const nlohmann::json& body, const ServingM
   if (auto v = opt_number(body, "xtc_probability", 0, 1)) p.xtc_probability = (float)*v;
   if (auto v = opt_number(body, "xtc_threshold", 0, 1)) p.xtc_threshold = (float)*v;
   parse_dry(body, p.dry, m);
+  if (auto v = opt_integer(body, "mirostat", 0, 2)) p.mirostat = (int)*v;
+  if (auto v = opt_number(body, "mirostat_tau", 0, 1e3)) p.mirostat_tau = (float)*v;
+  if (auto v = opt_number(body, "mirostat_eta", 0, 1e3)) p.mirostat_eta = (float)*v;
   if (auto v = opt_integer(body, "seed", std::numeric_limits<int64_t>::min(),
                            std::numeric_limits<int64_t>::max())) {
     if (*v >= 0 || openai) p.seed = (uint64_t)*v;  // llama.cpp: -1 = random

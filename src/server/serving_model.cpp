@@ -282,6 +282,9 @@ nlohmann::json sampling_json(const engine::SamplingParams& s) {
           {"dry_base", s.dry.base},
           {"dry_allowed_length", s.dry.allowed_length},
           {"dry_penalty_last_n", s.dry.penalty_last_n},
+          {"mirostat", s.mirostat},
+          {"mirostat_tau", s.mirostat_tau},
+          {"mirostat_eta", s.mirostat_eta},
           {"seed", s.seed}};
 }
 

@@ -218,3 +218,19 @@ def test_dry_repetition_penalty(server):
                 {"dry_multiplier": -1}, {"dry_penalty_last_n": -2}]:
         r = completion(server, {**base, **bad})
         assert r.status_code == 400, (bad, r.text)
+
+
+def test_mirostat(server):
+    """Mirostat 1 and 2 on the llama route and in Ollama's options; echoed; bad values refused."""
+    for version in (1, 2):
+        r = completion(server, {"prompt": "Once upon a time", "n_predict": 8, "mirostat": version,
+                                "mirostat_tau": 3.0, "mirostat_eta": 0.2, "seed": 5})
+        assert r.status_code == 200, r.text
+        g = r.json()["generation_settings"]
+        assert g["mirostat"] == version and g["mirostat_tau"] == 3.0
+        assert r.json()["tokens_predicted"] >= 1
+    o = requests.post(server.url + "/api/generate", timeout=300, json={
+        "model": "x", "prompt": "Hi", "stream": False,
+        "options": {"num_predict": 4, "mirostat": 2, "mirostat_tau": 4.0}})
+    assert o.status_code == 200, o.text
+    assert completion(server, {"prompt": "Hi", "n_predict": 1, "mirostat": 3}).status_code == 400

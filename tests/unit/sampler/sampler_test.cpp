@@ -251,6 +251,50 @@ TEST(Sampler, DryLeavesShortRepeatsBreakersAndOldHistoryAlone) {
   EXPECT_LT(partial.at(2), 0.1f);
 }
 
+TEST(Sampler, MirostatV2KeepsTokensWithinTheSurpriseBound) {
+  // Surprises 1, 2, 3, 3 bits; tau 1 starts mu at 2: tokens 0 and 1 stay, renormalized.
+  SamplingParams p = plain(1.0f);
+  p.mirostat = 2;
+  p.mirostat_tau = 1.0f;
+  p.mirostat_eta = 0.0f;  // mu stays put
+  p.top_k = 1;            // ignored under mirostat
+  expect_distribution(survivors(p, {0.5, 0.25, 0.125, 0.125}), {{0, 2.0f / 3}, {1, 1.0f / 3}});
+  p.mirostat_tau = 10.0f;  // mu 20: everything stays
+  EXPECT_EQ(survivors(p, {0.5, 0.25, 0.125, 0.125}).size(), 4u);
+}
+
+TEST(Sampler, MirostatLearnsTowardsTau) {
+  // Mirostat steers the surprise of what it draws: a lower tau draws less surprising tokens
+  // (measured here under the model's own distribution), and both draw less surprising
+  // tokens than plain sampling from the same Zipf-like distribution.
+  std::vector<double> probs(64);
+  double sum = 0.0;
+  for (size_t i = 0; i < probs.size(); ++i) sum += (probs[i] = 1.0 / (double)(i + 1));
+  for (double& v : probs) v /= sum;
+  const std::vector<float> logits = logits_from_probs(probs);
+  auto mean_surprise = [&](int version, float tau) {
+    SamplingParams p = plain(1.0f);
+    p.mirostat = version;
+    p.mirostat_tau = tau;
+    p.mirostat_eta = 0.5f;
+    Sampler s(p, (int32_t)probs.size());
+    double surprise = 0.0;
+    for (int i = 0; i < 4000; ++i) surprise += -std::log2(probs[(size_t)s.sample(logits).token]);
+    return surprise / 4000;
+  };
+  const double plain_mean = mean_surprise(0, 0.0f);
+  for (int version : {1, 2}) {
+    const double low = mean_surprise(version, 2.0f), high = mean_surprise(version, 4.0f);
+    EXPECT_LT(low + 0.5, high) << "mirostat " << version;
+    EXPECT_LT(high, plain_mean) << "mirostat " << version;
+  }
+  // Version 1 keeps a prefix of the most likely tokens.
+  SamplingParams p1 = plain(1.0f);
+  p1.mirostat = 1;
+  p1.mirostat_tau = 0.01f;  // mu tiny: k = 1
+  EXPECT_EQ(survivors(p1, {0.1, 0.6, 0.3}), (std::map<int32_t, float>{{1, 1.0f}}));
+}
+
 TEST(Sampler, RepetitionPenaltyFollowsLlamaCppRule) {
   // Token 0 (logit 2.0) seen: 2.0 / 2 = 1.0 < token 1's 1.5. Token 2 (logit -1) seen: -2.
   SamplingParams p = SamplingParams::greedy();
@@ -345,6 +389,9 @@ TEST(SamplerParams, InvalidValuesAreClearErrors) {
   p = {};
   p.top_n_sigma = std::numeric_limits<float>::infinity();
   expect_bad(p, "top_n_sigma");
+  p = {};
+  p.mirostat = 3;
+  expect_bad(p, "mirostat");
   p = {};
   p.logit_bias = {{7, 1.0f}};
   EXPECT_THROW(Sampler(p, 5), Error);  // token outside the vocabulary
