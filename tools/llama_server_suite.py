@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Runs llama.cpp's own server test suite (tools/server/tests in the llama-cpp-python sdist)
+against `hablar serve`: a measure of llama-server compatibility by tests no one here wrote.
+
+The suite starts its server through LLAMA_SERVER_BIN_PATH; this points it at a wrapper that
+runs `hablar serve` with every flag as given, except the model's location: the suite's
+models come from the Hugging Face hub (--hf-repo/--hf-file), which this machine does not
+reach, so they are replaced by the default model (SmolLM2-135M-Instruct). Tests that assert
+the hub models' exact text or token counts fail for that reason alone; the rest measure the
+server. The suite's session fixture that downloads every model is turned into a no-op.
+
+    .venv/bin/python tools/llama_server_suite.py [--sdist PATH] [pytest args, e.g. -k chat]
+    (default files: the ones that need no multimodal, router, LoRA or draft model)
+
+Needs the sdist (pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36) and
+the suite's requirements (pytest, requests, openai, aiohttp, prometheus-client, wget,
+filelock, numpy) in the Python that runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+HOME = Path(os.environ.get("HABLAR_HOME", Path.home() / ".cache" / "hablar"))
+DEFAULT_FILES = [
+    "test_basic.py", "test_completion.py", "test_chat_completion.py", "test_tokenize.py",
+    "test_security.py", "test_metrics.py", "test_ctx_shift.py", "test_infill.py",
+    "test_template.py", "test_compat_anthropic.py", "test_compat_oai_responses.py",
+    "test_ignore_eos.py", "test_embedding.py", "test_tool_call.py", "test_stream.py",
+]
+
+WRAPPER = """#!/usr/bin/env python3
+import os, sys
+args, out, model, i = sys.argv[1:], [], None, 0
+while i < len(args):
+    if args[i] in ("--hf-repo", "--hf-file", "--model-url", "-hf", "-hff", "-mu"):
+        model = {model!r}
+        i += 2
+    elif args[i] == "--offline":
+        i += 1
+    else:
+        out.append(args[i])
+        i += 1
+if model and "--model" not in out and "-m" not in out:
+    out = ["--model", model] + out
+os.execv({binary!r}, ["hablar", "serve"] + out)
+"""
+
+
+def unpack(sdist: Path, into: Path) -> Path:
+    """The sdist's llama.cpp tree (tests at tools/server/tests, templates at models/)."""
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers()
+                   if "/vendor/llama.cpp/tools/server/tests/" in m.name
+                   or "/vendor/llama.cpp/models/templates/" in m.name]
+        tar.extractall(into, members=members, filter="data")
+    return next(into.glob("*/vendor/llama.cpp"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sdist", type=Path, default=HOME / "llama_cpp_python-0.3.36.tar.gz")
+    ap.add_argument("--bin", default=os.environ.get("HABLAR_BIN",
+                                                    str(REPO / "build" / "src" / "cli" / "hablar")))
+    ap.add_argument("--model", default=str(HOME / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    args, pytest_args = ap.parse_known_args()
+    if not args.sdist.exists():
+        print(f"no sdist at {args.sdist}: pip download --no-deps --no-binary :all: "
+              f"llama-cpp-python==0.3.36 -d {args.sdist.parent}", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="llama-suite-"))
+    try:
+        root = unpack(args.sdist, work)
+        tests = root / "tools" / "server" / "tests"
+        conftest = tests / "conftest.py"
+        conftest.write_text(conftest.read_text().replace("ServerPreset.load_all()", "pass"))
+        wrapper = tests / "hablar-server"
+        wrapper.write_text(WRAPPER.format(model=args.model, binary=str(Path(args.bin).resolve())))
+        wrapper.chmod(0o755)
+        files = [a for a in pytest_args if a.endswith(".py")] or \
+            [f"unit/{f}" for f in DEFAULT_FILES]
+        rest = [a for a in pytest_args if not a.endswith(".py")]
+        env = {**os.environ, "LLAMA_SERVER_BIN_PATH": str(wrapper)}
+        return subprocess.call([sys.executable, "-m", "pytest", "-q", "-rf", "-p",
+                                "no:cacheprovider", *files, *rest], cwd=tests, env=env)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
