@@ -5,7 +5,14 @@
 namespace hablar::engine {
 
 int32_t ParamsSampler::sample(std::span<float> logits, std::span<const int32_t> history) {
-  if (history.size() > accepted_) sampler_.accept(history.subspan(accepted_));
+  // The sequence's tokens may have lost their tail since the last call (drafts a speculative
+  // step rejected, replaced by what was sampled): the penalties' history follows it back to
+  // the common prefix first.
+  size_t common = std::min(history.size(), accepted_);
+  const std::vector<int32_t>& seen = sampler_.history();
+  while (common > 0 && (common > seen.size() || seen[common - 1] != history[common - 1])) --common;
+  sampler_.rewind_history(common);
+  sampler_.accept(history.subspan(common));
   accepted_ = history.size();
   SampleResult r = sampler_.sample(logits);
   if (post_log_) post_log_->record(history.size(), {r.token, r.post_prob, std::move(r.post_top)});

@@ -129,6 +129,9 @@ void Sampler::accept(std::span<const int32_t> tokens) {
 void Sampler::reset_history() {
   history_.clear();
 }
+void Sampler::rewind_history(size_t n) {
+  if (n < history_.size()) history_.resize(n);
+}
 
 // llama.cpp's rule: a repeated token's logit is divided by the penalty when positive and
 // multiplied when negative; then count * frequency + (count > 0) * presence is subtracted.

@@ -99,6 +99,9 @@ class Sampler {
   void accept(int32_t token);
   void accept(std::span<const int32_t> tokens);
   void reset_history();
+  // Forgets all but the first n tokens of the history (a speculative step's rejected drafts).
+  void rewind_history(size_t n);
+  const std::vector<int32_t>& history() const { return history_; }
 
   // Samples from one logits row of n_vocab values (not modified). Does not accept the token.
   SampleResult sample(std::span<const float> logits);

@@ -94,5 +94,25 @@ TEST(PostSampling, LogIndexesByGeneratedToken) {
   EXPECT_FALSE(log->take(3).has_value());
 }
 
+// A speculative step's rejected drafts leave the sequence: the penalties must forget them.
+TEST(ParamsSamplerHistory, FollowsTheSequenceBackWhenItsTailIsReplaced) {
+  SamplingParams p = SamplingParams::greedy();
+  p.repeat_penalty = 4.0f;  // a token seen in the window loses three quarters of its logit
+  ParamsSampler s(p, 3);
+  const std::vector<float> base = {0.0f, 2.0f, 1.9f};
+  std::vector<float> logits = base;
+  std::vector<int32_t> history = {0, 0};
+  EXPECT_EQ(s.sample(logits, history), 1);  // nothing seen: the best
+  history.push_back(1);                     // a draft...
+  logits = base;
+  EXPECT_EQ(s.sample(logits, history), 2);  // ...penalizes 1
+  history.pop_back();                       // rejected
+  logits = base;
+  EXPECT_EQ(s.sample(logits, history), 1);  // 1 is unseen again
+  history.push_back(2);                     // replaced by another token of the same length
+  logits = base;
+  EXPECT_EQ(s.sample(logits, history), 1);  // 2 is penalized now, 1 is not
+}
+
 }  // namespace
 }  // namespace hablar::engine
