@@ -2,7 +2,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <random>
+#include <vector>
 
 #include "core/paths.h"
 
@@ -29,11 +31,39 @@ std::string default_model_path_or_empty() {
   return cached_model_path_or_empty(std::string(kDefaultModelName));
 }
 
+namespace {
+
+// The directories make_temp_dir handed out, removed when the test process exits (ctest runs
+// each test in a process of its own, so nothing piles up in /tmp across runs).
+class TempDirRegistry {
+ public:
+  void add(const std::filesystem::path& dir) {
+    std::lock_guard lock(mutex_);
+    dirs_.push_back(dir);
+  }
+  ~TempDirRegistry() {
+    std::error_code ec;
+    for (const auto& dir : dirs_) std::filesystem::remove_all(dir, ec);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::filesystem::path> dirs_;
+};
+
+TempDirRegistry& temp_dirs() {
+  static TempDirRegistry registry;
+  return registry;
+}
+
+}  // namespace
+
 std::string make_temp_dir(const std::string& prefix) {
   std::random_device rd;
   const auto dir = std::filesystem::temp_directory_path() /
                    (prefix + "-" + std::to_string(rd()) + std::to_string(rd()));
   std::filesystem::create_directories(dir);
+  temp_dirs().add(dir);
   return dir.string();
 }
 

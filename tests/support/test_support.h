@@ -15,7 +15,7 @@ std::string source_dir();
 std::string default_model_path_or_empty();
 // The path of `file_name` in the model cache, or "" when it is not there.
 std::string cached_model_path_or_empty(const std::string& file_name);
-// A fresh temporary directory for one test.
+// A fresh temporary directory for one test, removed with its contents when the process exits.
 std::string make_temp_dir(const std::string& prefix);
 
 // The cosine of the angle between two vectors of equal length, summed in double.
