@@ -45,9 +45,8 @@ std::shared_ptr<const Vocab> Vocab::from_tokenizer(const tokenizer::Tokenizer& t
   const int32_t n = tok.n_vocab();
   std::vector<std::string> bytes((size_t)n);
   std::vector<bool> usable((size_t)n, false);
-  std::vector<int32_t> eog;
+  std::vector<int32_t> eog(tok.eog_ids().begin(), tok.eog_ids().end());
   for (int32_t i = 0; i < n; ++i) {
-    if (tok.is_eog(i)) eog.push_back(i);
     const auto t = tok.token_type(i);
     if (t == tokenizer::TokenType::kControl || t == tokenizer::TokenType::kUnknown ||
         t == tokenizer::TokenType::kUnused)

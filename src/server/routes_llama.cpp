@@ -237,8 +237,7 @@ json request_settings(const ServingModel& m, const GenerationSpec& spec,
   for (const auto& [token, value] : spec.sampling.logit_bias)
     bias.push_back({{"token", token}, {"bias", std::isfinite(value) ? json(value) : json()}});
   if (spec.ignore_eos)
-    for (int32_t t = 0; t < m.tok().n_vocab(); ++t)
-      if (m.tok().is_eog(t)) bias.push_back({{"token", t}, {"bias", nullptr}});
+    for (const int32_t t : m.tok().eog_ids()) bias.push_back({{"token", t}, {"bias", nullptr}});
   g["logit_bias"] = std::move(bias);
   return g;
 }

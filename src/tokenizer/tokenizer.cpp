@@ -58,7 +58,11 @@ size_t StringViewHash::operator()(std::string_view s) const noexcept {
 
 // ---- Tokenizer --------------------------------------------------------------------------
 
-Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  impl_->eog_ids.clear();
+  for (size_t id = 0; id < impl_->eog.size(); ++id)
+    if (impl_->eog[id]) impl_->eog_ids.push_back((int32_t)id);
+}
 Tokenizer::~Tokenizer() = default;
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file) {
@@ -196,6 +200,9 @@ bool Tokenizer::add_eos() const {
 }
 bool Tokenizer::is_eog(int32_t id) const {
   return id >= 0 && id < impl_->n_vocab() && impl_->eog[id] != 0;
+}
+std::span<const int32_t> Tokenizer::eog_ids() const {
+  return impl_->eog_ids;
 }
 bool Tokenizer::is_control(int32_t id) const {
   return id >= 0 && id < impl_->n_vocab() && impl_->types[id] == TokenType::kControl;

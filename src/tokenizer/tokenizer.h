@@ -78,6 +78,7 @@ class Tokenizer {
   bool add_eos() const;
   // End of generation: eos, eot, <|im_end|>, <|eot_id|>, ... (the control tokens that stop).
   bool is_eog(int32_t id) const;
+  std::span<const int32_t> eog_ids() const;  // every id is_eog accepts, ascending
   bool is_control(int32_t id) const;
   std::optional<int32_t> find_token(std::string_view piece) const;
   // Fill-in-the-middle tokens of code models (<fim_prefix>, <|fim_prefix|>, <PRE>, ...):

@@ -113,6 +113,7 @@ struct Tokenizer::Impl {
   std::vector<TokenType> types;
   std::vector<uint8_t> lstrip, rstrip;  // strip white space around a special match
   std::vector<uint8_t> eog;
+  std::vector<int32_t> eog_ids;  // the ids eog marks, ascending (filled by Tokenizer's constructor)
   std::vector<std::string> pieces;  // decoded bytes of each token (normal tokens)
   TextIndex text_to_id;             // stored text -> id (the last id wins)
   size_t max_token_len = 0;

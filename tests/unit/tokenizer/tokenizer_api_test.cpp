@@ -63,7 +63,8 @@ TEST(TokenizerApi, InvalidUtf8IsDefined) {
 std::string big_text(size_t bytes) {
   const std::string base =
       "The quick brown fox jumps over the lazy dog. 東京は日本の首都です。 "
-      "مرحبا بالعالم  नमस्ते दुनिया 👨‍👩‍👧 1234567890\n\tint main() "
+      "مرحبا بالعالم  नमस्ते दुनिया 👨‍👩‍👧 1234567890\n\tint "
+      "main() "
       "{ "
       "return "
       "0; "
@@ -171,6 +172,14 @@ TEST(TokenizerApi, EndOfGenerationTokens) {
   EXPECT_EQ(llama3.encode("hi", true, false).front(), llama3.bos_id());
   const Tokenizer& qwen = load("qwen2");
   EXPECT_TRUE(qwen.is_eog(*qwen.find_token("<|im_end|>")));
+  // eog_ids lists exactly the ids is_eog accepts, in order.
+  for (const Tokenizer* tok : {&llama3, &qwen}) {
+    std::vector<int32_t> scanned;
+    for (int32_t id = 0; id < tok->n_vocab(); ++id)
+      if (tok->is_eog(id)) scanned.push_back(id);
+    EXPECT_GE(scanned.size(), 2u);
+    EXPECT_EQ(std::vector<int32_t>(tok->eog_ids().begin(), tok->eog_ids().end()), scanned);
+  }
 }
 
 gguf::GgufFile tiny_vocab(const std::string& model, const std::string& pre,
