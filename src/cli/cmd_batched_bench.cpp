@@ -245,7 +245,9 @@ CommandRegistration reg{
     {{"-ngl", "--n-gpu-layers"},
      {"-npp", "--n-prompt"},
      {"-ntg", "--n-gen"},
-     {"-npl", "--n-parallel"}}};
+     {"-npl", "--n-parallel"},
+     {"-ctk", "--cache-type-k"},
+     {"-ctv", "--cache-type-v"}}};
 
 }  // namespace
 }  // namespace hablar::cli

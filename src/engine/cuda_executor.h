@@ -40,8 +40,7 @@ struct CudaExecutorOptions {
 };
 
 // Whether the CUDA attention takes a KV cache of these types in this mode: F16, BF16 and
-// (behind the lab knob HABLAR_CUDA_Q8_KV, outside deterministic mode) Q8_0, K and V of one
-// type; false with the reason otherwise.
+// (outside deterministic mode) Q8_0, K and V of one type; false with the reason otherwise.
 bool cuda_takes_cache(const CudaExecutorOptions& options, std::string* reason = nullptr);
 
 // Whether this build has the CUDA backend and a usable device; *reason says why not.

@@ -4,7 +4,6 @@
 
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/embed_ops.h"
-#include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/moe.h"
 #include "core/error.h"
@@ -22,8 +21,7 @@ DType cuda_device_type(DType t) {
 }
 
 // The KV cache types the CUDA attention takes: f16, bf16 and q8_0, K and V of one type. Not
-// q8_0 in deterministic mode, whose attention replays the CPU's f16/bf16 arithmetic; and q8_0
-// only through the lab's HABLAR_CUDA_Q8_KV=1 until its kernels have run on a device.
+// q8_0 in deterministic mode, whose attention replays the CPU's f16/bf16 arithmetic.
 void check_cuda_cache_types(const CudaExecutorOptions& o) {
   const auto refuse = [&](const std::string& why) {
     throw_error(ErrorKind::kUnsupported,
@@ -37,8 +35,6 @@ void check_cuda_cache_types(const CudaExecutorOptions& o) {
       return;
     case KvDType::Q8_0:
       if (o.deterministic) refuse("deterministic mode takes f16 or bf16");
-      if (cuda::lab_knob("HABLAR_CUDA_Q8_KV", 0) == 0)
-        refuse("q8_0 is not yet enabled on the GPU (f16 or bf16; q8_0 runs on the CPU)");
       return;
     default:
       refuse("f16, bf16 or q8_0 here; q4_0 runs on the CPU (--device cpu)");

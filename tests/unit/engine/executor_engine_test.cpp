@@ -331,7 +331,7 @@ TEST(CudaShapes, MixturesOfExpertsBeyondTheRoutingKernelsAreRefusedByName) {
 }
 
 // The KV cache types the CUDA attention takes, decided without a device: f16 and bf16, K and
-// V of one type; q8_0 only through the lab knob and never in deterministic mode; q4_0 never
+// V of one type; q8_0 outside deterministic mode; q4_0 never
 // (--device auto then runs on the CPU, --device cuda says why).
 TEST(CudaShapes, CacheTypesTheAttentionCannotReadAreRefusedByName) {
   const auto takes = [](KvDType k, KvDType v, bool deterministic, std::string* why) {
@@ -346,8 +346,7 @@ TEST(CudaShapes, CacheTypesTheAttentionCannotReadAreRefusedByName) {
   EXPECT_NE(why.find("K and V must be of one type"), std::string::npos) << why;
   EXPECT_FALSE(takes(KvDType::Q4_0, KvDType::Q4_0, false, &why));
   EXPECT_NE(why.find("q4_0 runs on the CPU"), std::string::npos) << why;
-  EXPECT_FALSE(takes(KvDType::Q8_0, KvDType::Q8_0, false, &why));  // lab knobs off
-  EXPECT_NE(why.find("not yet enabled on the GPU"), std::string::npos) << why;
+  EXPECT_TRUE(takes(KvDType::Q8_0, KvDType::Q8_0, false, &why)) << why;
   EXPECT_FALSE(takes(KvDType::Q8_0, KvDType::Q8_0, true, &why));
   EXPECT_NE(why.find("deterministic mode takes f16 or bf16"), std::string::npos) << why;
 }

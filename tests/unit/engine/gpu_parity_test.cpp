@@ -173,11 +173,8 @@ TEST_F(GpuParity, PersistentDecodeStepAgreesWithTheLaunchPerOpStep) {
 // type, teacher-forced, at the default mode's bounds (top-1 on 85% of positions, |d
 // log-softmax| <= 0.15 over the CPU's top 8). Gemma 2's soft-capped scores take the CUDA-core
 // decode kernel, the others the tensor-core one; prompt chunks take the flash kernel or the
-// decode kernel by their size. q8_0 on the GPU is enabled only through the lab knob
-// HABLAR_CUDA_Q8_KV=1 until this test has passed on a device: the test sets it.
+// decode kernel by their size.
 TEST_F(GpuParity, KvCacheTypesAgreeWithTheCpuOverTheSameType) {
-  cuda::enable_lab_knobs();
-  ::setenv("HABLAR_CUDA_Q8_KV", "1", 1);
   const std::string dir = test::make_temp_dir("gpu-kv-types");
   for (KvDType type : {KvDType::BF16, KvDType::Q8_0})
     for (const char* name : {"llama-q4_k", "qwen2-yarn-q4_k_m", "gemma2-q8_0"}) {
@@ -189,7 +186,6 @@ TEST_F(GpuParity, KvCacheTypesAgreeWithTheCpuOverTheSameType) {
       EXPECT_GE(a.top1_equal, (int)std::ceil(0.85 * a.positions)) << name;
       EXPECT_LE(a.max_abs, 0.15) << kv_dtype_name(type) << " " << name;
     }
-  ::unsetenv("HABLAR_CUDA_Q8_KV");
   std::filesystem::remove_all(dir);
 }
 
