@@ -107,10 +107,7 @@ Engine::~Engine() {
 std::shared_ptr<RequestHandle> Engine::submit(GenerateRequest request) {
   const int32_t n_prompt = (int32_t)request.prompt.size();
   if (n_prompt == 0) throw_error(ErrorKind::kInvalidArgument, "the prompt has no tokens");
-  // Under a sliding window the blocks behind it are given back: the pool bounds no sequence.
-  const int32_t pool = executor_.n_kv_blocks() * executor_.kv_block_size();
-  const int32_t capacity =
-      scheduler_.config().kv_window > 0 ? config_.n_ctx : std::min(config_.n_ctx, pool);
+  const int32_t capacity = context_capacity();
   if (n_prompt >= capacity)
     throw_error(ErrorKind::kInvalidArgument,
                 "the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +
@@ -144,8 +141,9 @@ std::shared_ptr<RequestHandle> Engine::submit(GenerateRequest request) {
   a->seq->n_prompt = n_prompt;
   a->seq->tokens = std::move(request.prompt);
   a->seq->prompt_logits = request.n_prompt_logprobs >= 0;
-  // Bounded by the context: prompt + generated never exceeds it.
-  a->seq->max_tokens = std::min(request.max_tokens, capacity - n_prompt);
+  // Bounded by the context (prompt + generated never exceeds it) unless the context shifts.
+  a->seq->max_tokens = request.context_shift ? request.max_tokens
+                                             : std::min(request.max_tokens, capacity - n_prompt);
   if (request.speculative) request.speculative->validate();
   a->draft = request.speculative.value_or(config_.draft);
   a->request = std::move(request);
@@ -291,7 +289,9 @@ void Engine::step() {
       a.verify.insert(a.verify.end(), s.draft.begin(), s.draft.end());
       tokens = a.verify;
     }
-    chunks.push_back({tokens, c.start_pos, std::span<const int32_t>(s.block_table), s.n_prompt,
+    // After a context shift the positions no longer split into prompt and generated ones.
+    const int32_t prompt_len = s.n_discarded > 0 ? -1 : s.n_prompt;
+    chunks.push_back({tokens, c.start_pos, std::span<const int32_t>(s.block_table), prompt_len,
                       all_logits, sampling});
     if (!sampling) n_rows += all_logits ? (size_t)c.n_tokens : 1;
     if (s.n_generated() > 0 && c.start_pos == (int32_t)s.tokens.size() - 1) {
@@ -458,11 +458,40 @@ bool Engine::emit_token(Active& a, int32_t token, StreamItem item) {
     finish(a, FinishReason::kStop);
     return true;
   }
-  if (seq.n_generated() >= seq.max_tokens || (int32_t)seq.tokens.size() >= config_.n_ctx) {
+  if (seq.n_generated() >= seq.max_tokens) {
     finish(a, FinishReason::kLength);
     return true;
   }
+  if ((int32_t)seq.tokens.size() >= context_capacity()) {
+    if (!shift_context(a)) finish(a, FinishReason::kLength);
+    return true;
+  }
   return false;
+}
+
+int32_t Engine::context_capacity() const {
+  // Under a sliding window the blocks behind it are given back: the pool bounds no sequence.
+  const int32_t pool = executor_.n_kv_blocks() * executor_.kv_block_size();
+  return scheduler_.config().kv_window > 0 ? config_.n_ctx : std::min(config_.n_ctx, pool);
+}
+
+bool Engine::shift_context(Active& a) {
+  if (!a.request.context_shift) return false;
+  Sequence& seq = *a.seq;
+  const int32_t n = (int32_t)seq.tokens.size();
+  // At least one token goes and one (the last, to compute again) stays after the kept head.
+  const int32_t keep = std::clamp(a.request.context_shift->n_keep, 0, n - 2);
+  const int32_t rest = n - keep;
+  if (keep < 0 || rest < 2) return false;
+  const int32_t asked = a.request.context_shift->n_discard;
+  const int32_t discard = std::clamp(asked > 0 ? asked : rest / 2, 1, rest - 1);
+  seq.tokens.erase(seq.tokens.begin() + keep, seq.tokens.begin() + keep + discard);
+  seq.n_discarded += discard;
+  // The cache's K/V of the moved positions is void: compute them again (a drafter rolls its
+  // own state back to the common prefix by itself).
+  scheduler_.restart(&seq);
+  metrics_.update([](MetricsSnapshot& m) { m.context_shifts_total += 1; });
+  return true;
 }
 
 void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
@@ -484,6 +513,7 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
   item.n_prompt = seq.n_prompt;
   item.n_generated = seq.n_generated();
   item.n_cached_prompt = seq.n_cached_prompt;
+  item.n_discarded = seq.n_discarded;
   const bool got_token = seq.n_generated() > 0;
   item.queue_ms = a.scheduled ? seconds_between(a.submitted, a.first_scheduled) * 1e3 : 0;
   item.prompt_ms = got_token ? seconds_between(a.submitted, a.first_token) * 1e3 : 0;

@@ -68,9 +68,19 @@ class OutputFilter {
   virtual std::string flush() = 0;  // held-back text at the end (not after a stop match)
 };
 
+// Context shift (llama-server's --context-shift, Ollama's num_keep): when prompt and generated
+// tokens fill the context, the first n_keep tokens stay, the next n_discard go, and the rest
+// is computed again at its new positions (exact, and its full blocks enter the prefix cache
+// as any other); generation goes on up to max_tokens.
+struct ContextShift {
+  int32_t n_keep = 0;     // leading tokens always kept (clamped to leave room to discard)
+  int32_t n_discard = 0;  // tokens dropped after them per shift; 0: half of the rest
+};
+
 struct GenerateRequest {
   std::vector<int32_t> prompt;
-  int32_t max_tokens = 16;  // generated-token limit (further bounded by the context)
+  // Generated-token limit: further bounded by the context, unless context_shift is set.
+  int32_t max_tokens = 16;
   bool ignore_eos = false;  // keep going past end-of-generation tokens
   int32_t n_logprobs = -1;  // -1 none; 0 the chosen token's; k > 0 also the top k
   // Log-probabilities of the prompt's own tokens (each given the tokens before it), sent as
@@ -83,6 +93,7 @@ struct GenerateRequest {
   // Speculative decoding for this request (llama-server's speculative.n_max / n_min /
   // p_min); unset: the engine's defaults. Ignored when the engine has no drafter.
   std::optional<DraftParams> speculative;
+  std::optional<ContextShift> context_shift;  // unset: a full context ends it (kLength)
   std::unique_ptr<NextTokenSampler> sampler;  // null: greedy (argmax)
   std::unique_ptr<OutputFilter> filter;       // null: no text
 };
@@ -104,6 +115,7 @@ struct StreamItem {
   int32_t n_prompt = 0;
   int32_t n_generated = 0;
   int32_t n_cached_prompt = 0;
+  int32_t n_discarded = 0;       // tokens a context shift dropped (GenerateRequest::context_shift)
   double queue_ms = 0;           // submit -> first scheduled
   double prompt_ms = 0;          // submit -> first token
   double decode_ms = 0;          // first token -> finish
@@ -230,8 +242,14 @@ class Engine {
   // `history`: the tokens before it (prompt, generated, accepted draft tokens).
   int32_t choose_token(Active& a, float* logits_row, std::span<const int32_t> history,
                        StreamItem& item);
-  // Appends the token and sends it; true when that finished the request (`a` is gone then).
+  // Appends the token and sends it; true when that ended the request (`a` is gone then) or
+  // shifted its context (its tokens are to be computed again: no more of this step's).
   bool emit_token(Active& a, int32_t token, StreamItem item);
+  // Drops tokens after the kept head of a full context and requeues the rest to be computed
+  // again; false when the request asked for no shift or nothing can be dropped.
+  bool shift_context(Active& a);
+  // The most tokens a sequence holds: the context, or the KV pool when that is smaller.
+  int32_t context_capacity() const;
   // Speculation (engine_speculation.cpp): drafts for the decoding sequences before the step
   // is planned; the verification of a drafted chunk's rows after it ran.
   void plan_drafts();

@@ -40,6 +40,7 @@ struct MetricsSnapshot {
   uint64_t requests_finished = 0;
   uint64_t requests_rejected = 0;
   uint64_t preemptions_total = 0;
+  uint64_t context_shifts_total = 0;  // GenerateRequest::context_shift taking effect
   uint64_t steps_total = 0;
   uint64_t embedding_inputs_total = 0;  // inputs embedded (engine/embedding.h)
   uint64_t embedding_steps_total = 0;

@@ -65,6 +65,14 @@ void Scheduler::remove(Sequence* seq) {
   seq->status = SequenceStatus::kFinished;
 }
 
+void Scheduler::restart(Sequence* seq) {
+  auto r = std::find(running_.begin(), running_.end(), seq);
+  if (r != running_.end()) running_.erase(r);
+  blocks_.free(*seq);
+  seq->draft.clear();
+  if (std::find(waiting_.begin(), waiting_.end(), seq) == waiting_.end()) add(seq);
+}
+
 void Scheduler::insert_running(Sequence* seq) {
   seq->status = SequenceStatus::kRunning;
   running_.insert(std::upper_bound(running_.begin(), running_.end(), seq, ranks_before), seq);

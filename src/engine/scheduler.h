@@ -104,6 +104,9 @@ class Scheduler {
 
   void add(Sequence* seq);     // a new request: back of the waiting queue
   void remove(Sequence* seq);  // finished or cancelled: frees its blocks
+  // Its tokens changed (a context shift): frees its blocks and puts it back in the waiting
+  // queue at its rank, to compute them again (with whatever prefix the cache still holds).
+  void restart(Sequence* seq);
   StepPlan schedule();
 
   bool empty() const { return running_.empty() && waiting_.empty(); }

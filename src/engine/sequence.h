@@ -43,6 +43,7 @@ struct Sequence {
   std::vector<uint64_t> block_hashes;  // chained prefix hash of each full block, registered
                                        // in the prefix cache (size <= block_table.size())
   int32_t n_cached_prompt = 0;         // prompt tokens served from the prefix cache
+  int32_t n_discarded = 0;             // tokens context shifts took out of `tokens`
   bool prompt_logits = false;          // logits wanted at every prompt position: the
                                        // prompt is never taken from the prefix cache
   int32_t n_preemptions = 0;
@@ -52,7 +53,8 @@ struct Sequence {
 
   FinishReason finish_reason = FinishReason::kNone;
 
-  int32_t n_generated() const { return (int32_t)tokens.size() - n_prompt; }
+  // Context shifts take tokens out (prompt ones too): they still count as generated ones did.
+  int32_t n_generated() const { return (int32_t)tokens.size() + n_discarded - n_prompt; }
   // Tokens still to be run through the model before the next token can be sampled.
   int32_t n_pending() const { return (int32_t)tokens.size() - n_computed; }
   bool is_decoding() const { return n_pending() == 1 && n_generated() > 0; }
