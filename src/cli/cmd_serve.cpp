@@ -65,6 +65,8 @@ struct ServeOptions {
   int min_step_prompt_tokens = 32;   // prompt tokens a time-bounded step always offers
   bool wave_prefill = true;          // prompts prefilled while nobody decodes finish together
   int n_predict = -1;
+  bool context_shift = false;
+  int n_keep = 0;
   int max_queue = 256;
   float temp = 0.8f;
   float top_p = 0.95f;
@@ -236,6 +238,8 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   d.seed_random = o.seed < 0;
   if (o.seed >= 0) d.sampling.seed = (uint64_t)o.seed;
   d.n_predict = o.n_predict;
+  d.context_shift = o.context_shift;
+  d.n_keep = o.n_keep;
   sm->special_in_content = o.special_in_content;
   sm->verbose_replies = o.verbose;
   d.sampling.validate();
@@ -402,7 +406,6 @@ void add_llama_server_compat_flags(CLI::App& app, ServeOptions& o) {
       "--offline",           // nothing is ever downloaded
       "--kv-unified",        // the KV pool is always shared by all sequences
       "--swa-full",          // sliding-window layers keep the positions they read
-      "--no-context-shift",  // a sequence that fills its context stops ("length")
       "--no-cache-idle-slots",
       "--cache-idle-slots",
       "--no-mmap",
@@ -415,7 +418,7 @@ void add_llama_server_compat_flags(CLI::App& app, ServeOptions& o) {
     app.add_flag(f, o.accepted_flag, "accepted for compatibility with llama-server")->group("");
   const char* accepted_options[] = {
       "--ubatch-size", "--cache-ram", "--sleep-idle-seconds", "--slot-prompt-similarity",
-      "--keep",        "--numa"};
+      "--numa"};
   for (const char* f : accepted_options)
     app.add_option(f, o.accepted_value, "accepted for compatibility with llama-server")->group("");
 }
@@ -499,7 +502,16 @@ CommandRegistration serve_registration{
                    "one step and no stream stalls for the rest of its wave's prefill (default "
                    "on)");
       app.add_option("-n,--n-predict", o->n_predict,
-                     "default tokens to generate (-1: until the context is full)");
+                     "default tokens to generate (-1: until the context is full; with "
+                     "--context-shift, until an end-of-generation token or a stop string)");
+      app.add_flag("--context-shift,!--no-context-shift", o->context_shift,
+                   "a request that fills its context keeps going: the tokens after the first "
+                   "--keep (a request's n_keep / num_keep) lose their older half (n_discard), "
+                   "the rest is computed again (default off: it ends with \"length\")");
+      app.add_option("--keep", o->n_keep,
+                     "prompt tokens a context shift keeps, BOS not counted (-1: all)")
+          ->check(CLI::Range(-1, INT32_MAX))
+          ->capture_default_str();
       app.add_option("--temp", o->temp, "default temperature")->capture_default_str();
       app.add_option("--top-k", o->top_k, "default top-k")->capture_default_str();
       app.add_option("--top-p", o->top_p, "default top-p")->capture_default_str();

@@ -121,6 +121,7 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   r.spec.stop = opt_string_list(body, "stop", 16);
   r.spec.sampling = parse_sampling(body, m, Dialect::kOpenAI);
   r.spec.priority = parse_priority(body);
+  parse_context_shift(body, "n_keep", r.spec);
   r.spec.ignore_eos = opt_bool(body, "ignore_eos").value_or(false);  // llama-server's extension
   r.spec.speculative = parse_speculative(body, m);
   auto max_tokens = opt_integer(body, "max_completion_tokens", 1, INT32_MAX);

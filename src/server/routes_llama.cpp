@@ -125,9 +125,9 @@ void final_fields(const ServingModel& m, json& j, const StreamItem& f,
   j["tokens_evaluated"] = f.n_prompt;
   j["tokens_cached"] = f.n_cached_prompt;
   j["stop_type"] = stop_type(f, eog);
-  // As llama-server: the generation stopped because the context was full.
-  j["truncated"] = f.finish_reason == engine::FinishReason::kLength &&
-                   (int64_t)f.n_prompt + f.n_generated >= m.n_ctx;
+  // As llama-server: the context filled (and shifted, or stopped the generation).
+  j["truncated"] = f.n_discarded > 0 || (f.finish_reason == engine::FinishReason::kLength &&
+                                         (int64_t)f.n_prompt + f.n_generated >= m.n_ctx);
   j["id_slot"] = 0;
   j["timings"] = timings_json(f);
 }
@@ -232,6 +232,8 @@ json request_settings(const ServingModel& m, const GenerationSpec& spec,
   g["stop"] = spec.stop;
   g["ignore_eos"] = spec.ignore_eos;
   g["n_probs"] = std::max(0, spec.n_logprobs);
+  g["n_keep"] = spec.n_keep.value_or(m.defaults.n_keep);
+  g["n_discard"] = spec.n_discard;
   g["model"] = m.id;
   json bias = json::array();
   for (const auto& [token, value] : spec.sampling.logit_bias)
@@ -250,6 +252,7 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
   GenerationSpec spec;
   spec.sampling = parse_sampling(body, *m, Dialect::kLlama);
   spec.priority = parse_priority(body);
+  parse_context_shift(body, "n_keep", spec);
   spec.speculative = parse_speculative(body, *m);
   spec.stop = opt_string_list(body, "stop", 64);
   spec.ignore_eos = opt_bool(body, "ignore_eos").value_or(false);
@@ -390,6 +393,9 @@ json generation_settings(const ServingModel& m) {
   json g = sampling_json(m.defaults.sampling);
   g["n_ctx"] = m.n_ctx;
   g["n_predict"] = m.defaults.n_predict;
+  g["n_keep"] = m.defaults.n_keep;
+  g["n_discard"] = 0;
+  g["context_shift"] = m.defaults.context_shift;
   g["model"] = m.path;
   g["seed"] = m.defaults.seed_random ? json(-1) : json(m.defaults.sampling.seed);
   return g;
@@ -531,6 +537,9 @@ void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res
          (double)s.requests_rejected);
   metric("hablar_preemptions_total", "counter", "Sequences preempted for recomputation.",
          (double)s.preemptions_total);
+  metric("hablar_context_shifts_total", "counter",
+         "Context shifts (--context-shift): old tokens dropped from a full context.",
+         (double)s.context_shifts_total);
   metric("hablar_steps_total", "counter", "Engine steps run.", (double)s.steps_total);
   metric("hablar_embedding_inputs_total", "counter", "Inputs embedded.",
          (double)s.embedding_inputs_total);

@@ -60,6 +60,7 @@ GenerationSpec ollama_spec(const json& body, ServingModel& m, std::vector<int32_
   json raw =
       body.contains("options") && body["options"].is_object() ? body["options"] : json::object();
   spec.stop = opt_string_list(raw, "stop", 64);
+  parse_context_shift(raw, "num_keep", spec);
   auto n = opt_integer(raw, "num_predict", -2, INT32_MAX);
   if (n && *n == 0) bad_request("'num_predict' must be -1 or at least 1", "num_predict");
   if (n && *n < 0) n.reset();

@@ -364,6 +364,8 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
   // llama-server's extension, which benchmarks send to get outputs of full length.
   const bool ignore_eos = opt_bool(body, "ignore_eos").value_or(false);
   const auto speculative = parse_speculative(body, *m);
+  GenerationSpec shift_fields;
+  parse_context_shift(body, "n_keep", shift_fields);
 
   // Choice i is prompt i / n's (i % n)-th: choices of one prompt are next to each other.
   std::vector<std::shared_ptr<engine::RequestHandle>> handles;
@@ -380,6 +382,8 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
       spec.priority = priority;
       spec.ignore_eos = ignore_eos;
       spec.speculative = speculative;
+      spec.n_keep = shift_fields.n_keep;
+      spec.n_discard = shift_fields.n_discard;
       spec.max_tokens = bounded_max_tokens(*m, max_tokens, p.size());
       for (auto& h : start_choices(*m, spec, n)) {
         echoes.push_back(echo ? m->tok().decode(p) : "");

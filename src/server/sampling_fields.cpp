@@ -171,6 +171,12 @@ int32_t parse_priority(const nlohmann::json& body) {
   return (int32_t)opt_integer(body, "priority", INT32_MIN, INT32_MAX).value_or(0);
 }
 
+void parse_context_shift(const nlohmann::json& body, const char* keep_field,
+                         GenerationSpec& spec) {
+  if (auto keep = opt_integer(body, keep_field, -1, INT32_MAX)) spec.n_keep = (int32_t)*keep;
+  spec.n_discard = (int32_t)opt_integer(body, "n_discard", 0, INT32_MAX).value_or(0);
+}
+
 std::optional<engine::DraftParams> parse_speculative(const nlohmann::json& body,
                                                      const ServingModel& m) {
   const nlohmann::json* obj = nullptr;

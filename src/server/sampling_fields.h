@@ -19,6 +19,12 @@ engine::SamplingParams parse_sampling(const nlohmann::json& body, const ServingM
 // The scheduling `priority` (vLLM's: lower runs first; default 0), in every dialect.
 int32_t parse_priority(const nlohmann::json& body);
 
+// Context shift fields (they matter under --context-shift only): `keep_field` ("n_keep", or
+// Ollama's "num_keep": prompt tokens kept, -1 all of them) and llama-server's "n_discard"
+// (tokens dropped per shift, 0: half). 400 naming the field when out of range.
+void parse_context_shift(const nlohmann::json& body, const char* keep_field,
+                         GenerationSpec& spec);
+
 // llama-server's per-request draft lengths: "speculative.n_max", "speculative.n_min",
 // "speculative.p_min" (also as an object "speculative": {"n_max": ...}); fields left out
 // keep the server's defaults. Unset when none is given. 400 naming the field otherwise.

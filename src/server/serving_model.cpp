@@ -245,9 +245,23 @@ std::vector<int32_t> fim_prompt(const ServingModel& m, const std::string& prefix
   return ids;
 }
 
+// The engine's context shift for a request: the kept prompt tokens (llama-server's n_keep,
+// which leaves BOS out of the count) and the discard count.
+engine::ContextShift context_shift_of(const ServingModel& m, const GenerationSpec& spec) {
+  const int32_t asked = spec.n_keep.value_or(m.defaults.n_keep);
+  const bool bos = !spec.prompt.empty() && m.tok().bos_id() >= 0 && spec.prompt[0] == m.tok().bos_id();
+  int32_t keep = asked < 0 ? (int32_t)spec.prompt.size() : asked + (bos ? 1 : 0);
+  keep = std::min(keep, (int32_t)spec.prompt.size());
+  return {keep, spec.n_discard};
+}
+
 int32_t bounded_max_tokens(const ServingModel& m, std::optional<int64_t> requested,
                            size_t n_prompt) {
-  const int64_t room = std::max<int64_t>(1, (int64_t)m.n_ctx - (int64_t)n_prompt);
+  // With context shift the context bounds nothing: without a limit, generation goes on until
+  // an end-of-generation token, a stop string or the client leaving (llama-server's too).
+  const int64_t room = m.defaults.context_shift
+                           ? INT32_MAX
+                           : std::max<int64_t>(1, (int64_t)m.n_ctx - (int64_t)n_prompt);
   int64_t want = requested ? *requested : (m.defaults.n_predict > 0 ? m.defaults.n_predict : room);
   return (int32_t)std::min(want, room);
 }
@@ -323,6 +337,7 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
   info.params["stop"] = spec.stop;
   info.start = std::chrono::steady_clock::now();
   engine::GenerateRequest req;
+  if (m.defaults.context_shift) req.context_shift = context_shift_of(m, spec);
   req.prompt = std::move(spec.prompt);
   req.max_tokens = spec.max_tokens;
   req.ignore_eos = spec.ignore_eos;

@@ -56,7 +56,11 @@ nlohmann::json sampling_json(const engine::SamplingParams& s);
 struct GenerationDefaults {
   engine::SamplingParams sampling;  // seed is per request: random when seed_random
   bool seed_random = true;
-  int32_t n_predict = -1;  // -1: until the context is full
+  int32_t n_predict = -1;  // -1: until the context is full (with context_shift: no limit)
+  // --context-shift: a request that fills the context drops old tokens and goes on
+  // (engine::ContextShift) instead of ending with "length".
+  bool context_shift = false;
+  int32_t n_keep = 0;  // --keep: prompt tokens a shift keeps (-1: all; BOS not counted)
 };
 
 struct ServingModel {
@@ -120,6 +124,10 @@ struct GenerationSpec {
   // speculative.n_max / n_min / p_min (llama-server's per-request fields); unset: the
   // server's --draft-max / --draft-min / --draft-p-min.
   std::optional<engine::DraftParams> speculative;
+  // Context shift (with --context-shift only): n_keep prompt tokens kept besides BOS (-1:
+  // the whole prompt; unset: --keep), n_discard dropped per shift (0: half the rest).
+  std::optional<int32_t> n_keep;
+  int32_t n_discard = 0;
   // post_sampling_probs: each sample's post-chain distribution (n_logprobs candidates at
   // most) goes here, one entry per generated token.
   std::shared_ptr<engine::PostSamplingLog> post_sampling;
@@ -164,7 +172,11 @@ bool supports_fim(const ServingModel& m);
 // Submits to the engine: throws ApiError (400 bad input, 503 queue full / shutting down).
 std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, GenerationSpec spec);
 
-// max_tokens as the client asked (or the default), bounded by the room the context leaves.
+// The engine's context shift for a request under --context-shift: n_keep prompt tokens
+// (llama-server's count leaves BOS out; -1: all of them) and n_discard.
+engine::ContextShift context_shift_of(const ServingModel& m, const GenerationSpec& spec);
+// max_tokens as the client asked (or the default), bounded by the room the context leaves
+// (not under --context-shift).
 int32_t bounded_max_tokens(const ServingModel& m, std::optional<int64_t> requested,
                            size_t n_prompt);
 

@@ -172,6 +172,43 @@ def test_truncated_says_the_context_filled():
         s.stop()
 
 
+def test_context_shift_keeps_generating_past_a_full_context():
+    """With --context-shift a request that fills the context goes on (llama-server's flag):
+    n_predict tokens come back, "truncated" says the context shifted, the counts include
+    every token, and each route takes its keep field (n_keep; Ollama's num_keep)."""
+    s = ServerProcess("-np", "1", "-c", "128", "--context-shift", "--keep", "2",
+                      "--metrics").wait_ready()
+    try:
+        r = completion(s, {"prompt": "Hi how are you", "n_predict": 200, "ignore_eos": True,
+                           "temperature": 0})
+        body = r.json()
+        assert r.status_code == 200, body
+        assert body["tokens_predicted"] == 200 and body["truncated"] is True
+        assert body["generation_settings"]["n_keep"] == 2
+        assert body["timings"]["predicted_n"] == 200
+        kept = completion(s, {"prompt": "Hi how are you", "n_predict": 150, "ignore_eos": True,
+                              "n_keep": -1, "n_discard": 8}).json()
+        assert kept["tokens_predicted"] == 150 and kept["truncated"] is True
+        chat = requests.post(s.url + "/v1/chat/completions", timeout=300, json={
+            "messages": [{"role": "user", "content": "Tell me a long story."}],
+            "max_tokens": 160, "ignore_eos": True, "n_keep": 4}).json()
+        assert chat["usage"]["completion_tokens"] == 160
+        assert chat["choices"][0]["finish_reason"] == "length"
+        ollama = requests.post(s.url + "/api/generate", timeout=300, json={
+            "model": "x", "prompt": "Count:", "stream": False,
+            "options": {"num_predict": 140, "num_keep": 1, "temperature": 0}}).json()
+        assert ollama["eval_count"] <= 140 and ollama["done"] is True
+        bad = completion(s, {"prompt": "Hi", "n_keep": -5})
+        assert bad.status_code == 400 and "n_keep" in bad.text
+        assert s.metrics()["hablar_context_shifts_total"] >= 3
+        # Without the flag the same request stops at the context (test above); with it the
+        # shift never touches the limit of a request that fits.
+        short = completion(s, {"prompt": "Hi how are you", "n_predict": 4}).json()
+        assert short["truncated"] is False and short["tokens_predicted"] == 4
+    finally:
+        s.stop()
+
+
 def test_top_n_sigma_and_xtc_samplers(server):
     """llama-server's top_n_sigma and XTC: taken on the llama and OpenAI routes, echoed in
     generation_settings, bad values refused; a tiny sigma leaves only the best token, so the
