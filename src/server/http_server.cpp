@@ -33,7 +33,8 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 
 // Whether a request's Origin is allowed by --cors-origins. An entry matches the origin
 // itself ("http://localhost:5173"), its scheme and host with any port ("http://localhost"),
-// or its host alone with any scheme and port ("localhost"); "*" matches every origin.
+// or its host alone with any scheme and port ("example.com"); "localhost" alone stands for
+// every loopback name (localhost, 127.0.0.1, [::1]); "*" matches every origin.
 bool origin_allowed(const std::vector<std::string>& allowed, const std::string& origin) {
   // Browsers send scheme://host[:port]; other clients may send a bare host.
   const size_t scheme_end = origin.find("://");
@@ -47,8 +48,10 @@ bool origin_allowed(const std::vector<std::string>& allowed, const std::string& 
   }
   const std::string host = origin.substr(host_start, host_end - host_start);
   const std::string without_port = origin.substr(0, host_end);
+  const bool loopback = host == "localhost" || host == "127.0.0.1" || host == "[::1]";
   for (const std::string& a : allowed)
-    if (a == "*" || a == origin || a == without_port || a == host) return true;
+    if (a == "*" || a == origin || a == without_port || a == host || (a == "localhost" && loopback))
+      return true;
   return false;
 }
 

@@ -38,7 +38,12 @@ def test_cors_as_llama_server(guarded, server):
     r = requests.get(guarded.url + "/v1/models", headers={"Origin": "https://app.example",
                                                           "Authorization": "Bearer k1"})
     assert r.headers["Access-Control-Allow-Origin"] == "https://app.example"
-    for origin in ("http://app.example", "http://evil.example", "http://localhost.evil.example"):
+    # "localhost" stands for every loopback name, and only for those.
+    for origin in ("http://127.0.0.1", "http://127.0.0.1:3000", "http://[::1]", "http://[::1]:3000"):
+        r = requests.get(guarded.url + "/v1/models", headers={"Origin": origin, "Authorization": "Bearer k1"})
+        assert r.headers.get("Access-Control-Allow-Origin") == origin, origin
+    for origin in ("http://app.example", "http://evil.example", "http://localhost.evil.example",
+                   "http://notlocalhost", "http://127.0.0.2"):
         r = requests.get(guarded.url + "/v1/models", headers={"Origin": origin, "Authorization": "Bearer k1"})
         assert "Access-Control-Allow-Origin" not in r.headers, origin
     # The default (*) echoes the origin rather than "*", with credentials allowed.
