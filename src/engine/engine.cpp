@@ -395,8 +395,7 @@ const DeviceSampling* Engine::device_sampling(Active& a, DeviceSampling& storage
     return nullptr;
   }
   storage = DeviceSampling{};  // greedy when the request has no sampler
-  if (a.request.sampler && !a.request.sampler->device_params(a.seq->tokens, storage))
-    return nullptr;
+  if (a.request.sampler && !a.request.sampler->device_params(a.history(), storage)) return nullptr;
   storage.step = (uint64_t)a.seq->n_generated();
   return &storage;
 }
@@ -413,8 +412,7 @@ int32_t Engine::choose_token(Active& a, float* logits_row, std::span<const int32
 }
 
 bool Engine::device_sample_stands(Active& a, int32_t token) {
-  if (!a.request.sampler || token < 0 ||
-      a.request.sampler->keeps_device_sample(token, a.seq->tokens))
+  if (!a.request.sampler || token < 0 || a.request.sampler->keeps_device_sample(token, a.history()))
     return true;
   a.sample_on_host = true;
   return false;
@@ -423,7 +421,7 @@ bool Engine::device_sample_stands(Active& a, int32_t token) {
 void Engine::sample_and_emit(Active& a, float* logits_row, int32_t sampled) {
   StreamItem item;
   const int32_t token =
-      logits_row != nullptr ? choose_token(a, logits_row, a.seq->tokens, item) : sampled;
+      logits_row != nullptr ? choose_token(a, logits_row, a.history(), item) : sampled;
   emit_token(a, token, std::move(item));
 }
 
@@ -431,6 +429,7 @@ bool Engine::emit_token(Active& a, int32_t token, StreamItem item) {
   Sequence& seq = *a.seq;
   const auto now = Clock::now();
   seq.tokens.push_back(token);
+  if (!a.full_history.empty()) a.full_history.push_back(token);
   item.token = token;
 
   const bool first = seq.n_generated() == 1;
@@ -485,6 +484,7 @@ bool Engine::shift_context(Active& a) {
   if (keep < 0 || rest < 2) return false;
   const int32_t asked = a.request.context_shift->n_discard;
   const int32_t discard = std::clamp(asked > 0 ? asked : rest / 2, 1, rest - 1);
+  if (a.full_history.empty()) a.full_history = seq.tokens;
   seq.tokens.erase(seq.tokens.begin() + keep, seq.tokens.begin() + keep + discard);
   seq.n_discarded += discard;
   // The cache's K/V of the moved positions is void: compute them again (a drafter rolls its

@@ -231,6 +231,12 @@ class Engine {
     SpecStats spec;                 // its drafted / accepted tokens
     std::vector<int32_t> verify;    // this step's verification chunk: last token + draft
     bool sample_on_host = false;    // the sampler refused the device's last sample
+    // The prompt and every generated token, kept once a context shift took tokens out of
+    // seq->tokens: the samplers' history (penalties, grammars, budgets) never shrinks.
+    std::vector<int32_t> full_history;
+    std::span<const int32_t> history() const {
+      return full_history.empty() ? std::span<const int32_t>(seq->tokens) : full_history;
+    }
   };
 
   void loop();

@@ -38,7 +38,7 @@ void Engine::verify_and_emit(Active& a, int32_t start_pos, int32_t n_tokens, flo
   HABLAR_CHECK(n_tokens == k + 1 && start_pos == (int32_t)seq.tokens.size() - 1,
                "verification chunk does not match its draft");
   const size_t n_vocab = (size_t)executor_.n_vocab();
-  std::vector<int32_t> history = seq.tokens;
+  std::vector<int32_t> history(a.history().begin(), a.history().end());
   std::vector<std::pair<int32_t, StreamItem>> out;
   int32_t accepted = 0;
   for (int32_t i = 0; i <= k; ++i) {

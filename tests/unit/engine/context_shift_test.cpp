@@ -5,6 +5,7 @@
 // generates, and the counts it reports include every generated token.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <random>
 
@@ -18,6 +19,19 @@ namespace hablar::engine {
 namespace {
 
 using std::chrono::milliseconds;
+
+// Greedy, keeping every history it was handed (the engine's samplers' view of the request).
+class RecordingSampler : public NextTokenSampler {
+ public:
+  explicit RecordingSampler(std::vector<std::vector<int32_t>>* seen) : seen_(seen) {}
+  int32_t sample(std::span<float> logits, std::span<const int32_t> history) override {
+    seen_->emplace_back(history.begin(), history.end());
+    return (int32_t)(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+
+ private:
+  std::vector<std::vector<int32_t>>* seen_;
+};
 
 class ContextShiftTest : public ::testing::TestWithParam<DeviceKind> {
  protected:
@@ -47,7 +61,8 @@ class ContextShiftTest : public ::testing::TestWithParam<DeviceKind> {
 
   // Greedy generation of one request on an engine whose context holds n_ctx tokens.
   Run generate(const std::vector<int32_t>& prompt, int32_t n_ctx, int32_t max_tokens,
-               std::optional<ContextShift> shift) {
+               std::optional<ContextShift> shift,
+               std::vector<std::vector<int32_t>>* histories = nullptr) {
     ExecutorOptions eo;
     eo.device = GetParam();
     eo.n_threads = 2;
@@ -65,6 +80,7 @@ class ContextShiftTest : public ::testing::TestWithParam<DeviceKind> {
     g.max_tokens = max_tokens;
     g.ignore_eos = true;
     g.context_shift = shift;
+    if (histories) g.sampler = std::make_unique<RecordingSampler>(histories);
     auto handle = engine.submit(std::move(g));
     Run run;
     for (bool done = false; !done;) {
@@ -96,8 +112,16 @@ std::vector<int32_t> random_prompt(int n, uint32_t seed) {
 TEST_P(ContextShiftTest, GoesOnAsIfPromptedWithTheKeptTokens) {
   const std::vector<int32_t> prompt = random_prompt(21, 3);
   const int32_t n_ctx = 48, n_keep = 5, max_tokens = 70;
-  const Run shifted = generate(prompt, n_ctx, max_tokens, ContextShift{n_keep, 0});
+  std::vector<std::vector<int32_t>> histories;
+  const Run shifted = generate(prompt, n_ctx, max_tokens, ContextShift{n_keep, 0}, &histories);
   ASSERT_EQ((int32_t)shifted.tokens.size(), max_tokens);
+  // The sampler's history is the whole request so far, shifts or not (penalties, grammars).
+  ASSERT_EQ(histories.size(), shifted.tokens.size());
+  for (size_t i = 0; i < histories.size(); ++i) {
+    std::vector<int32_t> want = prompt;
+    want.insert(want.end(), shifted.tokens.begin(), shifted.tokens.begin() + (std::ptrdiff_t)i);
+    ASSERT_EQ(histories[i], want) << "token " << i;
+  }
   EXPECT_EQ(shifted.final_item.finish_reason, FinishReason::kLength);
   EXPECT_EQ(shifted.final_item.n_generated, max_tokens);
 
