@@ -498,7 +498,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
 
 // One block per (slot, head), one thread per dimension: merges the head's splits in order
 // and writes the normalized output (and, when asked, its int8 blocks: a warp per block of 32
-// dimensions).
+// dimensions). kBatch: splits whose loads are issued together (the order of the merges, and
+// so the result, does not depend on it).
+template <int kBatch>
 __global__ void decode_reduce_kernel(DecodeAttentionParams p, int split_len, int n_splits,
                                      const float* workspace) {
   begin_dependent_kernel();
@@ -520,8 +522,8 @@ __global__ void decode_reduce_kernel(DecodeAttentionParams p, int split_len, int
   SoftmaxState total = softmax_empty();
   float merged = 0.0f;
   // Splits in order, their loads issued kBatch at a time: a long context's hundreds of
-  // splits would otherwise wait out one L2 round trip each.
-  constexpr int kBatch = 8;
+  // splits would otherwise wait out one L2 round trip each (a few blocks, one per head,
+  // hold the whole reduce of a long single sequence).
   for (int s0 = first_split; s0 < n_valid; s0 += kBatch) {
     float state_max[kBatch], state_sum[kBatch], value[kBatch];
 #pragma unroll
@@ -662,8 +664,12 @@ void decode_attention(const DecodeAttentionParams& p, void* workspace, size_t wo
       launch_for_dtype<KvElem::kF16>(p, split_len, n_splits, ws, stream);
       break;
   }
-  launch_dependent(decode_reduce_kernel, dim3(p.n_slots, p.n_heads), dim3(p.layout.head_dim), 0,
-                   stream, p, split_len, n_splits, static_cast<const float*>(ws));
+  // 32 splits per round trip: 1 x 32k positions of a 2-KV-head model (256 splits of 128) wait
+  // 8 round trips instead of 32 (HABLAR_DECODE_REDUCE_BATCH=8, the earlier batch, to compare).
+  const auto reduce = lab_knob("HABLAR_DECODE_REDUCE_BATCH", 32) == 8 ? decode_reduce_kernel<8>
+                                                                     : decode_reduce_kernel<32>;
+  launch_dependent(reduce, dim3(p.n_slots, p.n_heads), dim3(p.layout.head_dim), 0, stream, p,
+                   split_len, n_splits, static_cast<const float*>(ws));
   if (!p.advance_lengths) return;
   decode_advance_kernel<<<1, 256, 0, stream>>>(p);
   HABLAR_CUDA_CHECK_LAUNCH();
