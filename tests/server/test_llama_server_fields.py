@@ -198,6 +198,9 @@ def test_context_shift_keeps_generating_past_a_full_context():
             "model": "x", "prompt": "Count:", "stream": False,
             "options": {"num_predict": 140, "num_keep": 1, "temperature": 0}}).json()
         assert ollama["eval_count"] <= 140 and ollama["done"] is True
+        huge = completion(s, {"prompt": "Hi there", "n_predict": 140, "ignore_eos": True,
+                              "n_keep": 2147483647, "n_discard": 2147483647}).json()
+        assert huge["tokens_predicted"] == 140 and huge["truncated"] is True
         bad = completion(s, {"prompt": "Hi", "n_keep": -5})
         assert bad.status_code == 400 and "n_keep" in bad.text
         assert s.metrics()["hablar_context_shifts_total"] >= 3
