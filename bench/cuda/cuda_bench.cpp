@@ -243,9 +243,12 @@ struct AttentionHeads {
 };
 constexpr AttentionHeads kHeads8B{32, 8}, kHeads15B{12, 2};
 
+// in_forward: the call as the forward makes it (K/V already stored by the RoPE pass, the
+// lengths advanced once per step elsewhere): the attention and its reduce alone; otherwise
+// decode_attention's whole contract (scatter, attention, reduce, advance: four launches).
 Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gbs, double goal,
                            const std::vector<Variant>& variants = {{}},
-                           AttentionHeads shape = kHeads8B) {
+                           AttentionHeads shape = kHeads8B, bool in_forward = false) {
   const int heads = shape.heads, kv_heads = shape.kv_heads, dim = 128, iters = 16;
   const int blocks_per_seq = (context + iters + 64) / 16 + 1;
   KvCacheLayout layout{1, kv_heads, dim, 16, seqs * blocks_per_seq, KvDType::F16};
@@ -273,6 +276,8 @@ Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gb
   p.out = out.get();
   p.scale = 1.0f / std::sqrt((float)dim);
   p.max_context = context + iters + 48;
+  p.kv_stored = in_forward;
+  p.advance_lengths = !in_forward;
   Row row;
   for (const auto& variant : variants) {
     apply_variant(variant);
@@ -284,12 +289,14 @@ Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gb
     const double ms = time_graph_ms(stream, iters / 4, reps, [&](int) {
       decode_attention(p, ws.get(), ws.bytes(), stream.get());
     });
-    const double mean_context = context + 3 + iters / 4 + (double)reps * (iters / 4) / 2;
+    const double mean_context =
+        in_forward ? context : context + 3 + iters / 4 + (double)reps * (iters / 4) / 2;
     const double kv_bytes = (double)seqs * mean_context * kv_heads * dim * 2 * 2;
     char name[160];
     const std::string label = variants.size() > 1 ? variant_label(variant) : std::string();
-    std::snprintf(name, sizeof name, "decode attention %d seqs x %d tok (%d/%d heads, d128)%s",
-                  seqs, context, heads, kv_heads, label.c_str());
+    std::snprintf(name, sizeof name, "decode attention %d seqs x %d tok (%d/%d heads, d128)%s%s",
+                  seqs, context, heads, kv_heads, in_forward ? " as in the forward" : "",
+                  label.c_str());
     row = Row{name, ms * 1e3, kv_bytes / (ms * 1e-3) / 1e9, copy_gbs, "GB/s", goal};
     if (variants.size() > 1) print_row(row);
     apply_variant(variant, true);
@@ -531,6 +538,13 @@ void run_decode_attention(Stream& stream, double copy_gbs) {
     print_row(bench_decode_attention(stream, 128, 1024, copy_gbs, 0.60, {{}}, shape));
     print_row(bench_decode_attention(stream, 256, 576, copy_gbs, 0, {{}}, shape));
     print_row(bench_decode_attention(stream, 1, 4096, copy_gbs, 0, {{}}, shape));
+  }
+  std::printf(
+      "-- as the forward calls it: K/V stored by the RoPE pass, lengths advanced per step\n");
+  for (AttentionHeads shape : {kHeads8B, kHeads15B}) {
+    print_row(bench_decode_attention(stream, 1, 32768, copy_gbs, 0.60, {{}}, shape, true));
+    print_row(bench_decode_attention(stream, 64, 4096, copy_gbs, 0.60, {{}}, shape, true));
+    print_row(bench_decode_attention(stream, 1, 4096, copy_gbs, 0, {{}}, shape, true));
   }
 }
 
