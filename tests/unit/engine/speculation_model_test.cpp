@@ -63,14 +63,15 @@ std::vector<std::vector<int32_t>> prompts(int32_t n_vocab, int n, uint64_t seed)
 // `drafter` (null: plain); every third request opts out (speculative.n_max = 0).
 std::vector<Out> generate(const model::Model& m, const std::vector<std::vector<int32_t>>& ps,
                           int32_t max_running, int32_t max_tokens, std::shared_ptr<Drafter> drafter,
-                          bool one_at_a_time = false) {
+                          bool one_at_a_time = false, int32_t n_ctx = 1024,
+                          std::optional<ContextShift> shift = std::nullopt) {
   ExecutorOptions o;
   o.device = DeviceKind::kCpu;
   o.n_threads = 2;
   o.kv_tokens = 256 * 16;
   auto ex = make_executor(m, o);
   EngineConfig c;
-  c.n_ctx = 1024;
+  c.n_ctx = n_ctx;
   c.scheduler = {.max_running = max_running, .max_step_tokens = 96, .max_prefill_chunk = 40};
   c.drafter = std::move(drafter);
   c.draft.n_max = 6;
@@ -103,6 +104,7 @@ std::vector<Out> generate(const model::Model& m, const std::vector<std::vector<i
     g.prompt = ps[i];
     g.max_tokens = max_tokens;
     g.n_logprobs = 1;
+    g.context_shift = shift;
     if (i % 3 == 1) g.speculative = DraftParams{.n_max = 0};
     hs.push_back(engine.submit(std::move(g)));
     if (one_at_a_time) drain(i);
@@ -165,6 +167,24 @@ TEST(SpeculationModel, SyntheticGreedyEqualsPlainForEveryDrafter) {
   auto target = synthetic("ggml-vocab-llama-spm.gguf", 7, "f16");
   auto draft = synthetic("ggml-vocab-llama-spm.gguf", 7, "q8_0");  // same weights, quantized
   check_every_drafter(*target, draft.get(), 24);
+}
+
+// Requests that fill a small context and shift it (tokens after the first four dropped, the
+// rest computed again) while drafts are verified: the same tokens and log-probabilities as
+// plain decoding under the same shifts; a shift in the middle of a verified run drops the
+// tokens after it, which the recomputed sequence samples again.
+TEST(SpeculationModel, ContextShiftsKeepSpeculationExact) {
+  auto target = synthetic("ggml-vocab-llama-spm.gguf", 7, "f16");
+  const auto ps = prompts(target->config().n_vocab, 6, 5);
+  const ContextShift shift{4, 0};
+  for (int32_t running : {1, 4}) {
+    const auto want = generate(*target, ps, running, 120, nullptr, false, 96, shift);
+    for (const auto& out : want) EXPECT_EQ(out.tokens.size(), 120u);
+    expect_same(
+        want,
+        generate(*target, ps, running, 120, std::make_shared<NgramDrafter>(), false, 96, shift),
+        "ngram");
+  }
 }
 
 TEST(SpeculationModel, DefaultModelGreedyEqualsPlainForEveryDrafter) {
