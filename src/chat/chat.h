@@ -85,6 +85,18 @@ std::string apply_chat_template(const ChatTemplate& tmpl, const ChatInput& input
 std::string apply_chat_template(const ChatTemplate& tmpl, const ChatInput& input,
                                 const RenderOptions& options);
 
+// Whether the template renders a leading system message: a probe conversation (a system
+// message, then a user one) renders without error and shows the system text. Gemma 2's
+// template refuses one, some drop it silently.
+bool template_renders_system_role(const ChatTemplate& tmpl, const ChatInput& probe_base);
+// For templates that do not render one (as llama-server does): a leading system message's
+// text goes in front of the next message's, joined by a newline; alone, it is dropped.
+nlohmann::ordered_json fold_system_into_next_message(nlohmann::ordered_json messages);
+// OpenAI's "developer" role as "system", for templates that know no such role (all but
+// gpt-oss's harmony format, which writes <|channel|>).
+bool template_knows_developer_role(const ChatTemplate& tmpl);
+nlohmann::ordered_json developer_as_system(nlohmann::ordered_json messages);
+
 // ChatML (<|im_start|>role\ncontent<|im_end|>\n), used when a model has no template.
 const std::string& chatml_template_source();
 // The template for a model file without one: the family's own turn format where hablar has

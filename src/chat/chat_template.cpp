@@ -120,6 +120,46 @@ std::string apply_chat_template(const ChatTemplate& tmpl, const ChatInput& input
   return tmpl.render(chat_context(input), options);
 }
 
+bool template_renders_system_role(const ChatTemplate& tmpl, const ChatInput& probe_base) {
+  static const std::string kNeedle = "<System Needle 7f3a>";
+  ChatInput probe = probe_base;
+  probe.messages = nlohmann::ordered_json::array(
+      {{{"role", "system"}, {"content", kNeedle}}, {{"role", "user"}, {"content", "Hey"}}});
+  probe.tools = nullptr;
+  probe.add_generation_prompt = true;
+  try {
+    return apply_chat_template(tmpl, probe).find(kNeedle) != std::string::npos;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+nlohmann::ordered_json fold_system_into_next_message(nlohmann::ordered_json messages) {
+  if (!messages.is_array() || messages.empty() || !messages[0].is_object() ||
+      messages[0].value("role", "") != "system")
+    return messages;
+  if (messages.size() > 1 && messages[1].is_object()) {
+    const auto text = [](const nlohmann::ordered_json& m) {
+      const auto it = m.find("content");
+      return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    messages[1]["content"] = text(messages[0]) + "\n" + text(messages[1]);
+  }
+  messages.erase(messages.begin());
+  return messages;
+}
+
+bool template_knows_developer_role(const ChatTemplate& tmpl) {
+  return tmpl.source().find("<|channel|>") != std::string::npos;
+}
+
+nlohmann::ordered_json developer_as_system(nlohmann::ordered_json messages) {
+  if (!messages.is_array()) return messages;
+  for (auto& m : messages)
+    if (m.is_object() && m.value("role", "") == "developer") m["role"] = "system";
+  return messages;
+}
+
 const std::string& chatml_template_source() {
   static const std::string source =
       "{%- for message in messages -%}\n"

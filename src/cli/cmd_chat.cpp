@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -112,9 +113,11 @@ class ChatSession {
     messages_.push_back({{"role", "user"}, {"content", user}});
     const auto& tok = model_->tokenizer();
     chat::ChatInput input;
-    input.messages = messages_;
     if (tok.bos_id() >= 0) input.bos_token = tok.token_piece(tok.bos_id());
     if (tok.eos_id() >= 0) input.eos_token = tok.token_piece(tok.eos_id());
+    // A template that does not render a system message gets it in front of the first turn.
+    if (!takes_system_) takes_system_ = chat::template_renders_system_role(*tmpl_, input);
+    input.messages = *takes_system_ ? messages_ : chat::fold_system_into_next_message(messages_);
     const auto prompt = encode_rendered_prompt(tok, chat::apply_chat_template(*tmpl_, input));
     if ((int)prompt.size() >= n_ctx_) {
       messages_.erase(messages_.size() - 1);
@@ -164,6 +167,7 @@ class ChatSession {
   int n_ctx_ = 0;  // o_.n_ctx, or (0) 4096 capped at the model's context
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<chat::ChatTemplate> tmpl_;
+  std::optional<bool> takes_system_;  // template_renders_system_role, probed on first use
   std::unique_ptr<engine::StepExecutor> executor_;
   std::unique_ptr<engine::Engine> engine_;
   std::string system_;

@@ -147,6 +147,16 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
       chat_template_source(sm->model->file(), o.chat_template_file, o.chat_template);
   sm->chat_template = std::make_unique<chat::ChatTemplate>(tmpl);
   sm->tool_format = chat::detect_tool_format(tmpl);
+  sm->template_knows_developer = chat::template_knows_developer_role(*sm->chat_template);
+  {
+    chat::ChatInput probe;
+    const auto& tok = sm->model->tokenizer();
+    if (tok.bos_id() >= 0) probe.bos_token = tok.token_piece(tok.bos_id());
+    if (tok.eos_id() >= 0) probe.eos_token = tok.token_piece(tok.eos_id());
+    sm->template_takes_system = chat::template_renders_system_role(*sm->chat_template, probe);
+    if (!sm->template_takes_system)
+      log::info("the chat template renders no system message: one is put before the next turn");
+  }
   if (sm->tool_format == chat::ToolFormat::kNone) {  // tools still work, as in llama-server
     sm->tool_format = chat::ToolFormat::kGenericJson;
     sm->template_knows_tools = false;
@@ -402,10 +412,10 @@ void add_llama_server_compat_flags(CLI::App& app, ServeOptions& o) {
                  "--reasoning-budget 0) or as the template decides");
   app.add_flag("--verbose", o.verbose, "debug logging (-v; as --log-level debug)");
   const char* accepted_flags[] = {
-      "--no-jinja",          // the model's Jinja template is always what renders chats
-      "--offline",           // nothing is ever downloaded
-      "--kv-unified",        // the KV pool is always shared by all sequences
-      "--swa-full",          // sliding-window layers keep the positions they read
+      "--no-jinja",    // the model's Jinja template is always what renders chats
+      "--offline",     // nothing is ever downloaded
+      "--kv-unified",  // the KV pool is always shared by all sequences
+      "--swa-full",    // sliding-window layers keep the positions they read
       "--no-cache-idle-slots",
       "--cache-idle-slots",
       "--no-mmap",
@@ -416,9 +426,8 @@ void add_llama_server_compat_flags(CLI::App& app, ServeOptions& o) {
       "--no-perf"};
   for (const char* f : accepted_flags)
     app.add_flag(f, o.accepted_flag, "accepted for compatibility with llama-server")->group("");
-  const char* accepted_options[] = {
-      "--ubatch-size", "--cache-ram", "--sleep-idle-seconds", "--slot-prompt-similarity",
-      "--numa"};
+  const char* accepted_options[] = {"--ubatch-size", "--cache-ram", "--sleep-idle-seconds",
+                                    "--slot-prompt-similarity", "--numa"};
   for (const char* f : accepted_options)
     app.add_option(f, o.accepted_value, "accepted for compatibility with llama-server")->group("");
 }

@@ -172,7 +172,11 @@ RenderedChat render_chat(const ServingModel& m, const nlohmann::ordered_json& me
                          const nlohmann::ordered_json& kwargs) {
   chat::ChatInput input;
   const bool generic = !m.template_knows_tools && tools.is_array() && !tools.empty();
-  input.messages = generic ? chat::with_generic_tool_prompt(messages, tools) : messages;
+  nlohmann::ordered_json turns =
+      m.template_knows_developer ? messages : chat::developer_as_system(messages);
+  if (generic) turns = chat::with_generic_tool_prompt(turns, tools);
+  input.messages = m.template_takes_system ? std::move(turns)
+                                           : chat::fold_system_into_next_message(std::move(turns));
   input.tools = tools;
   input.add_generation_prompt = add_generation_prompt;
   input.extra = kwargs.is_object() ? kwargs : template_kwargs(m, nlohmann::json::object());

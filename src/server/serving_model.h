@@ -72,6 +72,12 @@ struct ServingModel {
   // False when the template has no tool format of its own: the generic JSON format stands in
   // and render_chat describes the tools in the system message.
   bool template_knows_tools = true;
+  // False when the template does not render a leading system message (Gemma 2's refuses
+  // one): render_chat folds it into the next message, as llama-server does.
+  bool template_takes_system = true;
+  // False for templates that know no "developer" role (all but gpt-oss's): it becomes
+  // "system".
+  bool template_knows_developer = false;
   std::string id;                    // the name clients use (the first alias, or the file name)
   std::vector<std::string> aliases;  // --alias a,b,c: every name the model answers to
   std::vector<std::string> tags;     // --tags: labels /v1/models shows

@@ -7,7 +7,7 @@ import subprocess
 
 import requests
 
-from conftest import BIN, ServerProcess, chat, sse_events
+from conftest import BIN, TESTDATA, ServerProcess, chat, sse_events
 
 
 def completion(server, body):
@@ -210,6 +210,34 @@ def test_context_shift_keeps_generating_past_a_full_context():
         assert short["truncated"] is False and short["tokens_predicted"] == 4
     finally:
         s.stop()
+
+
+def test_system_message_folded_for_templates_without_one():
+    """Gemma 2's template refuses a system message (raise_exception): as llama-server does,
+    its text goes in front of the first user turn; "developer" counts as "system"."""
+    template = TESTDATA / "chat-templates" / "google-gemma-2-2b-it.jinja"
+    s = ServerProcess("--chat-template-file", str(template), "-t", "2").wait_ready()
+    try:
+        for role in ("system", "developer"):
+            r = chat(s, {"max_tokens": 1, "verbose": True, "messages": [
+                {"role": role, "content": "Talk like a pirate."},
+                {"role": "user", "content": "Hi"}]})
+            assert r.status_code == 200, r.text
+            prompt = r.json()["__verbose"]["prompt"]
+            assert "<start_of_turn>user\nTalk like a pirate.\nHi<end_of_turn>" in prompt, prompt
+        # A template that renders system messages keeps them as they are.
+        r = chat(s, {"max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]})
+        assert r.status_code == 200
+    finally:
+        s.stop()
+    plain = ServerProcess("-t", "2").wait_ready()
+    try:
+        v = chat(plain, {"max_tokens": 1, "verbose": True, "messages": [
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": "Hi"}]}).json()["__verbose"]["prompt"]
+        assert "<|im_start|>system\nBe brief.<|im_end|>" in v, v
+    finally:
+        plain.stop()
 
 
 def test_top_n_sigma_and_xtc_samplers(server):

@@ -96,5 +96,43 @@ TEST(ApplyChatTemplate, ConcurrentRendersOfOneTemplateAgree) {
   EXPECT_EQ(expected, "[SYSTEM:Be brief.:1][USER:Hi:2]");
 }
 
+// Templates that render no system message: Gemma 2's refuses one (raise_exception), a
+// template may also drop it silently; ChatML and Llama 3's render it. The fold puts its text
+// in front of the next message's, as llama-server does.
+TEST(ApplyChatTemplate, SystemRoleProbeAndFold) {
+  ChatInput probe;
+  EXPECT_TRUE(template_renders_system_role(ChatTemplate(chatml_template_source()), probe));
+  const ChatTemplate refuses(
+      "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') "
+      "}}{% endif %}{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}");
+  EXPECT_FALSE(template_renders_system_role(refuses, probe));
+  const ChatTemplate drops(
+      "{% for m in messages if m['role'] != 'system' %}<{{ m['role'] }}>{{ m['content'] }}"
+      "{% endfor %}");
+  EXPECT_FALSE(template_renders_system_role(drops, probe));
+
+  const json folded = fold_system_into_next_message(two_turns().messages);
+  ASSERT_EQ(folded.size(), 1u);
+  EXPECT_EQ(folded[0]["role"], "user");
+  EXPECT_EQ(folded[0]["content"], "Be brief.\nHi");
+  ChatInput in;
+  in.messages = folded;
+  EXPECT_EQ(apply_chat_template(refuses, in), "<user>Be brief.\nHi");
+  // Alone, it is dropped; a conversation not opened by a system message is left as it is.
+  EXPECT_TRUE(fold_system_into_next_message(json::array({two_turns().messages[0]})).empty());
+  const json plain = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  EXPECT_EQ(fold_system_into_next_message(plain), plain);
+}
+
+TEST(ApplyChatTemplate, DeveloperRoleBecomesSystemUnlessTheTemplateKnowsIt) {
+  const json msgs = json::array(
+      {{{"role", "developer"}, {"content", "Rules"}}, {{"role", "user"}, {"content", "Hi"}}});
+  EXPECT_EQ(developer_as_system(msgs)[0]["role"], "system");
+  EXPECT_EQ(developer_as_system(msgs)[1]["role"], "user");
+  EXPECT_FALSE(template_knows_developer_role(ChatTemplate(chatml_template_source())));
+  EXPECT_TRUE(template_knows_developer_role(
+      ChatTemplate("{{ '<|start|>developer<|message|>' }}{{ '<|channel|>final' }}")));
+}
+
 }  // namespace
 }  // namespace hablar::chat
