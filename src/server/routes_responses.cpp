@@ -5,9 +5,13 @@
 // that says so, and GET /v1/responses/{id} is a 404.
 #include <httplib.h>
 
+#include <optional>
+#include <set>
+
 #include "server/api_error.h"
 #include "server/chat_request.h"
 #include "server/http_server.h"
+#include "server/live_timings.h"
 #include "server/request_fields.h"
 
 namespace hablar::server {
@@ -159,8 +163,33 @@ OrderedJson to_chat_body(const OrderedJson& body) {
     out["reasoning_effort"] = (*r)["effort"];
   if (body.contains("chat_template_kwargs"))
     out["chat_template_kwargs"] = body["chat_template_kwargs"];
-  for (const char* k : {"temperature", "top_p", "stream", "model", "user"})
-    if (body.contains(k)) out[k] = body[k];
+  // Every other field as chat completions read it (sampling, seed, stop and llama-server's
+  // extensions: top_k, min_p, n_keep, return_progress, timings_per_token, ...), but those
+  // the Responses API defines for itself.
+  static const std::set<std::string, std::less<>> kResponsesOnly = {"input",
+                                                                    "instructions",
+                                                                    "tools",
+                                                                    "tool_choice",
+                                                                    "text",
+                                                                    "max_output_tokens",
+                                                                    "reasoning",
+                                                                    "previous_response_id",
+                                                                    "top_logprobs",
+                                                                    "stream_options",
+                                                                    "prompt",
+                                                                    "include",
+                                                                    "store",
+                                                                    "metadata",
+                                                                    "truncation",
+                                                                    "background",
+                                                                    "service_tier",
+                                                                    "conversation",
+                                                                    "prompt_cache_key",
+                                                                    "safety_identifier",
+                                                                    "max_tool_calls",
+                                                                    "messages"};
+  for (const auto& [k, v] : body.items())
+    if (!kResponsesOnly.contains(k) && !out.contains(k)) out[k] = v;
   return out;
 }
 
@@ -289,10 +318,20 @@ class ResponseStream {
     return out;
   }
 
-  void add(const chat::ParsedMessage& p, std::string& out) {
+  // `timings`: llama-server's timings_per_token, carried by the text deltas (null: none).
+  void add(const chat::ParsedMessage& p, std::string& out, const json& timings = nullptr) {
+    timings_ = timings;
     if (!p.reasoning.empty()) text_delta("reasoning", p.reasoning, out);
     if (!p.content.empty()) text_delta("message", p.content, out);
     for (const chat::ToolCall& c : p.tool_calls) add_call(c, out);
+  }
+
+  // llama-server's return_progress: a response.in_progress event with the prompt's progress.
+  void progress(const json& report, bool with_timings, std::string& out) {
+    json f = {{"response", response_json(meta_, model_, json::array(), nullptr)},
+              {"prompt_progress", report}};
+    if (with_timings) f["timings"] = LiveTimings::of_progress(report);
+    event(out, "response.in_progress", f);
   }
 
   void finish(const StreamItem& final, std::string& out) {
@@ -312,7 +351,7 @@ class ResponseStream {
     json r = response_json(meta_, model_, done_, &final);
     const std::string status = r["status"];
     event(out, status == "completed" ? "response.completed" : "response.incomplete",
-          {{"response", r}});
+          {{"response", r}, {"timings", timings_json(final)}});
   }
 
  private:
@@ -345,6 +384,7 @@ class ResponseStream {
     f["content_index"] = 0;
     f["delta"] = text;
     if (kind == "message") f["logprobs"] = json::array();
+    if (!timings_.is_null()) f["timings"] = timings_;
     event(out, kind == "message" ? "response.output_text.delta" : "response.reasoning_text.delta",
           f);
   }
@@ -398,6 +438,7 @@ class ResponseStream {
   std::string id_;                            // the open (or last) item's id
   std::string text_;                          // the open item's text so far
   const char* message_status_ = "completed";  // set at the end (a cut message is incomplete)
+  json timings_;                              // the deltas' timings (timings_per_token)
 };
 
 void stream_responses(httplib::Response& res, std::shared_ptr<ServingModel> m, const ChatRequest& r,
@@ -407,17 +448,30 @@ void stream_responses(httplib::Response& res, std::shared_ptr<ServingModel> m, c
     ChatOutputStream output;
     ResponseStream events;
     bool started = false;
+    std::unique_ptr<PromptProgress> progress;  // return_progress
+    std::optional<LiveTimings> live;           // timings_per_token
   };
   auto st =
       std::make_shared<State>(ChatOutputStream(*m, r), ResponseStream(std::move(meta), m->id));
-  StreamPump pump = [st, handle](bool& done) {
+  const auto n_prompt = (int32_t)r.spec.prompt.size();
+  if (r.return_progress) st->progress = std::make_unique<PromptProgress>(handle->id(), n_prompt);
+  if (r.timings_per_token) st->live.emplace(handle->id(), n_prompt);
+  StreamPump pump = [st, m, handle](bool& done) {
     std::string out;
     if (!st->started) {
       out += st->events.start();
       st->started = true;
     }
-    for (StreamItem& it : next_items(*handle)) {
-      st->events.add(st->output.next(it), out);
+    auto report = [&](const std::optional<json>& p) {
+      if (p) st->events.progress(*p, st->live.has_value(), out);
+    };
+    if (st->progress) report(st->progress->poll(*m));
+    auto items = next_items(*handle);
+    if (st->progress && !items.empty())
+      while (auto p = st->progress->finish(*m)) report(p);
+    for (StreamItem& it : items) {
+      if (st->live && it.kind == StreamItem::Kind::kToken) st->live->on_token(*m);
+      st->events.add(st->output.next(it), out, st->live ? st->live->now() : json());
       if (it.kind != StreamItem::Kind::kFinal) continue;
       st->events.finish(it, out);
       done = true;
@@ -439,7 +493,9 @@ void responses(HttpServer& server, const httplib::Request& req, httplib::Respons
   const CollectedOutput out = collect_output(*handle);
   check_final(out.final);
   const chat::ParsedMessage p = final_chat_message(*m, r, out).message;
-  send_json(res, response_json(meta, m->id, output_items(p, out.final), &out.final));
+  json reply = response_json(meta, m->id, output_items(p, out.final), &out.final);
+  reply["timings"] = timings_json(out.final);  // as llama-server adds them
+  send_json(res, reply);
   set_server_timing(res, out.final);
 }
 

@@ -8,7 +8,7 @@ import openai
 import pytest
 import requests
 
-from conftest import ServerProcess, TESTDATA
+from conftest import ServerProcess, TESTDATA, sse_events
 
 # The greedy reply to this ends on its own in 12 tokens (status "completed").
 SHORT = "What is 2+2?"
@@ -134,3 +134,30 @@ def test_function_call_streamed(tools_client):
     assert done and done[0].name == "get_weather"
     calls = [o for o in final.output if o.type == "function_call"]
     assert calls and json.loads(calls[0].arguments) == json.loads(done[0].arguments)
+
+
+def test_llama_server_extensions(server):
+    """llama-server's fields reach the Responses route as they reach chat completions:
+    sampling extensions (top_k, seed), return_progress (response.in_progress events with the
+    prompt's progress) and timings_per_token (timings on every text delta), and the final
+    event and the plain reply carry the generation's timings."""
+    body = {"model": "any", "input": "Once upon a time " * 6, "max_output_tokens": 6,
+            "temperature": 0.7, "top_k": 5, "seed": 42}
+    plain = requests.post(server.url + "/v1/responses", json=body, timeout=300).json()
+    again = requests.post(server.url + "/v1/responses", json=body, timeout=300).json()
+    assert plain["output"][0]["content"][0]["text"] == again["output"][0]["content"][0]["text"]
+    assert plain["timings"]["predicted_n"] == 6
+    bad = requests.post(server.url + "/v1/responses", json={**body, "top_k": "many"}, timeout=60)
+    assert bad.status_code == 400 and "top_k" in bad.text
+    r = requests.post(server.url + "/v1/responses", stream=True, timeout=300, json={
+        **body, "stream": True, "return_progress": True, "timings_per_token": True})
+    events = [json.loads(e) for e in sse_events(r)]
+    progress = [e for e in events if "prompt_progress" in e]
+    assert progress and all(e["type"] == "response.in_progress" for e in progress)
+    assert progress[-1]["prompt_progress"]["processed"] == progress[-1]["prompt_progress"]["total"]
+    assert all("prompt_per_second" in e["timings"] for e in progress)
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas and all("predicted_per_second" in e["timings"] for e in deltas)
+    final = events[-1]
+    assert final["type"] in ("response.completed", "response.incomplete")
+    assert final["timings"]["predicted_n"] == 6
