@@ -108,25 +108,29 @@ class ChatSession {
     if (!text.empty()) messages_.push_back({{"role", "system"}, {"content", text}});
   }
 
-  // Answers `user`, streaming the reply to stdout; Ctrl-C stops it.
+  // Answers `user`, streaming the reply to stdout; Ctrl-C stops it. When the conversation
+  // leaves too little room for a reply, its oldest turns go (the system message stays).
   void reply(const std::string& user) {
     messages_.push_back({{"role", "user"}, {"content", user}});
-    const auto& tok = model_->tokenizer();
-    chat::ChatInput input;
-    if (tok.bos_id() >= 0) input.bos_token = tok.token_piece(tok.bos_id());
-    if (tok.eos_id() >= 0) input.eos_token = tok.token_piece(tok.eos_id());
-    // A template that does not render a system message gets it in front of the first turn.
-    if (!takes_system_) takes_system_ = chat::template_renders_system_role(*tmpl_, input);
-    input.messages = *takes_system_ ? messages_ : chat::fold_system_into_next_message(messages_);
-    const auto prompt = encode_rendered_prompt(tok, chat::apply_chat_template(*tmpl_, input));
+    const int reserve = std::min(n_ctx_ / 4, o_.n_predict > 0 ? o_.n_predict : n_ctx_ / 4);
+    std::vector<int32_t> prompt = render_prompt();
+    int dropped = 0;
+    while ((int)prompt.size() + reserve > n_ctx_ && drop_oldest_turn()) {
+      prompt = render_prompt();
+      dropped += 1;
+    }
+    if (dropped > 0)
+      std::fprintf(stderr, "(the oldest turns left the conversation to fit the context (-c %d))\n",
+                   n_ctx_);
     if ((int)prompt.size() >= n_ctx_) {
       messages_.erase(messages_.size() - 1);
       std::fprintf(stderr,
-                   "(the conversation no longer fits the context (-c %d); /clear starts "
-                   "a new one)\n",
+                   "(the message does not fit the context (-c %d) even with the older turns "
+                   "gone; a shorter one, a shorter /system or a larger -c)\n",
                    n_ctx_);
       return;
     }
+    const auto& tok = model_->tokenizer();
     engine::GenerateRequest req;
     req.prompt = prompt;
     const int room = n_ctx_ - (int)prompt.size();
@@ -141,6 +145,29 @@ class ChatSession {
   }
 
  private:
+  std::vector<int32_t> render_prompt() {
+    const auto& tok = model_->tokenizer();
+    chat::ChatInput input;
+    if (tok.bos_id() >= 0) input.bos_token = tok.token_piece(tok.bos_id());
+    if (tok.eos_id() >= 0) input.eos_token = tok.token_piece(tok.eos_id());
+    // A template that does not render a system message gets it in front of the first turn.
+    if (!takes_system_) takes_system_ = chat::template_renders_system_role(*tmpl_, input);
+    input.messages = *takes_system_ ? messages_ : chat::fold_system_into_next_message(messages_);
+    return encode_rendered_prompt(tok, chat::apply_chat_template(*tmpl_, input));
+  }
+
+  // Drops the oldest message after the system one, then any that would leave the
+  // conversation opening with something other than a user message; never the last (the
+  // message being answered). False when nothing can go.
+  bool drop_oldest_turn() {
+    const size_t first = !messages_.empty() && messages_[0]["role"] == "system" ? 1 : 0;
+    if (messages_.size() < first + 2) return false;
+    messages_.erase(first);
+    while (messages_.size() > first + 1 && messages_[first]["role"] != "user")
+      messages_.erase(first);
+    return true;
+  }
+
   std::string stream(engine::RequestHandle& handle) {
     std::string text;
     std::vector<engine::StreamItem> items;

@@ -90,3 +90,28 @@ def test_run_cnv_is_the_chat_with_p_as_system():
     via_run = reply(["run", "-cnv", "-p", system])
     assert via_run == reply(["chat", "--system", system])
     assert via_run != reply(["chat"])  # the system message made a difference
+
+
+def test_a_long_conversation_drops_its_oldest_turns():
+    """A conversation that outgrows -c loses its oldest turns (the system message stays) and
+    the chat goes on; a message that cannot fit even alone is refused and the chat goes on."""
+    assert BIN.exists(), f"hablar binary not built: {BIN}"
+    c = pexpect.spawn(str(BIN), ["chat", "--temp", "0", "-c", "256", "-n", "24", "-t", "1",
+                                 "--system", "You answer in one short sentence."],
+                      encoding="utf-8", timeout=120)
+    c.expect(PROMPT)
+    filler = "Here is a fact about rivers and mountains and valleys and seas. " * 3
+    for i in range(4):
+        c.sendline(f"{filler} Question {i}: what is {i}+{i}?")
+        c.expect(PROMPT)
+    assert "oldest turns left the conversation" in c.before, c.before
+    answer = ask(c, "What is 3+3?")
+    assert answer
+    c.sendline("word " * 400)
+    c.expect("does not fit the context")
+    c.expect(PROMPT)
+    assert ask(c, "Hello")
+    c.sendline("/exit")
+    c.expect(pexpect.EOF)
+    c.close()
+    assert c.exitstatus == 0
