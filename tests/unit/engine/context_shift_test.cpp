@@ -11,9 +11,8 @@
 
 #include "engine/engine.h"
 #include "engine/executor_factory.h"
-#include "formats/synthetic_model.h"
 #include "model/model.h"
-#include "support/test_support.h"
+#include "tiny_models.h"
 
 namespace hablar::engine {
 namespace {
@@ -33,23 +32,10 @@ class RecordingSampler : public NextTokenSampler {
   std::vector<std::vector<int32_t>>* seen_;
 };
 
-class ContextShiftTest : public ::testing::TestWithParam<DeviceKind> {
+class ContextShiftTest : public test_models::OnEachExecutor {
  protected:
-  void SetUp() override {
-    std::string reason;
-    if (GetParam() == DeviceKind::kCuda && !cuda_available(&reason))
-      GTEST_SKIP() << "no CUDA device: " << reason;
-  }
   static void SetUpTestSuite() {
-    synth::SyntheticModelOptions o;
-    o.arch = synth::Arch::kLlama;
-    o.shape = *synth::shape_from_name("tiny");
-    o.type = "f16";
-    o.vocab_path = test::testdata_dir() + "/vocab/ggml-vocab-llama-spm.gguf";
-    o.seed = 23;
-    const std::string path = test::make_temp_dir("context-shift") + "/tiny.gguf";
-    synth::write_synthetic_model(o, path);
-    model_ = model::Model::load(path).release();
+    model_ = model::Model::load(test_models::write_tiny_llama("context-shift", 23)).release();
   }
   static void TearDownTestSuite() { delete model_; }
 
@@ -169,10 +155,7 @@ TEST_P(ContextShiftTest, WithoutItAFullContextEndsTheRequest) {
 
 INSTANTIATE_TEST_SUITE_P(Executors, ContextShiftTest,
                          ::testing::Values(DeviceKind::kCpu, DeviceKind::kCuda),
-                         [](const auto& info) {
-                           return info.param == DeviceKind::kCpu ? std::string("Cpu")
-                                                                 : std::string("Cuda");
-                         });
+                         test_models::executor_name);
 
 }  // namespace
 }  // namespace hablar::engine

@@ -17,6 +17,7 @@
 #include "formats/synthetic_model.h"
 #include "model/model.h"
 #include "support/test_support.h"
+#include "tiny_models.h"
 
 namespace hablar::engine {
 namespace {
@@ -36,22 +37,10 @@ std::unique_ptr<StepExecutor> make_test_executor(const model::Model& m, DeviceKi
   return make_executor(m, o);
 }
 
-class ModelRunnerTest : public ::testing::TestWithParam<DeviceKind> {
+class ModelRunnerTest : public test_models::OnEachExecutor {
  protected:
-  void SetUp() override {
-    std::string reason;
-    if (GetParam() == DeviceKind::kCuda && !cuda_available(&reason))
-      GTEST_SKIP() << "no CUDA device: " << reason;
-  }
   static void SetUpTestSuite() {
-    synth::SyntheticModelOptions o;
-    o.arch = synth::Arch::kLlama;
-    o.shape = *synth::shape_from_name("tiny");
-    o.type = "f16";
-    o.vocab_path = test::testdata_dir() + "/vocab/ggml-vocab-llama-spm.gguf";
-    o.seed = 7;
-    path_ = new std::string(test::make_temp_dir("engine-runner") + "/tiny.gguf");
-    synth::write_synthetic_model(o, *path_);
+    path_ = new std::string(test_models::write_tiny_llama("engine-runner", 7));
     model_ = model::Model::load(*path_).release();
   }
   static void TearDownTestSuite() {
@@ -303,9 +292,7 @@ TEST_P(ModelRunnerTest, ThreeSequencesOfUnequalLengthsAndOneFinishingEarly) {
 
 INSTANTIATE_TEST_SUITE_P(Executors, ModelRunnerTest,
                          ::testing::Values(DeviceKind::kCpu, DeviceKind::kCuda),
-                         [](const auto& info) {
-                           return std::string(info.param == DeviceKind::kCpu ? "Cpu" : "Cuda");
-                         });
+                         test_models::executor_name);
 
 #if defined(HABLAR_HAVE_CUDA)
 // The CUDA backend refuses, at load and by name, mixtures of experts its routing kernels

@@ -12,6 +12,7 @@
 #include "formats/synthetic_model.h"
 #include "model/model.h"
 #include "support/test_support.h"
+#include "tiny_models.h"
 
 namespace hablar::engine {
 namespace {
@@ -23,15 +24,7 @@ constexpr int32_t kWindow = 12;
 class SlidingWindowEngine : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    synth::SyntheticModelOptions o;
-    o.arch = synth::Arch::kLlama;
-    o.shape = *synth::shape_from_name("tiny");
-    o.type = "q8_0";
-    o.vocab_path = test::testdata_dir() + "/vocab/ggml-vocab-llama-spm.gguf";
-    o.seed = 3;
-    o.sliding_window = kWindow;
-    path_ = new std::string(test::make_temp_dir("sliding-window") + "/mistral-tiny.gguf");
-    synth::write_synthetic_model(o, *path_);
+    path_ = new std::string(test_models::write_tiny_llama("sliding-window", 3, "q8_0", kWindow));
     model_ = model::Model::load(*path_).release();
   }
   static void TearDownTestSuite() {
