@@ -35,12 +35,14 @@ namespace {
 
 struct RunOptions {
   std::string model;
-  LoadFlags load;           // --quantize
-  std::string prompt;       // "-": read from standard input
-  std::string prompt_file;  // -f
-  int n_predict = 128;      // -1: until the context is full
-  int64_t seed = -1;        // -1: random, printed
-  int n_ctx = 0;            // 0: 4096, or the model's context when smaller
+  LoadFlags load;              // --quantize
+  std::string prompt;          // "-": read from standard input
+  std::string prompt_file;     // -f
+  int n_predict = 128;         // -1: until the context is full (or, shifting it, an end token)
+  bool context_shift = false;  // --context-shift: a full context drops old tokens, goes on
+  int n_keep = 0;              // --keep: prompt tokens a shift keeps (BOS not counted; -1 all)
+  int64_t seed = -1;           // -1: random, printed
+  int n_ctx = 0;               // 0: 4096, or the model's context when smaller
   int n_threads = 0;
   int n_batch = 512;
   bool json = false;
@@ -153,7 +155,11 @@ int run_generate(RunOptions o) {
 
   engine::GenerateRequest req;
   req.prompt = prompt;
-  req.max_tokens = o.n_predict > 0 ? o.n_predict : n_ctx - (int)prompt.size();
+  req.max_tokens = o.n_predict > 0   ? o.n_predict
+                   : o.context_shift ? INT32_MAX
+                                     : n_ctx - (int)prompt.size();
+  if (o.context_shift)
+    req.context_shift = engine::context_shift_keeping(o.n_keep, prompt, tok.bos_id(), 0);
   engine::SamplingParams sampling = o.sampling;
   if (sampling.dry.on() && !sampling.dry.breakers)
     sampling.dry.breakers = server::resolve_dry_breakers(tok, server::default_dry_breakers());
@@ -233,7 +239,15 @@ CommandRegistration reg{
       app.add_option("-p,--prompt", o->prompt, "prompt text (-: read standard input)");
       app.add_option("-f,--file", o->prompt_file, "read the prompt from a file");
       app.add_option("-n,--n-predict", o->n_predict,
-                     "tokens to generate (-1: until the context is full)")
+                     "tokens to generate (-1: until the context is full; with --context-shift, "
+                     "until an end-of-generation token)")
+          ->capture_default_str();
+      app.add_flag("--context-shift,!--no-context-shift", o->context_shift,
+                   "a full context keeps the first --keep prompt tokens, drops the older half "
+                   "of the rest and goes on (llama-cli's flag)");
+      app.add_option("--keep", o->n_keep,
+                     "prompt tokens a context shift keeps, BOS not counted (-1: all)")
+          ->check(CLI::Range(-1, INT32_MAX))
           ->capture_default_str();
       app.add_option("-c,--ctx-size", o->n_ctx,
                      "context size in tokens (0: 4096, or the model's context when smaller; more "

@@ -468,6 +468,14 @@ bool Engine::emit_token(Active& a, int32_t token, StreamItem item) {
   return false;
 }
 
+ContextShift context_shift_keeping(int64_t n_keep, std::span<const int32_t> prompt, int32_t bos_id,
+                                   int32_t n_discard) {
+  const auto n_prompt = (int64_t)prompt.size();
+  const bool bos = bos_id >= 0 && !prompt.empty() && prompt[0] == bos_id;
+  const int64_t keep = n_keep < 0 ? n_prompt : std::min(n_keep + (bos ? 1 : 0), n_prompt);
+  return {(int32_t)keep, n_discard};
+}
+
 int32_t Engine::context_capacity() const {
   // Under a sliding window the blocks behind it are given back: the pool bounds no sequence.
   const int32_t pool = executor_.n_kv_blocks() * executor_.kv_block_size();

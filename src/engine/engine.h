@@ -76,6 +76,10 @@ struct ContextShift {
   int32_t n_keep = 0;     // leading tokens always kept (clamped to leave room to discard)
   int32_t n_discard = 0;  // tokens dropped after them per shift; 0: half of the rest
 };
+// The shift for llama.cpp's n_keep / --keep, which counts prompt tokens without the BOS the
+// prompt starts with (bos_id; -1 when none); -1 keeps the whole prompt.
+ContextShift context_shift_keeping(int64_t n_keep, std::span<const int32_t> prompt, int32_t bos_id,
+                                   int32_t n_discard);
 
 struct GenerateRequest {
   std::vector<int32_t> prompt;

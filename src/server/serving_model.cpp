@@ -252,12 +252,8 @@ std::vector<int32_t> fim_prompt(const ServingModel& m, const std::string& prefix
 // The engine's context shift for a request: the kept prompt tokens (llama-server's n_keep,
 // which leaves BOS out of the count) and the discard count.
 engine::ContextShift context_shift_of(const ServingModel& m, const GenerationSpec& spec) {
-  const int32_t asked = spec.n_keep.value_or(m.defaults.n_keep);
-  const bool bos =
-      !spec.prompt.empty() && m.tok().bos_id() >= 0 && spec.prompt[0] == m.tok().bos_id();
-  const int64_t n_prompt = (int64_t)spec.prompt.size();
-  const int64_t keep = asked < 0 ? n_prompt : std::min<int64_t>((int64_t)asked + bos, n_prompt);
-  return {(int32_t)keep, spec.n_discard};
+  return engine::context_shift_keeping(spec.n_keep.value_or(m.defaults.n_keep), spec.prompt,
+                                       m.tok().bos_id(), spec.n_discard);
 }
 
 int32_t bounded_max_tokens(const ServingModel& m, std::optional<int64_t> requested,
