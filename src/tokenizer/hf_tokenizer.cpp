@@ -2,6 +2,7 @@
 // hf_pipeline.h for encoding; the decoder chain folded into each token's decoded bytes;
 // added tokens split out by Impl::partition as GGUF control / user-defined tokens are.
 #include <algorithm>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "formats/hf_json.h"
@@ -35,7 +36,7 @@ using formats::json_string_or;
 using nlohmann::json;
 
 struct AddedToken {
-  int32_t id;
+  int32_t id;  // as `tokenizers` assigns it (assign_added_ids), not as the file writes it
   std::string content;
   bool special, lstrip, rstrip;
 };
@@ -45,32 +46,137 @@ std::vector<AddedToken> read_added(const json& j, const std::string& at) {
   const json* list = formats::json_array_or_null(j, "added_tokens", at);
   if (!list) return out;
   for (const json& e : *list) {
-    const int64_t id = formats::json_int_or(e, "id", -1, at + " added_tokens");
     const std::string content = json_string_or(e, "content", "", at + " added_tokens");
-    if (id < 0 || id >= (1 << 22) || content.empty())
-      throw_error(ErrorKind::kFormat, at + ": an added token needs an id in [0, 2^22) and content");
-    out.push_back({(int32_t)id, content, json_bool_or(e, "special", false, at),
+    if (content.empty()) throw_error(ErrorKind::kFormat, at + ": an added token needs content");
+    out.push_back({-1, content, json_bool_or(e, "special", false, at),
                    json_bool_or(e, "lstrip", false, at), json_bool_or(e, "rstrip", false, at)});
   }
   return out;
 }
 
-// The decoder chain, folded per token: what each transforms in one token's text, and
-// whether the decoded text drops its first space (Metaspace, WordPiece, Strip after Fuse).
+// `tokenizers` gives added tokens their ids when it loads the file, whatever "id" says: a text
+// already added or in the model's vocabulary keeps that id; any other text takes the next id
+// past the vocabulary (its count of entries) and the largest added id so far. Models are
+// trained with these ids, so the file's "id" fields (usually the same) are not read.
+void assign_added_ids(const hf::Model& model, std::vector<AddedToken>& added) {
+  const std::vector<std::string>& by_id = model.id_to_token();
+  std::unordered_map<std::string_view, int32_t> in_vocab, in_added;
+  int64_t vocab_size = 0, max_added = -1;
+  for (size_t i = 0; i < by_id.size(); ++i) {
+    if (by_id[i].empty()) continue;
+    in_vocab[by_id[i]] = (int32_t)i;
+    ++vocab_size;
+  }
+  for (AddedToken& a : added) {
+    if (auto it = in_added.find(a.content); it != in_added.end())
+      a.id = it->second;
+    else if (auto hit = in_vocab.find(a.content); hit != in_vocab.end())
+      a.id = hit->second;
+    else
+      a.id =
+          (int32_t)(max_added >= vocab_size || (max_added >= 0 && vocab_size == 0) ? max_added + 1
+                                                                                   : vocab_size);
+    in_added[a.content] = a.id;
+    max_added = std::max<int64_t>(max_added, a.id);
+  }
+}
+
+// The decoder chain, folded per token: each step read from tokenizer.json once (a vocabulary
+// of 10^5..10^6 tokens goes through it), and whether the decoded text drops its first space
+// (Metaspace, WordPiece, Strip after Fuse, or no decoder at all).
+enum class DecodeKind {
+  kByteLevel,
+  kReplace,
+  kByteFallback,
+  kStrip,
+  kMetaspace,
+  kWordPiece,
+  kSuffix
+};
+
+struct DecodeStep {
+  DecodeKind kind;
+  std::string from, to;         // Replace / Metaspace / BPEDecoder: from -> to; WordPiece: prefix
+  int64_t start = 0, stop = 0;  // Strip: occurrences of `from` taken off each end
+  bool cleanup = false;         // WordPiece
+};
+
 struct DecoderFold {
-  std::vector<json> steps;  // flattened Sequence
+  std::vector<DecodeStep> steps;
+  bool no_decoder = true;  // `tokenizers` then joins the tokens with spaces
   bool strip_first_space = false;
 };
 
-void flatten(const json& d, DecoderFold& f, const std::string& at) {
+void read_decode_step(const json& d, const std::string& type, DecoderFold& f, bool& fused,
+                      const std::string& at) {
+  DecodeStep s{DecodeKind::kByteLevel, {}, {}};
+  if (type == "ByteLevel") {
+  } else if (type == "Replace") {
+    const json& p = d.value("pattern", json::object());
+    if (!p.is_object() || !p.contains("String") || !p["String"].is_string())
+      throw_error(ErrorKind::kUnsupported,
+                  at + ": a Replace decoder with a regex pattern is not supported");
+    s = {DecodeKind::kReplace, p["String"].get<std::string>(),
+         json_string_or(d, "content", "", at)};
+  } else if (type == "ByteFallback") {
+    s.kind = DecodeKind::kByteFallback;
+  } else if (type == "Fuse") {
+    fused = true;
+    return;
+  } else if (type == "Strip") {
+    s = {DecodeKind::kStrip, json_string_or(d, "content", " ", at), {}};
+    s.start = formats::json_int_or(d, "start", 0, at);
+    s.stop = formats::json_int_or(d, "stop", 0, at);
+    if (fused) {  // on the whole text: only one leading space is supported
+      if (s.from == " " && s.start == 1 && s.stop == 0)
+        f.strip_first_space = true;
+      else if (s.start != 0 || s.stop != 0)
+        throw_error(ErrorKind::kUnsupported,
+                    at + ": Strip decoder after Fuse other than one leading space");
+      return;
+    }
+  } else if (type == "Metaspace") {
+    s = {DecodeKind::kMetaspace, json_string_or(d, "replacement", std::string(hf::kMetaspace), at),
+         " "};
+    const std::string scheme = json_string_or(d, "prepend_scheme", "always", at);
+    if (scheme != "never" && json_bool_or(d, "add_prefix_space", true, at))
+      f.strip_first_space = true;
+  } else if (type == "WordPiece") {
+    s = {DecodeKind::kWordPiece, json_string_or(d, "prefix", "##", at), {}};
+    s.cleanup = json_bool_or(d, "cleanup", true, at);
+    f.strip_first_space = true;
+  } else if (type == "BPEDecoder") {
+    s = {DecodeKind::kSuffix, json_string_or(d, "suffix", "</w>", at), " "};
+  } else {
+    throw_error(ErrorKind::kUnsupported,
+                at + ": unsupported decoder '" + type +
+                    "' (supported: ByteLevel, Replace, ByteFallback, Fuse, Strip, "
+                    "Metaspace, WordPiece, BPEDecoder, Sequence)");
+  }
+  f.steps.push_back(std::move(s));
+}
+
+// A decoder, a Sequence flattened into its steps; Fuse and the Strip after it are folded into
+// strip_first_space (per-token pieces are already fused).
+void read_decoder(const json& d, DecoderFold& f, bool& fused, const std::string& at) {
   if (d.is_null()) return;
   if (!d.is_object()) throw_error(ErrorKind::kFormat, at + ": decoder must be an object");
-  if (json_string_or(d, "type", "", at) == "Sequence") {
+  f.no_decoder = false;
+  const std::string type = json_string_or(d, "type", "", at);
+  if (type == "Sequence") {
     if (const json* list = formats::json_array_or_null(d, "decoders", at))
-      for (const json& e : *list) flatten(e, f, at);
+      for (const json& e : *list) read_decoder(e, f, fused, at);
     return;
   }
-  f.steps.push_back(d);
+  read_decode_step(d, type, f, fused, at);
+}
+
+DecoderFold read_decoder_fold(const json& d, const std::string& at) {
+  DecoderFold f;
+  bool fused = false;
+  read_decoder(d, f, fused, at);
+  if (f.no_decoder) f.strip_first_space = true;
+  return f;
 }
 
 std::string replace_all(const std::string& s, const std::string& from, const std::string& to) {
@@ -82,79 +188,57 @@ std::string replace_all(const std::string& s, const std::string& from, const std
   return out.append(s, pos, std::string::npos);
 }
 
-// One token's text through the chain (Fuse joins tokens, which per-token pieces already are).
-std::string decode_token(std::string t, DecoderFold& f, const std::string& at) {
-  if (f.steps.empty()) {  // no decoder: `tokenizers` joins the tokens with spaces
-    f.strip_first_space = true;
-    return " " + t;
-  }
-  bool fused = false;
-  for (const json& d : f.steps) {
-    const std::string type = json_string_or(d, "type", "", at);
-    if (type == "ByteLevel") {
-      std::string raw;
-      for (size_t pos = 0; pos < t.size();) {
-        const size_t start = pos;
-        const int b = byte_from_cp(unicode::decode_one(t, pos));
-        b >= 0 ? raw.push_back((char)b) : (void)raw.append(t, start, pos - start);
+std::string word_piece_cleanup(std::string t) {
+  for (const auto& [from, to] : {std::pair{" .", "."},
+                                 {" ?", "?"},
+                                 {" !", "!"},
+                                 {" ,", ","},
+                                 {" ' ", "'"},
+                                 {" n't", "n't"},
+                                 {" 'm", "'m"},
+                                 {" do not", " don't"},
+                                 {" 's", "'s"},
+                                 {" 've", "'ve"},
+                                 {" 're", "'re"}})
+    t = replace_all(t, from, to);
+  return t;
+}
+
+// One token's text through the chain.
+std::string decode_token(std::string t, const DecoderFold& f) {
+  if (f.no_decoder) return " " + t;
+  for (const DecodeStep& s : f.steps) {
+    switch (s.kind) {
+      case DecodeKind::kByteLevel: {
+        std::string raw;
+        for (size_t pos = 0; pos < t.size();) {
+          const size_t start = pos;
+          const int b = byte_from_cp(unicode::decode_one(t, pos));
+          b >= 0 ? raw.push_back((char)b) : (void)raw.append(t, start, pos - start);
+        }
+        t = std::move(raw);
+        break;
       }
-      t = std::move(raw);
-    } else if (type == "Replace") {
-      const json& p = d.value("pattern", json::object());
-      if (!p.contains("String") || !p["String"].is_string())
-        throw_error(ErrorKind::kUnsupported,
-                    at + ": a Replace decoder with a regex pattern is not supported");
-      t = replace_all(t, p["String"].get<std::string>(), json_string_or(d, "content", "", at));
-    } else if (type == "ByteFallback") {
-      if (t.size() == 6 && t.starts_with("<0x") && t[5] == '>' &&
-          std::isxdigit((unsigned char)t[3]) && std::isxdigit((unsigned char)t[4]))
-        t = std::string(1, (char)std::stoi(t.substr(3, 2), nullptr, 16));
-    } else if (type == "Fuse") {
-      fused = true;
-    } else if (type == "Strip") {
-      const std::string c = json_string_or(d, "content", " ", at);
-      const int64_t start = formats::json_int_or(d, "start", 0, at),
-                    stop = formats::json_int_or(d, "stop", 0, at);
-      if (fused) {  // on the whole text: only one leading space is supported
-        if (c == " " && start == 1 && stop == 0)
-          f.strip_first_space = true;
-        else if (start != 0 || stop != 0)
-          throw_error(ErrorKind::kUnsupported,
-                      at + ": Strip decoder after Fuse other than one leading space");
-        continue;
-      }
-      for (int64_t i = 0; i < start && !c.empty() && t.starts_with(c); ++i) t.erase(0, c.size());
-      for (int64_t i = 0; i < stop && !c.empty() && t.ends_with(c); ++i)
-        t.erase(t.size() - c.size());
-    } else if (type == "Metaspace") {
-      t = replace_all(t, json_string_or(d, "replacement", std::string(hf::kMetaspace), at), " ");
-      const std::string scheme = json_string_or(d, "prepend_scheme", "always", at);
-      if (scheme != "never" && json_bool_or(d, "add_prefix_space", true, at))
-        f.strip_first_space = true;
-    } else if (type == "WordPiece") {
-      const std::string prefix = json_string_or(d, "prefix", "##", at);
-      t = t.starts_with(prefix) ? t.substr(prefix.size()) : " " + t;
-      f.strip_first_space = true;
-      if (json_bool_or(d, "cleanup", true, at))  // per token, as `tokenizers` cleans up
-        for (const auto& [from, to] : {std::pair{" .", "."},
-                                       {" ?", "?"},
-                                       {" !", "!"},
-                                       {" ,", ","},
-                                       {" ' ", "'"},
-                                       {" n't", "n't"},
-                                       {" 'm", "'m"},
-                                       {" do not", " don't"},
-                                       {" 's", "'s"},
-                                       {" 've", "'ve"},
-                                       {" 're", "'re"}})
-          t = replace_all(t, from, to);
-    } else if (type == "BPEDecoder") {
-      t = replace_all(t, json_string_or(d, "suffix", "</w>", at), " ");
-    } else {
-      throw_error(ErrorKind::kUnsupported,
-                  at + ": unsupported decoder '" + type +
-                      "' (supported: ByteLevel, Replace, ByteFallback, Fuse, Strip, "
-                      "Metaspace, WordPiece, BPEDecoder, Sequence)");
+      case DecodeKind::kByteFallback:
+        if (t.size() == 6 && t.starts_with("<0x") && t[5] == '>' &&
+            std::isxdigit((unsigned char)t[3]) && std::isxdigit((unsigned char)t[4]))
+          t = std::string(1, (char)std::stoi(t.substr(3, 2), nullptr, 16));
+        break;
+      case DecodeKind::kStrip:
+        for (int64_t i = 0; i < s.start && !s.from.empty() && t.starts_with(s.from); ++i)
+          t.erase(0, s.from.size());
+        for (int64_t i = 0; i < s.stop && !s.from.empty() && t.ends_with(s.from); ++i)
+          t.erase(t.size() - s.from.size());
+        break;
+      case DecodeKind::kWordPiece:
+        t = t.starts_with(s.from) ? t.substr(s.from.size()) : " " + t;
+        if (s.cleanup) t = word_piece_cleanup(std::move(t));  // per token, as `tokenizers` does
+        break;
+      case DecodeKind::kReplace:
+      case DecodeKind::kMetaspace:
+      case DecodeKind::kSuffix:
+        t = replace_all(t, s.from, s.to);
+        break;
     }
   }
   return t;
@@ -209,7 +293,8 @@ void read_post_processor(const json& p, hf::Pipeline& pipe, const std::string& a
   }
 }
 
-// The vocabulary by id: the model's tokens, then added tokens over them (gaps stay empty).
+// The vocabulary by id: the model's tokens, then added tokens over them (gaps in the model's
+// ids stay empty).
 void fill_vocab(Tokenizer::Impl& v, const hf::Model& model, const std::vector<AddedToken>& added) {
   size_t n = model.id_to_token().size();
   for (const AddedToken& a : added) n = std::max(n, (size_t)a.id + 1);
@@ -234,7 +319,9 @@ void fill_vocab(Tokenizer::Impl& v, const hf::Model& model, const std::vector<Ad
     v.lstrip[(size_t)a.id] = a.lstrip;
     v.rstrip[(size_t)a.id] = a.rstrip;
   }
-  v.text_to_id.reserve(n * 2);
+  // A model's vocabulary may leave gaps in its ids: the map is sized by texts.
+  v.text_to_id.reserve((size_t)std::count_if(v.texts.begin(), v.texts.end(),
+                                             [](const std::string& t) { return !t.empty(); }));
   for (size_t i = 0; i < n; ++i) {
     if (v.texts[i].empty()) continue;
     v.text_to_id[v.texts[i]] = (int32_t)i;
@@ -317,7 +404,8 @@ std::unique_ptr<Tokenizer::Impl> load_hf_vocab(const gguf::GgufFile& f) {
                  [](unsigned char c) { return (char)std::tolower(c); });
   v->model_name = "hf-" + type;
   v->pre_name = "tokenizer.json";
-  const std::vector<AddedToken> added = read_added(j, at);
+  std::vector<AddedToken> added = read_added(j, at);
+  assign_added_ids(pipe->model(), added);
   fill_vocab(*v, pipe->model(), added);
   read_special_ids(f, *v, pipe->model());
   for (int32_t id : pipe->prefix)
@@ -328,15 +416,15 @@ std::unique_ptr<Tokenizer::Impl> load_hf_vocab(const gguf::GgufFile& f) {
       throw_error(ErrorKind::kFormat, at + ": post_processor id outside the vocabulary");
   apply_add_flags(f, *v, *pipe);
   build_specials(*v, added);
-  DecoderFold fold;
-  flatten(j.value("decoder", json()), fold, at);
+  const DecoderFold fold = read_decoder_fold(j.value("decoder", json()), at);
   v->pieces.assign((size_t)v->n_vocab(), std::string());
   for (int32_t id = 0; id < v->n_vocab(); ++id) {
     const TokenType t = v->types[(size_t)id];
+    if (v->texts[(size_t)id].empty()) continue;  // a gap in the ids decodes to nothing
     v->pieces[(size_t)id] =
         (t == TokenType::kControl || t == TokenType::kUserDefined || t == TokenType::kUnknown)
             ? v->texts[(size_t)id]
-            : decode_token(v->texts[(size_t)id], fold, at);
+            : decode_token(v->texts[(size_t)id], fold);
   }
   v->add_space_prefix = fold.strip_first_space;
   v->hf = std::move(pipe);

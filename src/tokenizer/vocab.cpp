@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <string_view>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer_impl.h"
@@ -133,23 +134,39 @@ void load_special_ids(const gguf::GgufFile& f, Tokenizer::Impl& v) {
   finish_special_ids(v);
 }
 
+// The ids whose texts are in any list above, in id order: one hash lookup per token, so that
+// the per-role searches below cost nothing on a large (or sparse, gap-filled) vocabulary.
+std::vector<int32_t> listed_ids(const Tokenizer::Impl& v) {
+  static const std::unordered_set<std::string_view> kListed = [] {
+    std::unordered_set<std::string_view> set(std::begin(kEogTexts), std::end(kEogTexts));
+    set.insert(std::begin(kEotTexts), std::end(kEotTexts));
+    for (const auto& role : fim_texts()) set.insert(role.begin(), role.end());
+    return set;
+  }();
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < v.n_vocab(); ++id)
+    if (!v.texts[id].empty() && kListed.contains(v.texts[id])) ids.push_back(id);
+  return ids;
+}
+
 }  // namespace
 
-// End-of-turn, fill-in-the-middle and end-of-generation tokens found by their texts.
+// End-of-turn, fill-in-the-middle and end-of-generation tokens found by their texts (the
+// lowest id of each role).
 void finish_special_ids(Tokenizer::Impl& v) {
-  const int32_t n = v.n_vocab();
+  const std::vector<int32_t> listed = listed_ids(v);
   auto force_control = [&](int32_t id) {
     if (v.types[id] != TokenType::kControl) v.types[id] = TokenType::kControl;
   };
   if (v.eot < 0) {
-    for (int32_t id = 0; id < n && v.eot < 0; ++id)
-      if (in_list(kEotTexts, v.texts[id])) v.eot = id;
+    for (size_t i = 0; i < listed.size() && v.eot < 0; ++i)
+      if (in_list(kEotTexts, v.texts[listed[i]])) v.eot = listed[i];
   }
   if (v.eot >= 0) force_control(v.eot);
   // Fill-in-the-middle roles; pad, repo, separator and end-of-message also end generation.
   const auto& roles = fim_texts();
   for (size_t r = 0; r < roles.size(); ++r) {
-    for (int32_t id = 0; id < n; ++id) {
+    for (int32_t id : listed) {
       if (std::find(roles[r].begin(), roles[r].end(), v.texts[id]) != roles[r].end()) {
         force_control(id);
         if (r < 6 && v.fim[r] < 0) v.fim[r] = id;
@@ -158,7 +175,7 @@ void finish_special_ids(Tokenizer::Impl& v) {
       }
     }
   }
-  for (int32_t id = 0; id < n; ++id) {
+  for (int32_t id : listed) {
     if (in_list(kEogTexts, v.texts[id])) {
       v.eog[id] = 1;
       force_control(id);

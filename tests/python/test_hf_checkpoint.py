@@ -122,6 +122,21 @@ def trained_tokenizer_dirs(tmp):
         pre_tokenizers.Digits(individual_digits=False)])
     bpe.train_from_iterator(text, trainers.BpeTrainer(vocab_size=3000, special_tokens=specials))
     save("bpe-split-punctuation", bpe)
+
+    # The same BPE with added tokens whose "id" fields lie far past the vocabulary (`tokenizers`
+    # gives them the next ids instead) and a decoder chain (Replace, Fuse, Strip after Fuse),
+    # edited into the JSON.
+    spec = json.loads((made[-1][0] / "tokenizer.json").read_text(encoding="utf-8"))
+    common = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False}
+    spec["added_tokens"] += [{"id": 60000, "content": "<far_special>", "special": True, **common},
+                             {"id": 65000, "content": "far-word", "special": False, **common}]
+    spec["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+        {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    d = tmp / "bpe-added-ids-reassigned"
+    d.mkdir()
+    (d / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    made.append((d, None))
     return made
 
 
@@ -142,7 +157,7 @@ def test_tokenizer_ids_identical_to_hf_tokenizers(tokenizer_dirs):
     chunks = corpus_chunks()
     report = []
     for d, inp in tokenizer_dirs:
-        texts = list(chunks)
+        texts = list(chunks) + ["an <far_special> and a far-word<far_special>"]
         if inp is not None and inp.exists():
             texts += inp.read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
         ref = [e.ids for e in Tokenizer.from_file(str(d / "tokenizer.json")).encode_batch(texts, add_special_tokens=False)]
@@ -164,7 +179,8 @@ def test_decode_matches_hf_tokenizers(tokenizer_dirs):
     from tokenizers import Tokenizer
     for d, _ in tokenizer_dirs:
         tok = Tokenizer.from_file(str(d / "tokenizer.json"))
-        for text in ["Hello world, it's 2024!", "  two  spaces\tand a tab\nnewline", "ünïcödé 日本語 🦙"]:
+        for text in ["Hello world, it's 2024!", "  two  spaces\tand a tab\nnewline", "ünïcödé 日本語 🦙",
+                     "a <far_special> and a far-word"]:
             ids = tok.encode(text, add_special_tokens=False).ids
             ref = tok.decode(ids, skip_special_tokens=True)
             if "\ufffd" in ref:  # a converted vocabulary whose decoder loses bytes: no oracle
