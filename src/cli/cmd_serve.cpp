@@ -94,6 +94,7 @@ struct ServeOptions {
   bool cont_batching = true;
   bool no_webui = false;
   bool no_slots = false;
+  bool vertex_ai = false;
   bool metrics = false;
   bool slots = false;
   int threads_batch = 0;
@@ -263,6 +264,37 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   return sm;
 }
 
+// Vertex AI (Google Cloud) runs a custom container with AIP_MODE=PREDICTION and names its port
+// and routes in AIP_HTTP_PORT, AIP_PREDICT_ROUTE and AIP_HEALTH_ROUTE: the platform's
+// container contract, honoured as llama-server honours it (the port wins over --port).
+// --vertex-ai turns the predict route on without the platform.
+void configure_prediction(ServeOptions& o) {
+  auto fail = [](const std::string& m) { throw_error(ErrorKind::kInvalidArgument, m); };
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v ? v : "");
+  };
+  const bool platform = env("AIP_MODE") == "PREDICTION";
+  if (!platform && !o.vertex_ai) return;
+  o.http.predict_route = env("AIP_PREDICT_ROUTE").empty() ? "/predict" : env("AIP_PREDICT_ROUTE");
+  o.http.predict_health_route = env("AIP_HEALTH_ROUTE");
+  if (o.http.predict_route[0] != '/' ||
+      (!o.http.predict_health_route.empty() && o.http.predict_health_route[0] != '/'))
+    fail("AIP_PREDICT_ROUTE and AIP_HEALTH_ROUTE must be paths starting with /");
+  if (platform && !env("AIP_HTTP_PORT").empty()) {
+    const std::string port = env("AIP_HTTP_PORT");
+    char* end = nullptr;
+    const long p = std::strtol(port.c_str(), &end, 10);
+    if (end == port.c_str() || *end != '\0' || p < 1 || p > 65535)
+      fail("AIP_HTTP_PORT must be a port number (got '" + port + "')");
+    if (p != o.http.port) log::warn("AIP_HTTP_PORT={} overrides --port {}", p, o.http.port);
+    o.http.port = (int)p;
+  }
+  log::info(
+      "Vertex AI prediction on POST {}{}", o.http.predict_route,
+      o.http.predict_health_route.empty() ? "" : ", health on GET " + o.http.predict_health_route);
+}
+
 void check_options(ServeOptions& o) {
   auto fail = [](const std::string& m) { throw_error(ErrorKind::kInvalidArgument, m); };
   if (o.n_parallel < 1) fail("-np/--parallel must be at least 1");
@@ -325,6 +357,7 @@ void check_options(ServeOptions& o) {
     if (o.http.api_keys.empty()) fail("--api-key-file '" + o.api_key_file + "' holds no key");
   }
   if (!o.cors.empty()) o.http.cors_origins = split_list(o.cors);
+  configure_prediction(o);
   o.http.enable_metrics = o.metrics;
   o.http.enable_slots = !o.no_slots;
   o.http.enable_webui = !o.no_webui;
@@ -534,6 +567,11 @@ CommandRegistration serve_registration{
       app.add_flag("--metrics", o->metrics, "enable /metrics (Prometheus)");
       app.add_flag("--slots", o->slots, "enable /slots (on by default)");
       app.add_flag("--no-slots", o->no_slots, "disable /slots");
+      app.add_flag("--vertex-ai", o->vertex_ai,
+                   "serve Vertex AI predictions: POST /predict (or $AIP_PREDICT_ROUTE) with "
+                   "{\"instances\": [...]}, each instance a request body whose @requestFormat "
+                   "names a route (chatCompletions, completions, embeddings, ...); on by itself "
+                   "when AIP_MODE=PREDICTION");
       app.add_flag("--jinja", o->jinja, "use the Jinja chat template (always on)");
       app.add_option("--chat-template-file", o->chat_template_file,
                      "Jinja chat template to use instead of the model's");

@@ -189,6 +189,18 @@ bool client_gone() {
   return t_gone && t_gone->load();
 }
 
+const std::atomic<bool>* client_watch() {
+  return t_gone;
+}
+
+ClientWatchScope::ClientWatchScope(const std::atomic<bool>* watch) : previous_(t_gone) {
+  t_gone = watch;
+}
+
+ClientWatchScope::~ClientWatchScope() {
+  t_gone = previous_;
+}
+
 struct EventServer::Impl {
   TransportOptions opt;
   RequestHandler handler;

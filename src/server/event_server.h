@@ -65,4 +65,19 @@ class EventServer {
 // socket); false outside a request. Handlers poll it while they wait for the engine.
 bool client_gone();
 
+// Lets another thread working for the current request see its client_gone() (a request fanned
+// out to helper threads): take client_watch() on the request's thread, hold a
+// ClientWatchScope with it on the helper while the request is still running.
+const std::atomic<bool>* client_watch();
+class ClientWatchScope {
+ public:
+  explicit ClientWatchScope(const std::atomic<bool>* watch);
+  ~ClientWatchScope();
+  ClientWatchScope(const ClientWatchScope&) = delete;
+  ClientWatchScope& operator=(const ClientWatchScope&) = delete;
+
+ private:
+  const std::atomic<bool>* previous_;
+};
+
 }  // namespace hablar::server

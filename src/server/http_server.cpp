@@ -184,7 +184,15 @@ void stream_response(httplib::Response& res, const char* content_type, StreamPum
 }
 
 void Router::add(const char* method, const std::string& pattern, Handler h) {
-  routes_.push_back({method, std::regex(pattern), std::move(h)});
+  routes_.push_back({method, pattern, std::regex(pattern), std::move(h)});
+}
+
+std::vector<std::string> Router::plain_paths(const char* method) const {
+  std::vector<std::string> out;
+  for (const Route& r : routes_)
+    if (r.method == method && r.text.find_first_of("()[]{}*+?\\|^$") == std::string::npos)
+      out.push_back(r.text);
+  return out;
 }
 
 const Router::Handler* Router::find(httplib::Request& req, std::string& allow) const {
@@ -290,9 +298,10 @@ bool HttpServer::pre_route(const httplib::Request& req, httplib::Response& res) 
     return true;
   }
   // Auth: Bearer key on every API route; health probes and the static page stay open.
-  const bool open = req.path == "/health" || req.path == "/health/live" ||
-                    req.path == "/health/ready" || req.path == "/" || req.path == "/index.html" ||
-                    req.path == "/favicon.ico";
+  const bool open =
+      req.path == "/health" || req.path == "/health/live" || req.path == "/health/ready" ||
+      req.path == "/" || req.path == "/index.html" || req.path == "/favicon.ico" ||
+      (!options_.predict_health_route.empty() && req.path == options_.predict_health_route);
   if (!options_.api_keys.empty() && !open) {
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
@@ -389,6 +398,7 @@ void HttpServer::install_routes() {
   install_responses_routes(router_, *this);
   install_embedding_routes(router_, *this);
   install_web_routes(router_, *this);
+  install_predict_routes(router_, *this);
 }
 
 }  // namespace hablar::server

@@ -49,6 +49,10 @@ struct ServerOptions {
   // get it.
   bool timings_header = false;
   std::string otlp_endpoint;  // OTLP/HTTP collector for request spans; empty: none
+  // Vertex AI (Google Cloud) prediction: POST here takes {"instances": [...]}, runs each on
+  // the route its "@requestFormat" names and answers {"predictions": [...]}; empty: off.
+  std::string predict_route;
+  std::string predict_health_route;  // answers as /health does (no API key); empty: none
 };
 
 // Routes by method and path (a regex, matched whole; captures in req.matches).
@@ -61,11 +65,14 @@ class Router {
   // The handler for the request, or null; then `allow` lists the methods the path has
   // (empty: no such path).
   const Handler* find(httplib::Request& req, std::string& allow) const;
+  // The method's routes whose pattern is a plain path (no regex syntax), in the order added.
+  std::vector<std::string> plain_paths(const char* method) const;
 
  private:
   void add(const char* method, const std::string& pattern, Handler h);
   struct Route {
     std::string method;
+    std::string text;
     std::regex pattern;
     Handler handler;
   };
@@ -93,6 +100,9 @@ class HttpServer {
   const ServerOptions& options() const { return options_; }
   bool stopping() const { return stopping_.load(); }
   int64_t start_time() const { return start_time_; }  // unix seconds the server started
+  // Runs a request made inside the server (the predict route's instances) as if it had come
+  // in: auth, routing and the JSON errors of every route.
+  void dispatch(httplib::Request& req, httplib::Response& res) { route(req, res); }
 
  private:
   void handle(httplib::Request& req, httplib::Response& res);
@@ -120,6 +130,9 @@ void install_anthropic_routes(Router& http, HttpServer& server);
 void install_responses_routes(Router& http, HttpServer& server);
 void install_web_routes(Router& http, HttpServer& server);
 void install_embedding_routes(Router& http, HttpServer& server);
+// The Vertex AI predict and health routes (options().predict_route); installed last, as it
+// names the routes installed before it.
+void install_predict_routes(Router& http, HttpServer& server);
 
 // Runs `fn`, turning ApiError / Error / exceptions into JSON errors with the right status.
 void handle_json(const httplib::Request& req, httplib::Response& res,
