@@ -35,7 +35,7 @@ DEFAULT_FILES = [
     "test_security.py", "test_metrics.py", "test_ctx_shift.py", "test_infill.py",
     "test_template.py", "test_compat_anthropic.py", "test_compat_oai_responses.py",
     "test_ignore_eos.py", "test_embedding.py", "test_tool_call.py", "test_stream.py",
-    "test_compat_gcp.py",
+    "test_compat_gcp.py", "test_sleep.py",
 ]
 
 WRAPPER = """#!/usr/bin/env python3

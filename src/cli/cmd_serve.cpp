@@ -95,6 +95,7 @@ struct ServeOptions {
   bool no_webui = false;
   bool no_slots = false;
   bool vertex_ai = false;
+  int sleep_idle_seconds = -1;
   bool metrics = false;
   bool slots = false;
   int threads_batch = 0;
@@ -336,6 +337,8 @@ void check_options(ServeOptions& o) {
     fail("--max-decode-slowdown must be 0 (no bound) or at least 1");
   if (o.min_step_prompt_tokens < 1) fail("--min-step-prompt-tokens must be at least 1");
   if (o.max_queue < 1) fail("--max-queue must be at least 1");
+  if (o.sleep_idle_seconds < -1)
+    fail("--sleep-idle-seconds must be a number of seconds (-1 or 0: never sleep)");
   if (o.n_threads < 0) fail("-t/--threads must be >= 0 (0 = all cores)");
   if (o.http.port < 0 || o.http.port > 65535) fail("--port must be in 0..65535");
   if (o.n_gpu_layers < -1) fail("-ngl/--n-gpu-layers must be >= 0");
@@ -412,6 +415,8 @@ int run_serve(ServeOptions& o) {
   std::thread loader([&] {
     try {
       http.set_model(load_serving_model(o, path));
+      if (o.sleep_idle_seconds > 0)
+        http.enable_sleep(o.sleep_idle_seconds, [&o, path] { return load_serving_model(o, path); });
       log::info("ready: {}  (OpenAI API at /v1)", server_urls(o.http.host, http.port(), "/"));
     } catch (const std::exception& e) {
       log::error("loading {} failed: {}", path, e.what());
@@ -459,8 +464,8 @@ void add_llama_server_compat_flags(CLI::App& app, ServeOptions& o) {
       "--no-perf"};
   for (const char* f : accepted_flags)
     app.add_flag(f, o.accepted_flag, "accepted for compatibility with llama-server")->group("");
-  const char* accepted_options[] = {"--ubatch-size", "--cache-ram", "--sleep-idle-seconds",
-                                    "--slot-prompt-similarity", "--numa"};
+  const char* accepted_options[] = {"--ubatch-size", "--cache-ram", "--slot-prompt-similarity",
+                                    "--numa"};
   for (const char* f : accepted_options)
     app.add_option(f, o.accepted_value, "accepted for compatibility with llama-server")->group("");
 }
@@ -567,6 +572,12 @@ CommandRegistration serve_registration{
       app.add_flag("--metrics", o->metrics, "enable /metrics (Prometheus)");
       app.add_flag("--slots", o->slots, "enable /slots (on by default)");
       app.add_flag("--no-slots", o->no_slots, "disable /slots");
+      app.add_option("--sleep-idle-seconds", o->sleep_idle_seconds,
+                     "unload the model after this many seconds without a request that needs it "
+                     "(freeing its memory, GPU memory included); the next such request loads it "
+                     "again. Health, /props, /models, /slots and /metrics do not wake it (-1 or 0: "
+                     "never)")
+          ->capture_default_str();
       app.add_flag("--vertex-ai", o->vertex_ai,
                    "serve Vertex AI predictions: POST /predict (or $AIP_PREDICT_ROUTE) with "
                    "{\"instances\": [...]}, each instance a request body whose @requestFormat "

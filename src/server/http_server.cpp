@@ -231,7 +231,9 @@ HttpServer::HttpServer(ServerOptions options)
   install_routes();
 }
 
-HttpServer::~HttpServer() = default;
+HttpServer::~HttpServer() {
+  stop_sleep_watch();
+}
 
 void HttpServer::bind() {
   bound_port_ = http_->bind();
@@ -243,6 +245,7 @@ void HttpServer::run() {
 
 void HttpServer::stop() {
   if (stopping_.exchange(true)) return;
+  stop_sleep_watch();
   std::shared_ptr<ServingModel> m;
   {
     std::lock_guard<std::mutex> lock(model_mu_);
@@ -268,13 +271,19 @@ void HttpServer::set_load_error(const std::string& message) {
   load_error_ = message;
 }
 
-std::shared_ptr<ServingModel> HttpServer::model_or_throw() const {
-  std::lock_guard<std::mutex> lock(model_mu_);
-  if (!model_) {
-    if (!load_error_.empty()) throw ApiError(500, "the model failed to load: " + load_error_);
-    throw ApiError(503, "Loading model");
+std::shared_ptr<ServingModel> HttpServer::model_or_throw() {
+  {
+    std::lock_guard<std::mutex> lock(model_mu_);
+    if (model_) {
+      if (counts_as_use()) last_use_ns_ = steady_ns_now();
+      return model_;
+    }
+    if (!asleep_) {
+      if (!load_error_.empty()) throw ApiError(500, "the model failed to load: " + load_error_);
+      throw ApiError(503, "Loading model");
+    }
   }
-  return model_;
+  return wake();
 }
 
 // CORS, preflight and auth before routing; true when the request is answered here.
@@ -362,6 +371,8 @@ void HttpServer::handle(httplib::Request& req, httplib::Response& res) {
 
 void HttpServer::route(httplib::Request& req, httplib::Response& res) {
   if (pre_route(req, res)) return;
+  if (asleep_ && answer_asleep(req, res)) return;
+  const ReadOnlyScope read_only(req);
   std::string allow;
   const Router::Handler* h = router_.find(req, allow);
   const ErrorStyle style = error_style_for_path(req.path);

@@ -7,10 +7,13 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <regex>
@@ -95,8 +98,17 @@ class HttpServer {
   void set_model(std::shared_ptr<ServingModel> model);
   void set_load_error(const std::string& message);
 
+  // Sleeping (--sleep-idle-seconds): once no request has needed the model for `idle_seconds`
+  // and the engine runs nothing, the model is unloaded (weights, KV cache, device memory);
+  // the next request that needs it loads it again with `reload`, waiting meanwhile. Asleep,
+  // the read-only routes (health, /props, /models, /slots, /metrics, Ollama's /api/tags and
+  // /api/ps) answer from a snapshot taken on falling asleep and wake nothing.
+  void enable_sleep(int idle_seconds, std::function<std::shared_ptr<ServingModel>()> reload);
+  bool sleeping() const { return asleep_.load(); }
+
   // For the route files.
-  std::shared_ptr<ServingModel> model_or_throw() const;  // ApiError 503 while loading
+  // The model, loaded again first when asleep; ApiError 503 while loading at startup.
+  std::shared_ptr<ServingModel> model_or_throw();
   const ServerOptions& options() const { return options_; }
   bool stopping() const { return stopping_.load(); }
   int64_t start_time() const { return start_time_; }  // unix seconds the server started
@@ -109,6 +121,22 @@ class HttpServer {
   void route(httplib::Request& req, httplib::Response& res);
   bool pre_route(const httplib::Request& req, httplib::Response& res);
   void install_routes();
+  // Sleeping (http_server_sleep.cpp).
+  void watch_idle();
+  void try_to_sleep();
+  std::shared_ptr<ServingModel> wake();
+  static bool counts_as_use();
+  // Marks the thread's request as read-only (not a use of the model) while it runs.
+  class ReadOnlyScope {
+   public:
+    explicit ReadOnlyScope(const httplib::Request& req);
+    ~ReadOnlyScope();
+
+   private:
+    bool previous_;
+  };
+  bool answer_asleep(const httplib::Request& req, httplib::Response& res) const;
+  void stop_sleep_watch();
 
   ServerOptions options_;
   Router router_;
@@ -120,7 +148,25 @@ class HttpServer {
   std::atomic<bool> stopping_{false};
   int64_t start_time_ = 0;
   std::unique_ptr<OtlpExporter> otlp_;
+
+  struct Snapshot {
+    int status = 200;
+    std::string body, content_type;
+  };
+  int sleep_idle_seconds_ = 0;
+  std::function<std::shared_ptr<ServingModel>()> reload_;
+  std::atomic<bool> asleep_{false};
+  std::atomic<int64_t> last_use_ns_{0};        // steady clock; set under model_mu_
+  std::mutex wake_mu_;                         // one loader; held while falling asleep
+  std::map<std::string, Snapshot> snapshots_;  // path -> answer while asleep (model_mu_)
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;
+  std::thread watcher_;
 };
+
+// Nanoseconds on the steady clock (idle times).
+int64_t steady_ns_now();
 
 // Route installers (routes_*.cpp).
 void install_openai_routes(Router& http, HttpServer& server);

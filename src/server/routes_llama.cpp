@@ -414,6 +414,7 @@ void props(HttpServer& server, const httplib::Request&, httplib::Response& res) 
                   {"eos_token", tok.eos_id() >= 0 ? tok.token_piece(tok.eos_id()) : ""},
                   {"tool_format", chat::tool_format_name(m->tool_format)},
                   {"device", m->executor->device_name()},
+                  {"is_sleeping", false},  // asleep, /props answers from its snapshot
                   {"build_info", std::string("hablar ") + HABLAR_SERVER_VERSION}});
 }
 

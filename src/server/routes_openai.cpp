@@ -265,7 +265,7 @@ void chat_completions(HttpServer& server, const httplib::Request& req, httplib::
 void chat_input_tokens(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
   auto m = server.model_or_throw();
   const ChatRequest r = parse_chat_request(request_json(req), req.body, *m);
-  send_json(res, {{"input_tokens", r.spec.prompt.size()}});
+  send_json(res, {{"object", "response.input_tokens"}, {"input_tokens", r.spec.prompt.size()}});
 }
 
 // "prompt": text, list of texts, token ids, or list of token-id lists.

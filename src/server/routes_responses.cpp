@@ -499,12 +499,25 @@ void responses(HttpServer& server, const httplib::Request& req, httplib::Respons
   set_server_timing(res, out.final);
 }
 
+// The prompt tokens a request would take, generating nothing (OpenAI's input token count).
+void input_tokens(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
+  auto m = server.model_or_throw();
+  request_json(req);  // the content type and JSON checks of every route
+  const std::string text = to_chat_body(OrderedJson::parse(req.body)).dump();
+  const ChatRequest r = parse_chat_request(json::parse(text), text, *m);
+  send_json(res, {{"object", "response.input_tokens"}, {"input_tokens", r.spec.prompt.size()}});
+}
+
 }  // namespace
 
 void install_responses_routes(Router& http, HttpServer& server) {
   for (const char* path : {"/v1/responses", "/responses"})  // llama-server answers both
     http.Post(path, [&server](const httplib::Request& req, httplib::Response& res) {
       handle_json(req, res, [&] { responses(server, req, res); });
+    });
+  for (const char* path : {"/v1/responses/input_tokens", "/responses/input_tokens"})
+    http.Post(path, [&server](const httplib::Request& req, httplib::Response& res) {
+      handle_json(req, res, [&] { input_tokens(server, req, res); });
     });
   http.Get(R"(/v1/responses/([^/]+))", [](const httplib::Request& req, httplib::Response& res) {
     handle_json(req, res, [&] {

@@ -32,6 +32,24 @@ def test_text_input_matches_the_chat_route(client):
     assert r.instructions == "Be brief." and r.max_output_tokens == 8
 
 
+def test_input_token_count(client, server):
+    # The official client's responses.input_tokens.count: the prompt a request would take.
+    r = client.responses.create(model="any", input="Say hello in one short sentence.", instructions="Be brief.",
+                                max_output_tokens=2, temperature=0)
+    n = client.responses.input_tokens.count(model="any", input="Say hello in one short sentence.",
+                                            instructions="Be brief.")
+    assert n.object == "response.input_tokens" and n.input_tokens == r.usage.input_tokens
+    longer = client.responses.input_tokens.count(input=[
+        {"role": "user", "content": "Say hello in one short sentence."},
+        {"role": "assistant", "content": "Hello there."}, {"role": "user", "content": "Again."}])
+    assert longer.input_tokens > n.input_tokens - 5
+    chat = requests.post(server.url + "/v1/chat/completions/input_tokens", json={"messages": [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello in one short sentence."}]})
+    assert chat.json() == {"object": "response.input_tokens", "input_tokens": n.input_tokens}
+    bad = requests.post(server.url + "/v1/responses/input_tokens", json={"input": 5})
+    assert bad.status_code == 400
+
+
 def test_message_list_input_and_completed_status(client):
     r = client.responses.create(model="any", max_output_tokens=24, temperature=0, input=[
         {"role": "user", "content": "Hi"},
