@@ -415,8 +415,8 @@ int run_serve(ServeOptions& o) {
   std::thread loader([&] {
     try {
       http.set_model(load_serving_model(o, path));
-      if (o.sleep_idle_seconds > 0)
-        http.enable_sleep(o.sleep_idle_seconds, [&o, path] { return load_serving_model(o, path); });
+      // Also without --sleep-idle-seconds: Ollama clients unload the model with keep_alive.
+      http.enable_sleep(o.sleep_idle_seconds, [&o, path] { return load_serving_model(o, path); });
       log::info("ready: {}  (OpenAI API at /v1)", server_urls(o.http.host, http.port(), "/"));
     } catch (const std::exception& e) {
       log::error("loading {} failed: {}", path, e.what());

@@ -275,7 +275,10 @@ std::shared_ptr<ServingModel> HttpServer::model_or_throw() {
   {
     std::lock_guard<std::mutex> lock(model_mu_);
     if (model_) {
-      if (counts_as_use()) last_use_ns_ = steady_ns_now();
+      if (counts_as_use()) {
+        last_use_ns_ = steady_ns_now();
+        window_ns_ = default_window_ns_.load();
+      }
       return model_;
     }
     if (!asleep_) {

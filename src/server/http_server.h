@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -103,8 +104,17 @@ class HttpServer {
   // the next request that needs it loads it again with `reload`, waiting meanwhile. Asleep,
   // the read-only routes (health, /props, /models, /slots, /metrics, Ollama's /api/tags and
   // /api/ps) answer from a snapshot taken on falling asleep and wake nothing.
+  // Without idle_seconds > 0 the model only sleeps when a request's keep_alive says so.
   void enable_sleep(int idle_seconds, std::function<std::shared_ptr<ServingModel>()> reload);
   bool sleeping() const { return asleep_.load(); }
+  // Ollama's keep_alive, for the request being served (after model_or_throw): how long the
+  // model stays loaded once idle (negative: for good; 0: unloaded as soon as nothing runs).
+  void keep_alive(int64_t ns) { window_ns_ = ns < 0 ? -1 : ns; }
+  // Unloads the model as soon as nothing runs (Ollama's keep_alive 0 without a prompt),
+  // waking nothing; returns when it is asleep or after a few seconds if requests still run.
+  void unload_when_idle();
+  // Unix seconds after which an idle model is unloaded; nullopt: never.
+  std::optional<int64_t> expires_at() const;
 
   // For the route files.
   // The model, loaded again first when asleep; ApiError 503 while loading at startup.
@@ -153,12 +163,13 @@ class HttpServer {
     int status = 200;
     std::string body, content_type;
   };
-  int sleep_idle_seconds_ = 0;
   std::function<std::shared_ptr<ServingModel>()> reload_;
   std::atomic<bool> asleep_{false};
-  std::atomic<int64_t> last_use_ns_{0};        // steady clock; set under model_mu_
-  std::mutex wake_mu_;                         // one loader; held while falling asleep
-  std::map<std::string, Snapshot> snapshots_;  // path -> answer while asleep (model_mu_)
+  std::atomic<int64_t> last_use_ns_{0};         // steady clock; set under model_mu_
+  std::atomic<int64_t> window_ns_{-1};          // idle time before sleeping; -1: never
+  std::atomic<int64_t> default_window_ns_{-1};  // --sleep-idle-seconds
+  std::mutex wake_mu_;                          // one loader; held while falling asleep
+  std::map<std::string, Snapshot> snapshots_;   // path -> answer while asleep (model_mu_)
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
   bool watch_stop_ = false;

@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <thread>
 
 #include "core/log.h"
 #include "server/api_error.h"
@@ -53,8 +54,9 @@ int64_t steady_ns_now() {
 
 void HttpServer::enable_sleep(int idle_seconds,
                               std::function<std::shared_ptr<ServingModel>()> reload) {
-  if (idle_seconds <= 0 || watcher_.joinable()) return;
-  sleep_idle_seconds_ = idle_seconds;
+  if (watcher_.joinable()) return;
+  default_window_ns_ = idle_seconds > 0 ? (int64_t)idle_seconds * 1'000'000'000 : -1;
+  window_ns_ = default_window_ns_.load();
   reload_ = std::move(reload);
   last_use_ns_ = steady_ns_now();
   watcher_ = std::thread([this] { watch_idle(); });
@@ -83,8 +85,8 @@ void HttpServer::watch_idle() {
 }
 
 void HttpServer::try_to_sleep() {
-  const int64_t idle_ns = (int64_t)sleep_idle_seconds_ * 1'000'000'000;
-  if (asleep_ || stopping_ || steady_ns_now() - last_use_ns_ < idle_ns) return;
+  const int64_t window = window_ns_;
+  if (asleep_ || stopping_ || window < 0 || steady_ns_now() - last_use_ns_ < window) return;
   std::lock_guard<std::mutex> wake_lock(wake_mu_);
   std::shared_ptr<ServingModel> m;
   {
@@ -123,8 +125,23 @@ void HttpServer::try_to_sleep() {
     model_.reset();
   }
   m.reset();  // the memory goes with the last holder (a stream finishing its last bytes)
-  log::info("sleeping after {} s idle: the model is unloaded until a request needs it",
-            sleep_idle_seconds_);
+  log::info("sleeping after {:.1f} s idle: the model is unloaded until a request needs it",
+            (double)window / 1e9);
+}
+
+void HttpServer::unload_when_idle() {
+  window_ns_ = 0;
+  watch_cv_.notify_all();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (!asleep_ && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+std::optional<int64_t> HttpServer::expires_at() const {
+  const int64_t window = window_ns_;
+  if (window < 0) return std::nullopt;
+  const int64_t left_ns = last_use_ns_ + window - steady_ns_now();
+  return unix_time_now() + std::max<int64_t>(0, left_ns / 1'000'000'000);
 }
 
 std::shared_ptr<ServingModel> HttpServer::wake() {

@@ -160,9 +160,88 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
   stream_response(res, "application/x-ndjson", pump, [handle] { handle->cancel(); });
 }
 
+// A Go duration ("5m", "1h30m", "2.5s", "300ms", "-1m", "0") in nanoseconds, as Ollama reads
+// keep_alive strings; nullopt when malformed.
+std::optional<int64_t> go_duration_ns(std::string_view s) {
+  static const std::pair<std::string_view, double> kUnits[] = {
+      {"ns", 1},   {"us", 1e3}, {"\xC2\xB5s", 1e3}, {"\xCE\xBCs", 1e3},
+      {"ms", 1e6}, {"s", 1e9},  {"m", 60e9},        {"h", 3600e9}};
+  const bool negative = !s.empty() && s[0] == '-';
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
+  if (s == "0") return 0;
+  if (s.empty()) return std::nullopt;
+  double total = 0;
+  while (!s.empty()) {
+    size_t n = 0;
+    while (n < s.size() && (std::isdigit((unsigned char)s[n]) || s[n] == '.')) ++n;
+    if (n == 0 || n > 30) return std::nullopt;
+    char* end = nullptr;
+    const std::string number(s.substr(0, n));
+    const double v = std::strtod(number.c_str(), &end);
+    if (end != number.c_str() + number.size()) return std::nullopt;
+    s.remove_prefix(n);
+    const std::pair<std::string_view, double>* unit = nullptr;
+    for (const auto& u : kUnits)  // the longest unit that matches ("ms" before "m")
+      if (s.starts_with(u.first) && (!unit || u.first.size() > unit->first.size())) unit = &u;
+    if (!unit) return std::nullopt;
+    total += v * unit->second;
+    s.remove_prefix(unit->first.size());
+  }
+  if (total > 9.2e18) total = 9.2e18;
+  return (int64_t)(negative ? -total : total);
+}
+
+// keep_alive: a number of seconds or a duration string; negative keeps the model loaded for
+// good. nullopt when absent.
+std::optional<int64_t> keep_alive_ns(const json& body) {
+  const auto it = body.find("keep_alive");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  std::optional<int64_t> ns;
+  if (it->is_number()) {
+    const double seconds = it->get<double>();
+    if (std::isfinite(seconds)) ns = (int64_t)std::clamp(seconds * 1e9, -1.0, 9.2e18);
+  } else if (it->is_string()) {
+    ns = go_duration_ns(it->get<std::string>());
+  }
+  if (!ns)
+    bad_request("'keep_alive' must be a number of seconds or a duration such as \"5m\" (got " +
+                    text_excerpt(it->dump(), 40) + ")",
+                "keep_alive");
+  return *ns < 0 ? -1 : *ns;
+}
+
+// Ollama's load and unload requests (no prompt, or no messages): keep_alive 0 unloads the
+// model without loading it first; anything else loads it.
+void load_or_unload(HttpServer& server, const json& body, bool chat, httplib::Response& res) {
+  const std::optional<int64_t> keep = keep_alive_ns(body);
+  json reply = {{"model", opt_string(body, "model").value_or("")},
+                {"created_at", iso_time_now()},
+                {"done", true}};
+  if (chat)
+    reply["message"] = {{"role", "assistant"}, {"content", ""}};
+  else
+    reply["response"] = "";
+  if (keep && *keep == 0) {
+    server.unload_when_idle();
+    reply["done_reason"] = "unload";
+  } else {
+    auto m = server.model_or_throw();
+    if (keep) server.keep_alive(*keep);
+    if (reply["model"] == "") reply["model"] = m->id;
+    reply["done_reason"] = "load";
+  }
+  send_json(res, reply);
+}
+
 void api_chat(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
-  auto m = server.model_or_throw();
   json body = request_json(req);
+  if (const auto msgs = body.find("messages");
+      msgs == body.end() || (msgs->is_array() && msgs->empty())) {
+    load_or_unload(server, body, true, res);
+    return;
+  }
+  auto m = server.model_or_throw();
+  if (const auto keep = keep_alive_ns(body)) server.keep_alive(*keep);
   const ChatParts chat = chat_parts(req.body);
   // A final assistant message is continued (a prefill), as Ollama does.
   const bool continue_last = !chat.messages.empty() && chat.messages.back().contains("role") &&
@@ -202,21 +281,18 @@ void api_chat(HttpServer& server, const httplib::Request& req, httplib::Response
 }
 
 void api_generate(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
-  auto m = server.model_or_throw();
   json body = request_json(req);
   const std::string prompt = opt_string(body, "prompt").value_or("");
+  if (prompt.empty() && !body.contains("images")) {
+    // Ollama answers an empty prompt by loading (or, keep_alive 0, unloading) the model.
+    load_or_unload(server, body, false, res);
+    return;
+  }
+  auto m = server.model_or_throw();
+  if (const auto keep = keep_alive_ns(body)) server.keep_alive(*keep);
   const bool raw = opt_bool(body, "raw").value_or(false);
   const auto system = opt_string(body, "system");
   const bool stream = opt_bool(body, "stream").value_or(true);
-  if (prompt.empty()) {
-    // Ollama answers an empty prompt by loading the model: done at once.
-    send_json(res, {{"model", m->id},
-                    {"created_at", iso_time_now()},
-                    {"response", ""},
-                    {"done", true},
-                    {"done_reason", "load"}});
-    return;
-  }
   // suffix: fill in the middle between prompt and suffix (code models; Ollama's "insert").
   const auto suffix = opt_string(body, "suffix");
   if (suffix && !suffix->empty()) {
@@ -292,11 +368,13 @@ void api_tags(HttpServer& server, const httplib::Request&, httplib::Response& re
   send_json(res, {{"models", json::array({model_entry(*m)})}});
 }
 
-// The running models: this one, loaded for as long as the server runs.
+// The running models: this one while loaded (asleep: none, answered by the server), with when
+// an idle spell unloads it (keep_alive, --sleep-idle-seconds).
 void api_ps(HttpServer& server, const httplib::Request&, httplib::Response& res) {
   auto m = server.model_or_throw();
   json entry = model_entry(*m);
-  entry["expires_at"] = "2318-01-01T00:00:00Z";  // never unloaded
+  const std::optional<int64_t> expires = server.expires_at();
+  entry["expires_at"] = expires ? iso_time(*expires) : "2318-01-01T00:00:00Z";  // or never
   entry["size_vram"] = m->executor->device_name() == "cpu" ? json(0) : entry["size"];
   entry.erase("modified_at");
   send_json(res, {{"models", json::array({entry})}});

@@ -98,3 +98,46 @@ def test_bad_values_are_refused():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "--sleep-idle-seconds" in r.stderr
+
+
+# ---- Ollama's keep_alive, on a server without --sleep-idle-seconds ----------------------
+
+@pytest.fixture(scope="module")
+def ollama_server():
+    s = ServerProcess("-t", "2", "-np", "2", "-c", "2048").wait_ready()
+    yield s
+    s.stop()
+
+
+def test_keep_alive_zero_unloads_and_the_next_request_loads(ollama_server):
+    import ollama
+    c = ollama.Client(host=ollama_server.url)
+    first = c.chat(model="m", messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 4, "temperature": 0})
+    assert c.ps().models[0].expires_at.year > 2100  # no keep_alive, no flag: never unloaded
+    r = c.generate(model="m", prompt="", keep_alive=0)
+    assert r.done and r.done_reason == "unload"
+    assert props(ollama_server)["is_sleeping"] is True
+    assert c.ps().models == []
+    again = c.generate(model="m", prompt="", keep_alive=0)  # unloading what is unloaded: no load
+    assert again.done_reason == "unload" and props(ollama_server)["is_sleeping"] is True
+    # A chat loads it again and answers as before; its keep_alive sets when it goes.
+    second = c.chat(model="m", messages=[{"role": "user", "content": "Hi"}], keep_alive="1500ms",
+                    options={"num_predict": 4, "temperature": 0})
+    assert second.message.content == first.message.content
+    expires = c.ps().models[0].expires_at.timestamp()
+    assert time.time() - 2 < expires < time.time() + 4
+    wait_asleep(ollama_server, timeout=10)
+    # An empty chat loads the model; keep_alive -1 keeps it loaded for good.
+    loaded = c.chat(model="m", messages=[], keep_alive=-1)
+    assert loaded.done_reason == "load" and props(ollama_server)["is_sleeping"] is False
+    time.sleep(2)
+    assert props(ollama_server)["is_sleeping"] is False
+    assert c.ps().models[0].expires_at.year > 2100
+
+
+@pytest.mark.parametrize("value", ["5 parsecs", "m5", "", True, [1]])
+def test_malformed_keep_alive_is_400(ollama_server, value):
+    r = requests.post(ollama_server.url + "/api/generate", timeout=60,
+                      json={"model": "m", "prompt": "Hi", "keep_alive": value, "stream": False,
+                            "options": {"num_predict": 1}})
+    assert r.status_code == 400 and "keep_alive" in r.json()["error"]
