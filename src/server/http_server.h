@@ -145,7 +145,7 @@ class HttpServer {
    private:
     bool previous_;
   };
-  bool answer_asleep(const httplib::Request& req, httplib::Response& res) const;
+  bool answer_asleep(const httplib::Request& req, httplib::Response& res);
   void stop_sleep_watch();
 
   ServerOptions options_;
@@ -162,6 +162,10 @@ class HttpServer {
   struct Snapshot {
     int status = 200;
     std::string body, content_type;
+    // /metrics: its throughput gauges cover the time since the previous scrape, so only the
+    // first scrape while asleep sees the last activity; later ones get this (zero rates).
+    std::string repeat_body;
+    bool served = false;
   };
   std::function<std::shared_ptr<ServingModel>()> reload_;
   std::atomic<bool> asleep_{false};

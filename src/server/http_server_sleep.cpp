@@ -106,9 +106,14 @@ void HttpServer::try_to_sleep() {
     httplib::Response res;
     route(req, res);
     Snapshot& shot = snapshots[path];
-    shot.status = res.status;
+    shot.status = res.status < 0 ? 200 : res.status;  // routes leave -1 for a plain 200
     shot.content_type = res.get_header_value("Content-Type");
     shot.body = res.body;
+    if (shot.status == 200 && std::string_view(path) == "/metrics") {
+      httplib::Response again;
+      route(req, again);
+      shot.repeat_body = again.body;
+    }
   }
   if (auto& props = snapshots["/props"]; props.status == 200) {
     nlohmann::json j = nlohmann::json::parse(props.body, nullptr, false);
@@ -175,7 +180,7 @@ std::shared_ptr<ServingModel> HttpServer::wake() {
   return m;
 }
 
-bool HttpServer::answer_asleep(const httplib::Request& req, httplib::Response& res) const {
+bool HttpServer::answer_asleep(const httplib::Request& req, httplib::Response& res) {
   if (req.method != "GET" && req.method != "HEAD") return false;
   if (req.path == "/api/ps") {  // Ollama's running models: none while asleep
     send_json(res, {{"models", nlohmann::json::array()}});
@@ -185,10 +190,12 @@ bool HttpServer::answer_asleep(const httplib::Request& req, httplib::Response& r
   if (!asleep_) return false;
   const auto it = snapshots_.find(req.path);
   if (it == snapshots_.end()) return false;
-  res.status = it->second.status;
-  res.set_content(it->second.body, it->second.content_type.empty()
-                                       ? "application/json"
-                                       : it->second.content_type.c_str());
+  Snapshot& shot = it->second;
+  const bool repeat = shot.served && !shot.repeat_body.empty();
+  shot.served = true;
+  res.status = shot.status;
+  res.set_content(repeat ? shot.repeat_body : shot.body,
+                  shot.content_type.empty() ? "application/json" : shot.content_type.c_str());
   return true;
 }
 

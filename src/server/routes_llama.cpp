@@ -461,7 +461,7 @@ void histogram_text(std::ostringstream& o, const char* name, const char* help,
 
 // The same figures under llama-server's names, for the dashboards made for it.
 template <typename Metric>
-void llamacpp_metrics(Metric& metric, const engine::MetricsSnapshot& s) {
+void llamacpp_metrics(Metric& metric, const engine::MetricsSnapshot& s, ServingModel& m) {
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   metric("llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",
          (double)s.prompt_tokens_computed);
@@ -486,10 +486,24 @@ void llamacpp_metrics(Metric& metric, const engine::MetricsSnapshot& s) {
   metric("llamacpp:n_busy_slots_per_decode", "gauge",
          "Average number of busy slots per llama_decode() call.",
          ratio(s.batch_size.sum, (double)s.batch_size.count));
-  metric("llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
-         ratio((double)s.prompt_tokens_computed, s.prompt_seconds_total));
-  metric("llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
-         ratio((double)s.generated_tokens_total, s.decode_seconds_total));
+  // Throughput since the previous scrape (llama-server's "bucket"), then the window restarts.
+  double prompt_rate = 0, decode_rate = 0;
+  {
+    ServingModel::ScrapeWindow& w = m.scrape_window;
+    std::lock_guard<std::mutex> lock(w.mu);
+    prompt_rate = ratio((double)s.prompt_tokens_computed - w.prompt_tokens,
+                        s.prompt_seconds_total - w.prompt_seconds);
+    decode_rate = ratio((double)s.generated_tokens_total - w.generated,
+                        s.decode_seconds_total - w.decode_seconds);
+    w.prompt_tokens = (double)s.prompt_tokens_computed;
+    w.prompt_seconds = s.prompt_seconds_total;
+    w.generated = (double)s.generated_tokens_total;
+    w.decode_seconds = s.decode_seconds_total;
+  }
+  metric("llamacpp:prompt_tokens_seconds", "gauge",
+         "Average prompt throughput in tokens/s since the previous scrape.", prompt_rate);
+  metric("llamacpp:predicted_tokens_seconds", "gauge",
+         "Average generation throughput in tokens/s since the previous scrape.", decode_rate);
   metric("llamacpp:kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.",
          ratio(s.kv_blocks_used, s.kv_blocks_total));
   metric("llamacpp:requests_processing", "gauge", "Number of requests processing.",
@@ -575,7 +589,7 @@ void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res
   histogram_text(o, "hablar_time_to_first_token_seconds", "Submit to first token.", s.ttft_seconds);
   histogram_text(o, "hablar_time_per_output_token_seconds", "Time between generated tokens.",
                  s.token_latency_seconds);
-  llamacpp_metrics(metric, s);
+  llamacpp_metrics(metric, s, *m);
   res.set_content(o.str(), "text/plain; version=0.0.4; charset=utf-8");
   res.set_header("Process-Start-Time-Unix", std::to_string(server.start_time()));
 }

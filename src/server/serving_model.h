@@ -99,6 +99,12 @@ struct ServingModel {
   // --chat-template-kwargs: variables every render gets (a request's own come on top).
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   RequestRegistry requests;  // running requests' prompts and parameters, for /slots
+  // llama-server's throughput gauges (llamacpp:prompt_tokens_seconds, ...) cover the time
+  // since the previous /metrics scrape: the totals that scrape saw.
+  struct ScrapeWindow {
+    std::mutex mu;
+    double prompt_tokens = 0, prompt_seconds = 0, generated = 0, decode_seconds = 0;
+  } scrape_window;
   // Embeddings (routes_embeddings.cpp): whether the embedding and rerank routes serve (an
   // encoder always; a decoder with --embedding, --pooling or a pooling_type in its file), and
   // their pooling (--pooling, else the file's, else mean for encoders and last for decoders).

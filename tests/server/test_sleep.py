@@ -57,8 +57,15 @@ def test_sleeps_frees_memory_and_wakes_to_the_same_answers(sleepy):
 def test_read_only_routes_answer_asleep_without_waking(sleepy):
     chat(sleepy)
     wait_asleep(sleepy)
-    metrics = [requests.get(sleepy.url + "/metrics", timeout=10).text for _ in range(2)]
-    assert metrics[0] == metrics[1] and "llamacpp:tokens_predicted_total" in metrics[0]
+    metrics = [requests.get(sleepy.url + "/metrics", timeout=10).text for _ in range(3)]
+    # Counters stand still; the throughput gauges (since the previous scrape, as llama-server
+    # has them) show the last activity once, then an empty window.
+    def lines(text, prefix):
+        return [l for l in text.splitlines() if l.startswith(prefix)]
+    assert lines(metrics[0], "llamacpp:tokens_predicted_total ") == \
+        lines(metrics[2], "llamacpp:tokens_predicted_total ") != []
+    assert metrics[1] == metrics[2]
+    assert lines(metrics[2], "llamacpp:predicted_tokens_seconds ") == ["llamacpp:predicted_tokens_seconds 0"]
     assert requests.get(sleepy.url + "/health", timeout=10).json() == {"status": "ok"}
     models = requests.get(sleepy.url + "/v1/models", timeout=10).json()
     assert len(models["data"]) == 1
@@ -141,3 +148,13 @@ def test_malformed_keep_alive_is_400(ollama_server, value):
                       json={"model": "m", "prompt": "Hi", "keep_alive": value, "stream": False,
                             "options": {"num_predict": 1}})
     assert r.status_code == 400 and "keep_alive" in r.json()["error"]
+
+
+def test_throughput_gauges_cover_the_time_since_the_previous_scrape(server):
+    def rate(name):
+        text = requests.get(server.url + "/metrics", timeout=10).text
+        return float(next(l for l in text.splitlines() if l.startswith(name + " ")).split()[1])
+    requests.post(server.url + "/completion", json={"prompt": "Hello", "n_predict": 6}, timeout=300)
+    assert rate("llamacpp:predicted_tokens_seconds") > 0
+    assert rate("llamacpp:predicted_tokens_seconds") == 0  # nothing ran since
+    assert rate("llamacpp:prompt_tokens_seconds") == 0
