@@ -1,6 +1,9 @@
 #include "server/api_error.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 
 #include "core/json_depth.h"
 #include "server/request_fields.h"
@@ -218,6 +221,60 @@ std::vector<std::string> opt_string_list(const nlohmann::json& body, const char*
                     " entries; at most " + std::to_string(max_items) + " are allowed",
                 key);
   return out;
+}
+
+// A Go duration ("5m", "1h30m", "2.5s", "300ms", "-1m", "0") in nanoseconds, as Ollama reads
+// keep_alive strings; nullopt when malformed.
+namespace {
+
+std::optional<int64_t> go_duration_ns(std::string_view s) {
+  static const std::pair<std::string_view, double> kUnits[] = {
+      {"ns", 1},   {"us", 1e3}, {"\xC2\xB5s", 1e3}, {"\xCE\xBCs", 1e3},
+      {"ms", 1e6}, {"s", 1e9},  {"m", 60e9},        {"h", 3600e9}};
+  const bool negative = !s.empty() && s[0] == '-';
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
+  if (s == "0") return 0;
+  if (s.empty()) return std::nullopt;
+  double total = 0;
+  while (!s.empty()) {
+    size_t n = 0;
+    while (n < s.size() && (std::isdigit((unsigned char)s[n]) || s[n] == '.')) ++n;
+    if (n == 0 || n > 30) return std::nullopt;
+    char* end = nullptr;
+    const std::string number(s.substr(0, n));
+    const double v = std::strtod(number.c_str(), &end);
+    if (end != number.c_str() + number.size()) return std::nullopt;
+    s.remove_prefix(n);
+    const std::pair<std::string_view, double>* unit = nullptr;
+    for (const auto& u : kUnits)  // the longest unit that matches ("ms" before "m")
+      if (s.starts_with(u.first) && (!unit || u.first.size() > unit->first.size())) unit = &u;
+    if (!unit) return std::nullopt;
+    total += v * unit->second;
+    s.remove_prefix(unit->first.size());
+  }
+  if (total > 9.2e18) total = 9.2e18;
+  return (int64_t)(negative ? -total : total);
+}
+
+}  // namespace
+
+// keep_alive: a number of seconds or a duration string; negative keeps the model loaded for
+// good. nullopt when absent.
+std::optional<int64_t> opt_keep_alive_ns(const nlohmann::json& body) {
+  const auto it = body.find("keep_alive");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  std::optional<int64_t> ns;
+  if (it->is_number()) {
+    const double seconds = it->get<double>();
+    if (std::isfinite(seconds)) ns = (int64_t)std::clamp(seconds * 1e9, -1.0, 9.2e18);
+  } else if (it->is_string()) {
+    ns = go_duration_ns(it->get<std::string>());
+  }
+  if (!ns)
+    bad_request("'keep_alive' must be a number of seconds or a duration such as \"5m\" (got " +
+                    text_excerpt(it->dump(), 40) + ")",
+                "keep_alive");
+  return *ns < 0 ? -1 : *ns;
 }
 
 }  // namespace hablar::server

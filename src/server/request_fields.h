@@ -26,5 +26,8 @@ std::optional<std::string> opt_string(const nlohmann::json& body, const char* ke
 // A string or a list of strings (e.g. "stop"), at most `max_items`.
 std::vector<std::string> opt_string_list(const nlohmann::json& body, const char* key,
                                          size_t max_items);
+// Ollama's keep_alive in nanoseconds: a number of seconds or a Go duration ("5m", "1h30m",
+// "300ms"); -1 (any negative) keeps the model loaded for good.
+std::optional<int64_t> opt_keep_alive_ns(const nlohmann::json& body);
 
 }  // namespace hablar::server

@@ -283,7 +283,9 @@ void install_embedding_routes(Router& http, HttpServer& server) {
     http.Post(path, [&server, fn](const httplib::Request& req, httplib::Response& res) {
       handle_json(req, res, [&] {
         auto m = server.model_or_throw();
-        fn(*m, request_json(req), res);
+        const json body = request_json(req);
+        if (const auto keep = opt_keep_alive_ns(body)) server.keep_alive(*keep);  // Ollama's
+        fn(*m, body, res);
       });
     });
   };
