@@ -6,6 +6,8 @@
 // each / - or _: "chatCompletions", "apiChat", "applyTemplate"). Instances run at once, each
 // through the server's routing (auth, limits, errors) as a non-streamed request; an instance
 // that fails gets its error body as its prediction, so one bad instance spoils no other.
+// The request's optional "parameters" object gives fields to every instance (an instance's
+// own fields win), as Vertex AI's prediction schema pairs instances with parameters.
 #include <httplib.h>
 #include <future>
 #include <map>
@@ -57,7 +59,7 @@ json instance_error(int status, const std::string& message) {
 
 // One instance through its route, on a helper thread that sees the outer client's departure.
 json run_instance(HttpServer& server, const httplib::Request& outer, const FormatTable& formats,
-                  const json& instance) {
+                  const json& instance, const json& parameters) {
   if (!instance.is_object()) return instance_error(400, "each instance must be a JSON object");
   const auto format = instance.find("@requestFormat");
   if (format == instance.end() || !format->is_string())
@@ -68,7 +70,8 @@ json run_instance(HttpServer& server, const httplib::Request& outer, const Forma
                                    text_excerpt(format->get<std::string>(), 100) +
                                    " (a POST path such as /v1/chat/completions, or its "
                                    "camelCase name such as chatCompletions)");
-  json body = instance;
+  json body = parameters;  // the request's shared "parameters", each instance's own over them
+  body.update(instance);
   body.erase("@requestFormat");
   body["stream"] = false;  // a prediction is one JSON value; Ollama's routes stream by default
   httplib::Request req;
@@ -103,13 +106,20 @@ void predict(HttpServer& server, const FormatTable& formats, const httplib::Requ
     if (instances->size() > kMaxInstances)
       throw ApiError(400, "at most " + std::to_string(kMaxInstances) + " instances per prediction",
                      "instances");
+    json parameters = json::object();
+    if (const auto p = body.find("parameters"); p != body.end() && !p->is_null()) {
+      if (!p->is_object())
+        throw ApiError(400, "\"parameters\" must be an object of fields every instance gets",
+                       "parameters");
+      parameters = *p;
+    }
     const std::atomic<bool>* watch = client_watch();
     std::vector<std::future<json>> running;
     for (const json& instance : *instances)
       running.push_back(std::async(std::launch::async, [&, watch, instance] {
         ClientWatchScope scope(watch);
         try {
-          return run_instance(server, req, formats, instance);
+          return run_instance(server, req, formats, instance, parameters);
         } catch (const std::exception& e) {  // e.g. no thread or memory for the instance
           return instance_error(500, text_excerpt(e.what(), 200));
         }

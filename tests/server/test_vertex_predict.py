@@ -84,7 +84,18 @@ def test_a_bad_instance_spoils_no_other(vertex):
     assert preds[4]["error"]["code"] == 400
 
 
-@pytest.mark.parametrize("body", [{}, {"instances": {"a": 1}}, {"instances": [{}] * 129}, [1]])
+def test_shared_parameters_under_each_instances_own(vertex):
+    msgs = CHAT["messages"]
+    r = requests.post(vertex.predict_url, headers=AUTH, timeout=300, json={
+        "instances": [{"@requestFormat": "chatCompletions", "messages": msgs},
+                      {"@requestFormat": "chatCompletions", "messages": msgs, "max_tokens": 2}],
+        "parameters": {"max_tokens": 3, "temperature": 0}})
+    assert r.status_code == 200, r.text
+    assert [p["usage"]["completion_tokens"] for p in r.json()["predictions"]] == [3, 2]
+
+
+@pytest.mark.parametrize("body", [{}, {"instances": {"a": 1}}, {"instances": [{}] * 129}, [1],
+                                  {"instances": [], "parameters": [1]}])
 def test_malformed_prediction_bodies_are_400(vertex, body):
     r = requests.post(vertex.predict_url, json=body, headers=AUTH)
     assert r.status_code == 400
