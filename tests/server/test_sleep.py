@@ -158,3 +158,15 @@ def test_throughput_gauges_cover_the_time_since_the_previous_scrape(server):
     assert rate("llamacpp:predicted_tokens_seconds") > 0
     assert rate("llamacpp:predicted_tokens_seconds") == 0  # nothing ran since
     assert rate("llamacpp:prompt_tokens_seconds") == 0
+
+
+@pytest.mark.parametrize("value,seconds", [("90s", 90), ("1m30s", 90), ("0.5h", 1800), (120, 120),
+                                           ("1h2m3.5s", 3723.5), ("+45s", 45), ("250000ms", 250)])
+def test_keep_alive_durations(ollama_server, value, seconds):
+    r = requests.post(ollama_server.url + "/api/generate", timeout=60,
+                      json={"model": "m", "prompt": "", "keep_alive": value})
+    assert r.status_code == 200 and r.json()["done_reason"] == "load"
+    from datetime import datetime
+    ps = requests.get(ollama_server.url + "/api/ps", timeout=10).json()["models"][0]
+    expires = datetime.fromisoformat(ps["expires_at"].replace("Z", "+00:00")).timestamp()
+    assert abs(expires - (time.time() + seconds)) < 3
