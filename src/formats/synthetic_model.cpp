@@ -41,6 +41,7 @@ const std::vector<ModelShape> kShapes = {
     {"qwen2.5-1.5b", 1536, 28, 12, 2, 128, 8960, 151936, 32768, 1000000.0, 1e-6, true},
     {"qwen3-0.6b", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0, 1e-6, true},
     {"llama3-8b", 4096, 32, 32, 8, 128, 14336, 128256, 8192, 500000.0, 1e-5, false},
+    {"gemma-2b", 2048, 18, 8, 1, 256, 16384, 256000, 8192, 10000.0, 1e-6, true},
     {"gemma2-2b", 2304, 26, 8, 4, 256, 9216, 256000, 8192, 10000.0, 1e-6, true, 4096, 2},
     {"gemma3-270m", 640, 18, 4, 1, 256, 2048, 262144, 32768, 1000000.0, 1e-6, true, 512, 6},
     {"gemma3-1b", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0, 1e-6, true, 512, 6},
@@ -320,6 +321,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "llama") return Arch::kLlama;
   if (name == "qwen2") return Arch::kQwen2;
   if (name == "qwen3") return Arch::kQwen3;
+  if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
   if (name == "mixtral") return Arch::kMixtral;
@@ -339,6 +341,8 @@ std::string_view arch_name(Arch arch) {
       return "qwen2";
     case Arch::kQwen3:
       return "qwen3";
+    case Arch::kGemma:
+      return "gemma";
     case Arch::kGemma2:
       return "gemma2";
     case Arch::kGemma3:
@@ -423,8 +427,8 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
   if (is_encoder(arch)) return plan_encoder_tensors(arch, s, vocab_size, mix, rank_head);
   using Init = PlannedTensor::Init;
   const int n_layers = (int)s.n_layers;
-  // Gemma 2 always shares token_embd as its classifier.
-  const bool has_output = !s.tied_embeddings && arch != Arch::kGemma2;
+  // Gemma 1 and 2 always share token_embd as their classifier.
+  const bool has_output = !s.tied_embeddings && arch != Arch::kGemma2 && arch != Arch::kGemma;
   std::vector<PlannedTensor> out;
   const auto add = [&](std::string name, std::vector<int64_t> dims, Init init, int layer) {
     const DType type = quant_mix_tensor_type(mix, name, layer, n_layers, dims[0], has_output);

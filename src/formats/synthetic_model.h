@@ -57,6 +57,7 @@ enum class Arch {
   kLlama,
   kQwen2,
   kQwen3,
+  kGemma,
   kGemma2,
   kGemma3,
   kMixtral,

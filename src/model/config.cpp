@@ -23,6 +23,8 @@ std::string_view arch_name(Arch arch) {
       return "qwen2moe";
     case Arch::kPhi3:
       return "phi3";
+    case Arch::kGemma:
+      return "gemma";
     case Arch::kGemma2:
       return "gemma2";
     case Arch::kGemma3:
@@ -36,9 +38,9 @@ std::string_view arch_name(Arch arch) {
 }
 
 std::string supported_arch_names() {
-  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma2, gemma3, bert, nomic-bert";  // Mixtral
-                                                                                             // is
-                                                                                             // llama
+  // (Mixtral is llama.)
+  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3, bert, "
+         "nomic-bert";
 }
 
 namespace {
@@ -50,6 +52,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "qwen3moe") return Arch::kQwen3Moe;
   if (name == "qwen2moe") return Arch::kQwen2Moe;
   if (name == "phi3") return Arch::kPhi3;
+  if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
   if (name == "bert") return Arch::kBert;
@@ -195,8 +198,8 @@ void read_longrope(const gguf::GgufFile& f, ModelConfig& c) {
 }
 
 // Every layer rotated by the one RoPE, scaled by 1/sqrt(head_dim) (in attention, or on q for
-// Phi-3), and global, except that a llama file with <arch>.attention.sliding_window (Mistral,
-// as transformers runs it: every layer slides) attends through that window; llama.cpp's
+// Phi-3 and Gemma 1), and global, except that a llama file with <arch>.attention.sliding_window
+// (Mistral, as transformers runs it: every layer slides) attends through that window; llama.cpp's
 // converter writes no such key for Mistral and its llama graph ignores it. Phi-3's sliding
 // window is ignored, as llama.cpp ignores it.
 void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
@@ -210,9 +213,14 @@ void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
       throw_error(ErrorKind::kFormat, f.path() + ": attention.sliding_window is out of range");
     spec.attention.window = (int32_t)window;
   }
-  if (c.arch_kind == Arch::kPhi3) {
+  if (c.arch_kind == Arch::kPhi3 || c.arch_kind == Arch::kGemma) {  // q scaled, as llama.cpp does
     c.query_scale = spec.attention.scale;
     spec.attention.scale = 1.0f;
+  }
+  if (c.arch_kind == Arch::kGemma) {  // Gemma 1 (its norm weights already hold 1 + w)
+    c.embed_scale = std::sqrt((float)c.n_embd);
+    c.ffn_activation = GluActivation::kGeluTanh;
+    c.tied_output = true;  // its classifier is token_embd, whatever else the file has
   }
   c.layers.assign((size_t)c.n_layers, spec);
 }

@@ -79,8 +79,9 @@ auto row_dumper(B& b, std::vector<float>& host) {
   };
 }
 
-// Llama (and Mixtral), Qwen2, Qwen3 (and Qwen3-MoE), Phi-3: pre-norm blocks, SwiGLU or a
-// mixture of SwiGLU experts, one RoPE, global attention.
+// Llama (and Mixtral), Qwen2, Qwen3 (and Qwen3-MoE), Phi-3, Gemma 1: pre-norm blocks, SwiGLU
+// (Gemma: GeGLU) or a mixture of SwiGLU experts, one RoPE, global attention; Gemma 1 scales
+// the embedding by sqrt(n_embd).
 template <ForwardBackend B>
 void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
   const Activations& a = b.activations();
@@ -89,6 +90,7 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
   const auto dump_rows = row_dumper(b, host);
 
   b.embed(w.token_embd, a.x);
+  if (c.embed_scale != 1.0f) b.scale(a.x, c.embed_scale, E);  // Gemma 1
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& lw = w.layers[(size_t)l];
     const LayerSpec& spec = c.layers[(size_t)l];
@@ -109,7 +111,7 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
     b.rope(a.q, c.n_heads, spec.rope);
     b.rope(a.k, c.n_kv_heads, spec.rope);
     dump_rows("q_rope", l, a.q, QD), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
-    if (c.query_scale > 0.0f) b.scale(a.q, c.query_scale, QD);  // Phi-3
+    if (c.query_scale > 0.0f) b.scale(a.q, c.query_scale, QD);  // Phi-3, Gemma 1
     b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
     dump_rows("attn_out", l, a.att, QD);
     b.matmul(lw.wo, a.att, a.xb);

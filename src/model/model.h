@@ -37,6 +37,7 @@ enum class Arch {
   kQwen3,
   kQwen3Moe,
   kPhi3,
+  kGemma,  // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,
   kBert,

@@ -81,7 +81,7 @@ TEST(ModelErrors, UnsupportedArchitectureListsSupportedOnes) {
                       if (k == "general.architecture") v = Value::string("gpt2");
                     }),
                     ErrorKind::kUnsupported,
-                    "supported: llama, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma2, gemma3");
+                    "supported: llama, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3");
 }
 
 TEST(ModelErrors, TensorShapeDisagreeingWithMetadataNamesTheTensor) {
