@@ -115,3 +115,30 @@ def test_flag_without_the_platform():
         assert r.json()["predictions"][0]["usage"]["completion_tokens"] == 2
     finally:
         s.stop()
+
+
+def test_a_client_that_leaves_cancels_its_instances():
+    import json
+    import socket
+    import time
+    s = ServerProcess("-t", "2", "-np", "4", "--metrics", "--vertex-ai").wait_ready()
+    try:
+        long = {"@requestFormat": "completions", "prompt": "Once upon a time", "max_tokens": 4000,
+                "ignore_eos": True, "temperature": 0}
+        body = json.dumps({"instances": [long, long]}).encode()
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        deadline = time.time() + 60
+        while s.metrics()["hablar_requests_running"] < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        assert s.metrics()["hablar_requests_running"] == 2
+        sock.close()  # the client goes away with both generations running
+        deadline = time.time() + 20
+        while s.metrics()["hablar_requests_running"] > 0 and time.time() < deadline:
+            time.sleep(0.05)
+        m = s.metrics()
+        assert m["hablar_requests_running"] == 0, "instances still ran after the client left"
+        assert m["hablar_generated_tokens_total"] < 2 * 4000
+    finally:
+        s.stop()
