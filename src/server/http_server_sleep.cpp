@@ -155,6 +155,7 @@ std::shared_ptr<ServingModel> HttpServer::wake() {
     std::lock_guard<std::mutex> lock(model_mu_);
     if (model_) {  // another request woke it while this one waited
       last_use_ns_ = steady_ns_now();
+      window_ns_ = default_window_ns_.load();
       return model_;
     }
   }
@@ -173,6 +174,9 @@ std::shared_ptr<ServingModel> HttpServer::wake() {
     asleep_ = false;
     snapshots_.clear();
     last_use_ns_ = steady_ns_now();
+    // A use like any other: the idle window is the default again (a keep_alive 0 that put
+    // the model to sleep does not unload it again after this request).
+    window_ns_ = default_window_ns_.load();
   }
   log::info(
       "awake after {:.0f} ms",

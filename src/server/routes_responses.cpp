@@ -482,11 +482,16 @@ void stream_responses(httplib::Response& res, std::shared_ptr<ServingModel> m, c
   stream_response(res, "text/event-stream", pump, [handle] { handle->cancel(); });
 }
 
+// A Responses body (checked by request_json first) as the chat request it is run as.
+ChatRequest chat_request_of(const httplib::Request& req, ServingModel& m) {
+  const std::string text = to_chat_body(OrderedJson::parse(req.body)).dump();
+  return parse_chat_request(json::parse(text), text, m);
+}
+
 void responses(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
   auto m = server.model_or_throw();
   const json body = request_json(req);
-  const std::string text = to_chat_body(OrderedJson::parse(req.body)).dump();
-  const ChatRequest r = parse_chat_request(json::parse(text), text, *m);
+  const ChatRequest r = chat_request_of(req, *m);
   const ResponseMeta meta = response_meta(body);
   auto handle = start_generation(*m, r.spec);
   if (r.stream) return stream_responses(res, m, r, meta, std::move(handle));
@@ -503,8 +508,7 @@ void responses(HttpServer& server, const httplib::Request& req, httplib::Respons
 void input_tokens(HttpServer& server, const httplib::Request& req, httplib::Response& res) {
   auto m = server.model_or_throw();
   request_json(req);  // the content type and JSON checks of every route
-  const std::string text = to_chat_body(OrderedJson::parse(req.body)).dump();
-  const ChatRequest r = parse_chat_request(json::parse(text), text, *m);
+  const ChatRequest r = chat_request_of(req, *m);
   send_json(res, {{"object", "response.input_tokens"}, {"input_tokens", r.spec.prompt.size()}});
 }
 

@@ -170,3 +170,15 @@ def test_keep_alive_durations(ollama_server, value, seconds):
     ps = requests.get(ollama_server.url + "/api/ps", timeout=10).json()["models"][0]
     expires = datetime.fromisoformat(ps["expires_at"].replace("Z", "+00:00")).timestamp()
     assert abs(expires - (time.time() + seconds)) < 3
+
+
+def test_a_request_after_an_unload_keeps_the_model_loaded(ollama_server):
+    # keep_alive 0 put it to sleep; the next request, without keep_alive, loads it for good
+    # (no --sleep-idle-seconds) instead of inheriting the zero window.
+    import ollama
+    c = ollama.Client(host=ollama_server.url)
+    assert c.generate(model="m", prompt="", keep_alive=0).done_reason == "unload"
+    c.generate(model="m", prompt="Hi", options={"num_predict": 2})
+    time.sleep(1.0)
+    assert props(ollama_server)["is_sleeping"] is False
+    assert c.ps().models[0].expires_at.year > 2100
