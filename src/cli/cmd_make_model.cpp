@@ -42,7 +42,7 @@ int run_make_model(const MakeModelOptions& o) {
   if (!arch)
     throw_error(ErrorKind::kInvalidArgument, "--arch: unknown architecture '" + o.arch +
                                                  "' (llama, qwen2, qwen3, gemma, gemma2, gemma3, "
-                                                 "mixtral, qwen2moe, qwen3moe, phi3, bert "
+                                                 "mixtral, qwen2moe, qwen3moe, phi2, phi3, bert "
                                                  "or nomic-bert)");
   const auto shape = synth::shape_from_name(o.shape);
   if (!shape)
@@ -90,7 +90,7 @@ const CommandRegistration registration{
       auto o = std::make_shared<MakeModelOptions>();
       app.add_option(
              "--arch", o->arch,
-             "llama, qwen2, qwen3, gemma, gemma2, gemma3, mixtral, qwen2moe, qwen3moe, phi3, "
+             "llama, qwen2, qwen3, gemma, gemma2, gemma3, mixtral, qwen2moe, qwen3moe, phi2, phi3, "
              "bert or nomic-bert")
           ->capture_default_str();
       app.add_option("--shape", o->shape, shape_names())->capture_default_str();

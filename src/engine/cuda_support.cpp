@@ -43,6 +43,9 @@ void check_cuda_cache_types(const CudaExecutorOptions& o) {
 
 void check_cuda_shapes(const model::Model& m) {
   const model::ModelConfig& c = m.config();
+  if (c.arch_kind == model::Arch::kPhi2)
+    throw_error(ErrorKind::kUnsupported,
+                "phi2's LayerNorm block has no CUDA ops yet; it runs on the CPU (--device cpu)");
   if (c.n_experts > 0 && (c.n_experts_used < 1 || c.n_experts_used > cuda::moe::kMaxExpertsUsed))
     throw_error(ErrorKind::kUnsupported,
                 fmt::format("the CUDA mixture of experts takes 1 to {} experts per token; this "

@@ -36,6 +36,27 @@ const std::vector<ModelShape> kShapes = {
     // (the quantize mixes' first / last eighth), 5 query heads per KV head, tied output.
     {"tiny-odd", 320, 8, 5, 1, 64, 512, 512, 2048, 10000.0, 1e-5, true, 8, 2, 8, 2, 128},
     {"phi3-mini", 3072, 32, 32, 32, 96, 8192, 32064, 4096, 10000.0, 1e-5, false},
+    // Phi-2 and Phi-1.5 (--arch phi2; norm_eps is the LayerNorm epsilon).
+    {.name = "phi-2",
+     .hidden = 2560,
+     .n_layers = 32,
+     .n_heads = 32,
+     .n_kv_heads = 32,
+     .head_dim = 80,
+     .ffn = 10240,
+     .vocab = 51200,
+     .context = 2048,
+     .rope_dims = 32},
+    {.name = "phi-1.5",
+     .hidden = 2048,
+     .n_layers = 24,
+     .n_heads = 32,
+     .n_kv_heads = 32,
+     .head_dim = 64,
+     .ffn = 8192,
+     .vocab = 51200,
+     .context = 2048,
+     .rope_dims = 32},
     {"smollm2-135m", 576, 30, 9, 3, 64, 1536, 49152, 8192, 100000.0, 1e-5, true},
     {"qwen2.5-0.5b", 896, 24, 14, 2, 64, 4864, 151936, 32768, 1000000.0, 1e-6, true},
     {"qwen2.5-1.5b", 1536, 28, 12, 2, 128, 8960, 151936, 32768, 1000000.0, 1e-6, true},
@@ -157,9 +178,14 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
   w.set(a + ".attention.head_count_kv", u32(s.n_kv_heads));
   w.set(a + ".attention.key_length", u32(s.head_dim));
   w.set(a + ".attention.value_length", u32(s.head_dim));
-  w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32((float)s.norm_eps));
+  const bool layer_norm = arch == Arch::kPhi2;
+  w.set(a + (layer_norm ? ".attention.layer_norm_epsilon" : ".attention.layer_norm_rms_epsilon"),
+        Value::f32((float)s.norm_eps));
   w.set(a + ".rope.freq_base", Value::f32((float)s.rope_theta));
-  w.set(a + ".rope.dimension_count", u32(s.head_dim));
+  int64_t rope_dims = s.rope_dims > 0 ? s.rope_dims : s.head_dim;
+  if (s.rope_dims == 0 && arch == Arch::kPhi2)
+    rope_dims = 2 * std::llround(0.2 * (double)s.head_dim);
+  w.set(a + ".rope.dimension_count", u32(rope_dims));
   if (arch == Arch::kGemma2 || arch == Arch::kGemma3) {
     w.set(a + ".attention.sliding_window", u32(s.sliding_window));
     w.set(a + ".attention.sliding_window_pattern", u32(s.sliding_period));
@@ -328,6 +354,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "qwen3moe") return Arch::kQwen3Moe;
   if (name == "phi3") return Arch::kPhi3;
   if (name == "qwen2moe") return Arch::kQwen2Moe;
+  if (name == "phi2") return Arch::kPhi2;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
   return std::nullopt;
@@ -355,6 +382,8 @@ std::string_view arch_name(Arch arch) {
       return "phi3";
     case Arch::kQwen2Moe:
       return "qwen2moe";
+    case Arch::kPhi2:
+      return "phi2";
     case Arch::kBert:
       return "bert";
     case Arch::kNomicBert:
@@ -420,11 +449,47 @@ std::vector<PlannedTensor> plan_encoder_tensors(Arch arch, const ModelShape& s, 
   return out;
 }
 
+// phi2's tensors (llama.cpp's names, as its converter writes Phi-2: q, k, v apart).
+std::vector<PlannedTensor> plan_phi2_tensors(const ModelShape& s, int64_t vocab_size,
+                                             const QuantMix& mix) {
+  using Init = PlannedTensor::Init;
+  const int n_layers = (int)s.n_layers;
+  const int64_t h = s.hidden, kv = s.n_kv_heads * s.head_dim, q = s.n_heads * s.head_dim;
+  std::vector<PlannedTensor> out;
+  const auto add = [&](std::string name, std::vector<int64_t> dims, Init init, int layer) {
+    const DType type = quant_mix_tensor_type(mix, name, layer, n_layers, dims[0], true);
+    out.push_back({std::move(name), std::move(dims), type, init});
+  };
+  // A matrix [rows x cols] with its bias [rows].
+  const auto linear = [&](const std::string& name, int64_t cols, int64_t rows, int layer) {
+    add(name + ".weight", {cols, rows}, Init::kMatrix, layer);
+    add(name + ".bias", {rows}, Init::kBias, layer);
+  };
+  const auto norm = [&](const std::string& name, int layer) {
+    add(name + ".weight", {h}, Init::kNorm, layer);
+    add(name + ".bias", {h}, Init::kBias, layer);
+  };
+  add("token_embd.weight", {h, vocab_size}, Init::kMatrix, -1);
+  for (int l = 0; l < n_layers; ++l) {
+    norm(block_name(l, "attn_norm"), l);
+    linear(block_name(l, "attn_q"), h, q, l);
+    linear(block_name(l, "attn_k"), h, kv, l);
+    linear(block_name(l, "attn_v"), h, kv, l);
+    linear(block_name(l, "attn_output"), q, h, l);
+    linear(block_name(l, "ffn_up"), h, s.ffn, l);
+    linear(block_name(l, "ffn_down"), s.ffn, h, l);
+  }
+  norm("output_norm", -1);
+  linear("output", h, vocab_size, -1);
+  return out;
+}
+
 }  // namespace
 
 std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t vocab_size,
                                         const QuantMix& mix, bool rank_head) {
   if (is_encoder(arch)) return plan_encoder_tensors(arch, s, vocab_size, mix, rank_head);
+  if (arch == Arch::kPhi2) return plan_phi2_tensors(s, vocab_size, mix);
   using Init = PlannedTensor::Init;
   const int n_layers = (int)s.n_layers;
   // Gemma 1 and 2 always share token_embd as their classifier.

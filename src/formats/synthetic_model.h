@@ -41,6 +41,9 @@ struct ModelShape {
   int64_t n_experts = 8;
   int64_t n_experts_used = 2;
   int64_t ffn_expert = 0;  // 0: ffn
+  // Rotated values per head (<arch>.rope.dimension_count); 0: every value, except phi2's
+  // partial rotation (2/5 of each head, rounded to an even count).
+  int64_t rope_dims = 0;
 };
 
 // tiny, smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b, qwen3-0.6b, llama3-8b, gemma2-2b,
@@ -51,6 +54,8 @@ std::optional<ModelShape> shape_from_name(std::string_view name);
 // kMixtral writes a llama file with experts (as Mixtral GGUFs are); kQwen3Moe a qwen3moe one.
 // kPhi3 writes fused attn_qkv and gate-up (ffn_up of 2 x ffn rows) tensors, as Phi-3 GGUFs do.
 // kQwen2Moe adds the shared expert (ffn_*_shexp) with its gate vector.
+// kPhi2 writes LayerNorms with biases, q/k/v, output, MLP (ffn_up, ffn_down) and classifier
+// with biases, as llama.cpp's converter writes Phi-2.
 // kBert and kNomicBert write encoders (llama.cpp's tensor names: token types, LayerNorms with
 // biases; bert absolute positions and GELU, nomic-bert fused qkv, RoPE and SwiGLU).
 enum class Arch {
@@ -64,6 +69,7 @@ enum class Arch {
   kQwen3Moe,
   kPhi3,
   kQwen2Moe,
+  kPhi2,
   kBert,
   kNomicBert
 };

@@ -23,6 +23,8 @@ std::string_view arch_name(Arch arch) {
       return "qwen2moe";
     case Arch::kPhi3:
       return "phi3";
+    case Arch::kPhi2:
+      return "phi2";
     case Arch::kGemma:
       return "gemma";
     case Arch::kGemma2:
@@ -39,7 +41,7 @@ std::string_view arch_name(Arch arch) {
 
 std::string supported_arch_names() {
   // (Mixtral is llama.)
-  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3, bert, "
+  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, gemma, gemma2, gemma3, bert, "
          "nomic-bert";
 }
 
@@ -52,6 +54,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "qwen3moe") return Arch::kQwen3Moe;
   if (name == "qwen2moe") return Arch::kQwen2Moe;
   if (name == "phi3") return Arch::kPhi3;
+  if (name == "phi2") return Arch::kPhi2;
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
@@ -197,6 +200,25 @@ void read_longrope(const gguf::GgufFile& f, ModelConfig& c) {
   c.rope.freq_factors = c.rope_factors_short;
 }
 
+// The norms' epsilon: RMSNorm's (layer_norm_rms_epsilon), or for phi2, whose norms are
+// LayerNorms with a bias, layer_norm_epsilon (required, as llama.cpp requires it). phi2's
+// attention and MLP read the same normed rows, so its heads span the embedding (q_dim ==
+// n_embd, as llama.cpp's tensor shapes assume).
+void read_norm_epsilon(const gguf::GgufFile& f, ModelConfig& c) {
+  const bool layer_norm = c.arch_kind == Arch::kPhi2;
+  const std::string key =
+      c.arch + (layer_norm ? ".attention.layer_norm_epsilon" : ".attention.layer_norm_rms_epsilon");
+  c.rms_eps = (float)(layer_norm ? f.get_float(key) : f.get_float_or(key, 1e-5));
+  if (!(c.rms_eps > 0.0f) || !std::isfinite(c.rms_eps))
+    throw_error(ErrorKind::kFormat, f.path() + ": " + key + " must be > 0");
+  if (layer_norm) c.norm_eps = c.rms_eps;  // (an embedding step's LayerNorms read norm_eps)
+  if (layer_norm && c.q_dim() != c.n_embd)
+    throw_error(ErrorKind::kFormat, f.path() + ": " + c.arch + " heads must span the embedding (" +
+                                        std::to_string(c.n_heads) + " x " +
+                                        std::to_string(c.head_dim) +
+                                        " != " + std::to_string(c.n_embd) + ")");
+}
+
 // Every layer rotated by the one RoPE, scaled by 1/sqrt(head_dim) (in attention, or on q for
 // Phi-3 and Gemma 1), and global, except that a llama file with <arch>.attention.sliding_window
 // (Mistral, as transformers runs it: every layer slides) attends through that window; llama.cpp's
@@ -213,7 +235,8 @@ void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
       throw_error(ErrorKind::kFormat, f.path() + ": attention.sliding_window is out of range");
     spec.attention.window = (int32_t)window;
   }
-  if (c.arch_kind == Arch::kPhi3 || c.arch_kind == Arch::kGemma) {  // q scaled, as llama.cpp does
+  if (c.arch_kind == Arch::kPhi3 || c.arch_kind == Arch::kPhi2 || c.arch_kind == Arch::kGemma) {
+    // q scaled, as llama.cpp does
     c.query_scale = spec.attention.scale;
     spec.attention.scale = 1.0f;
   }
@@ -326,9 +349,7 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
                                         std::to_string(c.n_kv_heads));
   if (c.head_dim % 2 != 0)
     throw_error(ErrorKind::kFormat, f.path() + ": head dimension must be even");
-  c.rms_eps = (float)f.get_float_or(a + ".attention.layer_norm_rms_epsilon", 1e-5);
-  if (!(c.rms_eps > 0.0f) || !std::isfinite(c.rms_eps))
-    throw_error(ErrorKind::kFormat, f.path() + ": layer_norm_rms_epsilon must be > 0");
+  read_norm_epsilon(f, c);
 
   c.rope.n_dims = (int)f.get_uint_or(a + ".rope.dimension_count", (uint64_t)c.head_dim);
   if (c.rope.n_dims <= 0 || c.rope.n_dims > c.head_dim || c.rope.n_dims % 2 != 0)
@@ -343,10 +364,12 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   c.rope.neox = f.get_bool_or("hablar.rope.neox", c.rope.neox);
   read_rope_scaling(f, a, c.rope);
 
-  c.qkv_bias = c.arch_kind == Arch::kQwen2 || c.arch_kind == Arch::kQwen2Moe;
+  c.qkv_bias =
+      c.arch_kind == Arch::kQwen2 || c.arch_kind == Arch::kQwen2Moe || c.arch_kind == Arch::kPhi2;
   c.qk_norm = c.arch_kind == Arch::kQwen3 || c.arch_kind == Arch::kQwen3Moe;
   read_experts(f, c);
-  c.tied_output = f.find_tensor("output.weight") == nullptr;
+  // (phi2's classifier is its own, with a bias: never tied.)
+  c.tied_output = f.find_tensor("output.weight") == nullptr && c.arch_kind != Arch::kPhi2;
   if (is_gemma_family(c.arch_kind)) {
     gemma_layers(f, c);
   } else {

@@ -1,6 +1,6 @@
-// The forward passes of the two families hablar runs, written once for every backend: the
-// Llama family (llama and Mixtral, qwen2 and Qwen2-MoE, qwen3 and Qwen3-MoE, phi3) and the
-// Gemma family (gemma2, gemma3).
+// The decoder forward passes hablar runs, written once for every backend: the Llama family
+// (llama and Mixtral, qwen2 and Qwen2-MoE, qwen3 and Qwen3-MoE, phi3, gemma), the Gemma family
+// (gemma2, gemma3) and phi2's parallel block.
 //
 // `B` is a backend's op set for one step (cpu::ForwardOps, cuda::ForwardOps): begin() has
 // flattened the step's sequence chunks into T token rows, and every op works on activation
@@ -31,11 +31,17 @@
 //   logits(x, norm_w, W_out, cap)          final norm of the rows that need logits, then the
 //                                          classifier (rows kept by the backend, in chunk
 //                                          order); cap > 0: cap * tanh(logit / cap)
+// and, for phi2's block (LayerNormBackend; a backend without them refuses phi2 models):
+//   layernorm(x, w, b, out, width)         per row: (x - mean) / sqrt(var + eps) * w + b
+//   gelu(x, width)                         x = GELU-tanh(x)
+//   classify(x, W_out, bias)               logits() without the norm (x is normed already),
+//                                          plus a bias per vocabulary entry
 #pragma once
 
 #include <concepts>
 #include <vector>
 
+#include "core/error.h"
 #include "core/step_batch.h"
 #include "model/dump.h"
 #include "model/model.h"
@@ -67,6 +73,15 @@ concept ForwardBackend = requires(B& b, const WeightView& w, const float* in, fl
   b.moe_ffn(ExpertsView{}, in, out);
   b.logits(in, in, w, 0.0f);
   { b.host_rows(in, int64_t{}, host) } -> std::convertible_to<const float*>;
+};
+
+// The ops phi2's block needs beyond those (cpu::ForwardOps and cpu::EmbedOps have them).
+template <class B>
+concept LayerNormBackend = ForwardBackend<B> &&
+    requires(B& b, const WeightView& w, const float* in, float* out) {
+  b.layernorm(in, in, in, out, int64_t{});
+  b.gelu(out, int64_t{});
+  b.classify(in, w, in);
 };
 
 // Intermediates for op-by-op comparison with a reference (HABLAR_DUMP_DIR; off: nullptr).
@@ -190,9 +205,62 @@ void forward_gemma_family(const ModelConfig& c, const Weights& w, B& b) {
   b.logits(a.x, w.output_norm, w.output, c.final_softcap);
 }
 
+// phi2 (Phi-1, 1.5, 2): one LayerNorm per block feeds attention and the MLP side by side,
+// x += (Wo·attention(...) + bo) + (W_down·gelu(W_up·n + b_up) + b_down), n = layernorm(x);
+// q, k, v with biases, NeoX RoPE over the first rope.n_dims values of each head, q scaled
+// before attention; a final LayerNorm and a classifier with a bias. Heads span the
+// embedding (q_dim == n_embd, checked at load), so q and att hold the two branches' outputs.
+template <LayerNormBackend B>
+void forward_phi2(const ModelConfig& c, const Weights& w, B& b) {
+  const Activations& a = b.activations();
+  const int E = c.n_embd, KVD = c.kv_dim(), FF = c.n_ff;
+  std::vector<float> host;
+  const auto dump_rows = row_dumper(b, host);
+
+  b.embed(w.token_embd, a.x);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = w.layers[(size_t)l];
+    const LayerSpec& spec = c.layers[(size_t)l];
+
+    b.layernorm(a.x, lw.attn_norm, lw.attn_norm_b, a.xb, E);
+    dump_rows("attn_norm", l, a.xb, E);
+    b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
+    b.add_bias(a.q, lw.bq, E);
+    b.add_bias(a.k, lw.bk, KVD);
+    b.add_bias(a.v, lw.bv, KVD);
+    b.rope(a.q, c.n_heads, spec.rope);
+    b.rope(a.k, c.n_kv_heads, spec.rope);
+    dump_rows("q_rope", l, a.q, E), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
+    b.scale(a.q, c.query_scale, E);
+    b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
+    dump_rows("attn_out", l, a.att, E);
+    b.matmul(lw.wo, a.att, a.q);  // the attention branch [T x E], in q's rows
+    b.add_bias(a.q, lw.bo, E);
+
+    b.matmul(lw.w_up, a.xb, a.gate);  // the MLP branch [T x E], in att's rows
+    b.add_bias(a.gate, lw.b_up, FF);
+    b.gelu(a.gate, FF);
+    b.matmul(lw.w_down, a.gate, a.att);
+    b.add_bias(a.att, lw.b_down, E);
+    dump_rows("ffn_out", l, a.att, E);
+    b.add(a.q, a.att, E);  // (attention + MLP), then + x, as llama.cpp adds them
+    b.add(a.x, a.q, E);
+    dump_rows("l_out", l, a.x, E);
+  }
+  b.layernorm(a.x, w.output_norm, w.output_norm_b, a.xb, E);
+  b.classify(a.xb, w.output, w.output_b);
+}
+
 template <ForwardBackend B>
 void forward(const ModelConfig& c, const Weights& w, B& b) {
-  if (is_gemma_family(c.arch_kind)) {
+  if (c.arch_kind == Arch::kPhi2) {
+    if constexpr (LayerNormBackend<B>) {
+      forward_phi2(c, w, b);
+    } else {
+      throw_error(ErrorKind::kUnsupported,
+                  "this backend has no LayerNorm block for phi2 models (run them on the CPU)");
+    }
+  } else if (is_gemma_family(c.arch_kind)) {
     forward_gemma_family(c, w, b);
   } else {
     forward_llama_family(c, w, b);

@@ -27,9 +27,9 @@
 
 namespace hablar::model {
 
-// The architectures hablar runs, in two families with a forward each (model/forward.h): the
-// Llama family (llama, qwen2, qwen3, their MoE forms and phi3 differ by flags and per-layer
-// specs) and the Gemma family.
+// The architectures hablar runs, in three decoder families with a forward each
+// (model/forward.h): the Llama family (llama, qwen2, qwen3, their MoE forms and phi3 differ by
+// flags and per-layer specs), the Gemma family, and phi2's parallel LayerNorm block.
 enum class Arch {
   kLlama,
   kQwen2,
@@ -37,6 +37,7 @@ enum class Arch {
   kQwen3,
   kQwen3Moe,
   kPhi3,
+  kPhi2,   // Phi-1, 1.5 and 2: attention and a GELU MLP side by side on one LayerNorm
   kGemma,  // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,
@@ -64,7 +65,7 @@ struct ModelConfig {
   int n_ff = 0;              // FFN hidden size
   int n_vocab = 0;           // rows of token_embd
   int n_ctx_train = 0;       // <arch>.context_length
-  float rms_eps = 1e-5f;     // <arch>.attention.layer_norm_rms_epsilon
+  float rms_eps = 1e-5f;     // <arch>.attention.layer_norm_rms_epsilon (phi2: LayerNorm's)
   RopeParams rope{};         // llama: normal pairs; qwen2/qwen3: NeoX; scaling from metadata
   bool tied_output = false;  // no output.weight: the classifier reuses token_embd
   bool qkv_bias = false;     // qwen2: q/k/v projections have biases

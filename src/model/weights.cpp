@@ -158,10 +158,52 @@ Weights load_encoder_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   return w;
 }
 
+// phi2 (llama.cpp's names): LayerNorms with biases (one per block, the final one); q, k, v
+// apart or fused in attn_qkv, each with its bias; the output projection, the MLP (ffn_up,
+// ffn_down) and the classifier with biases.
+Weights load_phi2_weights(const gguf::GgufFile& f, const ModelConfig& c) {
+  Weights w;
+  const int64_t E = c.n_embd, FF = c.n_ff, QD = c.q_dim(), KVD = c.kv_dim();
+  w.token_embd = matrix(f, "token_embd.weight", E, c.n_vocab);
+  w.output_norm = vector_f32(w, f, "output_norm.weight", E);
+  w.output_norm_b = vector_f32(w, f, "output_norm.bias", E);
+  w.output = matrix(f, "output.weight", E, c.n_vocab);
+  w.output_b = vector_f32(w, f, "output.bias", c.n_vocab);
+  w.layers.resize((size_t)c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    LayerWeights& l = w.layers[(size_t)i];
+    const std::string p = "blk." + std::to_string(i) + ".";
+    l.attn_norm = vector_f32(w, f, p + "attn_norm.weight", E);
+    l.attn_norm_b = vector_f32(w, f, p + "attn_norm.bias", E);
+    if (f.find_tensor(p + "attn_qkv.weight")) {  // q, k, v rows (and bias values) in order
+      const WeightView qkv = matrix(f, p + "attn_qkv.weight", E, QD + 2 * KVD);
+      l.wq = row_slice(qkv, 0, QD), l.wk = row_slice(qkv, QD, KVD);
+      l.wv = row_slice(qkv, QD + KVD, KVD);
+      const float* b = vector_f32(w, f, p + "attn_qkv.bias", QD + 2 * KVD);
+      l.bq = b, l.bk = b + QD, l.bv = b + QD + KVD;
+    } else {
+      l.wq = matrix(f, p + "attn_q.weight", E, QD);
+      l.wk = matrix(f, p + "attn_k.weight", E, KVD);
+      l.wv = matrix(f, p + "attn_v.weight", E, KVD);
+      l.bq = vector_f32(w, f, p + "attn_q.bias", QD);
+      l.bk = vector_f32(w, f, p + "attn_k.bias", KVD);
+      l.bv = vector_f32(w, f, p + "attn_v.bias", KVD);
+    }
+    l.wo = matrix(f, p + "attn_output.weight", QD, E);
+    l.bo = vector_f32(w, f, p + "attn_output.bias", E);
+    l.w_up = matrix(f, p + "ffn_up.weight", E, FF);
+    l.b_up = vector_f32(w, f, p + "ffn_up.bias", FF);
+    l.w_down = matrix(f, p + "ffn_down.weight", FF, E);
+    l.b_down = vector_f32(w, f, p + "ffn_down.bias", E);
+  }
+  return w;
+}
+
 }  // namespace
 
 Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   if (c.encoder) return load_encoder_weights(f, c);
+  if (c.arch_kind == Arch::kPhi2) return load_phi2_weights(f, c);
   Weights w;
   const gguf::TensorInfo& embd = require_shape(f, "token_embd.weight", c.n_embd, c.n_vocab);
   w.token_embd = view_of(embd);
@@ -235,7 +277,7 @@ std::vector<const WeightView*> Weights::matrices() const {
     out.insert(out.end(), {&l.wq, &l.wk, &l.wv, &l.wo});
     if (l.exp_gate.empty()) {
       for (const WeightView* m : {&l.w_gate, &l.w_up, &l.w_down})
-        if (m->data != nullptr) out.push_back(m);  // (bert: no gate)
+        if (m->data != nullptr) out.push_back(m);  // (bert, phi2: no gate)
       continue;
     }
     out.push_back(&l.router);

@@ -15,12 +15,13 @@ namespace hablar::model {
 
 struct LayerWeights {
   const float* attn_norm = nullptr;       // [n_embd]
+  const float* attn_norm_b = nullptr;     // [n_embd] (phi2: its LayerNorm's bias)
   WeightView wq;                          // [q_dim x n_embd]
   WeightView wk;                          // [kv_dim x n_embd]
   WeightView wv;                          // [kv_dim x n_embd]
-  const float* bq = nullptr;              // [q_dim]  (qwen2 only)
-  const float* bk = nullptr;              // [kv_dim] (qwen2 only)
-  const float* bv = nullptr;              // [kv_dim] (qwen2 only)
+  const float* bq = nullptr;              // [q_dim]  (qwen2, phi2)
+  const float* bk = nullptr;              // [kv_dim] (qwen2, phi2)
+  const float* bv = nullptr;              // [kv_dim] (qwen2, phi2)
   const float* q_norm = nullptr;          // [head_dim] (qwen3 only)
   const float* k_norm = nullptr;          // [head_dim] (qwen3 only)
   WeightView wo;                          // [n_embd x q_dim]
@@ -40,8 +41,8 @@ struct LayerWeights {
   WeightView shared_gate_inp;         // [1 x n_embd]
   WeightView shared_gate, shared_up;  // [n_ff_shared x n_embd]
   WeightView shared_down;             // [n_embd x n_ff_shared]
-  // Encoders (bert, nomic-bert): biases of the projections where the file has them, and the
-  // LayerNorms (weight and bias) after attention and after the FFN.
+  // Encoders (bert, nomic-bert) and phi2: biases of the projections where the file has them;
+  // encoders' LayerNorms (weight and bias) after attention and after the FFN.
   const float* bo = nullptr;      // [n_embd]
   const float* b_up = nullptr;    // [n_ff]
   const float* b_down = nullptr;  // [n_embd]
@@ -54,8 +55,10 @@ struct LayerWeights {
 struct Weights {
   WeightView token_embd;  // [n_vocab x n_embd]
   std::vector<LayerWeights> layers;
-  const float* output_norm = nullptr;  // [n_embd]
-  WeightView output;                   // [n_vocab x n_embd]; == token_embd when tied
+  const float* output_norm = nullptr;    // [n_embd]
+  WeightView output;                     // [n_vocab x n_embd]; == token_embd when tied
+  const float* output_norm_b = nullptr;  // [n_embd]  (phi2: the final LayerNorm's bias)
+  const float* output_b = nullptr;       // [n_vocab] (phi2: the classifier's bias)
   // Encoders: the token-type rows (row 0 is added to every token, as llama.cpp does), the
   // absolute positions (bert; nomic-bert rotates instead), the LayerNorm of the embedding,
   // and the classifier head of rerankers: tanh(cls · x + cls_b), then cls_out (either may be

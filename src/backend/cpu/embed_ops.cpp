@@ -256,6 +256,13 @@ void EmbedOps::logits(const float* x, const float* norm_weight, const WeightView
   hidden_ = h;
 }
 
+void EmbedOps::classify(const float* x, const WeightView&, const float*) {
+  const int64_t E = dims_.n_embd;
+  float* h = rows(hidden_rows_, E);
+  std::copy(x, x + n_tokens() * E, h);
+  hidden_ = h;
+}
+
 void EmbedOps::add_table_row(const WeightView& table, int64_t row, float* x) {
   std::vector<float> r((size_t)table.cols);
   embedding_row(table, (int32_t)row, r.data());
@@ -280,18 +287,7 @@ void EmbedOps::add_position_rows(const WeightView& table, float* x) {
 void EmbedOps::layernorm(const float* x, const float* weight, const float* bias, float* out,
                          int64_t width) {
   for_each_token(n_tokens(), [&](int64_t t) {
-    const float* xr = x + t * width;
-    float* y = out + t * width;
-    double sum = 0;
-    for (int64_t i = 0; i < width; ++i) sum += xr[i];
-    const float mean = (float)(sum / (double)width);
-    double var = 0;
-    for (int64_t i = 0; i < width; ++i) {
-      y[i] = xr[i] - mean;
-      var += (double)(y[i] * y[i]);
-    }
-    const float scale = 1.0f / std::sqrt((float)(var / (double)width) + norm_eps_);
-    for (int64_t i = 0; i < width; ++i) y[i] = y[i] * scale * weight[i] + bias[i];
+    cpu::layernorm(x + t * width, weight, bias, out + t * width, width, norm_eps_);
   });
 }
 

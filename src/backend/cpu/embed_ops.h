@@ -63,6 +63,8 @@ class EmbedOps {
   // A decoder's end: the rows of x after the final RMSNorm become the hidden rows (no
   // classifier: embeddings are pooled from them).
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
+  // The same for a decoder whose final norm is its own op (phi2): x's rows, normed already.
+  void classify(const float* x, const WeightView& output, const float* bias);
   const float* host_rows(const float* rows, int64_t, std::vector<float>&) { return rows; }
 
   // Encoder ops. x[t] += row `row` of the table (token type 0 for every token, as llama.cpp).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/cpu/embed_kernels.h"
 #include "backend/cpu/matmul_fused.h"
 #include "core/error.h"
 #include "core/llama_batch_roles.h"
@@ -183,17 +184,46 @@ void ForwardOps::moe_ffn(const ExpertsView& experts, const float* in, float* out
   cpu::moe_ffn(experts, in, n_tokens(), dims_.n_embd, out, pool_, moe_, roles_);
 }
 
-void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output,
-                        float softcap) {
+template <typename NormRow>
+void ForwardOps::classify_rows(const WeightView& output, const NormRow& norm) {
   flush_pending();
   const int64_t R = (int64_t)logit_rows_.size(), E = dims_.n_embd;
   float* rows = sized(out_rows_, (size_t)(R * E));
-  for_each_token(R, [&](int64_t r) {
-    cpu::rmsnorm(x + (int64_t)logit_rows_[(size_t)r] * E, norm_weight, rows + r * E, E, eps_);
-  });
+  for_each_token(R, [&](int64_t r) { norm(logit_rows_[(size_t)r], rows + r * E); });
   logits_.resize((size_t)(R * output.rows));
   cpu::matmul(output, rows, R, logits_.data(), pool_, logit_roles_);
+}
+
+void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output,
+                        float softcap) {
+  const int64_t E = dims_.n_embd;
+  classify_rows(output,
+                [&](int64_t t, float* row) { cpu::rmsnorm(x + t * E, norm_weight, row, E, eps_); });
   if (softcap > 0.0f) cpu::softcap(logits_.data(), (int64_t)logits_.size(), softcap);
+}
+
+void ForwardOps::layernorm(const float* x, const float* weight, const float* bias, float* out,
+                           int64_t width) {
+  flush_pending();
+  for_each_token(n_tokens(), [&](int64_t t) {
+    cpu::layernorm(x + t * width, weight, bias, out + t * width, width, eps_);
+  });
+}
+
+void ForwardOps::gelu(float* x, int64_t width) {
+  flush_pending();
+  const bool simd = embed::embed_kernels_usable();  // the same bits as cpu::gelu
+  for_each_token(n_tokens(), [&](int64_t t) {
+    float* row = x + t * width;
+    simd ? embed::gelu_inplace(row, width) : cpu::gelu(row, row, width);
+  });
+}
+
+void ForwardOps::classify(const float* x, const WeightView& output, const float* bias) {
+  const int64_t E = dims_.n_embd;
+  classify_rows(output, [&](int64_t t, float* row) { std::copy(x + t * E, x + (t + 1) * E, row); });
+  const int64_t V = output.rows, R = (int64_t)logit_rows_.size();
+  for_each_token(R, [&](int64_t r) { add_inplace(logits_.data() + r * V, bias, V); });
 }
 
 }  // namespace hablar::cpu

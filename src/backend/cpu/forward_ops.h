@@ -58,6 +58,12 @@ class ForwardOps {
   // one row per token of an all_logits chunk, else one for the chunk's last token; soft-capped
   // when softcap > 0.
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
+  // phi2's ops (model::LayerNormBackend): LayerNorm with a bias per row (out may be x);
+  // x = GELU-tanh(x) as llama.cpp's CPU computes it (cpu::gelu); logits() of rows normed
+  // already, plus a bias per vocabulary entry.
+  void layernorm(const float* x, const float* weight, const float* bias, float* out, int64_t width);
+  void gelu(float* x, int64_t width);
+  void classify(const float* x, const WeightView& output, const float* bias);
   std::vector<float>& logits() { return logits_; }
   // Host rows for a debug dump (the CPU's are host memory already; deferred ops done first).
   const float* host_rows(const float* rows, int64_t n, std::vector<float>&) {
@@ -79,6 +85,9 @@ class ForwardOps {
     float s = 1.0f;   // kScale
     int variant = 0;  // kRope
   };
+  // The classifier over the logit rows of `rows` (normed by `norm`), into logits_.
+  template <typename NormRow>
+  void classify_rows(const WeightView& output, const NormRow& norm);
   void apply_pending(int64_t t);
   void flush_pending();  // runs the deferred ops now (before an op that reads their rows)
 

@@ -25,6 +25,35 @@ void rmsnorm(const float* x, const float* weight, float* y, int64_t n, float eps
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * weight[i];
 }
 
+void layernorm(const float* x, const float* weight, const float* bias, float* y, int64_t n,
+               float eps) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += (double)x[i];
+  const float mean = (float)sum / (float)n;
+  double squares = 0.0;
+  int64_t i = 0;
+  for (float block[kReduceLanes]; i + kReduceLanes <= n; i += kReduceLanes) {
+    for (int l = 0; l < kReduceLanes; ++l) {
+      const float d = x[i + l] - mean;
+      y[i + l] = d;
+      block[l] = d * d;
+    }
+    squares += (double)reduce16(block);
+  }
+  for (; i < n; ++i) {
+    const float d = x[i] - mean;
+    y[i] = d;
+    squares += (double)(d * d);
+  }
+  const float variance = (float)(squares / (double)n);
+  const float scale = 1.0f / std::sqrt(variance + eps);
+  for (int64_t j = 0; j < n; ++j) {
+    const float normed = y[j] * scale;
+    const float weighted = normed * weight[j];
+    y[j] = weighted + bias[j];
+  }
+}
+
 namespace {
 
 void check_rope(int head_dim, const RopeParams& p) {
