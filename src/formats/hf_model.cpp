@@ -11,6 +11,7 @@
 #include "core/json_depth.h"
 #include "core/log.h"
 #include "formats/apr.h"
+#include "formats/hf_families.h"
 #include "formats/hf_json.h"
 #include "formats/safetensors.h"
 #include "formats/tensor_names.h"
@@ -29,62 +30,14 @@ struct Keep {
   std::vector<std::vector<uint8_t>> owned;
 };
 
-std::string arch_of(const json& cfg, const std::string& path) {
-  const std::string type = json_string_or(cfg, "model_type", "", path);
-  if (type == "llama" || type == "mistral") return "llama";
-  if (type == "qwen2" || type == "qwen3") return type;
-  throw_error(ErrorKind::kUnsupported, path + ": unsupported model_type '" + type +
-                                           "' (supported: llama, mistral, qwen2, qwen3)");
-}
-
-// rope_theta and rope_scaling (transformers 4) or rope_parameters (transformers 5).
-void add_rope(Metadata& m, const json& cfg, const std::string& a, const std::string& path) {
-  const json* params = json_object_or_null(cfg, "rope_parameters", path);
-  const json* scaling = json_object_or_null(cfg, "rope_scaling", path);
-  double theta = json_number_or(cfg, "rope_theta", 10000.0, path);
-  if (params) theta = json_number_or(*params, "rope_theta", theta, path);
-  m.emplace_back(a + ".rope.freq_base", Value::f32((float)theta));
-  const json* s = scaling ? scaling : params;
-  if (!s) return;
-  std::string type = json_string_or(*s, "rope_type", "", path);
-  if (type.empty()) type = json_string_or(*s, "type", "default", path);
-  if (type == "default") return;
-  m.emplace_back(a + ".rope.scaling.type", Value::string(type));
-  m.emplace_back(a + ".rope.scaling.factor",
-                 Value::f32((float)json_number_or(*s, "factor", 1.0, path)));
-  for (const auto& [hf, gg] : {std::pair{"low_freq_factor", "low_freq_factor"},
-                               std::pair{"high_freq_factor", "high_freq_factor"}})
-    if (s->contains(hf))
-      m.emplace_back(a + ".rope.scaling." + gg,
-                     Value::f32((float)json_number_or(*s, hf, 1.0, path)));
-  if (s->contains("original_max_position_embeddings"))
-    m.emplace_back(
-        a + ".rope.scaling.original_context_length",
-        Value::u32((uint32_t)json_positive_int(*s, "original_max_position_embeddings", path)));
-}
-
-// config.json -> <arch>.* keys, as llama.cpp's converter names them.
+// config.json -> <arch>.* keys, as llama.cpp's converter names them (hf_families.cpp).
 Metadata config_metadata(const json& cfg, const std::string& path, const std::string& dir) {
-  const std::string a = arch_of(cfg, path);
+  const std::string a = hf_arch_of(cfg, path);
   Metadata m;
   m.emplace_back("general.architecture", Value::string(a));
   m.emplace_back("general.name", Value::string(fs::path(dir).filename().string()));
   m.emplace_back("general.source.format", Value::string("huggingface"));
-  auto u32 = [&](const std::string& key, const char* hf) {
-    m.emplace_back(a + "." + key, Value::u32((uint32_t)json_positive_int(cfg, hf, path)));
-  };
-  u32("block_count", "num_hidden_layers");
-  u32("embedding_length", "hidden_size");
-  u32("attention.head_count", "num_attention_heads");
-  if (cfg.contains("num_key_value_heads") && !cfg["num_key_value_heads"].is_null())
-    u32("attention.head_count_kv", "num_key_value_heads");
-  u32("feed_forward_length", "intermediate_size");
-  u32("context_length", "max_position_embeddings");
-  if (cfg.contains("head_dim") && !cfg["head_dim"].is_null())
-    u32("attention.key_length", "head_dim");
-  m.emplace_back(a + ".attention.layer_norm_rms_epsilon",
-                 Value::f32((float)json_number_or(cfg, "rms_norm_eps", 1e-6, path)));
-  add_rope(m, cfg, a, path);
+  for (auto& kv : hf_family_metadata(cfg, a, path)) m.push_back(std::move(kv));
   // transformers rotates q/k halves (NeoX order) for every family, llama included.
   m.emplace_back("hablar.rope.neox", Value::boolean(true));
   return m;
@@ -135,7 +88,7 @@ std::vector<std::pair<std::string, gguf::Value>> hf_config_metadata(std::string_
                                                                     const std::string& name) {
   const json cfg = parse_json_text(config_json, name);
   if (!cfg.is_object()) throw_error(ErrorKind::kFormat, name + ": not a JSON object");
-  return config_metadata(cfg, name, name);
+  return config_metadata(hf_text_config(cfg, name), name, name);
 }
 
 // Defined in hf_model_tensors.cpp / hf_model_tokenizer.cpp.
@@ -160,8 +113,9 @@ gguf::GgufFile open_hf_model(const std::string& dir_arg, const HfOpenOptions& op
     add_tokenizer_metadata(dir, meta);
     return gguf::GgufFile::assemble(dir_arg, std::move(meta), {}, nullptr);
   }
-  const json cfg = parse_json_file(config_path, 16ull << 20);
-  if (!cfg.is_object()) throw_error(ErrorKind::kFormat, config_path + ": not a JSON object");
+  const json full_cfg = parse_json_file(config_path, 16ull << 20);
+  if (!full_cfg.is_object()) throw_error(ErrorKind::kFormat, config_path + ": not a JSON object");
+  const json cfg = hf_text_config(full_cfg, config_path);
   Metadata meta = config_metadata(cfg, config_path, dir_arg);
   auto keep = std::make_shared<Keep>();
   keep->shards = open_shards(dir);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -49,11 +50,14 @@ inline std::string tensor_name(std::string_view pattern, int layer) {
 }
 
 // The GGUF name of a transformers tensor name, and its layer (-1 for none); nullopt when
-// the name is not one of the family's (rotary caches and the like).
+// the name is not one of the table's (rotary caches and the like). gguf_name_of_hf reads the
+// Llama family's table (APR files name tensors so); formats/hf_families.h has every family's.
 struct MappedName {
   std::string gguf;
   int layer = -1;
 };
+std::optional<MappedName> gguf_name_in(std::span<const TensorNamePair> table,
+                                       std::string_view hf_name);
 std::optional<MappedName> gguf_name_of_hf(std::string_view hf_name);
 
 }  // namespace hablar::formats

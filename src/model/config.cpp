@@ -154,6 +154,9 @@ void read_experts(const gguf::GgufFile& f, ModelConfig& c) {
       throw_error(ErrorKind::kFormat,
                   f.path() + ": expert_shared_feed_forward_length out of range");
   }
+  // <arch>.expert_weights_norm (as llama.cpp's key; a checkpoint's norm_topk_prob) overrides
+  // the family's custom.
+  c.experts_normalized = f.get_bool_or(a + ".expert_weights_norm", c.experts_normalized);
   c.n_experts_used = (int)f.get_uint_or(a + ".expert_used_count", 0);
   c.n_ff_expert = (int)f.get_uint_or(a + ".expert_feed_forward_length", (uint64_t)c.n_ff);
   if (c.n_experts > 4096 || c.n_experts_used <= 0 || c.n_experts_used > c.n_experts ||

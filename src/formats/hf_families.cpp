@@ -1,0 +1,379 @@
+// Hugging Face model families in GGUF's vocabulary (hf_families.h): the keys llama.cpp's
+// converter writes from each config.json, and each family's tensor names.
+#include "formats/hf_families.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+#include "formats/hf_json.h"
+
+namespace hablar::formats {
+
+using gguf::Value;
+using nlohmann::json;
+
+json hf_text_config(const json& cfg, const std::string& path) {
+  if (json_string_or(cfg, "model_type", "", path) != "gemma3") return cfg;
+  const json* text = json_object_or_null(cfg, "text_config", path);
+  if (!text) throw_error(ErrorKind::kFormat, path + ": a gemma3 config without text_config");
+  // transformers' Gemma3TextConfig defaults (its config.json omits the fields equal to them).
+  json out = {{"vocab_size", 262208},
+              {"hidden_size", 2304},
+              {"intermediate_size", 9216},
+              {"num_hidden_layers", 26},
+              {"num_attention_heads", 8},
+              {"num_key_value_heads", 4},
+              {"head_dim", 256},
+              {"max_position_embeddings", 131072},
+              {"rms_norm_eps", 1e-6},
+              {"query_pre_attn_scalar", 256},
+              {"sliding_window", 4096},
+              {"rope_theta", 1000000.0},
+              {"rope_local_base_freq", 10000.0}};
+  for (const auto& [key, value] : text->items()) out[key] = value;
+  out["model_type"] = "gemma3_text";
+  if (!text->contains("tie_word_embeddings") && cfg.contains("tie_word_embeddings"))
+    out["tie_word_embeddings"] = cfg["tie_word_embeddings"];
+  return out;
+}
+
+std::string hf_text_tensor_name(std::string_view name) {
+  for (const auto& [prefix, replacement] :
+       {std::pair<std::string_view, std::string_view>{"model.language_model.", "model."},
+        {"language_model.model.", "model."},
+        {"language_model.lm_head.", "lm_head."}})
+    if (name.starts_with(prefix))
+      return std::string(replacement) + std::string(name.substr(prefix.size()));
+  return std::string(name);
+}
+
+std::string hf_arch_of(const json& cfg, const std::string& path) {
+  const std::string type = json_string_or(cfg, "model_type", "", path);
+  static const std::map<std::string, std::string> kArches = {
+      {"llama", "llama"},        {"mistral", "llama"}, {"mixtral", "llama"},
+      {"qwen2", "qwen2"},        {"qwen3", "qwen3"},   {"qwen2_moe", "qwen2moe"},
+      {"qwen3_moe", "qwen3moe"}, {"phi3", "phi3"},     {"phi", "phi2"},
+      {"gemma", "gemma"},        {"gemma2", "gemma2"}, {"gemma3_text", "gemma3"}};
+  if (const auto it = kArches.find(type); it != kArches.end()) return it->second;
+  std::string names;
+  for (const auto& [name, arch] : kArches) names += (names.empty() ? "" : ", ") + name;
+  throw_error(ErrorKind::kUnsupported,
+              path + ": unsupported model_type '" + type + "' (supported: " + names + ")");
+}
+
+namespace {
+
+bool is_gemma(const std::string& a) {
+  return a == "gemma" || a == "gemma2" || a == "gemma3";
+}
+
+// A number member, or nullopt when absent or null.
+std::optional<double> number_or_null(const json& j, const char* key, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  return json_number_or(j, key, 0.0, path);
+}
+
+// A count member in [0, 2^30], or nullopt when absent or null.
+std::optional<uint32_t> count_or_null(const json& j, const char* key, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  const int64_t v = json_int_or(j, key, 0, path);
+  if (v < 0 || v > (1 << 30))
+    throw_error(ErrorKind::kFormat,
+                path + ": " + key + " = " + std::to_string(v) + " is out of range");
+  return (uint32_t)v;
+}
+
+// The RoPE base and scaling of `params` (a rope_parameters / rope_scaling object, or null),
+// with `theta` as the base when params has none. LongRoPE (Phi-3) writes no scaling type:
+// llama.cpp's converter gives its factor lists as tensors (hf_model_tensors.cpp), its
+// original context and its attention factor.
+void add_rope_scaling(HfMetadata& m, const json& cfg, const json* params, double theta,
+                      const std::string& a, const std::string& path) {
+  if (params) theta = json_number_or(*params, "rope_theta", theta, path);
+  m.emplace_back(a + ".rope.freq_base", Value::f32((float)theta));
+  if (!params) return;
+  std::string type = json_string_or(*params, "rope_type", "", path);
+  if (type.empty()) type = json_string_or(*params, "type", "default", path);
+  if (type == "default") return;
+  const auto original_context = [&]() -> int64_t {
+    if (params->contains("original_max_position_embeddings"))
+      return json_positive_int(*params, "original_max_position_embeddings", path);
+    return json_int_or(cfg, "original_max_position_embeddings", 0, path);
+  };
+  if (type == "longrope" || type == "su") {
+    const int64_t original = original_context();
+    const int64_t context = json_positive_int(cfg, "max_position_embeddings", path);
+    if (original <= 0 || original > (1 << 30))
+      throw_error(ErrorKind::kFormat,
+                  path + ": LongRoPE needs original_max_position_embeddings in [1, 2^30]");
+    const double scale = (double)context / (double)original;
+    double attn =
+        scale <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scale) / std::log((double)original));
+    if (const auto given = number_or_null(*params, "attention_factor", path)) attn = *given;
+    m.emplace_back(a + ".rope.scaling.original_context_length", Value::u32((uint32_t)original));
+    m.emplace_back(a + ".rope.scaling.attn_factor", Value::f32((float)attn));
+    return;
+  }
+  m.emplace_back(a + ".rope.scaling.type", Value::string(type));
+  m.emplace_back(a + ".rope.scaling.factor",
+                 Value::f32((float)json_number_or(*params, "factor", 1.0, path)));
+  for (const char* key : {"low_freq_factor", "high_freq_factor"})
+    if (params->contains(key))
+      m.emplace_back(a + ".rope.scaling." + key,
+                     Value::f32((float)json_number_or(*params, key, 1.0, path)));
+  if (const int64_t original = original_context(); original > 0 && original <= (1 << 30))
+    m.emplace_back(a + ".rope.scaling.original_context_length", Value::u32((uint32_t)original));
+}
+
+// rope_theta with rope_scaling (transformers 4) or rope_parameters (transformers 5; Gemma 3's
+// holds one object per layer type, the global layers' here), and Gemma 3's local base.
+void add_rope(HfMetadata& m, const json& cfg, const std::string& a, const std::string& path) {
+  const json* params = json_object_or_null(cfg, "rope_parameters", path);
+  const json* scaling = json_object_or_null(cfg, "rope_scaling", path);
+  const double theta = json_number_or(cfg, "rope_theta", 10000.0, path);
+  const json* global = params && params->contains("full_attention")
+                           ? json_object_or_null(*params, "full_attention", path)
+                           : (scaling ? scaling : params);
+  add_rope_scaling(m, cfg, global, theta, a, path);
+  if (a != "gemma3") return;
+  double local = json_number_or(cfg, "rope_local_base_freq", 10000.0, path);
+  if (params && params->contains("sliding_attention"))
+    if (const json* s = json_object_or_null(*params, "sliding_attention", path))
+      local = json_number_or(*s, "rope_theta", local, path);
+  m.emplace_back(a + ".rope.freq_base_swa", Value::f32((float)local));
+}
+
+// Rotated values per head: partial_rotary_factor of the head (Phi-2, Phi-4-mini; in
+// rope_parameters with transformers 5), else all.
+void add_rope_dims(HfMetadata& m, const json& cfg, const std::string& a, const std::string& path) {
+  double part = json_number_or(cfg, "partial_rotary_factor", 1.0, path);
+  if (const json* params = json_object_or_null(cfg, "rope_parameters", path))
+    part = json_number_or(*params, "partial_rotary_factor", part, path);
+  if (part == 1.0) return;
+  if (!(part > 0.0 && part < 1.0))
+    throw_error(ErrorKind::kFormat, path + ": partial_rotary_factor must be in (0, 1]");
+  const int64_t heads = json_positive_int(cfg, "num_attention_heads", path);
+  const int64_t head_dim = cfg.contains("head_dim") && !cfg["head_dim"].is_null()
+                               ? json_positive_int(cfg, "head_dim", path)
+                               : json_positive_int(cfg, "hidden_size", path) / heads;
+  m.emplace_back(a + ".rope.dimension_count",
+                 Value::u32((uint32_t)std::floor(part * (double)head_dim)));
+}
+
+// Gemma 2 and 3: the q scalar, soft-caps (null: none), the window and which layers use it.
+void add_gemma_attention(HfMetadata& m, const json& cfg, const std::string& a,
+                         const std::string& path) {
+  if (const auto s = number_or_null(cfg, "query_pre_attn_scalar", path))
+    m.emplace_back(a + ".attention.query_pre_attn_scalar", Value::f32((float)*s));
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
+    m.emplace_back(a + "." + key, Value::f32((float)number_or_null(cfg, key, path).value_or(0.0)));
+  if (const auto w = count_or_null(cfg, "sliding_window", path))
+    m.emplace_back(a + ".attention.sliding_window", Value::u32(*w));
+  if (const json* types = json_array_or_null(cfg, "layer_types", path)) {
+    std::vector<Value> sliding;
+    for (const json& t : *types) {
+      if (!t.is_string())
+        throw_error(ErrorKind::kFormat, path + ": layer_types holds a non-string");
+      sliding.push_back(Value::boolean(t.get<std::string>() == "sliding_attention"));
+    }
+    m.emplace_back(a + ".attention.sliding_window_pattern",
+                   Value::array(gguf::ValueType::BOOL, std::move(sliding)));
+  } else if (const auto period = count_or_null(cfg, "sliding_window_pattern", path)) {
+    m.emplace_back(a + ".attention.sliding_window_pattern", Value::u32(*period));
+  }
+}
+
+// Mixtral, Qwen2-MoE, Qwen3-MoE: expert counts and widths; every layer sparse.
+void add_experts(HfMetadata& m, const json& cfg, const std::string& a, const std::string& path) {
+  const char* count_key = cfg.contains("num_local_experts") ? "num_local_experts" : "num_experts";
+  if (!cfg.contains(count_key) || cfg[count_key].is_null()) return;
+  m.emplace_back(a + ".expert_count",
+                 Value::u32((uint32_t)json_positive_int(cfg, count_key, path)));
+  m.emplace_back(a + ".expert_used_count",
+                 Value::u32((uint32_t)json_positive_int(cfg, "num_experts_per_tok", path)));
+  if (cfg.contains("moe_intermediate_size"))
+    m.emplace_back(a + ".expert_feed_forward_length",
+                   Value::u32((uint32_t)json_positive_int(cfg, "moe_intermediate_size", path)));
+  if (cfg.contains("shared_expert_intermediate_size"))
+    m.emplace_back(
+        a + ".expert_shared_feed_forward_length",
+        Value::u32((uint32_t)json_positive_int(cfg, "shared_expert_intermediate_size", path)));
+  if (cfg.contains("norm_topk_prob") && !cfg["norm_topk_prob"].is_null())
+    m.emplace_back(a + ".expert_weights_norm",
+                   Value::boolean(json_bool_or(cfg, "norm_topk_prob", true, path)));
+  const json* dense = json_array_or_null(cfg, "mlp_only_layers", path);
+  if (json_int_or(cfg, "decoder_sparse_step", 1, path) != 1 || (dense && !dense->empty()))
+    throw_error(
+        ErrorKind::kUnsupported,
+        path + ": dense layers among the sparse ones (decoder_sparse_step, mlp_only_layers)");
+}
+
+}  // namespace
+
+HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::string& path) {
+  HfMetadata m;
+  const auto u32 = [&](const std::string& key, const char* hf) {
+    m.emplace_back(a + "." + key, Value::u32((uint32_t)json_positive_int(cfg, hf, path)));
+  };
+  u32("block_count", "num_hidden_layers");
+  u32("embedding_length", "hidden_size");
+  u32("attention.head_count", "num_attention_heads");
+  if (cfg.contains("num_key_value_heads") && !cfg["num_key_value_heads"].is_null())
+    u32("attention.head_count_kv", "num_key_value_heads");
+  u32("feed_forward_length", "intermediate_size");
+  u32("context_length", "max_position_embeddings");
+  if (cfg.contains("head_dim") && !cfg["head_dim"].is_null())
+    u32("attention.key_length", "head_dim");
+  if (a == "phi2") {
+    m.emplace_back(a + ".attention.layer_norm_epsilon",
+                   Value::f32((float)json_number_or(cfg, "layer_norm_eps", 1e-5, path)));
+  } else {
+    m.emplace_back(a + ".attention.layer_norm_rms_epsilon",
+                   Value::f32((float)json_number_or(cfg, "rms_norm_eps", 1e-6, path)));
+  }
+  add_rope(m, cfg, a, path);
+  add_rope_dims(m, cfg, a, path);
+  if (a == "gemma2" || a == "gemma3") add_gemma_attention(m, cfg, a, path);
+  add_experts(m, cfg, a, path);
+  return m;
+}
+
+namespace {
+
+using Names = std::vector<TensorNamePair>;
+
+Names with(const Names& base, const Names& extra) {
+  Names out = base;
+  out.insert(out.end(), extra.begin(), extra.end());
+  return out;
+}
+
+Names llama_names() {
+  return Names(std::begin(kLlamaFamilyTensorNames), std::end(kLlamaFamilyTensorNames));
+}
+
+// Gemma 2 and 3: a norm on each side of attention and of the MLP.
+Names gemma2_names() {
+  Names n;
+  for (const TensorNamePair& p : kLlamaFamilyTensorNames)
+    if (p.gguf != "blk.{}.ffn_norm.weight") n.push_back(p);
+  return with(
+      n, {{"blk.{}.post_attention_norm.weight", "model.layers.{}.post_attention_layernorm.weight"},
+          {"blk.{}.ffn_norm.weight", "model.layers.{}.pre_feedforward_layernorm.weight"},
+          {"blk.{}.post_ffw_norm.weight", "model.layers.{}.post_feedforward_layernorm.weight"}});
+}
+
+Names phi3_names() {
+  return {{"token_embd.weight", "model.embed_tokens.weight"},
+          {"output_norm.weight", "model.norm.weight"},
+          {"output.weight", "lm_head.weight"},
+          {"blk.{}.attn_norm.weight", "model.layers.{}.input_layernorm.weight"},
+          {"blk.{}.attn_qkv.weight", "model.layers.{}.self_attn.qkv_proj.weight"},
+          {"blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight"},
+          {"blk.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight"},
+          {"blk.{}.ffn_up.weight", "model.layers.{}.mlp.gate_up_proj.weight"},
+          {"blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight"}};
+}
+
+Names phi2_names() {
+  Names n = {{"token_embd.weight", "model.embed_tokens.weight"}};
+  const auto pair = [&](std::string_view gguf, std::string_view hf) {
+    // (string literals below: the views stay valid)
+    n.push_back({gguf, hf});
+  };
+  pair("output_norm.weight", "model.final_layernorm.weight");
+  pair("output_norm.bias", "model.final_layernorm.bias");
+  pair("output.weight", "lm_head.weight");
+  pair("output.bias", "lm_head.bias");
+  pair("blk.{}.attn_norm.weight", "model.layers.{}.input_layernorm.weight");
+  pair("blk.{}.attn_norm.bias", "model.layers.{}.input_layernorm.bias");
+  pair("blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight");
+  pair("blk.{}.attn_q.bias", "model.layers.{}.self_attn.q_proj.bias");
+  pair("blk.{}.attn_k.weight", "model.layers.{}.self_attn.k_proj.weight");
+  pair("blk.{}.attn_k.bias", "model.layers.{}.self_attn.k_proj.bias");
+  pair("blk.{}.attn_v.weight", "model.layers.{}.self_attn.v_proj.weight");
+  pair("blk.{}.attn_v.bias", "model.layers.{}.self_attn.v_proj.bias");
+  pair("blk.{}.attn_output.weight", "model.layers.{}.self_attn.dense.weight");
+  pair("blk.{}.attn_output.bias", "model.layers.{}.self_attn.dense.bias");
+  pair("blk.{}.ffn_up.weight", "model.layers.{}.mlp.fc1.weight");
+  pair("blk.{}.ffn_up.bias", "model.layers.{}.mlp.fc1.bias");
+  pair("blk.{}.ffn_down.weight", "model.layers.{}.mlp.fc2.weight");
+  pair("blk.{}.ffn_down.bias", "model.layers.{}.mlp.fc2.bias");
+  return n;
+}
+
+// The router (and Qwen2-MoE's shared expert with its gate) beside the llama names.
+Names moe_names(const std::string& a) {
+  if (a == "llama")
+    return with(llama_names(),
+                {{"blk.{}.ffn_gate_inp.weight", "model.layers.{}.block_sparse_moe.gate.weight"}});
+  Names n =
+      with(llama_names(), {{"blk.{}.ffn_gate_inp.weight", "model.layers.{}.mlp.gate.weight"}});
+  if (a == "qwen2moe")
+    n = with(
+        n, {{"blk.{}.ffn_gate_shexp.weight", "model.layers.{}.mlp.shared_expert.gate_proj.weight"},
+            {"blk.{}.ffn_up_shexp.weight", "model.layers.{}.mlp.shared_expert.up_proj.weight"},
+            {"blk.{}.ffn_down_shexp.weight", "model.layers.{}.mlp.shared_expert.down_proj.weight"},
+            {"blk.{}.ffn_gate_inp_shexp.weight", "model.layers.{}.mlp.shared_expert_gate.weight"}});
+  return n;
+}
+
+}  // namespace
+
+const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
+  static const std::map<std::string, Names> kTables = {
+      {"llama", moe_names("llama")},  // (Mixtral's router beside llama's names)
+      {"qwen2", llama_names()},
+      {"qwen3", llama_names()},
+      {"qwen2moe", moe_names("qwen2moe")},
+      {"qwen3moe", moe_names("qwen3moe")},
+      {"phi3", phi3_names()},
+      {"phi2", phi2_names()},
+      {"gemma", llama_names()},
+      {"gemma2", gemma2_names()},
+      {"gemma3", gemma2_names()}};
+  const auto it = kTables.find(a);
+  if (it == kTables.end()) throw_error(ErrorKind::kUnsupported, "no tensor names for " + a);
+  return it->second;
+}
+
+std::optional<MappedName> gguf_name_of_hf(const std::string& arch, std::string_view name) {
+  return gguf_name_in(hf_tensor_names(arch), name);
+}
+
+std::optional<ExpertName> expert_of_hf(const std::string& a, std::string_view name) {
+  // model.layers.L.<block>.experts.E.<matrix>.weight
+  constexpr std::string_view kLayers = "model.layers.";
+  if (!name.starts_with(kLayers)) return std::nullopt;
+  const std::string_view block = a == "llama" ? ".block_sparse_moe.experts." : ".mlp.experts.";
+  const size_t b = name.find(block, kLayers.size());
+  if (b == std::string_view::npos) return std::nullopt;
+  const auto number = [](std::string_view digits) -> int {
+    if (digits.empty() || digits.size() > 6 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return -1;
+    return std::stoi(std::string(digits));
+  };
+  const int layer = number(name.substr(kLayers.size(), b - kLayers.size()));
+  const std::string_view rest = name.substr(b + block.size());
+  const size_t dot = rest.find('.');
+  if (layer < 0 || dot == std::string_view::npos) return std::nullopt;
+  const int expert = number(rest.substr(0, dot));
+  const std::string_view matrix = rest.substr(dot + 1);
+  static const std::map<std::string_view, std::string_view> kMatrices = {
+      {"w1.weight", "ffn_gate_exps"},    {"w3.weight", "ffn_up_exps"},
+      {"w2.weight", "ffn_down_exps"},    {"gate_proj.weight", "ffn_gate_exps"},
+      {"up_proj.weight", "ffn_up_exps"}, {"down_proj.weight", "ffn_down_exps"}};
+  const auto it = kMatrices.find(matrix);
+  if (expert < 0 || it == kMatrices.end()) return std::nullopt;
+  return ExpertName{"blk." + std::to_string(layer) + "." + std::string(it->second) + ".weight",
+                    layer, expert};
+}
+
+bool norm_gets_one_added(const std::string& arch, const std::string& gguf_name) {
+  return is_gemma(arch) && gguf_name.ends_with("norm.weight");
+}
+
+}  // namespace hablar::formats

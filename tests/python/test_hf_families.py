@@ -1,0 +1,196 @@
+"""Hugging Face checkpoints of every family hablar runs, against transformers (float32, CPU).
+
+For each family a small model is made here with random weights (every parameter drawn, norm
+weights and biases included, so that none of them can be dropped unnoticed) and saved with
+save_pretrained, with a byte-level BPE tokenizer trained on the test corpus. hablar serves
+the directory; the log-probabilities of the prompt tokens under teacher forcing, and the
+top-1 tokens where transformers' choice is clear, must match transformers'.
+
+Families: Phi-3 (fused qkv and gate-up; partial rotation as Phi-4-mini), Phi-2 (LayerNorm
+block), Gemma 1 / 2 / 3 (norm weights stored as w and applied as 1 + w; windows, soft-caps,
+local RoPE base), Mixtral and Qwen2-/Qwen3-MoE (one tensor per expert, stacked at load),
+and Qwen3 for reference.
+"""
+import math
+import os
+import signal
+import subprocess
+import threading
+import time
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = os.environ.get("HABLAR_BIN", str(REPO / "build" / "src" / "cli" / "hablar"))
+CORPUS = REPO / "tests" / "data" / "tokenizer-corpus" / "corpus.txt"
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+VOCAB = 512
+SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+
+
+def families():
+    t = transformers
+    return {
+        "qwen3": (t.Qwen3Config, t.Qwen3ForCausalLM, dict(head_dim=16)),
+        "phi3": (t.Phi3Config, t.Phi3ForCausalLM, dict(partial_rotary_factor=0.75)),
+        # LongRoPE (Phi-3 128k): served with a context of the original 64 positions, where
+        # both take the short factors (transformers by the sequence's length).
+        "phi3-longrope": (t.Phi3Config, t.Phi3ForCausalLM, dict(
+            original_max_position_embeddings=64,
+            rope_scaling={"rope_type": "longrope", "short_factor": [1.0 + 0.05 * i for i in range(8)],
+                          "long_factor": [1.0 + 0.5 * i for i in range(8)]})),
+        "phi2": (t.PhiConfig, t.PhiForCausalLM, dict(num_key_value_heads=4, partial_rotary_factor=0.4,
+                                                     hidden_act="gelu_new")),
+        "gemma": (t.GemmaConfig, t.GemmaForCausalLM, dict(head_dim=16,
+                                                         hidden_activation="gelu_pytorch_tanh")),
+        "gemma2": (t.Gemma2Config, t.Gemma2ForCausalLM, dict(head_dim=16, sliding_window=8,
+                                                            query_pre_attn_scalar=16)),
+        "gemma3": (t.Gemma3TextConfig, t.Gemma3ForCausalLM,
+                   dict(head_dim=16, sliding_window=8, query_pre_attn_scalar=16, num_hidden_layers=3,
+                        layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
+        # Gemma 3 with vision (4B and up): the language model of a Gemma3ForConditionalGeneration
+        # checkpoint, its vision tower skipped.
+        "gemma3-vision": (t.Gemma3Config, t.Gemma3ForConditionalGeneration, dict(
+            text_config=dict(SMALL, head_dim=16, sliding_window=8, query_pre_attn_scalar=16,
+                             num_hidden_layers=3, layer_types=["sliding_attention", "full_attention",
+                                                               "sliding_attention"]),
+            vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                               num_attention_heads=2, image_size=28, patch_size=14),
+            mm_tokens_per_image=4, image_token_index=VOCAB - 1, boi_token_index=VOCAB - 2,
+            eoi_token_index=VOCAB - 3)),
+        "mixtral": (t.MixtralConfig, t.MixtralForCausalLM, dict(num_local_experts=4,
+                                                               num_experts_per_tok=2)),
+        "qwen2moe": (t.Qwen2MoeConfig, t.Qwen2MoeForCausalLM,
+                     dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                          shared_expert_intermediate_size=64, norm_topk_prob=False)),
+        "qwen3moe": (t.Qwen3MoeConfig, t.Qwen3MoeForCausalLM,
+                     dict(head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                          norm_topk_prob=True)),
+    }
+
+
+@pytest.fixture(scope="session")
+def bpe_tokenizer(tmp_path_factory):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([CORPUS.read_text(encoding="utf-8")], trainer)
+    assert tok.get_vocab_size() == VOCAB
+    path = tmp_path_factory.mktemp("bpe") / "tokenizer.json"
+    tok.save(str(path))
+    return tok, path
+
+
+def randomize(model, gemma):
+    """Every parameter drawn: matrices with a unit gain, norm weights near 1 (Gemma: near 0,
+    applied as 1 + w), biases small."""
+    gen = torch.Generator().manual_seed(1234)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
+            elif "norm" in name and name.endswith("weight"):
+                p.copy_((0.0 if gemma else 1.0) + 0.1 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+
+
+def make_model(family, tokenizer_json, out_dir):
+    cfg_cls, model_cls, extra = families()[family]
+    kwargs = {} if "text_config" in extra else dict(SMALL)
+    kwargs.update(extra)
+    cfg = cfg_cls(**kwargs, bos_token_id=0, eos_token_id=0, pad_token_id=0, tie_word_embeddings=
+                  family.startswith("gemma"))
+    torch.manual_seed(0)
+    model = model_cls(cfg).eval()
+    randomize(model, family.startswith("gemma"))
+    model.save_pretrained(str(out_dir))
+    (out_dir / "tokenizer.json").write_bytes(tokenizer_json.read_bytes())
+    return model
+
+
+class Server:
+    def __init__(self, model_dir, n_ctx):
+        self.proc = subprocess.Popen([BIN, "serve", "-m", str(model_dir), "--port", "0", "--host", "127.0.0.1",
+                                      "-t", "2", "-c", str(n_ctx)], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True, errors="replace")
+        self.lines, self.port, seen = [], None, threading.Event()
+
+        def read():
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                m = re.search(r"listening on http://[^:]+:(\d+)", line)
+                if m and self.port is None:
+                    self.port = int(m.group(1))
+                    seen.set()
+        threading.Thread(target=read, daemon=True).start()
+        if not seen.wait(60):
+            self.stop()
+            pytest.fail("server did not start:\n" + "".join(self.lines[-30:]))
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def completion(self, body):
+        import requests
+        for _ in range(300):
+            try:
+                r = requests.post(self.url + "/v1/completions", json=body, timeout=300)
+                if r.status_code != 503:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def prompts(tok):
+    text = CORPUS.read_text(encoding="utf-8")
+    lines = [l for l in text.split("\n") if len(l) > 40]
+    return [tok.encode(lines[i] + " " + lines[i + 1]).ids[:48] for i in (0, 7)]
+
+
+@pytest.mark.parametrize("family", list(families()))
+def test_family_matches_transformers(family, bpe_tokenizer, tmp_path):
+    tok, tok_path = bpe_tokenizer
+    model = make_model(family, tok_path, tmp_path / family)
+    server = Server(tmp_path / family, 64 if family.endswith("longrope") else 512)
+    try:
+        worst, agree, clear = 0.0, 0, 0
+        for ids in prompts(tok):
+            with torch.no_grad():
+                logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), dim=-1)
+            out = server.completion({"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 1})
+            lp = out["choices"][0]["logprobs"]
+            assert len(lp["token_logprobs"]) == len(ids)
+            for i in range(1, len(ids)):
+                worst = max(worst, abs(lp["token_logprobs"][i] - float(logp[i - 1][ids[i]])))
+                top2 = torch.topk(logp[i - 1], 2)
+                if float(top2.values[0] - top2.values[1]) > 0.05:
+                    clear += 1
+                    want = tok.decode([int(top2.indices[0])])
+                    agree += next(iter(lp["top_logprobs"][i])) == want
+    finally:
+        server.stop()
+    print(f"\n{family}: largest |log p| difference {worst:.2e}; top-1 {agree}/{clear} where clear")
+    # The CPU rounds activations as llama.cpp does (GELU through a half-precision table,
+    # F32 products on 8-bit or half rows where llama.cpp's kernels take them).
+    assert worst < 2e-2, family
+    assert clear >= 40 and agree >= clear - 1, (family, agree, clear)
