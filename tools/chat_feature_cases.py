@@ -97,6 +97,11 @@ CASES = [
     ("messages_shape", "{% for m in messages %}{{ m.role }}:{% if m.content is string %}{{ m.content }}{% else %}{% for p in m.content %}[{{ p.type }}]{{ p.text }}{% endfor %}{% endif %}\n{% endfor %}", {"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": [{"type": "text", "text": "x"}]}]}),
     # more corners
     ("string_percent_format", "{{ '%s has %d items' % ('cart', 3) }}|{{ 'x=%s' % none }}", {}),
+    ("string_percent_widths", "{{ '%5s|%-5s|%05d|%5.1f|%-6d|%+d|%03s' % ('a', 'b', -3, 2.25, 7, 4, 'z') }}",
+     {}),
+    ("unknown_names_in_untaken_branches",
+     "{% if false %}{{ x | nosuchfilter }}{{ x is nosuchtest }}{% endif %}"
+     "{{ 1 if true else (x | nosuchfilter) }}", {}),
     ("str_format_method", "{{ '{} and {}'.format('a', 1) }}|{{ '{name}!'.format(name='Bo') }}", {}),
     ("selectattr_defined", "{{ m | selectattr('tool_calls', 'defined') | list | length }} {{ m | rejectattr('tool_calls') | map(attribute='role') | join(',') }}", {"m": [{"role": "user"}, {"role": "assistant", "tool_calls": [1]}]}),
     ("map_trim_join_dict", "{{ ['  a ', ' b'] | map('trim') | join('|') }} {{ {'x': 1, 'y': 2} | join(',') }} {{ [1, 2] | map('string') | join }}", {}),

@@ -10,8 +10,10 @@ namespace hablar::chat {
 namespace {
 
 // jinja2 rejects unknown filters and tests when it compiles a template, even in branches that
-// never run; so do we.
+// never run, except inside an if statement or a conditional expression (test and branches),
+// where only running one is an error (Interpreter::apply_filter); so do we.
 void check_names(const jinja::Expr& e) {
+  if (e.kind == jinja::ExprKind::kConditional) return;
   if (e.kind == jinja::ExprKind::kFilter && !jinja::builtin_filters().count(e.name))
     throw jinja::JinjaError("No filter named '" + e.name + "'.", e.pos);
   if (e.kind == jinja::ExprKind::kTest && !jinja::builtin_tests().count(e.name))
@@ -23,6 +25,7 @@ void check_names(const jinja::Expr& e) {
 
 void check_names(const jinja::Body& body) {
   for (const auto& s : body) {
+    if (s->kind == jinja::StmtKind::kIf) continue;
     for (const jinja::Expr* e : {s->expr.get(), s->condition.get()})
       if (e) check_names(*e);
     for (const auto& f : s->filters) check_names(*f);

@@ -751,14 +751,14 @@ ValueList Interpreter::iterate(const Value& v) {
 Value Interpreter::apply_filter(const std::string& name, const Value& value, const CallArgs& args) {
   const auto& filters = builtin_filters();
   auto it = filters.find(name);
-  if (it == filters.end()) throw JinjaError("No filter named '" + name + "'.");
+  if (it == filters.end()) throw JinjaError("No filter named '" + name + "' found.");
   return it->second(*this, value, args);
 }
 
 bool Interpreter::apply_test(const std::string& name, const Value& value, const CallArgs& args) {
   const auto& tests = builtin_tests();
   auto it = tests.find(name);
-  if (it == tests.end()) throw JinjaError("No test named '" + name + "'.");
+  if (it == tests.end()) throw JinjaError("No test named '" + name + "' found.");
   return it->second(*this, value, args);
 }
 

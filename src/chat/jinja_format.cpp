@@ -178,6 +178,10 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       continue;
     }
     if (spec.type == 'u') spec.type = 'd';
+    // printf-style fields right-align every conversion unless '-' asks otherwise; '0' pads
+    // numbers (not strings) with zeros after their sign.
+    const bool text = spec.type == 's' || spec.type == 'r' || spec.type == 'a' || spec.type == 'c';
+    if (spec.align == '\0' && (!spec.zero || text)) spec.align = '>';
     if (!has_name) {
       if (next >= items.size()) throw JinjaError("not enough arguments for format string");
       named = items[next++];

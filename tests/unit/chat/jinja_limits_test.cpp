@@ -38,6 +38,14 @@ TEST(JinjaLimits, SyntaxErrorsCarryLineAndColumn) {
   EXPECT_EQ(render_error("{% break %}"), "template:1:4: 'break' outside of a loop");
   EXPECT_EQ(render_error("{{ x | nosuchfilter }}"),
             "template:1:8: No filter named 'nosuchfilter'.");
+  EXPECT_EQ(render_error("{% for i in [] %}{{ i is nosuchtest }}{% endfor %}"),
+            "template:1:23: No test named 'nosuchtest'.");
+  // Inside an if statement or a conditional expression an unknown name is an error only when
+  // it runs, as jinja2 (3.x) compiles it.
+  EXPECT_EQ(render_error("{% if x | nosuchfilter %}{% endif %}"),
+            "template:1:11: No filter named 'nosuchfilter' found.");
+  EXPECT_EQ(render_error("{{ 1 if false else (x | nosuchfilter) }}"),
+            "template:1:25: No filter named 'nosuchfilter' found.");
   EXPECT_EQ(render_error("{# open comment"),
             "template:1:1: unexpected end of template: unclosed comment");
 }
