@@ -19,6 +19,15 @@ std::vector<CommandSpec>& command_registry() {
 
 namespace {
 
+// A long option's name with '_' written as '-' (--backend_sampling is --backend-sampling, as
+// llama.cpp's tools read it); a value after '=' stays as it is.
+std::string dashed_long_option(std::string arg) {
+  if (!arg.starts_with("--")) return arg;
+  const size_t end = std::min(arg.find('='), arg.size());
+  std::replace(arg.begin() + 2, arg.begin() + (std::ptrdiff_t)end, '_', '-');
+  return arg;
+}
+
 // Arguments with each subcommand's flag aliases rewritten (only after the subcommand's
 // name, so nothing before it is touched). `value_options` are the top-level options that
 // take a value, whose value must not be mistaken for a subcommand's name.
@@ -29,7 +38,9 @@ std::vector<std::string> apply_flag_aliases(int argc, char** argv,
   const CommandSpec* command = nullptr;
   for (size_t i = 1; i < args.size(); ++i) {
     std::string& arg = args[i];
+    if (arg == "--") break;  // the rest are positional arguments
     if (command) {
+      arg = dashed_long_option(std::move(arg));
       for (const auto& [alias, flag] : command->flag_aliases)
         if (arg == alias) arg = flag;
       continue;

@@ -81,3 +81,16 @@ def test_bad_chat_options_are_clear_errors(args, needle, tmp_path):
     assert r.returncode != 0
     assert needle in r.stderr
     assert "Traceback" not in r.stderr and "terminate" not in r.stderr
+
+
+def test_long_options_take_underscores_as_llama_cpp_does(model_template):
+    """--chat_template_file is --chat-template-file (llama.cpp's tools read '_' as '-' in a
+    long option's name); a value after '=' keeps its underscores."""
+    out = run_chat("-p", "Hi", "--system=Be_brief.")
+    messages = [{"role": "system", "content": "Be_brief."}, {"role": "user", "content": "Hi"}]
+    assert out["prompt"] == jinja_render(model_template, messages)
+    r = hablar("run", "--chat", "-n", "2", "--temp", "0", "--json", "-t", "1", "-p", "Hi",
+               "--ctx_size", "256")
+    assert r.returncode == 0, r.stderr
+    r = hablar("run", "-p", "Hi", "-n", "2", "--no_such_option")
+    assert r.returncode != 0 and "--no-such-option" in r.stderr
