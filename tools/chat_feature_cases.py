@@ -99,6 +99,23 @@ CASES = [
     ("string_percent_format", "{{ '%s has %d items' % ('cart', 3) }}|{{ 'x=%s' % none }}", {}),
     ("string_percent_widths", "{{ '%5s|%-5s|%05d|%5.1f|%-6d|%+d|%03s' % ('a', 'b', -3, 2.25, 7, 4, 'z') }}",
      {}),
+    ("dict_number_keys",
+     "{% set d = {1: 'a', 1.0: 'b', true: 'c', '1': 'd', none: 'e', 2.5: 'f'} %}{{ d }}|"
+     "{{ d | length }}|{{ d[1] }}{{ d['1'] }}{{ d[none] }}{{ d[2.5] }}|{{ d | tojson }}|"
+     "{{ d.keys() | list }}|{{ 1 in d }}{{ 3 in d }}", {}),
+    ("dict_number_keys_built",
+     "{% set d = dict([[1, 'x'], ['k', 2]]) %}{{ d }}{{ d.get(1) }}{{ d.get(7, 'dflt') }}"
+     "{% for k in d %}[{{ k }}:{{ k is number }}]{% endfor %}{{ {1: 'b', 0: 'a'} | dictsort }}"
+     "{{ dict({2: 'x'}, y=1) }}{% for k, v in {3: 'c'}.items() %}{{ k + 1 }}{{ v }}{% endfor %}",
+     {}),
+    ("groupby_filter",
+     "{% for g in messages | groupby('role') %}{{ g.grouper }}={{ g.list | length }};{% endfor %}"
+     "{% for r, ms in [{'r': 'B', 'x': 1}, {'r': 'a', 'x': 2}, {'r': 'b', 'x': 3}] | groupby('r') %}"
+     "{{ r }}{{ ms | map(attribute='x') | list }}{% endfor %}"
+     "{{ [{'a': 1}, {}] | groupby('a', default=0) }}"
+     "{{ [{'r': 'B'}, {'r': 'b'}] | groupby('r', case_sensitive=true) | list | length }}",
+     {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                   {"role": "user", "content": "c"}]}),
     ("unknown_names_in_untaken_branches",
      "{% if false %}{{ x | nosuchfilter }}{{ x is nosuchtest }}{% endif %}"
      "{{ 1 if true else (x | nosuchfilter) }}", {}),

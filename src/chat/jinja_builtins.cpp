@@ -114,7 +114,8 @@ Value filter_items(Interpreter&, const Value& v, const CallArgs&) {
   if (v.is_undefined()) return Value::list({}, Kind::kGenerator);
   if (!v.is_dict()) throw JinjaError("Can only get item pairs from a mapping.");
   ValueList out;
-  for (const auto& [k, val] : v.as_dict().entries) out.push_back(Value::tuple({Value(k), val}));
+  for (const auto& [k, val] : v.as_dict().entries)
+    out.push_back(Value::tuple({dict_key_value(k), val}));
   return Value::list(std::move(out), Kind::kGenerator);
 }
 
@@ -187,7 +188,8 @@ Value filter_dictsort(Interpreter&, const Value& v, const CallArgs& a) {
   bool by_value = by && to_str(*by) == "value";
   bool reverse = arg_bool(a, 2, "reverse", false);
   ValueList items;
-  for (const auto& [k, val] : v.as_dict().entries) items.push_back(Value::tuple({Value(k), val}));
+  for (const auto& [k, val] : v.as_dict().entries)
+    items.push_back(Value::tuple({dict_key_value(k), val}));
   std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
     Value kx = sort_key(x.items()[by_value ? 1 : 0], case_sensitive);
     Value ky = sort_key(y.items()[by_value ? 1 : 0], case_sensitive);
@@ -211,6 +213,36 @@ Value filter_unique(Interpreter& in, const Value& v, const CallArgs& a) {
     out.push_back(item);
   }
   return Value::list(std::move(out), Kind::kGenerator);
+}
+
+// jinja2's groupby(attribute, default, case_sensitive): the items sorted by the attribute,
+// then one (grouper, list) pair per run of equal keys; the grouper is the first item's own
+// value (not lower-cased). The pairs are tuples whose .grouper and .list name their items
+// (Interpreter::get_attribute), as jinja2's named tuples do.
+Value filter_groupby(Interpreter& in, const Value& v, const CallArgs& a) {
+  const Value* attribute = arg(a, 0, "attribute");
+  if (!attribute) throw JinjaError("groupby() missing required argument 'attribute'");
+  const Value* dflt = arg(a, 1, "default");
+  const bool case_sensitive = arg_bool(a, 2, "case_sensitive", false);
+  const auto key_of = [&](const Value& item) {
+    Value k = attribute_path(in, item, *attribute);
+    return k.is_undefined() && dflt ? *dflt : k;
+  };
+  ValueList items = in.iterate(v);
+  std::vector<std::pair<Value, Value>> keyed;  // (sort key, item)
+  for (const Value& item : items) keyed.emplace_back(sort_key(key_of(item), case_sensitive), item);
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& x, const auto& y) { return less_than(x.first, y.first); });
+  ValueList groups;
+  for (size_t i = 0; i < keyed.size();) {
+    size_t j = i;
+    ValueList members;
+    for (; j < keyed.size() && values_equal(keyed[j].first, keyed[i].first); ++j)
+      members.push_back(keyed[j].second);
+    groups.push_back(Value::tuple({key_of(keyed[i].second), Value::list(std::move(members))}));
+    i = j;
+  }
+  return Value::list(std::move(groups));
 }
 
 Value min_max(Interpreter& in, const Value& v, const CallArgs& a, bool want_max) {
@@ -443,6 +475,7 @@ std::unordered_map<std::string, FilterFn> make_filters() {
   f["sort"] = filter_sort;
   f["dictsort"] = filter_dictsort;
   f["unique"] = filter_unique;
+  f["groupby"] = filter_groupby;
   f["min"] = [](Interpreter& in, const Value& v, const CallArgs& a) {
     return min_max(in, v, a, false);
   };
@@ -640,7 +673,7 @@ Value global_namespace(Interpreter&, const CallArgs& a) {
   Dict d;
   for (const Value& p : a.positional) {
     if (!p.is_dict()) throw JinjaError("namespace() positional argument must be a mapping");
-    for (const auto& [k, v] : p.as_dict().entries) d.set(k, v);
+    for (const auto& [k, v] : p.as_dict().entries) d.set_key(dict_key_value(k), v);
   }
   for (const auto& [k, v] : a.keyword) d.set(k, v);
   return Value::dict(std::move(d), Kind::kNamespace);
@@ -668,7 +701,7 @@ Dict make_globals() {
               Dict d;
               for (const Value& p : a.positional) {
                 if (p.is_dict()) {
-                  for (const auto& [k, v] : p.as_dict().entries) d.set(k, v);
+                  for (const auto& [k, v] : p.as_dict().entries) d.set_key(dict_key_value(k), v);
                   continue;
                 }
                 // dict(pairs): an iterable of (key, value) pairs, as Python's
@@ -676,7 +709,7 @@ Dict make_globals() {
                   if (!pair.is_list_like() || pair.items().size() != 2)
                     throw JinjaError("dictionary update sequence element has length other than 2");
                   const Value& k = pair.items()[0];
-                  d.set(k.is_string() ? k.as_string() : to_str(k), pair.items()[1]);
+                  d.set_key(k, pair.items()[1]);
                 }
               }
               for (const auto& [k, v] : a.keyword) d.set(k, v);

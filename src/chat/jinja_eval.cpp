@@ -475,7 +475,7 @@ Value Interpreter::eval_inner(const Expr& e) {
       Dict d;
       for (std::size_t i = 0; i + 1 < e.children.size(); i += 2) {
         Value key = eval(*e.children[i]);
-        d.set(key.is_string() ? key.as_string() : to_str(key), eval(*e.children[i + 1]));
+        d.set_key(key, eval(*e.children[i + 1]));
       }
       return Value::dict(std::move(d));
     }
@@ -555,7 +555,7 @@ bool contains(Interpreter& in, const Value& container, const Value& item) {
     case Kind::kNamespace:
       if (item.is_string()) return container.as_dict().find(item.as_string()) != nullptr;
       return container.is_dict() && !item.is_undefined() && !item.is_list_like() &&
-             !item.is_dict() && container.as_dict().find(to_str(item)) != nullptr;
+             !item.is_dict() && container.as_dict().find_key(item) != nullptr;
     case Kind::kUndefined:
       return false;
     case Kind::kList:
@@ -673,6 +673,10 @@ Value Interpreter::get_attribute(const Value& obj, const std::string& name) {
   if (obj.is_namespace()) {
     if (const Value* v = obj.as_dict().find(name)) return *v;
   }
+  // groupby's (grouper, list) pairs name their two items.
+  if (obj.kind() == Kind::kTuple && obj.items().size() == 2 &&
+      (name == "grouper" || name == "list"))
+    return obj.items()[name == "grouper" ? 0 : 1];
   bool unsafe = false;
   Value method = bound_method(obj, name, &unsafe);
   if (!method.is_undefined() || unsafe) return method;
@@ -687,9 +691,8 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
   if ((obj.is_dict() || obj.is_namespace()) && key.is_string()) {
     if (const Value* v = obj.as_dict().find(key.as_string())) return *v;
   } else if (obj.is_dict() && !key.is_undefined() && !key.is_list_like() && !key.is_dict()) {
-    // A literal's non-string keys ({1: 'a'}, {none: 2}) are kept as their text: look the
-    // key up the same way.
-    if (const Value* v = obj.as_dict().find(to_str(key))) return *v;
+    // A literal's non-string keys ({1: 'a'}, {none: 2}; 1, 1.0 and True are one key).
+    if (const Value* v = obj.as_dict().find_key(key)) return *v;
   } else if ((obj.is_list_like() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     std::int64_t i = key.as_int();
     if (obj.is_string()) {
@@ -731,7 +734,7 @@ ValueList Interpreter::iterate(const Value& v) {
     case Kind::kDict: {
       ValueList keys;
       keys.reserve(v.as_dict().entries.size());
-      for (const auto& [k, _] : v.as_dict().entries) keys.emplace_back(k);
+      for (const auto& [k, _] : v.as_dict().entries) keys.push_back(dict_key_value(k));
       return keys;
     }
     case Kind::kString: {

@@ -321,12 +321,12 @@ Value dict_method(const std::string& name, const Value& self, Interpreter&, cons
   const Dict& d = self.as_dict();
   if (name == "items") {
     ValueList out;
-    for (const auto& [k, v] : d.entries) out.push_back(Value::tuple({Value(k), v}));
+    for (const auto& [k, v] : d.entries) out.push_back(Value::tuple({dict_key_value(k), v}));
     return Value::list(std::move(out));
   }
   if (name == "keys") {
     ValueList out;
-    for (const auto& [k, v] : d.entries) out.emplace_back(k);
+    for (const auto& [k, v] : d.entries) out.push_back(dict_key_value(k));
     return Value::list(std::move(out));
   }
   if (name == "values") {
@@ -337,8 +337,8 @@ Value dict_method(const std::string& name, const Value& self, Interpreter&, cons
   if (name == "get") {
     const Value* key = a.get(0, "");
     if (!key) throw JinjaError("get expected at least 1 argument, got 0");
-    if (key->is_string())
-      if (const Value* v = d.find(key->as_string())) return *v;
+    if (!key->is_undefined() && !key->is_list_like() && !key->is_dict())
+      if (const Value* v = d.find_key(*key)) return *v;
     const Value* dflt = a.get(1, "");
     return dflt ? *dflt : Value::none();
   }

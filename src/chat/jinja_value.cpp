@@ -12,24 +12,94 @@
 
 namespace hablar::chat::jinja {
 
-const Value* Dict::find(std::string_view key) const {
+namespace {
+
+const Value* find_encoded(const std::vector<std::pair<std::string, Value>>& entries,
+                          std::string_view key) {
   for (const auto& [k, v] : entries)
     if (k == key) return &v;
   return nullptr;
 }
 
-Value* Dict::find(std::string_view key) {
+void set_encoded(std::vector<std::pair<std::string, Value>>& entries, std::string key,
+                 Value value) {
   for (auto& [k, v] : entries)
-    if (k == key) return &v;
-  return nullptr;
+    if (k == key) {
+      v = std::move(value);
+      return;
+    }
+  entries.emplace_back(std::move(key), std::move(value));
+}
+
+}  // namespace
+
+std::string dict_key(std::string_view key) {
+  if (key.empty() || key[0] != '\0') return std::string(key);
+  return std::string("\0s", 2) + std::string(key);
+}
+
+std::string dict_key(const Value& key) {
+  const std::string tag(1, '\0');
+  switch (key.kind()) {
+    case Kind::kString:
+      return dict_key(std::string_view(key.as_string()));
+    case Kind::kBool:
+      return tag + "i" + (key.as_bool() ? "1" : "0");
+    case Kind::kInt:
+      return tag + "i" + std::to_string(key.as_int());
+    case Kind::kFloat: {
+      const double f = key.as_double();
+      if (std::isfinite(f) && f == std::floor(f) && std::fabs(f) < 9.2e18)
+        return tag + "i" + std::to_string((std::int64_t)f);
+      return tag + "f" + float_repr(f);
+    }
+    case Kind::kNone:
+      return tag + "n";
+    default:
+      throw JinjaError("unhashable type: '" + python_type_name(key) + "'");
+  }
+}
+
+Value dict_key_value(const std::string& encoded) {
+  if (encoded.empty() || encoded[0] != '\0') return Value(encoded);
+  const std::string text = encoded.substr(2);
+  switch (encoded.size() > 1 ? encoded[1] : 's') {
+    case 'i':
+      return Value((std::int64_t)std::stoll(text));
+    case 'f':
+      return Value(std::stod(text));
+    case 'n':
+      return Value::none();
+    default:
+      return Value(text);
+  }
+}
+
+std::string dict_key_json_text(const std::string& encoded) {
+  if (encoded.empty() || encoded[0] != '\0') return encoded;
+  const Value key = dict_key_value(encoded);
+  return key.is_none() ? "null" : to_str(key);
+}
+
+const Value* Dict::find(std::string_view key) const {
+  if (!key.empty() && key[0] == '\0') return find_encoded(entries, dict_key(key));
+  return find_encoded(entries, key);
+}
+
+Value* Dict::find(std::string_view key) {
+  return const_cast<Value*>(std::as_const(*this).find(key));
 }
 
 void Dict::set(std::string key, Value value) {
-  if (Value* existing = find(key)) {
-    *existing = std::move(value);
-    return;
-  }
-  entries.emplace_back(std::move(key), std::move(value));
+  set_encoded(entries, dict_key(std::string_view(key)), std::move(value));
+}
+
+const Value* Dict::find_key(const Value& key) const {
+  return find_encoded(entries, dict_key(key));
+}
+
+void Dict::set_key(const Value& key, Value value) {
+  set_encoded(entries, dict_key(key), std::move(value));
 }
 
 const Value* CallArgs::get(std::size_t index, std::string_view name) const {
@@ -272,7 +342,7 @@ std::string dict_repr(const Dict& d) {
   for (const auto& [k, v] : d.entries) {
     if (!first) out += ", ";
     first = false;
-    out += string_repr(k) + ": " + to_repr(v);
+    out += to_repr(dict_key_value(k)) + ": " + to_repr(v);
   }
   return out + "}";
 }
@@ -464,7 +534,7 @@ void json_dump_into(std::string& out, const Value& v, const JsonDumpOptions& o, 
       for (std::size_t i = 0; i < order.size(); ++i) {
         if (i) out += o.item_separator;
         json_newline(out, o, depth + 1);
-        json_string(out, order[i]->first, o.ensure_ascii);
+        json_string(out, dict_key_json_text(order[i]->first), o.ensure_ascii);
         out += o.key_separator;
         json_dump_into(out, order[i]->second, o, depth + 1);
       }

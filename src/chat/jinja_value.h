@@ -20,15 +20,33 @@ class Interpreter;
 
 using ValueList = std::vector<Value>;
 
-// An insertion-ordered dict with string keys (every dict a template sees comes from JSON or
-// from a literal with string keys). Lookup is linear: template dicts are small.
+// An insertion-ordered dict. Keys are strings (every dict from JSON, most literals) or, as
+// Python allows, numbers, booleans and None ({1: 'a'}): `entries` hold each key encoded as a
+// string (dict_key below), so that 1 and '1' stay two keys while 1, 1.0 and True are one.
+// find / set take string keys; find_key / set_key any key. Lookup is linear: template dicts
+// are small.
 struct Dict {
-  std::vector<std::pair<std::string, Value>> entries;
+  std::vector<std::pair<std::string, Value>> entries;  // (encoded key, value)
 
   const Value* find(std::string_view key) const;
   Value* find(std::string_view key);
   void set(std::string key, Value value);
+  const Value* find_key(const Value& key) const;
+  void set_key(const Value& key, Value value);
 };
+
+// A key's encoding in Dict::entries: a string as itself (prefixed with "\0s" when it starts
+// with a NUL byte), any other key as "\0" + a type letter + its text (integers, and floats
+// and booleans equal to one, as "\0i<n>"; other floats "\0f<repr>"; None "\0n"). Throws
+// JinjaError for unhashable keys (lists, dicts).
+std::string dict_key(const Value& key);
+std::string dict_key(std::string_view string_key);
+// The key an encoding stands for (integers come back as int: Python keeps the first
+// inserted key's type, rarely anything but an int).
+Value dict_key_value(const std::string& encoded);
+// The key as json.dumps writes an object key: strings as they are, numbers as their text,
+// booleans as true/false, None as null.
+std::string dict_key_json_text(const std::string& encoded);
 
 // Arguments of a call: positional and keyword, in source order.
 struct CallArgs {
