@@ -1,5 +1,7 @@
 // APR v2 metadata (one JSON object) as GGUF keys, and back (for the writer).
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/error.h"
 #include "formats/apr.h"
@@ -75,6 +77,45 @@ void tokenizer_metadata(const json& m, const std::string& name, Metadata& out) {
         Value::boolean(formats::json_bool_or(m, "tokenizer.add_bos_token", false, name)));
 }
 
+// A JSON value as GGUF metadata: integers as u32 (u64 / i64 when out of range), other
+// numbers as f32, booleans, strings, and arrays of one of those kinds; nullopt otherwise.
+std::optional<Value> gguf_value_of(const json& j) {
+  if (j.is_boolean()) return Value::boolean(j.get<bool>());
+  if (j.is_string()) return Value::string(j.get<std::string>());
+  if (j.is_number_unsigned()) {
+    const uint64_t u = j.get<uint64_t>();
+    return u <= UINT32_MAX ? Value::u32((uint32_t)u) : Value::u64(u);
+  }
+  if (j.is_number_integer()) {
+    const int64_t i = j.get<int64_t>();
+    return i >= 0 && i <= UINT32_MAX ? Value::u32((uint32_t)i) : Value::i64(i);
+  }
+  if (j.is_number()) return Value::f32(j.get<float>());
+  if (!j.is_array() || j.empty()) return std::nullopt;
+  std::vector<Value> items;
+  for (const json& e : j) {
+    std::optional<Value> v = e.is_array() ? std::nullopt : gguf_value_of(e);
+    if (!v || (!items.empty() && v->type != items.front().type)) return std::nullopt;
+    items.push_back(std::move(*v));
+  }
+  const gguf::ValueType t = items.front().type;
+  return Value::array(t, std::move(items));
+}
+
+// The writer's extra keys: GGUF's own <arch>.* and hablar.* keys, taken back unless a
+// field above already gave the key.
+void extra_gguf_keys(const json& m, const std::string& a, const std::string& name, Metadata& out) {
+  for (const auto& [key, value] : m.items()) {
+    if (!key.starts_with(a + ".") && !key.starts_with("hablar.")) continue;
+    const bool given =
+        std::any_of(out.begin(), out.end(), [&](const auto& kv) { return kv.first == key; });
+    if (given) continue;
+    std::optional<Value> v = gguf_value_of(value);
+    if (!v) throw_error(ErrorKind::kFormat, name + ": metadata " + key + " has an unusable value");
+    out.emplace_back(key, std::move(*v));
+  }
+}
+
 }  // namespace
 
 void apr_metadata(const json& m, const std::string& name, Metadata& out) {
@@ -106,6 +147,7 @@ void apr_metadata(const json& m, const std::string& name, Metadata& out) {
   if (m.contains("rope_type"))
     out.emplace_back("hablar.rope.neox",
                      Value::boolean(formats::json_int_or(m, "rope_type", 0, name) == 2));
+  extra_gguf_keys(m, a, name, out);
   std::string tmpl = formats::json_string_or(m, "chat_template", "", name);
   if (tmpl.empty()) tmpl = formats::json_string_or(m, "tokenizer.chat_template", "", name);
   if (!tmpl.empty()) out.emplace_back("tokenizer.chat_template", Value::string(tmpl));

@@ -109,10 +109,15 @@ std::vector<uint8_t> apr_q4_to_q4_0(const uint8_t* src, size_t blocks) {
   return out;
 }
 
+// A tensor's GGUF name: GGUF names as they are (blocks, and the model-wide tensors: embedding,
+// final norm and classifier with their biases, RoPE factors, encoders' extras), HF names
+// mapped; "" for a name of neither kind (skipped).
 std::string gguf_name(const std::string& n) {
-  if (n.starts_with("blk.") || n == "token_embd.weight" || n == "output_norm.weight" ||
-      n == "output.weight")
-    return n;
+  static constexpr std::string_view kGgufPrefixes[] = {
+      "blk.",    "token_embd.",  "token_embd_norm.", "token_types.", "position_embd.",
+      "output.", "output_norm.", "rope_factors_",    "rope_freqs.",  "cls."};
+  for (std::string_view p : kGgufPrefixes)
+    if (n.starts_with(p)) return n;
   if (auto m = formats::gguf_name_of_hf(n.starts_with("layers.") ? "model." + n : n))
     return m->gguf;
   return "";

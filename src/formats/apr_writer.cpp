@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include <optional>
 #include "core/error.h"
+
 #include "formats/apr.h"
 
 namespace hablar::apr {
@@ -72,6 +74,25 @@ std::vector<uint8_t> write(const json& metadata, std::vector<WriteTensor> tensor
   return out;
 }
 
+// A GGUF metadata value as JSON: numbers, booleans, strings and arrays of them (nullopt for
+// nested arrays, which no <arch>.* key holds).
+std::optional<json> json_of(const gguf::Value& v) {
+  if (const auto* u = std::get_if<uint64_t>(&v.data)) return json(*u);
+  if (const auto* i = std::get_if<int64_t>(&v.data)) return json(*i);
+  if (const auto* d = std::get_if<double>(&v.data)) return json(*d);
+  if (const auto* b = std::get_if<bool>(&v.data)) return json(*b);
+  if (const auto* s = std::get_if<std::string>(&v.data)) return json(*s);
+  const auto& a = std::get<gguf::Array>(v.data);
+  if (a.elem_type == gguf::ValueType::ARRAY) return std::nullopt;
+  json out = json::array();
+  for (size_t i = 0; i < a.size(); ++i) {
+    std::optional<json> e = json_of(a.at(i));
+    if (!e) return std::nullopt;
+    out.push_back(std::move(*e));
+  }
+  return out;
+}
+
 std::vector<uint8_t> from_gguf(const gguf::GgufFile& f) {
   const std::string a = f.get_string("general.architecture");
   json m = {{"architecture", a}};
@@ -111,6 +132,12 @@ std::vector<uint8_t> from_gguf(const gguf::GgufFile& f) {
   }
   if (f.has("tokenizer.chat_template"))
     m["chat_template"] = f.get_string("tokenizer.chat_template");
+  // Every other hyperparameter (LayerNorm epsilon, partial RoPE, scaling, experts, windows,
+  // soft-caps, pooling, ...) under its own GGUF key, an extra top-level key the reader
+  // takes back (apr_metadata.cpp).
+  for (const auto& [key, value] : f.metadata())
+    if (key.starts_with(a + ".") || key.starts_with("hablar."))
+      if (std::optional<json> j = json_of(value)) m[key] = std::move(*j);
   std::vector<WriteTensor> tensors;
   for (const gguf::TensorInfo& t : f.tensors()) {
     uint8_t dtype;

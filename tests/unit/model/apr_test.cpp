@@ -1,6 +1,6 @@
 // APR v2: a synthetic GGUF model converted to APR gives the same logits (its bytes copied
 // through); the CRCs catch a flipped byte; unknown dtype bytes and unsupported flags are
-// refused by name; APR-Q4 / APR-Q8 data decode to their values.
+// refused by name; APR-Q4 / APR-Q8 data decode to their values. Every architecture round-trips.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -59,9 +59,17 @@ TEST_P(AprRoundTrip, SameLogitsAsTheGguf) {
   EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)));  // bit-identical
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, AprRoundTrip,
-                         ::testing::Values(std::pair{"llama", "f32"}, std::pair{"qwen2", "q4_k_m"},
-                                           std::pair{"qwen3", "f16"}));
+// Every family: the hyperparameters APR has no field for (LayerNorm epsilon, partial RoPE,
+// windows, soft-caps, experts) travel as extra keys under their GGUF names; phi2's output
+// biases under theirs.
+INSTANTIATE_TEST_SUITE_P(
+    Models, AprRoundTrip,
+    ::testing::Values(std::pair{"llama", "f32"}, std::pair{"qwen2", "q4_k_m"},
+                      std::pair{"qwen3", "f16"}, std::pair{"phi2", "f16"}, std::pair{"phi3", "f16"},
+                      std::pair{"gemma", "f16"}, std::pair{"gemma2", "q4_k_m"},
+                      std::pair{"gemma3", "f16"}, std::pair{"mixtral", "f16"},
+                      std::pair{"qwen2moe", "f16"}, std::pair{"qwen3moe", "f16"}),
+    [](const auto& info) { return info.param.first + "_" + info.param.second; });
 
 std::vector<uint8_t> small_file(uint8_t dtype, std::vector<uint8_t> bytes,
                                 std::vector<uint64_t> shape) {
