@@ -105,12 +105,13 @@ std::optional<Value> gguf_value_of(const json& j) {
 // The writer's extra keys: GGUF's own <arch>.* and hablar.* keys, taken back unless a
 // field above already gave the key.
 void extra_gguf_keys(const json& m, const std::string& a, const std::string& name, Metadata& out) {
-  for (const auto& [key, value] : m.items()) {
+  for (const auto& item : m.items()) {
+    const std::string& key = item.key();
     if (!key.starts_with(a + ".") && !key.starts_with("hablar.")) continue;
     const bool given =
         std::any_of(out.begin(), out.end(), [&](const auto& kv) { return kv.first == key; });
     if (given) continue;
-    std::optional<Value> v = gguf_value_of(value);
+    std::optional<Value> v = gguf_value_of(item.value());
     if (!v) throw_error(ErrorKind::kFormat, name + ": metadata " + key + " has an unusable value");
     out.emplace_back(key, std::move(*v));
   }
