@@ -102,6 +102,34 @@ const float* optional_vector(Weights& w, const gguf::GgufFile& f, const std::str
   return f.find_tensor(name) ? vector_f32(w, f, name, n) : nullptr;
 }
 
+// Whether a layer's q, k and v projections have biases.
+enum class QkvBias { kNone, kOptional, kRequired };
+
+// A layer's q, k, v projections [q_dim | kv_dim | kv_dim rows x n_embd]: apart (attn_q, attn_k,
+// attn_v) or fused in attn_qkv (the three row blocks in that order, its bias likewise), with
+// their biases as `bias` says.
+void load_qkv(Weights& w, const gguf::GgufFile& f, const std::string& p, int64_t E, int64_t QD,
+              int64_t KVD, QkvBias bias, LayerWeights& l) {
+  const auto vec = [&](const std::string& name, int64_t n) {
+    if (bias == QkvBias::kNone) return (const float*)nullptr;
+    return bias == QkvBias::kRequired ? vector_f32(w, f, name, n) : optional_vector(w, f, name, n);
+  };
+  if (f.find_tensor(p + "attn_qkv.weight")) {
+    const WeightView qkv = matrix(f, p + "attn_qkv.weight", E, QD + 2 * KVD);
+    l.wq = row_slice(qkv, 0, QD), l.wk = row_slice(qkv, QD, KVD);
+    l.wv = row_slice(qkv, QD + KVD, KVD);
+    if (const float* b = vec(p + "attn_qkv.bias", QD + 2 * KVD))
+      l.bq = b, l.bk = b + QD, l.bv = b + QD + KVD;
+    return;
+  }
+  l.wq = matrix(f, p + "attn_q.weight", E, QD);
+  l.wk = matrix(f, p + "attn_k.weight", E, KVD);
+  l.wv = matrix(f, p + "attn_v.weight", E, KVD);
+  l.bq = vec(p + "attn_q.bias", QD);
+  l.bk = vec(p + "attn_k.bias", KVD);
+  l.bv = vec(p + "attn_v.bias", KVD);
+}
+
 // The encoders' tensors (llama.cpp's names): q/k/v apart with biases, or fused attn_qkv
 // (nomic-bert); post-norm LayerNorms with biases; GELU FFN with biases (bert) or SwiGLU
 // (nomic-bert).
@@ -128,21 +156,7 @@ Weights load_encoder_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   for (int i = 0; i < c.n_layers; ++i) {
     LayerWeights& l = w.layers[(size_t)i];
     const std::string p = "blk." + std::to_string(i) + ".";
-    if (f.find_tensor(p + "attn_qkv.weight")) {
-      const WeightView qkv = matrix(f, p + "attn_qkv.weight", E, 3 * E);
-      l.wq = row_slice(qkv, 0, E), l.wk = row_slice(qkv, E, E), l.wv = row_slice(qkv, 2 * E, E);
-      if (const float* b = optional_vector(w, f, p + "attn_qkv.bias", 3 * E))
-        l.bq = b, l.bk = b + E, l.bv = b + 2 * E;
-    } else {
-      l.wq = matrix(f, p + "attn_q.weight", E, E);
-      l.wk = matrix(f, p + "attn_k.weight", E, E);
-      l.wv = matrix(f, p + "attn_v.weight", E, E);
-    }
-    if (l.bq == nullptr) {
-      l.bq = optional_vector(w, f, p + "attn_q.bias", E);
-      l.bk = optional_vector(w, f, p + "attn_k.bias", E);
-      l.bv = optional_vector(w, f, p + "attn_v.bias", E);
-    }
+    load_qkv(w, f, p, E, E, E, QkvBias::kOptional, l);
     l.wo = matrix(f, p + "attn_output.weight", E, E);
     l.bo = optional_vector(w, f, p + "attn_output.bias", E);
     l.attn_out_norm = vector_f32(w, f, p + "attn_output_norm.weight", E);
@@ -175,20 +189,7 @@ Weights load_phi2_weights(const gguf::GgufFile& f, const ModelConfig& c) {
     const std::string p = "blk." + std::to_string(i) + ".";
     l.attn_norm = vector_f32(w, f, p + "attn_norm.weight", E);
     l.attn_norm_b = vector_f32(w, f, p + "attn_norm.bias", E);
-    if (f.find_tensor(p + "attn_qkv.weight")) {  // q, k, v rows (and bias values) in order
-      const WeightView qkv = matrix(f, p + "attn_qkv.weight", E, QD + 2 * KVD);
-      l.wq = row_slice(qkv, 0, QD), l.wk = row_slice(qkv, QD, KVD);
-      l.wv = row_slice(qkv, QD + KVD, KVD);
-      const float* b = vector_f32(w, f, p + "attn_qkv.bias", QD + 2 * KVD);
-      l.bq = b, l.bk = b + QD, l.bv = b + QD + KVD;
-    } else {
-      l.wq = matrix(f, p + "attn_q.weight", E, QD);
-      l.wk = matrix(f, p + "attn_k.weight", E, KVD);
-      l.wv = matrix(f, p + "attn_v.weight", E, KVD);
-      l.bq = vector_f32(w, f, p + "attn_q.bias", QD);
-      l.bk = vector_f32(w, f, p + "attn_k.bias", KVD);
-      l.bv = vector_f32(w, f, p + "attn_v.bias", KVD);
-    }
+    load_qkv(w, f, p, E, QD, KVD, QkvBias::kRequired, l);
     l.wo = matrix(f, p + "attn_output.weight", QD, E);
     l.bo = vector_f32(w, f, p + "attn_output.bias", E);
     l.w_up = matrix(f, p + "ffn_up.weight", E, FF);
@@ -214,22 +215,9 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
     LayerWeights& l = w.layers[(size_t)i];
     const std::string p = "blk." + std::to_string(i) + ".";
     l.attn_norm = vector_f32(w, f, p + "attn_norm.weight", c.n_embd);
-    if (f.find_tensor(p + "attn_qkv.weight")) {  // fused (Phi-3): q, k, v rows in order
-      const WeightView qkv =
-          matrix(f, p + "attn_qkv.weight", c.n_embd, c.q_dim() + 2 * (int64_t)c.kv_dim());
-      l.wq = row_slice(qkv, 0, c.q_dim());
-      l.wk = row_slice(qkv, c.q_dim(), c.kv_dim());
-      l.wv = row_slice(qkv, c.q_dim() + c.kv_dim(), c.kv_dim());
-    } else {
-      l.wq = matrix(f, p + "attn_q.weight", c.n_embd, c.q_dim());
-      l.wk = matrix(f, p + "attn_k.weight", c.n_embd, c.kv_dim());
-      l.wv = matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
-    }
-    if (c.qkv_bias) {
-      l.bq = vector_f32(w, f, p + "attn_q.bias", c.q_dim());
-      l.bk = vector_f32(w, f, p + "attn_k.bias", c.kv_dim());
-      l.bv = vector_f32(w, f, p + "attn_v.bias", c.kv_dim());
-    }
+    // (fused in attn_qkv: Phi-3; biases: qwen2)
+    load_qkv(w, f, p, c.n_embd, c.q_dim(), c.kv_dim(),
+             c.qkv_bias ? QkvBias::kRequired : QkvBias::kNone, l);
     if (c.qk_norm) {
       l.q_norm = vector_f32(w, f, p + "attn_q_norm.weight", c.head_dim);
       l.k_norm = vector_f32(w, f, p + "attn_k_norm.weight", c.head_dim);

@@ -9,12 +9,8 @@ WordPiece, WordLevel, Unigram and the normalizers / pre-tokenizers the others la
 """
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +23,8 @@ GGUF = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 CORPUS = REPO / "tests" / "data" / "tokenizer-corpus" / "corpus.txt"
 
 sys.path.insert(0, str(REPO / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hablar_serve import Server  # noqa: E402
 tokenizers = pytest.importorskip("tokenizers")
 
 
@@ -218,50 +216,6 @@ def hf_model(twin):
     model = AutoModelForCausalLM.from_pretrained(str(twin), dtype=torch.float32)
     model.eval()
     return tok, model
-
-
-class Server:
-    def __init__(self, model_dir):
-        self.proc = subprocess.Popen([BIN, "serve", "-m", str(model_dir), "--port", "0", "--host", "127.0.0.1",
-                                      "-t", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     errors="replace")
-        self.lines, self.port, seen = [], None, threading.Event()
-
-        def read():
-            for line in self.proc.stderr:
-                self.lines.append(line)
-                m = re.search(r"listening on http://[^:]+:(\d+)", line)
-                if m and self.port is None:
-                    self.port = int(m.group(1))
-                    seen.set()
-        threading.Thread(target=read, daemon=True).start()
-        if not seen.wait(120):
-            self.stop()
-            pytest.fail("server did not start:\n" + "".join(self.lines[-30:]))
-        self.url = f"http://127.0.0.1:{self.port}"
-        import requests
-        for _ in range(600):
-            try:
-                if requests.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        pytest.fail("server not ready:\n" + "".join(self.lines[-30:]))
-
-    def post(self, path, body):
-        import requests
-        r = requests.post(self.url + path, json=body, timeout=600)
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
 
 
 @pytest.fixture(scope="session")

@@ -12,18 +12,15 @@ local RoPE base), Mixtral and Qwen2-/Qwen3-MoE (one tensor per expert, stacked a
 and Qwen3 for reference.
 """
 import math
-import os
-import signal
-import subprocess
-import threading
-import time
-import re
+import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hablar_serve import Server  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
-BIN = os.environ.get("HABLAR_BIN", str(REPO / "build" / "src" / "cli" / "hablar"))
 CORPUS = REPO / "tests" / "data" / "tokenizer-corpus" / "corpus.txt"
 
 torch = pytest.importorskip("torch")
@@ -119,48 +116,6 @@ def make_model(family, tokenizer_json, out_dir):
     return model
 
 
-class Server:
-    def __init__(self, model_dir, n_ctx):
-        self.proc = subprocess.Popen([BIN, "serve", "-m", str(model_dir), "--port", "0", "--host", "127.0.0.1",
-                                      "-t", "2", "-c", str(n_ctx)], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True, errors="replace")
-        self.lines, self.port, seen = [], None, threading.Event()
-
-        def read():
-            for line in self.proc.stderr:
-                self.lines.append(line)
-                m = re.search(r"listening on http://[^:]+:(\d+)", line)
-                if m and self.port is None:
-                    self.port = int(m.group(1))
-                    seen.set()
-        threading.Thread(target=read, daemon=True).start()
-        if not seen.wait(60):
-            self.stop()
-            pytest.fail("server did not start:\n" + "".join(self.lines[-30:]))
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def completion(self, body):
-        import requests
-        for _ in range(300):
-            try:
-                r = requests.post(self.url + "/v1/completions", json=body, timeout=300)
-                if r.status_code != 503:
-                    break
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
 def prompts(tok):
     text = CORPUS.read_text(encoding="utf-8")
     lines = [l for l in text.split("\n") if len(l) > 40]
@@ -171,13 +126,14 @@ def prompts(tok):
 def test_family_matches_transformers(family, bpe_tokenizer, tmp_path):
     tok, tok_path = bpe_tokenizer
     model = make_model(family, tok_path, tmp_path / family)
-    server = Server(tmp_path / family, 64 if family.endswith("longrope") else 512)
+    server = Server(tmp_path / family, "-c", "64" if family.endswith("longrope") else "512")
     try:
         worst, agree, clear = 0.0, 0, 0
         for ids in prompts(tok):
             with torch.no_grad():
                 logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), dim=-1)
-            out = server.completion({"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 1})
+            out = server.post("/v1/completions", {"prompt": ids, "max_tokens": 0, "echo": True,
+                                                  "logprobs": 1})
             lp = out["choices"][0]["logprobs"]
             assert len(lp["token_logprobs"]) == len(ids)
             for i in range(1, len(ids)):
