@@ -15,28 +15,56 @@ using gguf::Value;
 using nlohmann::json;
 
 json hf_text_config(const json& cfg, const std::string& path) {
-  if (json_string_or(cfg, "model_type", "", path) != "gemma3") return cfg;
-  const json* text = json_object_or_null(cfg, "text_config", path);
-  if (!text) throw_error(ErrorKind::kFormat, path + ": a gemma3 config without text_config");
-  // transformers' Gemma3TextConfig defaults (its config.json omits the fields equal to them).
-  json out = {{"vocab_size", 262208},
-              {"hidden_size", 2304},
-              {"intermediate_size", 9216},
-              {"num_hidden_layers", 26},
-              {"num_attention_heads", 8},
-              {"num_key_value_heads", 4},
-              {"head_dim", 256},
-              {"max_position_embeddings", 131072},
-              {"rms_norm_eps", 1e-6},
-              {"query_pre_attn_scalar", 256},
-              {"sliding_window", 4096},
-              {"rope_theta", 1000000.0},
-              {"rope_local_base_freq", 10000.0}};
-  for (const auto& [key, value] : text->items()) out[key] = value;
-  out["model_type"] = "gemma3_text";
-  if (!text->contains("tie_word_embeddings") && cfg.contains("tie_word_embeddings"))
-    out["tie_word_embeddings"] = cfg["tie_word_embeddings"];
-  return out;
+  // The language model's model_type inside each multimodal one, with the defaults of its
+  // transformers configuration class (config.json writes only the fields that differ).
+  struct Wrapped {
+    const char* outer;
+    const char* text_type;
+    json defaults;
+  };
+  static const Wrapped kWrapped[] = {
+      {"gemma3",
+       "gemma3_text",
+       {{"vocab_size", 262208},
+        {"hidden_size", 2304},
+        {"intermediate_size", 9216},
+        {"num_hidden_layers", 26},
+        {"num_attention_heads", 8},
+        {"num_key_value_heads", 4},
+        {"head_dim", 256},
+        {"max_position_embeddings", 131072},
+        {"rms_norm_eps", 1e-6},
+        {"query_pre_attn_scalar", 256},
+        {"sliding_window", 4096},
+        {"rope_theta", 1000000.0},
+        {"rope_local_base_freq", 10000.0}}},
+      {"mistral3",
+       "mistral",
+       {{"vocab_size", 32000},
+        {"hidden_size", 4096},
+        {"intermediate_size", 14336},
+        {"num_hidden_layers", 32},
+        {"num_attention_heads", 32},
+        {"num_key_value_heads", 8},
+        {"max_position_embeddings", 131072},
+        {"rms_norm_eps", 1e-6},
+        {"rope_theta", 10000.0},
+        {"sliding_window", 4096}}},
+  };
+  const std::string type = json_string_or(cfg, "model_type", "", path);
+  for (const Wrapped& w : kWrapped) {
+    if (type != w.outer) continue;
+    const json* text = json_object_or_null(cfg, "text_config", path);
+    if (!text)
+      throw_error(ErrorKind::kFormat, path + ": a " + type + " config without text_config");
+    json out = w.defaults;
+    for (const auto& [key, value] : text->items()) out[key] = value;
+    out["model_type"] = w.text_type;
+    if (!text->contains("tie_word_embeddings") && cfg.contains("tie_word_embeddings"))
+      out["tie_word_embeddings"] = cfg["tie_word_embeddings"];
+    return out;
+  }
+  return cfg;
 }
 
 std::string hf_text_tensor_name(std::string_view name) {
@@ -235,6 +263,10 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   }
   add_rope(m, cfg, a, path);
   add_rope_dims(m, cfg, a, path);
+  // Mistral (v0.1) attends through a window on every layer, as transformers runs it.
+  if (json_string_or(cfg, "model_type", "", path) == "mistral")
+    if (const auto w = count_or_null(cfg, "sliding_window", path); w && *w > 0)
+      m.emplace_back(a + ".attention.sliding_window", Value::u32(*w));
   if (a == "gemma2" || a == "gemma3") add_gemma_attention(m, cfg, a, path);
   add_experts(m, cfg, a, path);
   return m;

@@ -19,9 +19,10 @@ namespace hablar::formats {
 
 using HfMetadata = std::vector<std::pair<std::string, gguf::Value>>;
 
-// The language model's part of a config.json: the config itself, or for a Gemma 3 model with
-// vision (model_type gemma3) its text_config over Gemma 3's defaults (transformers writes
-// only the fields that differ from them), as a gemma3_text config.
+// The language model's part of a config.json: the config itself, or for a model with vision
+// (model_type gemma3: Gemma 3 4B and up; mistral3: Mistral Small 3.1 and up) its text_config
+// over the defaults of its text model's configuration (transformers writes only the fields
+// that differ from them), as a gemma3_text or mistral config.
 nlohmann::json hf_text_config(const nlohmann::json& cfg, const std::string& path);
 // A checkpoint tensor's name with a multimodal model's language-model prefix taken off
 // ("language_model.model.x" and "model.language_model.x" -> "model.x",

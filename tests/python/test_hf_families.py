@@ -62,6 +62,15 @@ def families():
                                num_attention_heads=2, image_size=28, patch_size=14),
             mm_tokens_per_image=4, image_token_index=VOCAB - 1, boi_token_index=VOCAB - 2,
             eoi_token_index=VOCAB - 3)),
+        # Mistral Small 3.1 and up: the language model of a Mistral3ForConditionalGeneration.
+        "mistral3-vision": (t.Mistral3Config, t.Mistral3ForConditionalGeneration, dict(
+            text_config=dict(SMALL, model_type="mistral", head_dim=16, sliding_window=None),
+            vision_config=dict(model_type="pixtral", hidden_size=32, intermediate_size=64,
+                               num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                               patch_size=14, head_dim=16),
+            image_token_index=VOCAB - 1, spatial_merge_size=1)),
+        # Mistral 7B v0.1: every layer attends through a window (8 here, over 48 tokens).
+        "mistral": (t.MistralConfig, t.MistralForCausalLM, dict(head_dim=16, sliding_window=8)),
         "mixtral": (t.MixtralConfig, t.MixtralForCausalLM, dict(num_local_experts=4,
                                                                num_experts_per_tok=2)),
         "qwen2moe": (t.Qwen2MoeConfig, t.Qwen2MoeForCausalLM,
