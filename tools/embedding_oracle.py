@@ -8,7 +8,8 @@ tests/unit/model/embedding_golden_test.cpp writes the very same bytes again):
   * the same with a reranker's classifier head (rank pooling), and query/document pairs
     built as llama-server's /rerank builds them;
   * nomic-bert (RoPE, SwiGLU, fused qkv) in F16 and Q8_0;
-  * decoder embedders: qwen3 and llama (tiny shape, synthetic vocabulary) in F16 and Q8_0.
+  * decoder embedders: qwen3 and llama (tiny shape, synthetic vocabulary) in F16 and Q8_0;
+  * gemma-embedding (EmbeddingGemma's layout, tiny shape) in F16.
 
 Each file holds the model's options, and per text llama.cpp's token ids and, per pooling
 type, the raw (unnormalized) embedding: one vector, the per-token vectors for none, the
@@ -65,6 +66,13 @@ for t in ("f16", "q8_0"):
         {"name": f"llama-{t}", "arch": "llama", "shape": "tiny", "type": t, "vocab": "",
          "seed": 15, "rank_head": False, "poolings": ["mean", "last"]},
     ]
+# EmbeddingGemma: both-way attention with symmetric windows (8 positions: 4 on either side in
+# the tiny shape), dense projections after pooling. F16 only: over inputs of 175 tokens the
+# both-way attention sums in another order than llama.cpp's (as for every encoder), and Q8_0's
+# activation rounding turns those last-bit differences into 1e-4 of cosine.
+MODELS.append({"name": "gemma-embedding-f16", "arch": "gemma-embedding", "shape": "tiny",
+               "type": "f16", "vocab": "", "seed": 16, "rank_head": False,
+               "poolings": ["none", "mean", "cls", "last"]})
 
 
 def make_model(hablar, spec, path):

@@ -68,7 +68,7 @@ Pooling pooling_for(const model::ModelConfig& c, const std::string& flag) {
     return *p;
   }
   if (c.pooling) return *c.pooling;
-  return c.encoder ? Pooling::kMean : Pooling::kLast;
+  return c.embedding_only ? Pooling::kMean : Pooling::kLast;
 }
 
 // The executor that embeds: --device's, falling back to the CPU on auto when the GPU cannot

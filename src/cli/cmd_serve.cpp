@@ -131,8 +131,8 @@ void set_embedding_options(const ServeOptions& o, const model::ModelConfig& cfg,
   std::optional<Pooling> pooling = cfg.pooling;
   if (!o.pooling.empty()) pooling = pooling_from_name(o.pooling);  // checked
   if (o.reranking) pooling = Pooling::kRank;
-  sm.embeddings = cfg.encoder || o.embedding || o.reranking || pooling.has_value();
-  sm.pooling = pooling.value_or(cfg.encoder ? Pooling::kMean : Pooling::kLast);
+  sm.embeddings = cfg.embedding_only || o.embedding || o.reranking || pooling.has_value();
+  sm.pooling = pooling.value_or(cfg.embedding_only ? Pooling::kMean : Pooling::kLast);
   if (sm.pooling == Pooling::kRank && cfg.n_cls_out == 0)
     throw_error(ErrorKind::kInvalidArgument,
                 "rank pooling (--reranking) needs a model with a classifier head (cls tensors)");
@@ -175,7 +175,7 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   eo.device = engine::device_kind_from_name(o.device);
   eo.n_threads = o.n_threads;
   eo.kv_tokens = o.n_ctx;
-  if (cfg.encoder) eo.kv_tokens = kDefaultKvBlockSize;  // encoders keep no KV cache
+  if (cfg.embedding_only) eo.kv_tokens = kDefaultKvBlockSize;  // embedders keep no KV cache
   eo.n_gpu_layers = o.n_gpu_layers;
   eo.cuda.gpu_memory_utilization = o.gpu_memory_utilization;
   eo.cuda.max_step_tokens = std::max(o.n_batch, o.n_parallel);
@@ -193,17 +193,18 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   sm->n_ctx = engine::max_sequence_tokens(model_ctx, sm->executor->n_kv_blocks(),
                                           sm->executor->kv_block_size(), window,
                                           std::max(o.n_batch, o.n_parallel));
-  if (pool_tokens > sm->n_ctx && !cfg.encoder)
+  if (pool_tokens > sm->n_ctx && !cfg.embedding_only)
     log::info(
         "KV pool of {} tokens shared by all sequences; each sequence holds at most {} (the "
         "model's context)",
         pool_tokens, sm->n_ctx);
-  if (sm->n_ctx > pool_tokens && !cfg.encoder)
+  if (sm->n_ctx > pool_tokens && !cfg.embedding_only)
     log::info(
         "every layer slides over {} positions: blocks behind the window are given back, so a "
         "sequence may hold {} tokens (the model's context) on a KV pool of {}",
         window, sm->n_ctx, pool_tokens);
-  if (cfg.encoder) sm->n_ctx = o.n_ctx > 0 ? std::min(o.n_ctx, cfg.n_ctx_train) : cfg.n_ctx_train;
+  if (cfg.embedding_only)
+    sm->n_ctx = o.n_ctx > 0 ? std::min(o.n_ctx, cfg.n_ctx_train) : cfg.n_ctx_train;
   set_embedding_options(o, cfg, *sm);
   sm->n_slots = o.n_parallel;
 

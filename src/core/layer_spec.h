@@ -18,8 +18,10 @@ enum class GluActivation {
 };
 
 struct AttentionSpec {
-  float scale = 1.0f;    // multiplies q·k before the softmax
-  int32_t window = 0;    // > 0: a query at position p sees keys [p - window + 1, p]; 0: [0, p]
+  float scale = 1.0f;  // multiplies q·k before the softmax
+  // > 0: a query at position p sees keys [p - window + 1, p]; 0: [0, p]. Attention both
+  // ways (non-causal embedders) sees [p - window / 2, p + window / 2] instead.
+  int32_t window = 0;
   float softcap = 0.0f;  // > 0: scores become softcap * tanh(score / softcap) (Gemma 2)
 
   // The first position a query at `pos` sees.

@@ -24,7 +24,7 @@ void CpuExecutor::embed(std::span<const EmbedChunk> chunks, EmbedOutput& out) {
   if (no_embed_inputs(inputs, out)) return;
   embed_ops_.begin(sequences, model::activation_dims(c), ropes_, c.rms_eps, c.norm_eps, c.causal);
   model::forward_embeddings(c, w, embed_ops_);
-  const cpu::ClassifierHead head{&w.cls, w.cls_b, &w.cls_out, w.cls_out_b};
+  const cpu::ClassifierHead head{&w.cls, w.cls_b, &w.cls_out, w.cls_out_b, &w.dense_2, &w.dense_3};
   embed_ops_.pool(pooling, head, out.values, out.begin);
 }
 

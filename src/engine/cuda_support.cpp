@@ -46,6 +46,10 @@ void check_cuda_shapes(const model::Model& m) {
   if (c.arch_kind == model::Arch::kPhi2)
     throw_error(ErrorKind::kUnsupported,
                 "phi2's LayerNorm block has no CUDA ops yet; it runs on the CPU (--device cpu)");
+  if (c.arch_kind == model::Arch::kGemmaEmbedding)
+    throw_error(ErrorKind::kUnsupported,
+                "gemma-embedding (two-way windows, dense projections) embeds on the CPU for now "
+                "(--device cpu)");
   if (c.n_experts > 0 && (c.n_experts_used < 1 || c.n_experts_used > cuda::moe::kMaxExpertsUsed))
     throw_error(ErrorKind::kUnsupported,
                 fmt::format("the CUDA mixture of experts takes 1 to {} experts per token; this "

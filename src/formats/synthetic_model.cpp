@@ -186,7 +186,13 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
   if (s.rope_dims == 0 && arch == Arch::kPhi2)
     rope_dims = 2 * std::llround(0.2 * (double)s.head_dim);
   w.set(a + ".rope.dimension_count", u32(rope_dims));
-  if (arch == Arch::kGemma2 || arch == Arch::kGemma3) {
+  if (arch == Arch::kGemmaEmbedding) {  // dense_2 [n_embd -> 4 n_embd], dense_3 back
+    w.set(a + ".dense_2_feat_in", u32(s.hidden));
+    w.set(a + ".dense_2_feat_out", u32(4 * s.hidden));
+    w.set(a + ".dense_3_feat_in", u32(4 * s.hidden));
+    w.set(a + ".dense_3_feat_out", u32(s.hidden));
+  }
+  if (arch == Arch::kGemma2 || arch == Arch::kGemma3 || arch == Arch::kGemmaEmbedding) {
     w.set(a + ".attention.sliding_window", u32(s.sliding_window));
     w.set(a + ".attention.sliding_window_pattern", u32(s.sliding_period));
   }
@@ -350,6 +356,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
+  if (name == "gemma-embedding") return Arch::kGemmaEmbedding;
   if (name == "mixtral") return Arch::kMixtral;
   if (name == "qwen3moe") return Arch::kQwen3Moe;
   if (name == "phi3") return Arch::kPhi3;
@@ -374,6 +381,8 @@ std::string_view arch_name(Arch arch) {
       return "gemma2";
     case Arch::kGemma3:
       return "gemma3";
+    case Arch::kGemmaEmbedding:
+      return "gemma-embedding";
     case Arch::kMixtral:
       return "llama";
     case Arch::kQwen3Moe:
@@ -493,7 +502,8 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
   using Init = PlannedTensor::Init;
   const int n_layers = (int)s.n_layers;
   // Gemma 1 and 2 always share token_embd as their classifier.
-  const bool has_output = !s.tied_embeddings && arch != Arch::kGemma2 && arch != Arch::kGemma;
+  const bool has_output = !s.tied_embeddings && arch != Arch::kGemma2 && arch != Arch::kGemma &&
+                          arch != Arch::kGemmaEmbedding;
   std::vector<PlannedTensor> out;
   const auto add = [&](std::string name, std::vector<int64_t> dims, Init init, int layer) {
     const DType type = quant_mix_tensor_type(mix, name, layer, n_layers, dims[0], has_output);
@@ -516,12 +526,14 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
       add(block_name(l, "attn_k.bias"), {kv_len}, Init::kBias, l);
       add(block_name(l, "attn_v.bias"), {kv_len}, Init::kBias, l);
     }
-    if (arch == Arch::kQwen3 || arch == Arch::kGemma3 || arch == Arch::kQwen3Moe) {
+    if (arch == Arch::kQwen3 || arch == Arch::kGemma3 || arch == Arch::kQwen3Moe ||
+        arch == Arch::kGemmaEmbedding) {
       add(block_name(l, "attn_q_norm.weight"), {s.head_dim}, Init::kNorm, l);
       add(block_name(l, "attn_k_norm.weight"), {s.head_dim}, Init::kNorm, l);
     }
     add(block_name(l, "attn_output.weight"), {q_len, s.hidden}, Init::kMatrix, l);
-    const bool gemma = arch == Arch::kGemma2 || arch == Arch::kGemma3;
+    const bool gemma =
+        arch == Arch::kGemma2 || arch == Arch::kGemma3 || arch == Arch::kGemmaEmbedding;
     if (gemma) add(block_name(l, "post_attention_norm.weight"), {s.hidden}, Init::kNorm, l);
     add(block_name(l, "ffn_norm.weight"), {s.hidden}, Init::kNorm, l);
     if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe) {
@@ -548,6 +560,10 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
   }
   add("output_norm.weight", {s.hidden}, Init::kNorm, -1);
   if (has_output) add("output.weight", {s.hidden, vocab_size}, Init::kMatrix, -1);
+  if (arch == Arch::kGemmaEmbedding) {
+    add("dense_2.weight", {s.hidden, 4 * s.hidden}, Init::kMatrix, -1);
+    add("dense_3.weight", {4 * s.hidden, s.hidden}, Init::kMatrix, -1);
+  }
   return out;
 }
 
@@ -604,7 +620,8 @@ GgufWriter build_synthetic_model(const SyntheticModelOptions& o, SyntheticModelS
   // set first in the file all the same (set() keeps a replaced key's position).
   write_hyperparameters(o.arch, o.shape, o.shape.vocab, o.type, w);
   if (o.sliding_window > 0) {
-    const bool gemma = o.arch == Arch::kGemma2 || o.arch == Arch::kGemma3;
+    const bool gemma =
+        o.arch == Arch::kGemma2 || o.arch == Arch::kGemma3 || o.arch == Arch::kGemmaEmbedding;
     if (!gemma && o.arch != Arch::kLlama)
       throw_error(ErrorKind::kInvalidArgument, "a sliding window is for llama, gemma2 or gemma3");
     w.set(std::string(arch_name(o.arch)) + ".attention.sliding_window",
@@ -629,7 +646,8 @@ GgufWriter build_synthetic_model(const SyntheticModelOptions& o, SyntheticModelS
   w.set(a + ".vocab_size", Value::u32((uint32_t)vocab_size));
   if (is_encoder(o.arch)) w.set("tokenizer.ggml.token_type_count", Value::u32(2));
   std::string pooling = o.pooling;
-  if (pooling.empty() && is_encoder(o.arch)) pooling = o.rank_head ? "rank" : "mean";
+  if (pooling.empty() && (is_encoder(o.arch) || o.arch == Arch::kGemmaEmbedding))
+    pooling = o.rank_head ? "rank" : "mean";
   if (!pooling.empty()) {
     const std::optional<Pooling> p = pooling_from_name(pooling);
     if (!p)

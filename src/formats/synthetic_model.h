@@ -65,6 +65,7 @@ enum class Arch {
   kGemma,
   kGemma2,
   kGemma3,
+  kGemmaEmbedding,  // Gemma 3's tensors plus the dense_2 / dense_3 projections, mean pooling
   kMixtral,
   kQwen3Moe,
   kPhi3,

@@ -31,6 +31,8 @@ std::string_view arch_name(Arch arch) {
       return "gemma2";
     case Arch::kGemma3:
       return "gemma3";
+    case Arch::kGemmaEmbedding:
+      return "gemma-embedding";
     case Arch::kBert:
       return "bert";
     case Arch::kNomicBert:
@@ -41,8 +43,8 @@ std::string_view arch_name(Arch arch) {
 
 std::string supported_arch_names() {
   // (Mixtral is llama.)
-  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, gemma, gemma2, gemma3, bert, "
-         "nomic-bert";
+  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, gemma, gemma2, gemma3, "
+         "gemma-embedding, bert, nomic-bert";
 }
 
 namespace {
@@ -58,6 +60,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
+  if (name == "gemma-embedding") return Arch::kGemmaEmbedding;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
   throw_error(ErrorKind::kUnsupported, path + ": unsupported architecture '" + name +
@@ -288,10 +291,14 @@ float softcap_from(const gguf::GgufFile& f, const std::string& key, double fallb
 //    six for Gemma 3 (no window key: every layer global); they rotate with their own RoPE
 //    base (rope.freq_base_swa; Gemma 3: 10000, no scaling; Gemma 2: the model's);
 //  - Gemma 2: attention scores and final logits soft-capped (50 and 30 by default); Gemma 3:
-//    per-head q/k norms, and no soft-caps unless the file gives a final one.
+//    per-head q/k norms, and no soft-caps unless the file gives a final one;
+//  - gemma-embedding (EmbeddingGemma): Gemma 3's blocks attending both ways (its windows
+//    reach half their length on either side), q scaled by 1/sqrt(head_dim), the local RoPE
+//    base the model's unless the file gives one, as llama.cpp reads it.
 void gemma_layers(const gguf::GgufFile& f, ModelConfig& c) {
   const std::string& a = c.arch;
   const bool gemma2 = c.arch_kind == Arch::kGemma2;
+  const bool embedder = c.arch_kind == Arch::kGemmaEmbedding;
   c.ffn_activation = GluActivation::kGeluTanh;
   c.embed_scale = std::sqrt((float)c.n_embd);
   const int big_layers = gemma2 ? 46 : 62;
@@ -300,7 +307,7 @@ void gemma_layers(const gguf::GgufFile& f, ModelConfig& c) {
       c.n_layers == big_layers ? (double)(c.n_embd / c.n_heads) : (double)c.head_dim);
   if (!(scalar > 0.0f))
     throw_error(ErrorKind::kFormat, f.path() + ": query_pre_attn_scalar must be > 0");
-  c.query_scale = 1.0f / std::sqrt(scalar);
+  c.query_scale = 1.0f / std::sqrt(embedder ? (float)c.head_dim : scalar);
   c.post_norms = true;
   c.qk_norm = !gemma2;
   if (gemma2) c.tied_output = true;  // its classifier is token_embd, whatever else the file has
@@ -311,8 +318,8 @@ void gemma_layers(const gguf::GgufFile& f, ModelConfig& c) {
     throw_error(ErrorKind::kFormat, f.path() + ": attention.sliding_window is out of range");
   RopeParams local = c.rope;
   if (!gemma2) local.scaling = RopeParams::Scaling::kNone, local.factor = 1.0f;
-  local.freq_base =
-      (float)f.get_float_or(a + ".rope.freq_base_swa", gemma2 ? (double)c.rope.freq_base : 10000.0);
+  local.freq_base = (float)f.get_float_or(a + ".rope.freq_base_swa",
+                                          gemma2 || embedder ? (double)c.rope.freq_base : 10000.0);
   if (!(local.freq_base > 0.0f))
     throw_error(ErrorKind::kFormat, f.path() + ": rope.freq_base_swa must be > 0");
   c.ropes = {c.rope, local};

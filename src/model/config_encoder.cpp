@@ -17,7 +17,8 @@ void read_embedding_config(const gguf::GgufFile& f, ModelConfig& c) {
                                           " is not one of 0..4 (none, mean, cls, last, rank)");
   }
   c.encoder = is_encoder_family(c.arch_kind);
-  c.causal = f.get_bool_or(a + ".attention.causal", !c.encoder);
+  c.embedding_only = c.encoder || c.arch_kind == Arch::kGemmaEmbedding;
+  c.causal = f.get_bool_or(a + ".attention.causal", !c.embedding_only);
   if (!c.encoder) return;
   if (c.n_kv_heads != c.n_heads)
     throw_error(ErrorKind::kFormat,

@@ -136,9 +136,9 @@ size_t Model::weight_bytes_per_token() const {
 
 void check_step(const ModelConfig& config, std::span<const SequenceChunk> chunks,
                 const KvCacheLayout& kl) {
-  if (config.encoder)
+  if (config.embedding_only)
     throw_error(ErrorKind::kUnsupported,
-                "this model is an encoder (" + config.arch +
+                "this model is an embedder (" + config.arch +
                     "): it gives embeddings (`hablar embed`, the embedding routes of `hablar "
                     "serve`), not generated text");
   if (kl.n_layers != config.n_layers || kl.n_kv_heads != config.n_kv_heads ||

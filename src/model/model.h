@@ -41,13 +41,14 @@ enum class Arch {
   kGemma,  // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,
+  kGemmaEmbedding,  // EmbeddingGemma: Gemma 3's blocks attending both ways, an embedder only
   kBert,
   kNomicBert
 };
 std::string_view arch_name(Arch arch);
 std::string supported_arch_names();  // "llama, qwen2, qwen2moe, ..." for error messages
 inline bool is_gemma_family(Arch arch) {
-  return arch == Arch::kGemma2 || arch == Arch::kGemma3;
+  return arch == Arch::kGemma2 || arch == Arch::kGemma3 || arch == Arch::kGemmaEmbedding;
 }
 // The encoder family (model/forward_encoder.h): BERT and nomic-bert.
 inline bool is_encoder_family(Arch arch) {
@@ -107,6 +108,8 @@ struct ModelConfig {
   // when the file has cls tensors, 0 without a head).
   bool encoder = false;
   bool causal = true;
+  // Embeds only (encoders, gemma-embedding): no text generation, no KV cache.
+  bool embedding_only = false;
   float norm_eps = 1e-12f;
   int n_token_types = 0;  // tokenizer.ggml.token_type_count (rows of token_types)
   std::optional<Pooling> pooling;

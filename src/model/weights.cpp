@@ -200,6 +200,18 @@ Weights load_phi2_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   return w;
 }
 
+// gemma-embedding's dense_2 [d x n_embd] and dense_3 [n_embd x d], both or neither.
+void load_dense_projections(const gguf::GgufFile& f, const ModelConfig& c, Weights& w) {
+  const gguf::TensorInfo* d2 = f.find_tensor("dense_2.weight");
+  const gguf::TensorInfo* d3 = f.find_tensor("dense_3.weight");
+  if (d2 == nullptr && d3 == nullptr) return;
+  if (d2 == nullptr || d3 == nullptr || d2->dims.size() != 2)
+    throw_error(ErrorKind::kFormat, f.path() + ": dense_2.weight and dense_3.weight come together");
+  const int64_t d = d2->dims[1];
+  w.dense_2 = matrix(f, "dense_2.weight", c.n_embd, d);
+  w.dense_3 = matrix(f, "dense_3.weight", d, c.n_embd);
+}
+
 }  // namespace
 
 Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
@@ -210,6 +222,7 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   w.token_embd = view_of(embd);
   w.output_norm = vector_f32(w, f, "output_norm.weight", c.n_embd);
   w.output = c.tied_output ? w.token_embd : matrix(f, "output.weight", c.n_embd, c.n_vocab);
+  if (c.arch_kind == Arch::kGemmaEmbedding) load_dense_projections(f, c, w);
   w.layers.resize((size_t)c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     LayerWeights& l = w.layers[(size_t)i];
@@ -259,7 +272,7 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
 
 std::vector<const WeightView*> Weights::matrices() const {
   std::vector<const WeightView*> out;
-  for (const WeightView* m : {&output, &cls, &cls_out})  // (encoders: no output; heads optional)
+  for (const WeightView* m : {&output, &cls, &cls_out, &dense_2, &dense_3})  // (all optional)
     if (m->data != nullptr) out.push_back(m);
   for (const LayerWeights& l : layers) {
     out.insert(out.end(), {&l.wq, &l.wk, &l.wv, &l.wo});

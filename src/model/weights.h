@@ -71,6 +71,10 @@ struct Weights {
   const float* cls_b = nullptr;
   WeightView cls_out;  // [n_cls_out x n_embd]
   const float* cls_out_b = nullptr;
+  // gemma-embedding's projections of the pooled rows (sentence-transformers' dense modules,
+  // when the file has them): dense_3 · (dense_2 · pooled).
+  WeightView dense_2;  // [d x n_embd]
+  WeightView dense_3;  // [n_embd x d]
   // Host storage of the 1-D tensors the pointers above point into (moving Weights keeps
   // them in place; copying would not, hence move-only).
   std::vector<std::vector<float>> vectors;

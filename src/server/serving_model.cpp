@@ -319,8 +319,8 @@ std::string prompt_preview(const ServingModel& m, std::span<const int32_t> promp
 }  // namespace
 
 std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, GenerationSpec spec) {
-  if (m.model->config().encoder)
-    bad_request("this model is an encoder (" + m.model->config().arch +
+  if (m.model->config().embedding_only)
+    bad_request("this model is an embedder (" + m.model->config().arch +
                 "): it serves embeddings (/v1/embeddings) and reranking (/v1/rerank), not "
                 "text generation");
   if (spec.prompt.empty()) bad_request("the prompt is empty", "prompt");

@@ -200,7 +200,10 @@ void EmbedOps::causal_attention(const AttentionSpec& spec, const float* q, const
 void EmbedOps::attention(int, const AttentionSpec& spec, const float* q, const float* k,
                          const float* v, float* out) {
   if (causal_) return causal_attention(spec, q, k, v, out);
-  if (embed::embed_kernels_usable() && dims_.head_dim % 16 == 0) {
+  // Both ways, a window reaches half its length on either side (gemma-embedding's layers:
+  // |i - j| <= window / 2, as llama.cpp's symmetric windows).
+  const int64_t half = spec.window > 0 ? spec.window / 2 : -1;
+  if (half < 0 && embed::embed_kernels_usable() && dims_.head_dim % 16 == 0) {
     const embed::AttentionShape shape{dims_.n_heads, dims_.n_kv_heads, dims_.head_dim, spec.scale,
                                       spec.softcap};
     return embed::bidirectional_attention(shape, seq_begin_, q, k, v, out, pool_);
@@ -216,7 +219,9 @@ void EmbedOps::attention(int, const AttentionSpec& spec, const float* q, const f
       const int h = (int)(u % H), kvh = h / group;
       const int64_t base = seq_begin_[(size_t)seq_of_[(size_t)t]];
       const int64_t len = seq_begin_[(size_t)seq_of_[(size_t)t] + 1] - base;
-      const int64_t first = 0, last = len - 1;  // bidirectional: the whole sequence
+      const int64_t i = t - base;  // bidirectional: the whole sequence, or the window
+      const int64_t first = half < 0 ? 0 : std::max<int64_t>(0, i - half);
+      const int64_t last = half < 0 ? len - 1 : std::min<int64_t>(len - 1, i + half);
       const float* qh = q + t * QD + (int64_t)h * HD;
       w.resize((size_t)(last - first + 1));
       float max_score = -INFINITY;
@@ -304,7 +309,9 @@ void EmbedOps::pool_one(int64_t s, Pooling pooling, const ClassifierHead& head,
                         std::vector<float>& out) {
   const int64_t E = dims_.n_embd, b = seq_begin_[(size_t)s], e = seq_begin_[(size_t)s + 1];
   if (pooling == Pooling::kNone) {
+    const size_t at = out.size();
     out.insert(out.end(), hidden_ + b * E, hidden_ + e * E);
+    project_dense(head, out.data() + at, e - b);
     return;
   }
   std::vector<float> p((size_t)E, 0.0f);
@@ -330,8 +337,17 @@ void EmbedOps::pool_one(int64_t s, Pooling pooling, const ClassifierHead& head,
       if (head.cls_out_b) add_inplace(y.data(), head.cls_out_b, (int64_t)y.size());
       p.swap(y);
     }
+  } else {
+    project_dense(head, p.data(), 1);
   }
   out.insert(out.end(), p.begin(), p.end());
+}
+
+void EmbedOps::project_dense(const ClassifierHead& head, float* rows, int64_t n) {
+  if (!head.dense_2 || !head.dense_2->data || !head.dense_3 || !head.dense_3->data) return;
+  std::vector<float> mid((size_t)(n * head.dense_2->rows));  // [n x d]
+  cpu::matmul(*head.dense_2, rows, n, mid.data(), pool_);
+  cpu::matmul(*head.dense_3, mid.data(), n, rows, pool_);  // back to [n x n_embd]
 }
 
 void EmbedOps::pool(std::span<const Pooling> pooling, const ClassifierHead& head,

@@ -25,12 +25,16 @@
 namespace hablar::cpu {
 
 // A reranker's classifier head: tanh(cls · x + cls_b) when cls is present, then
-// cls_out · x + cls_out_b when it is (llama.cpp's rank pooling).
+// cls_out · x + cls_out_b when it is (llama.cpp's rank pooling). dense_2 / dense_3: the
+// projections gemma-embedding applies to every pooled row (every token's for pooling none)
+// but rank's, dense_3 · (dense_2 · x).
 struct ClassifierHead {
   const WeightView* cls = nullptr;  // null or data == nullptr: absent
   const float* cls_b = nullptr;
   const WeightView* cls_out = nullptr;
   const float* cls_out_b = nullptr;
+  const WeightView* dense_2 = nullptr;
+  const WeightView* dense_3 = nullptr;
 };
 
 class EmbedOps {
@@ -98,6 +102,8 @@ class EmbedOps {
   void for_each_token(int64_t n, const Fn& fn);
   float* rows(std::vector<float>& v, int64_t width);
   void pool_one(int64_t s, Pooling pooling, const ClassifierHead& head, std::vector<float>& out);
+  // rows [n x n_embd] through the head's dense projections in place (when it has them).
+  void project_dense(const ClassifierHead& head, float* rows, int64_t n);
   // Causal attention as the decode path computes it (llama.cpp's rounding, cpu::
   // attention_batch) over a one-layer scratch cache that holds this step's K/V.
   void causal_attention(const AttentionSpec& spec, const float* q, const float* k, const float* v,

@@ -1,7 +1,8 @@
 // Embeddings against llama.cpp (tests/golden/embedding/<model>.json, made by
 // tools/embedding_oracle.py from the same seeded `hablar make-model` files this test writes
-// again): synthetic bert, bert with a reranker head, nomic-bert and decoder embedders (qwen3,
-// llama) in F16 and Q8_0, every pooling type recorded. All inputs of a model run in one
+// again): synthetic bert, bert with a reranker head, nomic-bert, decoder embedders (qwen3,
+// llama) in F16 and Q8_0, and gemma-embedding (both-way windows, dense projections) in F16,
+// every pooling type recorded. All inputs of a model run in one
 // embedding step (as the engine batches them), each compared with llama.cpp's own run of it.
 #include <gtest/gtest.h>
 
@@ -145,7 +146,8 @@ std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
 INSTANTIATE_TEST_SUITE_P(Models, EmbeddingGolden,
                          ::testing::Values("bert-f16", "bert-q8_0", "bert-rank-f16",
                                            "bert-rank-q8_0", "nomic-bert-f16", "nomic-bert-q8_0",
-                                           "qwen3-f16", "qwen3-q8_0", "llama-f16", "llama-q8_0"),
+                                           "qwen3-f16", "qwen3-q8_0", "llama-f16", "llama-q8_0",
+                                           "gemma-embedding-f16"),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Rerankers, RerankGolden,
                          ::testing::Values("bert-rank-f16", "bert-rank-q8_0"), param_name);
