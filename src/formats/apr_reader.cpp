@@ -114,8 +114,9 @@ std::vector<uint8_t> apr_q4_to_q4_0(const uint8_t* src, size_t blocks) {
 // mapped; "" for a name of neither kind (skipped).
 std::string gguf_name(const std::string& n) {
   static constexpr std::string_view kGgufPrefixes[] = {
-      "blk.",    "token_embd.",  "token_embd_norm.", "token_types.", "position_embd.",
-      "output.", "output_norm.", "rope_factors_",    "rope_freqs.",  "cls."};
+      "blk.",           "token_embd.", "token_embd_norm.", "token_types.",
+      "position_embd.", "output.",     "output_norm.",     "rope_factors_",
+      "rope_freqs.",    "cls.",        "dense_2.",         "dense_3."};
   for (std::string_view p : kGgufPrefixes)
     if (n.starts_with(p)) return n;
   if (auto m = formats::gguf_name_of_hf(n.starts_with("layers.") ? "model." + n : n))

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "core/error.h"
@@ -68,6 +69,10 @@ json hf_text_config(const json& cfg, const std::string& path) {
 }
 
 std::string hf_text_tensor_name(std::string_view name) {
+  // A base model saved alone (Gemma3TextModel, as sentence-transformers keeps EmbeddingGemma)
+  // names its tensors without the "model." of the causal-LM wrapper.
+  if (name.starts_with("layers.") || name == "embed_tokens.weight" || name == "norm.weight")
+    return "model." + std::string(name);
   for (const auto& [prefix, replacement] :
        {std::pair<std::string_view, std::string_view>{"model.language_model.", "model."},
         {"language_model.model.", "model."},
@@ -79,6 +84,9 @@ std::string hf_text_tensor_name(std::string_view name) {
 
 std::string hf_arch_of(const json& cfg, const std::string& path) {
   const std::string type = json_string_or(cfg, "model_type", "", path);
+  // EmbeddingGemma: Gemma 3's text model attending both ways.
+  if (type == "gemma3_text" && json_bool_or(cfg, "use_bidirectional_attention", false, path))
+    return "gemma-embedding";
   static const std::map<std::string, std::string> kArches = {
       {"llama", "llama"},        {"mistral", "llama"}, {"mixtral", "llama"},
       {"qwen2", "qwen2"},        {"qwen3", "qwen3"},   {"qwen2_moe", "qwen2moe"},
@@ -94,7 +102,7 @@ std::string hf_arch_of(const json& cfg, const std::string& path) {
 namespace {
 
 bool is_gemma(const std::string& a) {
-  return a == "gemma" || a == "gemma2" || a == "gemma3";
+  return a == "gemma" || a == "gemma2" || a == "gemma3" || a == "gemma-embedding";
 }
 
 // A number member, or nullopt when absent or null.
@@ -165,7 +173,7 @@ void add_rope(HfMetadata& m, const json& cfg, const std::string& a, const std::s
                            ? json_object_or_null(*params, "full_attention", path)
                            : (scaling ? scaling : params);
   add_rope_scaling(m, cfg, global, theta, a, path);
-  if (a != "gemma3") return;
+  if (a != "gemma3" && a != "gemma-embedding") return;
   double local = json_number_or(cfg, "rope_local_base_freq", 10000.0, path);
   if (params && params->contains("sliding_attention"))
     if (const json* s = json_object_or_null(*params, "sliding_attention", path))
@@ -267,7 +275,8 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   if (json_string_or(cfg, "model_type", "", path) == "mistral")
     if (const auto w = count_or_null(cfg, "sliding_window", path); w && *w > 0)
       m.emplace_back(a + ".attention.sliding_window", Value::u32(*w));
-  if (a == "gemma2" || a == "gemma3") add_gemma_attention(m, cfg, a, path);
+  if (a == "gemma2" || a == "gemma3" || a == "gemma-embedding")
+    add_gemma_attention(m, cfg, a, path);
   add_experts(m, cfg, a, path);
   return m;
 }
@@ -365,7 +374,8 @@ const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
       {"phi2", phi2_names()},
       {"gemma", llama_names()},
       {"gemma2", gemma2_names()},
-      {"gemma3", gemma2_names()}};
+      {"gemma3", gemma2_names()},
+      {"gemma-embedding", gemma2_names()}};
   const auto it = kTables.find(a);
   if (it == kTables.end()) throw_error(ErrorKind::kUnsupported, "no tensor names for " + a);
   return it->second;
@@ -402,6 +412,39 @@ std::optional<ExpertName> expert_of_hf(const std::string& a, std::string_view na
   if (expert < 0 || it == kMatrices.end()) return std::nullopt;
   return ExpertName{"blk." + std::to_string(layer) + "." + std::string(it->second) + ".weight",
                     layer, expert};
+}
+
+std::vector<DenseModule> hf_sentence_transformers(const std::string& dir, const std::string& a,
+                                                  HfMetadata& m) {
+  namespace fs = std::filesystem;
+  const fs::path root(dir);
+  std::error_code ec;
+  if (!fs::is_regular_file(root / "modules.json", ec)) return {};
+  const json mods = parse_json_file((root / "modules.json").string(), 1 << 20);
+  std::vector<DenseModule> dense;
+  if (!mods.is_array()) return dense;
+  for (const json& mod : mods) {
+    if (!mod.is_object()) continue;
+    const std::string where = (root / "modules.json").string();
+    const std::string type = json_string_or(mod, "type", "", where);
+    const std::string sub = json_string_or(mod, "path", "", where);
+    if (sub.empty() || sub.find("..") != std::string::npos || sub[0] == '/') continue;
+    if (type.ends_with("Pooling") && fs::is_regular_file(root / sub / "config.json", ec)) {
+      const std::string cfg_path = (root / sub / "config.json").string();
+      const json pc = parse_json_file(cfg_path, 1 << 20);
+      // llama.cpp's pooling_type numbers: 1 mean, 2 cls, 3 last.
+      uint32_t pooling = 0;
+      if (json_bool_or(pc, "pooling_mode_mean_tokens", false, cfg_path)) pooling = 1;
+      if (json_bool_or(pc, "pooling_mode_cls_token", false, cfg_path)) pooling = 2;
+      if (json_bool_or(pc, "pooling_mode_lasttoken", false, cfg_path)) pooling = 3;
+      if (pooling != 0) m.emplace_back(a + ".pooling_type", Value::u32(pooling));
+    } else if (type.ends_with("Dense") && a == "gemma-embedding" && dense.size() < 2 &&
+               fs::is_regular_file(root / sub / "model.safetensors", ec)) {
+      dense.push_back({(root / sub / "model.safetensors").string(),
+                       dense.empty() ? "dense_2.weight" : "dense_3.weight"});
+    }
+  }
+  return dense;
 }
 
 bool norm_gets_one_added(const std::string& arch, const std::string& gguf_name) {

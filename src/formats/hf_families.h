@@ -26,7 +26,8 @@ using HfMetadata = std::vector<std::pair<std::string, gguf::Value>>;
 nlohmann::json hf_text_config(const nlohmann::json& cfg, const std::string& path);
 // A checkpoint tensor's name with a multimodal model's language-model prefix taken off
 // ("language_model.model.x" and "model.language_model.x" -> "model.x",
-// "language_model.lm_head.weight" -> "lm_head.weight"); other names as they are.
+// "language_model.lm_head.weight" -> "lm_head.weight"), and a base model's own names
+// ("layers.N.x", "embed_tokens.weight", "norm.weight") under "model."; others as they are.
 std::string hf_text_tensor_name(std::string_view name);
 
 // The GGUF architecture of a config.json (model_type llama and mistral: llama; qwen2, qwen3,
@@ -52,6 +53,17 @@ struct ExpertName {
   int expert = -1;
 };
 std::optional<ExpertName> expert_of_hf(const std::string& arch, std::string_view hf_name);
+
+// A sentence-transformers directory's modules (modules.json): the Pooling module's mode
+// (1_Pooling/config.json) as <arch>.pooling_type, and its Dense modules (2_Dense, 3_Dense,
+// each model.safetensors with linear.weight) as gemma-embedding's dense_2 / dense_3. Adds
+// the keys to `m` and the Dense files' paths with the GGUF name each weight takes.
+struct DenseModule {
+  std::string file;  // .../2_Dense/model.safetensors
+  std::string gguf;  // dense_2.weight
+};
+std::vector<DenseModule> hf_sentence_transformers(const std::string& dir, const std::string& arch,
+                                                  HfMetadata& m);
 
 // Gemma's RMSNorm weights are stored as w and applied as 1 + w; llama.cpp's converter writes
 // 1 + w. True for the GGUF names that take the + 1.

@@ -82,6 +82,26 @@ std::vector<safetensors::File> open_shards(const fs::path& dir) {
   return shards;
 }
 
+// A sentence-transformers directory's pooling and Dense modules (hf_families.h): each Dense
+// file's linear.weight under its GGUF name, in place in its own mapped file.
+void add_dense_modules(const fs::path& dir, const std::string& arch, Metadata& meta, Keep& keep,
+                       std::vector<gguf::TensorInfo>& tensors) {
+  for (const DenseModule& d : hf_sentence_transformers(dir.string(), arch, meta)) {
+    keep.shards.push_back(safetensors::File::open(d.file));
+    const safetensors::Tensor* t = keep.shards.back().find("linear.weight");
+    if (t == nullptr) throw_error(ErrorKind::kFormat, d.file + ": no linear.weight");
+    if (!t->dtype || t->shape.size() != 2)
+      throw_error(ErrorKind::kFormat, d.file + ": linear.weight must be a float matrix");
+    gguf::TensorInfo info;
+    info.name = d.gguf;
+    info.dims.assign(t->shape.rbegin(), t->shape.rend());
+    info.type = *t->dtype;
+    info.nbytes = t->nbytes;
+    info.data = t->data;
+    tensors.push_back(std::move(info));
+  }
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, gguf::Value>> hf_config_metadata(std::string_view config_json,
@@ -121,6 +141,7 @@ gguf::GgufFile open_hf_model(const std::string& dir_arg, const HfOpenOptions& op
   keep->shards = open_shards(dir);
   std::vector<gguf::TensorInfo> tensors =
       hf_tensor_infos(keep->shards, cfg, config_path, options, keep->owned);
+  add_dense_modules(dir, hf_arch_of(cfg, config_path), meta, *keep, tensors);
   add_tokenizer_metadata(dir, meta);
   return gguf::GgufFile::assemble(dir_arg, std::move(meta), std::move(tensors), std::move(keep));
 }

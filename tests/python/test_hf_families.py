@@ -159,3 +159,53 @@ def test_family_matches_transformers(family, bpe_tokenizer, tmp_path):
     # F32 products on 8-bit or half rows where llama.cpp's kernels take them).
     assert worst < 2e-2, family
     assert clear >= 40 and agree >= clear - 1, (family, agree, clear)
+
+
+def test_embeddinggemma_matches_transformers(bpe_tokenizer, tmp_path):
+    """EmbeddingGemma as sentence-transformers keeps it: Gemma 3's base model attending both
+    ways (use_bidirectional_attention) at the directory's root, mean pooling (1_Pooling) and
+    two Dense modules (2_Dense, 3_Dense). hablar's /v1/embeddings against transformers'
+    hidden rows pooled and projected the same way."""
+    import json
+    from safetensors.torch import save_file
+    tok, tok_path = bpe_tokenizer
+    cfg = transformers.Gemma3TextConfig(**dict(SMALL, head_dim=16, sliding_window=8,
+                                              query_pre_attn_scalar=16, num_hidden_layers=3,
+                                              layer_types=["sliding_attention", "full_attention",
+                                                           "sliding_attention"],
+                                              use_bidirectional_attention=True),
+                                        bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.Gemma3TextModel(cfg).eval()
+    randomize(model, True)
+    root = tmp_path / "embeddinggemma"
+    model.save_pretrained(str(root))
+    (root / "tokenizer.json").write_bytes(tok_path.read_bytes())
+    gen = torch.Generator().manual_seed(99)
+    dense = [torch.randn(256, 64, generator=gen) / 8.0, torch.randn(64, 256, generator=gen) / 16.0]
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    (root / "1_Pooling").mkdir()
+    (root / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    for i, w in enumerate(dense):
+        sub = root / f"{i + 2}_Dense"
+        sub.mkdir()
+        save_file({"linear.weight": w.contiguous()}, str(sub / "model.safetensors"))
+        (sub / "config.json").write_text(json.dumps({"in_features": w.shape[1], "out_features": w.shape[0],
+                                                     "bias": False}))
+        modules.append({"idx": i + 2, "name": str(i + 2), "path": f"{i + 2}_Dense",
+                        "type": "sentence_transformers.models.Dense"})
+    (root / "modules.json").write_text(json.dumps(modules))
+    server = Server(root, "-c", "512")
+    try:
+        for ids in prompts(tok):
+            with torch.no_grad():
+                hidden = model(torch.tensor([ids])).last_hidden_state[0].double()
+            want = hidden.mean(0) @ dense[0].double().T @ dense[1].double().T
+            out = server.post("/v1/embeddings", {"input": [ids]})
+            got = torch.tensor(out["data"][0]["embedding"], dtype=torch.float64)
+            cos = float(torch.dot(got, want) / (got.norm() * want.norm()))
+            print(f"\nembeddinggemma: {len(ids)} tokens, cosine {cos:.9f}")
+            assert cos > 0.9999
+    finally:
+        server.stop()

@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "engine/cpu_executor.h"
 #include "engine/embedding.h"
+#include "formats/apr.h"
+#include "model/weights.h"
 #include "model_test_util.h"
 
 namespace hablar {
@@ -103,6 +106,27 @@ TEST_P(EmbeddingGolden, EveryPoolingMatchesLlamaCpp) {
     std::printf("%s %s: worst cosine %.9f\n", GetParam().c_str(), name.c_str(), worst);
   }
   m.reset();
+  std::filesystem::remove_all(dir);
+}
+
+// An embedder converted to APR embeds bit for bit as its GGUF (gemma-embedding: its dense
+// projections and pooling type travel too).
+TEST(EmbeddingApr, GemmaEmbeddingRoundTrips) {
+  const nlohmann::json golden = load_embedding_golden("gemma-embedding-f16");
+  const std::string dir = test::make_temp_dir("hablar-embed-apr");
+  auto ref = model::Model::load(write_model(dir, golden["model"]));
+  const std::vector<uint8_t> bytes = apr::from_gguf(ref->file());
+  std::ofstream(dir + "/model.apr", std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), (std::streamsize)bytes.size());
+  auto m = model::Model::load(dir + "/model.apr");
+  EXPECT_EQ(m->config().pooling, ref->config().pooling);
+  EXPECT_TRUE(m->weights().dense_2.data != nullptr && m->weights().dense_3.data != nullptr);
+  engine::CpuExecutor a(*ref, 1, kDefaultKvBlockSize, 2), b(*m, 1, kDefaultKvBlockSize, 2);
+  std::vector<std::vector<int32_t>> seqs;
+  for (const auto& in : golden["inputs"]) seqs.push_back(in["ids"].get<std::vector<int32_t>>());
+  for (const Pooling p : {Pooling::kMean, Pooling::kNone})
+    EXPECT_EQ(embed_all(a, seqs, p), embed_all(b, seqs, p));
+  m.reset(), ref.reset();
   std::filesystem::remove_all(dir);
 }
 
