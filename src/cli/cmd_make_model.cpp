@@ -43,7 +43,7 @@ int run_make_model(const MakeModelOptions& o) {
     throw_error(ErrorKind::kInvalidArgument,
                 "--arch: unknown architecture '" + o.arch +
                     "' (llama, qwen2, qwen3, gemma, gemma2, gemma3, "
-                    "gemma-embedding, mixtral, qwen2moe, qwen3moe, phi2, phi3, bert "
+                    "gemma-embedding, mixtral, qwen2moe, qwen3moe, phi2, phi3, smollm3, bert "
                     "or nomic-bert)");
   const auto shape = synth::shape_from_name(o.shape);
   if (!shape)
@@ -91,9 +91,7 @@ const CommandRegistration registration{
       auto o = std::make_shared<MakeModelOptions>();
       app.add_option("--arch", o->arch,
                      "llama, qwen2, qwen3, gemma, gemma2, gemma3, gemma-embedding, mixtral, "
-                     "qwen2moe, qwen3moe, "
-                     "phi2, phi3, "
-                     "bert or nomic-bert")
+                     "qwen2moe, qwen3moe, phi2, phi3, smollm3, bert or nomic-bert")
           ->capture_default_str();
       app.add_option("--shape", o->shape, shape_names())->capture_default_str();
       app.add_option("--type", o->type,

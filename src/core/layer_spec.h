@@ -49,6 +49,7 @@ struct ExpertsView {
 };
 
 struct LayerSpec {
+  static constexpr int32_t kNoRope = -1;  // the layer's q and k are not rotated (SmolLM3)
   AttentionSpec attention;
   int32_t rope = 0;  // index into ModelConfig::ropes of the RoPE that rotates this layer's q, k
 };

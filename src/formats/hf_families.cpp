@@ -91,7 +91,8 @@ std::string hf_arch_of(const json& cfg, const std::string& path) {
       {"llama", "llama"},        {"mistral", "llama"}, {"mixtral", "llama"},
       {"qwen2", "qwen2"},        {"qwen3", "qwen3"},   {"qwen2_moe", "qwen2moe"},
       {"qwen3_moe", "qwen3moe"}, {"phi3", "phi3"},     {"phi", "phi2"},
-      {"gemma", "gemma"},        {"gemma2", "gemma2"}, {"gemma3_text", "gemma3"}};
+      {"smollm3", "smollm3"},    {"gemma", "gemma"},   {"gemma2", "gemma2"},
+      {"gemma3_text", "gemma3"}};
   if (const auto it = kArches.find(type); it != kArches.end()) return it->second;
   std::string names;
   for (const auto& [name, arch] : kArches) names += (names.empty() ? "" : ", ") + name;
@@ -246,6 +247,28 @@ void add_experts(HfMetadata& m, const json& cfg, const std::string& a, const std
         path + ": dense layers among the sparse ones (decoder_sparse_step, mlp_only_layers)");
 }
 
+// SmolLM3's no_rope_layers (1: the layer rotates q, k; 0: it does not) as
+// hablar.no_rope_layers (true: no RoPE); without the list, every no_rope_layer_interval-th.
+void add_no_rope_layers(HfMetadata& m, const json& cfg, const std::string& path) {
+  const int64_t n = json_positive_int(cfg, "num_hidden_layers", path);
+  std::vector<Value> flags;
+  if (const json* list = json_array_or_null(cfg, "no_rope_layers", path)) {
+    if ((int64_t)list->size() != n)
+      throw_error(ErrorKind::kFormat, path + ": no_rope_layers needs one entry per layer");
+    for (const json& e : *list) {
+      if (!e.is_number_integer())
+        throw_error(ErrorKind::kFormat, path + ": no_rope_layers holds a non-integer");
+      flags.push_back(Value::boolean(e.get<int64_t>() == 0));
+    }
+  } else {
+    const int64_t every = json_int_or(cfg, "no_rope_layer_interval", 4, path);
+    if (every < 1 || every > (1 << 20))
+      throw_error(ErrorKind::kFormat, path + ": no_rope_layer_interval must be >= 1");
+    for (int64_t l = 0; l < n; ++l) flags.push_back(Value::boolean((l + 1) % every == 0));
+  }
+  m.emplace_back("hablar.no_rope_layers", Value::array(gguf::ValueType::BOOL, std::move(flags)));
+}
+
 }  // namespace
 
 HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::string& path) {
@@ -278,6 +301,7 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   if (a == "gemma2" || a == "gemma3" || a == "gemma-embedding")
     add_gemma_attention(m, cfg, a, path);
   add_experts(m, cfg, a, path);
+  if (a == "smollm3") add_no_rope_layers(m, cfg, path);
   return m;
 }
 
@@ -368,6 +392,7 @@ const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
       {"llama", moe_names("llama")},  // (Mixtral's router beside llama's names)
       {"qwen2", llama_names()},
       {"qwen3", llama_names()},
+      {"smollm3", llama_names()},
       {"qwen2moe", moe_names("qwen2moe")},
       {"qwen3moe", moe_names("qwen3moe")},
       {"phi3", phi3_names()},

@@ -31,8 +31,9 @@ nlohmann::json hf_text_config(const nlohmann::json& cfg, const std::string& path
 std::string hf_text_tensor_name(std::string_view name);
 
 // The GGUF architecture of a config.json (model_type llama and mistral: llama; qwen2, qwen3,
-// qwen2_moe, qwen3_moe, phi3, phi (Phi-1.5 / Phi-2: phi2), gemma, gemma2, gemma3_text,
-// mixtral: llama with experts). Throws Error(kUnsupported) listing the supported types.
+// qwen2_moe, qwen3_moe, phi3, phi (Phi-1.5 / Phi-2: phi2), smollm3, gemma, gemma2,
+// gemma3_text (gemma-embedding when it attends both ways), mixtral: llama with experts).
+// Throws Error(kUnsupported) listing the supported types.
 std::string hf_arch_of(const nlohmann::json& cfg, const std::string& path);
 
 // The config's <arch>.* keys (sizes, norm epsilon, RoPE, experts, windows, soft-caps).

@@ -362,6 +362,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "phi3") return Arch::kPhi3;
   if (name == "qwen2moe") return Arch::kQwen2Moe;
   if (name == "phi2") return Arch::kPhi2;
+  if (name == "smollm3") return Arch::kSmolLM3;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
   return std::nullopt;
@@ -393,6 +394,8 @@ std::string_view arch_name(Arch arch) {
       return "qwen2moe";
     case Arch::kPhi2:
       return "phi2";
+    case Arch::kSmolLM3:
+      return "smollm3";
     case Arch::kBert:
       return "bert";
     case Arch::kNomicBert:

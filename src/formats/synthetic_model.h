@@ -71,6 +71,7 @@ enum class Arch {
   kPhi3,
   kQwen2Moe,
   kPhi2,
+  kSmolLM3,  // llama's tensors; llama.cpp leaves every fourth layer unrotated
   kBert,
   kNomicBert
 };

@@ -25,6 +25,8 @@ std::string_view arch_name(Arch arch) {
       return "phi3";
     case Arch::kPhi2:
       return "phi2";
+    case Arch::kSmolLM3:
+      return "smollm3";
     case Arch::kGemma:
       return "gemma";
     case Arch::kGemma2:
@@ -43,7 +45,7 @@ std::string_view arch_name(Arch arch) {
 
 std::string supported_arch_names() {
   // (Mixtral is llama.)
-  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, gemma, gemma2, gemma3, "
+  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, gemma, gemma2, gemma3, "
          "gemma-embedding, bert, nomic-bert";
 }
 
@@ -57,6 +59,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "qwen2moe") return Arch::kQwen2Moe;
   if (name == "phi3") return Arch::kPhi3;
   if (name == "phi2") return Arch::kPhi2;
+  if (name == "smollm3") return Arch::kSmolLM3;
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
@@ -225,6 +228,23 @@ void read_norm_epsilon(const gguf::GgufFile& f, ModelConfig& c) {
                                         " != " + std::to_string(c.n_embd) + ")");
 }
 
+// SmolLM3's layers that attend without RoPE: every fourth (3, 7, ...) as llama.cpp has it, or
+// those a Hugging Face checkpoint's no_rope_layers names (hablar.no_rope_layers: one bool per
+// layer, true for no RoPE).
+void no_rope_layers(const gguf::GgufFile& f, ModelConfig& c) {
+  const std::string key = "hablar.no_rope_layers";
+  if (const gguf::Value* v = f.find(key); v != nullptr) {
+    const gguf::Array* flags = v->type == gguf::ValueType::ARRAY ? &f.get_array(key) : nullptr;
+    if (!flags || flags->elem_type != gguf::ValueType::BOOL ||
+        (int)flags->packed.size() != c.n_layers)
+      throw_error(ErrorKind::kFormat, f.path() + ": " + key + " must hold one bool per layer");
+    for (int l = 0; l < c.n_layers; ++l)
+      if (flags->packed[(size_t)l] != 0) c.layers[(size_t)l].rope = LayerSpec::kNoRope;
+    return;
+  }
+  for (int l = 3; l < c.n_layers; l += 4) c.layers[(size_t)l].rope = LayerSpec::kNoRope;
+}
+
 // Every layer rotated by the one RoPE, scaled by 1/sqrt(head_dim) (in attention, or on q for
 // Phi-3 and Gemma 1), and global, except that a llama file with <arch>.attention.sliding_window
 // (Mistral, as transformers runs it: every layer slides) attends through that window; llama.cpp's
@@ -252,6 +272,7 @@ void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
     c.tied_output = true;  // its classifier is token_embd, whatever else the file has
   }
   c.layers.assign((size_t)c.n_layers, spec);
+  if (c.arch_kind == Arch::kSmolLM3) no_rope_layers(f, c);
 }
 
 // Which layers attend through a sliding window: <arch>.attention.sliding_window_pattern as
@@ -369,7 +390,8 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   c.rope.freq_base = (float)f.get_float_or(a + ".rope.freq_base", 10000.0);
   if (!(c.rope.freq_base > 0.0f))
     throw_error(ErrorKind::kFormat, f.path() + ": rope.freq_base must be > 0");
-  c.rope.neox = c.arch_kind != Arch::kLlama;  // llama: adjacent pairs; qwen2/qwen3: NeoX halves
+  // llama and smollm3: adjacent pairs; the others NeoX halves.
+  c.rope.neox = c.arch_kind != Arch::kLlama && c.arch_kind != Arch::kSmolLM3;
   // A Hugging Face checkpoint keeps transformers' q/k order: NeoX halves for llama too.
   c.rope.neox = f.get_bool_or("hablar.rope.neox", c.rope.neox);
   read_rope_scaling(f, a, c.rope);

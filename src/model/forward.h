@@ -94,8 +94,8 @@ auto row_dumper(B& b, std::vector<float>& host) {
   };
 }
 
-// Llama (and Mixtral), Qwen2, Qwen3 (and Qwen3-MoE), Phi-3, Gemma 1: pre-norm blocks, SwiGLU
-// (Gemma: GeGLU) or a mixture of SwiGLU experts, one RoPE, global attention; Gemma 1 scales
+// Llama (and Mixtral), Qwen2, Qwen3 (and Qwen3-MoE), Phi-3, SmolLM3, Gemma 1: pre-norm blocks,
+// SwiGLU (Gemma: GeGLU) or a mixture of SwiGLU experts, one RoPE, global attention; Gemma 1 scales
 // the embedding by sqrt(n_embd).
 template <ForwardBackend B>
 void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
@@ -123,8 +123,10 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
       b.head_rmsnorm(a.q, lw.q_norm, c.n_heads);
       b.head_rmsnorm(a.k, lw.k_norm, c.n_kv_heads);
     }
-    b.rope(a.q, c.n_heads, spec.rope);
-    b.rope(a.k, c.n_kv_heads, spec.rope);
+    if (spec.rope != LayerSpec::kNoRope) {  // (SmolLM3: every fourth layer keeps q, k as they are)
+      b.rope(a.q, c.n_heads, spec.rope);
+      b.rope(a.k, c.n_kv_heads, spec.rope);
+    }
     dump_rows("q_rope", l, a.q, QD), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
     if (c.query_scale > 0.0f) b.scale(a.q, c.query_scale, QD);  // Phi-3, Gemma 1
     b.attention(l, spec.attention, a.q, a.k, a.v, a.att);

@@ -37,8 +37,9 @@ enum class Arch {
   kQwen3,
   kQwen3Moe,
   kPhi3,
-  kPhi2,   // Phi-1, 1.5 and 2: attention and a GELU MLP side by side on one LayerNorm
-  kGemma,  // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
+  kPhi2,     // Phi-1, 1.5 and 2: attention and a GELU MLP side by side on one LayerNorm
+  kSmolLM3,  // the llama block; every fourth layer attends without RoPE
+  kGemma,    // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,
   kGemmaEmbedding,  // EmbeddingGemma: Gemma 3's blocks attending both ways, an embedder only

@@ -71,6 +71,9 @@ def families():
             image_token_index=VOCAB - 1, spatial_merge_size=1)),
         # Mistral 7B v0.1: every layer attends through a window (8 here, over 48 tokens).
         "mistral": (t.MistralConfig, t.MistralForCausalLM, dict(head_dim=16, sliding_window=8)),
+        # SmolLM3: layers 1 and 3 attend without RoPE (no_rope_layers).
+        "smollm3": (t.SmolLM3Config, t.SmolLM3ForCausalLM, dict(head_dim=16, num_hidden_layers=4,
+                                                               no_rope_layers=[1, 0, 1, 0])),
         "mixtral": (t.MixtralConfig, t.MixtralForCausalLM, dict(num_local_experts=4,
                                                                num_experts_per_tok=2)),
         "qwen2moe": (t.Qwen2MoeConfig, t.Qwen2MoeForCausalLM,
