@@ -233,6 +233,63 @@ TEST_P(ModelRunnerTest, MaxTokensZeroNeedsPromptLogprobs) {
   EXPECT_THROW(engine.submit(std::move(g)), hablar::Error);
 }
 
+// Runs prompts[i] for i in `which` together through one engine (greedy, max_tokens[i] each,
+// EOS ignored); each sequence's generated tokens.
+std::vector<std::vector<int32_t>> generate_together(
+    const model::Model& m, DeviceKind device, const std::vector<std::vector<int32_t>>& prompts,
+    const std::vector<int32_t>& max_tokens, const std::vector<size_t>& which) {
+  auto ex = make_test_executor(m, device, 64);
+  EngineConfig c;
+  c.n_ctx = 1024;
+  c.scheduler = {.max_running = 8, .max_step_tokens = 96, .max_prefill_chunk = 40};
+  Engine engine(c, *ex);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (size_t i : which) {
+    GenerateRequest g;
+    g.prompt = prompts[i];
+    g.max_tokens = max_tokens[i];
+    g.ignore_eos = true;
+    handles.push_back(engine.submit(std::move(g)));
+  }
+  std::vector<std::vector<int32_t>> out(which.size());
+  for (size_t k = 0; k < which.size(); ++k)
+    for (bool done = false; !done;) {
+      std::vector<StreamItem> items;
+      EXPECT_TRUE(handles[k]->wait(items, milliseconds(60000))) << "engine stalled";
+      if (items.empty()) break;
+      for (const auto& it : items)
+        if (it.kind == StreamItem::Kind::kFinal)
+          done = true;
+        else
+          out[k].push_back(it.token);
+    }
+  return out;
+}
+
+// Prompts of 17, 11 and 5 tokens in [1, 500]; the first two generate 12 tokens, the third 3.
+void three_unequal_prompts(std::vector<std::vector<int32_t>>& prompts,
+                           std::vector<int32_t>& max_tokens) {
+  std::mt19937 rng(5);
+  for (int n : {17, 11, 5}) {
+    prompts.emplace_back();
+    for (int i = 0; i < n; ++i) prompts.back().push_back(1 + (int32_t)(rng() % 500));
+  }
+  max_tokens = {12, 12, 3};
+}
+
+// Each sequence's tokens, run with the others, equal its run alone.
+void expect_batched_equals_alone(const model::Model& m, DeviceKind device) {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> max_tokens;
+  three_unequal_prompts(prompts, max_tokens);
+  const auto together = generate_together(m, device, prompts, max_tokens, {0, 1, 2});
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto alone = generate_together(m, device, prompts, max_tokens, {i});
+    EXPECT_EQ((int32_t)alone[0].size(), max_tokens[i]);
+    EXPECT_EQ(together[i], alone[0]) << "sequence " << i;
+  }
+}
+
 // The decode wiring scenario driven through the engine: a model of 12 query heads over 2 KV
 // heads of 128 values; sequences with prompts of 17, 11 and 5 tokens decode together (on the
 // GPU: three live slots of a graph bucket of 4, one padding); the third finishes after 3
@@ -247,46 +304,26 @@ TEST_P(ModelRunnerTest, ThreeSequencesOfUnequalLengthsAndOneFinishingEarly) {
   const std::string path = test::make_temp_dir("engine-wiring") + "/wiring.gguf";
   synth::write_synthetic_model(o, path);
   auto m = model::Model::load(path);
-  std::mt19937 rng(5);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int n : {17, 11, 5}) {
-    prompts.emplace_back();
-    for (int i = 0; i < n; ++i) prompts.back().push_back(1 + (int32_t)(rng() % 500));
-  }
-  const std::vector<int32_t> max_tokens = {12, 12, 3};
-  auto run = [&](const std::vector<size_t>& which) {
-    auto ex = make_test_executor(*m, GetParam(), 64);
-    EngineConfig c;
-    c.n_ctx = 1024;
-    c.scheduler = {.max_running = 8, .max_step_tokens = 96, .max_prefill_chunk = 40};
-    Engine engine(c, *ex);
-    std::vector<std::shared_ptr<RequestHandle>> handles;
-    for (size_t i : which) {
-      GenerateRequest g;
-      g.prompt = prompts[i];
-      g.max_tokens = max_tokens[i];
-      g.ignore_eos = true;
-      handles.push_back(engine.submit(std::move(g)));
-    }
-    std::vector<std::vector<int32_t>> out(which.size());
-    for (size_t k = 0; k < which.size(); ++k)
-      for (bool done = false; !done;) {
-        std::vector<StreamItem> items;
-        EXPECT_TRUE(handles[k]->wait(items, milliseconds(60000))) << "engine stalled";
-        if (items.empty()) break;
-        for (const auto& it : items)
-          if (it.kind == StreamItem::Kind::kFinal)
-            done = true;
-          else
-            out[k].push_back(it.token);
-      }
-    return out;
-  };
-  const auto together = run({0, 1, 2});
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const auto alone = run({i});
-    EXPECT_EQ((int32_t)alone[0].size(), max_tokens[i]);
-    EXPECT_EQ(together[i], alone[0]) << "sequence " << i;
+  expect_batched_equals_alone(*m, GetParam());
+}
+
+// The families the CPU alone runs (phi2's LayerNorm block, SmolLM3's layers without RoPE):
+// batched equals alone through the engine on 8 layers.
+TEST(CpuFamilies, BatchedEqualsAlone) {
+  for (const synth::Arch arch : {synth::Arch::kPhi2, synth::Arch::kSmolLM3}) {
+    synth::SyntheticModelOptions o;
+    o.arch = arch;
+    o.shape = *synth::shape_from_name("tiny-odd");
+    o.shape.n_kv_heads = o.shape.n_heads;  // (phi2: no GQA in the published models)
+    o.type = "q8_0";
+    o.seed = 19;
+    const std::string dir = test::make_temp_dir("engine-families");
+    synth::write_synthetic_model(o, dir + "/m.gguf");
+    auto m = model::Model::load(dir + "/m.gguf");
+    SCOPED_TRACE(m->config().arch);
+    expect_batched_equals_alone(*m, DeviceKind::kCpu);
+    m.reset();
+    std::filesystem::remove_all(dir);
   }
 }
 
@@ -314,6 +351,25 @@ TEST(CudaShapes, MixturesOfExpertsBeyondTheRoutingKernelsAreRefusedByName) {
   synth::write_synthetic_model(o, dir + "/many.gguf");
   EXPECT_FALSE(cuda_can_run(*model::Model::load(dir + "/many.gguf"), &reason));
   EXPECT_NE(reason.find("up to 3072 experts; this model has 3100"), std::string::npos) << reason;
+  std::filesystem::remove_all(dir);
+}
+
+// phi2, smollm3 and gemma-embedding run on the CPU only for now: the CUDA backend says so by
+// name (--device auto then runs them on the CPU).
+TEST(CudaShapes, FamiliesWithoutCudaOpsAreRefusedByName) {
+  const std::string dir = test::make_temp_dir("cuda-families");
+  for (const auto& [arch, needle] : {std::pair{synth::Arch::kPhi2, "phi2's LayerNorm block"},
+                                     std::pair{synth::Arch::kSmolLM3, "smollm3's layers"},
+                                     std::pair{synth::Arch::kGemmaEmbedding, "gemma-embedding"}}) {
+    synth::SyntheticModelOptions o;
+    o.arch = arch;
+    o.shape = *synth::shape_from_name("tiny");
+    o.type = "f16";
+    synth::write_synthetic_model(o, dir + "/m.gguf");
+    std::string reason;
+    EXPECT_FALSE(cuda_can_run(*model::Model::load(dir + "/m.gguf"), &reason));
+    EXPECT_NE(reason.find(needle), std::string::npos) << reason;
+  }
   std::filesystem::remove_all(dir);
 }
 
