@@ -330,10 +330,12 @@ void infill(HttpServer& server, const httplib::Request& req, httplib::Response& 
     if (!it->is_array())
       bad_request("'input_extra' must be a list of {filename, text}", "input_extra");
     for (const auto& chunk : *it) {
-      if (!chunk.is_object())
-        bad_request("'input_extra' must be a list of {filename, text}", "input_extra");
+      // As llama-server checks them: a string "text" in each, "filename" a string if given.
+      if (!chunk.is_object() || !chunk.contains("text") || !chunk["text"].is_string())
+        bad_request("'input_extra' entries need a string 'text' (and a string 'filename')",
+                    "input_extra");
       extra.push_back(
-          {opt_string(chunk, "filename").value_or(""), opt_string(chunk, "text").value_or("")});
+          {opt_string(chunk, "filename").value_or(""), chunk["text"].get<std::string>()});
     }
   }
   auto prompt = fim_prompt(*m, opt_string(body, "input_prefix").value_or(""),

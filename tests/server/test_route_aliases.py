@@ -68,6 +68,17 @@ def test_infill_needs_fim_tokens(server):
     assert "insert" not in requests.post(server.url + "/api/show", json={"model": NAME}).json()["capabilities"]
 
 
+@pytest.mark.parametrize("extra", [{}, {"filename": "ok"}, {"filename": 123, "text": "abc"},
+                                   {"filename": "a.c", "text": 456}, "text"])
+def test_infill_input_extra_is_checked_before_anything_else(server, extra):
+    """As llama-server checks them: each input_extra entry needs a string text (and a string
+    filename if any); a bad one is a 400 even on a model without FIM tokens."""
+    r = requests.post(server.url + "/infill", json={"input_extra": [extra], "input_prefix": "def f():",
+                                                    "input_suffix": "", "n_predict": 2})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] in ("input_extra", "filename")
+
+
 @pytest.fixture(scope="module")
 def fim_server(tmp_path_factory):
     # Random weights over StarCoder's vocabulary, which has <fim_prefix> / <fim_suffix> /
