@@ -138,7 +138,8 @@ void check_step(const ModelConfig& config, std::span<const SequenceChunk> chunks
                 const KvCacheLayout& kl) {
   if (config.embedding_only)
     throw_error(ErrorKind::kUnsupported,
-                "this model is an embedder (" + config.arch +
+                std::string("this model is ") +
+                    (config.encoder ? "an encoder (" : "an embedding model (") + config.arch +
                     "): it gives embeddings (`hablar embed`, the embedding routes of `hablar "
                     "serve`), not generated text");
   if (kl.n_layers != config.n_layers || kl.n_kv_heads != config.n_kv_heads ||

@@ -320,7 +320,9 @@ std::string prompt_preview(const ServingModel& m, std::span<const int32_t> promp
 
 std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, GenerationSpec spec) {
   if (m.model->config().embedding_only)
-    bad_request("this model is an embedder (" + m.model->config().arch +
+    bad_request(std::string("this model is ") +
+                (m.model->config().encoder ? "an encoder (" : "an embedding model (") +
+                m.model->config().arch +
                 "): it serves embeddings (/v1/embeddings) and reranking (/v1/rerank), not "
                 "text generation");
   if (spec.prompt.empty()) bad_request("the prompt is empty", "prompt");
