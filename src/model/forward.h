@@ -1,6 +1,6 @@
 // The decoder forward passes hablar runs, written once for every backend: the Llama family
-// (llama and Mixtral, qwen2 and Qwen2-MoE, qwen3 and Qwen3-MoE, phi3, gemma), the Gemma family
-// (gemma2, gemma3) and phi2's parallel block.
+// (llama and Mixtral, qwen2 and Qwen2-MoE, qwen3 and Qwen3-MoE, phi3, smollm3, gemma), the
+// Gemma family (gemma2, gemma3, gemma-embedding) and phi2's parallel block.
 //
 // `B` is a backend's op set for one step (cpu::ForwardOps, cuda::ForwardOps): begin() has
 // flattened the step's sequence chunks into T token rows, and every op works on activation
