@@ -674,8 +674,13 @@ void CudaExecutor::plan_persistent_step(const CudaExecutorOptions& o) {
     cuda::PersistentStepPlan plan(ops_->activations(), ctx,
                                   static_cast<float*>(persistent_residual_.get()),
                                   ops_->device_logits(), cuda::persistent_matrix_rule);
-    model::forward(model_.config(), weights_, plan);
-    if (plan.supported()) {
+    bool recorded = true;
+    try {  // (a family whose ops the plan lacks, phi2's LayerNorm block, refuses here)
+      model::forward(model_.config(), weights_, plan);
+    } catch (const Error& e) {
+      recorded = false, why = e.what();
+    }
+    if (recorded && plan.supported()) {
       persistent_ = std::make_unique<cuda::PersistentStepRunner>(plan.phases(), ctx);
       if (o.profile_decode) {
         persistent_stamps_ = cuda::DeviceBuffer<unsigned long long>(4 * plan.phases().size() + 4);
@@ -688,7 +693,7 @@ void CudaExecutor::plan_persistent_step(const CudaExecutorOptions& o) {
                                        persistent_->phases());
       return;
     }
-    why = plan.reason();
+    if (recorded) why = plan.reason();
   }
   persistent_report_ = "one-token steps launch per op (persistent step: " + why + ")";
 }

@@ -43,13 +43,6 @@ void check_cuda_cache_types(const CudaExecutorOptions& o) {
 
 void check_cuda_shapes(const model::Model& m) {
   const model::ModelConfig& c = m.config();
-  if (c.arch_kind == model::Arch::kPhi2)
-    throw_error(ErrorKind::kUnsupported,
-                "phi2's LayerNorm block has no CUDA ops yet; it runs on the CPU (--device cpu)");
-  if (c.arch_kind == model::Arch::kSmolLM3)
-    throw_error(ErrorKind::kUnsupported,
-                "smollm3's layers without RoPE have no CUDA path yet (the K/V store is fused into "
-                "the rotation); it runs on the CPU (--device cpu)");
   if (c.arch_kind == model::Arch::kGemmaEmbedding)
     throw_error(ErrorKind::kUnsupported,
                 "gemma-embedding (two-way windows, dense projections) embeds on the CPU for now "

@@ -581,6 +581,40 @@ HABLAR_RHD float rms_scale(const float* x, int64_t n, float eps) {
 #endif
 }
 
+// LayerNorm with a bias as cpu::layernorm rounds it (y may alias x): the mean in float from
+// a double sum; the deviations' squares 16 at a time (reduce16, below), those sums in double;
+// then the scale, the weight and the bias each in its own rounding.
+HABLAR_RHD float reduce16(const float* a);
+HABLAR_RHD void layernorm_row(const float* x, const float* w, const float* b, float* y, int n,
+                              float eps) {
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) sum = add_d(sum, (double)x[i]);
+  const float mean = div((float)sum, (float)n);
+  double squares = 0.0;
+  int i = 0;
+  for (float block[16]; i + 16 <= n; i += 16) {
+    for (int l = 0; l < 16; ++l) {
+      const float d = sub(x[i + l], mean);
+      y[i + l] = d;
+      block[l] = mul(d, d);
+    }
+    squares = add_d(squares, (double)reduce16(block));
+  }
+  for (; i < n; ++i) {
+    const float d = sub(x[i], mean);
+    y[i] = d;
+    squares = add_d(squares, (double)mul(d, d));
+  }
+#if defined(__CUDA_ARCH__)
+  const float variance = (float)__ddiv_rn(squares, (double)n);
+  const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(variance, eps)));
+#else
+  const float variance = (float)(squares / (double)n);
+  const float scale = 1.0f / std::sqrt(variance + eps);
+#endif
+  for (int j = 0; j < n; ++j) y[j] = add(mul(mul(y[j], scale), w[j]), b[j]);
+}
+
 // ---- attention (attention.cpp, F16/BF16 caches) --------------------------------------------
 
 HABLAR_RHD float reduce16(const float* a) {

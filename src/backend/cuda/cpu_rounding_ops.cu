@@ -152,6 +152,21 @@ __global__ void geglu_kernel(const float* gate, const float* up, float* out, int
     out[i] = cr::geglu(gate[i], up[i], table);
 }
 
+__global__ void gelu_kernel(const float* x, float* out, int64_t n,
+                            const float* __restrict__ table) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = cr::geglu(x[i], 1.0f, table);  // (a product with 1 rounds to itself)
+}
+
+// One thread per row: the CPU's sequential sums (deterministic mode only, never hot).
+__global__ void layernorm_kernel(const float* x, const float* __restrict__ w,
+                                 const float* __restrict__ b, float* y, int64_t rows, int width,
+                                 float eps) {
+  const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < rows) cr::layernorm_row(x + r * width, w, b, y + r * width, width, eps);
+}
+
 __global__ void embed_kernel(DType type, const uint8_t* __restrict__ table, size_t row_bytes,
                              int64_t cols, const int32_t* __restrict__ tokens, float* x) {
   const uint8_t* row = table + (size_t)tokens[blockIdx.x] * row_bytes;
@@ -301,6 +316,21 @@ void geglu(const float* gate, const float* up, float* out, int64_t n, const floa
   if (n <= 0) return;
   const unsigned blocks = (unsigned)std::min<int64_t>((n + 255) / 256, 4096);
   geglu_kernel<<<blocks, 256, 0, stream>>>(gate, up, out, n, table);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void gelu(const float* x, float* out, int64_t n, const float* table, cudaStream_t stream) {
+  if (n <= 0) return;
+  const unsigned blocks = (unsigned)std::min<int64_t>((n + 255) / 256, 4096);
+  gelu_kernel<<<blocks, 256, 0, stream>>>(x, out, n, table);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void layernorm(const float* x, const float* weight, const float* bias, float* y, int64_t rows,
+               int width, float eps, cudaStream_t stream) {
+  if (rows <= 0) return;
+  layernorm_kernel<<<(unsigned)((rows + 63) / 64), 64, 0, stream>>>(x, weight, bias, y, rows, width,
+                                                                    eps);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 

@@ -37,6 +37,11 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStrea
 // uploaded to the device (out may alias).
 void geglu(const float* gate, const float* up, float* out, int64_t n, const float* table,
            cudaStream_t stream);
+// out = gelu(x) through the same table (out may be x).
+void gelu(const float* x, float* out, int64_t n, const float* table, cudaStream_t stream);
+// Per row of `width`: cpu::layernorm's values (cpu_rounding.cuh layernorm_row; y may be x).
+void layernorm(const float* x, const float* weight, const float* bias, float* y, int64_t rows,
+               int width, float eps, cudaStream_t stream);
 // x[t] = row tokens[t] of the table, dequantized with the CPU's roundings.
 void embed(const WeightView& table, const int32_t* tokens, int64_t n, float* x,
            cudaStream_t stream);

@@ -422,6 +422,16 @@ void EmbedOps::logits(const float* x, const float* norm_weight, const WeightView
   hidden_ = &h;
 }
 
+void EmbedOps::classify(const float* x, const WeightView&, const float*) {
+  settle();
+  Rows& h = rows_[kHidden];
+  const float* src = ensure32(rows_of(x));
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(write32(h), src,
+                                    (size_t)n_tokens() * (size_t)dims_.n_embd * sizeof(float),
+                                    cudaMemcpyDeviceToDevice, stream_));
+  hidden_ = &h;
+}
+
 const float* EmbedOps::host_rows(const float* rows, int64_t n, std::vector<float>& host) {
   settle();
   const float* src = ensure32(rows_of(rows));

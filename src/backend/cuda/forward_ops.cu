@@ -646,13 +646,18 @@ void ForwardOps::add(float* x, const float* y, int64_t width) {
   buf_->pending_add = {x, y, width};
 }
 
+void ForwardOps::gather_logit_rows(const float* x) {
+  const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
+  launch_dependent(gather_rows_kernel, dim3(n_logit_rows_), dim3(256), 0, stream_, x,
+                   inputs + buf_->logit_rows, (int)dims_.n_embd, out_rows_);
+}
+
 void ForwardOps::logits(const float* x, const float* norm_weight, const WeightView& output,
                         float softcap) {
   flush();
   if (n_logit_rows_ == 0) return;
   const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
-  launch_dependent(gather_rows_kernel, dim3(n_logit_rows_), dim3(256), 0, stream_, x,
-                   inputs + buf_->logit_rows, (int)dims_.n_embd, out_rows_);
+  gather_logit_rows(x);
   if (limits_.deterministic) {
     cpu_rounding_ops::rms_norm(out_rows_, norm_weight, out_rows_, n_logit_rows_, dims_.n_embd, eps_,
                                stream_);

@@ -115,6 +115,12 @@ class ForwardOps {
   bool moe_sized_on_device(const ExpertsView& experts) const;
   int64_t moe_device_max_tokens() const;
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
+  // phi2's ops (model::LayerNormBackend; forward_ops_layernorm.cu): LayerNorm with a bias per
+  // row, GELU-tanh in place, and logits() without the norm plus a bias per vocabulary entry.
+  // Deterministic mode computes them as the CPU does (cpu_rounding_ops).
+  void layernorm(const float* x, const float* weight, const float* bias, float* out, int64_t width);
+  void gelu(float* x, int64_t width);
+  void classify(const float* x, const WeightView& output, const float* bias);
   // One-time work done so far (scratch growths of the prefill products).
   int64_t one_time_events() const;
   // Device logits [n_logit_rows x n_vocab] in logit_order.
@@ -178,6 +184,8 @@ class ForwardOps {
                                      const float* k, const float* v, float* out, bool kv_stored);
   void flush_add();
   void flush();
+  // The step's logit rows of x [T x n_embd] gathered into out_rows_ (logit_order).
+  void gather_logit_rows(const float* x);
   // One expert's product of m gathered rows (deterministic: the CPU's order for experts).
   void expert_product(const WeightView& w, const float* in, int64_t m, float* out);
   void expert_products_sized_on_host(const ExpertsView& experts, int64_t n_entries);

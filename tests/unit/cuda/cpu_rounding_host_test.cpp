@@ -184,6 +184,23 @@ TEST(CpuRounding, NormAndActivationsAreTheCpus) {
   }
 }
 
+// phi2's LayerNorm at widths with and without a tail past the blocks of 16, in place too.
+TEST(CpuRounding, LayerNormIsTheCpus) {
+  for (int n : {64, 2048, 2560, 1000, 7}) {
+    const std::vector<float> x = random_floats((size_t)n, 41, 3.0f),
+                             w = random_floats((size_t)n, 43),
+                             b = random_floats((size_t)n, 47, 0.5f);
+    std::vector<float> want((size_t)n), got((size_t)n), in_place = x;
+    cpu::layernorm(x.data(), w.data(), b.data(), want.data(), n, 1e-5f);
+    cr::layernorm_row(x.data(), w.data(), b.data(), got.data(), n, 1e-5f);
+    cr::layernorm_row(in_place.data(), w.data(), b.data(), in_place.data(), n, 1e-5f);
+    for (size_t i = 0; i < (size_t)n; ++i) {
+      ASSERT_EQ(bits(got[i]), bits(want[i])) << n << " value " << i;
+      ASSERT_EQ(bits(in_place[i]), bits(want[i])) << n << " value " << i;
+    }
+  }
+}
+
 TEST(CpuRounding, GeluTableAndGegluAreTheCpus) {
   const std::vector<float> table = cr::gelu_half_table();
   std::vector<float> x(65536), want(65536);
