@@ -88,11 +88,11 @@ std::string hf_arch_of(const json& cfg, const std::string& path) {
   if (type == "gemma3_text" && json_bool_or(cfg, "use_bidirectional_attention", false, path))
     return "gemma-embedding";
   static const std::map<std::string, std::string> kArches = {
-      {"llama", "llama"},        {"mistral", "llama"}, {"mixtral", "llama"},
-      {"qwen2", "qwen2"},        {"qwen3", "qwen3"},   {"qwen2_moe", "qwen2moe"},
-      {"qwen3_moe", "qwen3moe"}, {"phi3", "phi3"},     {"phi", "phi2"},
-      {"smollm3", "smollm3"},    {"gemma", "gemma"},   {"gemma2", "gemma2"},
-      {"gemma3_text", "gemma3"}};
+      {"llama", "llama"},        {"mistral", "llama"},     {"mixtral", "llama"},
+      {"qwen2", "qwen2"},        {"qwen3", "qwen3"},       {"qwen2_moe", "qwen2moe"},
+      {"qwen3_moe", "qwen3moe"}, {"phi3", "phi3"},         {"phi", "phi2"},
+      {"smollm3", "smollm3"},    {"granite", "granite"},   {"gemma", "gemma"},
+      {"gemma2", "gemma2"},      {"gemma3_text", "gemma3"}};
   if (const auto it = kArches.find(type); it != kArches.end()) return it->second;
   std::string names;
   for (const auto& [name, arch] : kArches) names += (names.empty() ? "" : ", ") + name;
@@ -269,9 +269,28 @@ void add_no_rope_layers(HfMetadata& m, const json& cfg, const std::string& path)
   m.emplace_back("hablar.no_rope_layers", Value::array(gguf::ValueType::BOOL, std::move(flags)));
 }
 
+// Granite's multipliers under llama.cpp's names (transformers' defaults where absent; an
+// attention multiplier of 0 would mean 1/sqrt(head_dim) there too, so it is kept as given).
+void add_granite_multipliers(HfMetadata& m, const json& cfg, const std::string& path) {
+  const auto f32 = [&](const char* key, const char* hf, double fallback) {
+    m.emplace_back(std::string("granite.") + key,
+                   Value::f32((float)json_number_or(cfg, hf, fallback, path)));
+  };
+  f32("embedding_scale", "embedding_multiplier", 1.0);
+  f32("residual_scale", "residual_multiplier", 1.0);
+  f32("logit_scale", "logits_scaling", 1.0);
+  f32("attention.scale", "attention_multiplier", 1.0);
+}
+
 }  // namespace
 
 HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::string& path) {
+  // Biases on the output and MLP projections of llama-style blocks have no op here: refused,
+  // not skipped (the tensors would otherwise be dropped silently).
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (a != "phi2" && json_bool_or(cfg, key, false, path))
+      throw_error(ErrorKind::kUnsupported,
+                  path + ": " + key + " = true (biased projections) is not supported for " + a);
   HfMetadata m;
   const auto u32 = [&](const std::string& key, const char* hf) {
     m.emplace_back(a + "." + key, Value::u32((uint32_t)json_positive_int(cfg, hf, path)));
@@ -302,6 +321,7 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
     add_gemma_attention(m, cfg, a, path);
   add_experts(m, cfg, a, path);
   if (a == "smollm3") add_no_rope_layers(m, cfg, path);
+  if (a == "granite") add_granite_multipliers(m, cfg, path);
   return m;
 }
 
@@ -393,6 +413,7 @@ const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
       {"qwen2", llama_names()},
       {"qwen3", llama_names()},
       {"smollm3", llama_names()},
+      {"granite", llama_names()},
       {"qwen2moe", moe_names("qwen2moe")},
       {"qwen3moe", moe_names("qwen3moe")},
       {"phi3", phi3_names()},

@@ -207,6 +207,12 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
     w.set(a + ".attention.layer_norm_epsilon", Value::f32((float)s.norm_eps));
     w.set(a + ".attention.causal", Value::boolean(false));
   }
+  if (arch == Arch::kGranite) {  // Granite 3's multipliers (attention's: 1 / head_dim)
+    w.set(a + ".embedding_scale", Value::f32(12.0f));
+    w.set(a + ".residual_scale", Value::f32(0.22f));
+    w.set(a + ".logit_scale", Value::f32(8.0f));
+    w.set(a + ".attention.scale", Value::f32(1.0f / (float)s.head_dim));
+  }
   if (arch == Arch::kGemma2) {  // the published models' soft-caps
     w.set(a + ".attn_logit_softcapping", Value::f32(50.0f));
     w.set(a + ".final_logit_softcapping", Value::f32(30.0f));
@@ -363,6 +369,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "qwen2moe") return Arch::kQwen2Moe;
   if (name == "phi2") return Arch::kPhi2;
   if (name == "smollm3") return Arch::kSmolLM3;
+  if (name == "granite") return Arch::kGranite;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
   return std::nullopt;
@@ -396,6 +403,8 @@ std::string_view arch_name(Arch arch) {
       return "phi2";
     case Arch::kSmolLM3:
       return "smollm3";
+    case Arch::kGranite:
+      return "granite";
     case Arch::kBert:
       return "bert";
     case Arch::kNomicBert:

@@ -72,6 +72,7 @@ enum class Arch {
   kQwen2Moe,
   kPhi2,
   kSmolLM3,  // llama's tensors; llama.cpp leaves every fourth layer unrotated
+  kGranite,  // llama's tensors and Granite 3's four multipliers
   kBert,
   kNomicBert
 };

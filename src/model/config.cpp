@@ -27,6 +27,8 @@ std::string_view arch_name(Arch arch) {
       return "phi2";
     case Arch::kSmolLM3:
       return "smollm3";
+    case Arch::kGranite:
+      return "granite";
     case Arch::kGemma:
       return "gemma";
     case Arch::kGemma2:
@@ -45,7 +47,8 @@ std::string_view arch_name(Arch arch) {
 
 std::string supported_arch_names() {
   // (Mixtral is llama.)
-  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, gemma, gemma2, gemma3, "
+  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, granite, gemma, gemma2, "
+         "gemma3, "
          "gemma-embedding, bert, nomic-bert";
 }
 
@@ -60,6 +63,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "phi3") return Arch::kPhi3;
   if (name == "phi2") return Arch::kPhi2;
   if (name == "smollm3") return Arch::kSmolLM3;
+  if (name == "granite") return Arch::kGranite;
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
@@ -245,6 +249,23 @@ void no_rope_layers(const gguf::GgufFile& f, ModelConfig& c) {
   for (int l = 3; l < c.n_layers; l += 4) c.layers[(size_t)l].rope = LayerSpec::kNoRope;
 }
 
+// Granite's multipliers: the embedding's, the attention's scale (0 or absent: 1/sqrt(head_dim)),
+// the residual's (0 or absent: none) and the logits' divisor (required, as llama.cpp requires
+// it). Each must be finite; the scales and the divisor positive.
+void granite_multipliers(const gguf::GgufFile& f, ModelConfig& c, LayerSpec& spec) {
+  const auto read = [&](const std::string& key, double fallback, bool required) {
+    const double v =
+        required ? f.get_float(c.arch + "." + key) : f.get_float_or(c.arch + "." + key, fallback);
+    if (!std::isfinite(v) || v < 0.0 || (required && v == 0.0))
+      throw_error(ErrorKind::kFormat, f.path() + ": " + key + " must be a finite number above 0");
+    return (float)v;
+  };
+  if (const float e = read("embedding_scale", 0.0, false); e != 0.0f) c.embed_scale = e;
+  if (const float s = read("attention.scale", 0.0, false); s != 0.0f) spec.attention.scale = s;
+  c.residual_scale = read("residual_scale", 0.0, false);
+  c.logit_scale = read("logit_scale", 1.0, true);
+}
+
 // Every layer rotated by the one RoPE, scaled by 1/sqrt(head_dim) (in attention, or on q for
 // Phi-3 and Gemma 1), and global, except that a llama file with <arch>.attention.sliding_window
 // (Mistral, as transformers runs it: every layer slides) attends through that window; llama.cpp's
@@ -271,8 +292,12 @@ void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
     c.ffn_activation = GluActivation::kGeluTanh;
     c.tied_output = true;  // its classifier is token_embd, whatever else the file has
   }
+  if (c.arch_kind == Arch::kGranite) granite_multipliers(f, c, spec);
   c.layers.assign((size_t)c.n_layers, spec);
   if (c.arch_kind == Arch::kSmolLM3) no_rope_layers(f, c);
+  // Granite: rope.scaling.finetuned = false switches RoPE off (llama.cpp reads it so).
+  if (c.arch_kind == Arch::kGranite && !f.get_bool_or(c.arch + ".rope.scaling.finetuned", true))
+    for (LayerSpec& l : c.layers) l.rope = LayerSpec::kNoRope;
 }
 
 // Which layers attend through a sliding window: <arch>.attention.sliding_window_pattern as
@@ -390,8 +415,9 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   c.rope.freq_base = (float)f.get_float_or(a + ".rope.freq_base", 10000.0);
   if (!(c.rope.freq_base > 0.0f))
     throw_error(ErrorKind::kFormat, f.path() + ": rope.freq_base must be > 0");
-  // llama and smollm3: adjacent pairs; the others NeoX halves.
-  c.rope.neox = c.arch_kind != Arch::kLlama && c.arch_kind != Arch::kSmolLM3;
+  // llama, smollm3 and granite: adjacent pairs; the others NeoX halves.
+  c.rope.neox =
+      c.arch_kind != Arch::kLlama && c.arch_kind != Arch::kSmolLM3 && c.arch_kind != Arch::kGranite;
   // A Hugging Face checkpoint keeps transformers' q/k order: NeoX halves for llama too.
   c.rope.neox = f.get_bool_or("hablar.rope.neox", c.rope.neox);
   read_rope_scaling(f, a, c.rope);

@@ -1,5 +1,5 @@
 // The decoder forward passes hablar runs, written once for every backend: the Llama family
-// (llama and Mixtral, qwen2 and Qwen2-MoE, qwen3 and Qwen3-MoE, phi3, smollm3, gemma), the
+// (llama and Mixtral, qwen2 and Qwen2-MoE, qwen3 and Qwen3-MoE, phi3, smollm3, granite, gemma), the
 // Gemma family (gemma2, gemma3, gemma-embedding) and phi2's parallel block.
 //
 // `B` is a backend's op set for one step (cpu::ForwardOps, cuda::ForwardOps): begin() has
@@ -31,6 +31,8 @@
 //   logits(x, norm_w, W_out, cap)          final norm of the rows that need logits, then the
 //                                          classifier (rows kept by the backend, in chunk
 //                                          order); cap > 0: cap * tanh(logit / cap)
+//   scale_logits(s)                        the logits of this step *= s (Granite); embedders,
+//                                          whose rows are the normed hidden ones, ignore it
 // and, for phi2's block (LayerNormBackend; a backend without them refuses phi2 models):
 //   layernorm(x, w, b, out, width)         per row: (x - mean) / sqrt(var + eps) * w + b
 //   gelu(x, width)                         x = GELU-tanh(x)
@@ -72,6 +74,7 @@ concept ForwardBackend = requires(B& b, const WeightView& w, const float* in, fl
   b.add(out, in, int64_t{});
   b.moe_ffn(ExpertsView{}, in, out);
   b.logits(in, in, w, 0.0f);
+  b.scale_logits(1.0f);
   { b.host_rows(in, int64_t{}, host) } -> std::convertible_to<const float*>;
 };
 
@@ -94,9 +97,10 @@ auto row_dumper(B& b, std::vector<float>& host) {
   };
 }
 
-// Llama (and Mixtral), Qwen2, Qwen3 (and Qwen3-MoE), Phi-3, SmolLM3, Gemma 1: pre-norm blocks,
-// SwiGLU (Gemma: GeGLU) or a mixture of SwiGLU experts, one RoPE, global attention; Gemma 1 scales
-// the embedding by sqrt(n_embd).
+// Llama (and Mixtral), Qwen2, Qwen3 (and Qwen3-MoE), Phi-3, SmolLM3, Granite, Gemma 1: pre-norm
+// blocks, SwiGLU (Gemma: GeGLU) or a mixture of SwiGLU experts, one RoPE, global attention;
+// Gemma 1 scales the embedding by sqrt(n_embd); Granite scales the embedding, each block's
+// output and the logits by its multipliers.
 template <ForwardBackend B>
 void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
   const Activations& a = b.activations();
@@ -132,6 +136,7 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
     b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
     dump_rows("attn_out", l, a.att, QD);
     b.matmul(lw.wo, a.att, a.xb);
+    if (c.residual_scale != 0.0f) b.scale(a.xb, c.residual_scale, E);  // Granite
     b.add(a.x, a.xb, E);
     dump_rows("ffn_inp", l, a.x, E);
 
@@ -152,10 +157,12 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
       b.matmul(lw.w_down, a.gate, a.xb);
     }
     dump_rows("ffn_out", l, a.xb, E);
+    if (c.residual_scale != 0.0f) b.scale(a.xb, c.residual_scale, E);  // Granite
     b.add(a.x, a.xb, E);
     dump_rows("l_out", l, a.x, E);
   }
   b.logits(a.x, w.output_norm, w.output, 0.0f);
+  if (c.logit_scale != 1.0f) b.scale_logits(1.0f / c.logit_scale);  // Granite
 }
 
 // Gemma 2 and 3: the embedding scaled by sqrt(n_embd); "sandwich" norms (RMSNorm before and

@@ -39,6 +39,7 @@ enum class Arch {
   kPhi3,
   kPhi2,     // Phi-1, 1.5 and 2: attention and a GELU MLP side by side on one LayerNorm
   kSmolLM3,  // the llama block; every fourth layer attends without RoPE
+  kGranite,  // the llama block with four multipliers (embedding, attention, residual, logits)
   kGemma,    // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,
@@ -90,6 +91,10 @@ struct ModelConfig {
   float query_scale = 0.0f;  // 0: none (the attention scales)
   bool post_norms = false;
   float final_softcap = 0.0f;
+  // Granite: each block's output (attention, FFN) times residual_scale before it joins the
+  // residual (0: none); the logits divided by logit_scale (1: none).
+  float residual_scale = 0.0f;
+  float logit_scale = 1.0f;
 
   // Mixture of experts (Mixtral: llama with <arch>.expert_count; qwen3moe): n_experts > 0
   // replaces every layer's FFN by a router over n_experts SwiGLU experts of width n_ff_expert,

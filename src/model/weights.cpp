@@ -236,6 +236,12 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
       l.k_norm = vector_f32(w, f, p + "attn_k_norm.weight", c.head_dim);
     }
     l.wo = matrix(f, p + "attn_output.weight", c.q_dim(), c.n_embd);
+    for (const char* bias : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"})
+      if (f.find_tensor(p + bias))
+        throw_error(ErrorKind::kUnsupported,
+                    f.path() + ": " + p + bias + ": " + c.arch +
+                        " models with biases on the output or feed-forward projections are not "
+                        "supported");
     if (c.post_norms) {
       l.post_attn_norm = vector_f32(w, f, p + "post_attention_norm.weight", c.n_embd);
       l.post_ffn_norm = vector_f32(w, f, p + "post_ffw_norm.weight", c.n_embd);

@@ -74,6 +74,10 @@ def families():
         # SmolLM3: layers 1 and 3 attend without RoPE (no_rope_layers).
         "smollm3": (t.SmolLM3Config, t.SmolLM3ForCausalLM, dict(head_dim=16, num_hidden_layers=4,
                                                                no_rope_layers=[1, 0, 1, 0])),
+        # Granite 3: the llama block with its four multipliers.
+        "granite": (t.GraniteConfig, t.GraniteForCausalLM, dict(
+            embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=1.5,
+            attention_multiplier=0.0625)),
         "mixtral": (t.MixtralConfig, t.MixtralForCausalLM, dict(num_local_experts=4,
                                                                num_experts_per_tok=2)),
         "qwen2moe": (t.Qwen2MoeConfig, t.Qwen2MoeForCausalLM,

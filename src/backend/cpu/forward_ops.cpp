@@ -202,6 +202,10 @@ void ForwardOps::logits(const float* x, const float* norm_weight, const WeightVi
   if (softcap > 0.0f) cpu::softcap(logits_.data(), (int64_t)logits_.size(), softcap);
 }
 
+void ForwardOps::scale_logits(float s) {
+  for (float& v : logits_) v *= s;
+}
+
 void ForwardOps::layernorm(const float* x, const float* weight, const float* bias, float* out,
                            int64_t width) {
   flush_pending();

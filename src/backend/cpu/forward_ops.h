@@ -58,6 +58,8 @@ class ForwardOps {
   // one row per token of an all_logits chunk, else one for the chunk's last token; soft-capped
   // when softcap > 0.
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
+  // logits *= s, each in one rounding (ggml_scale's; Granite).
+  void scale_logits(float s);
   // phi2's ops (model::LayerNormBackend): LayerNorm with a bias per row (out may be x);
   // x = GELU-tanh(x) as llama.cpp's CPU computes it (cpu::gelu); logits() of rows normed
   // already, plus a bias per vocabulary entry.

@@ -96,6 +96,8 @@ class EmbedOps {
   void moe_ffn(const ExpertsView& experts, const float* in, float* out);
   // A decoder's end: the final RMSNorm of x becomes the hidden rows (no classifier).
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
+  // (The hidden rows are the normed ones: a multiplier of the logits leaves them.)
+  void scale_logits(float) {}
   // phi2's end (model::LayerNormBackend): x, LayerNormed already, becomes the hidden rows.
   void classify(const float* x, const WeightView& output, const float* bias);
   // Copies rows to the host (synchronously; for debug dumps only).

@@ -646,6 +646,11 @@ void ForwardOps::add(float* x, const float* y, int64_t width) {
   buf_->pending_add = {x, y, width};
 }
 
+void ForwardOps::scale_logits(float s) {
+  flush();
+  if (n_logit_rows_ > 0) cuda::scale(logits_, (int64_t)n_logit_rows_ * dims_.n_vocab, s, stream_);
+}
+
 void ForwardOps::gather_logit_rows(const float* x) {
   const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
   launch_dependent(gather_rows_kernel, dim3(n_logit_rows_), dim3(256), 0, stream_, x,

@@ -115,6 +115,8 @@ class ForwardOps {
   bool moe_sized_on_device(const ExpertsView& experts) const;
   int64_t moe_device_max_tokens() const;
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
+  // The step's logits *= s (Granite).
+  void scale_logits(float s);
   // phi2's ops (model::LayerNormBackend; forward_ops_layernorm.cu): LayerNorm with a bias per
   // row, GELU-tanh in place, and logits() without the norm plus a bias per vocabulary entry.
   // Deterministic mode computes them as the CPU does (cpu_rounding_ops).

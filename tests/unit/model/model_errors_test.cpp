@@ -82,7 +82,16 @@ TEST(ModelErrors, UnsupportedArchitectureListsSupportedOnes) {
                     }),
                     ErrorKind::kUnsupported,
                     "supported: llama, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, "
-                    "gemma, gemma2, gemma3");
+                    "granite, gemma, gemma2, gemma3");
+}
+
+// A granite file must say how its logits are scaled (llama.cpp requires the key too).
+TEST(ModelErrors, GraniteWithoutItsLogitScaleNamesTheKey) {
+  expect_load_error(edit_metadata([](std::string& k, Value& v) {
+                      if (k == "general.architecture") v = Value::string("granite");
+                      if (k.rfind("llama.", 0) == 0) k = "granite." + k.substr(6);
+                    }),
+                    ErrorKind::kFormat, "granite.logit_scale");
 }
 
 TEST(ModelErrors, TensorShapeDisagreeingWithMetadataNamesTheTensor) {
