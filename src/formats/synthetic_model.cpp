@@ -370,6 +370,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "phi2") return Arch::kPhi2;
   if (name == "smollm3") return Arch::kSmolLM3;
   if (name == "granite") return Arch::kGranite;
+  if (name == "ernie4_5") return Arch::kErnie45;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
   return std::nullopt;
@@ -405,6 +406,8 @@ std::string_view arch_name(Arch arch) {
       return "smollm3";
     case Arch::kGranite:
       return "granite";
+    case Arch::kErnie45:
+      return "ernie4_5";
     case Arch::kBert:
       return "bert";
     case Arch::kNomicBert:

@@ -73,6 +73,7 @@ enum class Arch {
   kPhi2,
   kSmolLM3,  // llama's tensors; llama.cpp leaves every fourth layer unrotated
   kGranite,  // llama's tensors and Granite 3's four multipliers
+  kErnie45,  // llama's tensors under ernie4_5 (ERNIE 4.5 0.3B)
   kBert,
   kNomicBert
 };

@@ -46,10 +46,9 @@ std::string_view arch_name(Arch arch) {
 }
 
 std::string supported_arch_names() {
-  // (Mixtral is llama.)
-  return "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, granite, gemma, gemma2, "
-         "gemma3, "
-         "gemma-embedding, bert, nomic-bert";
+  // (Mixtral is llama; ernie4_5 is the llama block.)
+  return "llama, ernie4_5, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, granite, gemma, "
+         "gemma2, gemma3, gemma-embedding, bert, nomic-bert";
 }
 
 namespace {
@@ -64,6 +63,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "phi2") return Arch::kPhi2;
   if (name == "smollm3") return Arch::kSmolLM3;
   if (name == "granite") return Arch::kGranite;
+  if (name == "ernie4_5") return Arch::kLlama;  // ERNIE 4.5 (dense): the llama block
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;

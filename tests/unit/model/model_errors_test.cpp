@@ -77,12 +77,13 @@ TEST(ModelErrors, UnmodifiedModelLoads) {
 }
 
 TEST(ModelErrors, UnsupportedArchitectureListsSupportedOnes) {
-  expect_load_error(edit_metadata([](std::string& k, Value& v) {
-                      if (k == "general.architecture") v = Value::string("gpt2");
-                    }),
-                    ErrorKind::kUnsupported,
-                    "supported: llama, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, "
-                    "granite, gemma, gemma2, gemma3");
+  expect_load_error(
+      edit_metadata([](std::string& k, Value& v) {
+        if (k == "general.architecture") v = Value::string("gpt2");
+      }),
+      ErrorKind::kUnsupported,
+      "supported: llama, ernie4_5, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, "
+      "granite, gemma, gemma2, gemma3");
 }
 
 // A granite file must say how its logits are scaled (llama.cpp requires the key too).
