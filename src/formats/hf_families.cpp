@@ -88,11 +88,12 @@ std::string hf_arch_of(const json& cfg, const std::string& path) {
   if (type == "gemma3_text" && json_bool_or(cfg, "use_bidirectional_attention", false, path))
     return "gemma-embedding";
   static const std::map<std::string, std::string> kArches = {
-      {"llama", "llama"},        {"mistral", "llama"},     {"mixtral", "llama"},
-      {"qwen2", "qwen2"},        {"qwen3", "qwen3"},       {"qwen2_moe", "qwen2moe"},
-      {"qwen3_moe", "qwen3moe"}, {"phi3", "phi3"},         {"phi", "phi2"},
-      {"smollm3", "smollm3"},    {"granite", "granite"},   {"gemma", "gemma"},
-      {"gemma2", "gemma2"},      {"gemma3_text", "gemma3"}};
+      {"llama", "llama"},        {"mistral", "llama"},      {"mixtral", "llama"},
+      {"qwen2", "qwen2"},        {"qwen3", "qwen3"},        {"qwen2_moe", "qwen2moe"},
+      {"qwen3_moe", "qwen3moe"}, {"phi3", "phi3"},          {"phi", "phi2"},
+      {"smollm3", "smollm3"},    {"granite", "granite"},    {"gemma", "gemma"},
+      {"gemma2", "gemma2"},      {"gemma3_text", "gemma3"}, {"olmo2", "olmo2"},
+      {"olmo3", "olmo2"}};
   if (const auto it = kArches.find(type); it != kArches.end()) return it->second;
   std::string names;
   for (const auto& [name, arch] : kArches) names += (names.empty() ? "" : ", ") + name;
@@ -174,6 +175,13 @@ void add_rope(HfMetadata& m, const json& cfg, const std::string& a, const std::s
                            ? json_object_or_null(*params, "full_attention", path)
                            : (scaling ? scaling : params);
   add_rope_scaling(m, cfg, global, theta, a, path);
+  if (a == "olmo2") {  // OLMo 3: its sliding layers' base, when the file gives one
+    if (params && params->contains("sliding_attention"))
+      if (const json* s = json_object_or_null(*params, "sliding_attention", path))
+        m.emplace_back(a + ".rope.freq_base_swa",
+                       Value::f32((float)json_number_or(*s, "rope_theta", theta, path)));
+    return;
+  }
   if (a != "gemma3" && a != "gemma-embedding") return;
   double local = json_number_or(cfg, "rope_local_base_freq", 10000.0, path);
   if (params && params->contains("sliding_attention"))
@@ -199,13 +207,9 @@ void add_rope_dims(HfMetadata& m, const json& cfg, const std::string& a, const s
                  Value::u32((uint32_t)std::floor(part * (double)head_dim)));
 }
 
-// Gemma 2 and 3: the q scalar, soft-caps (null: none), the window and which layers use it.
-void add_gemma_attention(HfMetadata& m, const json& cfg, const std::string& a,
+// The window (null: none) and which layers use it (layer_types, or a period).
+void add_sliding_windows(HfMetadata& m, const json& cfg, const std::string& a,
                          const std::string& path) {
-  if (const auto s = number_or_null(cfg, "query_pre_attn_scalar", path))
-    m.emplace_back(a + ".attention.query_pre_attn_scalar", Value::f32((float)*s));
-  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
-    m.emplace_back(a + "." + key, Value::f32((float)number_or_null(cfg, key, path).value_or(0.0)));
   if (const auto w = count_or_null(cfg, "sliding_window", path))
     m.emplace_back(a + ".attention.sliding_window", Value::u32(*w));
   if (const json* types = json_array_or_null(cfg, "layer_types", path)) {
@@ -220,6 +224,16 @@ void add_gemma_attention(HfMetadata& m, const json& cfg, const std::string& a,
   } else if (const auto period = count_or_null(cfg, "sliding_window_pattern", path)) {
     m.emplace_back(a + ".attention.sliding_window_pattern", Value::u32(*period));
   }
+}
+
+// Gemma 2 and 3: the q scalar, soft-caps (null: none), the window and which layers use it.
+void add_gemma_attention(HfMetadata& m, const json& cfg, const std::string& a,
+                         const std::string& path) {
+  if (const auto s = number_or_null(cfg, "query_pre_attn_scalar", path))
+    m.emplace_back(a + ".attention.query_pre_attn_scalar", Value::f32((float)*s));
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
+    m.emplace_back(a + "." + key, Value::f32((float)number_or_null(cfg, key, path).value_or(0.0)));
+  add_sliding_windows(m, cfg, a, path);
 }
 
 // Mixtral, Qwen2-MoE, Qwen3-MoE: expert counts and widths; every layer sparse.
@@ -322,6 +336,7 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   add_experts(m, cfg, a, path);
   if (a == "smollm3") add_no_rope_layers(m, cfg, path);
   if (a == "granite") add_granite_multipliers(m, cfg, path);
+  if (a == "olmo2") add_sliding_windows(m, cfg, a, path);  // (OLMo 3's)
   return m;
 }
 
@@ -347,6 +362,17 @@ Names gemma2_names() {
   return with(
       n, {{"blk.{}.post_attention_norm.weight", "model.layers.{}.post_attention_layernorm.weight"},
           {"blk.{}.ffn_norm.weight", "model.layers.{}.pre_feedforward_layernorm.weight"},
+          {"blk.{}.post_ffw_norm.weight", "model.layers.{}.post_feedforward_layernorm.weight"}});
+}
+
+// OLMo 2 and 3: no input norm; post_attention_layernorm follows attention (not before the
+// MLP as in llama's names), post_feedforward_layernorm the MLP.
+Names olmo2_names() {
+  Names n;
+  for (const TensorNamePair& p : kLlamaFamilyTensorNames)
+    if (p.gguf != "blk.{}.ffn_norm.weight" && p.gguf != "blk.{}.attn_norm.weight") n.push_back(p);
+  return with(
+      n, {{"blk.{}.post_attention_norm.weight", "model.layers.{}.post_attention_layernorm.weight"},
           {"blk.{}.post_ffw_norm.weight", "model.layers.{}.post_feedforward_layernorm.weight"}});
 }
 
@@ -414,6 +440,7 @@ const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
       {"qwen3", llama_names()},
       {"smollm3", llama_names()},
       {"granite", llama_names()},
+      {"olmo2", olmo2_names()},
       {"qwen2moe", moe_names("qwen2moe")},
       {"qwen3moe", moe_names("qwen3moe")},
       {"phi3", phi3_names()},

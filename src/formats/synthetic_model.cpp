@@ -192,7 +192,8 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
     w.set(a + ".dense_3_feat_in", u32(4 * s.hidden));
     w.set(a + ".dense_3_feat_out", u32(s.hidden));
   }
-  if (arch == Arch::kGemma2 || arch == Arch::kGemma3 || arch == Arch::kGemmaEmbedding) {
+  if (arch == Arch::kGemma2 || arch == Arch::kGemma3 || arch == Arch::kGemmaEmbedding ||
+      arch == Arch::kOlmo2) {
     w.set(a + ".attention.sliding_window", u32(s.sliding_window));
     w.set(a + ".attention.sliding_window_pattern", u32(s.sliding_period));
   }
@@ -371,6 +372,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "smollm3") return Arch::kSmolLM3;
   if (name == "granite") return Arch::kGranite;
   if (name == "ernie4_5") return Arch::kErnie45;
+  if (name == "olmo2") return Arch::kOlmo2;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
   return std::nullopt;
@@ -408,6 +410,8 @@ std::string_view arch_name(Arch arch) {
       return "granite";
     case Arch::kErnie45:
       return "ernie4_5";
+    case Arch::kOlmo2:
+      return "olmo2";
     case Arch::kBert:
       return "bert";
     case Arch::kNomicBert:
@@ -527,8 +531,9 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
   const int64_t q_len = s.n_heads * s.head_dim;
   const int64_t kv_len = s.n_kv_heads * s.head_dim;
   add("token_embd.weight", {s.hidden, vocab_size}, Init::kMatrix, -1);
+  const bool olmo2 = arch == Arch::kOlmo2;  // (norms after the blocks only)
   for (int l = 0; l < n_layers; ++l) {
-    add(block_name(l, "attn_norm.weight"), {s.hidden}, Init::kNorm, l);
+    if (!olmo2) add(block_name(l, "attn_norm.weight"), {s.hidden}, Init::kNorm, l);
     if (arch == Arch::kPhi3) {
       add(block_name(l, "attn_qkv.weight"), {s.hidden, q_len + 2 * kv_len}, Init::kMatrix, l);
     } else {
@@ -546,11 +551,15 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
       add(block_name(l, "attn_q_norm.weight"), {s.head_dim}, Init::kNorm, l);
       add(block_name(l, "attn_k_norm.weight"), {s.head_dim}, Init::kNorm, l);
     }
+    if (olmo2) {  // over whole rows
+      add(block_name(l, "attn_q_norm.weight"), {q_len}, Init::kNorm, l);
+      add(block_name(l, "attn_k_norm.weight"), {kv_len}, Init::kNorm, l);
+    }
     add(block_name(l, "attn_output.weight"), {q_len, s.hidden}, Init::kMatrix, l);
-    const bool gemma =
-        arch == Arch::kGemma2 || arch == Arch::kGemma3 || arch == Arch::kGemmaEmbedding;
+    const bool gemma = arch == Arch::kGemma2 || arch == Arch::kGemma3 ||
+                       arch == Arch::kGemmaEmbedding || olmo2;  // (post-norms)
     if (gemma) add(block_name(l, "post_attention_norm.weight"), {s.hidden}, Init::kNorm, l);
-    add(block_name(l, "ffn_norm.weight"), {s.hidden}, Init::kNorm, l);
+    if (!olmo2) add(block_name(l, "ffn_norm.weight"), {s.hidden}, Init::kNorm, l);
     if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe) {
       const int64_t fe = arch != Arch::kMixtral && s.ffn_expert > 0 ? s.ffn_expert : s.ffn;
       add(block_name(l, "ffn_gate_inp.weight"), {s.hidden, s.n_experts}, Init::kMatrix, l);

@@ -29,6 +29,8 @@ std::string_view arch_name(Arch arch) {
       return "smollm3";
     case Arch::kGranite:
       return "granite";
+    case Arch::kOlmo2:
+      return "olmo2";
     case Arch::kGemma:
       return "gemma";
     case Arch::kGemma2:
@@ -47,8 +49,8 @@ std::string_view arch_name(Arch arch) {
 
 std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5 is the llama block.)
-  return "llama, ernie4_5, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, granite, gemma, "
-         "gemma2, gemma3, gemma-embedding, bert, nomic-bert";
+  return "llama, ernie4_5, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, granite, olmo2, "
+         "gemma, gemma2, gemma3, gemma-embedding, bert, nomic-bert";
 }
 
 namespace {
@@ -64,6 +66,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "smollm3") return Arch::kSmolLM3;
   if (name == "granite") return Arch::kGranite;
   if (name == "ernie4_5") return Arch::kLlama;  // ERNIE 4.5 (dense): the llama block
+  if (name == "olmo2") return Arch::kOlmo2;
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
@@ -321,6 +324,32 @@ std::vector<bool> sliding_layers(const gguf::GgufFile& f, const std::string& a, 
   return sliding;
 }
 
+// OLMo 2 and 3 (olmo2 files): every layer scaled by 1/sqrt(head_dim); OLMo 3's sliding-window
+// layers (attention.sliding_window; three of every four unless sliding_window_pattern says
+// otherwise) rotate without the model's RoPE scaling, at rope.freq_base_swa if the file has it
+// (llama.cpp's reading). Post-norms only (forward.h's forward_olmo2).
+void olmo2_layers(const gguf::GgufFile& f, ModelConfig& c) {
+  const std::string& a = c.arch;
+  c.post_norms = true;
+  const int64_t window = (int64_t)f.get_uint_or(a + ".attention.sliding_window", 0);
+  if (window < 0 || window > (1 << 30))
+    throw_error(ErrorKind::kFormat, f.path() + ": attention.sliding_window is out of range");
+  RopeParams local = c.rope;
+  local.scaling = RopeParams::Scaling::kNone, local.factor = 1.0f;
+  local.freq_base = (float)f.get_float_or(a + ".rope.freq_base_swa", (double)c.rope.freq_base);
+  if (!(local.freq_base > 0.0f))
+    throw_error(ErrorKind::kFormat, f.path() + ": rope.freq_base_swa must be > 0");
+  c.ropes = {c.rope, local};
+  const std::vector<bool> sliding = sliding_layers(f, a, c.n_layers, 4);
+  c.layers.resize((size_t)c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const bool slides = window > 0 && sliding[(size_t)l];
+    c.layers[(size_t)l].attention = {1.0f / std::sqrt((float)c.head_dim),
+                                     slides ? (int32_t)window : 0, 0.0f};
+    c.layers[(size_t)l].rope = slides ? 1 : 0;
+  }
+}
+
 // A soft-cap from metadata: 0 (off) or a positive, finite value.
 float softcap_from(const gguf::GgufFile& f, const std::string& key, double fallback) {
   const double cap = f.get_float_or(key, fallback);
@@ -430,6 +459,8 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   c.tied_output = f.find_tensor("output.weight") == nullptr && c.arch_kind != Arch::kPhi2;
   if (is_gemma_family(c.arch_kind)) {
     gemma_layers(f, c);
+  } else if (c.arch_kind == Arch::kOlmo2) {
+    olmo2_layers(f, c);
   } else {
     llama_family_layers(f, c);
   }

@@ -1,6 +1,7 @@
 // The decoder forward passes hablar runs, written once for every backend: the Llama family
 // (llama and Mixtral, qwen2 and Qwen2-MoE, qwen3 and Qwen3-MoE, phi3, smollm3, granite, gemma), the
-// Gemma family (gemma2, gemma3, gemma-embedding) and phi2's parallel block.
+// Gemma family (gemma2, gemma3, gemma-embedding), OLMo 2's post-norm block and phi2's parallel
+// block.
 //
 // `B` is a backend's op set for one step (cpu::ForwardOps, cuda::ForwardOps): begin() has
 // flattened the step's sequence chunks into T token rows, and every op works on activation
@@ -260,6 +261,46 @@ void forward_phi2(const ModelConfig& c, const Weights& w, B& b) {
   b.classify(a.xb, w.output, w.output_b);
 }
 
+// OLMo 2 and 3: no norm before attention or the FFN; q and k RMS-normed over their whole
+// rows (all heads together) before RoPE; the attention and FFN outputs normed before each
+// joins the residual. OLMo 3's sliding-window layers in their LayerSpec.
+template <ForwardBackend B>
+void forward_olmo2(const ModelConfig& c, const Weights& w, B& b) {
+  const Activations& a = b.activations();
+  const int E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim();
+  std::vector<float> host;
+  const auto dump_rows = row_dumper(b, host);
+
+  b.embed(w.token_embd, a.x);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = w.layers[(size_t)l];
+    const LayerSpec& spec = c.layers[(size_t)l];
+
+    // x += post_norm(Wo · attention(rope(norm(Wq·x)), rope(norm(Wk·x)), Wv·x))
+    b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.x, a.q, a.k, a.v);
+    b.rmsnorm(a.q, lw.q_norm, a.q, QD);
+    b.rmsnorm(a.k, lw.k_norm, a.k, KVD);
+    b.rope(a.q, c.n_heads, spec.rope);
+    b.rope(a.k, c.n_kv_heads, spec.rope);
+    dump_rows("q_rope", l, a.q, QD), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
+    b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
+    dump_rows("attn_out", l, a.att, QD);
+    b.matmul(lw.wo, a.att, a.xb);
+    b.rmsnorm(a.xb, lw.post_attn_norm, a.xb, E);
+    b.add(a.x, a.xb, E);
+    dump_rows("ffn_inp", l, a.x, E);
+
+    // x += post_norm(W_down · (silu(W_gate·x) * W_up·x))
+    b.matmul_glu(lw.w_gate, lw.w_up, a.x, a.gate, a.up, c.ffn_activation);
+    b.matmul(lw.w_down, a.gate, a.xb);
+    b.rmsnorm(a.xb, lw.post_ffn_norm, a.xb, E);
+    dump_rows("ffn_out", l, a.xb, E);
+    b.add(a.x, a.xb, E);
+    dump_rows("l_out", l, a.x, E);
+  }
+  b.logits(a.x, w.output_norm, w.output, 0.0f);
+}
+
 template <ForwardBackend B>
 void forward(const ModelConfig& c, const Weights& w, B& b) {
   if (c.arch_kind == Arch::kPhi2) {
@@ -271,6 +312,8 @@ void forward(const ModelConfig& c, const Weights& w, B& b) {
     }
   } else if (is_gemma_family(c.arch_kind)) {
     forward_gemma_family(c, w, b);
+  } else if (c.arch_kind == Arch::kOlmo2) {
+    forward_olmo2(c, w, b);
   } else {
     forward_llama_family(c, w, b);
   }

@@ -40,6 +40,7 @@ enum class Arch {
   kPhi2,     // Phi-1, 1.5 and 2: attention and a GELU MLP side by side on one LayerNorm
   kSmolLM3,  // the llama block; every fourth layer attends without RoPE
   kGranite,  // the llama block with four multipliers (embedding, attention, residual, logits)
+  kOlmo2,    // OLMo 2 / 3: norms after attention and FFN only, q/k normed over whole rows
   kGemma,    // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,

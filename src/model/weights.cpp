@@ -227,13 +227,18 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   for (int i = 0; i < c.n_layers; ++i) {
     LayerWeights& l = w.layers[(size_t)i];
     const std::string p = "blk." + std::to_string(i) + ".";
-    l.attn_norm = vector_f32(w, f, p + "attn_norm.weight", c.n_embd);
+    const bool olmo2 = c.arch_kind == Arch::kOlmo2;  // (norms after the blocks only)
+    if (!olmo2) l.attn_norm = vector_f32(w, f, p + "attn_norm.weight", c.n_embd);
     // (fused in attn_qkv: Phi-3; biases: qwen2)
     load_qkv(w, f, p, c.n_embd, c.q_dim(), c.kv_dim(),
              c.qkv_bias ? QkvBias::kRequired : QkvBias::kNone, l);
     if (c.qk_norm) {
       l.q_norm = vector_f32(w, f, p + "attn_q_norm.weight", c.head_dim);
       l.k_norm = vector_f32(w, f, p + "attn_k_norm.weight", c.head_dim);
+    }
+    if (olmo2) {  // over the whole q and k rows
+      l.q_norm = vector_f32(w, f, p + "attn_q_norm.weight", c.q_dim());
+      l.k_norm = vector_f32(w, f, p + "attn_k_norm.weight", c.kv_dim());
     }
     l.wo = matrix(f, p + "attn_output.weight", c.q_dim(), c.n_embd);
     for (const char* bias : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"})
@@ -246,7 +251,7 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
       l.post_attn_norm = vector_f32(w, f, p + "post_attention_norm.weight", c.n_embd);
       l.post_ffn_norm = vector_f32(w, f, p + "post_ffw_norm.weight", c.n_embd);
     }
-    l.ffn_norm = vector_f32(w, f, p + "ffn_norm.weight", c.n_embd);
+    if (!olmo2) l.ffn_norm = vector_f32(w, f, p + "ffn_norm.weight", c.n_embd);
     if (c.n_experts > 0) {
       const int64_t E = c.n_experts, FE = c.n_ff_expert;
       l.router = matrix(f, p + "ffn_gate_inp.weight", c.n_embd, E);

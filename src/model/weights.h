@@ -22,8 +22,8 @@ struct LayerWeights {
   const float* bq = nullptr;              // [q_dim]  (qwen2, phi2)
   const float* bk = nullptr;              // [kv_dim] (qwen2, phi2)
   const float* bv = nullptr;              // [kv_dim] (qwen2, phi2)
-  const float* q_norm = nullptr;          // [head_dim] (qwen3 only)
-  const float* k_norm = nullptr;          // [head_dim] (qwen3 only)
+  const float* q_norm = nullptr;          // [head_dim] (qwen3; olmo2: [q_dim])
+  const float* k_norm = nullptr;          // [head_dim] (qwen3; olmo2: [kv_dim])
   WeightView wo;                          // [n_embd x q_dim]
   const float* post_attn_norm = nullptr;  // [n_embd] (gemma: norm of the attention output)
   const float* ffn_norm = nullptr;        // [n_embd]

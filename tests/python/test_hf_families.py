@@ -78,6 +78,11 @@ def families():
         "granite": (t.GraniteConfig, t.GraniteForCausalLM, dict(
             embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=1.5,
             attention_multiplier=0.0625)),
+        "olmo2": (t.Olmo2Config, t.Olmo2ForCausalLM, dict()),
+        # OLMo 3: sliding windows of 8 on three layers of four.
+        "olmo3": (t.Olmo3Config, t.Olmo3ForCausalLM, dict(
+            num_hidden_layers=4, sliding_window=8,
+            layer_types=["sliding_attention"] * 3 + ["full_attention"])),
         "mixtral": (t.MixtralConfig, t.MixtralForCausalLM, dict(num_local_experts=4,
                                                                num_experts_per_tok=2)),
         "qwen2moe": (t.Qwen2MoeConfig, t.Qwen2MoeForCausalLM,
