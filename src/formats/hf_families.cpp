@@ -87,13 +87,23 @@ std::string hf_arch_of(const json& cfg, const std::string& path) {
   // EmbeddingGemma: Gemma 3's text model attending both ways.
   if (type == "gemma3_text" && json_bool_or(cfg, "use_bidirectional_attention", false, path))
     return "gemma-embedding";
-  static const std::map<std::string, std::string> kArches = {
-      {"llama", "llama"},        {"mistral", "llama"},      {"mixtral", "llama"},
-      {"qwen2", "qwen2"},        {"qwen3", "qwen3"},        {"qwen2_moe", "qwen2moe"},
-      {"qwen3_moe", "qwen3moe"}, {"phi3", "phi3"},          {"phi", "phi2"},
-      {"smollm3", "smollm3"},    {"granite", "granite"},    {"gemma", "gemma"},
-      {"gemma2", "gemma2"},      {"gemma3_text", "gemma3"}, {"olmo2", "olmo2"},
-      {"olmo3", "olmo2"}};
+  static const std::map<std::string, std::string> kArches = {{"llama", "llama"},
+                                                             {"mistral", "llama"},
+                                                             {"mixtral", "llama"},
+                                                             {"qwen2", "qwen2"},
+                                                             {"qwen3", "qwen3"},
+                                                             {"qwen2_moe", "qwen2moe"},
+                                                             {"qwen3_moe", "qwen3moe"},
+                                                             {"phi3", "phi3"},
+                                                             {"phi", "phi2"},
+                                                             {"smollm3", "smollm3"},
+                                                             {"granite", "granite"},
+                                                             {"gemma", "gemma"},
+                                                             {"gemma2", "gemma2"},
+                                                             {"gemma3_text", "gemma3"},
+                                                             {"olmo2", "olmo2"},
+                                                             {"olmo3", "olmo2"},
+                                                             {"starcoder2", "starcoder2"}};
   if (const auto it = kArches.find(type); it != kArches.end()) return it->second;
   std::string names;
   for (const auto& [name, arch] : kArches) names += (names.empty() ? "" : ", ") + name;
@@ -302,7 +312,7 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   // Biases on the output and MLP projections of llama-style blocks have no op here: refused,
   // not skipped (the tensors would otherwise be dropped silently).
   for (const char* key : {"attention_bias", "mlp_bias"})
-    if (a != "phi2" && json_bool_or(cfg, key, false, path))
+    if (a != "phi2" && a != "starcoder2" && json_bool_or(cfg, key, false, path))
       throw_error(ErrorKind::kUnsupported,
                   path + ": " + key + " = true (biased projections) is not supported for " + a);
   HfMetadata m;
@@ -318,9 +328,10 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   u32("context_length", "max_position_embeddings");
   if (cfg.contains("head_dim") && !cfg["head_dim"].is_null())
     u32("attention.key_length", "head_dim");
-  if (a == "phi2") {
+  if (a == "phi2" || a == "starcoder2") {
     m.emplace_back(a + ".attention.layer_norm_epsilon",
-                   Value::f32((float)json_number_or(cfg, "layer_norm_eps", 1e-5, path)));
+                   Value::f32((float)json_number_or(
+                       cfg, a == "phi2" ? "layer_norm_eps" : "norm_epsilon", 1e-5, path)));
   } else {
     m.emplace_back(a + ".attention.layer_norm_rms_epsilon",
                    Value::f32((float)json_number_or(cfg, "rms_norm_eps", 1e-6, path)));
@@ -415,6 +426,33 @@ Names phi2_names() {
   return n;
 }
 
+// StarCoder2: attention with biases, LayerNorms with biases, an ungated MLP (c_fc, c_proj),
+// and a classifier tied to the embedding unless lm_head is there.
+Names starcoder2_names() {
+  Names n = {{"token_embd.weight", "model.embed_tokens.weight"}};
+  const auto pair = [&](std::string_view gguf, std::string_view hf) { n.push_back({gguf, hf}); };
+  pair("output_norm.weight", "model.norm.weight");
+  pair("output_norm.bias", "model.norm.bias");
+  pair("output.weight", "lm_head.weight");
+  pair("blk.{}.attn_norm.weight", "model.layers.{}.input_layernorm.weight");
+  pair("blk.{}.attn_norm.bias", "model.layers.{}.input_layernorm.bias");
+  pair("blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight");
+  pair("blk.{}.attn_q.bias", "model.layers.{}.self_attn.q_proj.bias");
+  pair("blk.{}.attn_k.weight", "model.layers.{}.self_attn.k_proj.weight");
+  pair("blk.{}.attn_k.bias", "model.layers.{}.self_attn.k_proj.bias");
+  pair("blk.{}.attn_v.weight", "model.layers.{}.self_attn.v_proj.weight");
+  pair("blk.{}.attn_v.bias", "model.layers.{}.self_attn.v_proj.bias");
+  pair("blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight");
+  pair("blk.{}.attn_output.bias", "model.layers.{}.self_attn.o_proj.bias");
+  pair("blk.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight");
+  pair("blk.{}.ffn_norm.bias", "model.layers.{}.post_attention_layernorm.bias");
+  pair("blk.{}.ffn_up.weight", "model.layers.{}.mlp.c_fc.weight");
+  pair("blk.{}.ffn_up.bias", "model.layers.{}.mlp.c_fc.bias");
+  pair("blk.{}.ffn_down.weight", "model.layers.{}.mlp.c_proj.weight");
+  pair("blk.{}.ffn_down.bias", "model.layers.{}.mlp.c_proj.bias");
+  return n;
+}
+
 // The router (and Qwen2-MoE's shared expert with its gate) beside the llama names.
 Names moe_names(const std::string& a) {
   if (a == "llama")
@@ -445,6 +483,7 @@ const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
       {"qwen3moe", moe_names("qwen3moe")},
       {"phi3", phi3_names()},
       {"phi2", phi2_names()},
+      {"starcoder2", starcoder2_names()},
       {"gemma", llama_names()},
       {"gemma2", gemma2_names()},
       {"gemma3", gemma2_names()},

@@ -178,7 +178,7 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
   w.set(a + ".attention.head_count_kv", u32(s.n_kv_heads));
   w.set(a + ".attention.key_length", u32(s.head_dim));
   w.set(a + ".attention.value_length", u32(s.head_dim));
-  const bool layer_norm = arch == Arch::kPhi2;
+  const bool layer_norm = arch == Arch::kPhi2 || arch == Arch::kStarCoder2;
   w.set(a + (layer_norm ? ".attention.layer_norm_epsilon" : ".attention.layer_norm_rms_epsilon"),
         Value::f32((float)s.norm_eps));
   w.set(a + ".rope.freq_base", Value::f32((float)s.rope_theta));
@@ -373,6 +373,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "granite") return Arch::kGranite;
   if (name == "ernie4_5") return Arch::kErnie45;
   if (name == "olmo2") return Arch::kOlmo2;
+  if (name == "starcoder2") return Arch::kStarCoder2;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
   return std::nullopt;
@@ -412,6 +413,8 @@ std::string_view arch_name(Arch arch) {
       return "ernie4_5";
     case Arch::kOlmo2:
       return "olmo2";
+    case Arch::kStarCoder2:
+      return "starcoder2";
     case Arch::kBert:
       return "bert";
     case Arch::kNomicBert:
@@ -478,14 +481,18 @@ std::vector<PlannedTensor> plan_encoder_tensors(Arch arch, const ModelShape& s, 
 }
 
 // phi2's tensors (llama.cpp's names, as its converter writes Phi-2: q, k, v apart).
-std::vector<PlannedTensor> plan_phi2_tensors(const ModelShape& s, int64_t vocab_size,
-                                             const QuantMix& mix) {
+// phi2's (one LayerNorm per layer; a classifier with a bias) and starcoder2's (a LayerNorm
+// before attention and one before the MLP; the classifier token_embd when the shape ties it).
+std::vector<PlannedTensor> plan_layernorm_tensors(Arch arch, const ModelShape& s,
+                                                  int64_t vocab_size, const QuantMix& mix) {
+  const bool phi2 = arch == Arch::kPhi2;
+  const bool has_output = phi2 || !s.tied_embeddings;
   using Init = PlannedTensor::Init;
   const int n_layers = (int)s.n_layers;
   const int64_t h = s.hidden, kv = s.n_kv_heads * s.head_dim, q = s.n_heads * s.head_dim;
   std::vector<PlannedTensor> out;
   const auto add = [&](std::string name, std::vector<int64_t> dims, Init init, int layer) {
-    const DType type = quant_mix_tensor_type(mix, name, layer, n_layers, dims[0], true);
+    const DType type = quant_mix_tensor_type(mix, name, layer, n_layers, dims[0], has_output);
     out.push_back({std::move(name), std::move(dims), type, init});
   };
   // A matrix [rows x cols] with its bias [rows].
@@ -504,11 +511,16 @@ std::vector<PlannedTensor> plan_phi2_tensors(const ModelShape& s, int64_t vocab_
     linear(block_name(l, "attn_k"), h, kv, l);
     linear(block_name(l, "attn_v"), h, kv, l);
     linear(block_name(l, "attn_output"), q, h, l);
+    if (!phi2) norm(block_name(l, "ffn_norm"), l);
     linear(block_name(l, "ffn_up"), h, s.ffn, l);
     linear(block_name(l, "ffn_down"), s.ffn, h, l);
   }
   norm("output_norm", -1);
-  linear("output", h, vocab_size, -1);
+  if (phi2) {
+    linear("output", h, vocab_size, -1);
+  } else if (!s.tied_embeddings) {
+    add("output.weight", {h, vocab_size}, Init::kMatrix, -1);
+  }
   return out;
 }
 
@@ -517,7 +529,8 @@ std::vector<PlannedTensor> plan_phi2_tensors(const ModelShape& s, int64_t vocab_
 std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t vocab_size,
                                         const QuantMix& mix, bool rank_head) {
   if (is_encoder(arch)) return plan_encoder_tensors(arch, s, vocab_size, mix, rank_head);
-  if (arch == Arch::kPhi2) return plan_phi2_tensors(s, vocab_size, mix);
+  if (arch == Arch::kPhi2 || arch == Arch::kStarCoder2)
+    return plan_layernorm_tensors(arch, s, vocab_size, mix);
   using Init = PlannedTensor::Init;
   const int n_layers = (int)s.n_layers;
   // Gemma 1 and 2 always share token_embd as their classifier.

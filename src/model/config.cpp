@@ -31,6 +31,8 @@ std::string_view arch_name(Arch arch) {
       return "granite";
     case Arch::kOlmo2:
       return "olmo2";
+    case Arch::kStarCoder2:
+      return "starcoder2";
     case Arch::kGemma:
       return "gemma";
     case Arch::kGemma2:
@@ -50,7 +52,7 @@ std::string_view arch_name(Arch arch) {
 std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5 is the llama block.)
   return "llama, ernie4_5, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, granite, olmo2, "
-         "gemma, gemma2, gemma3, gemma-embedding, bert, nomic-bert";
+         "starcoder2, gemma, gemma2, gemma3, gemma-embedding, bert, nomic-bert";
 }
 
 namespace {
@@ -67,6 +69,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "granite") return Arch::kGranite;
   if (name == "ernie4_5") return Arch::kLlama;  // ERNIE 4.5 (dense): the llama block
   if (name == "olmo2") return Arch::kOlmo2;
+  if (name == "starcoder2") return Arch::kStarCoder2;
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
@@ -221,7 +224,7 @@ void read_longrope(const gguf::GgufFile& f, ModelConfig& c) {
 // attention and MLP read the same normed rows, so its heads span the embedding (q_dim ==
 // n_embd, as llama.cpp's tensor shapes assume).
 void read_norm_epsilon(const gguf::GgufFile& f, ModelConfig& c) {
-  const bool layer_norm = c.arch_kind == Arch::kPhi2;
+  const bool layer_norm = uses_layer_norm(c.arch_kind);  // (phi2, starcoder2)
   const std::string key =
       c.arch + (layer_norm ? ".attention.layer_norm_epsilon" : ".attention.layer_norm_rms_epsilon");
   c.rms_eps = (float)(layer_norm ? f.get_float(key) : f.get_float_or(key, 1e-5));
@@ -452,7 +455,7 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   read_rope_scaling(f, a, c.rope);
 
   c.qkv_bias =
-      c.arch_kind == Arch::kQwen2 || c.arch_kind == Arch::kQwen2Moe || c.arch_kind == Arch::kPhi2;
+      c.arch_kind == Arch::kQwen2 || c.arch_kind == Arch::kQwen2Moe || uses_layer_norm(c.arch_kind);
   c.qk_norm = c.arch_kind == Arch::kQwen3 || c.arch_kind == Arch::kQwen3Moe;
   read_experts(f, c);
   // (phi2's classifier is its own, with a bias: never tied.)

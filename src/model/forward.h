@@ -34,11 +34,12 @@
 //                                          order); cap > 0: cap * tanh(logit / cap)
 //   scale_logits(s)                        the logits of this step *= s (Granite); embedders,
 //                                          whose rows are the normed hidden ones, ignore it
-// and, for phi2's block (LayerNormBackend; a backend without them refuses phi2 models):
+// and, for phi2's and starcoder2's blocks (LayerNormBackend; a backend without them refuses
+// those models):
 //   layernorm(x, w, b, out, width)         per row: (x - mean) / sqrt(var + eps) * w + b
 //   gelu(x, width)                         x = GELU-tanh(x)
 //   classify(x, W_out, bias)               logits() without the norm (x is normed already),
-//                                          plus a bias per vocabulary entry
+//                                          plus a bias per vocabulary entry (null: none)
 #pragma once
 
 #include <concepts>
@@ -301,14 +302,62 @@ void forward_olmo2(const ModelConfig& c, const Weights& w, B& b) {
   b.logits(a.x, w.output_norm, w.output, 0.0f);
 }
 
+// StarCoder2: the pre-norm block of LayerNorms with biases; q, k, v, the output projection
+// and the MLP's two products all biased; the MLP GELU(W_up·n + b) ungated; NeoX RoPE.
+template <LayerNormBackend B>
+void forward_starcoder2(const ModelConfig& c, const Weights& w, B& b) {
+  const Activations& a = b.activations();
+  const int E = c.n_embd, KVD = c.kv_dim(), FF = c.n_ff;
+  std::vector<float> host;
+  const auto dump_rows = row_dumper(b, host);
+
+  b.embed(w.token_embd, a.x);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = w.layers[(size_t)l];
+    const LayerSpec& spec = c.layers[(size_t)l];
+
+    b.layernorm(a.x, lw.attn_norm, lw.attn_norm_b, a.xb, E);
+    dump_rows("attn_norm", l, a.xb, E);
+    b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
+    b.add_bias(a.q, lw.bq, E);
+    b.add_bias(a.k, lw.bk, KVD);
+    b.add_bias(a.v, lw.bv, KVD);
+    b.rope(a.q, c.n_heads, spec.rope);
+    b.rope(a.k, c.n_kv_heads, spec.rope);
+    dump_rows("q_rope", l, a.q, E), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
+    b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
+    dump_rows("attn_out", l, a.att, E);
+    b.matmul(lw.wo, a.att, a.xb);
+    b.add_bias(a.xb, lw.bo, E);
+    b.add(a.x, a.xb, E);
+    dump_rows("ffn_inp", l, a.x, E);
+
+    b.layernorm(a.x, lw.ffn_norm, lw.ffn_norm_b, a.xb, E);
+    b.matmul(lw.w_up, a.xb, a.gate);
+    b.add_bias(a.gate, lw.b_up, FF);
+    b.gelu(a.gate, FF);
+    b.matmul(lw.w_down, a.gate, a.xb);
+    b.add_bias(a.xb, lw.b_down, E);
+    dump_rows("ffn_out", l, a.xb, E);
+    b.add(a.x, a.xb, E);
+    dump_rows("l_out", l, a.x, E);
+  }
+  b.layernorm(a.x, w.output_norm, w.output_norm_b, a.xb, E);
+  b.classify(a.xb, w.output, nullptr);
+}
+
 template <ForwardBackend B>
 void forward(const ModelConfig& c, const Weights& w, B& b) {
-  if (c.arch_kind == Arch::kPhi2) {
+  if (uses_layer_norm(c.arch_kind)) {
     if constexpr (LayerNormBackend<B>) {
-      forward_phi2(c, w, b);
+      if (c.arch_kind == Arch::kPhi2) {
+        forward_phi2(c, w, b);
+      } else {
+        forward_starcoder2(c, w, b);
+      }
     } else {
-      throw_error(ErrorKind::kUnsupported,
-                  "this backend has no LayerNorm block for phi2 models (run them on the CPU)");
+      throw_error(ErrorKind::kUnsupported, "this backend has no LayerNorm block for " + c.arch +
+                                               " models (run them on the CPU)");
     }
   } else if (is_gemma_family(c.arch_kind)) {
     forward_gemma_family(c, w, b);

@@ -37,11 +37,12 @@ enum class Arch {
   kQwen3,
   kQwen3Moe,
   kPhi3,
-  kPhi2,     // Phi-1, 1.5 and 2: attention and a GELU MLP side by side on one LayerNorm
-  kSmolLM3,  // the llama block; every fourth layer attends without RoPE
-  kGranite,  // the llama block with four multipliers (embedding, attention, residual, logits)
-  kOlmo2,    // OLMo 2 / 3: norms after attention and FFN only, q/k normed over whole rows
-  kGemma,    // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
+  kPhi2,        // Phi-1, 1.5 and 2: attention and a GELU MLP side by side on one LayerNorm
+  kSmolLM3,     // the llama block; every fourth layer attends without RoPE
+  kGranite,     // the llama block with four multipliers (embedding, attention, residual, logits)
+  kOlmo2,       // OLMo 2 / 3: norms after attention and FFN only, q/k normed over whole rows
+  kStarCoder2,  // LayerNorms with biases, biased projections, a GELU MLP (no gate)
+  kGemma,       // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,
   kGemmaEmbedding,  // EmbeddingGemma: Gemma 3's blocks attending both ways, an embedder only
@@ -50,6 +51,10 @@ enum class Arch {
 };
 std::string_view arch_name(Arch arch);
 std::string supported_arch_names();  // "llama, qwen2, qwen2moe, ..." for error messages
+// The families whose norms are LayerNorms with a bias (model::LayerNormBackend's ops).
+inline bool uses_layer_norm(Arch arch) {
+  return arch == Arch::kPhi2 || arch == Arch::kStarCoder2;
+}
 inline bool is_gemma_family(Arch arch) {
   return arch == Arch::kGemma2 || arch == Arch::kGemma3 || arch == Arch::kGemmaEmbedding;
 }

@@ -175,14 +175,16 @@ Weights load_encoder_weights(const gguf::GgufFile& f, const ModelConfig& c) {
 // phi2 (llama.cpp's names): LayerNorms with biases (one per block, the final one); q, k, v
 // apart or fused in attn_qkv, each with its bias; the output projection, the MLP (ffn_up,
 // ffn_down) and the classifier with biases.
-Weights load_phi2_weights(const gguf::GgufFile& f, const ModelConfig& c) {
+// phi2's and starcoder2's: LayerNorms with biases, biased projections, an ungated MLP.
+Weights load_layernorm_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   Weights w;
   const int64_t E = c.n_embd, FF = c.n_ff, QD = c.q_dim(), KVD = c.kv_dim();
   w.token_embd = matrix(f, "token_embd.weight", E, c.n_vocab);
   w.output_norm = vector_f32(w, f, "output_norm.weight", E);
   w.output_norm_b = vector_f32(w, f, "output_norm.bias", E);
-  w.output = matrix(f, "output.weight", E, c.n_vocab);
-  w.output_b = vector_f32(w, f, "output.bias", c.n_vocab);
+  const bool phi2 = c.arch_kind == Arch::kPhi2;  // (else starcoder2: a sequential block)
+  w.output = c.tied_output ? w.token_embd : matrix(f, "output.weight", E, c.n_vocab);
+  if (phi2) w.output_b = vector_f32(w, f, "output.bias", c.n_vocab);
   w.layers.resize((size_t)c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     LayerWeights& l = w.layers[(size_t)i];
@@ -192,6 +194,10 @@ Weights load_phi2_weights(const gguf::GgufFile& f, const ModelConfig& c) {
     load_qkv(w, f, p, E, QD, KVD, QkvBias::kRequired, l);
     l.wo = matrix(f, p + "attn_output.weight", QD, E);
     l.bo = vector_f32(w, f, p + "attn_output.bias", E);
+    if (!phi2) {
+      l.ffn_norm = vector_f32(w, f, p + "ffn_norm.weight", E);
+      l.ffn_norm_b = vector_f32(w, f, p + "ffn_norm.bias", E);
+    }
     l.w_up = matrix(f, p + "ffn_up.weight", E, FF);
     l.b_up = vector_f32(w, f, p + "ffn_up.bias", FF);
     l.w_down = matrix(f, p + "ffn_down.weight", FF, E);
@@ -216,7 +222,7 @@ void load_dense_projections(const gguf::GgufFile& f, const ModelConfig& c, Weigh
 
 Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   if (c.encoder) return load_encoder_weights(f, c);
-  if (c.arch_kind == Arch::kPhi2) return load_phi2_weights(f, c);
+  if (uses_layer_norm(c.arch_kind)) return load_layernorm_weights(f, c);
   Weights w;
   const gguf::TensorInfo& embd = require_shape(f, "token_embd.weight", c.n_embd, c.n_vocab);
   w.token_embd = view_of(embd);

@@ -27,6 +27,7 @@ struct LayerWeights {
   WeightView wo;                          // [n_embd x q_dim]
   const float* post_attn_norm = nullptr;  // [n_embd] (gemma: norm of the attention output)
   const float* ffn_norm = nullptr;        // [n_embd]
+  const float* ffn_norm_b = nullptr;      // [n_embd] (starcoder2: its LayerNorm's bias)
   WeightView w_gate;                      // [n_ff x n_embd]
   WeightView w_up;                        // [n_ff x n_embd]
   WeightView w_down;                      // [n_embd x n_ff]

@@ -83,6 +83,9 @@ def families():
         "olmo3": (t.Olmo3Config, t.Olmo3ForCausalLM, dict(
             num_hidden_layers=4, sliding_window=8,
             layer_types=["sliding_attention"] * 3 + ["full_attention"])),
+        # StarCoder2: LayerNorms and projections with biases, an ungated GELU MLP, tied output.
+        "starcoder2": (t.Starcoder2Config, t.Starcoder2ForCausalLM, dict(
+            num_key_value_heads=2, hidden_act="gelu_pytorch_tanh", use_bias=True)),
         "mixtral": (t.MixtralConfig, t.MixtralForCausalLM, dict(num_local_experts=4,
                                                                num_experts_per_tok=2)),
         "qwen2moe": (t.Qwen2MoeConfig, t.Qwen2MoeForCausalLM,
@@ -128,7 +131,7 @@ def make_model(family, tokenizer_json, out_dir):
     kwargs = {} if "text_config" in extra else dict(SMALL)
     kwargs.update(extra)
     cfg = cfg_cls(**kwargs, bos_token_id=0, eos_token_id=0, pad_token_id=0, tie_word_embeddings=
-                  family.startswith("gemma"))
+                  family.startswith("gemma") or family == "starcoder2")
     torch.manual_seed(0)
     model = model_cls(cfg).eval()
     randomize(model, family.startswith("gemma"))

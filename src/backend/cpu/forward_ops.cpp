@@ -226,6 +226,7 @@ void ForwardOps::gelu(float* x, int64_t width) {
 void ForwardOps::classify(const float* x, const WeightView& output, const float* bias) {
   const int64_t E = dims_.n_embd;
   classify_rows(output, [&](int64_t t, float* row) { std::copy(x + t * E, x + (t + 1) * E, row); });
+  if (bias == nullptr) return;
   const int64_t V = output.rows, R = (int64_t)logit_rows_.size();
   for_each_token(R, [&](int64_t r) { add_inplace(logits_.data() + r * V, bias, V); });
 }
