@@ -44,7 +44,7 @@ int run_make_model(const MakeModelOptions& o) {
                 "--arch: unknown architecture '" + o.arch +
                     "' (llama, qwen2, qwen3, gemma, gemma2, gemma3, "
                     "gemma-embedding, mixtral, qwen2moe, qwen3moe, "
-                    "phi2, phi3, smollm3, granite, ernie4_5, olmo2, starcoder2, bert "
+                    "phi2, phi3, smollm3, granite, ernie4_5, olmo2, starcoder2, exaone4, bert "
                     "or nomic-bert)");
   const auto shape = synth::shape_from_name(o.shape);
   if (!shape)
@@ -92,8 +92,8 @@ const CommandRegistration registration{
       auto o = std::make_shared<MakeModelOptions>();
       app.add_option("--arch", o->arch,
                      "llama, qwen2, qwen3, gemma, gemma2, gemma3, gemma-embedding, mixtral, "
-                     "qwen2moe, qwen3moe, phi2, phi3, smollm3, granite, ernie4_5, olmo2, bert or "
-                     "nomic-bert")
+                     "qwen2moe, qwen3moe, phi2, phi3, smollm3, granite, ernie4_5, olmo2, "
+                     "starcoder2, exaone4, bert or nomic-bert")
           ->capture_default_str();
       app.add_option("--shape", o->shape, shape_names())->capture_default_str();
       app.add_option("--type", o->type,

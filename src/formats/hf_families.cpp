@@ -103,7 +103,8 @@ std::string hf_arch_of(const json& cfg, const std::string& path) {
                                                              {"gemma3_text", "gemma3"},
                                                              {"olmo2", "olmo2"},
                                                              {"olmo3", "olmo2"},
-                                                             {"starcoder2", "starcoder2"}};
+                                                             {"starcoder2", "starcoder2"},
+                                                             {"exaone4", "exaone4"}};
   if (const auto it = kArches.find(type); it != kArches.end()) return it->second;
   std::string names;
   for (const auto& [name, arch] : kArches) names += (names.empty() ? "" : ", ") + name;
@@ -347,7 +348,7 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   add_experts(m, cfg, a, path);
   if (a == "smollm3") add_no_rope_layers(m, cfg, path);
   if (a == "granite") add_granite_multipliers(m, cfg, path);
-  if (a == "olmo2") add_sliding_windows(m, cfg, a, path);  // (OLMo 3's)
+  if (a == "olmo2" || a == "exaone4") add_sliding_windows(m, cfg, a, path);
   return m;
 }
 
@@ -479,6 +480,7 @@ const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
       {"smollm3", llama_names()},
       {"granite", llama_names()},
       {"olmo2", olmo2_names()},
+      {"exaone4", olmo2_names()},  // (its q/k norms per head, under the same names)
       {"qwen2moe", moe_names("qwen2moe")},
       {"qwen3moe", moe_names("qwen3moe")},
       {"phi3", phi3_names()},

@@ -374,6 +374,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "ernie4_5") return Arch::kErnie45;
   if (name == "olmo2") return Arch::kOlmo2;
   if (name == "starcoder2") return Arch::kStarCoder2;
+  if (name == "exaone4") return Arch::kExaone4;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
   return std::nullopt;
@@ -415,6 +416,8 @@ std::string_view arch_name(Arch arch) {
       return "olmo2";
     case Arch::kStarCoder2:
       return "starcoder2";
+    case Arch::kExaone4:
+      return "exaone4";
     case Arch::kBert:
       return "bert";
     case Arch::kNomicBert:
@@ -544,7 +547,7 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
   const int64_t q_len = s.n_heads * s.head_dim;
   const int64_t kv_len = s.n_kv_heads * s.head_dim;
   add("token_embd.weight", {s.hidden, vocab_size}, Init::kMatrix, -1);
-  const bool olmo2 = arch == Arch::kOlmo2;  // (norms after the blocks only)
+  const bool olmo2 = arch == Arch::kOlmo2 || arch == Arch::kExaone4;  // (post-norms only)
   for (int l = 0; l < n_layers; ++l) {
     if (!olmo2) add(block_name(l, "attn_norm.weight"), {s.hidden}, Init::kNorm, l);
     if (arch == Arch::kPhi3) {
@@ -560,11 +563,11 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
       add(block_name(l, "attn_v.bias"), {kv_len}, Init::kBias, l);
     }
     if (arch == Arch::kQwen3 || arch == Arch::kGemma3 || arch == Arch::kQwen3Moe ||
-        arch == Arch::kGemmaEmbedding) {
+        arch == Arch::kGemmaEmbedding || arch == Arch::kExaone4) {
       add(block_name(l, "attn_q_norm.weight"), {s.head_dim}, Init::kNorm, l);
       add(block_name(l, "attn_k_norm.weight"), {s.head_dim}, Init::kNorm, l);
     }
-    if (olmo2) {  // over whole rows
+    if (arch == Arch::kOlmo2) {  // over whole rows
       add(block_name(l, "attn_q_norm.weight"), {q_len}, Init::kNorm, l);
       add(block_name(l, "attn_k_norm.weight"), {kv_len}, Init::kNorm, l);
     }

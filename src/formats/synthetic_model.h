@@ -76,6 +76,7 @@ enum class Arch {
   kErnie45,     // llama's tensors under ernie4_5 (ERNIE 4.5 0.3B)
   kOlmo2,       // OLMo 3's layout: post-norms only, q/k norms over whole rows, sliding windows
   kStarCoder2,  // LayerNorms with biases, biased projections, an ungated GELU MLP
+  kExaone4,     // OLMo 2's post-norm layout with per-head q/k norms
   kBert,
   kNomicBert
 };

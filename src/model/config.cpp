@@ -33,6 +33,8 @@ std::string_view arch_name(Arch arch) {
       return "olmo2";
     case Arch::kStarCoder2:
       return "starcoder2";
+    case Arch::kExaone4:
+      return "exaone4";
     case Arch::kGemma:
       return "gemma";
     case Arch::kGemma2:
@@ -52,7 +54,7 @@ std::string_view arch_name(Arch arch) {
 std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5 is the llama block.)
   return "llama, ernie4_5, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, granite, olmo2, "
-         "starcoder2, gemma, gemma2, gemma3, gemma-embedding, bert, nomic-bert";
+         "exaone4, starcoder2, gemma, gemma2, gemma3, gemma-embedding, bert, nomic-bert";
 }
 
 namespace {
@@ -70,6 +72,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "ernie4_5") return Arch::kLlama;  // ERNIE 4.5 (dense): the llama block
   if (name == "olmo2") return Arch::kOlmo2;
   if (name == "starcoder2") return Arch::kStarCoder2;
+  if (name == "exaone4") return Arch::kExaone4;
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
@@ -327,18 +330,26 @@ std::vector<bool> sliding_layers(const gguf::GgufFile& f, const std::string& a, 
   return sliding;
 }
 
-// OLMo 2 and 3 (olmo2 files): every layer scaled by 1/sqrt(head_dim); OLMo 3's sliding-window
-// layers (attention.sliding_window; three of every four unless sliding_window_pattern says
-// otherwise) rotate without the model's RoPE scaling, at rope.freq_base_swa if the file has it
-// (llama.cpp's reading). Post-norms only (forward.h's forward_olmo2).
-void olmo2_layers(const gguf::GgufFile& f, ModelConfig& c) {
+// OLMo 2 and 3 (olmo2 files) and EXAONE 4: every layer scaled by 1/sqrt(head_dim); sliding-
+// window layers (attention.sliding_window; three of every four unless sliding_window_pattern
+// says otherwise). OLMo 3's rotate without the model's RoPE scaling, at rope.freq_base_swa if
+// the file has it; EXAONE 4 with sliding windows (the 32B only: 4096 unless the file says
+// otherwise) rotates only those, its global layers not at all. Post-norms only (forward.h's
+// forward_post_norm); EXAONE 4's q/k norms per head, OLMo's over whole rows. (llama.cpp's
+// readings.)
+void post_norm_layers(const gguf::GgufFile& f, ModelConfig& c) {
   const std::string& a = c.arch;
+  const bool exaone = c.arch_kind == Arch::kExaone4;
   c.post_norms = true;
-  const int64_t window = (int64_t)f.get_uint_or(a + ".attention.sliding_window", 0);
+  c.qk_norm = exaone;
+  // (EXAONE 4: only the 32B's 64 layers slide, as llama.cpp reads the family.)
+  int64_t window = (int64_t)f.get_uint_or(a + ".attention.sliding_window",
+                                          exaone && c.n_layers == 64 ? 4096 : 0);
+  if (exaone && c.n_layers != 64) window = 0;
   if (window < 0 || window > (1 << 30))
     throw_error(ErrorKind::kFormat, f.path() + ": attention.sliding_window is out of range");
   RopeParams local = c.rope;
-  local.scaling = RopeParams::Scaling::kNone, local.factor = 1.0f;
+  if (!exaone) local.scaling = RopeParams::Scaling::kNone, local.factor = 1.0f;
   local.freq_base = (float)f.get_float_or(a + ".rope.freq_base_swa", (double)c.rope.freq_base);
   if (!(local.freq_base > 0.0f))
     throw_error(ErrorKind::kFormat, f.path() + ": rope.freq_base_swa must be > 0");
@@ -349,7 +360,7 @@ void olmo2_layers(const gguf::GgufFile& f, ModelConfig& c) {
     const bool slides = window > 0 && sliding[(size_t)l];
     c.layers[(size_t)l].attention = {1.0f / std::sqrt((float)c.head_dim),
                                      slides ? (int32_t)window : 0, 0.0f};
-    c.layers[(size_t)l].rope = slides ? 1 : 0;
+    c.layers[(size_t)l].rope = slides ? 1 : exaone && window > 0 ? LayerSpec::kNoRope : 0;
   }
 }
 
@@ -462,8 +473,8 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   c.tied_output = f.find_tensor("output.weight") == nullptr && c.arch_kind != Arch::kPhi2;
   if (is_gemma_family(c.arch_kind)) {
     gemma_layers(f, c);
-  } else if (c.arch_kind == Arch::kOlmo2) {
-    olmo2_layers(f, c);
+  } else if (is_post_norm_family(c.arch_kind)) {
+    post_norm_layers(f, c);
   } else {
     llama_family_layers(f, c);
   }

@@ -262,11 +262,12 @@ void forward_phi2(const ModelConfig& c, const Weights& w, B& b) {
   b.classify(a.xb, w.output, w.output_b);
 }
 
-// OLMo 2 and 3: no norm before attention or the FFN; q and k RMS-normed over their whole
-// rows (all heads together) before RoPE; the attention and FFN outputs normed before each
-// joins the residual. OLMo 3's sliding-window layers in their LayerSpec.
+// OLMo 2 and 3, EXAONE 4: no norm before attention or the FFN; q and k RMS-normed before RoPE
+// (EXAONE: per head; OLMo: over whole rows, all heads together); the attention and FFN
+// outputs normed before each joins the residual. Sliding windows and unrotated layers in the
+// LayerSpecs.
 template <ForwardBackend B>
-void forward_olmo2(const ModelConfig& c, const Weights& w, B& b) {
+void forward_post_norm(const ModelConfig& c, const Weights& w, B& b) {
   const Activations& a = b.activations();
   const int E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim();
   std::vector<float> host;
@@ -279,10 +280,17 @@ void forward_olmo2(const ModelConfig& c, const Weights& w, B& b) {
 
     // x += post_norm(Wo · attention(rope(norm(Wq·x)), rope(norm(Wk·x)), Wv·x))
     b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.x, a.q, a.k, a.v);
-    b.rmsnorm(a.q, lw.q_norm, a.q, QD);
-    b.rmsnorm(a.k, lw.k_norm, a.k, KVD);
-    b.rope(a.q, c.n_heads, spec.rope);
-    b.rope(a.k, c.n_kv_heads, spec.rope);
+    if (c.qk_norm) {  // EXAONE 4
+      b.head_rmsnorm(a.q, lw.q_norm, c.n_heads);
+      b.head_rmsnorm(a.k, lw.k_norm, c.n_kv_heads);
+    } else {  // OLMo
+      b.rmsnorm(a.q, lw.q_norm, a.q, QD);
+      b.rmsnorm(a.k, lw.k_norm, a.k, KVD);
+    }
+    if (spec.rope != LayerSpec::kNoRope) {
+      b.rope(a.q, c.n_heads, spec.rope);
+      b.rope(a.k, c.n_kv_heads, spec.rope);
+    }
     dump_rows("q_rope", l, a.q, QD), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
     b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
     dump_rows("attn_out", l, a.att, QD);
@@ -361,8 +369,8 @@ void forward(const ModelConfig& c, const Weights& w, B& b) {
     }
   } else if (is_gemma_family(c.arch_kind)) {
     forward_gemma_family(c, w, b);
-  } else if (c.arch_kind == Arch::kOlmo2) {
-    forward_olmo2(c, w, b);
+  } else if (is_post_norm_family(c.arch_kind)) {
+    forward_post_norm(c, w, b);
   } else {
     forward_llama_family(c, w, b);
   }

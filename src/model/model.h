@@ -42,6 +42,7 @@ enum class Arch {
   kGranite,     // the llama block with four multipliers (embedding, attention, residual, logits)
   kOlmo2,       // OLMo 2 / 3: norms after attention and FFN only, q/k normed over whole rows
   kStarCoder2,  // LayerNorms with biases, biased projections, a GELU MLP (no gate)
+  kExaone4,     // EXAONE 4: OLMo 2's post-norm block with per-head q/k norms
   kGemma,       // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,
@@ -51,6 +52,10 @@ enum class Arch {
 };
 std::string_view arch_name(Arch arch);
 std::string supported_arch_names();  // "llama, qwen2, qwen2moe, ..." for error messages
+// The post-norm families (model/forward.h's forward_post_norm): OLMo 2 / 3 and EXAONE 4.
+inline bool is_post_norm_family(Arch arch) {
+  return arch == Arch::kOlmo2 || arch == Arch::kExaone4;
+}
 // The families whose norms are LayerNorms with a bias (model::LayerNormBackend's ops).
 inline bool uses_layer_norm(Arch arch) {
   return arch == Arch::kPhi2 || arch == Arch::kStarCoder2;

@@ -233,7 +233,7 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   for (int i = 0; i < c.n_layers; ++i) {
     LayerWeights& l = w.layers[(size_t)i];
     const std::string p = "blk." + std::to_string(i) + ".";
-    const bool olmo2 = c.arch_kind == Arch::kOlmo2;  // (norms after the blocks only)
+    const bool olmo2 = is_post_norm_family(c.arch_kind);  // (norms after the blocks only)
     if (!olmo2) l.attn_norm = vector_f32(w, f, p + "attn_norm.weight", c.n_embd);
     // (fused in attn_qkv: Phi-3; biases: qwen2)
     load_qkv(w, f, p, c.n_embd, c.q_dim(), c.kv_dim(),
@@ -242,7 +242,7 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
       l.q_norm = vector_f32(w, f, p + "attn_q_norm.weight", c.head_dim);
       l.k_norm = vector_f32(w, f, p + "attn_k_norm.weight", c.head_dim);
     }
-    if (olmo2) {  // over the whole q and k rows
+    if (c.arch_kind == Arch::kOlmo2) {  // over the whole q and k rows
       l.q_norm = vector_f32(w, f, p + "attn_q_norm.weight", c.q_dim());
       l.k_norm = vector_f32(w, f, p + "attn_k_norm.weight", c.kv_dim());
     }

@@ -83,6 +83,8 @@ def families():
         "olmo3": (t.Olmo3Config, t.Olmo3ForCausalLM, dict(
             num_hidden_layers=4, sliding_window=8,
             layer_types=["sliding_attention"] * 3 + ["full_attention"])),
+        "exaone4": (t.Exaone4Config, t.Exaone4ForCausalLM, dict(
+            head_dim=16, sliding_window=None, layer_types=["full_attention"] * 2)),
         # StarCoder2: LayerNorms and projections with biases, an ungated GELU MLP, tied output.
         "starcoder2": (t.Starcoder2Config, t.Starcoder2ForCausalLM, dict(
             num_key_value_heads=2, hidden_act="gelu_pytorch_tanh", use_bias=True)),
