@@ -400,6 +400,20 @@ Names phi3_names() {
           {"blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight"}};
 }
 
+// The pairs phi2 and starcoder2 share: the input LayerNorm and the biased q, k, v.
+void add_biased_attention_names(Names& n) {
+  static const TensorNamePair kPairs[] = {
+      {"blk.{}.attn_norm.weight", "model.layers.{}.input_layernorm.weight"},
+      {"blk.{}.attn_norm.bias", "model.layers.{}.input_layernorm.bias"},
+      {"blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight"},
+      {"blk.{}.attn_q.bias", "model.layers.{}.self_attn.q_proj.bias"},
+      {"blk.{}.attn_k.weight", "model.layers.{}.self_attn.k_proj.weight"},
+      {"blk.{}.attn_k.bias", "model.layers.{}.self_attn.k_proj.bias"},
+      {"blk.{}.attn_v.weight", "model.layers.{}.self_attn.v_proj.weight"},
+      {"blk.{}.attn_v.bias", "model.layers.{}.self_attn.v_proj.bias"}};
+  n.insert(n.end(), std::begin(kPairs), std::end(kPairs));
+}
+
 Names phi2_names() {
   Names n = {{"token_embd.weight", "model.embed_tokens.weight"}};
   const auto pair = [&](std::string_view gguf, std::string_view hf) {
@@ -410,14 +424,7 @@ Names phi2_names() {
   pair("output_norm.bias", "model.final_layernorm.bias");
   pair("output.weight", "lm_head.weight");
   pair("output.bias", "lm_head.bias");
-  pair("blk.{}.attn_norm.weight", "model.layers.{}.input_layernorm.weight");
-  pair("blk.{}.attn_norm.bias", "model.layers.{}.input_layernorm.bias");
-  pair("blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight");
-  pair("blk.{}.attn_q.bias", "model.layers.{}.self_attn.q_proj.bias");
-  pair("blk.{}.attn_k.weight", "model.layers.{}.self_attn.k_proj.weight");
-  pair("blk.{}.attn_k.bias", "model.layers.{}.self_attn.k_proj.bias");
-  pair("blk.{}.attn_v.weight", "model.layers.{}.self_attn.v_proj.weight");
-  pair("blk.{}.attn_v.bias", "model.layers.{}.self_attn.v_proj.bias");
+  add_biased_attention_names(n);
   pair("blk.{}.attn_output.weight", "model.layers.{}.self_attn.dense.weight");
   pair("blk.{}.attn_output.bias", "model.layers.{}.self_attn.dense.bias");
   pair("blk.{}.ffn_up.weight", "model.layers.{}.mlp.fc1.weight");
@@ -435,14 +442,7 @@ Names starcoder2_names() {
   pair("output_norm.weight", "model.norm.weight");
   pair("output_norm.bias", "model.norm.bias");
   pair("output.weight", "lm_head.weight");
-  pair("blk.{}.attn_norm.weight", "model.layers.{}.input_layernorm.weight");
-  pair("blk.{}.attn_norm.bias", "model.layers.{}.input_layernorm.bias");
-  pair("blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight");
-  pair("blk.{}.attn_q.bias", "model.layers.{}.self_attn.q_proj.bias");
-  pair("blk.{}.attn_k.weight", "model.layers.{}.self_attn.k_proj.weight");
-  pair("blk.{}.attn_k.bias", "model.layers.{}.self_attn.k_proj.bias");
-  pair("blk.{}.attn_v.weight", "model.layers.{}.self_attn.v_proj.weight");
-  pair("blk.{}.attn_v.bias", "model.layers.{}.self_attn.v_proj.bias");
+  add_biased_attention_names(n);
   pair("blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight");
   pair("blk.{}.attn_output.bias", "model.layers.{}.self_attn.o_proj.bias");
   pair("blk.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight");

@@ -216,6 +216,28 @@ void forward_gemma_family(const ModelConfig& c, const Weights& w, B& b) {
   b.logits(a.x, w.output_norm, w.output, c.final_softcap);
 }
 
+// The attention of phi2's and starcoder2's blocks: att = attention(rope(Wq·n + bq),
+// rope(Wk·n + bk), Wv·n + bv), n = layernorm(x) (left in xb), q scaled first when the model
+// says so (phi2).
+template <LayerNormBackend B, typename Dump>
+void layernorm_attention(const ModelConfig& c, const LayerWeights& lw, int l, B& b,
+                         const Dump& dump_rows) {
+  const Activations& a = b.activations();
+  const int E = c.n_embd, KVD = c.kv_dim();
+  const LayerSpec& spec = c.layers[(size_t)l];
+  b.layernorm(a.x, lw.attn_norm, lw.attn_norm_b, a.xb, E);
+  dump_rows("attn_norm", l, a.xb, E);
+  b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
+  b.add_bias(a.q, lw.bq, E);
+  b.add_bias(a.k, lw.bk, KVD);
+  b.add_bias(a.v, lw.bv, KVD);
+  b.rope(a.q, c.n_heads, spec.rope);
+  b.rope(a.k, c.n_kv_heads, spec.rope);
+  dump_rows("q_rope", l, a.q, E), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
+  if (c.query_scale > 0.0f) b.scale(a.q, c.query_scale, E);
+  b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
+}
+
 // phi2 (Phi-1, 1.5, 2): one LayerNorm per block feeds attention and the MLP side by side,
 // x += (Wo·attention(...) + bo) + (W_down·gelu(W_up·n + b_up) + b_down), n = layernorm(x);
 // q, k, v with biases, NeoX RoPE over the first rope.n_dims values of each head, q scaled
@@ -224,26 +246,15 @@ void forward_gemma_family(const ModelConfig& c, const Weights& w, B& b) {
 template <LayerNormBackend B>
 void forward_phi2(const ModelConfig& c, const Weights& w, B& b) {
   const Activations& a = b.activations();
-  const int E = c.n_embd, KVD = c.kv_dim(), FF = c.n_ff;
+  const int E = c.n_embd, FF = c.n_ff;
   std::vector<float> host;
   const auto dump_rows = row_dumper(b, host);
 
   b.embed(w.token_embd, a.x);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& lw = w.layers[(size_t)l];
-    const LayerSpec& spec = c.layers[(size_t)l];
 
-    b.layernorm(a.x, lw.attn_norm, lw.attn_norm_b, a.xb, E);
-    dump_rows("attn_norm", l, a.xb, E);
-    b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
-    b.add_bias(a.q, lw.bq, E);
-    b.add_bias(a.k, lw.bk, KVD);
-    b.add_bias(a.v, lw.bv, KVD);
-    b.rope(a.q, c.n_heads, spec.rope);
-    b.rope(a.k, c.n_kv_heads, spec.rope);
-    dump_rows("q_rope", l, a.q, E), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
-    b.scale(a.q, c.query_scale, E);
-    b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
+    layernorm_attention(c, lw, l, b, dump_rows);
     dump_rows("attn_out", l, a.att, E);
     b.matmul(lw.wo, a.att, a.q);  // the attention branch [T x E], in q's rows
     b.add_bias(a.q, lw.bo, E);
@@ -315,25 +326,15 @@ void forward_post_norm(const ModelConfig& c, const Weights& w, B& b) {
 template <LayerNormBackend B>
 void forward_starcoder2(const ModelConfig& c, const Weights& w, B& b) {
   const Activations& a = b.activations();
-  const int E = c.n_embd, KVD = c.kv_dim(), FF = c.n_ff;
+  const int E = c.n_embd, FF = c.n_ff;
   std::vector<float> host;
   const auto dump_rows = row_dumper(b, host);
 
   b.embed(w.token_embd, a.x);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& lw = w.layers[(size_t)l];
-    const LayerSpec& spec = c.layers[(size_t)l];
 
-    b.layernorm(a.x, lw.attn_norm, lw.attn_norm_b, a.xb, E);
-    dump_rows("attn_norm", l, a.xb, E);
-    b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
-    b.add_bias(a.q, lw.bq, E);
-    b.add_bias(a.k, lw.bk, KVD);
-    b.add_bias(a.v, lw.bv, KVD);
-    b.rope(a.q, c.n_heads, spec.rope);
-    b.rope(a.k, c.n_kv_heads, spec.rope);
-    dump_rows("q_rope", l, a.q, E), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
-    b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
+    layernorm_attention(c, lw, l, b, dump_rows);
     dump_rows("attn_out", l, a.att, E);
     b.matmul(lw.wo, a.att, a.xb);
     b.add_bias(a.xb, lw.bo, E);
