@@ -208,6 +208,8 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
     w.set(a + ".attention.layer_norm_epsilon", Value::f32((float)s.norm_eps));
     w.set(a + ".attention.causal", Value::boolean(false));
   }
+  if (arch == Arch::kHunyuanDense)  // the published models' NTK alpha
+    w.set(a + ".rope.scaling.alpha", Value::f32(1000.0f));
   if (arch == Arch::kGranite) {  // Granite 3's multipliers (attention's: 1 / head_dim)
     w.set(a + ".embedding_scale", Value::f32(12.0f));
     w.set(a + ".residual_scale", Value::f32(0.22f));
@@ -375,6 +377,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "olmo2") return Arch::kOlmo2;
   if (name == "starcoder2") return Arch::kStarCoder2;
   if (name == "exaone4") return Arch::kExaone4;
+  if (name == "hunyuan-dense") return Arch::kHunyuanDense;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
   return std::nullopt;
@@ -418,6 +421,8 @@ std::string_view arch_name(Arch arch) {
       return "starcoder2";
     case Arch::kExaone4:
       return "exaone4";
+    case Arch::kHunyuanDense:
+      return "hunyuan-dense";
     case Arch::kBert:
       return "bert";
     case Arch::kNomicBert:
@@ -563,7 +568,7 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
       add(block_name(l, "attn_v.bias"), {kv_len}, Init::kBias, l);
     }
     if (arch == Arch::kQwen3 || arch == Arch::kGemma3 || arch == Arch::kQwen3Moe ||
-        arch == Arch::kGemmaEmbedding || arch == Arch::kExaone4) {
+        arch == Arch::kGemmaEmbedding || arch == Arch::kExaone4 || arch == Arch::kHunyuanDense) {
       add(block_name(l, "attn_q_norm.weight"), {s.head_dim}, Init::kNorm, l);
       add(block_name(l, "attn_k_norm.weight"), {s.head_dim}, Init::kNorm, l);
     }

@@ -71,12 +71,13 @@ enum class Arch {
   kPhi3,
   kQwen2Moe,
   kPhi2,
-  kSmolLM3,     // llama's tensors; llama.cpp leaves every fourth layer unrotated
-  kGranite,     // llama's tensors and Granite 3's four multipliers
-  kErnie45,     // llama's tensors under ernie4_5 (ERNIE 4.5 0.3B)
-  kOlmo2,       // OLMo 3's layout: post-norms only, q/k norms over whole rows, sliding windows
-  kStarCoder2,  // LayerNorms with biases, biased projections, an ungated GELU MLP
-  kExaone4,     // OLMo 2's post-norm layout with per-head q/k norms
+  kSmolLM3,       // llama's tensors; llama.cpp leaves every fourth layer unrotated
+  kGranite,       // llama's tensors and Granite 3's four multipliers
+  kErnie45,       // llama's tensors under ernie4_5 (ERNIE 4.5 0.3B)
+  kOlmo2,         // OLMo 3's layout: post-norms only, q/k norms over whole rows, sliding windows
+  kStarCoder2,    // LayerNorms with biases, biased projections, an ungated GELU MLP
+  kExaone4,       // OLMo 2's post-norm layout with per-head q/k norms
+  kHunyuanDense,  // qwen3's tensors, Hunyuan's NTK alpha (its q/k norms follow RoPE)
   kBert,
   kNomicBert
 };

@@ -35,6 +35,8 @@ std::string_view arch_name(Arch arch) {
       return "starcoder2";
     case Arch::kExaone4:
       return "exaone4";
+    case Arch::kHunyuanDense:
+      return "hunyuan-dense";
     case Arch::kGemma:
       return "gemma";
     case Arch::kGemma2:
@@ -54,7 +56,8 @@ std::string_view arch_name(Arch arch) {
 std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5 is the llama block.)
   return "llama, ernie4_5, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, granite, olmo2, "
-         "exaone4, starcoder2, gemma, gemma2, gemma3, gemma-embedding, bert, nomic-bert";
+         "exaone4, hunyuan-dense, starcoder2, gemma, gemma2, gemma3, gemma-embedding, bert, "
+         "nomic-bert";
 }
 
 namespace {
@@ -73,6 +76,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "olmo2") return Arch::kOlmo2;
   if (name == "starcoder2") return Arch::kStarCoder2;
   if (name == "exaone4") return Arch::kExaone4;
+  if (name == "hunyuan-dense") return Arch::kHunyuanDense;
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
@@ -89,6 +93,17 @@ int positive_int(const gguf::GgufFile& f, const std::string& key) {
     throw_error(ErrorKind::kFormat,
                 f.path() + ": metadata " + key + " = " + std::to_string(v) + " is out of range");
   return (int)v;
+}
+
+// Hunyuan's NTK alpha (rope.scaling.alpha): the base becomes base * alpha^(d / (d - 2)),
+// d = head_dim, in float as llama.cpp computes it.
+void read_ntk_alpha(const gguf::GgufFile& f, ModelConfig& c) {
+  const double alpha = f.get_float_or(c.arch + ".rope.scaling.alpha", 0.0);
+  if (!std::isfinite(alpha) || alpha < 0.0)
+    throw_error(ErrorKind::kFormat, f.path() + ": rope.scaling.alpha must be >= 0");
+  if (alpha == 0.0) return;
+  const float d = (float)c.head_dim;
+  c.rope.freq_base *= std::pow((float)alpha, d / (d - 2.0f));
 }
 
 // RoPE scaling: linear (<arch>.rope.scaling.type = "linear", factor), Llama 3 (type "llama3" with
@@ -458,6 +473,7 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   c.rope.freq_base = (float)f.get_float_or(a + ".rope.freq_base", 10000.0);
   if (!(c.rope.freq_base > 0.0f))
     throw_error(ErrorKind::kFormat, f.path() + ": rope.freq_base must be > 0");
+  if (c.arch_kind == Arch::kHunyuanDense) read_ntk_alpha(f, c);
   // llama, smollm3 and granite: adjacent pairs; the others NeoX halves.
   c.rope.neox =
       c.arch_kind != Arch::kLlama && c.arch_kind != Arch::kSmolLM3 && c.arch_kind != Arch::kGranite;
@@ -467,7 +483,9 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
 
   c.qkv_bias =
       c.arch_kind == Arch::kQwen2 || c.arch_kind == Arch::kQwen2Moe || uses_layer_norm(c.arch_kind);
-  c.qk_norm = c.arch_kind == Arch::kQwen3 || c.arch_kind == Arch::kQwen3Moe;
+  c.qk_norm = c.arch_kind == Arch::kQwen3 || c.arch_kind == Arch::kQwen3Moe ||
+              c.arch_kind == Arch::kHunyuanDense;
+  c.qk_norm_after_rope = c.arch_kind == Arch::kHunyuanDense;
   read_experts(f, c);
   // (phi2's classifier is its own, with a bias: never tied.)
   c.tied_output = f.find_tensor("output.weight") == nullptr && c.arch_kind != Arch::kPhi2;

@@ -125,14 +125,16 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
       b.add_bias(a.k, lw.bk, KVD);
       b.add_bias(a.v, lw.bv, KVD);
     }
-    if (c.qk_norm) {  // qwen3: RMSNorm over each head's vector
+    const auto qk_norm = [&] {  // qwen3 (before RoPE), hunyuan-dense (after): per head
       b.head_rmsnorm(a.q, lw.q_norm, c.n_heads);
       b.head_rmsnorm(a.k, lw.k_norm, c.n_kv_heads);
-    }
+    };
+    if (c.qk_norm && !c.qk_norm_after_rope) qk_norm();
     if (spec.rope != LayerSpec::kNoRope) {  // (SmolLM3: every fourth layer keeps q, k as they are)
       b.rope(a.q, c.n_heads, spec.rope);
       b.rope(a.k, c.n_kv_heads, spec.rope);
     }
+    if (c.qk_norm_after_rope) qk_norm();
     dump_rows("q_rope", l, a.q, QD), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
     if (c.query_scale > 0.0f) b.scale(a.q, c.query_scale, QD);  // Phi-3, Gemma 1
     b.attention(l, spec.attention, a.q, a.k, a.v, a.att);

@@ -37,13 +37,14 @@ enum class Arch {
   kQwen3,
   kQwen3Moe,
   kPhi3,
-  kPhi2,        // Phi-1, 1.5 and 2: attention and a GELU MLP side by side on one LayerNorm
-  kSmolLM3,     // the llama block; every fourth layer attends without RoPE
-  kGranite,     // the llama block with four multipliers (embedding, attention, residual, logits)
-  kOlmo2,       // OLMo 2 / 3: norms after attention and FFN only, q/k normed over whole rows
-  kStarCoder2,  // LayerNorms with biases, biased projections, a GELU MLP (no gate)
-  kExaone4,     // EXAONE 4: OLMo 2's post-norm block with per-head q/k norms
-  kGemma,       // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
+  kPhi2,          // Phi-1, 1.5 and 2: attention and a GELU MLP side by side on one LayerNorm
+  kSmolLM3,       // the llama block; every fourth layer attends without RoPE
+  kGranite,       // the llama block with four multipliers (embedding, attention, residual, logits)
+  kOlmo2,         // OLMo 2 / 3: norms after attention and FFN only, q/k normed over whole rows
+  kStarCoder2,    // LayerNorms with biases, biased projections, a GELU MLP (no gate)
+  kExaone4,       // EXAONE 4: OLMo 2's post-norm block with per-head q/k norms
+  kHunyuanDense,  // Hunyuan dense: the llama block, q/k normed per head after RoPE
+  kGemma,         // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,
   kGemmaEmbedding,  // EmbeddingGemma: Gemma 3's blocks attending both ways, an embedder only
@@ -71,19 +72,20 @@ inline bool is_encoder_family(Arch arch) {
 struct ModelConfig {
   std::string arch;  // general.architecture: "llama", "qwen2" or "qwen3"
   Arch arch_kind = Arch::kLlama;
-  int n_layers = 0;          // <arch>.block_count
-  int n_embd = 0;            // hidden size
-  int n_heads = 0;           // query heads
-  int n_kv_heads = 0;        // key/value heads (GQA when < n_heads)
-  int head_dim = 0;          // <arch>.attention.key_length, default n_embd / n_heads
-  int n_ff = 0;              // FFN hidden size
-  int n_vocab = 0;           // rows of token_embd
-  int n_ctx_train = 0;       // <arch>.context_length
-  float rms_eps = 1e-5f;     // <arch>.attention.layer_norm_rms_epsilon (phi2: LayerNorm's)
-  RopeParams rope{};         // llama: normal pairs; qwen2/qwen3: NeoX; scaling from metadata
-  bool tied_output = false;  // no output.weight: the classifier reuses token_embd
-  bool qkv_bias = false;     // qwen2: q/k/v projections have biases
-  bool qk_norm = false;      // qwen3, gemma3: per-head RMSNorm on q and k before RoPE
+  int n_layers = 0;                 // <arch>.block_count
+  int n_embd = 0;                   // hidden size
+  int n_heads = 0;                  // query heads
+  int n_kv_heads = 0;               // key/value heads (GQA when < n_heads)
+  int head_dim = 0;                 // <arch>.attention.key_length, default n_embd / n_heads
+  int n_ff = 0;                     // FFN hidden size
+  int n_vocab = 0;                  // rows of token_embd
+  int n_ctx_train = 0;              // <arch>.context_length
+  float rms_eps = 1e-5f;            // <arch>.attention.layer_norm_rms_epsilon (phi2: LayerNorm's)
+  RopeParams rope{};                // llama: normal pairs; qwen2/qwen3: NeoX; scaling from metadata
+  bool tied_output = false;         // no output.weight: the classifier reuses token_embd
+  bool qkv_bias = false;            // qwen2: q/k/v projections have biases
+  bool qk_norm = false;             // qwen3, gemma3: per-head RMSNorm on q and k before RoPE
+  bool qk_norm_after_rope = false;  // hunyuan-dense: that norm after RoPE
 
   // Per layer: attention scale and window, RoPE variant (index into `ropes`; ropes[0] is
   // `rope`). Llama family: every layer global with scale 1/sqrt(head_dim) and ropes = {rope}.

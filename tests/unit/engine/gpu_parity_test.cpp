@@ -199,8 +199,9 @@ void synthetic_models_against_the_cpu(bool deterministic) {
   for (const char* arch : {"llama", "qwen2", "qwen3"})
     for (const char* type : {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"})
       cases.emplace_back(arch, type);
-  for (const char* arch : {"gemma2", "gemma3", "phi3", "phi2", "smollm3", "granite", "ernie4_5",
-                           "olmo2", "starcoder2", "exaone4", "mixtral", "qwen2moe", "qwen3moe"})
+  for (const char* arch :
+       {"gemma2", "gemma3", "phi3", "phi2", "smollm3", "granite", "ernie4_5", "olmo2", "starcoder2",
+        "exaone4", "hunyuan-dense", "mixtral", "qwen2moe", "qwen3moe"})
     for (const char* type : {"f16", "q8_0", "q4_k_m"}) cases.emplace_back(arch, type);
   for (const auto& [arch, type] : cases) {
     const nlohmann::json g = golden(std::string("synthetic-") + arch + "-" + type);
