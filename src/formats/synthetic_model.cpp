@@ -185,6 +185,7 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
   int64_t rope_dims = s.rope_dims > 0 ? s.rope_dims : s.head_dim;
   if (s.rope_dims == 0 && arch == Arch::kPhi2)
     rope_dims = 2 * std::llround(0.2 * (double)s.head_dim);
+  if (s.rope_dims == 0 && arch == Arch::kGlm4) rope_dims = s.head_dim / 2;
   w.set(a + ".rope.dimension_count", u32(rope_dims));
   if (arch == Arch::kGemmaEmbedding) {  // dense_2 [n_embd -> 4 n_embd], dense_3 back
     w.set(a + ".dense_2_feat_in", u32(s.hidden));
@@ -378,6 +379,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "starcoder2") return Arch::kStarCoder2;
   if (name == "exaone4") return Arch::kExaone4;
   if (name == "hunyuan-dense") return Arch::kHunyuanDense;
+  if (name == "glm4") return Arch::kGlm4;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
   return std::nullopt;
@@ -423,6 +425,8 @@ std::string_view arch_name(Arch arch) {
       return "exaone4";
     case Arch::kHunyuanDense:
       return "hunyuan-dense";
+    case Arch::kGlm4:
+      return "glm4";
     case Arch::kBert:
       return "bert";
     case Arch::kNomicBert:
@@ -562,7 +566,7 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
       add(block_name(l, "attn_k.weight"), {s.hidden, kv_len}, Init::kMatrix, l);
       add(block_name(l, "attn_v.weight"), {s.hidden, kv_len}, Init::kMatrix, l);
     }
-    if (arch == Arch::kQwen2 || arch == Arch::kQwen2Moe) {
+    if (arch == Arch::kQwen2 || arch == Arch::kQwen2Moe || arch == Arch::kGlm4) {
       add(block_name(l, "attn_q.bias"), {q_len}, Init::kBias, l);
       add(block_name(l, "attn_k.bias"), {kv_len}, Init::kBias, l);
       add(block_name(l, "attn_v.bias"), {kv_len}, Init::kBias, l);
@@ -578,7 +582,7 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
     }
     add(block_name(l, "attn_output.weight"), {q_len, s.hidden}, Init::kMatrix, l);
     const bool gemma = arch == Arch::kGemma2 || arch == Arch::kGemma3 ||
-                       arch == Arch::kGemmaEmbedding || olmo2;  // (post-norms)
+                       arch == Arch::kGemmaEmbedding || olmo2 || arch == Arch::kGlm4;  // post-norms
     if (gemma) add(block_name(l, "post_attention_norm.weight"), {s.hidden}, Init::kNorm, l);
     if (!olmo2) add(block_name(l, "ffn_norm.weight"), {s.hidden}, Init::kNorm, l);
     if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe) {
@@ -593,7 +597,7 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
         add(block_name(l, "ffn_up_shexp.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
         add(block_name(l, "ffn_down_shexp.weight"), {s.ffn, s.hidden}, Init::kMatrix, l);
       }
-    } else if (arch == Arch::kPhi3) {
+    } else if (arch == Arch::kPhi3 || arch == Arch::kGlm4) {  // (gate and up fused)
       add(block_name(l, "ffn_up.weight"), {s.hidden, 2 * s.ffn}, Init::kMatrix, l);
       add(block_name(l, "ffn_down.weight"), {s.ffn, s.hidden}, Init::kMatrix, l);
     } else {

@@ -78,6 +78,7 @@ enum class Arch {
   kStarCoder2,    // LayerNorms with biases, biased projections, an ungated GELU MLP
   kExaone4,       // OLMo 2's post-norm layout with per-head q/k norms
   kHunyuanDense,  // qwen3's tensors, Hunyuan's NTK alpha (its q/k norms follow RoPE)
+  kGlm4,          // sandwich norms, q/k/v biases, a fused gate-up, half the head rotated
   kBert,
   kNomicBert
 };

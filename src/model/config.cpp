@@ -37,6 +37,8 @@ std::string_view arch_name(Arch arch) {
       return "exaone4";
     case Arch::kHunyuanDense:
       return "hunyuan-dense";
+    case Arch::kGlm4:
+      return "glm4";
     case Arch::kGemma:
       return "gemma";
     case Arch::kGemma2:
@@ -56,7 +58,7 @@ std::string_view arch_name(Arch arch) {
 std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5 is the llama block.)
   return "llama, ernie4_5, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, granite, olmo2, "
-         "exaone4, hunyuan-dense, starcoder2, gemma, gemma2, gemma3, gemma-embedding, bert, "
+         "exaone4, hunyuan-dense, glm4, starcoder2, gemma, gemma2, gemma3, gemma-embedding, bert, "
          "nomic-bert";
 }
 
@@ -77,6 +79,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "starcoder2") return Arch::kStarCoder2;
   if (name == "exaone4") return Arch::kExaone4;
   if (name == "hunyuan-dense") return Arch::kHunyuanDense;
+  if (name == "glm4") return Arch::kGlm4;
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
@@ -317,6 +320,7 @@ void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
     c.tied_output = true;  // its classifier is token_embd, whatever else the file has
   }
   if (c.arch_kind == Arch::kGranite) granite_multipliers(f, c, spec);
+  if (c.arch_kind == Arch::kGlm4) c.post_norms = true;  // (and a norm before each block)
   c.layers.assign((size_t)c.n_layers, spec);
   if (c.arch_kind == Arch::kSmolLM3) no_rope_layers(f, c);
   // Granite: rope.scaling.finetuned = false switches RoPE off (llama.cpp reads it so).
@@ -474,9 +478,9 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   if (!(c.rope.freq_base > 0.0f))
     throw_error(ErrorKind::kFormat, f.path() + ": rope.freq_base must be > 0");
   if (c.arch_kind == Arch::kHunyuanDense) read_ntk_alpha(f, c);
-  // llama, smollm3 and granite: adjacent pairs; the others NeoX halves.
-  c.rope.neox =
-      c.arch_kind != Arch::kLlama && c.arch_kind != Arch::kSmolLM3 && c.arch_kind != Arch::kGranite;
+  // llama, smollm3, granite and glm4: adjacent pairs; the others NeoX halves.
+  c.rope.neox = c.arch_kind != Arch::kLlama && c.arch_kind != Arch::kSmolLM3 &&
+                c.arch_kind != Arch::kGranite && c.arch_kind != Arch::kGlm4;
   // A Hugging Face checkpoint keeps transformers' q/k order: NeoX halves for llama too.
   c.rope.neox = f.get_bool_or("hablar.rope.neox", c.rope.neox);
   read_rope_scaling(f, a, c.rope);

@@ -169,20 +169,21 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
   if (c.logit_scale != 1.0f) b.scale_logits(1.0f / c.logit_scale);  // Granite
 }
 
-// Gemma 2 and 3: the embedding scaled by sqrt(n_embd); "sandwich" norms (RMSNorm before and
-// after attention and FFN, the residual taking the normed output); per-head q/k norms;
-// q scaled before attention; sliding-window and global layers with their own RoPE; GeGLU;
-// Gemma 2's soft-capped attention scores (in the layer's AttentionSpec) and logits.
+// Gemma 2 and 3, GLM-4: "sandwich" norms (RMSNorm before and after attention and FFN, the
+// residual taking the normed output). Gemma: the embedding scaled by sqrt(n_embd); per-head
+// q/k norms; q scaled before attention; sliding-window and global layers with their own RoPE;
+// GeGLU; Gemma 2's soft-capped attention scores (in the layer's AttentionSpec) and logits.
 // (The file's norm weights already hold Gemma's 1 + w, so rmsnorm multiplies by them.)
+// GLM-4: q, k, v with biases (where the file has them), SwiGLU, partial RoPE.
 template <ForwardBackend B>
-void forward_gemma_family(const ModelConfig& c, const Weights& w, B& b) {
+void forward_sandwich(const ModelConfig& c, const Weights& w, B& b) {
   const Activations& a = b.activations();
   const int E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), FF = c.n_ff;
   std::vector<float> host;
   const auto dump_rows = row_dumper(b, host);
 
   b.embed(w.token_embd, a.x);
-  b.scale(a.x, c.embed_scale, E);
+  if (c.embed_scale != 1.0f) b.scale(a.x, c.embed_scale, E);  // Gemma
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& lw = w.layers[(size_t)l];
     const LayerSpec& spec = c.layers[(size_t)l];
@@ -191,6 +192,11 @@ void forward_gemma_family(const ModelConfig& c, const Weights& w, B& b) {
     b.rmsnorm(a.x, lw.attn_norm, a.xb, E);
     dump_rows("attn_norm", l, a.xb, E);
     b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
+    if (lw.bq != nullptr) {  // GLM-4
+      b.add_bias(a.q, lw.bq, QD);
+      b.add_bias(a.k, lw.bk, KVD);
+      b.add_bias(a.v, lw.bv, KVD);
+    }
     if (c.qk_norm) b.head_rmsnorm(a.q, lw.q_norm, c.n_heads);  // Gemma 3
     b.rope(a.q, c.n_heads, spec.rope);
     if (c.qk_norm) b.head_rmsnorm(a.k, lw.k_norm, c.n_kv_heads);
@@ -204,7 +210,7 @@ void forward_gemma_family(const ModelConfig& c, const Weights& w, B& b) {
     b.add(a.x, a.xb, E);
     dump_rows("ffn_inp", l, a.x, E);
 
-    // x += postnorm(W_down · (gelu(W_gate·n) * W_up·n)), n = rmsnorm(x).
+    // x += postnorm(W_down · (act(W_gate·n) * W_up·n)), n = rmsnorm(x).
     b.rmsnorm(a.x, lw.ffn_norm, a.xb, E);
     dump_rows("ffn_norm", l, a.xb, E);
     b.matmul_glu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up, c.ffn_activation);
@@ -370,8 +376,8 @@ void forward(const ModelConfig& c, const Weights& w, B& b) {
       throw_error(ErrorKind::kUnsupported, "this backend has no LayerNorm block for " + c.arch +
                                                " models (run them on the CPU)");
     }
-  } else if (is_gemma_family(c.arch_kind)) {
-    forward_gemma_family(c, w, b);
+  } else if (has_sandwich_norms(c.arch_kind)) {
+    forward_sandwich(c, w, b);
   } else if (is_post_norm_family(c.arch_kind)) {
     forward_post_norm(c, w, b);
   } else {

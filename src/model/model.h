@@ -44,6 +44,7 @@ enum class Arch {
   kStarCoder2,    // LayerNorms with biases, biased projections, a GELU MLP (no gate)
   kExaone4,       // EXAONE 4: OLMo 2's post-norm block with per-head q/k norms
   kHunyuanDense,  // Hunyuan dense: the llama block, q/k normed per head after RoPE
+  kGlm4,          // GLM-4 (0414): sandwich norms as Gemma 2's, SwiGLU, q/k/v biases
   kGemma,         // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,
@@ -63,6 +64,10 @@ inline bool uses_layer_norm(Arch arch) {
 }
 inline bool is_gemma_family(Arch arch) {
   return arch == Arch::kGemma2 || arch == Arch::kGemma3 || arch == Arch::kGemmaEmbedding;
+}
+// The blocks with a norm before and after attention and the FFN (forward_sandwich).
+inline bool has_sandwich_norms(Arch arch) {
+  return is_gemma_family(arch) || arch == Arch::kGlm4;
 }
 // The encoder family (model/forward_encoder.h): BERT and nomic-bert.
 inline bool is_encoder_family(Arch arch) {

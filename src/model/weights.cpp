@@ -237,7 +237,10 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
     if (!olmo2) l.attn_norm = vector_f32(w, f, p + "attn_norm.weight", c.n_embd);
     // (fused in attn_qkv: Phi-3; biases: qwen2)
     load_qkv(w, f, p, c.n_embd, c.q_dim(), c.kv_dim(),
-             c.qkv_bias ? QkvBias::kRequired : QkvBias::kNone, l);
+             c.qkv_bias                   ? QkvBias::kRequired
+             : c.arch_kind == Arch::kGlm4 ? QkvBias::kOptional  // (GLM-4-0414: q, k, v biased)
+                                          : QkvBias::kNone,
+             l);
     if (c.qk_norm) {
       l.q_norm = vector_f32(w, f, p + "attn_q_norm.weight", c.head_dim);
       l.k_norm = vector_f32(w, f, p + "attn_k_norm.weight", c.head_dim);
