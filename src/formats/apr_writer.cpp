@@ -6,6 +6,7 @@
 #include "core/error.h"
 
 #include "formats/apr.h"
+#include "formats/arch_rope.h"
 
 namespace hablar::apr {
 
@@ -111,8 +112,8 @@ std::vector<uint8_t> from_gguf(const gguf::GgufFile& f) {
   num("head_dim", a + ".attention.key_length");
   num("rms_norm_eps", a + ".attention.layer_norm_rms_epsilon");
   num("rope_theta", a + ".rope.freq_base");
-  // 2 = NeoX halves: qwen2/qwen3, and any checkpoint in transformers' q/k order.
-  m["rope_type"] = f.get_bool_or("hablar.rope.neox", a != "llama") ? 2 : 0;
+  // 2 = NeoX halves: qwen2/qwen3 and the others, and any checkpoint in transformers' q/k order.
+  m["rope_type"] = f.get_bool_or("hablar.rope.neox", !formats::adjacent_pair_rope(a)) ? 2 : 0;
   m["tied_embeddings"] = f.find_tensor("output.weight") == nullptr;
   if (f.has("tokenizer.ggml.tokens")) {
     m["tokenizer.vocabulary"] = f.get_string_array("tokenizer.ggml.tokens");

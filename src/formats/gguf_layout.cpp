@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "formats/arch_rope.h"
 #include "formats/hf_model.h"
 
 namespace hablar::formats {
@@ -46,8 +47,8 @@ std::vector<uint8_t> to_adjacent_pairs(const gguf::TensorInfo& t, int64_t n_head
 gguf::GgufFile llama_cpp_layout(const gguf::GgufFile& f) {
   const auto vocab = ggml_vocab_from_hf(f);
   const std::string arch = f.get_string_or("general.architecture", "");
-  const bool permute = (arch == "llama" || arch == "smollm3" || arch == "granite") &&
-                       f.get_bool_or("hablar.rope.neox", false);
+  const bool permute =
+      formats::adjacent_pair_rope(arch) && f.get_bool_or("hablar.rope.neox", false);
   if (!vocab && !permute) return f;
   std::vector<std::pair<std::string, gguf::Value>> meta;
   for (const auto& [key, value] : f.metadata()) {

@@ -104,7 +104,8 @@ std::string hf_arch_of(const json& cfg, const std::string& path) {
                                                              {"olmo2", "olmo2"},
                                                              {"olmo3", "olmo2"},
                                                              {"starcoder2", "starcoder2"},
-                                                             {"exaone4", "exaone4"}};
+                                                             {"exaone4", "exaone4"},
+                                                             {"glm4", "glm4"}};
   if (const auto it = kArches.find(type); it != kArches.end()) return it->second;
   std::string names;
   for (const auto& [name, arch] : kArches) names += (names.empty() ? "" : ", ") + name;
@@ -313,7 +314,9 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   // Biases on the output and MLP projections of llama-style blocks have no op here: refused,
   // not skipped (the tensors would otherwise be dropped silently).
   for (const char* key : {"attention_bias", "mlp_bias"})
-    if (a != "phi2" && a != "starcoder2" && json_bool_or(cfg, key, false, path))
+    if (a != "phi2" && a != "starcoder2" &&
+        !(a == "glm4" && std::string_view(key) == "attention_bias") &&  // (its q, k, v biases)
+        json_bool_or(cfg, key, false, path))
       throw_error(ErrorKind::kUnsupported,
                   path + ": " + key + " = true (biased projections) is not supported for " + a);
   HfMetadata m;
@@ -386,6 +389,19 @@ Names olmo2_names() {
   return with(
       n, {{"blk.{}.post_attention_norm.weight", "model.layers.{}.post_attention_layernorm.weight"},
           {"blk.{}.post_ffw_norm.weight", "model.layers.{}.post_feedforward_layernorm.weight"}});
+}
+
+// GLM-4: llama's names with a fused gate-up (gate rows first), a norm after attention
+// (post_self_attn_layernorm) and after the MLP (post_mlp_layernorm); post_attention_layernorm
+// is the pre-MLP norm, as in llama's names.
+Names glm4_names() {
+  Names n;
+  for (const TensorNamePair& p : kLlamaFamilyTensorNames)
+    if (p.gguf != "blk.{}.ffn_gate.weight" && p.gguf != "blk.{}.ffn_up.weight") n.push_back(p);
+  return with(
+      n, {{"blk.{}.ffn_up.weight", "model.layers.{}.mlp.gate_up_proj.weight"},
+          {"blk.{}.post_attention_norm.weight", "model.layers.{}.post_self_attn_layernorm.weight"},
+          {"blk.{}.post_ffw_norm.weight", "model.layers.{}.post_mlp_layernorm.weight"}});
 }
 
 Names phi3_names() {
@@ -481,6 +497,7 @@ const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
       {"granite", llama_names()},
       {"olmo2", olmo2_names()},
       {"exaone4", olmo2_names()},  // (its q/k norms per head, under the same names)
+      {"glm4", glm4_names()},
       {"qwen2moe", moe_names("qwen2moe")},
       {"qwen3moe", moe_names("qwen3moe")},
       {"phi3", phi3_names()},

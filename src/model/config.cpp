@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "formats/arch_rope.h"
 #include "model/model.h"
 
 namespace hablar::model {
@@ -478,9 +479,8 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   if (!(c.rope.freq_base > 0.0f))
     throw_error(ErrorKind::kFormat, f.path() + ": rope.freq_base must be > 0");
   if (c.arch_kind == Arch::kHunyuanDense) read_ntk_alpha(f, c);
-  // llama, smollm3, granite and glm4: adjacent pairs; the others NeoX halves.
-  c.rope.neox = c.arch_kind != Arch::kLlama && c.arch_kind != Arch::kSmolLM3 &&
-                c.arch_kind != Arch::kGranite && c.arch_kind != Arch::kGlm4;
+  // llama and the families llama.cpp turns alike: adjacent pairs; the others NeoX halves.
+  c.rope.neox = !formats::adjacent_pair_rope(c.arch);
   // A Hugging Face checkpoint keeps transformers' q/k order: NeoX halves for llama too.
   c.rope.neox = f.get_bool_or("hablar.rope.neox", c.rope.neox);
   read_rope_scaling(f, a, c.rope);

@@ -85,6 +85,8 @@ def families():
             layer_types=["sliding_attention"] * 3 + ["full_attention"])),
         "exaone4": (t.Exaone4Config, t.Exaone4ForCausalLM, dict(
             head_dim=16, sliding_window=None, layer_types=["full_attention"] * 2)),
+        # GLM-4-0414: sandwich norms, q/k/v biases, half of each head rotated (interleaved).
+        "glm4": (t.Glm4Config, t.Glm4ForCausalLM, dict(head_dim=16, attention_bias=True)),
         # StarCoder2: LayerNorms and projections with biases, an ungated GELU MLP, tied output.
         "starcoder2": (t.Starcoder2Config, t.Starcoder2ForCausalLM, dict(
             num_key_value_heads=2, hidden_act="gelu_pytorch_tanh", use_bias=True)),

@@ -2,6 +2,7 @@
 // through); the CRCs catch a flipped byte; unknown dtype bytes and unsupported flags are
 // refused by name; APR-Q4 / APR-Q8 data decode to their values. Every architecture round-trips.
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <cstring>
 #include <filesystem>
@@ -68,8 +69,17 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair{"qwen3", "f16"}, std::pair{"phi2", "f16"}, std::pair{"phi3", "f16"},
                       std::pair{"gemma", "f16"}, std::pair{"gemma2", "q4_k_m"},
                       std::pair{"gemma3", "f16"}, std::pair{"mixtral", "f16"},
-                      std::pair{"qwen2moe", "f16"}, std::pair{"qwen3moe", "f16"}),
-    [](const auto& info) { return info.param.first + "_" + info.param.second; });
+                      std::pair{"qwen2moe", "f16"}, std::pair{"qwen3moe", "f16"},
+                      // (adjacent-pair RoPE beside llama: the APR's rope_type must say so)
+                      std::pair{"smollm3", "f16"}, std::pair{"granite", "f16"},
+                      std::pair{"ernie4_5", "f16"}, std::pair{"glm4", "q4_k_m"},
+                      std::pair{"olmo2", "f16"}, std::pair{"starcoder2", "f16"},
+                      std::pair{"exaone4", "f16"}, std::pair{"hunyuan-dense", "f16"}),
+    [](const auto& info) {
+      std::string name = std::string(info.param.first) + "_" + info.param.second;
+      std::replace(name.begin(), name.end(), '-', '_');  // (hunyuan-dense)
+      return name;
+    });
 
 std::vector<uint8_t> small_file(uint8_t dtype, std::vector<uint8_t> bytes,
                                 std::vector<uint64_t> shape) {
