@@ -380,6 +380,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "exaone4") return Arch::kExaone4;
   if (name == "hunyuan-dense") return Arch::kHunyuanDense;
   if (name == "glm4") return Arch::kGlm4;
+  if (name == "arcee") return Arch::kArcee;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
   return std::nullopt;
@@ -427,6 +428,8 @@ std::string_view arch_name(Arch arch) {
       return "hunyuan-dense";
     case Arch::kGlm4:
       return "glm4";
+    case Arch::kArcee:
+      return "arcee";
     case Arch::kBert:
       return "bert";
     case Arch::kNomicBert:
@@ -597,6 +600,9 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
         add(block_name(l, "ffn_up_shexp.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
         add(block_name(l, "ffn_down_shexp.weight"), {s.ffn, s.hidden}, Init::kMatrix, l);
       }
+    } else if (arch == Arch::kArcee) {  // (no gate)
+      add(block_name(l, "ffn_up.weight"), {s.hidden, s.ffn}, Init::kMatrix, l);
+      add(block_name(l, "ffn_down.weight"), {s.ffn, s.hidden}, Init::kMatrix, l);
     } else if (arch == Arch::kPhi3 || arch == Arch::kGlm4) {  // (gate and up fused)
       add(block_name(l, "ffn_up.weight"), {s.hidden, 2 * s.ffn}, Init::kMatrix, l);
       add(block_name(l, "ffn_down.weight"), {s.ffn, s.hidden}, Init::kMatrix, l);

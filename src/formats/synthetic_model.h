@@ -79,6 +79,7 @@ enum class Arch {
   kExaone4,       // OLMo 2's post-norm layout with per-head q/k norms
   kHunyuanDense,  // qwen3's tensors, Hunyuan's NTK alpha (its q/k norms follow RoPE)
   kGlm4,          // sandwich norms, q/k/v biases, a fused gate-up, half the head rotated
+  kArcee,         // llama's tensors without ffn_gate (an ungated relu^2 MLP)
   kBert,
   kNomicBert
 };

@@ -40,6 +40,8 @@ std::string_view arch_name(Arch arch) {
       return "hunyuan-dense";
     case Arch::kGlm4:
       return "glm4";
+    case Arch::kArcee:
+      return "arcee";
     case Arch::kGemma:
       return "gemma";
     case Arch::kGemma2:
@@ -59,7 +61,8 @@ std::string_view arch_name(Arch arch) {
 std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5 is the llama block.)
   return "llama, ernie4_5, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, granite, olmo2, "
-         "exaone4, hunyuan-dense, glm4, starcoder2, gemma, gemma2, gemma3, gemma-embedding, bert, "
+         "exaone4, hunyuan-dense, glm4, arcee, starcoder2, gemma, gemma2, gemma3, gemma-embedding, "
+         "bert, "
          "nomic-bert";
 }
 
@@ -81,6 +84,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "exaone4") return Arch::kExaone4;
   if (name == "hunyuan-dense") return Arch::kHunyuanDense;
   if (name == "glm4") return Arch::kGlm4;
+  if (name == "arcee") return Arch::kArcee;
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
@@ -321,6 +325,13 @@ void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
     c.tied_output = true;  // its classifier is token_embd, whatever else the file has
   }
   if (c.arch_kind == Arch::kGranite) granite_multipliers(f, c, spec);
+  if (c.arch_kind == Arch::kArcee) {  // an ungated relu^2 MLP; the attention scale if given
+    c.ffn_relu_squared = true;
+    const double s = f.get_float_or(c.arch + ".attention.scale", 0.0);
+    if (!std::isfinite(s) || s < 0.0)
+      throw_error(ErrorKind::kFormat, f.path() + ": attention.scale must be >= 0");
+    if (s > 0.0) spec.attention.scale = (float)s;
+  }
   if (c.arch_kind == Arch::kGlm4) c.post_norms = true;  // (and a norm before each block)
   c.layers.assign((size_t)c.n_layers, spec);
   if (c.arch_kind == Arch::kSmolLM3) no_rope_layers(f, c);

@@ -32,6 +32,7 @@
 //   logits(x, norm_w, W_out, cap)          final norm of the rows that need logits, then the
 //                                          classifier (rows kept by the backend, in chunk
 //                                          order); cap > 0: cap * tanh(logit / cap)
+//   relu_squared(x, width)                 x = max(x, 0)^2 (Arcee's ungated MLP)
 //   scale_logits(s)                        the logits of this step *= s (Granite); embedders,
 //                                          whose rows are the normed hidden ones, ignore it
 // and, for phi2's and starcoder2's blocks (LayerNormBackend; a backend without them refuses
@@ -77,6 +78,7 @@ concept ForwardBackend = requires(B& b, const WeightView& w, const float* in, fl
   b.moe_ffn(ExpertsView{}, in, out);
   b.logits(in, in, w, 0.0f);
   b.scale_logits(1.0f);
+  b.relu_squared(out, int64_t{});
   { b.host_rows(in, int64_t{}, host) } -> std::convertible_to<const float*>;
 };
 
@@ -155,6 +157,10 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
                             shared ? &lw.shared_gate : nullptr, shared ? &lw.shared_up : nullptr,
                             shared ? &lw.shared_down : nullptr},
                 a.xb, a.xb);
+    } else if (c.ffn_relu_squared) {  // Arcee: W_down · relu(W_up·n)^2, no gate
+      b.matmul(lw.w_up, a.xb, a.gate);
+      b.relu_squared(a.gate, FF);
+      b.matmul(lw.w_down, a.gate, a.xb);
     } else {
       b.matmul_glu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up, c.ffn_activation);
       dump_rows("ffn_swiglu", l, a.gate, FF);

@@ -45,6 +45,7 @@ enum class Arch {
   kExaone4,       // EXAONE 4: OLMo 2's post-norm block with per-head q/k norms
   kHunyuanDense,  // Hunyuan dense: the llama block, q/k normed per head after RoPE
   kGlm4,          // GLM-4 (0414): sandwich norms as Gemma 2's, SwiGLU, q/k/v biases
+  kArcee,         // Arcee (AFM): the llama block with an ungated relu^2 MLP
   kGemma,         // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,
@@ -91,6 +92,7 @@ struct ModelConfig {
   bool qkv_bias = false;            // qwen2: q/k/v projections have biases
   bool qk_norm = false;             // qwen3, gemma3: per-head RMSNorm on q and k before RoPE
   bool qk_norm_after_rope = false;  // hunyuan-dense: that norm after RoPE
+  bool ffn_relu_squared = false;    // arcee: FFN = W_down · relu(W_up·n)^2 (no gate)
 
   // Per layer: attention scale and window, RoPE variant (index into `ropes`; ropes[0] is
   // `rope`). Llama family: every layer global with scale 1/sqrt(head_dim) and ropes = {rope}.

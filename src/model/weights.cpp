@@ -277,7 +277,9 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
       }
       continue;
     }
-    if (f.find_tensor(p + "ffn_gate.weight")) {
+    if (c.ffn_relu_squared) {  // (Arcee: no gate)
+      l.w_up = matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
+    } else if (f.find_tensor(p + "ffn_gate.weight")) {
       l.w_gate = matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
       l.w_up = matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
     } else {  // fused (Phi-3): ffn_up holds the gate's rows, then the up projection's

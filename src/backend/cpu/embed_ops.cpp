@@ -296,6 +296,10 @@ void EmbedOps::layernorm(const float* x, const float* weight, const float* bias,
   });
 }
 
+void EmbedOps::relu_squared(float* x, int64_t width) {
+  for_each_token(n_tokens(), [&](int64_t t) { cpu::relu_squared(x + t * width, width); });
+}
+
 void EmbedOps::gelu(float* x, int64_t width) {
   if (embed::embed_kernels_usable())
     return for_each_token(n_tokens(),

@@ -69,6 +69,7 @@ class EmbedOps {
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
   // (The hidden rows are the normed ones: a multiplier of the logits leaves them.)
   void scale_logits(float) {}
+  void relu_squared(float* x, int64_t width);
   // The same for a decoder whose final norm is its own op (phi2): x's rows, normed already.
   void classify(const float* x, const WeightView& output, const float* bias);
   const float* host_rows(const float* rows, int64_t, std::vector<float>&) { return rows; }

@@ -202,6 +202,11 @@ void ForwardOps::logits(const float* x, const float* norm_weight, const WeightVi
   if (softcap > 0.0f) cpu::softcap(logits_.data(), (int64_t)logits_.size(), softcap);
 }
 
+void ForwardOps::relu_squared(float* x, int64_t width) {
+  flush_pending();
+  for_each_token(n_tokens(), [&](int64_t t) { cpu::relu_squared(x + t * width, width); });
+}
+
 void ForwardOps::scale_logits(float s) {
   for (float& v : logits_) v *= s;
 }

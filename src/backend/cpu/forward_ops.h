@@ -60,6 +60,8 @@ class ForwardOps {
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
   // logits *= s, each in one rounding (ggml_scale's; Granite).
   void scale_logits(float s);
+  // x = max(x, 0)^2 (ggml_relu then ggml_sqr; Arcee).
+  void relu_squared(float* x, int64_t width);
   // phi2's ops (model::LayerNormBackend): LayerNorm with a bias per row (out may be x);
   // x = GELU-tanh(x) as llama.cpp's CPU computes it (cpu::gelu); logits() of rows normed
   // already, plus a bias per vocabulary entry.

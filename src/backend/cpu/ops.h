@@ -98,6 +98,13 @@ void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n);
 void geglu(const float* gate, const float* up, float* out, int64_t n);
 // out = gelu_tanh(x) as geglu computes it (x <= -10 gives 0, x >= 10 gives x; out may be x).
 void gelu(const float* x, float* out, int64_t n);
+// x = max(x, 0)^2 in place, n values (ggml_relu then ggml_sqr: one rounding).
+inline void relu_squared(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = x[i] > 0.0f ? x[i] : 0.0f;
+    x[i] = r * r;
+  }
+}
 // The table gelu and geglu look up: 65536 floats, gelu_tanh of each half value rounded to half.
 const float* gelu_table();
 // swiglu or geglu (out may alias gate or up).

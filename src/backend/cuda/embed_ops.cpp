@@ -494,6 +494,14 @@ void EmbedOps::layernorm(const float* x, const float* weight, const float* bias,
   o.has16 = true, o.has32 = false;
 }
 
+void EmbedOps::relu_squared(float* x, int64_t width) {
+  settle();
+  Rows& r = rows_of(x);
+  float* p = ensure32(r);
+  r.has16 = false;
+  cuda::relu_squared(p, n_tokens() * width, stream_);
+}
+
 void EmbedOps::gelu(float* x, int64_t width) {
   settle();
   Rows& r = rows_of(x);

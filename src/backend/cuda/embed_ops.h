@@ -98,6 +98,7 @@ class EmbedOps {
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
   // (The hidden rows are the normed ones: a multiplier of the logits leaves them.)
   void scale_logits(float) {}
+  void relu_squared(float* x, int64_t width);
   // phi2's end (model::LayerNormBackend): x, LayerNormed already, becomes the hidden rows.
   void classify(const float* x, const WeightView& output, const float* bias);
   // Copies rows to the host (synchronously; for debug dumps only).

@@ -646,6 +646,11 @@ void ForwardOps::add(float* x, const float* y, int64_t width) {
   buf_->pending_add = {x, y, width};
 }
 
+void ForwardOps::relu_squared(float* x, int64_t width) {
+  flush();
+  cuda::relu_squared(x, n_tokens_ * width, stream_);
+}
+
 void ForwardOps::scale_logits(float s) {
   flush();
   if (n_logit_rows_ > 0) cuda::scale(logits_, (int64_t)n_logit_rows_ * dims_.n_vocab, s, stream_);

@@ -117,6 +117,8 @@ class ForwardOps {
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap);
   // The step's logits *= s (Granite).
   void scale_logits(float s);
+  // x = max(x, 0)^2 (Arcee's ungated MLP).
+  void relu_squared(float* x, int64_t width);
   // phi2's ops (model::LayerNormBackend; forward_ops_layernorm.cu): LayerNorm with a bias per
   // row, GELU-tanh in place, and logits() without the norm plus a bias per vocabulary entry.
   // Deterministic mode computes them as the CPU does (cpu_rounding_ops).

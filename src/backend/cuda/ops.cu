@@ -356,6 +356,14 @@ __global__ void scale_kernel(float* x, float s, int64_t n) {
     x[i] *= s;
 }
 
+__global__ void relu_squared_kernel(float* x, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float r = x[i] > 0.0f ? x[i] : 0.0f;
+    x[i] = __fmul_rn(r, r);
+  }
+}
+
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
@@ -503,6 +511,12 @@ void softcap(float* x, int64_t n, float cap, cudaStream_t stream) {
 void scale(float* x, float s, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   scale_kernel<<<grid_for(n), 256, 0, stream>>>(x, s, n);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void relu_squared(float* x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  relu_squared_kernel<<<grid_for(n), 256, 0, stream>>>(x, n);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 

@@ -71,6 +71,8 @@ void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
 
 // x *= s over n values.
 void scale(float* x, float s, int64_t n, cudaStream_t stream);
+// x = max(x, 0)^2 in place (Arcee's MLP activation; exact: one rounding, as the CPU's).
+void relu_squared(float* x, int64_t n, cudaStream_t stream);
 
 // out = a + b over n values (the residual add); out may alias a or b.
 void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);

@@ -104,6 +104,7 @@ class PersistentStepPlan {
   void head_rmsnorm(float*, const float*, int) { fail("per-head norms"); }
   void moe_ffn(const ExpertsView&, const float*, float*) { fail("a mixture of experts"); }
   void scale_logits(float) { fail("scaled logits"); }
+  void relu_squared(float*, int64_t) { fail("an ungated MLP"); }
   void logits(const float* x, const float* norm_weight, const WeightView& output, float softcap) {
     if (x != a_.x || softcap > 0.0f) return fail("soft-capped logits");
     rmsnorm(x, norm_weight, const_cast<float*>(x), ctx_.n_embd);
