@@ -105,7 +105,9 @@ std::string hf_arch_of(const json& cfg, const std::string& path) {
                                                              {"olmo3", "olmo2"},
                                                              {"starcoder2", "starcoder2"},
                                                              {"exaone4", "exaone4"},
-                                                             {"glm4", "glm4"}};
+                                                             {"glm4", "glm4"},
+                                                             {"arcee", "arcee"},
+                                                             {"ernie4_5", "ernie4_5"}};
   if (const auto it = kArches.find(type); it != kArches.end()) return it->second;
   std::string names;
   for (const auto& [name, arch] : kArches) names += (names.empty() ? "" : ", ") + name;
@@ -498,6 +500,8 @@ const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
       {"olmo2", olmo2_names()},
       {"exaone4", olmo2_names()},  // (its q/k norms per head, under the same names)
       {"glm4", glm4_names()},
+      {"arcee", llama_names()},  // (no gate_proj)
+      {"ernie4_5", llama_names()},
       {"qwen2moe", moe_names("qwen2moe")},
       {"qwen3moe", moe_names("qwen3moe")},
       {"phi3", phi3_names()},

@@ -87,6 +87,10 @@ def families():
             head_dim=16, sliding_window=None, layer_types=["full_attention"] * 2)),
         # GLM-4-0414: sandwich norms, q/k/v biases, half of each head rotated (interleaved).
         "glm4": (t.Glm4Config, t.Glm4ForCausalLM, dict(head_dim=16, attention_bias=True)),
+        # Arcee (AFM): an ungated relu^2 MLP.
+        "arcee": (t.ArceeConfig, t.ArceeForCausalLM, dict(head_dim=16)),
+        # ERNIE 4.5 (dense): the llama block, RoPE interleaved in transformers' code.
+        "ernie4_5": (t.Ernie4_5Config, t.Ernie4_5ForCausalLM, dict(head_dim=16)),
         # StarCoder2: LayerNorms and projections with biases, an ungated GELU MLP, tied output.
         "starcoder2": (t.Starcoder2Config, t.Starcoder2ForCausalLM, dict(
             num_key_value_heads=2, hidden_act="gelu_pytorch_tanh", use_bias=True)),
