@@ -62,8 +62,7 @@ std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5 is the llama block.)
   return "llama, ernie4_5, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, granite, olmo2, "
          "exaone4, hunyuan-dense, glm4, arcee, starcoder2, gemma, gemma2, gemma3, gemma-embedding, "
-         "bert, "
-         "nomic-bert";
+         "bert, nomic-bert";
 }
 
 namespace {
