@@ -4,6 +4,7 @@
 // (model/model.h); backends receive the pieces with each op.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <span>
 
@@ -46,6 +47,29 @@ struct ExpertsView {
   const WeightView* shared_gate = nullptr;      // [n_ff_shared x n_embd]
   const WeightView* shared_up = nullptr;        // [n_ff_shared x n_embd]
   const WeightView* shared_down = nullptr;      // [n_embd x n_ff_shared]
+};
+
+#if defined(__CUDACC__)
+#define HABLAR_SPEC_HD __host__ __device__
+#else
+#define HABLAR_SPEC_HD
+#endif
+
+// Llama 4's attention temperature (Mistral 3): the query rows of a token at position p are
+// multiplied by 1 + scale * ln(floor((p + offset) / floor_scale) + 1), which is 1 for the first
+// floor_scale positions and grows slowly past them.
+struct PositionScale {
+  float scale = 0.0f;  // 0: off
+  int32_t floor_scale = 1;
+  float offset = 0.0f;
+
+  bool active() const { return scale != 0.0f; }
+  // In llama.cpp's precisions: the position and its floor in float, the logarithm in double,
+  // rounded to float once.
+  HABLAR_SPEC_HD float factor(int32_t pos) const {
+    const float steps = ::floorf(((float)pos + offset) / (float)floor_scale);
+    return (float)(::log((double)steps + 1.0) * (double)scale + 1.0);
+  }
 };
 
 struct LayerSpec {

@@ -51,6 +51,28 @@ json hf_text_config(const json& cfg, const std::string& path) {
         {"rms_norm_eps", 1e-6},
         {"rope_theta", 10000.0},
         {"sliding_window", 4096}}},
+      // Ministral 3 (the text model's model_type says which)
+      {"mistral3",
+       "ministral3",
+       {{"vocab_size", 131072},
+        {"hidden_size", 4096},
+        {"intermediate_size", 14336},
+        {"num_hidden_layers", 34},
+        {"num_attention_heads", 32},
+        {"num_key_value_heads", 8},
+        {"head_dim", 128},
+        {"max_position_embeddings", 262144},
+        {"rms_norm_eps", 1e-5},
+        {"rope_parameters",
+         {{"rope_type", "yarn"},
+          {"rope_theta", 1000000.0},
+          {"factor", 16.0},
+          {"original_max_position_embeddings", 16384},
+          {"beta_fast", 32.0},
+          {"beta_slow", 1.0},
+          {"mscale_all_dim", 1.0},
+          {"mscale", 1.0},
+          {"llama_4_scaling_beta", 0.1}}}}},
   };
   const std::string type = json_string_or(cfg, "model_type", "", path);
   for (const Wrapped& w : kWrapped) {
@@ -58,6 +80,13 @@ json hf_text_config(const json& cfg, const std::string& path) {
     const json* text = json_object_or_null(cfg, "text_config", path);
     if (!text)
       throw_error(ErrorKind::kFormat, path + ": a " + type + " config without text_config");
+    // (A text model_type other than this entry's: a later entry's, or the first one's if none.)
+    const std::string text_type = json_string_or(*text, "model_type", w.text_type, path);
+    if (text_type != w.text_type &&
+        std::any_of(std::begin(kWrapped), std::end(kWrapped), [&](const Wrapped& other) {
+          return type == other.outer && text_type == other.text_type;
+        }))
+      continue;
     json out = w.defaults;
     for (const auto& [key, value] : text->items()) out[key] = value;
     out["model_type"] = w.text_type;
@@ -107,7 +136,8 @@ std::string hf_arch_of(const json& cfg, const std::string& path) {
                                                              {"exaone4", "exaone4"},
                                                              {"glm4", "glm4"},
                                                              {"arcee", "arcee"},
-                                                             {"ernie4_5", "ernie4_5"}};
+                                                             {"ernie4_5", "ernie4_5"},
+                                                             {"ministral3", "mistral3"}};
   if (const auto it = kArches.find(type); it != kArches.end()) return it->second;
   std::string names;
   for (const auto& [name, arch] : kArches) names += (names.empty() ? "" : ", ") + name;
@@ -135,6 +165,27 @@ std::optional<uint32_t> count_or_null(const json& j, const char* key, const std:
     throw_error(ErrorKind::kFormat,
                 path + ": " + key + " = " + std::to_string(v) + " is out of range");
   return (uint32_t)v;
+}
+
+// YaRN's ramp (beta_fast, beta_slow) and attention factor as transformers computes it:
+// mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are given, which
+// llama.cpp's yarn_log_multiplier expresses for mscale 1; else mscale(factor).
+void add_yarn_parameters(HfMetadata& m, const json& params, const std::string& a,
+                         const std::string& path) {
+  for (const auto& [hf, key] :
+       {std::pair{"beta_fast", "yarn_beta_fast"}, std::pair{"beta_slow", "yarn_beta_slow"}})
+    if (const auto v = number_or_null(params, hf, path))
+      m.emplace_back(a + ".rope.scaling." + key, Value::f32((float)*v));
+  if (params.contains("attention_factor") && !params["attention_factor"].is_null())
+    throw_error(ErrorKind::kUnsupported, path + ": YaRN with an explicit attention_factor");
+  if (!json_bool_or(params, "truncate", true, path))
+    throw_error(ErrorKind::kUnsupported, path + ": YaRN with truncate = false");
+  const auto mscale = number_or_null(params, "mscale", path);
+  const auto all_dims = number_or_null(params, "mscale_all_dim", path);
+  if (!mscale || !all_dims || *mscale == 0.0 || *all_dims == 0.0) return;
+  if (*mscale != 1.0)
+    throw_error(ErrorKind::kUnsupported, path + ": YaRN with mscale other than 1");
+  m.emplace_back(a + ".rope.scaling.yarn_log_multiplier", Value::f32((float)*all_dims));
 }
 
 // The RoPE base and scaling of `params` (a rope_parameters / rope_scaling object, or null),
@@ -177,6 +228,7 @@ void add_rope_scaling(HfMetadata& m, const json& cfg, const json* params, double
                      Value::f32((float)json_number_or(*params, key, 1.0, path)));
   if (const int64_t original = original_context(); original > 0 && original <= (1 << 30))
     m.emplace_back(a + ".rope.scaling.original_context_length", Value::u32((uint32_t)original));
+  if (type == "yarn") add_yarn_parameters(m, *params, a, path);
 }
 
 // rope_theta with rope_scaling (transformers 4) or rope_parameters (transformers 5; Gemma 3's
@@ -310,6 +362,16 @@ void add_granite_multipliers(HfMetadata& m, const json& cfg, const std::string& 
   f32("attention.scale", "attention_multiplier", 1.0);
 }
 
+// Ministral 3's query temperature: rope_parameters.llama_4_scaling_beta (its floor the
+// original context that the YaRN parameters give).
+void add_query_temperature(HfMetadata& m, const json& cfg, const std::string& path) {
+  const json* params = json_object_or_null(cfg, "rope_parameters", path);
+  if (!params) params = json_object_or_null(cfg, "rope_scaling", path);
+  if (!params) return;
+  if (const auto beta = number_or_null(*params, "llama_4_scaling_beta", path))
+    m.emplace_back("mistral3.attention.temperature_scale", Value::f32((float)*beta));
+}
+
 }  // namespace
 
 HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::string& path) {
@@ -344,8 +406,10 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   }
   add_rope(m, cfg, a, path);
   add_rope_dims(m, cfg, a, path);
-  // Mistral (v0.1) attends through a window on every layer, as transformers runs it.
-  if (json_string_or(cfg, "model_type", "", path) == "mistral")
+  // Mistral (v0.1) attends through a window on every layer, as transformers runs it (and
+  // Ministral 3 when its config gives one).
+  if (const std::string type = json_string_or(cfg, "model_type", "", path);
+      type == "mistral" || type == "ministral3")
     if (const auto w = count_or_null(cfg, "sliding_window", path); w && *w > 0)
       m.emplace_back(a + ".attention.sliding_window", Value::u32(*w));
   if (a == "gemma2" || a == "gemma3" || a == "gemma-embedding")
@@ -353,6 +417,7 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   add_experts(m, cfg, a, path);
   if (a == "smollm3") add_no_rope_layers(m, cfg, path);
   if (a == "granite") add_granite_multipliers(m, cfg, path);
+  if (a == "mistral3") add_query_temperature(m, cfg, path);
   if (a == "olmo2" || a == "exaone4") add_sliding_windows(m, cfg, a, path);
   return m;
 }
@@ -502,6 +567,7 @@ const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
       {"glm4", glm4_names()},
       {"arcee", llama_names()},  // (no gate_proj)
       {"ernie4_5", llama_names()},
+      {"mistral3", llama_names()},
       {"qwen2moe", moe_names("qwen2moe")},
       {"qwen3moe", moe_names("qwen3moe")},
       {"phi3", phi3_names()},

@@ -217,6 +217,17 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
     w.set(a + ".logit_scale", Value::f32(8.0f));
     w.set(a + ".attention.scale", Value::f32(1.0f / (float)s.head_dim));
   }
+  if (arch == Arch::kMistral3) {
+    // Ministral 3's YaRN and temperature (beta 0.1), its original context shrunk to 16 so that
+    // short prompts cross the temperature's floors
+    w.set(a + ".rope.scaling.type", Value::string("yarn"));
+    w.set(a + ".rope.scaling.factor", Value::f32(4.0f));
+    w.set(a + ".rope.scaling.original_context_length", u32(16));
+    w.set(a + ".rope.scaling.yarn_beta_fast", Value::f32(32.0f));
+    w.set(a + ".rope.scaling.yarn_beta_slow", Value::f32(1.0f));
+    w.set(a + ".rope.scaling.yarn_log_multiplier", Value::f32(1.0f));
+    w.set(a + ".attention.temperature_scale", Value::f32(0.1f));
+  }
   if (arch == Arch::kGemma2) {  // the published models' soft-caps
     w.set(a + ".attn_logit_softcapping", Value::f32(50.0f));
     w.set(a + ".final_logit_softcapping", Value::f32(30.0f));
@@ -381,6 +392,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "hunyuan-dense") return Arch::kHunyuanDense;
   if (name == "glm4") return Arch::kGlm4;
   if (name == "arcee") return Arch::kArcee;
+  if (name == "mistral3") return Arch::kMistral3;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
   return std::nullopt;
@@ -430,6 +442,8 @@ std::string_view arch_name(Arch arch) {
       return "glm4";
     case Arch::kArcee:
       return "arcee";
+    case Arch::kMistral3:
+      return "mistral3";
     case Arch::kBert:
       return "bert";
     case Arch::kNomicBert:

@@ -80,6 +80,7 @@ enum class Arch {
   kHunyuanDense,  // qwen3's tensors, Hunyuan's NTK alpha (its q/k norms follow RoPE)
   kGlm4,          // sandwich norms, q/k/v biases, a fused gate-up, half the head rotated
   kArcee,         // llama's tensors without ffn_gate (an ungated relu^2 MLP)
+  kMistral3,      // llama's tensors, YaRN and the query temperature past a short floor
   kBert,
   kNomicBert
 };

@@ -42,6 +42,8 @@ std::string_view arch_name(Arch arch) {
       return "glm4";
     case Arch::kArcee:
       return "arcee";
+    case Arch::kMistral3:
+      return "mistral3";
     case Arch::kGemma:
       return "gemma";
     case Arch::kGemma2:
@@ -61,7 +63,8 @@ std::string_view arch_name(Arch arch) {
 std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5 is the llama block.)
   return "llama, ernie4_5, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, granite, olmo2, "
-         "exaone4, hunyuan-dense, glm4, arcee, starcoder2, gemma, gemma2, gemma3, gemma-embedding, "
+         "exaone4, hunyuan-dense, glm4, arcee, mistral3, starcoder2, gemma, gemma2, gemma3, "
+         "gemma-embedding, "
          "bert, nomic-bert";
 }
 
@@ -84,6 +87,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "hunyuan-dense") return Arch::kHunyuanDense;
   if (name == "glm4") return Arch::kGlm4;
   if (name == "arcee") return Arch::kArcee;
+  if (name == "mistral3") return Arch::kMistral3;
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;
@@ -297,17 +301,36 @@ void granite_multipliers(const gguf::GgufFile& f, ModelConfig& c, LayerSpec& spe
   c.logit_scale = read("logit_scale", 1.0, true);
 }
 
+// Mistral 3's query temperature: attention.temperature_scale (absent or 0: none), its floor
+// the YaRN original context (rope.scaling.original_context_length, else the trained
+// context), as llama.cpp reads them. Its mixture-of-experts form is not supported.
+void mistral3_temperature(const gguf::GgufFile& f, ModelConfig& c) {
+  if (c.n_experts > 0)
+    throw_error(ErrorKind::kUnsupported, f.path() + ": mistral3 with experts is not supported");
+  const double scale = f.get_float_or(c.arch + ".attention.temperature_scale", 0.0);
+  if (!std::isfinite(scale))
+    throw_error(ErrorKind::kFormat, f.path() + ": attention.temperature_scale must be finite");
+  if (scale == 0.0) return;
+  const uint64_t floor_scale =
+      f.get_uint_or(c.arch + ".rope.scaling.original_context_length", (uint64_t)c.n_ctx_train);
+  if (floor_scale == 0 || floor_scale > (1u << 30))
+    throw_error(
+        ErrorKind::kFormat,
+        f.path() + ": attention temperature needs rope.scaling.original_context_length > 0");
+  c.query_temperature = {(float)scale, (int32_t)floor_scale, 0.0f};
+}
+
 // Every layer rotated by the one RoPE, scaled by 1/sqrt(head_dim) (in attention, or on q for
-// Phi-3 and Gemma 1), and global, except that a llama file with <arch>.attention.sliding_window
-// (Mistral, as transformers runs it: every layer slides) attends through that window; llama.cpp's
-// converter writes no such key for Mistral and its llama graph ignores it. Phi-3's sliding
-// window is ignored, as llama.cpp ignores it.
+// Phi-3 and Gemma 1), and global, except that a llama or mistral3 file with
+// <arch>.attention.sliding_window (Mistral, as transformers runs it: every layer slides) attends
+// through that window; llama.cpp's converter writes no such key for Mistral and its graphs
+// ignore it. Phi-3's sliding window is ignored, as llama.cpp ignores it.
 void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
   if (c.arch_kind == Arch::kPhi3) read_longrope(f, c);
   c.ropes = {c.rope};
   LayerSpec spec;
   spec.attention.scale = 1.0f / std::sqrt((float)c.head_dim);
-  if (c.arch_kind == Arch::kLlama) {
+  if (c.arch_kind == Arch::kLlama || c.arch_kind == Arch::kMistral3) {
     const uint64_t window = f.get_uint_or(c.arch + ".attention.sliding_window", 0);
     if (window > (1u << 30))
       throw_error(ErrorKind::kFormat, f.path() + ": attention.sliding_window is out of range");
@@ -332,6 +355,7 @@ void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
     if (s > 0.0) spec.attention.scale = (float)s;
   }
   if (c.arch_kind == Arch::kGlm4) c.post_norms = true;  // (and a norm before each block)
+  if (c.arch_kind == Arch::kMistral3) mistral3_temperature(f, c);
   c.layers.assign((size_t)c.n_layers, spec);
   if (c.arch_kind == Arch::kSmolLM3) no_rope_layers(f, c);
   // Granite: rope.scaling.finetuned = false switches RoPE off (llama.cpp reads it so).

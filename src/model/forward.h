@@ -1,7 +1,7 @@
 // The decoder forward passes hablar runs, written once for every backend: the Llama family
-// (llama and Mixtral, qwen2 and Qwen2-MoE, qwen3 and Qwen3-MoE, phi3, smollm3, granite, gemma), the
-// Gemma family (gemma2, gemma3, gemma-embedding), OLMo 2's post-norm block and phi2's parallel
-// block.
+// (llama and Mixtral, qwen2 and Qwen2-MoE, qwen3 and Qwen3-MoE, phi3, smollm3, granite, mistral3,
+// gemma), the Gemma family (gemma2, gemma3, gemma-embedding), OLMo 2's post-norm block and
+// phi2's parallel block.
 //
 // `B` is a backend's op set for one step (cpu::ForwardOps, cuda::ForwardOps): begin() has
 // flattened the step's sequence chunks into T token rows, and every op works on activation
@@ -20,6 +20,8 @@
 //                                          (act: SiLU or GELU-tanh, core/layer_spec.h)
 //   add_bias(x, b, width)                  x[t] += b
 //   scale(x, s, width)                     x[t] *= s
+//   scale_by_position(x, width, ps)        x[t] *= ps.factor(position of token t) (Mistral 3's
+//                                          query temperature, core/layer_spec.h)
 //   head_rmsnorm(x, w, n_heads)            rmsnorm over each head's head_dim values
 //   rope(x, n_heads, variant)              rotate each head by its token's position, with the
 //                                          angles of RoPE `variant` (ModelConfig::ropes)
@@ -71,6 +73,7 @@ concept ForwardBackend = requires(B& b, const WeightView& w, const float* in, fl
   b.matmul_glu(w, w, in, out, out, GluActivation::kSilu);
   b.add_bias(out, in, int64_t{});
   b.scale(out, 1.0f, int64_t{});
+  b.scale_by_position(out, int64_t{}, PositionScale{});
   b.head_rmsnorm(out, in, 0);
   b.rope(out, 0, 0);
   b.attention(0, AttentionSpec{}, in, in, in, out);
@@ -101,10 +104,10 @@ auto row_dumper(B& b, std::vector<float>& host) {
   };
 }
 
-// Llama (and Mixtral), Qwen2, Qwen3 (and Qwen3-MoE), Phi-3, SmolLM3, Granite, Gemma 1: pre-norm
-// blocks, SwiGLU (Gemma: GeGLU) or a mixture of SwiGLU experts, one RoPE, global attention;
-// Gemma 1 scales the embedding by sqrt(n_embd); Granite scales the embedding, each block's
-// output and the logits by its multipliers.
+// Llama (and Mixtral), Qwen2, Qwen3 (and Qwen3-MoE), Phi-3, SmolLM3, Granite, Mistral 3, Gemma 1:
+// pre-norm blocks, SwiGLU (Gemma: GeGLU) or a mixture of SwiGLU experts, one RoPE, global
+// attention; Gemma 1 scales the embedding by sqrt(n_embd); Granite scales the embedding, each
+// block's output and the logits by its multipliers; Mistral 3 tempers q by its position.
 template <ForwardBackend B>
 void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
   const Activations& a = b.activations();
@@ -137,6 +140,7 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
       b.rope(a.k, c.n_kv_heads, spec.rope);
     }
     if (c.qk_norm_after_rope) qk_norm();
+    if (c.query_temperature.active()) b.scale_by_position(a.q, QD, c.query_temperature);
     dump_rows("q_rope", l, a.q, QD), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
     if (c.query_scale > 0.0f) b.scale(a.q, c.query_scale, QD);  // Phi-3, Gemma 1
     b.attention(l, spec.attention, a.q, a.k, a.v, a.att);

@@ -46,6 +46,7 @@ enum class Arch {
   kHunyuanDense,  // Hunyuan dense: the llama block, q/k normed per head after RoPE
   kGlm4,          // GLM-4 (0414): sandwich norms as Gemma 2's, SwiGLU, q/k/v biases
   kArcee,         // Arcee (AFM): the llama block with an ungated relu^2 MLP
+  kMistral3,      // Mistral 3 (Ministral 3): the llama block, YaRN and a query temperature
   kGemma,         // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,
@@ -115,6 +116,9 @@ struct ModelConfig {
   // residual (0: none); the logits divided by logit_scale (1: none).
   float residual_scale = 0.0f;
   float logit_scale = 1.0f;
+  // Mistral 3: q multiplied by a factor that grows with the position after RoPE
+  // (<arch>.attention.temperature_scale; off when absent or 0).
+  PositionScale query_temperature{};
 
   // Mixture of experts (Mixtral: llama with <arch>.expert_count; qwen3moe): n_experts > 0
   // replaces every layer's FFN by a router over n_experts SwiGLU experts of width n_ff_expert,

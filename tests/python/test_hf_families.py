@@ -31,6 +31,10 @@ VOCAB = 512
 SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
 
+MINISTRAL3_ROPE = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                   "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
+                   "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}
+
 
 def families():
     t = transformers
@@ -65,6 +69,15 @@ def families():
         # Mistral Small 3.1 and up: the language model of a Mistral3ForConditionalGeneration.
         "mistral3-vision": (t.Mistral3Config, t.Mistral3ForConditionalGeneration, dict(
             text_config=dict(SMALL, model_type="mistral", head_dim=16, sliding_window=None),
+            vision_config=dict(model_type="pixtral", hidden_size=32, intermediate_size=64,
+                               num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                               patch_size=14, head_dim=16),
+            image_token_index=VOCAB - 1, spatial_merge_size=1)),
+        # Ministral 3: YaRN, and q tempered past every 16 positions (48 here).
+        "ministral3": (t.Ministral3Config, t.Ministral3ForCausalLM, dict(head_dim=16, rope_parameters=MINISTRAL3_ROPE)),
+        # Ministral 3 as published: the language model of a Mistral3ForConditionalGeneration.
+        "ministral3-vision": (t.Mistral3Config, t.Mistral3ForConditionalGeneration, dict(
+            text_config=dict(SMALL, model_type="ministral3", head_dim=16, rope_parameters=MINISTRAL3_ROPE),
             vision_config=dict(model_type="pixtral", hidden_size=32, intermediate_size=64,
                                num_hidden_layers=1, num_attention_heads=2, image_size=28,
                                patch_size=14, head_dim=16),

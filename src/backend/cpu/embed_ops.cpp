@@ -154,6 +154,13 @@ void EmbedOps::scale(float* x, float s, int64_t width) {
   });
 }
 
+void EmbedOps::scale_by_position(float* x, int64_t width, const PositionScale& ps) {
+  for_each_token(n_tokens(), [&](int64_t t) {
+    const float s = ps.factor(positions_[(size_t)t]);
+    for (float *v = x + t * width, *end = v + width; v != end; ++v) *v *= s;
+  });
+}
+
 void EmbedOps::head_rmsnorm(float* x, const float* weight, int n_heads) {
   const int HD = dims_.head_dim;
   for_each_token(n_tokens(), [&](int64_t t) {

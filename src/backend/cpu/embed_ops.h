@@ -58,6 +58,7 @@ class EmbedOps {
                   float* up_scratch, GluActivation act);
   void add_bias(float* x, const float* bias, int64_t width);
   void scale(float* x, float s, int64_t width);
+  void scale_by_position(float* x, int64_t width, const PositionScale& ps);
   void head_rmsnorm(float* x, const float* weight, int n_heads);
   void rope(float* x, int n_heads, int variant);
   void attention(int layer, const AttentionSpec& spec, const float* q, const float* k,

@@ -82,6 +82,11 @@ void ForwardOps::apply_pending(int64_t t) {
       case TokenOp::Kind::kScale:
         for (float *v = op.x + t * op.width, *end = v + op.width; v != end; ++v) *v *= op.s;
         break;
+      case TokenOp::Kind::kPositionScale: {
+        const float s = op.by_position.factor(positions_[(size_t)t]);
+        for (float *v = op.x + t * op.width, *end = v + op.width; v != end; ++v) *v *= s;
+        break;
+      }
       case TokenOp::Kind::kHeadNorm: {
         float* row = op.x + t * (int64_t)op.n_heads * HD;
         for (int h = 0; h < op.n_heads; ++h)
@@ -144,6 +149,12 @@ void ForwardOps::add_bias(float* x, const float* bias, int64_t width) {
 void ForwardOps::scale(float* x, float s, int64_t width) {
   TokenOp op{TokenOp::Kind::kScale, x, nullptr, 0, width};
   op.s = s;
+  pending_.push_back(op);
+}
+
+void ForwardOps::scale_by_position(float* x, int64_t width, const PositionScale& ps) {
+  TokenOp op{TokenOp::Kind::kPositionScale, x, nullptr, 0, width};
+  op.by_position = ps;
   pending_.push_back(op);
 }
 

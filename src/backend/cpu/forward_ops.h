@@ -48,6 +48,8 @@ class ForwardOps {
                   float* up_scratch, GluActivation act);
   void add_bias(float* x, const float* bias, int64_t width);
   void scale(float* x, float s, int64_t width);
+  // x[t] *= ps.factor(position of t), each in one rounding (ggml_mul by llama.cpp's factor).
+  void scale_by_position(float* x, int64_t width, const PositionScale& ps);
   void head_rmsnorm(float* x, const float* weight, int n_heads);
   void rope(float* x, int n_heads, int variant);
   void attention(int layer, const AttentionSpec& spec, const float* q, const float* k,
@@ -81,13 +83,14 @@ class ForwardOps {
   // A deferred per-token op on rows [T x width] (width = heads * head_dim for kHeadNorm and
   // kRope).
   struct TokenOp {
-    enum class Kind { kBias, kScale, kHeadNorm, kRope } kind;
+    enum class Kind { kBias, kScale, kPositionScale, kHeadNorm, kRope } kind;
     float* x;
-    const float* w;   // bias or norm weight
-    int n_heads;      // kHeadNorm, kRope
-    int64_t width;    // kBias, kScale
-    float s = 1.0f;   // kScale
-    int variant = 0;  // kRope
+    const float* w;               // bias or norm weight
+    int n_heads;                  // kHeadNorm, kRope
+    int64_t width;                // kBias, kScale, kPositionScale
+    float s = 1.0f;               // kScale
+    PositionScale by_position{};  // kPositionScale
+    int variant = 0;              // kRope
   };
   // The classifier over the logit rows of `rows` (normed by `norm`), into logits_.
   template <typename NormRow>

@@ -361,6 +361,14 @@ void EmbedOps::scale(float* x, float s, int64_t width) {
   cuda::scale(p, s, n_tokens() * width, stream_);
 }
 
+void EmbedOps::scale_by_position(float* x, int64_t width, const PositionScale& ps) {
+  settle();
+  Rows& r = rows_of(x);
+  float* p = ensure32(r);
+  r.has16 = false;
+  cuda::scale_by_position(p, positions_.get(), n_tokens(), width, ps, stream_);
+}
+
 void EmbedOps::head_rmsnorm(float* x, const float* weight, int n_heads) {
   settle();
   Rows& r = rows_of(x);

@@ -415,6 +415,12 @@ void ForwardOps::scale(float* x, float s, int64_t width) {
   cuda::scale(x, s, n_tokens_ * width, stream_);
 }
 
+void ForwardOps::scale_by_position(float* x, int64_t width, const PositionScale& ps) {
+  flush();
+  const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
+  cuda::scale_by_position(x, inputs + buf_->positions, n_tokens_, width, ps, stream_);
+}
+
 // Biases of whole heads are queued, to run with the RoPE that usually follows (q, k) or
 // with the other queued rows (v): one launch instead of up to five.
 void ForwardOps::add_bias(float* x, const float* bias, int64_t width) {

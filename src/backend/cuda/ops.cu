@@ -356,6 +356,14 @@ __global__ void scale_kernel(float* x, float s, int64_t n) {
     x[i] *= s;
 }
 
+// One block per row: row t of x times its position's factor.
+__global__ void scale_by_position_kernel(float* x, const int32_t* positions, int64_t width,
+                                         PositionScale ps) {
+  const float s = ps.factor(positions[blockIdx.x]);
+  float* row = x + (int64_t)blockIdx.x * width;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) row[i] *= s;
+}
+
 __global__ void relu_squared_kernel(float* x, int64_t n) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
@@ -511,6 +519,13 @@ void softcap(float* x, int64_t n, float cap, cudaStream_t stream) {
 void scale(float* x, float s, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   scale_kernel<<<grid_for(n), 256, 0, stream>>>(x, s, n);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+void scale_by_position(float* x, const int32_t* positions, int64_t n_rows, int64_t width,
+                       const PositionScale& ps, cudaStream_t stream) {
+  if (n_rows <= 0 || width <= 0) return;
+  scale_by_position_kernel<<<(unsigned)n_rows, 256, 0, stream>>>(x, positions, width, ps);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 

@@ -71,6 +71,9 @@ void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
 
 // x *= s over n values.
 void scale(float* x, float s, int64_t n, cudaStream_t stream);
+// Rows x [n_rows x width]: row t *= ps.factor(positions[t]) (Mistral 3's query temperature).
+void scale_by_position(float* x, const int32_t* positions, int64_t n_rows, int64_t width,
+                       const PositionScale& ps, cudaStream_t stream);
 // x = max(x, 0)^2 in place (Arcee's MLP activation; exact: one rounding, as the CPU's).
 void relu_squared(float* x, int64_t n, cudaStream_t stream);
 

@@ -101,6 +101,7 @@ class PersistentStepPlan {
     pending_add_ = y;
   }
   void scale(float*, float, int64_t) { fail("a scale op"); }
+  void scale_by_position(float*, int64_t, const PositionScale&) { fail("a query temperature"); }
   void head_rmsnorm(float*, const float*, int) { fail("per-head norms"); }
   void moe_ffn(const ExpertsView&, const float*, float*) { fail("a mixture of experts"); }
   void scale_logits(float) { fail("scaled logits"); }

@@ -201,7 +201,7 @@ void synthetic_models_against_the_cpu(bool deterministic) {
       cases.emplace_back(arch, type);
   for (const char* arch :
        {"gemma2", "gemma3", "phi3", "phi2", "smollm3", "granite", "ernie4_5", "olmo2", "starcoder2",
-        "exaone4", "hunyuan-dense", "glm4", "arcee", "mixtral", "qwen2moe", "qwen3moe"})
+        "exaone4", "hunyuan-dense", "glm4", "arcee", "mistral3", "mixtral", "qwen2moe", "qwen3moe"})
     for (const char* type : {"f16", "q8_0", "q4_k_m"}) cases.emplace_back(arch, type);
   for (const auto& [arch, type] : cases) {
     const nlohmann::json g = golden(std::string("synthetic-") + arch + "-" + type);

@@ -83,7 +83,8 @@ TEST(ModelErrors, UnsupportedArchitectureListsSupportedOnes) {
       }),
       ErrorKind::kUnsupported,
       "supported: llama, ernie4_5, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, "
-      "granite, olmo2, exaone4, hunyuan-dense, glm4, arcee, starcoder2, gemma, gemma2, gemma3");
+      "granite, olmo2, exaone4, hunyuan-dense, glm4, arcee, mistral3, starcoder2, gemma, gemma2, "
+      "gemma3");
 }
 
 // A granite file must say how its logits are scaled (llama.cpp requires the key too).
