@@ -659,7 +659,7 @@ void ForwardOps::relu_squared(float* x, int64_t width) {
 
 void ForwardOps::scale_logits(float s) {
   flush();
-  if (n_logit_rows_ > 0) cuda::scale(logits_, (int64_t)n_logit_rows_ * dims_.n_vocab, s, stream_);
+  if (n_logit_rows_ > 0) cuda::scale(logits_, s, (int64_t)n_logit_rows_ * dims_.n_vocab, stream_);
 }
 
 void ForwardOps::gather_logit_rows(const float* x) {

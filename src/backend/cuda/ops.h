@@ -71,6 +71,8 @@ void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
 
 // x *= s over n values.
 void scale(float* x, float s, int64_t n, cudaStream_t stream);
+// (The count and the factor swapped would convert silently, to a count of 0: refused.)
+void scale(float* x, int64_t n, float s, cudaStream_t stream) = delete;
 // Rows x [n_rows x width]: row t *= ps.factor(positions[t]) (Mistral 3's query temperature).
 void scale_by_position(float* x, const int32_t* positions, int64_t n_rows, int64_t width,
                        const PositionScale& ps, cudaStream_t stream);

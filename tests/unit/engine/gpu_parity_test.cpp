@@ -23,6 +23,7 @@
 // Every case skips, saying why, without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -193,25 +194,25 @@ bool is_moe(const std::string& arch) {
   return arch == "mixtral" || arch == "qwen2moe" || arch == "qwen3moe";
 }
 
-void synthetic_models_against_the_cpu(bool deterministic) {
+// The weight types each family's goldens cover: every type for llama, qwen2 and qwen3, the
+// float, 8-bit and usual K-quant mix for the others.
+std::vector<const char*> golden_types(const std::string& arch) {
+  if (arch == "llama" || arch == "qwen2" || arch == "qwen3")
+    return {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"};
+  return {"f16", "q8_0", "q4_k_m"};
+}
+
+void synthetic_family_against_the_cpu(const std::string& arch, bool deterministic) {
   const std::string dir = test::make_temp_dir("gpu-parity");
-  std::vector<std::pair<const char*, const char*>> cases;
-  for (const char* arch : {"llama", "qwen2", "qwen3"})
-    for (const char* type : {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"})
-      cases.emplace_back(arch, type);
-  for (const char* arch :
-       {"gemma2", "gemma3", "phi3", "phi2", "smollm3", "granite", "ernie4_5", "olmo2", "starcoder2",
-        "exaone4", "hunyuan-dense", "glm4", "arcee", "mistral3", "mixtral", "qwen2moe", "qwen3moe"})
-    for (const char* type : {"f16", "q8_0", "q4_k_m"}) cases.emplace_back(arch, type);
-  for (const auto& [arch, type] : cases) {
-    const nlohmann::json g = golden(std::string("synthetic-") + arch + "-" + type);
+  for (const char* type : golden_types(arch)) {
+    const nlohmann::json g = golden("synthetic-" + arch + "-" + type);
     const std::string path = dir + "/" + arch + "-" + type + ".gguf";
     auto m = golden_model(g, path);
     const Agreement a = compare(*m, g["prompts"], deterministic);
     std::printf(
         "GPU (%s) vs CPU %s %s: top-1 equal %d/%d, identical rows %d, max |d log-softmax| "
         "%.5f\n",
-        deterministic ? "deterministic" : "default", arch, type, a.top1_equal, a.positions,
+        deterministic ? "deterministic" : "default", arch.c_str(), type, a.top1_equal, a.positions,
         a.identical, a.max_abs);
     // The deterministic mode computes the CPU's values: top-1 at 99% at least (soft-capped
     // scores go through the device's tanhf, the one difference left).
@@ -234,13 +235,27 @@ void synthetic_models_against_the_cpu(bool deterministic) {
   std::filesystem::remove_all(dir);
 }
 
-TEST_F(GpuParity, SyntheticModelsInEveryWeightType) {
-  synthetic_models_against_the_cpu(false);
+// Each family's synthetic goldens (a test per family, so one can be run or left out alone).
+class SyntheticGpuParity : public ::testing::WithParamInterface<std::string>, public GpuParity {};
+
+TEST_P(SyntheticGpuParity, DefaultModeAgreesWithTheCpu) {
+  synthetic_family_against_the_cpu(GetParam(), false);
 }
 
-TEST_F(GpuParity, SyntheticModelsInDeterministicModeAreTheCpus) {
-  synthetic_models_against_the_cpu(true);
+TEST_P(SyntheticGpuParity, DeterministicModeIsTheCpus) {
+  synthetic_family_against_the_cpu(GetParam(), true);
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, SyntheticGpuParity,
+                         ::testing::Values("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
+                                           "phi2", "smollm3", "granite", "ernie4_5", "olmo2",
+                                           "starcoder2", "exaone4", "hunyuan-dense", "glm4",
+                                           "arcee", "mistral3", "mixtral", "qwen2moe", "qwen3moe"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // The real models of tests/unit/model/golden_real_models_test.cpp.
 // Measured on the H200 (2026-12-01): SmolLM2 top-1 231/234, perplexity -0.06%; Gemma 3 270M
