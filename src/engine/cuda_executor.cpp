@@ -280,33 +280,18 @@ void CudaExecutor::upload_weights() {
   weights_.token_embd = upload_matrix(h.token_embd);
   weights_.output =
       h.output.data == h.token_embd.data ? weights_.token_embd : upload_matrix(h.output);
-  weights_.output_norm = upload_floats(h.output_norm, c.n_embd);
-  weights_.output_norm_b = upload_floats(h.output_norm_b, c.n_embd);  // (phi2, starcoder2)
-  weights_.output_b = upload_floats(h.output_b, h.output.rows);       // (phi2)
-  // q/k norms per head, or over whole rows (olmo2)
-  const bool whole_row_qk_norms = c.arch_kind == model::Arch::kOlmo2;
+  for (const model::WeightVectorField& f : model::weight_vector_fields())
+    weights_.*f.field = upload_floats(h.*f.field, f.length(c, h));
   weights_.layers.resize(h.layers.size());
   for (size_t i = 0; i < h.layers.size(); ++i) {
     const model::LayerWeights& s = h.layers[i];
     model::LayerWeights& d = weights_.layers[i];
-    d.attn_norm = upload_floats(s.attn_norm, c.n_embd);
-    d.attn_norm_b = upload_floats(s.attn_norm_b, c.n_embd);
+    for (const model::LayerVectorField& f : model::layer_vector_fields())
+      d.*f.field = upload_floats(s.*f.field, f.length(c, s));
     d.wq = upload_matrix(s.wq), d.wk = upload_matrix(s.wk), d.wv = upload_matrix(s.wv);
-    d.bq = upload_floats(s.bq, c.q_dim());
-    d.bk = upload_floats(s.bk, c.kv_dim());
-    d.bv = upload_floats(s.bv, c.kv_dim());
-    d.q_norm = upload_floats(s.q_norm, whole_row_qk_norms ? c.q_dim() : c.head_dim);
-    d.k_norm = upload_floats(s.k_norm, whole_row_qk_norms ? c.kv_dim() : c.head_dim);
     d.wo = upload_matrix(s.wo);
-    d.bo = upload_floats(s.bo, c.n_embd);
-    d.post_attn_norm = upload_floats(s.post_attn_norm, c.n_embd);
-    d.ffn_norm = upload_floats(s.ffn_norm, c.n_embd);
-    d.ffn_norm_b = upload_floats(s.ffn_norm_b, c.n_embd);
-    d.post_ffn_norm = upload_floats(s.post_ffn_norm, c.n_embd);
     d.w_gate = upload_matrix(s.w_gate), d.w_up = upload_matrix(s.w_up);
     d.w_down = upload_matrix(s.w_down);
-    d.b_up = upload_floats(s.b_up, s.w_up.rows);  // (phi2, starcoder2: the ungated MLP)
-    d.b_down = upload_floats(s.b_down, c.n_embd);
     if (s.exp_gate.empty()) continue;
     d.router = upload_matrix(s.router);
     d.exp_gate = upload_experts(s.exp_gate);

@@ -59,30 +59,15 @@ WeightView CudaEmbedder::upload_matrix(const WeightView& w) {
   return out;
 }
 
-// The tensors only the embedding forward reads (the executor uploaded the projections, q/k/v
-// biases and decoder norms already).
+// The matrices only the embedding forward reads (the executor uploaded the projections and
+// every norm weight and bias already: model::weight_vector_fields).
 void CudaEmbedder::upload_encoder_weights(model::Weights& d) {
   const model::ModelConfig& c = model_.config();
   const model::Weights& h = model_.weights();
   d.token_types = upload_matrix(h.token_types);
   d.pos_embd = upload_matrix(h.pos_embd);
-  d.embd_norm = upload_floats(h.embd_norm, c.n_embd);
-  d.embd_norm_b = upload_floats(h.embd_norm_b, c.n_embd);
   d.cls = upload_matrix(h.cls);
-  d.cls_b = upload_floats(h.cls_b, h.cls.rows);
   d.cls_out = upload_matrix(h.cls_out);
-  d.cls_out_b = upload_floats(h.cls_out_b, h.cls_out.rows);
-  for (size_t i = 0; i < h.layers.size(); ++i) {
-    const model::LayerWeights& s = h.layers[i];
-    model::LayerWeights& l = d.layers[i];
-    l.bo = upload_floats(s.bo, c.n_embd);
-    l.b_up = upload_floats(s.b_up, c.n_ff);
-    l.b_down = upload_floats(s.b_down, c.n_embd);
-    l.attn_out_norm = upload_floats(s.attn_out_norm, c.n_embd);
-    l.attn_out_norm_b = upload_floats(s.attn_out_norm_b, c.n_embd);
-    l.layer_out_norm = upload_floats(s.layer_out_norm, c.n_embd);
-    l.layer_out_norm_b = upload_floats(s.layer_out_norm_b, c.n_embd);
-  }
   // (Copies from pageable memory may return before their DMA ends; the step's stream does
   // not order with them.)
   HABLAR_CUDA_CHECK(cudaDeviceSynchronize());

@@ -312,4 +312,49 @@ std::vector<const WeightView*> Weights::matrices() const {
   return out;
 }
 
+std::span<const WeightVectorField> weight_vector_fields() {
+  using C = const ModelConfig&;
+  using W = const Weights&;
+  static const WeightVectorField kFields[] = {
+      {&Weights::output_norm, [](C c, W) { return (int64_t)c.n_embd; }},
+      {&Weights::output_norm_b, [](C c, W) { return (int64_t)c.n_embd; }},
+      {&Weights::output_b, [](C c, W) { return (int64_t)c.n_vocab; }},
+      {&Weights::embd_norm, [](C c, W) { return (int64_t)c.n_embd; }},
+      {&Weights::embd_norm_b, [](C c, W) { return (int64_t)c.n_embd; }},
+      {&Weights::cls_b, [](C c, W) { return (int64_t)c.n_embd; }},
+      {&Weights::cls_out_b, [](C c, W) { return (int64_t)c.n_cls_out; }},
+  };
+  return kFields;
+}
+
+std::span<const LayerVectorField> layer_vector_fields() {
+  using C = const ModelConfig&;
+  using L = const LayerWeights&;
+  const auto embd = [](C c, L) { return (int64_t)c.n_embd; };
+  static const LayerVectorField kFields[] = {
+      {&LayerWeights::attn_norm, embd},
+      {&LayerWeights::attn_norm_b, embd},
+      {&LayerWeights::bq, [](C c, L) { return (int64_t)c.q_dim(); }},
+      {&LayerWeights::bk, [](C c, L) { return (int64_t)c.kv_dim(); }},
+      {&LayerWeights::bv, [](C c, L) { return (int64_t)c.kv_dim(); }},
+      // (OLMo 2 norms q and k over whole rows; the others per head.)
+      {&LayerWeights::q_norm,
+       [](C c, L) { return (int64_t)(c.arch_kind == Arch::kOlmo2 ? c.q_dim() : c.head_dim); }},
+      {&LayerWeights::k_norm,
+       [](C c, L) { return (int64_t)(c.arch_kind == Arch::kOlmo2 ? c.kv_dim() : c.head_dim); }},
+      {&LayerWeights::post_attn_norm, embd},
+      {&LayerWeights::ffn_norm, embd},
+      {&LayerWeights::ffn_norm_b, embd},
+      {&LayerWeights::post_ffn_norm, embd},
+      {&LayerWeights::bo, embd},
+      {&LayerWeights::b_up, [](C c, L) { return (int64_t)c.n_ff; }},
+      {&LayerWeights::b_down, embd},
+      {&LayerWeights::attn_out_norm, embd},
+      {&LayerWeights::attn_out_norm_b, embd},
+      {&LayerWeights::layer_out_norm, embd},
+      {&LayerWeights::layer_out_norm_b, embd},
+  };
+  return kFields;
+}
+
 }  // namespace hablar::model

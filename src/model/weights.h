@@ -5,6 +5,8 @@
 // copies); a device executor keeps its own Weights whose pointers are device memory.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/tensor_view.h"
@@ -91,6 +93,20 @@ struct Weights {
   // decode step reads.
   std::vector<const WeightView*> matrices() const;
 };
+
+// Every 1-D tensor field (norm weights and biases) with its length as the loader reads it:
+// the one list a device executor copies the vectors by (a host test checks that it reaches
+// every vector of every family's weights).
+struct WeightVectorField {
+  const float* Weights::*field;
+  int64_t (*length)(const ModelConfig&, const Weights&);
+};
+struct LayerVectorField {
+  const float* LayerWeights::*field;
+  int64_t (*length)(const ModelConfig&, const LayerWeights&);
+};
+std::span<const WeightVectorField> weight_vector_fields();
+std::span<const LayerVectorField> layer_vector_fields();
 
 // Builds the views, checking every tensor's presence, shape and type against the config.
 // Errors name the tensor, its shape/type and the expected one. Whether a backend has kernels
