@@ -125,11 +125,10 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
     b.rmsnorm(a.x, lw.attn_norm, a.xb, E);
     dump_rows("attn_norm", l, a.xb, E);
     b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
-    if (c.qkv_bias) {  // qwen2
-      b.add_bias(a.q, lw.bq, QD);
-      b.add_bias(a.k, lw.bk, KVD);
-      b.add_bias(a.v, lw.bv, KVD);
-    }
+    // q, k, v biases where the file has them (qwen2 always; any llama-style file may)
+    if (lw.bq != nullptr) b.add_bias(a.q, lw.bq, QD);
+    if (lw.bk != nullptr) b.add_bias(a.k, lw.bk, KVD);
+    if (lw.bv != nullptr) b.add_bias(a.v, lw.bv, KVD);
     const auto qk_norm = [&] {  // qwen3 (before RoPE), hunyuan-dense (after): per head
       b.head_rmsnorm(a.q, lw.q_norm, c.n_heads);
       b.head_rmsnorm(a.k, lw.k_norm, c.n_kv_heads);
@@ -202,11 +201,9 @@ void forward_sandwich(const ModelConfig& c, const Weights& w, B& b) {
     b.rmsnorm(a.x, lw.attn_norm, a.xb, E);
     dump_rows("attn_norm", l, a.xb, E);
     b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
-    if (lw.bq != nullptr) {  // GLM-4
-      b.add_bias(a.q, lw.bq, QD);
-      b.add_bias(a.k, lw.bk, KVD);
-      b.add_bias(a.v, lw.bv, KVD);
-    }
+    if (lw.bq != nullptr) b.add_bias(a.q, lw.bq, QD);  // (GLM-4; any of them a file has)
+    if (lw.bk != nullptr) b.add_bias(a.k, lw.bk, KVD);
+    if (lw.bv != nullptr) b.add_bias(a.v, lw.bv, KVD);
     if (c.qk_norm) b.head_rmsnorm(a.q, lw.q_norm, c.n_heads);  // Gemma 3
     b.rope(a.q, c.n_heads, spec.rope);
     if (c.qk_norm) b.head_rmsnorm(a.k, lw.k_norm, c.n_kv_heads);

@@ -235,11 +235,16 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
     const std::string p = "blk." + std::to_string(i) + ".";
     const bool olmo2 = is_post_norm_family(c.arch_kind);  // (norms after the blocks only)
     if (!olmo2) l.attn_norm = vector_f32(w, f, p + "attn_norm.weight", c.n_embd);
-    // (fused in attn_qkv: Phi-3; biases: qwen2)
+    // (fused in attn_qkv: Phi-3; biases: qwen2 always, GLM-4-0414 and any llama-style or
+    // Gemma file that has them, as llama.cpp reads them; the post-norm blocks have none)
+    if (olmo2 && (f.find_tensor(p + "attn_q.bias") || f.find_tensor(p + "attn_qkv.bias")))
+      throw_error(ErrorKind::kUnsupported, f.path() + ": " + p + "attn_q.bias: " + c.arch +
+                                               " models with q/k/v biases "
+                                               "are not supported");
     load_qkv(w, f, p, c.n_embd, c.q_dim(), c.kv_dim(),
-             c.qkv_bias                   ? QkvBias::kRequired
-             : c.arch_kind == Arch::kGlm4 ? QkvBias::kOptional  // (GLM-4-0414: q, k, v biased)
-                                          : QkvBias::kNone,
+             c.qkv_bias ? QkvBias::kRequired
+             : olmo2    ? QkvBias::kNone
+                        : QkvBias::kOptional,
              l);
     if (c.qk_norm) {
       l.q_norm = vector_f32(w, f, p + "attn_q_norm.weight", c.head_dim);
