@@ -137,7 +137,8 @@ std::string hf_arch_of(const json& cfg, const std::string& path) {
                                                              {"glm4", "glm4"},
                                                              {"arcee", "arcee"},
                                                              {"ernie4_5", "ernie4_5"},
-                                                             {"ministral3", "mistral3"}};
+                                                             {"ministral3", "mistral3"},
+                                                             {"seed_oss", "seed_oss"}};
   if (const auto it = kArches.find(type); it != kArches.end()) return it->second;
   std::string names;
   for (const auto& [name, arch] : kArches) names += (names.empty() ? "" : ", ") + name;
@@ -377,9 +378,10 @@ void add_query_temperature(HfMetadata& m, const json& cfg, const std::string& pa
 HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::string& path) {
   // Biases on the output and MLP projections of llama-style blocks have no op here: refused,
   // not skipped (the tensors would otherwise be dropped silently).
-  for (const char* key : {"attention_bias", "mlp_bias"})
+  // (GLM-4's and Seed-OSS's attention_bias are their q, k, v biases.)
+  for (const char* key : {"attention_bias", "mlp_bias", "attention_out_bias"})
     if (a != "phi2" && a != "starcoder2" &&
-        !(a == "glm4" && std::string_view(key) == "attention_bias") &&  // (its q, k, v biases)
+        !((a == "glm4" || a == "seed_oss") && std::string_view(key) == "attention_bias") &&
         json_bool_or(cfg, key, false, path))
       throw_error(ErrorKind::kUnsupported,
                   path + ": " + key + " = true (biased projections) is not supported for " + a);
@@ -469,6 +471,16 @@ Names glm4_names() {
       n, {{"blk.{}.ffn_up.weight", "model.layers.{}.mlp.gate_up_proj.weight"},
           {"blk.{}.post_attention_norm.weight", "model.layers.{}.post_self_attn_layernorm.weight"},
           {"blk.{}.post_ffw_norm.weight", "model.layers.{}.post_mlp_layernorm.weight"}});
+}
+
+// Seed-OSS: llama's names, its pre-MLP norm (post_attention_layernorm) kept under the GGUF
+// name llama.cpp gives it (post_attention_norm).
+Names seed_oss_names() {
+  Names n;
+  for (const TensorNamePair& p : kLlamaFamilyTensorNames)
+    if (p.gguf != "blk.{}.ffn_norm.weight") n.push_back(p);
+  return with(n, {{"blk.{}.post_attention_norm.weight",
+                   "model.layers.{}.post_attention_layernorm.weight"}});
 }
 
 Names phi3_names() {
@@ -568,6 +580,7 @@ const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
       {"arcee", llama_names()},  // (no gate_proj)
       {"ernie4_5", llama_names()},
       {"mistral3", llama_names()},
+      {"seed_oss", seed_oss_names()},
       {"qwen2moe", moe_names("qwen2moe")},
       {"qwen3moe", moe_names("qwen3moe")},
       {"phi3", phi3_names()},

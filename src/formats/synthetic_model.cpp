@@ -393,6 +393,9 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "glm4") return Arch::kGlm4;
   if (name == "arcee") return Arch::kArcee;
   if (name == "mistral3") return Arch::kMistral3;
+  if (name == "exaone") return Arch::kExaone;
+  if (name == "xverse") return Arch::kXverse;
+  if (name == "seed_oss") return Arch::kSeedOss;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
   return std::nullopt;
@@ -444,6 +447,12 @@ std::string_view arch_name(Arch arch) {
       return "arcee";
     case Arch::kMistral3:
       return "mistral3";
+    case Arch::kExaone:
+      return "exaone";
+    case Arch::kXverse:
+      return "xverse";
+    case Arch::kSeedOss:
+      return "seed_oss";
     case Arch::kBert:
       return "bert";
     case Arch::kNomicBert:
@@ -583,7 +592,8 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
       add(block_name(l, "attn_k.weight"), {s.hidden, kv_len}, Init::kMatrix, l);
       add(block_name(l, "attn_v.weight"), {s.hidden, kv_len}, Init::kMatrix, l);
     }
-    if (arch == Arch::kQwen2 || arch == Arch::kQwen2Moe || arch == Arch::kGlm4) {
+    if (arch == Arch::kQwen2 || arch == Arch::kQwen2Moe || arch == Arch::kGlm4 ||
+        arch == Arch::kSeedOss) {
       add(block_name(l, "attn_q.bias"), {q_len}, Init::kBias, l);
       add(block_name(l, "attn_k.bias"), {kv_len}, Init::kBias, l);
       add(block_name(l, "attn_v.bias"), {kv_len}, Init::kBias, l);
@@ -601,7 +611,9 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
     const bool gemma = arch == Arch::kGemma2 || arch == Arch::kGemma3 ||
                        arch == Arch::kGemmaEmbedding || olmo2 || arch == Arch::kGlm4;  // post-norms
     if (gemma) add(block_name(l, "post_attention_norm.weight"), {s.hidden}, Init::kNorm, l);
-    if (!olmo2) add(block_name(l, "ffn_norm.weight"), {s.hidden}, Init::kNorm, l);
+    if (!olmo2)
+      add(block_name(l, arch == Arch::kSeedOss ? "post_attention_norm.weight" : "ffn_norm.weight"),
+          {s.hidden}, Init::kNorm, l);
     if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe) {
       const int64_t fe = arch != Arch::kMixtral && s.ffn_expert > 0 ? s.ffn_expert : s.ffn;
       add(block_name(l, "ffn_gate_inp.weight"), {s.hidden, s.n_experts}, Init::kMatrix, l);

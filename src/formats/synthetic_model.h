@@ -81,6 +81,9 @@ enum class Arch {
   kGlm4,          // sandwich norms, q/k/v biases, a fused gate-up, half the head rotated
   kArcee,         // llama's tensors without ffn_gate (an ungated relu^2 MLP)
   kMistral3,      // llama's tensors, YaRN and the query temperature past a short floor
+  kExaone,        // llama's tensors under exaone (EXAONE 3 / 3.5; NeoX RoPE)
+  kXverse,        // llama's tensors under xverse
+  kSeedOss,       // llama's tensors with q/k/v biases, the FFN norm named post_attention_norm
   kBert,
   kNomicBert
 };

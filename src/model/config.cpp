@@ -44,6 +44,8 @@ std::string_view arch_name(Arch arch) {
       return "arcee";
     case Arch::kMistral3:
       return "mistral3";
+    case Arch::kSeedOss:
+      return "seed_oss";
     case Arch::kGemma:
       return "gemma";
     case Arch::kGemma2:
@@ -61,8 +63,9 @@ std::string_view arch_name(Arch arch) {
 }
 
 std::string supported_arch_names() {
-  // (Mixtral is llama; ernie4_5 is the llama block.)
-  return "llama, ernie4_5, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, smollm3, granite, olmo2, "
+  // (Mixtral is llama; ernie4_5, exaone and xverse are the llama block.)
+  return "llama, ernie4_5, exaone, xverse, seed_oss, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, "
+         "smollm3, granite, olmo2, "
          "exaone4, hunyuan-dense, glm4, arcee, mistral3, starcoder2, gemma, gemma2, gemma3, "
          "gemma-embedding, "
          "bert, nomic-bert";
@@ -88,6 +91,9 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "glm4") return Arch::kGlm4;
   if (name == "arcee") return Arch::kArcee;
   if (name == "mistral3") return Arch::kMistral3;
+  if (name == "seed_oss") return Arch::kSeedOss;
+  if (name == "exaone") return Arch::kLlama;  // EXAONE 3 / 3.5: the llama block (NeoX RoPE)
+  if (name == "xverse") return Arch::kLlama;  // XVERSE: the llama block
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;

@@ -47,6 +47,7 @@ enum class Arch {
   kGlm4,          // GLM-4 (0414): sandwich norms as Gemma 2's, SwiGLU, q/k/v biases
   kArcee,         // Arcee (AFM): the llama block with an ungated relu^2 MLP
   kMistral3,      // Mistral 3 (Ministral 3): the llama block, YaRN and a query temperature
+  kSeedOss,       // Seed-OSS: the llama block with q/k/v biases, its FFN norm named post_attention
   kGemma,         // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,

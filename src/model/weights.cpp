@@ -265,7 +265,12 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
       l.post_attn_norm = vector_f32(w, f, p + "post_attention_norm.weight", c.n_embd);
       l.post_ffn_norm = vector_f32(w, f, p + "post_ffw_norm.weight", c.n_embd);
     }
-    if (!olmo2) l.ffn_norm = vector_f32(w, f, p + "ffn_norm.weight", c.n_embd);
+    // (Seed-OSS names its FFN norm post_attention_norm, the norm after attention in others)
+    if (!olmo2)
+      l.ffn_norm = vector_f32(
+          w, f,
+          p + (c.arch_kind == Arch::kSeedOss ? "post_attention_norm.weight" : "ffn_norm.weight"),
+          c.n_embd);
     if (c.n_experts > 0) {
       const int64_t E = c.n_experts, FE = c.n_ff_expert;
       l.router = matrix(f, p + "ffn_gate_inp.weight", c.n_embd, E);

@@ -102,6 +102,8 @@ def families():
         "glm4": (t.Glm4Config, t.Glm4ForCausalLM, dict(head_dim=16, attention_bias=True)),
         # Arcee (AFM): an ungated relu^2 MLP.
         "arcee": (t.ArceeConfig, t.ArceeForCausalLM, dict(head_dim=16)),
+        # Seed-OSS: the llama block with q/k/v biases.
+        "seed_oss": (t.SeedOssConfig, t.SeedOssForCausalLM, dict(head_dim=16)),
         # ERNIE 4.5 (dense): the llama block, RoPE interleaved in transformers' code.
         "ernie4_5": (t.Ernie4_5Config, t.Ernie4_5ForCausalLM, dict(head_dim=16)),
         # StarCoder2: LayerNorms and projections with biases, an ungated GELU MLP, tied output.

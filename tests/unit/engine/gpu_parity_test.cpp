@@ -250,7 +250,8 @@ INSTANTIATE_TEST_SUITE_P(Families, SyntheticGpuParity,
                          ::testing::Values("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
                                            "phi2", "smollm3", "granite", "ernie4_5", "olmo2",
                                            "starcoder2", "exaone4", "hunyuan-dense", "glm4",
-                                           "arcee", "mistral3", "mixtral", "qwen2moe", "qwen3moe"),
+                                           "arcee", "mistral3", "exaone", "xverse", "seed_oss",
+                                           "mixtral", "qwen2moe", "qwen3moe"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
