@@ -138,7 +138,9 @@ std::string hf_arch_of(const json& cfg, const std::string& path) {
                                                              {"arcee", "arcee"},
                                                              {"ernie4_5", "ernie4_5"},
                                                              {"ministral3", "mistral3"},
-                                                             {"seed_oss", "seed_oss"}};
+                                                             {"seed_oss", "seed_oss"},
+                                                             {"cohere", "command-r"},
+                                                             {"cohere2", "cohere2"}};
   if (const auto it = kArches.find(type); it != kArches.end()) return it->second;
   std::string names;
   for (const auto& [name, arch] : kArches) names += (names.empty() ? "" : ", ") + name;
@@ -373,6 +375,20 @@ void add_query_temperature(HfMetadata& m, const json& cfg, const std::string& pa
     m.emplace_back("mistral3.attention.temperature_scale", Value::f32((float)*beta));
 }
 
+// Command R and Command R7B: the logit scale, cohere2's windows and which layers use them;
+// the classifier is always the embedding (as llama.cpp runs them), per-head q/k LayerNorms
+// (Command R+) are not supported.
+void add_cohere(HfMetadata& m, const json& cfg, const std::string& a, const std::string& path) {
+  if (json_bool_or(cfg, "use_qk_norm", false, path))
+    throw_error(ErrorKind::kUnsupported, path + ": use_qk_norm (Command R+) is not supported");
+  if (!json_bool_or(cfg, "tie_word_embeddings", true, path))
+    throw_error(ErrorKind::kUnsupported,
+                path + ": a " + a + " checkpoint with its own lm_head is not supported");
+  m.emplace_back(a + ".logit_scale",
+                 Value::f32((float)json_number_or(cfg, "logit_scale", 0.0625, path)));
+  if (a == "cohere2") add_sliding_windows(m, cfg, a, path);
+}
+
 }  // namespace
 
 HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::string& path) {
@@ -398,10 +414,11 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   u32("context_length", "max_position_embeddings");
   if (cfg.contains("head_dim") && !cfg["head_dim"].is_null())
     u32("attention.key_length", "head_dim");
-  if (a == "phi2" || a == "starcoder2") {
+  const bool cohere = a == "command-r" || a == "cohere2";
+  if (a == "phi2" || a == "starcoder2" || cohere) {
     m.emplace_back(a + ".attention.layer_norm_epsilon",
                    Value::f32((float)json_number_or(
-                       cfg, a == "phi2" ? "layer_norm_eps" : "norm_epsilon", 1e-5, path)));
+                       cfg, a == "starcoder2" ? "norm_epsilon" : "layer_norm_eps", 1e-5, path)));
   } else {
     m.emplace_back(a + ".attention.layer_norm_rms_epsilon",
                    Value::f32((float)json_number_or(cfg, "rms_norm_eps", 1e-6, path)));
@@ -420,6 +437,7 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   if (a == "smollm3") add_no_rope_layers(m, cfg, path);
   if (a == "granite") add_granite_multipliers(m, cfg, path);
   if (a == "mistral3") add_query_temperature(m, cfg, path);
+  if (cohere) add_cohere(m, cfg, a, path);
   if (a == "olmo2" || a == "exaone4") add_sliding_windows(m, cfg, a, path);
   return m;
 }
@@ -481,6 +499,15 @@ Names seed_oss_names() {
     if (p.gguf != "blk.{}.ffn_norm.weight") n.push_back(p);
   return with(n, {{"blk.{}.post_attention_norm.weight",
                    "model.layers.{}.post_attention_layernorm.weight"}});
+}
+
+// Command R: llama's names without the pre-MLP norm (one LayerNorm feeds both branches) and
+// without a classifier of its own.
+Names cohere_names() {
+  Names n;
+  for (const TensorNamePair& p : kLlamaFamilyTensorNames)
+    if (p.gguf != "blk.{}.ffn_norm.weight" && p.gguf != "output.weight") n.push_back(p);
+  return n;
 }
 
 Names phi3_names() {
@@ -581,6 +608,8 @@ const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
       {"ernie4_5", llama_names()},
       {"mistral3", llama_names()},
       {"seed_oss", seed_oss_names()},
+      {"command-r", cohere_names()},
+      {"cohere2", cohere_names()},
       {"qwen2moe", moe_names("qwen2moe")},
       {"qwen3moe", moe_names("qwen3moe")},
       {"phi3", phi3_names()},

@@ -38,10 +38,11 @@ Metadata config_metadata(const json& cfg, const std::string& path, const std::st
   m.emplace_back("general.name", Value::string(fs::path(dir).filename().string()));
   m.emplace_back("general.source.format", Value::string("huggingface"));
   for (auto& kv : hf_family_metadata(cfg, a, path)) m.push_back(std::move(kv));
-  // transformers rotates q/k halves (NeoX order) for every family, llama included, but GLM-4
-  // and ERNIE 4.5, whose modeling code interleaves (adjacent pairs, as llama.cpp turns their
-  // files).
-  m.emplace_back("hablar.rope.neox", Value::boolean(a != "glm4" && a != "ernie4_5"));
+  // transformers rotates q/k halves (NeoX order) for every family, llama included, but GLM-4,
+  // ERNIE 4.5 and Cohere, whose modeling code interleaves (adjacent pairs, as llama.cpp turns
+  // their files).
+  m.emplace_back("hablar.rope.neox", Value::boolean(a != "glm4" && a != "ernie4_5" &&
+                                                    a != "command-r" && a != "cohere2"));
   return m;
 }
 

@@ -178,7 +178,8 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
   w.set(a + ".attention.head_count_kv", u32(s.n_kv_heads));
   w.set(a + ".attention.key_length", u32(s.head_dim));
   w.set(a + ".attention.value_length", u32(s.head_dim));
-  const bool layer_norm = arch == Arch::kPhi2 || arch == Arch::kStarCoder2;
+  const bool layer_norm = arch == Arch::kPhi2 || arch == Arch::kStarCoder2 ||
+                          arch == Arch::kCommandR || arch == Arch::kCohere2;
   w.set(a + (layer_norm ? ".attention.layer_norm_epsilon" : ".attention.layer_norm_rms_epsilon"),
         Value::f32((float)s.norm_eps));
   w.set(a + ".rope.freq_base", Value::f32((float)s.rope_theta));
@@ -227,6 +228,12 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
     w.set(a + ".rope.scaling.yarn_beta_slow", Value::f32(1.0f));
     w.set(a + ".rope.scaling.yarn_log_multiplier", Value::f32(1.0f));
     w.set(a + ".attention.temperature_scale", Value::f32(0.1f));
+  }
+  if (arch == Arch::kCommandR || arch == Arch::kCohere2)  // the published models' logit scale
+    w.set(a + ".logit_scale", Value::f32(0.0625f));
+  if (arch == Arch::kCohere2) {  // Command R7B's pattern, its window shrunk to 8
+    w.set(a + ".attention.sliding_window", u32(8));
+    w.set(a + ".attention.sliding_window_pattern", u32(4));
   }
   if (arch == Arch::kGemma2) {  // the published models' soft-caps
     w.set(a + ".attn_logit_softcapping", Value::f32(50.0f));
@@ -396,6 +403,8 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "exaone") return Arch::kExaone;
   if (name == "xverse") return Arch::kXverse;
   if (name == "seed_oss") return Arch::kSeedOss;
+  if (name == "command-r") return Arch::kCommandR;
+  if (name == "cohere2") return Arch::kCohere2;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
   return std::nullopt;
@@ -453,6 +462,10 @@ std::string_view arch_name(Arch arch) {
       return "xverse";
     case Arch::kSeedOss:
       return "seed_oss";
+    case Arch::kCommandR:
+      return "command-r";
+    case Arch::kCohere2:
+      return "cohere2";
     case Arch::kBert:
       return "bert";
     case Arch::kNomicBert:
@@ -572,8 +585,10 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
   using Init = PlannedTensor::Init;
   const int n_layers = (int)s.n_layers;
   // Gemma 1 and 2 always share token_embd as their classifier.
+  // (Command R's classifier is token_embd too; its LayerNorms carry no bias.)
+  const bool cohere = arch == Arch::kCommandR || arch == Arch::kCohere2;
   const bool has_output = !s.tied_embeddings && arch != Arch::kGemma2 && arch != Arch::kGemma &&
-                          arch != Arch::kGemmaEmbedding;
+                          arch != Arch::kGemmaEmbedding && !cohere;
   std::vector<PlannedTensor> out;
   const auto add = [&](std::string name, std::vector<int64_t> dims, Init init, int layer) {
     const DType type = quant_mix_tensor_type(mix, name, layer, n_layers, dims[0], has_output);
@@ -611,7 +626,7 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
     const bool gemma = arch == Arch::kGemma2 || arch == Arch::kGemma3 ||
                        arch == Arch::kGemmaEmbedding || olmo2 || arch == Arch::kGlm4;  // post-norms
     if (gemma) add(block_name(l, "post_attention_norm.weight"), {s.hidden}, Init::kNorm, l);
-    if (!olmo2)
+    if (!olmo2 && !cohere)
       add(block_name(l, arch == Arch::kSeedOss ? "post_attention_norm.weight" : "ffn_norm.weight"),
           {s.hidden}, Init::kNorm, l);
     if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe) {

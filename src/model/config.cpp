@@ -46,6 +46,10 @@ std::string_view arch_name(Arch arch) {
       return "mistral3";
     case Arch::kSeedOss:
       return "seed_oss";
+    case Arch::kCommandR:
+      return "command-r";
+    case Arch::kCohere2:
+      return "cohere2";
     case Arch::kGemma:
       return "gemma";
     case Arch::kGemma2:
@@ -66,7 +70,8 @@ std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5, exaone and xverse are the llama block.)
   return "llama, ernie4_5, exaone, xverse, seed_oss, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, "
          "smollm3, granite, olmo2, "
-         "exaone4, hunyuan-dense, glm4, arcee, mistral3, starcoder2, gemma, gemma2, gemma3, "
+         "exaone4, hunyuan-dense, glm4, arcee, mistral3, starcoder2, command-r, cohere2, gemma, "
+         "gemma2, gemma3, "
          "gemma-embedding, "
          "bert, nomic-bert";
 }
@@ -92,6 +97,8 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "arcee") return Arch::kArcee;
   if (name == "mistral3") return Arch::kMistral3;
   if (name == "seed_oss") return Arch::kSeedOss;
+  if (name == "command-r") return Arch::kCommandR;
+  if (name == "cohere2") return Arch::kCohere2;
   if (name == "exaone") return Arch::kLlama;  // EXAONE 3 / 3.5: the llama block (NeoX RoPE)
   if (name == "xverse") return Arch::kLlama;  // XVERSE: the llama block
   if (name == "gemma") return Arch::kGemma;
@@ -304,7 +311,7 @@ void granite_multipliers(const gguf::GgufFile& f, ModelConfig& c, LayerSpec& spe
   if (const float e = read("embedding_scale", 0.0, false); e != 0.0f) c.embed_scale = e;
   if (const float s = read("attention.scale", 0.0, false); s != 0.0f) spec.attention.scale = s;
   c.residual_scale = read("residual_scale", 0.0, false);
-  c.logit_scale = read("logit_scale", 1.0, true);
+  c.logits_factor = 1.0f / read("logit_scale", 1.0, true);  // (llama.cpp's division, in float)
 }
 
 // Mistral 3's query temperature: attention.temperature_scale (absent or 0: none), its floor
@@ -324,6 +331,32 @@ void mistral3_temperature(const gguf::GgufFile& f, ModelConfig& c) {
         ErrorKind::kFormat,
         f.path() + ": attention temperature needs rope.scaling.original_context_length > 0");
   c.query_temperature = {(float)scale, (int32_t)floor_scale, 0.0f};
+}
+
+// Cohere: the logits times <arch>.logit_scale (Command R: 0 or absent, none; required for
+// cohere2, as llama.cpp reads them). cohere2's sliding layers (attention.sliding_window,
+// three of every four unless sliding_window_pattern says otherwise) rotate with the model's
+// RoPE (llama.cpp's graph reads no rope.freq_base_swa for them), its global layers not at all.
+std::vector<bool> sliding_layers(const gguf::GgufFile& f, const std::string& a, int n_layers,
+                                 uint64_t default_period);
+void cohere_layers(const gguf::GgufFile& f, ModelConfig& c) {
+  const std::string& a = c.arch;
+  const bool cohere2 = c.arch_kind == Arch::kCohere2;
+  const double scale =
+      cohere2 ? f.get_float(a + ".logit_scale") : f.get_float_or(a + ".logit_scale", 0.0);
+  if (!std::isfinite(scale) || scale < 0.0)
+    throw_error(ErrorKind::kFormat, f.path() + ": logit_scale must be a finite number >= 0");
+  if (scale != 0.0) c.logits_factor = (float)scale;
+  if (!cohere2) return;
+  const uint64_t window = f.get_uint(a + ".attention.sliding_window");
+  if (window == 0 || window > (1u << 30))
+    throw_error(ErrorKind::kFormat, f.path() + ": attention.sliding_window is out of range");
+  const std::vector<bool> sliding = sliding_layers(f, a, c.n_layers, 4);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const bool slides = sliding[(size_t)l];
+    c.layers[(size_t)l].attention.window = slides ? (int32_t)window : 0;
+    c.layers[(size_t)l].rope = slides ? 0 : LayerSpec::kNoRope;
+  }
 }
 
 // Every layer rotated by the one RoPE, scaled by 1/sqrt(head_dim) (in attention, or on q for
@@ -367,6 +400,7 @@ void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
   // Granite: rope.scaling.finetuned = false switches RoPE off (llama.cpp reads it so).
   if (c.arch_kind == Arch::kGranite && !f.get_bool_or(c.arch + ".rope.scaling.finetuned", true))
     for (LayerSpec& l : c.layers) l.rope = LayerSpec::kNoRope;
+  if (is_cohere_family(c.arch_kind)) cohere_layers(f, c);
 }
 
 // Which layers attend through a sliding window: <arch>.attention.sliding_window_pattern as
@@ -525,14 +559,16 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   c.rope.neox = f.get_bool_or("hablar.rope.neox", c.rope.neox);
   read_rope_scaling(f, a, c.rope);
 
-  c.qkv_bias =
-      c.arch_kind == Arch::kQwen2 || c.arch_kind == Arch::kQwen2Moe || uses_layer_norm(c.arch_kind);
+  c.qkv_bias = c.arch_kind == Arch::kQwen2 || c.arch_kind == Arch::kQwen2Moe ||
+               c.arch_kind == Arch::kPhi2 || c.arch_kind == Arch::kStarCoder2;
   c.qk_norm = c.arch_kind == Arch::kQwen3 || c.arch_kind == Arch::kQwen3Moe ||
               c.arch_kind == Arch::kHunyuanDense;
   c.qk_norm_after_rope = c.arch_kind == Arch::kHunyuanDense;
   read_experts(f, c);
   // (phi2's classifier is its own, with a bias: never tied.)
   c.tied_output = f.find_tensor("output.weight") == nullptr && c.arch_kind != Arch::kPhi2;
+  // (Command R's classifier is token_embd, whatever else the file has, as llama.cpp loads it.)
+  if (is_cohere_family(c.arch_kind)) c.tied_output = true;
   if (is_gemma_family(c.arch_kind)) {
     gemma_layers(f, c);
   } else if (is_post_norm_family(c.arch_kind)) {

@@ -175,7 +175,7 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
     dump_rows("l_out", l, a.x, E);
   }
   b.logits(a.x, w.output_norm, w.output, 0.0f);
-  if (c.logit_scale != 1.0f) b.scale_logits(1.0f / c.logit_scale);  // Granite
+  if (c.logits_factor != 1.0f) b.scale_logits(c.logits_factor);  // Granite
 }
 
 // Gemma 2 and 3, GLM-4: "sandwich" norms (RMSNorm before and after attention and FFN, the
@@ -370,12 +370,58 @@ void forward_starcoder2(const ModelConfig& c, const Weights& w, B& b) {
   b.classify(a.xb, w.output, nullptr);
 }
 
+// Command R (command-r, cohere2): one LayerNorm without a bias per block feeds attention and
+// a SwiGLU MLP side by side, x += W_down·(silu(W_gate·n) * W_up·n) + Wo·attention(...),
+// n = layernorm(x); q, k, v biased if the file says so; cohere2's sliding layers rotated, its
+// global ones not (LayerSpecs); a final LayerNorm, the classifier token_embd, the logits
+// scaled. Heads span the embedding (checked at load), so q and att hold the two branches.
+template <LayerNormBackend B>
+void forward_cohere(const ModelConfig& c, const Weights& w, B& b) {
+  const Activations& a = b.activations();
+  const int E = c.n_embd, KVD = c.kv_dim(), FF = c.n_ff;
+  std::vector<float> host;
+  const auto dump_rows = row_dumper(b, host);
+
+  b.embed(w.token_embd, a.x);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = w.layers[(size_t)l];
+    const LayerSpec& spec = c.layers[(size_t)l];
+
+    b.layernorm(a.x, lw.attn_norm, nullptr, a.xb, E);
+    dump_rows("attn_norm", l, a.xb, E);
+    b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
+    if (lw.bq != nullptr) b.add_bias(a.q, lw.bq, E);
+    if (lw.bk != nullptr) b.add_bias(a.k, lw.bk, KVD);
+    if (lw.bv != nullptr) b.add_bias(a.v, lw.bv, KVD);
+    if (spec.rope != LayerSpec::kNoRope) {
+      b.rope(a.q, c.n_heads, spec.rope);
+      b.rope(a.k, c.n_kv_heads, spec.rope);
+    }
+    dump_rows("q_rope", l, a.q, E), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
+    b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
+    dump_rows("attn_out", l, a.att, E);
+    b.matmul(lw.wo, a.att, a.q);  // the attention branch [T x E], in q's rows
+
+    b.matmul_glu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up, GluActivation::kSilu);
+    b.matmul(lw.w_down, a.gate, a.att);  // the MLP branch [T x E], in att's rows
+    dump_rows("ffn_out", l, a.att, E);
+    b.add(a.x, a.att, E);  // (x + MLP) + attention, as llama.cpp adds them
+    b.add(a.x, a.q, E);
+    dump_rows("l_out", l, a.x, E);
+  }
+  b.layernorm(a.x, w.output_norm, nullptr, a.xb, E);
+  b.classify(a.xb, w.output, nullptr);
+  if (c.logits_factor != 1.0f) b.scale_logits(c.logits_factor);
+}
+
 template <ForwardBackend B>
 void forward(const ModelConfig& c, const Weights& w, B& b) {
   if (uses_layer_norm(c.arch_kind)) {
     if constexpr (LayerNormBackend<B>) {
       if (c.arch_kind == Arch::kPhi2) {
         forward_phi2(c, w, b);
+      } else if (is_cohere_family(c.arch_kind)) {
+        forward_cohere(c, w, b);
       } else {
         forward_starcoder2(c, w, b);
       }

@@ -48,7 +48,9 @@ enum class Arch {
   kArcee,         // Arcee (AFM): the llama block with an ungated relu^2 MLP
   kMistral3,      // Mistral 3 (Ministral 3): the llama block, YaRN and a query temperature
   kSeedOss,       // Seed-OSS: the llama block with q/k/v biases, its FFN norm named post_attention
-  kGemma,         // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
+  kCommandR,  // Command R, Aya: one LayerNorm (no bias) feeding attention and SwiGLU side by side
+  kCohere2,  // Command R7B, Command A: Command R's block, 3 of 4 layers sliding, the rest unrotated
+  kGemma,    // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,
   kGemmaEmbedding,  // EmbeddingGemma: Gemma 3's blocks attending both ways, an embedder only
@@ -63,7 +65,12 @@ inline bool is_post_norm_family(Arch arch) {
 }
 // The families whose norms are LayerNorms with a bias (model::LayerNormBackend's ops).
 inline bool uses_layer_norm(Arch arch) {
-  return arch == Arch::kPhi2 || arch == Arch::kStarCoder2;
+  return arch == Arch::kPhi2 || arch == Arch::kStarCoder2 || arch == Arch::kCommandR ||
+         arch == Arch::kCohere2;
+}
+// Command R's parallel block (forward_cohere): command-r and cohere2.
+inline bool is_cohere_family(Arch arch) {
+  return arch == Arch::kCommandR || arch == Arch::kCohere2;
 }
 inline bool is_gemma_family(Arch arch) {
   return arch == Arch::kGemma2 || arch == Arch::kGemma3 || arch == Arch::kGemmaEmbedding;
@@ -114,9 +121,10 @@ struct ModelConfig {
   bool post_norms = false;
   float final_softcap = 0.0f;
   // Granite: each block's output (attention, FFN) times residual_scale before it joins the
-  // residual (0: none); the logits divided by logit_scale (1: none).
+  // residual (0: none). The logits are multiplied by logits_factor (1: none; Granite: 1 /
+  // its logit_scale, Cohere: its logit_scale).
   float residual_scale = 0.0f;
-  float logit_scale = 1.0f;
+  float logits_factor = 1.0f;
   // Mistral 3: q multiplied by a factor that grows with the position after RoPE
   // (<arch>.attention.temperature_scale; off when absent or 0).
   PositionScale query_temperature{};

@@ -175,8 +175,36 @@ Weights load_encoder_weights(const gguf::GgufFile& f, const ModelConfig& c) {
 // phi2 (llama.cpp's names): LayerNorms with biases (one per block, the final one); q, k, v
 // apart or fused in attn_qkv, each with its bias; the output projection, the MLP (ffn_up,
 // ffn_down) and the classifier with biases.
+// Command R's (command-r, cohere2): LayerNorms without biases (llama.cpp reads none), q, k, v
+// with optional biases, a SwiGLU MLP, the classifier token_embd. Command R+'s per-head q/k
+// LayerNorms are refused.
+Weights load_cohere_weights(const gguf::GgufFile& f, const ModelConfig& c) {
+  Weights w;
+  const int64_t E = c.n_embd, FF = c.n_ff, QD = c.q_dim(), KVD = c.kv_dim();
+  w.token_embd = matrix(f, "token_embd.weight", E, c.n_vocab);
+  w.output_norm = vector_f32(w, f, "output_norm.weight", E);
+  w.output = w.token_embd;
+  w.layers.resize((size_t)c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    LayerWeights& l = w.layers[(size_t)i];
+    const std::string p = "blk." + std::to_string(i) + ".";
+    if (f.find_tensor(p + "attn_q_norm.weight"))
+      throw_error(ErrorKind::kUnsupported, f.path() + ": " + p +
+                                               "attn_q_norm.weight: Command R+'s per-head q/k "
+                                               "LayerNorms are not supported");
+    l.attn_norm = vector_f32(w, f, p + "attn_norm.weight", E);
+    load_qkv(w, f, p, E, QD, KVD, QkvBias::kOptional, l);
+    l.wo = matrix(f, p + "attn_output.weight", QD, E);
+    l.w_gate = matrix(f, p + "ffn_gate.weight", E, FF);
+    l.w_up = matrix(f, p + "ffn_up.weight", E, FF);
+    l.w_down = matrix(f, p + "ffn_down.weight", FF, E);
+  }
+  return w;
+}
+
 // phi2's and starcoder2's: LayerNorms with biases, biased projections, an ungated MLP.
 Weights load_layernorm_weights(const gguf::GgufFile& f, const ModelConfig& c) {
+  if (is_cohere_family(c.arch_kind)) return load_cohere_weights(f, c);
   Weights w;
   const int64_t E = c.n_embd, FF = c.n_ff, QD = c.q_dim(), KVD = c.kv_dim();
   w.token_embd = matrix(f, "token_embd.weight", E, c.n_vocab);

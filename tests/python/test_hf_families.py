@@ -102,6 +102,12 @@ def families():
         "glm4": (t.Glm4Config, t.Glm4ForCausalLM, dict(head_dim=16, attention_bias=True)),
         # Arcee (AFM): an ungated relu^2 MLP.
         "arcee": (t.ArceeConfig, t.ArceeForCausalLM, dict(head_dim=16)),
+        # Command R (Aya): one LayerNorm feeding attention and SwiGLU side by side.
+        "cohere": (t.CohereConfig, t.CohereForCausalLM, dict(logit_scale=0.25)),
+        # Command R7B: windows of 8 on three layers of four, the fourth unrotated.
+        "cohere2": (t.Cohere2Config, t.Cohere2ForCausalLM, dict(
+            num_hidden_layers=4, sliding_window=8, logit_scale=0.25,
+            layer_types=["sliding_attention"] * 3 + ["full_attention"])),
         # Seed-OSS: the llama block with q/k/v biases.
         "seed_oss": (t.SeedOssConfig, t.SeedOssForCausalLM, dict(head_dim=16)),
         # ERNIE 4.5 (dense): the llama block, RoPE interleaved in transformers' code.
@@ -154,7 +160,7 @@ def make_model(family, tokenizer_json, out_dir):
     kwargs = {} if "text_config" in extra else dict(SMALL)
     kwargs.update(extra)
     cfg = cfg_cls(**kwargs, bos_token_id=0, eos_token_id=0, pad_token_id=0, tie_word_embeddings=
-                  family.startswith("gemma") or family == "starcoder2")
+                  family.startswith("gemma") or family in ("starcoder2", "cohere", "cohere2"))
     torch.manual_seed(0)
     model = model_cls(cfg).eval()
     randomize(model, family.startswith("gemma"))

@@ -50,7 +50,7 @@ void layernorm(const float* x, const float* weight, const float* bias, float* y,
   for (int64_t j = 0; j < n; ++j) {
     const float normed = y[j] * scale;
     const float weighted = normed * weight[j];
-    y[j] = weighted + bias[j];
+    y[j] = bias != nullptr ? weighted + bias[j] : weighted;  // (null: no bias, Cohere's)
   }
 }
 

@@ -49,10 +49,10 @@ bool matmul_supports(DType type);
 // y = x / sqrt(mean(x^2) + eps) * weight, n values (y may alias x).
 void rmsnorm(const float* x, const float* weight, float* y, int64_t n, float eps);
 
-// LayerNorm with a bias, y = (x - mean) / sqrt(var + eps) * weight + bias, n values (y may
-// alias x), rounded as llama.cpp's CPU build for AVX-512 computes it: the mean in float from a
-// double sum; the deviations' squares summed 16 at a time in float (reduce16, below), those
-// sums in double; then the scale, the weight and the bias each applied in its own rounding.
+// LayerNorm with a bias (or none: null), y = (x - mean) / sqrt(var + eps) * weight + bias, n values
+// (y may alias x), rounded as llama.cpp's CPU build for AVX-512 computes it: the mean in float from
+// a double sum; the deviations' squares summed 16 at a time in float (reduce16, below), those sums
+// in double; then the scale, the weight and the bias each applied in its own rounding.
 void layernorm(const float* x, const float* weight, const float* bias, float* y, int64_t n,
                float eps);
 

@@ -612,7 +612,10 @@ HABLAR_RHD void layernorm_row(const float* x, const float* w, const float* b, fl
   const float variance = (float)(squares / (double)n);
   const float scale = 1.0f / std::sqrt(variance + eps);
 #endif
-  for (int j = 0; j < n; ++j) y[j] = add(mul(mul(y[j], scale), w[j]), b[j]);
+  for (int j = 0; j < n; ++j) {  // (b null: a LayerNorm without a bias, Cohere's)
+    const float weighted = mul(mul(y[j], scale), w[j]);
+    y[j] = b != nullptr ? add(weighted, b[j]) : weighted;
+  }
 }
 
 // ---- attention (attention.cpp, F16/BF16 caches) --------------------------------------------

@@ -221,10 +221,10 @@ __global__ void layernorm_warp_kernel(RowsIn x, const float* __restrict__ bias, 
   for (int i = 0; i < kChunks; ++i) {
     const int c = lane + 32 * i;
     if (c >= n_chunks) continue;
-    float y[8], ww[8], bb[8];
+    float y[8], ww[8], bb[8] = {};
     load8_params<kVec>(w + c * 8, ww);
-    load8_params<kVec>(b + c * 8, bb);
-    for (int e = 0; e < 8; ++e) y[e] = (v[i][e] - mean) * scale * ww[e] + bb[e];
+    if (b) load8_params<kVec>(b + c * 8, bb);  // (null: a LayerNorm without a bias)
+    for (int e = 0; e < 8; ++e) y[e] = (v[i][e] - mean) * scale * ww[e] + (b ? bb[e] : 0.0f);
     const size_t at = off + (size_t)c * 8;
     if (out16) {
       Half8 h;
@@ -271,7 +271,7 @@ __global__ void layernorm_kernel(RowsIn x, const float* __restrict__ bias, RowsI
   __syncthreads();
   const float scale = shared_scale;
   for (int i = threadIdx.x; i < width; i += kRowThreads) {
-    const float y = (value(i) - mean) * scale * w[i] + b[i];
+    const float y = (value(i) - mean) * scale * w[i] + (b ? b[i] : 0.0f);
     if (out32) out32[off + i] = y;
     if (out16) out16[off + i] = __float2half_rn(y);
   }
@@ -385,7 +385,7 @@ void layernorm(RowsIn x, const float* bias, RowsIn residual, const float* w, con
   if (width % 8 == 0 && width <= 2048) {
     constexpr int kRowsPerBlock = 8;  // one warp each
     const int grid = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-    const bool vec = (!bias || aligned16(bias)) && aligned16(w) && aligned16(b);
+    const bool vec = (!bias || aligned16(bias)) && aligned16(w) && (!b || aligned16(b));
     const bool f16 = x.f16 && (!residual.data || residual.f16);
     const auto launch = [&]<int kChunks>() {
       const auto kernel = vec ? (f16 ? layernorm_warp_kernel<kChunks, true, true>

@@ -65,17 +65,17 @@ TEST_P(AprRoundTrip, SameLogitsAsTheGguf) {
 // biases under theirs.
 INSTANTIATE_TEST_SUITE_P(
     Models, AprRoundTrip,
-    ::testing::Values(std::pair{"llama", "f32"}, std::pair{"qwen2", "q4_k_m"},
-                      std::pair{"qwen3", "f16"}, std::pair{"phi2", "f16"}, std::pair{"phi3", "f16"},
-                      std::pair{"gemma", "f16"}, std::pair{"gemma2", "q4_k_m"},
-                      std::pair{"gemma3", "f16"}, std::pair{"mixtral", "f16"},
-                      std::pair{"qwen2moe", "f16"}, std::pair{"qwen3moe", "f16"},
-                      // (adjacent-pair RoPE beside llama: the APR's rope_type must say so)
-                      std::pair{"smollm3", "f16"}, std::pair{"granite", "f16"},
-                      std::pair{"ernie4_5", "f16"}, std::pair{"glm4", "q4_k_m"},
-                      std::pair{"olmo2", "f16"}, std::pair{"starcoder2", "f16"},
-                      std::pair{"exaone4", "f16"}, std::pair{"hunyuan-dense", "f16"},
-                      std::pair{"arcee", "f16"}, std::pair{"mistral3", "f16"}),
+    ::testing::Values(
+        std::pair{"llama", "f32"}, std::pair{"qwen2", "q4_k_m"}, std::pair{"qwen3", "f16"},
+        std::pair{"phi2", "f16"}, std::pair{"phi3", "f16"}, std::pair{"gemma", "f16"},
+        std::pair{"gemma2", "q4_k_m"}, std::pair{"gemma3", "f16"}, std::pair{"mixtral", "f16"},
+        std::pair{"qwen2moe", "f16"}, std::pair{"qwen3moe", "f16"},
+        // (adjacent-pair RoPE beside llama: the APR's rope_type must say so)
+        std::pair{"smollm3", "f16"}, std::pair{"granite", "f16"}, std::pair{"ernie4_5", "f16"},
+        std::pair{"glm4", "q4_k_m"}, std::pair{"olmo2", "f16"}, std::pair{"starcoder2", "f16"},
+        std::pair{"exaone4", "f16"}, std::pair{"hunyuan-dense", "f16"}, std::pair{"arcee", "f16"},
+        std::pair{"mistral3", "f16"}, std::pair{"exaone", "f16"}, std::pair{"xverse", "f16"},
+        std::pair{"seed_oss", "f16"}, std::pair{"command-r", "f16"}, std::pair{"cohere2", "f16"}),
     [](const auto& info) {
       std::string name = std::string(info.param.first) + "_" + info.param.second;
       std::replace(name.begin(), name.end(), '-', '_');  // (hunyuan-dense)
