@@ -62,7 +62,6 @@ WeightView CudaEmbedder::upload_matrix(const WeightView& w) {
 // The matrices only the embedding forward reads (the executor uploaded the projections and
 // every norm weight and bias already: model::weight_vector_fields).
 void CudaEmbedder::upload_encoder_weights(model::Weights& d) {
-  const model::ModelConfig& c = model_.config();
   const model::Weights& h = model_.weights();
   d.token_types = upload_matrix(h.token_types);
   d.pos_embd = upload_matrix(h.pos_embd);

@@ -403,6 +403,7 @@ void forward_cohere(const ModelConfig& c, const Weights& w, B& b) {
     b.matmul(lw.wo, a.att, a.q);  // the attention branch [T x E], in q's rows
 
     b.matmul_glu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up, GluActivation::kSilu);
+    dump_rows("ffn_swiglu", l, a.gate, FF);
     b.matmul(lw.w_down, a.gate, a.att);  // the MLP branch [T x E], in att's rows
     dump_rows("ffn_out", l, a.att, E);
     b.add(a.x, a.att, E);  // (x + MLP) + attention, as llama.cpp adds them
