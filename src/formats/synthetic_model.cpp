@@ -404,6 +404,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "xverse") return Arch::kXverse;
   if (name == "seed_oss") return Arch::kSeedOss;
   if (name == "command-r") return Arch::kCommandR;
+  if (name == "minicpm") return Arch::kMiniCpm;
   if (name == "cohere2") return Arch::kCohere2;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
@@ -462,6 +463,8 @@ std::string_view arch_name(Arch arch) {
       return "xverse";
     case Arch::kSeedOss:
       return "seed_oss";
+    case Arch::kMiniCpm:
+      return "minicpm";
     case Arch::kCommandR:
       return "command-r";
     case Arch::kCohere2:

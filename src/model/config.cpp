@@ -46,6 +46,8 @@ std::string_view arch_name(Arch arch) {
       return "mistral3";
     case Arch::kSeedOss:
       return "seed_oss";
+    case Arch::kMiniCpm:
+      return "minicpm";
     case Arch::kCommandR:
       return "command-r";
     case Arch::kCohere2:
@@ -70,7 +72,8 @@ std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5, exaone and xverse are the llama block.)
   return "llama, ernie4_5, exaone, xverse, seed_oss, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, "
          "smollm3, granite, olmo2, "
-         "exaone4, hunyuan-dense, glm4, arcee, mistral3, starcoder2, command-r, cohere2, gemma, "
+         "exaone4, hunyuan-dense, glm4, arcee, mistral3, minicpm, starcoder2, command-r, cohere2, "
+         "gemma, "
          "gemma2, gemma3, "
          "gemma-embedding, "
          "bert, nomic-bert";
@@ -98,6 +101,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "mistral3") return Arch::kMistral3;
   if (name == "seed_oss") return Arch::kSeedOss;
   if (name == "command-r") return Arch::kCommandR;
+  if (name == "minicpm") return Arch::kMiniCpm;
   if (name == "cohere2") return Arch::kCohere2;
   if (name == "exaone") return Arch::kLlama;  // EXAONE 3 / 3.5: the llama block (NeoX RoPE)
   if (name == "xverse") return Arch::kLlama;  // XVERSE: the llama block
@@ -314,6 +318,21 @@ void granite_multipliers(const gguf::GgufFile& f, ModelConfig& c, LayerSpec& spe
   c.logits_factor = 1.0f / read("logit_scale", 1.0, true);  // (llama.cpp's division, in float)
 }
 
+// MiniCPM's multipliers: Granite's keys, each optional, with the values older files imply
+// (embedding 12, residual 1.4 / sqrt(layers), logits divided by 256 / n_embd) in llama.cpp's
+// float arithmetic; its attention keeps 1/sqrt(head_dim), its RoPE always on.
+void minicpm_multipliers(const gguf::GgufFile& f, ModelConfig& c) {
+  const auto read = [&](const std::string& key, float fallback) {
+    const double v = f.get_float_or(c.arch + "." + key, (double)fallback);
+    if (!std::isfinite(v) || v <= 0.0)
+      throw_error(ErrorKind::kFormat, f.path() + ": " + key + " must be a finite number above 0");
+    return (float)v;
+  };
+  c.embed_scale = read("embedding_scale", 12.0f);
+  c.residual_scale = read("residual_scale", 1.4f / std::sqrt((float)c.n_layers));
+  c.logits_factor = 1.0f / read("logit_scale", 256.0f / (float)c.n_embd);
+}
+
 // Mistral 3's query temperature: attention.temperature_scale (absent or 0: none), its floor
 // the YaRN original context (rope.scaling.original_context_length, else the trained
 // context), as llama.cpp reads them. Its mixture-of-experts form is not supported.
@@ -365,7 +384,7 @@ void cohere_layers(const gguf::GgufFile& f, ModelConfig& c) {
 // through that window; llama.cpp's converter writes no such key for Mistral and its graphs
 // ignore it. Phi-3's sliding window is ignored, as llama.cpp ignores it.
 void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
-  if (c.arch_kind == Arch::kPhi3) read_longrope(f, c);
+  if (c.arch_kind == Arch::kPhi3 || c.arch_kind == Arch::kMiniCpm) read_longrope(f, c);
   c.ropes = {c.rope};
   LayerSpec spec;
   spec.attention.scale = 1.0f / std::sqrt((float)c.head_dim);
@@ -386,6 +405,7 @@ void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
     c.tied_output = true;  // its classifier is token_embd, whatever else the file has
   }
   if (c.arch_kind == Arch::kGranite) granite_multipliers(f, c, spec);
+  if (c.arch_kind == Arch::kMiniCpm) minicpm_multipliers(f, c);
   if (c.arch_kind == Arch::kArcee) {  // an ungated relu^2 MLP; the attention scale if given
     c.ffn_relu_squared = true;
     const double s = f.get_float_or(c.arch + ".attention.scale", 0.0);

@@ -175,7 +175,7 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
     dump_rows("l_out", l, a.x, E);
   }
   b.logits(a.x, w.output_norm, w.output, 0.0f);
-  if (c.logits_factor != 1.0f) b.scale_logits(c.logits_factor);  // Granite
+  if (c.logits_factor != 1.0f) b.scale_logits(c.logits_factor);  // Granite, MiniCPM
 }
 
 // Gemma 2 and 3, GLM-4: "sandwich" norms (RMSNorm before and after attention and FFN, the

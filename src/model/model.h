@@ -48,9 +48,10 @@ enum class Arch {
   kArcee,         // Arcee (AFM): the llama block with an ungated relu^2 MLP
   kMistral3,      // Mistral 3 (Ministral 3): the llama block, YaRN and a query temperature
   kSeedOss,       // Seed-OSS: the llama block with q/k/v biases, its FFN norm named post_attention
-  kCommandR,  // Command R, Aya: one LayerNorm (no bias) feeding attention and SwiGLU side by side
-  kCohere2,  // Command R7B, Command A: Command R's block, 3 of 4 layers sliding, the rest unrotated
-  kGemma,    // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
+  kMiniCpm,       // MiniCPM: Granite's multipliers, with defaults where older files have none
+  kCommandR,      // Command R, Aya: one bias-free LayerNorm feeding attention and SwiGLU
+  kCohere2,       // Command R7B, Command A: Command R's block, 3 of 4 layers sliding
+  kGemma,         // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
   kGemma2,
   kGemma3,
   kGemmaEmbedding,  // EmbeddingGemma: Gemma 3's blocks attending both ways, an embedder only

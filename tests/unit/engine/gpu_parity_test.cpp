@@ -251,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(Families, SyntheticGpuParity,
                                            "phi2", "smollm3", "granite", "ernie4_5", "olmo2",
                                            "starcoder2", "exaone4", "hunyuan-dense", "glm4",
                                            "arcee", "mistral3", "exaone", "xverse", "seed_oss",
-                                           "command-r", "cohere2", "mixtral", "qwen2moe",
+                                           "command-r", "cohere2", "minicpm", "mixtral", "qwen2moe",
                                            "qwen3moe"),
                          [](const auto& info) {
                            std::string name = info.param;
