@@ -140,7 +140,8 @@ std::string hf_arch_of(const json& cfg, const std::string& path) {
                                                              {"ministral3", "mistral3"},
                                                              {"seed_oss", "seed_oss"},
                                                              {"cohere", "command-r"},
-                                                             {"cohere2", "cohere2"}};
+                                                             {"cohere2", "cohere2"},
+                                                             {"olmoe", "olmoe"}};
   if (const auto it = kArches.find(type); it != kArches.end()) return it->second;
   std::string names;
   for (const auto& [name, arch] : kArches) names += (names.empty() ? "" : ", ") + name;
@@ -438,6 +439,8 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   if (a == "granite") add_granite_multipliers(m, cfg, path);
   if (a == "mistral3") add_query_temperature(m, cfg, path);
   if (cohere) add_cohere(m, cfg, a, path);
+  if (a == "olmoe" && cfg.contains("clip_qkv") && !cfg["clip_qkv"].is_null())
+    throw_error(ErrorKind::kUnsupported, path + ": OLMoE with clip_qkv is not supported");
   if (a == "olmo2" || a == "exaone4") add_sliding_windows(m, cfg, a, path);
   return m;
 }
@@ -612,6 +615,7 @@ const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
       {"cohere2", cohere_names()},
       {"qwen2moe", moe_names("qwen2moe")},
       {"qwen3moe", moe_names("qwen3moe")},
+      {"olmoe", moe_names("olmoe")},
       {"phi3", phi3_names()},
       {"phi2", phi2_names()},
       {"starcoder2", starcoder2_names()},

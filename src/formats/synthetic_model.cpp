@@ -30,6 +30,8 @@ using gguf::Value;
 const std::vector<ModelShape> kShapes = {
     // tiny: gemma3's window of 8 and period 2 make its short test prompts cross both kinds.
     {"tiny", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0, 1e-5, false, 8, 2, 8, 2, 128},
+    // tiny-mha: as many KV heads as query heads (OLMoE's norms of k span the embedding).
+    {"tiny-mha", 256, 2, 4, 4, 64, 512, 512, 2048, 10000.0, 1e-5, false, 8, 2, 8, 2, 128},
     // tiny-hd96: Phi-3's head size, whose 1/sqrt(96) query scale is no power of two.
     {"tiny-hd96", 768, 2, 8, 4, 96, 512, 512, 2048, 10000.0, 1e-5, false},
     // tiny-odd: rows of 320 (not a K-quant super-block: the quantizers' fallbacks), 8 layers
@@ -199,10 +201,11 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
     w.set(a + ".attention.sliding_window", u32(s.sliding_window));
     w.set(a + ".attention.sliding_window_pattern", u32(s.sliding_period));
   }
-  if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe) {
+  if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe ||
+      arch == Arch::kOlmoe) {
     w.set(a + ".expert_count", u32(s.n_experts));
     w.set(a + ".expert_used_count", u32(s.n_experts_used));
-    if (arch != Arch::kMixtral)
+    if (arch != Arch::kMixtral && arch != Arch::kOlmoe)  // (their experts as wide as the FFN)
       w.set(a + ".expert_feed_forward_length", u32(s.ffn_expert > 0 ? s.ffn_expert : s.ffn));
     if (arch == Arch::kQwen2Moe) w.set(a + ".expert_shared_feed_forward_length", u32(s.ffn));
   }
@@ -405,6 +408,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "seed_oss") return Arch::kSeedOss;
   if (name == "command-r") return Arch::kCommandR;
   if (name == "minicpm") return Arch::kMiniCpm;
+  if (name == "olmoe") return Arch::kOlmoe;
   if (name == "cohere2") return Arch::kCohere2;
   if (name == "bert") return Arch::kBert;
   if (name == "nomic-bert") return Arch::kNomicBert;
@@ -465,6 +469,8 @@ std::string_view arch_name(Arch arch) {
       return "seed_oss";
     case Arch::kMiniCpm:
       return "minicpm";
+    case Arch::kOlmoe:
+      return "olmoe";
     case Arch::kCommandR:
       return "command-r";
     case Arch::kCohere2:
@@ -621,7 +627,7 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
       add(block_name(l, "attn_q_norm.weight"), {s.head_dim}, Init::kNorm, l);
       add(block_name(l, "attn_k_norm.weight"), {s.head_dim}, Init::kNorm, l);
     }
-    if (arch == Arch::kOlmo2) {  // over whole rows
+    if (arch == Arch::kOlmo2 || arch == Arch::kOlmoe) {  // over whole rows
       add(block_name(l, "attn_q_norm.weight"), {q_len}, Init::kNorm, l);
       add(block_name(l, "attn_k_norm.weight"), {kv_len}, Init::kNorm, l);
     }
@@ -632,8 +638,10 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
     if (!olmo2 && !cohere)
       add(block_name(l, arch == Arch::kSeedOss ? "post_attention_norm.weight" : "ffn_norm.weight"),
           {s.hidden}, Init::kNorm, l);
-    if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe) {
-      const int64_t fe = arch != Arch::kMixtral && s.ffn_expert > 0 ? s.ffn_expert : s.ffn;
+    if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe ||
+        arch == Arch::kOlmoe) {
+      const int64_t fe =
+          arch != Arch::kMixtral && arch != Arch::kOlmoe && s.ffn_expert > 0 ? s.ffn_expert : s.ffn;
       add(block_name(l, "ffn_gate_inp.weight"), {s.hidden, s.n_experts}, Init::kMatrix, l);
       add(block_name(l, "ffn_gate_exps.weight"), {s.hidden, fe, s.n_experts}, Init::kMatrix, l);
       add(block_name(l, "ffn_up_exps.weight"), {s.hidden, fe, s.n_experts}, Init::kMatrix, l);

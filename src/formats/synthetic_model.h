@@ -84,6 +84,7 @@ enum class Arch {
   kExaone,        // llama's tensors under exaone (EXAONE 3 / 3.5; NeoX RoPE)
   kXverse,        // llama's tensors under xverse
   kSeedOss,       // llama's tensors with q/k/v biases, the FFN norm named post_attention_norm
+  kOlmoe,         // llama's tensors, q/k norms over whole rows, experts as wide as the FFN
   kMiniCpm,       // llama's tensors; MiniCPM's default multipliers (no keys written)
   kCommandR,      // one LayerNorm (weight only) a block, SwiGLU, token_embd as classifier
   kCohere2,       // command-r's tensors; three of four layers sliding (window 8 here)

@@ -48,6 +48,8 @@ std::string_view arch_name(Arch arch) {
       return "seed_oss";
     case Arch::kMiniCpm:
       return "minicpm";
+    case Arch::kOlmoe:
+      return "olmoe";
     case Arch::kCommandR:
       return "command-r";
     case Arch::kCohere2:
@@ -72,7 +74,8 @@ std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5, exaone and xverse are the llama block.)
   return "llama, ernie4_5, exaone, xverse, seed_oss, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, "
          "smollm3, granite, olmo2, "
-         "exaone4, hunyuan-dense, glm4, arcee, mistral3, minicpm, starcoder2, command-r, cohere2, "
+         "exaone4, hunyuan-dense, glm4, arcee, mistral3, minicpm, olmoe, starcoder2, command-r, "
+         "cohere2, "
          "gemma, "
          "gemma2, gemma3, "
          "gemma-embedding, "
@@ -102,6 +105,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "seed_oss") return Arch::kSeedOss;
   if (name == "command-r") return Arch::kCommandR;
   if (name == "minicpm") return Arch::kMiniCpm;
+  if (name == "olmoe") return Arch::kOlmoe;
   if (name == "cohere2") return Arch::kCohere2;
   if (name == "exaone") return Arch::kLlama;  // EXAONE 3 / 3.5: the llama block (NeoX RoPE)
   if (name == "xverse") return Arch::kLlama;  // XVERSE: the llama block
@@ -204,7 +208,8 @@ void read_rope_scaling(const gguf::GgufFile& f, const std::string& a, RopeParams
 void read_experts(const gguf::GgufFile& f, ModelConfig& c) {
   const std::string& a = c.arch;
   c.n_experts = (int)f.get_uint_or(a + ".expert_count", 0);
-  const bool moe_arch = c.arch_kind == Arch::kQwen3Moe || c.arch_kind == Arch::kQwen2Moe;
+  const bool moe_arch = c.arch_kind == Arch::kQwen3Moe || c.arch_kind == Arch::kQwen2Moe ||
+                        c.arch_kind == Arch::kOlmoe;
   if (c.n_experts == 0) {
     if (moe_arch) throw_error(ErrorKind::kFormat, f.path() + ": " + a + " without expert_count");
     return;
@@ -216,6 +221,7 @@ void read_experts(const gguf::GgufFile& f, ModelConfig& c) {
       throw_error(ErrorKind::kFormat,
                   f.path() + ": expert_shared_feed_forward_length out of range");
   }
+  if (c.arch_kind == Arch::kOlmoe) c.experts_normalized = false;  // (OLMoE's weights as they are)
   // <arch>.expert_weights_norm (as llama.cpp's key; a checkpoint's norm_topk_prob) overrides
   // the family's custom.
   c.experts_normalized = f.get_bool_or(a + ".expert_weights_norm", c.experts_normalized);
@@ -584,6 +590,7 @@ ModelConfig config_from_gguf(const gguf::GgufFile& f) {
   c.qk_norm = c.arch_kind == Arch::kQwen3 || c.arch_kind == Arch::kQwen3Moe ||
               c.arch_kind == Arch::kHunyuanDense;
   c.qk_norm_after_rope = c.arch_kind == Arch::kHunyuanDense;
+  c.qk_norm_rows = c.arch_kind == Arch::kOlmo2 || c.arch_kind == Arch::kOlmoe;
   read_experts(f, c);
   // (phi2's classifier is its own, with a bias: never tied.)
   c.tied_output = f.find_tensor("output.weight") == nullptr && c.arch_kind != Arch::kPhi2;

@@ -133,6 +133,10 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
       b.head_rmsnorm(a.q, lw.q_norm, c.n_heads);
       b.head_rmsnorm(a.k, lw.k_norm, c.n_kv_heads);
     };
+    if (c.qk_norm_rows) {  // OLMoE: over whole rows, before RoPE
+      b.rmsnorm(a.q, lw.q_norm, a.q, QD);
+      b.rmsnorm(a.k, lw.k_norm, a.k, KVD);
+    }
     if (c.qk_norm && !c.qk_norm_after_rope) qk_norm();
     if (spec.rope != LayerSpec::kNoRope) {  // (SmolLM3: every fourth layer keeps q, k as they are)
       b.rope(a.q, c.n_heads, spec.rope);

@@ -48,6 +48,7 @@ enum class Arch {
   kArcee,         // Arcee (AFM): the llama block with an ungated relu^2 MLP
   kMistral3,      // Mistral 3 (Ministral 3): the llama block, YaRN and a query temperature
   kSeedOss,       // Seed-OSS: the llama block with q/k/v biases, its FFN norm named post_attention
+  kOlmoe,         // OLMoE: the llama block, q/k normed over whole rows, a mixture of experts
   kMiniCpm,       // MiniCPM: Granite's multipliers, with defaults where older files have none
   kCommandR,      // Command R, Aya: one bias-free LayerNorm feeding attention and SwiGLU
   kCohere2,       // Command R7B, Command A: Command R's block, 3 of 4 layers sliding
@@ -102,6 +103,7 @@ struct ModelConfig {
   bool qkv_bias = false;            // qwen2: q/k/v projections have biases
   bool qk_norm = false;             // qwen3, gemma3: per-head RMSNorm on q and k before RoPE
   bool qk_norm_after_rope = false;  // hunyuan-dense: that norm after RoPE
+  bool qk_norm_rows = false;        // olmo2, olmoe: q and k RMS-normed over whole rows instead
   bool ffn_relu_squared = false;    // arcee: FFN = W_down · relu(W_up·n)^2 (no gate)
 
   // Per layer: attention scale and window, RoPE variant (index into `ropes`; ropes[0] is

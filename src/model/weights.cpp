@@ -278,7 +278,7 @@ Weights load_weights(const gguf::GgufFile& f, const ModelConfig& c) {
       l.q_norm = vector_f32(w, f, p + "attn_q_norm.weight", c.head_dim);
       l.k_norm = vector_f32(w, f, p + "attn_k_norm.weight", c.head_dim);
     }
-    if (c.arch_kind == Arch::kOlmo2) {  // over the whole q and k rows
+    if (c.qk_norm_rows) {  // over the whole q and k rows (OLMo 2, OLMoE)
       l.q_norm = vector_f32(w, f, p + "attn_q_norm.weight", c.q_dim());
       l.k_norm = vector_f32(w, f, p + "attn_k_norm.weight", c.kv_dim());
     }
@@ -377,9 +377,9 @@ std::span<const LayerVectorField> layer_vector_fields() {
       {&LayerWeights::bv, [](C c, L) { return (int64_t)c.kv_dim(); }},
       // (OLMo 2 norms q and k over whole rows; the others per head.)
       {&LayerWeights::q_norm,
-       [](C c, L) { return (int64_t)(c.arch_kind == Arch::kOlmo2 ? c.q_dim() : c.head_dim); }},
+       [](C c, L) { return (int64_t)(c.qk_norm_rows ? c.q_dim() : c.head_dim); }},
       {&LayerWeights::k_norm,
-       [](C c, L) { return (int64_t)(c.arch_kind == Arch::kOlmo2 ? c.kv_dim() : c.head_dim); }},
+       [](C c, L) { return (int64_t)(c.qk_norm_rows ? c.kv_dim() : c.head_dim); }},
       {&LayerWeights::post_attn_norm, embd},
       {&LayerWeights::ffn_norm, embd},
       {&LayerWeights::ffn_norm_b, embd},

@@ -120,6 +120,9 @@ def families():
         "qwen2moe": (t.Qwen2MoeConfig, t.Qwen2MoeForCausalLM,
                      dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                           shared_expert_intermediate_size=64, norm_topk_prob=False)),
+        # OLMoE: q/k normed over whole rows, the chosen experts' weights as they are.
+        "olmoe": (t.OlmoeConfig, t.OlmoeForCausalLM, dict(num_key_value_heads=4, num_experts=4,
+                                                         num_experts_per_tok=2)),
         "qwen3moe": (t.Qwen3MoeConfig, t.Qwen3MoeForCausalLM,
                      dict(head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                           norm_topk_prob=True)),

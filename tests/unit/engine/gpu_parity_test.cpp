@@ -191,7 +191,7 @@ TEST_F(GpuParity, KvCacheTypesAgreeWithTheCpuOverTheSameType) {
 }
 
 bool is_moe(const std::string& arch) {
-  return arch == "mixtral" || arch == "qwen2moe" || arch == "qwen3moe";
+  return arch == "mixtral" || arch == "qwen2moe" || arch == "qwen3moe" || arch == "olmoe";
 }
 
 // The weight types each family's goldens cover: every type for llama, qwen2 and qwen3, the
@@ -251,8 +251,8 @@ INSTANTIATE_TEST_SUITE_P(Families, SyntheticGpuParity,
                                            "phi2", "smollm3", "granite", "ernie4_5", "olmo2",
                                            "starcoder2", "exaone4", "hunyuan-dense", "glm4",
                                            "arcee", "mistral3", "exaone", "xverse", "seed_oss",
-                                           "command-r", "cohere2", "minicpm", "mixtral", "qwen2moe",
-                                           "qwen3moe"),
+                                           "command-r", "cohere2", "minicpm", "olmoe", "mixtral",
+                                           "qwen2moe", "qwen3moe"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -69,8 +69,8 @@ INSTANTIATE_TEST_SUITE_P(EveryFamily, WeightFields,
                                            "qwen2moe", "phi2", "smollm3", "granite", "ernie4_5",
                                            "olmo2", "starcoder2", "exaone4", "hunyuan-dense",
                                            "glm4", "arcee", "mistral3", "exaone", "xverse",
-                                           "seed_oss", "command-r", "cohere2", "minicpm", "bert",
-                                           "nomic-bert"),
+                                           "seed_oss", "command-r", "cohere2", "minicpm", "olmoe",
+                                           "bert", "nomic-bert"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
