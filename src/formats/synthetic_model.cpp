@@ -405,6 +405,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "mistral3") return Arch::kMistral3;
   if (name == "exaone") return Arch::kExaone;
   if (name == "xverse") return Arch::kXverse;
+  if (name == "internlm2") return Arch::kInternlm2;
   if (name == "seed_oss") return Arch::kSeedOss;
   if (name == "command-r") return Arch::kCommandR;
   if (name == "minicpm") return Arch::kMiniCpm;
@@ -465,6 +466,8 @@ std::string_view arch_name(Arch arch) {
       return "exaone";
     case Arch::kXverse:
       return "xverse";
+    case Arch::kInternlm2:
+      return "internlm2";
     case Arch::kSeedOss:
       return "seed_oss";
     case Arch::kMiniCpm:

@@ -83,6 +83,7 @@ enum class Arch {
   kMistral3,      // llama's tensors, YaRN and the query temperature past a short floor
   kExaone,        // llama's tensors under exaone (EXAONE 3 / 3.5; NeoX RoPE)
   kXverse,        // llama's tensors under xverse
+  kInternlm2,     // llama's tensors under internlm2
   kSeedOss,       // llama's tensors with q/k/v biases, the FFN norm named post_attention_norm
   kOlmoe,         // llama's tensors, q/k norms over whole rows, experts as wide as the FFN
   kMiniCpm,       // llama's tensors; MiniCPM's default multipliers (no keys written)

@@ -71,8 +71,9 @@ std::string_view arch_name(Arch arch) {
 }
 
 std::string supported_arch_names() {
-  // (Mixtral is llama; ernie4_5, exaone and xverse are the llama block.)
-  return "llama, ernie4_5, exaone, xverse, seed_oss, qwen2, qwen2moe, qwen3, qwen3moe, phi2, phi3, "
+  // (Mixtral is llama; ernie4_5, exaone, xverse and internlm2 are the llama block.)
+  return "llama, ernie4_5, exaone, xverse, internlm2, seed_oss, qwen2, qwen2moe, qwen3, qwen3moe, "
+         "phi2, phi3, "
          "smollm3, granite, olmo2, "
          "exaone4, hunyuan-dense, glm4, arcee, mistral3, minicpm, olmoe, starcoder2, command-r, "
          "cohere2, "
@@ -107,8 +108,9 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "minicpm") return Arch::kMiniCpm;
   if (name == "olmoe") return Arch::kOlmoe;
   if (name == "cohere2") return Arch::kCohere2;
-  if (name == "exaone") return Arch::kLlama;  // EXAONE 3 / 3.5: the llama block (NeoX RoPE)
-  if (name == "xverse") return Arch::kLlama;  // XVERSE: the llama block
+  if (name == "exaone") return Arch::kLlama;     // EXAONE 3 / 3.5: the llama block (NeoX RoPE)
+  if (name == "xverse") return Arch::kLlama;     // XVERSE: the llama block
+  if (name == "internlm2") return Arch::kLlama;  // InternLM 2 / 2.5: the llama block
   if (name == "gemma") return Arch::kGemma;
   if (name == "gemma2") return Arch::kGemma2;
   if (name == "gemma3") return Arch::kGemma3;

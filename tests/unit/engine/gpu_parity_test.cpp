@@ -251,8 +251,8 @@ INSTANTIATE_TEST_SUITE_P(Families, SyntheticGpuParity,
                                            "phi2", "smollm3", "granite", "ernie4_5", "olmo2",
                                            "starcoder2", "exaone4", "hunyuan-dense", "glm4",
                                            "arcee", "mistral3", "exaone", "xverse", "seed_oss",
-                                           "command-r", "cohere2", "minicpm", "olmoe", "mixtral",
-                                           "qwen2moe", "qwen3moe"),
+                                           "command-r", "cohere2", "minicpm", "olmoe", "internlm2",
+                                           "mixtral", "qwen2moe", "qwen3moe"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
