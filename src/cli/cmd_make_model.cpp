@@ -40,14 +40,15 @@ int run_make_model(const MakeModelOptions& o) {
   synth::SyntheticModelOptions opts;
   const auto arch = synth::arch_from_name(o.arch);
   if (!arch)
-    throw_error(ErrorKind::kInvalidArgument, "--arch: unknown architecture '" + o.arch +
-                                                 "' (llama, qwen2, qwen3, gemma, gemma2, gemma3, "
-                                                 "gemma-embedding, mixtral, qwen2moe, qwen3moe, "
-                                                 "phi2, phi3, smollm3, granite, ernie4_5, olmo2, "
-                                                 "starcoder2, exaone4, hunyuan-dense, glm4, arcee, "
-                                                 "mistral3, exaone, xverse, seed_oss, command-r, "
-                                                 "cohere2, minicpm, olmoe, internlm2, bert "
-                                                 "or nomic-bert)");
+    throw_error(ErrorKind::kInvalidArgument,
+                "--arch: unknown architecture '" + o.arch +
+                    "' (llama, qwen2, qwen3, gemma, gemma2, gemma3, "
+                    "gemma-embedding, mixtral, qwen2moe, qwen3moe, "
+                    "phi2, phi3, smollm3, granite, ernie4_5, olmo2, "
+                    "starcoder2, exaone4, hunyuan-dense, glm4, arcee, "
+                    "mistral3, exaone, xverse, seed_oss, command-r, "
+                    "cohere2, minicpm, olmoe, internlm2, orion, nemotron, bert "
+                    "or nomic-bert)");
   const auto shape = synth::shape_from_name(o.shape);
   if (!shape)
     throw_error(ErrorKind::kInvalidArgument,
@@ -96,7 +97,8 @@ const CommandRegistration registration{
                      "llama, qwen2, qwen3, gemma, gemma2, gemma3, gemma-embedding, mixtral, "
                      "qwen2moe, qwen3moe, phi2, phi3, smollm3, granite, ernie4_5, olmo2, "
                      "starcoder2, exaone4, hunyuan-dense, glm4, arcee, mistral3, exaone, xverse, "
-                     "seed_oss, command-r, cohere2, minicpm, olmoe, internlm2, bert or nomic-bert")
+                     "seed_oss, command-r, cohere2, minicpm, olmoe, internlm2, orion, nemotron, "
+                     "bert or nomic-bert")
           ->capture_default_str();
       app.add_option("--shape", o->shape, shape_names())->capture_default_str();
       app.add_option("--type", o->type,

@@ -181,14 +181,16 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
   w.set(a + ".attention.key_length", u32(s.head_dim));
   w.set(a + ".attention.value_length", u32(s.head_dim));
   const bool layer_norm = arch == Arch::kPhi2 || arch == Arch::kStarCoder2 ||
-                          arch == Arch::kCommandR || arch == Arch::kCohere2;
+                          arch == Arch::kCommandR || arch == Arch::kCohere2 ||
+                          arch == Arch::kOrion || arch == Arch::kNemotron;
   w.set(a + (layer_norm ? ".attention.layer_norm_epsilon" : ".attention.layer_norm_rms_epsilon"),
         Value::f32((float)s.norm_eps));
   w.set(a + ".rope.freq_base", Value::f32((float)s.rope_theta));
   int64_t rope_dims = s.rope_dims > 0 ? s.rope_dims : s.head_dim;
   if (s.rope_dims == 0 && arch == Arch::kPhi2)
     rope_dims = 2 * std::llround(0.2 * (double)s.head_dim);
-  if (s.rope_dims == 0 && arch == Arch::kGlm4) rope_dims = s.head_dim / 2;
+  if (s.rope_dims == 0 && (arch == Arch::kGlm4 || arch == Arch::kNemotron))
+    rope_dims = s.head_dim / 2;  // (Nemotron-Mini's partial rotary factor)
   w.set(a + ".rope.dimension_count", u32(rope_dims));
   if (arch == Arch::kGemmaEmbedding) {  // dense_2 [n_embd -> 4 n_embd], dense_3 back
     w.set(a + ".dense_2_feat_in", u32(s.hidden));
@@ -408,6 +410,8 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "internlm2") return Arch::kInternlm2;
   if (name == "seed_oss") return Arch::kSeedOss;
   if (name == "command-r") return Arch::kCommandR;
+  if (name == "orion") return Arch::kOrion;
+  if (name == "nemotron") return Arch::kNemotron;
   if (name == "minicpm") return Arch::kMiniCpm;
   if (name == "olmoe") return Arch::kOlmoe;
   if (name == "cohere2") return Arch::kCohere2;
@@ -474,6 +478,10 @@ std::string_view arch_name(Arch arch) {
       return "minicpm";
     case Arch::kOlmoe:
       return "olmoe";
+    case Arch::kOrion:
+      return "orion";
+    case Arch::kNemotron:
+      return "nemotron";
     case Arch::kCommandR:
       return "command-r";
     case Arch::kCohere2:
@@ -549,6 +557,7 @@ std::vector<PlannedTensor> plan_encoder_tensors(Arch arch, const ModelShape& s, 
 std::vector<PlannedTensor> plan_layernorm_tensors(Arch arch, const ModelShape& s,
                                                   int64_t vocab_size, const QuantMix& mix) {
   const bool phi2 = arch == Arch::kPhi2;
+  const bool biased = phi2 || arch == Arch::kStarCoder2;  // (Orion, Nemotron: norms' biases only)
   const bool has_output = phi2 || !s.tied_embeddings;
   using Init = PlannedTensor::Init;
   const int n_layers = (int)s.n_layers;
@@ -558,10 +567,10 @@ std::vector<PlannedTensor> plan_layernorm_tensors(Arch arch, const ModelShape& s
     const DType type = quant_mix_tensor_type(mix, name, layer, n_layers, dims[0], has_output);
     out.push_back({std::move(name), std::move(dims), type, init});
   };
-  // A matrix [rows x cols] with its bias [rows].
+  // A matrix [rows x cols] with its bias [rows] (where the family has one).
   const auto linear = [&](const std::string& name, int64_t cols, int64_t rows, int layer) {
     add(name + ".weight", {cols, rows}, Init::kMatrix, layer);
-    add(name + ".bias", {rows}, Init::kBias, layer);
+    if (biased) add(name + ".bias", {rows}, Init::kBias, layer);
   };
   const auto norm = [&](const std::string& name, int layer) {
     add(name + ".weight", {h}, Init::kNorm, layer);
@@ -575,6 +584,7 @@ std::vector<PlannedTensor> plan_layernorm_tensors(Arch arch, const ModelShape& s
     linear(block_name(l, "attn_v"), h, kv, l);
     linear(block_name(l, "attn_output"), q, h, l);
     if (!phi2) norm(block_name(l, "ffn_norm"), l);
+    if (arch == Arch::kOrion) linear(block_name(l, "ffn_gate"), h, s.ffn, l);
     linear(block_name(l, "ffn_up"), h, s.ffn, l);
     linear(block_name(l, "ffn_down"), s.ffn, h, l);
   }
@@ -592,7 +602,8 @@ std::vector<PlannedTensor> plan_layernorm_tensors(Arch arch, const ModelShape& s
 std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t vocab_size,
                                         const QuantMix& mix, bool rank_head) {
   if (is_encoder(arch)) return plan_encoder_tensors(arch, s, vocab_size, mix, rank_head);
-  if (arch == Arch::kPhi2 || arch == Arch::kStarCoder2)
+  if (arch == Arch::kPhi2 || arch == Arch::kStarCoder2 || arch == Arch::kOrion ||
+      arch == Arch::kNemotron)
     return plan_layernorm_tensors(arch, s, vocab_size, mix);
   using Init = PlannedTensor::Init;
   const int n_layers = (int)s.n_layers;

@@ -87,6 +87,8 @@ enum class Arch {
   kSeedOss,       // llama's tensors with q/k/v biases, the FFN norm named post_attention_norm
   kOlmoe,         // llama's tensors, q/k norms over whole rows, experts as wide as the FFN
   kMiniCpm,       // llama's tensors; MiniCPM's default multipliers (no keys written)
+  kOrion,         // starcoder2's LayerNorms, no projection biases, a SwiGLU MLP
+  kNemotron,      // starcoder2's LayerNorms, no projection biases, relu^2, half the head rotated
   kCommandR,      // one LayerNorm (weight only) a block, SwiGLU, token_embd as classifier
   kCohere2,       // command-r's tensors; three of four layers sliding (window 8 here)
   kBert,

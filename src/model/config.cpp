@@ -50,6 +50,10 @@ std::string_view arch_name(Arch arch) {
       return "minicpm";
     case Arch::kOlmoe:
       return "olmoe";
+    case Arch::kOrion:
+      return "orion";
+    case Arch::kNemotron:
+      return "nemotron";
     case Arch::kCommandR:
       return "command-r";
     case Arch::kCohere2:
@@ -72,15 +76,10 @@ std::string_view arch_name(Arch arch) {
 
 std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5, exaone, xverse and internlm2 are the llama block.)
-  return "llama, ernie4_5, exaone, xverse, internlm2, seed_oss, qwen2, qwen2moe, qwen3, qwen3moe, "
-         "phi2, phi3, "
-         "smollm3, granite, olmo2, "
-         "exaone4, hunyuan-dense, glm4, arcee, mistral3, minicpm, olmoe, starcoder2, command-r, "
-         "cohere2, "
-         "gemma, "
-         "gemma2, gemma3, "
-         "gemma-embedding, "
-         "bert, nomic-bert";
+  return "llama, ernie4_5, exaone, xverse, internlm2, seed_oss, qwen2, qwen2moe, qwen3, "
+         "qwen3moe, phi2, phi3, smollm3, granite, olmo2, exaone4, hunyuan-dense, glm4, arcee, "
+         "mistral3, minicpm, olmoe, starcoder2, orion, nemotron, command-r, cohere2, gemma, "
+         "gemma2, gemma3, gemma-embedding, bert, nomic-bert";
 }
 
 namespace {
@@ -105,6 +104,8 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "mistral3") return Arch::kMistral3;
   if (name == "seed_oss") return Arch::kSeedOss;
   if (name == "command-r") return Arch::kCommandR;
+  if (name == "orion") return Arch::kOrion;
+  if (name == "nemotron") return Arch::kNemotron;
   if (name == "minicpm") return Arch::kMiniCpm;
   if (name == "olmoe") return Arch::kOlmoe;
   if (name == "cohere2") return Arch::kCohere2;
@@ -414,6 +415,7 @@ void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
   }
   if (c.arch_kind == Arch::kGranite) granite_multipliers(f, c, spec);
   if (c.arch_kind == Arch::kMiniCpm) minicpm_multipliers(f, c);
+  if (c.arch_kind == Arch::kNemotron) c.ffn_relu_squared = true;  // (up, relu^2, down)
   if (c.arch_kind == Arch::kArcee) {  // an ungated relu^2 MLP; the attention scale if given
     c.ffn_relu_squared = true;
     const double s = f.get_float_or(c.arch + ".attention.scale", 0.0);

@@ -247,9 +247,9 @@ void layernorm_attention(const ModelConfig& c, const LayerWeights& lw, int l, B&
   b.layernorm(a.x, lw.attn_norm, lw.attn_norm_b, a.xb, E);
   dump_rows("attn_norm", l, a.xb, E);
   b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
-  b.add_bias(a.q, lw.bq, E);
-  b.add_bias(a.k, lw.bk, KVD);
-  b.add_bias(a.v, lw.bv, KVD);
+  if (lw.bq != nullptr) b.add_bias(a.q, lw.bq, E);  // (Orion, Nemotron: as the file has them)
+  if (lw.bk != nullptr) b.add_bias(a.k, lw.bk, KVD);
+  if (lw.bv != nullptr) b.add_bias(a.v, lw.bv, KVD);
   b.rope(a.q, c.n_heads, spec.rope);
   b.rope(a.k, c.n_kv_heads, spec.rope);
   dump_rows("q_rope", l, a.q, E), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
@@ -341,7 +341,9 @@ void forward_post_norm(const ModelConfig& c, const Weights& w, B& b) {
 }
 
 // StarCoder2: the pre-norm block of LayerNorms with biases; q, k, v, the output projection
-// and the MLP's two products all biased; the MLP GELU(W_up·n + b) ungated; NeoX RoPE.
+// and the MLP's two products all biased; the MLP GELU(W_up·n + b) ungated; NeoX RoPE. Orion
+// and Nemotron run it too: biases only where their files have them, Orion's MLP SwiGLU,
+// Nemotron's relu^2(W_up·n + b).
 template <LayerNormBackend B>
 void forward_starcoder2(const ModelConfig& c, const Weights& w, B& b) {
   const Activations& a = b.activations();
@@ -356,16 +358,24 @@ void forward_starcoder2(const ModelConfig& c, const Weights& w, B& b) {
     layernorm_attention(c, lw, l, b, dump_rows);
     dump_rows("attn_out", l, a.att, E);
     b.matmul(lw.wo, a.att, a.xb);
-    b.add_bias(a.xb, lw.bo, E);
+    if (lw.bo != nullptr) b.add_bias(a.xb, lw.bo, E);
     b.add(a.x, a.xb, E);
     dump_rows("ffn_inp", l, a.x, E);
 
     b.layernorm(a.x, lw.ffn_norm, lw.ffn_norm_b, a.xb, E);
-    b.matmul(lw.w_up, a.xb, a.gate);
-    b.add_bias(a.gate, lw.b_up, FF);
-    b.gelu(a.gate, FF);
+    if (lw.w_gate.data != nullptr) {  // Orion
+      b.matmul_glu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up, GluActivation::kSilu);
+    } else {
+      b.matmul(lw.w_up, a.xb, a.gate);
+      if (lw.b_up != nullptr) b.add_bias(a.gate, lw.b_up, FF);
+      if (c.ffn_relu_squared) {  // Nemotron
+        b.relu_squared(a.gate, FF);
+      } else {
+        b.gelu(a.gate, FF);
+      }
+    }
     b.matmul(lw.w_down, a.gate, a.xb);
-    b.add_bias(a.xb, lw.b_down, E);
+    if (lw.b_down != nullptr) b.add_bias(a.xb, lw.b_down, E);
     dump_rows("ffn_out", l, a.xb, E);
     b.add(a.x, a.xb, E);
     dump_rows("l_out", l, a.x, E);

@@ -202,7 +202,9 @@ Weights load_cohere_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   return w;
 }
 
-// phi2's and starcoder2's: LayerNorms with biases, biased projections, an ungated MLP.
+// phi2's and starcoder2's: LayerNorms with biases, biased projections, an ungated MLP; Orion's
+// and Nemotron's the same LayerNorms, their projections' biases optional (as llama.cpp reads
+// them), Orion's MLP gated.
 Weights load_layernorm_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   if (is_cohere_family(c.arch_kind)) return load_cohere_weights(f, c);
   Weights w;
@@ -219,17 +221,24 @@ Weights load_layernorm_weights(const gguf::GgufFile& f, const ModelConfig& c) {
     const std::string p = "blk." + std::to_string(i) + ".";
     l.attn_norm = vector_f32(w, f, p + "attn_norm.weight", E);
     l.attn_norm_b = vector_f32(w, f, p + "attn_norm.bias", E);
-    load_qkv(w, f, p, E, QD, KVD, QkvBias::kRequired, l);
+    const bool biased = phi2 || c.arch_kind == Arch::kStarCoder2;  // (every bias required)
+    const auto bias = [&](const std::string& name, int64_t n) {
+      return biased ? vector_f32(w, f, name, n) : optional_vector(w, f, name, n);
+    };
+    load_qkv(w, f, p, E, QD, KVD, biased ? QkvBias::kRequired : QkvBias::kOptional, l);
     l.wo = matrix(f, p + "attn_output.weight", QD, E);
-    l.bo = vector_f32(w, f, p + "attn_output.bias", E);
+    l.bo = bias(p + "attn_output.bias", E);
     if (!phi2) {
       l.ffn_norm = vector_f32(w, f, p + "ffn_norm.weight", E);
       l.ffn_norm_b = vector_f32(w, f, p + "ffn_norm.bias", E);
     }
+    if (c.arch_kind == Arch::kOrion) l.w_gate = matrix(f, p + "ffn_gate.weight", E, FF);
     l.w_up = matrix(f, p + "ffn_up.weight", E, FF);
-    l.b_up = vector_f32(w, f, p + "ffn_up.bias", FF);
     l.w_down = matrix(f, p + "ffn_down.weight", FF, E);
-    l.b_down = vector_f32(w, f, p + "ffn_down.bias", E);
+    if (c.arch_kind != Arch::kOrion) {  // (Orion's SwiGLU has none)
+      l.b_up = bias(p + "ffn_up.bias", FF);
+      l.b_down = bias(p + "ffn_down.bias", E);
+    }
   }
   return w;
 }
