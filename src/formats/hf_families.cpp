@@ -141,7 +141,8 @@ std::string hf_arch_of(const json& cfg, const std::string& path) {
                                                              {"seed_oss", "seed_oss"},
                                                              {"cohere", "command-r"},
                                                              {"cohere2", "cohere2"},
-                                                             {"olmoe", "olmoe"}};
+                                                             {"olmoe", "olmoe"},
+                                                             {"nemotron", "nemotron"}};
   if (const auto it = kArches.find(type); it != kArches.end()) return it->second;
   std::string names;
   for (const auto& [name, arch] : kArches) names += (names.empty() ? "" : ", ") + name;
@@ -263,7 +264,8 @@ void add_rope(HfMetadata& m, const json& cfg, const std::string& a, const std::s
 // Rotated values per head: partial_rotary_factor of the head (Phi-2, Phi-4-mini; in
 // rope_parameters with transformers 5), else all.
 void add_rope_dims(HfMetadata& m, const json& cfg, const std::string& a, const std::string& path) {
-  double part = json_number_or(cfg, "partial_rotary_factor", 1.0, path);
+  // (Nemotron's configuration class rotates half of each head unless told otherwise.)
+  double part = json_number_or(cfg, "partial_rotary_factor", a == "nemotron" ? 0.5 : 1.0, path);
   if (const json* params = json_object_or_null(cfg, "rope_parameters", path))
     part = json_number_or(*params, "partial_rotary_factor", part, path);
   if (part == 1.0) return;
@@ -395,9 +397,9 @@ void add_cohere(HfMetadata& m, const json& cfg, const std::string& a, const std:
 HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::string& path) {
   // Biases on the output and MLP projections of llama-style blocks have no op here: refused,
   // not skipped (the tensors would otherwise be dropped silently).
-  // (GLM-4's and Seed-OSS's attention_bias are their q, k, v biases.)
+  // (GLM-4's and Seed-OSS's attention_bias are their q, k, v biases; Nemotron reads them all.)
   for (const char* key : {"attention_bias", "mlp_bias", "attention_out_bias"})
-    if (a != "phi2" && a != "starcoder2" &&
+    if (a != "phi2" && a != "starcoder2" && a != "nemotron" &&
         !((a == "glm4" || a == "seed_oss") && std::string_view(key) == "attention_bias") &&
         json_bool_or(cfg, key, false, path))
       throw_error(ErrorKind::kUnsupported,
@@ -416,10 +418,12 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   if (cfg.contains("head_dim") && !cfg["head_dim"].is_null())
     u32("attention.key_length", "head_dim");
   const bool cohere = a == "command-r" || a == "cohere2";
-  if (a == "phi2" || a == "starcoder2" || cohere) {
+  if (a == "phi2" || a == "starcoder2" || cohere || a == "nemotron") {
+    const char* key = a == "starcoder2" ? "norm_epsilon"
+                      : a == "nemotron" ? "norm_eps"
+                                        : "layer_norm_eps";
     m.emplace_back(a + ".attention.layer_norm_epsilon",
-                   Value::f32((float)json_number_or(
-                       cfg, a == "starcoder2" ? "norm_epsilon" : "layer_norm_eps", 1e-5, path)));
+                   Value::f32((float)json_number_or(cfg, key, 1e-5, path)));
   } else {
     m.emplace_back(a + ".attention.layer_norm_rms_epsilon",
                    Value::f32((float)json_number_or(cfg, "rms_norm_eps", 1e-6, path)));
@@ -579,6 +583,26 @@ Names starcoder2_names() {
   return n;
 }
 
+// Nemotron: LayerNorms with biases, q/k/v/o and the MLP's two products biased where the
+// checkpoint has them (attention_bias, mlp_bias), an ungated MLP (up, relu^2, down).
+Names nemotron_names() {
+  Names n = {{"token_embd.weight", "model.embed_tokens.weight"}};
+  const auto pair = [&](std::string_view gguf, std::string_view hf) { n.push_back({gguf, hf}); };
+  pair("output_norm.weight", "model.norm.weight");
+  pair("output_norm.bias", "model.norm.bias");
+  pair("output.weight", "lm_head.weight");
+  add_biased_attention_names(n);
+  pair("blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight");
+  pair("blk.{}.attn_output.bias", "model.layers.{}.self_attn.o_proj.bias");
+  pair("blk.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight");
+  pair("blk.{}.ffn_norm.bias", "model.layers.{}.post_attention_layernorm.bias");
+  pair("blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight");
+  pair("blk.{}.ffn_up.bias", "model.layers.{}.mlp.up_proj.bias");
+  pair("blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight");
+  pair("blk.{}.ffn_down.bias", "model.layers.{}.mlp.down_proj.bias");
+  return n;
+}
+
 // The router (and Qwen2-MoE's shared expert with its gate) beside the llama names.
 Names moe_names(const std::string& a) {
   if (a == "llama")
@@ -616,6 +640,7 @@ const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
       {"qwen2moe", moe_names("qwen2moe")},
       {"qwen3moe", moe_names("qwen3moe")},
       {"olmoe", moe_names("olmoe")},
+      {"nemotron", nemotron_names()},
       {"phi3", phi3_names()},
       {"phi2", phi2_names()},
       {"starcoder2", starcoder2_names()},
@@ -695,7 +720,8 @@ std::vector<DenseModule> hf_sentence_transformers(const std::string& dir, const 
 }
 
 bool norm_gets_one_added(const std::string& arch, const std::string& gguf_name) {
-  return is_gemma(arch) && gguf_name.ends_with("norm.weight");
+  // (Gemma's RMSNorms and Nemotron's LayerNorm1P apply 1 + w.)
+  return (is_gemma(arch) || arch == "nemotron") && gguf_name.ends_with("norm.weight");
 }
 
 }  // namespace hablar::formats

@@ -108,6 +108,9 @@ def families():
         "cohere2": (t.Cohere2Config, t.Cohere2ForCausalLM, dict(
             num_hidden_layers=4, sliding_window=8, logit_scale=0.25,
             layer_types=["sliding_attention"] * 3 + ["full_attention"])),
+        # Nemotron: LayerNorm1P (1 + w) with biases, relu^2 MLP, half of each head rotated.
+        "nemotron": (t.NemotronConfig, t.NemotronForCausalLM, dict(attention_bias=True,
+                                                                  mlp_bias=True)),
         # Seed-OSS: the llama block with q/k/v biases.
         "seed_oss": (t.SeedOssConfig, t.SeedOssForCausalLM, dict(head_dim=16)),
         # ERNIE 4.5 (dense): the llama block, RoPE interleaved in transformers' code.
