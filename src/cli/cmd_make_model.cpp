@@ -47,7 +47,7 @@ int run_make_model(const MakeModelOptions& o) {
                     "phi2, phi3, smollm3, granite, ernie4_5, olmo2, "
                     "starcoder2, exaone4, hunyuan-dense, glm4, arcee, "
                     "mistral3, exaone, xverse, seed_oss, command-r, "
-                    "cohere2, minicpm, olmoe, internlm2, orion, nemotron, bert "
+                    "cohere2, minicpm, olmoe, internlm2, orion, nemotron, stablelm, bert "
                     "or nomic-bert)");
   const auto shape = synth::shape_from_name(o.shape);
   if (!shape)

@@ -142,7 +142,8 @@ std::string hf_arch_of(const json& cfg, const std::string& path) {
                                                              {"cohere", "command-r"},
                                                              {"cohere2", "cohere2"},
                                                              {"olmoe", "olmoe"},
-                                                             {"nemotron", "nemotron"}};
+                                                             {"nemotron", "nemotron"},
+                                                             {"stablelm", "stablelm"}};
   if (const auto it = kArches.find(type); it != kArches.end()) return it->second;
   std::string names;
   for (const auto& [name, arch] : kArches) names += (names.empty() ? "" : ", ") + name;
@@ -265,7 +266,9 @@ void add_rope(HfMetadata& m, const json& cfg, const std::string& a, const std::s
 // rope_parameters with transformers 5), else all.
 void add_rope_dims(HfMetadata& m, const json& cfg, const std::string& a, const std::string& path) {
   // (Nemotron's configuration class rotates half of each head unless told otherwise.)
-  double part = json_number_or(cfg, "partial_rotary_factor", a == "nemotron" ? 0.5 : 1.0, path);
+  // (StableLM's a quarter.)
+  const double by_default = a == "nemotron" ? 0.5 : a == "stablelm" ? 0.25 : 1.0;
+  double part = json_number_or(cfg, "partial_rotary_factor", by_default, path);
   if (const json* params = json_object_or_null(cfg, "rope_parameters", path))
     part = json_number_or(*params, "partial_rotary_factor", part, path);
   if (part == 1.0) return;
@@ -418,7 +421,7 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   if (cfg.contains("head_dim") && !cfg["head_dim"].is_null())
     u32("attention.key_length", "head_dim");
   const bool cohere = a == "command-r" || a == "cohere2";
-  if (a == "phi2" || a == "starcoder2" || cohere || a == "nemotron") {
+  if (a == "phi2" || a == "starcoder2" || cohere || a == "nemotron" || a == "stablelm") {
     const char* key = a == "starcoder2" ? "norm_epsilon"
                       : a == "nemotron" ? "norm_eps"
                                         : "layer_norm_eps";
@@ -443,6 +446,12 @@ HfMetadata hf_family_metadata(const json& cfg, const std::string& a, const std::
   if (a == "granite") add_granite_multipliers(m, cfg, path);
   if (a == "mistral3") add_query_temperature(m, cfg, path);
   if (cohere) add_cohere(m, cfg, a, path);
+  for (const char* key : {"use_parallel_residual", "qk_layernorm"})
+    if (a == "stablelm" && json_bool_or(cfg, key, false, path))
+      throw_error(ErrorKind::kUnsupported,
+                  path + ": " + key +
+                      " = true (StableLM's parallel or q/k-normed blocks) is "
+                      "not supported");
   if (a == "olmoe" && cfg.contains("clip_qkv") && !cfg["clip_qkv"].is_null())
     throw_error(ErrorKind::kUnsupported, path + ": OLMoE with clip_qkv is not supported");
   if (a == "olmo2" || a == "exaone4") add_sliding_windows(m, cfg, a, path);
@@ -603,6 +612,23 @@ Names nemotron_names() {
   return n;
 }
 
+// StableLM 2: LayerNorms with biases, q/k/v biased where use_qkv_bias says, a SwiGLU MLP.
+Names stablelm_names() {
+  Names n = {{"token_embd.weight", "model.embed_tokens.weight"}};
+  const auto pair = [&](std::string_view gguf, std::string_view hf) { n.push_back({gguf, hf}); };
+  pair("output_norm.weight", "model.norm.weight");
+  pair("output_norm.bias", "model.norm.bias");
+  pair("output.weight", "lm_head.weight");
+  add_biased_attention_names(n);
+  pair("blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight");
+  pair("blk.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight");
+  pair("blk.{}.ffn_norm.bias", "model.layers.{}.post_attention_layernorm.bias");
+  pair("blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight");
+  pair("blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight");
+  pair("blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight");
+  return n;
+}
+
 // The router (and Qwen2-MoE's shared expert with its gate) beside the llama names.
 Names moe_names(const std::string& a) {
   if (a == "llama")
@@ -641,6 +667,7 @@ const std::vector<TensorNamePair>& hf_tensor_names(const std::string& a) {
       {"qwen3moe", moe_names("qwen3moe")},
       {"olmoe", moe_names("olmoe")},
       {"nemotron", nemotron_names()},
+      {"stablelm", stablelm_names()},
       {"phi3", phi3_names()},
       {"phi2", phi2_names()},
       {"starcoder2", starcoder2_names()},

@@ -182,7 +182,8 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
   w.set(a + ".attention.value_length", u32(s.head_dim));
   const bool layer_norm = arch == Arch::kPhi2 || arch == Arch::kStarCoder2 ||
                           arch == Arch::kCommandR || arch == Arch::kCohere2 ||
-                          arch == Arch::kOrion || arch == Arch::kNemotron;
+                          arch == Arch::kOrion || arch == Arch::kNemotron ||
+                          arch == Arch::kStableLm;
   w.set(a + (layer_norm ? ".attention.layer_norm_epsilon" : ".attention.layer_norm_rms_epsilon"),
         Value::f32((float)s.norm_eps));
   w.set(a + ".rope.freq_base", Value::f32((float)s.rope_theta));
@@ -191,6 +192,7 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
     rope_dims = 2 * std::llround(0.2 * (double)s.head_dim);
   if (s.rope_dims == 0 && (arch == Arch::kGlm4 || arch == Arch::kNemotron))
     rope_dims = s.head_dim / 2;  // (Nemotron-Mini's partial rotary factor)
+  if (s.rope_dims == 0 && arch == Arch::kStableLm) rope_dims = s.head_dim / 4;  // (StableLM 2's)
   w.set(a + ".rope.dimension_count", u32(rope_dims));
   if (arch == Arch::kGemmaEmbedding) {  // dense_2 [n_embd -> 4 n_embd], dense_3 back
     w.set(a + ".dense_2_feat_in", u32(s.hidden));
@@ -412,6 +414,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "command-r") return Arch::kCommandR;
   if (name == "orion") return Arch::kOrion;
   if (name == "nemotron") return Arch::kNemotron;
+  if (name == "stablelm") return Arch::kStableLm;
   if (name == "minicpm") return Arch::kMiniCpm;
   if (name == "olmoe") return Arch::kOlmoe;
   if (name == "cohere2") return Arch::kCohere2;
@@ -482,6 +485,8 @@ std::string_view arch_name(Arch arch) {
       return "orion";
     case Arch::kNemotron:
       return "nemotron";
+    case Arch::kStableLm:
+      return "stablelm";
     case Arch::kCommandR:
       return "command-r";
     case Arch::kCohere2:
@@ -558,6 +563,7 @@ std::vector<PlannedTensor> plan_layernorm_tensors(Arch arch, const ModelShape& s
                                                   int64_t vocab_size, const QuantMix& mix) {
   const bool phi2 = arch == Arch::kPhi2;
   const bool biased = phi2 || arch == Arch::kStarCoder2;  // (Orion, Nemotron: norms' biases only)
+  const bool qkv_biased = biased || arch == Arch::kStableLm;
   const bool has_output = phi2 || !s.tied_embeddings;
   using Init = PlannedTensor::Init;
   const int n_layers = (int)s.n_layers;
@@ -579,12 +585,15 @@ std::vector<PlannedTensor> plan_layernorm_tensors(Arch arch, const ModelShape& s
   add("token_embd.weight", {h, vocab_size}, Init::kMatrix, -1);
   for (int l = 0; l < n_layers; ++l) {
     norm(block_name(l, "attn_norm"), l);
-    linear(block_name(l, "attn_q"), h, q, l);
-    linear(block_name(l, "attn_k"), h, kv, l);
-    linear(block_name(l, "attn_v"), h, kv, l);
+    for (const auto& [name, rows] :
+         {std::pair{"attn_q", q}, std::pair{"attn_k", kv}, std::pair{"attn_v", kv}}) {
+      add(block_name(l, std::string(name) + ".weight"), {h, rows}, Init::kMatrix, l);
+      if (qkv_biased) add(block_name(l, std::string(name) + ".bias"), {rows}, Init::kBias, l);
+    }
     linear(block_name(l, "attn_output"), q, h, l);
     if (!phi2) norm(block_name(l, "ffn_norm"), l);
-    if (arch == Arch::kOrion) linear(block_name(l, "ffn_gate"), h, s.ffn, l);
+    if (arch == Arch::kOrion || arch == Arch::kStableLm)
+      linear(block_name(l, "ffn_gate"), h, s.ffn, l);
     linear(block_name(l, "ffn_up"), h, s.ffn, l);
     linear(block_name(l, "ffn_down"), s.ffn, h, l);
   }
@@ -603,7 +612,7 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
                                         const QuantMix& mix, bool rank_head) {
   if (is_encoder(arch)) return plan_encoder_tensors(arch, s, vocab_size, mix, rank_head);
   if (arch == Arch::kPhi2 || arch == Arch::kStarCoder2 || arch == Arch::kOrion ||
-      arch == Arch::kNemotron)
+      arch == Arch::kNemotron || arch == Arch::kStableLm)
     return plan_layernorm_tensors(arch, s, vocab_size, mix);
   using Init = PlannedTensor::Init;
   const int n_layers = (int)s.n_layers;

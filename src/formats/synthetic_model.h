@@ -89,6 +89,7 @@ enum class Arch {
   kMiniCpm,       // llama's tensors; MiniCPM's default multipliers (no keys written)
   kOrion,         // starcoder2's LayerNorms, no projection biases, a SwiGLU MLP
   kNemotron,      // starcoder2's LayerNorms, no projection biases, relu^2, half the head rotated
+  kStableLm,      // Orion's tensors with q/k/v biases; a quarter of each head rotated
   kCommandR,      // one LayerNorm (weight only) a block, SwiGLU, token_embd as classifier
   kCohere2,       // command-r's tensors; three of four layers sliding (window 8 here)
   kBert,

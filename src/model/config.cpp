@@ -54,6 +54,8 @@ std::string_view arch_name(Arch arch) {
       return "orion";
     case Arch::kNemotron:
       return "nemotron";
+    case Arch::kStableLm:
+      return "stablelm";
     case Arch::kCommandR:
       return "command-r";
     case Arch::kCohere2:
@@ -78,7 +80,8 @@ std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5, exaone, xverse and internlm2 are the llama block.)
   return "llama, ernie4_5, exaone, xverse, internlm2, seed_oss, qwen2, qwen2moe, qwen3, "
          "qwen3moe, phi2, phi3, smollm3, granite, olmo2, exaone4, hunyuan-dense, glm4, arcee, "
-         "mistral3, minicpm, olmoe, starcoder2, orion, nemotron, command-r, cohere2, gemma, "
+         "mistral3, minicpm, olmoe, starcoder2, orion, nemotron, stablelm, command-r, cohere2, "
+         "gemma, "
          "gemma2, gemma3, gemma-embedding, bert, nomic-bert";
 }
 
@@ -106,6 +109,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "command-r") return Arch::kCommandR;
   if (name == "orion") return Arch::kOrion;
   if (name == "nemotron") return Arch::kNemotron;
+  if (name == "stablelm") return Arch::kStableLm;
   if (name == "minicpm") return Arch::kMiniCpm;
   if (name == "olmoe") return Arch::kOlmoe;
   if (name == "cohere2") return Arch::kCohere2;

@@ -363,7 +363,7 @@ void forward_starcoder2(const ModelConfig& c, const Weights& w, B& b) {
     dump_rows("ffn_inp", l, a.x, E);
 
     b.layernorm(a.x, lw.ffn_norm, lw.ffn_norm_b, a.xb, E);
-    if (lw.w_gate.data != nullptr) {  // Orion
+    if (lw.w_gate.data != nullptr) {  // Orion, StableLM
       b.matmul_glu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up, GluActivation::kSilu);
     } else {
       b.matmul(lw.w_up, a.xb, a.gate);

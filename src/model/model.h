@@ -52,6 +52,7 @@ enum class Arch {
   kMiniCpm,       // MiniCPM: Granite's multipliers, with defaults where older files have none
   kOrion,         // Orion: starcoder2's LayerNorm block with a SwiGLU MLP, no biases
   kNemotron,      // Nemotron: starcoder2's LayerNorm block with a relu^2 MLP
+  kStableLm,      // StableLM 2: Orion's block with q/k/v biases and a quarter of each head rotated
   kCommandR,      // Command R, Aya: one bias-free LayerNorm feeding attention and SwiGLU
   kCohere2,       // Command R7B, Command A: Command R's block, 3 of 4 layers sliding
   kGemma,         // Gemma 1: the llama block with Gemma's embedding scale and GeGLU
@@ -70,7 +71,8 @@ inline bool is_post_norm_family(Arch arch) {
 // The families whose norms are LayerNorms with a bias (model::LayerNormBackend's ops).
 inline bool uses_layer_norm(Arch arch) {
   return arch == Arch::kPhi2 || arch == Arch::kStarCoder2 || arch == Arch::kCommandR ||
-         arch == Arch::kCohere2 || arch == Arch::kOrion || arch == Arch::kNemotron;
+         arch == Arch::kCohere2 || arch == Arch::kOrion || arch == Arch::kNemotron ||
+         arch == Arch::kStableLm;
 }
 // Command R's parallel block (forward_cohere): command-r and cohere2.
 inline bool is_cohere_family(Arch arch) {

@@ -228,14 +228,23 @@ Weights load_layernorm_weights(const gguf::GgufFile& f, const ModelConfig& c) {
     load_qkv(w, f, p, E, QD, KVD, biased ? QkvBias::kRequired : QkvBias::kOptional, l);
     l.wo = matrix(f, p + "attn_output.weight", QD, E);
     l.bo = bias(p + "attn_output.bias", E);
+    if (c.arch_kind == Arch::kStableLm && !f.find_tensor(p + "ffn_norm.weight"))
+      throw_error(ErrorKind::kUnsupported, f.path() + ": " + p +
+                                               "ffn_norm.weight is absent: StableLM's parallel "
+                                               "residual blocks are not supported");
+    if (f.find_tensor(p + "attn_q_norm.weight"))
+      throw_error(ErrorKind::kUnsupported, f.path() + ": " + p +
+                                               "attn_q_norm.weight: per-head "
+                                               "q/k LayerNorms are not supported");
     if (!phi2) {
       l.ffn_norm = vector_f32(w, f, p + "ffn_norm.weight", E);
       l.ffn_norm_b = vector_f32(w, f, p + "ffn_norm.bias", E);
     }
-    if (c.arch_kind == Arch::kOrion) l.w_gate = matrix(f, p + "ffn_gate.weight", E, FF);
+    const bool gated = c.arch_kind == Arch::kOrion || c.arch_kind == Arch::kStableLm;
+    if (gated) l.w_gate = matrix(f, p + "ffn_gate.weight", E, FF);
     l.w_up = matrix(f, p + "ffn_up.weight", E, FF);
     l.w_down = matrix(f, p + "ffn_down.weight", FF, E);
-    if (c.arch_kind != Arch::kOrion) {  // (Orion's SwiGLU has none)
+    if (!gated) {  // (Orion's and StableLM's SwiGLU have none)
       l.b_up = bias(p + "ffn_up.bias", FF);
       l.b_down = bias(p + "ffn_down.bias", E);
     }

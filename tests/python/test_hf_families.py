@@ -111,6 +111,8 @@ def families():
         # Nemotron: LayerNorm1P (1 + w) with biases, relu^2 MLP, half of each head rotated.
         "nemotron": (t.NemotronConfig, t.NemotronForCausalLM, dict(attention_bias=True,
                                                                   mlp_bias=True)),
+        # StableLM 2: LayerNorms with biases, q/k/v biases, a quarter of each head rotated.
+        "stablelm": (t.StableLmConfig, t.StableLmForCausalLM, dict(use_qkv_bias=True)),
         # Seed-OSS: the llama block with q/k/v biases.
         "seed_oss": (t.SeedOssConfig, t.SeedOssForCausalLM, dict(head_dim=16)),
         # ERNIE 4.5 (dense): the llama block, RoPE interleaved in transformers' code.

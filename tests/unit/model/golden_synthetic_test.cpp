@@ -113,10 +113,11 @@ std::vector<SynthCase> all_cases() {
   for (const char* type : {"f16", "q8_0", "q4_k_m"}) cases.push_back({"phi3-longrope", type});
   cases.push_back({"phi3-longrope-short", "f16"});
   for (const char* arch :
-       {"gemma",         "gemma2",  "gemma3",  "mixtral",  "qwen2moe",  "qwen3moe",   "phi3",
-        "phi2",          "smollm3", "granite", "ernie4_5", "olmo2",     "starcoder2", "exaone4",
-        "hunyuan-dense", "glm4",    "arcee",   "mistral3", "exaone",    "xverse",     "seed_oss",
-        "command-r",     "cohere2", "minicpm", "olmoe",    "internlm2", "orion",      "nemotron"})
+       {"gemma",      "gemma2",    "gemma3",        "mixtral",   "qwen2moe", "qwen3moe",
+        "phi3",       "phi2",      "smollm3",       "granite",   "ernie4_5", "olmo2",
+        "starcoder2", "exaone4",   "hunyuan-dense", "glm4",      "arcee",    "mistral3",
+        "exaone",     "xverse",    "seed_oss",      "command-r", "cohere2",  "minicpm",
+        "olmoe",      "internlm2", "orion",         "nemotron",  "stablelm"})
     for (const char* type : {"f16", "q8_0", "q4_k_m"})
       cases.push_back(
           {arch, type,
