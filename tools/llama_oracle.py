@@ -61,12 +61,12 @@ GEMMA_PROMPTS = [p if not p.startswith("<|im_start|>") else
                  for p in PROMPTS]
 SYNTH_PROMPTS = PROMPTS[:6]
 SYNTH_ARCHES = ["llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "mixtral", "qwen2moe",
-                "qwen3moe", "phi3", "phi2", "smollm3", "granite", "ernie4_5", "olmo2", "starcoder2", "exaone4", "hunyuan-dense", "glm4", "arcee", "mistral3", "exaone", "xverse", "seed_oss", "command-r", "cohere2", "minicpm", "olmoe", "internlm2", "orion", "nemotron", "stablelm"]
+                "qwen3moe", "phi3", "phi2", "smollm3", "granite", "ernie4_5", "olmo2", "starcoder2", "exaone4", "hunyuan-dense", "glm4", "arcee", "mistral3", "exaone", "xverse", "seed_oss", "command-r", "cohere2", "minicpm", "olmoe", "internlm2", "orion", "nemotron", "stablelm", "granitemoe"]
 SYNTH_TYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"]
 # Newer families: the float, 8-bit and usual K-quant mix.
 ARCH_TYPES = {a: ["f16", "q8_0", "q4_k_m"]
               for a in ("gemma", "gemma2", "gemma3", "mixtral", "qwen2moe", "qwen3moe", "phi3",
-                        "phi2", "smollm3", "granite", "ernie4_5", "olmo2", "starcoder2", "exaone4", "hunyuan-dense", "glm4", "arcee", "mistral3", "exaone", "xverse", "seed_oss", "command-r", "cohere2", "minicpm", "olmoe", "internlm2", "orion", "nemotron", "stablelm")}
+                        "phi2", "smollm3", "granite", "ernie4_5", "olmo2", "starcoder2", "exaone4", "hunyuan-dense", "glm4", "arcee", "mistral3", "exaone", "xverse", "seed_oss", "command-r", "cohere2", "minicpm", "olmoe", "internlm2", "orion", "nemotron", "stablelm", "granitemoe")}
 # Phi-3's head size; SmolLM3's 8 layers (3 and 7 without RoPE).
 ARCH_SHAPES = {"phi3": "tiny-hd96", "smollm3": "tiny-odd", "ernie4_5": "tiny-odd",
                "starcoder2": "tiny-odd", "exaone4": "tiny-odd", "hunyuan-dense": "tiny-odd",

@@ -36,19 +36,19 @@ std::string shape_names() {
   return names;
 }
 
+// The architectures --arch takes (synth::arch_from_name's names).
+constexpr const char* kArchNames =
+    "llama, qwen2, qwen3, gemma, gemma2, gemma3, gemma-embedding, mixtral, qwen2moe, qwen3moe, "
+    "phi2, phi3, smollm3, granite, granitemoe, ernie4_5, olmo2, starcoder2, exaone4, "
+    "hunyuan-dense, glm4, arcee, mistral3, exaone, xverse, seed_oss, command-r, cohere2, minicpm, "
+    "olmoe, internlm2, orion, nemotron, stablelm, bert or nomic-bert";
+
 int run_make_model(const MakeModelOptions& o) {
   synth::SyntheticModelOptions opts;
   const auto arch = synth::arch_from_name(o.arch);
   if (!arch)
     throw_error(ErrorKind::kInvalidArgument,
-                "--arch: unknown architecture '" + o.arch +
-                    "' (llama, qwen2, qwen3, gemma, gemma2, gemma3, "
-                    "gemma-embedding, mixtral, qwen2moe, qwen3moe, "
-                    "phi2, phi3, smollm3, granite, ernie4_5, olmo2, "
-                    "starcoder2, exaone4, hunyuan-dense, glm4, arcee, "
-                    "mistral3, exaone, xverse, seed_oss, command-r, "
-                    "cohere2, minicpm, olmoe, internlm2, orion, nemotron, stablelm, bert "
-                    "or nomic-bert)");
+                "--arch: unknown architecture '" + o.arch + "' (" + std::string(kArchNames) + ")");
   const auto shape = synth::shape_from_name(o.shape);
   if (!shape)
     throw_error(ErrorKind::kInvalidArgument,
@@ -93,13 +93,7 @@ const CommandRegistration registration{
     "make-model", "Write a GGUF with seeded random weights in a real model's shape",
     [](CLI::App& app) {
       auto o = std::make_shared<MakeModelOptions>();
-      app.add_option("--arch", o->arch,
-                     "llama, qwen2, qwen3, gemma, gemma2, gemma3, gemma-embedding, mixtral, "
-                     "qwen2moe, qwen3moe, phi2, phi3, smollm3, granite, ernie4_5, olmo2, "
-                     "starcoder2, exaone4, hunyuan-dense, glm4, arcee, mistral3, exaone, xverse, "
-                     "seed_oss, command-r, cohere2, minicpm, olmoe, internlm2, orion, nemotron, "
-                     "bert or nomic-bert")
-          ->capture_default_str();
+      app.add_option("--arch", o->arch, kArchNames)->capture_default_str();
       app.add_option("--shape", o->shape, shape_names())->capture_default_str();
       app.add_option("--type", o->type,
                      "tensor type (f32, f16, bf16, q8_0, q4_0, q4_k, ...) or mix (q4_k_m, q5_k_m)")

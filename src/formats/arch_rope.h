@@ -10,8 +10,9 @@ namespace hablar::formats {
 
 inline bool adjacent_pair_rope(std::string_view arch) {
   return arch == "llama" || arch == "ernie4_5" || arch == "smollm3" || arch == "granite" ||
-         arch == "glm4" || arch == "arcee" || arch == "mistral3" || arch == "xverse" ||
-         arch == "command-r" || arch == "cohere2" || arch == "minicpm" || arch == "internlm2";
+         arch == "granitemoe" || arch == "glm4" || arch == "arcee" || arch == "mistral3" ||
+         arch == "xverse" || arch == "command-r" || arch == "cohere2" || arch == "minicpm" ||
+         arch == "internlm2";
 }
 
 }  // namespace hablar::formats

@@ -205,11 +205,12 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
     w.set(a + ".attention.sliding_window", u32(s.sliding_window));
     w.set(a + ".attention.sliding_window_pattern", u32(s.sliding_period));
   }
-  if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe ||
-      arch == Arch::kOlmoe) {
+  const bool ffn_wide_experts =
+      arch == Arch::kMixtral || arch == Arch::kOlmoe || arch == Arch::kGraniteMoe;
+  if (arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe || ffn_wide_experts) {
     w.set(a + ".expert_count", u32(s.n_experts));
     w.set(a + ".expert_used_count", u32(s.n_experts_used));
-    if (arch != Arch::kMixtral && arch != Arch::kOlmoe)  // (their experts as wide as the FFN)
+    if (!ffn_wide_experts)  // (the others' experts are as wide as the FFN)
       w.set(a + ".expert_feed_forward_length", u32(s.ffn_expert > 0 ? s.ffn_expert : s.ffn));
     if (arch == Arch::kQwen2Moe) w.set(a + ".expert_shared_feed_forward_length", u32(s.ffn));
   }
@@ -219,7 +220,7 @@ void write_hyperparameters(Arch arch, const ModelShape& s, int64_t vocab_size,
   }
   if (arch == Arch::kHunyuanDense)  // the published models' NTK alpha
     w.set(a + ".rope.scaling.alpha", Value::f32(1000.0f));
-  if (arch == Arch::kGranite) {  // Granite 3's multipliers (attention's: 1 / head_dim)
+  if (arch == Arch::kGranite || arch == Arch::kGraniteMoe) {  // (attention's: 1 / head_dim)
     w.set(a + ".embedding_scale", Value::f32(12.0f));
     w.set(a + ".residual_scale", Value::f32(0.22f));
     w.set(a + ".logit_scale", Value::f32(8.0f));
@@ -399,6 +400,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "phi2") return Arch::kPhi2;
   if (name == "smollm3") return Arch::kSmolLM3;
   if (name == "granite") return Arch::kGranite;
+  if (name == "granitemoe") return Arch::kGraniteMoe;
   if (name == "ernie4_5") return Arch::kErnie45;
   if (name == "olmo2") return Arch::kOlmo2;
   if (name == "starcoder2") return Arch::kStarCoder2;
@@ -453,6 +455,8 @@ std::string_view arch_name(Arch arch) {
       return "smollm3";
     case Arch::kGranite:
       return "granite";
+    case Arch::kGraniteMoe:
+      return "granitemoe";
     case Arch::kErnie45:
       return "ernie4_5";
     case Arch::kOlmo2:
@@ -661,10 +665,10 @@ std::vector<PlannedTensor> plan_tensors(Arch arch, const ModelShape& s, int64_t 
     if (!olmo2 && !cohere)
       add(block_name(l, arch == Arch::kSeedOss ? "post_attention_norm.weight" : "ffn_norm.weight"),
           {s.hidden}, Init::kNorm, l);
-    if (arch == Arch::kMixtral || arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe ||
-        arch == Arch::kOlmoe) {
-      const int64_t fe =
-          arch != Arch::kMixtral && arch != Arch::kOlmoe && s.ffn_expert > 0 ? s.ffn_expert : s.ffn;
+    const bool ffn_wide_experts =
+        arch == Arch::kMixtral || arch == Arch::kOlmoe || arch == Arch::kGraniteMoe;
+    if (arch == Arch::kQwen3Moe || arch == Arch::kQwen2Moe || ffn_wide_experts) {
+      const int64_t fe = !ffn_wide_experts && s.ffn_expert > 0 ? s.ffn_expert : s.ffn;
       add(block_name(l, "ffn_gate_inp.weight"), {s.hidden, s.n_experts}, Init::kMatrix, l);
       add(block_name(l, "ffn_gate_exps.weight"), {s.hidden, fe, s.n_experts}, Init::kMatrix, l);
       add(block_name(l, "ffn_up_exps.weight"), {s.hidden, fe, s.n_experts}, Init::kMatrix, l);

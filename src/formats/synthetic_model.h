@@ -73,6 +73,7 @@ enum class Arch {
   kPhi2,
   kSmolLM3,       // llama's tensors; llama.cpp leaves every fourth layer unrotated
   kGranite,       // llama's tensors and Granite 3's four multipliers
+  kGraniteMoe,    // granite's multipliers, experts as wide as the FFN
   kErnie45,       // llama's tensors under ernie4_5 (ERNIE 4.5 0.3B)
   kOlmo2,         // OLMo 3's layout: post-norms only, q/k norms over whole rows, sliding windows
   kStarCoder2,    // LayerNorms with biases, biased projections, an ungated GELU MLP

@@ -30,6 +30,8 @@ std::string_view arch_name(Arch arch) {
       return "smollm3";
     case Arch::kGranite:
       return "granite";
+    case Arch::kGraniteMoe:
+      return "granitemoe";
     case Arch::kOlmo2:
       return "olmo2";
     case Arch::kStarCoder2:
@@ -79,7 +81,8 @@ std::string_view arch_name(Arch arch) {
 std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5, exaone, xverse and internlm2 are the llama block.)
   return "llama, ernie4_5, exaone, xverse, internlm2, seed_oss, qwen2, qwen2moe, qwen3, "
-         "qwen3moe, phi2, phi3, smollm3, granite, olmo2, exaone4, hunyuan-dense, glm4, arcee, "
+         "qwen3moe, phi2, phi3, smollm3, granite, granitemoe, olmo2, exaone4, hunyuan-dense, glm4, "
+         "arcee, "
          "mistral3, minicpm, olmoe, starcoder2, orion, nemotron, stablelm, command-r, cohere2, "
          "gemma, "
          "gemma2, gemma3, gemma-embedding, bert, nomic-bert";
@@ -97,6 +100,7 @@ Arch parse_arch(const std::string& name, const std::string& path) {
   if (name == "phi2") return Arch::kPhi2;
   if (name == "smollm3") return Arch::kSmolLM3;
   if (name == "granite") return Arch::kGranite;
+  if (name == "granitemoe") return Arch::kGraniteMoe;
   if (name == "ernie4_5") return Arch::kLlama;  // ERNIE 4.5 (dense): the llama block
   if (name == "olmo2") return Arch::kOlmo2;
   if (name == "starcoder2") return Arch::kStarCoder2;
@@ -216,7 +220,12 @@ void read_experts(const gguf::GgufFile& f, ModelConfig& c) {
   const std::string& a = c.arch;
   c.n_experts = (int)f.get_uint_or(a + ".expert_count", 0);
   const bool moe_arch = c.arch_kind == Arch::kQwen3Moe || c.arch_kind == Arch::kQwen2Moe ||
-                        c.arch_kind == Arch::kOlmoe;
+                        c.arch_kind == Arch::kOlmoe || c.arch_kind == Arch::kGraniteMoe;
+  // (Granite's shared expert joins ungated, unlike Qwen2-MoE's: not supported.)
+  if (c.arch_kind == Arch::kGraniteMoe &&
+      f.get_uint_or(a + ".expert_shared_feed_forward_length", 0) > 0)
+    throw_error(ErrorKind::kUnsupported,
+                f.path() + ": granitemoe with a shared expert (GraniteMoeShared) is not supported");
   if (c.n_experts == 0) {
     if (moe_arch) throw_error(ErrorKind::kFormat, f.path() + ": " + a + " without expert_count");
     return;
@@ -417,7 +426,8 @@ void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
     c.ffn_activation = GluActivation::kGeluTanh;
     c.tied_output = true;  // its classifier is token_embd, whatever else the file has
   }
-  if (c.arch_kind == Arch::kGranite) granite_multipliers(f, c, spec);
+  const bool granite = c.arch_kind == Arch::kGranite || c.arch_kind == Arch::kGraniteMoe;
+  if (granite) granite_multipliers(f, c, spec);
   if (c.arch_kind == Arch::kMiniCpm) minicpm_multipliers(f, c);
   if (c.arch_kind == Arch::kNemotron) c.ffn_relu_squared = true;  // (up, relu^2, down)
   if (c.arch_kind == Arch::kArcee) {  // an ungated relu^2 MLP; the attention scale if given
@@ -432,7 +442,7 @@ void llama_family_layers(const gguf::GgufFile& f, ModelConfig& c) {
   c.layers.assign((size_t)c.n_layers, spec);
   if (c.arch_kind == Arch::kSmolLM3) no_rope_layers(f, c);
   // Granite: rope.scaling.finetuned = false switches RoPE off (llama.cpp reads it so).
-  if (c.arch_kind == Arch::kGranite && !f.get_bool_or(c.arch + ".rope.scaling.finetuned", true))
+  if (granite && !f.get_bool_or(c.arch + ".rope.scaling.finetuned", true))
     for (LayerSpec& l : c.layers) l.rope = LayerSpec::kNoRope;
   if (is_cohere_family(c.arch_kind)) cohere_layers(f, c);
 }

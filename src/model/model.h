@@ -40,6 +40,7 @@ enum class Arch {
   kPhi2,          // Phi-1, 1.5 and 2: attention and a GELU MLP side by side on one LayerNorm
   kSmolLM3,       // the llama block; every fourth layer attends without RoPE
   kGranite,       // the llama block with four multipliers (embedding, attention, residual, logits)
+  kGraniteMoe,    // Granite 3 MoE: Granite's block with a mixture of experts
   kOlmo2,         // OLMo 2 / 3: norms after attention and FFN only, q/k normed over whole rows
   kStarCoder2,    // LayerNorms with biases, biased projections, a GELU MLP (no gate)
   kExaone4,       // EXAONE 4: OLMo 2's post-norm block with per-head q/k norms

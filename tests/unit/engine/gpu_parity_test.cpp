@@ -191,7 +191,8 @@ TEST_F(GpuParity, KvCacheTypesAgreeWithTheCpuOverTheSameType) {
 }
 
 bool is_moe(const std::string& arch) {
-  return arch == "mixtral" || arch == "qwen2moe" || arch == "qwen3moe" || arch == "olmoe";
+  return arch == "mixtral" || arch == "qwen2moe" || arch == "qwen3moe" || arch == "olmoe" ||
+         arch == "granitemoe";
 }
 
 // The weight types each family's goldens cover: every type for llama, qwen2 and qwen3, the
@@ -252,8 +253,8 @@ INSTANTIATE_TEST_SUITE_P(Families, SyntheticGpuParity,
                                            "starcoder2", "exaone4", "hunyuan-dense", "glm4",
                                            "arcee", "mistral3", "exaone", "xverse", "seed_oss",
                                            "command-r", "cohere2", "minicpm", "olmoe", "internlm2",
-                                           "orion", "nemotron", "stablelm", "mixtral", "qwen2moe",
-                                           "qwen3moe"),
+                                           "orion", "nemotron", "stablelm", "granitemoe", "mixtral",
+                                           "qwen2moe", "qwen3moe"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

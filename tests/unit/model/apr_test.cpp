@@ -77,7 +77,8 @@ INSTANTIATE_TEST_SUITE_P(
         std::pair{"mistral3", "f16"}, std::pair{"exaone", "f16"}, std::pair{"xverse", "f16"},
         std::pair{"seed_oss", "f16"}, std::pair{"command-r", "f16"}, std::pair{"cohere2", "f16"},
         std::pair{"minicpm", "f16"}, std::pair{"olmoe", "f16"}, std::pair{"internlm2", "f16"},
-        std::pair{"orion", "f16"}, std::pair{"nemotron", "f16"}, std::pair{"stablelm", "f16"}),
+        std::pair{"orion", "f16"}, std::pair{"nemotron", "f16"}, std::pair{"stablelm", "f16"},
+        std::pair{"granitemoe", "f16"}),
     [](const auto& info) {
       std::string name = std::string(info.param.first) + "_" + info.param.second;
       std::replace(name.begin(), name.end(), '-', '_');  // (hunyuan-dense)

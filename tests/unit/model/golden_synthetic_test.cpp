@@ -47,8 +47,8 @@ class SyntheticGolden : public ::testing::TestWithParam<SynthCase> {};
 // experts, whose routers are F32 products (the integer formats stay exact).
 double tolerance_here(const SynthCase& sc) {
   if (test::golden_rounding_matches()) return sc.tol;
-  const bool moe =
-      sc.arch == "mixtral" || sc.arch == "qwen2moe" || sc.arch == "qwen3moe" || sc.arch == "olmoe";
+  const bool moe = sc.arch == "mixtral" || sc.arch == "qwen2moe" || sc.arch == "qwen3moe" ||
+                   sc.arch == "olmoe" || sc.arch == "granitemoe";
   if (moe && sc.type != "f16" && sc.type != "f32") return 0.03;
   if (moe || sc.type == "f16" || sc.type == "f32") return std::max(sc.tol, 5e-3);
   return sc.tol;
@@ -117,7 +117,7 @@ std::vector<SynthCase> all_cases() {
         "phi3",       "phi2",      "smollm3",       "granite",   "ernie4_5", "olmo2",
         "starcoder2", "exaone4",   "hunyuan-dense", "glm4",      "arcee",    "mistral3",
         "exaone",     "xverse",    "seed_oss",      "command-r", "cohere2",  "minicpm",
-        "olmoe",      "internlm2", "orion",         "nemotron",  "stablelm"})
+        "olmoe",      "internlm2", "orion",         "nemotron",  "stablelm", "granitemoe"})
     for (const char* type : {"f16", "q8_0", "q4_k_m"})
       cases.push_back(
           {arch, type,

@@ -83,7 +83,8 @@ TEST(ModelErrors, UnsupportedArchitectureListsSupportedOnes) {
       }),
       ErrorKind::kUnsupported,
       "supported: llama, ernie4_5, exaone, xverse, internlm2, seed_oss, qwen2, qwen2moe, qwen3, "
-      "qwen3moe, phi2, phi3, smollm3, granite, olmo2, exaone4, hunyuan-dense, glm4, arcee, "
+      "qwen3moe, phi2, phi3, smollm3, granite, granitemoe, olmo2, exaone4, hunyuan-dense, glm4, "
+      "arcee, "
       "mistral3, minicpm, olmoe, starcoder2, orion, nemotron, stablelm, command-r, cohere2, gemma, "
       "gemma2, "
       "gemma3");

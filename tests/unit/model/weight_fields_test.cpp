@@ -70,8 +70,8 @@ INSTANTIATE_TEST_SUITE_P(EveryFamily, WeightFields,
                                            "olmo2", "starcoder2", "exaone4", "hunyuan-dense",
                                            "glm4", "arcee", "mistral3", "exaone", "xverse",
                                            "seed_oss", "command-r", "cohere2", "minicpm", "olmoe",
-                                           "internlm2", "orion", "nemotron", "stablelm", "bert",
-                                           "nomic-bert"),
+                                           "internlm2", "orion", "nemotron", "stablelm",
+                                           "granitemoe", "bert", "nomic-bert"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
