@@ -572,61 +572,49 @@ Names phi2_names() {
   return n;
 }
 
-// StarCoder2: attention with biases, LayerNorms with biases, an ungated MLP (c_fc, c_proj),
-// and a classifier tied to the embedding unless lm_head is there.
+// The LayerNorm blocks (StarCoder2, Nemotron, StableLM): LayerNorms and q/k/v with biases,
+// the output projection (and its bias where the family has one), the pre-MLP LayerNorm, then
+// the MLP's own names; a classifier tied to the embedding unless lm_head is there.
+Names layernorm_block_names(bool output_bias, std::initializer_list<TensorNamePair> mlp) {
+  Names n = {{"token_embd.weight", "model.embed_tokens.weight"},
+             {"output_norm.weight", "model.norm.weight"},
+             {"output_norm.bias", "model.norm.bias"},
+             {"output.weight", "lm_head.weight"}};
+  add_biased_attention_names(n);
+  n.push_back({"blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight"});
+  if (output_bias)
+    n.push_back({"blk.{}.attn_output.bias", "model.layers.{}.self_attn.o_proj.bias"});
+  n.push_back({"blk.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight"});
+  n.push_back({"blk.{}.ffn_norm.bias", "model.layers.{}.post_attention_layernorm.bias"});
+  n.insert(n.end(), mlp.begin(), mlp.end());
+  return n;
+}
+
+// StarCoder2: an ungated MLP named c_fc, c_proj, every projection biased.
 Names starcoder2_names() {
-  Names n = {{"token_embd.weight", "model.embed_tokens.weight"}};
-  const auto pair = [&](std::string_view gguf, std::string_view hf) { n.push_back({gguf, hf}); };
-  pair("output_norm.weight", "model.norm.weight");
-  pair("output_norm.bias", "model.norm.bias");
-  pair("output.weight", "lm_head.weight");
-  add_biased_attention_names(n);
-  pair("blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight");
-  pair("blk.{}.attn_output.bias", "model.layers.{}.self_attn.o_proj.bias");
-  pair("blk.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight");
-  pair("blk.{}.ffn_norm.bias", "model.layers.{}.post_attention_layernorm.bias");
-  pair("blk.{}.ffn_up.weight", "model.layers.{}.mlp.c_fc.weight");
-  pair("blk.{}.ffn_up.bias", "model.layers.{}.mlp.c_fc.bias");
-  pair("blk.{}.ffn_down.weight", "model.layers.{}.mlp.c_proj.weight");
-  pair("blk.{}.ffn_down.bias", "model.layers.{}.mlp.c_proj.bias");
-  return n;
+  return layernorm_block_names(true,
+                               {{"blk.{}.ffn_up.weight", "model.layers.{}.mlp.c_fc.weight"},
+                                {"blk.{}.ffn_up.bias", "model.layers.{}.mlp.c_fc.bias"},
+                                {"blk.{}.ffn_down.weight", "model.layers.{}.mlp.c_proj.weight"},
+                                {"blk.{}.ffn_down.bias", "model.layers.{}.mlp.c_proj.bias"}});
 }
 
-// Nemotron: LayerNorms with biases, q/k/v/o and the MLP's two products biased where the
-// checkpoint has them (attention_bias, mlp_bias), an ungated MLP (up, relu^2, down).
+// Nemotron: q/k/v/o and the MLP's two products biased where the checkpoint has them
+// (attention_bias, mlp_bias), an ungated MLP (up, relu^2, down).
 Names nemotron_names() {
-  Names n = {{"token_embd.weight", "model.embed_tokens.weight"}};
-  const auto pair = [&](std::string_view gguf, std::string_view hf) { n.push_back({gguf, hf}); };
-  pair("output_norm.weight", "model.norm.weight");
-  pair("output_norm.bias", "model.norm.bias");
-  pair("output.weight", "lm_head.weight");
-  add_biased_attention_names(n);
-  pair("blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight");
-  pair("blk.{}.attn_output.bias", "model.layers.{}.self_attn.o_proj.bias");
-  pair("blk.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight");
-  pair("blk.{}.ffn_norm.bias", "model.layers.{}.post_attention_layernorm.bias");
-  pair("blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight");
-  pair("blk.{}.ffn_up.bias", "model.layers.{}.mlp.up_proj.bias");
-  pair("blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight");
-  pair("blk.{}.ffn_down.bias", "model.layers.{}.mlp.down_proj.bias");
-  return n;
+  return layernorm_block_names(true,
+                               {{"blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight"},
+                                {"blk.{}.ffn_up.bias", "model.layers.{}.mlp.up_proj.bias"},
+                                {"blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight"},
+                                {"blk.{}.ffn_down.bias", "model.layers.{}.mlp.down_proj.bias"}});
 }
 
-// StableLM 2: LayerNorms with biases, q/k/v biased where use_qkv_bias says, a SwiGLU MLP.
+// StableLM 2: q/k/v biased where use_qkv_bias says, a SwiGLU MLP without biases.
 Names stablelm_names() {
-  Names n = {{"token_embd.weight", "model.embed_tokens.weight"}};
-  const auto pair = [&](std::string_view gguf, std::string_view hf) { n.push_back({gguf, hf}); };
-  pair("output_norm.weight", "model.norm.weight");
-  pair("output_norm.bias", "model.norm.bias");
-  pair("output.weight", "lm_head.weight");
-  add_biased_attention_names(n);
-  pair("blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight");
-  pair("blk.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight");
-  pair("blk.{}.ffn_norm.bias", "model.layers.{}.post_attention_layernorm.bias");
-  pair("blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight");
-  pair("blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight");
-  pair("blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight");
-  return n;
+  return layernorm_block_names(
+      false, {{"blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight"},
+              {"blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight"},
+              {"blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight"}});
 }
 
 // The router (and Qwen2-MoE's shared expert with its gate) beside the llama names.
