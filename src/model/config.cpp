@@ -81,11 +81,9 @@ std::string_view arch_name(Arch arch) {
 std::string supported_arch_names() {
   // (Mixtral is llama; ernie4_5, exaone, xverse and internlm2 are the llama block.)
   return "llama, ernie4_5, exaone, xverse, internlm2, seed_oss, qwen2, qwen2moe, qwen3, "
-         "qwen3moe, phi2, phi3, smollm3, granite, granitemoe, olmo2, exaone4, hunyuan-dense, glm4, "
-         "arcee, "
-         "mistral3, minicpm, olmoe, starcoder2, orion, nemotron, stablelm, command-r, cohere2, "
-         "gemma, "
-         "gemma2, gemma3, gemma-embedding, bert, nomic-bert";
+         "qwen3moe, phi2, phi3, smollm3, granite, granitemoe, olmo2, exaone4, hunyuan-dense, "
+         "glm4, arcee, mistral3, minicpm, olmoe, starcoder2, orion, nemotron, stablelm, "
+         "command-r, cohere2, gemma, gemma2, gemma3, gemma-embedding, bert, nomic-bert";
 }
 
 namespace {
