@@ -202,9 +202,9 @@ Weights load_cohere_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   return w;
 }
 
-// phi2's and starcoder2's: LayerNorms with biases, biased projections, an ungated MLP; Orion's
-// and Nemotron's the same LayerNorms, their projections' biases optional (as llama.cpp reads
-// them), Orion's MLP gated.
+// phi2's and starcoder2's: LayerNorms with biases, biased projections, an ungated MLP; Orion's,
+// Nemotron's and StableLM's the same LayerNorms, their projections' biases optional (as
+// llama.cpp reads them), Orion's and StableLM's MLP gated.
 Weights load_layernorm_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   if (is_cohere_family(c.arch_kind)) return load_cohere_weights(f, c);
   Weights w;
