@@ -3,7 +3,7 @@
 // kernels and a cuBLAS bf16 8192^3 GEMM for the compute-bound ones. Inputs are random and,
 // for memory-bound kernels, rotated over enough copies to exceed the L2 cache several times.
 //
-// Usage: cuda_bench [--quick | --lab | --many-rows | --attention]
+// Usage: cuda_bench [--quick | --lab | --many-rows | --attention | --decode-attention]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -251,7 +251,11 @@ Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gb
                            AttentionHeads shape = kHeads8B, bool in_forward = false) {
   const int heads = shape.heads, kv_heads = shape.kv_heads, dim = 128, iters = 16;
   const int blocks_per_seq = (context + iters + 64) / 16 + 1;
-  KvCacheLayout layout{1, kv_heads, dim, 16, seqs * blocks_per_seq, KvDType::F16};
+  // The four calls of a timed graph read different layers where one layer is small: a
+  // 1 x 32k cache of 2 KV heads (34 MB) read again and again would stay in the L2 cache.
+  const double layer_bytes = (double)seqs * blocks_per_seq * 16 * kv_heads * dim * 2 * 2;
+  const int layers = (int)std::clamp(std::ceil(kRotateBytes / layer_bytes), 1.0, iters / 4.0);
+  KvCacheLayout layout{layers, kv_heads, dim, 16, seqs * blocks_per_seq, KvDType::F16};
   DeviceBuffer<uint16_t> cache = random_f16_cache(layout);
   std::vector<int32_t> tables((size_t)seqs * blocks_per_seq);
   for (size_t i = 0; i < tables.size(); ++i) tables[i] = (int32_t)i;
@@ -286,7 +290,8 @@ Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gb
     // Each call advances the lengths: over warm-up and graph replays the context grows from
     // `context`; bytes are counted at the mean context of the timed calls.
     const int reps = 5;
-    const double ms = time_graph_ms(stream, iters / 4, reps, [&](int) {
+    const double ms = time_graph_ms(stream, iters / 4, reps, [&](int call) {
+      p.layer = call % layers;
       decode_attention(p, ws.get(), ws.bytes(), stream.get());
     });
     const double mean_context =
@@ -623,7 +628,7 @@ int run(bool quick, bool lab, bool many_rows, bool attention) {
   }
   if (attention) {
     run_decode_attention(stream, copy_gbs);
-    run_prefill_attention(stream, peak);
+    if (!quick) run_prefill_attention(stream, peak);  // --decode-attention: the decode rows alone
     return 0;
   }
   std::printf("== decode matmul (fused dequant, M rows of activations) vs copy bandwidth ==\n");
@@ -675,11 +680,13 @@ int main(int argc, char** argv) {
   // --many-rows: the many-rows products alone, under the knobs the environment sets.
   const bool many_rows = argc > 1 && std::strcmp(argv[1], "--many-rows") == 0;
   // --attention: the attention kernels alone (decode at long and short contexts, prefill).
-  const bool attention = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
+  // --decode-attention: its decode rows alone.
+  const bool decode_attention = argc > 1 && std::strcmp(argv[1], "--decode-attention") == 0;
+  const bool attention = decode_attention || (argc > 1 && std::strcmp(argv[1], "--attention") == 0);
   // Variants set knobs through the environment (--attention: for split-sizing runs).
   if (lab || many_rows || attention) hablar::cuda::enable_lab_knobs();
   try {
-    return hablar::cuda::run(quick, lab, many_rows, attention);
+    return hablar::cuda::run(quick || decode_attention, lab, many_rows, attention);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_bench: %s\n", e.what());
     return 1;

@@ -21,7 +21,7 @@
 #include <string>
 
 #include "backend/cuda/attention.h"
-#include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/attention_decode_internal.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/kv_elements.cuh"
@@ -30,24 +30,6 @@
 
 namespace hablar::cuda {
 namespace {
-
-__device__ __forceinline__ int decode_context(const DecodeAttentionParams& p, int slot) {
-  const int capacity = p.max_blocks_per_seq * p.layout.block_size;
-  return min(p.seq_lens[slot] + 1, capacity);
-}
-
-// The positions [begin, end) that split `split` of slot `slot` attends to; empty (begin >= end)
-// when the slot is done, its context ends before the split or its window begins after it.
-struct SplitRange {
-  int begin, end;
-};
-__device__ __forceinline__ SplitRange split_range(const DecodeAttentionParams& p, int slot,
-                                                  int split, int split_len) {
-  if (!p.active[slot]) return {0, 0};
-  const int context = decode_context(p, slot);
-  const int begin = split * split_len;
-  return {max(begin, decode_first_position(p, p.seq_lens[slot])), min(begin + split_len, context)};
-}
 
 // Grid (n_slots), 256 threads. With Q8_0 rows each warp takes whole blocks of 32 dimensions
 // (head_dim and 256 are multiples of 32, and the early returns are the block's).
@@ -303,212 +285,27 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
 }
 
-// ---- The tensor-core decode kernel (head_dim <= 128; the shipped one, decode_uses_mma()).
-//
-// Grid (n_kv_heads, n_slots, n_splits), 4 warps. Warp w takes the 16-position sub-tiles w,
-// w + 4, w + 8, ... of its block's split and keeps its own softmax state and accumulator for
-// every query head of the GQA group (up to 8); at the end the block merges its four warps in
-// order and writes one partial per (slot, head, split), as the CUDA-core kernel does.
-// Per sub-tile, with mma.sync m16n8k16 (f16 or bf16 inputs, f32 accumulation):
-//   scores  S[16 rows][16 positions] = [Q_hi; Q_lo] · Kᵀ   (rows 0-7: the heads' queries
-//           rounded to the element type, rows 8-15: what that rounding left over, so
-//           S = rows g + rows g + 8 carries the queries to about 22 bits);
-//   P·V     O[16 rows][head_dim] += [P_hi; P_lo] · V         (the same split of the weights).
-// K and V fragments come straight from global memory in 16-byte loads (no shared memory):
-// lane (g = lane / 4, t = lane % 4) loads K rows g and 8 + g at dims 8t + 32i (the dims are
-// permuted consistently for Q and K, which a dot product allows), and V rows 2t, 2t + 1,
-// 2t + 8, 2t + 9 at dims 8g + 64i, paired into B fragments with byte permutes; output column
-// n of n-tile 8i + e is dim 64i + 8n + e.
-
-// (x0, x1) rounded to the element type (*hi) and the rounding's remainder (*lo), packed.
-template <bool kBf16>
-__device__ __forceinline__ void split_pair(float x0, float x1, uint32_t* hi, uint32_t* lo) {
-  if constexpr (kBf16) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-    const float2 back = __bfloat1622float2(h);
-    const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - back.x, x1 - back.y);
-    *hi = *reinterpret_cast<const uint32_t*>(&h);
-    *lo = *reinterpret_cast<const uint32_t*>(&l);
-  } else {
-    const __half2 h = __floats2half2_rn(x0, x1);
-    const float2 back = __half22float2(h);
-    const __half2 l = __floats2half2_rn(x0 - back.x, x1 - back.y);
-    *hi = *reinterpret_cast<const uint32_t*>(&h);
-    *lo = *reinterpret_cast<const uint32_t*>(&l);
-  }
-}
-
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-// Element pointer of (kv, position) of this block's KV head.
-struct KvRows {
-  const uint16_t* cache;
-  const int32_t* table;
-  KvCacheLayout layout;
-  int layer, kvh;
-  __device__ const uint16_t* row(int kv, int pos) const {
-    return cache + layout.position_offset(table, layer, kv, kvh, pos);
-  }
-};
-
-template <KvElem kElem, int kDim, int kMinBlocks>
-__global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
-    decode_attention_mma_kernel(DecodeAttentionParams p, int split_len, int n_splits,
-                                float* workspace) {
-  begin_dependent_kernel();
-  constexpr bool kBf16 = kv_elem_bf16(kElem);  // the products' inputs (f16 for Q8_0 rows)
-  constexpr int kKPieces = kDim / 32, kVPieces = kDim / 64, kKSteps = kDim / 16;
-  constexpr int kNTiles = kDim / 8, kSub = kDecodeMmaSubTile;
-  __shared__ __align__(16) float o_s[kDecodeWarps][8][kDim];
-  __shared__ SoftmaxState state_s[kDecodeWarps][8];
-
-  const int kvh = blockIdx.x, slot = blockIdx.y, split = blockIdx.z;
-  const auto [begin, end] = split_range(p, slot, split, split_len);
-  if (begin >= end) return;
-  const int group = p.n_heads / p.layout.n_kv_heads;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
-  const KvRows kv{static_cast<const uint16_t*>(p.kv_cache),
-                  p.block_tables + (size_t)slot * p.max_blocks_per_seq, p.layout, p.layer, kvh};
-
-  // A fragments of [Q_hi; Q_lo] (scaled), k-step s = 2i + h: dims 8t + 32i + 4h + 0..3.
-  uint32_t qa[kKSteps][4];
-  {
-    const bool live = g < group;
-    const float* q = p.q + ((size_t)slot * p.n_heads + kvh * group + (live ? g : 0)) * kDim;
-#pragma unroll
-    for (int i = 0; i < kKPieces; ++i) {
-      float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
-      if (live) {
-        a = *reinterpret_cast<const float4*>(q + 8 * t + 32 * i);
-        b = *reinterpret_cast<const float4*>(q + 8 * t + 32 * i + 4);
-      }
-      const float sc = p.scale;
-      split_pair<kBf16>(a.x * sc, a.y * sc, &qa[2 * i][0], &qa[2 * i][1]);
-      split_pair<kBf16>(a.z * sc, a.w * sc, &qa[2 * i][2], &qa[2 * i][3]);
-      split_pair<kBf16>(b.x * sc, b.y * sc, &qa[2 * i + 1][0], &qa[2 * i + 1][1]);
-      split_pair<kBf16>(b.z * sc, b.w * sc, &qa[2 * i + 1][2], &qa[2 * i + 1][3]);
-    }
-  }
-
-  SoftmaxState state = softmax_empty();  // head g's, the same in its four lanes
-  float o[kNTiles][4];
-#pragma unroll
-  for (int j = 0; j < kNTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-
-  for (int t0 = begin + kSub * warp; t0 < end; t0 += kSub * kDecodeWarps) {
-    // Loads of the sub-tile: K rows t0 + g, t0 + 8 + g; V rows t0 + 2t, +1, +8, +9.
-    uint4 kf[2][kKPieces], vf[4][kVPieces];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const int pos = t0 + 8 * nt + g;
-      const uint16_t* row = pos < end ? kv.row(0, pos) : nullptr;
-#pragma unroll
-      for (int i = 0; i < kKPieces; ++i)
-        kf[nt][i] = row ? kv_load8<kElem>(row, 8 * t + 32 * i) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int pos = t0 + 2 * t + (r & 1) + 8 * (r >> 1);
-      const uint16_t* row = pos < end ? kv.row(1, pos) : nullptr;
-#pragma unroll
-      for (int i = 0; i < kVPieces; ++i)
-        vf[r][i] = row ? kv_load8<kElem>(row, 8 * g + 64 * i) : make_uint4(0, 0, 0, 0);
-    }
-
-    // Scores: lane (g, t) ends with head g at positions 2t, 2t + 1 (n-tile 0), 8 + 2t,
-    // 9 + 2t (n-tile 1), as row g (Q_hi) plus row g + 8 (Q_lo).
-    float s[2][4] = {};
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int ks = 0; ks < kKSteps; ++ks)
-        mma_m16n8k16<kBf16>(s[nt], qa[ks], word_of(kf[nt][ks / 2], 2 * (ks % 2)),
-                            word_of(kf[nt][ks / 2], 2 * (ks % 2) + 1));
-    float sc[4] = {s[0][0] + s[0][2], s[0][1] + s[0][3], s[1][0] + s[1][2], s[1][1] + s[1][3]};
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (t0 + 2 * t + (j & 1) + 8 * (j >> 1) >= end) sc[j] = -INFINITY;
-
-    // The sub-tile's softmax state per head: each lane pushes its four scores, then the
-    // four lanes of the head merge in a butterfly (offsets 1, 2).
-    SoftmaxState tile = softmax_empty();
-    float unused;
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (sc[j] != -INFINITY) softmax_push(tile, sc[j], &unused);
-#pragma unroll
-    for (int off = 1; off < 4; off *= 2) {
-      const SoftmaxState other{__shfl_xor_sync(0xffffffffu, tile.max, off),
-                               __shfl_xor_sync(0xffffffffu, tile.sum, off)};
-      softmax_merge(tile, other);
-    }
-    const SoftmaxMerge merge = softmax_merge(state, tile);
-    float w[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      w[j] = sc[j] == -INFINITY ? 0.0f : softmax_exp(sc[j] - tile.max) * merge.factor_b;
-    uint32_t pa[4];  // [P_hi; P_lo]: k = 2t, 2t + 1 and 2t + 8, 2t + 9
-    split_pair<kBf16>(w[0], w[1], &pa[0], &pa[1]);
-    split_pair<kBf16>(w[2], w[3], &pa[2], &pa[3]);
-
-#pragma unroll
-    for (int i = 0; i < kVPieces; ++i)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int j = 8 * i + e;
-        const unsigned pick = (e & 1) ? 0x7632u : 0x5410u;  // high or low halves
-        const uint32_t b0 = __byte_perm(word_of(vf[0][i], e / 2), word_of(vf[1][i], e / 2), pick);
-        const uint32_t b1 = __byte_perm(word_of(vf[2][i], e / 2), word_of(vf[3][i], e / 2), pick);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) o[j][c] *= merge.factor_a;
-        mma_m16n8k16<kBf16>(o[j], pa, b0, b1);
-      }
-  }
-
-  // Merge the four warps in order; rows g and g + 8 of the accumulator add up.
-#pragma unroll
-  for (int j = 0; j < kNTiles; ++j) {
-    const int d = 64 * (j / 8) + 16 * t + (j % 8);
-    o_s[warp][g][d] = o[j][0] + o[j][2];
-    o_s[warp][g][d + 8] = o[j][1] + o[j][3];
-  }
-  if (t == 0) state_s[warp][g] = state;
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < group * kDim; idx += blockDim.x) {
-    const int h = idx / kDim, d = idx % kDim;
-    SoftmaxState total = state_s[0][h];
-    float acc = o_s[0][h][d];
-#pragma unroll
-    for (int wi = 1; wi < kDecodeWarps; ++wi) {
-      const SoftmaxMerge m = softmax_merge(total, state_s[wi][h]);
-      acc = acc * m.factor_a + o_s[wi][h][d] * m.factor_b;
-    }
-    const int head = kvh * group + h;
-    float* part = workspace + (((size_t)slot * p.n_heads + head) * n_splits + split) * (kDim + 2);
-    part[2 + d] = acc;
-    if (d == 0) {
-      part[0] = total.max;
-      part[1] = total.sum;
-    }
-  }
-}
-
-// One block per (slot, head), one thread per dimension: merges the head's splits in order
-// and writes the normalized output (and, when asked, its int8 blocks: a warp per block of 32
-// dimensions). kBatch: splits whose loads are issued together (the order of the merges, and
-// so the result, does not depend on it).
+// One block per (slot, head) of `parts` groups of head_dim threads (decode_reduce_parts),
+// a thread per dimension in each: group r merges its contiguous run of the head's splits in
+// order (decode_reduce_run_range), then group 0 merges the runs in order and writes the
+// normalized output (and, when asked, its int8 blocks: a warp per block of 32 dimensions).
+// Groups past the slot's runs (decode_reduce_runs) idle. One group walking hundreds of splits alone
+// waits out a chain of dependent merges (a long single sequence of a model with few KV heads: 256
+// splits at 1 x 32k positions). kBatch: splits of a run whose loads are issued together (the order
+// of the merges, and so the result, does not depend on it). The host twin merges in the same order.
 template <int kBatch>
-__global__ void decode_reduce_kernel(DecodeAttentionParams p, int split_len, int n_splits,
-                                     const float* workspace) {
+__global__ void __launch_bounds__(kDecodeReduceMaxThreads)
+    decode_reduce_kernel(DecodeAttentionParams p, int split_len, int n_splits, int parts,
+                         const float* workspace) {
   begin_dependent_kernel();
-  const int slot = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
+  __shared__ float run_value[kDecodeReduceMaxThreads];
+  __shared__ SoftmaxState run_state[kDecodeMaxReduceParts];
   const int d_head = p.layout.head_dim;
+  const int slot = blockIdx.x, head = blockIdx.y, d = threadIdx.x % d_head;
+  const int part = threadIdx.x / d_head;
   const size_t at = ((size_t)slot * p.n_heads + head) * d_head + d;
   if (!p.active[slot]) {  // out untouched; int8 rows of zeros (the workspace holds anything)
-    if (p.out_codes != nullptr) {
+    if (p.out_codes != nullptr && part == 0) {
       p.out_codes[at] = 0;
       if (d % 32 == 0) static_cast<float2*>(p.out_scales)[at / 32] = make_float2(0.0f, 0.0f);
     }
@@ -518,25 +315,35 @@ __global__ void decode_reduce_kernel(DecodeAttentionParams p, int split_len, int
   const int n_valid = min(n_splits, (decode_context(p, slot) + split_len - 1) / split_len);
   // Splits wholly before a sliding window's first position wrote nothing either.
   const int first_split = decode_first_position(p, p.seq_lens[slot]) / split_len;
-  const float* parts = workspace + ((size_t)slot * p.n_heads + head) * n_splits * (d_head + 2);
+  const int runs = decode_reduce_runs(parts, n_valid - first_split);
+  if (runs == 1 && part != 0) return;  // one run: group 0 alone, no merge of runs
+  const DecodeReduceRange run = decode_reduce_run_range(first_split, n_valid, runs, part);
+  const float* parts_at = workspace + ((size_t)slot * p.n_heads + head) * n_splits * (d_head + 2);
   SoftmaxState total = softmax_empty();
   float merged = 0.0f;
-  // Splits in order, their loads issued kBatch at a time: a long context's hundreds of
-  // splits would otherwise wait out one L2 round trip each (a few blocks, one per head,
-  // hold the whole reduce of a long single sequence).
-  for (int s0 = first_split; s0 < n_valid; s0 += kBatch) {
+  for (int s0 = run.begin; s0 < run.end; s0 += kBatch) {
     float state_max[kBatch], state_sum[kBatch], value[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      if (s0 + j >= n_valid) break;
-      const float* part = parts + (size_t)(s0 + j) * (d_head + 2);
-      state_max[j] = part[0], state_sum[j] = part[1], value[j] = part[2 + d];
+      if (s0 + j >= run.end) break;
+      const float* split = parts_at + (size_t)(s0 + j) * (d_head + 2);
+      state_max[j] = split[0], state_sum[j] = split[1], value[j] = split[2 + d];
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      if (s0 + j >= n_valid) break;
+      if (s0 + j >= run.end) break;
       const SoftmaxMerge m = softmax_merge(total, SoftmaxState{state_max[j], state_sum[j]});
       merged = merged * m.factor_a + value[j] * m.factor_b;
+    }
+  }
+  if (runs > 1) {  // every group reaches the barrier (groups past `runs` hold empty runs)
+    run_value[threadIdx.x] = merged;
+    if (d == 0) run_state[part] = total;
+    __syncthreads();
+    if (part != 0) return;
+    for (int r = 1; r < runs; ++r) {
+      const SoftmaxMerge m = softmax_merge(total, run_state[r]);
+      merged = merged * m.factor_a + run_value[r * d_head + d] * m.factor_b;
     }
   }
   const float o = merged * softmax_inverse_sum(total);
@@ -576,18 +383,9 @@ void launch_attention_group(const DecodeAttentionParams& p, int split_len, int n
 template <KvElem kElem, int kDim>
 void launch_attention(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
                       cudaStream_t stream) {
-  if constexpr (kDim == 64 || kDim == 128) {  // its fragments take dims in runs of 64
-    if (decode_uses_mma(p)) {
-      const dim3 grid(p.layout.n_kv_heads, p.n_slots, n_splits);
-      // HABLAR_DECODE_MMA_BLOCKS=3 asks the compiler for three blocks per multiprocessor
-      // (fewer registers) instead of two, for the lab.
-      const auto kernel = lab_knob("HABLAR_DECODE_MMA_BLOCKS", 2) == 3
-                              ? decode_attention_mma_kernel<kElem, kDim, 3>
-                              : decode_attention_mma_kernel<kElem, kDim, 1>;
-      launch_dependent(kernel, grid, dim3(kDecodeWarps * 32), 0, stream, p, split_len, n_splits,
-                       ws);
-      return;
-    }
+  if (decode_uses_mma(p)) {  // head_dim 64 or 128
+    launch_decode_attention_mma(p, split_len, n_splits, ws, stream);
+    return;
   }
   const int group = p.n_heads / p.layout.n_kv_heads;
   if (group <= 1) {
@@ -664,12 +462,13 @@ void decode_attention(const DecodeAttentionParams& p, void* workspace, size_t wo
       launch_for_dtype<KvElem::kF16>(p, split_len, n_splits, ws, stream);
       break;
   }
-  // 32 splits per round trip: 1 x 32k positions of a 2-KV-head model (256 splits of 128) wait
-  // 8 round trips instead of 32 (HABLAR_DECODE_REDUCE_BATCH=8, the earlier batch, to compare).
-  const auto reduce = lab_knob("HABLAR_DECODE_REDUCE_BATCH", 32) == 8 ? decode_reduce_kernel<8>
-                                                                     : decode_reduce_kernel<32>;
-  launch_dependent(reduce, dim3(p.n_slots, p.n_heads), dim3(p.layout.head_dim), 0, stream, p,
-                   split_len, n_splits, static_cast<const float*>(ws));
+  // 16 splits per round trip of a run (the most that fits 1,024 threads' registers;
+  // HABLAR_DECODE_REDUCE_BATCH=8 to compare).
+  const auto reduce = lab_knob("HABLAR_DECODE_REDUCE_BATCH", 16) == 8 ? decode_reduce_kernel<8>
+                                                                      : decode_reduce_kernel<16>;
+  const int parts = decode_reduce_parts(p);
+  launch_dependent(reduce, dim3(p.n_slots, p.n_heads), dim3(p.layout.head_dim * parts), 0, stream,
+                   p, split_len, n_splits, parts, static_cast<const float*>(ws));
   if (!p.advance_lengths) return;
   decode_advance_kernel<<<1, 256, 0, stream>>>(p);
   HABLAR_CUDA_CHECK_LAUNCH();

@@ -187,24 +187,38 @@ inline void decode_attention_host(const DecodeAttentionParams& p) {
   const int d_head = p.layout.head_dim;
   const int group = p.n_heads / p.layout.n_kv_heads;
   const int split_len = decode_split_len(p);
+  const int n_splits = decode_num_splits(p);
+  const int parts = decode_reduce_parts(p);
   const int capacity = p.max_blocks_per_seq * p.layout.block_size;
-  std::vector<float> acc_split(d_head), acc(d_head);
+  std::vector<float> acc_split(d_head), acc_run(d_head), acc(d_head);
   for (int s = 0; s < p.n_slots; ++s) {
     if (!p.active[s]) continue;
     const int32_t* table = p.block_tables + (size_t)s * p.max_blocks_per_seq;
     const int context = p.seq_lens[s] + 1 < capacity ? p.seq_lens[s] + 1 : capacity;
+    const int first = decode_first_position(p, p.seq_lens[s]);
+    const int n_valid = std::min(n_splits, (context + split_len - 1) / split_len);
     for (int h = 0; h < p.n_heads; ++h) {
       const float* q = p.q + ((size_t)s * p.n_heads + h) * d_head;
+      // The reduce's order: each run of splits merged in order, then the runs in order.
       SoftmaxState total = softmax_empty();
       for (int d = 0; d < d_head; ++d) acc[d] = 0.0f;
-      const int first = decode_first_position(p, p.seq_lens[s]);
-      for (int begin = first / split_len * split_len; begin < context; begin += split_len) {
-        const int end = begin + split_len < context ? begin + split_len : context;
-        const SoftmaxState part = host_twin::attend_split(
-            p, table, q, h / group, std::max(begin, first), end, acc_split.data());
-        const SoftmaxMerge merge = softmax_merge(total, part);
+      const int runs = decode_reduce_runs(parts, n_valid - first / split_len);
+      for (int r = 0; r < runs; ++r) {
+        const DecodeReduceRange run = decode_reduce_run_range(first / split_len, n_valid, runs, r);
+        SoftmaxState run_state = softmax_empty();
+        for (int d = 0; d < d_head; ++d) acc_run[d] = 0.0f;
+        for (int split = run.begin; split < run.end; ++split) {
+          const int begin = split * split_len;
+          const int end = begin + split_len < context ? begin + split_len : context;
+          const SoftmaxState state = host_twin::attend_split(
+              p, table, q, h / group, std::max(begin, first), end, acc_split.data());
+          const SoftmaxMerge merge = softmax_merge(run_state, state);
+          for (int d = 0; d < d_head; ++d)
+            acc_run[d] = acc_run[d] * merge.factor_a + acc_split[d] * merge.factor_b;
+        }
+        const SoftmaxMerge merge = softmax_merge(total, run_state);
         for (int d = 0; d < d_head; ++d)
-          acc[d] = acc[d] * merge.factor_a + acc_split[d] * merge.factor_b;
+          acc[d] = acc[d] * merge.factor_a + acc_run[d] * merge.factor_b;
       }
       const float inv = softmax_inverse_sum(total);
       float* out = p.out + ((size_t)s * p.n_heads + h) * d_head;

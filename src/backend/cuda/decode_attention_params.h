@@ -10,6 +10,7 @@
 // GQA: query head h reads KV head h / (n_heads / n_kv_heads).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -129,6 +130,51 @@ inline int32_t decode_split_len(const DecodeAttentionParams& p) {
 inline int32_t decode_num_splits(const DecodeAttentionParams& p) {
   const int32_t split = decode_split_len(p);
   return (decode_max_context(p) + split - 1) / split;
+}
+
+// The split reduce's parallel runs. One (slot, head) block of the reduce is `parts` groups
+// of head_dim threads; group r merges a contiguous run of the splits in order
+// (decode_reduce_runs of them, by the slot's split count) and group 0 then merges the runs
+// in order. A single group walking n splits waits out n dependent
+// merges (two exponentials each, about 40 cycles): 256 splits (a 2-KV-head model at 1 x 32k
+// positions) took several microseconds alone. Runs of at least kDecodeSplitsPerReduceRun
+// splits, at most kDecodeMaxReduceParts of them and 1024 threads in all; the lab's
+// HABLAR_DECODE_REDUCE_PARTS caps the runs (1: one group, the sequential reduce). A function
+// of the split count alone, so batch-invariant wherever the splits are (fixed_split_len).
+inline constexpr int kDecodeMaxReduceParts = 8;
+inline constexpr int kDecodeReduceMaxThreads = 1024;
+inline constexpr int kDecodeSplitsPerReduceRun = 16;
+
+inline int32_t decode_reduce_parts(const DecodeAttentionParams& p) {
+  const int32_t cap =
+      std::min<int32_t>({(int32_t)lab_knob("HABLAR_DECODE_REDUCE_PARTS", kDecodeMaxReduceParts),
+                         kDecodeMaxReduceParts, kDecodeReduceMaxThreads / p.layout.head_dim});
+  const int32_t n_splits = decode_num_splits(p);
+  int32_t parts = 1;
+  while (parts * 2 <= cap && n_splits >= kDecodeSplitsPerReduceRun * parts * 2) parts *= 2;
+  return parts;
+}
+
+// Runs a (slot, head) of the reduce takes for its `count` splits: one per
+// kDecodeSplitsPerReduceRun splits, between 1 and `parts` (a short context keeps the one
+// sequential run: no shared-memory merge).
+HABLAR_KV_HD inline int32_t decode_reduce_runs(int32_t parts, int32_t count) {
+  const int32_t runs = (count + kDecodeSplitsPerReduceRun - 1) / kDecodeSplitsPerReduceRun;
+  return runs < 1 ? 1 : runs > parts ? parts : runs;
+}
+
+// Run `run` of `runs` over the splits [first, n_valid): contiguous, in order, as even as the
+// count allows (the last runs may be shorter or empty).
+struct DecodeReduceRange {
+  int32_t begin, end;
+};
+HABLAR_KV_HD inline DecodeReduceRange decode_reduce_run_range(int32_t first, int32_t n_valid,
+                                                              int32_t runs, int32_t run) {
+  const int32_t count = n_valid > first ? n_valid - first : 0;
+  const int32_t per_run = (count + runs - 1) / runs;
+  const int32_t begin = first + run * per_run;
+  const int32_t end = begin + per_run < n_valid ? begin + per_run : n_valid;
+  return {begin, end > begin ? end : begin};
 }
 
 // Positions per tile of the decode kernel: each tile's scores form one softmax state that

@@ -86,10 +86,13 @@ TEST_P(DecodeWiringGpu, QuantizedOutputRowsEqualQuantizingTheOutput) {
 
 // The split-K case on the device; window > 0 adds a sliding window (splits wholly before it
 // skipped, the one it begins in started mid-split), as in the host twin's test.
-void check_split_case(KvDType dtype, int window, float softcap = 0.0f) {
+// split_len > 0: splits of that length over a 4,096-position capacity (128 splits: the
+// reduce in runs).
+void check_split_case(KvDType dtype, int window, float softcap = 0.0f, int split_len = 0) {
   for (int dim : {64, 96, 128, 256}) {
-    DecodeSplitCase c(dtype, dim, 11u + (uint32_t)dim);
+    DecodeSplitCase c(dtype, dim, 11u + (uint32_t)dim, split_len > 0 ? 256 : 96);
     c.window = window;
+    c.fixed_split_len = split_len;
     c.softcap = softcap;
     DeviceBuffer<uint16_t> cache(c.cache);
     DeviceBuffer<int32_t> tables(c.tables), lens(c.lens);
@@ -116,6 +119,12 @@ void check_split_case(KvDType dtype, int window, float softcap = 0.0f) {
 TEST_P(DecodeWiringGpu, SplitKLongContextMatchesOracle) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   check_split_case(GetParam(), 0);
+}
+
+TEST_P(DecodeWiringGpu, SplitReduceInRunsMatchesOracle) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  check_split_case(GetParam(), 0, 0.0f, 32);
+  check_split_case(GetParam(), 300, 0.0f, 32);
 }
 
 TEST_P(DecodeWiringGpu, SlidingWindowMatchesOracle) {

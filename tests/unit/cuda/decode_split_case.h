@@ -19,6 +19,7 @@ struct DecodeSplitCase {
   int heads = 8, kv_heads = 2, head_dim = 64, slots = 6, block_size = 16;
   int blocks_per_seq = 96;  // capacity 1,536 positions
   int window = 0;           // > 0: a sliding window (the query sees its last `window` positions)
+  int fixed_split_len = 0;  // > 0: splits of this length (many splits: the reduce in runs)
   float softcap = 0.0f;     // > 0: scores soft-capped (cap * tanh(score / cap))
   std::vector<int32_t> lens = {1500, 0, 700, 63, 0, 1};
   std::vector<uint8_t> active = {1, 0, 1, 1, 0, 1};
@@ -27,7 +28,8 @@ struct DecodeSplitCase {
   std::vector<int32_t> tables;
   std::vector<float> q, k_new, v_new;
 
-  DecodeSplitCase(KvDType dtype, int dim, uint32_t seed) : head_dim(dim) {
+  DecodeSplitCase(KvDType dtype, int dim, uint32_t seed, int blocks = 96)
+      : head_dim(dim), blocks_per_seq(blocks) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
     layout.n_layers = 2;
@@ -78,6 +80,7 @@ struct DecodeSplitCase {
     p.scale = 1.0f / std::sqrt((float)head_dim);
     p.window = window;
     p.softcap = softcap;
+    p.fixed_split_len = fixed_split_len;
     return p;
   }
 

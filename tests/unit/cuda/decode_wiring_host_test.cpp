@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/decode_attention_host.h"
 #include "decode_split_case.h"
@@ -64,6 +66,70 @@ TEST_P(DecodeWiringHost, SplitKLongContextMatchesOracle) {
     EXPECT_LT(err, 2e-3) << "head_dim " << dim;
     for (int s = 0; s < c.slots; ++s) EXPECT_EQ(lens[s], c.lens[s] + (c.active[s] ? 1 : 0));
   }
+}
+
+// Splits of 32 positions over a 4,096-position capacity: 128 splits, so the reduce may merge
+// in up to eight runs (decode_reduce_parts); the 1,500-position slot's 47 splits take three
+// runs (16, 16, 15), the 700-position slot's 22 two; with a window of 300, one run each.
+TEST_P(DecodeWiringHost, SplitReduceInRunsMatchesOracle) {
+  for (int window : {0, 300}) {
+    for (int dim : {64, 96, 128, 256}) {
+      DecodeSplitCase c(GetParam(), dim, 13u + (uint32_t)dim, 256);
+      c.fixed_split_len = 32;
+      c.window = window;
+      std::vector<uint16_t> cache = c.cache;
+      std::vector<int32_t> lens = c.lens;
+      std::vector<float> out(c.q.size(), std::numeric_limits<float>::quiet_NaN());
+      const auto p = c.params(cache.data(), c.tables.data(), lens.data(), c.active.data(),
+                              c.q.data(), c.k_new.data(), c.v_new.data(), out.data());
+      ASSERT_EQ(cuda::decode_reduce_parts(p), dim == 256 ? 4 : 8);
+      cuda::decode_attention_host(p);
+      std::string fault;
+      const double err = c.max_error(out, &fault);
+      EXPECT_EQ(fault, "");
+      EXPECT_LT(err, 2e-3) << "head_dim " << dim << " window " << window;
+    }
+  }
+}
+
+// The runs cover [first, n_valid) in order, contiguously, none past the end.
+TEST(DecodeReduceRuns, RunsTileTheSplitsInOrder) {
+  for (int parts : {1, 2, 4, 8})
+    for (int first : {0, 3, 37})
+      for (int n_valid : {0, 1, 5, 38, 47, 128}) {
+        int next = first, covered = 0;
+        for (int part = 0; part < parts; ++part) {
+          const auto run = cuda::decode_reduce_run_range(first, n_valid, parts, part);
+          if (run.begin >= run.end) continue;
+          EXPECT_EQ(run.begin, next) << parts << " " << first << " " << n_valid;
+          EXPECT_LE(run.end, n_valid);
+          covered += run.end - run.begin;
+          next = run.end;
+        }
+        EXPECT_EQ(covered, std::max(0, n_valid - first)) << parts << " " << first << " " << n_valid;
+      }
+}
+
+// Few splits keep one run (the batched decode's usual case); many take up to eight, as the
+// threads allow (head_dim 256: four runs of 256 threads).
+TEST(DecodeReduceRuns, PartsFollowTheSplitCount) {
+  cuda::DecodeAttentionParams p;
+  p.layout.head_dim = 128;
+  p.layout.block_size = 16;
+  p.max_blocks_per_seq = 2048;  // 32,768 positions
+  p.n_slots = 1;
+  const std::vector<std::pair<int, int>> split_parts = {
+      {4096, 1}, {1024, 2}, {512, 4}, {256, 8}, {32, 8}};
+  for (auto [split, parts] : split_parts) {
+    p.fixed_split_len = split;
+    EXPECT_EQ(cuda::decode_reduce_parts(p), parts) << split;
+  }
+  p.layout.head_dim = 256;
+  EXPECT_EQ(cuda::decode_reduce_parts(p), 4);
+  // A slot's own split count picks its runs: a short context keeps one.
+  for (auto [count, runs] : std::vector<std::pair<int, int>>{
+           {0, 1}, {3, 1}, {16, 1}, {17, 2}, {47, 3}, {64, 4}, {256, 8}})
+    EXPECT_EQ(cuda::decode_reduce_runs(8, count), runs) << count;
 }
 
 // A sliding window of 300 (Gemma-style local layers): splits wholly before the window are
