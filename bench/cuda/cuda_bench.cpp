@@ -536,6 +536,16 @@ void run_lab(Stream& stream, double copy_gbs) {
 // Decode attention at long contexts (the H200-speed issue's goal: 60% of the copy bandwidth
 // at 1 x 32k and 64 x 4k positions) and the shorter shapes beside them, for both head shapes.
 void run_decode_attention(Stream& stream, double copy_gbs) {
+  // HABLAR_BENCH_ATTENTION_CASE=seqs,context,heads,kv_heads: that case alone, as in the
+  // forward (for a profiler's view of one shape).
+  if (const char* only = std::getenv("HABLAR_BENCH_ATTENTION_CASE")) {
+    int seqs = 1, context = 32768, heads = 12, kv_heads = 2;
+    if (std::sscanf(only, "%d,%d,%d,%d", &seqs, &context, &heads, &kv_heads) == 4) {
+      print_row(bench_decode_attention(stream, seqs, context, copy_gbs, 0.60, {{}},
+                                       AttentionHeads{heads, kv_heads}, true));
+      return;
+    }
+  }
   std::printf("\n== decode attention (F16 KV, split-K) vs copy bandwidth ==\n");
   for (AttentionHeads shape : {kHeads8B, kHeads15B}) {
     print_row(bench_decode_attention(stream, 1, 32768, copy_gbs, 0.60, {{}}, shape));

@@ -293,8 +293,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 // waits out a chain of dependent merges (a long single sequence of a model with few KV heads: 256
 // splits at 1 x 32k positions). kBatch: splits of a run whose loads are issued together (the order
 // of the merges, and so the result, does not depend on it). The host twin merges in the same order.
-template <int kBatch>
-__global__ void __launch_bounds__(kDecodeReduceMaxThreads)
+template <int kBatch, int kMaxThreads>
+__global__ void __launch_bounds__(kMaxThreads)
     decode_reduce_kernel(DecodeAttentionParams p, int split_len, int n_splits, int parts,
                          const float* workspace) {
   begin_dependent_kernel();
@@ -462,11 +462,15 @@ void decode_attention(const DecodeAttentionParams& p, void* workspace, size_t wo
       launch_for_dtype<KvElem::kF16>(p, split_len, n_splits, ws, stream);
       break;
   }
-  // 16 splits per round trip of a run (the most that fits 1,024 threads' registers;
-  // HABLAR_DECODE_REDUCE_BATCH=8 to compare).
-  const auto reduce = lab_knob("HABLAR_DECODE_REDUCE_BATCH", 16) == 8 ? decode_reduce_kernel<8>
-                                                                      : decode_reduce_kernel<16>;
+  // One run (a short context, or a batch of many sequences): 32 splits per round trip in
+  // blocks of head_dim threads. Several runs: up to 1,024 threads, whose registers allow 16
+  // (HABLAR_DECODE_REDUCE_BATCH=8: 8 either way, to compare).
   const int parts = decode_reduce_parts(p);
+  const bool batch8 = lab_knob("HABLAR_DECODE_REDUCE_BATCH", 0) == 8;
+  const auto reduce = parts > 1
+                          ? (batch8 ? decode_reduce_kernel<8, kDecodeReduceMaxThreads>
+                                    : decode_reduce_kernel<16, kDecodeReduceMaxThreads>)
+                          : (batch8 ? decode_reduce_kernel<8, 256> : decode_reduce_kernel<32, 256>);
   launch_dependent(reduce, dim3(p.n_slots, p.n_heads), dim3(p.layout.head_dim * parts), 0, stream,
                    p, split_len, n_splits, parts, static_cast<const float*>(ws));
   if (!p.advance_lengths) return;

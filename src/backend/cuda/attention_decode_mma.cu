@@ -281,13 +281,15 @@ template <KvElem kElem, int kDim>
 void launch_for_dim(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
                     cudaStream_t stream) {
   const dim3 grid(p.layout.n_kv_heads, p.n_slots, n_splits);
-  // Pipelined at head_dim 128 (two blocks a multiprocessor either way); at 64 the pipeline's
-  // registers (180 against 128) would halve the resident blocks, so it stays unpipelined.
-  // Lab: HABLAR_DECODE_MMA_BLOCKS=3 asks the compiler for three blocks per multiprocessor
-  // (fewer registers, unpipelined); HABLAR_DECODE_PIPELINE=0 / 1 the loop either way.
+  // Pipelined at head_dim 128 (two blocks a multiprocessor either way) where a warp has
+  // several sub-tiles of a split to walk; at 64 the pipeline's registers (180 against 128)
+  // would halve the resident blocks, so it stays unpipelined. Lab: HABLAR_DECODE_MMA_BLOCKS=3
+  // asks the compiler for three blocks per multiprocessor (fewer registers, unpipelined);
+  // HABLAR_DECODE_PIPELINE=0 / 1 the loop either way.
+  const bool pipelined = kDim == 128 && split_len >= 2 * kDecodeMmaSubTile * kDecodeWarps;
   const auto kernel = lab_knob("HABLAR_DECODE_MMA_BLOCKS", 2) == 3
                           ? decode_attention_mma_kernel<kElem, kDim, 3, false>
-                      : lab_knob("HABLAR_DECODE_PIPELINE", kDim == 128 ? 1 : 0) == 0
+                      : lab_knob("HABLAR_DECODE_PIPELINE", pipelined ? 1 : 0) == 0
                           ? decode_attention_mma_kernel<kElem, kDim, 1, false>
                           : decode_attention_mma_kernel<kElem, kDim, 1, true>;
   launch_dependent(kernel, grid, dim3(kDecodeWarps * 32), 0, stream, p, split_len, n_splits, ws);
