@@ -282,6 +282,7 @@ Row bench_decode_attention(Stream& stream, int seqs, int context, double copy_gb
   p.max_context = context + iters + 48;
   p.kv_stored = in_forward;
   p.advance_lengths = !in_forward;
+  p.prior_rows_settled = true;  // one token per sequence
   Row row;
   for (const auto& variant : variants) {
     apply_variant(variant);

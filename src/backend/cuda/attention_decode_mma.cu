@@ -17,6 +17,10 @@
 // 2t + 8, 2t + 9 at dims 8g + 64i, paired into B fragments with byte permutes; output column
 // n of n-tile 8i + e is dim 64i + 8n + e.
 //
+// Before the wait on the kernel before (programmatic dependent launch), a warp requests its
+// first sub-tile when those rows were stored by earlier steps (prior_rows_settled, and not
+// the slot's own position): the queries, and the newest row, are read after it.
+//
 // Software pipeline (kPipelined): a warp's sub-tiles are a chain of two dependent loads (the
 // block table's entry, then the K/V rows it names) and the products on them. A warp issues
 // the rows of its next sub-tile and the table entries of the one after before the products
@@ -200,20 +204,35 @@ template <KvElem kElem, int kDim, int kMinBlocks, bool kPipelined>
 __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
     decode_attention_mma_kernel(DecodeAttentionParams p, int split_len, int n_splits,
                                 float* workspace) {
-  begin_dependent_kernel();
   constexpr bool kBf16 = kv_elem_bf16(kElem);  // the products' inputs (f16 for Q8_0 rows)
   constexpr int kNTiles = kDim / 8, kStride = kDecodeMmaSubTile * kDecodeWarps;
   __shared__ __align__(16) float o_s[kDecodeWarps][8][kDim];
   __shared__ SoftmaxState state_s[kDecodeWarps][8];
 
+  // The lengths, flags and block tables come with the step (no kernel writes them).
   const int kvh = blockIdx.x, slot = blockIdx.y, split = blockIdx.z;
   const auto [begin, end] = split_range(p, slot, split, split_len);
-  if (begin >= end) return;
+  if (begin >= end) {
+    begin_dependent_kernel();
+    return;
+  }
   const int group = p.n_heads / p.layout.n_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const KvRows kv{static_cast<const uint16_t*>(p.kv_cache),
                   p.block_tables + (size_t)slot * p.max_blocks_per_seq, p.layout, p.layer, kvh};
+
+  // A warp's first sub-tile is requested before the wait when none of its rows is the
+  // slot's own position (the one the kernel before may store) and earlier steps stored the
+  // rest (prior_rows_settled): its loads overlap the kernel before and the launch between.
+  int t0 = begin + kDecodeMmaSubTile * warp;
+  SubTileRows<kDim> a;
+  const bool early =
+      p.prior_rows_settled && t0 < end && min(t0 + kDecodeMmaSubTile, end) <= p.seq_lens[slot];
+  if (early) load_sub_tile<kElem, kDim>(kv, sub_tile_blocks(kv, t0, end, g, t), t0, g, t, a);
+  begin_dependent_kernel();
+  if (t0 < end && !early)
+    load_sub_tile<kElem, kDim>(kv, sub_tile_blocks(kv, t0, end, g, t), t0, g, t, a);
 
   uint32_t qa[kDim / 16][4];
   load_query_fragments<kBf16, kDim>(p, slot, kvh, group, g, t, qa);
@@ -222,9 +241,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
 #pragma unroll
   for (int j = 0; j < kNTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
-  int t0 = begin + kDecodeMmaSubTile * warp;
   if constexpr (!kPipelined) {
-    for (; t0 < end; t0 += kStride) {
+    if (t0 < end) attend_sub_tile<kBf16, kDim>(qa, a, t0, end, t, state, o);
+    for (t0 += kStride; t0 < end; t0 += kStride) {
       SubTileRows<kDim> rows;
       load_sub_tile<kElem, kDim>(kv, sub_tile_blocks(kv, t0, end, g, t), t0, g, t, rows);
       attend_sub_tile<kBf16, kDim>(qa, rows, t0, end, t, state, o);
@@ -232,8 +251,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
   } else if (t0 < end) {
     // Two register sets, a and b, alternate: on entering the loop, a holds the rows of t0
     // (requested) and next_blocks the table entries of t0 + kStride.
-    SubTileRows<kDim> a, b;
-    load_sub_tile<kElem, kDim>(kv, sub_tile_blocks(kv, t0, end, g, t), t0, g, t, a);
+    SubTileRows<kDim> b;
     SubTileBlocks next_blocks = sub_tile_blocks(kv, t0 + kStride, end, g, t);
     while (true) {
       SubTileBlocks after = sub_tile_blocks(kv, t0 + 2 * kStride, end, g, t);

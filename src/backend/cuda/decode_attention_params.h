@@ -60,6 +60,12 @@ struct DecodeAttentionParams {
   // Positions per split when > 0 (a multiple of kDecodeTile): the same splits whatever the
   // batch, for batch-invariant results. 0: sized to fill the GPU (decode_split_len).
   int32_t fixed_split_len = 0;
+  // Whether every position before a slot's own (seq_lens[s]) was stored before the kernel
+  // before this call ran, and the lengths and block tables were uploaded before the step (a
+  // step of one token per sequence): the tensor-core kernel then requests a warp's first
+  // rows before it waits on the kernel before it. False when a slot's earlier positions may
+  // be stored in the same step (the tokens of a prompt chunk as slots).
+  bool prior_rows_settled = false;
   // Whether the call advances seq_lens by one (a decode step); false when the caller keeps
   // the lengths itself (every token of a step as a slot at its own position).
   bool advance_lengths = true;

@@ -267,7 +267,9 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
   // written and uploaded (a model's full context is thousands of entries a row, and a step
   // of 2,048 rows would move that many times over).
   table_width_ = 1;
+  one_token_rows_ = true;
   for (const SequenceChunk& ch : chunks) {
+    one_token_rows_ = one_token_rows_ && ch.tokens.size() == 1;
     const int64_t needed =
         (ch.start_pos + (int64_t)ch.tokens.size() + layout_.block_size - 1) / layout_.block_size;
     HABLAR_CHECK((size_t)needed <= MB, "a sequence is longer than the executor's context limit");
@@ -609,6 +611,7 @@ DecodeAttentionParams ForwardOps::decode_params(int layer, const AttentionSpec& 
   p.max_context = max_context_;
   p.fixed_split_len = 0;
   p.advance_lengths = false;
+  p.prior_rows_settled = one_token_rows_;
   p.multiprocessors = device_multiprocessors();
   return p;
 }

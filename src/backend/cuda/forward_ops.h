@@ -219,7 +219,10 @@ class ForwardOps {
   int64_t writers_f16_from_ = INT64_MAX;
   int32_t n_logit_rows_ = 0;
   int32_t max_context_ = 0;  // the longest context (position + 1) of the step
-  size_t table_width_ = 1;   // block-table entries of each row written and uploaded (stage())
+  // Every chunk of the step is one token (a decode step): a sequence's earlier positions
+  // were all stored by earlier steps (DecodeAttentionParams::prior_rows_settled).
+  bool one_token_rows_ = false;
+  size_t table_width_ = 1;  // block-table entries of each row written and uploaded (stage())
   // Prompt chunks of the step on the flash prefill attention (stage()), their longest, and
   // the rows left to the decode attention.
   int32_t n_prefill_chunks_ = 0, prefill_max_chunk_ = 0;
