@@ -310,7 +310,10 @@ void launch_for_dim(const DecodeAttentionParams& p, int split_len, int n_splits,
                       : lab_knob("HABLAR_DECODE_PIPELINE", pipelined ? 1 : 0) == 0
                           ? decode_attention_mma_kernel<kElem, kDim, 1, false>
                           : decode_attention_mma_kernel<kElem, kDim, 1, true>;
-  launch_dependent(kernel, grid, dim3(kDecodeWarps * 32), 0, stream, p, split_len, n_splits, ws);
+  DecodeAttentionParams params = p;  // HABLAR_DECODE_EARLY=0: no rows requested before the wait
+  params.prior_rows_settled = p.prior_rows_settled && lab_knob("HABLAR_DECODE_EARLY", 1) != 0;
+  launch_dependent(kernel, grid, dim3(kDecodeWarps * 32), 0, stream, params, split_len, n_splits,
+                   ws);
 }
 
 template <KvElem kElem>
