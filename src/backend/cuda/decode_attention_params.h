@@ -111,19 +111,18 @@ inline bool decode_uses_mma(const DecodeAttentionParams& p) {
          lab_knob("HABLAR_DECODE_KERNEL", 1) != 0;
 }
 
-// Positions per split ("flash decoding"): the longest (1,024 down to 64) whose slots x KV
-// heads x splits blocks reach the target: a number of blocks per multiprocessor (2 for the
-// tensor-core kernel, the blocks that fit one by registers, whose blocks gain from long
-// splits; 64 for the CUDA-core kernel, so that the last wave of blocks is a small part of the
-// whole; both measured, docs/CUDA.md), less a sixteenth: a wave just short of the target
-// (256 blocks of a 2-KV-head model at 1 x 32k positions against 264) beats twice the blocks
-// at half the length in two waves, and a long context's splits halve for the reduce (1 x 32k
-// on an H100: 25 against 33 us). The target is a lab knob (HABLAR_DECODE_BLOCKS_PER_SM,
-// lab_knobs.h); the host twin sizes its splits through this same function.
+// Positions per split ("flash decoding"): short enough that slots x KV heads x splits fills
+// the GPU (a target of blocks per multiprocessor: 2 for the tensor-core
+// kernel, whose blocks are cheap and gain from long splits, 64 for the CUDA-core kernel, so
+// that the last wave of blocks is a small part of the whole; both measured, docs/CUDA.md),
+// never under 64. The target is a lab
+// knob (HABLAR_DECODE_BLOCKS_PER_SM, lab_knobs.h); the host twin sizes its splits through this same
+// function.
 inline int32_t decode_split_len(const DecodeAttentionParams& p) {
   if (p.fixed_split_len > 0) return p.fixed_split_len;
-  const int64_t per_sm = lab_knob("HABLAR_DECODE_BLOCKS_PER_SM", decode_uses_mma(p) ? 2 : 64);
-  const int64_t target_blocks = per_sm * p.multiprocessors * 15 / 16;
+  const int64_t target_blocks =
+      (int64_t)lab_knob("HABLAR_DECODE_BLOCKS_PER_SM", decode_uses_mma(p) ? 2 : 64) *
+      p.multiprocessors;
   const int32_t context = decode_max_context(p);
   int32_t split = 1024;
   while (split > 64) {
