@@ -12,7 +12,8 @@
 #                                     Q4_K_M model of each shape (default qwen2.5-1.5b), run
 #                                     llama-bench (-fa 0 and 1), llama-batched-bench (-fa on) and
 #                                     hablar's bench and batched-bench, and print one table of
-#                                     figures and ratios (bench/gpu/compare_table.py)
+#                                     figures and ratios (bench/gpu/compare_table.py); decode
+#                                     at depth (tg64 @ DEPTHS) by both tools too
 #   bench/gpu/compare.sh serve [SHAPE]
 #                                     on the GPU machine: bench/serving/bench_serving.py (512 in,
 #                                     128 out, streamed) at 1, 16, 64 and 256 clients against
@@ -26,13 +27,15 @@
 #                                     batch-1 decode (two steady-state steps), summed by kernel
 #
 # Environment: SDIST (here) the llama-cpp-python sdist folder; NPL the parallel sequence
-# counts (default 8,32,64,128,256). Results go to $OUT (else /tmp/gpu-compare).
+# counts (default 8,32,64,128,256); DEPTHS the context depths of the decode-at-depth rows
+# (default 4096,32000). Results go to $OUT (else /tmp/gpu-compare).
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-/tmp/gpu-compare}
 gpu=/tmp/hablar-gpu
 lcp=/tmp/llamacpp-cuda
 npl=${NPL:-8,32,64,128,256}
+depths=${DEPTHS:-4096,32000}
 
 pack() {
   local sdist=${SDIST:-/work/llamacpp/llama_cpp_python-0.3.36} skip=() b
@@ -93,6 +96,11 @@ run() {
       >"$out/$shape-llama-batched.jsonl" 2>"$out/$shape-llama-batched.err"
     "$h" bench -m "$m" --device cuda -p 512 -n 128 -r 3 -o json \
       >"$out/$shape-hablar-bench.json" 2>"$out/$shape-hablar-bench.err"
+    # Decode at depth (long contexts: the split-K attention), both tools on the same depths.
+    "$bin/llama-bench" -m "$m" -ngl 99 -p 0 -n 64 -d "$depths" -fa 0,1 -r 2 -o json \
+      >"$out/$shape-llama-bench-depth.json" 2>"$out/$shape-llama-bench-depth.err"
+    "$h" bench -m "$m" --device cuda -p 0 -n 64 -d "$depths" -r 2 -o json \
+      >"$out/$shape-hablar-bench-depth.json" 2>"$out/$shape-hablar-bench-depth.err"
     "$h" batched-bench -m "$m" --device cuda -npp 128 -ntg 128 -npl "$npl" -o json \
       >"$out/$shape-hablar-batched.json" 2>"$out/$shape-hablar-batched.err"
     python3 "$root/bench/gpu/compare_table.py" --dir "$out" --shape "$shape" |

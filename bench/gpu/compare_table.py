@@ -45,21 +45,28 @@ def table(out, shape):
     d = pathlib.Path(out)
     llama = json.loads((d / f"{shape}-llama-bench.json").read_text())
     ours = json.loads((d / f"{shape}-hablar-bench.json").read_text())
+    # The decode-at-depth rows, where the run made them.
+    for name, into in (("llama-bench-depth", llama), ("hablar-bench-depth", ours)):
+        path = d / f"{shape}-{name}.json"
+        if path.exists() and path.stat().st_size > 0:
+            into.extend(json.loads(path.read_text()))
     rows = []
 
-    def llama_ts(n_prompt, n_gen, fa):
+    def llama_ts(n_prompt, n_gen, n_depth, fa):
         for r in llama:
-            if r["n_prompt"] == n_prompt and r["n_gen"] == n_gen and bool(r["flash_attn"]) == fa:
+            if (r["n_prompt"] == n_prompt and r["n_gen"] == n_gen and
+                    r.get("n_depth", 0) == n_depth and bool(r["flash_attn"]) == fa):
                 return r["avg_ts"]
         return None
 
     weight_bytes = ours[0].get("weight_bytes_per_token", 0)
     bw = copy_bandwidth_gbs()
     for r in ours:
-        fa0, fa1 = llama_ts(r["n_prompt"], r["n_gen"], False), llama_ts(r["n_prompt"], r["n_gen"], True)
+        key = (r["n_prompt"], r["n_gen"], r.get("n_depth", 0))
+        fa0, fa1 = llama_ts(*key, False), llama_ts(*key, True)
         best = max(v for v in (fa0, fa1) if v) if (fa0 or fa1) else None
         note = ""
-        if r["n_gen"] > 0 and bw and weight_bytes:
+        if r["n_gen"] > 0 and r.get("n_depth", 0) == 0 and bw and weight_bytes:
             bound = bw * 1e9 / weight_bytes
             note = f"{100 * r['avg_ts'] / bound:.0f}% of the {bound:,.0f} t/s copy bound"
         rows.append((r["test"], r["avg_ts"], fa0, fa1, best, note))
