@@ -4,12 +4,13 @@
 // Attention grid: (n_kv_heads, n_slots, n_splits), 128 threads. A block reads its KV head's
 // positions [split * split_len, ...) once and serves every query head of the GQA group; it
 // writes one partial per (slot, head, split); the reduce kernel merges the splits (one block
-// per slot and head) and a last one-block kernel advances the lengths.
+// per slot and head, a long context's splits in parallel runs) and a last one-block kernel
+// advances the lengths.
 //
 // Two attention kernels (decode_uses_mma() picks one; the host twin follows the same one):
 // - decode_attention_mma_kernel (head_dim 64 and 128, the one that runs): scores and P·V on
 //   tensor cores, each warp its own 16-position sub-tiles and softmax state, K and V loaded
-//   straight into registers; described above the kernel.
+//   straight into registers; in attention_decode_mma.cu, described there.
 // - decode_attention_kernel (head_dim 96 and 256, and the lab's HABLAR_DECODE_KERNEL=0): CUDA
 //   cores, tiles of kDecodeTile positions copied asynchronously into shared memory; per tile
 //   the scores, a tile softmax state merged into each head's running state
