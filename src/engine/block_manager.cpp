@@ -55,14 +55,69 @@ int32_t BlockManager::take_free_block() {
   free_list_.pop_front();
   Block& b = blocks_[(size_t)id];
   b.in_free_list = false;
-  if (b.has_hash) {  // evict its old prefix-cache entry
+  withdraw(id);  // evict its old prefix-cache entries
+  b.ref_count = 1;
+  return id;
+}
+
+void BlockManager::withdraw(int32_t id) {
+  Block& b = blocks_[(size_t)id];
+  if (b.has_hash) {
     auto it = hash_to_block_.find(b.hash);
     if (it != hash_to_block_.end() && it->second == id) hash_to_block_.erase(it);
     b.has_hash = false;
-    b.tokens.clear();
   }
-  b.ref_count = 1;
-  return id;
+  if (b.offered) {
+    auto [it, end] = continuations_.equal_range(b.offer_key);
+    for (; it != end; ++it)
+      if (it->second == id) {
+        continuations_.erase(it);
+        break;
+      }
+    b.offered = false;
+  }
+  b.tokens.clear();
+}
+
+void BlockManager::offer(int32_t id, uint64_t parent, std::span<const int32_t> tokens) {
+  if (tokens.empty()) return;
+  Block& b = blocks_[(size_t)id];
+  const uint64_t key = continuation_key(parent, tokens[0]);
+  if (b.offered && b.offer_key != key) withdraw(id);
+  if (!b.offered) {
+    continuations_.emplace(key, id);
+    b.offered = true;
+    b.offer_key = key;
+  }
+  if (tokens.size() > b.tokens.size()) b.tokens.assign(tokens.begin(), tokens.end());
+}
+
+void BlockManager::trim(int32_t id, int32_t valid) {
+  Block& b = blocks_[(size_t)id];
+  if ((int32_t)b.tokens.size() <= valid) return;
+  if (valid == 0) return withdraw(id);
+  if (b.has_hash) {
+    auto it = hash_to_block_.find(b.hash);
+    if (it != hash_to_block_.end() && it->second == id) hash_to_block_.erase(it);
+    b.has_hash = false;
+  }
+  b.tokens.resize((size_t)valid);
+}
+
+std::pair<int32_t, int32_t> BlockManager::best_continuation(uint64_t parent,
+                                                            std::span<const int32_t> want,
+                                                            int32_t limit) const {
+  std::pair<int32_t, int32_t> best{-1, 0};
+  if (want.empty() || limit <= 0) return best;
+  auto [it, end] = continuations_.equal_range(continuation_key(parent, want[0]));
+  for (; it != end; ++it) {
+    const std::vector<int32_t>& have = blocks_[(size_t)it->second].tokens;
+    const size_t n = std::min({have.size(), want.size(), (size_t)std::max(limit, 0)});
+    int32_t run = 0;
+    while ((size_t)run < n && have[(size_t)run] == want[(size_t)run]) ++run;
+    if (run > best.second) best = {it->second, run};
+  }
+  return best;
 }
 
 void BlockManager::take_cached_block(int32_t id) {
@@ -103,6 +158,17 @@ int32_t BlockManager::match_prefix(Sequence& seq) {
     seq.block_hashes.push_back(h);
     matched += block_size_;
   }
+  // Then part of the next block: the offered continuation sharing the longest run of the
+  // tokens after the match, as far as it leaves one token to compute (a run that would all
+  // be computed again is not worth a copy-on-write).
+  const uint64_t parent = seq.block_hashes.empty() ? 0 : seq.block_hashes.back();
+  const std::span<const int32_t> rest(seq.tokens.data() + matched, (size_t)(n_tokens - matched));
+  const auto [block, run] = best_continuation(parent, rest, n_tokens - 1 - matched);
+  if (block >= 0) {
+    take_cached_block(block);
+    seq.block_table.push_back(block);
+    matched += run;
+  }
   // Keep one token to compute: its logits give the next token.
   seq.n_computed = std::min(matched, n_tokens - 1);
   return seq.n_computed;
@@ -131,9 +197,25 @@ bool BlockManager::allocate_slots(Sequence& seq, int32_t n_new, std::vector<Bloc
       if ((int32_t)seq.block_hashes.size() > first) seq.block_hashes.resize((size_t)first);
     }
   }
+  trim_before_writing(seq, n_new);
   const int32_t want = blocks_for(seq.n_computed + n_new, block_size_);
   while ((int32_t)seq.block_table.size() < want) seq.block_table.push_back(take_free_block());
   return true;
+}
+
+void BlockManager::trim_before_writing(const Sequence& seq, int32_t n_new) {
+  const int32_t first = seq.n_computed / block_size_;
+  if (n_new <= 0 || first >= (int32_t)seq.block_table.size()) return;
+  const int32_t id = seq.block_table[(size_t)first];
+  if (id == kReleased || !blocks_[(size_t)id].offered) return;
+  const std::vector<int32_t>& have = blocks_[(size_t)id].tokens;
+  const int32_t start = first * block_size_;
+  const int32_t end = std::min(seq.n_computed + n_new, start + (int32_t)have.size());
+  // Writing a position with the token it already holds leaves its K/V as it was; the
+  // positions past the known tokens (drafts, tokens yet to come) hold new ones.
+  for (int32_t pos = seq.n_computed; pos < end; ++pos)
+    if (pos >= (int32_t)seq.tokens.size() || seq.tokens[(size_t)pos] != have[(size_t)(pos - start)])
+      return trim(id, pos - start);
 }
 
 int32_t BlockManager::release_before(Sequence& seq, int32_t first) {
@@ -143,13 +225,7 @@ int32_t BlockManager::release_before(Sequence& seq, int32_t first) {
   int32_t released = 0;
   for (; seq.n_released_blocks < end; ++seq.n_released_blocks, ++released) {
     int32_t& slot = seq.block_table[(size_t)seq.n_released_blocks];
-    Block& b = blocks_[(size_t)slot];
-    if (b.ref_count == 1 && b.has_hash) {
-      auto it = hash_to_block_.find(b.hash);
-      if (it != hash_to_block_.end() && it->second == slot) hash_to_block_.erase(it);
-      b.has_hash = false;
-      b.tokens.clear();
-    }
+    if (blocks_[(size_t)slot].ref_count == 1) withdraw(slot);
     release_block(slot);
     slot = kReleased;
   }
@@ -168,13 +244,26 @@ void BlockManager::register_full_blocks(Sequence& seq) {
     const int32_t id = seq.block_table[i];
     if (id == kReleased) continue;  // behind the window: chained through, never offered
     Block& b = blocks_[(size_t)id];
-    if (b.has_hash) continue;               // already registered (revived from the cache)
+    if (b.has_hash) continue;  // already registered (revived from the cache)
+    offer(id, prev, toks);
     if (hash_to_block_.count(h)) continue;  // another block holds this prefix already
     b.has_hash = true;
     b.hash = h;
-    b.tokens.assign(toks.begin(), toks.end());
     hash_to_block_[h] = id;
   }
+  offer_partial_tail(seq);
+}
+
+void BlockManager::offer_partial_tail(const Sequence& seq) {
+  const int32_t i = seq.n_computed / block_size_, held = seq.n_computed % block_size_;
+  if (held == 0 || i >= (int32_t)seq.block_table.size() || (int32_t)seq.block_hashes.size() != i)
+    return;
+  const int32_t id = seq.block_table[(size_t)i];
+  // A block others hold too may be written by them (each copies it first, but the offer
+  // would not follow): offered only by its one holder.
+  if (id == kReleased || blocks_[(size_t)id].ref_count != 1 || blocks_[(size_t)id].has_hash) return;
+  offer(id, i == 0 ? 0 : seq.block_hashes[(size_t)i - 1],
+        std::span<const int32_t>(seq.tokens.data() + (size_t)i * block_size_, (size_t)held));
 }
 
 void BlockManager::truncate(Sequence& seq, int32_t n_tokens) {

@@ -7,6 +7,14 @@
 // hash -> block map when their K/V has been computed; a new sequence whose prompt starts with
 // the same blocks takes them (ref count + 1) instead of recomputing.
 //
+// Past the last whole block, a prompt can also take part of a block (token-granular reuse,
+// as llama-server's slots and radix caches give): every block whose first positions hold
+// computed K/V is offered under the chained hash of the blocks before it (full blocks and a
+// sequence's partial tail alike, with the tokens it holds), and a new sequence takes the one
+// whose tokens share the longest run with its own at that place. A sequence that then writes
+// into a block it holds alone trims the block's offered tokens to the positions its writes
+// leave intact, so an offer never names K/V that was overwritten.
+//
 // Freed blocks go to the back of the free list but keep their hash entry, so a later request
 // can still revive them; allocation takes from the front (least recently freed) and only
 // then forgets the old hash. A sequence about to write into a block others also hold gets a
@@ -20,6 +28,7 @@
 #include <list>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/sequence.h"
@@ -47,7 +56,8 @@ class BlockManager {
   }
 
   // First scheduling of a sequence with an empty block table: takes the longest run of
-  // cached full blocks that match its tokens and sets n_computed accordingly (always leaving
+  // cached full blocks that match its tokens, then the offered block that continues them
+  // with the longest run of its next tokens, and sets n_computed accordingly (always leaving
   // at least one token to compute, so the step yields logits). Returns the tokens reused.
   int32_t match_prefix(Sequence& seq);
 
@@ -58,7 +68,8 @@ class BlockManager {
   // Blocks allocate_slots would take from the free list for this request.
   int32_t blocks_needed(const Sequence& seq, int32_t n_new) const;
 
-  // After a step: registers every newly full, computed block of the sequence in the cache.
+  // After a step: registers every newly full, computed block of the sequence in the cache,
+  // and offers its partial last block (when it holds that block alone).
   void register_full_blocks(Sequence& seq);
 
   // Rolls the sequence back to its first `n_tokens` positions (speculative tokens rejected):
@@ -85,13 +96,21 @@ class BlockManager {
 
   // Chained hash of one full block of tokens.
   static uint64_t chain_hash(uint64_t previous, std::span<const int32_t> block_tokens);
+  // Where blocks continuing the prefix `previous` with `first_token` are offered.
+  static uint64_t continuation_key(uint64_t previous, int32_t first_token) {
+    return chain_hash(previous ^ 0x5851f42d4c957f2dull, std::span<const int32_t>(&first_token, 1));
+  }
 
  private:
   struct Block {
     int32_t ref_count = 0;
-    bool has_hash = false;
+    bool has_hash = false;  // a full block in hash_to_block_
     uint64_t hash = 0;
-    std::vector<int32_t> tokens;  // the block's tokens when hashed (guards against collisions)
+    bool offered = false;    // in continuations_ under `offer_key`
+    uint64_t offer_key = 0;  // continuation_key(the chained hash before it, its first token)
+    // The tokens whose K/V its first positions hold: all of them for a full block (guards
+    // against hash collisions), fewer for an offered partial block.
+    std::vector<int32_t> tokens;
     std::list<int32_t>::iterator free_pos;
     bool in_free_list = false;
   };
@@ -99,11 +118,29 @@ class BlockManager {
   int32_t take_free_block();
   void release_block(int32_t id);
   void take_cached_block(int32_t id);
+  // Offers block `id` after the prefix `parent` as holding `tokens` (or keeps its offer when
+  // that one is longer: both describe the same positions).
+  void offer(int32_t id, uint64_t parent, std::span<const int32_t> tokens);
+  // Cuts a block's offer to its first `valid` tokens; a full block so cut leaves the hash map.
+  void trim(int32_t id, int32_t valid);
+  // Forgets everything the caches hold of block `id`.
+  void withdraw(int32_t id);
+  // The offered block that continues `parent` with the longest run of `want`'s tokens (at
+  // most `limit` of them): {block, run}, block -1 when none shares a token.
+  std::pair<int32_t, int32_t> best_continuation(uint64_t parent, std::span<const int32_t> want,
+                                                int32_t limit) const;
+  // Before the sequence writes positions [n_computed, n_computed + n_new): the offer of the
+  // block it writes first (held alone) keeps only the tokens those writes leave as they are.
+  void trim_before_writing(const Sequence& seq, int32_t n_new);
+  // Offers the sequence's partial last block with the tokens computed into it.
+  void offer_partial_tail(const Sequence& seq);
 
   int32_t block_size_;
   std::vector<Block> blocks_;
   std::list<int32_t> free_list_;  // front = next to allocate (least recently freed)
   std::unordered_map<uint64_t, int32_t> hash_to_block_;
+  // continuation_key(chained hash of the blocks before, first token) -> offered blocks.
+  std::unordered_multimap<uint64_t, int32_t> continuations_;
 };
 
 }  // namespace hablar::engine

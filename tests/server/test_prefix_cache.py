@@ -46,3 +46,43 @@ def test_shared_prefix_is_four_times_faster_to_first_token(server):
     assert second_ttft <= first_ttft / (4 if device == "cpu" else 2)
     cached = server.metrics()["hablar_prompt_tokens_cached_total"] - cached_before
     assert cached >= 1000 - 16
+
+
+def test_cached_tokens_reach_the_first_different_token(server):
+    """As llama-server counts them, whatever the cache's block size: a repeated prompt is
+    served from the cache but for its last token, a changed one up to its first different
+    token; each reply equals the prompt's computed afresh (echo with log-probabilities never
+    takes a prompt from the cache)."""
+    def messages(user):
+        return [{"role": "system", "content": "You count. Session 5e0c1b."},
+                {"role": "user", "content": user}]
+
+    def templated(user):
+        return requests.post(server.url + "/apply-template",
+                             json={"messages": messages(user)}).json()["prompt"]
+
+    def shared_run(a, b):
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    users = ["1 2 3 4 5 6", "1 2 3 4 5 6", "1 2 3 4 5 9", "1 2 3 9 9 9"]
+    previous, replies = None, {}
+    for user in users:
+        body = {"messages": messages(user), "max_tokens": 6, "temperature": 0}
+        reply = requests.post(server.url + "/v1/chat/completions", json=body, timeout=120).json()
+        toks = requests.post(server.url + "/tokenize",
+                             json={"content": templated(user)}).json()["tokens"]
+        assert reply["usage"]["prompt_tokens"] == len(toks)
+        cached = reply["usage"]["prompt_tokens_details"]["cached_tokens"]
+        if previous is not None:
+            assert cached == min(shared_run(previous, toks), len(toks) - 1), (user, cached)
+        replies.setdefault(user, []).append(reply["choices"][0]["message"]["content"])
+        previous = toks
+    for user, texts in replies.items():
+        body = {"prompt": templated(user), "max_tokens": 6, "temperature": 0, "echo": True,
+                "logprobs": 1}
+        fresh = requests.post(server.url + "/v1/completions", json=body, timeout=120).json()
+        for text in texts:
+            assert text and fresh["choices"][0]["text"].endswith(text), (user, text, fresh)

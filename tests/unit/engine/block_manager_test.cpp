@@ -194,6 +194,118 @@ TEST(BlockManager, ReleaseBeforeKeepsSharedBlocksForTheirOtherHolders) {
   EXPECT_EQ(bm.n_free(), 8);
 }
 
+// Token-granular reuse: past the whole blocks, a prompt takes the offered block that
+// continues them with the longest run of its tokens.
+TEST(BlockManager, TakesThePartOfABlockThatContinuesTheMatch) {
+  BlockManager bm(16, 4);
+  Sequence a = make_seq(10);
+  compute_all(bm, a);  // blocks 0, 1 full; block 2 holds positions 8, 9
+  const auto table = a.block_table;
+  bm.free(a);
+  Sequence b = make_seq(14);  // a's ten tokens, then four more
+  EXPECT_EQ(bm.match_prefix(b), 10);
+  ASSERT_EQ(b.block_table.size(), 3u);
+  EXPECT_EQ(b.block_table[2], table[2]);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(bm.allocate_slots(b, 4, copies));  // b alone holds block 2: written in place
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(b.block_table[2], table[2]);
+}
+
+// The run stops at the first different token; the block's K/V past it is then overwritten,
+// so its offer is cut there and it leaves the full-block map.
+TEST(BlockManager, PartialRunStopsAtTheFirstDifferentToken) {
+  BlockManager bm(16, 4);
+  Sequence a = make_seq(12);
+  compute_all(bm, a);
+  bm.free(a);
+  EXPECT_EQ(bm.n_cached(), 3);
+  Sequence b = make_seq(12);
+  b.tokens[9] = 7;
+  EXPECT_EQ(bm.match_prefix(b), 9);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(bm.allocate_slots(b, 3, copies));
+  EXPECT_EQ(bm.n_cached(), 2);  // block 2 now holds 108, 7, ...: no longer a's third block
+  b.n_computed = 12;
+  bm.free(b);
+  Sequence c = make_seq(12);  // a's tokens again: only position 8 of block 2 is still a's
+  EXPECT_EQ(bm.match_prefix(c), 9);
+}
+
+// The same prompt as a finished request's: every position but the last comes from the cache,
+// the one after the last whole block from the block that held the request's later tokens.
+TEST(BlockManager, SamePromptReusesAllButTheLastToken) {
+  BlockManager bm(16, 4);
+  Sequence a = make_seq(13);
+  a.n_prompt = 10;  // ten prompt tokens, three generated; the last one not computed yet
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(bm.allocate_slots(a, 12, copies));
+  a.n_computed = 12;
+  bm.register_full_blocks(a);
+  bm.free(a);
+  Sequence b = make_seq(10);
+  EXPECT_EQ(bm.match_prefix(b), 9);
+}
+
+// A partial block another sequence still holds and writes is shared until one writes: the
+// writer gets a copy; the holder's offer stands.
+TEST(BlockManager, SharedPartialBlockIsCopiedBeforeWriting) {
+  BlockManager bm(16, 4);
+  Sequence a = make_seq(10);
+  compute_all(bm, a);  // a live, holding block 2 (positions 8, 9) alone: offered
+  Sequence b = make_seq(12);
+  EXPECT_EQ(bm.match_prefix(b), 10);
+  EXPECT_EQ(b.block_table[2], a.block_table[2]);
+  EXPECT_EQ(bm.ref_count(a.block_table[2]), 2);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(bm.allocate_slots(b, 2, copies));
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, a.block_table[2]);
+  EXPECT_EQ(copies[0].dst, b.block_table[2]);
+  bm.free(b);
+  Sequence c = make_seq(11);
+  EXPECT_EQ(bm.match_prefix(c), 10);
+  EXPECT_EQ(c.block_table[2], a.block_table[2]);
+}
+
+// A sequence's own partial block is offered as it grows; writes past the tokens a sequence
+// knows (drafted ones) cut the offer of a block it took from the cache where they begin;
+// evicting a block forgets its offer.
+TEST(BlockManager, OffersFollowWhatTheBlockHolds) {
+  BlockManager bm(16, 4);
+  auto tokens_then = [](std::vector<int32_t> more) {
+    Sequence s = make_seq(9);  // 100..108: position 8 opens block 2
+    s.tokens.insert(s.tokens.end(), more.begin(), more.end());
+    s.n_prompt = (int32_t)s.tokens.size();
+    return s;
+  };
+  Sequence a = make_seq(9);
+  compute_all(bm, a);  // block 2 offers 108
+  a.tokens.push_back(500);
+  a.tokens.push_back(501);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(bm.allocate_slots(a, 2, copies));
+  a.n_computed = 11;
+  bm.register_full_blocks(a);  // block 2 offers 108, 500, 501
+  bm.free(a);
+  Sequence b = tokens_then({500, 501, 1});
+  EXPECT_EQ(bm.match_prefix(b), 11);
+  bm.free(b);
+  Sequence d = tokens_then({500});
+  EXPECT_EQ(bm.match_prefix(d), 9);              // one token left to compute
+  ASSERT_TRUE(bm.allocate_slots(d, 3, copies));  // 500 at 9, then two drafted positions
+  EXPECT_TRUE(copies.empty());
+  bm.free(d);
+  Sequence e = tokens_then({500, 501, 1});
+  EXPECT_EQ(bm.match_prefix(e), 10);  // position 10 was overwritten by a draft
+  bm.free(e);
+  Sequence filler = make_seq(64, 7000);
+  ASSERT_TRUE(bm.allocate_slots(filler, 64, copies));
+  bm.free(filler);
+  Sequence f = tokens_then({500, 501, 1});
+  EXPECT_EQ(bm.match_prefix(f), 0);
+}
+
 TEST(BlockManager, RejectsEmptyCache) {
   EXPECT_THROW(BlockManager(0, 16), Error);
 }

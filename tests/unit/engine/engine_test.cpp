@@ -176,6 +176,30 @@ TEST(Engine, SharedPrefixIsServedFromTheCache) {
   EXPECT_EQ(r3.tokens, r1.tokens);
 }
 
+// Past the whole blocks, a prompt takes the positions of a cached block up to the first
+// token it does not share (the fake cache holds each position's token: a position served
+// from a block whose K/V was overwritten would change the output).
+TEST(Engine, PartOfABlockIsServedUpToTheFirstDifferentToken) {
+  test::FakeExecutor exec(kVocab, 128, 8);
+  Engine engine(config(128, 8, 4), exec);
+  std::mt19937 rng(5);
+  const std::vector<int32_t> prefix = random_prompt(rng, 203);  // 25 blocks of 8, then 3
+  std::vector<int32_t> p1 = prefix, p2 = prefix;
+  p1.insert(p1.end(), {1, 2, 3, 7, 7});
+  p2.insert(p2.end(), {1, 9, 9, 9, 9});
+  Result r1 = collect(*engine.submit(request(p1, 4)));
+  Result r2 = collect(*engine.submit(request(p2, 4)));  // writes 9s where p1 had 2, 3, 7, 7
+  EXPECT_EQ(r2.final.n_cached_prompt, 204);
+  Result r3 = collect(*engine.submit(request(p1, 4)));  // block 25 holds p2's tokens now
+  EXPECT_EQ(r3.final.n_cached_prompt, 204);
+  Result r4 = collect(*engine.submit(request(p1, 4)));  // all of it but the last token
+  EXPECT_EQ(r4.final.n_cached_prompt, 207);
+  EXPECT_EQ(r1.tokens, reference_generation(p1, 4));
+  EXPECT_EQ(r2.tokens, reference_generation(p2, 4));
+  EXPECT_EQ(r3.tokens, r1.tokens);
+  EXPECT_EQ(r4.tokens, r1.tokens);
+}
+
 TEST(Engine, PreemptionKeepsEveryOutputIntact) {
   // 12 blocks of 4 positions = 48 slots for 6 sequences growing to ~20 tokens each.
   test::FakeExecutor exec(kVocab, 12, 4);
