@@ -518,6 +518,18 @@ json model_entry(const ServingModel& m) {
             {"arch", c.arch}}}};
 }
 
+// The model list in llama-server's second shape ("models", as Ollama's /api/tags lists
+// them), beside OpenAI's "data": what the model does in "capabilities".
+json model_list_entry(const ServingModel& m) {
+  json capabilities = json::array();
+  if (!m.model->config().encoder) capabilities.push_back("completion");
+  if (m.embeddings) capabilities.push_back("embedding");
+  if (!m.model->config().encoder && m.template_knows_tools) capabilities.push_back("tools");
+  return {{"name", m.id},      {"model", m.id},  {"modified_at", ""},
+          {"size", ""},        {"digest", ""},   {"type", "model"},
+          {"description", ""}, {"tags", m.tags}, {"capabilities", capabilities}};
+}
+
 }  // namespace
 
 void install_openai_routes(Router& http, HttpServer& server) {
@@ -535,7 +547,9 @@ void install_openai_routes(Router& http, HttpServer& server) {
   auto models = [&server](const httplib::Request& req, httplib::Response& res) {
     handle_json(req, res, [&] {
       auto m = server.model_or_throw();
-      send_json(res, {{"object", "list"}, {"data", json::array({model_entry(*m)})}});
+      send_json(res, {{"models", json::array({model_list_entry(*m)})},
+                      {"object", "list"},
+                      {"data", json::array({model_entry(*m)})}});
     });
   };
   http.Get("/v1/models", models);

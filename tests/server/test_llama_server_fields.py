@@ -117,6 +117,13 @@ def test_llama_server_command_lines_start():
         entry = requests.get(named.url + "/v1/models").json()["data"][0]
         assert entry["id"] == "smol" and entry["aliases"] == ["smol", "chat-small"]
         assert entry["tags"] == ["chat", "small"]
+        # llama-server's second list, as its web UI and Ollama-style clients read it
+        for path in ("/v1/models", "/models"):
+            listed = requests.get(named.url + path).json()["models"]
+            assert [m["name"] for m in listed] == ["smol"] and listed[0]["model"] == "smol"
+            assert "completion" in listed[0]["capabilities"]
+            assert "embedding" not in listed[0]["capabilities"]  # no --embedding
+            assert listed[0]["tags"] == ["chat", "small"]
         assert requests.get(named.url + "/v1/models/chat-small").status_code == 200
         assert requests.get(named.url + "/v1/models/other").status_code == 404
     finally:
