@@ -55,7 +55,10 @@ GrammarPtr response_format(const ServingModel& m, const OJson& rf) {
     bad_request("'response_format' must be an object with a 'type'", "response_format");
   const std::string type = rf["type"].get<std::string>();
   if (type == "text") return nullptr;
-  if (type == "json_object") return any_object(m, "response_format");
+  // llama-server's extension: a json_object may carry the schema it follows.
+  if (type == "json_object")
+    return rf.contains("schema") ? schema_grammar(m, rf["schema"], "response_format")
+                                 : any_object(m, "response_format");
   if (type != "json_schema")
     bad_request("'response_format.type' must be text, json_object or json_schema",
                 "response_format");

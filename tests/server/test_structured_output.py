@@ -132,6 +132,21 @@ def test_json_object_mode(server):
     assert isinstance(json.loads(choice["message"]["content"]), dict)
 
 
+def test_json_object_with_its_schema(server):
+    """llama-server's extension: response_format json_object with a "schema" follows it; a
+    schema that is not one is a 400."""
+    rf = {"type": "json_object", "schema": {"type": "array", "items": {"type": "integer"},
+                                            "minItems": 2, "maxItems": 2}}
+    r = chat(server, {"messages": [{"role": "user", "content": "Two numbers."}], "max_tokens": 40,
+                      "temperature": 1.0, "seed": 5, "response_format": rf})
+    value = json.loads(r.json()["choices"][0]["message"]["content"])
+    assert isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value)
+    for bad in (123, {"type": 123}, {"type": "hiccup"}):
+        r = chat(server, {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4,
+                          "response_format": {"type": "json_object", "schema": bad}})
+        assert r.status_code == 400 and "response_format" in r.json()["error"]["message"], bad
+
+
 def test_n_choices_and_streaming_follow_the_schema(server):
     schema = {"type": "object", "properties": {"animal": {"enum": ["cat", "dog", "owl"]},
                                                "legs": {"type": "integer", "minimum": 0, "maximum": 8}},
