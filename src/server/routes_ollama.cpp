@@ -91,8 +91,36 @@ struct OutputParsing {
   bool thinking = false;
   bool started = false;
   std::string prefill;
+  // /api/generate: the prompt's token ids, which the final reply's "context" (Ollama's
+  // conversational memory) carries followed by the generated ones.
+  std::shared_ptr<const std::vector<int32_t>> context_prompt;
   bool needed() const { return tools != chat::ToolFormat::kNone || thinking; }
 };
+
+// The final reply's "context": the prompt's ids and the generated ones.
+json context_ids(const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated) {
+  json ids = json::array();
+  for (int32_t t : prompt) ids.push_back(t);
+  for (int32_t t : generated) ids.push_back(t);
+  return ids;
+}
+
+// A request's "context": the ids a previous /api/generate reply returned; each must be a
+// token of this model's vocabulary.
+std::vector<int32_t> parse_context(const json& body, const ServingModel& m) {
+  std::vector<int32_t> ids;
+  if (!body.contains("context") || body["context"].is_null()) return ids;
+  const json& c = body["context"];
+  if (!c.is_array()) bad_request("'context' must be an array of token ids", "context");
+  const int64_t n_vocab = m.tok().n_vocab();
+  for (const json& t : c) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
+      bad_request("'context' holds " + text_excerpt(t.dump()) + ", not a token id of this model",
+                  "context");
+    ids.push_back((int32_t)t.get<int64_t>());
+  }
+  return ids;
+}
 
 void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
              std::shared_ptr<engine::RequestHandle> handle, bool stream, bool is_chat,
@@ -113,11 +141,20 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
   };
   const bool parse = is_chat && how.needed();
   const std::string& prefill = how.prefill;
+  const auto context_prompt = how.context_prompt;
   if (!stream) {
     CollectedOutput out = collect_output(*handle);
     check_final(out.final);
     set_server_timing(res, out.final);
-    if (!parse) return send_json(res, final_fields(line(out.text), out.final));
+    if (!parse) {
+      json j = final_fields(line(out.text), out.final);
+      if (context_prompt) {
+        std::vector<int32_t> generated;
+        for (const StreamItem& it : out.tokens) generated.push_back(it.token);
+        j["context"] = context_ids(*context_prompt, generated);
+      }
+      return send_json(res, j);
+    }
     chat::ParsedMessage p =
         chat::parse_model_output(prefill + out.text, how.tools, how.thinking, how.started);
     if (p.content.compare(0, prefill.size(), prefill) == 0) p.content.erase(0, prefill.size());
@@ -128,9 +165,11 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
       parse ? std::make_shared<chat::StreamingOutputParser>(how.tools, how.thinking, how.started)
             : nullptr;
   if (parser && !prefill.empty()) parser->push(prefill);  // context only; not sent again
+  auto generated = std::make_shared<std::vector<int32_t>>();
   StreamPump pump = [=](bool& done) {
     std::string out;
     for (StreamItem& it : next_items(*handle)) {
+      if (it.kind == StreamItem::Kind::kToken) generated->push_back(it.token);
       chat::ParsedMessage p;
       if (parser) {
         p = parser->push(it.text);
@@ -148,10 +187,13 @@ void respond(httplib::Response& res, std::shared_ptr<ServingModel> m,
           out += dump_json(parsed(p)) + "\n";
         continue;
       }
-      if (failed(it))
+      if (failed(it)) {
         out += dump_json(json{{"error", failure_body(it)["error"]["message"]}}) + "\n";
-      else
-        out += dump_json(final_fields(parsed(p), it)) + "\n";
+      } else {
+        json j = final_fields(parsed(p), it);
+        if (context_prompt) j["context"] = context_ids(*context_prompt, *generated);
+        out += dump_json(j) + "\n";
+      }
       done = true;
       break;
     }
@@ -249,6 +291,9 @@ void api_generate(HttpServer& server, const httplib::Request& req, httplib::Resp
     GenerationSpec spec = ollama_spec(body, *m, fim_prompt(*m, prompt, *suffix, ""));
     return respond(res, m, start_generation(*m, std::move(spec)), stream, false);
   }
+  // context: a previous reply's ids (prompt and output), which this prompt continues; the
+  // reply's own "context" (not in raw mode, as Ollama) is what the next request sends.
+  const std::vector<int32_t> context = parse_context(body, *m);
   // raw: the client writes the whole prompt, markup included (special tokens parsed).
   RenderedChat text{prompt, {}};
   if (!raw) {
@@ -257,9 +302,22 @@ void api_generate(HttpServer& server, const httplib::Request& req, httplib::Resp
     messages.push_back({{"role", "user"}, {"content", prompt}});
     text = render_chat(*m, messages, nullptr, true);
   }
-  GenerationSpec spec = ollama_spec(body, *m, tokenize_prompt(*m, text.text, text.text_only));
+  std::vector<int32_t> ids;
+  if (context.empty()) {
+    ids = tokenize_prompt(*m, text.text, text.text_only);
+  } else {
+    // The continuation carries no special tokens of a sequence's start (a template's BOS).
+    ids = context;
+    const auto more =
+        m->tok().encode(text.text, /*add_special=*/false, /*parse_special=*/true, text.text_only);
+    const bool bos = !more.empty() && more.front() == m->tok().bos_id();
+    ids.insert(ids.end(), more.begin() + (bos ? 1 : 0), more.end());
+  }
+  OutputParsing how;
+  if (!raw) how.context_prompt = std::make_shared<const std::vector<int32_t>>(ids);
+  GenerationSpec spec = ollama_spec(body, *m, std::move(ids));
   spec.grammar = ollama_output_grammar(*m, req.body);
-  respond(res, m, start_generation(*m, std::move(spec)), stream, false);
+  respond(res, m, start_generation(*m, std::move(spec)), stream, false, how);
 }
 
 std::string upper(std::string s) {

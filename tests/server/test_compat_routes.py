@@ -93,3 +93,34 @@ def test_ollama_generate_tags_show_version(server):
     show = requests.post(server.url + "/api/show", json={"model": "SmolLM2-135M-Instruct.Q4_1"}).json()
     assert show["model_info"]["general.architecture"] == "llama"
     assert requests.get(server.url + "/api/version").json()["version"]
+
+
+def test_ollama_generate_context_continues_a_conversation(server):
+    """/api/generate's "context" (the official client's conversational memory): the final reply
+    holds the prompt's ids and the generated ones, and a request that sends them back continues
+    from there (its prompt: those ids, then the new turn without a second BOS)."""
+    import ollama
+    client = ollama.Client(host=server.url)
+    model = "SmolLM2-135M-Instruct.Q4_1"
+    opts = {"temperature": 0, "num_predict": 6}
+    first = client.generate(model=model, prompt="Name a color.", options=opts)
+    assert first.context and len(first.context) == first.prompt_eval_count + first.eval_count
+    second = client.generate(model=model, prompt="Another one.", context=first.context, options=opts)
+    assert second.context[:len(first.context)] == first.context
+    n_prompt = second.prompt_eval_count
+    assert n_prompt > len(first.context) and len(second.context) == n_prompt + second.eval_count
+    # The same ids through llama-server's token-array prompt give the same greedy reply.
+    same = requests.post(server.url + "/completion", json={
+        "prompt": second.context[:n_prompt], "n_predict": 6, "temperature": 0}).json()
+    assert same["content"] == second.response
+    streamed = list(client.generate(model=model, prompt="Another one.", context=first.context,
+                                    options=opts, stream=True))
+    assert streamed[-1].done and streamed[-1].context == second.context
+    assert "".join(part.response for part in streamed) == second.response
+    raw = requests.post(server.url + "/api/generate", json={
+        "prompt": "Hi", "raw": True, "stream": False, "options": {"num_predict": 2}}).json()
+    assert "context" not in raw
+    for bad in ("abc", [-1], [49152], [1.5]):
+        r = requests.post(server.url + "/api/generate", json={"prompt": "Hi", "context": bad,
+                                                             "stream": False})
+        assert r.status_code == 400 and "context" in r.json()["error"], bad
