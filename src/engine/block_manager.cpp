@@ -82,12 +82,21 @@ void BlockManager::withdraw(int32_t id) {
 void BlockManager::offer(int32_t id, uint64_t parent, std::span<const int32_t> tokens) {
   if (tokens.empty()) return;
   Block& b = blocks_[(size_t)id];
+  // A holder's partial block grows by a token a step: its offer (same prefix, same first
+  // token) only takes the new ones.
+  if (b.offered && !b.tokens.empty() && b.tokens.front() == tokens.front()) {
+    if (tokens.size() > b.tokens.size())
+      b.tokens.insert(b.tokens.end(), tokens.begin() + (std::ptrdiff_t)b.tokens.size(),
+                      tokens.end());
+    return;
+  }
   const uint64_t key = continuation_key(parent, tokens[0]);
   if (b.offered && b.offer_key != key) withdraw(id);
   if (!b.offered) {
     continuations_.emplace(key, id);
     b.offered = true;
     b.offer_key = key;
+    b.tokens.reserve((size_t)block_size_);
   }
   if (tokens.size() > b.tokens.size()) b.tokens.assign(tokens.begin(), tokens.end());
 }
