@@ -141,6 +141,7 @@ std::shared_ptr<RequestHandle> Engine::submit(GenerateRequest request) {
   a->seq->n_prompt = n_prompt;
   a->seq->tokens = std::move(request.prompt);
   a->seq->prompt_logits = request.n_prompt_logprobs >= 0;
+  a->seq->reuse_prefix = request.reuse_cached_prefix;
   // Bounded by the context (prompt + generated never exceeds it) unless the context shifts.
   a->seq->max_tokens = request.context_shift ? request.max_tokens
                                              : std::min(request.max_tokens, capacity - n_prompt);

@@ -92,6 +92,9 @@ struct GenerateRequest {
   // top k. Every prompt position is computed (no prefix-cache reuse). With it, max_tokens
   // may be 0: the request ends (kLength) once the prompt is processed.
   int32_t n_prompt_logprobs = -1;
+  // Whether the prompt may come from the prefix cache (llama-server's cache_prompt; false:
+  // every prompt position is computed, as for a first request).
+  bool reuse_cached_prefix = true;
   // Scheduling rank: lower runs first (vLLM's `priority`); equal ones by arrival.
   int32_t priority = 0;
   // Speculative decoding for this request (llama-server's speculative.n_max / n_min /

@@ -250,7 +250,7 @@ void Scheduler::admit_waiting(const std::vector<Share>& shares, StepPlan& plan) 
       ++i;
       continue;
     }
-    if (seq->block_table.empty() && !seq->prompt_logits)
+    if (seq->block_table.empty() && !seq->prompt_logits && seq->reuse_prefix)
       seq->n_cached_prompt =
           std::max(seq->n_cached_prompt, std::min(blocks_.match_prefix(*seq), seq->n_prompt));
     const int32_t n = std::min(seq->n_pending(), share);

@@ -46,6 +46,7 @@ struct Sequence {
   int32_t n_discarded = 0;             // tokens context shifts took out of `tokens`
   bool prompt_logits = false;          // logits wanted at every prompt position: the
                                        // prompt is never taken from the prefix cache
+  bool reuse_prefix = true;            // false: nor is it (the request asked so)
   int32_t n_preemptions = 0;
   // Tokens drafted for this step's verification (speculation.h): planned as one chunk of
   // 1 + draft.size() tokens after the pending one; empty when not speculating.

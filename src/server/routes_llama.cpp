@@ -260,7 +260,7 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
   shape.n_probs = opt_integer(body, "n_probs", 0, 100).value_or(0);
   spec.n_logprobs = shape.n_probs > 0 ? (int32_t)shape.n_probs : -1;
   const bool post_sampling = opt_bool(body, "post_sampling_probs").value_or(false);
-  opt_bool(body, "cache_prompt");  // the prefix cache is always on
+  spec.cache_prompt = opt_bool(body, "cache_prompt").value_or(true);
   auto n_predict = opt_integer(body, "n_predict", -1, INT32_MAX);
   if (n_predict && *n_predict == 0)
     bad_request("'n_predict' must be -1 or at least 1", "n_predict");

@@ -346,6 +346,7 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
   req.ignore_eos = spec.ignore_eos;
   req.n_logprobs = spec.n_logprobs;
   req.n_prompt_logprobs = spec.n_prompt_logprobs;
+  req.reuse_cached_prefix = spec.cache_prompt;
   req.priority = spec.priority;
   req.speculative = spec.speculative;
   spec.sampling.n_probs = 0;  // the engine reports log-probabilities itself

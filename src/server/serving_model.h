@@ -126,6 +126,7 @@ struct GenerationSpec {
   bool ignore_eos = false;
   int32_t n_logprobs = -1;         // -1 none, 0 chosen token, k > 0 top k
   int32_t n_prompt_logprobs = -1;  // the prompt tokens' own (same values); max_tokens may be 0
+  bool cache_prompt = true;        // llama-server's cache_prompt: false computes every token
   // Output constraint (structured_output.h): each choice gets its own matcher over it.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
   // With a trigger, the grammar applies only from the end of its first occurrence in the

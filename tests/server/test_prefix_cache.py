@@ -86,3 +86,17 @@ def test_cached_tokens_reach_the_first_different_token(server):
         fresh = requests.post(server.url + "/v1/completions", json=body, timeout=120).json()
         for text in texts:
             assert text and fresh["choices"][0]["text"].endswith(text), (user, text, fresh)
+
+
+def test_cache_prompt_false_computes_every_prompt_token(server):
+    """llama-server's cache_prompt: false on /completion computes the whole prompt again
+    (a cold prefill, as benchmarks ask); the default reuses it."""
+    body = {"prompt": "Count the marbles in the blue box, session 77d1.", "n_predict": 3,
+            "temperature": 0}
+    first = requests.post(server.url + "/completion", json=body).json()
+    n = first["timings"]["prompt_n"] + first["timings"]["cache_n"]
+    cold = requests.post(server.url + "/completion", json={**body, "cache_prompt": False}).json()
+    assert cold["timings"]["cache_n"] == 0 and cold["timings"]["prompt_n"] == n
+    warm = requests.post(server.url + "/completion", json=body).json()
+    assert warm["timings"]["cache_n"] == n - 1 and warm["timings"]["prompt_n"] == 1
+    assert cold["content"] == warm["content"] == first["content"]
