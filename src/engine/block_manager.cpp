@@ -60,13 +60,17 @@ int32_t BlockManager::take_free_block() {
   return id;
 }
 
+void BlockManager::unhash(int32_t id) {
+  Block& b = blocks_[(size_t)id];
+  if (!b.has_hash) return;
+  auto it = hash_to_block_.find(b.hash);
+  if (it != hash_to_block_.end() && it->second == id) hash_to_block_.erase(it);
+  b.has_hash = false;
+}
+
 void BlockManager::withdraw(int32_t id) {
   Block& b = blocks_[(size_t)id];
-  if (b.has_hash) {
-    auto it = hash_to_block_.find(b.hash);
-    if (it != hash_to_block_.end() && it->second == id) hash_to_block_.erase(it);
-    b.has_hash = false;
-  }
+  unhash(id);
   if (b.offered) {
     auto [it, end] = continuations_.equal_range(b.offer_key);
     for (; it != end; ++it)
@@ -105,11 +109,7 @@ void BlockManager::trim(int32_t id, int32_t valid) {
   Block& b = blocks_[(size_t)id];
   if ((int32_t)b.tokens.size() <= valid) return;
   if (valid == 0) return withdraw(id);
-  if (b.has_hash) {
-    auto it = hash_to_block_.find(b.hash);
-    if (it != hash_to_block_.end() && it->second == id) hash_to_block_.erase(it);
-    b.has_hash = false;
-  }
+  unhash(id);
   b.tokens.resize((size_t)valid);
 }
 

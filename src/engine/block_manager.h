@@ -123,6 +123,8 @@ class BlockManager {
   void offer(int32_t id, uint64_t parent, std::span<const int32_t> tokens);
   // Cuts a block's offer to its first `valid` tokens; a full block so cut leaves the hash map.
   void trim(int32_t id, int32_t valid);
+  // Takes a full block out of the hash map (when it is the block the map names).
+  void unhash(int32_t id);
   // Forgets everything the caches hold of block `id`.
   void withdraw(int32_t id);
   // The offered block that continues `parent` with the longest run of `want`'s tokens (at
