@@ -1,8 +1,10 @@
 // Decode-step attention: scatter kernel (unless the RoPE pass stored this step's K/V already:
 // kv_stored), split-K attention kernel, reduce kernel.
 //
-// Attention grid: (n_kv_heads, n_slots, n_splits), 128 threads. A block reads its KV head's
-// positions [split * split_len, ...) once and serves every query head of the GQA group; it
+// Attention grid: (n_kv_heads, n_slots, splits.grid), 128 threads. A block reads its KV head's
+// positions [split * len, (split + 1) * len) once, len being its slot's own split length
+// (decode_slot_split_len: from the slot's context, so a graph captured for a long capacity
+// still gives a short context short splits), and serves every query head of the GQA group; it
 // writes one partial per (slot, head, split); the reduce kernel merges the splits (one block
 // per slot and head, a long context's splits in parallel runs) and a last one-block kernel
 // advances the lengths.
@@ -149,15 +151,14 @@ __device__ __forceinline__ void load_v_lane(const uint16_t* vrow, float v[kDpl])
   }
 }
 
-// Grid (n_kv_heads, n_slots, n_splits), 128 threads. Per tile of kDecodeTile positions (copied
+// Grid (n_kv_heads, n_slots, splits.grid), 128 threads. Per tile of kDecodeTile positions (copied
 // asynchronously into one of kStages shared-memory stages): scores of every GQA head into
 // shared memory; warp w turns the scores of heads w, w+4 into a tile softmax state, merges it into
 // its running state (softmax_merge) and accumulates P·V for its heads, each lane owning head_dim /
 // 32 dimensions.
 template <KvElem kElem, int kDim, int kGroup, int kStages>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
-    decode_attention_kernel(DecodeAttentionParams p, int split_len, int n_splits,
-                            float* workspace) {
+    decode_attention_kernel(DecodeAttentionParams p, DecodeSplits splits, float* workspace) {
   begin_dependent_kernel();
   constexpr bool kBf16 = kv_elem_bf16(kElem);  // the staged tiles' element type
   using L = DecodeSmem<kDim, kGroup, kStages>;
@@ -168,7 +169,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   float* s_s = reinterpret_cast<float*>(smem + L::kS);
 
   const int kvh = blockIdx.x, slot = blockIdx.y, split = blockIdx.z;
-  const auto [begin, end] = split_range(p, slot, split, split_len);
+  const auto [begin, end] = split_range(p, slot, split, splits);
   if (begin >= end) return;
   const int group = p.n_heads / p.layout.n_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -276,7 +277,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     const int g = warp + 4 * hi;
     if (g >= group) continue;
     const int head = kvh * group + g;
-    float* part = workspace + (((size_t)slot * p.n_heads + head) * n_splits + split) * (kDim + 2);
+    float* part =
+        workspace + (((size_t)slot * p.n_heads + head) * splits.grid + split) * (kDim + 2);
 #pragma unroll
     for (int i = 0; i < kDpl; ++i) part[2 + lane * kDpl + i] = acc[hi][i];
     if (lane == 0) {
@@ -296,7 +298,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 // of the merges, and so the result, does not depend on it). The host twin merges in the same order.
 template <int kBatch, int kMaxThreads>
 __global__ void __launch_bounds__(kMaxThreads)
-    decode_reduce_kernel(DecodeAttentionParams p, int split_len, int n_splits, int parts,
+    decode_reduce_kernel(DecodeAttentionParams p, DecodeSplits splits, int parts,
                          const float* workspace) {
   begin_dependent_kernel();
   __shared__ float run_value[kDecodeReduceMaxThreads];
@@ -313,13 +315,16 @@ __global__ void __launch_bounds__(kMaxThreads)
     return;
   }
   // Splits past the grid (a context beyond max_context, a caller error) are not read.
-  const int n_valid = min(n_splits, (decode_context(p, slot) + split_len - 1) / split_len);
+  const int context = decode_context(p, slot);
+  const int split_len = decode_slot_split_len(splits, context);
+  const int n_valid = min(splits.grid, (context + split_len - 1) / split_len);
   // Splits wholly before a sliding window's first position wrote nothing either.
   const int first_split = decode_first_position(p, p.seq_lens[slot]) / split_len;
   const int runs = decode_reduce_runs(parts, n_valid - first_split);
   if (runs == 1 && part != 0) return;  // one run: group 0 alone, no merge of runs
   const DecodeReduceRange run = decode_reduce_run_range(first_split, n_valid, runs, part);
-  const float* parts_at = workspace + ((size_t)slot * p.n_heads + head) * n_splits * (d_head + 2);
+  const float* parts_at =
+      workspace + ((size_t)slot * p.n_heads + head) * splits.grid * (d_head + 2);
   SoftmaxState total = softmax_empty();
   float merged = 0.0f;
   for (int s0 = run.begin; s0 < run.end; s0 += kBatch) {
@@ -361,62 +366,62 @@ __global__ void decode_advance_kernel(DecodeAttentionParams p) {
 }
 
 template <KvElem kElem, int kDim, int kGroup, int kStages>
-void launch_attention_stages(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
+void launch_attention_stages(const DecodeAttentionParams& p, const DecodeSplits& splits, float* ws,
                              cudaStream_t stream) {
   const size_t smem = DecodeSmem<kDim, kGroup, kStages>::kBytes;
   auto kernel = decode_attention_kernel<kElem, kDim, kGroup, kStages>;
   HABLAR_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  const dim3 grid(p.layout.n_kv_heads, p.n_slots, n_splits);
-  launch_dependent(kernel, grid, dim3(kDecodeWarps * 32), smem, stream, p, split_len, n_splits, ws);
+  const dim3 grid(p.layout.n_kv_heads, p.n_slots, splits.grid);
+  launch_dependent(kernel, grid, dim3(kDecodeWarps * 32), smem, stream, p, splits, ws);
 }
 
 template <KvElem kElem, int kDim, int kGroup>
-void launch_attention_group(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
+void launch_attention_group(const DecodeAttentionParams& p, const DecodeSplits& splits, float* ws,
                             cudaStream_t stream) {
   if (lab_knob("HABLAR_DECODE_STAGES", 1) == 1) {
-    launch_attention_stages<kElem, kDim, kGroup, 1>(p, split_len, n_splits, ws, stream);
+    launch_attention_stages<kElem, kDim, kGroup, 1>(p, splits, ws, stream);
   } else {
-    launch_attention_stages<kElem, kDim, kGroup, 2>(p, split_len, n_splits, ws, stream);
+    launch_attention_stages<kElem, kDim, kGroup, 2>(p, splits, ws, stream);
   }
 }
 
 template <KvElem kElem, int kDim>
-void launch_attention(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
+void launch_attention(const DecodeAttentionParams& p, const DecodeSplits& splits, float* ws,
                       cudaStream_t stream) {
   if (decode_uses_mma(p)) {  // head_dim 64 or 128
-    launch_decode_attention_mma(p, split_len, n_splits, ws, stream);
+    launch_decode_attention_mma(p, splits, ws, stream);
     return;
   }
   const int group = p.n_heads / p.layout.n_kv_heads;
   if (group <= 1) {
-    launch_attention_group<kElem, kDim, 1>(p, split_len, n_splits, ws, stream);
+    launch_attention_group<kElem, kDim, 1>(p, splits, ws, stream);
   } else if (group <= 2) {
-    launch_attention_group<kElem, kDim, 2>(p, split_len, n_splits, ws, stream);
+    launch_attention_group<kElem, kDim, 2>(p, splits, ws, stream);
   } else if (group <= 4) {
-    launch_attention_group<kElem, kDim, 4>(p, split_len, n_splits, ws, stream);
+    launch_attention_group<kElem, kDim, 4>(p, splits, ws, stream);
   } else {
-    launch_attention_group<kElem, kDim, 8>(p, split_len, n_splits, ws, stream);
+    launch_attention_group<kElem, kDim, 8>(p, splits, ws, stream);
   }
 }
 
 template <KvElem kElem>
-void launch_for_dtype(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
+void launch_for_dtype(const DecodeAttentionParams& p, const DecodeSplits& splits, float* ws,
                       cudaStream_t stream) {
   if (!p.kv_stored)
     launch_dependent(decode_scatter_kernel<kElem>, dim3(p.n_slots), dim3(256), 0, stream, p);
   switch (p.layout.head_dim) {
     case 64:
-      launch_attention<kElem, 64>(p, split_len, n_splits, ws, stream);
+      launch_attention<kElem, 64>(p, splits, ws, stream);
       break;
     case 96:
-      launch_attention<kElem, 96>(p, split_len, n_splits, ws, stream);
+      launch_attention<kElem, 96>(p, splits, ws, stream);
       break;
     case 128:
-      launch_attention<kElem, 128>(p, split_len, n_splits, ws, stream);
+      launch_attention<kElem, 128>(p, splits, ws, stream);
       break;
     default:
-      launch_attention<kElem, 256>(p, split_len, n_splits, ws, stream);
+      launch_attention<kElem, 256>(p, splits, ws, stream);
       break;
   }
 }
@@ -449,18 +454,17 @@ void validate(const DecodeAttentionParams& p, size_t workspace_bytes) {
 void decode_attention(const DecodeAttentionParams& p, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream) {
   validate(p, workspace_bytes);
-  const int split_len = decode_split_len(p);
-  const int n_splits = decode_num_splits(p);
+  const DecodeSplits splits = decode_splits(p);
   float* ws = static_cast<float*>(workspace);
   switch (kv_elem_of(p.layout.dtype)) {
     case KvElem::kBf16:
-      launch_for_dtype<KvElem::kBf16>(p, split_len, n_splits, ws, stream);
+      launch_for_dtype<KvElem::kBf16>(p, splits, ws, stream);
       break;
     case KvElem::kQ8_0:
-      launch_for_dtype<KvElem::kQ8_0>(p, split_len, n_splits, ws, stream);
+      launch_for_dtype<KvElem::kQ8_0>(p, splits, ws, stream);
       break;
     default:
-      launch_for_dtype<KvElem::kF16>(p, split_len, n_splits, ws, stream);
+      launch_for_dtype<KvElem::kF16>(p, splits, ws, stream);
       break;
   }
   // One run (a short context, or a batch of many sequences): 32 splits per round trip in
@@ -473,7 +477,7 @@ void decode_attention(const DecodeAttentionParams& p, void* workspace, size_t wo
                                     : decode_reduce_kernel<16, kDecodeReduceMaxThreads>)
                           : (batch8 ? decode_reduce_kernel<8, 256> : decode_reduce_kernel<32, 256>);
   launch_dependent(reduce, dim3(p.n_slots, p.n_heads), dim3(p.layout.head_dim * parts), 0, stream,
-                   p, split_len, n_splits, parts, static_cast<const float*>(ws));
+                   p, splits, parts, static_cast<const float*>(ws));
   if (!p.advance_lengths) return;
   decode_advance_kernel<<<1, 256, 0, stream>>>(p);
   HABLAR_CUDA_CHECK_LAUNCH();

@@ -14,22 +14,24 @@ __device__ __forceinline__ int decode_context(const DecodeAttentionParams& p, in
   return min(p.seq_lens[slot] + 1, capacity);
 }
 
-// The positions [begin, end) that split `split` of slot `slot` attends to; empty (begin >= end)
-// when the slot is done, its context ends before the split or its window begins after it.
+// The positions [begin, end) that split `split` of slot `slot` attends to (the slot's own
+// split length, decode_slot_split_len); empty (begin >= end) when the slot is done, its
+// context ends before the split or its window begins after it.
 struct SplitRange {
   int begin, end;
 };
 __device__ __forceinline__ SplitRange split_range(const DecodeAttentionParams& p, int slot,
-                                                  int split, int split_len) {
+                                                  int split, const DecodeSplits& splits) {
   if (!p.active[slot]) return {0, 0};
   const int context = decode_context(p, slot);
+  const int split_len = decode_slot_split_len(splits, context);
   const int begin = split * split_len;
   return {max(begin, decode_first_position(p, p.seq_lens[slot])), min(begin + split_len, context)};
 }
 
 // The tensor-core attention kernel (decode_uses_mma(p): head_dim 64 or 128, no soft-cap) on
-// grid (n_kv_heads, n_slots, n_splits), writing one partial per (slot, head, split).
-void launch_decode_attention_mma(const DecodeAttentionParams& p, int split_len, int n_splits,
+// grid (n_kv_heads, n_slots, splits.grid), writing one partial per (slot, head, split).
+void launch_decode_attention_mma(const DecodeAttentionParams& p, const DecodeSplits& splits,
                                  float* workspace, cudaStream_t stream);
 
 }  // namespace hablar::cuda

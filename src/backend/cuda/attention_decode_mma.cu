@@ -2,7 +2,7 @@
 // decode_uses_mma()). The rest of the decode step (scatter, the CUDA-core kernel, the split
 // reduce, the entry point) is in attention_decode.cu.
 //
-// Grid (n_kv_heads, n_slots, n_splits), 4 warps. Warp w takes the 16-position sub-tiles w,
+// Grid (n_kv_heads, n_slots, splits.grid), 4 warps. Warp w takes the 16-position sub-tiles w,
 // w + 4, w + 8, ... of its block's split and keeps its own softmax state and accumulator for
 // every query head of the GQA group (up to 8); at the end the block merges its four warps in
 // order and writes one partial per (slot, head, split), as the CUDA-core kernel does.
@@ -202,8 +202,7 @@ __device__ __forceinline__ void load_query_fragments(const DecodeAttentionParams
 
 template <KvElem kElem, int kDim, int kMinBlocks, bool kPipelined>
 __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
-    decode_attention_mma_kernel(DecodeAttentionParams p, int split_len, int n_splits,
-                                float* workspace) {
+    decode_attention_mma_kernel(DecodeAttentionParams p, DecodeSplits splits, float* workspace) {
   constexpr bool kBf16 = kv_elem_bf16(kElem);  // the products' inputs (f16 for Q8_0 rows)
   constexpr int kNTiles = kDim / 8, kStride = kDecodeMmaSubTile * kDecodeWarps;
   __shared__ __align__(16) float o_s[kDecodeWarps][8][kDim];
@@ -211,7 +210,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
 
   // The lengths, flags and block tables come with the step (no kernel writes them).
   const int kvh = blockIdx.x, slot = blockIdx.y, split = blockIdx.z;
-  const auto [begin, end] = split_range(p, slot, split, split_len);
+  const auto [begin, end] = split_range(p, slot, split, splits);
   if (begin >= end) {
     begin_dependent_kernel();
     return;
@@ -286,7 +285,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
       acc = acc * m.factor_a + o_s[wi][h][d] * m.factor_b;
     }
     const int head = kvh * group + h;
-    float* part = workspace + (((size_t)slot * p.n_heads + head) * n_splits + split) * (kDim + 2);
+    float* part =
+        workspace + (((size_t)slot * p.n_heads + head) * splits.grid + split) * (kDim + 2);
     part[2 + d] = acc;
     if (d == 0) {
       part[0] = total.max;
@@ -296,15 +296,16 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
 }
 
 template <KvElem kElem, int kDim>
-void launch_for_dim(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
+void launch_for_dim(const DecodeAttentionParams& p, const DecodeSplits& splits, float* ws,
                     cudaStream_t stream) {
-  const dim3 grid(p.layout.n_kv_heads, p.n_slots, n_splits);
-  // Pipelined at head_dim 128 (two blocks a multiprocessor either way) where a warp has
-  // several sub-tiles of a split to walk; at 64 the pipeline's registers (180 against 128)
-  // would halve the resident blocks, so it stays unpipelined. Lab: HABLAR_DECODE_MMA_BLOCKS=3
-  // asks the compiler for three blocks per multiprocessor (fewer registers, unpipelined);
-  // HABLAR_DECODE_PIPELINE=0 / 1 the loop either way.
-  const bool pipelined = kDim == 128 && split_len >= 2 * kDecodeMmaSubTile * kDecodeWarps;
+  const dim3 grid(p.layout.n_kv_heads, p.n_slots, splits.grid);
+  // Pipelined at head_dim 128 (two blocks a multiprocessor either way) where a warp of the
+  // longest slot has several sub-tiles of a split to walk; at 64 the pipeline's registers (180
+  // against 128) would halve the resident blocks, so it stays unpipelined. Lab:
+  // HABLAR_DECODE_MMA_BLOCKS=3 asks the compiler for three blocks per multiprocessor (fewer
+  // registers, unpipelined); HABLAR_DECODE_PIPELINE=0 / 1 the loop either way.
+  const int longest_split = decode_slot_split_len(splits, decode_max_context(p));
+  const bool pipelined = kDim == 128 && longest_split >= 2 * kDecodeMmaSubTile * kDecodeWarps;
   const auto kernel = lab_knob("HABLAR_DECODE_MMA_BLOCKS", 2) == 3
                           ? decode_attention_mma_kernel<kElem, kDim, 3, false>
                       : lab_knob("HABLAR_DECODE_PIPELINE", pipelined ? 1 : 0) == 0
@@ -312,33 +313,32 @@ void launch_for_dim(const DecodeAttentionParams& p, int split_len, int n_splits,
                           : decode_attention_mma_kernel<kElem, kDim, 1, true>;
   DecodeAttentionParams params = p;  // HABLAR_DECODE_EARLY=0: no rows requested before the wait
   params.prior_rows_settled = p.prior_rows_settled && lab_knob("HABLAR_DECODE_EARLY", 1) != 0;
-  launch_dependent(kernel, grid, dim3(kDecodeWarps * 32), 0, stream, params, split_len, n_splits,
-                   ws);
+  launch_dependent(kernel, grid, dim3(kDecodeWarps * 32), 0, stream, params, splits, ws);
 }
 
 template <KvElem kElem>
-void launch_for_elem(const DecodeAttentionParams& p, int split_len, int n_splits, float* ws,
+void launch_for_elem(const DecodeAttentionParams& p, const DecodeSplits& splits, float* ws,
                      cudaStream_t stream) {
   if (p.layout.head_dim == 64) {
-    launch_for_dim<kElem, 64>(p, split_len, n_splits, ws, stream);
+    launch_for_dim<kElem, 64>(p, splits, ws, stream);
   } else {
-    launch_for_dim<kElem, 128>(p, split_len, n_splits, ws, stream);
+    launch_for_dim<kElem, 128>(p, splits, ws, stream);
   }
 }
 
 }  // namespace
 
-void launch_decode_attention_mma(const DecodeAttentionParams& p, int split_len, int n_splits,
+void launch_decode_attention_mma(const DecodeAttentionParams& p, const DecodeSplits& splits,
                                  float* workspace, cudaStream_t stream) {
   switch (kv_elem_of(p.layout.dtype)) {
     case KvElem::kBf16:
-      launch_for_elem<KvElem::kBf16>(p, split_len, n_splits, workspace, stream);
+      launch_for_elem<KvElem::kBf16>(p, splits, workspace, stream);
       break;
     case KvElem::kQ8_0:
-      launch_for_elem<KvElem::kQ8_0>(p, split_len, n_splits, workspace, stream);
+      launch_for_elem<KvElem::kQ8_0>(p, splits, workspace, stream);
       break;
     default:
-      launch_for_elem<KvElem::kF16>(p, split_len, n_splits, workspace, stream);
+      launch_for_elem<KvElem::kF16>(p, splits, workspace, stream);
       break;
   }
 }

@@ -186,8 +186,7 @@ inline void decode_attention_host(const DecodeAttentionParams& p) {
   if (!p.kv_stored) host_twin::scatter(p);
   const int d_head = p.layout.head_dim;
   const int group = p.n_heads / p.layout.n_kv_heads;
-  const int split_len = decode_split_len(p);
-  const int n_splits = decode_num_splits(p);
+  const DecodeSplits splits = decode_splits(p);
   const int parts = decode_reduce_parts(p);
   const int capacity = p.max_blocks_per_seq * p.layout.block_size;
   std::vector<float> acc_split(d_head), acc_run(d_head), acc(d_head);
@@ -196,7 +195,8 @@ inline void decode_attention_host(const DecodeAttentionParams& p) {
     const int32_t* table = p.block_tables + (size_t)s * p.max_blocks_per_seq;
     const int context = p.seq_lens[s] + 1 < capacity ? p.seq_lens[s] + 1 : capacity;
     const int first = decode_first_position(p, p.seq_lens[s]);
-    const int n_valid = std::min(n_splits, (context + split_len - 1) / split_len);
+    const int split_len = decode_slot_split_len(splits, context);  // the slot's own
+    const int n_valid = std::min(splits.grid, (context + split_len - 1) / split_len);
     for (int h = 0; h < p.n_heads; ++h) {
       const float* q = p.q + ((size_t)s * p.n_heads + h) * d_head;
       // The reduce's order: each run of splits merged in order, then the runs in order.

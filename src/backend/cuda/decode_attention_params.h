@@ -58,7 +58,7 @@ struct DecodeAttentionParams {
   int32_t max_context = 0;
 
   // Positions per split when > 0 (a multiple of kDecodeTile): the same splits whatever the
-  // batch, for batch-invariant results. 0: sized to fill the GPU (decode_split_len).
+  // batch, for batch-invariant results. 0: each slot sizes its own (decode_splits).
   int32_t fixed_split_len = 0;
   // Whether every position before a slot's own (seq_lens[s]) was stored before the kernel
   // before this call ran, and the lengths and block tables were uploaded before the step (a
@@ -111,31 +111,69 @@ inline bool decode_uses_mma(const DecodeAttentionParams& p) {
          lab_knob("HABLAR_DECODE_KERNEL", 1) != 0;
 }
 
-// Positions per split ("flash decoding"): short enough that slots x KV heads x splits fills
-// the GPU (a target of blocks per multiprocessor: 2 for the tensor-core
-// kernel, whose blocks are cheap and gain from long splits, 64 for the CUDA-core kernel, so
-// that the last wave of blocks is a small part of the whole; both measured, docs/CUDA.md),
-// never under 64. The target is a lab
-// knob (HABLAR_DECODE_BLOCKS_PER_SM, lab_knobs.h); the host twin sizes its splits through this same
-// function.
-inline int32_t decode_split_len(const DecodeAttentionParams& p) {
-  if (p.fixed_split_len > 0) return p.fixed_split_len;
+// How a call splits its slots' positions ("flash decoding"): a block of the attention grid
+// (n_kv_heads, n_slots, grid) takes one split of one slot's positions for one KV head.
+// Either every split has fixed_len positions (batch-invariant results: fixed_split_len), or
+// each slot sizes its own splits from its own context (decode_slot_split_len), in the
+// kernel, so that a graph captured for a long capacity still gives a short context short
+// splits: at most per_slot splits a (slot, KV head), of 64 to 1,024 positions in steps of
+// 64 (whole 16-position sub-tiles for each of the tensor-core kernel's four warps, whole
+// 32-position tiles for the CUDA-core kernel).
+struct DecodeSplits {
+  int32_t fixed_len = 0;  // > 0: every split's length
+  int32_t per_slot = 1;   // splits wanted per (slot, KV head), when fixed_len == 0
+  int32_t grid = 1;       // splits in the grid: no slot has more
+};
+
+inline constexpr int32_t kDecodeMinSplit = 64;
+inline constexpr int32_t kDecodeMaxSplit = 1024;
+
+// Positions per split of a slot whose context (positions it attends over, its own included)
+// is `context`: the context over per_slot splits, rounded up to a multiple of 64, within
+// [64, 1024]. Never more than per_slot splits, and never decreasing as the context grows.
+HABLAR_KV_HD inline int32_t decode_slot_split_len(const DecodeSplits& s, int32_t context) {
+  if (s.fixed_len > 0) return s.fixed_len;
+  const int32_t even = (context + s.per_slot - 1) / s.per_slot;
+  const int32_t len = (even + kDecodeMinSplit - 1) / kDecodeMinSplit * kDecodeMinSplit;
+  return len < kDecodeMinSplit ? kDecodeMinSplit : len > kDecodeMaxSplit ? kDecodeMaxSplit : len;
+}
+
+// The splits a slot of `context` positions takes (at most s.grid for any context up to the
+// call's decode_max_context).
+HABLAR_KV_HD inline int32_t decode_slot_splits(const DecodeSplits& s, int32_t context) {
+  const int32_t len = decode_slot_split_len(s, context);
+  return (context + len - 1) / len;
+}
+
+// The call's splits. The split count per (slot, KV head) is the block target (blocks per
+// multiprocessor times multiprocessors) over the grid's slots x KV heads: one wave of the
+// tensor-core kernel (two resident blocks a multiprocessor: at 1 x 32k positions and 2 KV
+// heads, 126 splits of 256 took 25 us where 251 of 128, two waves, took 32 us), and 64 a
+// multiprocessor for the CUDA-core kernel, whose blocks are small (docs/CUDA.md). The target
+// is a lab knob (HABLAR_DECODE_BLOCKS_PER_SM); the host twin sizes its splits the same way.
+// The grid bound: a slot's count is at most per_slot unless its splits are 1,024 long
+// (then at most the capacity over 1,024), and at most its context over 64.
+inline DecodeSplits decode_splits(const DecodeAttentionParams& p) {
+  DecodeSplits s;
+  const int32_t context = decode_max_context(p);
+  if (p.fixed_split_len > 0) {
+    s.fixed_len = p.fixed_split_len;
+    s.grid = std::max<int32_t>(1, (context + s.fixed_len - 1) / s.fixed_len);
+    return s;
+  }
   const int64_t target_blocks =
       (int64_t)lab_knob("HABLAR_DECODE_BLOCKS_PER_SM", decode_uses_mma(p) ? 2 : 64) *
       p.multiprocessors;
-  const int32_t context = decode_max_context(p);
-  int32_t split = 1024;
-  while (split > 64) {
-    const int64_t splits = (context + split - 1) / split;
-    if ((int64_t)p.n_slots * p.layout.n_kv_heads * splits >= target_blocks) break;
-    split /= 2;
-  }
-  return split;
+  const int64_t rows = std::max<int64_t>(1, (int64_t)p.n_slots * p.layout.n_kv_heads);
+  s.per_slot = (int32_t)std::clamp<int64_t>(target_blocks / rows, 1, 1 << 20);
+  const int32_t by_floor = (context + kDecodeMinSplit - 1) / kDecodeMinSplit;
+  const int32_t by_ceiling = (context + kDecodeMaxSplit - 1) / kDecodeMaxSplit;
+  s.grid = std::max({1, by_ceiling, std::min(s.per_slot, by_floor)});
+  return s;
 }
 
 inline int32_t decode_num_splits(const DecodeAttentionParams& p) {
-  const int32_t split = decode_split_len(p);
-  return (decode_max_context(p) + split - 1) / split;
+  return decode_splits(p).grid;
 }
 
 // The split reduce's parallel runs. One (slot, head) block of the reduce is `parts` groups
@@ -145,8 +183,11 @@ inline int32_t decode_num_splits(const DecodeAttentionParams& p) {
 // merges (two exponentials each, about 40 cycles): 256 splits (a 2-KV-head model at 1 x 32k
 // positions) took several microseconds alone. Runs of at least kDecodeSplitsPerReduceRun
 // splits, at most kDecodeMaxReduceParts of them and 1024 threads in all; the lab's
-// HABLAR_DECODE_REDUCE_PARTS caps the runs (1: one group, the sequential reduce). A function
-// of the split count alone, so batch-invariant wherever the splits are (fixed_split_len).
+// HABLAR_DECODE_REDUCE_PARTS caps the runs (1: one group, the sequential reduce). The groups
+// are enough for any slot the grid holds (a power of two at least its splits over 16, within
+// the cap), so a slot's runs, and the order of its merges, depend on its own split count
+// alone (decode_reduce_runs): a captured graph, sized for the capacity, merges as a call
+// sized for the step does, and batch-invariant wherever the splits are (fixed_split_len).
 inline constexpr int kDecodeMaxReduceParts = 8;
 inline constexpr int kDecodeReduceMaxThreads = 1024;
 inline constexpr int kDecodeSplitsPerReduceRun = 16;
@@ -155,9 +196,10 @@ inline int32_t decode_reduce_parts(const DecodeAttentionParams& p) {
   const int32_t cap =
       std::min<int32_t>({(int32_t)lab_knob("HABLAR_DECODE_REDUCE_PARTS", kDecodeMaxReduceParts),
                          kDecodeMaxReduceParts, kDecodeReduceMaxThreads / p.layout.head_dim});
-  const int32_t n_splits = decode_num_splits(p);
+  const int32_t runs =
+      (decode_num_splits(p) + kDecodeSplitsPerReduceRun - 1) / kDecodeSplitsPerReduceRun;
   int32_t parts = 1;
-  while (parts * 2 <= cap && n_splits >= kDecodeSplitsPerReduceRun * parts * 2) parts *= 2;
+  while (parts * 2 <= cap && parts < runs) parts *= 2;
   return parts;
 }
 

@@ -135,15 +135,15 @@ int grid_for(int64_t n) {
 namespace {
 
 // An upper bound of decode_attention's workspace for any slot count up to max_slots and any
-// context up to `capacity` positions (its split sizing: decode_attention_params.h).
+// context up to `capacity` positions (decode_splits' grid, at the larger block target).
 size_t attention_workspace_bound(const ActivationDims& d, int32_t max_slots, int32_t capacity) {
-  const int64_t target = 64LL * device_multiprocessors();  // the larger block target
+  const int64_t target = 64LL * device_multiprocessors();
+  const int64_t by_floor = (capacity + kDecodeMinSplit - 1) / kDecodeMinSplit;
+  const int64_t by_ceiling = (capacity + kDecodeMaxSplit - 1) / kDecodeMaxSplit;
   size_t best = 0;
   for (int64_t n = 1; n <= max_slots; ++n) {
-    const int64_t by_floor = (capacity + 63) / 64;
-    const int64_t by_target = 2 * ((target + n * d.n_kv_heads - 1) / (n * d.n_kv_heads)) + 1;
-    const int64_t splits =
-        std::min(by_floor, std::max<int64_t>((capacity + 1023) / 1024, by_target));
+    const int64_t per_slot = std::max<int64_t>(1, target / (n * d.n_kv_heads));
+    const int64_t splits = std::max({int64_t{1}, by_ceiling, std::min(per_slot, by_floor)});
     best = std::max(best, (size_t)(n * d.n_heads * splits * (d.head_dim + 2)) * 4);
   }
   return best;

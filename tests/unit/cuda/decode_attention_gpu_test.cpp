@@ -1,5 +1,6 @@
 // The decode-wiring test against the CUDA decode-step entry point (decode_attention), and
 // the split-K long-context case; the host twin runs the same scenarios in CI.
+#include <cstring>
 #include <limits>
 
 #include "backend/cuda/attention.h"
@@ -125,6 +126,40 @@ TEST_P(DecodeWiringGpu, SplitReduceInRunsMatchesOracle) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   check_split_case(GetParam(), 0, 0.0f, 32);
   check_split_case(GetParam(), 300, 0.0f, 32);
+}
+
+// A call sized for the capacity (a captured graph) and one sized for the step give every slot
+// the same splits and merges: the same bits (the host twin's test of the same name).
+TEST_P(DecodeWiringGpu, CapacitySizedCallEqualsStepSizedCall) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  for (int sms : {132, 1000})
+    for (int dim : {64, 128}) {
+      DecodeSplitCase c(GetParam(), dim, 17u + (uint32_t)dim, 256);  // capacity 4,096
+      std::vector<float> outs[2];
+      for (int sized_for_step : {0, 1}) {
+        DeviceBuffer<uint16_t> cache(c.cache);
+        DeviceBuffer<int32_t> tables(c.tables), lens(c.lens);
+        DeviceBuffer<uint8_t> act(c.active);
+        DeviceBuffer<float> q(c.q), k(c.k_new), v(c.v_new);
+        DeviceBuffer<float> out(
+            std::vector<float>(c.q.size(), std::numeric_limits<float>::quiet_NaN()));
+        auto p = c.params(cache.get(), tables.get(), lens.get(), act.get(), q.get(), k.get(),
+                          v.get(), out.get());
+        p.multiprocessors = sms;
+        if (sized_for_step) p.max_context = 1501;  // the longest slot's 1,500 positions + 1
+        DeviceBuffer<float> workspace(cuda::decode_attention_workspace_bytes(p) / sizeof(float));
+        cuda::Stream stream;
+        cuda::decode_attention(p, workspace.get(), workspace.bytes(), stream.get());
+        stream.synchronize();
+        outs[sized_for_step] = out.download();
+      }
+      std::string fault;
+      EXPECT_LT(c.max_error(outs[1], &fault), 2e-3) << "head_dim " << dim << " sms " << sms;
+      EXPECT_EQ(fault, "");
+      for (size_t i = 0; i < outs[0].size(); ++i)
+        ASSERT_EQ(std::memcmp(&outs[0][i], &outs[1][i], sizeof(float)), 0)
+            << "head_dim " << dim << " sms " << sms << " element " << i;
+    }
 }
 
 TEST_P(DecodeWiringGpu, SlidingWindowMatchesOracle) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -130,6 +131,102 @@ TEST(DecodeReduceRuns, PartsFollowTheSplitCount) {
   for (auto [count, runs] : std::vector<std::pair<int, int>>{
            {0, 1}, {3, 1}, {16, 1}, {17, 2}, {47, 3}, {64, 4}, {256, 8}})
     EXPECT_EQ(cuda::decode_reduce_runs(8, count), runs) << count;
+}
+
+// Each slot sizes its splits from its own context, within the grid the call launches, for
+// any slot count, KV heads, multiprocessors, capacity and context.
+TEST(DecodeSplits, EverySlotFitsTheGrid) {
+  cuda::DecodeAttentionParams p;
+  p.layout.block_size = 16;
+  for (int dim : {96, 128})  // the CUDA-core kernel's target, and the tensor-core kernel's
+    for (int sms : {78, 132})
+      for (int slots : {1, 3, 64, 256, 2048})
+        for (int kv : {1, 2, 8})
+          for (int capacity : {16, 1000, 4096, 32064, 131072}) {
+            p.layout.head_dim = dim;
+            p.layout.n_kv_heads = kv;
+            p.multiprocessors = sms;
+            p.n_slots = slots;
+            p.max_blocks_per_seq = (capacity + 15) / 16;
+            const cuda::DecodeSplits s = cuda::decode_splits(p);
+            const auto where = [&](int context) {
+              return "dim " + std::to_string(dim) + " sms " + std::to_string(sms) + " slots " +
+                     std::to_string(slots) + " kv " + std::to_string(kv) + " capacity " +
+                     std::to_string(capacity) + " context " + std::to_string(context);
+            };
+            int last_len = 0;
+            for (int context = 1; context <= p.max_blocks_per_seq * 16;
+                 context += context < 256 ? 1 : 37) {
+              const int len = cuda::decode_slot_split_len(s, context);
+              ASSERT_EQ(len % cuda::kDecodeMinSplit, 0) << where(context);
+              ASSERT_GE(len, cuda::kDecodeMinSplit) << where(context);
+              ASSERT_LE(len, cuda::kDecodeMaxSplit) << where(context);
+              ASSERT_GE(len, last_len) << where(context);
+              ASSERT_LE(cuda::decode_slot_splits(s, context), s.grid) << where(context);
+              last_len = len;
+            }
+          }
+}
+
+// One wave of the tensor-core kernel (two blocks a multiprocessor) where the context allows:
+// a long single context of few KV heads takes short splits, a short context of a graph
+// captured for 32k positions takes splits of its own size, many slots take long ones.
+TEST(DecodeSplits, OneWaveOfTheTensorCoreKernel) {
+  cuda::DecodeAttentionParams p;
+  p.layout.head_dim = 128;
+  p.layout.block_size = 16;
+  p.max_blocks_per_seq = 2004;  // 32,064 positions; max_context 0: a graph's capacity
+  p.multiprocessors = 132;
+  struct Case {
+    int slots, kv, context, len;
+  };
+  for (const Case c : {Case{1, 2, 32001, 256}, Case{1, 8, 32001, 1024}, Case{1, 8, 4097, 128},
+                       Case{1, 2, 4097, 64}, Case{1, 8, 40, 64}, Case{64, 2, 4097, 1024},
+                       Case{256, 2, 600, 640}}) {
+    p.n_slots = c.slots;
+    p.layout.n_kv_heads = c.kv;
+    const cuda::DecodeSplits s = cuda::decode_splits(p);
+    const int len = cuda::decode_slot_split_len(s, c.context);
+    EXPECT_EQ(len, c.len) << c.slots << " x " << c.context << ", " << c.kv << " KV heads";
+    const int blocks = c.slots * c.kv * cuda::decode_slot_splits(s, c.context);
+    if (len < cuda::kDecodeMaxSplit) {
+      EXPECT_LE(blocks, std::max(2 * p.multiprocessors, c.slots * c.kv));
+    }
+  }
+}
+
+// A call sized for the block tables' capacity (a captured graph: max_context 0) gives every
+// slot the splits, and the reduce the runs, of a call sized for the step: the same bits. On
+// 132 multiprocessors the slots' split lengths differ; on a (hypothetical) 1,000 the two calls'
+// grids and reduce groups differ (64 splits and 4 groups against 24 and 2).
+TEST_P(DecodeWiringHost, CapacitySizedCallEqualsStepSizedCall) {
+  for (int sms : {132, 1000})
+    for (int dim : {64, 128}) {
+      DecodeSplitCase c(GetParam(), dim, 17u + (uint32_t)dim, 256);  // capacity 4,096
+      std::vector<float> outs[2];
+      int parts[2];
+      for (int sized_for_step : {0, 1}) {
+        std::vector<uint16_t> cache = c.cache;
+        std::vector<int32_t> lens = c.lens;
+        outs[sized_for_step].assign(c.q.size(), std::numeric_limits<float>::quiet_NaN());
+        auto p = c.params(cache.data(), c.tables.data(), lens.data(), c.active.data(), c.q.data(),
+                          c.k_new.data(), c.v_new.data(), outs[sized_for_step].data());
+        p.multiprocessors = sms;
+        if (sized_for_step) p.max_context = 1501;  // the longest slot's 1,500 positions + 1
+        const cuda::DecodeSplits s = cuda::decode_splits(p);
+        if (sms == 132) {
+          ASSERT_NE(cuda::decode_slot_split_len(s, 1501), cuda::decode_slot_split_len(s, 64));
+        }
+        parts[sized_for_step] = cuda::decode_reduce_parts(p);
+        cuda::decode_attention_host(p);
+      }
+      if (sms == 1000) {
+        ASSERT_NE(parts[0], parts[1]);
+      }
+      for (size_t i = 0; i < outs[0].size(); ++i)
+        ASSERT_EQ(std::memcmp(&outs[0][i], &outs[1][i], sizeof(float)), 0)
+            << "head_dim " << dim << " sms " << sms << " element " << i;
+    }
 }
 
 // A sliding window of 300 (Gemma-style local layers): splits wholly before the window are
