@@ -21,7 +21,8 @@
 #                                     `llama-server -np 256 -cb -fa on` when `run` built it in
 #                                     the same call; the step counts of hablar's /metrics beside
 #                                     (SERVE_ARGS: extra hablar flags; SERVE_CTX: hablar's KV
-#                                     pool in tokens, default 256 x 640 as llama-server's -c)
+#                                     pool in tokens, default 256 x 640 as llama-server's -c;
+#                                     SERVE_BATCH: hablar's -b, default 2048)
 #   bench/gpu/compare.sh profile [SHAPE]
 #                                     on the GPU machine: ncu's kernel times over hablar's
 #                                     batch-1 decode (two steady-state steps), summed by kernel
@@ -128,7 +129,7 @@ serve() {
   # would be about 3,700 tokens (and 256 of them more than the KV pool holds).
   local bench=("$root/bench/serving/bench_serving.py" --input-len 512 --output-len 128
     --concurrency "$levels" --ignore-eos --token-ids 1000:30000)
-  "$gpu/bin/hablar" serve -m "$m" --device cuda -np 256 -c "${SERVE_CTX:-$((256 * 640))}" -b 2048 --port 8413 --metrics \
+  "$gpu/bin/hablar" serve -m "$m" --device cuda -np 256 -c "${SERVE_CTX:-$((256 * 640))}" -b "${SERVE_BATCH:-2048}" --port 8413 --metrics \
     ${SERVE_ARGS:-} >"$out/$shape-serve.log" 2>&1 &
   pid=$!
   wait_health 8413 || { tail -5 "$out/$shape-serve.log"; return 1; }
