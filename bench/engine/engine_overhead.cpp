@@ -8,11 +8,21 @@
 // next: what the engine adds to every such step on the host (emission, scheduling, the
 // step's chunks), beside the device's work rather than overlapped with it.
 //
+// With --gap-ms the requests arrive in groups of --group (16, as bench_serving's client
+// processes send them) that far apart, and --serve takes `hablar serve`'s scheduling defaults
+// (steps bounded to twice their decodes' cost, waves): then it also prints the run's output
+// tok/s and the requests' TTFT and TPOT percentiles, so that a scheduling policy can be
+// weighed on this machine against a device model (--slowdown, --batch change the policy).
+//
 // Usage: engine_overhead [N=256] [P=512] [G=128] [base_us=1000] [us_per_decode=13]
+//          [--per-prompt-us=6] [--gap-ms=0] [--group=16] [--serve] [--slowdown=X] [--batch=2048]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -70,49 +80,114 @@ class SimulatedDevice : public StepExecutor {
   bool previous_full = false;
 };
 
+struct Options {
+  int n = 256, p = 512, g = 128, group = 16, batch = 2048;
+  double base_us = 1000, per_decode_us = 13, per_prompt_us = 6, gap_ms = 0, slowdown = -1;
+  bool serve = false;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  int positional = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* key) -> const char* {
+      const size_t n = std::strlen(key);
+      return a.compare(0, n, key) == 0 ? a.c_str() + n : nullptr;
+    };
+    if (a == "--serve")
+      o.serve = true;
+    else if (const char* v = value("--gap-ms="))
+      o.gap_ms = std::atof(v);
+    else if (const char* v = value("--group="))
+      o.group = std::max(1, std::atoi(v));
+    else if (const char* v = value("--slowdown="))
+      o.slowdown = std::atof(v);
+    else if (const char* v = value("--batch="))
+      o.batch = std::atoi(v);
+    else if (const char* v = value("--per-prompt-us="))
+      o.per_prompt_us = std::atof(v);
+    else if (positional == 0)
+      o.n = std::atoi(argv[i]), ++positional;
+    else if (positional == 1)
+      o.p = std::atoi(argv[i]), ++positional;
+    else if (positional == 2)
+      o.g = std::atoi(argv[i]), ++positional;
+    else if (positional == 3)
+      o.base_us = std::atof(argv[i]), ++positional;
+    else if (positional == 4)
+      o.per_decode_us = std::atof(argv[i]), ++positional;
+  }
+  return o;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, (size_t)(q * (double)(v.size() - 1) + 0.5))];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int n = argc > 1 ? std::atoi(argv[1]) : 256;
-  const int p = argc > 2 ? std::atoi(argv[2]) : 512;
-  const int g = argc > 3 ? std::atoi(argv[3]) : 128;
+  const Options o = parse(argc, argv);
+  const int n = o.n, p = o.p, g = o.g;
   const int32_t block = 16, blocks = (n * (p + g) + block - 1) / block + n;
   SimulatedDevice device(151936, blocks, block);
   device.n_full = n;
-  if (argc > 4) device.base_us = std::atof(argv[4]);
-  if (argc > 5) device.per_decode_us = std::atof(argv[5]);
+  device.base_us = o.base_us, device.per_decode_us = o.per_decode_us;
+  device.per_prompt_us = o.per_prompt_us;
   EngineConfig config;
   config.n_ctx = 32768;
   config.max_queue = n;
   config.scheduler.max_running = n;
-  config.scheduler.max_step_tokens = 2048;
+  config.scheduler.max_step_tokens = o.batch;
+  if (o.serve) {  // cmd_serve.cpp's defaults
+    config.scheduler.max_decode_slowdown = 2.0;
+    config.scheduler.min_step_prompt_tokens = 32;
+    config.scheduler.wave_prefill = true;
+  }
+  if (o.slowdown >= 0) config.scheduler.max_decode_slowdown = o.slowdown;
   Engine engine(config, device);
-  std::vector<std::shared_ptr<RequestHandle>> handles;
+  std::vector<std::thread> readers;
+  std::mutex finals_mutex;
+  std::vector<StreamItem> finals;
   const auto t0 = Clock::now();
   for (int i = 0; i < n; ++i) {
+    if (o.gap_ms > 0 && i > 0 && i % o.group == 0)
+      std::this_thread::sleep_until(
+          t0 + std::chrono::microseconds((int64_t)(1000 * o.gap_ms * (i / o.group))));
     GenerateRequest r;
     r.prompt.resize((size_t)p);
     for (int j = 0; j < p; ++j) r.prompt[(size_t)j] = 1 + (i * 7919 + j * 104729) % 150000;
     r.max_tokens = g;
     r.ignore_eos = true;
-    handles.push_back(engine.submit(std::move(r)));
-  }
-  std::vector<std::thread> readers;
-  for (auto& h : handles)
-    readers.emplace_back([h] {
+    std::shared_ptr<RequestHandle> h = engine.submit(std::move(r));
+    readers.emplace_back([h, &finals, &finals_mutex] {
       std::vector<StreamItem> items;
       for (;;) {
         items.clear();
         if (!h->wait(items, std::chrono::milliseconds(1000))) continue;
-        if (std::any_of(items.begin(), items.end(),
-                        [](const StreamItem& it) { return it.kind == StreamItem::Kind::kFinal; }))
-          return;
+        for (StreamItem& it : items)
+          if (it.kind == StreamItem::Kind::kFinal) {
+            std::lock_guard<std::mutex> lock(finals_mutex);
+            finals.push_back(std::move(it));
+            return;
+          }
       }
     });
+  }
   for (auto& t : readers) t.join();
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::printf("%d requests x (%d prompt + %d generated): %lld steps in %.3f s\n", n, p, g,
-              (long long)device.steps, wall);
+  std::printf("%d requests x (%d prompt + %d generated): %lld steps in %.3f s, %.0f out tok/s\n", n,
+              p, g, (long long)device.steps, wall, (double)n * g / wall);
+  std::vector<double> ttft, tpot;
+  for (const StreamItem& f : finals) {
+    ttft.push_back(f.prompt_ms);
+    if (f.n_generated > 1) tpot.push_back(f.decode_ms / (f.n_generated - 1));
+  }
+  std::printf("TTFT p50 %.1f p99 %.1f ms, TPOT p50 %.2f p99 %.2f ms\n", percentile(ttft, 0.5),
+              percentile(ttft, 0.99), percentile(tpot, 0.5), percentile(tpot, 0.99));
   if (device.n_gaps > 0)
     std::printf("host time between consecutive decode steps of all %d: %.1f us (%lld gaps)\n", n,
                 device.gaps_us / device.n_gaps, (long long)device.n_gaps);
