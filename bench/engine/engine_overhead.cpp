@@ -15,7 +15,8 @@
 // weighed on this machine against a device model (--slowdown, --batch change the policy).
 //
 // Usage: engine_overhead [N=256] [P=512] [G=128] [base_us=1000] [us_per_decode=13]
-//          [--per-prompt-us=6] [--gap-ms=0] [--group=16] [--serve] [--slowdown=X] [--batch=2048]
+//          [--per-prompt-us=6] [--prompt-step-us=0] [--gap-ms=0] [--group=16] [--serve]
+//          [--slowdown=X] [--batch=2048]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -62,7 +63,8 @@ class SimulatedDevice : public StepExecutor {
     out.sampled.assign(chunks.size(), -1);
     for (size_t i = 0; i < chunks.size(); ++i)
       if (chunks[i].sampling != nullptr) out.sampled[i] = 1000 + (int32_t)(i % 5000);
-    const double device_us = base_us + per_decode_us * decode + per_prompt_us * prompt;
+    const double device_us = base_us + per_decode_us * decode + per_prompt_us * prompt +
+                             (prompt > 0 ? prompt_step_us : 0);
     std::this_thread::sleep_until(start + std::chrono::microseconds((int64_t)device_us));
     ++steps;
     previous_full = full;
@@ -71,6 +73,7 @@ class SimulatedDevice : public StepExecutor {
 
   int32_t n_full = 0;  // decode steps of this many sequences are the ones measured
   double base_us = 1000, per_decode_us = 13, per_prompt_us = 6;
+  double prompt_step_us = 0;  // what a step with prompt tokens adds (no CUDA graph for it)
   int64_t steps = 0, n_gaps = 0;
   double gaps_us = 0;
 
@@ -83,6 +86,7 @@ class SimulatedDevice : public StepExecutor {
 struct Options {
   int n = 256, p = 512, g = 128, group = 16, batch = 2048;
   double base_us = 1000, per_decode_us = 13, per_prompt_us = 6, gap_ms = 0, slowdown = -1;
+  double prompt_step_us = 0;
   bool serve = false;
 };
 
@@ -107,7 +111,12 @@ Options parse(int argc, char** argv) {
       o.batch = std::atoi(v);
     else if (const char* v = value("--per-prompt-us="))
       o.per_prompt_us = std::atof(v);
-    else if (positional == 0)
+    else if (const char* v = value("--prompt-step-us="))
+      o.prompt_step_us = std::atof(v);
+    else if (a.compare(0, 2, "--") == 0) {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      std::exit(2);
+    } else if (positional == 0)
       o.n = std::atoi(argv[i]), ++positional;
     else if (positional == 1)
       o.p = std::atoi(argv[i]), ++positional;
@@ -136,7 +145,7 @@ int main(int argc, char** argv) {
   SimulatedDevice device(151936, blocks, block);
   device.n_full = n;
   device.base_us = o.base_us, device.per_decode_us = o.per_decode_us;
-  device.per_prompt_us = o.per_prompt_us;
+  device.per_prompt_us = o.per_prompt_us, device.prompt_step_us = o.prompt_step_us;
   EngineConfig config;
   config.n_ctx = 32768;
   config.max_queue = n;
