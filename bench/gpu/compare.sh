@@ -111,7 +111,7 @@ run() {
 
 # Steps, and the seconds of prompt and decode work, from hablar's /metrics.
 engine_counters() {
-  curl -s "localhost:$1/metrics" | grep -E "^hablar_(steps_total|prompt_seconds_total|decode_seconds_total|generated_tokens_total|executor_host_seconds_total|executor_wait_seconds_total) "
+  curl -s "localhost:$1/metrics" | grep -E "^hablar_(steps_total|prompt_seconds_total|decode_seconds_total|generated_tokens_total|executor_host_seconds_total|executor_wait_seconds_total|executor_device_seconds_total) "
 }
 
 wait_health() {

@@ -87,7 +87,7 @@ class CudaExecutor : public StepExecutor {
   std::string device_name() const override { return "cuda"; }
   bool last_step_was_cold() const override { return cold_; }
   ExecutorTimes times() const override {
-    return {execute_seconds_ - times_.wait_seconds, times_.wait_seconds};
+    return {execute_seconds_ - times_.wait_seconds, times_.wait_seconds, times_.device_seconds};
   }
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                StepOutput& out) override;
@@ -164,9 +164,13 @@ class CudaExecutor : public StepExecutor {
   void add_persistent_profile();
   void print_persistent_profile() const;
   bool cold_ = false;  // the last step captured a graph or grew scratch memory
-  // Seconds in execute() and, of them, in waiting for the device (wait_for_device).
+  // Seconds in execute() and, of them, in waiting for the device (wait_for_device); the
+  // device's span of each step, from begin_device_span() (after the host's staging) to the
+  // end of its last command (recorded by wait_for_device).
   double execute_seconds_ = 0;
   ExecutorTimes times_;
+  cuda::Event span_begin_, span_end_;
+  void begin_device_span() { span_begin_.record(stream_.get()); }
   void wait_for_device();
   std::string report_;
 };
@@ -418,9 +422,11 @@ void CudaExecutor::execute(std::span<const BlockCopy> copies, std::span<const Ex
 
 void CudaExecutor::wait_for_device() {
   const auto t0 = std::chrono::steady_clock::now();
+  span_end_.record(stream_.get());
   stream_.synchronize();
   times_.wait_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  times_.device_seconds += span_end_.elapsed_ms_since(span_begin_) / 1e3;
 }
 
 void CudaExecutor::run_step(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
@@ -457,6 +463,7 @@ void CudaExecutor::run_step(std::span<const BlockCopy> copies, std::span<const E
   order_.insert(order_.end(), host_rows.begin(), host_rows.end());
   model::check_step(c, chunks_, layout_);
   ops_->begin(chunks_, order_);
+  begin_device_span();
   model::forward(c, weights_, *ops_);
   if (n_device > 0) sample_on_device(chunks, device_chunks_);
   const size_t V = (size_t)c.n_vocab;
@@ -568,7 +575,9 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
     HABLAR_CUDA_CHECK(cudaMemsetAsync(persistent_stamps_.get(), 0,
                                       persistent_stamps_.size() * sizeof(unsigned long long),
                                       stream));
-  HABLAR_CUDA_CHECK(cudaGraphLaunch(graph_for(rows), stream));
+  const cudaGraphExec_t graph = graph_for(rows);  // captured on first use
+  begin_device_span();
+  HABLAR_CUDA_CHECK(cudaGraphLaunch(graph, stream));
   // Sampling follows the graph, so that masks are computed while the device runs it.
   row_chunks_.assign((size_t)rows, -1);
   for (int32_t i = 0; i < n; ++i)

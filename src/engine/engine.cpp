@@ -572,6 +572,7 @@ void Engine::publish_state(const StepPlan* plan, double step_seconds, int32_t n_
       }
       const ExecutorTimes t = executor_.times();
       m.executor_host_seconds = t.host_seconds, m.executor_wait_seconds = t.wait_seconds;
+      m.executor_device_seconds = t.device_seconds;
     }
   });
 }

@@ -83,12 +83,17 @@ struct EmbedOutput {
 
 // Where an executor's execute() calls spent their time so far (seconds, summed over steps):
 // on the host before the device had the whole step (copies, staging, uploads, launches, the
-// masks computed while it runs) and waiting for the device's results. Device executors fill
+// masks computed while it runs) and waiting for the device's results; and what the device
+// itself took. Device executors fill
 // it; the engine publishes it (/metrics), so that a serving run shows what a step's host work
 // costs beside the device's.
 struct ExecutorTimes {
   double host_seconds = 0;
   double wait_seconds = 0;
+  // The device's own clock over each step's work, from its first command after the host's
+  // staging to its last: host + wait - device is the time the device sat idle inside the
+  // steps (what overlapping the host's work with the device's could win back).
+  double device_seconds = 0;
 };
 
 class StepExecutor {

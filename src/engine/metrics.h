@@ -49,6 +49,7 @@ struct MetricsSnapshot {
   // The executor's execute() time, host and waiting for the device (ExecutorTimes).
   double executor_host_seconds = 0;
   double executor_wait_seconds = 0;
+  double executor_device_seconds = 0;
   int32_t requests_running = 0;
   int32_t requests_waiting = 0;
   int32_t kv_blocks_total = 0;

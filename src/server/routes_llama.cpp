@@ -541,6 +541,10 @@ void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res
   metric("hablar_executor_wait_seconds_total", "counter",
          "Step time the device executor spent waiting for the device's results.",
          s.executor_wait_seconds);
+  metric("hablar_executor_device_seconds_total", "counter",
+         "Step time on the device's own clock, from each step's first command after its host "
+         "staging to its last; host + wait - device is the device's idle time inside the steps.",
+         s.executor_device_seconds);
   metric(
       "hablar_prompt_tokens_per_second", "gauge", "Average prompt throughput.",
       s.prompt_seconds_total > 0 ? (double)s.prompt_tokens_computed / s.prompt_seconds_total : 0);

@@ -141,8 +141,9 @@ TEST(Engine, ConcurrentRequestsEachGetTheirSoloOutput) {
   EXPECT_EQ(m.requests_finished, 16u);
 }
 
-// The executor's host and waiting times reach the metrics (/metrics:
-// hablar_executor_host_seconds_total, hablar_executor_wait_seconds_total) after each step.
+// The executor's host, waiting and device times reach the metrics (/metrics:
+// hablar_executor_host_seconds_total, hablar_executor_wait_seconds_total,
+// hablar_executor_device_seconds_total) after each step.
 TEST(Engine, ExecutorTimesArePublished) {
   test::FakeExecutor exec(kVocab, 64, 8);
   Engine engine(config(64, 8, 4), exec);
@@ -154,6 +155,7 @@ TEST(Engine, ExecutorTimesArePublished) {
   const MetricsSnapshot m = engine.metrics().snapshot();
   EXPECT_DOUBLE_EQ(m.executor_host_seconds, 1e-3 * (double)m.steps_total);
   EXPECT_DOUBLE_EQ(m.executor_wait_seconds, 2e-3 * (double)m.steps_total);
+  EXPECT_DOUBLE_EQ(m.executor_device_seconds, 1.5e-3 * (double)m.steps_total);
 }
 
 TEST(Engine, SharedPrefixIsServedFromTheCache) {

@@ -63,7 +63,9 @@ class FakeExecutor : public StepExecutor {
   bool samples_on_device() const override { return device_sampling; }
   // A device executor's times: 1 ms of host work and 2 ms of waiting per step (engine tests
   // check that the engine publishes them).
-  ExecutorTimes times() const override { return {1e-3 * (double)steps, 2e-3 * (double)steps}; }
+  ExecutorTimes times() const override {
+    return {1e-3 * (double)steps, 2e-3 * (double)steps, 1.5e-3 * (double)steps};
+  }
 
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                StepOutput& out) override {
