@@ -85,6 +85,33 @@ TEST_P(DecodeWiringGpu, QuantizedOutputRowsEqualQuantizingTheOutput) {
   }
 }
 
+// A split case's buffers on the device (the output NaN-filled), its parameters over them, and
+// one decode_attention call.
+struct DeviceSplitCase {
+  explicit DeviceSplitCase(const DecodeSplitCase& c)
+      : cache(c.cache),
+        tables(c.tables),
+        lens(c.lens),
+        act(c.active),
+        q(c.q),
+        k(c.k_new),
+        v(c.v_new),
+        out(std::vector<float>(c.q.size(), std::numeric_limits<float>::quiet_NaN())),
+        params(c.params(cache.get(), tables.get(), lens.get(), act.get(), q.get(), k.get(), v.get(),
+                        out.get())) {}
+  void run() {
+    DeviceBuffer<float> workspace(cuda::decode_attention_workspace_bytes(params) / sizeof(float));
+    cuda::Stream stream;
+    cuda::decode_attention(params, workspace.get(), workspace.bytes(), stream.get());
+    stream.synchronize();
+  }
+  DeviceBuffer<uint16_t> cache;
+  DeviceBuffer<int32_t> tables, lens;
+  DeviceBuffer<uint8_t> act;
+  DeviceBuffer<float> q, k, v, out;
+  cuda::DecodeAttentionParams params;
+};
+
 // The split-K case on the device; window > 0 adds a sliding window (splits wholly before it
 // skipped, the one it begins in started mid-split), as in the host twin's test.
 // split_len > 0: splits of that length over a 4,096-position capacity (128 splits: the
@@ -95,24 +122,14 @@ void check_split_case(KvDType dtype, int window, float softcap = 0.0f, int split
     c.window = window;
     c.fixed_split_len = split_len;
     c.softcap = softcap;
-    DeviceBuffer<uint16_t> cache(c.cache);
-    DeviceBuffer<int32_t> tables(c.tables), lens(c.lens);
-    DeviceBuffer<uint8_t> act(c.active);
-    DeviceBuffer<float> q(c.q), k(c.k_new), v(c.v_new);
-    DeviceBuffer<float> out(
-        std::vector<float>(c.q.size(), std::numeric_limits<float>::quiet_NaN()));
-    const auto p = c.params(cache.get(), tables.get(), lens.get(), act.get(), q.get(), k.get(),
-                            v.get(), out.get());
-    ASSERT_GT(cuda::decode_num_splits(p), 4);
-    DeviceBuffer<float> workspace(cuda::decode_attention_workspace_bytes(p) / sizeof(float));
-    cuda::Stream stream;
-    cuda::decode_attention(p, workspace.get(), workspace.bytes(), stream.get());
-    stream.synchronize();
+    DeviceSplitCase d(c);
+    ASSERT_GT(cuda::decode_num_splits(d.params), 4);
+    d.run();
     std::string fault;
-    const double err = c.max_error(out.download(), &fault);
+    const double err = c.max_error(d.out.download(), &fault);
     EXPECT_EQ(fault, "");
     EXPECT_LT(err, 2e-3) << "head_dim " << dim << " window " << window;
-    const auto got_lens = lens.download();
+    const auto got_lens = d.lens.download();
     for (int s = 0; s < c.slots; ++s) EXPECT_EQ(got_lens[s], c.lens[s] + (c.active[s] ? 1 : 0));
   }
 }
@@ -137,21 +154,11 @@ TEST_P(DecodeWiringGpu, CapacitySizedCallEqualsStepSizedCall) {
       DecodeSplitCase c(GetParam(), dim, 17u + (uint32_t)dim, 256);  // capacity 4,096
       std::vector<float> outs[2];
       for (int sized_for_step : {0, 1}) {
-        DeviceBuffer<uint16_t> cache(c.cache);
-        DeviceBuffer<int32_t> tables(c.tables), lens(c.lens);
-        DeviceBuffer<uint8_t> act(c.active);
-        DeviceBuffer<float> q(c.q), k(c.k_new), v(c.v_new);
-        DeviceBuffer<float> out(
-            std::vector<float>(c.q.size(), std::numeric_limits<float>::quiet_NaN()));
-        auto p = c.params(cache.get(), tables.get(), lens.get(), act.get(), q.get(), k.get(),
-                          v.get(), out.get());
-        p.multiprocessors = sms;
-        if (sized_for_step) p.max_context = 1501;  // the longest slot's 1,500 positions + 1
-        DeviceBuffer<float> workspace(cuda::decode_attention_workspace_bytes(p) / sizeof(float));
-        cuda::Stream stream;
-        cuda::decode_attention(p, workspace.get(), workspace.bytes(), stream.get());
-        stream.synchronize();
-        outs[sized_for_step] = out.download();
+        DeviceSplitCase d(c);
+        d.params.multiprocessors = sms;
+        if (sized_for_step) d.params.max_context = 1501;  // the longest slot's 1,500 + 1
+        d.run();
+        outs[sized_for_step] = d.out.download();
       }
       std::string fault;
       EXPECT_LT(c.max_error(outs[1], &fault), 2e-3) << "head_dim " << dim << " sms " << sms;
