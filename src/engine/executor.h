@@ -84,9 +84,8 @@ struct EmbedOutput {
 // Where an executor's execute() calls spent their time so far (seconds, summed over steps):
 // on the host before the device had the whole step (copies, staging, uploads, launches, the
 // masks computed while it runs) and waiting for the device's results; and what the device
-// itself took. Device executors fill
-// it; the engine publishes it (/metrics), so that a serving run shows what a step's host work
-// costs beside the device's.
+// itself took. Device executors fill it; the engine publishes it (/metrics), so that a
+// serving run shows what a step's host work costs beside the device's.
 struct ExecutorTimes {
   double host_seconds = 0;
   double wait_seconds = 0;

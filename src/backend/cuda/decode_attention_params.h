@@ -153,10 +153,21 @@ HABLAR_KV_HD inline int32_t decode_slot_splits(const DecodeSplits& s, int32_t co
 // is a lab knob (HABLAR_DECODE_BLOCKS_PER_SM); the host twin sizes its splits the same way.
 // The grid bound: a slot's count is at most per_slot unless its splits are 1,024 long
 // (then at most the capacity over 1,024), and at most its context over 64.
-inline DecodeSplits decode_splits(const DecodeAttentionParams& p) {
+// The per-slot sizing for `target_blocks` over `rows` (slots x KV heads) and a longest
+// context of `context` positions (also the workspace bound's, forward_ops.cu).
+inline DecodeSplits decode_splits_for(int64_t target_blocks, int64_t rows, int32_t context) {
   DecodeSplits s;
+  s.per_slot = (int32_t)std::clamp<int64_t>(target_blocks / std::max<int64_t>(1, rows), 1, 1 << 20);
+  const int32_t by_floor = (context + kDecodeMinSplit - 1) / kDecodeMinSplit;
+  const int32_t by_ceiling = (context + kDecodeMaxSplit - 1) / kDecodeMaxSplit;
+  s.grid = std::max({1, by_ceiling, std::min(s.per_slot, by_floor)});
+  return s;
+}
+
+inline DecodeSplits decode_splits(const DecodeAttentionParams& p) {
   const int32_t context = decode_max_context(p);
   if (p.fixed_split_len > 0) {
+    DecodeSplits s;
     s.fixed_len = p.fixed_split_len;
     s.grid = std::max<int32_t>(1, (context + s.fixed_len - 1) / s.fixed_len);
     return s;
@@ -164,12 +175,7 @@ inline DecodeSplits decode_splits(const DecodeAttentionParams& p) {
   const int64_t target_blocks =
       (int64_t)lab_knob("HABLAR_DECODE_BLOCKS_PER_SM", decode_uses_mma(p) ? 2 : 64) *
       p.multiprocessors;
-  const int64_t rows = std::max<int64_t>(1, (int64_t)p.n_slots * p.layout.n_kv_heads);
-  s.per_slot = (int32_t)std::clamp<int64_t>(target_blocks / rows, 1, 1 << 20);
-  const int32_t by_floor = (context + kDecodeMinSplit - 1) / kDecodeMinSplit;
-  const int32_t by_ceiling = (context + kDecodeMaxSplit - 1) / kDecodeMaxSplit;
-  s.grid = std::max({1, by_ceiling, std::min(s.per_slot, by_floor)});
-  return s;
+  return decode_splits_for(target_blocks, (int64_t)p.n_slots * p.layout.n_kv_heads, context);
 }
 
 inline int32_t decode_num_splits(const DecodeAttentionParams& p) {

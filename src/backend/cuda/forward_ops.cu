@@ -138,12 +138,9 @@ namespace {
 // context up to `capacity` positions (decode_splits' grid, at the larger block target).
 size_t attention_workspace_bound(const ActivationDims& d, int32_t max_slots, int32_t capacity) {
   const int64_t target = 64LL * device_multiprocessors();
-  const int64_t by_floor = (capacity + kDecodeMinSplit - 1) / kDecodeMinSplit;
-  const int64_t by_ceiling = (capacity + kDecodeMaxSplit - 1) / kDecodeMaxSplit;
   size_t best = 0;
   for (int64_t n = 1; n <= max_slots; ++n) {
-    const int64_t per_slot = std::max<int64_t>(1, target / (n * d.n_kv_heads));
-    const int64_t splits = std::max({int64_t{1}, by_ceiling, std::min(per_slot, by_floor)});
+    const int64_t splits = decode_splits_for(target, n * d.n_kv_heads, capacity).grid;
     best = std::max(best, (size_t)(n * d.n_heads * splits * (d.head_dim + 2)) * 4);
   }
   return best;
