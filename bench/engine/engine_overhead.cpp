@@ -12,11 +12,13 @@
 // processes send them) that far apart, and --serve takes `hablar serve`'s scheduling defaults
 // (steps bounded to twice their decodes' cost, waves): then it also prints the run's output
 // tok/s and the requests' TTFT and TPOT percentiles, so that a scheduling policy can be
-// weighed on this machine against a device model (--slowdown, --batch change the policy).
+// weighed on this machine against a device model (--slowdown, --batch, --decode-step-tokens
+// change the policy; `hablar serve`'s --max-decode-slowdown 0 leaves the 128-token budget
+// while anyone decodes, so its untimed form is --slowdown=0 --decode-step-tokens=0).
 //
 // Usage: engine_overhead [N=256] [P=512] [G=128] [base_us=1000] [us_per_decode=13]
 //          [--per-prompt-us=6] [--prompt-step-us=0] [--gap-ms=0] [--group=16] [--serve]
-//          [--slowdown=X] [--batch=2048]
+//          [--slowdown=X] [--batch=2048] [--decode-step-tokens=N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -87,6 +89,7 @@ struct Options {
   int n = 256, p = 512, g = 128, group = 16, batch = 2048;
   double base_us = 1000, per_decode_us = 13, per_prompt_us = 6, gap_ms = 0, slowdown = -1;
   double prompt_step_us = 0;
+  int decode_step_tokens = -1;  // -1: the policy's (serve's 128 with --serve)
   bool serve = false;
 };
 
@@ -109,6 +112,8 @@ Options parse(int argc, char** argv) {
       o.slowdown = std::atof(v);
     else if (const char* v = value("--batch="))
       o.batch = std::atoi(v);
+    else if (const char* v = value("--decode-step-tokens="))
+      o.decode_step_tokens = std::max(0, std::atoi(v));
     else if (const char* v = value("--per-prompt-us="))
       o.per_prompt_us = std::atof(v);
     else if (const char* v = value("--prompt-step-us="))
@@ -154,9 +159,11 @@ int main(int argc, char** argv) {
   if (o.serve) {  // cmd_serve.cpp's defaults
     config.scheduler.max_decode_slowdown = 2.0;
     config.scheduler.min_step_prompt_tokens = 32;
+    config.scheduler.max_step_tokens_decoding = 128;  // until the step costs are known
     config.scheduler.wave_prefill = true;
   }
   if (o.slowdown >= 0) config.scheduler.max_decode_slowdown = o.slowdown;
+  if (o.decode_step_tokens >= 0) config.scheduler.max_step_tokens_decoding = o.decode_step_tokens;
   Engine engine(config, device);
   std::vector<std::thread> readers;
   std::mutex finals_mutex;
