@@ -26,6 +26,13 @@
 #   bench/gpu/compare.sh profile [SHAPE]
 #                                     on the GPU machine: ncu's kernel times over hablar's
 #                                     batch-1 decode (two steady-state steps), summed by kernel
+#   bench/gpu/compare.sh profile-prompt [SHAPE]
+#                                     on the GPU machine: the same over the prompt steps of
+#                                     batched-bench at 4 x 512 tokens (a step of `serve -b
+#                                     2048`'s size; PROMPT_NPL / PROMPT_LEN change it), caches
+#                                     not flushed between kernels, and nsys's timeline summary
+#                                     (kernel time against the steps' wall time) where nsys is
+#                                     installed
 #
 # Environment: SDIST (here) the llama-cpp-python sdist folder; NPL the parallel sequence
 # counts (default 8,32,64,128,256); DEPTHS the context depths of the decode-at-depth rows
@@ -161,10 +168,30 @@ profile() {
   python3 "$root/bench/gpu/compare_table.py" --ncu "$out/ncu.csv" | tee "$out/ncu-summary.txt"
 }
 
+# A prompt step's kernels (batched-bench: one prefill step of NPL x LEN tokens, then one
+# decode step; its warm-up step is profiled too, so per-kernel shares are what to read).
+profile_prompt() {
+  local shape=${1:-qwen2.5-1.5b} m npl=${PROMPT_NPL:-4} len=${PROMPT_LEN:-512}
+  unpack_hablar
+  m=$(make_model "$shape")
+  local cmd=("$gpu/bin/hablar" batched-bench -m "$m" --device cuda -npp "$len" -ntg 1
+    -npl "$npl" -b $((npl * len)))
+  ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+    "${cmd[@]}" >"$out/ncu-prompt.csv" 2>"$out/ncu-prompt.err"
+  python3 "$root/bench/gpu/compare_table.py" --ncu "$out/ncu-prompt.csv" |
+    tee "$out/ncu-prompt-summary.txt"
+  if command -v nsys >/dev/null; then
+    nsys profile -o "$out/prompt" --force-overwrite true "${cmd[@]}" >/dev/null 2>&1 &&
+      nsys stats -q --report cuda_gpu_kern_sum,cuda_api_sum --format csv "$out/prompt.nsys-rep" \
+        2>/dev/null | head -60
+  fi
+}
+
 case "${1:-}" in
   pack) pack ;;
   run) shift && run "$@" ;;
   serve) shift && serve "$@" ;;
   profile) shift && profile "$@" ;;
-  *) sed -n 2,22p "$0" && exit 2 ;;
+  profile-prompt) shift && profile_prompt "$@" ;;
+  *) sed -n '2,/Results go to/p' "$0" && exit 2 ;;
 esac
