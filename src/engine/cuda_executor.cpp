@@ -75,7 +75,7 @@ class CudaExecutor : public StepExecutor {
   CudaExecutor(const model::Model& model, const CudaExecutorOptions& o);
   ~CudaExecutor() override {
     print_persistent_profile();
-    for (auto& [size, graph] : graphs_) cudaGraphExecDestroy(graph);
+    for (auto& [key, graph] : graphs_) cudaGraphExecDestroy(graph);
     if (host_ids_) cudaFreeHost(host_ids_);
     if (host_masks_) cudaFreeHost(host_masks_);
   }
@@ -116,7 +116,7 @@ class CudaExecutor : public StepExecutor {
   bool graph_eligible(std::span<const ExecChunk> chunks) const;
   void execute_graph(std::span<const ExecChunk> chunks, StepOutput& out);
   void stage_graph_sampling(std::span<const ExecChunk> chunks, int32_t rows);
-  cudaGraphExec_t graph_for(int32_t rows);
+  cudaGraphExec_t graph_for(int32_t rows, int32_t context_bound);
   void plan_persistent_step(const CudaExecutorOptions& o);
 
   const model::Model& model_;
@@ -147,7 +147,8 @@ class CudaExecutor : public StepExecutor {
   std::vector<int32_t> row_chunks_;  // per sampled row: its chunk, -1 for none
   std::vector<SequenceChunk> chunks_;
   std::vector<int32_t> order_, device_chunks_;
-  std::map<int32_t, cudaGraphExec_t> graphs_;  // decode graphs by padded batch size
+  // Decode graphs by padded batch size and the context bound their attention is sized for.
+  std::map<std::pair<int32_t, int32_t>, cudaGraphExec_t> graphs_;
   // The one-token decode step as one launch (null: the launch-per-op graph), the spare
   // residual buffer its phases alternate with, what the step embeds first, and why not.
   std::unique_ptr<cuda::PersistentStepRunner> persistent_;
@@ -238,7 +239,8 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
                          "synchronization per layer)")
                    : fmt::format(
                          "decode steps of up to {} sequences as CUDA graphs (buckets of 1, 2, 4, "
-                         "... slots, captured on first use)",
+                         "... slots and of contexts up to 1k, 4k, 16k, ... positions, captured on "
+                         "first use)",
                          std::min({kMaxGraphTokens, o.max_step_tokens, moe_graph_rows_}));
   report_ = fmt::format(
       "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB {}), "
@@ -575,7 +577,7 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
     HABLAR_CUDA_CHECK(cudaMemsetAsync(persistent_stamps_.get(), 0,
                                       persistent_stamps_.size() * sizeof(unsigned long long),
                                       stream));
-  const cudaGraphExec_t graph = graph_for(rows);  // captured on first use
+  const cudaGraphExec_t graph = graph_for(rows, ops_->context_bound());  // captured on first use
   begin_device_span();
   HABLAR_CUDA_CHECK(cudaGraphLaunch(graph, stream));
   // Sampling follows the graph, so that masks are computed while the device runs it.
@@ -701,11 +703,13 @@ void CudaExecutor::plan_persistent_step(const CudaExecutorOptions& o) {
   persistent_report_ = "one-token steps launch per op (persistent step: " + why + ")";
 }
 
-// The graph of a decode step of `rows` tokens, captured on first use: every launch of the
-// forward, over the step buffers whose contents each replay's uploads set. (The sampling is
-// launched after it, once the host has the step's token masks.)
-cudaGraphExec_t CudaExecutor::graph_for(int32_t rows) {
-  if (auto it = graphs_.find(rows); it != graphs_.end()) return it->second;
+// The graph of a decode step of `rows` tokens whose contexts are within `context_bound`
+// (ForwardOps::context_bound, staged), captured on first use: every launch of the forward,
+// over the step buffers whose contents each replay's uploads set. (The sampling is launched
+// after it, once the host has the step's token masks.)
+cudaGraphExec_t CudaExecutor::graph_for(int32_t rows, int32_t context_bound) {
+  const std::pair<int32_t, int32_t> key{rows, context_bound};
+  if (auto it = graphs_.find(key); it != graphs_.end()) return it->second;
   const model::ModelConfig& c = model_.config();
   cudaStream_t stream = stream_.get();
   cudaGraph_t graph = nullptr;
@@ -727,7 +731,7 @@ cudaGraphExec_t CudaExecutor::graph_for(int32_t rows) {
   const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   HABLAR_CUDA_CHECK(err);
-  graphs_[rows] = exec;
+  graphs_[key] = exec;
   return exec;
 }
 

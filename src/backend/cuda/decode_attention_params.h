@@ -178,6 +178,20 @@ inline DecodeSplits decode_splits(const DecodeAttentionParams& p) {
   return decode_splits_for(target_blocks, (int64_t)p.n_slots * p.layout.n_kv_heads, context);
 }
 
+// The context a captured decode graph is sized for (its max_context): the smallest of
+// 1,024 x 4^k positions that holds the step's longest context, or the capacity. Sized for the
+// capacity, a graph launches a capacity-long context's splits for every slot, and in a step
+// of short contexts most of those blocks find no positions and exit: for 256 slots of 2 KV
+// heads under a 32k-position capacity, 16,384 blocks a layer of which 512 attend. The executor
+// keeps a graph per (batch bucket, context bound); a slot's splits and merges depend on its
+// own context alone (decode_slot_split_len, decode_reduce_runs), so every bound gives the
+// same bits.
+inline int32_t decode_graph_context_bound(int32_t context, int32_t capacity) {
+  int64_t bound = 1024;
+  while (bound < context && bound < capacity) bound *= 4;
+  return (int32_t)std::min<int64_t>(bound, capacity);
+}
+
 inline int32_t decode_num_splits(const DecodeAttentionParams& p) {
   return decode_splits(p).grid;
 }

@@ -315,7 +315,9 @@ void ForwardOps::stage(std::span<const SequenceChunk> chunks, std::span<const in
     rows_in_chunk_order.push_back((int32_t)t);
     row_roles_in_chunk_order.push_back(0);
   }
-  if (pad_to > 0) max_context_ = (int32_t)(MB * layout_.block_size);  // fixed for the graph
+  // A graph's attention is sized for a bound of the step's contexts, fixed for the graph.
+  if (pad_to > 0)
+    max_context_ = decode_graph_context_bound(max_context_, (int32_t)(MB * layout_.block_size));
   n_tokens_ = t;
   plan_attention(chunk_rows, pad_to);
   n_logit_rows_ = (int32_t)logit_order.size();

@@ -131,6 +131,9 @@ class ForwardOps {
   // Device logits [n_logit_rows x n_vocab] in logit_order.
   float* device_logits() const { return logits_; }
   int32_t n_logit_rows() const { return n_logit_rows_; }
+  // The attention's context bound for the staged step: its longest context, or for a graph
+  // step (stage with pad_to) the bound its graph is sized for (decode_graph_context_bound).
+  int32_t context_bound() const { return max_context_; }
   // The staged step's first token (its position, block table and RoPE angles, as device
   // pointers the uploads refill) and the model's shapes: what the persistent decode step of
   // one token reads (persistent_step.h).

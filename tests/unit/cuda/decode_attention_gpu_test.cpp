@@ -152,20 +152,22 @@ TEST_P(DecodeWiringGpu, CapacitySizedCallEqualsStepSizedCall) {
   for (int sms : {132, 1000})
     for (int dim : {64, 128}) {
       DecodeSplitCase c(GetParam(), dim, 17u + (uint32_t)dim, 256);  // capacity 4,096
-      std::vector<float> outs[2];
-      for (int sized_for_step : {0, 1}) {
+      std::vector<float> outs[3];
+      // Sized for the capacity, for the step, for a bound between (as a graph's).
+      for (int sizing : {0, 1, 2}) {
         DeviceSplitCase d(c);
         d.params.multiprocessors = sms;
-        if (sized_for_step) d.params.max_context = 1501;  // the longest slot's 1,500 + 1
+        if (sizing) d.params.max_context = sizing == 1 ? 1501 : 2048;  // longest slot: 1,500
         d.run();
-        outs[sized_for_step] = d.out.download();
+        outs[sizing] = d.out.download();
       }
       std::string fault;
       EXPECT_LT(c.max_error(outs[1], &fault), 2e-3) << "head_dim " << dim << " sms " << sms;
       EXPECT_EQ(fault, "");
-      for (size_t i = 0; i < outs[0].size(); ++i)
-        ASSERT_EQ(std::memcmp(&outs[0][i], &outs[1][i], sizeof(float)), 0)
-            << "head_dim " << dim << " sms " << sms << " element " << i;
+      for (int other : {1, 2})
+        for (size_t i = 0; i < outs[0].size(); ++i)
+          ASSERT_EQ(std::memcmp(&outs[0][i], &outs[other][i], sizeof(float)), 0)
+              << "head_dim " << dim << " sms " << sms << " sizing " << other << " element " << i;
     }
 }
 

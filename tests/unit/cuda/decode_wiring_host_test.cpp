@@ -195,6 +195,31 @@ TEST(DecodeSplits, OneWaveOfTheTensorCoreKernel) {
   }
 }
 
+// A decode graph is sized for a bound of its step's contexts (1,024 x 4^k or the capacity):
+// it holds every context of the step, and a step of short contexts launches the blocks of its
+// own splits only, not those of a capacity-long context for every slot.
+TEST(DecodeSplits, GraphContextBoundHoldsTheStep) {
+  const int capacity = 32064;
+  for (auto [context, bound] : std::vector<std::pair<int, int>>{{1, 1024},
+                                                                {577, 1024},
+                                                                {1024, 1024},
+                                                                {1025, 4096},
+                                                                {5000, 16384},
+                                                                {16385, capacity},
+                                                                {capacity, capacity}})
+    EXPECT_EQ(cuda::decode_graph_context_bound(context, capacity), bound) << context;
+  EXPECT_EQ(cuda::decode_graph_context_bound(700, 512), 512);  // never past the capacity
+  cuda::DecodeAttentionParams p;
+  p.layout.head_dim = 128;
+  p.layout.block_size = 16;
+  p.layout.n_kv_heads = 2;
+  p.max_blocks_per_seq = capacity / 16;
+  p.n_slots = 256;
+  EXPECT_EQ(cuda::decode_num_splits(p), 32);  // sized for the capacity: 32 splits a slot
+  p.max_context = cuda::decode_graph_context_bound(577, capacity);
+  EXPECT_EQ(cuda::decode_num_splits(p), 1);  // 256 x 2 blocks, each attending
+}
+
 // A call sized for the block tables' capacity (a captured graph: max_context 0) gives every
 // slot the splits, and the reduce the runs, of a call sized for the step: the same bits. On
 // 132 multiprocessors the slots' split lengths differ; on a (hypothetical) 1,000 the two calls'
@@ -203,16 +228,17 @@ TEST_P(DecodeWiringHost, CapacitySizedCallEqualsStepSizedCall) {
   for (int sms : {132, 1000})
     for (int dim : {64, 128}) {
       DecodeSplitCase c(GetParam(), dim, 17u + (uint32_t)dim, 256);  // capacity 4,096
-      std::vector<float> outs[2];
-      int parts[2];
-      for (int sized_for_step : {0, 1}) {
+      std::vector<float> outs[3];
+      int parts[3];
+      // Sized for the capacity, for a bound between (as a graph's), for the step.
+      for (int sized_for_step : {0, 2, 1}) {
         std::vector<uint16_t> cache = c.cache;
         std::vector<int32_t> lens = c.lens;
         outs[sized_for_step].assign(c.q.size(), std::numeric_limits<float>::quiet_NaN());
         auto p = c.params(cache.data(), c.tables.data(), lens.data(), c.active.data(), c.q.data(),
                           c.k_new.data(), c.v_new.data(), outs[sized_for_step].data());
         p.multiprocessors = sms;
-        if (sized_for_step) p.max_context = 1501;  // the longest slot's 1,500 positions + 1
+        if (sized_for_step) p.max_context = sized_for_step == 1 ? 1501 : 2048;  // longest: 1,500
         const cuda::DecodeSplits s = cuda::decode_splits(p);
         if (sms == 132) {
           ASSERT_NE(cuda::decode_slot_split_len(s, 1501), cuda::decode_slot_split_len(s, 64));
@@ -223,9 +249,10 @@ TEST_P(DecodeWiringHost, CapacitySizedCallEqualsStepSizedCall) {
       if (sms == 1000) {
         ASSERT_NE(parts[0], parts[1]);
       }
-      for (size_t i = 0; i < outs[0].size(); ++i)
-        ASSERT_EQ(std::memcmp(&outs[0][i], &outs[1][i], sizeof(float)), 0)
-            << "head_dim " << dim << " sms " << sms << " element " << i;
+      for (int other : {1, 2})
+        for (size_t i = 0; i < outs[0].size(); ++i)
+          ASSERT_EQ(std::memcmp(&outs[0][i], &outs[other][i], sizeof(float)), 0)
+              << "head_dim " << dim << " sms " << sms << " sizing " << other << " element " << i;
     }
 }
 
