@@ -65,8 +65,10 @@ cuda::SamplingParams to_device_params(const DeviceSampling& s) {
 
 // Decode steps (one token per sequence) of at most kMaxGraphTokens sequences replay a CUDA
 // graph captured for their bucket: 1 slot, 2, 4, 8, ... (capped at the step size), the
-// unused ones inactive. (Buckets from 8 up cost a single stream 40% of its decode speed on
-// the H200: the products' kernels for 8 rows are slower than for one.)
+// unused ones inactive, and for their context bound (1k, 4k, 16k, ... positions: the
+// attention's split grid sized for it; at 256 sequences of ~600 positions, a 32k-sized grid
+// made a decode step 10% slower on an H100). (Buckets from 8 up cost a single stream 40% of
+// its decode speed on the H200: the products' kernels for 8 rows are slower than for one.)
 constexpr int32_t kMinGraphTokens = 1;
 constexpr int32_t kMaxGraphTokens = 256;
 
