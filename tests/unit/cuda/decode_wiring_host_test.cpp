@@ -230,20 +230,22 @@ TEST_P(DecodeWiringHost, CapacitySizedCallEqualsStepSizedCall) {
       DecodeSplitCase c(GetParam(), dim, 17u + (uint32_t)dim, 256);  // capacity 4,096
       std::vector<float> outs[3];
       int parts[3];
-      // Sized for the capacity, for a bound between (as a graph's), for the step.
-      for (int sized_for_step : {0, 2, 1}) {
+      // The call's max_context: 0 sizes it for the capacity; 1,501 for the step (its longest
+      // slot has 1,500 positions); 2,048 for a bound between, as a captured graph's.
+      const int32_t max_contexts[3] = {0, 1501, 2048};
+      for (int sizing = 0; sizing < 3; ++sizing) {
         std::vector<uint16_t> cache = c.cache;
         std::vector<int32_t> lens = c.lens;
-        outs[sized_for_step].assign(c.q.size(), std::numeric_limits<float>::quiet_NaN());
+        outs[sizing].assign(c.q.size(), std::numeric_limits<float>::quiet_NaN());
         auto p = c.params(cache.data(), c.tables.data(), lens.data(), c.active.data(), c.q.data(),
-                          c.k_new.data(), c.v_new.data(), outs[sized_for_step].data());
+                          c.k_new.data(), c.v_new.data(), outs[sizing].data());
         p.multiprocessors = sms;
-        if (sized_for_step) p.max_context = sized_for_step == 1 ? 1501 : 2048;  // longest: 1,500
+        p.max_context = max_contexts[sizing];
         const cuda::DecodeSplits s = cuda::decode_splits(p);
         if (sms == 132) {
           ASSERT_NE(cuda::decode_slot_split_len(s, 1501), cuda::decode_slot_split_len(s, 64));
         }
-        parts[sized_for_step] = cuda::decode_reduce_parts(p);
+        parts[sizing] = cuda::decode_reduce_parts(p);
         cuda::decode_attention_host(p);
       }
       if (sms == 1000) {
