@@ -153,11 +153,13 @@ TEST_P(DecodeWiringGpu, CapacitySizedCallEqualsStepSizedCall) {
     for (int dim : {64, 128}) {
       DecodeSplitCase c(GetParam(), dim, 17u + (uint32_t)dim, 256);  // capacity 4,096
       std::vector<float> outs[3];
-      // Sized for the capacity, for the step, for a bound between (as a graph's).
-      for (int sizing : {0, 1, 2}) {
+      // The call's max_context: 0 sizes it for the capacity; 1,501 for the step (its longest
+      // slot has 1,500 positions); 2,048 for a bound between, as a captured graph's.
+      const int32_t max_contexts[3] = {0, 1501, 2048};
+      for (int sizing = 0; sizing < 3; ++sizing) {
         DeviceSplitCase d(c);
         d.params.multiprocessors = sms;
-        if (sizing) d.params.max_context = sizing == 1 ? 1501 : 2048;  // longest slot: 1,500
+        d.params.max_context = max_contexts[sizing];
         d.run();
         outs[sizing] = d.out.download();
       }
