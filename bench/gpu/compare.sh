@@ -33,6 +33,10 @@
 #                                     not flushed between kernels, and nsys's timeline summary
 #                                     (kernel time against the steps' wall time) where nsys is
 #                                     installed
+#   bench/gpu/compare.sh profile-steps [SHAPE]
+#                                     on the GPU machine: ncu's kernel times of the last prompt
+#                                     step and the mean decode step of batched-bench at 256 x
+#                                     512 prompt tokens (STEPS_NPL / STEPS_LEN / STEPS_NTG)
 #
 # Environment: SDIST (here) the llama-cpp-python sdist folder; NPL the parallel sequence
 # counts (default 8,32,64,128,256); DEPTHS the context depths of the decode-at-depth rows
@@ -187,11 +191,26 @@ profile_prompt() {
   fi
 }
 
+# The kernels of serving-sized steps: batched-bench with NPL x LEN-token prompts (steps of
+# -b 2048) and NTG decode steps after them; printed: the last prompt step's kernels and the
+# mean decode step's (every kernel is profiled: about a minute at 256 x 512).
+profile_steps() {
+  local shape=${1:-qwen2.5-1.5b} m npl=${STEPS_NPL:-256} len=${STEPS_LEN:-512} ntg=${STEPS_NTG:-4}
+  unpack_hablar
+  m=$(make_model "$shape")
+  ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+    "$gpu/bin/hablar" batched-bench -m "$m" --device cuda -npp "$len" -ntg "$ntg" -npl "$npl" \
+    -b 2048 >"$out/ncu-steps.csv" 2>"$out/ncu-steps.err"
+  python3 "$root/bench/gpu/compare_table.py" --ncu-steps "$out/ncu-steps.csv" |
+    tee "$out/ncu-steps-summary.txt"
+}
+
 case "${1:-}" in
   pack) pack ;;
   run) shift && run "$@" ;;
   serve) shift && serve "$@" ;;
   profile) shift && profile "$@" ;;
   profile-prompt) shift && profile_prompt "$@" ;;
+  profile-steps) shift && profile_steps "$@" ;;
   *) sed -n '2,/Results go to/p' "$0" && exit 2 ;;
 esac

@@ -5,6 +5,8 @@
                                                    batch-1 decode as a share of the bound that
                                                    the GPU's copy bandwidth sets
   compare_table.py --ncu ncu.csv                   ncu kernel times summed by kernel name
+  compare_table.py --ncu-steps ncu.csv             the same for the last prompt step and the
+                                                   mean decode step after it
 """
 import argparse
 import collections
@@ -92,9 +94,8 @@ def table(out, shape):
               f" {fmt(l and l['speed_pp'])} |")
 
 
-def ncu_summary(path):
-    total = collections.Counter()
-    count = collections.Counter()
+def ncu_kernels(path):
+    """(kernel name, microseconds) of an ncu CSV (gpu__time_duration.sum), in launch order."""
     lines = pathlib.Path(path).read_text().splitlines()
     start = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
     for r in csv.DictReader(lines[start:]):
@@ -107,12 +108,41 @@ def ncu_summary(path):
         name = name.split("(")[0].split("<")[0]
         value = float(r["Metric Value"].replace(",", ""))
         scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r.get("Metric Unit"), 1e-3)
-        total[name] += value * scale
+        yield name, value * scale
+
+
+def print_shares(kernels, steps=1):
+    total = collections.Counter()
+    count = collections.Counter()
+    for name, us in kernels:
+        total[name] += us / steps
         count[name] += 1
     all_us = sum(total.values())
-    print(f"{sum(count.values())} kernels, {all_us:,.1f} us in all")
+    print(f"{sum(count.values()) / steps:.0f} kernels, {all_us:,.1f} us in all")
     for name, us in total.most_common():
-        print(f"{us:10.1f} us {100 * us / all_us:5.1f}%  x{count[name]:<5d} {name}")
+        print(f"{us:10.1f} us {100 * us / all_us:5.1f}%  x{count[name] / steps:<5g} {name}")
+
+
+def ncu_summary(path):
+    print_shares(list(ncu_kernels(path)))
+
+
+def ncu_steps(path):
+    """Per-step shares of the last prompt step and the decode steps after it: a step begins at
+    each embedding lookup; a prompt step is one that runs the flash prefill attention."""
+    steps = []
+    for name, us in ncu_kernels(path):
+        if name.endswith("embedding_kernel") or not steps:
+            steps.append([])
+        steps[-1].append((name, us))
+    prompt = [i for i, st in enumerate(steps) if any("prefill_attention" in n for n, _ in st)]
+    if prompt:
+        print(f"== the last prompt step (of {len(prompt)})")
+        print_shares(steps[prompt[-1]])
+    decode = steps[prompt[-1] + 1:] if prompt else []
+    if decode:
+        print(f"== decode steps after it: mean of {len(decode)}")
+        print_shares([k for st in decode for k in st], len(decode))
 
 
 def main():
@@ -120,8 +150,11 @@ def main():
     ap.add_argument("--dir")
     ap.add_argument("--shape")
     ap.add_argument("--ncu")
+    ap.add_argument("--ncu-steps")
     a = ap.parse_args()
-    if a.ncu:
+    if a.ncu_steps:
+        ncu_steps(a.ncu_steps)
+    elif a.ncu:
         ncu_summary(a.ncu)
     else:
         table(a.dir, a.shape)

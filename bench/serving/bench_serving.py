@@ -162,8 +162,11 @@ def drive_in_processes(args, items, concurrency, n_proc):
     return results, start_at
 
 
-async def run_level(args, concurrency):
-    items = workload(args, args.requests_per_level or max(2, concurrency), seed=concurrency)
+async def run_level(args, concurrency, index):
+    # A level's prompts are its own: a level repeated (LEVELS=256,256) must not find the
+    # first one's prompts in the server's prefix cache.
+    seed = concurrency + 1_000_003 * index
+    items = workload(args, args.requests_per_level or max(2, concurrency), seed=seed)
     n_proc = client_processes(args, concurrency)
     if args.rate:
         limits = httpx.Limits(max_connections=concurrency + 4,
@@ -323,8 +326,8 @@ def main():
             for i in range(args.warmup):
                 await one_request(c, args, make_prompt(random.Random(99 + i), 32), 4)
         levels = []
-        for conc in [int(x) for x in args.concurrency.split(",")]:
-            lv = await run_level(args, conc)
+        for index, conc in enumerate(int(x) for x in args.concurrency.split(",")):
+            lv = await run_level(args, conc, index)
             print_level(args.label, lv)
             levels.append(lv)
         return levels

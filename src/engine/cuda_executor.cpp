@@ -258,7 +258,7 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
 const float* CudaExecutor::upload_floats(const float* host, int64_t n) {
   if (host == nullptr) return nullptr;
   cuda::DeviceMemory& d = tensors_.emplace_back((size_t)n * sizeof(float));
-  HABLAR_CUDA_CHECK(cudaMemcpy(d.get(), host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+  cuda::copy_to_device(d.get(), host, (size_t)n * sizeof(float));
   weight_bytes_ += d.bytes();
   return static_cast<const float*>(d.get());
 }
@@ -276,7 +276,7 @@ WeightView CudaExecutor::upload_matrix(const WeightView& w) {
   }
   const size_t bytes = (size_t)out.rows * out.row_bytes;
   cuda::DeviceMemory& d = tensors_.emplace_back(bytes);
-  HABLAR_CUDA_CHECK(cudaMemcpy(d.get(), src, bytes, cudaMemcpyHostToDevice));
+  cuda::copy_to_device(d.get(), src, bytes);
   weight_bytes_ += bytes;
   out.data = d.get();
   return out;
@@ -332,6 +332,8 @@ std::vector<WeightView> CudaExecutor::upload_experts(const std::vector<WeightVie
   cuda::DeviceMemory& d = tensors_.emplace_back(stride * experts.size());
   HABLAR_CUDA_CHECK(cudaMemcpy2D(d.get(), stride, first.data, slice, slice, experts.size(),
                                  cudaMemcpyHostToDevice));
+  // Landed for every stream (cuda::copy_to_device says why).
+  HABLAR_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   weight_bytes_ += d.bytes();
   for (size_t e = 0; e < experts.size(); ++e) {
     out.push_back(experts[e]);

@@ -42,7 +42,7 @@ CudaEmbedder::CudaEmbedder(const model::Model& model, model::Weights& weights, c
 const float* CudaEmbedder::upload_floats(const float* host, int64_t n) {
   if (host == nullptr) return nullptr;
   cuda::DeviceMemory& d = tensors_.emplace_back((size_t)n * sizeof(float));
-  HABLAR_CUDA_CHECK(cudaMemcpy(d.get(), host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+  cuda::copy_to_device(d.get(), host, (size_t)n * sizeof(float));
   bytes_ += d.bytes();
   return static_cast<const float*>(d.get());
 }
@@ -53,7 +53,7 @@ WeightView CudaEmbedder::upload_matrix(const WeightView& w) {
   WeightView out = w;
   const size_t bytes = (size_t)w.rows * w.row_bytes;
   cuda::DeviceMemory& d = tensors_.emplace_back(bytes);
-  HABLAR_CUDA_CHECK(cudaMemcpy(d.get(), w.data, bytes, cudaMemcpyHostToDevice));
+  cuda::copy_to_device(d.get(), w.data, bytes);
   bytes_ += bytes;
   out.data = d.get();
   return out;

@@ -343,7 +343,7 @@ void Engine::step() {
   }
   // The whole step, planning to emission, is what each decoding stream waited.
   const double step_ms = now_ms() - t0_ms;
-  if (n_decode_tokens > 0 && costs_.ready())
+  if (costs_.ready())
     log::debug("step: {} prompt + {} decode + {} drafted tokens in {:.1f} ms (predicted {:.1f})",
                n_prompt_tokens, n_decode_tokens, n_verify_tokens, step_ms,
                costs_.predict_ms(n_prompt_tokens, n_decode_tokens, n_verify_tokens));

@@ -25,6 +25,18 @@ int device_multiprocessors() {
   return count;
 }
 
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  HABLAR_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  HABLAR_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+}
+
+void set_device_bytes(void* dst, int value, size_t bytes) {
+  if (bytes == 0) return;
+  HABLAR_CUDA_CHECK(cudaMemset(dst, value, bytes));
+  HABLAR_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+}
+
 DeviceMemory::DeviceMemory(size_t bytes) : bytes_(bytes) {
   if (bytes == 0) return;
   const cudaError_t status = cudaMalloc(&ptr_, bytes);

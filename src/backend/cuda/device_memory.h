@@ -24,6 +24,15 @@ int device_count(std::string* reason = nullptr);
 // for sizing grids.
 int device_multiprocessors();
 
+// Copies `bytes` host bytes to device memory and returns once they are there. cudaMemcpy from
+// pageable memory returns when the bytes are staged, before the DMA lands, and the copy is
+// ordered on the legacy default stream only, so a kernel on a non-blocking stream (every stream
+// of this backend) could still read the old bytes; this waits for the legacy stream too.
+void copy_to_device(void* dst, const void* src, size_t bytes);
+// cudaMemset of device memory, complete on return for every stream (cudaMemset alone is
+// ordered on the legacy default stream only).
+void set_device_bytes(void* dst, int value, size_t bytes);
+
 // Untyped device allocation of `bytes` bytes (cudaMalloc).
 class DeviceMemory {
  public:
@@ -50,7 +59,7 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t n) : memory_(n * sizeof(T)), size_(n) {}
-  // Allocates and copies host data (synchronous).
+  // Allocates and copies host data (complete on return, for every stream).
   explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
 
   T* get() const { return static_cast<T*>(memory_.get()); }
@@ -59,8 +68,7 @@ class DeviceBuffer {
 
   void upload(const std::vector<T>& host) {
     HABLAR_CHECK(host.size() == size_, "DeviceBuffer::upload: size mismatch");
-    if (size_ != 0)
-      HABLAR_CUDA_CHECK(cudaMemcpy(get(), host.data(), bytes(), cudaMemcpyHostToDevice));
+    copy_to_device(get(), host.data(), bytes());
   }
   std::vector<T> download() const {
     std::vector<T> host(size_);

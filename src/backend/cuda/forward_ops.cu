@@ -200,8 +200,7 @@ ForwardOps::ForwardOps(const ActivationDims& dims, const KvCacheLayout& layout, 
   if (limits.deterministic) {
     const std::vector<float> table = cpu_rounding::gelu_half_table();
     b.gelu_table = DeviceMemory(table.size() * sizeof(float));
-    HABLAR_CUDA_CHECK(cudaMemcpy(b.gelu_table.get(), table.data(), table.size() * sizeof(float),
-                                 cudaMemcpyHostToDevice));
+    copy_to_device(b.gelu_table.get(), table.data(), table.size() * sizeof(float));
   }
   if (limits.deterministic &&
       (int64_t)MB * layout.block_size > cpu_rounding_ops::max_attention_context())

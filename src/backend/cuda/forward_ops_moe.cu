@@ -39,7 +39,7 @@ void ForwardOps::reserve_moe(int n_experts, int n_used, int64_t n_ff_expert, int
   m->active = m->offsets + E1;
   // Every expert row is a one-token product on the CPU (llama.cpp's mul_mat_id order).
   m->single_roles = DeviceMemory(N);
-  HABLAR_CUDA_CHECK(cudaMemset(m->single_roles.get(), llama_batch_role(0, 1), N));
+  set_device_bytes(m->single_roles.get(), llama_batch_role(0, 1), N);
   void* pinned = nullptr;
   HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, ((size_t)n_experts + 1) * sizeof(int32_t)));
   m->host_offsets = static_cast<int32_t*>(pinned);

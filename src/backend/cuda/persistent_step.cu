@@ -320,15 +320,14 @@ PersistentStepRunner::PersistentStepRunner(std::span<const PersistentPhase> phas
                                            const PersistentStepContext& ctx)
     : ctx_(ctx), n_phases_((int)phases.size()) {
   phases_ = DeviceMemory(phases.size_bytes());
-  HABLAR_CUDA_CHECK(
-      cudaMemcpy(phases_.get(), phases.data(), phases.size_bytes(), cudaMemcpyHostToDevice));
+  copy_to_device(phases_.get(), phases.data(), phases.size_bytes());
   const size_t width = (size_t)ctx.n_heads * ctx.head_dim;
   const size_t partials =
       (size_t)ctx.n_heads * kPersistentMaxSplits * (ctx.head_dim + 2) * sizeof(float);
   codes_ = DeviceMemory(width + width / 32 * sizeof(float2) + 16);
   partials_ = DeviceMemory(partials);
   counters_ = DeviceMemory((ctx.n_kv_heads + 2) * sizeof(unsigned));
-  HABLAR_CUDA_CHECK(cudaMemset(counters_.get(), 0, counters_.bytes()));
+  set_device_bytes(counters_.get(), 0, counters_.bytes());
   HABLAR_CUDA_CHECK(cudaFuncSetAttribute(
       persistent_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmemBytes));
   blocks_ = device_multiprocessors();

@@ -293,7 +293,7 @@ struct QueuedQkvStep {
 
   QueuedQkvStep(const QkvCase& c, bool one_at_a_time, bool v_bias)
       : cache(c.layout.total_bytes()), bq(c.bq), bk(c.bk), bv(c.bv) {
-    HABLAR_CUDA_CHECK(cudaMemset(cache.get(), 0, cache.bytes()));
+    cuda::set_device_bytes(cache.get(), 0, cache.bytes());
     cuda::ForwardLimits limits;
     limits.max_tokens = 16, limits.max_blocks_per_seq = 4;
     ops = std::make_unique<cuda::ForwardOps>(c.dims, c.layout, cache.get(), std::span(&c.rope, 1),
@@ -304,7 +304,7 @@ struct QueuedQkvStep {
     ops->begin(chunks, {});
     const Activations& a = ops->activations();
     const auto put = [](float* dst, const std::vector<float>& src) {
-      HABLAR_CUDA_CHECK(cudaMemcpy(dst, src.data(), src.size() * 4, cudaMemcpyHostToDevice));
+      cuda::copy_to_device(dst, src.data(), src.size() * 4);
     };
     put(a.q, c.q), put(a.k, c.k), put(a.v, c.v);
     const auto separate = [&](float* x, int64_t width) {
@@ -406,7 +406,7 @@ std::pair<std::vector<uint8_t>, std::vector<float>> run_mixed_step_attention(boo
   ops.begin(chunks, {});
   const Activations& a = ops.activations();
   const auto put = [](float* dst, const std::vector<float>& src) {
-    HABLAR_CUDA_CHECK(cudaMemcpy(dst, src.data(), src.size() * 4, cudaMemcpyHostToDevice));
+    cuda::copy_to_device(dst, src.data(), src.size() * 4);
   };
   put(a.q, random_floats(44 * (size_t)dims.q_dim(), 32u));
   put(a.k, random_floats(44 * (size_t)dims.kv_dim(), 33u));

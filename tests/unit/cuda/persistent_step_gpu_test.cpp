@@ -45,7 +45,7 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 void print_phase_times(const cuda::PersistentStepRunner& runner, const std::string& what,
                        const std::vector<std::string>& names) {
   DeviceBuffer<unsigned long long> stamps(4 * names.size() + 4);
-  HABLAR_CUDA_CHECK(cudaMemset(stamps.get(), 0, stamps.size() * 8));
+  cuda::set_device_bytes(stamps.get(), 0, stamps.size() * 8);
   runner.launch(nullptr, stamps.get());
   HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
   const auto t = stamps.download();
@@ -150,7 +150,7 @@ TEST(PersistentStepBarrier, NormOnlyPhasesRunAndTheirCostIsPrinted) {
   cuda::PersistentStepRunner runner(phases, ctx);
   DeviceBuffer<unsigned long long> stamps(4 * phases.size() + 4);
   for (int run = 0; run < 3; ++run) {
-    HABLAR_CUDA_CHECK(cudaMemset(stamps.get(), 0, stamps.size() * 8));
+    cuda::set_device_bytes(stamps.get(), 0, stamps.size() * 8);
     runner.launch(nullptr, stamps.get());
   }
   HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
