@@ -338,8 +338,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       if (s0 + j >= run.end) break;
-      const SoftmaxMerge m = softmax_merge(total, SoftmaxState{state_max[j], state_sum[j]});
-      merged = merged * m.factor_a + value[j] * m.factor_b;
+      merged = merge_split(total, merged, SoftmaxState{state_max[j], state_sum[j]}, value[j]);
     }
   }
   if (runs > 1) {  // every group reaches the barrier (groups past `runs` hold empty runs)
@@ -466,6 +465,13 @@ void decode_attention(const DecodeAttentionParams& p, void* workspace, size_t wo
     default:
       launch_for_dtype<KvElem::kF16>(p, splits, ws, stream);
       break;
+  }
+  if (decode_finishes_in_attention(p, splits)) {
+    if (p.advance_lengths) {
+      decode_advance_kernel<<<1, 256, 0, stream>>>(p);
+      HABLAR_CUDA_CHECK_LAUNCH();
+    }
+    return;
   }
   // One run (a short context, or a batch of many sequences): 32 splits per round trip in
   // blocks of head_dim threads. Several runs: up to 1,024 threads, whose registers allow 16

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/decode_attention_params.h"
+#include "backend/cuda/online_softmax.h"
 
 namespace hablar::cuda {
 
@@ -29,8 +30,26 @@ __device__ __forceinline__ SplitRange split_range(const DecodeAttentionParams& p
   return {max(begin, decode_first_position(p, p.seq_lens[slot])), min(begin + split_len, context)};
 }
 
+// One step of the split reduce: split (its state and its value of one dimension) merged into
+// the running (total, merged), returning the new merged value. The reduce kernel's step, and
+// the tensor-core kernel's finish of a one-split call: the same arithmetic, the same bits.
+__device__ __forceinline__ float merge_split(SoftmaxState& total, float merged,
+                                             const SoftmaxState& split, float value) {
+  const SoftmaxMerge m = softmax_merge(total, split);
+  return merged * m.factor_a + value * m.factor_b;
+}
+
+// Whether the tensor-core kernel finishes the heads itself (normalized outputs, no partials and
+// no reduce): one split per slot (many slots, or short contexts on a graph's bound) and no int8
+// output rows, which the reduce's warps quantize.
+inline bool decode_finishes_in_attention(const DecodeAttentionParams& p,
+                                         const DecodeSplits& splits) {
+  return decode_uses_mma(p) && splits.grid == 1 && p.out_codes == nullptr;
+}
+
 // The tensor-core attention kernel (decode_uses_mma(p): head_dim 64 or 128, no soft-cap) on
-// grid (n_kv_heads, n_slots, splits.grid), writing one partial per (slot, head, split).
+// grid (n_kv_heads, n_slots, splits.grid), writing one partial per (slot, head, split), or
+// the outputs themselves where decode_finishes_in_attention.
 void launch_decode_attention_mma(const DecodeAttentionParams& p, const DecodeSplits& splits,
                                  float* workspace, cudaStream_t stream);
 

@@ -5,7 +5,9 @@
 // Grid (n_kv_heads, n_slots, splits.grid), 4 warps. Warp w takes the 16-position sub-tiles w,
 // w + 4, w + 8, ... of its block's split and keeps its own softmax state and accumulator for
 // every query head of the GQA group (up to 8); at the end the block merges its four warps in
-// order and writes one partial per (slot, head, split), as the CUDA-core kernel does.
+// order and writes one partial per (slot, head, split), as the CUDA-core kernel does; in a
+// call of one split per slot (decode_finishes_in_attention) it normalizes the heads itself,
+// with the reduce's arithmetic, and the reduce is not launched.
 // Per sub-tile, with mma.sync m16n8k16 (f16 or bf16 inputs, f32 accumulation):
 //   scores  S[16 rows][16 positions] = [Q_hi; Q_lo] · Kᵀ   (rows 0-7: the heads' queries
 //           rounded to the element type, rows 8-15: what that rounding left over, so
@@ -202,7 +204,8 @@ __device__ __forceinline__ void load_query_fragments(const DecodeAttentionParams
 
 template <KvElem kElem, int kDim, int kMinBlocks, bool kPipelined>
 __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
-    decode_attention_mma_kernel(DecodeAttentionParams p, DecodeSplits splits, float* workspace) {
+    decode_attention_mma_kernel(DecodeAttentionParams p, DecodeSplits splits, float* workspace,
+                                bool finish) {
   constexpr bool kBf16 = kv_elem_bf16(kElem);  // the products' inputs (f16 for Q8_0 rows)
   constexpr int kNTiles = kDim / 8, kStride = kDecodeMmaSubTile * kDecodeWarps;
   __shared__ __align__(16) float o_s[kDecodeWarps][8][kDim];
@@ -285,6 +288,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
       acc = acc * m.factor_a + o_s[wi][h][d] * m.factor_b;
     }
     const int head = kvh * group + h;
+    if (finish) {  // the reduce's one merge, from an empty state, and its normalization
+      SoftmaxState reduced = softmax_empty();
+      const float merged = merge_split(reduced, 0.0f, total, acc);
+      p.out[((size_t)slot * p.n_heads + head) * kDim + d] =
+          merged * softmax_inverse_sum(reduced);
+      continue;
+    }
     float* part =
         workspace + (((size_t)slot * p.n_heads + head) * splits.grid + split) * (kDim + 2);
     part[2 + d] = acc;
@@ -313,7 +323,8 @@ void launch_for_dim(const DecodeAttentionParams& p, const DecodeSplits& splits, 
                           : decode_attention_mma_kernel<kElem, kDim, 1, true>;
   DecodeAttentionParams params = p;  // HABLAR_DECODE_EARLY=0: no rows requested before the wait
   params.prior_rows_settled = p.prior_rows_settled && lab_knob("HABLAR_DECODE_EARLY", 1) != 0;
-  launch_dependent(kernel, grid, dim3(kDecodeWarps * 32), 0, stream, params, splits, ws);
+  launch_dependent(kernel, grid, dim3(kDecodeWarps * 32), 0, stream, params, splits, ws,
+                   decode_finishes_in_attention(p, splits));
 }
 
 template <KvElem kElem>

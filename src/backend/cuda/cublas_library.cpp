@@ -38,6 +38,7 @@ CublasLibrary load() {
   resolve(lib, "cublasDestroy_v2", l.destroy);
   resolve(lib, "cublasSetStream_v2", l.set_stream);
   resolve(lib, "cublasGemmEx", l.gemm_ex);
+  resolve(lib, "cublasGemmStridedBatchedEx", l.gemm_strided_batched_ex);
   resolve(lib, "cublasGetStatusName", l.status_name);
   resolve(lib, "cublasGetStatusString", l.status_string);
   return l;

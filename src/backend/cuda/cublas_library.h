@@ -19,6 +19,12 @@ struct CublasLibrary {
                             cudaDataType b_type, int ldb, const void* beta, void* c,
                             cudaDataType c_type, int ldc, cublasComputeType_t compute_type,
                             cublasGemmAlgo_t algo);
+  cublasStatus_t (*gemm_strided_batched_ex)(
+      cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+      int k, const void* alpha, const void* a, cudaDataType a_type, int lda, long long stride_a,
+      const void* b, cudaDataType b_type, int ldb, long long stride_b, const void* beta, void* c,
+      cudaDataType c_type, int ldc, long long stride_c, int batch,
+      cublasComputeType_t compute_type, cublasGemmAlgo_t algo);
   const char* (*status_name)(cublasStatus_t status);
   const char* (*status_string)(cublasStatus_t status);
 };

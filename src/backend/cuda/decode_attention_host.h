@@ -4,7 +4,8 @@
 // split / tile / warp order (the tensor-core kernel's for head_dim 64 and 128, else the CUDA-core
 // kernel's). It builds with g++ alone, so CI, which has no GPU, runs the
 // decode-wiring oracle against the very algorithm the GPU runs. All pointers are host
-// pointers here.
+// pointers here. (A one-split call that the GPU finishes in its attention kernel,
+// decode_finishes_in_attention, runs the reduce's arithmetic there: this reduce stands for it.)
 #pragma once
 
 #include <algorithm>

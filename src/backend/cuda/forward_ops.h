@@ -160,6 +160,9 @@ class ForwardOps {
   // unless *converted says this step's products of `in` already did.
   void kept_bf16_product(const WeightView& w, const float* in, int64_t m, float* out,
                          bool* converted);
+  // Two products of one shape over kept copies in one launch (PrefillMatmul::multiply_kept_pair).
+  void kept_bf16_pair(const WeightView& wa, const WeightView& wb, const float* in, int64_t m,
+                      float* out_a, float* out_b, bool* converted);
   // Runs w's product on f16 tensor cores, converting `in` to f16 rows first unless
   // *converted says this step's products of `in` already did.
   void f16_product(const WeightView& w, const float* in, int64_t m, float* out, bool* converted);

@@ -108,6 +108,14 @@ void ForwardOps::kept_bf16_product(const WeightView& w, const float* in, int64_t
   buf_->prefill.multiply_kept(w, rows, (int)m, out, stream_);
 }
 
+void ForwardOps::kept_bf16_pair(const WeightView& wa, const WeightView& wb, const float* in,
+                                int64_t m, float* out_a, float* out_b, bool* converted) {
+  auto* rows = static_cast<uint16_t*>(buf_->bf16_rows.get());
+  if (!*converted) convert_f32_to_bf16(in, rows, m * wa.cols, stream_);
+  *converted = true;
+  buf_->prefill.multiply_kept_pair(wa, wb, rows, (int)m, out_a, out_b, stream_);
+}
+
 // Whether a product of m rows runs on int8 activations (Q4_K outside deterministic mode).
 bool ForwardOps::takes_int8_path(const WeightView& w, int64_t m) const {
   return !limits_.deterministic && buf_->int8_workspace.get() != nullptr &&
@@ -224,6 +232,13 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
   for (size_t i = 0; i < ws.size(); ++i) {
     const WeightView& w = *ws[i];
     if (takes_kept_bf16_path(w, m)) {
+      const WeightView* next = i + 1 < ws.size() ? ws[i + 1] : nullptr;
+      if (next != nullptr && next->rows == w.rows && next->cols == w.cols &&
+          takes_kept_bf16_path(*next, m)) {  // K and V: one launch
+        kept_bf16_pair(w, *next, in, m, outs[i], outs[i + 1], &bf16_converted);
+        ++i;
+        continue;
+      }
       kept_bf16_product(w, in, m, outs[i], &bf16_converted);
       continue;
     }

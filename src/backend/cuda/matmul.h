@@ -97,6 +97,12 @@ class PrefillMatmul {
   // no scratch, so it can be captured in a CUDA graph.
   void multiply_kept(const WeightView& w, const uint16_t* x_bf16, int m, float* y,
                      cudaStream_t stream);
+  // y_a = x · W_aᵀ and y_b = x · W_bᵀ for two matrices of one shape with kept copies, in one
+  // strided-batched GEMM (the strides: the distances between the copies and between the
+  // outputs; two GEMMs where their signs differ). Half the launches of the narrow K and V
+  // products, whose single GEMMs fill few multiprocessors.
+  void multiply_kept_pair(const WeightView& wa, const WeightView& wb, const uint16_t* x_bf16,
+                          int m, float* ya, float* yb, cudaStream_t stream);
   // The same with y written as bf16 (the f32 accumulators rounded once).
   void multiply_kept_to_bf16(const WeightView& w, const uint16_t* x_bf16, int m, uint16_t* y,
                              cudaStream_t stream);

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include <string>
+#include <utility>
 
 #include "backend/cuda/cublas_library.h"
 #include "backend/cuda/cuda_check.h"
@@ -112,6 +113,30 @@ void PrefillMatmul::multiply_kept(const WeightView& w, const uint16_t* x_bf16, i
   HABLAR_CHECK(keeps(w), "PrefillMatmul::multiply_kept: W has no kept copy");
   gemm_bf16(static_cast<const uint16_t*>(kept_.at(w.data).bf16.get()), x_bf16, w.rows, w.cols, m, y,
             stream);
+}
+
+void PrefillMatmul::multiply_kept_pair(const WeightView& wa, const WeightView& wb,
+                                       const uint16_t* x_bf16, int m, float* ya, float* yb,
+                                       cudaStream_t stream) {
+  HABLAR_CHECK(keeps(wa) && keeps(wb) && wa.rows == wb.rows && wa.cols == wb.cols,
+               "PrefillMatmul::multiply_kept_pair: two kept copies of one shape");
+  const auto* a = static_cast<const uint16_t*>(kept_.at(wa.data).bf16.get());
+  const auto* b = static_cast<const uint16_t*>(kept_.at(wb.data).bf16.get());
+  if (b < a && yb < ya) std::swap(a, b), std::swap(ya, yb);  // the batch from the lower pair
+  const long long stride_w = b - a, stride_y = yb - ya;
+  if (stride_w < 0 || stride_y < 0) {
+    gemm_bf16(a, x_bf16, wa.rows, wa.cols, m, ya, stream);
+    gemm_bf16(b, x_bf16, wa.rows, wa.cols, m, yb, stream);
+    return;
+  }
+  // Column-major view as in gemm_bf16_to: yᵀ_i [N x M] = (W_i as K x N)ᵀ · (x as K x M), x shared.
+  const float alpha = 1.0f, beta = 0.0f;
+  const int n = (int)wa.rows, k = (int)wa.cols;
+  HABLAR_CUBLAS_CHECK(cublas().set_stream(handle_.get(), stream));
+  HABLAR_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(
+      handle_.get(), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, a, CUDA_R_16BF, k, stride_w,
+      x_bf16, CUDA_R_16BF, k, 0, &beta, ya, CUDA_R_32F, n, stride_y, 2, CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
 }
 
 void PrefillMatmul::multiply_kept_to_bf16(const WeightView& w, const uint16_t* x_bf16, int m,

@@ -85,6 +85,41 @@ TEST_P(DecodeWiringGpu, QuantizedOutputRowsEqualQuantizingTheOutput) {
   }
 }
 
+// A call of one split per slot (few multiprocessors for its rows, contexts within a graph's
+// 1,024-position bound) finishes each head in the attention kernel, with no reduce: the
+// reduce's bits, which the same call with int8 output rows (those take the reduce) gives.
+TEST_P(DecodeWiringGpu, OneSplitFinishedInTheKernelEqualsTheReduce) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  DecodeWiringCase c(GetParam());
+  std::vector<float> outs[2];
+  for (int with_codes : {0, 1}) {
+    DeviceBuffer<uint16_t> cache(c.cache);
+    DeviceBuffer<int32_t> tables(c.block_tables), lens(c.seq_lens);
+    DeviceBuffer<uint8_t> act(c.active);
+    DeviceBuffer<float> q(c.q), k(c.k_new), v(c.v_new), out(c.out);
+    auto p = c.params(cache.get(), tables.get(), lens.get(), act.get(), q.get(), k.get(), v.get(),
+                      out.get());
+    p.multiprocessors = 1;
+    p.max_context = 1024;
+    ASSERT_EQ(cuda::decode_num_splits(p), 1);
+    const int width = p.n_heads * p.layout.head_dim;
+    DeviceBuffer<uint8_t> codes(cuda::q8_activation_bytes(p.n_slots, width));
+    if (with_codes) {
+      const cuda::Q8Activations q8 = cuda::q8_layout(codes.get(), p.n_slots, width);
+      p.out_codes = q8.codes, p.out_scales = q8.scales;
+    }
+    DeviceBuffer<float> workspace(cuda::decode_attention_workspace_bytes(p) / sizeof(float));
+    cuda::Stream stream;
+    cuda::decode_attention(p, workspace.get(), workspace.bytes(), stream.get());
+    stream.synchronize();
+    outs[with_codes] = out.download();
+    EXPECT_EQ(c.check(outs[with_codes], lens.download(), cache.download(), -1), "")
+        << "with int8 rows " << with_codes;
+  }
+  for (size_t i = 0; i < outs[0].size(); ++i)
+    ASSERT_EQ(std::memcmp(&outs[0][i], &outs[1][i], sizeof(float)), 0) << "element " << i;
+}
+
 // A split case's buffers on the device (the output NaN-filled), its parameters over them, and
 // one decode_attention call.
 struct DeviceSplitCase {

@@ -123,6 +123,46 @@ TEST_P(FusedMatmulGpu, KeptCopyEqualsDequantizingPath) {
   }
 }
 
+// Two kept copies of one shape (K and V) in one strided-batched GEMM: each output as its own
+// multiply_kept gives it (the same bf16 operands), whichever order the copies and the outputs
+// lie in memory (distances of opposite signs take two GEMMs).
+TEST_P(FusedMatmulGpu, KeptPairEqualsTwoProducts) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const DType type = GetParam();
+  const int64_t n = 64, k = 512;
+  DeviceWeights wa(type, n, k, random_weight_bytes(type, n, k, 71u));
+  DeviceWeights wb(type, n, k, random_weight_bytes(type, n, k, 72u));
+  cuda::PrefillMatmul keeping;
+  keeping.keep_bf16(wa.view, nullptr);
+  keeping.keep_bf16(wb.view, nullptr);
+  for (int m : {17, 256, 2048}) {
+    const auto x = random_floats((size_t)m * k, 9u + (uint32_t)m);
+    DeviceBuffer<float> dx(x), single_a((size_t)m * n), single_b((size_t)m * n);
+    DeviceBuffer<float> outs(2 * (size_t)m * n);  // the pair's outputs, one after the other
+    DeviceBuffer<uint16_t> x16((size_t)m * k);
+    cuda::convert_f32_to_bf16(dx.get(), x16.get(), (int64_t)m * k, nullptr);
+    keeping.multiply_kept(wa.view, x16.get(), m, single_a.get(), nullptr);
+    keeping.multiply_kept(wb.view, x16.get(), m, single_b.get(), nullptr);
+    for (bool swapped : {false, true}) {
+      float* first = outs.get() + (swapped ? (size_t)m * n : 0);
+      float* second = outs.get() + (swapped ? 0 : (size_t)m * n);
+      keeping.multiply_kept_pair(wa.view, wb.view, x16.get(), m, first, second, nullptr);
+      HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto all = outs.download();
+      const size_t at_a = swapped ? (size_t)m * n : 0, at_b = swapped ? 0 : (size_t)m * n;
+      const std::vector<float> got_a(all.begin() + at_a, all.begin() + at_a + m * n);
+      const std::vector<float> got_b(all.begin() + at_b, all.begin() + at_b + m * n);
+      const auto want_a = single_a.download(), want_b = single_b.download();
+      const std::string where = std::string(dtype_name(type)) + " M=" + std::to_string(m) +
+                                (swapped ? " swapped" : "");
+      EXPECT_LT(normalized_error(got_a, std::vector<double>(want_a.begin(), want_a.end())), 1e-6)
+          << where;
+      EXPECT_LT(normalized_error(got_b, std::vector<double>(want_b.begin(), want_b.end())), 1e-6)
+          << where;
+    }
+  }
+}
+
 // The int8 path (matmul_fused with a workspace) on M random activation rows against the f64
 // product with the dequantized weights: int8 rounding of the activations gives a normalized
 // error of a few 1e-3, held under 1e-2, and never 0 (which would mean the f32 path ran).
