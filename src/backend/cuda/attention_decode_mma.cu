@@ -291,8 +291,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
     if (finish) {  // the reduce's one merge, from an empty state, and its normalization
       SoftmaxState reduced = softmax_empty();
       const float merged = merge_split(reduced, 0.0f, total, acc);
-      p.out[((size_t)slot * p.n_heads + head) * kDim + d] =
-          merged * softmax_inverse_sum(reduced);
+      p.out[((size_t)slot * p.n_heads + head) * kDim + d] = merged * softmax_inverse_sum(reduced);
       continue;
     }
     float* part =

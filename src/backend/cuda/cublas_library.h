@@ -23,8 +23,8 @@ struct CublasLibrary {
       cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
       int k, const void* alpha, const void* a, cudaDataType a_type, int lda, long long stride_a,
       const void* b, cudaDataType b_type, int ldb, long long stride_b, const void* beta, void* c,
-      cudaDataType c_type, int ldc, long long stride_c, int batch,
-      cublasComputeType_t compute_type, cublasGemmAlgo_t algo);
+      cudaDataType c_type, int ldc, long long stride_c, int batch, cublasComputeType_t compute_type,
+      cublasGemmAlgo_t algo);
   const char* (*status_name)(cublasStatus_t status);
   const char* (*status_string)(cublasStatus_t status);
 };

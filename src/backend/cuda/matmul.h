@@ -101,8 +101,8 @@ class PrefillMatmul {
   // strided-batched GEMM (the strides: the distances between the copies and between the
   // outputs; two GEMMs where their signs differ). Half the launches of the narrow K and V
   // products, whose single GEMMs fill few multiprocessors.
-  void multiply_kept_pair(const WeightView& wa, const WeightView& wb, const uint16_t* x_bf16,
-                          int m, float* ya, float* yb, cudaStream_t stream);
+  void multiply_kept_pair(const WeightView& wa, const WeightView& wb, const uint16_t* x_bf16, int m,
+                          float* ya, float* yb, cudaStream_t stream);
   // The same with y written as bf16 (the f32 accumulators rounded once).
   void multiply_kept_to_bf16(const WeightView& w, const uint16_t* x_bf16, int m, uint16_t* y,
                              cudaStream_t stream);

@@ -134,8 +134,8 @@ void PrefillMatmul::multiply_kept_pair(const WeightView& wa, const WeightView& w
   const int n = (int)wa.rows, k = (int)wa.cols;
   HABLAR_CUBLAS_CHECK(cublas().set_stream(handle_.get(), stream));
   HABLAR_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(
-      handle_.get(), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, a, CUDA_R_16BF, k, stride_w,
-      x_bf16, CUDA_R_16BF, k, 0, &beta, ya, CUDA_R_32F, n, stride_y, 2, CUBLAS_COMPUTE_32F,
+      handle_.get(), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, a, CUDA_R_16BF, k, stride_w, x_bf16,
+      CUDA_R_16BF, k, 0, &beta, ya, CUDA_R_32F, n, stride_y, 2, CUBLAS_COMPUTE_32F,
       CUBLAS_GEMM_DEFAULT));
 }
 

@@ -153,8 +153,8 @@ TEST_P(FusedMatmulGpu, KeptPairEqualsTwoProducts) {
       const std::vector<float> got_a(all.begin() + at_a, all.begin() + at_a + m * n);
       const std::vector<float> got_b(all.begin() + at_b, all.begin() + at_b + m * n);
       const auto want_a = single_a.download(), want_b = single_b.download();
-      const std::string where = std::string(dtype_name(type)) + " M=" + std::to_string(m) +
-                                (swapped ? " swapped" : "");
+      const std::string where =
+          std::string(dtype_name(type)) + " M=" + std::to_string(m) + (swapped ? " swapped" : "");
       EXPECT_LT(normalized_error(got_a, std::vector<double>(want_a.begin(), want_a.end())), 1e-6)
           << where;
       EXPECT_LT(normalized_error(got_b, std::vector<double>(want_b.begin(), want_b.end())), 1e-6)
