@@ -17,19 +17,41 @@ using cuda::DeviceBuffer;
 
 class DecodeWiringGpu : public ::testing::TestWithParam<KvDType> {};
 
+// A wiring case's buffers on the device (slots flagged by `active`) and its parameters over
+// them; run() queues one decode_attention call, check() compares what it left.
+struct DeviceWiringCase {
+  DeviceWiringCase(const DecodeWiringCase& c, const std::vector<uint8_t>& active)
+      : cache(c.cache),
+        tables(c.block_tables),
+        lens(c.seq_lens),
+        act(active),
+        q(c.q),
+        k(c.k_new),
+        v(c.v_new),
+        out(c.out),
+        params(c.params(cache.get(), tables.get(), lens.get(), act.get(), q.get(), k.get(), v.get(),
+                        out.get())) {}
+  void run(const cuda::Stream& stream) {
+    workspace = DeviceBuffer<float>(cuda::decode_attention_workspace_bytes(params) / sizeof(float));
+    cuda::decode_attention(params, workspace.get(), workspace.bytes(), stream.get());
+  }
+  std::string check(const DecodeWiringCase& c, int done) const {
+    return c.check(out.download(), lens.download(), cache.download(), done);
+  }
+  DeviceBuffer<uint16_t> cache;
+  DeviceBuffer<int32_t> tables, lens;
+  DeviceBuffer<uint8_t> act;
+  DeviceBuffer<float> q, k, v, out, workspace;
+  cuda::DecodeAttentionParams params;
+};
+
 // Runs one decode step on the device over the case's buffers and checks it.
 std::string run_wiring_step(DecodeWiringCase& c, const std::vector<uint8_t>& active, int done) {
-  DeviceBuffer<uint16_t> cache(c.cache);
-  DeviceBuffer<int32_t> tables(c.block_tables), lens(c.seq_lens);
-  DeviceBuffer<uint8_t> act(active);
-  DeviceBuffer<float> q(c.q), k(c.k_new), v(c.v_new), out(c.out);
-  const auto p = c.params(cache.get(), tables.get(), lens.get(), act.get(), q.get(), k.get(),
-                          v.get(), out.get());
-  DeviceBuffer<float> workspace(cuda::decode_attention_workspace_bytes(p) / sizeof(float));
+  DeviceWiringCase d(c, active);
   cuda::Stream stream;
-  cuda::decode_attention(p, workspace.get(), workspace.bytes(), stream.get());
+  d.run(stream);
   stream.synchronize();
-  return c.check(out.download(), lens.download(), cache.download(), done);
+  return d.check(c, done);
 }
 
 TEST_P(DecodeWiringGpu, ThreeLiveInEightSlots) {
@@ -53,23 +75,17 @@ TEST_P(DecodeWiringGpu, DoneSequenceIsNeitherAttendedNorAdvanced) {
 TEST_P(DecodeWiringGpu, QuantizedOutputRowsEqualQuantizingTheOutput) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   DecodeWiringCase c(GetParam());
-  DeviceBuffer<uint16_t> cache(c.cache);
-  DeviceBuffer<int32_t> tables(c.block_tables), lens(c.seq_lens);
-  DeviceBuffer<uint8_t> act(c.active);
-  DeviceBuffer<float> q(c.q), k(c.k_new), v(c.v_new), out(c.out);
-  auto p = c.params(cache.get(), tables.get(), lens.get(), act.get(), q.get(), k.get(), v.get(),
-                    out.get());
-  const int slots = p.n_slots, width = p.n_heads * p.layout.head_dim;
+  DeviceWiringCase d(c, c.active);
+  const int slots = d.params.n_slots, width = d.params.n_heads * d.params.layout.head_dim;
   const size_t bytes = cuda::q8_activation_bytes(slots, width);
   DeviceBuffer<uint8_t> fused(std::vector<uint8_t>(bytes, 0x7F)), separate(bytes);
   const cuda::Q8Activations q8 = cuda::q8_layout(fused.get(), slots, width);
-  p.out_codes = q8.codes, p.out_scales = q8.scales;
-  DeviceBuffer<float> workspace(cuda::decode_attention_workspace_bytes(p) / sizeof(float));
+  d.params.out_codes = q8.codes, d.params.out_scales = q8.scales;
   cuda::Stream stream;
-  cuda::decode_attention(p, workspace.get(), workspace.bytes(), stream.get());
-  cuda::quantize_activations_q8(out.get(), slots, width, separate.get(), bytes, stream.get());
+  d.run(stream);
+  cuda::quantize_activations_q8(d.out.get(), slots, width, separate.get(), bytes, stream.get());
   stream.synchronize();
-  EXPECT_EQ(c.check(out.download(), lens.download(), cache.download(), -1), "");
+  EXPECT_EQ(d.check(c, -1), "");
   const auto got = fused.download(), want = separate.download();
   const size_t scales_at = (size_t)(reinterpret_cast<uint8_t*>(q8.scales) - fused.get());
   for (int s = 0; s < slots; ++s) {
@@ -93,28 +109,21 @@ TEST_P(DecodeWiringGpu, OneSplitFinishedInTheKernelEqualsTheReduce) {
   DecodeWiringCase c(GetParam());
   std::vector<float> outs[2];
   for (int with_codes : {0, 1}) {
-    DeviceBuffer<uint16_t> cache(c.cache);
-    DeviceBuffer<int32_t> tables(c.block_tables), lens(c.seq_lens);
-    DeviceBuffer<uint8_t> act(c.active);
-    DeviceBuffer<float> q(c.q), k(c.k_new), v(c.v_new), out(c.out);
-    auto p = c.params(cache.get(), tables.get(), lens.get(), act.get(), q.get(), k.get(), v.get(),
-                      out.get());
-    p.multiprocessors = 1;
-    p.max_context = 1024;
-    ASSERT_EQ(cuda::decode_num_splits(p), 1);
-    const int width = p.n_heads * p.layout.head_dim;
-    DeviceBuffer<uint8_t> codes(cuda::q8_activation_bytes(p.n_slots, width));
+    DeviceWiringCase d(c, c.active);
+    d.params.multiprocessors = 1;
+    d.params.max_context = 1024;
+    ASSERT_EQ(cuda::decode_num_splits(d.params), 1);
+    const int width = d.params.n_heads * d.params.layout.head_dim;
+    DeviceBuffer<uint8_t> codes(cuda::q8_activation_bytes(d.params.n_slots, width));
     if (with_codes) {
-      const cuda::Q8Activations q8 = cuda::q8_layout(codes.get(), p.n_slots, width);
-      p.out_codes = q8.codes, p.out_scales = q8.scales;
+      const cuda::Q8Activations q8 = cuda::q8_layout(codes.get(), d.params.n_slots, width);
+      d.params.out_codes = q8.codes, d.params.out_scales = q8.scales;
     }
-    DeviceBuffer<float> workspace(cuda::decode_attention_workspace_bytes(p) / sizeof(float));
     cuda::Stream stream;
-    cuda::decode_attention(p, workspace.get(), workspace.bytes(), stream.get());
+    d.run(stream);
     stream.synchronize();
-    outs[with_codes] = out.download();
-    EXPECT_EQ(c.check(outs[with_codes], lens.download(), cache.download(), -1), "")
-        << "with int8 rows " << with_codes;
+    outs[with_codes] = d.out.download();
+    EXPECT_EQ(d.check(c, -1), "") << "with int8 rows " << with_codes;
   }
   for (size_t i = 0; i < outs[0].size(); ++i)
     ASSERT_EQ(std::memcmp(&outs[0][i], &outs[1][i], sizeof(float)), 0) << "element " << i;
