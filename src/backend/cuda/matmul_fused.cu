@@ -331,7 +331,7 @@ size_t mma_scratch_offset(int m, int64_t k) {
 }
 
 size_t matmul_fused_workspace_bytes(const WeightView& w, int m) {
-  if (w.type == DType::Q6_K && m == 1 && q6k_rows_supported(w))
+  if (w.type == DType::Q6_K && m >= 1 && m <= kQ6kRowsMaxM && q6k_rows_supported(w))
     return q8_activation_bytes(m, w.cols);
   if (w.type != DType::Q4_K || m < 1 || m > kFusedMatmulMaxRows) return 0;
   if (m == 1) return q8_activation_bytes(m, w.cols);
@@ -356,9 +356,10 @@ void matmul_prequantized(const WeightView& w, int m, float* y, void* workspace,
   if (matmul_fused_workspace_bytes(w, m) == 0)
     throw_error(ErrorKind::kInvalidArgument,
                 "matmul_prequantized: needs Q4_K weights and M in 1.." +
-                    std::to_string(kFusedMatmulMaxRows) + ", or Q6_K weights and M = 1");
+                    std::to_string(kFusedMatmulMaxRows) + ", or Q6_K weights and M in 1.." +
+                    std::to_string(kQ6kRowsMaxM));
   const Q8Activations xa = q8_layout(workspace, m, w.cols);
-  if (w.type == DType::Q6_K) return matmul_q6k_rows(w, xa.codes, xa.scales, y, stream);
+  if (w.type == DType::Q6_K) return matmul_q6k_rows(w, xa.codes, xa.scales, y, stream, m);
   // M = 1 (decode of one sequence): the rows kernel (matmul_q4k_rows.cu);
   // HABLAR_Q4K_KERNEL=0 selects the sub-block kernel below for the lab.
   if (m == 1 && q4k_rows_supported(w) && lab_knob("HABLAR_Q4K_KERNEL", 1) != 0)

@@ -1,4 +1,4 @@
-// Q6_K x int8 activations at M = 1: the decode product (see matmul_q6k_rows.h).
+// Q6_K x int8 activations at M = 1..8: the decode product (see matmul_q6k_rows.h).
 //
 // Q6_K super-blocks are 210 bytes, so blocks and rows are only 2-byte aligned and a thread
 // cannot take its own bytes in wide loads. Instead each warp (a block of its own) copies its
@@ -17,6 +17,11 @@
 //     151936 x 1536 matrix went from 44% of the copy bandwidth at 16 lanes per row to 91% at
 //     2; 4096 x 4096 is fastest at 8, 4096 x 14336 at 32);
 //   - the team's sums meet by shuffles and its first lane stores y.
+// With M activation rows (kM, 2..8: a decode step of a few sequences) a lane unpacks each
+// half-unit once and takes it against the M rows' codes in turn, each row summed exactly as a
+// one-row call sums it (same team, same half-units in the same order): a row's result does
+// not depend on the rows beside it. The weights are read once for all M rows, where the f32
+// product these steps took before read them at about a quarter of the copy bandwidth.
 // The copies are issued before the kernel waits on the kernel before it (programmatic
 // dependent launch: weights never depend on it; activations and y are touched only after),
 // and the next kernel is let start once a warp's weights have landed: at the start, its
@@ -63,7 +68,9 @@ __device__ __forceinline__ void load_unit_x(const int8_t* xq, const float4* xs, 
 }
 
 // Grid: one warp per block, 32 / team consecutive rows per warp, staged in slot_bytes of
-// dynamic shared memory. xs: the (dx, sx) pairs as float4.
+// dynamic shared memory. kM activation rows: codes xq[kM][K], their (dx, sx) pairs xs (as
+// float4, K / 64 of them a row); y[kM][n].
+template <int kM>
 __global__ void __launch_bounds__(32)
     q6k_rows_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n, int half_units,
                     int team, const int8_t* __restrict__ xq, const float4* __restrict__ xs,
@@ -76,22 +83,32 @@ __global__ void __launch_bounds__(32)
   wait_for_previous_kernel();  // x (and y) may be written by the kernel before this one
 
   const int t = lane % team, row = row0 + lane / team;
+  const size_t x_codes = (size_t)half_units * kValuesPerHalfUnit,
+               x_pairs = x_codes / 64;  // float4s (two (dx, sx) pairs each) a row
   UnitX x;
   if (t < half_units) load_unit_x(xq, xs, t, x);  // in flight with the weights
   wait_async_all();
   __syncwarp();  // every lane's pieces are in the slot and visible to the warp
   allow_next_kernel_to_start();
-  float acc = 0.0f;
+  float acc[kM];
+#pragma unroll
+  for (int m = 0; m < kM; ++m) acc[m] = 0.0f;
   if (row < n) {
     const uint8_t* w_row = slot + lead + (size_t)(lane / team) * row_bytes;
     for (int h = t; h < half_units; h += team) {
-      if (h != t) load_unit_x(xq, xs, h, x);
-      const uint8_t* block = w_row + (h / 2) * q6k::kBlockBytes;
-      acc += q6k::half_unit_dot(q6k::load_half_unit(block, h % 2), x.codes, x.scales);
+      const q6k::HalfUnit unit = q6k::load_half_unit(w_row + (h / 2) * q6k::kBlockBytes, h % 2);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        if (h != t || m > 0) load_unit_x(xq + m * x_codes, xs + m * x_pairs, h, x);
+        acc[m] += q6k::half_unit_dot(unit, x.codes, x.scales);
+      }
     }
   }
-  for (int off = team / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (t == 0 && row < n) y[row] = acc;
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    for (int off = team / 2; off > 0; off /= 2) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
+    if (t == 0 && row < n) y[(size_t)m * n + row] = acc[m];
+  }
 }
 
 // A warp's slot: its rows plus up to 14 bytes before them, in whole 16-byte pieces.
@@ -115,6 +132,7 @@ int choose_team(const WeightView& w) {
   return team;
 }
 
+template <int kM>
 void launch(const WeightView& w, const int8_t* xq, const float2* xs, float* y, int team,
             cudaStream_t stream) {
   const int64_t rows = 32 / team;
@@ -129,9 +147,18 @@ void launch(const WeightView& w, const int8_t* xq, const float2* xs, float* y, i
   config.attrs = attribute;
   config.numAttrs = stream != nullptr ? 1 : 0;  // not on the legacy default stream
   HABLAR_CUDA_CHECK(cudaLaunchKernelEx(
-      &config, q6k_rows_kernel, static_cast<const uint8_t*>(w.data), w.row_bytes, (int)w.rows,
+      &config, q6k_rows_kernel<kM>, static_cast<const uint8_t*>(w.data), w.row_bytes, (int)w.rows,
       (int)(w.cols / kValuesPerHalfUnit), team, xq, reinterpret_cast<const float4*>(xs), y));
   HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+// The instantiation for m rows (1..kQ6kRowsMaxM).
+template <int kM = kQ6kRowsMaxM>
+void launch_rows(const WeightView& w, int m, const int8_t* xq, const float2* xs, float* y, int team,
+                 cudaStream_t stream) {
+  if constexpr (kM > 1)
+    if (m < kM) return launch_rows<kM - 1>(w, m, xq, xs, y, team, stream);
+  launch<kM>(w, xq, xs, y, team, stream);
 }
 
 }  // namespace
@@ -147,12 +174,15 @@ bool q6k_rows_supported(const WeightView& w) {
 }
 
 void matmul_q6k_rows(const WeightView& w, const int8_t* xq, const float2* xs, float* y,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, int m) {
   if (!q6k_rows_supported(w))
     throw_error(ErrorKind::kInvalidArgument,
                 "matmul_q6k_rows: needs Q6_K weights, K a multiple of 256 up to " +
                     std::to_string(kMaxK) + ", packed rows and 16-byte aligned data");
-  launch(w, xq, xs, y, choose_team(w), stream);
+  if (m < 1 || m > kQ6kRowsMaxM)
+    throw_error(ErrorKind::kInvalidArgument, "matmul_q6k_rows: M " + std::to_string(m) +
+                                                 " outside 1.." + std::to_string(kQ6kRowsMaxM));
+  launch_rows(w, m, xq, xs, y, choose_team(w), stream);
 }
 
 }  // namespace hablar::cuda

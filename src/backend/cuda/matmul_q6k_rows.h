@@ -1,6 +1,6 @@
-// The Q6_K decode product at M = 1 on int8 activations (matmul_q6k_rows.cu): y = x · Wᵀ for
-// one row of activations already quantized by quantize_activations_q8 (codes [K], and per
-// block of 32 the pair (scale, scale * sum of codes)). Internal to the CUDA backend.
+// The Q6_K decode product at M = 1..8 on int8 activations (matmul_q6k_rows.cu): y = x · Wᵀ
+// for M rows of activations already quantized by quantize_activations_q8 (codes [M][K], and
+// per block of 32 the pair (scale, scale * sum of codes)). Internal to the CUDA backend.
 //
 // Launched with programmatic dependent launch on a stream of the caller's: its weight loads
 // may start while the kernel before it on the stream still runs; it reads the activations
@@ -22,10 +22,13 @@ bool q6k_rows_supported(const WeightView& w);
 // Lanes per row this kernel gives w (a row's sum depends on it: persistent_step.h takes the
 // same).
 int q6k_rows_team(const WeightView& w);
-// y[n] = W[n][K] · x, x given as int8 codes xq[K] and per block of 32 activations the pair
-// xs[K/32] = (d, d * sum of the block's 32 codes)  (value_i ≈ d * code_i). xq and xs 16-byte
-// aligned (as q8_layout places them).
+// The most activation rows one call takes.
+inline constexpr int kQ6kRowsMaxM = 8;
+// y[m][n] = W[n][K] · x[m] for m < M, x given as int8 codes xq[M][K] and per block of 32
+// activations the pair xs[M][K/32] = (d, d * sum of the block's 32 codes) (value_i ≈ d *
+// code_i). xq and xs 16-byte aligned (as q8_layout places them). Each row's result is the
+// bits a one-row call gives for it.
 void matmul_q6k_rows(const WeightView& w, const int8_t* xq, const float2* xs, float* y,
-                     cudaStream_t stream);
+                     cudaStream_t stream, int m = 1);
 
 }  // namespace hablar::cuda

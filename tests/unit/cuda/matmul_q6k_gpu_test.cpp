@@ -1,7 +1,9 @@
-// The Q6_K product at M = 1 on int8 activations (matmul_q6k_rows.cu) against a double
-// product with core/quant.h's dequantized weights. The activations go through
+// The Q6_K product at M = 1..8 on int8 activations (matmul_q6k_rows.cu) against a double
+// product with core/quant.h's dequantized weights, and each row of a many-row call against a
+// one-row call on that row alone. The activations go through
 // quantize_activations_q8 as in decode: int8 rounding per block of 32 (to 1/254 of its
 // largest value) gives a normalized error of a few 1e-3, held under 1e-2, and never 0.
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -109,6 +111,43 @@ TEST(Q6KRowsProduct, BackToBackProductsOnAStreamSeeTheirOwnInput) {
   for (int i = 0; i < 4; ++i) EXPECT_LT(normalized_error(y[i].download(), want[i]), 1e-2) << i;
 }
 
+// m rows of x quantized together, then one call of m rows; y [m][n].
+std::vector<float> multiply_rows(const Q6KWeights& w, const std::vector<float>& x, int m,
+                                 cudaStream_t stream) {
+  const int64_t n = w.view.rows, k = w.view.cols;
+  DeviceBuffer<float> dx(x), dy(std::vector<float>((size_t)m * n, NAN));
+  DeviceBuffer<uint8_t> ws(cuda::q8_activation_bytes(m, k));
+  cuda::quantize_activations_q8(dx.get(), m, k, ws.get(), ws.size(), stream);
+  const cuda::Q8Activations xa = cuda::q8_layout(ws.get(), m, k);
+  cuda::matmul_q6k_rows(w.view, xa.codes, xa.scales, dy.get(), stream, m);
+  HABLAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return dy.download();
+}
+
+// A decode step of 2..8 sequences: each row of the call is within the int8 bound of the
+// double product and is the very bits a one-row call gives for that row (the rows beside it
+// change nothing). Shapes of a 1.5B model's output head (tall, narrow teams), its down
+// product (K = 8960, a warp per row) and a 4096-wide projection.
+TEST(Q6KRowsProduct, ManyRowsEqualOneRowCalls) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  cuda::Stream stream;
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{20011, 1536}, {1536, 8960}, {301, 4096}}) {
+    const Q6KWeights w(n, k, 900u + (uint32_t)k);
+    for (int m : {2, 3, 5, 8}) {
+      const auto x = random_floats((size_t)m * k, 31u * m + (uint32_t)k, -2.0f, 2.0f);
+      const std::vector<float> y = multiply_rows(w, x, m, stream.get());
+      const std::vector<double> want = reference_product(w.values, x, m, n, k);
+      EXPECT_LT(normalized_error(y, want), 1e-2) << n << "x" << k << " M=" << m;
+      for (int r = 0; r < m; ++r) {
+        const std::vector<float> row(x.begin() + (size_t)r * k, x.begin() + (size_t)(r + 1) * k);
+        const std::vector<float> alone = multiply_rows(w, row, 1, stream.get());
+        EXPECT_EQ(0, std::memcmp(alone.data(), y.data() + (size_t)r * n, n * sizeof(float)))
+            << n << "x" << k << " M=" << m << " row " << r;
+      }
+    }
+  }
+}
+
 // Host-side checks only: no device needed.
 TEST(Q6KRowsProduct, RejectsWhatItCannotTake) {
   WeightView w;
@@ -131,6 +170,8 @@ TEST(Q6KRowsProduct, RejectsWhatItCannotTake) {
   bad.row_bytes = dtype_row_bytes(DType::Q6_K, bad.cols);
   EXPECT_FALSE(cuda::q6k_rows_supported(bad));
   EXPECT_THROW(cuda::matmul_q6k_rows(bad, nullptr, nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(cuda::matmul_q6k_rows(w, nullptr, nullptr, nullptr, nullptr, 0), Error);
+  EXPECT_THROW(cuda::matmul_q6k_rows(w, nullptr, nullptr, nullptr, nullptr, 9), Error);
 }
 
 }  // namespace
