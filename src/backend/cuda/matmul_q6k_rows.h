@@ -1,4 +1,4 @@
-// The Q6_K decode product at M = 1..8 on int8 activations (matmul_q6k_rows.cu): y = x · Wᵀ
+// The Q6_K decode product at M = 1..4 on int8 activations (matmul_q6k_rows.cu): y = x · Wᵀ
 // for M rows of activations already quantized by quantize_activations_q8 (codes [M][K], and
 // per block of 32 the pair (scale, scale * sum of codes)). Internal to the CUDA backend.
 //
@@ -22,8 +22,10 @@ bool q6k_rows_supported(const WeightView& w);
 // Lanes per row this kernel gives w (a row's sum depends on it: persistent_step.h takes the
 // same).
 int q6k_rows_team(const WeightView& w);
-// The most activation rows one call takes.
-inline constexpr int kQ6kRowsMaxM = 8;
+// The most activation rows one call takes. Beyond 4 the f32 product is the faster one: 1.5B
+// shape, decode steps of 2 / 4 / 8 sequences on an H100, this kernel's S_TG was +10% / +3% /
+// -7% against it (the lanes' instructions per activation row, not the weight bytes, bound it).
+inline constexpr int kQ6kRowsMaxM = 4;
 // y[m][n] = W[n][K] · x[m] for m < M, x given as int8 codes xq[M][K] and per block of 32
 // activations the pair xs[M][K/32] = (d, d * sum of the block's 32 codes) (value_i ≈ d *
 // code_i). xq and xs 16-byte aligned (as q8_layout places them). Each row's result is the
