@@ -35,12 +35,12 @@ void validate_weight(const WeightView& w, const char* what);
 
 // Throws kInvalidArgument for an unsupported type, a bad K, or M outside 1..256.
 // With a workspace of matmul_fused_workspace_bytes(w, m) bytes (nonzero for Q4_K, and for
-// Q6_K at M = 1..3), x is quantized to int8 blocks of 32 and the product runs on integer
+// Q6_K at M = 1 or 2), x is quantized to int8 blocks of 32 and the product runs on integer
 // arithmetic: for Q4_K dp4a for M <= 3, integer tensor cores (matmul_q4k_mma.cu) for
 // M = 4..256; far fewer instructions, at the cost of int8 rounding of the activations
 // (normalized error about 3e-3 instead of 1e-6). Without one, every type takes the f32 path.
 // At M = 1 the products are matmul_q4k_rows.cu's and matmul_q6k_rows.cu's kernels (the
-// latter also for Q6_K at M = 2..3), launched with programmatic dependent launch on a stream
+// latter also for Q6_K at M = 2), launched with programmatic dependent launch on a stream
 // of the caller's (their weight loads overlap the end of the kernel before them).
 size_t matmul_fused_workspace_bytes(const WeightView& w, int m);
 void matmul_fused(const WeightView& w, const float* x, int m, float* y, cudaStream_t stream,

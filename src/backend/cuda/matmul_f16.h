@@ -46,7 +46,7 @@ bool f16_product_supported(const WeightView& w);
 size_t f16_product_scratch_bytes(const WeightView& w, int m, int parts = 0);
 // Whether the forward runs a product of m rows of W here: a supported format and m within
 // the measured range, f16_product_min_rows(type) .. f16_product_max_rows(). Q4_K from 16 rows
-// (below, its int8 kernels read fewer bytes per activation row and win), Q6_K from 9 (up to 3
+// (below, its int8 kernels read fewer bytes per activation row and win), Q6_K from 9 (up to 2
 // rows its int8 rows kernel, matmul_q6k_rows.h, then the f32 product read the weights once); up to
 // 256, beyond which prompt chunks go to dequant + cuBLAS. Lab knobs: HABLAR_Q4K_F16_FROM and
 // HABLAR_Q6K_F16_FROM (0: never), HABLAR_F16_PRODUCT_UPTO.

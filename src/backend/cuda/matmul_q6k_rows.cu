@@ -1,4 +1,4 @@
-// Q6_K x int8 activations at M = 1..3: the decode product (see matmul_q6k_rows.h).
+// Q6_K x int8 activations at M = 1 or 2: the decode product (see matmul_q6k_rows.h).
 //
 // Q6_K super-blocks are 210 bytes, so blocks and rows are only 2-byte aligned and a thread
 // cannot take its own bytes in wide loads. Instead each warp (a block of its own) copies its
@@ -17,7 +17,7 @@
 //     151936 x 1536 matrix went from 44% of the copy bandwidth at 16 lanes per row to 91% at
 //     2; 4096 x 4096 is fastest at 8, 4096 x 14336 at 32);
 //   - the team's sums meet by shuffles and its first lane stores y.
-// With M activation rows (kM, 2..3: a decode step of a few sequences) a lane unpacks each
+// With M activation rows (kM > 1: a decode step of a few sequences) a lane unpacks each
 // half-unit once and takes it against the M rows' codes in turn, each row summed exactly as a
 // one-row call sums it (same team, same half-units in the same order): a row's result does
 // not depend on the rows beside it. The weights are read once for all M rows, where the f32

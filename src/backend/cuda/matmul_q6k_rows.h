@@ -1,4 +1,4 @@
-// The Q6_K decode product at M = 1..3 on int8 activations (matmul_q6k_rows.cu): y = x · Wᵀ
+// The Q6_K decode product at M = 1 or 2 on int8 activations (matmul_q6k_rows.cu): y = x · Wᵀ
 // for M rows of activations already quantized by quantize_activations_q8 (codes [M][K], and
 // per block of 32 the pair (scale, scale * sum of codes)). Internal to the CUDA backend.
 //
@@ -22,11 +22,11 @@ bool q6k_rows_supported(const WeightView& w);
 // Lanes per row this kernel gives w (a row's sum depends on it: persistent_step.h takes the
 // same).
 int q6k_rows_team(const WeightView& w);
-// The most activation rows one call takes. Beyond 3 the f32 product is the faster one (the
-// lanes' instructions per activation row, not the weight bytes, bound this kernel there):
-// decode steps of 2 / 3 / 4 / 8 sequences on an H100, S_TG against the f32 product +10% /
-// +2.5% / +3% / -7% on the 1.5B shape, +6.5% at 2 and -3% at 4 on the 8B shape.
-inline constexpr int kQ6kRowsMaxM = 3;
+// The most activation rows one call takes. From 3 rows the f32 product is as fast or faster
+// (the lanes' instructions per activation row, not the weight bytes, bound this kernel):
+// decode steps of 2 / 3 / 4 sequences on an H100, S_TG against the f32 product +9.7% / even /
+// +3% on the 1.5B shape, +5.7% / even / -3% on the 8B shape (-7% at 8 on the 1.5B).
+inline constexpr int kQ6kRowsMaxM = 2;
 // y[m][n] = W[n][K] · x[m] for m < M, x given as int8 codes xq[M][K] and per block of 32
 // activations the pair xs[M][K/32] = (d, d * sum of the block's 32 codes) (value_i ≈ d *
 // code_i). xq and xs 16-byte aligned (as q8_layout places them). Each row's result is the

@@ -1,4 +1,4 @@
-// The Q6_K product at M = 1..3 on int8 activations (matmul_q6k_rows.cu) against a double
+// The Q6_K product at M = 1 or 2 on int8 activations (matmul_q6k_rows.cu) against a double
 // product with core/quant.h's dequantized weights, and each row of a many-row call against a
 // one-row call on that row alone. The activations go through
 // quantize_activations_q8 as in decode: int8 rounding per block of 32 (to 1/254 of its
@@ -124,16 +124,16 @@ std::vector<float> multiply_rows(const Q6KWeights& w, const std::vector<float>& 
   return dy.download();
 }
 
-// A decode step of 2..3 sequences: each row of the call is within the int8 bound of the
-// double product and is the very bits a one-row call gives for that row (the rows beside it
-// change nothing). Shapes of a 1.5B model's output head (tall, narrow teams), its down
+// A decode step of a few sequences (2 .. kQ6kRowsMaxM): each row of the call is within the int8
+// bound of the double product and is the very bits a one-row call gives for that row (the rows
+// beside it change nothing). Shapes of a 1.5B model's output head (tall, narrow teams), its down
 // product (K = 8960, a warp per row) and a 4096-wide projection.
 TEST(Q6KRowsProduct, ManyRowsEqualOneRowCalls) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   cuda::Stream stream;
   for (const auto& [n, k] : {std::pair<int64_t, int64_t>{20011, 1536}, {1536, 8960}, {301, 4096}}) {
     const Q6KWeights w(n, k, 900u + (uint32_t)k);
-    for (int m : {2, 3}) {
+    for (int m = 2; m <= cuda::kQ6kRowsMaxM; ++m) {
       const auto x = random_floats((size_t)m * k, 31u * m + (uint32_t)k, -2.0f, 2.0f);
       const std::vector<float> y = multiply_rows(w, x, m, stream.get());
       const std::vector<double> want = reference_product(w.values, x, m, n, k);
