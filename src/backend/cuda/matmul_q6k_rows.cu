@@ -17,11 +17,11 @@
 //     151936 x 1536 matrix went from 44% of the copy bandwidth at 16 lanes per row to 91% at
 //     2; 4096 x 4096 is fastest at 8, 4096 x 14336 at 32);
 //   - the team's sums meet by shuffles and its first lane stores y.
-// With M activation rows (kM > 1: a decode step of a few sequences) a lane unpacks each
+// With M activation rows (kM > 1: a decode step of two sequences) a lane unpacks each
 // half-unit once and takes it against the M rows' codes in turn, each row summed exactly as a
 // one-row call sums it (same team, same half-units in the same order): a row's result does
-// not depend on the rows beside it. The weights are read once for all M rows, where the f32
-// product these steps took before read them at about a quarter of the copy bandwidth.
+// not depend on the rows beside it. The weights are read once for all M rows; the lanes'
+// instructions grow with M, which bounds the rows this kernel takes (kQ6kRowsMaxM).
 // The copies are issued before the kernel waits on the kernel before it (programmatic
 // dependent launch: weights never depend on it; activations and y are touched only after),
 // and the next kernel is let start once a warp's weights have landed: at the start, its
