@@ -211,8 +211,8 @@ Q8Activations ForwardOps::int8_rows(const float* in, int64_t m, int64_t k, bool*
 }
 
 // Products of one input of m rows: on the int8 path the input is quantized once for all of
-// them (or not at all when the norm that wrote it did); at one row the Q4_K matrices among
-// them run in one launch (matmul_q4k_rows_multi: Q, K and V).
+// them (or not at all when the norm that wrote it did); at one or two rows the Q4_K matrices
+// among them run in one launch (matmul_q4k_rows_multi: Q, K and V).
 void ForwardOps::products_of_one_input(const float* in, int64_t m,
                                        std::span<const WeightView* const> ws,
                                        std::span<float* const> outs) {
@@ -251,7 +251,7 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
       continue;
     }
     int8_rows(in, m, w.cols, &quantized);  // once for all of them
-    if (m == 1 && n_together < 3 && q4k_rows_supported(w) &&
+    if (m <= kQ4kRowsMaxM && n_together < 3 && q4k_rows_supported(w) &&
         (n_together == 0 || together[0]->cols == w.cols)) {
       together[n_together] = &w, together_out[n_together++] = outs[i];
       continue;
@@ -259,9 +259,9 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
     matmul_prequantized(w, (int)m, outs[i], int8_ws, stream_);
   }
   if (n_together > 0) {
-    const Q8Activations xa = int8_rows(in, 1, together[0]->cols, &quantized);
+    const Q8Activations xa = int8_rows(in, m, together[0]->cols, &quantized);
     matmul_q4k_rows_multi({together, n_together}, {together_out, n_together}, xa.codes, xa.scales,
-                          stream_);
+                          stream_, (int)m);
   }
   buf_->forget_held_rows();
 }
@@ -303,14 +303,14 @@ void ForwardOps::glu_over_kept_copies(const WeightView& gate, const WeightView& 
 
 void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const float* in,
                             float* out, float* up_scratch, GluActivation act) {
-  // One token, Q4_K: both products and the activation in one launch.
-  if (n_tokens_ == 1 && takes_int8_path(gate, 1) && takes_int8_path(up, 1) &&
-      q4k_rows_glu_supported(gate, up)) {
+  // One or two tokens, Q4_K: both products and the activation in one launch.
+  if (n_tokens_ <= kQ4kRowsMaxM && takes_int8_path(gate, n_tokens_) &&
+      takes_int8_path(up, n_tokens_) && q4k_rows_glu_supported(gate, up)) {
     bool quantized = buf_->q8_holds == in;
     flush();
-    const Q8Activations xa = int8_rows(in, 1, gate.cols, &quantized);
+    const Q8Activations xa = int8_rows(in, n_tokens_, gate.cols, &quantized);
     buf_->forget_held_rows();
-    return matmul_q4k_rows_glu(gate, up, xa.codes, xa.scales, out, act, stream_);
+    return matmul_q4k_rows_glu(gate, up, xa.codes, xa.scales, out, act, stream_, (int)n_tokens_);
   }
   if (glu_in_bf16(gate, up)) return glu_over_kept_copies(gate, up, in, out, up_scratch, act);
   const WeightView* ws[] = {&gate, &up};

@@ -17,6 +17,11 @@
 // Every weight load of the thread (kR x kCpt chunks) is issued before any arithmetic and
 // before the kernel waits on the previous kernel (programmatic dependent launch: weights
 // never depend on it; the activations and y are touched only after the wait).
+//
+// With kM activation rows (a decode step of two sequences) the thread takes its chunks against
+// each row's activations in turn: the weights are read once for all rows, and each row is
+// summed exactly as a one-row call sums it (same teams, same chunk order), so its bits do not
+// depend on the rows beside it.
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
@@ -140,8 +145,9 @@ struct RowsJob {
 
 // Grid: one team of team_threads threads per kR rows (kThreads / team_threads teams per
 // block) of each segment. xs holds (dx, sx) of each block of 32 activations; as float4, one
-// per chunk.
-template <int kR, int kCpt, bool kGlu>
+// per chunk. kM activation rows: codes xq[kM][K], pairs xs[kM][K / 64] (as float4), and each
+// segment's y[kM][n].
+template <int kR, int kCpt, bool kGlu, int kM>
 __global__ void __launch_bounds__(kThreads)
     q4k_rows_kernel(const RowsJob job, size_t row_bytes, int n_chunks,
                     const int8_t* __restrict__ xq, const float4* __restrict__ xs, int team_threads,
@@ -166,17 +172,24 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (kGlu) load_chunks<kR, kCpt>(up_at, row0, up_chunk);
   wait_for_previous_kernel();  // x (and y) may be written by the kernel before this one
 
-  float acc[kR] = {};
-  dot_chunks<kR, kCpt>(at, row0, chunk, xq, xs, acc);
-  __shared__ float partial[2][kThreads / 32][kR];
-  if constexpr (!kGlu) {
-    team_sum_store<kR>(at, team, row0, acc, partial[0], y);
-  } else {
-    float up_acc[kR] = {};
-    dot_chunks<kR, kCpt>(up_at, row0, up_chunk, xq, xs, up_acc);
-    const float g = team_total<kR>(at, team, acc, partial[0]);
-    const float u = team_total<kR>(at, team, up_acc, partial[1]);
-    if (at.t < kR && row0 + at.t < n) y[row0 + at.t] = glu_value(job.act, g, u);
+  // One shared-memory slot per team sum of the block, so that no sum waits on another's reads.
+  __shared__ float partial[2 * kM][kThreads / 32][kR];
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    const int8_t* xq_m = xq + (size_t)m * n_chunks * 64;
+    const float4* xs_m = xs + (size_t)m * n_chunks;
+    float* y_m = y + (size_t)m * n;
+    float acc[kR] = {};
+    dot_chunks<kR, kCpt>(at, row0, chunk, xq_m, xs_m, acc);
+    if constexpr (!kGlu) {
+      team_sum_store<kR>(at, team, row0, acc, partial[2 * m], y_m);
+    } else {
+      float up_acc[kR] = {};
+      dot_chunks<kR, kCpt>(up_at, row0, up_chunk, xq_m, xs_m, up_acc);
+      const float g = team_total<kR>(at, team, acc, partial[2 * m]);
+      const float u = team_total<kR>(at, team, up_acc, partial[2 * m + 1]);
+      if (at.t < kR && row0 + at.t < n) y_m[row0 + at.t] = glu_value(job.act, g, u);
+    }
   }
 }
 
@@ -284,7 +297,7 @@ int segment_blocks(RowsJob& job, int rows_per_block) {
   return blocks;
 }
 
-template <int kR, int kCpt, bool kGlu>
+template <int kR, int kCpt, bool kGlu, int kM>
 void launch_shape(Launch launch, const int8_t* xq, const float2* xs, const Shape& shape,
                   bool dependent_launch, cudaStream_t stream) {
   const int team_threads = shape.team_threads;
@@ -305,7 +318,7 @@ void launch_shape(Launch launch, const int8_t* xq, const float2* xs, const Shape
   config.attrs = attribute;
   config.numAttrs = dependent_launch ? 1 : 0;
   const auto* x4 = reinterpret_cast<const float4*>(xs);
-  if constexpr (!kGlu) {
+  if constexpr (!kGlu && kM == 1) {
     if (loop_grid != 0) {
       HABLAR_CUDA_CHECK(cudaLaunchKernelEx(&config, q4k_rows_loop_kernel<kR, kCpt>, launch.job.w[0],
                                            launch.row_bytes, launch.job.n[0], launch.n_chunks, xq,
@@ -314,7 +327,7 @@ void launch_shape(Launch launch, const int8_t* xq, const float2* xs, const Shape
       return;
     }
   }
-  HABLAR_CUDA_CHECK(cudaLaunchKernelEx(&config, q4k_rows_kernel<kR, kCpt, kGlu>, launch.job,
+  HABLAR_CUDA_CHECK(cudaLaunchKernelEx(&config, q4k_rows_kernel<kR, kCpt, kGlu, kM>, launch.job,
                                        launch.row_bytes, launch.n_chunks, xq, x4, team_threads,
                                        l2_hint));
   HABLAR_CUDA_CHECK_LAUNCH();
@@ -322,35 +335,46 @@ void launch_shape(Launch launch, const int8_t* xq, const float2* xs, const Shape
 
 // The kernel instance for the shape's rows (kR) and chunks per thread (kCpt): at most 8
 // chunks in registers per thread (4 per matrix in the GLU form).
-template <bool kGlu, int kR, int kCpt = 1>
+template <bool kGlu, int kM, int kR, int kCpt = 1>
 void dispatch_chunks(const Shape& s, const Launch& launch, const int8_t* xq, const float2* xs,
                      bool dependent_launch, cudaStream_t stream) {
   constexpr int kMatrices = kGlu ? 2 : 1;
   if constexpr (kR * kCpt * kMatrices <= 8) {
     if (s.chunks == kCpt)
-      return launch_shape<kR, kCpt, kGlu>(launch, xq, xs, s, dependent_launch, stream);
+      return launch_shape<kR, kCpt, kGlu, kM>(launch, xq, xs, s, dependent_launch, stream);
     if constexpr (kCpt < 8 / (kR * kMatrices))
-      return dispatch_chunks<kGlu, kR, kCpt + 1>(s, launch, xq, xs, dependent_launch, stream);
+      return dispatch_chunks<kGlu, kM, kR, kCpt + 1>(s, launch, xq, xs, dependent_launch, stream);
   }
   throw_error(ErrorKind::kInternal,
               "matmul_q4k_rows: no kernel for " + std::to_string(s.chunks) + " chunks per thread");
 }
 
+template <bool kGlu, int kM>
+void run_rows(const Launch& launch, const Shape& s, bool dependent_launch, cudaStream_t stream) {
+  switch (s.rows) {
+    case 4:
+      return dispatch_chunks<kGlu, kM, 4>(s, launch, launch.xq, launch.xs, dependent_launch,
+                                          stream);
+    case 2:
+      return dispatch_chunks<kGlu, kM, 2>(s, launch, launch.xq, launch.xs, dependent_launch,
+                                          stream);
+    default:
+      return dispatch_chunks<kGlu, kM, 1>(s, launch, launch.xq, launch.xs, dependent_launch,
+                                          stream);
+  }
+}
+
+// m activation rows (1..kQ4kRowsMaxM). Several rows never loop (one team per row group; the
+// teams, and so each row's sum, are those of one row).
 template <bool kGlu>
-void run(const Launch& launch, int64_t total_rows, bool may_loop, cudaStream_t stream) {
-  const Shape s = choose_shape(launch.n_chunks, total_rows, kGlu ? 2 : 1, may_loop);
+void run(const Launch& launch, int64_t total_rows, bool may_loop, int m, cudaStream_t stream) {
+  const Shape s = choose_shape(launch.n_chunks, total_rows, kGlu ? 2 : 1, may_loop && m == 1);
   // On a stream of its own (not the legacy default stream) and unless the lab turns it off
   // (HABLAR_Q4K_PDL=0).
   const bool dependent_launch = stream != nullptr && lab_knob("HABLAR_Q4K_PDL", 1) != 0;
-  const int8_t* xq = launch.xq;
-  switch (s.rows) {
-    case 4:
-      return dispatch_chunks<kGlu, 4>(s, launch, xq, launch.xs, dependent_launch, stream);
-    case 2:
-      return dispatch_chunks<kGlu, 2>(s, launch, xq, launch.xs, dependent_launch, stream);
-    default:
-      return dispatch_chunks<kGlu, 1>(s, launch, xq, launch.xs, dependent_launch, stream);
-  }
+  static_assert(kQ4kRowsMaxM == 2, "one instantiation per row count");
+  if (m == 2) return run_rows<kGlu, 2>(launch, s, dependent_launch, stream);
+  run_rows<kGlu, 1>(launch, s, dependent_launch, stream);
 }
 
 }  // namespace
@@ -366,16 +390,17 @@ bool q4k_rows_supported(const WeightView& w) {
 }
 
 void matmul_q4k_rows(const WeightView& w, const int8_t* xq, const float2* xs, float* y,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, int m) {
   const WeightView* ws[] = {&w};
   float* ys[] = {y};
-  matmul_q4k_rows_multi(ws, ys, xq, xs, stream);
+  matmul_q4k_rows_multi(ws, ys, xq, xs, stream, m);
 }
 
 void matmul_q4k_rows_multi(std::span<const WeightView* const> ws, std::span<float* const> ys,
-                           const int8_t* xq, const float2* xs, cudaStream_t stream) {
+                           const int8_t* xq, const float2* xs, cudaStream_t stream, int m) {
   HABLAR_CHECK(!ws.empty() && ws.size() <= (size_t)kMaxSegments && ys.size() == ws.size(),
                "matmul_q4k_rows_multi: 1 to 3 matrices, an output each");
+  HABLAR_CHECK(m >= 1 && m <= kQ4kRowsMaxM, "matmul_q4k_rows: 1 or 2 activation rows");
   Launch launch = {};
   launch.row_bytes = ws[0]->row_bytes;
   launch.n_chunks = (int)(ws[0]->cols / 64);
@@ -390,7 +415,7 @@ void matmul_q4k_rows_multi(std::span<const WeightView* const> ws, std::span<floa
     rows += ws[s]->rows;
   }
   launch.job.segments = (int)ws.size();
-  run<false>(launch, rows, ws.size() == 1, stream);
+  run<false>(launch, rows, ws.size() == 1, m, stream);
 }
 
 bool q4k_rows_glu_supported(const WeightView& gate, const WeightView& up) {
@@ -400,9 +425,11 @@ bool q4k_rows_glu_supported(const WeightView& gate, const WeightView& up) {
 }
 
 void matmul_q4k_rows_glu(const WeightView& gate, const WeightView& up, const int8_t* xq,
-                         const float2* xs, float* out, GluActivation act, cudaStream_t stream) {
+                         const float2* xs, float* out, GluActivation act, cudaStream_t stream,
+                         int m) {
   HABLAR_CHECK(q4k_rows_glu_supported(gate, up),
                "matmul_q4k_rows_glu: Q4_K gate and up matrices of one shape");
+  HABLAR_CHECK(m >= 1 && m <= kQ4kRowsMaxM, "matmul_q4k_rows_glu: 1 or 2 activation rows");
   Launch launch = {};
   launch.row_bytes = gate.row_bytes;
   launch.n_chunks = (int)(gate.cols / 64);
@@ -413,7 +440,7 @@ void matmul_q4k_rows_glu(const WeightView& gate, const WeightView& up, const int
   launch.job.segments = 1;
   launch.job.up_w = static_cast<const uint8_t*>(up.data);
   launch.job.act = act;
-  run<true>(launch, gate.rows, false, stream);
+  run<true>(launch, gate.rows, false, m, stream);
 }
 
 }  // namespace hablar::cuda

@@ -2,8 +2,9 @@
 // replace: several matrices of one input in one launch (Q, K and V) equal to one launch each,
 // bit for bit; the gate and up products with the gated activation in one launch equal to the
 // two products followed by ops.h's swiglu / geglu, and within the int8 error of a
-// double-precision reference.
+// double-precision reference; two activation rows in one call equal to a one-row call each.
 #include <cmath>
+#include <cstring>
 
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/matmul_q4k_rows.h"
@@ -106,6 +107,89 @@ TEST(Q4kRowsFusedGpu, GatedProductsInOneLaunchEqualProductsThenActivation) {
       EXPECT_LT(err, 2e-2) << "K " << k;
       EXPECT_GT(err, 0.0) << "the int8 path must have run";
     }
+  }
+}
+
+// m rows of x quantized together into an int8 workspace on `stream`.
+struct QuantizedRows {
+  std::vector<float> x;
+  DeviceBuffer<float> dx;
+  DeviceBuffer<uint8_t> ws;
+  cuda::Q8Activations xa;
+  QuantizedRows(const std::vector<float>& values, int m, int64_t k, cudaStream_t stream)
+      : x(values), dx(x), ws(cuda::q8_activation_bytes(m, k)) {
+    cuda::quantize_activations_q8(dx.get(), m, k, ws.get(), ws.size(), stream);
+    xa = cuda::q8_layout(ws.get(), m, k);
+  }
+};
+
+bool same_bits(const std::vector<float>& a, const float* b, size_t n) {
+  return a.size() >= n && std::memcmp(a.data(), b, n * sizeof(float)) == 0;
+}
+
+// A decode step of two sequences: the Q, K and V launch (three segments), the gated pair and
+// a tall matrix of long rows (2,200 x 14,336, which one row takes through the looping kernel)
+// with two activation rows give each row the bits of a one-row call on it alone.
+TEST(Q4kRowsFusedGpu, TwoRowsEqualOneRowCalls) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  constexpr int kM = cuda::kQ4kRowsMaxM;
+  cuda::Stream stream;
+  for (int64_t k : {1536, 8960}) {  // one and two chunks per thread
+    const auto x = random_floats((size_t)kM * k, 5u + (uint32_t)k, -2.0f, 2.0f);
+    QuantizedRows both(x, kM, k, stream.get());
+    const int64_t rows[] = {301, 67, 19};
+    std::vector<DeviceWeights> w;
+    std::vector<DeviceBuffer<float>> y;
+    for (int i = 0; i < 3; ++i) {
+      w.emplace_back(DType::Q4_K, rows[i], k,
+                     random_weight_bytes(DType::Q4_K, rows[i], k, 50u + (uint32_t)(i + k)));
+      y.emplace_back(std::vector<float>((size_t)(kM * rows[i]), NAN));
+    }
+    const WeightView* ws[] = {&w[0].view, &w[1].view, &w[2].view};
+    float* ys[] = {y[0].get(), y[1].get(), y[2].get()};
+    cuda::matmul_q4k_rows_multi(ws, ys, both.xa.codes, both.xa.scales, stream.get(), kM);
+    DeviceBuffer<float> glu(std::vector<float>((size_t)(kM * rows[0]), NAN));
+    cuda::matmul_q4k_rows_glu(w[0].view, w[0].view, both.xa.codes, both.xa.scales, glu.get(),
+                              GluActivation::kSilu, stream.get(), kM);
+    stream.synchronize();
+    const std::vector<float> glu_both = glu.download();
+    for (int r = 0; r < kM; ++r) {
+      const std::vector<float> row(x.begin() + (size_t)r * k, x.begin() + (size_t)(r + 1) * k);
+      QuantizedRows alone(row, 1, k, stream.get());
+      for (int i = 0; i < 3; ++i) {
+        DeviceBuffer<float> one(std::vector<float>((size_t)rows[i], NAN));
+        cuda::matmul_q4k_rows(w[i].view, alone.xa.codes, alone.xa.scales, one.get(), stream.get());
+        stream.synchronize();
+        const auto got = y[i].download();
+        EXPECT_TRUE(same_bits(one.download(), got.data() + (size_t)r * rows[i], (size_t)rows[i]))
+            << "K " << k << " matrix " << i << " row " << r;
+      }
+      DeviceBuffer<float> one(std::vector<float>((size_t)rows[0], NAN));
+      cuda::matmul_q4k_rows_glu(w[0].view, w[0].view, alone.xa.codes, alone.xa.scales, one.get(),
+                                GluActivation::kSilu, stream.get());
+      stream.synchronize();
+      EXPECT_TRUE(same_bits(one.download(), glu_both.data() + (size_t)r * rows[0], (size_t)rows[0]))
+          << "K " << k << " gated, row " << r;
+    }
+  }
+  const int64_t n = 2200, k = 14336;
+  DeviceWeights tall(DType::Q4_K, n, k, random_weight_bytes(DType::Q4_K, n, k, 77u));
+  const auto x = random_floats((size_t)kM * k, 78u);
+  QuantizedRows both(x, kM, k, stream.get());
+  DeviceBuffer<float> y(std::vector<float>((size_t)(kM * n), NAN));
+  cuda::matmul_q4k_rows(tall.view, both.xa.codes, both.xa.scales, y.get(), stream.get(), kM);
+  stream.synchronize();
+  const std::vector<float> got = y.download();
+  const auto ref = reference_product(dequantize_matrix(DType::Q4_K, tall.host, n, k), x, kM, n, k);
+  EXPECT_LT(normalized_error(got, ref), 1e-2);
+  for (int r = 0; r < kM; ++r) {
+    const std::vector<float> row(x.begin() + (size_t)r * k, x.begin() + (size_t)(r + 1) * k);
+    QuantizedRows alone(row, 1, k, stream.get());
+    DeviceBuffer<float> one(std::vector<float>((size_t)n, NAN));
+    cuda::matmul_q4k_rows(tall.view, alone.xa.codes, alone.xa.scales, one.get(), stream.get());
+    stream.synchronize();
+    EXPECT_TRUE(same_bits(one.download(), got.data() + (size_t)r * n, (size_t)n))
+        << "tall matrix, row " << r;
   }
 }
 
