@@ -3,7 +3,8 @@
 // kernels and a cuBLAS bf16 8192^3 GEMM for the compute-bound ones. Inputs are random and,
 // for memory-bound kernels, rotated over enough copies to exceed the L2 cache several times.
 //
-// Usage: cuda_bench [--quick | --lab | --many-rows | --attention | --decode-attention]
+// Usage: cuda_bench [--quick | --lab | --many-rows | --few-rows | --attention |
+//                    --decode-attention]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -612,7 +613,33 @@ void run_many_rows(Stream& stream, double peak, bool quick) {
       if (!quick || m == 128) bench_many_rows(stream, DType::Q6_K, shape[0], shape[1], m, peak);
 }
 
-int run(bool quick, bool lab, bool many_rows, bool attention) {
+// Products of 1-4 rows (decode steps of a few sequences) in the 1.5B and 8B shapes' Q4_K and
+// Q6_K matrices: the int8 path where it takes the row count (the rows kernels, dp4a, integer
+// tensor cores; activations already quantized, as the forward's norms leave them) beside the
+// f32 product, to place each type's crossover.
+void run_few_rows(Stream& stream, double copy_gbs) {
+  std::printf("\n== few rows: the int8 path beside the f32 product ==\n");
+  struct Shape {
+    DType type;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{DType::Q4_K, 8960, 1536},   {DType::Q4_K, 1536, 8960},
+                          {DType::Q4_K, 14336, 4096},  {DType::Q4_K, 4096, 14336},
+                          {DType::Q6_K, 151936, 1536}, {DType::Q6_K, 1536, 8960},
+                          {DType::Q6_K, 128256, 4096}, {DType::Q6_K, 4096, 14336}};
+  for (const Shape& s : shapes)
+    for (int m = 1; m <= 4; ++m) {
+      const WeightView view{s.type, s.n, s.k, dtype_row_bytes(s.type, s.k), nullptr};
+      for (int int8_path : {2, 0}) {
+        if (int8_path != 0 && matmul_fused_workspace_bytes(view, m) == 0) continue;
+        Row row = bench_decode_matmul(stream, s.type, s.n, s.k, m, copy_gbs, 0, int8_path);
+        row.name = (int8_path != 0 ? "int8 " : "f32  ") + row.name;
+        print_row(row);
+      }
+    }
+}
+
+int run(bool quick, bool lab, bool many_rows, bool few_rows, bool attention) {
   std::string reason;
   if (device_count(&reason) == 0) {
     std::printf("no CUDA device (%s): nothing to measure\n", reason.c_str());
@@ -635,6 +662,10 @@ int run(bool quick, bool lab, bool many_rows, bool attention) {
   }
   if (many_rows) {
     run_many_rows(stream, peak, false);
+    return 0;
+  }
+  if (few_rows) {
+    run_few_rows(stream, copy_gbs);
     return 0;
   }
   if (attention) {
@@ -690,14 +721,16 @@ int main(int argc, char** argv) {
   const bool lab = argc > 1 && std::strcmp(argv[1], "--lab") == 0;
   // --many-rows: the many-rows products alone, under the knobs the environment sets.
   const bool many_rows = argc > 1 && std::strcmp(argv[1], "--many-rows") == 0;
+  // --few-rows: the products of 1-4 rows alone, int8 path beside f32.
+  const bool few_rows = argc > 1 && std::strcmp(argv[1], "--few-rows") == 0;
   // --attention: the attention kernels alone (decode at long and short contexts, prefill).
   // --decode-attention: its decode rows alone.
   const bool decode_attention = argc > 1 && std::strcmp(argv[1], "--decode-attention") == 0;
   const bool attention = decode_attention || (argc > 1 && std::strcmp(argv[1], "--attention") == 0);
   // Variants set knobs through the environment (--attention: for split-sizing runs).
-  if (lab || many_rows || attention) hablar::cuda::enable_lab_knobs();
+  if (lab || many_rows || few_rows || attention) hablar::cuda::enable_lab_knobs();
   try {
-    return hablar::cuda::run(quick || decode_attention, lab, many_rows, attention);
+    return hablar::cuda::run(quick || decode_attention, lab, many_rows, few_rows, attention);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_bench: %s\n", e.what());
     return 1;
