@@ -211,8 +211,9 @@ Q8Activations ForwardOps::int8_rows(const float* in, int64_t m, int64_t k, bool*
 }
 
 // Products of one input of m rows: on the int8 path the input is quantized once for all of
-// them (or not at all when the norm that wrote it did); at one or two rows the Q4_K matrices
-// among them run in one launch (matmul_q4k_rows_multi: Q, K and V).
+// them (or not at all when the norm that wrote it did); the Q4_K matrices among them that the
+// rows kernels take at m rows (q4k_rows_take) run in one launch (matmul_q4k_rows_multi: Q, K
+// and V).
 void ForwardOps::products_of_one_input(const float* in, int64_t m,
                                        std::span<const WeightView* const> ws,
                                        std::span<float* const> outs) {
@@ -251,8 +252,7 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
       continue;
     }
     int8_rows(in, m, w.cols, &quantized);  // once for all of them
-    if (m <= kQ4kRowsMaxM && n_together < 3 && q4k_rows_supported(w) &&
-        (n_together == 0 || together[0]->cols == w.cols)) {
+    if (n_together < 3 && q4k_rows_take(w, m) && (n_together == 0 || together[0]->cols == w.cols)) {
       together[n_together] = &w, together_out[n_together++] = outs[i];
       continue;
     }
@@ -303,9 +303,10 @@ void ForwardOps::glu_over_kept_copies(const WeightView& gate, const WeightView& 
 
 void ForwardOps::matmul_glu(const WeightView& gate, const WeightView& up, const float* in,
                             float* out, float* up_scratch, GluActivation act) {
-  // One or two tokens, Q4_K: both products and the activation in one launch.
-  if (n_tokens_ <= kQ4kRowsMaxM && takes_int8_path(gate, n_tokens_) &&
-      takes_int8_path(up, n_tokens_) && q4k_rows_glu_supported(gate, up)) {
+  // Few tokens (q4k_rows_take), Q4_K: both products and the activation in one launch.
+  if (q4k_rows_take(gate, n_tokens_) && q4k_rows_take(up, n_tokens_) &&
+      takes_int8_path(gate, n_tokens_) && takes_int8_path(up, n_tokens_) &&
+      q4k_rows_glu_supported(gate, up)) {
     bool quantized = buf_->q8_holds == in;
     flush();
     const Q8Activations xa = int8_rows(in, n_tokens_, gate.cols, &quantized);

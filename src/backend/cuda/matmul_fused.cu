@@ -360,12 +360,13 @@ void matmul_prequantized(const WeightView& w, int m, float* y, void* workspace,
                     std::to_string(kQ6kRowsMaxM));
   const Q8Activations xa = q8_layout(workspace, m, w.cols);
   if (w.type == DType::Q6_K) return matmul_q6k_rows(w, xa.codes, xa.scales, y, stream, m);
-  // M = 1 or 2 (decode of one or two sequences): the rows kernel (matmul_q4k_rows.cu);
-  // HABLAR_Q4K_KERNEL=0 selects the sub-block kernel below for the lab.
-  if (m <= kQ4kRowsMaxM && q4k_rows_supported(w) && lab_knob("HABLAR_Q4K_KERNEL", 1) != 0)
+  // M = 1 or 2 (decode of one or two sequences), or 3 and 4 for small matrices: the rows
+  // kernel (matmul_q4k_rows.cu, q4k_rows_take); HABLAR_Q4K_KERNEL=0 selects the sub-block
+  // kernel below for the lab.
+  if (q4k_rows_take(w, m) && lab_knob("HABLAR_Q4K_KERNEL", 1) != 0)
     return matmul_q4k_rows(w, xa.codes, xa.scales, y, stream, m);
   // From M = HABLAR_Q4K_MMA_FROM (default 4) up: integer tensor cores (matmul_q4k_mma.cu);
-  // below, the dp4a kernel, which is faster at M = 2 (docs/CUDA.md).
+  // below, the dp4a kernel (docs/CUDA.md).
   const int mma_from = std::clamp(lab_knob("HABLAR_Q4K_MMA_FROM", 4), 2, kGemvMaxRows + 1);
   if (m >= mma_from && q4k_mma_supported(w))
     return matmul_q4k_mma(w, xa.codes, xa.scales, m, y,

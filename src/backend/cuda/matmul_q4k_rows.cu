@@ -18,7 +18,7 @@
 // before the kernel waits on the previous kernel (programmatic dependent launch: weights
 // never depend on it; the activations and y are touched only after the wait).
 //
-// With kM activation rows (a decode step of two sequences) the thread takes its chunks against
+// With kM activation rows (a decode step of two to four sequences) the thread takes its chunks against
 // each row's activations in turn: the weights are read once for all rows, and each row is
 // summed exactly as a one-row call sums it (same teams, same chunk order), so its bits do not
 // depend on the rows beside it.
@@ -372,9 +372,17 @@ void run(const Launch& launch, int64_t total_rows, bool may_loop, int m, cudaStr
   // On a stream of its own (not the legacy default stream) and unless the lab turns it off
   // (HABLAR_Q4K_PDL=0).
   const bool dependent_launch = stream != nullptr && lab_knob("HABLAR_Q4K_PDL", 1) != 0;
-  static_assert(kQ4kRowsMaxM == 2, "one instantiation per row count");
-  if (m == 2) return run_rows<kGlu, 2>(launch, s, dependent_launch, stream);
-  run_rows<kGlu, 1>(launch, s, dependent_launch, stream);
+  static_assert(kQ4kRowsMaxM == 4, "one instantiation per row count");
+  switch (m) {
+    case 4:
+      return run_rows<kGlu, 4>(launch, s, dependent_launch, stream);
+    case 3:
+      return run_rows<kGlu, 3>(launch, s, dependent_launch, stream);
+    case 2:
+      return run_rows<kGlu, 2>(launch, s, dependent_launch, stream);
+    default:
+      return run_rows<kGlu, 1>(launch, s, dependent_launch, stream);
+  }
 }
 
 }  // namespace
@@ -389,6 +397,12 @@ bool q4k_rows_supported(const WeightView& w) {
          reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && w.row_bytes % 16 == 0;
 }
 
+bool q4k_rows_take(const WeightView& w, int64_t m) {
+  if (m < 1 || m > kQ4kRowsMaxM || !q4k_rows_supported(w)) return false;
+  return m <= 2 ||
+         w.rows * (int64_t)w.row_bytes <= kQ4kRowsFewBytesPerSm * device_multiprocessors();
+}
+
 void matmul_q4k_rows(const WeightView& w, const int8_t* xq, const float2* xs, float* y,
                      cudaStream_t stream, int m) {
   const WeightView* ws[] = {&w};
@@ -400,7 +414,7 @@ void matmul_q4k_rows_multi(std::span<const WeightView* const> ws, std::span<floa
                            const int8_t* xq, const float2* xs, cudaStream_t stream, int m) {
   HABLAR_CHECK(!ws.empty() && ws.size() <= (size_t)kMaxSegments && ys.size() == ws.size(),
                "matmul_q4k_rows_multi: 1 to 3 matrices, an output each");
-  HABLAR_CHECK(m >= 1 && m <= kQ4kRowsMaxM, "matmul_q4k_rows: 1 or 2 activation rows");
+  HABLAR_CHECK(m >= 1 && m <= kQ4kRowsMaxM, "matmul_q4k_rows: 1 to 4 activation rows");
   Launch launch = {};
   launch.row_bytes = ws[0]->row_bytes;
   launch.n_chunks = (int)(ws[0]->cols / 64);
@@ -429,7 +443,7 @@ void matmul_q4k_rows_glu(const WeightView& gate, const WeightView& up, const int
                          int m) {
   HABLAR_CHECK(q4k_rows_glu_supported(gate, up),
                "matmul_q4k_rows_glu: Q4_K gate and up matrices of one shape");
-  HABLAR_CHECK(m >= 1 && m <= kQ4kRowsMaxM, "matmul_q4k_rows_glu: 1 or 2 activation rows");
+  HABLAR_CHECK(m >= 1 && m <= kQ4kRowsMaxM, "matmul_q4k_rows_glu: 1 to 4 activation rows");
   Launch launch = {};
   launch.row_bytes = gate.row_bytes;
   launch.n_chunks = (int)(gate.cols / 64);

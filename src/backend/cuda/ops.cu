@@ -62,7 +62,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* __restrict__ y,
 
 // The norm of rms_norm_kernel / add_rms_norm_kernel (same passes, same values; y may be
 // null), its output also quantized to int8 blocks of 32 as quantize_activations_q8 does
-// (q4k_chunk::quantize_block32: a warp per block), for the products that read it.
+// (a warp per block, as q4k_chunk::quantize_block32 codes it), for the products that read it.
 // dim <= kRowThreads * kPer: thread t keeps values t + 256 j (j < kPer) in registers from the
 // first pass, and for each j the lanes of warp w hold block w + 8 j, 32 consecutive values: the
 // second pass reloads nothing (a row of one token is latency, not bytes).
@@ -119,14 +119,25 @@ __global__ void rms_norm_q8_kernel(float* x, const float* __restrict__ y,
   const float inv = norm_row_in_registers<kPer, Reduce>(row, add_row, weight, dim, eps, v, w, temp);
   float* dst = out + (size_t)blockIdx.x * dim;
   const size_t first = (size_t)blockIdx.x * dim;
-  const int lane = threadIdx.x % 32;
+  // A warp quantizes its kPer blocks up to eight at a time (registers); past the row: zeros,
+  // not stored (dim is a multiple of 32, so a block is in or out for the whole warp).
+  constexpr int kGroup = kPer < 8 ? kPer : 8;
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int i = threadIdx.x + j * kRowThreads;
-    if (i >= dim) break;  // whole warps: dim is a multiple of 32
-    const float o = v[j] * inv * w[j];
-    dst[i] = o;
-    q4k_chunk::quantize_block32(o, lane, codes + first + i, scales + (first + i) / 32);
+  for (int j0 = 0; j0 < kPer; j0 += kGroup) {
+    float o[kGroup], d[kGroup];
+    int q[kGroup], sum[kGroup];
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j)
+      o[j] = threadIdx.x + (j0 + j) * kRowThreads < dim ? v[j0 + j] * inv * w[j0 + j] : 0.0f;
+    q4k_chunk::quantize_blocks32_code<kGroup>(o, q, d, sum);
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) {
+      const int i = threadIdx.x + (j0 + j) * kRowThreads;
+      if (i >= dim) break;
+      dst[i] = o[j];
+      codes[first + i] = (int8_t)q[j];
+      if (threadIdx.x % 32 == 0) scales[(first + i) / 32] = make_float2(d[j], d[j] * (float)sum[j]);
+    }
   }
 }
 

@@ -55,6 +55,33 @@ __device__ __forceinline__ void quantize_block32(float v, int lane, int8_t* code
   if (lane == 0) *scales = make_float2(c.d, c.d * (float)c.sum);
 }
 
+// kN blocks at once, block j's value of this lane in v[j] (warp-uniform control flow, as
+// above): the same codes, d and sums as kN quantize_block32_code calls, with each reduction
+// step's kN shuffles issued together. One call after another would wait out a chain of ten
+// dependent shuffles per block (a 4096-wide row on 256 threads: 16 blocks a warp, ~3 us).
+template <int kN>
+__device__ __forceinline__ void quantize_blocks32_code(const float (&v)[kN], int (&q)[kN],
+                                                       float (&d)[kN], int (&sum)[kN]) {
+  float amax[kN];
+#pragma unroll
+  for (int j = 0; j < kN; ++j) amax[j] = fabsf(v[j]);
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2)
+#pragma unroll
+    for (int j = 0; j < kN; ++j)
+      amax[j] = fmaxf(amax[j], __shfl_xor_sync(0xffffffffu, amax[j], off));
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    d[j] = amax[j] / 127.0f;
+    q[j] = d[j] > 0.0f ? __float2int_rn(v[j] / d[j]) : 0;
+    sum[j] = q[j];
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2)
+#pragma unroll
+    for (int j = 0; j < kN; ++j) sum[j] += __shfl_xor_sync(0xffffffffu, sum[j], off);
+}
+
 // Unsigned bytes of a times signed bytes of b, summed into c.
 __device__ __forceinline__ int dp4a_unsigned_signed(uint32_t a, int b, int c) {
   int d;

@@ -45,7 +45,7 @@ TEST(FusedOpsGpu, AddRmsNormEqualsAddThenNorm) {
 // quantize_activations_q8 of those rows, byte for byte.
 TEST(FusedOpsGpu, NormWithQuantizationEqualsNormThenQuantize) {
   HABLAR_REQUIRE_CUDA_DEVICE();
-  for (int dim : {256, 1536, 2080, 8224}) {  // 8224: norm, then quantization
+  for (int dim : {256, 1536, 2080, 4096, 8192, 8224}) {  // 8224: norm, then quantization
     for (int rows : {1, 5}) {
       for (bool with_add : {false, true}) {
         const size_t n = (size_t)rows * dim;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cuda/device_memory.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/matmul_q4k_rows.h"
 #include "backend/cuda/ops.h"
@@ -127,33 +128,31 @@ bool same_bits(const std::vector<float>& a, const float* b, size_t n) {
   return a.size() >= n && std::memcmp(a.data(), b, n * sizeof(float)) == 0;
 }
 
-// A decode step of two sequences: the Q, K and V launch (three segments), the gated pair and
-// a tall matrix of long rows (2,200 x 14,336, which one row takes through the looping kernel)
-// with two activation rows give each row the bits of a one-row call on it alone.
-TEST(Q4kRowsFusedGpu, TwoRowsEqualOneRowCalls) {
-  HABLAR_REQUIRE_CUDA_DEVICE();
-  constexpr int kM = cuda::kQ4kRowsMaxM;
+// A decode step of rows_m sequences: the Q, K and V launch (three segments), the gated pair and a
+// tall matrix of long rows (2,200 x 14,336, which one row takes through the looping kernel)
+// with rows_m activation rows give each row the bits of a one-row call on it alone.
+void expect_rows_equal_one_row_calls(int rows_m) {
   cuda::Stream stream;
   for (int64_t k : {1536, 8960}) {  // one and two chunks per thread
-    const auto x = random_floats((size_t)kM * k, 5u + (uint32_t)k, -2.0f, 2.0f);
-    QuantizedRows both(x, kM, k, stream.get());
+    const auto x = random_floats((size_t)rows_m * k, 5u + (uint32_t)k, -2.0f, 2.0f);
+    QuantizedRows both(x, rows_m, k, stream.get());
     const int64_t rows[] = {301, 67, 19};
     std::vector<DeviceWeights> w;
     std::vector<DeviceBuffer<float>> y;
     for (int i = 0; i < 3; ++i) {
       w.emplace_back(DType::Q4_K, rows[i], k,
                      random_weight_bytes(DType::Q4_K, rows[i], k, 50u + (uint32_t)(i + k)));
-      y.emplace_back(std::vector<float>((size_t)(kM * rows[i]), NAN));
+      y.emplace_back(std::vector<float>((size_t)(rows_m * rows[i]), NAN));
     }
     const WeightView* ws[] = {&w[0].view, &w[1].view, &w[2].view};
     float* ys[] = {y[0].get(), y[1].get(), y[2].get()};
-    cuda::matmul_q4k_rows_multi(ws, ys, both.xa.codes, both.xa.scales, stream.get(), kM);
-    DeviceBuffer<float> glu(std::vector<float>((size_t)(kM * rows[0]), NAN));
+    cuda::matmul_q4k_rows_multi(ws, ys, both.xa.codes, both.xa.scales, stream.get(), rows_m);
+    DeviceBuffer<float> glu(std::vector<float>((size_t)(rows_m * rows[0]), NAN));
     cuda::matmul_q4k_rows_glu(w[0].view, w[0].view, both.xa.codes, both.xa.scales, glu.get(),
-                              GluActivation::kSilu, stream.get(), kM);
+                              GluActivation::kSilu, stream.get(), rows_m);
     stream.synchronize();
     const std::vector<float> glu_both = glu.download();
-    for (int r = 0; r < kM; ++r) {
+    for (int r = 0; r < rows_m; ++r) {
       const std::vector<float> row(x.begin() + (size_t)r * k, x.begin() + (size_t)(r + 1) * k);
       QuantizedRows alone(row, 1, k, stream.get());
       for (int i = 0; i < 3; ++i) {
@@ -174,15 +173,16 @@ TEST(Q4kRowsFusedGpu, TwoRowsEqualOneRowCalls) {
   }
   const int64_t n = 2200, k = 14336;
   DeviceWeights tall(DType::Q4_K, n, k, random_weight_bytes(DType::Q4_K, n, k, 77u));
-  const auto x = random_floats((size_t)kM * k, 78u);
-  QuantizedRows both(x, kM, k, stream.get());
-  DeviceBuffer<float> y(std::vector<float>((size_t)(kM * n), NAN));
-  cuda::matmul_q4k_rows(tall.view, both.xa.codes, both.xa.scales, y.get(), stream.get(), kM);
+  const auto x = random_floats((size_t)rows_m * k, 78u);
+  QuantizedRows both(x, rows_m, k, stream.get());
+  DeviceBuffer<float> y(std::vector<float>((size_t)(rows_m * n), NAN));
+  cuda::matmul_q4k_rows(tall.view, both.xa.codes, both.xa.scales, y.get(), stream.get(), rows_m);
   stream.synchronize();
   const std::vector<float> got = y.download();
-  const auto ref = reference_product(dequantize_matrix(DType::Q4_K, tall.host, n, k), x, kM, n, k);
+  const auto ref =
+      reference_product(dequantize_matrix(DType::Q4_K, tall.host, n, k), x, rows_m, n, k);
   EXPECT_LT(normalized_error(got, ref), 1e-2);
-  for (int r = 0; r < kM; ++r) {
+  for (int r = 0; r < rows_m; ++r) {
     const std::vector<float> row(x.begin() + (size_t)r * k, x.begin() + (size_t)(r + 1) * k);
     QuantizedRows alone(row, 1, k, stream.get());
     DeviceBuffer<float> one(std::vector<float>((size_t)n, NAN));
@@ -191,6 +191,42 @@ TEST(Q4kRowsFusedGpu, TwoRowsEqualOneRowCalls) {
     EXPECT_TRUE(same_bits(one.download(), got.data() + (size_t)r * n, (size_t)n))
         << "tall matrix, row " << r;
   }
+}
+
+TEST(Q4kRowsFusedGpu, SeveralRowsEqualOneRowCalls) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  for (int m = 2; m <= cuda::kQ4kRowsMaxM; ++m) {
+    SCOPED_TRACE("rows " + std::to_string(m));
+    expect_rows_equal_one_row_calls(m);
+  }
+}
+
+// Which products take the rows kernels: any supported matrix at one or two rows; at three or
+// four only a small one (a 1.5B model's 8960 x 1536 gate: 7.7 MB), not a large one (an 8B
+// model's 14336 x 4096 gate: 33 MB); never five rows.
+TEST(Q4kRowsFusedGpu, RowsKernelsTakeFewRowsOfSmallMatrices) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  alignas(16) static uint8_t bytes[16];
+  auto q4k = [&](int64_t rows, int64_t cols) {
+    WeightView w;
+    w.type = DType::Q4_K, w.rows = rows, w.cols = cols, w.data = bytes;
+    w.row_bytes = dtype_row_bytes(DType::Q4_K, cols);
+    return w;
+  };
+  const WeightView small = q4k(8960, 1536), large = q4k(14336, 4096);
+  ASSERT_LE(small.rows * (int64_t)small.row_bytes,
+            cuda::kQ4kRowsFewBytesPerSm * cuda::device_multiprocessors())
+      << "a GPU of fewer multiprocessors than this test assumes";
+  for (int m = 1; m <= 2; ++m) {
+    EXPECT_TRUE(cuda::q4k_rows_take(small, m)) << m;
+    EXPECT_TRUE(cuda::q4k_rows_take(large, m)) << m;
+  }
+  for (int m = 3; m <= 4; ++m) {
+    EXPECT_TRUE(cuda::q4k_rows_take(small, m)) << m;
+    EXPECT_FALSE(cuda::q4k_rows_take(large, m)) << m;
+  }
+  EXPECT_FALSE(cuda::q4k_rows_take(small, 5));
+  EXPECT_FALSE(cuda::q4k_rows_take(small, 0));
 }
 
 TEST(Q4kRowsFusedGpu, GluSupportNeedsOneShapeOfQ4K) {

@@ -60,12 +60,13 @@ double product_error(const Q6KWeights& w, uint32_t seed, cudaStream_t stream) {
 // With 67 rows (few warps, so the team stays at its widest): K = 256 takes teams of 2 lanes
 // (16 rows per warp), 1536 and 2048 teams of 16 (2 rows per warp, one half-unit of 128
 // values per lane, some lanes idle at 1536), 4352, 8960 and 14336 a warp per row with 1-2,
-// 2-3 and 3-4 half-units per lane. 67 rows leave the last warp short of rows, and the matrix
-// mostly ends inside a 16-byte piece (the last bytes are staged by 2-byte loads).
+// 2-3 and 3-4 half-units per lane, 49152 (the widest it takes) with 12. 67 rows leave the
+// last warp short of rows, and the matrix mostly ends inside a 16-byte piece (the last bytes
+// are staged by 2-byte loads).
 TEST(Q6KRowsProduct, MatchesReference) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   const int64_t n = 67;
-  for (int64_t k : {256, 1536, 2048, 4352, 8960, 14336}) {
+  for (int64_t k : {256, 1536, 2048, 4352, 8960, 14336, 49152}) {
     const Q6KWeights w(n, k, 606u + (uint32_t)k);
     ASSERT_TRUE(cuda::q6k_rows_supported(w.view)) << "K=" << k;
     const double err = product_error(w, 17u + (uint32_t)k, nullptr);
