@@ -128,7 +128,9 @@ std::vector<float> multiply_rows(const Q6KWeights& w, const std::vector<float>& 
 // A decode step of a few sequences (2 .. kQ6kRowsMaxM): each row of the call is within the int8
 // bound of the double product and is the very bits a one-row call gives for that row (the rows
 // beside it change nothing). Shapes of a 1.5B model's output head (tall, narrow teams), its down
-// product (K = 8960, a warp per row) and a 4096-wide projection.
+// product (K = 8960, a warp per row) and a 4096-wide projection; at one row the last two take
+// the kernel whose warps share the activations in shared memory, at two the one whose warps
+// each read them: the same bits either way.
 TEST(Q6KRowsProduct, ManyRowsEqualOneRowCalls) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   cuda::Stream stream;
