@@ -35,6 +35,7 @@
 
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul_q6k_rows.h"
@@ -205,20 +206,11 @@ template <int kM>
 void launch(const WeightView& w, const int8_t* xq, const float2* xs, float* y, int team,
             cudaStream_t stream) {
   const int64_t rows = 32 / team;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3((unsigned)((w.rows + rows - 1) / rows));
-  config.blockDim = dim3(32);
-  config.dynamicSmemBytes = (size_t)slot_bytes_for(team, w.row_bytes);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = stream != nullptr ? 1 : 0;  // not on the legacy default stream
-  HABLAR_CUDA_CHECK(cudaLaunchKernelEx(
-      &config, q6k_rows_kernel<kM>, static_cast<const uint8_t*>(w.data), w.row_bytes, (int)w.rows,
-      (int)(w.cols / kValuesPerHalfUnit), team, xq, reinterpret_cast<const float4*>(xs), y));
-  HABLAR_CUDA_CHECK_LAUNCH();
+  launch_dependent(q6k_rows_kernel<kM>, dim3((unsigned)((w.rows + rows - 1) / rows)), dim3(32),
+                   (size_t)slot_bytes_for(team, w.row_bytes), stream,
+                   static_cast<const uint8_t*>(w.data), w.row_bytes, (int)w.rows,
+                   (int)(w.cols / kValuesPerHalfUnit), team, xq,
+                   reinterpret_cast<const float4*>(xs), y);
 }
 
 // Warps per block of the shared-x kernel for w (0: none fits): up to kSharedXMaxWarps, as
@@ -244,20 +236,9 @@ void launch_shared_x(const WeightView& w, const int8_t* xq, const float2* xs, fl
   const size_t smem = (size_t)half_units * kXUnitBytes + (size_t)warps * slot;
   HABLAR_CUDA_CHECK(cudaFuncSetAttribute(q6k_rows_shared_x_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3((unsigned)((w.rows + warps - 1) / warps));
-  config.blockDim = dim3(32 * warps);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = stream != nullptr ? 1 : 0;  // not on the legacy default stream
-  HABLAR_CUDA_CHECK(cudaLaunchKernelEx(
-      &config, q6k_rows_shared_x_kernel, static_cast<const uint8_t*>(w.data), w.row_bytes,
-      (int)w.rows, half_units, slot, xq, reinterpret_cast<const float4*>(xs), y));
-  HABLAR_CUDA_CHECK_LAUNCH();
+  launch_dependent(q6k_rows_shared_x_kernel, dim3((unsigned)((w.rows + warps - 1) / warps)),
+                   dim3(32 * warps), smem, stream, static_cast<const uint8_t*>(w.data), w.row_bytes,
+                   (int)w.rows, half_units, slot, xq, reinterpret_cast<const float4*>(xs), y);
 }
 
 // The instantiation for m rows (1..kQ6kRowsMaxM).
