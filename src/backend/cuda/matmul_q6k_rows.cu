@@ -224,7 +224,7 @@ int shared_x_warps(const WeightView& w) {
     return bytes;
   }();
   const int64_t x_bytes = w.cols / kValuesPerHalfUnit * kXUnitBytes;
-  const int64_t room = std::min<int64_t>(optin, optin / 2 + 1024) - x_bytes - 1024;
+  const int64_t room = optin / 2 - x_bytes;
   const int64_t warps = room / slot_bytes_for(32, w.row_bytes);
   return (int)std::clamp<int64_t>(warps, 0, kSharedXMaxWarps);
 }
