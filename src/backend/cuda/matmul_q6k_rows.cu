@@ -60,17 +60,28 @@ struct UnitX {
   int codes[32];
   float2 scales[4];
 };
-__device__ __forceinline__ void load_unit_x(const int8_t* xq, const float4* xs, int h, UnitX& x) {
-  const int4* codes = reinterpret_cast<const int4*>(xq + (size_t)kValuesPerHalfUnit * h);
+// From codes (8 int4) and pairs (2 float4) in global memory (through the read-only cache) or
+// in shared memory.
+template <bool kGlobal, typename T>
+__device__ __forceinline__ T load_x_word(const T* p) {
+  if constexpr (kGlobal) return __ldg(p);
+  return *p;
+}
+template <bool kGlobal>
+__device__ __forceinline__ void unpack_unit_x(const int4* codes, const float4* pairs, UnitX& x) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const int4 v = __ldg(codes + i);
+    const int4 v = load_x_word<kGlobal>(codes + i);
     x.codes[4 * i] = v.x, x.codes[4 * i + 1] = v.y, x.codes[4 * i + 2] = v.z;
     x.codes[4 * i + 3] = v.w;
   }
-  const float4 s01 = __ldg(xs + 2 * h), s23 = __ldg(xs + 2 * h + 1);
+  const float4 s01 = load_x_word<kGlobal>(pairs), s23 = load_x_word<kGlobal>(pairs + 1);
   x.scales[0] = make_float2(s01.x, s01.y), x.scales[1] = make_float2(s01.z, s01.w);
   x.scales[2] = make_float2(s23.x, s23.y), x.scales[3] = make_float2(s23.z, s23.w);
+}
+__device__ __forceinline__ void load_unit_x(const int8_t* xq, const float4* xs, int h, UnitX& x) {
+  unpack_unit_x<true>(reinterpret_cast<const int4*>(xq + (size_t)kValuesPerHalfUnit * h),
+                      xs + 2 * h, x);
 }
 
 // Grid: one warp per block, 32 / team consecutive rows per warp, staged in slot_bytes of
@@ -130,17 +141,8 @@ constexpr int kXUnitBytes = 176;
 constexpr int kSharedXMaxWarps = 8;
 
 __device__ __forceinline__ void load_unit_x_shared(const uint8_t* x_unit, UnitX& x) {
-  const int4* codes = reinterpret_cast<const int4*>(x_unit);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int4 v = codes[i];
-    x.codes[4 * i] = v.x, x.codes[4 * i + 1] = v.y, x.codes[4 * i + 2] = v.z;
-    x.codes[4 * i + 3] = v.w;
-  }
-  const float4* pairs = reinterpret_cast<const float4*>(x_unit + kValuesPerHalfUnit);
-  const float4 s01 = pairs[0], s23 = pairs[1];
-  x.scales[0] = make_float2(s01.x, s01.y), x.scales[1] = make_float2(s01.z, s01.w);
-  x.scales[2] = make_float2(s23.x, s23.y), x.scales[3] = make_float2(s23.z, s23.w);
+  unpack_unit_x<false>(reinterpret_cast<const int4*>(x_unit),
+                       reinterpret_cast<const float4*>(x_unit + kValuesPerHalfUnit), x);
 }
 
 // Grid: one warp per row, `warps` rows per block; dynamic shared memory: x (half_units *

@@ -36,29 +36,11 @@ struct Block32Code {
   float d;
   int sum;
 };
-__device__ __forceinline__ Block32Code quantize_block32_code(float v) {
-  float amax = fabsf(v);
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float d = amax / 127.0f;
-  const int q = d > 0.0f ? __float2int_rn(v / d) : 0;
-  int sum = q;
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  return {q, d, sum};
-}
-
-// The same with its code to *code, and lane 0 writing (d, d * sum of the codes) to *scales.
-__device__ __forceinline__ void quantize_block32(float v, int lane, int8_t* code, float2* scales) {
-  const Block32Code c = quantize_block32_code(v);
-  *code = (int8_t)c.q;
-  if (lane == 0) *scales = make_float2(c.d, c.d * (float)c.sum);
-}
 
 // kN blocks at once, block j's value of this lane in v[j] (warp-uniform control flow, as
-// above): the same codes, d and sums as kN quantize_block32_code calls, with each reduction
-// step's kN shuffles issued together. One call after another would wait out a chain of ten
-// dependent shuffles per block (a 4096-wide row on 256 threads: 16 blocks a warp, ~3 us).
+// above): each reduction step's kN shuffles are issued together. One block after another
+// would wait out a chain of ten dependent shuffles each (a 4096-wide row on 256 threads: 16
+// blocks a warp, ~3 us).
 template <int kN>
 __device__ __forceinline__ void quantize_blocks32_code(const float (&v)[kN], int (&q)[kN],
                                                        float (&d)[kN], int (&sum)[kN]) {
@@ -80,6 +62,22 @@ __device__ __forceinline__ void quantize_blocks32_code(const float (&v)[kN], int
   for (int off = 16; off > 0; off /= 2)
 #pragma unroll
     for (int j = 0; j < kN; ++j) sum[j] += __shfl_xor_sync(0xffffffffu, sum[j], off);
+}
+
+// One block: value v of each lane.
+__device__ __forceinline__ Block32Code quantize_block32_code(float v) {
+  const float values[1] = {v};
+  int q[1], sum[1];
+  float d[1];
+  quantize_blocks32_code<1>(values, q, d, sum);
+  return {q[0], d[0], sum[0]};
+}
+
+// The same with its code to *code, and lane 0 writing (d, d * sum of the codes) to *scales.
+__device__ __forceinline__ void quantize_block32(float v, int lane, int8_t* code, float2* scales) {
+  const Block32Code c = quantize_block32_code(v);
+  *code = (int8_t)c.q;
+  if (lane == 0) *scales = make_float2(c.d, c.d * (float)c.sum);
 }
 
 // Unsigned bytes of a times signed bytes of b, summed into c.
