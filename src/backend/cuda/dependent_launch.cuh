@@ -2,7 +2,8 @@
 // already launched and resident when the one before it on the stream ends, instead of paying
 // the launch after it: a dependent kernel is launched with launch_dependent(); in it, every
 // thread calls wait_for_previous_kernel() before it reads anything the kernel before wrote
-// (which also makes its own end imply the end of every kernel before it), and
+// (which also makes its own end imply the end of every kernel before it), reads it with
+// load_produced() or plain loads, never through the non-coherent path, and
 // allow_next_kernel_to_start() lets the kernel after it launch.
 //
 // The step's kernels that read their inputs at once call both at their start, wait first
@@ -27,6 +28,18 @@ __device__ __forceinline__ void allow_next_kernel_to_start() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
+}
+
+// A load of what an earlier kernel of the step wrote, in a dependent kernel. Such a kernel
+// overlaps the one before it, so that data is not read-only for its lifetime, as the
+// non-coherent path assumes (ld.global.nc: __ldg, or loads through a const __restrict__
+// pointer, which the compiler may turn into it): ptxas moves non-coherent loads above
+// griddepcontrol.wait (seen in SASS: the looping Q4_K kernel read its activations before the
+// quantizer had written them, and greedy outputs varied run to run). An L2-coherent load
+// (ld.global.cg) stays after the wait. Weights and tables that no kernel writes keep __ldg.
+template <typename T>
+__device__ __forceinline__ T load_produced(const T* p) {
+  return __ldcg(p);
 }
 
 __device__ __forceinline__ void begin_dependent_kernel() {

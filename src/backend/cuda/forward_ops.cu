@@ -118,8 +118,8 @@ int row_work_blocks(const RowWorkBatch& batch, int head_dim, int half) {
 }
 
 // out[r] = x[rows[r]], rows of `width` floats.
-__global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows,
-                                   int width, float* out) {
+__global__ void gather_rows_kernel(const float* x, const int32_t* __restrict__ rows, int width,
+                                   float* out) {
   begin_dependent_kernel();
   const float* src = x + (size_t)rows[blockIdx.x] * width;
   float* dst = out + (size_t)blockIdx.x * width;

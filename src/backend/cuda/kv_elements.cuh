@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/dependent_launch.cuh"
 #include "core/kv_layout.h"
 
 namespace hablar::cuda {
@@ -143,7 +144,7 @@ __device__ __forceinline__ uint4 kv_load8(const uint16_t* row, int dim) {
   if constexpr (kElem == KvElem::kQ8_0) {
     return kv_q8_load8(row, dim);
   } else {
-    return __ldg(reinterpret_cast<const uint4*>(row + dim));
+    return load_produced(reinterpret_cast<const uint4*>(row + dim));  // this step's rows too
   }
 }
 

@@ -44,8 +44,8 @@ __global__ void __launch_bounds__(kGemvThreads)
 // About 1.5 instructions per weight instead of about 8 on the f32 path, which is
 // instruction-bound for 4-bit weights.
 
-__global__ void quantize_x_q8_kernel(const float* __restrict__ x, int64_t n_blocks,
-                                     int8_t* __restrict__ xq, float2* __restrict__ xs) {
+__global__ void quantize_x_q8_kernel(const float* x, int64_t n_blocks, int8_t* __restrict__ xq,
+                                     float2* __restrict__ xs) {
   begin_dependent_kernel();
   const int64_t block = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;

@@ -60,11 +60,11 @@ struct UnitX {
   int codes[32];
   float2 scales[4];
 };
-// From codes (8 int4) and pairs (2 float4) in global memory (through the read-only cache) or
-// in shared memory.
+// From codes (8 int4) and pairs (2 float4) in global memory (written by the kernel before:
+// load_produced) or in shared memory.
 template <bool kGlobal, typename T>
 __device__ __forceinline__ T load_x_word(const T* p) {
-  if constexpr (kGlobal) return __ldg(p);
+  if constexpr (kGlobal) return q4k_chunk::load_produced(p);
   return *p;
 }
 template <bool kGlobal>

@@ -20,8 +20,8 @@ namespace {
 
 constexpr int kRowThreads = 256;
 
-__global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight,
-                                float* out, int dim, float eps) {
+__global__ void rms_norm_kernel(const float* x, const float* __restrict__ weight, float* out,
+                                int dim, float eps) {
   begin_dependent_kernel();
   using Reduce = cub::BlockReduce<float, kRowThreads>;
   __shared__ typename Reduce::TempStorage temp;
@@ -38,9 +38,8 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
 
 // rms_norm_kernel over x + y, with x + y stored back into x: each thread touches the same
 // indices in both passes, so the values and the sum are those of add_kernel + rms_norm_kernel.
-__global__ void add_rms_norm_kernel(float* x, const float* __restrict__ y,
-                                    const float* __restrict__ weight, float* out, int dim,
-                                    float eps) {
+__global__ void add_rms_norm_kernel(float* x, const float* y, const float* __restrict__ weight,
+                                    float* out, int dim, float eps) {
   begin_dependent_kernel();
   using Reduce = cub::BlockReduce<float, kRowThreads>;
   __shared__ typename Reduce::TempStorage temp;
@@ -107,9 +106,9 @@ __device__ __forceinline__ float norm_row_in_registers(float* row, const float* 
 }
 
 template <int kPer>
-__global__ void rms_norm_q8_kernel(float* x, const float* __restrict__ y,
-                                   const float* __restrict__ weight, float* out, int dim, float eps,
-                                   int8_t* __restrict__ codes, float2* __restrict__ scales) {
+__global__ void rms_norm_q8_kernel(float* x, const float* y, const float* __restrict__ weight,
+                                   float* out, int dim, float eps, int8_t* __restrict__ codes,
+                                   float2* __restrict__ scales) {
   begin_dependent_kernel();
   using Reduce = cub::BlockReduce<float, kRowThreads>;
   __shared__ typename Reduce::TempStorage temp;
@@ -145,9 +144,8 @@ __global__ void rms_norm_q8_kernel(float* x, const float* __restrict__ y,
 // (convert_rows_to_f16's values and scale: matmul_f16.h): a second reduction for the row's
 // largest magnitude, then each value times 2^(15 - e) at its stored position.
 template <int kPer>
-__global__ void rms_norm_f16_kernel(float* x, const float* __restrict__ y,
-                                    const float* __restrict__ weight, float* out, int dim,
-                                    float eps, uint16_t* __restrict__ values,
+__global__ void rms_norm_f16_kernel(float* x, const float* y, const float* __restrict__ weight,
+                                    float* out, int dim, float eps, uint16_t* __restrict__ values,
                                     float* __restrict__ out_scales) {
   begin_dependent_kernel();
   using Reduce = cub::BlockReduce<float, kRowThreads>;
@@ -186,9 +184,9 @@ __global__ void rms_norm_f16_kernel(float* x, const float* __restrict__ y,
 // The same norm, its output also written as bf16 rows ([rows][dim], round to nearest even)
 // for the products over kept bf16 copies of W (matmul.h: PrefillMatmul::multiply_kept).
 template <int kPer>
-__global__ void rms_norm_bf16_kernel(float* x, const float* __restrict__ y,
-                                     const float* __restrict__ weight, float* out, int dim,
-                                     float eps, __nv_bfloat16* __restrict__ values) {
+__global__ void rms_norm_bf16_kernel(float* x, const float* y, const float* __restrict__ weight,
+                                     float* out, int dim, float eps,
+                                     __nv_bfloat16* __restrict__ values) {
   begin_dependent_kernel();
   using Reduce = cub::BlockReduce<float, kRowThreads>;
   __shared__ typename Reduce::TempStorage temp;

@@ -26,6 +26,7 @@ constexpr int kSuperBlockBytes = sizeof(BlockQ4_K);  // 144
 static_assert(kSuperBlockBytes == 144, "Q4_K super-block layout");
 
 using cuda::allow_next_kernel_to_start;  // dependent_launch.cuh
+using cuda::load_produced;
 using cuda::wait_for_previous_kernel;
 
 // One block of 32 activations, value v of each lane of the warp (every lane calls it, in
@@ -145,7 +146,8 @@ struct ChunkX {
 };
 __device__ __forceinline__ ChunkX load_x(const int8_t* xq, const float4* xs, int c) {
   const int4* xv = reinterpret_cast<const int4*>(xq + (size_t)64 * c);
-  return {__ldg(xv), __ldg(xv + 1), __ldg(xv + 2), __ldg(xv + 3), __ldg(xs + c)};
+  return {load_produced(xv), load_produced(xv + 1), load_produced(xv + 2), load_produced(xv + 3),
+          load_produced(xs + c)};
 }
 
 }  // namespace hablar::cuda::q4k_chunk
