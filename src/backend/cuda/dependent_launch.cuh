@@ -30,16 +30,27 @@ __device__ __forceinline__ void allow_next_kernel_to_start() {
 #endif
 }
 
-// A load of what an earlier kernel of the step wrote, in a dependent kernel. Such a kernel
-// overlaps the one before it, so that data is not read-only for its lifetime, as the
+// A 16-byte load of what an earlier kernel of the step wrote, in a dependent kernel. Such a
+// kernel overlaps the one before it, so that data is not read-only for its lifetime, as the
 // non-coherent path assumes (ld.global.nc: __ldg, or loads through a const __restrict__
 // pointer, which the compiler may turn into it): ptxas moves non-coherent loads above
 // griddepcontrol.wait (seen in SASS: the looping Q4_K kernel read its activations before the
-// quantizer had written them, and greedy outputs varied run to run). An L2-coherent load
-// (ld.global.cg) stays after the wait. Weights and tables that no kernel writes keep __ldg.
+// quantizer had written them, and greedy outputs varied run to run). A plain (weak) global
+// load stays after the wait, which makes the writes of the kernels before visible to it;
+// written out here so that no __restrict__ turns it non-coherent, and volatile so that the
+// compiler keeps it after the wait. (ld.global.cg stays after the wait too, but as a strong
+// load it halved the one-token products' speed.) Weights and tables that no kernel writes
+// keep __ldg.
 template <typename T>
 __device__ __forceinline__ T load_produced(const T* p) {
-  return __ldcg(p);
+  static_assert(sizeof(T) == 16 && alignof(T) >= 16, "16-byte vectors");
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  T out;
+  memcpy(&out, &v, sizeof(T));
+  return out;
 }
 
 __device__ __forceinline__ void begin_dependent_kernel() {
