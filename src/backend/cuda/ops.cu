@@ -20,6 +20,8 @@ namespace {
 
 constexpr int kRowThreads = 256;
 
+// The norms' inputs x and y are the outputs of the kernels before them: no __restrict__, so
+// that their loads stay coherent and after the wait (dependent_launch.cuh: load_produced).
 __global__ void rms_norm_kernel(const float* x, const float* __restrict__ weight, float* out,
                                 int dim, float eps) {
   begin_dependent_kernel();
