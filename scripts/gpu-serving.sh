@@ -2,11 +2,15 @@
 # GPU serving checks on a CUDA machine (the `device` tool), with binaries built here.
 #
 #   scripts/gpu-serving.sh pack          build hablar and the GPU test binaries here and pack
-#                                        them, the shared libraries a bare GPU machine lacks
-#                                        and the test vocabulary into .gpu/bin.tar.xz, and the
+#                                        hablar, the host twins, the shared libraries a bare
+#                                        GPU machine lacks and the test vocabulary into
+#                                        .gpu/bin.tar.xz, the rest into .gpu/tests1.tar.xz
+#                                        (kernel tests, cuda_bench), tests2.tar.xz (engine and
+#                                        embedding tests) and tests3.tar.xz (parity), and the
 #                                        real models into .gpu/<model>.partN (ignored by git;
 #                                        each call of the device tool carries at most 64 MiB,
-#                                        so SmolLM2 travels in four pieces (three calls) beside the binaries, Gemma 3 in five)
+#                                        the tree included: bin.tar.xz beside one tests archive
+#                                        a call; SmolLM2 travels in four pieces, Gemma 3 in five)
 #   scripts/gpu-serving.sh pack-site     the client libraries the server suite imports (.whl's,
 #                                        plus langchain_openai, litellm and their dependencies),
 #                                        for the GPU machine's Python 3.12, installed into a
@@ -17,7 +21,9 @@
 #   scripts/gpu-serving.sh tests         on the GPU machine: the CUDA kernel tests, the engine
 #                                        over the CUDA executor, GPU-vs-CPU parity in both
 #                                        modes (PARITY_FILTER: a gtest filter; REFERENCE=1: the
-#                                        float32 reference comparison too)
+#                                        float32 reference comparison too); each binary of the
+#                                        tests archives carried in this call (others are named
+#                                        as not carried)
 #   scripts/gpu-serving.sh embed         on the GPU machine: gpu_embed_tests (CUDA embeddings
 #                                        against the CPU's) and BERT-base embedding throughput
 #                                        (also part of `tests`)
@@ -55,7 +61,12 @@ pack() {
   done | sort -u | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
   cp "$root"/../shared/testdata/vocab/ggml-vocab-{llama-spm,starcoder,phi-3}.gguf "$stage/testdata/vocab/"
   cp -r "$root/../shared/testdata/chat-templates" "$stage/testdata/"
-  tar cJf "$root/.gpu/bin.tar.xz" -C "$stage" bin lib testdata
+  rm -f "$root"/.gpu/tests*.tar.xz
+  tar cf - -C "$stage" bin/cuda_kernel_tests bin/cuda_bench | xz -T2 >"$root/.gpu/tests1.tar.xz"
+  tar cf - -C "$stage" bin/engine_model_tests bin/gpu_embed_tests | xz -T2 >"$root/.gpu/tests2.tar.xz"
+  tar cf - -C "$stage" bin/gpu_parity_tests | xz -T2 >"$root/.gpu/tests3.tar.xz"
+  tar cf - -C "$stage" bin/hablar bin/cuda_cpu_rounding_host_tests bin/cuda_moe_host_twin_tests \
+    lib testdata | xz -T2 >"$root/.gpu/bin.tar.xz"
   rm -rf "$stage"
   local models=${HABLAR_HOME:-$HOME/.cache/hablar}/models
   rm -f "$root"/.gpu/{smollm2,gemma3}.part*
@@ -103,11 +114,22 @@ setup_env() {
   if [ -f "$root/.gpu/bin.tar.xz" ]; then
     rm -rf "$gpu" && mkdir -p "$gpu" && tar xJf "$root/.gpu/bin.tar.xz" -C "$gpu"
   fi
+  local archive
+  for archive in "$root"/.gpu/tests*.tar.xz; do
+    [ -f "$archive" ] && tar xJf "$archive" -C "$gpu"
+  done
   export LD_LIBRARY_PATH="$gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   export HABLAR_SOURCE_DIR=$root HABLAR_TESTDATA=$gpu/testdata HABLAR_HOME=/tmp/hablar-home
   mkdir -p /tmp/hablar-home/models
   assemble smollm2 4 SmolLM2-135M-Instruct.Q4_1.gguf
   assemble gemma3 5 gemma-3-270m-q4_k_m.gguf
+}
+
+# Whether this call carried test binary $1 (a tests archive of `pack`); says so when not.
+carried() {
+  [ -x "$gpu/bin/$1" ] && return 0
+  echo "$1: not carried in this call (.gpu/tests1..3.tar.xz)"
+  return 1
 }
 
 # The model file from its N pieces, once all of them have arrived.
@@ -120,15 +142,20 @@ assemble() {
 tests() {
   setup_env
   nvidia-smi -L
-  "$gpu/bin/cuda_kernel_tests" >"$log/kernel_tests.txt" 2>&1
-  tail -3 "$log/kernel_tests.txt"
   # The host twins on this machine's CPU too: the deterministic mode follows the host's libm.
   for t in cuda_cpu_rounding_host_tests cuda_moe_host_twin_tests; do
     [ -x "$gpu/bin/$t" ] && "$gpu/bin/$t" 2>&1 | tail -1
   done
-  "$gpu/bin/engine_model_tests" >"$log/engine_model_tests.txt" 2>&1
-  tail -3 "$log/engine_model_tests.txt"
-  embed_checks
+  if carried cuda_kernel_tests; then
+    "$gpu/bin/cuda_kernel_tests" >"$log/kernel_tests.txt" 2>&1
+    tail -3 "$log/kernel_tests.txt"
+  fi
+  if carried engine_model_tests; then
+    "$gpu/bin/engine_model_tests" >"$log/engine_model_tests.txt" 2>&1
+    tail -3 "$log/engine_model_tests.txt"
+  fi
+  carried gpu_embed_tests && embed_checks
+  carried gpu_parity_tests || return 0
   HABLAR_PARITY_DUMP=/tmp/parity "$gpu/bin/gpu_parity_tests" --gtest_filter="${PARITY_FILTER:-*}" 2>&1 |
     tee "$log/gpu_parity.txt" | grep -E "GPU \(|smollm2|gemma3|concurrent|FAILED|PASSED|Failure" |
     head -120
@@ -235,9 +262,9 @@ case "$mode" in
   model-part) mkdir -p /tmp/hablar-model && cp "$root/.gpu/$2.part$3" /tmp/hablar-model/ &&
     ls -la /tmp/hablar-model ;;
   tests) tests ;;
-  embed) setup_env; embed_checks ;;
+  embed) setup_env && carried gpu_embed_tests && embed_checks ;;
   report) report ;;
   server) server ;;
   grammar-speed) grammar_speed ;;
-  *) sed -n 2,20p "$0"; exit 2 ;;
+  *) sed -n 2,25p "$0"; exit 2 ;;
 esac
