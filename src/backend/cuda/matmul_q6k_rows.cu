@@ -46,9 +46,6 @@
 namespace hablar::cuda {
 namespace {
 
-using q4k_chunk::allow_next_kernel_to_start;
-using q4k_chunk::wait_for_previous_kernel;
-
 static_assert(sizeof(BlockQ6_K) == q6k::kBlockBytes, "Q6_K super-block layout");
 
 constexpr int kSmemPerBlock = 48 * 1024;  // what a block gets without opting in
@@ -64,7 +61,7 @@ struct UnitX {
 // load_produced) or in shared memory.
 template <bool kGlobal, typename T>
 __device__ __forceinline__ T load_x_word(const T* p) {
-  if constexpr (kGlobal) return q4k_chunk::load_produced(p);
+  if constexpr (kGlobal) return load_produced(p);
   return *p;
 }
 template <bool kGlobal>
