@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/lt_gemm.h"
 #include "core/tensor_view.h"
 
 namespace hablar::cuda {
@@ -69,6 +70,12 @@ void dequantize_to_bf16(const WeightView& w, uint16_t* out, cudaStream_t stream)
 // f32 -> bf16 (round to nearest even) of n values.
 void convert_f32_to_bf16(const float* in, uint16_t* out, int64_t n, cudaStream_t stream);
 
+// Rows of e4m3 codes with a scale per row (fp8_rows.h): x [m][k] bf16 bits -> codes [m][k],
+// scales [m]; k a multiple of 8. One block per row reads it twice (its largest magnitude,
+// then the codes).
+void quantize_rows_fp8(const uint16_t* x_bf16, int64_t m, int64_t k, uint8_t* codes, float* scales,
+                       cudaStream_t stream);
+
 // The fewest rows at which a product whose W has a kept bf16 copy (PrefillMatmul::keep_bf16)
 // multiplies that copy through cuBLAS rather than the quantized weights: from there the
 // tensor cores at full rate on 2-byte weights beat dequantizing in the product (measured on
@@ -93,6 +100,19 @@ class PrefillMatmul {
   void keep_bf16(const WeightView& w, cudaStream_t stream);
   size_t kept_bytes() const { return kept_bytes_; }
   bool keeps(const WeightView& w) const;
+
+  // Makes an fp8 copy of W instead (e4m3 with a scale per row, fp8_rows.h: 1 byte per weight)
+  // where cublasLt has FP8 products of W's shape; false (nothing kept) where it has not. The
+  // products over it (run, multiply_kept*) quantize their bf16 input rows the same way and
+  // multiply on the FP8 tensor cores: twice the bf16 rate on half the weight bytes, at a
+  // relative error of up to 2^-4 in each operand (docs/PERFORMANCE.md: what it costs in
+  // agreement with the CPU).
+  bool keep_fp8(const WeightView& w, cudaStream_t stream);
+  bool keeps_fp8(const WeightView& w) const;
+  // The fp8 input rows of the products over fp8 copies, for up to max_rows rows of up to
+  // max_cols values: reserved before any such product, which then allocates nothing (so it
+  // can be captured in a graph). run() reserves what it needs itself.
+  void reserve_fp8_rows(int64_t max_rows, int64_t max_cols);
   // y = x · Wᵀ over W's kept copy (keeps(w)) and x already in bf16 ([M][K]): one cuBLAS GEMM,
   // no scratch, so it can be captured in a CUDA graph.
   void multiply_kept(const WeightView& w, const uint16_t* x_bf16, int m, float* y,
@@ -112,13 +132,25 @@ class PrefillMatmul {
   // y (f32 or bf16, cudaDataType y_type) = x · Wᵀ over bf16 W [N][K] and x [M][K].
   void gemm_bf16_to(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n, int64_t k, int m,
                     void* y, int y_type, cudaStream_t stream);
+  struct KeptCopy {
+    DeviceMemory data;    // [rows][cols]: bf16 bits, or e4m3 codes when fp8
+    DeviceMemory scales;  // fp8: f32 [rows]
+    int64_t rows = 0, cols = 0;
+    bool fp8 = false;
+  };
+  const KeptCopy& kept_copy(const WeightView& w, const char* what) const;
+  // x's rows quantized to e4m3 into fp8_rows_ (its codes; its scales at fp8_scales_offset()).
+  void quantize_input_fp8(const uint16_t* x_bf16, int m, int64_t k, cudaStream_t stream);
+  size_t fp8_scales_offset() const;
+  // y (f32, or bf16 when y_bf16) = x · Wᵀ over W's fp8 copy and x's rows as quantize_input_fp8
+  // left them.
+  void multiply_fp8(const KeptCopy& w, int m, void* y, bool y_bf16, cudaStream_t stream);
   CublasHandle handle_;
   int64_t growths_ = 0;
   DeviceMemory scratch_;
-  struct KeptCopy {
-    DeviceMemory bf16;  // [rows][cols]
-    int64_t rows = 0, cols = 0;
-  };
+  LtFp8Gemm fp8_gemm_;
+  DeviceMemory fp8_rows_;  // codes [rows][cols], then f32 scales [rows] at a 256-byte offset
+  int64_t fp8_max_rows_ = 0, fp8_max_cols_ = 0;
   std::unordered_map<const void*, KeptCopy> kept_;  // by W's data
   size_t kept_bytes_ = 0;
 };
