@@ -82,6 +82,13 @@ LtFp8Gemm::Plan* LtFp8Gemm::plan_for(const Key& key) {
               ok(lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb)) &&
               ok(lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer, sizeof outer)) &&
               ok(lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer, sizeof outer));
+  // The heuristic refuses outer-vector scales without pointers (CUBLAS_STATUS_INVALID_VALUE):
+  // the workspace stands in for them until run() sets each call's own.
+  const void* stand_in = workspace_.get();
+  made =
+      made &&
+      ok(lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &stand_in, sizeof stand_in)) &&
+      ok(lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &stand_in, sizeof stand_in));
   const cudaDataType y_type = y_bf16 ? CUDA_R_16BF : CUDA_R_32F;
   made = made && ok(lt.layout_create(&p.a, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)n, k)) &&
          ok(lt.layout_create(&p.b, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)m, k)) &&

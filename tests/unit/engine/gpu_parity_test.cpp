@@ -258,8 +258,9 @@ TEST_F(GpuParity, Fp8CopiesAgreeWithTheCpu) {
       o.kv_tokens = o.cuda.max_seq_len = 1024;
       o.cuda.fp8_weight_copies = fp8;
       auto gpu = make_executor(*m, o);
-      if (fp8)
+      if (fp8) {
         EXPECT_EQ(gpu->describe().find(", 0 of them fp8"), std::string::npos) << gpu->describe();
+      }
       const auto got = teacher_forced(*gpu, ids);
       Agreement a;
       for (size_t p = 0; p < ids.size(); ++p) {
