@@ -25,17 +25,17 @@ inline void add_cache_type_flags(CLI::App& app, std::string& k, std::string& v) 
       ->capture_default_str();
 }
 
-// --no-bf16-copies: the GPU keeps no copies of the weight matrices; --fp8-copies: it keeps
-// the layers' in fp8 instead of bf16.
+// --no-bf16-copies: the GPU keeps no copies of the weight matrices; --fp8-copies: it also keeps
+// the layers' in fp8 for prompt-sized steps.
 inline void add_weight_copy_flags(CLI::App& app, bool& no_copies, bool& fp8_copies) {
   app.add_flag("--no-bf16-copies", no_copies,
                "GPU: keep no bf16 copies of the weight matrices (2 bytes per weight, made where "
                "they take at most half of the memory left; prompts and steps of many sequences "
                "multiply them) and leave that memory to the KV cache");
   app.add_flag("--fp8-copies", fp8_copies,
-               "GPU: keep those copies of the layers' matrices in fp8 (e4m3, a scale per row) "
-               "instead of bf16: half the memory and about twice the tensor-core rate for prompts "
-               "and steps of many sequences, at an accuracy cost (their input rows are rounded "
+               "GPU: also keep fp8 copies of the layers' matrices (e4m3, a scale per row; one "
+               "more byte per weight), which steps of 1,024 rows or more (prompts) multiply on "
+               "the FP8 tensor cores: faster at an accuracy cost (their input rows are rounded "
                "to e4m3 too); the output head stays bf16");
 }
 

@@ -348,11 +348,11 @@ std::vector<WeightView> CudaExecutor::upload_experts(const std::vector<WeightVie
 // sequences) multiply copies of the dense matrices (the layers' and the output head) made once
 // here: dequantizing each matrix for every prompt chunk cost about a third of a prompt's time,
 // and at many rows cuBLAS on 2-byte weights beats dequantizing inside the product. bf16 by
-// default; with fp8_weight_copies the layers' matrices in fp8 (e4m3 with a scale per row: half
-// the bytes, twice the tensor-core rate, an accuracy cost), the output head still in bf16 (the
-// logits are what sampling reads). Only where the copies take at most half of what this
-// server's share leaves after the weights and step buffers (and of what is free beside a
-// cache of a given size), so the KV cache keeps most of the memory.
+// default; with fp8_weight_copies the layers' matrices also in fp8 (e4m3 with a scale per row,
+// one more byte per weight) for prompt-sized steps (cuda::kFp8MinRows rows: faster GEMMs at an
+// accuracy cost), the output head in bf16 only (the logits are what sampling reads). Only where the
+// copies take at most half of what this server's share leaves after the weights and step buffers
+// (and of what is free beside a cache of a given size), so the KV cache keeps most of the memory.
 void CudaExecutor::keep_bf16_weight_copies(const CudaExecutorOptions& o) {
   if (o.deterministic || !o.bf16_weight_copies || o.max_step_tokens < cuda::kept_bf16_min_rows() ||
       cuda::lab_knob("HABLAR_BF16_WEIGHT_COPIES", 1) == 0)
@@ -363,7 +363,7 @@ void CudaExecutor::keep_bf16_weight_copies(const CudaExecutorOptions& o) {
     if (w->data == nullptr || !cuda::cuda_supports_weight_type(w->type)) return;
     dense.push_back(w);
     if (fp8) in_fp8.push_back(w);
-    bytes += (size_t)w->rows * (size_t)w->cols * (fp8 ? 1 : sizeof(uint16_t));
+    bytes += (size_t)w->rows * (size_t)w->cols * (sizeof(uint16_t) + (fp8 ? 1 : 0));
   };
   for (const model::LayerWeights& l : weights_.layers)
     for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down,

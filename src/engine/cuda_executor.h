@@ -24,9 +24,9 @@ struct CudaExecutorOptions {
   // sequences) multiply bf16 copies of the dense matrices, kept on the device when they take
   // at most half of the memory left after weights and step buffers (--no-bf16-copies: off).
   bool bf16_weight_copies = true;
-  // Those copies of the layers' matrices in fp8 (e4m3, a scale per row) instead of bf16:
-  // half the memory and about twice the tensor-core rate for prompts and steps of many
-  // sequences, at an accuracy cost (docs/PERFORMANCE.md); the output head stays bf16.
+  // Fp8 copies of the layers' matrices (e4m3, a scale per row) beside the bf16 ones, which
+  // prompt-sized steps (cuda::kFp8MinRows rows and more) multiply on the FP8 tensor cores:
+  // faster GEMMs at an accuracy cost (docs/PERFORMANCE.md), one more byte per weight.
   bool fp8_weight_copies = false;
   // Embedding steps: device time per kind of op, printed to stderr when the executor goes
   // (`hablar embed --profile`; the events synchronize nothing but cost a little).

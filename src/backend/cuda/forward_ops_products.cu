@@ -69,9 +69,11 @@ void ForwardOps::reserve_f16_products(std::span<const WeightView* const> matrice
 void ForwardOps::keep_weight_copies(std::span<const WeightView* const> matrices,
                                     std::span<const WeightView* const> in_fp8) {
   int64_t widest = 0, widest_fp8 = 0;
+  buf_->prefill.set_fp8_min_rows(lab_knob("HABLAR_FP8_FROM", (int)kFp8MinRows));
   for (const WeightView* w : matrices) {
     const bool fp8 = std::find(in_fp8.begin(), in_fp8.end(), w) != in_fp8.end() &&
-                     buf_->prefill.keep_fp8(*w, stream_);
+                     limits_.max_tokens >= buf_->prefill.fp8_min_rows() &&
+                     buf_->prefill.keep_fp8(*w, stream_);  // the bf16 copy too
     if (!fp8) buf_->prefill.keep_bf16(*w, stream_);
     kept_fp8_count_ += fp8 ? 1 : 0;
     widest = std::max(widest, w->cols);

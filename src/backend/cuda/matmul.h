@@ -29,6 +29,8 @@ inline constexpr int kFusedMatmulMaxRows = 256;
 // Default of kept_bf16_min_rows() (below).
 inline constexpr int kKeptBf16MinRows = 17;
 inline constexpr int kGemvMaxRows = 8;
+// Default of PrefillMatmul::fp8_min_rows(): prompt-sized steps.
+inline constexpr int64_t kFp8MinRows = 1024;
 
 bool cuda_supports_weight_type(DType type);
 // Throws unless W's type has a CUDA kernel and its shape and row bytes are consistent.
@@ -101,14 +103,18 @@ class PrefillMatmul {
   size_t kept_bytes() const { return kept_bytes_; }
   bool keeps(const WeightView& w) const;
 
-  // Makes an fp8 copy of W instead (e4m3 with a scale per row, fp8_rows.h: 1 byte per weight)
-  // where cublasLt has FP8 products of W's shape; false (nothing kept) where it has not. The
-  // products over it (run, multiply_kept*) quantize their bf16 input rows the same way and
-  // multiply on the FP8 tensor cores: twice the bf16 rate on half the weight bytes, at a
-  // relative error of up to 2^-4 in each operand (docs/PERFORMANCE.md: what it costs in
-  // agreement with the CPU).
+  // Adds an fp8 copy of W to its kept bf16 copy (made first where there is none): e4m3 with a
+  // scale per row (fp8_rows.h), 1 byte per weight, where cublasLt has FP8 products of W's
+  // shape; false (only the bf16 copy kept) where it has not. Products of fp8_min_rows() rows
+  // or more over it (run, multiply_kept*) quantize their bf16 input rows the same way and
+  // multiply on the FP8 tensor cores (at 2,048 rows 1.2-1.5x the bf16 GEMM's rate on the
+  // 1.5B shape's wide matrices); fewer rows multiply the bf16 copy, where the input's
+  // quantization launch and the FP8 kernel's outer-vector epilogue cost more than they save
+  // (docs/PERFORMANCE.md). e4m3 rounds each operand by up to 2^-4.
   bool keep_fp8(const WeightView& w, cudaStream_t stream);
   bool keeps_fp8(const WeightView& w) const;
+  void set_fp8_min_rows(int64_t rows) { fp8_min_rows_ = rows; }
+  int64_t fp8_min_rows() const { return fp8_min_rows_; }
   // The fp8 input rows of the products over fp8 copies, for up to max_rows rows of up to
   // max_cols values: reserved before any such product, which then allocates nothing (so it
   // can be captured in a graph). run() reserves what it needs itself.
@@ -133,11 +139,15 @@ class PrefillMatmul {
   void gemm_bf16_to(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n, int64_t k, int m,
                     void* y, int y_type, cudaStream_t stream);
   struct KeptCopy {
-    DeviceMemory data;    // [rows][cols]: bf16 bits, or e4m3 codes when fp8
-    DeviceMemory scales;  // fp8: f32 [rows]
+    DeviceMemory bf16;        // [rows][cols] bf16 bits
+    DeviceMemory fp8;         // [rows][cols] e4m3 codes, or none
+    DeviceMemory fp8_scales;  // f32 [rows]
     int64_t rows = 0, cols = 0;
-    bool fp8 = false;
   };
+  // Whether a product of m rows over this copy takes its fp8 form.
+  bool fp8_at(const KeptCopy& c, int m) const {
+    return c.fp8.get() != nullptr && m >= fp8_min_rows_;
+  }
   const KeptCopy& kept_copy(const WeightView& w, const char* what) const;
   // x's rows quantized to e4m3 into fp8_rows_ (its codes; its scales at fp8_scales_offset()).
   void quantize_input_fp8(const uint16_t* x_bf16, int m, int64_t k, cudaStream_t stream);
@@ -151,6 +161,7 @@ class PrefillMatmul {
   LtFp8Gemm fp8_gemm_;
   DeviceMemory fp8_rows_;  // codes [rows][cols], then f32 scales [rows] at a 256-byte offset
   int64_t fp8_max_rows_ = 0, fp8_max_cols_ = 0;
+  int64_t fp8_min_rows_ = kFp8MinRows;
   std::unordered_map<const void*, KeptCopy> kept_;  // by W's data
   size_t kept_bytes_ = 0;
 };

@@ -83,31 +83,27 @@ void quantize_rows_fp8(const uint16_t* x_bf16, int64_t m, int64_t k, uint8_t* co
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 
-// The bf16 dequantization first (one temporary matrix), then its rows to e4m3: the copy's
-// values are W's rounded once to bf16 (8 significant bits) before the 4 of e4m3.
+// Made from the kept bf16 copy: the fp8 copy's values are W's rounded once to bf16 (8
+// significant bits) before the 4 of e4m3.
 bool PrefillMatmul::keep_fp8(const WeightView& w, cudaStream_t stream) {
   validate_weight(w, "PrefillMatmul::keep_fp8");
-  if (kept_.count(w.data) != 0) return kept_.at(w.data).fp8;
-  if (w.cols % 16 != 0 || w.rows % 4 != 0 || !fp8_gemm_.supports(w.rows, w.cols, 128, false) ||
-      !fp8_gemm_.supports(w.rows, w.cols, 128, true))
+  keep_bf16(w, stream);
+  KeptCopy& kept = kept_.at(w.data);
+  if (kept.fp8.get() != nullptr) return true;
+  if (w.cols % 16 != 0 || w.rows % 4 != 0 || !fp8_gemm_.supports(w.rows, w.cols, 2048, false) ||
+      !fp8_gemm_.supports(w.rows, w.cols, 2048, true))
     return false;
-  DeviceMemory wide((size_t)w.rows * (size_t)w.cols * sizeof(uint16_t));
-  dequantize_to_bf16(w, static_cast<uint16_t*>(wide.get()), stream);
-  KeptCopy kept;
-  kept.data = DeviceMemory((size_t)w.rows * (size_t)w.cols);
-  kept.scales = DeviceMemory((size_t)w.rows * sizeof(float));
-  kept.rows = w.rows, kept.cols = w.cols, kept.fp8 = true;
-  quantize_rows_fp8(static_cast<const uint16_t*>(wide.get()), w.rows, w.cols,
-                    static_cast<uint8_t*>(kept.data.get()), static_cast<float*>(kept.scales.get()),
-                    stream);
-  HABLAR_CUDA_CHECK(cudaStreamSynchronize(stream));  // before `wide` is freed
-  kept_bytes_ += kept.data.bytes() + kept.scales.bytes();
-  kept_.emplace(w.data, std::move(kept));
+  kept.fp8 = DeviceMemory((size_t)w.rows * (size_t)w.cols);
+  kept.fp8_scales = DeviceMemory((size_t)w.rows * sizeof(float));
+  quantize_rows_fp8(static_cast<const uint16_t*>(kept.bf16.get()), w.rows, w.cols,
+                    static_cast<uint8_t*>(kept.fp8.get()),
+                    static_cast<float*>(kept.fp8_scales.get()), stream);
+  kept_bytes_ += kept.fp8.bytes() + kept.fp8_scales.bytes();
   return true;
 }
 
 bool PrefillMatmul::keeps_fp8(const WeightView& w) const {
-  return keeps(w) && kept_.at(w.data).fp8;
+  return keeps(w) && kept_.at(w.data).fp8.get() != nullptr;
 }
 
 size_t PrefillMatmul::fp8_scales_offset() const {
@@ -134,10 +130,10 @@ void PrefillMatmul::quantize_input_fp8(const uint16_t* x_bf16, int m, int64_t k,
 void PrefillMatmul::multiply_fp8(const KeptCopy& w, int m, void* y, bool y_bf16,
                                  cudaStream_t stream) {
   const auto* base = static_cast<const uint8_t*>(fp8_rows_.get());
-  const bool queued = fp8_gemm_.run(static_cast<const uint8_t*>(w.data.get()),
-                                    static_cast<const float*>(w.scales.get()), w.rows, w.cols, base,
-                                    reinterpret_cast<const float*>(base + fp8_scales_offset()), m,
-                                    y, y_bf16, stream);
+  const bool queued = fp8_gemm_.run(
+      static_cast<const uint8_t*>(w.fp8.get()), static_cast<const float*>(w.fp8_scales.get()),
+      w.rows, w.cols, base, reinterpret_cast<const float*>(base + fp8_scales_offset()), m, y,
+      y_bf16, stream);
   if (!queued)
     throw_error(ErrorKind::kInternal, "PrefillMatmul: cublasLt has no FP8 product for " +
                                           std::to_string(w.rows) + " x " + std::to_string(w.cols) +

@@ -18,8 +18,8 @@
 // before the kernel waits on the previous kernel (programmatic dependent launch: weights
 // never depend on it; the activations and y are touched only after the wait).
 //
-// With kM activation rows (a decode step of two to four sequences) the thread takes its chunks against
-// each row's activations in turn: the weights are read once for all rows, and each row is
+// With kM activation rows (a decode step of two to four sequences) the thread takes its chunks
+// against each row's activations in turn: the weights are read once for all rows, and each row is
 // summed exactly as a one-row call sums it (same teams, same chunk order), so its bits do not
 // depend on the rows beside it.
 #include <algorithm>

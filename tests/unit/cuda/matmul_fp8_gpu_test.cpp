@@ -1,6 +1,6 @@
 // Products over fp8 weight copies (PrefillMatmul::keep_fp8): the rows' e4m3 codes and scales
 // byte for byte against the host reference (fp8_rows.h), the product against a double-precision
-// product over exactly those codes (the scales' layout and cublasLt's call: an f32 sum's
+// product over exactly those codes (the scales' layout and cublasLt's call: the FP8 sums'
 // rounding away), and against the unrounded weights within e4m3's error.
 #include <string>
 
@@ -90,9 +90,12 @@ TEST(Fp8RowsGpu, CodesAndScalesEqualTheHostReference) {
 
 class Fp8CopyGpu : public ::testing::TestWithParam<DType> {};
 
-// W's fp8 copy: its codes are those of W's bf16 dequantization, and every product over it
-// (f32 and bf16 outputs, the pair, run() from f32 rows) equals the double product over the
-// codes within an f32 sum's rounding, and the exact product within e4m3's error.
+// W's fp8 copy: its codes are those of W's bf16 dequantization, and every product of
+// fp8_min_rows() rows or more over it (f32 and bf16 outputs, the pair, run() from f32 rows)
+// equals the double product over the codes within the FP8 tensor cores' accumulation (Hopper
+// keeps about 14 significant bits in FP8 sums: 1.3-1.7e-4 measured on an H100; a wrong scale
+// layout would be off by O(1)), and the exact product within e4m3's error. Fewer rows take
+// the bf16 copy, as a matrix with no fp8 copy would.
 TEST_P(Fp8CopyGpu, ProductsEqualTheProductOfTheCodes) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   const DType type = GetParam();
@@ -103,41 +106,52 @@ TEST_P(Fp8CopyGpu, ProductsEqualTheProductOfTheCodes) {
   cuda::dequantize_to_bf16(w.view, w16.get(), nullptr);
   cuda::dequantize_to_bf16(w2.view, w2_16.get(), nullptr);
   HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
-  const Fp8Rows wq = host_fp8_rows(w16.download(), n, k),
-                w2q = host_fp8_rows(w2_16.download(), n, k);
+  const Fp8Rows wq = host_fp8_rows(w16.download(), n, k);
+  const Fp8Rows w2q = host_fp8_rows(w2_16.download(), n, k);
   const auto exact_w = dequantize_matrix(type, host_w, n, k);
-  cuda::PrefillMatmul keeping;
+  cuda::PrefillMatmul keeping, bf16_only;
   ASSERT_TRUE(keeping.keep_fp8(w.view, nullptr)) << "cublasLt has no FP8 product here";
   ASSERT_TRUE(keeping.keep_fp8(w2.view, nullptr));
+  bf16_only.keep_bf16(w.view, nullptr);
   EXPECT_TRUE(keeping.keeps_fp8(w.view));
-  EXPECT_EQ(keeping.kept_bytes(), 2 * (size_t)(n * k + n * 4));
+  EXPECT_FALSE(bf16_only.keeps_fp8(w.view));
+  EXPECT_EQ(keeping.kept_bytes(), 2 * (size_t)(n * k * 3 + n * 4));
+  keeping.set_fp8_min_rows(1024);
   keeping.reserve_fp8_rows(2048, k);
-  for (int m : {17, 256, 2048}) {
+  for (int m : {256, 1024, 2048}) {
     const std::string where = std::string(dtype_name(type)) + " M=" + std::to_string(m);
     const auto x = random_floats((size_t)m * k, 8u + (uint32_t)m);
     const auto x16 = to_bf16(x);
     const Fp8Rows xq = host_fp8_rows(x16, m, k);
     DeviceBuffer<uint16_t> dx16(x16), narrow((size_t)m * n);
-    DeviceBuffer<float> dx(x), y((size_t)m * n), pair(2 * (size_t)m * n), ran((size_t)m * n);
+    DeviceBuffer<float> dx(x), y((size_t)m * n), pair(2 * (size_t)m * n), ran((size_t)m * n),
+        wide((size_t)m * n);
     keeping.multiply_kept(w.view, dx16.get(), m, y.get(), nullptr);
     keeping.multiply_kept_to_bf16(w.view, dx16.get(), m, narrow.get(), nullptr);
     keeping.multiply_kept_pair(w.view, w2.view, dx16.get(), m, pair.get(),
                                pair.get() + (size_t)m * n, nullptr);
     keeping.run(w.view, dx.get(), m, ran.get(), nullptr);
+    bf16_only.multiply_kept(w.view, dx16.get(), m, wide.get(), nullptr);
     HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto codes_product = fp8_product(xq, wq, m, n, k);
     const auto got = y.download();
-    EXPECT_LT(normalized_error(got, codes_product), 1e-5) << where;
+    if (m < keeping.fp8_min_rows()) {
+      const auto want = wide.download();
+      EXPECT_LT(normalized_error(got, std::vector<double>(want.begin(), want.end())), 1e-6)
+          << where;
+      continue;
+    }
+    const auto codes_product = fp8_product(xq, wq, m, n, k);
+    EXPECT_LT(normalized_error(got, codes_product), 1e-3) << where;
     // e4m3 rounds each operand by up to 2^-4 (about 2^-5 on average): a few percent.
     const double err = normalized_error(got, reference_product(exact_w, x, m, n, k));
     EXPECT_LT(err, 0.06) << where;
-    EXPECT_GT(err, 1e-4) << where << ": no fp8 rounding at all?";
+    EXPECT_GT(err, 1e-3) << where << ": no fp8 rounding at all?";
     const auto both = pair.download();
     const std::vector<float> got_a(both.begin(), both.begin() + (size_t)m * n);
     const std::vector<float> got_b(both.begin() + (size_t)m * n, both.end());
-    EXPECT_LT(normalized_error(got_a, codes_product), 1e-5) << where;
-    EXPECT_LT(normalized_error(got_b, fp8_product(xq, w2q, m, n, k)), 1e-5) << where;
-    EXPECT_LT(normalized_error(ran.download(), codes_product), 1e-5) << where;
+    EXPECT_LT(normalized_error(got_a, codes_product), 1e-3) << where;
+    EXPECT_LT(normalized_error(got_b, fp8_product(xq, w2q, m, n, k)), 1e-3) << where;
+    EXPECT_LT(normalized_error(ran.download(), codes_product), 1e-3) << where;
     const auto rounded = narrow.download();
     std::vector<float> widened(rounded.size());
     for (size_t i = 0; i < rounded.size(); ++i) widened[i] = bf16_to_f32(rounded[i]);
