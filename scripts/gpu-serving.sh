@@ -59,7 +59,11 @@ pack() {
   for b in "$stage"/bin/*; do
     ldd "$b" | awk '/spdlog|fmt|gtest|httplib|utf8proc|pcre2|brotli|libz\.|ssl|crypto/ {print $3}'
   done | sort -u | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
-  cp "$root"/../shared/testdata/vocab/ggml-vocab-{llama-spm,starcoder,phi-3}.gguf "$stage/testdata/vocab/"
+  # Every vocabulary the synthetic parity models name (phi2's GPT-2 one among them).
+  grep -ho '"vocab": *"[^"]*"' "$root"/tests/golden/model/synthetic-*.json | cut -d'"' -f4 |
+    sort -u | grep . | while read -r v; do
+    cp "$root/../shared/testdata/vocab/$v" "$stage/testdata/vocab/"
+  done
   cp -r "$root/../shared/testdata/chat-templates" "$stage/testdata/"
   rm -f "$root"/.gpu/tests*.tar.xz
   tar cf - -C "$stage" bin/cuda_kernel_tests bin/cuda_bench | xz -T2 >"$root/.gpu/tests1.tar.xz"

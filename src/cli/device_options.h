@@ -25,18 +25,12 @@ inline void add_cache_type_flags(CLI::App& app, std::string& k, std::string& v) 
       ->capture_default_str();
 }
 
-// --no-bf16-copies: the GPU keeps no copies of the weight matrices; --fp8-copies: it also keeps
-// the layers' in fp8 for prompt-sized steps.
-inline void add_weight_copy_flags(CLI::App& app, bool& no_copies, bool& fp8_copies) {
+// --no-bf16-copies: the GPU keeps no bf16 copies of the weight matrices.
+inline void add_no_bf16_copies_flag(CLI::App& app, bool& no_copies) {
   app.add_flag("--no-bf16-copies", no_copies,
                "GPU: keep no bf16 copies of the weight matrices (2 bytes per weight, made where "
                "they take at most half of the memory left; prompts and steps of many sequences "
                "multiply them) and leave that memory to the KV cache");
-  app.add_flag("--fp8-copies", fp8_copies,
-               "GPU: also keep fp8 copies of the layers' matrices (e4m3, a scale per row; one "
-               "more byte per weight), which steps of 1,024 rows or more (prompts) multiply on "
-               "the FP8 tensor cores: faster at an accuracy cost (their input rows are rounded "
-               "to e4m3 too); the output head stays bf16");
 }
 
 // --lab-knobs: the HABLAR_* tuning knobs of docs/CUDA.md read from the environment.
@@ -53,7 +47,6 @@ struct DeviceFlags {
   double gpu_memory_utilization = 0.9;
   bool deterministic = false;
   bool no_bf16_copies = false;
-  bool fp8_copies = false;
   std::string cache_type_k = "f16", cache_type_v = "f16";
 
   void add_to(CLI::App& app) {
@@ -66,7 +59,7 @@ struct DeviceFlags {
                    "share of the GPU's memory to use")
         ->capture_default_str();
     app.add_flag("--deterministic", deterministic, "GPU: batch-invariant kernels (slower)");
-    add_weight_copy_flags(app, no_bf16_copies, fp8_copies);
+    add_no_bf16_copies_flag(app, no_bf16_copies);
     add_lab_knobs_flag(app);
   }
   // Options for an executor of `kv_tokens` positions running steps of up to `step_tokens`.
@@ -81,7 +74,6 @@ struct DeviceFlags {
     o.cuda.max_seq_len = kv_tokens;
     o.cuda.deterministic = deterministic;
     o.cuda.bf16_weight_copies = !no_bf16_copies;
-    o.cuda.fp8_weight_copies = fp8_copies;
     o.cache_type_k = engine::kv_dtype_from_name(cache_type_k);
     o.cache_type_v = engine::kv_dtype_from_name(cache_type_v);
     return o;

@@ -246,12 +246,12 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
                          std::min({kMaxGraphTokens, o.max_step_tokens, moe_graph_rows_}));
   report_ = fmt::format(
       "cuda: weights {:.1f} MiB, KV cache {} blocks x {} = {} positions ({:.1f} MiB {}), "
-      "workspace {:.1f} MiB (of it copies of the weight matrices for steps of many rows: "
-      "{:.1f} MiB, {} of them fp8), steps up to {} tokens, sequences up to {} tokens, {}; {}{}",
+      "workspace {:.1f} MiB (of it bf16 copies of the weight matrices for steps of many rows: "
+      "{:.1f} MiB), steps up to {} tokens, sequences up to {} tokens, {}; {}{}",
       (double)weight_bytes_ / (1 << 20), layout_.n_blocks, block, (int64_t)layout_.n_blocks * block,
       (double)layout_.total_bytes() / (1 << 20), kv_dtype_name(layout_.dtype),
-      (double)ops_->workspace_bytes() / (1 << 20), (double)ops_->kept_copy_bytes() / (1 << 20),
-      ops_->kept_fp8_count(), o.max_step_tokens, max_seq, graphs, persistent_report_,
+      (double)ops_->workspace_bytes() / (1 << 20), (double)ops_->kept_bf16_bytes() / (1 << 20),
+      o.max_step_tokens, max_seq, graphs, persistent_report_,
       o.deterministic ? ", deterministic" : "");
 }
 
@@ -345,31 +345,28 @@ std::vector<WeightView> CudaExecutor::upload_experts(const std::vector<WeightVie
 // Blocks from the memory left under gpu_memory_utilization (after the weights and the step
 // buffers), or exactly the positions asked for.
 // Steps of many rows (prompt chunks, and decode steps from cuda::kept_bf16_min_rows()
-// sequences) multiply copies of the dense matrices (the layers' and the output head) made once
-// here: dequantizing each matrix for every prompt chunk cost about a third of a prompt's time,
-// and at many rows cuBLAS on 2-byte weights beats dequantizing inside the product. bf16 by
-// default; with fp8_weight_copies the layers' matrices also in fp8 (e4m3 with a scale per row,
-// one more byte per weight) for prompt-sized steps (cuda::kFp8MinRows rows: faster GEMMs at an
-// accuracy cost), the output head in bf16 only (the logits are what sampling reads). Only where the
-// copies take at most half of what this server's share leaves after the weights and step buffers
-// (and of what is free beside a cache of a given size), so the KV cache keeps most of the memory.
+// sequences) multiply bf16 copies of the dense matrices (the layers' and the output head)
+// made once here: dequantizing each matrix for every prompt chunk cost about a third of a
+// prompt's time, and at many rows cuBLAS on 2-byte weights beats dequantizing inside the
+// product. Only where the copies take at most half of what this server's share leaves after
+// the weights and step buffers (and of what is free beside a cache of a given size), so the
+// KV cache keeps most of the memory.
 void CudaExecutor::keep_bf16_weight_copies(const CudaExecutorOptions& o) {
   if (o.deterministic || !o.bf16_weight_copies || o.max_step_tokens < cuda::kept_bf16_min_rows() ||
       cuda::lab_knob("HABLAR_BF16_WEIGHT_COPIES", 1) == 0)
     return;
-  std::vector<const WeightView*> dense, in_fp8;
+  std::vector<const WeightView*> dense;
   size_t bytes = 0;
-  auto add = [&](const WeightView* w, bool fp8) {
+  auto add = [&](const WeightView* w) {
     if (w->data == nullptr || !cuda::cuda_supports_weight_type(w->type)) return;
     dense.push_back(w);
-    if (fp8) in_fp8.push_back(w);
-    bytes += (size_t)w->rows * (size_t)w->cols * (sizeof(uint16_t) + (fp8 ? 1 : 0));
+    bytes += (size_t)w->rows * (size_t)w->cols * sizeof(uint16_t);
   };
   for (const model::LayerWeights& l : weights_.layers)
     for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down,
                                 &l.shared_gate, &l.shared_up, &l.shared_down})
-      add(w, o.fp8_weight_copies);
-  add(&weights_.output, false);
+      add(w);
+  add(&weights_.output);
   size_t free_bytes = 0, total = 0;
   HABLAR_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
   const double margin = 256.0 * (1 << 20);
@@ -382,7 +379,7 @@ void CudaExecutor::keep_bf16_weight_copies(const CudaExecutorOptions& o) {
     room = (double)free_bytes - margin - blocks * block_bytes;
   }
   if (dense.empty() || (double)bytes > 0.5 * room) return;
-  ops_->keep_weight_copies(dense, in_fp8);
+  ops_->keep_bf16_weights(dense);
 }
 
 void CudaExecutor::size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes) {

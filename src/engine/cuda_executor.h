@@ -24,10 +24,6 @@ struct CudaExecutorOptions {
   // sequences) multiply bf16 copies of the dense matrices, kept on the device when they take
   // at most half of the memory left after weights and step buffers (--no-bf16-copies: off).
   bool bf16_weight_copies = true;
-  // Fp8 copies of the layers' matrices (e4m3, a scale per row) beside the bf16 ones, which
-  // prompt-sized steps (cuda::kFp8MinRows rows and more) multiply on the FP8 tensor cores:
-  // faster GEMMs at an accuracy cost (docs/PERFORMANCE.md), one more byte per weight.
-  bool fp8_weight_copies = false;
   // Embedding steps: device time per kind of op, printed to stderr when the executor goes
   // (`hablar embed --profile`; the events synchronize nothing but cost a little).
   bool profile_embeddings = false;

@@ -63,13 +63,11 @@ class ForwardOps {
   // deterministic mode Q4_K products of up to 256 rows run on int8 activations (matmul.h:
   // dp4a and integer tensor cores); in it, every quantized product takes the CPU's rows.
   void reserve_product_workspace(std::span<const WeightView* const> matrices);
-  // Copies of these matrices, made now and kept for the products of steps of many rows
-  // (matmul.h: PrefillMatmul::keep_bf16, keep_fp8): in fp8 those also named in `in_fp8` whose
-  // shape cublasLt multiplies in fp8, in bf16 the others; counted in workspace_bytes().
-  void keep_weight_copies(std::span<const WeightView* const> matrices,
-                          std::span<const WeightView* const> in_fp8 = {});
-  size_t kept_copy_bytes() const;
-  size_t kept_fp8_count() const { return kept_fp8_count_; }
+  // bf16 copies of these matrices, made now and kept for the products of prompt chunks
+  // beyond the batched range (matmul.h: PrefillMatmul::keep_bf16); counted in
+  // workspace_bytes().
+  void keep_bf16_weights(std::span<const WeightView* const> matrices);
+  size_t kept_bf16_bytes() const;
 
   // Starts a step: flattens the chunks into T token rows and uploads the step's inputs
   // (tokens, positions, RoPE angles, block tables, logit rows) in one asynchronous copy.
@@ -225,7 +223,6 @@ class ForwardOps {
   int64_t n_tokens_ = 0;
   // The step size from which the norms write f16 rows (reserve_f16_products).
   int64_t writers_f16_from_ = INT64_MAX;
-  size_t kept_fp8_count_ = 0;  // matrices whose kept copy is fp8
   int32_t n_logit_rows_ = 0;
   int32_t max_context_ = 0;  // the longest context (position + 1) of the step
   // Every chunk of the step is one token (a decode step): a sequence's earlier positions

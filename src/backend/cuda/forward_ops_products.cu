@@ -66,27 +66,18 @@ void ForwardOps::reserve_f16_products(std::span<const WeightView* const> matrice
   writers_f16_from_ = f16_product_min_rows(most_common->first);
 }
 
-void ForwardOps::keep_weight_copies(std::span<const WeightView* const> matrices,
-                                    std::span<const WeightView* const> in_fp8) {
-  int64_t widest = 0, widest_fp8 = 0;
-  buf_->prefill.set_fp8_min_rows(lab_knob("HABLAR_FP8_FROM", (int)kFp8MinRows));
+void ForwardOps::keep_bf16_weights(std::span<const WeightView* const> matrices) {
+  int64_t widest = 0;
   for (const WeightView* w : matrices) {
-    const bool fp8 = std::find(in_fp8.begin(), in_fp8.end(), w) != in_fp8.end() &&
-                     limits_.max_tokens >= buf_->prefill.fp8_min_rows() &&
-                     buf_->prefill.keep_fp8(*w, stream_);  // the bf16 copy too
-    if (!fp8) buf_->prefill.keep_bf16(*w, stream_);
-    kept_fp8_count_ += fp8 ? 1 : 0;
+    buf_->prefill.keep_bf16(*w, stream_);
     widest = std::max(widest, w->cols);
-    if (fp8) widest_fp8 = std::max(widest_fp8, w->cols);
   }
   if (!limits_.deterministic && widest > 0)
     buf_->bf16_rows = DeviceMemory((size_t)limits_.max_tokens * (size_t)widest * sizeof(uint16_t));
-  if (!limits_.deterministic && widest_fp8 > 0)
-    buf_->prefill.reserve_fp8_rows(limits_.max_tokens, widest_fp8);
   HABLAR_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-size_t ForwardOps::kept_copy_bytes() const {
+size_t ForwardOps::kept_bf16_bytes() const {
   return buf_->prefill.kept_bytes();
 }
 

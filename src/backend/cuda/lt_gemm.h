@@ -44,34 +44,4 @@ class LtGemm {
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 
-// FP8 products through cublasLt, each operand with a scale per row (fp8_rows.h):
-//   y [m x n] = (x_scales[i] * w_scales[j]) * sum_k value(x[i][k]) * value(w[j][k])
-// w [n][k] and x [m][k] e4m3 codes, row-major; y f32 or bf16 (the f32 accumulators rounded
-// once), row-major. Hopper's FP8 tensor cores run at twice the bf16 rate on half the bytes.
-class LtFp8Gemm {
- public:
-  LtFp8Gemm();
-  ~LtFp8Gemm();
-  LtFp8Gemm(const LtFp8Gemm&) = delete;
-  LtFp8Gemm& operator=(const LtFp8Gemm&) = delete;
-
-  // Whether cublasLt (loaded, on this device) has an algorithm for the shape with an output
-  // aligned to 16 bytes; m is a representative row count.
-  bool supports(int64_t n, int64_t k, int64_t m, bool y_bf16);
-  // Queues the product on `stream`; false (nothing queued) where supports() is false.
-  bool run(const uint8_t* w, const float* w_scales, int64_t n, int64_t k, const uint8_t* x,
-           const float* x_scales, int64_t m, void* y, bool y_bf16, cudaStream_t stream);
-
- private:
-  struct Plan;
-  using Key = std::tuple<int64_t, int64_t, int64_t, int>;  // (n, k, m, y_bf16)
-  bool ready();
-  Plan* plan_for(const Key& key);
-
-  enum class State { kUnloaded, kReady, kUnavailable } state_ = State::kUnloaded;
-  void* handle_ = nullptr;  // cublasLtHandle_t
-  DeviceMemory workspace_;
-  std::map<Key, std::unique_ptr<Plan>> plans_;
-};
-
 }  // namespace hablar::cuda

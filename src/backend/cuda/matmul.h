@@ -20,7 +20,6 @@
 #include <unordered_map>
 
 #include "backend/cuda/device_memory.h"
-#include "backend/cuda/lt_gemm.h"
 #include "core/tensor_view.h"
 
 namespace hablar::cuda {
@@ -29,8 +28,6 @@ inline constexpr int kFusedMatmulMaxRows = 256;
 // Default of kept_bf16_min_rows() (below).
 inline constexpr int kKeptBf16MinRows = 17;
 inline constexpr int kGemvMaxRows = 8;
-// Default of PrefillMatmul::fp8_min_rows(): prompt-sized steps.
-inline constexpr int64_t kFp8MinRows = 1024;
 
 bool cuda_supports_weight_type(DType type);
 // Throws unless W's type has a CUDA kernel and its shape and row bytes are consistent.
@@ -72,12 +69,6 @@ void dequantize_to_bf16(const WeightView& w, uint16_t* out, cudaStream_t stream)
 // f32 -> bf16 (round to nearest even) of n values.
 void convert_f32_to_bf16(const float* in, uint16_t* out, int64_t n, cudaStream_t stream);
 
-// Rows of e4m3 codes with a scale per row (fp8_rows.h): x [m][k] bf16 bits -> codes [m][k],
-// scales [m]; k a multiple of 8. One block per row reads it twice (its largest magnitude,
-// then the codes).
-void quantize_rows_fp8(const uint16_t* x_bf16, int64_t m, int64_t k, uint8_t* codes, float* scales,
-                       cudaStream_t stream);
-
 // The fewest rows at which a product whose W has a kept bf16 copy (PrefillMatmul::keep_bf16)
 // multiplies that copy through cuBLAS rather than the quantized weights: from there the
 // tensor cores at full rate on 2-byte weights beat dequantizing in the product (measured on
@@ -102,23 +93,6 @@ class PrefillMatmul {
   void keep_bf16(const WeightView& w, cudaStream_t stream);
   size_t kept_bytes() const { return kept_bytes_; }
   bool keeps(const WeightView& w) const;
-
-  // Adds an fp8 copy of W to its kept bf16 copy (made first where there is none): e4m3 with a
-  // scale per row (fp8_rows.h), 1 byte per weight, where cublasLt has FP8 products of W's
-  // shape; false (only the bf16 copy kept) where it has not. Products of fp8_min_rows() rows
-  // or more over it (run, multiply_kept*) quantize their bf16 input rows the same way and
-  // multiply on the FP8 tensor cores (at 2,048 rows 1.2-1.5x the bf16 GEMM's rate on the
-  // 1.5B shape's wide matrices); fewer rows multiply the bf16 copy, where the input's
-  // quantization launch and the FP8 kernel's outer-vector epilogue cost more than they save
-  // (docs/PERFORMANCE.md). e4m3 rounds each operand by up to 2^-4.
-  bool keep_fp8(const WeightView& w, cudaStream_t stream);
-  bool keeps_fp8(const WeightView& w) const;
-  void set_fp8_min_rows(int64_t rows) { fp8_min_rows_ = rows; }
-  int64_t fp8_min_rows() const { return fp8_min_rows_; }
-  // The fp8 input rows of the products over fp8 copies, for up to max_rows rows of up to
-  // max_cols values: reserved before any such product, which then allocates nothing (so it
-  // can be captured in a graph). run() reserves what it needs itself.
-  void reserve_fp8_rows(int64_t max_rows, int64_t max_cols);
   // y = x · Wᵀ over W's kept copy (keeps(w)) and x already in bf16 ([M][K]): one cuBLAS GEMM,
   // no scratch, so it can be captured in a CUDA graph.
   void multiply_kept(const WeightView& w, const uint16_t* x_bf16, int m, float* y,
@@ -138,30 +112,13 @@ class PrefillMatmul {
   // y (f32 or bf16, cudaDataType y_type) = x · Wᵀ over bf16 W [N][K] and x [M][K].
   void gemm_bf16_to(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n, int64_t k, int m,
                     void* y, int y_type, cudaStream_t stream);
-  struct KeptCopy {
-    DeviceMemory bf16;        // [rows][cols] bf16 bits
-    DeviceMemory fp8;         // [rows][cols] e4m3 codes, or none
-    DeviceMemory fp8_scales;  // f32 [rows]
-    int64_t rows = 0, cols = 0;
-  };
-  // Whether a product of m rows over this copy takes its fp8 form.
-  bool fp8_at(const KeptCopy& c, int m) const {
-    return c.fp8.get() != nullptr && m >= fp8_min_rows_;
-  }
-  const KeptCopy& kept_copy(const WeightView& w, const char* what) const;
-  // x's rows quantized to e4m3 into fp8_rows_ (its codes; its scales at fp8_scales_offset()).
-  void quantize_input_fp8(const uint16_t* x_bf16, int m, int64_t k, cudaStream_t stream);
-  size_t fp8_scales_offset() const;
-  // y (f32, or bf16 when y_bf16) = x · Wᵀ over W's fp8 copy and x's rows as quantize_input_fp8
-  // left them.
-  void multiply_fp8(const KeptCopy& w, int m, void* y, bool y_bf16, cudaStream_t stream);
   CublasHandle handle_;
   int64_t growths_ = 0;
   DeviceMemory scratch_;
-  LtFp8Gemm fp8_gemm_;
-  DeviceMemory fp8_rows_;  // codes [rows][cols], then f32 scales [rows] at a 256-byte offset
-  int64_t fp8_max_rows_ = 0, fp8_max_cols_ = 0;
-  int64_t fp8_min_rows_ = kFp8MinRows;
+  struct KeptCopy {
+    DeviceMemory bf16;  // [rows][cols]
+    int64_t rows = 0, cols = 0;
+  };
   std::unordered_map<const void*, KeptCopy> kept_;  // by W's data
   size_t kept_bytes_ = 0;
 };

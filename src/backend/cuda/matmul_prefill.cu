@@ -78,7 +78,6 @@ void PrefillMatmul::run(const WeightView& w, const float* x, int m, float* y, cu
   if (m < 1) throw_error(ErrorKind::kInvalidArgument, "PrefillMatmul: M must be >= 1");
   const size_t x_elems = (size_t)m * (size_t)w.cols;
   if (keeps(w)) {
-    if (fp8_at(kept_.at(w.data), m)) reserve_fp8_rows(m, w.cols);
     reserve(x_elems * sizeof(uint16_t));
     auto* x_bf16 = static_cast<uint16_t*>(scratch_.get());
     convert_f32_to_bf16(x, x_bf16, (int64_t)x_elems, stream);
@@ -99,9 +98,7 @@ void PrefillMatmul::keep_bf16(const WeightView& w, cudaStream_t stream) {
   const size_t bytes = (size_t)w.rows * (size_t)w.cols * sizeof(uint16_t);
   DeviceMemory copy(bytes);
   dequantize_to_bf16(w, static_cast<uint16_t*>(copy.get()), stream);
-  KeptCopy kept;
-  kept.bf16 = std::move(copy), kept.rows = w.rows, kept.cols = w.cols;
-  kept_.emplace(w.data, std::move(kept));
+  kept_.emplace(w.data, KeptCopy{std::move(copy), w.rows, w.cols});
   kept_bytes_ += bytes;
 }
 
@@ -111,40 +108,20 @@ bool PrefillMatmul::keeps(const WeightView& w) const {
   return kept != kept_.end() && kept->second.rows == w.rows && kept->second.cols == w.cols;
 }
 
-const PrefillMatmul::KeptCopy& PrefillMatmul::kept_copy(const WeightView& w,
-                                                        const char* what) const {
-  HABLAR_CHECK(keeps(w), std::string("PrefillMatmul::") + what + ": W has no kept copy");
-  return kept_.at(w.data);
-}
-
 void PrefillMatmul::multiply_kept(const WeightView& w, const uint16_t* x_bf16, int m, float* y,
                                   cudaStream_t stream) {
-  const KeptCopy& c = kept_copy(w, "multiply_kept");
-  if (fp8_at(c, m)) {
-    quantize_input_fp8(x_bf16, m, w.cols, stream);
-    return multiply_fp8(c, m, y, false, stream);
-  }
-  gemm_bf16(static_cast<const uint16_t*>(c.bf16.get()), x_bf16, w.rows, w.cols, m, y, stream);
+  HABLAR_CHECK(keeps(w), "PrefillMatmul::multiply_kept: W has no kept copy");
+  gemm_bf16(static_cast<const uint16_t*>(kept_.at(w.data).bf16.get()), x_bf16, w.rows, w.cols, m, y,
+            stream);
 }
 
 void PrefillMatmul::multiply_kept_pair(const WeightView& wa, const WeightView& wb,
                                        const uint16_t* x_bf16, int m, float* ya, float* yb,
                                        cudaStream_t stream) {
-  const KeptCopy& ca = kept_copy(wa, "multiply_kept_pair");
-  const KeptCopy& cb = kept_copy(wb, "multiply_kept_pair");
-  HABLAR_CHECK(wa.rows == wb.rows && wa.cols == wb.cols,
+  HABLAR_CHECK(keeps(wa) && keeps(wb) && wa.rows == wb.rows && wa.cols == wb.cols,
                "PrefillMatmul::multiply_kept_pair: two kept copies of one shape");
-  if (fp8_at(ca, m) || fp8_at(cb, m)) {  // the rows quantized once for both
-    if (!fp8_at(ca, m) || !fp8_at(cb, m)) {
-      multiply_kept(wa, x_bf16, m, ya, stream);
-      return multiply_kept(wb, x_bf16, m, yb, stream);
-    }
-    quantize_input_fp8(x_bf16, m, wa.cols, stream);
-    multiply_fp8(ca, m, ya, false, stream);
-    return multiply_fp8(cb, m, yb, false, stream);
-  }
-  const auto* a = static_cast<const uint16_t*>(ca.bf16.get());
-  const auto* b = static_cast<const uint16_t*>(cb.bf16.get());
+  const auto* a = static_cast<const uint16_t*>(kept_.at(wa.data).bf16.get());
+  const auto* b = static_cast<const uint16_t*>(kept_.at(wb.data).bf16.get());
   if (b < a && yb < ya) std::swap(a, b), std::swap(ya, yb);  // the batch from the lower pair
   const long long stride_w = b - a, stride_y = yb - ya;
   if (stride_w < 0 || stride_y < 0) {
@@ -164,13 +141,9 @@ void PrefillMatmul::multiply_kept_pair(const WeightView& wa, const WeightView& w
 
 void PrefillMatmul::multiply_kept_to_bf16(const WeightView& w, const uint16_t* x_bf16, int m,
                                           uint16_t* y, cudaStream_t stream) {
-  const KeptCopy& c = kept_copy(w, "multiply_kept_to_bf16");
-  if (fp8_at(c, m)) {
-    quantize_input_fp8(x_bf16, m, w.cols, stream);
-    return multiply_fp8(c, m, y, true, stream);
-  }
-  gemm_bf16_to(static_cast<const uint16_t*>(c.bf16.get()), x_bf16, w.rows, w.cols, m, y,
-               CUDA_R_16BF, stream);
+  HABLAR_CHECK(keeps(w), "PrefillMatmul::multiply_kept_to_bf16: W has no kept copy");
+  gemm_bf16_to(static_cast<const uint16_t*>(kept_.at(w.data).bf16.get()), x_bf16, w.rows, w.cols, m,
+               y, CUDA_R_16BF, stream);
 }
 
 void PrefillMatmul::gemm_bf16(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n, int64_t k,
