@@ -14,16 +14,9 @@
 #include <cstdlib>
 #include <vector>
 
-namespace {
+#include "lab_check.h"
 
-#define CHECK_CUDA(x)                                               \
-  do {                                                              \
-    cudaError_t e_ = (x);                                           \
-    if (e_ != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                 \
-    }                                                               \
-  } while (0)
+namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
 

@@ -16,24 +16,9 @@
 
 #include "backend/cuda/embed_kernels.h"
 
-namespace {
+#include "lab_check.h"
 
-#define CHECK_CUDA(x)                                               \
-  do {                                                              \
-    cudaError_t e_ = (x);                                           \
-    if (e_ != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                 \
-    }                                                               \
-  } while (0)
-#define CHECK_BLAS(x)                                  \
-  do {                                                 \
-    int s_ = (int)(x);                                 \
-    if (s_ != 0) {                                     \
-      std::fprintf(stderr, "%s: status %d\n", #x, s_); \
-      std::exit(1);                                    \
-    }                                                  \
-  } while (0)
+namespace {
 
 __global__ void fill(half* p, size_t n, unsigned seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
