@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "lab_check.h"
+#include "lab_util.h"
 
 namespace {
 
@@ -63,25 +63,16 @@ Timing time_product(const Lab& lab, cudaDataType operands, int scaling, int n, i
   cublasLtMatmulAlgoGetHeuristic(lab.handle, desc, la, lb, ld, ld, pref, 8, candidates, &found);
   Timing t;
   const float alpha = 1.0f, beta = 0.0f;
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start), cudaEventCreate(&stop);
   for (int i = 0; i < found; ++i) {
     auto call = [&] {
       return cublasLtMatmul(lab.handle, desc, &alpha, lab.a, la, lab.b, lb, &beta, lab.d, ld, lab.d,
                             ld, &candidates[i].algo, lab.workspace, kWorkspaceBytes, 0);
     };
     if (call() != CUBLAS_STATUS_SUCCESS) continue;
-    cudaEventRecord(start);
-    for (int r = 0; r < 20; ++r) call();
-    cudaEventRecord(stop);
-    CHECK_CUDA(cudaEventSynchronize(stop));
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    const float us = ms * 1000.0f / 20;
+    const float us = time_ms(0, call) * 1000.0f;
     if (i == 0) t.first_us = us;
     if (t.best_us < 0 || us < t.best_us) t.best_us = us;
   }
-  cudaEventDestroy(start), cudaEventDestroy(stop);
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(ld);
   cublasLtMatmulDescDestroy(desc);

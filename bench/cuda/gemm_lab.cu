@@ -16,7 +16,7 @@
 
 #include "backend/cuda/embed_kernels.h"
 
-#include "lab_check.h"
+#include "lab_util.h"
 
 namespace {
 
@@ -27,21 +27,6 @@ __global__ void fill(half* p, size_t n, unsigned seed) {
     h ^= h >> 13;
     p[i] = __float2half(((h & 0xFFFF) / 65536.0f - 0.5f) * 0.1f);
   }
-}
-
-template <typename F>
-float time_ms(cudaStream_t s, F&& f, int reps = 20) {
-  f();
-  CHECK_CUDA(cudaStreamSynchronize(s));
-  cudaEvent_t a, b;
-  cudaEventCreate(&a), cudaEventCreate(&b);
-  cudaEventRecord(a, s);
-  for (int i = 0; i < reps; ++i) f();
-  cudaEventRecord(b, s);
-  CHECK_CUDA(cudaEventSynchronize(b));
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  return ms / reps;
 }
 
 struct Shape {

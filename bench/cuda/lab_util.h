@@ -1,5 +1,5 @@
-// Error checks of the CUDA lab tools (cuda_gemm_lab, cuda_fp8_gemm_lab): print the failing
-// call and exit.
+// What the CUDA lab tools (cuda_gemm_lab, cuda_fp8_gemm_lab) share: error checks that print the
+// failing call and exit, and the mean time of a queued call.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,3 +23,22 @@
       std::exit(1);                                    \
     }                                                  \
   } while (0)
+
+// Milliseconds per call of f (which queues work on stream s): one call to warm up, then reps
+// calls between two events.
+template <typename F>
+float time_ms(cudaStream_t s, F&& f, int reps = 20) {
+  f();
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  CHECK_CUDA(cudaEventRecord(start, s));
+  for (int i = 0; i < reps; ++i) f();
+  CHECK_CUDA(cudaEventRecord(stop, s));
+  CHECK_CUDA(cudaEventSynchronize(stop));
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start), cudaEventDestroy(stop);
+  return ms / reps;
+}
