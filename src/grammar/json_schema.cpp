@@ -23,6 +23,7 @@
 // other gaps nothing, one space, or a newline and an indent of up to 16 spaces or 4 tabs.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <set>
 
@@ -41,6 +42,24 @@ using json = nlohmann::ordered_json;
 [[noreturn]] void refuse(const std::string& where, const std::string& what) {
   throw_error(ErrorKind::kInvalidArgument,
               "json schema" + (where.empty() ? std::string() : " at " + where) + ": " + what);
+}
+
+// A count keyword (minItems, maxLength, maxProperties, ...): a non-negative integer, which
+// JSON Schema also lets be written as a float with no fraction (5.0); -1 when absent. Beyond
+// int64 it reads as INT64_MAX (every such bound is refused or unlimited further on); anything
+// else is refused, never converted (a float beyond int64 must not reach a cast).
+int64_t count_keyword(const json& s, const char* key, const std::string& where) {
+  if (!s.contains(key)) return -1;
+  const json& v = s[key];
+  if (v.is_number_unsigned())
+    return v.get<uint64_t>() > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d >= 0 && d == std::floor(d))
+      return d >= 9.2e18 ? INT64_MAX : (int64_t)d;
+  }
+  refuse(where, std::string("'") + key + "' must be a non-negative integer");
 }
 
 const std::set<std::string>& annotation_keys() {
@@ -344,9 +363,10 @@ std::string Converter::object(const json& s, const std::string& hint, const std:
       list.push_back({r, extra.is_object() ? extra : json(true)});
     }
   const size_t n_required = required.size();
-  if (s.contains("minProperties") && s["minProperties"].get<int64_t>() > (int64_t)n_required)
+  const int64_t max_properties = count_keyword(s, "maxProperties", where);
+  if (count_keyword(s, "minProperties", where) > (int64_t)n_required)
     refuse(where, "'minProperties' above the number of required properties cannot be enforced");
-  if (s.contains("maxProperties") && s["maxProperties"].get<int64_t>() < (int64_t)list.size())
+  if (max_properties >= 0 && max_properties < (int64_t)list.size())
     refuse(where, "'maxProperties' below the number of declared properties cannot be enforced");
   if (s.contains("unevaluatedProperties") && s["unevaluatedProperties"] != false)
     refuse(where, "'unevaluatedProperties' other than false cannot be enforced");
@@ -356,8 +376,8 @@ std::string Converter::object(const json& s, const std::string& hint, const std:
     const std::string kv = new_rule(hint + "-kv", "string colon " + v + " ws");
     // maxProperties bounds the entries (a repeated key only lowers the count: still valid).
     std::string more = "*";
-    if (s.contains("maxProperties")) {
-      const int64_t max = s["maxProperties"].get<int64_t>();
+    if (max_properties >= 0) {
+      const int64_t max = max_properties;
       if (max > 1000) refuse(where, "'maxProperties' above 1000 is not supported");
       if (max <= 0) return new_rule(hint, "\"{\" ws \"}\"");
       more = "{0," + std::to_string(max - 1) + "}";
@@ -410,8 +430,8 @@ std::string Converter::array(const json& s, const std::string& hint, const std::
     items = s.contains("additionalItems") ? s["additionalItems"] : json(true);
   }
   const bool more = !(items.is_boolean() && !items.get<bool>());
-  const int64_t min = s.value("minItems", (int64_t)0);
-  int64_t max = s.contains("maxItems") ? s["maxItems"].get<int64_t>() : -1;
+  const int64_t min = std::max<int64_t>(count_keyword(s, "minItems", where), 0);
+  int64_t max = count_keyword(s, "maxItems", where);
   if (!more)
     max = max < 0 ? (int64_t)prefix.size() : std::min<int64_t>(max, (int64_t)prefix.size());
   if (max >= 0 && min > max) refuse(where, "minItems above the items that may be written");
@@ -452,8 +472,8 @@ std::string Converter::array(const json& s, const std::string& hint, const std::
 }
 
 std::string Converter::string_of(const json& s, const std::string& where) {
-  const int64_t min = s.value("minLength", (int64_t)0);
-  const int64_t max = s.contains("maxLength") ? s["maxLength"].get<int64_t>() : -1;
+  const int64_t min = std::max<int64_t>(count_keyword(s, "minLength", where), 0);
+  const int64_t max = count_keyword(s, "maxLength", where);
   if (max >= 0 && min > max) refuse(where, "minLength above maxLength");
   if (min > 10000 || max > 10000) refuse(where, "string lengths above 10000 are not supported");
   const bool has_len = s.contains("minLength") || s.contains("maxLength");

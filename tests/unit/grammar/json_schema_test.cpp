@@ -259,6 +259,34 @@ TEST(JsonSchema, RefusesWhatItCannotEnforce) {
   }
 }
 
+// Counts (minItems, maxLength, maxProperties, ...) are non-negative integers, also written as
+// whole floats. A count beyond int64 (1.4e38 parses as a float) meets the bounds' "not
+// supported" refusal; a fraction, a negative value or a string is refused as such; none is
+// converted out of range (the grammar fuzzer's finding).
+TEST(JsonSchema, CountKeywordsAreCheckedBeforeUse) {
+  Grammar g = schema_grammar(R"({"type": "array", "items": {"type": "integer"},
+      "minItems": 2.0, "maxItems": 3.0})");
+  EXPECT_TRUE(accepts(g, "[1, 2]"));
+  EXPECT_FALSE(accepts(g, "[1]"));
+  EXPECT_FALSE(accepts(g, "[1, 2, 3, 4]"));
+  for (const char* s :
+       {R"({"type": "array", "maxItems": 144444444444444444444444444444444444444})",
+        R"({"type": "string", "maxLength": 18446744073709551615})",
+        R"({"type": "array", "minItems": 1e300})", R"({"type": "array", "maxItems": 2.5})",
+        R"({"type": "array", "maxItems": -1})", R"({"type": "string", "minLength": -3})",
+        R"({"type": "string", "maxLength": "5"})",
+        R"({"type": "object", "additionalProperties": {"type": "integer"},
+            "maxProperties": 1e30})",
+        R"({"type": "object", "minProperties": -2.0})"}) {
+    try {
+      json_schema_to_gbnf(json::parse(s));
+      ADD_FAILURE() << "accepted: " << s;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << s << ": " << e.what();
+    }
+  }
+}
+
 TEST(Regex, GuidedRegexAndChoices) {
   Grammar g = parse_gbnf(regex_to_gbnf("(cat|dog)s?: \\d+(\\.\\d\\d)?"));
   EXPECT_TRUE(accepts(g, "cats: 12"));
