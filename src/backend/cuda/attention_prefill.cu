@@ -23,6 +23,7 @@
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kv_elements.cuh"
+#include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/online_softmax.h"
 
 namespace hablar::cuda {
@@ -100,16 +101,14 @@ __device__ __forceinline__ void load_tile_pages(const int32_t* table, int block_
 // Where the thread's 16-byte pieces of K and V rows live: unit offset
 // base + page * page_stride + slot * row (KvCacheLayout::offset with everything but the page
 // and the slot fixed for the block's layer, KV head and the thread's column; column 0, the
-// row's start, for Q8_0 rows, whose pieces kv_q8_load8 finds).
+// row's start, for Q8_0 rows, whose pieces kv_q8_load8 finds). Only the two bases are held:
+// the strides come from the kernel's parameters (constant memory), keeping the registers of
+// the fragments below within the budget of three blocks a multiprocessor.
 struct CopyOffsets {
-  size_t k_base, v_base, k_page_stride, v_page_stride, k_row, v_row;
+  size_t k_base, v_base;
   __device__ CopyOffsets(const PrefillAttentionParams& p, int kvh, int column) {
-    const KvCacheLayout& l = p.layout;
-    k_base = l.offset(p.layer, 0, 0, kvh, 0, column);
-    v_base = l.offset(p.layer, 1, 0, kvh, 0, column);
-    k_row = l.row_units(0), v_row = l.row_units(1);
-    k_page_stride = (size_t)l.n_kv_heads * l.block_size * k_row;
-    v_page_stride = (size_t)l.n_kv_heads * l.block_size * v_row;
+    k_base = p.layout.offset(p.layer, 0, 0, kvh, 0, column);
+    v_base = p.layout.offset(p.layer, 1, 0, kvh, 0, column);
   }
 };
 
@@ -118,20 +117,21 @@ struct CopyOffsets {
 // (their scores are masked, and a zero V row keeps P · V finite). Q8_0 rows are read and
 // stored as f16 at once (kv_q8_load8), not copied asynchronously.
 template <KvElem kElem, int kDim>
-__device__ __forceinline__ void issue_kv_tile(const uint16_t* cache, const CopyOffsets& at,
-                                              int block_size,
+__device__ __forceinline__ void issue_kv_tile(const PrefillAttentionParams& p,
+                                              const uint16_t* cache, const CopyOffsets& at,
                                               const int32_t (&page)[TileCopy<kDim>::kRows], int t0,
                                               uint16_t* k_stage, uint16_t* v_stage) {
   using L = PrefillSmem<kDim>;
   using C = TileCopy<kDim>;
+  const KvCacheLayout& l = p.layout;
   const int r0 = threadIdx.x / C::kPieces, c = (threadIdx.x % C::kPieces) * 8;
 #pragma unroll
   for (int i = 0; i < C::kRows; ++i) {
     const int r = r0 + i * C::kRowStep;
     const bool valid = page[i] >= 0;
-    const size_t blk = valid ? (size_t)page[i] : 0, slot = (size_t)((t0 + r) % block_size);
-    const uint16_t* k_row = cache + at.k_base + blk * at.k_page_stride + slot * at.k_row;
-    const uint16_t* v_row = cache + at.v_base + blk * at.v_page_stride + slot * at.v_row;
+    const size_t blk = valid ? (size_t)page[i] : 0, slot = (size_t)((t0 + r) % l.block_size);
+    const uint16_t* k_row = cache + at.k_base + blk * l.block_elems(0) + slot * l.row_units(0);
+    const uint16_t* v_row = cache + at.v_base + blk * l.block_elems(1) + slot * l.row_units(1);
     if constexpr (kElem == KvElem::kQ8_0) {
       const uint4 zero = make_uint4(0, 0, 0, 0);
       *reinterpret_cast<uint4*>(k_stage + r * L::kLd + c) = valid ? kv_q8_load8(k_row, c) : zero;
@@ -242,8 +242,11 @@ __device__ __forceinline__ void tile_values(const float (&s)[kTile / 8][4],
   }
 }
 
-template <KvElem kElem, int kDim>
-__global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(PrefillAttentionParams p) {
+// kMinBlocks: the blocks a multiprocessor must hold at once, which bounds the registers a
+// thread may use (3 blocks of 128 threads: 168; the shared memory holds 3 blocks of 70 KB).
+template <KvElem kElem, int kDim, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    prefill_attention_kernel(PrefillAttentionParams p) {
   constexpr bool kBf16 = kv_elem_bf16(kElem);  // the products' inputs (f16 for Q8_0 rows)
   using L = PrefillSmem<kDim>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -267,7 +270,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(PrefillA
       p, kvh, kElem == KvElem::kQ8_0 ? 0 : (threadIdx.x % TileCopy<kDim>::kPieces) * 8);
   int32_t page[TileCopy<kDim>::kRows];
   load_tile_pages<kDim>(table, block_size, 0, last_pos, page);
-  issue_kv_tile<kElem, kDim>(cache, copy_at, block_size, page, 0, stages, stages + L::kTileElems);
+  issue_kv_tile<kElem, kDim>(p, cache, copy_at, page, 0, stages, stages + L::kTileElems);
   load_tile_pages<kDim>(table, block_size, kTile, last_pos, page);
 
   // The warp's query rows as A fragments of Q * scale (rows past the chunk are zero).
@@ -301,8 +304,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(PrefillA
     // Prefetch the next tile into the other stage, then wait for this one.
     if (t0 + kTile <= last_pos) {
       uint16_t* next = stages + (stage ^ 1) * 2 * L::kTileElems;
-      issue_kv_tile<kElem, kDim>(cache, copy_at, block_size, page, t0 + kTile, next,
-                                 next + L::kTileElems);
+      issue_kv_tile<kElem, kDim>(p, cache, copy_at, page, t0 + kTile, next, next + L::kTileElems);
       load_tile_pages<kDim>(table, block_size, t0 + 2 * kTile, last_pos, page);
       wait_async_but<1>();
     } else {
@@ -330,15 +332,25 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(PrefillA
   }
 }
 
-template <KvElem kElem, int kDim>
-void launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
+template <KvElem kElem, int kDim, int kMinBlocks>
+void launch_prefill_kernel(const PrefillAttentionParams& p, cudaStream_t stream) {
   const size_t smem = PrefillSmem<kDim>::kBytes;
-  auto kernel = prefill_attention_kernel<kElem, kDim>;
+  auto kernel = prefill_attention_kernel<kElem, kDim, kMinBlocks>;
   HABLAR_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const dim3 grid((p.max_chunk + kTile - 1) / kTile, p.n_heads, p.n_seqs);
   kernel<<<grid, kWarps * 32, smem, stream>>>(p);
   HABLAR_CUDA_CHECK_LAUNCH();
+}
+
+// Three blocks a multiprocessor (the lab's HABLAR_PREFILL_BLOCKS=2 lets the compiler use up
+// to 255 registers a thread, two blocks: the earlier form, for comparison).
+template <KvElem kElem, int kDim>
+void launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
+  if (lab_knob("HABLAR_PREFILL_BLOCKS", 3) == 2)
+    launch_prefill_kernel<kElem, kDim, 1>(p, stream);
+  else
+    launch_prefill_kernel<kElem, kDim, 3>(p, stream);
 }
 
 template <KvElem kElem>

@@ -33,90 +33,6 @@ __global__ void add_bias_kernel(float* x, const float* __restrict__ bias, int64_
     x[i] += bias[i % width];
 }
 
-// Stores value x of dimension d of head h of token t's row in the cache (entry kv >= 0); F16
-// or BF16 elements (store_kv_in_row_work leaves quantized rows to the attention's scatter).
-struct CacheSlot {
-  uint16_t* cache = nullptr;  // null: nothing to store for this token
-  const int32_t* table = nullptr;
-  int pos = 0;
-};
-__device__ __forceinline__ void store_kv(const RowWorkCacheStore& s, const CacheSlot& at, int kv,
-                                         int h, int d, float x) {
-  const size_t offset = s.layout.position_offset(at.table, s.layer, kv, h, at.pos) + d;
-  at.cache[offset] =
-      s.layout.dtype == KvDType::BF16 ? kv_from_float<true>(x) : kv_from_float<false>(x);
-}
-
-// Entry w's work for token t, over the indices first, first + stride, ... of each of its
-// loops (the blocks of one token split them: one block of 128 threads per head's worth of
-// pairs, not one block for every head of q, k and v); `at` where its final values go in the
-// cache when the entry stores (w.kv >= 0).
-__device__ void row_work_entry(const RowWorkEntry& w, const RowWorkCacheStore& store,
-                               const CacheSlot& at, int t, int head_dim, int half, int first,
-                               int stride) {
-  float* row = w.x + (size_t)t * w.heads * head_dim;
-  const bool stores = w.kv >= 0 && at.cache != nullptr;
-  if (w.variant < 0) {
-    for (int i = first; i < w.heads * head_dim; i += stride) {
-      const float x = w.bias ? row[i] + w.bias[i] : row[i];
-      if (w.bias) row[i] = x;
-      if (stores) store_kv(store, at, w.kv, i / head_dim, i % head_dim, x);
-    }
-    return;
-  }
-  for (int idx = first; idx < w.heads * half; idx += stride) {
-    const int h = idx / half, i = idx % half;
-    const float c = w.cos_t[(size_t)t * half + i], s = w.sin_t[(size_t)t * half + i];
-    float* head = row + (size_t)h * head_dim;
-    const int a = w.neox ? i : 2 * i, b = w.neox ? i + half : 2 * i + 1;
-    float x0 = head[a], x1 = head[b];
-    if (w.bias) x0 += w.bias[h * head_dim + a], x1 += w.bias[h * head_dim + b];
-    const float y0 = fmaf(x0, c, -(x1 * s)), y1 = fmaf(x0, s, x1 * c);
-    head[a] = y0;
-    head[b] = y1;
-    if (stores) store_kv(store, at, w.kv, h, a, y0), store_kv(store, at, w.kv, h, b, y1);
-  }
-  const int rest = head_dim - 2 * half;  // dimensions RoPE leaves alone
-  if ((w.bias || stores) && rest > 0)
-    for (int idx = first; idx < w.heads * rest; idx += stride) {
-      const int h = idx / rest, d = 2 * half + idx % rest, at_row = h * head_dim + d;
-      const float x = w.bias ? row[at_row] + w.bias[at_row] : row[at_row];
-      if (w.bias) row[at_row] = x;
-      if (stores) store_kv(store, at, w.kv, h, d, x);
-    }
-}
-
-// Grid (tokens, blocks per token).
-__global__ void row_work_kernel(RowWorkBatch batch, int head_dim, int half) {
-  begin_dependent_kernel();
-  const int t = blockIdx.x;
-  const int first = blockIdx.y * blockDim.x + threadIdx.x, stride = gridDim.y * blockDim.x;
-  const RowWorkCacheStore& store = batch.store;
-  CacheSlot at;
-  if (store.cache != nullptr && store.active[t]) {
-    at.pos = store.positions[t];
-    if (at.pos < store.max_blocks_per_seq * store.layout.block_size) {
-      at.cache = store.cache;
-      at.table = store.block_tables + (size_t)t * store.max_blocks_per_seq;
-    }
-  }
-  for (int e = 0; e < batch.n; ++e)
-    row_work_entry(batch.e[e], store, at, t, head_dim, half, first, stride);
-}
-
-// The blocks per token of row_work_kernel (128 threads each): enough for the widest loop of
-// the batch's entries, at most 32.
-int row_work_blocks(const RowWorkBatch& batch, int head_dim, int half) {
-  int widest = 1;
-  for (int e = 0; e < batch.n; ++e) {
-    const RowWorkEntry& w = batch.e[e];
-    widest = std::max(widest, w.variant < 0 ? w.heads * head_dim : w.heads * half);
-    if (w.variant >= 0 && (w.bias != nullptr || w.kv >= 0))
-      widest = std::max(widest, w.heads * (head_dim - 2 * half));
-  }
-  return std::min((widest + 127) / 128, 32);
-}
-
 // out[r] = x[rows[r]], rows of `width` floats.
 __global__ void gather_rows_kernel(const float* x, const int32_t* __restrict__ rows, int width,
                                    float* out) {
@@ -190,7 +106,9 @@ ForwardOps::ForwardOps(const ActivationDims& dims, const KvCacheLayout& layout, 
   b.logit_roles = b.sampled + byte_words, b.decode_active = b.logit_roles + byte_words;
   b.prefill_first = b.decode_active + byte_words, b.prefill_count = b.prefill_first + T;
   b.prefill_cached = b.prefill_count + T, b.tables = b.prefill_cached + T;
-  b.cos = b.tables + T * MB, b.sin = b.cos + T * RP;
+  // The angle tables start at multiples of 4 words: the RoPE pass reads them 16 bytes at once.
+  const auto round4 = [](size_t words) { return (words + 3) / 4 * 4; };
+  b.cos = round4(b.tables + T * MB), b.sin = b.cos + round4(T * RP);
   b.input_words = b.sin + T * RP;
   b.inputs = DeviceMemory(b.input_words * 4);
   HABLAR_CUDA_CHECK(cudaMallocHost(&b.host_inputs, b.input_words * 4));
@@ -473,9 +391,7 @@ void ForwardOps::flush_row_work() {
   RowWorkBatch& rows = buf_->pending_rows;
   if (rows.n == 0) return;
   if (n_tokens_ > 0) {
-    const int blocks = row_work_blocks(rows, dims_.head_dim, rope_pairs_);
-    launch_dependent(row_work_kernel, dim3((unsigned)n_tokens_, (unsigned)blocks), dim3(128), 0,
-                     stream_, rows, dims_.head_dim, (int)rope_pairs_);
+    launch_row_work(rows, (int)n_tokens_, dims_.head_dim, rope_pairs_, stream_);
   }
   rows = {};
 }

@@ -54,6 +54,10 @@ struct RowWorkBatch {
   int n = 0;
   RowWorkCacheStore store;
 };
+// The batch's work for a step of n_tokens rows, as a dependent launch on `stream` (row_work.cu);
+// half: the RoPE pairs of a head (every variant's).
+void launch_row_work(const RowWorkBatch& batch, int n_tokens, int head_dim, int half,
+                     cudaStream_t stream);
 
 // The step's inputs, laid out identically in pinned host memory and on the device, so one
 // asynchronous copy moves them all. Offsets are in 4-byte words.

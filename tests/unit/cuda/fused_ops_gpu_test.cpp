@@ -248,8 +248,10 @@ struct QkvCase {
   std::vector<int32_t> positions{5, 6, 7, 30};
   std::vector<float> q, k, v, bq, bk, bv;
 
-  explicit QkvCase(bool neox) {
-    rope.n_dims = 48;  // partial rotation: dims 48..63 of each head only take the bias
+  // rotated 48: a partial rotation (dims 48..63 of each head only take the bias), which the
+  // pass's general form takes; 64: whole heads, its vectorized form.
+  QkvCase(bool neox, int rotated) {
+    rope.n_dims = rotated;
     rope.neox = neox;
     const size_t T = positions.size();
     q = random_floats(T * dims.q_dim(), 21u), bq = random_floats(dims.q_dim(), 22u);
@@ -330,9 +332,7 @@ std::vector<std::vector<float>> run_qkv_ops(const QkvCase& c, bool one_at_a_time
   return out;
 }
 
-TEST_P(QueuedRowWorkGpu, BiasAndRopeOfQkvInOneLaunchMatchHostRounding) {
-  HABLAR_REQUIRE_CUDA_DEVICE();
-  const QkvCase c(GetParam());
+void expect_row_work_matches_host_rounding(const QkvCase& c) {
   const auto want_q = c.reference(c.q, c.bq, c.dims.n_heads, true);
   const auto want_k = c.reference(c.k, c.bk, c.dims.n_kv_heads, true);
   const auto want_v = c.reference(c.v, c.bv, c.dims.n_kv_heads, false);
@@ -365,9 +365,7 @@ std::pair<std::vector<uint8_t>, std::vector<float>> run_attention_after_row_work
   return {bytes, out};
 }
 
-TEST_P(QueuedRowWorkGpu, RopePassStoresTheKvTheScatterKernelWould) {
-  HABLAR_REQUIRE_CUDA_DEVICE();
-  const QkvCase c(GetParam());
+void expect_rope_pass_stores_as_scatter(const QkvCase& c) {
   for (bool v_bias : {true, false}) {
     const auto fused = run_attention_after_row_work(c, false, v_bias);
     const auto separate = run_attention_after_row_work(c, true, v_bias);
@@ -375,6 +373,22 @@ TEST_P(QueuedRowWorkGpu, RopePassStoresTheKvTheScatterKernelWould) {
     EXPECT_EQ(fused.second, separate.second) << "attention output, v bias: " << v_bias;
     // Something was stored: the cache is not all zeros.
     EXPECT_NE(std::count(fused.first.begin(), fused.first.end(), 0), (long)fused.first.size());
+  }
+}
+
+TEST_P(QueuedRowWorkGpu, BiasAndRopeOfQkvInOneLaunchMatchHostRounding) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  for (int rotated : {48, 64}) {
+    SCOPED_TRACE(rotated);
+    expect_row_work_matches_host_rounding(QkvCase(GetParam(), rotated));
+  }
+}
+
+TEST_P(QueuedRowWorkGpu, RopePassStoresTheKvTheScatterKernelWould) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  for (int rotated : {48, 64}) {
+    SCOPED_TRACE(rotated);
+    expect_rope_pass_stores_as_scatter(QkvCase(GetParam(), rotated));
   }
 }
 
