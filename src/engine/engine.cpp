@@ -432,6 +432,7 @@ bool Engine::emit_token(Active& a, int32_t token, StreamItem item) {
   seq.tokens.push_back(token);
   if (!a.full_history.empty()) a.full_history.push_back(token);
   item.token = token;
+  item.n_cached_prompt = seq.n_cached_prompt;
 
   const bool first = seq.n_generated() == 1;
   metrics_.update([&](MetricsSnapshot& m) {

@@ -121,7 +121,7 @@ struct StreamItem {
   std::string stop_word;  // the stop string that ended it (kStop by a stop string)
   int32_t n_prompt = 0;
   int32_t n_generated = 0;
-  int32_t n_cached_prompt = 0;
+  int32_t n_cached_prompt = 0;   // also on kToken items: what the prompt took from the cache
   int32_t n_discarded = 0;       // tokens a context shift dropped (GenerateRequest::context_shift)
   double queue_ms = 0;           // submit -> first scheduled
   double prompt_ms = 0;          // submit -> first token

@@ -183,7 +183,7 @@ void stream_completions(httplib::Response& res, std::shared_ptr<ServingModel> m,
     if (progress) progress_chunk(progress->poll(*m));
     auto items = next_items(*handles[i]);
     if (progress && !items.empty())
-      while (auto p = progress->finish(*m)) progress_chunk(p);
+      while (auto p = progress->finish(*m, items)) progress_chunk(p);
     for (StreamItem& it : items) {
       json j = {{"content", it.text}, {"index", i}, {"stop", false}};
       st->new_line = st->new_line || it.text.find('\n') != std::string::npos;

@@ -170,7 +170,7 @@ void stream_chat(httplib::Response& res, std::shared_ptr<ServingModel> m, const 
     if (st->progress) progress_chunk(st->progress->poll(*m));
     auto items = next_items(*handles[i]);
     if (st->progress && !items.empty())
-      while (auto p = st->progress->finish(*m)) progress_chunk(p);
+      while (auto p = st->progress->finish(*m, items)) progress_chunk(p);
     for (StreamItem& it : items) {
       if (it.kind == StreamItem::Kind::kToken) {
         cs.pending_logprobs.push_back(it);

@@ -468,7 +468,7 @@ void stream_responses(httplib::Response& res, std::shared_ptr<ServingModel> m, c
     if (st->progress) report(st->progress->poll(*m));
     auto items = next_items(*handle);
     if (st->progress && !items.empty())
-      while (auto p = st->progress->finish(*m)) report(p);
+      while (auto p = st->progress->finish(*m, items)) report(p);
     for (StreamItem& it : items) {
       if (st->live && it.kind == StreamItem::Kind::kToken) st->live->on_token(*m);
       st->events.add(st->output.next(it), out, st->live ? st->live->now() : json());

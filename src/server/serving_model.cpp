@@ -482,9 +482,19 @@ std::optional<nlohmann::json> PromptProgress::poll(const ServingModel& m) {
   return state(processed);
 }
 
-std::optional<nlohmann::json> PromptProgress::finish(const ServingModel& m) {
+std::optional<nlohmann::json> PromptProgress::finish(const ServingModel& m,
+                                                     std::span<const engine::StreamItem> items) {
   if (done_) return std::nullopt;
-  if (const auto slot = slot_of(m, id_)) cache_ = slot->n_cached_prompt;  // while still listed
+  if (const auto slot = slot_of(m, id_)) {
+    cache_ = slot->n_cached_prompt;  // while still listed
+  } else {
+    // The request ended before any poll saw it: its token and final items carry the count.
+    for (const engine::StreamItem& it : items)
+      if (it.kind != engine::StreamItem::Kind::kPrompt) {
+        cache_ = it.n_cached_prompt;
+        break;
+      }
+  }
   if (!started_) return first_report();
   done_ = true;
   last_ = total_;

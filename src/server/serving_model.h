@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -229,7 +230,10 @@ class PromptProgress {
   std::optional<nlohmann::json> poll(const ServingModel& m);
   // Once the first token is out: the reports still owed (the first one, if the prompt was
   // computed before any poll saw it, then the complete one); nullopt when none is left.
-  std::optional<nlohmann::json> finish(const ServingModel& m);
+  // `items`: the stream's items that came with the first token (their cached-prompt count
+  // stands in for the slot's once the request has ended and left the slot list).
+  std::optional<nlohmann::json> finish(const ServingModel& m,
+                                       std::span<const engine::StreamItem> items);
 
  private:
   nlohmann::json first_report();
