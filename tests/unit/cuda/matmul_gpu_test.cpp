@@ -127,15 +127,25 @@ TEST_P(FusedMatmulGpu, KeptCopyEqualsDequantizingPath) {
 // Two kept copies of one shape (K and V) in one strided-batched GEMM: each output as its own
 // multiply_kept gives it (the same bf16 operands), whichever order the copies and the outputs
 // lie in memory (distances of opposite signs take two GEMMs).
+// Two random matrices of one shape and their kept bf16 copies.
+struct KeptPair {
+  DeviceWeights wa, wb;
+  cuda::PrefillMatmul keeping;
+  KeptPair(DType type, int64_t n, int64_t k, uint32_t seed)
+      : wa(type, n, k, random_weight_bytes(type, n, k, seed)),
+        wb(type, n, k, random_weight_bytes(type, n, k, seed + 1)) {
+    keeping.keep_bf16(wa.view, nullptr);
+    keeping.keep_bf16(wb.view, nullptr);
+  }
+};
+
 TEST_P(FusedMatmulGpu, KeptPairEqualsTwoProducts) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   const DType type = GetParam();
   const int64_t n = 64, k = 512;
-  DeviceWeights wa(type, n, k, random_weight_bytes(type, n, k, 71u));
-  DeviceWeights wb(type, n, k, random_weight_bytes(type, n, k, 72u));
-  cuda::PrefillMatmul keeping;
-  keeping.keep_bf16(wa.view, nullptr);
-  keeping.keep_bf16(wb.view, nullptr);
+  KeptPair pair(type, n, k, 71u);
+  const DeviceWeights &wa = pair.wa, &wb = pair.wb;
+  cuda::PrefillMatmul& keeping = pair.keeping;
   for (int m : {17, 256, 2048}) {
     const auto x = random_floats((size_t)m * k, 9u + (uint32_t)m);
     DeviceBuffer<float> dx(x), single_a((size_t)m * n), single_b((size_t)m * n);
@@ -170,11 +180,9 @@ TEST_P(FusedMatmulGpu, KeptPairToBf16EqualsTwoProducts) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   const DType type = GetParam();
   const int64_t n = 256, k = 512;
-  DeviceWeights wa(type, n, k, random_weight_bytes(type, n, k, 73u));
-  DeviceWeights wb(type, n, k, random_weight_bytes(type, n, k, 74u));
-  cuda::PrefillMatmul keeping;
-  keeping.keep_bf16(wa.view, nullptr);
-  keeping.keep_bf16(wb.view, nullptr);
+  KeptPair pair(type, n, k, 73u);
+  const DeviceWeights &wa = pair.wa, &wb = pair.wb;
+  cuda::PrefillMatmul& keeping = pair.keeping;
   const auto as_floats = [](const std::vector<uint16_t>& bits, size_t at, size_t count) {
     std::vector<double> out(count);
     for (size_t i = 0; i < count; ++i) {
