@@ -1,6 +1,6 @@
 // The CUDA forward ops (see forward_ops.h): step inputs, the small kernels the forward needs
-// beyond ops.h (bias, RoPE from angle tables, row gather), norms, attention and logits; the
-// product dispatch is forward_ops_products.cu.
+// beyond ops.h (bias, row gather), the queueing of the bias/RoPE/K-V pass (its kernels are in
+// row_work.cu), norms, attention and logits; the product dispatch is forward_ops_products.cu.
 #include "backend/cuda/forward_ops.h"
 #include "backend/cuda/forward_ops_buffers.h"
 

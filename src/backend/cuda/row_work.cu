@@ -28,7 +28,7 @@ __device__ __forceinline__ void store_kv(const RowWorkCacheStore& s, const Cache
                                          int h, int d, float x) {
   const size_t offset = s.layout.position_offset(at.table, s.layer, kv, h, at.pos) + d;
   at.cache[offset] =
-      s.layout.dtype == KvDType::BF16 ? kv_from_float<true>(x) : kv_from_float<false>(x);
+      s.layout.type(kv) == KvDType::BF16 ? kv_from_float<true>(x) : kv_from_float<false>(x);
 }
 
 // Where token t's entries store (nothing when it is inactive or past its table's capacity).
@@ -122,7 +122,7 @@ __device__ __forceinline__ Unit8 unit8_dims(const RowWorkEntry& w, int half, int
 __device__ __forceinline__ void store_kv4(const RowWorkCacheStore& s, const CacheSlot& at, int kv,
                                           int h, int d, const float* x) {
   uint16_t* row = at.cache + s.layout.position_offset(at.table, s.layer, kv, h, at.pos) + d;
-  const bool bf16 = s.layout.dtype == KvDType::BF16;
+  const bool bf16 = s.layout.type(kv) == KvDType::BF16;
   uint16_t u[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) u[i] = bf16 ? kv_from_float<true>(x[i]) : kv_from_float<false>(x[i]);
