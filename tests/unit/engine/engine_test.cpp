@@ -30,6 +30,7 @@ std::vector<int32_t> reference_generation(std::vector<int32_t> prompt, int32_t n
 struct Result {
   std::vector<int32_t> tokens;
   StreamItem final;
+  int32_t first_token_cached = -1;  // the first token item's n_cached_prompt
 };
 
 // Reads a handle to its final item; `items` may hold items already taken from it.
@@ -43,6 +44,7 @@ Result collect(RequestHandle& h, std::vector<StreamItem> items = {}) {
         r.final = it;
         return r;
       }
+      if (r.tokens.empty()) r.first_token_cached = it.n_cached_prompt;
       r.tokens.push_back(it.token);
     }
     if (items.empty()) return r;
@@ -172,6 +174,10 @@ TEST(Engine, SharedPrefixIsServedFromTheCache) {
   EXPECT_EQ(r1.tokens, reference_generation(p1, 4));
   EXPECT_EQ(r2.tokens, reference_generation(p2, 4));
   EXPECT_EQ(r2.final.n_cached_prompt, 200);  // 25 full blocks of 8
+  // Token items carry it too (a stream's progress report reads it there once the request has
+  // left the slot list).
+  EXPECT_EQ(r2.first_token_cached, 200);
+  EXPECT_EQ(r1.first_token_cached, 0);
   EXPECT_LE(exec.tokens_computed - before, 1 + 4);
   // The same prompt again: all cached but the last token, recomputed into a private copy.
   Result r3 = collect(*engine.submit(request(p1, 4)));
