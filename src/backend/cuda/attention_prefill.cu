@@ -13,6 +13,8 @@
 //                    fragments through ldmatrix's transposing load, O in registers
 // Fragment layouts: attention_mma.cuh. A block's query tiles are taken longest first (the
 // causal tile q reads q + 1 key tiles), and a warp skips key tiles past its last row.
+// A lab form (kGroups = 2) gives each warp two such groups of 16 rows (128-row query tiles),
+// their Q staged in shared memory, so that each K/V fragment a warp loads feeds both.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
