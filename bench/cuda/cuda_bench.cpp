@@ -4,7 +4,7 @@
 // for memory-bound kernels, rotated over enough copies to exceed the L2 cache several times.
 //
 // Usage: cuda_bench [--quick | --lab | --many-rows | --few-rows | --attention |
-//                    --decode-attention]
+//                    --decode-attention | --prefill-attention]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -639,7 +639,7 @@ void run_few_rows(Stream& stream, double copy_gbs) {
     }
 }
 
-int run(bool quick, bool lab, bool many_rows, bool few_rows, bool attention) {
+int run(bool quick, bool lab, bool many_rows, bool few_rows, bool attention, bool prefill_only) {
   std::string reason;
   if (device_count(&reason) == 0) {
     std::printf("no CUDA device (%s): nothing to measure\n", reason.c_str());
@@ -669,7 +669,7 @@ int run(bool quick, bool lab, bool many_rows, bool few_rows, bool attention) {
     return 0;
   }
   if (attention) {
-    run_decode_attention(stream, copy_gbs);
+    if (!prefill_only) run_decode_attention(stream, copy_gbs);
     if (!quick) run_prefill_attention(stream, peak);  // --decode-attention: the decode rows alone
     return 0;
   }
@@ -726,11 +726,16 @@ int main(int argc, char** argv) {
   // --attention: the attention kernels alone (decode at long and short contexts, prefill).
   // --decode-attention: its decode rows alone.
   const bool decode_attention = argc > 1 && std::strcmp(argv[1], "--decode-attention") == 0;
-  const bool attention = decode_attention || (argc > 1 && std::strcmp(argv[1], "--attention") == 0);
+  // --prefill-attention: its prefill rows alone.
+  const bool prefill_only = argc > 1 && std::strcmp(argv[1], "--prefill-attention") == 0;
+  const bool attention = decode_attention || prefill_only ||
+                         (argc > 1 && std::strcmp(argv[1], "--attention") == 0);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows reach a log even when a time limit cuts the run
   // Variants set knobs through the environment (--attention: for split-sizing runs).
   if (lab || many_rows || few_rows || attention) hablar::cuda::enable_lab_knobs();
   try {
-    return hablar::cuda::run(quick || decode_attention, lab, many_rows, few_rows, attention);
+    return hablar::cuda::run(quick || decode_attention, lab, many_rows, few_rows, attention,
+                             prefill_only);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_bench: %s\n", e.what());
     return 1;
