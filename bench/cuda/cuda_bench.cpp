@@ -728,8 +728,8 @@ int main(int argc, char** argv) {
   const bool decode_attention = argc > 1 && std::strcmp(argv[1], "--decode-attention") == 0;
   // --prefill-attention: its prefill rows alone.
   const bool prefill_only = argc > 1 && std::strcmp(argv[1], "--prefill-attention") == 0;
-  const bool attention = decode_attention || prefill_only ||
-                         (argc > 1 && std::strcmp(argv[1], "--attention") == 0);
+  const bool attention =
+      decode_attention || prefill_only || (argc > 1 && std::strcmp(argv[1], "--attention") == 0);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows reach a log even when a time limit cuts the run
   // Variants set knobs through the environment (--attention: for split-sizing runs).
   if (lab || many_rows || few_rows || attention) hablar::cuda::enable_lab_knobs();

@@ -29,6 +29,8 @@
 //                                          attention of q over its sequence (GQA), scaled
 //                                          and windowed as spec says
 //   add(x, y, width)                       x += y
+//   matmul_add(W, in, tmp, x, s)           optional: x += s · (in · Wᵀ) (s = 0: unscaled), tmp
+//                                          scratch (residual_product below)
 //   moe_ffn(experts, in, out)              out = the mixture of experts of in (layer_spec.h);
 //                                          out may be in
 //   logits(x, norm_w, W_out, cap)          final norm of the rows that need logits, then the
@@ -104,6 +106,22 @@ auto row_dumper(B& b, std::vector<float>& host) {
   };
 }
 
+// A residual branch's last product: x += s · (in · Wᵀ) (s == 0: unscaled, Granite's
+// residual_scale otherwise), `tmp` [T x W.rows] scratch. A backend with matmul_add takes it as
+// one op (a GEMM that accumulates into x); the others, and any run that dumps the product's
+// rows (`dump_as`, null: none), as matmul, scale and add.
+template <class B, class Dump>
+void residual_product(B& b, const WeightView& w, const float* in, float* tmp, float* x, float s,
+                      const Dump& dump_rows, const char* dump_as, int layer) {
+  if constexpr (requires { b.matmul_add(w, in, tmp, x, s); }) {
+    if (ActivationDump::instance() == nullptr) return b.matmul_add(w, in, tmp, x, s);
+  }
+  b.matmul(w, in, tmp);
+  if (dump_as != nullptr) dump_rows(dump_as, layer, tmp, w.rows);
+  if (s != 0.0f) b.scale(tmp, s, w.rows);
+  b.add(x, tmp, w.rows);
+}
+
 // Llama (and Mixtral), Qwen2, Qwen3 (and Qwen3-MoE), Phi-3, SmolLM3, Granite, Mistral 3, Gemma 1:
 // pre-norm blocks, SwiGLU (Gemma: GeGLU) or a mixture of SwiGLU experts, one RoPE, global
 // attention; Gemma 1 scales the embedding by sqrt(n_embd); Granite scales the embedding, each
@@ -148,15 +166,14 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
     if (c.query_scale > 0.0f) b.scale(a.q, c.query_scale, QD);  // Phi-3, Gemma 1
     b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
     dump_rows("attn_out", l, a.att, QD);
-    b.matmul(lw.wo, a.att, a.xb);
-    if (c.residual_scale != 0.0f) b.scale(a.xb, c.residual_scale, E);  // Granite
-    b.add(a.x, a.xb, E);
+    residual_product(b, lw.wo, a.att, a.xb, a.x, c.residual_scale, dump_rows, nullptr, l);
     dump_rows("ffn_inp", l, a.x, E);
 
     // Feed-forward block: x += W_down · (silu(W_gate·n) * W_up·n), n = rmsnorm(x), or the
     // mixture of such experts the router picks for each token.
     b.rmsnorm(a.x, lw.ffn_norm, a.xb, E);
     dump_rows("ffn_norm", l, a.xb, E);
+    const float* down_in = nullptr;  // a dense FFN's input to W_down
     if (c.n_experts > 0) {
       const bool shared = c.n_ff_shared > 0;  // Qwen2-MoE
       b.moe_ffn(ExpertsView{&lw.router, lw.exp_gate, lw.exp_up, lw.exp_down, c.n_experts_used,
@@ -167,15 +184,19 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
     } else if (c.ffn_relu_squared) {  // Arcee: W_down · relu(W_up·n)^2, no gate
       b.matmul(lw.w_up, a.xb, a.gate);
       b.relu_squared(a.gate, FF);
-      b.matmul(lw.w_down, a.gate, a.xb);
+      down_in = a.gate;
     } else {
       b.matmul_glu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up, c.ffn_activation);
       dump_rows("ffn_swiglu", l, a.gate, FF);
-      b.matmul(lw.w_down, a.gate, a.xb);
+      down_in = a.gate;
     }
-    dump_rows("ffn_out", l, a.xb, E);
-    if (c.residual_scale != 0.0f) b.scale(a.xb, c.residual_scale, E);  // Granite
-    b.add(a.x, a.xb, E);
+    if (down_in != nullptr) {
+      residual_product(b, lw.w_down, down_in, a.xb, a.x, c.residual_scale, dump_rows, "ffn_out", l);
+    } else {
+      dump_rows("ffn_out", l, a.xb, E);
+      if (c.residual_scale != 0.0f) b.scale(a.xb, c.residual_scale, E);  // Granite
+      b.add(a.x, a.xb, E);
+    }
     dump_rows("l_out", l, a.x, E);
   }
   b.logits(a.x, w.output_norm, w.output, 0.0f);

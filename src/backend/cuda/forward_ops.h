@@ -89,6 +89,10 @@ class ForwardOps {
   void matmul(const WeightView& w, const float* in, float* out);
   void matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv, const float* in,
                   float* q, float* k, float* v);
+  // x += s · (in · Wᵀ) (s == 0: unscaled); tmp [T x W.rows] is scratch (model::residual_product).
+  // Over W's kept bf16 copy one GEMM accumulates into x, so the next norm neither reads the
+  // product's rows nor writes x back; otherwise matmul into tmp, then the queued add.
+  void matmul_add(const WeightView& w, const float* in, float* tmp, float* x, float s);
   void matmul_glu(const WeightView& gate, const WeightView& up, const float* in, float* out,
                   float* up_scratch, GluActivation act);
   void add_bias(float* x, const float* bias, int64_t width);

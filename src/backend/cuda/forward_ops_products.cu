@@ -200,6 +200,21 @@ void ForwardOps::matmul(const WeightView& w, const float* in, float* out) {
   products_of_one_input(in, n_tokens_, ws, outs);
 }
 
+void ForwardOps::matmul_add(const WeightView& w, const float* in, float* tmp, float* x, float s) {
+  const int64_t width = w.rows;
+  if (!takes_kept_bf16_path(w, n_tokens_) || lab_knob("HABLAR_GEMM_ADD", 1) == 0) {
+    matmul(w, in, tmp);
+    if (s != 0.0f) scale(tmp, s, width);
+    return add(x, tmp, width);
+  }
+  bool converted = buf_->bf16_holds == in;
+  flush();  // an add queued on x lands first
+  auto* rows = static_cast<uint16_t*>(buf_->bf16_rows.get());
+  if (!converted) convert_f32_to_bf16(in, rows, n_tokens_ * w.cols, stream_);
+  buf_->prefill.multiply_kept_add(w, rows, (int)n_tokens_, x, s != 0.0f ? s : 1.0f, stream_);
+  buf_->forget_held_rows();
+}
+
 // The int8 rows of `in` (m x k) in the workspace: quantized now, unless *quantized says (or
 // q8_holds said, before the caller's flush) the op that wrote them already did.
 Q8Activations ForwardOps::int8_rows(const float* in, int64_t m, int64_t k, bool* quantized) {

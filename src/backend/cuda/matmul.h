@@ -103,6 +103,10 @@ class PrefillMatmul {
   // products, whose single GEMMs fill few multiprocessors.
   void multiply_kept_pair(const WeightView& wa, const WeightView& wb, const uint16_t* x_bf16, int m,
                           float* ya, float* yb, cudaStream_t stream);
+  // y += alpha · x · Wᵀ over W's kept copy: the product accumulating into y (cuBLAS beta = 1),
+  // for a residual stream that takes the product without a separate add.
+  void multiply_kept_add(const WeightView& w, const uint16_t* x_bf16, int m, float* y, float alpha,
+                         cudaStream_t stream);
   // The same with y written as bf16 (the f32 accumulators rounded once).
   void multiply_kept_to_bf16(const WeightView& w, const uint16_t* x_bf16, int m, uint16_t* y,
                              cudaStream_t stream);
@@ -112,9 +116,11 @@ class PrefillMatmul {
 
  private:
   void reserve(size_t bytes);
-  // y (f32 or bf16, cudaDataType y_type) = x · Wᵀ over bf16 W [N][K] and x [M][K].
+  // y (f32 or bf16, cudaDataType y_type) = alpha · x · Wᵀ + beta · y over bf16 W [N][K] and
+  // x [M][K].
   void gemm_bf16_to(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n, int64_t k, int m,
-                    void* y, int y_type, cudaStream_t stream);
+                    void* y, int y_type, cudaStream_t stream, float alpha = 1.0f,
+                    float beta = 0.0f);
   // multiply_kept_pair's body for y of cudaDataType y_type (f32 or bf16).
   void pair_to(const WeightView& wa, const WeightView& wb, const uint16_t* x_bf16, int m, void* ya,
                void* yb, int y_type, cudaStream_t stream);

@@ -115,6 +115,13 @@ void PrefillMatmul::multiply_kept(const WeightView& w, const uint16_t* x_bf16, i
             stream);
 }
 
+void PrefillMatmul::multiply_kept_add(const WeightView& w, const uint16_t* x_bf16, int m, float* y,
+                                      float alpha, cudaStream_t stream) {
+  HABLAR_CHECK(keeps(w), "PrefillMatmul::multiply_kept_add: W has no kept copy");
+  gemm_bf16_to(static_cast<const uint16_t*>(kept_.at(w.data).bf16.get()), x_bf16, w.rows, w.cols, m,
+               y, CUDA_R_32F, stream, alpha, 1.0f);
+}
+
 void PrefillMatmul::multiply_kept_pair(const WeightView& wa, const WeightView& wb,
                                        const uint16_t* x_bf16, int m, float* ya, float* yb,
                                        cudaStream_t stream) {
@@ -166,9 +173,9 @@ void PrefillMatmul::gemm_bf16(const uint16_t* w_bf16, const uint16_t* x_bf16, in
 }
 
 void PrefillMatmul::gemm_bf16_to(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n,
-                                 int64_t k, int m, void* y, int y_type, cudaStream_t stream) {
+                                 int64_t k, int m, void* y, int y_type, cudaStream_t stream,
+                                 float alpha, float beta) {
   // Column-major view: y^T [N x M] = (W as K x N)^T · (x as K x M).
-  const float alpha = 1.0f, beta = 0.0f;
   HABLAR_CUBLAS_CHECK(cublas().set_stream(handle_.get(), stream));
   HABLAR_CUBLAS_CHECK(cublas().gemm_ex(handle_.get(), CUBLAS_OP_T, CUBLAS_OP_N, (int)n, m, (int)k,
                                        &alpha, w_bf16, CUDA_R_16BF, (int)k, x_bf16, CUDA_R_16BF,

@@ -298,6 +298,36 @@ TEST(FusedMatmulInt8Activations, BackToBackProductsOnAStreamSeeTheirOwnInput) {
   for (int i = 0; i < 4; ++i) EXPECT_LT(normalized_error(y[i].download(), want[i]), 1e-2) << i;
 }
 
+// The product accumulating into a residual stream (multiply_kept_add: cuBLAS beta = 1) equals
+// the product on its own plus the stream, and its alpha scales the product alone (Granite).
+TEST_P(FusedMatmulGpu, KeptAddEqualsProductPlusStream) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const DType type = GetParam();
+  const int64_t n = 192, k = 512;
+  DeviceWeights w(type, n, k, random_weight_bytes(type, n, k, 77u));
+  cuda::PrefillMatmul keeping;
+  keeping.keep_bf16(w.view, nullptr);
+  for (int m : {65, 2048}) {
+    const size_t mn = (size_t)m * n;
+    const auto stream_rows = random_floats(mn, 23u + (uint32_t)m);
+    DeviceBuffer<float> dx(random_floats((size_t)m * k, 29u + (uint32_t)m)), alone(mn);
+    DeviceBuffer<uint16_t> x16((size_t)m * k);
+    cuda::convert_f32_to_bf16(dx.get(), x16.get(), (int64_t)m * k, nullptr);
+    keeping.multiply_kept(w.view, x16.get(), m, alone.get(), nullptr);
+    for (float alpha : {1.0f, 0.25f}) {
+      DeviceBuffer<float> residual(stream_rows);
+      keeping.multiply_kept_add(w.view, x16.get(), m, residual.get(), alpha, nullptr);
+      HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto product = alone.download();
+      std::vector<double> want(mn);
+      for (size_t i = 0; i < mn; ++i) want[i] = (double)stream_rows[i] + alpha * (double)product[i];
+      const std::string where = std::string(dtype_name(type)) + " M=" + std::to_string(m) +
+                                " alpha=" + std::to_string(alpha);
+      EXPECT_LT(normalized_error(residual.download(), want), 1e-6) << where;
+    }
+  }
+}
+
 // A tall matrix of long rows (at least 16 rows per multiprocessor, K > 8192) takes the
 // looping M = 1 kernel by default: each block walks many row groups.
 TEST(FusedMatmulInt8Activations, TallMatrixOfLongRowsMatchesReference) {
