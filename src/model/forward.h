@@ -31,6 +31,8 @@
 //   add(x, y, width)                       x += y
 //   matmul_add(W, in, tmp, x, s)           optional: x += s · (in · Wᵀ) (s = 0: unscaled), tmp
 //                                          scratch (residual_product below)
+//   rmsnorm_for_products(x, w, out, width, Ws)  optional: rmsnorm whose out only the next op's
+//                                          products of the matrices Ws read (norm_for_products)
 //   moe_ffn(experts, in, out)              out = the mixture of experts of in (layer_spec.h);
 //                                          out may be in
 //   logits(x, norm_w, W_out, cap)          final norm of the rows that need logits, then the
@@ -48,6 +50,8 @@
 #pragma once
 
 #include <concepts>
+#include <initializer_list>
+#include <span>
 #include <vector>
 
 #include "core/error.h"
@@ -122,6 +126,21 @@ void residual_product(B& b, const WeightView& w, const float* in, float* tmp, fl
   b.add(x, tmp, w.rows);
 }
 
+// rmsnorm(x, w, out) whose rows only the next op's products of `readers` read (matmul_qkv,
+// matmul_glu, matmul): a backend with rmsnorm_for_products may keep them only in the form those
+// products read (bf16 rows for kept bf16 copies), without out's f32 values. A run that dumps
+// activations reads those, so it gets the plain norm.
+template <class B>
+void norm_for_products(B& b, const float* x, const float* w, float* out, int64_t width,
+                       std::initializer_list<const WeightView*> readers) {
+  const std::span<const WeightView* const> matrices(readers.begin(), readers.size());
+  if constexpr (requires { b.rmsnorm_for_products(x, w, out, width, matrices); }) {
+    if (ActivationDump::instance() == nullptr)
+      return b.rmsnorm_for_products(x, w, out, width, matrices);
+  }
+  b.rmsnorm(x, w, out, width);
+}
+
 // Llama (and Mixtral), Qwen2, Qwen3 (and Qwen3-MoE), Phi-3, SmolLM3, Granite, Mistral 3, Gemma 1:
 // pre-norm blocks, SwiGLU (Gemma: GeGLU) or a mixture of SwiGLU experts, one RoPE, global
 // attention; Gemma 1 scales the embedding by sqrt(n_embd); Granite scales the embedding, each
@@ -140,7 +159,7 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
     const LayerSpec& spec = c.layers[(size_t)l];
 
     // Attention block: x += Wo · attention(rope(Wq·n), rope(Wk·n), Wv·n), n = rmsnorm(x).
-    b.rmsnorm(a.x, lw.attn_norm, a.xb, E);
+    norm_for_products(b, a.x, lw.attn_norm, a.xb, E, {&lw.wq, &lw.wk, &lw.wv});
     dump_rows("attn_norm", l, a.xb, E);
     b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
     // q, k, v biases where the file has them (qwen2 always; any llama-style file may)
@@ -171,7 +190,12 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
 
     // Feed-forward block: x += W_down · (silu(W_gate·n) * W_up·n), n = rmsnorm(x), or the
     // mixture of such experts the router picks for each token.
-    b.rmsnorm(a.x, lw.ffn_norm, a.xb, E);
+    if (c.n_experts > 0)  // the router reads the normed rows as they are
+      b.rmsnorm(a.x, lw.ffn_norm, a.xb, E);
+    else if (c.ffn_relu_squared)
+      norm_for_products(b, a.x, lw.ffn_norm, a.xb, E, {&lw.w_up});
+    else
+      norm_for_products(b, a.x, lw.ffn_norm, a.xb, E, {&lw.w_gate, &lw.w_up});
     dump_rows("ffn_norm", l, a.xb, E);
     const float* down_in = nullptr;  // a dense FFN's input to W_down
     if (c.n_experts > 0) {

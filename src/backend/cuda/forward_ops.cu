@@ -288,6 +288,21 @@ void ForwardOps::embed(const WeightView& table, float* x) {
 // the normed rows are quantized for the int8 products, or converted for the f16 products, in
 // the same launch where they can be.
 void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_t width) {
+  norm_rows(x, weight, out, width, true);
+}
+
+// The readers' products all over kept bf16 copies: the norm writes their bf16 rows alone.
+void ForwardOps::rmsnorm_for_products(const float* x, const float* weight, float* out,
+                                      int64_t width, std::span<const WeightView* const> readers) {
+  bool bf16_only = writer_writes_bf16(n_tokens_, width) &&
+                   rms_norm_bf16_only_supported((int)width) &&
+                   lab_knob("HABLAR_NORM_BF16_ONLY", 1) != 0;
+  for (const WeightView* w : readers) bf16_only = bf16_only && takes_kept_bf16_path(*w, n_tokens_);
+  norm_rows(x, weight, out, width, !bf16_only);
+}
+
+void ForwardOps::norm_rows(const float* x, const float* weight, float* out, int64_t width,
+                           bool f32_out) {
   flush_row_work();
   if (limits_.deterministic) {
     flush_add();
@@ -302,11 +317,13 @@ void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_
   const float* y = with_add ? add.y : nullptr;
   if (writer_writes_bf16(n_tokens_, width)) {
     auto* bf16 = static_cast<uint16_t*>(buf_->bf16_rows.get());
-    add_rms_norm_bf16(in, y, weight, out, rows, dim, eps_, bf16, stream_);
+    add_rms_norm_bf16(in, y, weight, f32_out ? out : nullptr, rows, dim, eps_, bf16, stream_);
     add = {};
     buf_->bf16_holds = out;
+    if (!f32_out) buf_->bf16_only = out;
     return;
   }
+  HABLAR_CHECK(f32_out, "ForwardOps: a norm without its f32 rows where no bf16 rows are written");
   if (writer_converts(n_tokens_, width)) {
     add_rms_norm_f16(in, y, weight, out, rows, dim, eps_, buf_->f16_rows.get(),
                      buf_->f16_rows.bytes(), stream_);

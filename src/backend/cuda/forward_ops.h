@@ -86,6 +86,11 @@ class ForwardOps {
 
   void embed(const WeightView& table, float* x);
   void rmsnorm(const float* x, const float* weight, float* out, int64_t width);
+  // rmsnorm whose rows only the next op's products of `readers` read (model::norm_for_products):
+  // where all of them multiply kept bf16 copies, only the bf16 rows are written (not out's f32
+  // values: out is then marked bf16_only, and an f32 product of it is refused).
+  void rmsnorm_for_products(const float* x, const float* weight, float* out, int64_t width,
+                            std::span<const WeightView* const> readers);
   void matmul(const WeightView& w, const float* in, float* out);
   void matmul_qkv(const WeightView& wq, const WeightView& wk, const WeightView& wv, const float* in,
                   float* q, float* k, float* v);
@@ -199,6 +204,8 @@ class ForwardOps {
                                      const float* k, const float* v, float* out, bool kv_stored);
   void flush_add();
   void flush();
+  // rmsnorm's body; f32_out false: the bf16 rows alone (rmsnorm_for_products).
+  void norm_rows(const float* x, const float* weight, float* out, int64_t width, bool f32_out);
   // The step's logit rows of x [T x n_embd] gathered into out_rows_ (logit_order).
   void gather_logit_rows(const float* x);
   // One expert's product of m gathered rows (deterministic: the CPU's order for experts).

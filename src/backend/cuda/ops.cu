@@ -196,14 +196,14 @@ __global__ void rms_norm_bf16_kernel(float* x, const float* y, const float* __re
   const float* add_row = y != nullptr ? y + (size_t)blockIdx.x * dim : nullptr;
   float v[kPer], w[kPer];
   const float inv = norm_row_in_registers<kPer, Reduce>(row, add_row, weight, dim, eps, v, w, temp);
-  float* dst = out + (size_t)blockIdx.x * dim;
+  float* dst = out != nullptr ? out + (size_t)blockIdx.x * dim : nullptr;  // null: bf16 only
   __nv_bfloat16* row_values = values + (size_t)blockIdx.x * dim;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int i = threadIdx.x + j * kRowThreads;
     if (i >= dim) break;
     const float o = v[j] * inv * w[j];
-    dst[i] = o;
+    if (dst != nullptr) dst[i] = o;
     row_values[i] = __float2bfloat16_rn(o);
   }
 }
@@ -319,6 +319,7 @@ void launch_rms_norm_bf16(float* x, const float* y, const float* weight, float* 
                      stream, x, y, weight, out, dim, eps, values);
   });
   if (fused) return;
+  HABLAR_CHECK(out != nullptr, "rms_norm_bf16: rows this wide need their f32 output");
   norm_rows(x, y, weight, out, rows, dim, eps, stream);
   convert_f32_to_bf16(out, bf16_rows, (int64_t)rows * dim, stream);
 }
@@ -470,6 +471,10 @@ void add_rms_norm_bf16(float* x, const float* y, const float* weight, float* out
                        float eps, uint16_t* bf16_rows, cudaStream_t stream) {
   if (rows <= 0) return;
   launch_rms_norm_bf16(x, y, weight, out, rows, dim, eps, bf16_rows, stream);
+}
+
+bool rms_norm_bf16_only_supported(int dim) {
+  return dim > 0 && (dim + kRowThreads - 1) / kRowThreads <= 32;  // with_values_per_thread's
 }
 
 void glu_to_bf16(const float* gate, const float* up, GluActivation act, float* out,

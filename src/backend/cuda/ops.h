@@ -41,6 +41,9 @@ void rms_norm_bf16(const float* x, const float* weight, float* out, int rows, in
                    uint16_t* bf16_rows, cudaStream_t stream);
 void add_rms_norm_bf16(float* x, const float* y, const float* weight, float* out, int rows, int dim,
                        float eps, uint16_t* bf16_rows, cudaStream_t stream);
+// Whether rows of dim values may skip the f32 output (out == nullptr above: the bf16 rows
+// alone, where only products over kept copies read them): the one-launch form's widths.
+bool rms_norm_bf16_only_supported(int dim);
 
 // Rotary embedding in place on x [tokens][heads][head_dim], the first rot_dim dims of each
 // head. kNormal rotates adjacent pairs (2i, 2i+1) (Llama GGUF); kNeox rotates (i, i + rot/2)

@@ -145,7 +145,7 @@ TEST(FusedOpsGpu, GluWithF16RowsEqualsGluThenConvert) {
 
 // The norm that also writes its rows as bf16 rows for the products over kept bf16 copies
 // (rms_norm_bf16, add_rms_norm_bf16): its f32 rows equal rms_norm's / add_rms_norm's, and its
-// bf16 rows convert_f32_to_bf16's of those rows, byte for byte.
+// bf16 rows convert_f32_to_bf16's of those rows, byte for byte, with or without the f32 rows.
 TEST(FusedOpsGpu, NormWithBf16RowsEqualsNormThenConvert) {
   HABLAR_REQUIRE_CUDA_DEVICE();
   for (int dim : {256, 1536, 2052, 8224}) {  // 8224: norm, then conversion
@@ -180,6 +180,17 @@ TEST(FusedOpsGpu, NormWithBf16RowsEqualsNormThenConvert) {
         EXPECT_EQ(x1.download(), x2.download()) << where;
         EXPECT_EQ(out1.download(), out2.download()) << where;
         EXPECT_EQ(b1.download(), b2.download()) << where;
+        // Without the f32 output (out null: the bf16 rows alone, for kept-copy products only),
+        // where the one-launch form runs: the same bf16 rows and residual stream.
+        ASSERT_EQ(cuda::rms_norm_bf16_only_supported(dim), dim <= 8192) << where;
+        if (!cuda::rms_norm_bf16_only_supported(dim)) continue;
+        DeviceBuffer<float> x4(x);
+        DeviceBuffer<uint16_t> b4(std::vector<uint16_t>(n, 0));
+        cuda::add_rms_norm_bf16(x4.get(), with_add ? dy.get() : nullptr, dw.get(), nullptr, rows,
+                                dim, 1e-6f, b4.get(), nullptr);
+        HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(x4.download(), x1.download()) << where << " bf16 only";
+        EXPECT_EQ(b4.download(), b1.download()) << where << " bf16 only";
       }
     }
   }
