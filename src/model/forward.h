@@ -247,7 +247,7 @@ void forward_sandwich(const ModelConfig& c, const Weights& w, B& b) {
     const LayerSpec& spec = c.layers[(size_t)l];
 
     // x += postnorm(Wo · attention(rope(qnorm(Wq·n)) * s, rope(knorm(Wk·n)), Wv·n)).
-    b.rmsnorm(a.x, lw.attn_norm, a.xb, E);
+    norm_for_products(b, a.x, lw.attn_norm, a.xb, E, {&lw.wq, &lw.wk, &lw.wv});
     dump_rows("attn_norm", l, a.xb, E);
     b.matmul_qkv(lw.wq, lw.wk, lw.wv, a.xb, a.q, a.k, a.v);
     if (lw.bq != nullptr) b.add_bias(a.q, lw.bq, QD);  // (GLM-4; any of them a file has)
@@ -267,7 +267,7 @@ void forward_sandwich(const ModelConfig& c, const Weights& w, B& b) {
     dump_rows("ffn_inp", l, a.x, E);
 
     // x += postnorm(W_down · (act(W_gate·n) * W_up·n)), n = rmsnorm(x).
-    b.rmsnorm(a.x, lw.ffn_norm, a.xb, E);
+    norm_for_products(b, a.x, lw.ffn_norm, a.xb, E, {&lw.w_gate, &lw.w_up});
     dump_rows("ffn_norm", l, a.xb, E);
     b.matmul_glu(lw.w_gate, lw.w_up, a.xb, a.gate, a.up, c.ffn_activation);
     dump_rows("ffn_swiglu", l, a.gate, FF);
