@@ -33,6 +33,7 @@
 //                                          scratch (residual_product below)
 //   rmsnorm_for_products(x, w, out, width, Ws)  optional: rmsnorm whose out only the next op's
 //                                          products of the matrices Ws read (norm_for_products)
+//   attention_for_products(..., out, Ws)   optional: the same for attention's out
 //   moe_ffn(experts, in, out)              out = the mixture of experts of in (layer_spec.h);
 //                                          out may be in
 //   logits(x, norm_w, W_out, cap)          final norm of the rows that need logits, then the
@@ -141,6 +142,20 @@ void norm_for_products(B& b, const float* x, const float* w, float* out, int64_t
   b.rmsnorm(x, w, out, width);
 }
 
+// attention(...) whose rows only the next op's products of `readers` read (the output
+// projection), as norm_for_products.
+template <class B>
+void attention_for_products(B& b, int layer, const AttentionSpec& spec, const float* q,
+                            const float* k, const float* v, float* out,
+                            std::initializer_list<const WeightView*> readers) {
+  const std::span<const WeightView* const> matrices(readers.begin(), readers.size());
+  if constexpr (requires { b.attention_for_products(layer, spec, q, k, v, out, matrices); }) {
+    if (ActivationDump::instance() == nullptr)
+      return b.attention_for_products(layer, spec, q, k, v, out, matrices);
+  }
+  b.attention(layer, spec, q, k, v, out);
+}
+
 // Llama (and Mixtral), Qwen2, Qwen3 (and Qwen3-MoE), Phi-3, SmolLM3, Granite, Mistral 3, Gemma 1:
 // pre-norm blocks, SwiGLU (Gemma: GeGLU) or a mixture of SwiGLU experts, one RoPE, global
 // attention; Gemma 1 scales the embedding by sqrt(n_embd); Granite scales the embedding, each
@@ -183,7 +198,7 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
     if (c.query_temperature.active()) b.scale_by_position(a.q, QD, c.query_temperature);
     dump_rows("q_rope", l, a.q, QD), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
     if (c.query_scale > 0.0f) b.scale(a.q, c.query_scale, QD);  // Phi-3, Gemma 1
-    b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
+    attention_for_products(b, l, spec.attention, a.q, a.k, a.v, a.att, {&lw.wo});
     dump_rows("attn_out", l, a.att, QD);
     residual_product(b, lw.wo, a.att, a.xb, a.x, c.residual_scale, dump_rows, nullptr, l);
     dump_rows("ffn_inp", l, a.x, E);
@@ -259,7 +274,7 @@ void forward_sandwich(const ModelConfig& c, const Weights& w, B& b) {
     b.rope(a.k, c.n_kv_heads, spec.rope);
     if (c.query_scale > 0.0f) b.scale(a.q, c.query_scale, QD);
     dump_rows("q_rope", l, a.q, QD), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
-    b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
+    attention_for_products(b, l, spec.attention, a.q, a.k, a.v, a.att, {&lw.wo});
     dump_rows("attn_out", l, a.att, QD);
     b.matmul(lw.wo, a.att, a.xb);
     b.rmsnorm(a.xb, lw.post_attn_norm, a.xb, E);
@@ -367,7 +382,7 @@ void forward_post_norm(const ModelConfig& c, const Weights& w, B& b) {
       b.rope(a.k, c.n_kv_heads, spec.rope);
     }
     dump_rows("q_rope", l, a.q, QD), dump_rows("k_rope", l, a.k, KVD), dump_rows("v", l, a.v, KVD);
-    b.attention(l, spec.attention, a.q, a.k, a.v, a.att);
+    attention_for_products(b, l, spec.attention, a.q, a.k, a.v, a.att, {&lw.wo});
     dump_rows("attn_out", l, a.att, QD);
     b.matmul(lw.wo, a.att, a.xb);
     b.rmsnorm(a.xb, lw.post_attn_norm, a.xb, E);

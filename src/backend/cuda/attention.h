@@ -54,7 +54,10 @@ struct PrefillAttentionParams {
   const float* q = nullptr;
   const float* k_new = nullptr;
   const float* v_new = nullptr;
-  float* out = nullptr;
+  float* out = nullptr;  // may be null when out_bf16 is set
+  // When set, the output rows are also written as bf16 ([total_tokens][n_heads * head_dim],
+  // each f32 value rounded to nearest even) for the output projection over its kept copy.
+  uint16_t* out_bf16 = nullptr;
   float scale = 0.0f;
 };
 

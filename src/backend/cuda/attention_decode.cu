@@ -18,6 +18,7 @@
 //   the scores, a tile softmax state merged into each head's running state
 //   (online_softmax.h), and P·V. One shared-memory stage per block (about 20 KB) lets ten
 //   blocks share a multiprocessor (HABLAR_DECODE_STAGES=2 selects double buffering).
+#include <cuda_bf16.h>
 #include <cuda_pipeline.h>
 
 #include <algorithm>
@@ -352,7 +353,8 @@ __global__ void __launch_bounds__(kMaxThreads)
     }
   }
   const float o = merged * softmax_inverse_sum(total);
-  p.out[at] = o;
+  if (p.out != nullptr) p.out[at] = o;
+  if (p.out_bf16 != nullptr) p.out_bf16[at] = __bfloat16_as_ushort(__float2bfloat16_rn(o));
   if (p.out_codes != nullptr)  // head_dim is a multiple of 32: whole warps, whole blocks
     q4k_chunk::quantize_block32(o, d % 32, p.out_codes + at,
                                 static_cast<float2*>(p.out_scales) + at / 32);
@@ -441,7 +443,7 @@ void validate(const DecodeAttentionParams& p, size_t workspace_bytes) {
   if (const std::string why = cuda_kv_layout_problem(p.layout); !why.empty()) fail(why);
   if (p.n_slots <= 0 || p.max_blocks_per_seq <= 0) fail("empty batch or block table");
   if (!p.kv_cache || !p.block_tables || !p.seq_lens || !p.active || !p.q || !p.k_new || !p.v_new ||
-      !p.out)
+      (!p.out && !p.out_bf16))
     fail("a required device pointer is null");
   if (workspace_bytes < decode_attention_workspace_bytes(p))
     fail("workspace of " + std::to_string(workspace_bytes) + " bytes is below the " +

@@ -291,7 +291,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
     if (finish) {  // the reduce's one merge, from an empty state, and its normalization
       SoftmaxState reduced = softmax_empty();
       const float merged = merge_split(reduced, 0.0f, total, acc);
-      p.out[((size_t)slot * p.n_heads + head) * kDim + d] = merged * softmax_inverse_sum(reduced);
+      const size_t at = ((size_t)slot * p.n_heads + head) * kDim + d;
+      const float o = merged * softmax_inverse_sum(reduced);
+      if (p.out != nullptr) p.out[at] = o;
+      if (p.out_bf16 != nullptr) p.out_bf16[at] = __bfloat16_as_ushort(__float2bfloat16_rn(o));
       continue;
     }
     float* part =

@@ -425,11 +425,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     for (int i = 0; i < 2; ++i) {
       if (rows[gi].query[i] >= chunk) continue;
       const float inv = softmax_inverse_sum(state[gi][i]);
-      float* out = p.out + ((size_t)(first + rows[gi].query[i]) * p.n_heads + head) * kDim + 2 * t;
+      const size_t at = ((size_t)(first + rows[gi].query[i]) * p.n_heads + head) * kDim + 2 * t;
 #pragma unroll
-      for (int dj = 0; dj < kDim / 8; ++dj)
-        *reinterpret_cast<float2*>(out + 8 * dj) =
-            make_float2(o[gi][dj][2 * i] * inv, o[gi][dj][2 * i + 1] * inv);
+      for (int dj = 0; dj < kDim / 8; ++dj) {
+        const float2 pair = make_float2(o[gi][dj][2 * i] * inv, o[gi][dj][2 * i + 1] * inv);
+        if (p.out != nullptr) *reinterpret_cast<float2*>(p.out + at + 8 * dj) = pair;
+        if (p.out_bf16 != nullptr)
+          *reinterpret_cast<__nv_bfloat162*>(p.out_bf16 + at + 8 * dj) =
+              __float22bfloat162_rn(pair);
+      }
     }
 }
 
@@ -483,7 +487,7 @@ void prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
   if (p.layer < 0 || p.layer >= p.layout.n_layers) fail("layer out of range");
   if (p.n_seqs <= 0 || p.total_tokens <= 0 || p.max_chunk <= 0) fail("empty batch");
   if (!p.kv_cache || !p.block_tables || !p.token_begin || !p.cached_len || !p.q || !p.k_new ||
-      !p.v_new || !p.out)
+      !p.v_new || (!p.out && !p.out_bf16))
     fail("a required device pointer is null");
   if (const std::string why = cuda_kv_layout_problem(p.layout); !why.empty()) fail(why);
   switch (kv_elem_of(p.layout.dtype)) {

@@ -44,7 +44,11 @@ struct DecodeAttentionParams {
   // then (d, d * sum of codes) per block), for the output projection's int8 product.
   int8_t* out_codes = nullptr;
   void* out_scales = nullptr;  // float2 [n_slots * n_heads * head_dim / 32]
-  float scale = 0.0f;          // usually 1 / sqrt(head_dim)
+  // When set, the output rows are also written as bf16 (each f32 value rounded to nearest
+  // even, out's layout) for the output projection over its kept bf16 copy; out may then be
+  // null.
+  uint16_t* out_bf16 = nullptr;
+  float scale = 0.0f;  // usually 1 / sqrt(head_dim)
   // Whether this step's k_new / v_new are already in the cache (the RoPE pass stored them):
   // no scatter kernel.
   bool kv_stored = false;

@@ -462,13 +462,40 @@ bool ForwardOps::store_kv_in_row_work(int layer, const float* k, const float* v)
 
 void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q, const float* k,
                            const float* v, float* out) {
+  attention_rows(layer, spec, q, k, v, out, false);
+}
+
+// The readers' products all over kept bf16 copies: the attention writes their bf16 rows alone.
+void ForwardOps::attention_for_products(int layer, const AttentionSpec& spec, const float* q,
+                                        const float* k, const float* v, float* out,
+                                        std::span<const WeightView* const> readers) {
+  bool bf16_only = writer_writes_bf16(n_tokens_, dims_.q_dim()) &&
+                   !writer_quantizes(n_tokens_, dims_.q_dim()) &&
+                   lab_knob("HABLAR_ATTENTION_BF16", 1) != 0;
+  for (const WeightView* w : readers) bf16_only = bf16_only && takes_kept_bf16_path(*w, n_tokens_);
+  attention_rows(layer, spec, q, k, v, out, bf16_only);
+}
+
+void ForwardOps::attention_rows(int layer, const AttentionSpec& spec, const float* q,
+                                const float* k, const float* v, float* out, bool bf16_only) {
   // The queued RoPE/bias pass stores this step's keys and values (no scatter kernel).
   // (The lab's HABLAR_KV_IN_ROPE=0 keeps the scatter kernel.)
   const bool kv_stored = !limits_.deterministic && lab_knob("HABLAR_KV_IN_ROPE", 1) != 0 &&
                          store_kv_in_row_work(layer, k, v);
   flush();
-  if (takes_prefill_attention(spec))
-    return attention_with_prefill_chunks(layer, spec, q, k, v, out, kv_stored);
+  // bf16_only: the rows go to the kept-copy products' bf16 rows alone (never in deterministic
+  // mode, whose products take no kept copies).
+  uint16_t* rows_bf16 = bf16_only ? static_cast<uint16_t*>(buf_->bf16_rows.get()) : nullptr;
+  float* out_f32 = bf16_only ? nullptr : out;
+  const auto mark_bf16_only = [&] {
+    if (!bf16_only) return;
+    buf_->bf16_holds = out;
+    buf_->bf16_only = out;
+  };
+  if (takes_prefill_attention(spec)) {
+    attention_with_prefill_chunks(layer, spec, q, k, v, out_f32, rows_bf16, kv_stored);
+    return mark_bf16_only();
+  }
   auto* inputs = static_cast<int32_t*>(buf_->inputs.get());
   if (limits_.deterministic) {
     cpu_rounding_ops::AttentionArgs a;
@@ -483,8 +510,9 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
     a.max_context = max_context_;
     return cpu_rounding_ops::attention(a, stream_);
   }
-  DecodeAttentionParams p = decode_params(layer, spec, q, k, v, out, buf_->active);
+  DecodeAttentionParams p = decode_params(layer, spec, q, k, v, out_f32, buf_->active);
   p.kv_stored = kv_stored;
+  p.out_bf16 = rows_bf16;
   // The output rows quantized for the output projection's int8 product in the same pass.
   const bool quantize = writer_quantizes(n_tokens_, dims_.q_dim());
   if (quantize) {
@@ -493,6 +521,7 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
   }
   decode_attention(p, buf_->attention_workspace.get(), buf_->attention_workspace_bytes, stream_);
   if (quantize) buf_->q8_holds = out;
+  mark_bf16_only();
 }
 
 // The step's rows between the flash prefill kernel and the decode kernel (attention_plan.h),
@@ -558,11 +587,12 @@ bool ForwardOps::takes_prefill_attention(const AttentionSpec& spec) const {
 // own rows of `out`. Neither quantizes its output (the output projection does).
 void ForwardOps::attention_with_prefill_chunks(int layer, const AttentionSpec& spec, const float* q,
                                                const float* k, const float* v, float* out,
-                                               bool kv_stored) {
+                                               uint16_t* out_bf16, bool kv_stored) {
   auto* inputs = static_cast<int32_t*>(buf_->inputs.get());
   if (n_decode_rows_ > 0) {  // (takes_prefill_attention: no window nor soft-cap here)
     DecodeAttentionParams p = decode_params(layer, spec, q, k, v, out, buf_->decode_active);
     p.kv_stored = kv_stored;
+    p.out_bf16 = out_bf16;
     decode_attention(p, buf_->attention_workspace.get(), buf_->attention_workspace_bytes, stream_);
   }
   PrefillAttentionParams pp;
@@ -575,7 +605,7 @@ void ForwardOps::attention_with_prefill_chunks(int layer, const AttentionSpec& s
   pp.kv_stored = kv_stored;
   pp.total_tokens = (int32_t)n_tokens_, pp.max_chunk = prefill_max_chunk_;
   pp.n_heads = dims_.n_heads;
-  pp.q = q, pp.k_new = k, pp.v_new = v, pp.out = out;
+  pp.q = q, pp.k_new = k, pp.v_new = v, pp.out = out, pp.out_bf16 = out_bf16;
   pp.scale = spec.scale;
   prefill_attention(pp, stream_);
 }

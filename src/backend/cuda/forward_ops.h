@@ -107,6 +107,12 @@ class ForwardOps {
   void rope(float* x, int n_heads, int variant);
   void attention(int layer, const AttentionSpec& spec, const float* q, const float* k,
                  const float* v, float* out);
+  // attention whose rows only the next op's products of `readers` read
+  // (model::attention_for_products): where all of them multiply kept bf16 copies, the kernels
+  // write only the bf16 rows those read (out marked bf16_only).
+  void attention_for_products(int layer, const AttentionSpec& spec, const float* q, const float* k,
+                              const float* v, float* out,
+                              std::span<const WeightView* const> readers);
   void add(float* x, const float* y, int64_t width);
   // Step buffers of a mixture-of-experts model (before its first moe_ffn): n_experts experts
   // of width n_ff_expert, n_used per token, a shared expert of width n_ff_shared (0: none).
@@ -200,8 +206,13 @@ class ForwardOps {
                                       size_t active_at) const;
   // Splits the staged step's rows between the flash prefill and the decode attention.
   void plan_attention(std::span<const StepChunkRows> chunk_rows, int64_t pad_to);
+  // attention's body; bf16_only: the output as the kept-copy products' bf16 rows alone.
+  void attention_rows(int layer, const AttentionSpec& spec, const float* q, const float* k,
+                      const float* v, float* out, bool bf16_only);
+  // out or out_bf16 may be null (not both).
   void attention_with_prefill_chunks(int layer, const AttentionSpec& spec, const float* q,
-                                     const float* k, const float* v, float* out, bool kv_stored);
+                                     const float* k, const float* v, float* out, uint16_t* out_bf16,
+                                     bool kv_stored);
   void flush_add();
   void flush();
   // rmsnorm's body; f32_out false: the bf16 rows alone (rmsnorm_for_products).

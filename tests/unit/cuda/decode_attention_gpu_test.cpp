@@ -129,6 +129,44 @@ TEST_P(DecodeWiringGpu, OneSplitFinishedInTheKernelEqualsTheReduce) {
     ASSERT_EQ(std::memcmp(&outs[0][i], &outs[1][i], sizeof(float)), 0) << "element " << i;
 }
 
+// The output as the output projection's bf16 rows alone (out_bf16, out null), both where the
+// attention kernel finishes each head (one split) and where the reduce does (several): each
+// live slot's values the f32 output rounded to nearest even.
+TEST_P(DecodeWiringGpu, Bf16RowsAloneAreTheRoundedOutput) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  DecodeWiringCase c(GetParam());
+  for (int multiprocessors : {1, 132}) {
+    DeviceWiringCase wide(c, c.active), narrow(c, c.active);
+    for (DeviceWiringCase* d : {&wide, &narrow}) {
+      d->params.multiprocessors = multiprocessors;
+      d->params.max_context = multiprocessors == 1 ? 1024 : 0;
+    }
+    if (multiprocessors == 1)
+      ASSERT_EQ(cuda::decode_num_splits(wide.params), 1);
+    else
+      ASSERT_GT(cuda::decode_num_splits(wide.params), 1);
+    const size_t width = (size_t)DecodeWiringCase::kHeads * DecodeWiringCase::kHeadDim;
+    DeviceBuffer<uint16_t> rows(std::vector<uint16_t>(c.q.size(), 0xffff));
+    narrow.params.out = nullptr, narrow.params.out_bf16 = rows.get();
+    cuda::Stream stream;
+    wide.run(stream);
+    narrow.run(stream);
+    stream.synchronize();
+    const auto want = wide.out.download();
+    const auto got = rows.download();
+    size_t differ = 0, live = 0;
+    for (size_t slot = 0; slot < c.active.size(); ++slot) {
+      if (!c.active[slot]) continue;
+      ++live;
+      for (size_t i = slot * width; i < (slot + 1) * width; ++i)
+        differ += got[i] != f32_to_bf16(want[i]);
+    }
+    EXPECT_GT(live, 0u);
+    EXPECT_EQ(differ, 0u) << "multiprocessors " << multiprocessors;
+    EXPECT_EQ(narrow.out.download(), c.out) << "the f32 rows stay untouched";
+  }
+}
+
 // A split case's buffers on the device (the output NaN-filled), its parameters over them, and
 // one decode_attention call.
 struct DeviceSplitCase {

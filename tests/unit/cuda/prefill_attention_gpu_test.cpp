@@ -95,9 +95,11 @@ struct PrefillCase {
 class PrefillAttentionGpu : public ::testing::TestWithParam<std::tuple<KvDType, int>> {};
 
 // Runs the kernel over `cache_host` with `layout` (the case's by default; the cache it wrote
-// comes back in cache_host) and returns its output.
+// comes back in cache_host) and returns its output; with `bf16_rows`, the output as bf16 rows
+// alone (out null), returned there.
 std::vector<float> run_prefill(const PrefillCase& c, const KvCacheLayout& layout,
-                               std::vector<uint16_t>& cache_host, bool kv_stored) {
+                               std::vector<uint16_t>& cache_host, bool kv_stored,
+                               std::vector<uint16_t>* bf16_rows = nullptr) {
   const int dim = c.dim;
   DeviceBuffer<uint16_t> cache(cache_host);
   DeviceBuffer<int32_t> tables(c.tables), begin(c.token_begin), cached(c.cached);
@@ -119,10 +121,13 @@ std::vector<float> run_prefill(const PrefillCase& c, const KvCacheLayout& layout
   p.k_new = k.get();
   p.v_new = v.get();
   p.out = out.get();
+  DeviceBuffer<uint16_t> rows(std::vector<uint16_t>(bf16_rows ? c.q.size() : 1, 0xffff));
+  if (bf16_rows != nullptr) p.out = nullptr, p.out_bf16 = rows.get();
   p.scale = 1.0f / std::sqrt((float)dim);
   cuda::prefill_attention(p, nullptr);
   HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
   cache_host = cache.download();
+  if (bf16_rows != nullptr) *bf16_rows = rows.download();
   return out.download();
 }
 
@@ -175,6 +180,23 @@ TEST_P(PrefillAttentionGpu, TwoGroupsAWarpEqualTheShippedForm) {
   unsetenv("HABLAR_PREFILL_GROUPS");
   EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
   EXPECT_TRUE(cache_one == cache_two);
+}
+
+// The output as the output projection's bf16 rows alone (out_bf16, no f32 rows): each value
+// the f32 output rounded to nearest even, and the f32 buffer untouched.
+TEST_P(PrefillAttentionGpu, Bf16RowsAloneAreTheRoundedOutput) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const auto [dtype, dim] = GetParam();
+  PrefillCase c(dtype, dim, {0, 130, 64, 17}, {300, 70, 190, 64}, 32);
+  std::vector<uint16_t> cache_f32 = c.cache, cache_bf16 = c.cache, rows;
+  const std::vector<float> wide = run_prefill(c, c.layout, cache_f32, false);
+  const std::vector<float> untouched = run_prefill(c, c.layout, cache_bf16, false, &rows);
+  ASSERT_EQ(rows.size(), wide.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < wide.size(); ++i) differ += rows[i] != f32_to_bf16(wide[i]);
+  EXPECT_EQ(differ, 0u);
+  EXPECT_TRUE(
+      std::all_of(untouched.begin(), untouched.end(), [](float x) { return std::isnan(x); }));
 }
 
 // Q8_0 rows (kv_q8_twins.h): the prompt chunks' attention over them equals the attention over
