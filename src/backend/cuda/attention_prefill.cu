@@ -13,8 +13,6 @@
 //                    fragments through ldmatrix's transposing load, O in registers
 // Fragment layouts: attention_mma.cuh. A block's query tiles are taken longest first (the
 // causal tile q reads q + 1 key tiles), and a warp skips key tiles past its last row.
-// A lab form (kGroups = 2) gives each warp two such groups of 16 rows (128-row query tiles),
-// their Q staged in shared memory, so that each K/V fragment a warp loads feeds both.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -61,15 +59,12 @@ __global__ void prefill_scatter_kernel(PrefillAttentionParams p) {
 }
 
 // Shared memory: two stages of a K tile and a V tile, kTile rows of kDim + 8 elements each
-// (the padding puts the 8 rows a fragment load touches in distinct banks); with kGroups > 1
-// also the block's query tile, Q * scale in the products' element type.
-template <int kDim, int kGroups = 1>
+// (the padding puts the 8 rows a fragment load touches in distinct banks).
+template <int kDim>
 struct PrefillSmem {
   static constexpr int kLd = kDim + kPad;
   static constexpr int kTileElems = kTile * kLd;
-  static constexpr int kQueryRows = kWarps * 16 * kGroups;  // a block's query tile
-  static constexpr int kQueryElems = kGroups > 1 ? kQueryRows* kLd : 0;
-  static constexpr size_t kBytes = sizeof(uint16_t) * (2 * kStages * kTileElems + kQueryElems);
+  static constexpr size_t kBytes = sizeof(uint16_t) * 2 * kStages * kTileElems;
 };
 
 // What a lane knows of its two query rows (g and g + 8 of its warp's 16).
@@ -171,38 +166,6 @@ __device__ __forceinline__ void tile_scores(const uint32_t (&qa)[kDim / 16][4],
     }
 }
 
-// The same for kGroups groups of 16 rows whose Q is staged in shared memory (q_rows: the
-// warp's first row there): per 16-column step each group's A fragment is loaded once by
-// ldmatrix (lanes 0-15 address rows lane % 16 at column 16kk, lanes 16-31 at 16kk + 8) and
-// each K fragment feeds every group's products.
-template <bool kBf16, int kDim, int kGroups>
-__device__ __forceinline__ void tile_scores_staged(const uint16_t* q_rows, const uint16_t* k_stage,
-                                                   int lane, float (&s)[kGroups][kTile / 8][4]) {
-  using L = PrefillSmem<kDim>;
-#pragma unroll
-  for (int g = 0; g < kGroups; ++g)
-#pragma unroll
-    for (int j = 0; j < kTile / 8; ++j) s[g][j][0] = s[g][j][1] = s[g][j][2] = s[g][j][3] = 0.0f;
-  const uint16_t* key_rows = k_stage + (8 * (lane / 16) + lane % 8) * L::kLd + 8 * ((lane / 8) % 2);
-  const uint16_t* query_rows = q_rows + (lane % 16) * L::kLd + 8 * (lane / 16);
-#pragma unroll
-  for (int kk = 0; kk < kDim / 16; ++kk) {
-    uint32_t qa[kGroups][4];
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) ldmatrix_x4(query_rows + 16 * g * L::kLd + 16 * kk, qa[g]);
-#pragma unroll
-    for (int j = 0; j < kTile / 8; j += 2) {
-      uint32_t b[4];
-      ldmatrix_x4(key_rows + 8 * j * L::kLd + 16 * kk, b);
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        mma_m16n8k16<kBf16>(s[g][j], qa[g], b[0], b[1]);
-        mma_m16n8k16<kBf16>(s[g][j + 1], qa[g], b[2], b[3]);
-      }
-    }
-  }
-}
-
 // The tile's softmax state per row (causal mask, where `mask` says the tile reaches past a
 // row of the warp: key t0 + col is seen by a row whose position is at least that), merged
 // into the running state; s becomes the weights P scaled by the
@@ -248,51 +211,75 @@ __device__ __forceinline__ void tile_softmax(const LaneRows& rows, int t0, int t
     for (int e = 0; e < 4; ++e) s[j][e] *= factor_b[e / 2];
 }
 
-// O = O * factor_a + P · V for each of the warp's kGroups groups of 16 rows: P's C
-// fragments (two adjacent 8-key tiles) are the A fragment of a 16-key step; V's B fragments
-// come through ldmatrix's transposing load, two 8-column tiles per load (lanes 0-15 address
-// the step's 16 key rows at column 8dj, lanes 16-31 at column 8dj + 8), each feeding every
-// group's products.
-template <bool kBf16, int kDim, int kGroups>
-__device__ __forceinline__ void tile_values(const float (&s)[kGroups][kTile / 8][4],
-                                            const float (&factor_a)[kGroups][2],
-                                            const uint16_t* v_stage, int lane,
-                                            float (&o)[kGroups][kDim / 8][4]) {
+// O = O * factor_a + P · V: P's C fragments (two adjacent 8-key tiles) are the A fragment of
+// a 16-key step; V's B fragments come through ldmatrix's transposing load, two 8-column
+// tiles per load (lanes 0-15 address the step's 16 key rows at column 8dj, lanes 16-31 at
+// column 8dj + 8).
+template <bool kBf16, int kDim>
+__device__ __forceinline__ void tile_values(const float (&s)[kTile / 8][4],
+                                            const float (&factor_a)[2], const uint16_t* v_stage,
+                                            int lane, float (&o)[kDim / 8][4]) {
   using L = PrefillSmem<kDim>;
 #pragma unroll
-  for (int g = 0; g < kGroups; ++g)
-#pragma unroll
-    for (int dj = 0; dj < kDim / 8; ++dj) {
-      o[g][dj][0] *= factor_a[g][0];
-      o[g][dj][1] *= factor_a[g][0];
-      o[g][dj][2] *= factor_a[g][1];
-      o[g][dj][3] *= factor_a[g][1];
-    }
+  for (int dj = 0; dj < kDim / 8; ++dj) {
+    o[dj][0] *= factor_a[0];
+    o[dj][1] *= factor_a[0];
+    o[dj][2] *= factor_a[1];
+    o[dj][3] *= factor_a[1];
+  }
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) {
-    uint32_t pa[kGroups][4];
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) p_fragment<kBf16>(s[g], kk, pa[g]);
+    uint32_t pa[4];
+    p_fragment<kBf16>(s, kk, pa);
     const uint16_t* v_rows = v_stage + (16 * kk + lane % 16) * L::kLd + 8 * (lane / 16);
 #pragma unroll
     for (int dj = 0; dj < kDim / 8; dj += 2) {
       uint32_t b[4];
       ldmatrix_x4_trans(v_rows + 8 * dj, b);
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        mma_m16n8k16<kBf16>(o[g][dj], pa[g], b[0], b[1]);
-        mma_m16n8k16<kBf16>(o[g][dj + 1], pa[g], b[2], b[3]);
-      }
+      mma_m16n8k16<kBf16>(o[dj], pa, b[0], b[1]);
+      mma_m16n8k16<kBf16>(o[dj + 1], pa, b[2], b[3]);
     }
   }
 }
 
-// The warp's query rows as A fragments of Q * scale (rows past the chunk are zero).
-template <bool kBf16, int kDim>
-__device__ __forceinline__ void load_query_fragments(const PrefillAttentionParams& p,
-                                                     const LaneRows& rows, int first, int chunk,
-                                                     int head, int t,
-                                                     uint32_t (&qa)[kDim / 16][4]) {
+// kMinBlocks: the blocks a multiprocessor must hold at once, which bounds the registers a
+// thread may use (3 blocks of 128 threads: 168; the shared memory holds 3 blocks of 70 KB).
+template <KvElem kElem, int kDim, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    prefill_attention_kernel(PrefillAttentionParams p) {
+  constexpr bool kBf16 = kv_elem_bf16(kElem);  // the products' inputs (f16 for Q8_0 rows)
+  using L = PrefillSmem<kDim>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint16_t* stages = reinterpret_cast<uint16_t*>(smem);  // [stage][K, V][kTile][kLd]
+
+  const int s = blockIdx.z, head = blockIdx.y;
+  const int first = p.token_begin[s], chunk = chunk_tokens(p, s);
+  const int n_query_tiles = (chunk + kTile - 1) / kTile;
+  if ((int)blockIdx.x >= n_query_tiles) return;
+  const int q0 = (n_query_tiles - 1 - blockIdx.x) * kTile;  // the longest tiles start first
+  const int cached = p.cached_len[s];
+  const int kvh = head / (p.n_heads / p.layout.n_kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int32_t* table = chunk_table(p, s);
+  const int last_pos = cached + min(chunk, q0 + kTile) - 1;  // the tile's last query
+
+  // Tile 0's copies in flight while Q loads; tile 1's pages loading.
+  const int block_size = p.layout.block_size;
+  const uint16_t* cache = static_cast<const uint16_t*>(p.kv_cache);
+  const CopyOffsets copy_at(
+      p, kvh, kElem == KvElem::kQ8_0 ? 0 : (threadIdx.x % TileCopy<kDim>::kPieces) * 8);
+  int32_t page[TileCopy<kDim>::kRows];
+  load_tile_pages<kDim>(table, block_size, 0, last_pos, page);
+  issue_kv_tile<kElem, kDim>(p, cache, copy_at, page, 0, stages, stages + L::kTileElems);
+  load_tile_pages<kDim>(table, block_size, kTile, last_pos, page);
+
+  // The warp's query rows as A fragments of Q * scale (rows past the chunk are zero).
+  LaneRows rows;
+  for (int i = 0; i < 2; ++i) {
+    rows.query[i] = q0 + warp * 16 + g + 8 * i;
+    rows.pos[i] = cached + rows.query[i];
+  }
+  uint32_t qa[kDim / 16][4];
 #pragma unroll
   for (int kk = 0; kk < kDim / 16; ++kk)
 #pragma unroll
@@ -304,100 +291,21 @@ __device__ __forceinline__ void load_query_fragments(const PrefillAttentionParam
             p.q + ((size_t)(first + rows.query[i]) * p.n_heads + head) * kDim + col);
       qa[kk][e] = pack_pair<kBf16>(x.x * p.scale, x.y * p.scale);
     }
-}
-
-// The block's query tile (rows q0.. of the chunk) as Q * scale into shared memory, in the
-// products' element type (rows past the chunk are zero); read after the block's next barrier.
-template <bool kBf16, int kDim, int kGroups>
-__device__ __forceinline__ void stage_query_tile(const PrefillAttentionParams& p, int first,
-                                                 int chunk, int head, int q0, uint16_t* q_stage) {
-  using L = PrefillSmem<kDim, kGroups>;
-  for (int i = threadIdx.x; i < L::kQueryRows * kDim / 2; i += blockDim.x) {
-    const int r = i / (kDim / 2), col = 2 * (i % (kDim / 2));
-    float2 x = make_float2(0.0f, 0.0f);
-    if (q0 + r < chunk)
-      x = *reinterpret_cast<const float2*>(
-          p.q + ((size_t)(first + q0 + r) * p.n_heads + head) * kDim + col);
-    *reinterpret_cast<uint32_t*>(q_stage + r * L::kLd + col) =
-        pack_pair<kBf16>(x.x * p.scale, x.y * p.scale);
-  }
-}
-
-// kMinBlocks: the blocks a multiprocessor must hold at once, which bounds the registers a
-// thread may use (3 blocks of 128 threads: 168; the shared memory holds 3 blocks of 70 KB).
-// kGroups: the 16-row groups a warp takes. With one, a block's query tile is 64 rows and each
-// warp holds its Q as A fragments in registers; with two, 128 rows whose Q is staged in shared
-// memory, and each K/V fragment a warp loads feeds both groups' products (half the
-// shared-memory reads per product; the lab's HABLAR_PREFILL_GROUPS=2).
-template <KvElem kElem, int kDim, int kMinBlocks, int kGroups>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    prefill_attention_kernel(PrefillAttentionParams p) {
-  constexpr bool kBf16 = kv_elem_bf16(kElem);  // the products' inputs (f16 for Q8_0 rows)
-  using L = PrefillSmem<kDim, kGroups>;
-  constexpr int kQueryRows = L::kQueryRows;
-  extern __shared__ __align__(128) unsigned char smem[];
-  uint16_t* stages = reinterpret_cast<uint16_t*>(smem);      // [stage][K, V][kTile][kLd]
-  uint16_t* q_stage = stages + 2 * kStages * L::kTileElems;  // [kQueryRows][kLd] (kGroups > 1)
-
-  const int s = blockIdx.z, head = blockIdx.y;
-  const int first = p.token_begin[s], chunk = chunk_tokens(p, s);
-  const int n_query_tiles = (chunk + kQueryRows - 1) / kQueryRows;
-  if ((int)blockIdx.x >= n_query_tiles) return;
-  const int q0 = (n_query_tiles - 1 - blockIdx.x) * kQueryRows;  // the longest tiles first
-  const int cached = p.cached_len[s];
-  const int kvh = head / (p.n_heads / p.layout.n_kv_heads);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int32_t* table = chunk_table(p, s);
-  const int last_pos = cached + min(chunk, q0 + kQueryRows) - 1;  // the tile's last query
-
-  // Tile 0's copies in flight while Q loads; tile 1's pages loading.
-  const int block_size = p.layout.block_size;
-  const uint16_t* cache = static_cast<const uint16_t*>(p.kv_cache);
-  const CopyOffsets copy_at(
-      p, kvh, kElem == KvElem::kQ8_0 ? 0 : (threadIdx.x % TileCopy<kDim>::kPieces) * 8);
-  int32_t page[TileCopy<kDim>::kRows];
-  load_tile_pages<kDim>(table, block_size, 0, last_pos, page);
-  issue_kv_tile<kElem, kDim>(p, cache, copy_at, page, 0, stages, stages + L::kTileElems);
-  // With one group the pages of a tile are loaded a tile ahead; two groups have no registers
-  // left to hold them across a tile, and load them just before the copies that use them.
-  if constexpr (kGroups == 1) load_tile_pages<kDim>(table, block_size, kTile, last_pos, page);
-
-  // The warp's rows: group gi holds rows q0 + warp * 16 * kGroups + 16 * gi + (g, g + 8).
-  LaneRows rows[kGroups];
+  float o[kDim / 8][4];
 #pragma unroll
-  for (int gi = 0; gi < kGroups; ++gi)
-    for (int i = 0; i < 2; ++i) {
-      rows[gi].query[i] = q0 + (warp * kGroups + gi) * 16 + g + 8 * i;
-      rows[gi].pos[i] = cached + rows[gi].query[i];
-    }
-  uint32_t qa[kGroups == 1 ? kDim / 16 : 1][4];
-  if constexpr (kGroups == 1)
-    load_query_fragments<kBf16, kDim>(p, rows[0], first, chunk, head, t, qa);
-  else
-    stage_query_tile<kBf16, kDim, kGroups>(p, first, chunk, head, q0, q_stage);
-  float o[kGroups][kDim / 8][4];
-#pragma unroll
-  for (int gi = 0; gi < kGroups; ++gi)
-#pragma unroll
-    for (int dj = 0; dj < kDim / 8; ++dj)
-      o[gi][dj][0] = o[gi][dj][1] = o[gi][dj][2] = o[gi][dj][3] = 0.0f;
-  SoftmaxState state[kGroups][2];
-#pragma unroll
-  for (int gi = 0; gi < kGroups; ++gi) state[gi][0] = state[gi][1] = softmax_empty();
+  for (int dj = 0; dj < kDim / 8; ++dj) o[dj][0] = o[dj][1] = o[dj][2] = o[dj][3] = 0.0f;
+  SoftmaxState state[2] = {softmax_empty(), softmax_empty()};
   // Tiles past the warp's last row are masked for all its rows: skipped (warp-uniform).
-  const int warp_first_pos = cached + q0 + warp * 16 * kGroups;
-  const int warp_last_pos = min(warp_first_pos + 16 * kGroups - 1, last_pos);
-  const bool warp_live = q0 + warp * 16 * kGroups < chunk;
+  const int warp_first_pos = cached + q0 + warp * 16;
+  const int warp_last_pos = min(warp_first_pos + 15, last_pos);
+  const bool warp_live = q0 + warp * 16 < chunk;
 
   for (int t0 = 0, stage = 0; t0 <= last_pos; t0 += kTile, stage ^= 1) {
     // Prefetch the next tile into the other stage, then wait for this one.
     if (t0 + kTile <= last_pos) {
       uint16_t* next = stages + (stage ^ 1) * 2 * L::kTileElems;
-      if constexpr (kGroups > 1)
-        load_tile_pages<kDim>(table, block_size, t0 + kTile, last_pos, page);
       issue_kv_tile<kElem, kDim>(p, cache, copy_at, page, t0 + kTile, next, next + L::kTileElems);
-      if constexpr (kGroups == 1)
-        load_tile_pages<kDim>(table, block_size, t0 + 2 * kTile, last_pos, page);
+      load_tile_pages<kDim>(table, block_size, t0 + 2 * kTile, last_pos, page);
       wait_async_but<1>();
     } else {
       wait_async_all();
@@ -405,58 +313,44 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     __syncthreads();
     if (warp_live && t0 <= warp_last_pos) {
       const uint16_t* k_stage = stages + stage * 2 * L::kTileElems;
-      float sc[kGroups][kTile / 8][4], factor_a[kGroups][2];
-      if constexpr (kGroups == 1)
-        tile_scores<kBf16, kDim>(qa, k_stage, lane, sc[0]);
-      else
-        tile_scores_staged<kBf16, kDim, kGroups>(q_stage + warp * 16 * kGroups * L::kLd, k_stage,
-                                                 lane, sc);
-#pragma unroll
-      for (int gi = 0; gi < kGroups; ++gi)
-        tile_softmax(rows[gi], t0, t, t0 + kTile - 1 > warp_first_pos + 16 * gi, sc[gi], state[gi],
-                     factor_a[gi]);
-      tile_values<kBf16, kDim, kGroups>(sc, factor_a, k_stage + L::kTileElems, lane, o);
+      float sc[kTile / 8][4], factor_a[2];
+      tile_scores<kBf16, kDim>(qa, k_stage, lane, sc);
+      tile_softmax(rows, t0, t, t0 + kTile - 1 > warp_first_pos, sc, state, factor_a);
+      tile_values<kBf16, kDim>(sc, factor_a, k_stage + L::kTileElems, lane, o);
     }
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
 
+  for (int i = 0; i < 2; ++i) {
+    if (rows.query[i] >= chunk) continue;
+    const float inv = softmax_inverse_sum(state[i]);
+    const size_t at = ((size_t)(first + rows.query[i]) * p.n_heads + head) * kDim + 2 * t;
 #pragma unroll
-  for (int gi = 0; gi < kGroups; ++gi)
-    for (int i = 0; i < 2; ++i) {
-      if (rows[gi].query[i] >= chunk) continue;
-      const float inv = softmax_inverse_sum(state[gi][i]);
-      const size_t at = ((size_t)(first + rows[gi].query[i]) * p.n_heads + head) * kDim + 2 * t;
-#pragma unroll
-      for (int dj = 0; dj < kDim / 8; ++dj) {
-        const float2 pair = make_float2(o[gi][dj][2 * i] * inv, o[gi][dj][2 * i + 1] * inv);
-        if (p.out != nullptr) *reinterpret_cast<float2*>(p.out + at + 8 * dj) = pair;
-        if (p.out_bf16 != nullptr)
-          *reinterpret_cast<__nv_bfloat162*>(p.out_bf16 + at + 8 * dj) =
-              __float22bfloat162_rn(pair);
-      }
+    for (int dj = 0; dj < kDim / 8; ++dj) {
+      const float2 pair = make_float2(o[dj][2 * i] * inv, o[dj][2 * i + 1] * inv);
+      if (p.out != nullptr) *reinterpret_cast<float2*>(p.out + at + 8 * dj) = pair;
+      if (p.out_bf16 != nullptr)
+        *reinterpret_cast<__nv_bfloat162*>(p.out_bf16 + at + 8 * dj) = __float22bfloat162_rn(pair);
     }
+  }
 }
 
-template <KvElem kElem, int kDim, int kMinBlocks, int kGroups = 1>
+template <KvElem kElem, int kDim, int kMinBlocks>
 void launch_prefill_kernel(const PrefillAttentionParams& p, cudaStream_t stream) {
-  using L = PrefillSmem<kDim, kGroups>;
-  auto kernel = prefill_attention_kernel<kElem, kDim, kMinBlocks, kGroups>;
+  const size_t smem = PrefillSmem<kDim>::kBytes;
+  auto kernel = prefill_attention_kernel<kElem, kDim, kMinBlocks>;
   HABLAR_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::kBytes));
-  const dim3 grid((p.max_chunk + L::kQueryRows - 1) / L::kQueryRows, p.n_heads, p.n_seqs);
-  kernel<<<grid, kWarps * 32, L::kBytes, stream>>>(p);
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  const dim3 grid((p.max_chunk + kTile - 1) / kTile, p.n_heads, p.n_seqs);
+  kernel<<<grid, kWarps * 32, smem, stream>>>(p);
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 
-// Three blocks a multiprocessor of one 16-row group a warp. Lab knobs for comparisons:
-// HABLAR_PREFILL_BLOCKS=2 lets the compiler use up to 255 registers a thread (two blocks, the
-// earlier form); HABLAR_PREFILL_GROUPS=2 takes 128-row query tiles, two groups a warp (two
-// blocks a multiprocessor: 104 KB of shared memory each).
+// Three blocks a multiprocessor (the lab's HABLAR_PREFILL_BLOCKS=2 lets the compiler use up
+// to 255 registers a thread, two blocks: the earlier form, for comparison).
 template <KvElem kElem, int kDim>
 void launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
-  if (lab_knob("HABLAR_PREFILL_GROUPS", 1) == 2)
-    launch_prefill_kernel<kElem, kDim, 2, 2>(p, stream);
-  else if (lab_knob("HABLAR_PREFILL_BLOCKS", 3) == 2)
+  if (lab_knob("HABLAR_PREFILL_BLOCKS", 3) == 2)
     launch_prefill_kernel<kElem, kDim, 1>(p, stream);
   else
     launch_prefill_kernel<kElem, kDim, 3>(p, stream);

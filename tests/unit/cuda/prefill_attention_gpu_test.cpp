@@ -2,13 +2,10 @@
 // double-precision softmax over the K/V the test placed. Q, K, V and P pass through
 // f16 / bf16 on the tensor cores: normalized error under 5e-3 (f16) and 2e-2 (bf16).
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <numeric>
 #include <utility>
 
 #include "backend/cuda/attention.h"
-#include "backend/cuda/lab_knobs.h"
 #include "core/fp16.h"
 #include "cuda_test_util.h"
 #include "kv_q8_twins.h"
@@ -162,24 +159,6 @@ TEST_P(PrefillAttentionGpu, LongChunksOverLongPrefixesMatchOracle) {
   const auto [dtype, dim] = GetParam();
   PrefillCase c(dtype, dim, {0, 130, 64, 17}, {300, 70, 190, 64}, 32);
   check_prefill_case(c, dtype, dim);
-}
-
-// The lab's form of two 16-row groups a warp (128-row query tiles, Q staged in shared memory;
-// HABLAR_PREFILL_GROUPS=2) gives every row the same products in the same order as the
-// shipped form, so the same bits; rows whose group is wholly masked in a tile its other group
-// needs add exact zeros.
-TEST_P(PrefillAttentionGpu, TwoGroupsAWarpEqualTheShippedForm) {
-  HABLAR_REQUIRE_CUDA_DEVICE();
-  const auto [dtype, dim] = GetParam();
-  cuda::enable_lab_knobs();
-  PrefillCase c(dtype, dim, {0, 130, 64, 17}, {300, 70, 190, 64}, 32);
-  std::vector<uint16_t> cache_one = c.cache, cache_two = c.cache;
-  const std::vector<float> one = run_prefill(c, c.layout, cache_one, false);
-  setenv("HABLAR_PREFILL_GROUPS", "2", 1);
-  const std::vector<float> two = run_prefill(c, c.layout, cache_two, false);
-  unsetenv("HABLAR_PREFILL_GROUPS");
-  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
-  EXPECT_TRUE(cache_one == cache_two);
 }
 
 // The output as the output projection's bf16 rows alone (out_bf16, no f32 rows): each value
