@@ -308,16 +308,8 @@ void ForwardOps::glu_over_kept_copies(const WeightView& gate, const WeightView& 
   if (!converted) convert_f32_to_bf16(in, rows, n_tokens_ * gate.cols, stream_);
   auto* gate_bf16 = reinterpret_cast<uint16_t*>(out);
   auto* up_bf16 = reinterpret_cast<uint16_t*>(up_scratch);
-  // The lab's HABLAR_GLU_PAIR=1 runs both products as one strided-batched GEMM (twice the
-  // tiles of either, for steps of a few hundred rows that one GEMM leaves part of the GPU
-  // idle in); not yet measured on a device, so the shipped form keeps two GEMMs.
-  if (lab_knob("HABLAR_GLU_PAIR", 0) != 0) {
-    buf_->prefill.multiply_kept_pair_to_bf16(gate, up, rows, (int)n_tokens_, gate_bf16, up_bf16,
-                                             stream_);
-  } else {
-    buf_->prefill.multiply_kept_to_bf16(gate, rows, (int)n_tokens_, gate_bf16, stream_);
-    buf_->prefill.multiply_kept_to_bf16(up, rows, (int)n_tokens_, up_bf16, stream_);
-  }
+  buf_->prefill.multiply_kept_to_bf16(gate, rows, (int)n_tokens_, gate_bf16, stream_);
+  buf_->prefill.multiply_kept_to_bf16(up, rows, (int)n_tokens_, up_bf16, stream_);
   glu_bf16_rows(gate_bf16, up_bf16, act, rows, n_tokens_ * gate.rows, stream_);
   buf_->forget_held_rows();
   buf_->bf16_holds = out;

@@ -110,9 +110,6 @@ class PrefillMatmul {
   // The same with y written as bf16 (the f32 accumulators rounded once).
   void multiply_kept_to_bf16(const WeightView& w, const uint16_t* x_bf16, int m, uint16_t* y,
                              cudaStream_t stream);
-  void multiply_kept_pair_to_bf16(const WeightView& wa, const WeightView& wb,
-                                  const uint16_t* x_bf16, int m, uint16_t* ya, uint16_t* yb,
-                                  cudaStream_t stream);
 
  private:
   void reserve(size_t bytes);
@@ -121,9 +118,6 @@ class PrefillMatmul {
   void gemm_bf16_to(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n, int64_t k, int m,
                     void* y, int y_type, cudaStream_t stream, float alpha = 1.0f,
                     float beta = 0.0f);
-  // multiply_kept_pair's body for y of cudaDataType y_type (f32 or bf16).
-  void pair_to(const WeightView& wa, const WeightView& wb, const uint16_t* x_bf16, int m, void* ya,
-               void* yb, int y_type, cudaStream_t stream);
   CublasHandle handle_;
   int64_t growths_ = 0;
   DeviceMemory scratch_;

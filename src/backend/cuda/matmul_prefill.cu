@@ -125,29 +125,15 @@ void PrefillMatmul::multiply_kept_add(const WeightView& w, const uint16_t* x_bf1
 void PrefillMatmul::multiply_kept_pair(const WeightView& wa, const WeightView& wb,
                                        const uint16_t* x_bf16, int m, float* ya, float* yb,
                                        cudaStream_t stream) {
-  pair_to(wa, wb, x_bf16, m, ya, yb, CUDA_R_32F, stream);
-}
-
-void PrefillMatmul::multiply_kept_pair_to_bf16(const WeightView& wa, const WeightView& wb,
-                                               const uint16_t* x_bf16, int m, uint16_t* ya,
-                                               uint16_t* yb, cudaStream_t stream) {
-  pair_to(wa, wb, x_bf16, m, ya, yb, CUDA_R_16BF, stream);
-}
-
-void PrefillMatmul::pair_to(const WeightView& wa, const WeightView& wb, const uint16_t* x_bf16,
-                            int m, void* ya, void* yb, int y_type, cudaStream_t stream) {
   HABLAR_CHECK(keeps(wa) && keeps(wb) && wa.rows == wb.rows && wa.cols == wb.cols,
                "PrefillMatmul::multiply_kept_pair: two kept copies of one shape");
   const auto* a = static_cast<const uint16_t*>(kept_.at(wa.data).bf16.get());
   const auto* b = static_cast<const uint16_t*>(kept_.at(wb.data).bf16.get());
-  auto* y0 = static_cast<char*>(ya);
-  auto* y1 = static_cast<char*>(yb);
-  if (b < a && y1 < y0) std::swap(a, b), std::swap(y0, y1);  // the batch from the lower pair
-  const long long elem = y_type == CUDA_R_16BF ? 2 : 4;
-  const long long stride_w = b - a, stride_y_bytes = y1 - y0;
-  if (stride_w < 0 || stride_y_bytes < 0 || stride_y_bytes % elem != 0) {
-    gemm_bf16_to(a, x_bf16, wa.rows, wa.cols, m, y0, y_type, stream);
-    gemm_bf16_to(b, x_bf16, wa.rows, wa.cols, m, y1, y_type, stream);
+  if (b < a && yb < ya) std::swap(a, b), std::swap(ya, yb);  // the batch from the lower pair
+  const long long stride_w = b - a, stride_y = yb - ya;
+  if (stride_w < 0 || stride_y < 0) {
+    gemm_bf16(a, x_bf16, wa.rows, wa.cols, m, ya, stream);
+    gemm_bf16(b, x_bf16, wa.rows, wa.cols, m, yb, stream);
     return;
   }
   // Column-major view as in gemm_bf16_to: yᵀ_i [N x M] = (W_i as K x N)ᵀ · (x as K x M), x shared.
@@ -156,8 +142,8 @@ void PrefillMatmul::pair_to(const WeightView& wa, const WeightView& wb, const ui
   HABLAR_CUBLAS_CHECK(cublas().set_stream(handle_.get(), stream));
   HABLAR_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(
       handle_.get(), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, a, CUDA_R_16BF, k, stride_w, x_bf16,
-      CUDA_R_16BF, k, 0, &beta, y0, static_cast<cudaDataType>(y_type), n, stride_y_bytes / elem, 2,
-      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      CUDA_R_16BF, k, 0, &beta, ya, CUDA_R_32F, n, stride_y, 2, CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
 }
 
 void PrefillMatmul::multiply_kept_to_bf16(const WeightView& w, const uint16_t* x_bf16, int m,
