@@ -207,10 +207,9 @@ void forward_llama_family(const ModelConfig& c, const Weights& w, B& b) {
     // mixture of such experts the router picks for each token.
     if (c.n_experts > 0)  // the router reads the normed rows as they are
       b.rmsnorm(a.x, lw.ffn_norm, a.xb, E);
-    else if (c.ffn_relu_squared)
-      norm_for_products(b, a.x, lw.ffn_norm, a.xb, E, {&lw.w_up});
-    else
-      norm_for_products(b, a.x, lw.ffn_norm, a.xb, E, {&lw.w_gate, &lw.w_up});
+    else  // (Arcee's FFN has no gate: W_up alone reads them)
+      norm_for_products(b, a.x, lw.ffn_norm, a.xb, E,
+                        {c.ffn_relu_squared ? &lw.w_up : &lw.w_gate, &lw.w_up});
     dump_rows("ffn_norm", l, a.xb, E);
     const float* down_in = nullptr;  // a dense FFN's input to W_down
     if (c.n_experts > 0) {

@@ -294,10 +294,9 @@ void ForwardOps::rmsnorm(const float* x, const float* weight, float* out, int64_
 // The readers' products all over kept bf16 copies: the norm writes their bf16 rows alone.
 void ForwardOps::rmsnorm_for_products(const float* x, const float* weight, float* out,
                                       int64_t width, std::span<const WeightView* const> readers) {
-  bool bf16_only = writer_writes_bf16(n_tokens_, width) &&
-                   rms_norm_bf16_only_supported((int)width) &&
-                   lab_knob("HABLAR_NORM_BF16_ONLY", 1) != 0;
-  for (const WeightView* w : readers) bf16_only = bf16_only && takes_kept_bf16_path(*w, n_tokens_);
+  const bool bf16_only = writer_writes_bf16(n_tokens_, width) &&
+                         rms_norm_bf16_only_supported((int)width) &&
+                         lab_knob("HABLAR_NORM_BF16_ONLY", 1) != 0 && all_take_kept_copies(readers);
   norm_rows(x, weight, out, width, !bf16_only);
 }
 
@@ -469,10 +468,9 @@ void ForwardOps::attention(int layer, const AttentionSpec& spec, const float* q,
 void ForwardOps::attention_for_products(int layer, const AttentionSpec& spec, const float* q,
                                         const float* k, const float* v, float* out,
                                         std::span<const WeightView* const> readers) {
-  bool bf16_only = writer_writes_bf16(n_tokens_, dims_.q_dim()) &&
-                   !writer_quantizes(n_tokens_, dims_.q_dim()) &&
-                   lab_knob("HABLAR_ATTENTION_BF16", 1) != 0;
-  for (const WeightView* w : readers) bf16_only = bf16_only && takes_kept_bf16_path(*w, n_tokens_);
+  const bool bf16_only = writer_writes_bf16(n_tokens_, dims_.q_dim()) &&
+                         !writer_quantizes(n_tokens_, dims_.q_dim()) &&
+                         lab_knob("HABLAR_ATTENTION_BF16", 1) != 0 && all_take_kept_copies(readers);
   attention_rows(layer, spec, q, k, v, out, bf16_only);
 }
 

@@ -168,6 +168,9 @@ class ForwardOps {
   // whether this W has one.
   bool kept_bf16_at(int64_t m) const;
   bool takes_kept_bf16_path(const WeightView& w, int64_t m) const;
+  // Whether every one of `ws` takes its kept copy at this step's size (the readers of a
+  // writer that may then leave its rows as bf16 alone).
+  bool all_take_kept_copies(std::span<const WeightView* const> ws) const;
   bool glu_in_bf16(const WeightView& gate, const WeightView& up) const;
   void glu_over_kept_copies(const WeightView& gate, const WeightView& up, const float* in,
                             float* out, float* up_scratch, GluActivation act);

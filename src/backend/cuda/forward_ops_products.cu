@@ -100,6 +100,11 @@ bool ForwardOps::takes_kept_bf16_path(const WeightView& w, int64_t m) const {
   return kept_bf16_at(m) && buf_->prefill.keeps(w);
 }
 
+bool ForwardOps::all_take_kept_copies(std::span<const WeightView* const> ws) const {
+  return std::all_of(ws.begin(), ws.end(),
+                     [&](const WeightView* w) { return takes_kept_bf16_path(*w, n_tokens_); });
+}
+
 void ForwardOps::kept_bf16_product(const WeightView& w, const float* in, int64_t m, float* out,
                                    bool* converted) {
   auto* rows = static_cast<uint16_t*>(buf_->bf16_rows.get());

@@ -258,10 +258,14 @@ void norm_rows(float* x, const float* y, const float* weight, float* out, int ro
 
 // Calls launch(std::integral_constant<int, kPer>) with the register forms' kPer (values per
 // thread: 2, 4, 8, 16 or 32) for rows of dim values; false for rows wider than kRowThreads * 32.
+constexpr bool values_per_thread_fit(int dim) {
+  return (dim + kRowThreads - 1) / kRowThreads <= 32;
+}
+
 template <typename Launch>
 bool with_values_per_thread(int dim, Launch&& launch) {
   const int per_thread = (dim + kRowThreads - 1) / kRowThreads;
-  if (per_thread > 32) return false;
+  if (!values_per_thread_fit(dim)) return false;
   if (per_thread <= 2) {
     launch(std::integral_constant<int, 2>{});
   } else if (per_thread <= 4) {
@@ -474,7 +478,7 @@ void add_rms_norm_bf16(float* x, const float* y, const float* weight, float* out
 }
 
 bool rms_norm_bf16_only_supported(int dim) {
-  return dim > 0 && (dim + kRowThreads - 1) / kRowThreads <= 32;  // with_values_per_thread's
+  return dim > 0 && values_per_thread_fit(dim);
 }
 
 void glu_to_bf16(const float* gate, const float* up, GluActivation act, float* out,
