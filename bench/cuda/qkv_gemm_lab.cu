@@ -127,8 +127,9 @@ void run_shape(cublasHandle_t h, cudaStream_t st, const Shape& s) {
   Buffers b = make_buffers(s, 4096);
   GroupedArgs g = make_grouped(s, b);
   std::printf("\n%s (width %d, q %d, k and v %d)\n", s.name, s.width, s.q, s.kv);
-  std::printf("| rows | Q + KV pair us | grouped us | one GEMM us | TFLOP/s now / grouped / one | "
-              "grouped max |d| |\n| ---: | ---: | ---: | ---: | --- | ---: |\n");
+  std::printf(
+      "| rows | Q + KV pair us | grouped us | one GEMM us | TFLOP/s now / grouped / one | "
+      "grouped max |d| |\n| ---: | ---: | ---: | ---: | --- | ---: |\n");
   for (int m : ms) {
     const double flop = 2.0 * m * s.width * ((double)s.q + 2.0 * s.kv);
     const float t_sep = time_ms(st, [&] { separate(h, s, b, m); }) * 1e3f;
@@ -143,9 +144,8 @@ void run_shape(cublasHandle_t h, cudaStream_t st, const Shape& s) {
       diff = max_diff(b.qkv, b.q, (size_t)m * s.q);
     }
     const float t_one = time_ms(st, [&] { one_gemm(h, s, b, m); }) * 1e3f;
-    std::printf("| %d | %.1f | %.1f | %.1f | %.0f / %.0f / %.0f | %.2g |\n", m, t_sep, t_grp,
-                t_one, flop / t_sep / 1e6, t_grp > 0 ? flop / t_grp / 1e6 : 0.0,
-                flop / t_one / 1e6, diff);
+    std::printf("| %d | %.1f | %.1f | %.1f | %.0f / %.0f / %.0f | %.2g |\n", m, t_sep, t_grp, t_one,
+                flop / t_sep / 1e6, t_grp > 0 ? flop / t_grp / 1e6 : 0.0, flop / t_one / 1e6, diff);
   }
   cudaFree(g.a), cudaFree(g.x), cudaFree(g.y);
   free_buffers(b);

@@ -173,6 +173,46 @@ TEST_P(FusedMatmulGpu, KeptPairEqualsTwoProducts) {
   }
 }
 
+// Q, K and V in one grouped GEMM against three single products over the same kept copies:
+// the same sums (cuBLAS may tile them otherwise, so within 1e-6), twice (the second call finds
+// its pointer table), and the outputs where the caller put them. The forward falls back to
+// the separate products where the library refuses; on the CUDA this project builds with it
+// must not.
+TEST_P(FusedMatmulGpu, KeptTripleEqualsThreeProducts) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const DType type = GetParam();
+  const int64_t nq = 192, nkv = 64, k = 512;
+  DeviceWeights wq(type, nq, k, random_weight_bytes(type, nq, k, 5u));
+  KeptPair kv(type, nkv, k, 6u);
+  cuda::PrefillMatmul& keeping = kv.keeping;
+  keeping.keep_bf16(wq.view, nullptr);
+  for (int m : {17, 300, 2048}) {
+    const auto x = random_floats((size_t)m * k, 19u + (uint32_t)m);
+    DeviceBuffer<float> dx(x);
+    DeviceBuffer<uint16_t> x16((size_t)m * k);
+    cuda::convert_f32_to_bf16(dx.get(), x16.get(), (int64_t)m * k, nullptr);
+    const WeightView* ws[3] = {&wq.view, &kv.wa.view, &kv.wb.view};
+    std::vector<DeviceBuffer<float>> want, got;
+    for (const WeightView* w : ws) {
+      want.emplace_back((size_t)m * w->rows);
+      got.emplace_back(std::vector<float>((size_t)m * w->rows, NAN));
+      keeping.multiply_kept(*w, x16.get(), m, want.back().get(), nullptr);
+    }
+    for (int call = 0; call < 2; ++call) {
+      ASSERT_TRUE(keeping.multiply_kept_triple(wq.view, kv.wa.view, kv.wb.view, x16.get(), m,
+                                               got[0].get(), got[1].get(), got[2].get(), nullptr))
+          << "cuBLAS refused the grouped GEMM (bf16 inputs, f32 outputs)";
+      HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+      for (size_t i = 0; i < 3; ++i) {
+        const auto w = want[i].download();
+        EXPECT_LT(normalized_error(got[i].download(), std::vector<double>(w.begin(), w.end())),
+                  1e-6)
+            << dtype_name(type) << " M=" << m << " product " << i << " call " << call;
+      }
+    }
+  }
+}
+
 // The int8 path (matmul_fused with a workspace) on M random activation rows against the f64
 // product with the dequantized weights: int8 rounding of the activations gives a normalized
 // error of a few 1e-3, held under 1e-2, and never 0 (which would mean the f32 path ran).
