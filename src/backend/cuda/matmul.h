@@ -108,8 +108,9 @@ class PrefillMatmul {
   // q = x · Wqᵀ, k = x · Wkᵀ, v = x · Wvᵀ over three kept copies of one width (Wk and Wv of
   // one shape) in one grouped GEMM (cublasGemmGroupedBatchedEx: Q a group of one, K and V a
   // group of two), so that the narrow K and V tiles run beside Q's rather than in a launch of
-  // their own. False, with nothing queued, where the library lacks the call or refuses it, or
-  // the pointer tables are full: the caller multiplies them apart.
+  // their own. False, with nothing queued, where the library lacks the call or refuses it,
+  // the stream is being captured into a graph, or the pointer tables are full: the caller
+  // multiplies them apart.
   bool multiply_kept_triple(const WeightView& wq, const WeightView& wk, const WeightView& wv,
                             const uint16_t* x_bf16, int m, float* q, float* k, float* v,
                             cudaStream_t stream);
@@ -138,8 +139,8 @@ class PrefillMatmul {
   std::unordered_map<const void*, KeptCopy> kept_;  // by W's data
   size_t kept_bytes_ = 0;
   // The grouped GEMM's device pointer arrays (A, B, C of its three problems), one table per
-  // set of copies and buffers, written once by a kernel (so that a CUDA graph that captures
-  // the first use writes the same values again) and found again by those seven addresses.
+  // set of copies and buffers, written once by a kernel on the step's stream and found again
+  // by those seven addresses.
   using TableKey = std::array<const void*, 7>;
   static constexpr int kPointerTables = 1024;
   const void** pointer_table(const TableKey& key, cudaStream_t stream);

@@ -40,8 +40,7 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ in, __nv_bfloat16* 
     out[i] = __float2bfloat16_rn(in[i]);
 }
 
-// The nine pointers of a grouped Q, K, V product, as kernel arguments: a graph that captures
-// this launch writes them again at every replay.
+// The nine pointers of a grouped Q, K, V product, as kernel arguments.
 struct NinePointers {
   const void* p[9];
 };
@@ -181,6 +180,11 @@ bool PrefillMatmul::multiply_kept_triple(const WeightView& wq, const WeightView&
                    wk.cols == wv.cols,
                "PrefillMatmul::multiply_kept_triple: three kept copies of one width");
   if (grouped_refused_ || cublas().gemm_grouped_batched_ex == nullptr) return false;
+  // Not inside a CUDA graph: the call takes its problem sizes as host arrays, and nothing
+  // documents that a captured call keeps them rather than reading them again at replay.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  HABLAR_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) return false;
   const TableKey key{kept_.at(wq.data).bf16.get(),
                      kept_.at(wk.data).bf16.get(),
                      kept_.at(wv.data).bf16.get(),

@@ -213,6 +213,32 @@ TEST_P(FusedMatmulGpu, KeptTripleEqualsThreeProducts) {
   }
 }
 
+// Inside a stream capture the grouped call declines (its sizes are host arrays), queuing
+// nothing, so the forward captures the separate products instead.
+TEST(KeptTripleCapture, DeclinesWhileTheStreamIsCaptured) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const int64_t nq = 64, nkv = 32, k = 256;
+  const int m = 32;
+  DeviceWeights wq(DType::Q8_0, nq, k, random_weight_bytes(DType::Q8_0, nq, k, 3u));
+  KeptPair kv(DType::Q8_0, nkv, k, 4u);
+  kv.keeping.keep_bf16(wq.view, nullptr);
+  DeviceBuffer<uint16_t> x16((size_t)m * k);
+  DeviceBuffer<float> q((size_t)m * nq), kk((size_t)m * nkv), v((size_t)m * nkv);
+  cudaStream_t stream = nullptr;
+  HABLAR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  HABLAR_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const bool ran = kv.keeping.multiply_kept_triple(wq.view, kv.wa.view, kv.wb.view, x16.get(), m,
+                                                   q.get(), kk.get(), v.get(), stream);
+  cudaGraph_t graph = nullptr;
+  HABLAR_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  size_t nodes = 0;
+  HABLAR_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(nodes, 0u);
+}
+
 // The int8 path (matmul_fused with a workspace) on M random activation rows against the f64
 // product with the dequantized weights: int8 rounding of the activations gives a normalized
 // error of a few 1e-3, held under 1e-2, and never 0 (which would mean the f32 path ran).
