@@ -16,18 +16,10 @@
 
 #include "backend/cuda/embed_kernels.h"
 
+#include "lab_fill.cuh"
 #include "lab_util.h"
 
 namespace {
-
-__global__ void fill(half* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    unsigned h = (unsigned)i * 2654435761u ^ seed;
-    h ^= h >> 13;
-    p[i] = __float2half(((h & 0xFFFF) / 65536.0f - 0.5f) * 0.1f);
-  }
-}
 
 struct Shape {
   const char* name;
@@ -92,9 +84,9 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaMalloc(&w, max_w * 2));
   CHECK_CUDA(cudaMalloc(&y, std::max(max_out, (size_t)M * F) * 2));
   CHECK_CUDA(cudaMalloc(&bias, 4 * (size_t)F * 2));
-  fill<<<1024, 256, 0, s>>>(x, std::max(max_in, (size_t)M * 3 * W), 1);
-  fill<<<1024, 256, 0, s>>>(w, max_w, 2);
-  fill<<<64, 256, 0, s>>>(bias, 4 * (size_t)F, 3);
+  lab_fill<<<1024, 256, 0, s>>>(x, std::max(max_in, (size_t)M * 3 * W), 1);
+  lab_fill<<<1024, 256, 0, s>>>(w, max_w, 2);
+  lab_fill<<<64, 256, 0, s>>>(bias, 4 * (size_t)F, 3);
   size_t ws_bytes = 64u << 20;
   void* ws;
   CHECK_CUDA(cudaMalloc(&ws, ws_bytes));

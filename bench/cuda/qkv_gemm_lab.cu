@@ -15,18 +15,10 @@
 #include <cstdio>
 #include <vector>
 
+#include "lab_fill.cuh"
 #include "lab_util.h"
 
 namespace {
-
-__global__ void fill(__nv_bfloat16* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    unsigned h = (unsigned)i * 2654435761u ^ seed;
-    h ^= h >> 13;
-    p[i] = __float2bfloat16(((h & 0xFFFF) / 65536.0f - 0.5f) * 0.1f);
-  }
-}
 
 struct Shape {
   const char* name;
@@ -49,8 +41,8 @@ Buffers make_buffers(const Shape& s, int max_m) {
   CHECK_CUDA(cudaMalloc(&b.k, (size_t)max_m * s.kv * sizeof(float)));
   CHECK_CUDA(cudaMalloc(&b.v, (size_t)max_m * s.kv * sizeof(float)));
   CHECK_CUDA(cudaMalloc(&b.qkv, (size_t)max_m * n * sizeof(float)));
-  fill<<<1024, 256>>>(b.w, n * s.width, 1);
-  fill<<<1024, 256>>>(b.x, (size_t)max_m * s.width, 2);
+  lab_fill<<<1024, 256>>>(b.w, n * s.width, 1);
+  lab_fill<<<1024, 256>>>(b.x, (size_t)max_m * s.width, 2);
   return b;
 }
 
