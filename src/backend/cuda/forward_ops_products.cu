@@ -124,12 +124,14 @@ void ForwardOps::kept_bf16_pair(const WeightView& wa, const WeightView& wb, cons
 // Q, K and V over their kept copies in one grouped GEMM (PrefillMatmul::multiply_kept_triple),
 // where all three take the kept path at m rows and K and V share a shape. False, with nothing
 // queued but the bf16 rows, where they do not or the library cannot: then one by one.
+// A lab form until it is timed on a device (HABLAR_QKV_GROUPED=1 with --lab-knobs): the
+// shipped step multiplies Q alone and K and V as a pair.
 bool ForwardOps::kept_triple(const WeightView& wq, const WeightView& wk, const WeightView& wv,
                              const float* in, int64_t m, std::span<float* const> outs,
                              bool* converted) {
   if (!takes_kept_bf16_path(wq, m) || !takes_kept_bf16_path(wk, m) ||
       !takes_kept_bf16_path(wv, m) || wk.rows != wv.rows || wq.cols != wk.cols ||
-      wk.cols != wv.cols || lab_knob("HABLAR_QKV_GROUPED", 1) == 0)
+      wk.cols != wv.cols || lab_knob("HABLAR_QKV_GROUPED", 0) == 0)
     return false;
   auto* rows = static_cast<uint16_t*>(buf_->bf16_rows.get());
   if (!*converted) convert_f32_to_bf16(in, rows, m * wq.cols, stream_);
