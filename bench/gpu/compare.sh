@@ -40,6 +40,13 @@
 #                                     on the GPU machine: ncu's kernel times of the last prompt
 #                                     step and the mean decode step of batched-bench at 256 x
 #                                     512 prompt tokens (STEPS_NPL / STEPS_LEN / STEPS_NTG)
+#   AB="HABLAR_X=1;HABLAR_X=0" bench/gpu/compare.sh ab [SHAPE]
+#                                     on the GPU machine: variants of one binary (lab knobs of
+#                                     docs/CUDA.md, `--lab-knobs`) alternating ROUNDS times
+#                                     (default 2): bench pp512 / pp2048, batched-bench 512 + 128
+#                                     at AB_NPL (default 64,256) sequences, and unless
+#                                     AB_SERVE=0 the steady state (1,024 requests over 256
+#                                     clients), one line of figures per variant and round
 #
 # Environment: SDIST (here) the llama-cpp-python sdist folder; NPL the parallel sequence
 # counts (default 8,32,64,128,256); DEPTHS the context depths of the decode-at-depth rows
@@ -66,6 +73,8 @@ pack() {
 
 unpack_hablar() {
   mkdir -p "$out"
+  [ -z "${hablar_unpacked:-}" ] || return 0  # once a process (ab's serving runs reuse it)
+  hablar_unpacked=1
   rm -rf "$gpu" && mkdir -p "$gpu" && tar xJf "$root/.gpu/bin.tar.xz" -C "$gpu"
   export LD_LIBRARY_PATH="$gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 }
@@ -208,6 +217,35 @@ profile_steps() {
     tee "$out/ncu-steps-summary.txt"
 }
 
+# One variant's figures: `knobs` is a space-separated list of NAME=VALUE set for its runs.
+ab_variant() {
+  local m=$1 knobs=$2 h=$gpu/bin/hablar pp tg serve=""
+  pp=$(env $knobs "$h" bench -m "$m" --device cuda --lab-knobs -p 512,2048 -n 0 -r 3 2>/dev/null |
+    awk -F'|' '/pp[0-9]/ {split($(NF-1), v, "±"); gsub(/ /, "", v[1]); printf "%s ", v[1]}')
+  tg=$(env $knobs "$h" batched-bench -m "$m" --device cuda --lab-knobs -npp 512 -ntg 128 \
+    -npl "${AB_NPL:-64,256}" -b 2048 2>/dev/null |
+    awk -F'|' '/^\| *[0-9]/ {gsub(/ /, ""); printf "%s seqs S_PP %s S_TG %s; ", $4, $7, $9}')
+  if [ "${AB_SERVE:-1}" != 0 ]; then
+    rm -f "$out/ab-serve/${3:-qwen2.5-1.5b}-serving-hablar.json"
+    (export $knobs REQUESTS=1024 LEVELS=256 SERVE_ARGS="--lab-knobs ${SERVE_ARGS:-}"
+      out=$out/ab-serve && serve "${3:-qwen2.5-1.5b}" >/dev/null 2>&1)
+    serve=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['levels'][0]; print('serve %.0f tok/s TPOT p50 %.2f ms' % (d['output_token_throughput'], d['tpot_ms']['p50']))" \
+      "$out/ab-serve/${3:-qwen2.5-1.5b}-serving-hablar.json" 2>/dev/null)
+  fi
+  echo "[$knobs] pp512/pp2048 $pp| $tg$serve"
+}
+
+ab() {
+  local shape=${1:-qwen2.5-1.5b} m variant
+  [ -n "${AB:-}" ] || { echo "AB: variants separated by ';', e.g. AB=\"HABLAR_X=1;HABLAR_X=0\"" && exit 2; }
+  unpack_hablar
+  m=$(make_model "$shape")
+  for round in $(seq "${ROUNDS:-2}"); do
+    IFS=';' read -ra variants <<<"$AB"
+    for variant in "${variants[@]}"; do ab_variant "$m" "$variant" "$shape"; done
+  done
+}
+
 case "${1:-}" in
   pack) pack ;;
   run) shift && run "$@" ;;
@@ -215,5 +253,6 @@ case "${1:-}" in
   profile) shift && profile "$@" ;;
   profile-prompt) shift && profile_prompt "$@" ;;
   profile-steps) shift && profile_steps "$@" ;;
+  ab) shift && ab "$@" ;;
   *) sed -n '2,/Results go to/p' "$0" && exit 2 ;;
 esac
