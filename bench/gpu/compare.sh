@@ -227,7 +227,7 @@ ab_variant() {
     awk -F'|' '/^\| *[0-9]/ {gsub(/ /, ""); printf "%s seqs S_PP %s S_TG %s; ", $4, $7, $9}')
   if [ "${AB_SERVE:-1}" != 0 ]; then
     rm -f "$out/ab-serve/${3:-qwen2.5-1.5b}-serving-hablar.json"
-    (export $knobs REQUESTS=1024 LEVELS=256 SERVE_ARGS="--lab-knobs ${SERVE_ARGS:-}"
+    (export ${knobs?} REQUESTS=1024 LEVELS=256 SERVE_ARGS="--lab-knobs ${SERVE_ARGS:-}"
       out=$out/ab-serve && serve "${3:-qwen2.5-1.5b}" >/dev/null 2>&1)
     serve=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['levels'][0]; print('serve %.0f tok/s TPOT p50 %.2f ms' % (d['output_token_throughput'], d['tpot_ms']['p50']))" \
       "$out/ab-serve/${3:-qwen2.5-1.5b}-serving-hablar.json" 2>/dev/null)
@@ -240,7 +240,7 @@ ab() {
   [ -n "${AB:-}" ] || { echo "AB: variants separated by ';', e.g. AB=\"HABLAR_X=1;HABLAR_X=0\"" && exit 2; }
   unpack_hablar
   m=$(make_model "$shape")
-  for round in $(seq "${ROUNDS:-2}"); do
+  for _ in $(seq "${ROUNDS:-2}"); do
     IFS=';' read -ra variants <<<"$AB"
     for variant in "${variants[@]}"; do ab_variant "$m" "$variant" "$shape"; done
   done
