@@ -205,7 +205,9 @@ bool PrefillMatmul::multiply_kept_triple(const WeightView& wq, const WeightView&
       handle_.get(), ta, tb, n, rows, width, alpha, table, CUDA_R_16BF, width, table + 3,
       CUDA_R_16BF, width, beta, const_cast<void**>(table + 6), CUDA_R_32F, ldc, 2, group_size,
       CUBLAS_COMPUTE_32F);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {  // this library's grouped call lacks the types
+  // Refusals come from the argument checks, before anything is queued: this library's grouped
+  // call lacks these types or shapes, so the products run apart from now on.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
     grouped_refused_ = true;
     return false;
   }
