@@ -226,9 +226,9 @@ ab_variant() {
     -npl "${AB_NPL:-64,256}" -b 2048 2>/dev/null |
     awk -F'|' '/^\| *[0-9]/ {gsub(/ /, ""); printf "%s seqs S_PP %s S_TG %s; ", $4, $7, $9}')
   if [ "${AB_SERVE:-1}" != 0 ]; then
-    rm -f "$out/ab-serve/${3:-qwen2.5-1.5b}-serving-hablar.json"
+    rm -f "$out/ab-serve/${3:-qwen2.5-1.5b}-serving-hablar.json"  # (llama-server: not in an A/B)
     (export ${knobs?} REQUESTS=1024 LEVELS=256 SERVE_ARGS="--lab-knobs ${SERVE_ARGS:-}"
-      out=$out/ab-serve && serve "${3:-qwen2.5-1.5b}" >/dev/null 2>&1)
+      out=$out/ab-serve lcp=/nonexistent && serve "${3:-qwen2.5-1.5b}" >/dev/null 2>&1)
     serve=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['levels'][0]; print('serve %.0f tok/s TPOT p50 %.2f ms' % (d['output_token_throughput'], d['tpot_ms']['p50']))" \
       "$out/ab-serve/${3:-qwen2.5-1.5b}-serving-hablar.json" 2>/dev/null)
   fi
