@@ -129,9 +129,9 @@ void ForwardOps::kept_bf16_pair(const WeightView& wa, const WeightView& wb, cons
 bool ForwardOps::kept_triple(const WeightView& wq, const WeightView& wk, const WeightView& wv,
                              const float* in, int64_t m, std::span<float* const> outs,
                              bool* converted) {
-  if (!takes_kept_bf16_path(wq, m) || !takes_kept_bf16_path(wk, m) ||
-      !takes_kept_bf16_path(wv, m) || wk.rows != wv.rows || wq.cols != wk.cols ||
-      wk.cols != wv.cols || lab_knob("HABLAR_QKV_GROUPED", 0) == 0)
+  if (lab_knob("HABLAR_QKV_GROUPED", 0) == 0 || !takes_kept_bf16_path(wq, m) ||
+      !takes_kept_bf16_path(wk, m) || !takes_kept_bf16_path(wv, m) || wk.rows != wv.rows ||
+      wq.cols != wk.cols || wk.cols != wv.cols)
     return false;
   auto* rows = static_cast<uint16_t*>(buf_->bf16_rows.get());
   if (!*converted) convert_f32_to_bf16(in, rows, m * wq.cols, stream_);

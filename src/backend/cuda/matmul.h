@@ -144,7 +144,7 @@ class PrefillMatmul {
   using TableKey = std::array<const void*, 7>;
   static constexpr int kPointerTables = 1024;
   const void** pointer_table(const TableKey& key, cudaStream_t stream);
-  DeviceMemory pointer_tables_;  // [kPointerTables][9] pointers, made with the first copy
+  DeviceMemory pointer_tables_;  // [kPointerTables][9] pointers, made on first use
   std::map<TableKey, int> table_of_;
   bool grouped_refused_ = false;
 };

@@ -109,9 +109,6 @@ void PrefillMatmul::keep_bf16(const WeightView& w, cudaStream_t stream) {
   dequantize_to_bf16(w, static_cast<uint16_t*>(copy.get()), stream);
   kept_.emplace(w.data, KeptCopy{std::move(copy), w.rows, w.cols});
   kept_bytes_ += bytes;
-  // Made here, never during a capture (which cannot allocate).
-  if (pointer_tables_.get() == nullptr)
-    pointer_tables_ = DeviceMemory((size_t)kPointerTables * 9 * sizeof(void*));
 }
 
 // A copy made from a view of the same bytes in another shape is not this W's.
@@ -158,11 +155,15 @@ void PrefillMatmul::multiply_kept_pair(const WeightView& wa, const WeightView& w
       CUBLAS_GEMM_DEFAULT));
 }
 
+// (Never called inside a stream capture: multiply_kept_triple declines there, so the first
+// call may allocate.)
 const void** PrefillMatmul::pointer_table(const TableKey& key, cudaStream_t stream) {
+  if (pointer_tables_.get() == nullptr)
+    pointer_tables_ = DeviceMemory((size_t)kPointerTables * 9 * sizeof(void*));
   auto** tables = static_cast<const void**>(pointer_tables_.get());
   if (const auto found = table_of_.find(key); found != table_of_.end())
     return tables + (size_t)found->second * 9;
-  if (tables == nullptr || (int)table_of_.size() >= kPointerTables) return nullptr;
+  if ((int)table_of_.size() >= kPointerTables) return nullptr;
   const int index = (int)table_of_.size();
   table_of_.emplace(key, index);
   // A = the copies, B = x for each, C = q, k, v.
