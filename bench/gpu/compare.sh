@@ -228,9 +228,13 @@ ab_variant() {
   if [ "${AB_SERVE:-1}" != 0 ]; then
     rm -f "$out/ab-serve/${3:-qwen2.5-1.5b}-serving-hablar.json"  # (llama-server: not in an A/B)
     (export ${knobs?} REQUESTS=1024 LEVELS=256 SERVE_ARGS="--lab-knobs ${SERVE_ARGS:-}"
-      out=$out/ab-serve lcp=/nonexistent && serve "${3:-qwen2.5-1.5b}" >/dev/null 2>&1)
+      out=$out/ab-serve lcp=/nonexistent && serve "${3:-qwen2.5-1.5b}") >"$out/ab-serve.log" 2>&1
     serve=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['levels'][0]; print('serve %.0f tok/s TPOT p50 %.2f ms' % (d['output_token_throughput'], d['tpot_ms']['p50']))" \
       "$out/ab-serve/${3:-qwen2.5-1.5b}-serving-hablar.json" 2>/dev/null)
+    # The executor's split of the steps: host (staging, launches), waiting, the device's span.
+    serve+=$(awk '/^hablar_(steps_total|executor_(host|wait|device)_seconds_total) / {
+      sub(/^hablar_/, "", $1); sub(/_total$/, "", $1); sub(/executor_/, "", $1);
+      printf " %s %.2f", $1, $2 }' "$out/ab-serve/${3:-qwen2.5-1.5b}-counters-after.txt")
   fi
   echo "[$knobs] pp512/pp2048 $pp| $tg$serve"
 }
