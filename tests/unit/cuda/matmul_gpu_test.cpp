@@ -173,6 +173,71 @@ TEST_P(FusedMatmulGpu, KeptPairEqualsTwoProducts) {
   }
 }
 
+// Products through cublasLt with an algorithm kept per bucket of row counts against cuBLAS's
+// own call over the same bf16 operands: row counts below and at the top of one bucket (the
+// first call makes the plan, the others reuse it), f32 and bf16 outputs, an accumulating
+// product (beta = 1) and a strided pair.
+TEST(BucketedGemmGpu, EqualsTheCublasProductForEveryRowCountOfABucket) {
+  HABLAR_REQUIRE_CUDA_DEVICE();
+  const int64_t n = 192, k = 512;
+  cuda::PrefillMatmul keeping;  // (its cuBLAS calls: the reference)
+  cuda::BucketedGemm bucketed;
+  EXPECT_EQ(cuda::bucketed_rows(1030), 1152);
+  EXPECT_EQ(cuda::bucketed_rows(1152), 1152);
+  EXPECT_EQ(cuda::bucketed_rows(17), 32);
+  DeviceBuffer<uint16_t> w(std::vector<uint16_t>(2 * (size_t)(n * k)));
+  const auto wx = random_floats(2 * (size_t)(n * k), 3u);
+  DeviceBuffer<float> wf(wx);
+  cuda::convert_f32_to_bf16(wf.get(), w.get(), 2 * n * k, nullptr);
+  for (int m : {1100, 1030, 1152, 17, 300}) {
+    const auto x = random_floats((size_t)m * k, 50u + (uint32_t)m);
+    DeviceBuffer<float> dx(x);
+    DeviceBuffer<uint16_t> x16((size_t)m * k);
+    cuda::convert_f32_to_bf16(dx.get(), x16.get(), (int64_t)m * k, nullptr);
+    const size_t count = (size_t)m * n;
+    const auto start = random_floats(2 * count, 60u);
+    DeviceBuffer<float> want(start), got(start);
+    // The reference: cuBLAS's calls, y_0 += x · W_0ᵀ (beta 1) and y_1 = x · W_1ᵀ.
+    keeping.gemm_bf16(w.get() + n * k, x16.get(), n, k, m, want.get() + count, nullptr);
+    DeviceBuffer<float> product(count);
+    keeping.gemm_bf16(w.get(), x16.get(), n, k, m, product.get(), nullptr);
+    HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<double> expect(start.begin(), start.end());
+    const auto p0 = product.download(), p1 = want.download();
+    for (size_t i = 0; i < count; ++i) expect[i] += p0[i], expect[count + i] = p1[count + i];
+    cuda::BucketedProblem add;
+    add.w = w.get(), add.n = n, add.k = k, add.x = x16.get(), add.m = m, add.y = got.get();
+    add.y_type = CUDA_R_32F, add.beta = 1.0f;
+    ASSERT_TRUE(bucketed.run(add, nullptr)) << "M=" << m;
+    cuda::BucketedProblem single = add;
+    single.w = w.get() + n * k, single.y = got.get() + count, single.beta = 0.0f;
+    ASSERT_TRUE(bucketed.run(single, nullptr)) << "M=" << m;
+    HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_LT(normalized_error(got.download(), expect), 1e-6) << "M=" << m;
+    // The pair, f32 then bf16 outputs (each the f32 product rounded, within an ulp).
+    DeviceBuffer<float> pair_out(std::vector<float>(2 * count, NAN));
+    cuda::BucketedProblem two = single;
+    two.w = w.get(), two.y = pair_out.get(), two.batch = 2, two.stride_w = n * k;
+    two.stride_y = (int64_t)count;
+    ASSERT_TRUE(bucketed.run(two, nullptr)) << "M=" << m;
+    DeviceBuffer<uint16_t> narrow(std::vector<uint16_t>(2 * count, 0x7fc0));
+    two.y = narrow.get(), two.y_type = CUDA_R_16BF;
+    ASSERT_TRUE(bucketed.run(two, nullptr)) << "M=" << m;
+    HABLAR_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<double> products(p0.begin(), p0.end());
+    products.insert(products.end(), p1.begin() + (ptrdiff_t)count, p1.end());
+    EXPECT_LT(normalized_error(pair_out.download(), products), 1e-6) << "pair M=" << m;
+    const auto rounded_got = narrow.download();
+    int beyond_ulp = 0;
+    for (size_t i = 0; i < 2 * count; ++i) {
+      const float rounded = bf16_to_f32(f32_to_bf16((float)products[i]));
+      const float ulp = std::max(std::fabs(rounded) * (1.0f / 128.0f), 1e-30f);
+      if (!(std::fabs(bf16_to_f32(rounded_got[i]) - rounded) <= ulp)) ++beyond_ulp;
+    }
+    EXPECT_EQ(beyond_ulp, 0) << "bf16 pair M=" << m;
+  }
+}
+
 // Q, K and V in one grouped GEMM against three single products over the same kept copies:
 // the same sums (cuBLAS may tile them otherwise, so within 1e-6), twice (the second call finds
 // its pointer table), and the outputs where the caller put them. The forward falls back to
