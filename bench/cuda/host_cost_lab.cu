@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <vector>
 
-#include "backend/cuda/bucketed_gemm.h"
 #include "lab_fill.cuh"
 #include "lab_util.h"
 
@@ -117,18 +116,6 @@ int main() {
     measure(what, s, 256, call, [seen](int i) { return seen + i % 64; });
     std::snprintf(what, sizeof what, "%s, 32 rows every call", p.name);
     measure(what, s, 256, call, [](int) { return 32; });
-    // The same through cublasLt with an algorithm kept per bucket of row counts.
-    hablar::cuda::BucketedGemm bucketed;
-    auto lt_call = [&](int m) {
-      hablar::cuda::BucketedProblem q;
-      q.w = reinterpret_cast<const uint16_t*>(w), q.n = p.n, q.k = p.k;
-      q.x = reinterpret_cast<const uint16_t*>(x), q.m = m, q.y = y;
-      q.y_type = p.bf16_out ? CUDA_R_16BF : CUDA_R_32F, q.batch = p.batch;
-      q.stride_w = (int64_t)p.n * p.k, q.stride_y = (int64_t)p.n * kMaxRows;
-      if (!bucketed.run(q, s)) gemm(h, p, w, x, y, m);
-    };
-    std::snprintf(what, sizeof what, "%s, bucketed, rows new each call", p.name);
-    measure(what, s, 128, lt_call, [&](int) { return ++fresh; });
   }
 
   cudaLaunchAttribute pdl{};

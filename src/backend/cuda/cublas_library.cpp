@@ -56,7 +56,6 @@ CublasLtLibrary load_lt() {
   resolve(lib, "cublasLtMatmulDescSetAttribute", l.desc_set);
   resolve(lib, "cublasLtMatrixLayoutCreate", l.layout_create);
   resolve(lib, "cublasLtMatrixLayoutDestroy", l.layout_destroy);
-  resolve(lib, "cublasLtMatrixLayoutSetAttribute", l.layout_set);
   resolve(lib, "cublasLtMatmulPreferenceCreate", l.pref_create);
   resolve(lib, "cublasLtMatmulPreferenceDestroy", l.pref_destroy);
   resolve(lib, "cublasLtMatmulPreferenceSetAttribute", l.pref_set);

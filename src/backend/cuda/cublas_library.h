@@ -55,8 +55,6 @@ struct CublasLtLibrary {
   cublasStatus_t (*layout_create)(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
                                   uint64_t cols, int64_t ld);
   cublasStatus_t (*layout_destroy)(cublasLtMatrixLayout_t layout);
-  cublasStatus_t (*layout_set)(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr,
-                               const void* buf, size_t bytes);
   cublasStatus_t (*pref_create)(cublasLtMatmulPreference_t* pref);
   cublasStatus_t (*pref_destroy)(cublasLtMatmulPreference_t pref);
   cublasStatus_t (*pref_set)(cublasLtMatmulPreference_t pref,

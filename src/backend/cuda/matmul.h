@@ -21,7 +21,6 @@
 #include <map>
 #include <unordered_map>
 
-#include "backend/cuda/bucketed_gemm.h"
 #include "backend/cuda/device_memory.h"
 #include "core/tensor_view.h"
 
@@ -131,9 +130,6 @@ class PrefillMatmul {
                     void* y, int y_type, cudaStream_t stream, float alpha = 1.0f,
                     float beta = 0.0f);
   CublasHandle handle_;
-  // The same products with algorithms kept per bucket of row counts (lab knob
-  // HABLAR_GEMM_BUCKETS=1; cuBLAS's own calls otherwise and wherever it declines).
-  BucketedGemm bucketed_;
   int64_t growths_ = 0;
   DeviceMemory scratch_;
   struct KeptCopy {

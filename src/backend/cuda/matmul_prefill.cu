@@ -145,12 +145,6 @@ void PrefillMatmul::multiply_kept_pair(const WeightView& wa, const WeightView& w
     gemm_bf16(b, x_bf16, wa.rows, wa.cols, m, yb, stream);
     return;
   }
-  if (lab_knob("HABLAR_GEMM_BUCKETS", 0) != 0) {
-    BucketedProblem bp;
-    bp.w = a, bp.n = wa.rows, bp.k = wa.cols, bp.x = x_bf16, bp.m = m, bp.y = ya;
-    bp.y_type = CUDA_R_32F, bp.batch = 2, bp.stride_w = stride_w, bp.stride_y = stride_y;
-    if (bucketed_.run(bp, stream)) return;
-  }
   // Column-major view as in gemm_bf16_to: yᵀ_i [N x M] = (W_i as K x N)ᵀ · (x as K x M), x shared.
   const float alpha = 1.0f, beta = 0.0f;
   const int n = (int)wa.rows, k = (int)wa.cols;
@@ -237,12 +231,6 @@ void PrefillMatmul::gemm_bf16(const uint16_t* w_bf16, const uint16_t* x_bf16, in
 void PrefillMatmul::gemm_bf16_to(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n,
                                  int64_t k, int m, void* y, int y_type, cudaStream_t stream,
                                  float alpha, float beta) {
-  if (lab_knob("HABLAR_GEMM_BUCKETS", 0) != 0) {
-    BucketedProblem bp;
-    bp.w = w_bf16, bp.n = n, bp.k = k, bp.x = x_bf16, bp.m = m, bp.y = y, bp.y_type = y_type;
-    bp.alpha = alpha, bp.beta = beta;
-    if (bucketed_.run(bp, stream)) return;
-  }
   // Column-major view: y^T [N x M] = (W as K x N)^T · (x as K x M).
   HABLAR_CUBLAS_CHECK(cublas().set_stream(handle_.get(), stream));
   HABLAR_CUBLAS_CHECK(cublas().gemm_ex(handle_.get(), CUBLAS_OP_T, CUBLAS_OP_N, (int)n, m, (int)k,
