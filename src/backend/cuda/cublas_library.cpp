@@ -39,8 +39,6 @@ CublasLibrary load() {
   resolve(lib, "cublasSetStream_v2", l.set_stream);
   resolve(lib, "cublasGemmEx", l.gemm_ex);
   resolve(lib, "cublasGemmStridedBatchedEx", l.gemm_strided_batched_ex);
-  l.gemm_grouped_batched_ex = reinterpret_cast<decltype(l.gemm_grouped_batched_ex)>(
-      dlsym(lib, "cublasGemmGroupedBatchedEx"));
   resolve(lib, "cublasGetStatusName", l.status_name);
   resolve(lib, "cublasGetStatusString", l.status_string);
   return l;

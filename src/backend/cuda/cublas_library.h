@@ -25,13 +25,6 @@ struct CublasLibrary {
       const void* b, cudaDataType b_type, int ldb, long long stride_b, const void* beta, void* c,
       cudaDataType c_type, int ldc, long long stride_c, int batch, cublasComputeType_t compute_type,
       cublasGemmAlgo_t algo);
-  // Optional (cuBLAS 12.5+): null where the library lacks it.
-  cublasStatus_t (*gemm_grouped_batched_ex)(
-      cublasHandle_t handle, const cublasOperation_t transa[], const cublasOperation_t transb[],
-      const int m[], const int n[], const int k[], const void* alpha, const void* const a[],
-      cudaDataType a_type, const int lda[], const void* const b[], cudaDataType b_type,
-      const int ldb[], const void* beta, void* const c[], cudaDataType c_type, const int ldc[],
-      int group_count, const int group_size[], cublasComputeType_t compute_type);
   const char* (*status_name)(cublasStatus_t status);
   const char* (*status_string)(cublasStatus_t status);
 };

@@ -181,9 +181,6 @@ class ForwardOps {
   // Two products of one shape over kept copies in one launch (PrefillMatmul::multiply_kept_pair).
   void kept_bf16_pair(const WeightView& wa, const WeightView& wb, const float* in, int64_t m,
                       float* out_a, float* out_b, bool* converted);
-  // Q, K and V over kept copies in one grouped GEMM where they all take them (false: apart).
-  bool kept_triple(const WeightView& wq, const WeightView& wk, const WeightView& wv,
-                   const float* in, int64_t m, std::span<float* const> outs, bool* converted);
   // Runs w's product on f16 tensor cores, converting `in` to f16 rows first unless
   // *converted says this step's products of `in` already did.
   void f16_product(const WeightView& w, const float* in, int64_t m, float* out, bool* converted);

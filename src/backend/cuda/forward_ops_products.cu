@@ -121,25 +121,6 @@ void ForwardOps::kept_bf16_pair(const WeightView& wa, const WeightView& wb, cons
   buf_->prefill.multiply_kept_pair(wa, wb, rows, (int)m, out_a, out_b, stream_);
 }
 
-// Q, K and V over their kept copies in one grouped GEMM (PrefillMatmul::multiply_kept_triple),
-// where all three take the kept path at m rows and K and V share a shape. False, with nothing
-// queued but the bf16 rows, where they do not or the library cannot: then one by one.
-// A lab form until it is timed on a device (HABLAR_QKV_GROUPED=1 with --lab-knobs): the
-// shipped step multiplies Q alone and K and V as a pair.
-bool ForwardOps::kept_triple(const WeightView& wq, const WeightView& wk, const WeightView& wv,
-                             const float* in, int64_t m, std::span<float* const> outs,
-                             bool* converted) {
-  if (lab_knob("HABLAR_QKV_GROUPED", 0) == 0 || !takes_kept_bf16_path(wq, m) ||
-      !takes_kept_bf16_path(wk, m) || !takes_kept_bf16_path(wv, m) || wk.rows != wv.rows ||
-      wq.cols != wk.cols || wk.cols != wv.cols)
-    return false;
-  auto* rows = static_cast<uint16_t*>(buf_->bf16_rows.get());
-  if (!*converted) convert_f32_to_bf16(in, rows, m * wq.cols, stream_);
-  *converted = true;
-  return buf_->prefill.multiply_kept_triple(wq, wk, wv, rows, (int)m, outs[0], outs[1], outs[2],
-                                            stream_);
-}
-
 // Whether a product of m rows runs on int8 activations (Q4_K outside deterministic mode).
 bool ForwardOps::takes_int8_path(const WeightView& w, int64_t m) const {
   return !limits_.deterministic && buf_->int8_workspace.get() != nullptr &&
@@ -265,8 +246,6 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
     for (const WeightView* w : ws)
       HABLAR_CHECK(takes_kept_bf16_path(*w, m),
                    "ForwardOps: rows held only as bf16 reach a product without a kept copy");
-  if (ws.size() == 3 && kept_triple(*ws[0], *ws[1], *ws[2], in, m, outs, &bf16_converted))
-    return buf_->forget_held_rows();
   void* int8_ws = buf_->int8_workspace.get();
   const WeightView* together[3] = {};
   float* together_out[3] = {};

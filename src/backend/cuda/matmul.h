@@ -16,9 +16,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include <array>
 #include <cstdint>
-#include <map>
 #include <unordered_map>
 
 #include "backend/cuda/device_memory.h"
@@ -105,15 +103,6 @@ class PrefillMatmul {
   // products, whose single GEMMs fill few multiprocessors.
   void multiply_kept_pair(const WeightView& wa, const WeightView& wb, const uint16_t* x_bf16, int m,
                           float* ya, float* yb, cudaStream_t stream);
-  // q = x · Wqᵀ, k = x · Wkᵀ, v = x · Wvᵀ over three kept copies of one width (Wk and Wv of
-  // one shape) in one grouped GEMM (cublasGemmGroupedBatchedEx: Q a group of one, K and V a
-  // group of two), so that the narrow K and V tiles run beside Q's rather than in a launch of
-  // their own. False, with nothing queued, where the library lacks the call or refuses it,
-  // the stream is being captured into a graph, or the pointer tables are full: the caller
-  // multiplies them apart.
-  bool multiply_kept_triple(const WeightView& wq, const WeightView& wk, const WeightView& wv,
-                            const uint16_t* x_bf16, int m, float* q, float* k, float* v,
-                            cudaStream_t stream);
   // y += alpha · x · Wᵀ over W's kept copy: the product accumulating into y (cuBLAS beta = 1),
   // for a residual stream that takes the product without a separate add.
   void multiply_kept_add(const WeightView& w, const uint16_t* x_bf16, int m, float* y, float alpha,
@@ -138,15 +127,6 @@ class PrefillMatmul {
   };
   std::unordered_map<const void*, KeptCopy> kept_;  // by W's data
   size_t kept_bytes_ = 0;
-  // The grouped GEMM's device pointer arrays (A, B, C of its three problems), one table per
-  // set of copies and buffers, written once by a kernel on the step's stream and found again
-  // by those seven addresses.
-  using TableKey = std::array<const void*, 7>;
-  static constexpr int kPointerTables = 1024;
-  const void** pointer_table(const TableKey& key, cudaStream_t stream);
-  DeviceMemory pointer_tables_;  // [kPointerTables][9] pointers, made on first use
-  std::map<TableKey, int> table_of_;
-  bool grouped_refused_ = false;
 };
 
 }  // namespace hablar::cuda

@@ -40,15 +40,6 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ in, __nv_bfloat16* 
     out[i] = __float2bfloat16_rn(in[i]);
 }
 
-// The nine pointers of a grouped Q, K, V product, as kernel arguments.
-struct NinePointers {
-  const void* p[9];
-};
-
-__global__ void store_pointers_kernel(const void** table, NinePointers values) {
-  if (threadIdx.x < 9) table[threadIdx.x] = values.p[threadIdx.x];
-}
-
 }  // namespace
 
 int64_t kept_bf16_min_rows() {
@@ -153,67 +144,6 @@ void PrefillMatmul::multiply_kept_pair(const WeightView& wa, const WeightView& w
       handle_.get(), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, a, CUDA_R_16BF, k, stride_w, x_bf16,
       CUDA_R_16BF, k, 0, &beta, ya, CUDA_R_32F, n, stride_y, 2, CUBLAS_COMPUTE_32F,
       CUBLAS_GEMM_DEFAULT));
-}
-
-// (Never called inside a stream capture: multiply_kept_triple declines there, so the first
-// call may allocate.)
-const void** PrefillMatmul::pointer_table(const TableKey& key, cudaStream_t stream) {
-  if (pointer_tables_.get() == nullptr)
-    pointer_tables_ = DeviceMemory((size_t)kPointerTables * 9 * sizeof(void*));
-  auto** tables = static_cast<const void**>(pointer_tables_.get());
-  if (const auto found = table_of_.find(key); found != table_of_.end())
-    return tables + (size_t)found->second * 9;
-  if ((int)table_of_.size() >= kPointerTables) return nullptr;
-  const int index = (int)table_of_.size();
-  table_of_.emplace(key, index);
-  // A = the copies, B = x for each, C = q, k, v.
-  const NinePointers values{
-      {key[0], key[1], key[2], key[3], key[3], key[3], key[4], key[5], key[6]}};
-  store_pointers_kernel<<<1, 32, 0, stream>>>(tables + (size_t)index * 9, values);
-  HABLAR_CUDA_CHECK(cudaGetLastError());
-  return tables + (size_t)index * 9;
-}
-
-bool PrefillMatmul::multiply_kept_triple(const WeightView& wq, const WeightView& wk,
-                                         const WeightView& wv, const uint16_t* x_bf16, int m,
-                                         float* q, float* k, float* v, cudaStream_t stream) {
-  HABLAR_CHECK(keeps(wq) && keeps(wk) && keeps(wv) && wk.rows == wv.rows && wq.cols == wk.cols &&
-                   wk.cols == wv.cols,
-               "PrefillMatmul::multiply_kept_triple: three kept copies of one width");
-  if (grouped_refused_ || cublas().gemm_grouped_batched_ex == nullptr) return false;
-  // Not inside a CUDA graph: the call takes its problem sizes as host arrays, and nothing
-  // documents that a captured call keeps them rather than reading them again at replay.
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  HABLAR_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
-  if (capturing != cudaStreamCaptureStatusNone) return false;
-  const TableKey key{kept_.at(wq.data).bf16.get(),
-                     kept_.at(wk.data).bf16.get(),
-                     kept_.at(wv.data).bf16.get(),
-                     x_bf16,
-                     q,
-                     k,
-                     v};
-  const void** table = pointer_table(key, stream);
-  if (table == nullptr) return false;
-  // Column-major view as in gemm_bf16_to: yᵀ [N x M] = (W as K x N)ᵀ · (x as K x M).
-  const cublasOperation_t ta[2] = {CUBLAS_OP_T, CUBLAS_OP_T}, tb[2] = {CUBLAS_OP_N, CUBLAS_OP_N};
-  const int n[2] = {(int)wq.rows, (int)wk.rows}, rows[2] = {m, m};
-  const int width[2] = {(int)wq.cols, (int)wq.cols}, ldc[2] = {(int)wq.rows, (int)wk.rows};
-  const float alpha[2] = {1.0f, 1.0f}, beta[2] = {0.0f, 0.0f};
-  const int group_size[2] = {1, 2};
-  HABLAR_CUBLAS_CHECK(cublas().set_stream(handle_.get(), stream));
-  const cublasStatus_t status = cublas().gemm_grouped_batched_ex(
-      handle_.get(), ta, tb, n, rows, width, alpha, table, CUDA_R_16BF, width, table + 3,
-      CUDA_R_16BF, width, beta, const_cast<void**>(table + 6), CUDA_R_32F, ldc, 2, group_size,
-      CUBLAS_COMPUTE_32F);
-  // Refusals come from the argument checks, before anything is queued: this library's grouped
-  // call lacks these types or shapes, so the products run apart from now on.
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
-    grouped_refused_ = true;
-    return false;
-  }
-  HABLAR_CUBLAS_CHECK(status);
-  return true;
 }
 
 void PrefillMatmul::multiply_kept_to_bf16(const WeightView& w, const uint16_t* x_bf16, int m,
