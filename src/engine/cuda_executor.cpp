@@ -356,16 +356,28 @@ void CudaExecutor::keep_bf16_weight_copies(const CudaExecutorOptions& o) {
       cuda::lab_knob("HABLAR_BF16_WEIGHT_COPIES", 1) == 0)
     return;
   std::vector<const WeightView*> dense;
+  std::vector<std::array<const WeightView*, 3>> qkv;  // kept as one stack each (one GEMM)
   size_t bytes = 0;
+  auto keepable = [](const WeightView* w) {
+    return w->data != nullptr && cuda::cuda_supports_weight_type(w->type);
+  };
   auto add = [&](const WeightView* w) {
-    if (w->data == nullptr || !cuda::cuda_supports_weight_type(w->type)) return;
+    if (!keepable(w)) return;
     dense.push_back(w);
     bytes += (size_t)w->rows * (size_t)w->cols * sizeof(uint16_t);
   };
-  for (const model::LayerWeights& l : weights_.layers)
-    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down,
-                                &l.shared_gate, &l.shared_up, &l.shared_down})
+  for (const model::LayerWeights& l : weights_.layers) {
+    if (keepable(&l.wq) && keepable(&l.wk) && keepable(&l.wv)) {
+      qkv.push_back({&l.wq, &l.wk, &l.wv});
+      for (const WeightView* w : {&l.wq, &l.wk, &l.wv})
+        bytes += (size_t)w->rows * (size_t)w->cols * sizeof(uint16_t);
+    } else {
+      for (const WeightView* w : {&l.wq, &l.wk, &l.wv}) add(w);
+    }
+    for (const WeightView* w :
+         {&l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.shared_gate, &l.shared_up, &l.shared_down})
       add(w);
+  }
   add(&weights_.output);
   size_t free_bytes = 0, total = 0;
   HABLAR_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
@@ -378,8 +390,8 @@ void CudaExecutor::keep_bf16_weight_copies(const CudaExecutorOptions& o) {
     const double blocks = std::ceil((double)o.kv_tokens / layout_.block_size);
     room = (double)free_bytes - margin - blocks * block_bytes;
   }
-  if (dense.empty() || (double)bytes > 0.5 * room) return;
-  ops_->keep_bf16_weights(dense);
+  if ((dense.empty() && qkv.empty()) || (double)bytes > 0.5 * room) return;
+  ops_->keep_bf16_weights(dense, qkv);
 }
 
 void CudaExecutor::size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes) {

@@ -356,10 +356,19 @@ void ForwardOps::scale_by_position(float* x, int64_t width, const PositionScale&
 }
 
 // Biases of whole heads are queued, to run with the RoPE that usually follows (q, k) or
-// with the other queued rows (v): one launch instead of up to five.
+// with the other queued rows (v): one launch instead of up to five. A queued entry of x that
+// only moves its rows there (stacked_qkv) takes the bias itself (added before any RoPE).
 void ForwardOps::add_bias(float* x, const float* bias, int64_t width) {
   flush_add();
   RowWorkBatch& rows = buf_->pending_rows;
+  for (int i = 0; i < rows.n; ++i) {
+    RowWorkEntry& e = rows.e[i];
+    if (e.x == x && e.src != nullptr && e.bias == nullptr && e.variant < 0 &&
+        (int64_t)e.heads * dims_.head_dim == width) {
+      e.bias = bias;
+      return;
+    }
+  }
   bool queued = false;
   for (int i = 0; i < rows.n; ++i) queued = queued || rows.e[i].x == x;
   if (queued || rows.n == 3) flush_row_work();

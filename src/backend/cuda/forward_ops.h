@@ -65,8 +65,10 @@ class ForwardOps {
   void reserve_product_workspace(std::span<const WeightView* const> matrices);
   // bf16 copies of these matrices, made now and kept for the products of prompt chunks
   // beyond the batched range (matmul.h: PrefillMatmul::keep_bf16); counted in
-  // workspace_bytes().
-  void keep_bf16_weights(std::span<const WeightView* const> matrices);
+  // workspace_bytes(). Each (Wq, Wk, Wv) of `qkv` is kept as one stack, so that their
+  // products are one GEMM (stacked_qkv).
+  void keep_bf16_weights(std::span<const WeightView* const> matrices,
+                         std::span<const std::array<const WeightView*, 3>> qkv = {});
   size_t kept_bf16_bytes() const;
 
   // Starts a step: flattens the chunks into T token rows and uploads the step's inputs
@@ -189,6 +191,8 @@ class ForwardOps {
   bool writer_writes_bf16(int64_t m, int64_t width) const;
   bool writers_f16_at(int64_t m) const;
   Q8Activations int8_rows(const float* in, int64_t m, int64_t k, bool* quantized);
+  bool stacked_qkv(const float* in, int64_t m, std::span<const WeightView* const> ws,
+                   std::span<float* const> outs, bool* converted);
   void products_of_one_input(const float* in, int64_t m, std::span<const WeightView* const> ws,
                              std::span<float* const> outs);
   // Element-wise work is queued (biases and RoPE of q/k/v, a residual add) and fused into

@@ -28,6 +28,9 @@ inline size_t round_up(size_t n) {
 // An entry may also store its final rows in the KV cache (kv 0: the step's keys, 1: its
 // values) at each live token's position, as the attention's scatter kernel would: the
 // attention that follows then skips that kernel (ForwardOps::attention).
+// An entry with a source (src) reads token t's row from src + t * src_stride instead of x and
+// writes its final values to x whatever else it does: Q, K and V multiplied as one GEMM into
+// rows of [q | k | v] reach their own buffers through this pass (ForwardOps::stacked_qkv).
 struct RowWorkEntry {
   float* x = nullptr;
   const float* bias = nullptr;  // [heads * head_dim] or null
@@ -36,7 +39,9 @@ struct RowWorkEntry {
   const float* cos_t = nullptr;
   const float* sin_t = nullptr;
   bool neox = false;
-  int kv = -1;  // the cache half it stores to, -1: none
+  int kv = -1;                 // the cache half it stores to, -1: none
+  const float* src = nullptr;  // null: x is read (and written where the entry changes it)
+  int64_t src_stride = 0;      // floats between two tokens' rows of src
 };
 // Where the entries with kv >= 0 store: token t at positions[t] through its block table,
 // unless inactive or past the table's capacity.
@@ -69,6 +74,7 @@ struct ForwardOps::Buffers {
   DeviceMemory f16_rows;                // the f16 tensor-core products' rows (convert_rows_to_f16)
   DeviceMemory f16_scratch;             // their partial sums where K is split
   DeviceMemory bf16_rows;               // products over kept bf16 copies: their input rows in bf16
+  DeviceMemory qkv_rows;                // Q, K and V as one GEMM: [T][q | k | v] f32 (stacked_qkv)
   DeviceMemory cpu_rounding_workspace;  // deterministic mode: the CPU's activation rows
   DeviceMemory gelu_table;              // deterministic mode: the CPU's GELU table
   size_t attention_workspace_bytes = 0;

@@ -3,6 +3,7 @@
 // the buffers they reserve, and which of them the writers of product inputs (the norms, the
 // gated activation) prepare rows for.
 #include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 #include <tuple>
@@ -66,14 +67,24 @@ void ForwardOps::reserve_f16_products(std::span<const WeightView* const> matrice
   writers_f16_from_ = f16_product_min_rows(most_common->first);
 }
 
-void ForwardOps::keep_bf16_weights(std::span<const WeightView* const> matrices) {
-  int64_t widest = 0;
+void ForwardOps::keep_bf16_weights(std::span<const WeightView* const> matrices,
+                                   std::span<const std::array<const WeightView*, 3>> qkv) {
+  int64_t widest = 0, widest_stack = 0;
   for (const WeightView* w : matrices) {
     buf_->prefill.keep_bf16(*w, stream_);
     widest = std::max(widest, w->cols);
   }
+  for (const auto& triple : qkv) {
+    buf_->prefill.keep_bf16_stacked(triple, stream_);
+    widest = std::max(widest, triple[0]->cols);
+    if (buf_->prefill.stacked_copies(triple) != nullptr)
+      widest_stack = std::max(widest_stack, triple[0]->rows + triple[1]->rows + triple[2]->rows);
+  }
   if (!limits_.deterministic && widest > 0)
     buf_->bf16_rows = DeviceMemory((size_t)limits_.max_tokens * (size_t)widest * sizeof(uint16_t));
+  if (!limits_.deterministic && widest_stack > 0)
+    buf_->qkv_rows =
+        DeviceMemory((size_t)limits_.max_tokens * (size_t)widest_stack * sizeof(float));
   HABLAR_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -119,6 +130,38 @@ void ForwardOps::kept_bf16_pair(const WeightView& wa, const WeightView& wb, cons
   if (!*converted) convert_f32_to_bf16(in, rows, m * wa.cols, stream_);
   *converted = true;
   buf_->prefill.multiply_kept_pair(wa, wb, rows, (int)m, out_a, out_b, stream_);
+}
+
+// Q, K and V over their stacked kept copies as one GEMM into rows of [q | k | v]
+// (qkv_rows), each queued as a row-work entry that reads its part of those rows
+// (RowWorkEntry::src): the bias and RoPE that follow join the entries, and the pass that runs
+// them (before any other op) writes q, k and v to their own buffers, so the split costs no
+// pass of its own. Where the three do not all take stacked kept copies at m rows, or a
+// matrix is not whole heads: false, nothing queued (the lab's HABLAR_QKV_STACKED=0 too).
+bool ForwardOps::stacked_qkv(const float* in, int64_t m, std::span<const WeightView* const> ws,
+                             std::span<float* const> outs, bool* converted) {
+  if (ws.size() != 3 || buf_->qkv_rows.get() == nullptr || !all_take_kept_copies(ws) ||
+      lab_knob("HABLAR_QKV_STACKED", 1) == 0)
+    return false;
+  const uint16_t* stack = buf_->prefill.stacked_copies(ws);
+  const int64_t n = ws[0]->rows + ws[1]->rows + ws[2]->rows, k = ws[0]->cols;
+  if (stack == nullptr || (size_t)(m * n) * sizeof(float) > buf_->qkv_rows.bytes()) return false;
+  for (const WeightView* w : ws)
+    if (w->rows % dims_.head_dim != 0) return false;
+  auto* rows = static_cast<uint16_t*>(buf_->bf16_rows.get());
+  if (!*converted) convert_f32_to_bf16(in, rows, m * k, stream_);
+  *converted = true;
+  auto* fused = static_cast<float*>(buf_->qkv_rows.get());
+  buf_->prefill.gemm_bf16(stack, rows, n, k, (int)m, fused, stream_);
+  RowWorkBatch& batch = buf_->pending_rows;  // (empty: the caller flushed)
+  int64_t offset = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    RowWorkEntry& e = batch.e[batch.n++];
+    e = {outs[i], nullptr, (int)(ws[i]->rows / dims_.head_dim)};
+    e.src = fused + offset, e.src_stride = n;
+    offset += ws[i]->rows;
+  }
+  return true;
 }
 
 // Whether a product of m rows runs on int8 activations (Q4_K outside deterministic mode).
@@ -246,6 +289,7 @@ void ForwardOps::products_of_one_input(const float* in, int64_t m,
     for (const WeightView* w : ws)
       HABLAR_CHECK(takes_kept_bf16_path(*w, m),
                    "ForwardOps: rows held only as bf16 reach a product without a kept copy");
+  if (stacked_qkv(in, m, ws, outs, &bf16_converted)) return buf_->forget_held_rows();
   void* int8_ws = buf_->int8_workspace.get();
   const WeightView* together[3] = {};
   float* together_out[3] = {};

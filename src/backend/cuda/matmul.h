@@ -17,7 +17,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <span>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/cuda/device_memory.h"
 #include "core/tensor_view.h"
@@ -92,6 +94,14 @@ class PrefillMatmul {
   // weight of device memory.
   void keep_bf16(const WeightView& w, cudaStream_t stream);
   size_t kept_bytes() const { return kept_bytes_; }
+  // Keeps the copies of matrices of one width one after another in one allocation, in the
+  // order given (Q, K and V: their products are then one GEMM, stacked_copies). Matrices
+  // kept already, or of another width, are kept apart.
+  void keep_bf16_stacked(std::span<const WeightView* const> ws, cudaStream_t stream);
+  // The first row of the matrices' kept copies where they lie one after another in that
+  // order ([sum of rows][cols] bf16: one GEMM gives their products side by side in each
+  // output row); null where they do not.
+  const uint16_t* stacked_copies(std::span<const WeightView* const> ws) const;
   bool keeps(const WeightView& w) const;
   // y = x · Wᵀ over W's kept copy (keeps(w)) and x already in bf16 ([M][K]): one cuBLAS GEMM,
   // no scratch, so it can be captured in a CUDA graph.
@@ -122,9 +132,11 @@ class PrefillMatmul {
   int64_t growths_ = 0;
   DeviceMemory scratch_;
   struct KeptCopy {
-    DeviceMemory bf16;  // [rows][cols]
+    DeviceMemory own;                // [rows][cols]; empty for a part of a stack
+    const uint16_t* data = nullptr;  // own's bytes, or the copy's rows within its stack
     int64_t rows = 0, cols = 0;
   };
+  std::vector<DeviceMemory> stacks_;                // keep_bf16_stacked's allocations
   std::unordered_map<const void*, KeptCopy> kept_;  // by W's data
   size_t kept_bytes_ = 0;
 };

@@ -97,9 +97,46 @@ void PrefillMatmul::keep_bf16(const WeightView& w, cudaStream_t stream) {
   if (kept_.count(w.data) != 0) return;
   const size_t bytes = (size_t)w.rows * (size_t)w.cols * sizeof(uint16_t);
   DeviceMemory copy(bytes);
-  dequantize_to_bf16(w, static_cast<uint16_t*>(copy.get()), stream);
-  kept_.emplace(w.data, KeptCopy{std::move(copy), w.rows, w.cols});
+  auto* data = static_cast<uint16_t*>(copy.get());
+  dequantize_to_bf16(w, data, stream);
+  kept_.emplace(w.data, KeptCopy{std::move(copy), data, w.rows, w.cols});
   kept_bytes_ += bytes;
+}
+
+void PrefillMatmul::keep_bf16_stacked(std::span<const WeightView* const> ws, cudaStream_t stream) {
+  int64_t rows = 0;
+  bool stackable = !ws.empty();
+  for (const WeightView* w : ws) {
+    validate_weight(*w, "PrefillMatmul::keep_bf16_stacked");
+    stackable = stackable && w->cols == ws[0]->cols && kept_.count(w->data) == 0;
+    rows += w->rows;
+  }
+  for (size_t i = 0; stackable && i < ws.size(); ++i)
+    for (size_t j = 0; j < i; ++j) stackable = stackable && ws[i]->data != ws[j]->data;
+  if (!stackable) {
+    for (const WeightView* w : ws) keep_bf16(*w, stream);
+    return;
+  }
+  const int64_t cols = ws[0]->cols;
+  stacks_.emplace_back((size_t)rows * (size_t)cols * sizeof(uint16_t));
+  auto* at = static_cast<uint16_t*>(stacks_.back().get());
+  for (const WeightView* w : ws) {
+    dequantize_to_bf16(*w, at, stream);
+    kept_.emplace(w->data, KeptCopy{DeviceMemory(), at, w->rows, w->cols});
+    at += w->rows * cols;
+  }
+  kept_bytes_ += (size_t)rows * (size_t)cols * sizeof(uint16_t);
+}
+
+const uint16_t* PrefillMatmul::stacked_copies(std::span<const WeightView* const> ws) const {
+  const uint16_t* next = nullptr;
+  for (const WeightView* w : ws) {
+    if (!keeps(*w)) return nullptr;
+    const KeptCopy& copy = kept_.at(w->data);
+    if (next != nullptr && copy.data != next) return nullptr;
+    next = copy.data + w->rows * w->cols;
+  }
+  return ws.empty() ? nullptr : kept_.at(ws[0]->data).data;
 }
 
 // A copy made from a view of the same bytes in another shape is not this W's.
@@ -111,15 +148,14 @@ bool PrefillMatmul::keeps(const WeightView& w) const {
 void PrefillMatmul::multiply_kept(const WeightView& w, const uint16_t* x_bf16, int m, float* y,
                                   cudaStream_t stream) {
   HABLAR_CHECK(keeps(w), "PrefillMatmul::multiply_kept: W has no kept copy");
-  gemm_bf16(static_cast<const uint16_t*>(kept_.at(w.data).bf16.get()), x_bf16, w.rows, w.cols, m, y,
-            stream);
+  gemm_bf16(kept_.at(w.data).data, x_bf16, w.rows, w.cols, m, y, stream);
 }
 
 void PrefillMatmul::multiply_kept_add(const WeightView& w, const uint16_t* x_bf16, int m, float* y,
                                       float alpha, cudaStream_t stream) {
   HABLAR_CHECK(keeps(w), "PrefillMatmul::multiply_kept_add: W has no kept copy");
-  gemm_bf16_to(static_cast<const uint16_t*>(kept_.at(w.data).bf16.get()), x_bf16, w.rows, w.cols, m,
-               y, CUDA_R_32F, stream, alpha, 1.0f);
+  gemm_bf16_to(kept_.at(w.data).data, x_bf16, w.rows, w.cols, m, y, CUDA_R_32F, stream, alpha,
+               1.0f);
 }
 
 void PrefillMatmul::multiply_kept_pair(const WeightView& wa, const WeightView& wb,
@@ -127,8 +163,8 @@ void PrefillMatmul::multiply_kept_pair(const WeightView& wa, const WeightView& w
                                        cudaStream_t stream) {
   HABLAR_CHECK(keeps(wa) && keeps(wb) && wa.rows == wb.rows && wa.cols == wb.cols,
                "PrefillMatmul::multiply_kept_pair: two kept copies of one shape");
-  const auto* a = static_cast<const uint16_t*>(kept_.at(wa.data).bf16.get());
-  const auto* b = static_cast<const uint16_t*>(kept_.at(wb.data).bf16.get());
+  const auto* a = kept_.at(wa.data).data;
+  const auto* b = kept_.at(wb.data).data;
   if (b < a && yb < ya) std::swap(a, b), std::swap(ya, yb);  // the batch from the lower pair
   const long long stride_w = b - a, stride_y = yb - ya;
   if (stride_w < 0 || stride_y < 0) {
@@ -149,8 +185,7 @@ void PrefillMatmul::multiply_kept_pair(const WeightView& wa, const WeightView& w
 void PrefillMatmul::multiply_kept_to_bf16(const WeightView& w, const uint16_t* x_bf16, int m,
                                           uint16_t* y, cudaStream_t stream) {
   HABLAR_CHECK(keeps(w), "PrefillMatmul::multiply_kept_to_bf16: W has no kept copy");
-  gemm_bf16_to(static_cast<const uint16_t*>(kept_.at(w.data).bf16.get()), x_bf16, w.rows, w.cols, m,
-               y, CUDA_R_16BF, stream);
+  gemm_bf16_to(kept_.at(w.data).data, x_bf16, w.rows, w.cols, m, y, CUDA_R_16BF, stream);
 }
 
 void PrefillMatmul::gemm_bf16(const uint16_t* w_bf16, const uint16_t* x_bf16, int64_t n, int64_t k,

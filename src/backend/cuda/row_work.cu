@@ -52,11 +52,13 @@ __device__ void row_work_entry(const RowWorkEntry& w, const RowWorkCacheStore& s
                                const CacheSlot& at, int t, int head_dim, int half, int first,
                                int stride) {
   float* row = w.x + (size_t)t * w.heads * head_dim;
+  const float* in = w.src ? w.src + (size_t)t * w.src_stride : row;
   const bool stores = w.kv >= 0 && at.cache != nullptr;
+  const bool writes = w.bias || w.src;  // (a RoPE writes its pairs whatever the entry)
   if (w.variant < 0) {
     for (int i = first; i < w.heads * head_dim; i += stride) {
-      const float x = w.bias ? row[i] + w.bias[i] : row[i];
-      if (w.bias) row[i] = x;
+      const float x = w.bias ? in[i] + w.bias[i] : in[i];
+      if (writes) row[i] = x;
       if (stores) store_kv(store, at, w.kv, i / head_dim, i % head_dim, x);
     }
     return;
@@ -65,8 +67,9 @@ __device__ void row_work_entry(const RowWorkEntry& w, const RowWorkCacheStore& s
     const int h = idx / half, i = idx % half;
     const float c = w.cos_t[(size_t)t * half + i], s = w.sin_t[(size_t)t * half + i];
     float* head = row + (size_t)h * head_dim;
+    const float* head_in = in + (size_t)h * head_dim;
     const int a = w.neox ? i : 2 * i, b = w.neox ? i + half : 2 * i + 1;
-    float x0 = head[a], x1 = head[b];
+    float x0 = head_in[a], x1 = head_in[b];
     if (w.bias) x0 += w.bias[h * head_dim + a], x1 += w.bias[h * head_dim + b];
     const float y0 = fmaf(x0, c, -(x1 * s)), y1 = fmaf(x0, s, x1 * c);
     head[a] = y0;
@@ -74,11 +77,11 @@ __device__ void row_work_entry(const RowWorkEntry& w, const RowWorkCacheStore& s
     if (stores) store_kv(store, at, w.kv, h, a, y0), store_kv(store, at, w.kv, h, b, y1);
   }
   const int rest = head_dim - 2 * half;  // dimensions RoPE leaves alone
-  if ((w.bias || stores) && rest > 0)
+  if ((writes || stores) && rest > 0)
     for (int idx = first; idx < w.heads * rest; idx += stride) {
       const int h = idx / rest, d = 2 * half + idx % rest, at_row = h * head_dim + d;
-      const float x = w.bias ? row[at_row] + w.bias[at_row] : row[at_row];
-      if (w.bias) row[at_row] = x;
+      const float x = w.bias ? in[at_row] + w.bias[at_row] : in[at_row];
+      if (writes) row[at_row] = x;
       if (stores) store_kv(store, at, w.kv, h, d, x);
     }
 }
@@ -101,7 +104,7 @@ int row_work_blocks(const RowWorkBatch& batch, int head_dim, int half) {
   for (int e = 0; e < batch.n; ++e) {
     const RowWorkEntry& w = batch.e[e];
     widest = std::max(widest, w.variant < 0 ? w.heads * head_dim : w.heads * half);
-    if (w.variant >= 0 && (w.bias != nullptr || w.kv >= 0))
+    if (w.variant >= 0 && (w.bias != nullptr || w.kv >= 0 || w.src != nullptr))
       widest = std::max(widest, w.heads * (head_dim - 2 * half));
   }
   return std::min((widest + 127) / 128, 32);
@@ -137,9 +140,10 @@ __device__ void row_work_unit8(const RowWorkEntry& w, const RowWorkCacheStore& s
                                const CacheSlot& at, int t, int head_dim, int half, int h, int j) {
   const Unit8 u = unit8_dims(w, half, j);
   float* head = w.x + ((size_t)t * w.heads + h) * head_dim;
+  const float* in = w.src ? w.src + (size_t)t * w.src_stride + (size_t)h * head_dim : head;
   float v[8];
-  const float4 a = load_produced(reinterpret_cast<const float4*>(head + u.lo));
-  const float4 b = load_produced(reinterpret_cast<const float4*>(head + u.hi));
+  const float4 a = load_produced(reinterpret_cast<const float4*>(in + u.lo));
+  const float4 b = load_produced(reinterpret_cast<const float4*>(in + u.hi));
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   if (w.bias) {
     const float4 ba = __ldg(reinterpret_cast<const float4*>(w.bias + h * head_dim + u.lo));
@@ -160,7 +164,7 @@ __device__ void row_work_unit8(const RowWorkEntry& w, const RowWorkCacheStore& s
       v[ib] = fmaf(x0, s[k], x1 * c[k]);
     }
   }
-  if (w.bias || w.variant >= 0) {
+  if (w.bias || w.variant >= 0 || w.src) {
     *reinterpret_cast<float4*>(head + u.lo) = make_float4(v[0], v[1], v[2], v[3]);
     *reinterpret_cast<float4*>(head + u.hi) = make_float4(v[4], v[5], v[6], v[7]);
   }
@@ -199,6 +203,7 @@ bool row_work_vectorizes(const RowWorkBatch& batch, int head_dim, int half) {
   for (int e = 0; e < batch.n; ++e) {
     const RowWorkEntry& w = batch.e[e];
     if (!aligned16(w.x) || (w.bias != nullptr && !aligned16(w.bias))) return false;
+    if (w.src != nullptr && (!aligned16(w.src) || w.src_stride % 4 != 0)) return false;
     if (w.variant < 0) continue;
     if (2 * half != head_dim || half % 4 != 0 || !aligned16(w.cos_t) || !aligned16(w.sin_t))
       return false;
