@@ -134,7 +134,7 @@ run() {
 
 # Steps, and the seconds of prompt and decode work, from hablar's /metrics.
 engine_counters() {
-  curl -s "localhost:$1/metrics" | grep -E "^hablar_(steps_total|prompt_seconds_total|decode_seconds_total|generated_tokens_total|executor_host_seconds_total|executor_wait_seconds_total|executor_device_seconds_total) "
+  curl -s "localhost:$1/metrics" | grep -E "^hablar_(steps_total|prompt_seconds_total|decode_seconds_total|generated_tokens_total|executor_host_seconds_total|executor_wait_seconds_total|executor_device_seconds_total|executor_stage_seconds_total|engine_schedule_seconds_total|engine_emit_seconds_total) "
 }
 
 wait_health() {
@@ -231,9 +231,10 @@ ab_variant() {
       out=$out/ab-serve lcp=/nonexistent && serve "${3:-qwen2.5-1.5b}") >"$out/ab-serve.log" 2>&1
     serve=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['levels'][0]; print('serve %.0f tok/s TPOT p50 %.2f ms' % (d['output_token_throughput'], d['tpot_ms']['p50']))" \
       "$out/ab-serve/${3:-qwen2.5-1.5b}-serving-hablar.json" 2>/dev/null)
-    # The executor's split of the steps: host (staging, launches), waiting, the device's span.
-    serve+=$(awk '/^hablar_(steps_total|executor_(host|wait|device)_seconds_total) / {
-      sub(/^hablar_/, "", $1); sub(/_total$/, "", $1); sub(/executor_/, "", $1);
+    # The steps' split: the engine's schedule and emit, the executor's host (of it stage:
+    # before the device's span), wait, and the device's span.
+    serve+=$(awk '/^hablar_(steps_total|(executor|engine)_[a-z]+_seconds_total) / {
+      sub(/^hablar_/, "", $1); sub(/_seconds_total$/, "", $1); sub(/_total$/, "", $1);
       printf " %s %.2f", $1, $2 }' "$out/ab-serve/${3:-qwen2.5-1.5b}-counters-after.txt")
   fi
   echo "[$knobs] pp512/pp2048 $pp| $tg$serve"

@@ -89,7 +89,8 @@ class CudaExecutor : public StepExecutor {
   std::string device_name() const override { return "cuda"; }
   bool last_step_was_cold() const override { return cold_; }
   ExecutorTimes times() const override {
-    return {execute_seconds_ - times_.wait_seconds, times_.wait_seconds, times_.device_seconds};
+    return {execute_seconds_ - times_.wait_seconds, times_.wait_seconds, times_.device_seconds,
+            times_.stage_seconds};
   }
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                StepOutput& out) override;
@@ -173,7 +174,12 @@ class CudaExecutor : public StepExecutor {
   double execute_seconds_ = 0;
   ExecutorTimes times_;
   cuda::Event span_begin_, span_end_;
-  void begin_device_span() { span_begin_.record(stream_.get()); }
+  void begin_device_span() {
+    span_begin_.record(stream_.get());
+    times_.stage_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - execute_begin_).count();
+  }
+  std::chrono::steady_clock::time_point execute_begin_;  // (execute()'s entry)
   void wait_for_device();
   std::string report_;
 };
@@ -433,6 +439,7 @@ void CudaExecutor::execute(std::span<const BlockCopy> copies, std::span<const Ex
   const size_t graphs_before = graphs_.size();
   const int64_t events_before = ops_->one_time_events();
   const auto t0 = std::chrono::steady_clock::now();
+  execute_begin_ = t0;
   run_step(copies, chunks, out);
   execute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   cold_ = graphs_.size() != graphs_before || ops_->one_time_events() != events_before;

@@ -307,7 +307,9 @@ void Engine::step() {
       n_queued_.fetch_sub(1);
     }
   }
+  const auto execute_begin = Clock::now();
   executor_.execute(plan.copies, chunks, output_);
+  const auto execute_end = Clock::now();
   const size_t n_vocab = (size_t)executor_.n_vocab();
   HABLAR_CHECK(output_.logits.size() >= n_rows * n_vocab, "executor returned too few logits");
   HABLAR_CHECK(output_.sampled.size() == chunks.size(), "executor returned no sampled ids");
@@ -356,7 +358,8 @@ void Engine::step() {
         "8, {:.3f} of 64, {:.3f} of 512",
         costs_.base_ms(), costs_.per_decode_ms(), costs_.per_prompt_ms(8), costs_.per_prompt_ms(64),
         costs_.per_prompt_ms(512));
-  publish_state(&plan, seconds_between(t0, Clock::now()), n_prompt_tokens, n_decode_tokens);
+  publish_state(&plan, seconds_between(t0, Clock::now()), n_prompt_tokens, n_decode_tokens,
+                seconds_between(t0, execute_begin), seconds_between(execute_begin, execute_end));
 }
 
 // Sends kPrompt items for the prompt tokens whose predecessors are in this chunk: row j
@@ -546,7 +549,8 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
 }
 
 void Engine::publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,
-                           int32_t n_decode_tokens) {
+                           int32_t n_decode_tokens, double schedule_seconds,
+                           double execute_seconds) {
   std::vector<SlotInfo> slots;
   slots.reserve(active_.size());
   for (auto& [seq, a] : active_)
@@ -574,6 +578,9 @@ void Engine::publish_state(const StepPlan* plan, double step_seconds, int32_t n_
       const ExecutorTimes t = executor_.times();
       m.executor_host_seconds = t.host_seconds, m.executor_wait_seconds = t.wait_seconds;
       m.executor_device_seconds = t.device_seconds;
+      m.executor_stage_seconds = t.stage_seconds;
+      m.engine_schedule_seconds += schedule_seconds;
+      m.engine_emit_seconds += step_seconds - schedule_seconds - execute_seconds;
     }
   });
 }

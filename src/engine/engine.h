@@ -276,7 +276,8 @@ class Engine {
   void emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens, const float* rows);
   void finish(Active& a, FinishReason reason, const std::string& error = {});
   void publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,
-                     int32_t n_decode_tokens);
+                     int32_t n_decode_tokens, double schedule_seconds = 0,
+                     double execute_seconds = 0);
   void fail_all(const std::string& message);
   // Appends an item to the request's stream; its reader is woken at the end of the loop's
   // turn, off this thread (waker_).

@@ -93,6 +93,9 @@ struct ExecutorTimes {
   // staging to its last: host + wait - device is the time the device sat idle inside the
   // steps (what overlapping the host's work with the device's could win back).
   double device_seconds = 0;
+  // Of host_seconds, the part before the device's span began (block copies, the step's
+  // staging and uploads): host work the device waits out at every step.
+  double stage_seconds = 0;
 };
 
 class StepExecutor {

@@ -545,6 +545,17 @@ void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res
          "Step time on the device's own clock, from each step's first command after its host "
          "staging to its last; host + wait - device is the device's idle time inside the steps.",
          s.executor_device_seconds);
+  metric("hablar_executor_stage_seconds_total", "counter",
+         "Of the executor's host time, the part before the device's span began (block copies, "
+         "staging and uploading the step's inputs).",
+         s.executor_stage_seconds);
+  metric("hablar_engine_schedule_seconds_total", "counter",
+         "Step time in the engine before the executor's call (drafts, scheduling).",
+         s.engine_schedule_seconds);
+  metric("hablar_engine_emit_seconds_total", "counter",
+         "Step time in the engine after the executor returned (tokens emitted, state "
+         "published).",
+         s.engine_emit_seconds);
   metric(
       "hablar_prompt_tokens_per_second", "gauge", "Average prompt throughput.",
       s.prompt_seconds_total > 0 ? (double)s.prompt_tokens_computed / s.prompt_seconds_total : 0);

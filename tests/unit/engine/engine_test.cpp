@@ -143,9 +143,10 @@ TEST(Engine, ConcurrentRequestsEachGetTheirSoloOutput) {
   EXPECT_EQ(m.requests_finished, 16u);
 }
 
-// The executor's host, waiting and device times reach the metrics (/metrics:
+// The executor's host, waiting, device and staging times reach the metrics (/metrics:
 // hablar_executor_host_seconds_total, hablar_executor_wait_seconds_total,
-// hablar_executor_device_seconds_total) after each step.
+// hablar_executor_device_seconds_total, hablar_executor_stage_seconds_total) after each step,
+// and so do the engine's own shares of the steps (before the executor's call, after it).
 TEST(Engine, ExecutorTimesArePublished) {
   test::FakeExecutor exec(kVocab, 64, 8);
   Engine engine(config(64, 8, 4), exec);
@@ -158,6 +159,12 @@ TEST(Engine, ExecutorTimesArePublished) {
   EXPECT_DOUBLE_EQ(m.executor_host_seconds, 1e-3 * (double)m.steps_total);
   EXPECT_DOUBLE_EQ(m.executor_wait_seconds, 2e-3 * (double)m.steps_total);
   EXPECT_DOUBLE_EQ(m.executor_device_seconds, 1.5e-3 * (double)m.steps_total);
+  EXPECT_DOUBLE_EQ(m.executor_stage_seconds, 0.5e-3 * (double)m.steps_total);
+  EXPECT_GT(m.engine_schedule_seconds, 0.0);
+  EXPECT_GT(m.engine_emit_seconds, 0.0);
+  // The engine's shares are parts of the steps' time.
+  EXPECT_LT(m.engine_schedule_seconds + m.engine_emit_seconds,
+            m.prompt_seconds_total + m.decode_seconds_total);
 }
 
 TEST(Engine, SharedPrefixIsServedFromTheCache) {
