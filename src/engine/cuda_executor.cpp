@@ -362,7 +362,11 @@ void CudaExecutor::keep_bf16_weight_copies(const CudaExecutorOptions& o) {
       cuda::lab_knob("HABLAR_BF16_WEIGHT_COPIES", 1) == 0)
     return;
   std::vector<const WeightView*> dense;
-  std::vector<std::array<const WeightView*, 3>> qkv;  // kept as one stack each (one GEMM)
+  // The lab form HABLAR_QKV_STACKED=1 keeps each layer's Q, K and V as one stack, whose
+  // products are then one GEMM (cuda::ForwardOps::stacked_qkv); not yet run on a GPU, so the
+  // shipped executor keeps them apart.
+  const bool stack_qkv = cuda::lab_knob("HABLAR_QKV_STACKED", 0) != 0;
+  std::vector<std::array<const WeightView*, 3>> qkv;
   size_t bytes = 0;
   auto keepable = [](const WeightView* w) {
     return w->data != nullptr && cuda::cuda_supports_weight_type(w->type);
@@ -373,7 +377,7 @@ void CudaExecutor::keep_bf16_weight_copies(const CudaExecutorOptions& o) {
     bytes += (size_t)w->rows * (size_t)w->cols * sizeof(uint16_t);
   };
   for (const model::LayerWeights& l : weights_.layers) {
-    if (keepable(&l.wq) && keepable(&l.wk) && keepable(&l.wv)) {
+    if (stack_qkv && keepable(&l.wq) && keepable(&l.wk) && keepable(&l.wv)) {
       qkv.push_back({&l.wq, &l.wk, &l.wv});
       for (const WeightView* w : {&l.wq, &l.wk, &l.wv})
         bytes += (size_t)w->rows * (size_t)w->cols * sizeof(uint16_t);

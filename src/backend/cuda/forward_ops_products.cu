@@ -137,14 +137,12 @@ void ForwardOps::kept_bf16_pair(const WeightView& wa, const WeightView& wb, cons
 // (RowWorkEntry::src): the bias and RoPE that follow join the entries, and the pass that runs
 // them (before any other op) writes q, k and v to their own buffers, so the split costs no
 // pass of its own. Where the three do not all take stacked kept copies at m rows, or a
-// matrix is not whole heads: false, nothing queued. A lab form until a device has run its
-// tests and timed it (HABLAR_QKV_STACKED=1 with --lab-knobs); the shipped step multiplies Q
-// alone and K and V as a pair (over the same stacked copies).
+// matrix is not whole heads: false, nothing queued. Only copies kept as a stack take it (the
+// executor stacks them under the lab form HABLAR_QKV_STACKED=1 alone, until a device has run
+// its tests and timed it).
 bool ForwardOps::stacked_qkv(const float* in, int64_t m, std::span<const WeightView* const> ws,
                              std::span<float* const> outs, bool* converted) {
-  if (ws.size() != 3 || buf_->qkv_rows.get() == nullptr || !all_take_kept_copies(ws) ||
-      lab_knob("HABLAR_QKV_STACKED", 0) == 0)
-    return false;
+  if (ws.size() != 3 || buf_->qkv_rows.get() == nullptr || !all_take_kept_copies(ws)) return false;
   const uint16_t* stack = buf_->prefill.stacked_copies(ws);
   const int64_t n = ws[0]->rows + ws[1]->rows + ws[2]->rows, k = ws[0]->cols;
   if (stack == nullptr || (size_t)(m * n) * sizeof(float) > buf_->qkv_rows.bytes()) return false;

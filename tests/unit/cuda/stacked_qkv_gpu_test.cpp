@@ -1,17 +1,15 @@
 // Q, K and V kept as one stack and multiplied as one GEMM into rows of [q | k | v]
 // (ForwardOps::stacked_qkv): the queued row-work pass that then reads those rows (bias, RoPE,
-// the K/V store, or a plain move) gives what the three separate products and the in-place
-// pass give (the lab's HABLAR_QKV_STACKED=0), within the products' own rounding; the cache
+// the K/V store, or a plain move) gives what the three products over copies kept apart and
+// the in-place pass give (the shipped step), within the products' own rounding; the cache
 // rows and the attention that follows agree likewise.
 #include <array>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "backend/cuda/forward_ops.h"
-#include "backend/cuda/lab_knobs.h"
 #include "backend/cuda/matmul.h"
 #include "core/fp16.h"
 #include "core/rope.h"
@@ -60,9 +58,11 @@ StepResult run_step(bool stacked, bool bias, bool neox) {
   cuda::ForwardOps ops(dims, layout, cache.get(), std::span(&rope, 1), 1e-6f, limits, nullptr);
   QkvWeights w(dims);
   const std::array<const WeightView*, 3> triple{&w.wq.view, &w.wk.view, &w.wv.view};
-  ops.keep_bf16_weights({}, std::span(&triple, 1));
-  cuda::enable_lab_knobs();
-  setenv("HABLAR_QKV_STACKED", stacked ? "1" : "0", 1);
+  if (stacked) {
+    ops.keep_bf16_weights({}, std::span(&triple, 1));  // one stack: one GEMM
+  } else {
+    ops.keep_bf16_weights(triple);  // kept apart: Q alone, K and V as a pair
+  }
   std::vector<int32_t> tokens(kTokens, 7);
   const std::vector<int32_t> table_a{0, 1, 2}, table_b{5, 6};
   const SequenceChunk chunks[] = {{std::span(tokens).first(kTokens - 1), 0, table_a, false, 39},
@@ -82,7 +82,6 @@ StepResult run_step(bool stacked, bool bias, bool neox) {
   AttentionSpec spec;
   spec.scale = 0.125f;
   ops.attention(0, spec, a.q, a.k, a.v, a.att);
-  unsetenv("HABLAR_QKV_STACKED");
   StepResult r;
   ops.host_rows(a.q, kTokens * dims.q_dim(), r.q);
   ops.host_rows(a.k, kTokens * dims.kv_dim(), r.k);
