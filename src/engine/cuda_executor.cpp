@@ -362,10 +362,10 @@ void CudaExecutor::keep_bf16_weight_copies(const CudaExecutorOptions& o) {
       cuda::lab_knob("HABLAR_BF16_WEIGHT_COPIES", 1) == 0)
     return;
   std::vector<const WeightView*> dense;
-  // The lab form HABLAR_QKV_STACKED=1 keeps each layer's Q, K and V as one stack, whose
-  // products are then one GEMM (cuda::ForwardOps::stacked_qkv); not yet run on a GPU, so the
-  // shipped executor keeps them apart.
-  const bool stack_qkv = cuda::lab_knob("HABLAR_QKV_STACKED", 0) != 0;
+  // Each layer's Q, K and V are kept as one stack, whose products are then one GEMM
+  // (cuda::ForwardOps::stacked_qkv: +4% prompt throughput, +3% at 256 decoding sequences on
+  // an H200, stop 61); the lab knob HABLAR_QKV_STACKED=0 keeps them apart for comparisons.
+  const bool stack_qkv = cuda::lab_knob("HABLAR_QKV_STACKED", 1) != 0;
   std::vector<std::array<const WeightView*, 3>> qkv;
   size_t bytes = 0;
   auto keepable = [](const WeightView* w) {

@@ -138,8 +138,7 @@ void ForwardOps::kept_bf16_pair(const WeightView& wa, const WeightView& wb, cons
 // them (before any other op) writes q, k and v to their own buffers, so the split costs no
 // pass of its own. Where the three do not all take stacked kept copies at m rows, or a
 // matrix is not whole heads: false, nothing queued. Only copies kept as a stack take it (the
-// executor stacks them under the lab form HABLAR_QKV_STACKED=1 alone, until a device has run
-// its tests and timed it).
+// executor stacks them unless the lab knob HABLAR_QKV_STACKED=0 is set).
 bool ForwardOps::stacked_qkv(const float* in, int64_t m, std::span<const WeightView* const> ws,
                              std::span<float* const> outs, bool* converted) {
   if (ws.size() != 3 || buf_->qkv_rows.get() == nullptr || !all_take_kept_copies(ws)) return false;
