@@ -241,9 +241,9 @@ int32_t BlockManager::release_before(Sequence& seq, int32_t first) {
   return released;
 }
 
-void BlockManager::register_full_blocks(Sequence& seq) {
-  const int32_t n_full =
-      std::min<int32_t>(seq.n_computed / block_size_, (int32_t)seq.block_table.size());
+void BlockManager::register_full_blocks(Sequence& seq, int32_t n_known) {
+  const int32_t n_ready = std::min(seq.n_computed, n_known);  // computed and known
+  const int32_t n_full = std::min<int32_t>(n_ready / block_size_, (int32_t)seq.block_table.size());
   while ((int32_t)seq.block_hashes.size() < n_full) {
     const size_t i = seq.block_hashes.size();
     const uint64_t prev = i == 0 ? 0 : seq.block_hashes[i - 1];
@@ -260,11 +260,11 @@ void BlockManager::register_full_blocks(Sequence& seq) {
     b.hash = h;
     hash_to_block_[h] = id;
   }
-  offer_partial_tail(seq);
+  offer_partial_tail(seq, n_ready);
 }
 
-void BlockManager::offer_partial_tail(const Sequence& seq) {
-  const int32_t i = seq.n_computed / block_size_, held = seq.n_computed % block_size_;
+void BlockManager::offer_partial_tail(const Sequence& seq, int32_t n_ready) {
+  const int32_t i = n_ready / block_size_, held = n_ready % block_size_;
   if (held == 0 || i >= (int32_t)seq.block_table.size() || (int32_t)seq.block_hashes.size() != i)
     return;
   const int32_t id = seq.block_table[(size_t)i];

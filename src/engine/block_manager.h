@@ -24,6 +24,7 @@
 // Pure bookkeeping: no memory is touched here, so it is unit-tested without a model.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <list>
 #include <span>
@@ -70,7 +71,9 @@ class BlockManager {
 
   // After a step: registers every newly full, computed block of the sequence in the cache,
   // and offers its partial last block (when it holds that block alone).
-  void register_full_blocks(Sequence& seq);
+  // n_known: the tokens known so far (a launched step's sample is not yet): no position from
+  // there is hashed or offered.
+  void register_full_blocks(Sequence& seq, int32_t n_known = INT32_MAX);
 
   // Rolls the sequence back to its first `n_tokens` positions (speculative tokens rejected):
   // sets n_computed, releases the blocks wholly past the end and forgets the hashes of blocks
@@ -135,7 +138,7 @@ class BlockManager {
   // block it writes first (held alone) keeps only the tokens those writes leave as they are.
   void trim_before_writing(const Sequence& seq, int32_t n_new);
   // Offers the sequence's partial last block with the tokens computed into it.
-  void offer_partial_tail(const Sequence& seq);
+  void offer_partial_tail(const Sequence& seq, int32_t n_ready);
 
   int32_t block_size_;
   std::vector<Block> blocks_;

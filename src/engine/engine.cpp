@@ -205,15 +205,29 @@ void Engine::loop() {
     try {
       intake();
       if (stop_.load()) break;
-      if (!scheduler_.empty()) step();
-      if (!embeddings_.empty()) embeddings_.step(executor_, metrics_, embed_step_ms());
+      if (!scheduler_.empty()) {
+        step();
+      } else if (in_flight_) {
+        collect();  // (only requests that ended since its launch were in it)
+      }
+      if (!embeddings_.empty()) {
+        collect_all();  // embedding steps run on the same device, after it
+        embeddings_.step(executor_, metrics_, embed_step_ms());
+      }
     } catch (const std::exception& e) {
       log::error("engine step failed: {}", e.what());
+      abandon_in_flight();
       fail_all(std::string("the engine failed: ") + e.what());
     }
     waker_.flush();  // the turn's stream items reach their readers
   }
   // Whatever is left ends cleanly: streams get a final item.
+  try {
+    collect_all();
+  } catch (const std::exception& e) {
+    log::error("engine step failed: {}", e.what());
+    abandon_in_flight();
+  }
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     for (auto& a : incoming_) {
@@ -226,6 +240,7 @@ void Engine::loop() {
   std::vector<Active*> rest;
   for (auto& [seq, a] : active_) rest.push_back(a.get());
   for (Active* a : rest) finish(*a, FinishReason::kCancelled, "the server is shutting down");
+  retired_.clear();
   embeddings_.fail_all("the server is shutting down");
   n_queued_.store(0);
   publish_state(nullptr, 0, 0, 0);
@@ -255,111 +270,6 @@ void Engine::fail_all(const std::string& message) {
 double Engine::now_ms() const {
   if (config_.now_ms) return config_.now_ms();
   return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count();
-}
-
-void Engine::step() {
-  const auto t0 = Clock::now();
-  const double t0_ms = now_ms();
-  plan_drafts();
-  StepPlan plan = scheduler_.schedule();
-  for (Sequence* seq : plan.out_of_room) finish(*active_.at(seq), FinishReason::kLength);
-  if (plan.chunks.empty()) {
-    publish_state(&plan, 0, 0, 0);
-    return;
-  }
-  std::vector<ExecChunk> chunks;
-  chunks.reserve(plan.chunks.size());
-  sampling_.resize(plan.chunks.size());
-  int32_t n_prompt_tokens = 0, n_decode_tokens = 0, n_verify_tokens = 0;
-  size_t n_rows = 0;
-  for (const ScheduledChunk& c : plan.chunks) {
-    const Sequence& s = *c.seq;
-    // Rows for every token while prompt positions whose successor's log-probability is
-    // wanted are in the chunk.
-    Active& a = *active_.at(c.seq);
-    // A verification chunk: the pending token and its draft, a row for each (speculation.h).
-    const bool verify = !s.draft.empty() && c.n_tokens == 1 + (int32_t)s.draft.size() &&
-                        c.start_pos == (int32_t)s.tokens.size() - 1;
-    const bool all_logits = verify || (s.prompt_logits && c.start_pos < s.n_prompt - 1);
-    const DeviceSampling* sampling = nullptr;
-    if (!all_logits && c.start_pos + c.n_tokens == (int32_t)s.tokens.size() && s.max_tokens > 0)
-      sampling = device_sampling(a, sampling_[chunks.size()]);
-    std::span<const int32_t> tokens(s.tokens.data() + c.start_pos, (size_t)c.n_tokens);
-    if (verify) {
-      a.verify.assign(1, s.tokens.back());
-      a.verify.insert(a.verify.end(), s.draft.begin(), s.draft.end());
-      tokens = a.verify;
-    }
-    // After a context shift the positions no longer split into prompt and generated ones.
-    const int32_t prompt_len = s.n_discarded > 0 ? -1 : s.n_prompt;
-    chunks.push_back({tokens, c.start_pos, std::span<const int32_t>(s.block_table), prompt_len,
-                      all_logits, sampling});
-    if (!sampling) n_rows += all_logits ? (size_t)c.n_tokens : 1;
-    if (s.n_generated() > 0 && c.start_pos == (int32_t)s.tokens.size() - 1) {
-      n_decode_tokens += 1;  // the decode; a draft's tokens are priced apart (step_cost.h)
-      (verify ? n_verify_tokens : n_prompt_tokens) += c.n_tokens - 1;
-    } else {
-      n_prompt_tokens += c.n_tokens;
-    }
-    if (!a.scheduled) {  // leaves the queue: it runs now
-      a.scheduled = true;
-      a.first_scheduled = t0;
-      n_queued_.fetch_sub(1);
-    }
-  }
-  const auto execute_begin = Clock::now();
-  executor_.execute(plan.copies, chunks, output_);
-  const auto execute_end = Clock::now();
-  const size_t n_vocab = (size_t)executor_.n_vocab();
-  HABLAR_CHECK(output_.logits.size() >= n_rows * n_vocab, "executor returned too few logits");
-  HABLAR_CHECK(output_.sampled.size() == chunks.size(), "executor returned no sampled ids");
-  float* logits = output_.logits.data();
-  size_t row = 0;
-  for (size_t i = 0; i < plan.chunks.size(); ++i) {
-    const ScheduledChunk& c = plan.chunks[i];
-    Sequence* seq = c.seq;
-    Active& a = *active_.at(seq);
-    const bool on_device = chunks[i].sampling != nullptr;
-    const size_t rows = on_device ? 0 : chunks[i].all_logits ? (size_t)c.n_tokens : 1;
-    float* first_row = logits + row * n_vocab;
-    row += rows;
-    if (chunks[i].tokens.data() == a.verify.data() && !a.verify.empty()) {
-      verify_and_emit(a, c.start_pos, c.n_tokens, first_row);
-      continue;
-    }
-    if (chunks[i].all_logits) emit_prompt_logprobs(a, c.start_pos, c.n_tokens, first_row);
-    if (on_device && !device_sample_stands(a, output_.sampled[i])) {
-      seq->n_computed += c.n_tokens - 1;  // the last position again, sampled on the host
-      blocks_.register_full_blocks(*seq);
-      continue;
-    }
-    seq->n_computed += c.n_tokens;
-    blocks_.register_full_blocks(*seq);
-    if (seq->n_pending() != 0) continue;
-    if (seq->max_tokens == 0) {  // prompt log-probabilities only
-      finish(a, FinishReason::kLength);
-      continue;
-    }
-    HABLAR_CHECK(!on_device || output_.sampled[i] >= 0, "executor did not sample a token");
-    sample_and_emit(a, on_device ? nullptr : logits + (row - 1) * n_vocab, output_.sampled[i]);
-  }
-  // The whole step, planning to emission, is what each decoding stream waited.
-  const double step_ms = now_ms() - t0_ms;
-  if (costs_.ready())
-    log::debug("step: {} prompt + {} decode + {} drafted tokens in {:.1f} ms (predicted {:.1f})",
-               n_prompt_tokens, n_decode_tokens, n_verify_tokens, step_ms,
-               costs_.predict_ms(n_prompt_tokens, n_decode_tokens, n_verify_tokens));
-  if (!executor_.last_step_was_cold())
-    costs_.observe(n_prompt_tokens, n_decode_tokens, step_ms, n_verify_tokens);
-  n_prompt_tokens += n_verify_tokens;  // computed rows, for the metrics as before
-  if (costs_.n_observed() % 64 == 0)
-    log::debug(
-        "step cost: {:.2f} ms + {:.3f} ms per decode; per prompt token {:.3f} ms in chunks of "
-        "8, {:.3f} of 64, {:.3f} of 512",
-        costs_.base_ms(), costs_.per_decode_ms(), costs_.per_prompt_ms(8), costs_.per_prompt_ms(64),
-        costs_.per_prompt_ms(512));
-  publish_state(&plan, seconds_between(t0, Clock::now()), n_prompt_tokens, n_decode_tokens,
-                seconds_between(t0, execute_begin), seconds_between(execute_begin, execute_end));
 }
 
 // Sends kPrompt items for the prompt tokens whose predecessors are in this chunk: row j
@@ -432,12 +342,17 @@ void Engine::sample_and_emit(Active& a, float* logits_row, int32_t sampled) {
 bool Engine::emit_token(Active& a, int32_t token, StreamItem item) {
   Sequence& seq = *a.seq;
   const auto now = Clock::now();
-  seq.tokens.push_back(token);
+  if (a.n_ahead > 0) {  // the oldest placeholder of a launched step (engine_step.cpp)
+    seq.tokens[seq.tokens.size() - (size_t)a.n_ahead] = token;
+    a.n_ahead -= 1;
+  } else {
+    seq.tokens.push_back(token);
+  }
   if (!a.full_history.empty()) a.full_history.push_back(token);
   item.token = token;
   item.n_cached_prompt = seq.n_cached_prompt;
 
-  const bool first = seq.n_generated() == 1;
+  const bool first = seq.n_generated() - a.n_ahead == 1;
   metrics_.update([&](MetricsSnapshot& m) {
     m.generated_tokens_total += 1;
     if (first)
@@ -462,11 +377,12 @@ bool Engine::emit_token(Active& a, int32_t token, StreamItem item) {
     finish(a, FinishReason::kStop);
     return true;
   }
-  if (seq.n_generated() >= seq.max_tokens) {
+  if (seq.n_generated() - a.n_ahead >= seq.max_tokens) {
     finish(a, FinishReason::kLength);
     return true;
   }
-  if ((int32_t)seq.tokens.size() >= context_capacity()) {
+  if ((int32_t)seq.tokens.size() - a.n_ahead >= context_capacity()) {
+    HABLAR_CHECK(a.n_ahead == 0, "a context shift under a launched step");
     if (!shift_context(a)) finish(a, FinishReason::kLength);
     return true;
   }
@@ -509,6 +425,9 @@ bool Engine::shift_context(Active& a) {
 
 void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
   Sequence& seq = *a.seq;
+  // Tokens launched steps sample for it now are never emitted.
+  seq.tokens.resize(seq.tokens.size() - (size_t)a.n_ahead);
+  a.n_ahead = 0;
   scheduler_.remove(&seq);
   seq.finish_reason = reason;
   if (!a.scheduled) n_queued_.fetch_sub(1);  // ended while still queued
@@ -545,12 +464,22 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
     m.requests_waiting = scheduler_.n_waiting();
   });
   deliver(a, std::move(item));
-  active_.erase(&seq);
+  auto it = active_.find(&seq);
+  // A launched step not yet collected still names it: it stays until then.
+  if (a.last_step > n_collected_) retired_.push_back(std::move(it->second));
+  active_.erase(it);
+}
+
+void Engine::abandon_in_flight() {
+  executor_.abandon();
+  in_flight_.reset();
+  n_collected_ = n_launched_;
+  retired_.clear();
 }
 
 void Engine::publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,
                            int32_t n_decode_tokens, double schedule_seconds,
-                           double execute_seconds) {
+                           double emit_seconds) {
   std::vector<SlotInfo> slots;
   slots.reserve(active_.size());
   for (auto& [seq, a] : active_)
@@ -580,7 +509,7 @@ void Engine::publish_state(const StepPlan* plan, double step_seconds, int32_t n_
       m.executor_device_seconds = t.device_seconds;
       m.executor_stage_seconds = t.stage_seconds;
       m.engine_schedule_seconds += schedule_seconds;
-      m.engine_emit_seconds += step_seconds - schedule_seconds - execute_seconds;
+      m.engine_emit_seconds += emit_seconds;
     }
   });
 }

@@ -53,6 +53,10 @@ class NextTokenSampler {
   // before it). False: the engine computes that position again and samples it on the host
   // (a grammar's token that would leave its sentence unfinishable within max_tokens).
   virtual bool keeps_device_sample(int32_t token, std::span<const int32_t> history) { return true; }
+  // Whether device_params() may be asked before the token just sampled is known: it reads
+  // no history (no penalties, no grammar) and keeps every device sample. Then the engine may
+  // launch the request's next step before the last one's token reaches the host.
+  virtual bool samples_ahead() const { return false; }
 };
 
 // Turns generated tokens into text on the step thread: detokenization and stop strings.
@@ -238,6 +242,12 @@ class Engine {
     SpecStats spec;                 // its drafted / accepted tokens
     std::vector<int32_t> verify;    // this step's verification chunk: last token + draft
     bool sample_on_host = false;    // the sampler refused the device's last sample
+    // Placeholders at the end of seq->tokens for tokens sampled by launched steps that the
+    // engine has not collected yet (engine_step.cpp), and the last step a chunk of it was
+    // launched in (a finished request outlives that step).
+    int32_t n_ahead = 0;
+    uint64_t last_step = 0;
+    int32_t last_chunk = -1;  // its chunk's index in that step
     // The prompt and every generated token, kept once a context shift took tokens out of
     // seq->tokens: the samplers' history (penalties, grammars, budgets) never shrinks.
     std::vector<int32_t> full_history;
@@ -246,9 +256,43 @@ class Engine {
     }
   };
 
+  // A launched step, until its output is collected: its plan and what each chunk does with
+  // the output (engine_step.cpp).
+  struct LaunchedChunk {
+    Sequence* seq;
+    int32_t start_pos, n_tokens;
+    bool on_device, all_logits, verify;
+    bool plain;  // advanced when launched (n_computed, a placeholder for its sample)
+  };
+  struct LaunchedStep {
+    uint64_t serial = 0;
+    StepPlan plan;
+    std::vector<LaunchedChunk> chunks;
+    int32_t n_prompt_tokens = 0, n_decode_tokens = 0, n_verify_tokens = 0;
+    size_t n_rows = 0;            // logits rows the executor returns
+    bool keep_in_flight = false;  // every chunk plain: the next step may launch first
+    double begun_ms = 0;  // now_ms() when the turn that planned it began
+    std::chrono::steady_clock::time_point begun;
+    double schedule_seconds = 0;
+  };
+
   void loop();
   void intake();
+  // One turn: plans a step, launches it, and collects the step launched before it (or this
+  // one, where it cannot stay in flight).
   void step();
+  // Whether a planned chunk reads a placeholder, and whether the executor can take that
+  // token from the step in flight instead.
+  bool reads_pending(const ScheduledChunk& c) const;
+  bool can_feed(const ScheduledChunk& c) const;
+  // Drops the chunks of sequences that finished, restarted or were preempted since planning,
+  // and those whose pending token is their last.
+  void drop_stale_chunks(StepPlan& plan);
+  void launch(StepPlan plan, std::chrono::steady_clock::time_point begun, double begun_ms);
+  void collect();  // the step in flight: its tokens emitted, its metrics published
+  void take_output(const LaunchedStep& step);
+  void collect_all();        // nothing in flight afterwards
+  void abandon_in_flight();  // after a failure: the executor's launched steps forgotten
   // Emits the next token: `sampled` when the executor chose it, else sampled from the row.
   void sample_and_emit(Active& a, float* logits_row, int32_t sampled);
   // The token the request's sampler picks from a logits row (and its log-probabilities).
@@ -277,7 +321,7 @@ class Engine {
   void finish(Active& a, FinishReason reason, const std::string& error = {});
   void publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,
                      int32_t n_decode_tokens, double schedule_seconds = 0,
-                     double execute_seconds = 0);
+                     double emit_seconds = 0);
   void fail_all(const std::string& message);
   // Appends an item to the request's stream; its reader is woken at the end of the loop's
   // turn, off this thread (waker_).
@@ -305,6 +349,11 @@ class Engine {
   EmbeddingQueue embeddings_{config_.embed_step_tokens, config_.max_queue};
   std::unordered_map<Sequence*, std::unique_ptr<Active>> active_;  // step thread only
   StepOutput output_;
+  std::optional<LaunchedStep> in_flight_;           // launched, not yet collected
+  std::vector<std::unique_ptr<Active>> retired_;    // finished while a launched step held them
+  uint64_t n_launched_ = 0, n_collected_ = 0;       // step serials
+  double last_collect_ms_ = 0;                      // now_ms() when the last collect ended
+  std::chrono::steady_clock::time_point last_collect_;
   std::vector<DeviceSampling> sampling_;  // per chunk, this step
   HandleWaker waker_;
   std::thread thread_;

@@ -57,6 +57,13 @@ struct ExecChunk {
   // Sample the token after the chunk's last one in the executor with these parameters
   // (only when samples_on_device()); null: return its logits row instead.
   const DeviceSampling* sampling = nullptr;
+  // >= 0: the chunk's one token is the one the executor sampled for chunk `feed` of the
+  // step launched before this one, which the engine has not seen yet (tokens[0] holds a
+  // placeholder); only when feeds_tokens(). -1: every token is known.
+  int32_t feed = -1;
+  // False: neither a logits row nor a sample of this chunk is wanted (a prompt chunk before
+  // its last); the executor may skip its row, whose place in StepOutput::logits is kept.
+  bool wants_output = true;
 };
 
 struct StepOutput {
@@ -111,6 +118,19 @@ class StepExecutor {
   // Performs the block copies (copy-on-write) first, then the forward, then any sampling.
   virtual void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                        StepOutput& out) = 0;
+  // A step in two halves: launch() queues it and returns once nothing of `copies` or
+  // `chunks` is read any more; collect() waits for the oldest launched step and gives its
+  // output. Where feeds_tokens(), a second step may be launched before the first is
+  // collected (its chunks' `feed` naming the first step's samples), so that the host's work
+  // between steps overlaps the device's; at most two are outstanding. The default runs the
+  // whole step in launch().
+  virtual void launch(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks) {
+    execute(copies, chunks, launched_);
+  }
+  virtual void collect(StepOutput& out) { std::swap(out, launched_); }
+  virtual bool feeds_tokens() const { return false; }
+  // After a failure: waits for and forgets every launched step.
+  virtual void abandon() {}
   // Whether the last execute() did one-time work (a CUDA graph captured, scratch memory
   // grown) that makes its time no measure of later steps: the engine's step costs skip it.
   virtual bool last_step_was_cold() const { return false; }
@@ -138,6 +158,9 @@ class StepExecutor {
   virtual std::string device_name() const { return "cpu"; }
   // A line for the start-up report: device, weights, KV cache, workspace.
   virtual std::string describe() const { return {}; }
+
+ private:
+  StepOutput launched_;  // the default launch()'s output, until collect()
 };
 
 }  // namespace hablar::engine

@@ -9,80 +9,13 @@
 #include <thread>
 
 #include "core/error.h"
+#include "engine_test_util.h"
 #include "fake_executor.h"
 
 namespace hablar::engine {
 namespace {
 
-using std::chrono::milliseconds;
-constexpr int32_t kVocab = 97;
-
-std::vector<int32_t> reference_generation(std::vector<int32_t> prompt, int32_t n) {
-  std::vector<int32_t> out;
-  for (int32_t i = 0; i < n; ++i) {
-    int32_t t = test::reference_next(prompt, kVocab);
-    out.push_back(t);
-    prompt.push_back(t);
-  }
-  return out;
-}
-
-struct Result {
-  std::vector<int32_t> tokens;
-  StreamItem final;
-  int32_t first_token_cached = -1;  // the first token item's n_cached_prompt
-};
-
-// Reads a handle to its final item; `items` may hold items already taken from it.
-Result collect(RequestHandle& h, std::vector<StreamItem> items = {}) {
-  Result r;
-  for (bool first = true;; first = false) {
-    if (!first || items.empty())
-      if (!h.wait(items, milliseconds(10000))) ADD_FAILURE() << "engine stalled";
-    for (auto& it : items) {
-      if (it.kind == StreamItem::Kind::kFinal) {
-        r.final = it;
-        return r;
-      }
-      if (r.tokens.empty()) r.first_token_cached = it.n_cached_prompt;
-      r.tokens.push_back(it.token);
-    }
-    if (items.empty()) return r;
-    items.clear();
-  }
-}
-
-// Polls the metrics until `pred` holds (they are published after each step).
-template <typename Pred>
-bool eventually(const Engine& e, Pred pred) {
-  for (int i = 0; i < 200; ++i) {
-    if (pred(e.metrics().snapshot())) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return false;
-}
-
-GenerateRequest request(std::vector<int32_t> prompt, int32_t max_tokens) {
-  GenerateRequest g;
-  g.prompt = std::move(prompt);
-  g.max_tokens = max_tokens;
-  return g;
-}
-
-std::vector<int32_t> random_prompt(std::mt19937& rng, int32_t n) {
-  std::vector<int32_t> p((size_t)n);
-  for (auto& t : p) t = (int32_t)(rng() % kVocab);
-  return p;
-}
-
-// The KV blocks are the executor's; n_blocks and block_size say which executor the test
-// builds beside it.
-EngineConfig config(int32_t /*n_blocks*/, int32_t /*block_size*/, int32_t max_running) {
-  EngineConfig c;
-  c.n_ctx = 4096;
-  c.scheduler = {.max_running = max_running, .max_step_tokens = 64, .max_prefill_chunk = 32};
-  return c;
-}
+using namespace test_util;
 
 // Stream items reach a reader blocked in wait() through the waking thread (handle_waker.h):
 // every wait returns with the next token long before its timeout (a lost wake-up would hold
@@ -456,6 +389,8 @@ TEST(Engine, DeviceSamplingAppliesTokenMasksAndHonoursRefusals) {
 
 namespace hablar::engine {
 namespace {
+
+using namespace test_util;
 
 // Steps priced by a simulated clock (5 ms + 1 ms per decode + 0.25 ms per prompt token): once
 // the engine has measured them, no step with a decode in it runs past --max-step-ms, long

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <span>
 #include <thread>
@@ -68,6 +69,38 @@ class FakeExecutor : public StepExecutor {
             0.5e-3 * (double)steps};
   }
 
+  // Launched steps run at once (the fake cache is written in launch order, as a device's
+  // stream would); their outputs wait for collect(). With `feeds`, up to two are outstanding
+  // and a fed chunk's token is the previous launch's sample, as the CUDA executor takes it on
+  // its device.
+  bool feeds_tokens() const override { return feeds; }
+  void launch(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks) override {
+    HABLAR_CHECK(outstanding_.size() < (feeds ? 2u : 1u), "too many steps outstanding");
+    std::vector<ExecChunk> own(chunks.begin(), chunks.end());
+    std::vector<int32_t> fed(own.size());
+    for (size_t i = 0; i < own.size(); ++i) {
+      if (own[i].feed < 0) continue;
+      HABLAR_CHECK(feeds && (size_t)own[i].feed < last_sampled_.size() &&
+                       last_sampled_[(size_t)own[i].feed] >= 0,
+                   "a fed chunk names no sample of the step before");
+      HABLAR_CHECK(own[i].tokens.size() == 1 && own[i].tokens[0] < 0,
+                   "a fed chunk's token is not a placeholder");
+      fed[i] = last_sampled_[(size_t)own[i].feed];
+      own[i].tokens = std::span<const int32_t>(&fed[i], 1);
+      fed_chunks += 1;
+    }
+    outstanding_.emplace_back();
+    execute(copies, own, outstanding_.back());
+    last_sampled_ = outstanding_.back().sampled;
+    most_outstanding = std::max(most_outstanding, (int64_t)outstanding_.size());
+  }
+  void collect(StepOutput& out) override {
+    HABLAR_CHECK(!outstanding_.empty(), "collect with no step launched");
+    out = std::move(outstanding_.front());
+    outstanding_.pop_front();
+  }
+  void abandon() override { outstanding_.clear(); }
+
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                StepOutput& out) override {
     while (paused.load()) {
@@ -98,6 +131,7 @@ class FakeExecutor : public StepExecutor {
       const int32_t end = c.start_pos + (int32_t)c.tokens.size();
       HABLAR_CHECK((int32_t)c.block_table.size() * block_size_ >= end, "block table too short");
       for (size_t t = 0; t < c.tokens.size(); ++t) {
+        HABLAR_CHECK(c.tokens[t] >= 0, "a placeholder token reached the executor unfed");
         const int32_t pos = c.start_pos + (int32_t)t;
         cache_[slot(c.block_table[(size_t)(pos / block_size_)], pos % block_size_)] = c.tokens[t];
       }
@@ -134,6 +168,9 @@ class FakeExecutor : public StepExecutor {
   }
 
   bool device_sampling = false;
+  bool feeds = false;           // steps launched ahead (feeds_tokens)
+  int64_t fed_chunks = 0;       // chunks whose token came from the step before
+  int64_t most_outstanding = 0;  // launched steps not yet collected, at most
   int64_t device_sampled = 0;
   int64_t device_masked = 0;  // device samples that applied a token mask
   int64_t step_delay_us = 0;  // makes steps take device-like time
@@ -162,6 +199,8 @@ class FakeExecutor : public StepExecutor {
   int32_t n_blocks_;
   int32_t block_size_;
   std::vector<int32_t> cache_;
+  std::deque<StepOutput> outstanding_;
+  std::vector<int32_t> last_sampled_;  // the last launch's samples, per chunk
 };
 
 }  // namespace hablar::engine::test

@@ -1,0 +1,149 @@
+// Stepping ahead (engine_step.cpp): with an executor that feeds a step's pending tokens from
+// the step before (the fake one does it as the CUDA executor does), step N + 1 is launched
+// before N's tokens are collected. Every output must still be its solo run's, through
+// end-of-generation, preemption, the prefix cache and cancellation; requests whose sampling
+// reads their history are never fed.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "engine/engine.h"
+#include "engine/request_sampler.h"
+#include "engine_test_util.h"
+#include "fake_executor.h"
+
+namespace hablar::engine {
+namespace {
+
+using namespace test_util;
+
+constexpr int32_t kEndToken = 5;  // the end-of-generation token of these tests
+
+// The solo output up to max_tokens, ending after the end token when it comes.
+std::vector<int32_t> reference_until_end(std::vector<int32_t> prompt, int32_t max_tokens) {
+  std::vector<int32_t> out;
+  while ((int32_t)out.size() < max_tokens) {
+    const int32_t t = test::reference_next(prompt, kVocab);
+    out.push_back(t);
+    prompt.push_back(t);
+    if (t == kEndToken) break;
+  }
+  return out;
+}
+
+// A device-sampling executor that feeds tokens; steps take time, so submissions overlap.
+struct FeedingExecutor : test::FakeExecutor {
+  FeedingExecutor(int32_t n_blocks, int32_t block_size)
+      : test::FakeExecutor(kVocab, n_blocks, block_size) {
+    device_sampling = true;
+    feeds = true;
+    step_delay_us = 200;
+  }
+};
+
+EngineConfig ending_config(int32_t max_running) {
+  EngineConfig c = config(0, 0, max_running);
+  c.is_eog = [](int32_t t) { return t == kEndToken; };
+  return c;
+}
+
+TEST(StepAhead, EveryRequestGetsItsSoloOutput) {
+  FeedingExecutor exec(256, 8);
+  Engine engine(ending_config(8), exec);
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> lengths;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 24; ++i) {
+    prompts.push_back(random_prompt(rng, 3 + 5 * (i % 9)));
+    lengths.push_back(1 + (i * 7) % 23);  // one token only, up to 23
+    handles.push_back(engine.submit(request(prompts.back(), lengths.back())));
+  }
+  int ended = 0;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    const Result r = collect(*handles[i]);
+    const std::vector<int32_t> want = reference_until_end(prompts[i], lengths[i]);
+    EXPECT_EQ(r.tokens, want) << "request " << i;
+    EXPECT_EQ(r.final.n_generated, (int32_t)want.size()) << "request " << i;
+    const bool stop = want.back() == kEndToken;
+    ended += stop ? 1 : 0;
+    EXPECT_EQ(r.final.finish_reason, stop ? FinishReason::kStop : FinishReason::kLength);
+  }
+  EXPECT_GT(ended, 0);  // some ended on the end token while a next step was launched
+  EXPECT_GT(exec.fed_chunks, 0);
+  EXPECT_EQ(exec.most_outstanding, 2);
+  EXPECT_TRUE(eventually(engine, [](const MetricsSnapshot& m) { return m.kv_blocks_used == 0; }));
+}
+
+// 12 blocks of 4 positions for 6 sequences growing to about 20 tokens each: preemptions come
+// while steps are in flight; then prompts that share a prefix with finished ones take it from
+// the cache (a block registered with a token not yet known would serve a wrong one).
+TEST(StepAhead, PreemptionAndThePrefixCacheKeepOutputsIntact) {
+  FeedingExecutor exec(12, 4);
+  Engine engine(config(12, 4, 6), exec);
+  std::mt19937 rng(3);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(random_prompt(rng, 6 + i));
+    handles.push_back(engine.submit(request(prompts.back(), 14)));
+  }
+  std::vector<Result> results;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    results.push_back(collect(*handles[i]));
+    EXPECT_EQ(results.back().tokens, reference_generation(prompts[i], 14)) << "request " << i;
+  }
+  EXPECT_GT(engine.metrics().snapshot().preemptions_total, 0u);
+  // Prompt and output of the last request to finish (its blocks are the freshest in the
+  // cache) as the prefix of a new one.
+  std::vector<int32_t> again = prompts[5];
+  again.insert(again.end(), results[5].tokens.begin(), results[5].tokens.end());
+  again.push_back(1);
+  const Result r = collect(*engine.submit(request(again, 6)));
+  EXPECT_EQ(r.tokens, reference_generation(again, 6));
+  EXPECT_GT(r.final.n_cached_prompt, 0);
+  EXPECT_GT(exec.fed_chunks, 0);
+  EXPECT_TRUE(eventually(engine, [](const MetricsSnapshot& m) { return m.kv_blocks_used == 0; }));
+}
+
+TEST(StepAhead, CancelledRequestsLeaveNothingBehind) {
+  FeedingExecutor exec(64, 8);
+  Engine engine(config(64, 8, 4), exec);
+  std::mt19937 rng(4);
+  auto long_h = engine.submit(request(random_prompt(rng, 30), 4000));
+  const std::vector<int32_t> p = random_prompt(rng, 12);
+  auto short_h = engine.submit(request(p, 40));
+  std::vector<StreamItem> items;
+  ASSERT_TRUE(long_h->wait(items, milliseconds(5000)));  // generating
+  long_h->cancel();
+  const Result cancelled = collect(*long_h, items);
+  EXPECT_EQ(cancelled.final.finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(collect(*short_h).tokens, reference_generation(p, 40));
+  EXPECT_TRUE(eventually(engine, [](const MetricsSnapshot& m) { return m.kv_blocks_used == 0; }));
+}
+
+// Penalties read the tokens so far: such a request's next step waits for its last token
+// (the fake device samples greedily, so the outputs are the greedy ones either way).
+TEST(StepAhead, SamplingThatReadsTheHistoryIsNotFed) {
+  FeedingExecutor exec(64, 8);
+  Engine engine(config(64, 8, 4), exec);
+  std::mt19937 rng(6);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 3; ++i) {
+    prompts.push_back(random_prompt(rng, 4 + 3 * i));
+    GenerateRequest g = request(prompts.back(), 10);
+    SamplingParams params;
+    params.temperature = 0.0f;
+    params.repeat_penalty = 1.1f;
+    g.sampler = std::make_unique<ParamsSampler>(params, kVocab);
+    handles.push_back(engine.submit(std::move(g)));
+  }
+  for (size_t i = 0; i < handles.size(); ++i)
+    EXPECT_EQ(collect(*handles[i]).tokens, reference_generation(prompts[i], 10)) << i;
+  EXPECT_EQ(exec.fed_chunks, 0);
+  EXPECT_EQ(exec.device_sampled, 3 * 10);
+}
+
+}  // namespace
+}  // namespace hablar::engine
