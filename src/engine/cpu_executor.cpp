@@ -80,6 +80,24 @@ void CpuExecutor::execute(std::span<const BlockCopy> copies, std::span<const Exe
   }
   forward(chunks_, out.logits);
   out.sampled.assign(chunks.size(), -1);
+  drop_unwanted_rows(chunks, out.logits);
+}
+
+// The forward gives a row for each chunk (one for every token of an all-logits chunk); the
+// rows of chunks that want no output go (StepOutput's contract).
+void CpuExecutor::drop_unwanted_rows(std::span<const ExecChunk> chunks, std::vector<float>& logits) {
+  const size_t V = (size_t)model_.config().n_vocab;
+  size_t from = 0, to = 0;
+  for (const ExecChunk& c : chunks) {
+    const size_t rows = c.all_logits ? c.tokens.size() : 1;
+    if (c.wants_output || c.all_logits) {
+      if (from != to)
+        std::memmove(logits.data() + to * V, logits.data() + from * V, rows * V * sizeof(float));
+      to += rows;
+    }
+    from += rows;
+  }
+  logits.resize(to * V);
 }
 
 double CpuExecutor::weight_read_gbs(int passes) const {

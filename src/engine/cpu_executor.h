@@ -36,6 +36,7 @@ class CpuExecutor : public StepExecutor {
 
   // One forward over the chunks (checked first); logits rows as StepOutput::logits.
   void forward(std::span<const SequenceChunk> chunks, std::vector<float>& logits);
+  void drop_unwanted_rows(std::span<const ExecChunk> chunks, std::vector<float>& logits);
 
   const KvCacheLayout& layout() const { return layout_; }
   const uint16_t* cache() const { return cache_.data(); }

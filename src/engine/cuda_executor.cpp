@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -78,7 +79,8 @@ class CudaExecutor : public StepExecutor {
   ~CudaExecutor() override {
     print_persistent_profile();
     for (auto& [key, graph] : graphs_) cudaGraphExecDestroy(graph);
-    if (host_ids_) cudaFreeHost(host_ids_);
+    for (int32_t* ids : host_ids_)
+      if (ids) cudaFreeHost(ids);
     if (host_masks_) cudaFreeHost(host_masks_);
   }
 
@@ -93,7 +95,14 @@ class CudaExecutor : public StepExecutor {
             times_.stage_seconds};
   }
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
-               StepOutput& out) override;
+               StepOutput& out) override {
+    launch(copies, chunks);
+    collect(out);
+  }
+  void launch(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks) override;
+  void collect(StepOutput& out) override;
+  bool feeds_tokens() const override { return feeds_; }
+  void abandon() override;
   std::string describe() const override { return report_; }
   bool can_embed(std::string* why) const override { return embedder_->can_embed(why); }
   void embed(std::span<const EmbedChunk> chunks, EmbedOutput& out) override {
@@ -114,8 +123,7 @@ class CudaExecutor : public StepExecutor {
   void sample_on_device(std::span<const ExecChunk> chunks, std::span<const int32_t> device_chunks);
   const uint32_t* stage_masks(std::span<const ExecChunk> chunks,
                               std::span<const int32_t> row_chunks);
-  void run_step(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
-                StepOutput& out);
+  void run_step(std::span<const ExecChunk> chunks, StepOutput& out);
   bool graph_eligible(std::span<const ExecChunk> chunks) const;
   void execute_graph(std::span<const ExecChunk> chunks, StepOutput& out);
   void stage_graph_sampling(std::span<const ExecChunk> chunks, int32_t rows);
@@ -142,7 +150,26 @@ class CudaExecutor : public StepExecutor {
   cuda::DeviceBuffer<int32_t> history_, history_len_, ids_;
   std::vector<cuda::SamplingParams> host_params_;
   std::vector<int32_t> host_history_, host_history_len_;
-  int32_t* host_ids_ = nullptr;  // pinned
+  // Launched steps until collected (at most two: the second fed by the first's samples),
+  // alternating between two slots of pinned ids and events.
+  struct Launched {
+    int slot = 0;
+    std::vector<int32_t> row_of_chunk;  // the ids_ row of each chunk's sample, -1: none
+    StepOutput out;                     // its logits rows, copied back when launched
+    bool cold = false, profiled = false;
+  };
+  std::deque<Launched> launched_;
+  int slot_ = 0;  // the slot of the step being launched
+  std::array<int32_t*, 2> host_ids_{};  // pinned, [max_step_tokens] each
+  bool feeds_ = false;                  // feeds_tokens()
+  std::vector<int32_t> last_rows_;      // row_of_chunk of the last launched step
+  std::vector<int32_t> fed_ids_;        // per chunk: -1 - the row its fed token is sampled in
+  // The host's pinned inputs of the last launched step (ForwardOps' staging, the masks) are
+  // read by the device once these complete: the next launch waits for them before staging.
+  cuda::Event inputs_done_, masks_done_;
+  bool inputs_recorded_ = false, masks_recorded_ = false;
+  void stage_fed_tokens(std::span<const ExecChunk> chunks);
+  void feed_tokens(std::span<const ExecChunk> chunks);
   // Token masks of device-sampled rows, [max_step_tokens][mask_words_] (host side pinned).
   int mask_words_ = 0;
   cuda::DeviceBuffer<uint32_t> masks_;
@@ -167,20 +194,21 @@ class CudaExecutor : public StepExecutor {
   int64_t persistent_steps_ = 0;
   void add_persistent_profile();
   void print_persistent_profile() const;
-  bool cold_ = false;  // the last step captured a graph or grew scratch memory
-  // Seconds in execute() and, of them, in waiting for the device (wait_for_device); the
+  bool cold_ = false;  // the last collected step captured a graph or grew scratch memory
+  // Seconds in launch() and collect() and, of them, in waiting for the device (collect); the
   // device's span of each step, from begin_device_span() (after the host's staging) to the
-  // end of its last command (recorded by wait_for_device).
+  // end of its last command (end_device_span). With steps launched ahead, a step's span may
+  // begin before the device has finished the step before it.
   double execute_seconds_ = 0;
   ExecutorTimes times_;
-  cuda::Event span_begin_, span_end_;
+  std::array<cuda::Event, 2> span_begin_, span_end_;  // per slot
   void begin_device_span() {
-    span_begin_.record(stream_.get());
+    span_begin_[(size_t)slot_].record(stream_.get());
     times_.stage_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - execute_begin_).count();
   }
-  std::chrono::steady_clock::time_point execute_begin_;  // (execute()'s entry)
-  void wait_for_device();
+  std::chrono::steady_clock::time_point execute_begin_;  // (launch()'s entry)
+  void end_device_span() { span_end_[(size_t)slot_].record(stream_.get()); }
   std::string report_;
 };
 
@@ -234,13 +262,18 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   history_len_ = cuda::DeviceBuffer<int32_t>(n);
   ids_ = cuda::DeviceBuffer<int32_t>(n);
   void* pinned = nullptr;
-  HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, n * sizeof(int32_t)));
-  host_ids_ = static_cast<int32_t*>(pinned);
+  for (int32_t*& ids : host_ids_) {
+    HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, n * sizeof(int32_t)));
+    ids = static_cast<int32_t*>(pinned);
+  }
   mask_words_ = cuda::token_mask_words(c.n_vocab);
   masks_ = cuda::DeviceBuffer<uint32_t>(n * (size_t)mask_words_);
   HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, n * (size_t)mask_words_ * sizeof(uint32_t)));
   host_masks_ = static_cast<uint32_t*>(pinned);
   plan_persistent_step(o);
+  // Steps launched ahead need every sample in ids_ and no host read between steps (the
+  // persistent step's profile stamps are read after each step).
+  feeds_ = persistent_stamps_.size() == 0 && cuda::lab_knob("HABLAR_STEP_AHEAD", 1) != 0;
   const std::string graphs =
       !moe_graphs_ ? std::string(
                          "no CUDA graphs (mixture of experts sized on the host: a "
@@ -437,30 +470,22 @@ void CudaExecutor::size_kv_cache(const CudaExecutorOptions& o, size_t workspace_
   kv_ = cuda::DeviceMemory(layout_.total_bytes());
 }
 
-void CudaExecutor::execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
-                           StepOutput& out) {
+// A step queued on the stream: block copies, inputs (fed tokens taken from the last step's
+// samples on the device), the forward, the sampling, and the copies back of the sampled ids
+// (to this slot's pinned ids) and of the host-sampled rows. Returns without waiting for the
+// device, unless host rows are copied back (into pageable memory, which waits).
+void CudaExecutor::launch(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks) {
   if (!ops_) throw_error(ErrorKind::kUnsupported, "an encoder model only embeds");
-  const size_t graphs_before = graphs_.size();
-  const int64_t events_before = ops_->one_time_events();
+  HABLAR_CHECK(launched_.size() < 2, "more than two steps launched");
   const auto t0 = std::chrono::steady_clock::now();
   execute_begin_ = t0;
-  run_step(copies, chunks, out);
-  execute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  cold_ = graphs_.size() != graphs_before || ops_->one_time_events() != events_before;
-}
-
-void CudaExecutor::wait_for_device() {
-  const auto t0 = std::chrono::steady_clock::now();
-  span_end_.record(stream_.get());
-  stream_.synchronize();
-  times_.wait_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  times_.device_seconds += span_end_.elapsed_ms_since(span_begin_) / 1e3;
-}
-
-void CudaExecutor::run_step(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
-                            StepOutput& out) {
-  const model::ModelConfig& c = model_.config();
+  // The staging buffers are the last step's until the device has read them.
+  if (inputs_recorded_) HABLAR_CUDA_CHECK(cudaEventSynchronize(inputs_done_.get()));
+  const size_t graphs_before = graphs_.size();
+  const int64_t events_before = ops_->one_time_events();
+  slot_ = launched_.empty() ? 0 : 1 - launched_.back().slot;
+  Launched step;
+  step.slot = slot_;
   cudaStream_t stream = stream_.get();
   for (const BlockCopy& bc : copies)
     for (int layer = 0; layer < layout_.n_layers; ++layer)
@@ -471,19 +496,97 @@ void CudaExecutor::run_step(std::span<const BlockCopy> copies, std::span<const E
                                           layout_.block_elems(kv) * 2, cudaMemcpyDeviceToDevice,
                                           stream));
       }
-  if (graph_eligible(chunks)) return execute_graph(chunks, out);
+  stage_fed_tokens(chunks);
+  if (graph_eligible(chunks)) {
+    execute_graph(chunks, step.out);
+    step.profiled = graph_rows((int32_t)chunks.size()) == 1 && persistent_ &&
+                    persistent_stamps_.size() > 0;
+  } else {
+    run_step(chunks, step.out);
+  }
+  end_device_span();
+  step.row_of_chunk = last_rows_;
+  step.cold = graphs_.size() != graphs_before || ops_->one_time_events() != events_before;
+  launched_.push_back(std::move(step));
+  execute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void CudaExecutor::collect(StepOutput& out) {
+  HABLAR_CHECK(!launched_.empty(), "collecting with no step launched");
+  const auto t0 = std::chrono::steady_clock::now();
+  Launched step = std::move(launched_.front());
+  launched_.pop_front();
+  const size_t slot = (size_t)step.slot;
+  HABLAR_CUDA_CHECK(cudaEventSynchronize(span_end_[slot].get()));
+  const auto t1 = std::chrono::steady_clock::now();
+  times_.wait_seconds += std::chrono::duration<double>(t1 - t0).count();
+  times_.device_seconds += span_end_[slot].elapsed_ms_since(span_begin_[slot]) / 1e3;
+  std::swap(out.logits, step.out.logits);
+  out.sampled.assign(step.row_of_chunk.size(), -1);
+  for (size_t i = 0; i < step.row_of_chunk.size(); ++i)
+    if (step.row_of_chunk[i] >= 0) out.sampled[i] = host_ids_[slot][step.row_of_chunk[i]];
+  if (step.profiled) add_persistent_profile();
+  cold_ = step.cold;
+  execute_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void CudaExecutor::abandon() {
+  launched_.clear();
+  cudaStreamSynchronize(stream_.get());  // (its error, if any, was the step's failure)
+  cudaGetLastError();
+}
+
+// Fed chunks read their token as -1 - row (feed_sampled_tokens turns it into the id sampled
+// in that row of ids_ by the last launched step, before anything reads the tokens).
+void CudaExecutor::stage_fed_tokens(std::span<const ExecChunk> chunks) {
+  fed_ids_.assign(chunks.size(), 0);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const ExecChunk& ec = chunks[i];
+    if (ec.feed < 0) continue;
+    HABLAR_CHECK(feeds_ && ec.tokens.size() == 1 && (size_t)ec.feed < last_rows_.size() &&
+                     last_rows_[(size_t)ec.feed] >= 0,
+                 "a fed chunk names no sample of the last launched step");
+    HABLAR_CHECK(!ec.sampling || (ec.sampling->history.empty() && !ec.sampling->allowed),
+                 "a fed chunk's sampling reads the tokens before it");
+    fed_ids_[i] = -1 - last_rows_[(size_t)ec.feed];
+  }
+}
+
+// The chunks as the forward stages them, fed ones pointing at their encoded ids.
+std::span<const int32_t> fed_or_own(const ExecChunk& ec, const int32_t& fed) {
+  return ec.feed >= 0 ? std::span<const int32_t>(&fed, 1) : ec.tokens;
+}
+
+void CudaExecutor::feed_tokens(std::span<const ExecChunk> chunks) {
+  for (const ExecChunk& ec : chunks)
+    if (ec.feed >= 0) {
+      cuda::feed_sampled_tokens(ids_.get(), ops_->device_tokens(), (int)ops_->n_tokens(),
+                                stream_.get());
+      break;
+    }
+  inputs_done_.record(stream_.get());
+  inputs_recorded_ = true;
+}
+
+void CudaExecutor::run_step(std::span<const ExecChunk> chunks, StepOutput& out) {
+  const model::ModelConfig& c = model_.config();
+  cudaStream_t stream = stream_.get();
   // Logit rows: the device-sampled chunks' first (their ids come back), then every row the
-  // engine samples or scores on the host, in chunk order.
+  // engine samples or scores on the host, in chunk order (none for a chunk that wants none).
   chunks_.clear(), order_.clear(), device_chunks_.clear();
   std::vector<int32_t> host_rows;
+  last_rows_.assign(chunks.size(), -1);
   int32_t row = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const ExecChunk& ec = chunks[i];
-    chunks_.push_back({ec.tokens, ec.start_pos, ec.block_table, ec.all_logits, ec.prompt_len});
+    chunks_.push_back(
+        {fed_or_own(ec, fed_ids_[i]), ec.start_pos, ec.block_table, ec.all_logits, ec.prompt_len});
     const int32_t rows = ec.all_logits ? (int32_t)ec.tokens.size() : 1;
     if (ec.sampling) {
+      last_rows_[i] = (int32_t)order_.size();
       order_.push_back(row), device_chunks_.push_back((int32_t)i);
-    } else {
+    } else if (ec.wants_output || ec.all_logits) {
       for (int32_t r = 0; r < rows; ++r) host_rows.push_back(row + r);
     }
     row += rows;
@@ -492,6 +595,7 @@ void CudaExecutor::run_step(std::span<const BlockCopy> copies, std::span<const E
   order_.insert(order_.end(), host_rows.begin(), host_rows.end());
   model::check_step(c, chunks_, layout_);
   ops_->begin(chunks_, order_);
+  feed_tokens(chunks);
   begin_device_span();
   model::forward(c, weights_, *ops_);
   if (n_device > 0) sample_on_device(chunks, device_chunks_);
@@ -501,9 +605,6 @@ void CudaExecutor::run_step(std::span<const BlockCopy> copies, std::span<const E
     HABLAR_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), ops_->device_logits() + n_device * V,
                                       host_rows.size() * V * sizeof(float), cudaMemcpyDeviceToHost,
                                       stream));
-  wait_for_device();
-  out.sampled.assign(chunks.size(), -1);
-  for (size_t d = 0; d < n_device; ++d) out.sampled[(size_t)device_chunks_[d]] = host_ids_[d];
 }
 
 void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
@@ -538,7 +639,8 @@ void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
                       max_history > 0 ? history_.get() : nullptr, history_len_.get(), max_history,
                       masks, mask_words_, ids_.get(), stream);
   HABLAR_CUDA_CHECK(
-      cudaMemcpyAsync(host_ids_, ids_.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+      cudaMemcpyAsync(host_ids_[(size_t)slot_], ids_.get(), n * sizeof(int32_t),
+                      cudaMemcpyDeviceToHost, stream));
 }
 
 // Token masks for the sampled rows (row r samples chunk row_chunks[r], -1: none), asked of
@@ -548,6 +650,7 @@ const uint32_t* CudaExecutor::stage_masks(std::span<const ExecChunk> chunks,
                                           std::span<const int32_t> row_chunks) {
   const size_t words = (size_t)mask_words_;
   size_t last = 0;  // rows [0, last) are uploaded
+  if (masks_recorded_) HABLAR_CUDA_CHECK(cudaEventSynchronize(masks_done_.get()));
   for (size_t r = 0; r < row_chunks.size(); ++r) {
     if (row_chunks[r] < 0) continue;
     const DeviceSampling* s = chunks[(size_t)row_chunks[r]].sampling;
@@ -560,6 +663,8 @@ const uint32_t* CudaExecutor::stage_masks(std::span<const ExecChunk> chunks,
   if (last == 0) return nullptr;
   HABLAR_CUDA_CHECK(cudaMemcpyAsync(masks_.get(), host_masks_, last * words * sizeof(uint32_t),
                                     cudaMemcpyHostToDevice, stream_.get()));
+  masks_done_.record(stream_.get());
+  masks_recorded_ = true;
   return masks_.get();
 }
 
@@ -591,13 +696,17 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
   const int32_t n = (int32_t)chunks.size();
   const int32_t rows = graph_rows(n);
   chunks_.clear();
-  for (const ExecChunk& ec : chunks)
-    chunks_.push_back({ec.tokens, ec.start_pos, ec.block_table, ec.all_logits, ec.prompt_len});
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const ExecChunk& ec = chunks[i];
+    chunks_.push_back(
+        {fed_or_own(ec, fed_ids_[i]), ec.start_pos, ec.block_table, ec.all_logits, ec.prompt_len});
+  }
   model::check_step(c, chunks_, layout_);
   order_.resize((size_t)rows);
   std::iota(order_.begin(), order_.end(), 0);
   ops_->stage(chunks_, order_, rows);
   ops_->upload();
+  feed_tokens(chunks);
   stage_graph_sampling(chunks, rows);
   const bool profiled = rows == 1 && persistent_ && persistent_stamps_.size() > 0;
   if (profiled)
@@ -609,29 +718,26 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
   HABLAR_CUDA_CHECK(cudaGraphLaunch(graph, stream));
   // Sampling follows the graph, so that masks are computed while the device runs it.
   row_chunks_.assign((size_t)rows, -1);
+  last_rows_.assign(chunks.size(), -1);
   for (int32_t i = 0; i < n; ++i)
-    if (chunks[(size_t)i].sampling) row_chunks_[(size_t)i] = i;
+    if (chunks[(size_t)i].sampling) row_chunks_[(size_t)i] = i, last_rows_[(size_t)i] = i;
   const uint32_t* masks = stage_masks(chunks, row_chunks_);
   cuda::sample_tokens(ops_->device_logits(), rows, c.n_vocab, params_.get(), history_.get(),
                       history_len_.get(), kMaxDeviceHistory, masks, mask_words_, ids_.get(),
                       stream);
-  HABLAR_CUDA_CHECK(cudaMemcpyAsync(host_ids_, ids_.get(), (size_t)rows * sizeof(int32_t),
-                                    cudaMemcpyDeviceToHost, stream));
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(host_ids_[(size_t)slot_], ids_.get(),
+                                    (size_t)rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                    stream));
   const size_t V = (size_t)c.n_vocab;
   size_t host_rows = 0;
-  for (const ExecChunk& ec : chunks) host_rows += ec.sampling ? 0 : 1;
+  for (const ExecChunk& ec : chunks) host_rows += !ec.sampling && ec.wants_output ? 1 : 0;
   out.logits.resize(host_rows * V);
   size_t next = 0;
   for (int32_t i = 0; i < n; ++i)
-    if (!chunks[(size_t)i].sampling)
+    if (!chunks[(size_t)i].sampling && chunks[(size_t)i].wants_output)
       HABLAR_CUDA_CHECK(cudaMemcpyAsync(out.logits.data() + (next++) * V,
                                         ops_->device_logits() + (size_t)i * V, V * sizeof(float),
                                         cudaMemcpyDeviceToHost, stream));
-  wait_for_device();
-  out.sampled.assign(chunks.size(), -1);
-  for (int32_t i = 0; i < n; ++i)
-    if (chunks[(size_t)i].sampling) out.sampled[(size_t)i] = host_ids_[i];
-  if (profiled) add_persistent_profile();
 }
 
 void CudaExecutor::add_persistent_profile() {

@@ -262,6 +262,7 @@ class Engine {
     Sequence* seq;
     int32_t start_pos, n_tokens;
     bool on_device, all_logits, verify;
+    bool ends;   // it reaches the sequence's last token: its output is wanted
     bool plain;  // advanced when launched (n_computed, a placeholder for its sample)
   };
   struct LaunchedStep {

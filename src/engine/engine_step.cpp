@@ -130,8 +130,8 @@ void Engine::launch(StepPlan plan, Clock::time_point begun, double begun_ms) {
                    (!a.request.sampler || a.request.sampler->samples_ahead())));
     all_plain = all_plain && plain;
     step.chunks.push_back({c.seq, c.start_pos, c.n_tokens, sampling != nullptr, all_logits,
-                           verify, plain});
-    if (!sampling) step.n_rows += all_logits ? (size_t)c.n_tokens : 1;
+                           verify, ends, plain});
+    if (!sampling) step.n_rows += all_logits ? (size_t)c.n_tokens : ends ? 1 : 0;
     if (s.n_generated() > 0 && c.start_pos == (int32_t)s.tokens.size() - 1) {
       step.n_decode_tokens += 1;  // the decode; a draft's tokens are priced apart (step_cost.h)
       (verify ? step.n_verify_tokens : step.n_prompt_tokens) += c.n_tokens - 1;
@@ -210,7 +210,7 @@ void Engine::take_output(const LaunchedStep& step) {
   size_t row = 0;
   for (size_t i = 0; i < step.chunks.size(); ++i) {
     const LaunchedChunk& c = step.chunks[i];
-    const size_t rows = c.on_device ? 0 : c.all_logits ? (size_t)c.n_tokens : 1;
+    const size_t rows = c.on_device ? 0 : c.all_logits ? (size_t)c.n_tokens : c.ends ? 1 : 0;
     float* first_row = logits + row * n_vocab;
     row += rows;
     auto it = active_.find(c.seq);

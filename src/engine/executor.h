@@ -62,13 +62,13 @@ struct ExecChunk {
   // placeholder); only when feeds_tokens(). -1: every token is known.
   int32_t feed = -1;
   // False: neither a logits row nor a sample of this chunk is wanted (a prompt chunk before
-  // its last); the executor may skip its row, whose place in StepOutput::logits is kept.
+  // its last): StepOutput has no row for it.
   bool wants_output = true;
 };
 
 struct StepOutput {
   // Rows of n_vocab logits in chunk order, for the chunks without device sampling: one per
-  // token of an all_logits chunk, else one (for its last token).
+  // token of an all_logits chunk, else one (for its last token) unless it wants no output.
   std::vector<float> logits;
   // [n_chunks] the token sampled by the executor for a chunk with `sampling`, else -1.
   std::vector<int32_t> sampled;

@@ -276,6 +276,10 @@ void ForwardOps::upload() {
     copy(b.cos + r * T_max * RP, T * RP), copy(b.sin + r * T_max * RP, T * RP);
 }
 
+int32_t* ForwardOps::device_tokens() const {
+  return static_cast<int32_t*>(buf_->inputs.get()) + buf_->tokens;
+}
+
 void ForwardOps::embed(const WeightView& table, float* x) {
   flush();
   const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());

@@ -147,6 +147,8 @@ class ForwardOps {
   int64_t one_time_events() const;
   // Device logits [n_logit_rows x n_vocab] in logit_order.
   float* device_logits() const { return logits_; }
+  // The staged step's token ids on the device ([n_tokens()], uploaded by upload()).
+  int32_t* device_tokens() const;
   int32_t n_logit_rows() const { return n_logit_rows_; }
   // The attention's context bound for the staged step: its longest context, or for a graph
   // step (stage with pad_to) the bound its graph is sized for (decode_graph_context_bound).

@@ -197,4 +197,19 @@ void sample_tokens(float* logits, int n_seqs, int vocab, const SamplingParams* p
   HABLAR_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+__global__ void feed_sampled_tokens_kernel(const int32_t* sampled, int32_t* tokens, int n) {
+  const int t = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+  if (t < n && tokens[t] < 0) tokens[t] = sampled[-1 - tokens[t]];
+}
+
+}  // namespace
+
+void feed_sampled_tokens(const int32_t* sampled, int32_t* tokens, int n, cudaStream_t stream) {
+  if (n <= 0) return;
+  feed_sampled_tokens_kernel<<<(n + 255) / 256, 256, 0, stream>>>(sampled, tokens, n);
+  HABLAR_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace hablar::cuda

@@ -48,6 +48,10 @@ void sample_tokens(float* logits, int n_seqs, int vocab, const SamplingParams* p
                    const uint32_t* allowed, int mask_words, int32_t* tokens_out,
                    cudaStream_t stream);
 
+// A step's token ids (device, [n]) where some are fed from the step before: an id -1 - r
+// becomes sampled[r], the id that step sampled in row r (device); the others stay.
+void feed_sampled_tokens(const int32_t* sampled, int32_t* tokens, int n, cudaStream_t stream);
+
 // Words of a vocabulary's token mask: one bit per token.
 inline int token_mask_words(int vocab) {
   return (vocab + 31) / 32;

@@ -160,7 +160,7 @@ class FakeExecutor : public StepExecutor {
         }
         out.sampled[i] = (int32_t)(std::max_element(row.begin(), row.end()) - row.begin());
         device_sampled += 1;
-      } else {
+      } else if (c.wants_output || c.all_logits) {
         logits.insert(logits.end(), row.begin(), row.end());
       }
       tokens_computed += (int64_t)c.tokens.size();
