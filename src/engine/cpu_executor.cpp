@@ -85,7 +85,8 @@ void CpuExecutor::execute(std::span<const BlockCopy> copies, std::span<const Exe
 
 // The forward gives a row for each chunk (one for every token of an all-logits chunk); the
 // rows of chunks that want no output go (StepOutput's contract).
-void CpuExecutor::drop_unwanted_rows(std::span<const ExecChunk> chunks, std::vector<float>& logits) {
+void CpuExecutor::drop_unwanted_rows(std::span<const ExecChunk> chunks,
+                                     std::vector<float>& logits) {
   const size_t V = (size_t)model_.config().n_vocab;
   size_t from = 0, to = 0;
   for (const ExecChunk& c : chunks) {

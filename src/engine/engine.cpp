@@ -183,7 +183,8 @@ void Engine::intake() {
   std::vector<std::unique_ptr<Active>> fresh;
   {
     std::unique_lock<std::mutex> lock(queue_mu_);
-    if (incoming_.empty() && scheduler_.empty() && embeddings_.empty() && !stop_.load())
+    if (incoming_.empty() && scheduler_.empty() && embeddings_.empty() && !in_flight_ &&
+        !stop_.load())
       queue_cv_.wait_for(lock, std::chrono::milliseconds(100));
     fresh.swap(incoming_);
   }
@@ -478,8 +479,7 @@ void Engine::abandon_in_flight() {
 }
 
 void Engine::publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,
-                           int32_t n_decode_tokens, double schedule_seconds,
-                           double emit_seconds) {
+                           int32_t n_decode_tokens, double schedule_seconds, double emit_seconds) {
   std::vector<SlotInfo> slots;
   slots.reserve(active_.size());
   for (auto& [seq, a] : active_)

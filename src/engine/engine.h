@@ -272,7 +272,7 @@ class Engine {
     int32_t n_prompt_tokens = 0, n_decode_tokens = 0, n_verify_tokens = 0;
     size_t n_rows = 0;            // logits rows the executor returns
     bool keep_in_flight = false;  // every chunk plain: the next step may launch first
-    double begun_ms = 0;  // now_ms() when the turn that planned it began
+    double begun_ms = 0;          // now_ms() when the turn that planned it began
     std::chrono::steady_clock::time_point begun;
     double schedule_seconds = 0;
   };
@@ -321,8 +321,7 @@ class Engine {
   void emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens, const float* rows);
   void finish(Active& a, FinishReason reason, const std::string& error = {});
   void publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,
-                     int32_t n_decode_tokens, double schedule_seconds = 0,
-                     double emit_seconds = 0);
+                     int32_t n_decode_tokens, double schedule_seconds = 0, double emit_seconds = 0);
   void fail_all(const std::string& message);
   // Appends an item to the request's stream; its reader is woken at the end of the loop's
   // turn, off this thread (waker_).
@@ -350,10 +349,10 @@ class Engine {
   EmbeddingQueue embeddings_{config_.embed_step_tokens, config_.max_queue};
   std::unordered_map<Sequence*, std::unique_ptr<Active>> active_;  // step thread only
   StepOutput output_;
-  std::optional<LaunchedStep> in_flight_;           // launched, not yet collected
-  std::vector<std::unique_ptr<Active>> retired_;    // finished while a launched step held them
-  uint64_t n_launched_ = 0, n_collected_ = 0;       // step serials
-  double last_collect_ms_ = 0;                      // now_ms() when the last collect ended
+  std::optional<LaunchedStep> in_flight_;         // launched, not yet collected
+  std::vector<std::unique_ptr<Active>> retired_;  // finished while a launched step held them
+  uint64_t n_launched_ = 0, n_collected_ = 0;     // step serials
+  double last_collect_ms_ = 0;                    // now_ms() when the last collect ended
   std::chrono::steady_clock::time_point last_collect_;
   std::vector<DeviceSampling> sampling_;  // per chunk, this step
   HandleWaker waker_;

@@ -124,13 +124,12 @@ void Engine::launch(StepPlan plan, Clock::time_point begun, double begun_ms) {
     const int32_t prompt_len = s.n_discarded > 0 ? -1 : s.n_prompt;
     chunks.push_back({tokens, c.start_pos, std::span<const int32_t>(s.block_table), prompt_len,
                       all_logits, sampling, feed, ends || all_logits});
-    const bool plain =
-        !verify && !all_logits &&
-        (!ends || (sampling != nullptr && sampling->allowed == nullptr &&
-                   (!a.request.sampler || a.request.sampler->samples_ahead())));
+    const bool plain = !verify && !all_logits &&
+                       (!ends || (sampling != nullptr && sampling->allowed == nullptr &&
+                                  (!a.request.sampler || a.request.sampler->samples_ahead())));
     all_plain = all_plain && plain;
-    step.chunks.push_back({c.seq, c.start_pos, c.n_tokens, sampling != nullptr, all_logits,
-                           verify, ends, plain});
+    step.chunks.push_back(
+        {c.seq, c.start_pos, c.n_tokens, sampling != nullptr, all_logits, verify, ends, plain});
     if (!sampling) step.n_rows += all_logits ? (size_t)c.n_tokens : ends ? 1 : 0;
     if (s.n_generated() > 0 && c.start_pos == (int32_t)s.tokens.size() - 1) {
       step.n_decode_tokens += 1;  // the decode; a draft's tokens are priced apart (step_cost.h)
@@ -187,8 +186,7 @@ void Engine::collect() {
   if (costs_.ready())
     log::debug("step: {} prompt + {} decode + {} drafted tokens in {:.1f} ms (predicted {:.1f})",
                step.n_prompt_tokens, step.n_decode_tokens, step.n_verify_tokens, step_ms,
-               costs_.predict_ms(step.n_prompt_tokens, step.n_decode_tokens,
-                                 step.n_verify_tokens));
+               costs_.predict_ms(step.n_prompt_tokens, step.n_decode_tokens, step.n_verify_tokens));
   if (!executor_.last_step_was_cold())
     costs_.observe(step.n_prompt_tokens, step.n_decode_tokens, step_ms, step.n_verify_tokens);
   if (costs_.n_observed() % 64 == 0)

@@ -168,8 +168,8 @@ class FakeExecutor : public StepExecutor {
   }
 
   bool device_sampling = false;
-  bool feeds = false;           // steps launched ahead (feeds_tokens)
-  int64_t fed_chunks = 0;       // chunks whose token came from the step before
+  bool feeds = false;            // steps launched ahead (feeds_tokens)
+  int64_t fed_chunks = 0;        // chunks whose token came from the step before
   int64_t most_outstanding = 0;  // launched steps not yet collected, at most
   int64_t device_sampled = 0;
   int64_t device_masked = 0;  // device samples that applied a token mask

@@ -1,0 +1,354 @@
+// A CUDA step launched and collected (cuda_executor_impl.h): block copies, inputs staged and
+// uploaded (tokens fed from the last step's samples on the device), the forward or the
+// decode graph of its bucket, sampling, and the copies back of ids and host rows.
+#include "engine/cuda_executor_impl.h"
+
+namespace hablar::engine::cuda_executor_detail {
+
+cuda::SamplingParams to_device_params(const DeviceSampling& s) {
+  cuda::SamplingParams p;
+  p.temperature = s.temperature, p.top_k = s.top_k, p.top_p = s.top_p, p.min_p = s.min_p;
+  p.repetition_penalty = s.repetition_penalty;
+  p.presence_penalty = s.presence_penalty, p.frequency_penalty = s.frequency_penalty;
+  p.seed = s.seed, p.step = s.step;
+  p.temperature_last = s.temperature_last;
+  p.masked = s.allowed != nullptr;
+  return p;
+}
+
+// A step queued on the stream: block copies, inputs (fed tokens taken from the last step's
+// samples on the device), the forward, the sampling, and the copies back of the sampled ids
+// (to this slot's pinned ids) and of the host-sampled rows. Returns without waiting for the
+// device, unless host rows are copied back (into pageable memory, which waits).
+void CudaExecutor::launch(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks) {
+  if (!ops_) throw_error(ErrorKind::kUnsupported, "an encoder model only embeds");
+  HABLAR_CHECK(launched_.size() < 2, "more than two steps launched");
+  const auto t0 = std::chrono::steady_clock::now();
+  execute_begin_ = t0;
+  // The staging buffers are the last step's until the device has read them.
+  if (inputs_recorded_) HABLAR_CUDA_CHECK(cudaEventSynchronize(inputs_done_.get()));
+  const size_t graphs_before = graphs_.size();
+  const int64_t events_before = ops_->one_time_events();
+  slot_ = launched_.empty() ? 0 : 1 - launched_.back().slot;
+  Launched step;
+  step.slot = slot_;
+  cudaStream_t stream = stream_.get();
+  for (const BlockCopy& bc : copies)
+    for (int layer = 0; layer < layout_.n_layers; ++layer)
+      for (int kv = 0; kv < 2; ++kv) {
+        auto* base = static_cast<uint16_t*>(kv_.get());
+        HABLAR_CUDA_CHECK(cudaMemcpyAsync(base + layout_.offset(layer, kv, bc.dst, 0, 0, 0),
+                                          base + layout_.offset(layer, kv, bc.src, 0, 0, 0),
+                                          layout_.block_elems(kv) * 2, cudaMemcpyDeviceToDevice,
+                                          stream));
+      }
+  stage_fed_tokens(chunks);
+  if (graph_eligible(chunks)) {
+    execute_graph(chunks, step.out);
+    step.profiled =
+        graph_rows((int32_t)chunks.size()) == 1 && persistent_ && persistent_stamps_.size() > 0;
+  } else {
+    run_step(chunks, step.out);
+  }
+  end_device_span();
+  step.row_of_chunk = last_rows_;
+  step.cold = graphs_.size() != graphs_before || ops_->one_time_events() != events_before;
+  launched_.push_back(std::move(step));
+  execute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void CudaExecutor::collect(StepOutput& out) {
+  HABLAR_CHECK(!launched_.empty(), "collecting with no step launched");
+  const auto t0 = std::chrono::steady_clock::now();
+  Launched step = std::move(launched_.front());
+  launched_.pop_front();
+  const size_t slot = (size_t)step.slot;
+  HABLAR_CUDA_CHECK(cudaEventSynchronize(span_end_[slot].get()));
+  const auto t1 = std::chrono::steady_clock::now();
+  times_.wait_seconds += std::chrono::duration<double>(t1 - t0).count();
+  times_.device_seconds += span_end_[slot].elapsed_ms_since(span_begin_[slot]) / 1e3;
+  std::swap(out.logits, step.out.logits);
+  out.sampled.assign(step.row_of_chunk.size(), -1);
+  for (size_t i = 0; i < step.row_of_chunk.size(); ++i)
+    if (step.row_of_chunk[i] >= 0) out.sampled[i] = host_ids_[slot][step.row_of_chunk[i]];
+  if (step.profiled) add_persistent_profile();
+  cold_ = step.cold;
+  execute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void CudaExecutor::abandon() {
+  launched_.clear();
+  cudaStreamSynchronize(stream_.get());  // (its error, if any, was the step's failure)
+  cudaGetLastError();
+}
+
+// Fed chunks read their token as -1 - row (feed_sampled_tokens turns it into the id sampled
+// in that row of ids_ by the last launched step, before anything reads the tokens).
+void CudaExecutor::stage_fed_tokens(std::span<const ExecChunk> chunks) {
+  fed_ids_.assign(chunks.size(), 0);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const ExecChunk& ec = chunks[i];
+    if (ec.feed < 0) continue;
+    HABLAR_CHECK(feeds_ && ec.tokens.size() == 1 && (size_t)ec.feed < last_rows_.size() &&
+                     last_rows_[(size_t)ec.feed] >= 0,
+                 "a fed chunk names no sample of the last launched step");
+    HABLAR_CHECK(!ec.sampling || (ec.sampling->history.empty() && !ec.sampling->allowed),
+                 "a fed chunk's sampling reads the tokens before it");
+    fed_ids_[i] = -1 - last_rows_[(size_t)ec.feed];
+  }
+}
+
+// The chunks as the forward stages them, fed ones pointing at their encoded ids.
+static std::span<const int32_t> fed_or_own(const ExecChunk& ec, const int32_t& fed) {
+  return ec.feed >= 0 ? std::span<const int32_t>(&fed, 1) : ec.tokens;
+}
+
+void CudaExecutor::feed_tokens(std::span<const ExecChunk> chunks) {
+  for (const ExecChunk& ec : chunks)
+    if (ec.feed >= 0) {
+      cuda::feed_sampled_tokens(ids_.get(), ops_->device_tokens(), (int)ops_->n_tokens(),
+                                stream_.get());
+      break;
+    }
+  inputs_done_.record(stream_.get());
+  inputs_recorded_ = true;
+}
+
+void CudaExecutor::run_step(std::span<const ExecChunk> chunks, StepOutput& out) {
+  const model::ModelConfig& c = model_.config();
+  cudaStream_t stream = stream_.get();
+  // Logit rows: the device-sampled chunks' first (their ids come back), then every row the
+  // engine samples or scores on the host, in chunk order (none for a chunk that wants none).
+  chunks_.clear(), order_.clear(), device_chunks_.clear();
+  std::vector<int32_t> host_rows;
+  last_rows_.assign(chunks.size(), -1);
+  int32_t row = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const ExecChunk& ec = chunks[i];
+    chunks_.push_back(
+        {fed_or_own(ec, fed_ids_[i]), ec.start_pos, ec.block_table, ec.all_logits, ec.prompt_len});
+    const int32_t rows = ec.all_logits ? (int32_t)ec.tokens.size() : 1;
+    if (ec.sampling) {
+      last_rows_[i] = (int32_t)order_.size();
+      order_.push_back(row), device_chunks_.push_back((int32_t)i);
+    } else if (ec.wants_output || ec.all_logits) {
+      for (int32_t r = 0; r < rows; ++r) host_rows.push_back(row + r);
+    }
+    row += rows;
+  }
+  const size_t n_device = order_.size();
+  order_.insert(order_.end(), host_rows.begin(), host_rows.end());
+  model::check_step(c, chunks_, layout_);
+  ops_->begin(chunks_, order_);
+  feed_tokens(chunks);
+  begin_device_span();
+  model::forward(c, weights_, *ops_);
+  if (n_device > 0) sample_on_device(chunks, device_chunks_);
+  const size_t V = (size_t)c.n_vocab;
+  out.logits.resize(host_rows.size() * V);
+  if (!host_rows.empty())
+    HABLAR_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), ops_->device_logits() + n_device * V,
+                                      host_rows.size() * V * sizeof(float), cudaMemcpyDeviceToHost,
+                                      stream));
+}
+
+void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
+                                    std::span<const int32_t> device_chunks) {
+  const size_t n = device_chunks.size();
+  host_params_.resize(n);
+  host_history_len_.resize(n);
+  int32_t max_history = 0;
+  for (int32_t i : device_chunks)
+    max_history = std::max(max_history, (int32_t)chunks[(size_t)i].sampling->history.size());
+  HABLAR_CHECK(max_history <= kMaxDeviceHistory, "device sampling history too long");
+  host_history_.assign(n * (size_t)std::max(max_history, 1), 0);
+  for (size_t d = 0; d < n; ++d) {
+    const DeviceSampling& s = *chunks[(size_t)device_chunks[d]].sampling;
+    host_params_[d] = to_device_params(s);
+    host_history_len_[d] = (int32_t)s.history.size();
+    std::copy(s.history.begin(), s.history.end(),
+              host_history_.begin() + (ptrdiff_t)(d * (size_t)std::max(max_history, 1)));
+  }
+  cudaStream_t stream = stream_.get();
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_.data(),
+                                    n * sizeof(cuda::SamplingParams), cudaMemcpyHostToDevice,
+                                    stream));
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_len_.get(), host_history_len_.data(),
+                                    n * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  if (max_history > 0)
+    HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_.get(), host_history_.data(),
+                                      host_history_.size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream));
+  const uint32_t* masks = stage_masks(chunks, device_chunks);
+  cuda::sample_tokens(ops_->device_logits(), (int)n, model_.config().n_vocab, params_.get(),
+                      max_history > 0 ? history_.get() : nullptr, history_len_.get(), max_history,
+                      masks, mask_words_, ids_.get(), stream);
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(host_ids_[(size_t)slot_], ids_.get(), n * sizeof(int32_t),
+                                    cudaMemcpyDeviceToHost, stream));
+}
+
+// Token masks for the sampled rows (row r samples chunk row_chunks[r], -1: none), asked of
+// each chunk's mask source now that the forward is queued, so that the host computes them
+// while the device runs it; uploaded behind the forward. Null when no row is masked.
+const uint32_t* CudaExecutor::stage_masks(std::span<const ExecChunk> chunks,
+                                          std::span<const int32_t> row_chunks) {
+  const size_t words = (size_t)mask_words_;
+  size_t last = 0;  // rows [0, last) are uploaded
+  if (masks_recorded_) HABLAR_CUDA_CHECK(cudaEventSynchronize(masks_done_.get()));
+  for (size_t r = 0; r < row_chunks.size(); ++r) {
+    if (row_chunks[r] < 0) continue;
+    const DeviceSampling* s = chunks[(size_t)row_chunks[r]].sampling;
+    if (!s || !s->allowed) continue;
+    std::span<uint32_t> mask(host_masks_ + r * words, words);
+    std::fill(mask.begin(), mask.end(), 0u);
+    s->allowed->fill_allowed(mask);
+    last = r + 1;
+  }
+  if (last == 0) return nullptr;
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(masks_.get(), host_masks_, last * words * sizeof(uint32_t),
+                                    cudaMemcpyHostToDevice, stream_.get()));
+  masks_done_.record(stream_.get());
+  masks_recorded_ = true;
+  return masks_.get();
+}
+
+// Mixture-of-experts steps are captured only when their expert products are sized on the
+// device: otherwise each MoE layer brings its experts' row counts to the host
+// (cuda::ForwardOps::moe_ffn), a synchronization that a graph cannot hold.
+bool CudaExecutor::graph_eligible(std::span<const ExecChunk> chunks) const {
+  if (!moe_graphs_) return false;
+  if (chunks.empty() || (int32_t)chunks.size() > std::min(kMaxGraphTokens, max_step_tokens_) ||
+      graph_rows((int32_t)chunks.size()) > moe_graph_rows_)
+    return false;
+  for (const ExecChunk& c : chunks)
+    if (c.tokens.size() != 1 || c.all_logits) return false;
+  return true;
+}
+
+int32_t CudaExecutor::graph_rows(int32_t n) const {
+  int32_t rows = kMinGraphTokens;
+  while (rows < n) rows *= 2;
+  return std::min(rows, max_step_tokens_);
+}
+
+// A decode step: inputs staged and uploaded for `rows` (padded) tokens, the captured graph
+// (the forward and the sampling of every row) replayed, then the sampled ids and the logits
+// rows the engine samples itself copied back.
+void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& out) {
+  const model::ModelConfig& c = model_.config();
+  cudaStream_t stream = stream_.get();
+  const int32_t n = (int32_t)chunks.size();
+  const int32_t rows = graph_rows(n);
+  chunks_.clear();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const ExecChunk& ec = chunks[i];
+    chunks_.push_back(
+        {fed_or_own(ec, fed_ids_[i]), ec.start_pos, ec.block_table, ec.all_logits, ec.prompt_len});
+  }
+  model::check_step(c, chunks_, layout_);
+  order_.resize((size_t)rows);
+  std::iota(order_.begin(), order_.end(), 0);
+  ops_->stage(chunks_, order_, rows);
+  ops_->upload();
+  feed_tokens(chunks);
+  stage_graph_sampling(chunks, rows);
+  const bool profiled = rows == 1 && persistent_ && persistent_stamps_.size() > 0;
+  if (profiled)
+    HABLAR_CUDA_CHECK(cudaMemsetAsync(persistent_stamps_.get(), 0,
+                                      persistent_stamps_.size() * sizeof(unsigned long long),
+                                      stream));
+  const cudaGraphExec_t graph = graph_for(rows, ops_->context_bound());  // captured on first use
+  begin_device_span();
+  HABLAR_CUDA_CHECK(cudaGraphLaunch(graph, stream));
+  // Sampling follows the graph, so that masks are computed while the device runs it.
+  row_chunks_.assign((size_t)rows, -1);
+  last_rows_.assign(chunks.size(), -1);
+  for (int32_t i = 0; i < n; ++i)
+    if (chunks[(size_t)i].sampling) row_chunks_[(size_t)i] = i, last_rows_[(size_t)i] = i;
+  const uint32_t* masks = stage_masks(chunks, row_chunks_);
+  cuda::sample_tokens(ops_->device_logits(), rows, c.n_vocab, params_.get(), history_.get(),
+                      history_len_.get(), kMaxDeviceHistory, masks, mask_words_, ids_.get(),
+                      stream);
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(host_ids_[(size_t)slot_], ids_.get(),
+                                    (size_t)rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                    stream));
+  const size_t V = (size_t)c.n_vocab;
+  size_t host_rows = 0;
+  for (const ExecChunk& ec : chunks) host_rows += !ec.sampling && ec.wants_output ? 1 : 0;
+  out.logits.resize(host_rows * V);
+  size_t next = 0;
+  for (int32_t i = 0; i < n; ++i)
+    if (!chunks[(size_t)i].sampling && chunks[(size_t)i].wants_output)
+      HABLAR_CUDA_CHECK(cudaMemcpyAsync(out.logits.data() + (next++) * V,
+                                        ops_->device_logits() + (size_t)i * V, V * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream));
+}
+
+// Sampling parameters of every row of a graph step (padding and host-sampled rows greedy,
+// with no history: their ids are ignored), histories at a fixed stride.
+void CudaExecutor::stage_graph_sampling(std::span<const ExecChunk> chunks, int32_t rows) {
+  host_params_.assign((size_t)rows, cuda::SamplingParams{});
+  host_history_len_.assign((size_t)rows, 0);
+  for (auto& p : host_params_) p.temperature = 0.0f;
+  bool any_history = false;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const DeviceSampling* s = chunks[i].sampling;
+    if (!s) continue;
+    host_params_[i] = to_device_params(*s);
+    host_history_len_[i] = (int32_t)s->history.size();
+    any_history = any_history || !s->history.empty();
+  }
+  cudaStream_t stream = stream_.get();
+  if (any_history) {
+    host_history_.assign((size_t)rows * kMaxDeviceHistory, 0);
+    for (size_t i = 0; i < chunks.size(); ++i)
+      if (chunks[i].sampling)
+        std::copy(chunks[i].sampling->history.begin(), chunks[i].sampling->history.end(),
+                  host_history_.begin() + (ptrdiff_t)(i * kMaxDeviceHistory));
+    HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_.get(), host_history_.data(),
+                                      host_history_.size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream));
+  }
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_.data(),
+                                    (size_t)rows * sizeof(cuda::SamplingParams),
+                                    cudaMemcpyHostToDevice, stream));
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_len_.get(), host_history_len_.data(),
+                                    (size_t)rows * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                    stream));
+}
+
+// Records the model's forward into the persistent step's phases (persistent_step_plan.h):
+// one-token decode steps then run as the embedding lookup and one persistent launch.
+// The graph of a decode step of `rows` tokens whose contexts are within `context_bound`
+// (ForwardOps::context_bound, staged), captured on first use: every launch of the forward,
+// over the step buffers whose contents each replay's uploads set. (The sampling is launched
+// after it, once the host has the step's token masks.)
+cudaGraphExec_t CudaExecutor::graph_for(int32_t rows, int32_t context_bound) {
+  const std::pair<int32_t, int32_t> key{rows, context_bound};
+  if (auto it = graphs_.find(key); it != graphs_.end()) return it->second;
+  const model::ModelConfig& c = model_.config();
+  cudaStream_t stream = stream_.get();
+  cudaGraph_t graph = nullptr;
+  HABLAR_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    if (rows == 1 && persistent_) {  // the embedding lookup, then every layer in one launch
+      ops_->embed(persistent_embedding_, persistent_embedded_);
+      persistent_->launch(stream, persistent_stamps_.get());
+    } else {
+      model::forward(c, weights_, *ops_);
+    }
+  } catch (...) {
+    cudaStreamEndCapture(stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  HABLAR_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  HABLAR_CUDA_CHECK(err);
+  graphs_[key] = exec;
+  return exec;
+}
+
+}  // namespace hablar::engine::cuda_executor_detail
