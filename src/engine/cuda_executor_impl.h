@@ -147,6 +147,8 @@ class CudaExecutor : public StepExecutor {
   cuda::Event inputs_done_, masks_done_;
   bool inputs_recorded_ = false, masks_recorded_ = false;
   void stage_fed_tokens(std::span<const ExecChunk> chunks);
+  void check_staged_chunks();
+  std::vector<SequenceChunk> checked_;  // (check_staged_chunks)
   void feed_tokens(std::span<const ExecChunk> chunks);
   // Token masks of device-sampled rows, [max_step_tokens][mask_words_] (host side pinned).
   int mask_words_ = 0;

@@ -103,6 +103,16 @@ static std::span<const int32_t> fed_or_own(const ExecChunk& ec, const int32_t& f
   return ec.feed >= 0 ? std::span<const int32_t>(&fed, 1) : ec.tokens;
 }
 
+// model::check_step over the staged chunks, a fed token checked as id 0: it is known only on
+// the device, where it becomes an id the last step sampled from the vocabulary.
+void CudaExecutor::check_staged_chunks() {
+  static constexpr int32_t kSomeToken = 0;
+  checked_.assign(chunks_.begin(), chunks_.end());
+  for (size_t i = 0; i < checked_.size() && i < fed_ids_.size(); ++i)
+    if (fed_ids_[i] < 0) checked_[i].tokens = std::span<const int32_t>(&kSomeToken, 1);
+  model::check_step(model_.config(), checked_, layout_);
+}
+
 void CudaExecutor::feed_tokens(std::span<const ExecChunk> chunks) {
   for (const ExecChunk& ec : chunks)
     if (ec.feed >= 0) {
@@ -138,7 +148,7 @@ void CudaExecutor::run_step(std::span<const ExecChunk> chunks, StepOutput& out) 
   }
   const size_t n_device = order_.size();
   order_.insert(order_.end(), host_rows.begin(), host_rows.end());
-  model::check_step(c, chunks_, layout_);
+  check_staged_chunks();
   ops_->begin(chunks_, order_);
   feed_tokens(chunks);
   begin_device_span();
@@ -245,7 +255,7 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
     chunks_.push_back(
         {fed_or_own(ec, fed_ids_[i]), ec.start_pos, ec.block_table, ec.all_logits, ec.prompt_len});
   }
-  model::check_step(c, chunks_, layout_);
+  check_staged_chunks();
   order_.resize((size_t)rows);
   std::iota(order_.begin(), order_.end(), 0);
   ops_->stage(chunks_, order_, rows);
