@@ -156,11 +156,8 @@ TEST(Engine, PreemptionKeepsEveryOutputIntact) {
   Engine engine(c, exec);
   std::mt19937 rng(3);
   std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (int i = 0; i < 6; ++i) {
-    prompts.push_back(random_prompt(rng, 6 + i));
-    handles.push_back(engine.submit(request(prompts.back(), 14)));
-  }
+  const auto handles = submit_random(
+      engine, rng, 6, [](int i) { return 6 + i; }, 14, prompts);
   for (int i = 0; i < 6; ++i) {
     Result r = collect(*handles[(size_t)i]);
     EXPECT_EQ(r.tokens, reference_generation(prompts[(size_t)i], 14)) << "request " << i;

@@ -75,6 +75,20 @@ inline std::vector<int32_t> random_prompt(std::mt19937& rng, int32_t n) {
   return p;
 }
 
+// Submits n requests of random prompts, request i's of length(i) tokens, for max_tokens
+// each; their prompts are appended to `prompts`.
+template <typename Length>
+std::vector<std::shared_ptr<RequestHandle>> submit_random(
+    Engine& engine, std::mt19937& rng, int n, Length length, int32_t max_tokens,
+    std::vector<std::vector<int32_t>>& prompts) {
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < n; ++i) {
+    prompts.push_back(random_prompt(rng, length(i)));
+    handles.push_back(engine.submit(request(prompts.back(), max_tokens)));
+  }
+  return handles;
+}
+
 // The KV blocks are the executor's; n_blocks and block_size say which executor the test
 // builds beside it.
 inline EngineConfig config(int32_t /*n_blocks*/, int32_t /*block_size*/, int32_t max_running) {

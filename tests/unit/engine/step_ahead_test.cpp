@@ -83,11 +83,8 @@ TEST(StepAhead, PreemptionAndThePrefixCacheKeepOutputsIntact) {
   Engine engine(config(12, 4, 6), exec);
   std::mt19937 rng(3);
   std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (int i = 0; i < 6; ++i) {
-    prompts.push_back(random_prompt(rng, 6 + i));
-    handles.push_back(engine.submit(request(prompts.back(), 14)));
-  }
+  const auto handles = submit_random(
+      engine, rng, 6, [](int i) { return 6 + i; }, 14, prompts);
   std::vector<Result> results;
   for (size_t i = 0; i < handles.size(); ++i) {
     results.push_back(collect(*handles[i]));
