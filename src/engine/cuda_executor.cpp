@@ -85,10 +85,9 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   host_masks_ = static_cast<uint32_t*>(pinned);
   plan_persistent_step(o);
   // Steps launched ahead need every sample in ids_ and no host read between steps (the
-  // persistent step's profile stamps are read after each step). A lab form (off unless
-  // HABLAR_STEP_AHEAD=1) until a GPU has run its engine cases and timed it: the first run
-  // found a fault (since fixed) and no device came again that session.
-  feeds_ = persistent_stamps_.size() == 0 && cuda::lab_knob("HABLAR_STEP_AHEAD", 0) != 0;
+  // persistent step's profile stamps are read after each step).
+  feeds_ = persistent_stamps_.size() == 0 &&
+           cuda::lab_knob("HABLAR_STEP_AHEAD", o.launch_ahead ? 1 : 0) != 0;
   const std::string graphs =
       !moe_graphs_ ? std::string(
                          "no CUDA graphs (mixture of experts sized on the host: a "
