@@ -51,10 +51,10 @@ struct MetricsSnapshot {
   double executor_wait_seconds = 0;
   double executor_device_seconds = 0;
   double executor_stage_seconds = 0;  // of host: before the device's span (ExecutorTimes)
-  // The engine's own share of the steps: from a step's start to the executor's call
-  // (drafts, scheduling, the chunks' list), and from its return to the step's end (the
-  // tokens emitted, stop checks, state published). With the executor's host and wait, the
-  // whole of a step.
+  // The engine's own share of the steps: from a step's start to the executor's launch
+  // (drafts, scheduling, the chunks' list), and once its output is collected (the tokens
+  // emitted, stop checks). With steps launched ahead (engine_step.cpp) these overlap the
+  // device's work on the next step.
   double engine_schedule_seconds = 0;
   double engine_emit_seconds = 0;
   int32_t requests_running = 0;

@@ -553,8 +553,8 @@ void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res
          "Step time in the engine before the executor's call (drafts, scheduling).",
          s.engine_schedule_seconds);
   metric("hablar_engine_emit_seconds_total", "counter",
-         "Step time in the engine after the executor returned (tokens emitted, state "
-         "published).",
+         "Step time in the engine once the step's output was collected (tokens emitted, "
+         "stop checks).",
          s.engine_emit_seconds);
   metric(
       "hablar_prompt_tokens_per_second", "gauge", "Average prompt throughput.",
