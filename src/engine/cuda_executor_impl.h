@@ -142,6 +142,7 @@ class CudaExecutor : public StepExecutor {
   bool feeds_ = false;                  // feeds_tokens()
   std::vector<int32_t> last_rows_;      // row_of_chunk of the last launched step
   std::vector<int32_t> fed_ids_;        // per chunk: -1 - the row its fed token is sampled in
+  bool any_fed_ = false;                // some chunk of the step being launched is fed
   // The host's pinned inputs of the last launched step (ForwardOps' staging, the masks) are
   // read by the device once these complete: the next launch waits for them before staging.
   cuda::Event inputs_done_, masks_done_;
@@ -149,7 +150,7 @@ class CudaExecutor : public StepExecutor {
   void stage_fed_tokens(std::span<const ExecChunk> chunks);
   void check_staged_chunks();
   std::vector<SequenceChunk> checked_;  // (check_staged_chunks)
-  void feed_tokens(std::span<const ExecChunk> chunks);
+  void feed_tokens();  // after the upload: fed rows filled in, the inputs' event recorded
   // Token masks of device-sampled rows, [max_step_tokens][mask_words_] (host side pinned).
   int mask_words_ = 0;
   cuda::DeviceBuffer<uint32_t> masks_;

@@ -86,6 +86,7 @@ void CudaExecutor::abandon() {
 // in that row of ids_ by the last launched step, before anything reads the tokens).
 void CudaExecutor::stage_fed_tokens(std::span<const ExecChunk> chunks) {
   fed_ids_.assign(chunks.size(), 0);
+  any_fed_ = false;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const ExecChunk& ec = chunks[i];
     if (ec.feed < 0) continue;
@@ -95,6 +96,7 @@ void CudaExecutor::stage_fed_tokens(std::span<const ExecChunk> chunks) {
     HABLAR_CHECK(!ec.sampling || (ec.sampling->history.empty() && !ec.sampling->allowed),
                  "a fed chunk's sampling reads the tokens before it");
     fed_ids_[i] = -1 - last_rows_[(size_t)ec.feed];
+    any_fed_ = true;
   }
 }
 
@@ -106,6 +108,7 @@ static std::span<const int32_t> fed_or_own(const ExecChunk& ec, const int32_t& f
 // model::check_step over the staged chunks, a fed token checked as id 0: it is known only on
 // the device, where it becomes an id the last step sampled from the vocabulary.
 void CudaExecutor::check_staged_chunks() {
+  if (!any_fed_) return model::check_step(model_.config(), chunks_, layout_);
   static constexpr int32_t kSomeToken = 0;
   checked_.assign(chunks_.begin(), chunks_.end());
   for (size_t i = 0; i < checked_.size() && i < fed_ids_.size(); ++i)
@@ -113,13 +116,10 @@ void CudaExecutor::check_staged_chunks() {
   model::check_step(model_.config(), checked_, layout_);
 }
 
-void CudaExecutor::feed_tokens(std::span<const ExecChunk> chunks) {
-  for (const ExecChunk& ec : chunks)
-    if (ec.feed >= 0) {
-      cuda::feed_sampled_tokens(ids_.get(), ops_->device_tokens(), (int)ops_->n_tokens(),
-                                stream_.get());
-      break;
-    }
+void CudaExecutor::feed_tokens() {
+  if (any_fed_)
+    cuda::feed_sampled_tokens(ids_.get(), ops_->device_tokens(), (int)ops_->n_tokens(),
+                              stream_.get());
   inputs_done_.record(stream_.get());
   inputs_recorded_ = true;
 }
@@ -150,7 +150,7 @@ void CudaExecutor::run_step(std::span<const ExecChunk> chunks, StepOutput& out) 
   order_.insert(order_.end(), host_rows.begin(), host_rows.end());
   check_staged_chunks();
   ops_->begin(chunks_, order_);
-  feed_tokens(chunks);
+  feed_tokens();
   begin_device_span();
   model::forward(c, weights_, *ops_);
   if (n_device > 0) sample_on_device(chunks, device_chunks_);
@@ -260,7 +260,7 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
   std::iota(order_.begin(), order_.end(), 0);
   ops_->stage(chunks_, order_, rows);
   ops_->upload();
-  feed_tokens(chunks);
+  feed_tokens();
   stage_graph_sampling(chunks, rows);
   const bool profiled = rows == 1 && persistent_ && persistent_stamps_.size() > 0;
   if (profiled)
