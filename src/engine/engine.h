@@ -275,6 +275,7 @@ class Engine {
     double begun_ms = 0;          // now_ms() when the turn that planned it began
     std::chrono::steady_clock::time_point begun;
     double schedule_seconds = 0;
+    double launch_ms = 0;  // the host's part: planning and launching it
   };
 
   void loop();

@@ -145,6 +145,7 @@ void Engine::launch(StepPlan plan, Clock::time_point begun, double begun_ms) {
   }
   step.schedule_seconds = seconds_between(begun, Clock::now());
   executor_.launch(plan.copies, chunks);
+  step.launch_ms = seconds_between(begun, Clock::now()) * 1e3;
   n_launched_ = step.serial;
   // The executor holds nothing of `chunks` now: the plain chunks advance (their sequences'
   // tokens may grow).
@@ -170,7 +171,9 @@ void Engine::collect() {
   HABLAR_CHECK(in_flight_.has_value(), "collecting with no step in flight");
   const LaunchedStep step = std::move(*in_flight_);
   in_flight_.reset();
+  const double device_before = executor_.times().device_seconds;
   executor_.collect(output_);
+  const double device_ms = (executor_.times().device_seconds - device_before) * 1e3;
   n_collected_ = step.serial;
   const auto emit_begin = Clock::now();
   take_output(step);
@@ -183,12 +186,24 @@ void Engine::collect() {
   const auto end = Clock::now();
   const double step_seconds = seconds_between(std::max(step.begun, last_collect_), end);
   last_collect_ms_ = end_ms, last_collect_ = end;
+  // What the step adds to the time between two tokens of a stream. One at a time, that is
+  // the whole turn. A step that stayed in flight while the next one was planned and launched
+  // shares the turn: between two collections the device ran it while the host launched the
+  // next, so it costs its device span (which holds any wait for the host's launches within
+  // it) or its own host work, whichever is longer. (Its turn's wall time would also hold the
+  // next step's launch: a decode step would pay for the mixed step after it.)
+  const double cost_ms = step.keep_in_flight && device_ms > 0
+                             ? std::max(device_ms, step.launch_ms + emit_seconds * 1e3)
+                             : step_ms;
   if (costs_.ready())
-    log::debug("step: {} prompt + {} decode + {} drafted tokens in {:.1f} ms (predicted {:.1f})",
-               step.n_prompt_tokens, step.n_decode_tokens, step.n_verify_tokens, step_ms,
-               costs_.predict_ms(step.n_prompt_tokens, step.n_decode_tokens, step.n_verify_tokens));
+    log::debug(
+        "step: {} prompt + {} decode + {} drafted tokens, {} chunks{}, in {:.1f} ms "
+        "(costs {:.1f}, device {:.1f}, predicted {:.1f})",
+        step.n_prompt_tokens, step.n_decode_tokens, step.n_verify_tokens, step.chunks.size(),
+        step.keep_in_flight ? " launched ahead" : "", step_ms, cost_ms, device_ms,
+        costs_.predict_ms(step.n_prompt_tokens, step.n_decode_tokens, step.n_verify_tokens));
   if (!executor_.last_step_was_cold())
-    costs_.observe(step.n_prompt_tokens, step.n_decode_tokens, step_ms, step.n_verify_tokens);
+    costs_.observe(step.n_prompt_tokens, step.n_decode_tokens, cost_ms, step.n_verify_tokens);
   if (costs_.n_observed() % 64 == 0)
     log::debug(
         "step cost: {:.2f} ms + {:.3f} ms per decode; per prompt token {:.3f} ms in chunks of "

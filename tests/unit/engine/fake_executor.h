@@ -63,10 +63,12 @@ class FakeExecutor : public StepExecutor {
   // row, as the CUDA executor does.
   bool samples_on_device() const override { return device_sampling; }
   // A device executor's times: 1 ms of host work (0.5 ms of it staging) and 2 ms of waiting
-  // per step (engine tests check that the engine publishes them).
+  // per step (engine tests check that the engine publishes them); the device's 1.5 ms per
+  // step, or, when it feeds tokens, the simulated time of the steps collected (a step's span
+  // is known once it is collected, as on a GPU).
   ExecutorTimes times() const override {
-    return {1e-3 * (double)steps, 2e-3 * (double)steps, 1.5e-3 * (double)steps,
-            0.5e-3 * (double)steps};
+    return {1e-3 * (double)steps, 2e-3 * (double)steps,
+            feeds ? 1e-3 * collected_sim_ms : 1.5e-3 * (double)steps, 0.5e-3 * (double)steps};
   }
 
   // Launched steps run at once (the fake cache is written in launch order, as a device's
@@ -91,6 +93,7 @@ class FakeExecutor : public StepExecutor {
     }
     outstanding_.emplace_back();
     execute(copies, own, outstanding_.back());
+    outstanding_ms_.push_back(step_log.back().ms);
     last_sampled_ = outstanding_.back().sampled;
     most_outstanding = std::max(most_outstanding, (int64_t)outstanding_.size());
   }
@@ -98,8 +101,13 @@ class FakeExecutor : public StepExecutor {
     HABLAR_CHECK(!outstanding_.empty(), "collect with no step launched");
     out = std::move(outstanding_.front());
     outstanding_.pop_front();
+    collected_sim_ms += outstanding_ms_.front();
+    outstanding_ms_.pop_front();
   }
-  void abandon() override { outstanding_.clear(); }
+  void abandon() override {
+    outstanding_.clear();
+    outstanding_ms_.clear();
+  }
 
   void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,
                StepOutput& out) override {
@@ -177,13 +185,13 @@ class FakeExecutor : public StepExecutor {
   // A simulated clock each step advances by base + per decode + per prompt token, for
   // deterministic tests of time budgets (EngineConfig::now_ms reads sim_now_ms).
   double sim_base_ms = 0, sim_decode_ms = 0, sim_prompt_ms = 0;
-  double sim_prompt_step_ms = 0;
+  double sim_prompt_step_ms = 0;  // what a step with prompt tokens pays once (GPU: no graph)
   // While set, execute() waits: a test queues all its requests before the second step, so
   // how steps mix them does not depend on thread timing.
   std::atomic<bool> paused{false};
-  std::atomic<bool> held{false};  // a step is waiting for `paused` to clear  // what a step with
-                                  // prompt tokens pays once (GPU: no graph)
+  std::atomic<bool> held{false};  // a step is waiting for `paused` to clear
   double sim_now_ms = 0;
+  double collected_sim_ms = 0;  // the simulated time of the steps collected
   struct StepRecord {
     int32_t prompt_tokens, decode_tokens;
     double ms;
@@ -200,6 +208,7 @@ class FakeExecutor : public StepExecutor {
   int32_t block_size_;
   std::vector<int32_t> cache_;
   std::deque<StepOutput> outstanding_;
+  std::deque<double> outstanding_ms_;  // their simulated times
   std::vector<int32_t> last_sampled_;  // the last launch's samples, per chunk
 };
 

@@ -142,5 +142,35 @@ TEST(StepAhead, SamplingThatReadsTheHistoryIsNotFed) {
   EXPECT_EQ(exec.device_sampled, 3 * 10);
 }
 
+// The step cost model learns what a step adds between two tokens of a stream. A step that
+// stayed in flight while the next one launched costs its device span (simulated here): the
+// wall time until its collection holds the next step's launch, so a decode-only step before
+// a step with prompt tokens would be priced as that step, and the step with prompt tokens
+// before a decode-only one as a decode-only step (its prompt tokens free).
+TEST(StepAhead, AStepInFlightCostsItsOwnSpan) {
+  FeedingExecutor exec(256, 8);
+  exec.sim_base_ms = 2, exec.sim_decode_ms = 0.01;
+  exec.sim_prompt_ms = 0.02, exec.sim_prompt_step_ms = 4;  // GPU-like: no graph with prompts
+  EngineConfig c = config(256, 8, 4);
+  c.now_ms = [&exec] { return exec.sim_now_ms; };
+  Engine engine(c, exec);
+  std::mt19937 rng(8);
+  std::vector<int32_t> first = random_prompt(rng, 8);
+  auto decoding = engine.submit(request(first, 120));
+  std::vector<std::vector<int32_t>> prompts;
+  auto handles = submit_random(engine, rng, 3, [](int) { return 120; }, 2, prompts);
+  for (size_t i = 0; i < handles.size(); ++i)
+    EXPECT_EQ(collect(*handles[i]).tokens, reference_generation(prompts[i], 2)) << i;
+  EXPECT_EQ(collect(*decoding).tokens, reference_generation(first, 120));
+  ASSERT_GT(exec.most_outstanding, 1);
+  const StepCostModel& costs = engine.step_costs();
+  ASSERT_TRUE(costs.ready());
+  EXPECT_NEAR(costs.decode_ms(1), 2.01, 0.05);
+  // Steps of 32-63 prompt tokens beside a decode: 4 ms + 0.02 ms a token beyond it, between
+  // 0.083 and 0.145 ms a token.
+  EXPECT_GT(costs.per_prompt_ms(48), 0.08);
+  EXPECT_LT(costs.per_prompt_ms(48), 0.15);
+}
+
 }  // namespace
 }  // namespace hablar::engine

@@ -91,5 +91,22 @@ TEST(StepCostModel, FollowsAChangeInCost) {
   EXPECT_NEAR(m.decode_ms(2), 24.0, 0.5);
 }
 
+TEST(StepCostModel, AWidthsFirstStepsArePricedAtTheirCheapest) {
+  StepCostModel m;
+  for (int32_t d = 1; d <= 4; ++d) m.observe(0, d, 2.0 + 0.01 * d);
+  // The first step of 32 prompt tokens loaded its kernels (30 ms); the next ones cost 0.1 ms
+  // per token. An average would price the width at ~0.9 ms a token for ~50 steps, and a
+  // scheduler holding a step to a target would then avoid the width (never seeing it again).
+  m.observe(32, 0, 2.0 + 30.0);
+  EXPECT_NEAR(m.per_prompt_ms(32), 30.0 / 32, 1e-6);
+  m.observe(32, 0, 2.0 + 32 * 0.1);
+  EXPECT_NEAR(m.per_prompt_ms(32), 0.1, 1e-6);
+  // Past its first steps a width's price is averaged again: a slower step moves it a little.
+  for (int i = 0; i < 3; ++i) m.observe(40, 0, 2.0 + 40 * 0.1);
+  m.observe(32, 0, 2.0 + 32 * 0.2);
+  EXPECT_GT(m.per_prompt_ms(32), 0.1);
+  EXPECT_LT(m.per_prompt_ms(32), 0.11);
+}
+
 }  // namespace
 }  // namespace hablar::engine
