@@ -198,9 +198,10 @@ void Engine::collect() {
   if (costs_.ready())
     log::debug(
         "step: {} prompt + {} decode + {} drafted tokens, {} chunks{}, in {:.1f} ms "
-        "(costs {:.1f}, device {:.1f}, predicted {:.1f})",
+        "(costs {:.1f}: device {:.1f}, host {:.1f}; predicted {:.1f})",
         step.n_prompt_tokens, step.n_decode_tokens, step.n_verify_tokens, step.chunks.size(),
         step.keep_in_flight ? " launched ahead" : "", step_ms, cost_ms, device_ms,
+        step.launch_ms + emit_seconds * 1e3,
         costs_.predict_ms(step.n_prompt_tokens, step.n_decode_tokens, step.n_verify_tokens));
   if (!executor_.last_step_was_cold())
     costs_.observe(step.n_prompt_tokens, step.n_decode_tokens, cost_ms, step.n_verify_tokens);
