@@ -74,15 +74,15 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   history_ = cuda::DeviceBuffer<int32_t>(n * kMaxDeviceHistory);
   history_len_ = cuda::DeviceBuffer<int32_t>(n);
   ids_ = cuda::DeviceBuffer<int32_t>(n);
-  void* pinned = nullptr;
-  for (int32_t*& ids : host_ids_) {
-    HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, n * sizeof(int32_t)));
-    ids = static_cast<int32_t*>(pinned);
+  for (SamplingStaging& st : staging_) {
+    st.params = cuda::PinnedBuffer<cuda::SamplingParams>(n);
+    st.history = cuda::PinnedBuffer<int32_t>(n * kMaxDeviceHistory);
+    st.history_len = cuda::PinnedBuffer<int32_t>(n);
+    st.ids = cuda::PinnedBuffer<int32_t>(n);
   }
   mask_words_ = cuda::token_mask_words(c.n_vocab);
   masks_ = cuda::DeviceBuffer<uint32_t>(n * (size_t)mask_words_);
-  HABLAR_CUDA_CHECK(cudaMallocHost(&pinned, n * (size_t)mask_words_ * sizeof(uint32_t)));
-  host_masks_ = static_cast<uint32_t*>(pinned);
+  host_masks_ = cuda::PinnedBuffer<uint32_t>(n * (size_t)mask_words_);
   plan_persistent_step(o);
   // Steps launched ahead need every sample in ids_ and no host read between steps (the
   // persistent step's profile stamps are read after each step).

@@ -57,9 +57,6 @@ class CudaExecutor : public StepExecutor {
   ~CudaExecutor() override {
     print_persistent_profile();
     for (auto& [key, graph] : graphs_) cudaGraphExecDestroy(graph);
-    for (int32_t* ids : host_ids_)
-      if (ids) cudaFreeHost(ids);
-    if (host_masks_) cudaFreeHost(host_masks_);
   }
 
   int32_t n_vocab() const override { return model_.config().n_vocab; }
@@ -126,8 +123,13 @@ class CudaExecutor : public StepExecutor {
   // Sampling inputs and outputs, [max_step_tokens] each (history: [.. x kMaxDeviceHistory]).
   cuda::DeviceBuffer<cuda::SamplingParams> params_;
   cuda::DeviceBuffer<int32_t> history_, history_len_, ids_;
-  std::vector<cuda::SamplingParams> host_params_;
-  std::vector<int32_t> host_history_, host_history_len_;
+  // Their host sides, pinned, one set per slot (below): a step's uploads and its ids' copy
+  // back are asynchronous, and the next launch (which may come before this step ran) stages
+  // into the other slot's.
+  struct SamplingStaging {
+    cuda::PinnedBuffer<cuda::SamplingParams> params;
+    cuda::PinnedBuffer<int32_t> history, history_len, ids;
+  };
   // Launched steps until collected (at most two: the second fed by the first's samples),
   // alternating between two slots of pinned ids and events.
   struct Launched {
@@ -137,12 +139,12 @@ class CudaExecutor : public StepExecutor {
     bool cold = false, profiled = false;
   };
   std::deque<Launched> launched_;
-  int slot_ = 0;                        // the slot of the step being launched
-  std::array<int32_t*, 2> host_ids_{};  // pinned, [max_step_tokens] each
-  bool feeds_ = false;                  // feeds_tokens()
-  std::vector<int32_t> last_rows_;      // row_of_chunk of the last launched step
-  std::vector<int32_t> fed_ids_;        // per chunk: -1 - the row its fed token is sampled in
-  bool any_fed_ = false;                // some chunk of the step being launched is fed
+  int slot_ = 0;  // the slot of the step being launched
+  std::array<SamplingStaging, 2> staging_;
+  bool feeds_ = false;              // feeds_tokens()
+  std::vector<int32_t> last_rows_;  // row_of_chunk of the last launched step
+  std::vector<int32_t> fed_ids_;    // per chunk: -1 - the row its fed token is sampled in
+  bool any_fed_ = false;            // some chunk of the step being launched is fed
   // The host's pinned inputs of the last launched step (ForwardOps' staging, the masks) are
   // read by the device once these complete: the next launch waits for them before staging.
   cuda::Event inputs_done_, masks_done_;
@@ -154,7 +156,7 @@ class CudaExecutor : public StepExecutor {
   // Token masks of device-sampled rows, [max_step_tokens][mask_words_] (host side pinned).
   int mask_words_ = 0;
   cuda::DeviceBuffer<uint32_t> masks_;
-  uint32_t* host_masks_ = nullptr;
+  cuda::PinnedBuffer<uint32_t> host_masks_;
   std::vector<int32_t> row_chunks_;  // per sampled row: its chunk, -1 for none
   std::vector<SequenceChunk> chunks_;
   std::vector<int32_t> order_, device_chunks_;

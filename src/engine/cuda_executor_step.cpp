@@ -70,7 +70,8 @@ void CudaExecutor::collect(StepOutput& out) {
   std::swap(out.logits, step.out.logits);
   out.sampled.assign(step.row_of_chunk.size(), -1);
   for (size_t i = 0; i < step.row_of_chunk.size(); ++i)
-    if (step.row_of_chunk[i] >= 0) out.sampled[i] = host_ids_[slot][step.row_of_chunk[i]];
+    if (step.row_of_chunk[i] >= 0)
+      out.sampled[i] = staging_[slot].ids[(size_t)step.row_of_chunk[i]];
   if (step.profiled) add_persistent_profile();
   cold_ = step.cold;
   execute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -165,35 +166,34 @@ void CudaExecutor::run_step(std::span<const ExecChunk> chunks, StepOutput& out) 
 void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
                                     std::span<const int32_t> device_chunks) {
   const size_t n = device_chunks.size();
-  host_params_.resize(n);
-  host_history_len_.resize(n);
+  SamplingStaging& st = staging_[(size_t)slot_];
   int32_t max_history = 0;
   for (int32_t i : device_chunks)
     max_history = std::max(max_history, (int32_t)chunks[(size_t)i].sampling->history.size());
   HABLAR_CHECK(max_history <= kMaxDeviceHistory, "device sampling history too long");
-  host_history_.assign(n * (size_t)std::max(max_history, 1), 0);
+  const size_t stride = (size_t)std::max(max_history, 1);
+  std::fill(st.history.get(), st.history.get() + n * stride, 0);
   for (size_t d = 0; d < n; ++d) {
     const DeviceSampling& s = *chunks[(size_t)device_chunks[d]].sampling;
-    host_params_[d] = to_device_params(s);
-    host_history_len_[d] = (int32_t)s.history.size();
-    std::copy(s.history.begin(), s.history.end(),
-              host_history_.begin() + (ptrdiff_t)(d * (size_t)std::max(max_history, 1)));
+    st.params[d] = to_device_params(s);
+    st.history_len[d] = (int32_t)s.history.size();
+    std::copy(s.history.begin(), s.history.end(), st.history.get() + d * stride);
   }
   cudaStream_t stream = stream_.get();
-  HABLAR_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_.data(),
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(params_.get(), st.params.get(),
                                     n * sizeof(cuda::SamplingParams), cudaMemcpyHostToDevice,
                                     stream));
-  HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_len_.get(), host_history_len_.data(),
-                                    n * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_len_.get(), st.history_len.get(), n * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, stream));
   if (max_history > 0)
-    HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_.get(), host_history_.data(),
-                                      host_history_.size() * sizeof(int32_t),
-                                      cudaMemcpyHostToDevice, stream));
+    HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_.get(), st.history.get(),
+                                      n * stride * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                      stream));
   const uint32_t* masks = stage_masks(chunks, device_chunks);
   cuda::sample_tokens(ops_->device_logits(), (int)n, model_.config().n_vocab, params_.get(),
                       max_history > 0 ? history_.get() : nullptr, history_len_.get(), max_history,
                       masks, mask_words_, ids_.get(), stream);
-  HABLAR_CUDA_CHECK(cudaMemcpyAsync(host_ids_[(size_t)slot_], ids_.get(), n * sizeof(int32_t),
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(st.ids.get(), ids_.get(), n * sizeof(int32_t),
                                     cudaMemcpyDeviceToHost, stream));
 }
 
@@ -209,14 +209,15 @@ const uint32_t* CudaExecutor::stage_masks(std::span<const ExecChunk> chunks,
     if (row_chunks[r] < 0) continue;
     const DeviceSampling* s = chunks[(size_t)row_chunks[r]].sampling;
     if (!s || !s->allowed) continue;
-    std::span<uint32_t> mask(host_masks_ + r * words, words);
+    std::span<uint32_t> mask(host_masks_.get() + r * words, words);
     std::fill(mask.begin(), mask.end(), 0u);
     s->allowed->fill_allowed(mask);
     last = r + 1;
   }
   if (last == 0) return nullptr;
-  HABLAR_CUDA_CHECK(cudaMemcpyAsync(masks_.get(), host_masks_, last * words * sizeof(uint32_t),
-                                    cudaMemcpyHostToDevice, stream_.get()));
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(masks_.get(), host_masks_.get(),
+                                    last * words * sizeof(uint32_t), cudaMemcpyHostToDevice,
+                                    stream_.get()));
   masks_done_.record(stream_.get());
   masks_recorded_ = true;
   return masks_.get();
@@ -279,7 +280,7 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
   cuda::sample_tokens(ops_->device_logits(), rows, c.n_vocab, params_.get(), history_.get(),
                       history_len_.get(), kMaxDeviceHistory, masks, mask_words_, ids_.get(),
                       stream);
-  HABLAR_CUDA_CHECK(cudaMemcpyAsync(host_ids_[(size_t)slot_], ids_.get(),
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(staging_[(size_t)slot_].ids.get(), ids_.get(),
                                     (size_t)rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                     stream));
   const size_t V = (size_t)c.n_vocab;
@@ -297,32 +298,34 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
 // Sampling parameters of every row of a graph step (padding and host-sampled rows greedy,
 // with no history: their ids are ignored), histories at a fixed stride.
 void CudaExecutor::stage_graph_sampling(std::span<const ExecChunk> chunks, int32_t rows) {
-  host_params_.assign((size_t)rows, cuda::SamplingParams{});
-  host_history_len_.assign((size_t)rows, 0);
-  for (auto& p : host_params_) p.temperature = 0.0f;
+  SamplingStaging& st = staging_[(size_t)slot_];
+  cuda::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::fill(st.params.get(), st.params.get() + rows, greedy);
+  std::fill(st.history_len.get(), st.history_len.get() + rows, 0);
   bool any_history = false;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const DeviceSampling* s = chunks[i].sampling;
     if (!s) continue;
-    host_params_[i] = to_device_params(*s);
-    host_history_len_[i] = (int32_t)s->history.size();
+    st.params[i] = to_device_params(*s);
+    st.history_len[i] = (int32_t)s->history.size();
     any_history = any_history || !s->history.empty();
   }
   cudaStream_t stream = stream_.get();
   if (any_history) {
-    host_history_.assign((size_t)rows * kMaxDeviceHistory, 0);
+    const size_t words = (size_t)rows * kMaxDeviceHistory;
+    std::fill(st.history.get(), st.history.get() + words, 0);
     for (size_t i = 0; i < chunks.size(); ++i)
       if (chunks[i].sampling)
         std::copy(chunks[i].sampling->history.begin(), chunks[i].sampling->history.end(),
-                  host_history_.begin() + (ptrdiff_t)(i * kMaxDeviceHistory));
-    HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_.get(), host_history_.data(),
-                                      host_history_.size() * sizeof(int32_t),
+                  st.history.get() + i * kMaxDeviceHistory);
+    HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_.get(), st.history.get(), words * sizeof(int32_t),
                                       cudaMemcpyHostToDevice, stream));
   }
-  HABLAR_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_.data(),
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(params_.get(), st.params.get(),
                                     (size_t)rows * sizeof(cuda::SamplingParams),
                                     cudaMemcpyHostToDevice, stream));
-  HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_len_.get(), host_history_len_.data(),
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_len_.get(), st.history_len.get(),
                                     (size_t)rows * sizeof(int32_t), cudaMemcpyHostToDevice,
                                     stream));
 }

@@ -16,6 +16,10 @@ struct cublasContext;
 
 namespace hablar::cuda {
 
+// Driver settings that must precede its start (a deeper launch queue); every entry point
+// below that may be the process's first CUDA call runs it first.
+void prepare_driver();
+
 // Number of usable CUDA devices; 0 (never an error) when there is no driver or no device.
 // *reason, when given, receives why there is none.
 int device_count(std::string* reason = nullptr);
@@ -79,6 +83,43 @@ class DeviceBuffer {
 
  private:
   DeviceMemory memory_;
+  size_t size_ = 0;
+};
+
+// Page-locked host memory of `bytes` bytes (cudaMallocHost). Copies between it and the
+// device are truly asynchronous: from pageable memory the driver may first wait for the
+// stream's earlier work, stalling a host that launches the next step meanwhile.
+class PinnedMemory {
+ public:
+  PinnedMemory() = default;
+  explicit PinnedMemory(size_t bytes);
+  ~PinnedMemory();
+  PinnedMemory(PinnedMemory&& other) noexcept
+      : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  PinnedMemory& operator=(PinnedMemory&& other) noexcept;
+  PinnedMemory(const PinnedMemory&) = delete;
+  PinnedMemory& operator=(const PinnedMemory&) = delete;
+
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Typed pinned host array of n elements (uninitialized).
+template <typename T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t n) : memory_(n * sizeof(T)), size_(n) {}
+  T* get() const { return static_cast<T*>(memory_.get()); }
+  size_t size() const { return size_; }
+  T& operator[](size_t i) const { return get()[i]; }
+
+ private:
+  PinnedMemory memory_;
   size_t size_ = 0;
 };
 
