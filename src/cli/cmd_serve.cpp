@@ -88,6 +88,7 @@ struct ServeOptions {
   double gpu_memory_utilization = 0.9;
   bool deterministic = false;
   bool no_bf16_copies = false;
+  bool no_step_ahead = false;
   std::string cache_type_k = "f16", cache_type_v = "f16";
   bool special_in_content = false;
   bool jinja = true;
@@ -181,6 +182,7 @@ std::shared_ptr<server::ServingModel> load_serving_model(const ServeOptions& o,
   eo.cuda.max_step_tokens = std::max(o.n_batch, o.n_parallel);
   eo.cuda.deterministic = o.deterministic;
   eo.cuda.bf16_weight_copies = !o.no_bf16_copies;
+  eo.cuda.launch_ahead = !o.no_step_ahead;
   eo.cache_type_k = engine::kv_dtype_from_name(o.cache_type_k);
   eo.cache_type_v = engine::kv_dtype_from_name(o.cache_type_v);
   sm->executor = engine::make_executor(*sm->model, eo);
@@ -507,6 +509,7 @@ CommandRegistration serve_registration{
                    "GPU: batch-invariant kernels (a sequence's output does not depend on the "
                    "others in its steps); slower");
       add_no_bf16_copies_flag(app, o->no_bf16_copies);
+      add_no_step_ahead_flag(app, o->no_step_ahead);
       add_lab_knobs_flag(app);
       app.add_option("--parallel", o->n_parallel, "sequences decoded at once (-np)")
           ->capture_default_str();

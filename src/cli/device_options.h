@@ -33,6 +33,14 @@ inline void add_no_bf16_copies_flag(CLI::App& app, bool& no_copies) {
                "multiply them) and leave that memory to the KV cache");
 }
 
+// --no-step-ahead: the GPU runs one engine step at a time.
+inline void add_no_step_ahead_flag(CLI::App& app, bool& no_ahead) {
+  app.add_flag("--no-step-ahead", no_ahead,
+               "GPU: launch each engine step only once the last one's tokens reached the host "
+               "(by default the next step is launched first, its tokens fed on the device, so "
+               "the host's work between steps overlaps the device's)");
+}
+
 // --lab-knobs: the HABLAR_* tuning knobs of docs/CUDA.md read from the environment.
 inline void add_lab_knobs_flag(CLI::App& app) {
   app.add_flag_callback(
@@ -47,6 +55,7 @@ struct DeviceFlags {
   double gpu_memory_utilization = 0.9;
   bool deterministic = false;
   bool no_bf16_copies = false;
+  bool no_step_ahead = false;
   std::string cache_type_k = "f16", cache_type_v = "f16";
 
   void add_to(CLI::App& app) {
@@ -60,6 +69,7 @@ struct DeviceFlags {
         ->capture_default_str();
     app.add_flag("--deterministic", deterministic, "GPU: batch-invariant kernels (slower)");
     add_no_bf16_copies_flag(app, no_bf16_copies);
+    add_no_step_ahead_flag(app, no_step_ahead);
     add_lab_knobs_flag(app);
   }
   // Options for an executor of `kv_tokens` positions running steps of up to `step_tokens`.
@@ -74,6 +84,7 @@ struct DeviceFlags {
     o.cuda.max_seq_len = kv_tokens;
     o.cuda.deterministic = deterministic;
     o.cuda.bf16_weight_copies = !no_bf16_copies;
+    o.cuda.launch_ahead = !no_step_ahead;
     o.cache_type_k = engine::kv_dtype_from_name(cache_type_k);
     o.cache_type_v = engine::kv_dtype_from_name(cache_type_v);
     return o;

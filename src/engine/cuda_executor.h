@@ -36,10 +36,9 @@ struct CudaExecutorOptions {
   // kind and printed to stderr when the executor goes (`hablar bench --profile`).
   bool profile_decode = false;
   // Steps launched before the last one's tokens reach the host (StepExecutor::feeds_tokens:
-  // a chunk's token fed from the last step's samples on the device). Off until a GPU has run
-  // the form fixed after its first run (docs/PERFORMANCE.md, stop 61); the engine's tests over
-  // this executor turn it on, and the lab knob HABLAR_STEP_AHEAD (--lab-knobs) overrides it.
-  bool launch_ahead = false;
+  // a chunk's token fed from the last step's samples on the device); `--no-step-ahead` turns
+  // it off, and the lab knob HABLAR_STEP_AHEAD (--lab-knobs) overrides it.
+  bool launch_ahead = true;
   // The cache's element types (cuda_takes_cache: the constructor refuses the others).
   KvDType cache_type_k = KvDType::F16, cache_type_v = KvDType::F16;
 };

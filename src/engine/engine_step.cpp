@@ -188,13 +188,12 @@ void Engine::collect() {
   last_collect_ms_ = end_ms, last_collect_ = end;
   // What the step adds to the time between two tokens of a stream. One at a time, that is
   // the whole turn. A step that stayed in flight while the next one was planned and launched
-  // shares the turn: between two collections the device ran it while the host launched the
-  // next, so it costs its device span (which holds any wait for the host's launches within
-  // it) or its own host work, whichever is longer. (Its turn's wall time would also hold the
-  // next step's launch: a decode step would pay for the mixed step after it.)
-  const double cost_ms = step.keep_in_flight && device_ms > 0
-                             ? std::max(device_ms, step.launch_ms + emit_seconds * 1e3)
-                             : step_ms;
+  // costs its device span (which holds any wait for the host's launches within it): between
+  // two collections the device ran it while the host launched the next, so the turn's wall
+  // time would also hold the next step's launch (a decode-only step would pay for the step
+  // with prompt tokens after it), and the host's launch may itself wait for the device (a
+  // full launch queue).
+  const double cost_ms = step.keep_in_flight && device_ms > 0 ? device_ms : step_ms;
   if (costs_.ready())
     log::debug(
         "step: {} prompt + {} decode + {} drafted tokens, {} chunks{}, in {:.1f} ms "

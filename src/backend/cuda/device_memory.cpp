@@ -1,25 +1,9 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/cublas_library.h"
 
-#include <cstdlib>
-
 namespace hablar::cuda {
 
-// Asks the driver, before it starts, for a launch queue four times its default, unless the
-// user set one. A step with prompt tokens enqueues about 600 commands; launched while the
-// step before it still runs, it would fill the default queue: the host then stalls until the
-// device drains it, and the device idles while the host finishes the launch (half a step
-// lost in every other such step, measured on an H100). Called before any first CUDA call.
-void prepare_driver() {
-  static const bool done = [] {
-    setenv("CUDA_SCALE_LAUNCH_QUEUES", "4x", /*overwrite=*/0);
-    return true;
-  }();
-  (void)done;
-}
-
 int device_count(std::string* reason) {
-  prepare_driver();
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
@@ -54,7 +38,6 @@ void set_device_bytes(void* dst, int value, size_t bytes) {
 }
 
 DeviceMemory::DeviceMemory(size_t bytes) : bytes_(bytes) {
-  prepare_driver();
   if (bytes == 0) return;
   const cudaError_t status = cudaMalloc(&ptr_, bytes);
   if (status != cudaSuccess) {
@@ -102,7 +85,6 @@ PinnedMemory& PinnedMemory::operator=(PinnedMemory&& other) noexcept {
 }
 
 Stream::Stream() {
-  prepare_driver();
   HABLAR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 }
 Stream::~Stream() {

@@ -16,10 +16,6 @@ struct cublasContext;
 
 namespace hablar::cuda {
 
-// Driver settings that must precede its start (a deeper launch queue); every entry point
-// below that may be the process's first CUDA call runs it first.
-void prepare_driver();
-
 // Number of usable CUDA devices; 0 (never an error) when there is no driver or no device.
 // *reason, when given, receives why there is none.
 int device_count(std::string* reason = nullptr);
@@ -87,8 +83,7 @@ class DeviceBuffer {
 };
 
 // Page-locked host memory of `bytes` bytes (cudaMallocHost). Copies between it and the
-// device are truly asynchronous: from pageable memory the driver may first wait for the
-// stream's earlier work, stalling a host that launches the next step meanwhile.
+// device are asynchronous; from pageable memory the driver may stage them synchronously.
 class PinnedMemory {
  public:
   PinnedMemory() = default;
