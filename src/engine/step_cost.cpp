@@ -57,9 +57,12 @@ void StepCostModel::observe(int32_t prompt_tokens, int32_t decode_tokens, double
   // A width's first steps can pay one-time costs no flag shows (a GPU loads each kernel on
   // its first launch): until a few were seen its price is the cheapest of them. A price too
   // high would keep the scheduler from chunks of that width, so it would never be corrected;
-  // one too low is corrected by the next steps of that width.
-  if (n_prompt_class_[k] < kFirstSteps)
-    m = n_prompt_class_[k] == 0 ? per_token : std::min(m, per_token);
+  // one too low is corrected by the next steps of that width. (A price of 0, prompt tokens
+  // that cost nothing measurable, counts as none yet: the next step of the width sets it.)
+  if (m == 0)
+    m = per_token;
+  else if (n_prompt_class_[k] < kFirstSteps)
+    m = std::min(m, per_token);
   else
     m = decay_ * m + (1 - decay_) * per_token;
   n_prompt_class_[k] += 1;
@@ -121,8 +124,8 @@ double StepCostModel::decode_ms(int32_t decode_tokens) const {
 double StepCostModel::per_prompt_ms(int32_t width) const {
   const int k = width_class(width);
   for (int d = 0; d < kWidthClasses; ++d) {
-    if (k - d >= 0 && n_prompt_class_[(size_t)(k - d)] > 0) return prompt_ms_[(size_t)(k - d)];
-    if (k + d < kWidthClasses && n_prompt_class_[(size_t)(k + d)] > 0)
+    if (k - d >= 0 && prompt_ms_[(size_t)(k - d)] > 0) return prompt_ms_[(size_t)(k - d)];
+    if (k + d < kWidthClasses && prompt_ms_[(size_t)(k + d)] > 0)
       return prompt_ms_[(size_t)(k + d)];
   }
   return 0;

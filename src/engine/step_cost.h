@@ -73,8 +73,8 @@ class StepCostModel {
   std::array<double, 4> xtx_{};  // weighted sums over decode-only steps: 1, D, D, D^2
   std::array<double, 2> xty_{};  // ms, D * ms
   std::array<double, 2> coef_{};
-  static constexpr int32_t kFirstSteps = 4;  // a width's steps priced at their cheapest
-  std::array<double, kWidthClasses> prompt_ms_{};  // per token
+  static constexpr int32_t kFirstSteps = 4;              // a width's steps priced at their cheapest
+  std::array<double, kWidthClasses> prompt_ms_{};        // per token; 0: none yet
   std::array<int32_t, kWidthClasses> n_prompt_class_{};  // steps seen of each width class
   int64_t n_observed_ = 0;
   int64_t n_decode_fit_ = 0;  // observations in the decode line
