@@ -37,51 +37,39 @@ void set_device_bytes(void* dst, int value, size_t bytes) {
   HABLAR_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
-DeviceMemory::DeviceMemory(size_t bytes) : bytes_(bytes) {
-  if (bytes == 0) return;
-  const cudaError_t status = cudaMalloc(&ptr_, bytes);
+namespace {
+
+void* allocate_or_throw(cudaError_t (*alloc)(void**, size_t), const char* what, size_t bytes) {
+  void* ptr = nullptr;
+  const cudaError_t status = alloc(&ptr, bytes);
   if (status != cudaSuccess) {
     cudaGetLastError();
-    throw_error(ErrorKind::kResource, "cudaMalloc of " + std::to_string(bytes) +
+    throw_error(ErrorKind::kResource, std::string(what) + " of " + std::to_string(bytes) +
                                           " bytes failed: " + cudaGetErrorString(status));
   }
+  return ptr;
 }
 
-DeviceMemory::~DeviceMemory() {
-  if (ptr_ && cudaFree(ptr_) != cudaSuccess) cudaGetLastError();
+cudaError_t device_malloc(void** ptr, size_t bytes) {
+  return cudaMalloc(ptr, bytes);
+}
+cudaError_t host_malloc(void** ptr, size_t bytes) {
+  return cudaMallocHost(ptr, bytes);
 }
 
-DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
-  if (this != &other) {
-    if (ptr_ && cudaFree(ptr_) != cudaSuccess) cudaGetLastError();
-    ptr_ = std::exchange(other.ptr_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
+}  // namespace
 
-PinnedMemory::PinnedMemory(size_t bytes) : bytes_(bytes) {
-  if (bytes == 0) return;
-  const cudaError_t status = cudaMallocHost(&ptr_, bytes);
-  if (status != cudaSuccess) {
-    cudaGetLastError();
-    ptr_ = nullptr;
-    throw_error(ErrorKind::kResource, "cudaMallocHost of " + std::to_string(bytes) +
-                                          " bytes failed: " + cudaGetErrorString(status));
-  }
+void* DeviceAllocation::allocate(size_t bytes) {
+  return allocate_or_throw(device_malloc, "cudaMalloc", bytes);
 }
-
-PinnedMemory::~PinnedMemory() {
-  if (ptr_ && cudaFreeHost(ptr_) != cudaSuccess) cudaGetLastError();
+void DeviceAllocation::release(void* ptr) {
+  if (cudaFree(ptr) != cudaSuccess) cudaGetLastError();
 }
-
-PinnedMemory& PinnedMemory::operator=(PinnedMemory&& other) noexcept {
-  if (this != &other) {
-    if (ptr_ && cudaFreeHost(ptr_) != cudaSuccess) cudaGetLastError();
-    ptr_ = std::exchange(other.ptr_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
+void* PinnedAllocation::allocate(size_t bytes) {
+  return allocate_or_throw(host_malloc, "cudaMallocHost", bytes);
+}
+void PinnedAllocation::release(void* ptr) {
+  if (cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
 }
 
 Stream::Stream() {

@@ -33,17 +33,29 @@ void copy_to_device(void* dst, const void* src, size_t bytes);
 // ordered on the legacy default stream only).
 void set_device_bytes(void* dst, int value, size_t bytes);
 
-// Untyped device allocation of `bytes` bytes (cudaMalloc).
-class DeviceMemory {
+// Untyped memory of `bytes` bytes that frees itself; `Kind` allocates and releases it (a
+// failed allocation throws kResource, a failed release is ignored).
+template <typename Kind>
+class OwnedMemory {
  public:
-  DeviceMemory() = default;
-  explicit DeviceMemory(size_t bytes);
-  ~DeviceMemory();
-  DeviceMemory(DeviceMemory&& other) noexcept
+  OwnedMemory() = default;
+  explicit OwnedMemory(size_t bytes)
+      : ptr_(bytes ? Kind::allocate(bytes) : nullptr), bytes_(bytes) {}
+  ~OwnedMemory() {
+    if (ptr_) Kind::release(ptr_);
+  }
+  OwnedMemory(OwnedMemory&& other) noexcept
       : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-  DeviceMemory& operator=(DeviceMemory&& other) noexcept;
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  OwnedMemory& operator=(OwnedMemory&& other) noexcept {
+    if (this != &other) {
+      if (ptr_) Kind::release(ptr_);
+      ptr_ = std::exchange(other.ptr_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  OwnedMemory(const OwnedMemory&) = delete;
+  OwnedMemory& operator=(const OwnedMemory&) = delete;
 
   void* get() const { return ptr_; }
   size_t bytes() const { return bytes_; }
@@ -52,6 +64,21 @@ class DeviceMemory {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// Device memory (cudaMalloc).
+struct DeviceAllocation {
+  static void* allocate(size_t bytes);
+  static void release(void* ptr);
+};
+using DeviceMemory = OwnedMemory<DeviceAllocation>;
+
+// Page-locked host memory (cudaMallocHost). Copies between it and the device are
+// asynchronous; from pageable memory the driver may stage them synchronously.
+struct PinnedAllocation {
+  static void* allocate(size_t bytes);
+  static void release(void* ptr);
+};
+using PinnedMemory = OwnedMemory<PinnedAllocation>;
 
 // Typed device array of n elements.
 template <typename T>
@@ -80,27 +107,6 @@ class DeviceBuffer {
  private:
   DeviceMemory memory_;
   size_t size_ = 0;
-};
-
-// Page-locked host memory of `bytes` bytes (cudaMallocHost). Copies between it and the
-// device are asynchronous; from pageable memory the driver may stage them synchronously.
-class PinnedMemory {
- public:
-  PinnedMemory() = default;
-  explicit PinnedMemory(size_t bytes);
-  ~PinnedMemory();
-  PinnedMemory(PinnedMemory&& other) noexcept
-      : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-  PinnedMemory& operator=(PinnedMemory&& other) noexcept;
-  PinnedMemory(const PinnedMemory&) = delete;
-  PinnedMemory& operator=(const PinnedMemory&) = delete;
-
-  void* get() const { return ptr_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
 };
 
 // Typed pinned host array of n elements (uninitialized).
