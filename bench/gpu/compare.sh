@@ -134,7 +134,7 @@ run() {
 
 # Steps, and the seconds of prompt and decode work, from hablar's /metrics.
 engine_counters() {
-  curl -s "localhost:$1/metrics" | grep -E "^hablar_(steps_total|prompt_seconds_total|decode_seconds_total|generated_tokens_total|executor_host_seconds_total|executor_wait_seconds_total|executor_device_seconds_total|executor_stage_seconds_total|engine_schedule_seconds_total|engine_emit_seconds_total) "
+  curl -s "localhost:$1/metrics" | grep -E "^hablar_(steps_total|steps_launched_ahead_total|prompt_seconds_total|decode_seconds_total|generated_tokens_total|executor_host_seconds_total|executor_wait_seconds_total|executor_device_seconds_total|executor_stage_seconds_total|engine_schedule_seconds_total|engine_emit_seconds_total) "
 }
 
 wait_health() {
@@ -233,7 +233,7 @@ ab_variant() {
       "$out/ab-serve/${3:-qwen2.5-1.5b}-serving-hablar.json" 2>/dev/null)
     # The steps' split: the engine's schedule and emit, the executor's host (of it stage:
     # before the device's span), wait, and the device's span.
-    serve+=$(awk '/^hablar_(steps_total|(executor|engine)_[a-z]+_seconds_total) / {
+    serve+=$(awk '/^hablar_(steps_total|steps_launched_ahead_total|(executor|engine)_[a-z]+_seconds_total) / {
       sub(/^hablar_/, "", $1); sub(/_seconds_total$/, "", $1); sub(/_total$/, "", $1);
       printf " %s %.2f", $1, $2 }' "$out/ab-serve/${3:-qwen2.5-1.5b}-counters-after.txt")
   fi

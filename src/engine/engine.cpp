@@ -496,6 +496,7 @@ void Engine::publish_state(const StepPlan* plan, double step_seconds, int32_t n_
     if (plan && !plan->chunks.empty()) {
       const int32_t batch = (int32_t)plan->chunks.size();
       m.steps_total += 1;
+      m.steps_launched_ahead_total = n_launched_ahead_;
       m.batch_size.observe(batch);
       m.max_batch_size = std::max(m.max_batch_size, batch);
       m.prompt_tokens_computed += (uint64_t)n_prompt_tokens;

@@ -353,7 +353,8 @@ class Engine {
   std::optional<LaunchedStep> in_flight_;         // launched, not yet collected
   std::vector<std::unique_ptr<Active>> retired_;  // finished while a launched step held them
   uint64_t n_launched_ = 0, n_collected_ = 0;     // step serials
-  double last_collect_ms_ = 0;                    // now_ms() when the last collect ended
+  uint64_t n_launched_ahead_ = 0;  // steps launched while the one before was in flight
+  double last_collect_ms_ = 0;     // now_ms() when the last collect ended
   std::chrono::steady_clock::time_point last_collect_;
   std::vector<DeviceSampling> sampling_;  // per chunk, this step
   HandleWaker waker_;

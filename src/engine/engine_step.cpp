@@ -162,7 +162,10 @@ void Engine::launch(StepPlan plan, Clock::time_point begun, double begun_ms) {
   }
   step.keep_in_flight = all_plain && executor_.feeds_tokens() && !spec_.enabled();
   step.plan = std::move(plan);
-  if (in_flight_) collect();  // the step before this one
+  if (in_flight_) {  // the step before this one
+    n_launched_ahead_ += 1;
+    collect();
+  }
   in_flight_ = std::move(step);
   if (!in_flight_->keep_in_flight) collect();
 }

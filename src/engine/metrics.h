@@ -42,6 +42,8 @@ struct MetricsSnapshot {
   uint64_t preemptions_total = 0;
   uint64_t context_shifts_total = 0;  // GenerateRequest::context_shift taking effect
   uint64_t steps_total = 0;
+  // Steps launched while the step before them was still on the device (engine_step.cpp).
+  uint64_t steps_launched_ahead_total = 0;
   uint64_t embedding_inputs_total = 0;  // inputs embedded (engine/embedding.h)
   uint64_t embedding_steps_total = 0;
   double prompt_seconds_total = 0;  // step time spent on prompt tokens (share)

@@ -573,6 +573,10 @@ void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res
          "Context shifts (--context-shift): old tokens dropped from a full context.",
          (double)s.context_shifts_total);
   metric("hablar_steps_total", "counter", "Engine steps run.", (double)s.steps_total);
+  metric("hablar_steps_launched_ahead_total", "counter",
+         "Engine steps launched before the step ahead of them had finished on the device "
+         "(their tokens fed there); the others waited for the last step's tokens.",
+         (double)s.steps_launched_ahead_total);
   metric("hablar_embedding_inputs_total", "counter", "Inputs embedded.",
          (double)s.embedding_inputs_total);
   metric("hablar_embedding_steps_total", "counter", "Embedding steps run.",

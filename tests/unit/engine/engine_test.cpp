@@ -93,6 +93,7 @@ TEST(Engine, ExecutorTimesArePublished) {
   EXPECT_DOUBLE_EQ(m.executor_wait_seconds, 2e-3 * (double)m.steps_total);
   EXPECT_DOUBLE_EQ(m.executor_device_seconds, 1.5e-3 * (double)m.steps_total);
   EXPECT_DOUBLE_EQ(m.executor_stage_seconds, 0.5e-3 * (double)m.steps_total);
+  EXPECT_EQ(m.steps_launched_ahead_total, 0u);  // this executor takes no tokens fed
   EXPECT_GT(m.engine_schedule_seconds, 0.0);
   EXPECT_GT(m.engine_emit_seconds, 0.0);
   // The engine's shares are parts of the steps' time.

@@ -73,6 +73,9 @@ TEST(StepAhead, EveryRequestGetsItsSoloOutput) {
   EXPECT_GT(exec.fed_chunks, 0);
   EXPECT_EQ(exec.most_outstanding, 2);
   EXPECT_TRUE(eventually(engine, [](const MetricsSnapshot& m) { return m.kv_blocks_used == 0; }));
+  const MetricsSnapshot m = engine.metrics().snapshot();
+  EXPECT_GT(m.steps_launched_ahead_total, 0u);
+  EXPECT_LT(m.steps_launched_ahead_total, m.steps_total);  // the first step had none before it
 }
 
 // 12 blocks of 4 positions for 6 sequences growing to about 20 tokens each: preemptions come
@@ -158,7 +161,8 @@ TEST(StepAhead, AStepInFlightCostsItsOwnSpan) {
   std::vector<int32_t> first = random_prompt(rng, 8);
   auto decoding = engine.submit(request(first, 120));
   std::vector<std::vector<int32_t>> prompts;
-  auto handles = submit_random(engine, rng, 3, [](int) { return 120; }, 2, prompts);
+  auto handles = submit_random(
+      engine, rng, 3, [](int) { return 120; }, 2, prompts);
   for (size_t i = 0; i < handles.size(); ++i)
     EXPECT_EQ(collect(*handles[i]).tokens, reference_generation(prompts[i], 2)) << i;
   EXPECT_EQ(collect(*decoding).tokens, reference_generation(first, 120));
