@@ -1,4 +1,6 @@
-// What one engine step costs on this executor, learned from the steps themselves.
+// What one engine step costs on this executor, learned from the steps themselves (what a
+// step adds between two tokens of a stream: its wall time one step at a time, its device
+// span when the next step was launched before it was collected; Engine::collect).
 //
 // Two parts, because they scale differently:
 //   - the decodes: a step of D decodes alone costs  base + per_decode * D  (the base is what
