@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine/request_sampler.h"
@@ -143,6 +144,72 @@ TEST(StepAhead, SamplingThatReadsTheHistoryIsNotFed) {
     EXPECT_EQ(collect(*handles[i]).tokens, reference_generation(prompts[i], 10)) << i;
   EXPECT_EQ(exec.fed_chunks, 0);
   EXPECT_EQ(exec.device_sampled, 3 * 10);
+}
+
+// Requests of every kind in one stream of steps: plain ones (fed), ones whose sampling reads
+// their history (penalties: collected first), with the log-probabilities of their tokens
+// (host rows) or of their prompts (a row per prompt token), ending on the end token, at
+// max_tokens, or cancelled after their first token, all under preemption (few blocks). Each
+// output is its solo run's (a cancelled one's a prefix of it), each prompt token's
+// log-probability comes once, and the cache is empty at the end.
+TEST(StepAhead, MixturesOfRequestKindsKeepEveryOutput) {
+  FeedingExecutor exec(16, 4);  // 64 positions for 6 sequences of up to 40
+  Engine engine(ending_config(6), exec);
+  std::mt19937 rng(21);
+  struct Sent {
+    std::vector<int32_t> prompt;
+    int32_t max_tokens = 0;
+    int kind = 0;  // 0 plain, 1 penalties, 2 token log-probabilities, 3 prompt ones, 4 cancel
+    std::shared_ptr<RequestHandle> handle;
+  };
+  std::vector<Sent> sent;
+  for (int i = 0; i < 40; ++i) {
+    Sent s;
+    s.prompt = random_prompt(rng, 3 + (int32_t)(rng() % 18));
+    s.max_tokens = 1 + (int32_t)(rng() % 20);
+    s.kind = i % 5;
+    GenerateRequest g = request(s.prompt, s.max_tokens);
+    if (s.kind == 1) {
+      SamplingParams params;
+      params.temperature = 0.0f;
+      params.repeat_penalty = 1.2f;  // (the fake samples greedily whatever the penalty)
+      g.sampler = std::make_unique<ParamsSampler>(params, kVocab);
+    }
+    if (s.kind == 2) g.n_logprobs = 2;
+    if (s.kind == 3) g.n_prompt_logprobs = 0;
+    s.handle = engine.submit(std::move(g));
+    sent.push_back(std::move(s));
+    if (i % 8 == 7) std::this_thread::sleep_for(milliseconds(1));  // arrivals in waves
+  }
+  for (size_t i = 0; i < sent.size(); ++i) {
+    const Sent& s = sent[i];
+    std::vector<int32_t> tokens;
+    int32_t prompt_items = 0;
+    StreamItem final;
+    for (bool done = false; !done;) {
+      std::vector<StreamItem> items;
+      ASSERT_TRUE(s.handle->wait(items, milliseconds(10000))) << "engine stalled";
+      for (const StreamItem& it : items) {
+        if (it.kind == StreamItem::Kind::kFinal) final = it, done = true;
+        if (it.kind == StreamItem::Kind::kPrompt) prompt_items += 1;
+        if (it.kind == StreamItem::Kind::kToken) tokens.push_back(it.token);
+      }
+      if (s.kind == 4 && !tokens.empty()) s.handle->cancel();
+    }
+    const std::vector<int32_t> want = reference_until_end(s.prompt, s.max_tokens);
+    if (s.kind == 4) {
+      ASSERT_LE(tokens.size(), want.size()) << "request " << i;
+      EXPECT_EQ(tokens, std::vector<int32_t>(want.begin(), want.begin() + (ptrdiff_t)tokens.size()))
+          << "request " << i;
+    } else {
+      EXPECT_EQ(tokens, want) << "request " << i;
+      EXPECT_NE(final.finish_reason, FinishReason::kCancelled) << "request " << i;
+    }
+    if (s.kind == 3) EXPECT_EQ(prompt_items, (int32_t)s.prompt.size()) << "request " << i;
+  }
+  EXPECT_GT(exec.fed_chunks, 0);
+  EXPECT_GT(engine.metrics().snapshot().preemptions_total, 0u);
+  EXPECT_TRUE(eventually(engine, [](const MetricsSnapshot& m) { return m.kv_blocks_used == 0; }));
 }
 
 // The step cost model learns what a step adds between two tokens of a stream. A step that
