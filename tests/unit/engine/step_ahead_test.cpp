@@ -205,7 +205,9 @@ TEST(StepAhead, MixturesOfRequestKindsKeepEveryOutput) {
       EXPECT_EQ(tokens, want) << "request " << i;
       EXPECT_NE(final.finish_reason, FinishReason::kCancelled) << "request " << i;
     }
-    if (s.kind == 3) EXPECT_EQ(prompt_items, (int32_t)s.prompt.size()) << "request " << i;
+    if (s.kind == 3) {
+      EXPECT_EQ(prompt_items, (int32_t)s.prompt.size()) << "request " << i;
+    }
   }
   EXPECT_GT(exec.fed_chunks, 0);
   EXPECT_GT(engine.metrics().snapshot().preemptions_total, 0u);
