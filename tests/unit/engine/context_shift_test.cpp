@@ -56,7 +56,6 @@ class ContextShiftTest : public test_models::OnEachExecutor {
     eo.cuda.max_step_tokens = 96;
     eo.cuda.max_seq_len = 1024;
     eo.cuda.deterministic = true;
-    eo.cuda.launch_ahead = true;  // the engine's steps launched ahead (engine_step.cpp)
     auto executor = make_executor(*model_, eo);
     EngineConfig c;
     c.n_ctx = n_ctx;

@@ -34,7 +34,6 @@ std::unique_ptr<StepExecutor> make_test_executor(const model::Model& m, DeviceKi
   o.cuda.max_step_tokens = 96;
   o.cuda.max_seq_len = 1024;
   o.cuda.deterministic = true;
-  o.cuda.launch_ahead = true;  // the engine's steps launched ahead (engine_step.cpp)
   return make_executor(m, o);
 }
 
