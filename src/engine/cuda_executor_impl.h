@@ -150,6 +150,7 @@ class CudaExecutor : public StepExecutor {
   cuda::Event inputs_done_, masks_done_;
   bool inputs_recorded_ = false, masks_recorded_ = false;
   void stage_fed_tokens(std::span<const ExecChunk> chunks);
+  bool stage_fed_history(size_t chunk, const DeviceSampling& s, int32_t* row) const;
   void check_staged_chunks();
   std::vector<SequenceChunk> checked_;  // (check_staged_chunks)
   void feed_tokens();  // after the upload: fed rows filled in, the inputs' event recorded

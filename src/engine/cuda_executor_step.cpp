@@ -94,11 +94,21 @@ void CudaExecutor::stage_fed_tokens(std::span<const ExecChunk> chunks) {
     HABLAR_CHECK(feeds_ && ec.tokens.size() == 1 && (size_t)ec.feed < last_rows_.size() &&
                      last_rows_[(size_t)ec.feed] >= 0,
                  "a fed chunk names no sample of the last launched step");
-    HABLAR_CHECK(!ec.sampling || (ec.sampling->history.empty() && !ec.sampling->allowed),
-                 "a fed chunk's sampling reads the tokens before it");
+    HABLAR_CHECK(!ec.sampling || !ec.sampling->allowed, "a fed chunk's sampling has a mask");
+    HABLAR_CHECK(!ec.sampling || ec.sampling->history.empty() ||
+                     ec.sampling->history.back() == kPendingToken,
+                 "a fed chunk's penalties read a history without its pending token");
     fed_ids_[i] = -1 - last_rows_[(size_t)ec.feed];
     any_fed_ = true;
   }
+}
+
+// A fed chunk's penalty history ends with its pending token: staged, like the token, as
+// -1 - r (feed_sampled_tokens fills it in on the device). Returns whether it did.
+bool CudaExecutor::stage_fed_history(size_t chunk, const DeviceSampling& s, int32_t* row) const {
+  if (chunk >= fed_ids_.size() || fed_ids_[chunk] >= 0 || s.history.empty()) return false;
+  row[s.history.size() - 1] = fed_ids_[chunk];
+  return true;
 }
 
 // The chunks as the forward stages them, fed ones pointing at their encoded ids.
@@ -173,11 +183,14 @@ void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
   HABLAR_CHECK(max_history <= kMaxDeviceHistory, "device sampling history too long");
   const size_t stride = (size_t)std::max(max_history, 1);
   std::fill(st.history.get(), st.history.get() + n * stride, 0);
+  bool fed_history = false;
   for (size_t d = 0; d < n; ++d) {
-    const DeviceSampling& s = *chunks[(size_t)device_chunks[d]].sampling;
+    const size_t chunk = (size_t)device_chunks[d];
+    const DeviceSampling& s = *chunks[chunk].sampling;
     st.params[d] = to_device_params(s);
     st.history_len[d] = (int32_t)s.history.size();
     std::copy(s.history.begin(), s.history.end(), st.history.get() + d * stride);
+    fed_history = stage_fed_history(chunk, s, st.history.get() + d * stride) || fed_history;
   }
   cudaStream_t stream = stream_.get();
   HABLAR_CUDA_CHECK(cudaMemcpyAsync(params_.get(), st.params.get(),
@@ -189,6 +202,8 @@ void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
     HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_.get(), st.history.get(),
                                       n * stride * sizeof(int32_t), cudaMemcpyHostToDevice,
                                       stream));
+  // (ids_ still holds the last step's samples: this step's are drawn below.)
+  if (fed_history) cuda::feed_sampled_tokens(ids_.get(), history_.get(), (int)(n * stride), stream);
   const uint32_t* masks = stage_masks(chunks, device_chunks);
   cuda::sample_tokens(ops_->device_logits(), (int)n, model_.config().n_vocab, params_.get(),
                       max_history > 0 ? history_.get() : nullptr, history_len_.get(), max_history,
@@ -315,12 +330,18 @@ void CudaExecutor::stage_graph_sampling(std::span<const ExecChunk> chunks, int32
   if (any_history) {
     const size_t words = (size_t)rows * kMaxDeviceHistory;
     std::fill(st.history.get(), st.history.get() + words, 0);
-    for (size_t i = 0; i < chunks.size(); ++i)
-      if (chunks[i].sampling)
-        std::copy(chunks[i].sampling->history.begin(), chunks[i].sampling->history.end(),
-                  st.history.get() + i * kMaxDeviceHistory);
+    bool fed_history = false;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const DeviceSampling* s = chunks[i].sampling;
+      if (!s) continue;
+      int32_t* row = st.history.get() + i * kMaxDeviceHistory;
+      std::copy(s->history.begin(), s->history.end(), row);
+      fed_history = stage_fed_history(i, *s, row) || fed_history;
+    }
     HABLAR_CUDA_CHECK(cudaMemcpyAsync(history_.get(), st.history.get(), words * sizeof(int32_t),
                                       cudaMemcpyHostToDevice, stream));
+    // (ids_ still holds the last step's samples: the graph's sampling comes after.)
+    if (fed_history) cuda::feed_sampled_tokens(ids_.get(), history_.get(), (int)words, stream);
   }
   HABLAR_CUDA_CHECK(cudaMemcpyAsync(params_.get(), st.params.get(),
                                     (size_t)rows * sizeof(cuda::SamplingParams),

@@ -53,10 +53,13 @@ class NextTokenSampler {
   // before it). False: the engine computes that position again and samples it on the host
   // (a grammar's token that would leave its sentence unfinishable within max_tokens).
   virtual bool keeps_device_sample(int32_t token, std::span<const int32_t> history) { return true; }
-  // Whether device_params() may be asked before the token just sampled is known: it reads
-  // no history (no penalties, no grammar) and keeps every device sample. Then the engine may
-  // launch the request's next step before the last one's token reaches the host.
+  // Whether device_params() may be asked before the token just sampled is known (its
+  // history then ends with kPendingToken, which the executor fills in on its device) and
+  // every device sample stands (no grammar). Then the engine may launch the request's next
+  // step before the last one's token reaches the host.
   virtual bool samples_ahead() const { return false; }
+  // Whether device_params() gives the executor a history (penalties).
+  virtual bool reads_history() const { return true; }
 };
 
 // Turns generated tokens into text on the step thread: detokenization and stop strings.

@@ -11,9 +11,10 @@
 //    (Active::n_ahead counts them). Collecting resolves each placeholder, oldest first, with
 //    the sampled token and emits it (stop checks, text) as before.
 //  - A chunk of N + 1 that reads a placeholder is fed (ExecChunk::feed) when it is a plain
-//    decode of it whose sampling reads no history (NextTokenSampler::samples_ahead). Where one
-//    is not, N is collected before N + 1 launches, as without stepping ahead, and N + 1's
-//    chunks of requests that ended meanwhile are dropped.
+//    decode of it whose sampling the executor can finish (NextTokenSampler::samples_ahead:
+//    penalties whose history ends in the placeholder, which the executor fills in as well;
+//    no grammar mask). Where one is not, N is collected before N + 1 launches, as without
+//    stepping ahead, and N + 1's chunks of requests that ended meanwhile are dropped.
 //  - A step stays in flight only when every chunk is plain: host-sampled rows, logits of
 //    every token, draft verification, grammar masks and samples a sampler may refuse are
 //    handled when their step is collected, before anything else is planned.
@@ -32,9 +33,6 @@ namespace hablar::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The value a launched step's sample holds in a sequence's tokens until it is collected.
-constexpr int32_t kPendingToken = -1;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -56,7 +54,11 @@ bool Engine::can_feed(const ScheduledChunk& c) const {
          a.last_step == in_flight_->serial && a.n_ahead == 1 && c.n_tokens == 1 &&
          c.start_pos == (int32_t)s.tokens.size() - 1 && s.draft.empty() && s.max_tokens > 0 &&
          a.request.n_logprobs < 0 && !a.sample_on_host &&
-         (!a.request.sampler || a.request.sampler->samples_ahead()) &&
+         (!a.request.sampler ||
+          (a.request.sampler->samples_ahead() &&
+           // A context shift's full history does not hold the placeholder (emit_token
+           // appends to it): penalties reading it would miss the pending token.
+           (a.full_history.empty() || !a.request.sampler->reads_history()))) &&
          (int32_t)s.tokens.size() < context_capacity();
 }
 

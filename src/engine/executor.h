@@ -47,6 +47,9 @@ struct DeviceSampling {
   TokenMaskSource* allowed = nullptr;  // null: every token may come next
 };
 
+// A token the engine has not seen yet: a sample of a step still in flight (ExecChunk::feed).
+inline constexpr int32_t kPendingToken = -1;
+
 // One sequence's share of a step (mirrors SequenceChunk, core/step_batch.h).
 struct ExecChunk {
   std::span<const int32_t> tokens;       // tokens to process now
@@ -58,8 +61,9 @@ struct ExecChunk {
   // (only when samples_on_device()); null: return its logits row instead.
   const DeviceSampling* sampling = nullptr;
   // >= 0: the chunk's one token is the one the executor sampled for chunk `feed` of the
-  // step launched before this one, which the engine has not seen yet (tokens[0] holds a
-  // placeholder); only when feeds_tokens(). -1: every token is known.
+  // step launched before this one, which the engine has not seen yet (tokens[0] holds
+  // kPendingToken); only when feeds_tokens(). Its sampling's history, when it has one, ends
+  // with the same placeholder, for the executor to fill in too. -1: every token is known.
   int32_t feed = -1;
   // False: neither a logits row nor a sample of this chunk is wanted (a prompt chunk before
   // its last): StepOutput has no row for it.

@@ -71,11 +71,11 @@ bool ParamsSampler::device_params(std::span<const int32_t> history, DeviceSampli
 
 // Penalties read the history (a window of none reads nothing); the rest of the device chain
 // does not.
-bool ParamsSampler::samples_ahead() const {
+bool ParamsSampler::reads_history() const {
   const SamplingParams& p = sampler_.params();
   const bool penalties =
       p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  return !penalties || p.repeat_last_n == 0;
+  return penalties && p.repeat_last_n != 0;
 }
 
 }  // namespace hablar::engine

@@ -48,7 +48,8 @@ class ParamsSampler : public NextTokenSampler {
   // Device sampling follows the same chain (filters, then temperature) when nothing
   // host-only is asked for (logit bias, typical-p, a penalty window over kMaxDeviceHistory).
   bool device_params(std::span<const int32_t> history, DeviceSampling& out) override;
-  bool samples_ahead() const override;
+  bool samples_ahead() const override { return true; }
+  bool reads_history() const override;
   // Records each sample's post-chain distribution (n candidates at most) into `log`.
   void report_post_sampling(std::shared_ptr<PostSamplingLog> log, int n);
 

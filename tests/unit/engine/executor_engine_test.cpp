@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/executor_factory.h"
+#include "engine/request_sampler.h"
 #include "engine/sequence_runner.h"
 #include "formats/synthetic_model.h"
 #include "model/model.h"
@@ -26,7 +27,7 @@ using std::chrono::milliseconds;
 
 // An executor of n_blocks blocks of 16 positions on the device under test.
 std::unique_ptr<StepExecutor> make_test_executor(const model::Model& m, DeviceKind device,
-                                                 int32_t n_blocks) {
+                                                 int32_t n_blocks, bool launch_ahead = true) {
   ExecutorOptions o;
   o.device = device;
   o.n_threads = 2;
@@ -34,6 +35,7 @@ std::unique_ptr<StepExecutor> make_test_executor(const model::Model& m, DeviceKi
   o.cuda.max_step_tokens = 96;
   o.cuda.max_seq_len = 1024;
   o.cuda.deterministic = true;
+  o.cuda.launch_ahead = launch_ahead;  // the engine's steps launched ahead (engine_step.cpp)
   return make_executor(m, o);
 }
 
@@ -53,8 +55,10 @@ class ModelRunnerTest : public test_models::OnEachExecutor {
                                              int32_t n_blocks, int32_t max_running,
                                              int32_t max_tokens, bool one_at_a_time,
                                              MetricsSnapshot* metrics = nullptr,
-                                             bool serve_policy = false) {
-    auto runner = make_test_executor(*model_, GetParam(), n_blocks);
+                                             bool serve_policy = false,
+                                             const SamplingParams* sampling = nullptr,
+                                             bool launch_ahead = true) {
+    auto runner = make_test_executor(*model_, GetParam(), n_blocks, launch_ahead);
     EngineConfig c;
     c.n_ctx = 1024;
     c.scheduler = {.max_running = max_running, .max_step_tokens = 96, .max_prefill_chunk = 40};
@@ -83,6 +87,8 @@ class ModelRunnerTest : public test_models::OnEachExecutor {
       GenerateRequest g;
       g.prompt = prompts[i];
       g.max_tokens = max_tokens;
+      if (sampling)
+        g.sampler = std::make_unique<ParamsSampler>(*sampling, model_->config().n_vocab);
       handles.push_back(engine.submit(std::move(g)));
       if (one_at_a_time) drain(i);
     }
@@ -125,6 +131,28 @@ TEST_P(ModelRunnerTest, BatchedEqualsAlone) {
   }
   EXPECT_GT(m.max_batch_size, 1);
   EXPECT_GT(m.prompt_tokens_cached, 0u);  // the shared 40-token head (2 full blocks)
+}
+
+// Penalties read the tokens so far, the last of them not yet on the host when a step is
+// launched ahead: the executor fills it into the history on its device. The outputs are
+// those of one step at a time (the CPU's executor never launches ahead: the same run twice).
+TEST_P(ModelRunnerTest, PenaltiesLaunchedAheadEqualOneStepAtATime) {
+  const auto prompts = test_prompts();
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.repeat_penalty = 1.5f;
+  p.repeat_last_n = 32;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  const auto ahead = generate(prompts, 64, 8, 16, false, nullptr, false, &p, true);
+  const auto single = generate(prompts, 64, 8, 16, false, nullptr, false, &p, false);
+  const auto plain = generate(prompts, 64, 8, 16, false);
+  int changed = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(ahead[i], single[i]) << "request " << i;
+    changed += ahead[i] != plain[i] ? 1 : 0;
+  }
+  EXPECT_GT(changed, 0);  // the penalties changed some output
 }
 
 // serve's policy: the prompts submitted together finish in one step (their last tokens held

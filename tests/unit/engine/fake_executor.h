@@ -47,6 +47,21 @@ inline int32_t reference_next(std::span<const int32_t> history, int32_t n_vocab)
   return best;
 }
 
+// The repetition penalty as the samplers apply it (llama.cpp's rule: a positive logit of a
+// token in the history divided by the penalty, a negative one multiplied; once per token).
+inline void apply_repetition_penalty(std::span<const int32_t> history, float penalty,
+                                     std::span<float> row) {
+  if (penalty == 1.0f) return;
+  std::vector<bool> seen(row.size(), false);
+  for (int32_t t : history) {
+    HABLAR_CHECK(t >= 0 && (size_t)t < row.size(), "a penalty history holds no token id");
+    if (seen[(size_t)t]) continue;
+    seen[(size_t)t] = true;
+    float& v = row[(size_t)t];
+    v = v > 0 ? v / penalty : v * penalty;
+  }
+}
+
 class FakeExecutor : public StepExecutor {
  public:
   FakeExecutor(int32_t n_vocab, int32_t n_blocks, int32_t block_size)
@@ -80,16 +95,28 @@ class FakeExecutor : public StepExecutor {
     HABLAR_CHECK(outstanding_.size() < (feeds ? 2u : 1u), "too many steps outstanding");
     std::vector<ExecChunk> own(chunks.begin(), chunks.end());
     std::vector<int32_t> fed(own.size());
+    // A fed chunk's penalty history ends with the same placeholder: filled in here too.
+    std::vector<DeviceSampling> sampling(own.size());
+    std::vector<std::vector<int32_t>> history(own.size());
     for (size_t i = 0; i < own.size(); ++i) {
       if (own[i].feed < 0) continue;
       HABLAR_CHECK(feeds && (size_t)own[i].feed < last_sampled_.size() &&
                        last_sampled_[(size_t)own[i].feed] >= 0,
                    "a fed chunk names no sample of the step before");
-      HABLAR_CHECK(own[i].tokens.size() == 1 && own[i].tokens[0] < 0,
+      HABLAR_CHECK(own[i].tokens.size() == 1 && own[i].tokens[0] == kPendingToken,
                    "a fed chunk's token is not a placeholder");
       fed[i] = last_sampled_[(size_t)own[i].feed];
       own[i].tokens = std::span<const int32_t>(&fed[i], 1);
       fed_chunks += 1;
+      if (own[i].sampling == nullptr || own[i].sampling->history.empty()) continue;
+      HABLAR_CHECK(own[i].sampling->history.back() == kPendingToken,
+                   "a fed chunk's history does not end with its placeholder");
+      history[i].assign(own[i].sampling->history.begin(), own[i].sampling->history.end());
+      history[i].back() = fed[i];
+      sampling[i] = *own[i].sampling;
+      sampling[i].history = history[i];
+      own[i].sampling = &sampling[i];
+      fed_histories += 1;
     }
     outstanding_.emplace_back();
     execute(copies, own, outstanding_.back());
@@ -166,6 +193,7 @@ class FakeExecutor : public StepExecutor {
               row[(size_t)v] = -std::numeric_limits<float>::infinity();
           device_masked += 1;
         }
+        apply_repetition_penalty(c.sampling->history, c.sampling->repetition_penalty, row);
         out.sampled[i] = (int32_t)(std::max_element(row.begin(), row.end()) - row.begin());
         device_sampled += 1;
       } else if (c.wants_output || c.all_logits) {
@@ -178,6 +206,7 @@ class FakeExecutor : public StepExecutor {
   bool device_sampling = false;
   bool feeds = false;            // steps launched ahead (feeds_tokens)
   int64_t fed_chunks = 0;        // chunks whose token came from the step before
+  int64_t fed_histories = 0;     // of those, chunks whose penalty history ended with it
   int64_t most_outstanding = 0;  // launched steps not yet collected, at most
   int64_t device_sampled = 0;
   int64_t device_masked = 0;  // device samples that applied a token mask

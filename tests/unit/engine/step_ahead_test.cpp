@@ -123,9 +123,25 @@ TEST(StepAhead, CancelledRequestsLeaveNothingBehind) {
   EXPECT_TRUE(eventually(engine, [](const MetricsSnapshot& m) { return m.kv_blocks_used == 0; }));
 }
 
-// Penalties read the tokens so far: such a request's next step waits for its last token
-// (the fake device samples greedily, so the outputs are the greedy ones either way).
-TEST(StepAhead, SamplingThatReadsTheHistoryIsNotFed) {
+// Penalties read the tokens so far: a request's next step is fed its last token and the
+// history its penalties read ends with that token, both filled in by the executor (the fake
+// applies the repetition penalty as the samplers do). The outputs are the penalized ones.
+std::vector<int32_t> reference_penalized(std::vector<int32_t> tokens, int32_t n, float penalty,
+                                         size_t window) {
+  std::vector<int32_t> out;
+  std::vector<float> row((size_t)kVocab);
+  for (int32_t i = 0; i < n; ++i) {
+    test::reference_logits(tokens, kVocab, row.data());
+    const size_t w = std::min(window, tokens.size());
+    test::apply_repetition_penalty(std::span<const int32_t>(tokens).last(w), penalty, row);
+    const int32_t t = (int32_t)(std::max_element(row.begin(), row.end()) - row.begin());
+    out.push_back(t);
+    tokens.push_back(t);
+  }
+  return out;
+}
+
+TEST(StepAhead, PenaltiesAreFedTheirPendingToken) {
   FeedingExecutor exec(64, 8);
   Engine engine(config(64, 8, 4), exec);
   std::mt19937 rng(6);
@@ -133,17 +149,23 @@ TEST(StepAhead, SamplingThatReadsTheHistoryIsNotFed) {
   std::vector<std::shared_ptr<RequestHandle>> handles;
   for (int i = 0; i < 3; ++i) {
     prompts.push_back(random_prompt(rng, 4 + 3 * i));
-    GenerateRequest g = request(prompts.back(), 10);
+    GenerateRequest g = request(prompts.back(), 24);
     SamplingParams params;
     params.temperature = 0.0f;
-    params.repeat_penalty = 1.1f;
+    params.repeat_penalty = 8.0f;  // strong: the fake's argmax row (4.0) falls below the rest
+    params.repeat_last_n = 64;
     g.sampler = std::make_unique<ParamsSampler>(params, kVocab);
     handles.push_back(engine.submit(std::move(g)));
   }
-  for (size_t i = 0; i < handles.size(); ++i)
-    EXPECT_EQ(collect(*handles[i]).tokens, reference_generation(prompts[i], 10)) << i;
-  EXPECT_EQ(exec.fed_chunks, 0);
-  EXPECT_EQ(exec.device_sampled, 3 * 10);
+  int penalized = 0;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    const std::vector<int32_t> want = reference_penalized(prompts[i], 24, 8.0f, 64);
+    EXPECT_EQ(collect(*handles[i]).tokens, want) << i;
+    penalized += want != reference_generation(prompts[i], 24) ? 1 : 0;
+  }
+  EXPECT_GT(penalized, 0);  // the penalty changed some output
+  EXPECT_GT(exec.fed_histories, 0);
+  EXPECT_EQ(exec.device_sampled, 3 * 24);
 }
 
 // Requests of every kind in one stream of steps: plain ones (fed), ones whose sampling reads
