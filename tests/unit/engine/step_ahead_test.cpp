@@ -126,8 +126,10 @@ TEST(StepAhead, CancelledRequestsLeaveNothingBehind) {
 // Penalties read the tokens so far: a request's next step is fed its last token and the
 // history its penalties read ends with that token, both filled in by the executor (the fake
 // applies the repetition penalty as the samplers do). The outputs are the penalized ones.
+// The greedy output under a repetition penalty over the last `window` tokens (ending after
+// the end token when `until_end`).
 std::vector<int32_t> reference_penalized(std::vector<int32_t> tokens, int32_t n, float penalty,
-                                         size_t window) {
+                                         size_t window, bool until_end = false) {
   std::vector<int32_t> out;
   std::vector<float> row((size_t)kVocab);
   for (int32_t i = 0; i < n; ++i) {
@@ -137,6 +139,7 @@ std::vector<int32_t> reference_penalized(std::vector<int32_t> tokens, int32_t n,
     const int32_t t = (int32_t)(std::max_element(row.begin(), row.end()) - row.begin());
     out.push_back(t);
     tokens.push_back(t);
+    if (until_end && t == kEndToken) break;
   }
   return out;
 }
@@ -169,11 +172,11 @@ TEST(StepAhead, PenaltiesAreFedTheirPendingToken) {
 }
 
 // Requests of every kind in one stream of steps: plain ones (fed), ones whose sampling reads
-// their history (penalties: collected first), with the log-probabilities of their tokens
-// (host rows) or of their prompts (a row per prompt token), ending on the end token, at
-// max_tokens, or cancelled after their first token, all under preemption (few blocks). Each
-// output is its solo run's (a cancelled one's a prefix of it), each prompt token's
-// log-probability comes once, and the cache is empty at the end.
+// their history (penalties: fed, the history completed by the executor), with the
+// log-probabilities of their tokens (host rows) or of their prompts (a row per prompt
+// token), ending on the end token, at max_tokens, or cancelled after their first token, all
+// under preemption (few blocks). Each output is its solo run's (a cancelled one's a prefix
+// of it), each prompt token's log-probability comes once, and the cache is empty at the end.
 TEST(StepAhead, MixturesOfRequestKindsKeepEveryOutput) {
   FeedingExecutor exec(16, 4);  // 64 positions for 6 sequences of up to 40
   Engine engine(ending_config(6), exec);
@@ -194,7 +197,7 @@ TEST(StepAhead, MixturesOfRequestKindsKeepEveryOutput) {
     if (s.kind == 1) {
       SamplingParams params;
       params.temperature = 0.0f;
-      params.repeat_penalty = 1.2f;  // (the fake samples greedily whatever the penalty)
+      params.repeat_penalty = 1.2f;  // (over the default window of 64 tokens)
       g.sampler = std::make_unique<ParamsSampler>(params, kVocab);
     }
     if (s.kind == 2) g.n_logprobs = 2;
@@ -218,7 +221,9 @@ TEST(StepAhead, MixturesOfRequestKindsKeepEveryOutput) {
       }
       if (s.kind == 4 && !tokens.empty()) s.handle->cancel();
     }
-    const std::vector<int32_t> want = reference_until_end(s.prompt, s.max_tokens);
+    const std::vector<int32_t> want =
+        s.kind == 1 ? reference_penalized(s.prompt, s.max_tokens, 1.2f, 64, /*until_end=*/true)
+                    : reference_until_end(s.prompt, s.max_tokens);
     if (s.kind == 4) {
       ASSERT_LE(tokens.size(), want.size()) << "request " << i;
       EXPECT_EQ(tokens, std::vector<int32_t>(want.begin(), want.begin() + (ptrdiff_t)tokens.size()))
