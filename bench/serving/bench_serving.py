@@ -70,6 +70,8 @@ async def one_request(client, args, prompt, max_tokens):
         body["logit_bias"] = {str(t): -100 for t in args.ban_tokens}
     if args.ignore_eos:
         body["ignore_eos"] = True
+    if args.logprobs is not None:
+        body["logprobs"] = args.logprobs
     t0 = time.perf_counter()
     times = []
     usage = None
@@ -303,6 +305,8 @@ def main():
     p.add_argument("--ignore-eos", action="store_true",
                    help="send llama-server's ignore_eos (outputs of full length without a logit bias, "
                         "which a GPU server samples on the host)")
+    p.add_argument("--logprobs", type=int, default=None,
+                   help="ask for each token's log-probability and the top N (completions' logprobs)")
     p.add_argument("--warmup", type=int, default=1, help="requests sent before measuring")
     p.add_argument("--client-processes", type=int, default=0,
                    help="processes driving the streams at a fixed concurrency (0: one per 16 "

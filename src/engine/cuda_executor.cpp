@@ -74,11 +74,15 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   history_ = cuda::DeviceBuffer<int32_t>(n * kMaxDeviceHistory);
   history_len_ = cuda::DeviceBuffer<int32_t>(n);
   ids_ = cuda::DeviceBuffer<int32_t>(n);
+  static_assert(kMaxDeviceTopLogprobs == cuda::kMaxTopLogprobs);
+  row_logprobs_ = cuda::DeviceBuffer<cuda::RowLogprobs>(n);
+  history_raw_ = cuda::DeviceBuffer<float>(n * kMaxDeviceHistory);
   for (SamplingStaging& st : staging_) {
     st.params = cuda::PinnedBuffer<cuda::SamplingParams>(n);
     st.history = cuda::PinnedBuffer<int32_t>(n * kMaxDeviceHistory);
     st.history_len = cuda::PinnedBuffer<int32_t>(n);
     st.ids = cuda::PinnedBuffer<int32_t>(n);
+    st.logprobs = cuda::PinnedBuffer<cuda::RowLogprobs>(n);
   }
   mask_words_ = cuda::token_mask_words(c.n_vocab);
   masks_ = cuda::DeviceBuffer<uint32_t>(n * (size_t)mask_words_);

@@ -27,6 +27,7 @@
 #include "backend/cuda/persistent_step_plan.h"
 #include "backend/cuda/persistent_step_runner.h"
 #include "backend/cuda/sampling.h"
+#include "backend/cuda/token_logprobs.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -96,6 +97,7 @@ class CudaExecutor : public StepExecutor {
   }
   void keep_bf16_weight_copies(const CudaExecutorOptions& o);
   void sample_on_device(std::span<const ExecChunk> chunks, std::span<const int32_t> device_chunks);
+  void sample_rows(int32_t rows, const int32_t* history, int max_history, const uint32_t* masks);
   const uint32_t* stage_masks(std::span<const ExecChunk> chunks,
                               std::span<const int32_t> row_chunks);
   void run_step(std::span<const ExecChunk> chunks, StepOutput& out);
@@ -123,18 +125,25 @@ class CudaExecutor : public StepExecutor {
   // Sampling inputs and outputs, [max_step_tokens] each (history: [.. x kMaxDeviceHistory]).
   cuda::DeviceBuffer<cuda::SamplingParams> params_;
   cuda::DeviceBuffer<int32_t> history_, history_len_, ids_;
+  // Log-probabilities of the sampled rows that ask (token_logprobs.h): per row, and the raw
+  // logits of each row's history; rows [0, logprob_rows_) of the step being launched.
+  cuda::DeviceBuffer<cuda::RowLogprobs> row_logprobs_;
+  cuda::DeviceBuffer<float> history_raw_;
+  int32_t logprob_rows_ = 0;
   // Their host sides, pinned, one set per slot (below): a step's uploads and its ids' copy
   // back are asynchronous, and the next launch (which may come before this step ran) stages
   // into the other slot's.
   struct SamplingStaging {
     cuda::PinnedBuffer<cuda::SamplingParams> params;
     cuda::PinnedBuffer<int32_t> history, history_len, ids;
+    cuda::PinnedBuffer<cuda::RowLogprobs> logprobs;
   };
   // Launched steps until collected (at most two: the second fed by the first's samples),
   // alternating between two slots of pinned ids and events.
   struct Launched {
     int slot = 0;
     std::vector<int32_t> row_of_chunk;  // the ids_ row of each chunk's sample, -1: none
+    int32_t logprob_rows = 0;           // rows whose log-probabilities came back
     StepOutput out;                     // its logits rows, copied back when launched
     bool cold = false, profiled = false;
   };

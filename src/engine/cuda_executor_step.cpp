@@ -13,6 +13,7 @@ cuda::SamplingParams to_device_params(const DeviceSampling& s) {
   p.seed = s.seed, p.step = s.step;
   p.temperature_last = s.temperature_last;
   p.masked = s.allowed != nullptr;
+  p.n_logprobs = s.n_logprobs;
   return p;
 }
 
@@ -30,6 +31,7 @@ void CudaExecutor::launch(std::span<const BlockCopy> copies, std::span<const Exe
   const size_t graphs_before = graphs_.size();
   const int64_t events_before = ops_->one_time_events();
   slot_ = launched_.empty() ? 0 : 1 - launched_.back().slot;
+  logprob_rows_ = 0;
   Launched step;
   step.slot = slot_;
   cudaStream_t stream = stream_.get();
@@ -52,6 +54,7 @@ void CudaExecutor::launch(std::span<const BlockCopy> copies, std::span<const Exe
   }
   end_device_span();
   step.row_of_chunk = last_rows_;
+  step.logprob_rows = logprob_rows_;
   step.cold = graphs_.size() != graphs_before || ops_->one_time_events() != events_before;
   launched_.push_back(std::move(step));
   execute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -72,6 +75,19 @@ void CudaExecutor::collect(StepOutput& out) {
   for (size_t i = 0; i < step.row_of_chunk.size(); ++i)
     if (step.row_of_chunk[i] >= 0)
       out.sampled[i] = staging_[slot].ids[(size_t)step.row_of_chunk[i]];
+  out.logprobs.clear();
+  if (step.logprob_rows > 0) {
+    out.logprobs.resize(step.row_of_chunk.size());
+    for (size_t i = 0; i < step.row_of_chunk.size(); ++i) {
+      const int32_t row = step.row_of_chunk[i];
+      if (row < 0 || row >= step.logprob_rows) continue;
+      const cuda::RowLogprobs& rl = staging_[slot].logprobs[(size_t)row];
+      if (rl.n_top < 0) continue;
+      SampledLogprobs& lp = out.logprobs[i];
+      lp.present = true, lp.logprob = rl.chosen;
+      for (int32_t t = 0; t < rl.n_top; ++t) lp.top.push_back({rl.top_ids[t], rl.top_logprobs[t]});
+    }
+  }
   if (step.profiled) add_persistent_profile();
   cold_ = step.cold;
   execute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -188,6 +204,7 @@ void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
     const size_t chunk = (size_t)device_chunks[d];
     const DeviceSampling& s = *chunks[chunk].sampling;
     st.params[d] = to_device_params(s);
+    if (s.n_logprobs >= 0) logprob_rows_ = (int32_t)d + 1;
     st.history_len[d] = (int32_t)s.history.size();
     std::copy(s.history.begin(), s.history.end(), st.history.get() + d * stride);
     fed_history = stage_fed_history(chunk, s, st.history.get() + d * stride) || fed_history;
@@ -205,10 +222,33 @@ void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
   // (ids_ still holds the last step's samples: this step's are drawn below.)
   if (fed_history) cuda::feed_sampled_tokens(ids_.get(), history_.get(), (int)(n * stride), stream);
   const uint32_t* masks = stage_masks(chunks, device_chunks);
-  cuda::sample_tokens(ops_->device_logits(), (int)n, model_.config().n_vocab, params_.get(),
-                      max_history > 0 ? history_.get() : nullptr, history_len_.get(), max_history,
+  sample_rows((int32_t)n, max_history > 0 ? history_.get() : nullptr, max_history, masks);
+}
+
+// Rows [0, rows) of the logits sampled, with the parameters and histories uploaded: the
+// log-probabilities of rows [0, logprob_rows_) first where asked (from the raw rows), the
+// draw, then the ids and log-probabilities copied back to this slot's pinned staging.
+void CudaExecutor::sample_rows(int32_t rows, const int32_t* history, int max_history,
+                               const uint32_t* masks) {
+  cudaStream_t stream = stream_.get();
+  SamplingStaging& st = staging_[(size_t)slot_];
+  float* logits = ops_->device_logits();
+  const int vocab = model_.config().n_vocab;
+  if (logprob_rows_ > 0)
+    cuda::token_logprobs_before_sampling(logits, logprob_rows_, vocab, params_.get(), history,
+                                         history_len_.get(), max_history, history_raw_.get(),
+                                         row_logprobs_.get(), stream);
+  cuda::sample_tokens(logits, rows, vocab, params_.get(), history, history_len_.get(), max_history,
                       masks, mask_words_, ids_.get(), stream);
-  HABLAR_CUDA_CHECK(cudaMemcpyAsync(st.ids.get(), ids_.get(), n * sizeof(int32_t),
+  if (logprob_rows_ > 0) {
+    cuda::token_logprobs_after_sampling(logits, logprob_rows_, vocab, params_.get(), history,
+                                        history_len_.get(), max_history, history_raw_.get(),
+                                        ids_.get(), row_logprobs_.get(), stream);
+    HABLAR_CUDA_CHECK(cudaMemcpyAsync(st.logprobs.get(), row_logprobs_.get(),
+                                      (size_t)logprob_rows_ * sizeof(cuda::RowLogprobs),
+                                      cudaMemcpyDeviceToHost, stream));
+  }
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(st.ids.get(), ids_.get(), (size_t)rows * sizeof(int32_t),
                                     cudaMemcpyDeviceToHost, stream));
 }
 
@@ -292,12 +332,7 @@ void CudaExecutor::execute_graph(std::span<const ExecChunk> chunks, StepOutput& 
   for (int32_t i = 0; i < n; ++i)
     if (chunks[(size_t)i].sampling) row_chunks_[(size_t)i] = i, last_rows_[(size_t)i] = i;
   const uint32_t* masks = stage_masks(chunks, row_chunks_);
-  cuda::sample_tokens(ops_->device_logits(), rows, c.n_vocab, params_.get(), history_.get(),
-                      history_len_.get(), kMaxDeviceHistory, masks, mask_words_, ids_.get(),
-                      stream);
-  HABLAR_CUDA_CHECK(cudaMemcpyAsync(staging_[(size_t)slot_].ids.get(), ids_.get(),
-                                    (size_t)rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                    stream));
+  sample_rows(rows, history_.get(), kMaxDeviceHistory, masks);
   const size_t V = (size_t)c.n_vocab;
   size_t host_rows = 0;
   for (const ExecChunk& ec : chunks) host_rows += !ec.sampling && ec.wants_output ? 1 : 0;
@@ -323,6 +358,7 @@ void CudaExecutor::stage_graph_sampling(std::span<const ExecChunk> chunks, int32
     const DeviceSampling* s = chunks[i].sampling;
     if (!s) continue;
     st.params[i] = to_device_params(*s);
+    if (s->n_logprobs >= 0) logprob_rows_ = (int32_t)i + 1;
     st.history_len[i] = (int32_t)s->history.size();
     any_history = any_history || !s->history.empty();
   }

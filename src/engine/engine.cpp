@@ -304,7 +304,7 @@ void Engine::emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens
 }
 
 const DeviceSampling* Engine::device_sampling(Active& a, DeviceSampling& storage) {
-  if (!executor_.samples_on_device() || a.request.n_logprobs >= 0) return nullptr;
+  if (!executor_.samples_on_device() || !logprobs_on_device(a)) return nullptr;
   if (a.sample_on_host) {
     a.sample_on_host = false;
     return nullptr;
@@ -312,6 +312,7 @@ const DeviceSampling* Engine::device_sampling(Active& a, DeviceSampling& storage
   storage = DeviceSampling{};  // greedy when the request has no sampler
   if (a.request.sampler && !a.request.sampler->device_params(a.history(), storage)) return nullptr;
   storage.step = (uint64_t)a.seq->n_generated();
+  storage.n_logprobs = a.request.n_logprobs;
   return &storage;
 }
 
@@ -333,8 +334,18 @@ bool Engine::device_sample_stands(Active& a, int32_t token) {
   return false;
 }
 
-void Engine::sample_and_emit(Active& a, float* logits_row, int32_t sampled) {
+StreamItem Engine::device_item(const Active& a, size_t chunk) const {
   StreamItem item;
+  if (a.request.n_logprobs < 0) return item;
+  HABLAR_CHECK(chunk < output_.logprobs.size() && output_.logprobs[chunk].present,
+               "executor returned no log-probabilities for a sample");
+  const SampledLogprobs& lp = output_.logprobs[chunk];
+  item.logprob = lp.logprob;
+  item.top_logprobs = lp.top;
+  return item;
+}
+
+void Engine::sample_and_emit(Active& a, float* logits_row, int32_t sampled, StreamItem item) {
   const int32_t token =
       logits_row != nullptr ? choose_token(a, logits_row, a.history(), item) : sampled;
   emit_token(a, token, std::move(item));

@@ -298,8 +298,12 @@ class Engine {
   void take_output(const LaunchedStep& step);
   void collect_all();        // nothing in flight afterwards
   void abandon_in_flight();  // after a failure: the executor's launched steps forgotten
-  // Emits the next token: `sampled` when the executor chose it, else sampled from the row.
-  void sample_and_emit(Active& a, float* logits_row, int32_t sampled);
+  // Emits the next token: `sampled` when the executor chose it (`item` holding its
+  // log-probabilities, device_item), else sampled from the row.
+  void sample_and_emit(Active& a, float* logits_row, int32_t sampled, StreamItem item);
+  // The stream item of a token the executor sampled for chunk `chunk` of the step collected:
+  // the log-probabilities it computed, when the request asked for them.
+  StreamItem device_item(const Active& a, size_t chunk) const;
   // The token the request's sampler picks from a logits row (and its log-probabilities).
   // `history`: the tokens before it (prompt, generated, accepted draft tokens).
   int32_t choose_token(Active& a, float* logits_row, std::span<const int32_t> history,
@@ -319,6 +323,10 @@ class Engine {
   // Device sampling parameters for a chunk that ends a sequence's pending work, or null.
   // (Null once after the sampler refused a device sample: that position is sampled on the host.)
   const DeviceSampling* device_sampling(Active& a, DeviceSampling& storage);
+  // Whether the request's log-probabilities (if any) can come from the executor's sampling.
+  bool logprobs_on_device(const Active& a) const {
+    return a.request.n_logprobs <= kMaxDeviceTopLogprobs;
+  }
   // Whether the device's sample for the chunk stands; if not, the chunk's last position is
   // left to compute again (the sequence's pending token) and sampled on the host next step.
   bool device_sample_stands(Active& a, int32_t token);

@@ -53,7 +53,7 @@ bool Engine::can_feed(const ScheduledChunk& c) const {
   return executor_.feeds_tokens() && executor_.samples_on_device() && in_flight_ &&
          a.last_step == in_flight_->serial && a.n_ahead == 1 && c.n_tokens == 1 &&
          c.start_pos == (int32_t)s.tokens.size() - 1 && s.draft.empty() && s.max_tokens > 0 &&
-         a.request.n_logprobs < 0 && !a.sample_on_host &&
+         logprobs_on_device(a) && !a.sample_on_host &&
          (!a.request.sampler ||
           (a.request.sampler->samples_ahead() &&
            // A context shift's full history does not hold the placeholder (emit_token
@@ -239,7 +239,7 @@ void Engine::take_output(const LaunchedStep& step) {
       blocks_.register_full_blocks(*seq, (int32_t)seq->tokens.size() - a.n_ahead);
       if (!c.on_device) continue;
       HABLAR_CHECK(output_.sampled[i] >= 0, "executor did not sample a token");
-      emit_token(a, output_.sampled[i], StreamItem{});
+      emit_token(a, output_.sampled[i], device_item(a, i));
       continue;
     }
     if (c.verify) {
@@ -260,7 +260,8 @@ void Engine::take_output(const LaunchedStep& step) {
       continue;
     }
     HABLAR_CHECK(!c.on_device || output_.sampled[i] >= 0, "executor did not sample a token");
-    sample_and_emit(a, c.on_device ? nullptr : logits + (row - 1) * n_vocab, output_.sampled[i]);
+    sample_and_emit(a, c.on_device ? nullptr : logits + (row - 1) * n_vocab, output_.sampled[i],
+                    c.on_device ? device_item(a, i) : StreamItem{});
   }
 }
 

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/pooling.h"
 #include "engine/block_manager.h"
+#include "engine/sampler.h"
 
 namespace hablar::engine {
 
@@ -45,6 +46,21 @@ struct DeviceSampling {
   bool temperature_last = true;        // filters before temperature, as the host sampler
   std::span<const int32_t> history;    // the tokens the penalties see (empty: none)
   TokenMaskSource* allowed = nullptr;  // null: every token may come next
+  // >= 0: the sampled token's log-probability and the n_logprobs most likely tokens' (at most
+  // kMaxDeviceTopLogprobs) come back too (StepOutput::logprobs), under log_softmax of the
+  // row before the chain changed it (masks, penalties), as the host's sampler reports them.
+  int32_t n_logprobs = -1;
+};
+
+// The most top log-probabilities a device-sampled row reports (the OpenAI API's cap); a
+// request asking for more samples on the host.
+inline constexpr int32_t kMaxDeviceTopLogprobs = 20;
+
+// A device-sampled row's log-probabilities (DeviceSampling::n_logprobs).
+struct SampledLogprobs {
+  bool present = false;           // the chunk's sampling asked for them
+  float logprob = 0.0f;           // the sampled token's
+  std::vector<TokenLogprob> top;  // the most likely first, the lowest id among equals
 };
 
 // A token the engine has not seen yet: a sample of a step still in flight (ExecChunk::feed).
@@ -76,6 +92,8 @@ struct StepOutput {
   std::vector<float> logits;
   // [n_chunks] the token sampled by the executor for a chunk with `sampling`, else -1.
   std::vector<int32_t> sampled;
+  // [n_chunks] when some chunk's sampling asked for log-probabilities (else empty).
+  std::vector<SampledLogprobs> logprobs;
 };
 
 // One input of an embedding step: a whole sequence (encoder inputs are never split; no KV
@@ -117,7 +135,7 @@ class StepExecutor {
   // manager hands out exactly these.
   virtual int32_t n_kv_blocks() const = 0;
   virtual int32_t kv_block_size() const = 0;
-  // Whether execute() honours ExecChunk::sampling.
+  // Whether execute() honours ExecChunk::sampling (log-probabilities included).
   virtual bool samples_on_device() const { return false; }
   // Performs the block copies (copy-on-write) first, then the forward, then any sampling.
   virtual void execute(std::span<const BlockCopy> copies, std::span<const ExecChunk> chunks,

@@ -35,6 +35,9 @@ struct SamplingParams {
   bool temperature_last = false;
   // Whether the sequence's row of `allowed` (sample_tokens) limits the tokens: step 0.
   bool masked = false;
+  // >= 0: token_logprobs_before_sampling / _after_sampling report the row's log-probabilities
+  // (token_logprobs.h); sample_tokens ignores it.
+  int32_t n_logprobs = -1;
 };
 
 // logits [n_seqs][vocab] (device, penalized in place); params [n_seqs] (device);

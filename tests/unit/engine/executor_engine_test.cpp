@@ -155,6 +155,62 @@ TEST_P(ModelRunnerTest, PenaltiesLaunchedAheadEqualOneStepAtATime) {
   EXPECT_GT(changed, 0);  // the penalties changed some output
 }
 
+// The generated token items of prompts run together, each request asking for n_logprobs.
+std::vector<std::vector<StreamItem>> token_items(const model::Model& m, DeviceKind device,
+                                                 const std::vector<std::vector<int32_t>>& prompts,
+                                                 int32_t n_logprobs) {
+  auto runner = make_test_executor(m, device, 64);
+  EngineConfig c;
+  c.n_ctx = 1024;
+  c.scheduler = {.max_running = 8, .max_step_tokens = 96, .max_prefill_chunk = 40};
+  Engine engine(c, *runner);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (const auto& prompt : prompts) {
+    GenerateRequest g;
+    g.prompt = prompt;
+    g.max_tokens = 10;
+    g.n_logprobs = n_logprobs;
+    handles.push_back(engine.submit(std::move(g)));
+  }
+  std::vector<std::vector<StreamItem>> out(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i)
+    for (bool done = false; !done;) {
+      std::vector<StreamItem> items;
+      EXPECT_TRUE(handles[i]->wait(items, milliseconds(60000))) << "engine stalled";
+      if (items.empty()) break;
+      for (auto& it : items) {
+        if (it.kind == StreamItem::Kind::kFinal) done = true;
+        if (it.kind == StreamItem::Kind::kToken) out[i].push_back(std::move(it));
+      }
+    }
+  return out;
+}
+
+// Token log-probabilities: up to kMaxDeviceTopLogprobs the CUDA executor computes them with
+// its samples (launched ahead), beyond that the engine computes them from a logits row on
+// the host; both from the same rows, so the same tokens, figures and order.
+TEST_P(ModelRunnerTest, TokenLogprobsOfTheDeviceEqualTheHosts) {
+  const auto prompts = test_prompts();
+  const auto device = token_items(*model_, GetParam(), prompts, 5);
+  const auto host = token_items(*model_, GetParam(), prompts, kMaxDeviceTopLogprobs + 1);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(device[i].size(), 10u) << "request " << i;
+    ASSERT_EQ(host[i].size(), 10u) << "request " << i;
+    for (size_t t = 0; t < device[i].size(); ++t) {
+      const StreamItem &d = device[i][t], &h = host[i][t];
+      EXPECT_EQ(d.token, h.token) << "request " << i << " token " << t;
+      EXPECT_NEAR(d.logprob, h.logprob, 1e-5) << "request " << i << " token " << t;
+      ASSERT_EQ(d.top_logprobs.size(), 5u);
+      ASSERT_EQ(h.top_logprobs.size(), (size_t)kMaxDeviceTopLogprobs + 1);
+      for (size_t k = 0; k < 5; ++k) {
+        EXPECT_EQ(d.top_logprobs[k].token, h.top_logprobs[k].token) << "request " << i;
+        EXPECT_NEAR(d.top_logprobs[k].logprob, h.top_logprobs[k].logprob, 1e-5);
+      }
+      EXPECT_EQ(d.top_logprobs[0].token, d.token);  // greedy
+    }
+  }
+}
+
 // serve's policy: the prompts submitted together finish in one step (their last tokens held
 // back), later ones prefill beside decodes in time-bounded chunks; outputs are unchanged.
 TEST_P(ModelRunnerTest, BatchedEqualsAloneUnderServesPolicy) {

@@ -148,6 +148,7 @@ class FakeExecutor : public StepExecutor {
     std::vector<float>& logits = out.logits;
     logits.clear();
     out.sampled.assign(chunks.size(), -1);
+    out.logprobs.clear();
     std::vector<float> row((size_t)n_vocab_);
     steps += 1;
     int32_t n_decode = 0, n_prompt = 0;
@@ -185,7 +186,8 @@ class FakeExecutor : public StepExecutor {
       if (c.sampling != nullptr) {
         HABLAR_CHECK(device_sampling, "sampling parameters sent to a host-sampling executor");
         HABLAR_CHECK(!c.all_logits, "device sampling asked for an all-logits chunk");
-        if (c.sampling->allowed) {  // the mask, as the CUDA sampler applies it
+        const std::vector<float> raw = row;  // the log-probabilities' row (executor.h)
+        if (c.sampling->allowed) {           // the mask, as the CUDA sampler applies it
           std::vector<uint32_t> words(((size_t)n_vocab_ + 31) / 32, 0u);
           c.sampling->allowed->fill_allowed(words);
           for (int32_t v = 0; v < n_vocab_; ++v)
@@ -196,6 +198,15 @@ class FakeExecutor : public StepExecutor {
         apply_repetition_penalty(c.sampling->history, c.sampling->repetition_penalty, row);
         out.sampled[i] = (int32_t)(std::max_element(row.begin(), row.end()) - row.begin());
         device_sampled += 1;
+        if (c.sampling->n_logprobs >= 0) {
+          HABLAR_CHECK(c.sampling->n_logprobs <= kMaxDeviceTopLogprobs, "too many top log-probs");
+          out.logprobs.resize(chunks.size());
+          std::vector<float> logp(raw.size());
+          log_softmax(raw, logp);
+          out.logprobs[i] = {true, logp[(size_t)out.sampled[i]],
+                             top_logprobs(raw, c.sampling->n_logprobs)};
+          device_logprobs += 1;
+        }
       } else if (c.wants_output || c.all_logits) {
         logits.insert(logits.end(), row.begin(), row.end());
       }
@@ -209,8 +220,9 @@ class FakeExecutor : public StepExecutor {
   int64_t fed_histories = 0;     // of those, chunks whose penalty history ended with it
   int64_t most_outstanding = 0;  // launched steps not yet collected, at most
   int64_t device_sampled = 0;
-  int64_t device_masked = 0;  // device samples that applied a token mask
-  int64_t step_delay_us = 0;  // makes steps take device-like time
+  int64_t device_masked = 0;    // device samples that applied a token mask
+  int64_t device_logprobs = 0;  // device samples that reported log-probabilities
+  int64_t step_delay_us = 0;    // makes steps take device-like time
   // A simulated clock each step advances by base + per decode + per prompt token, for
   // deterministic tests of time budgets (EngineConfig::now_ms reads sim_now_ms).
   double sim_base_ms = 0, sim_decode_ms = 0, sim_prompt_ms = 0;

@@ -241,6 +241,49 @@ TEST(StepAhead, MixturesOfRequestKindsKeepEveryOutput) {
   EXPECT_TRUE(eventually(engine, [](const MetricsSnapshot& m) { return m.kv_blocks_used == 0; }));
 }
 
+// Token log-probabilities come from the executor's sampling (the raw row's log_softmax and its
+// top n, as the host reports them), so requests that ask for them launch ahead like any
+// other; more than kMaxDeviceTopLogprobs are sampled on the host, one step at a time.
+TEST(StepAhead, TokenLogprobsComeWithTheDevicesSamples) {
+  FeedingExecutor exec(256, 8);
+  Engine engine(ending_config(8), exec);
+  std::mt19937 rng(31);
+  const int32_t asked[] = {0, 3, kMaxDeviceTopLogprobs, kMaxDeviceTopLogprobs + 1};
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 16; ++i) {
+    prompts.push_back(random_prompt(rng, 4 + 3 * (i % 5)));
+    GenerateRequest g = request(prompts.back(), 6 + i % 7);
+    g.n_logprobs = asked[i % 4];
+    handles.push_back(engine.submit(std::move(g)));
+  }
+  for (size_t i = 0; i < handles.size(); ++i) {
+    std::vector<int32_t> history = prompts[i];
+    for (bool done = false; !done;) {
+      std::vector<StreamItem> items;
+      ASSERT_TRUE(handles[i]->wait(items, milliseconds(10000))) << "engine stalled";
+      for (const StreamItem& it : items) {
+        if (it.kind == StreamItem::Kind::kFinal) done = true;
+        if (it.kind != StreamItem::Kind::kToken) continue;
+        std::vector<float> row(kVocab), logp(kVocab);
+        test::reference_logits(history, kVocab, row.data());
+        log_softmax(row, logp);
+        EXPECT_EQ(it.token, test::reference_next(history, kVocab)) << "request " << i;
+        EXPECT_FLOAT_EQ(it.logprob, logp[(size_t)it.token]) << "request " << i;
+        const std::vector<TokenLogprob> top = top_logprobs(row, asked[i % 4]);
+        ASSERT_EQ(it.top_logprobs.size(), top.size()) << "request " << i;
+        for (size_t k = 0; k < top.size(); ++k) {
+          EXPECT_EQ(it.top_logprobs[k].token, top[k].token) << "request " << i;
+          EXPECT_FLOAT_EQ(it.top_logprobs[k].logprob, top[k].logprob) << "request " << i;
+        }
+        history.push_back(it.token);
+      }
+    }
+  }
+  EXPECT_GT(exec.device_logprobs, 0);
+  EXPECT_GT(exec.fed_chunks, 0);  // requests with log-probabilities launched ahead
+}
+
 // The step cost model learns what a step adds between two tokens of a stream. A step that
 // stayed in flight while the next one launched costs its device span (simulated here): the
 // wall time until its collection holds the next step's launch, so a decode-only step before
