@@ -22,7 +22,8 @@
 #                                     the same call; the step counts of hablar's /metrics beside
 #                                     (SERVE_ARGS: extra hablar flags; SERVE_CTX: hablar's KV
 #                                     pool in tokens, default 256 x 640 as llama-server's -c;
-#                                     SERVE_BATCH: hablar's -b, default 2048; REQUESTS: requests
+#                                     SERVE_BATCH: hablar's -b, default 2048; BENCH_ARGS: extra
+#                                     bench_serving.py flags, e.g. --logprobs 5; REQUESTS: requests
 #                                     per level, default one wave of the level's clients; more
 #                                     give a steady state, each client sending its next request
 #                                     when one ends)
@@ -151,7 +152,8 @@ serve() {
   # Token-id prompts: make-model's vocabulary spells words byte by byte, so 512 words of text
   # would be about 3,700 tokens (and 256 of them more than the KV pool holds).
   local bench=("$root/bench/serving/bench_serving.py" --input-len 512 --output-len 128
-    --concurrency "$levels" --ignore-eos --token-ids 1000:30000 --requests-per-level "${REQUESTS:-0}")
+    --concurrency "$levels" --ignore-eos --token-ids 1000:30000 --requests-per-level "${REQUESTS:-0}"
+    ${BENCH_ARGS:-})
   "$gpu/bin/hablar" serve -m "$m" --device cuda -np 256 -c "${SERVE_CTX:-$((256 * 640))}" -b "${SERVE_BATCH:-2048}" --port 8413 --metrics \
     ${SERVE_ARGS:-} >"$out/$shape-serve.log" 2>&1 &
   pid=$!
