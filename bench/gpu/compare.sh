@@ -151,6 +151,7 @@ serve() {
   m=$(make_model "$shape")
   # Token-id prompts: make-model's vocabulary spells words byte by byte, so 512 words of text
   # would be about 3,700 tokens (and 256 of them more than the KV pool holds).
+  # shellcheck disable=SC2206  # BENCH_ARGS: flags, split on purpose
   local bench=("$root/bench/serving/bench_serving.py" --input-len 512 --output-len 128
     --concurrency "$levels" --ignore-eos --token-ids 1000:30000 --requests-per-level "${REQUESTS:-0}"
     ${BENCH_ARGS:-})
