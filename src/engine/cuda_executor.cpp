@@ -77,12 +77,18 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   static_assert(kMaxDeviceTopLogprobs == cuda::kMaxTopLogprobs);
   row_logprobs_ = cuda::DeviceBuffer<cuda::RowLogprobs>(n);
   history_raw_ = cuda::DeviceBuffer<float>(n * kMaxDeviceHistory);
+  scored_params_ = cuda::DeviceBuffer<cuda::SamplingParams>(n);
+  scored_targets_ = cuda::DeviceBuffer<int32_t>(n);
+  scored_ = cuda::DeviceBuffer<cuda::RowLogprobs>(n);
   for (SamplingStaging& st : staging_) {
     st.params = cuda::PinnedBuffer<cuda::SamplingParams>(n);
     st.history = cuda::PinnedBuffer<int32_t>(n * kMaxDeviceHistory);
     st.history_len = cuda::PinnedBuffer<int32_t>(n);
     st.ids = cuda::PinnedBuffer<int32_t>(n);
     st.logprobs = cuda::PinnedBuffer<cuda::RowLogprobs>(n);
+    st.scored_params = cuda::PinnedBuffer<cuda::SamplingParams>(n);
+    st.scored_targets = cuda::PinnedBuffer<int32_t>(n);
+    st.scored = cuda::PinnedBuffer<cuda::RowLogprobs>(n);
   }
   mask_words_ = cuda::token_mask_words(c.n_vocab);
   masks_ = cuda::DeviceBuffer<uint32_t>(n * (size_t)mask_words_);

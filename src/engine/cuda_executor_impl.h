@@ -130,6 +130,13 @@ class CudaExecutor : public StepExecutor {
   cuda::DeviceBuffer<cuda::RowLogprobs> row_logprobs_;
   cuda::DeviceBuffer<float> history_raw_;
   int32_t logprob_rows_ = 0;
+  // Prompt rows scored on the device (ExecChunk::row_targets): their parameters (the top n),
+  // targets and results, [max_step_tokens] each; the step being launched has scored_rows_.
+  cuda::DeviceBuffer<cuda::SamplingParams> scored_params_;
+  cuda::DeviceBuffer<int32_t> scored_targets_;
+  cuda::DeviceBuffer<cuda::RowLogprobs> scored_;
+  std::vector<int32_t> scored_order_;  // their logits rows, as order_ numbers them
+  void score_rows(std::span<const ExecChunk> chunks, size_t first_row);
   // Their host sides, pinned, one set per slot (below): a step's uploads and its ids' copy
   // back are asynchronous, and the next launch (which may come before this step ran) stages
   // into the other slot's.
@@ -137,6 +144,9 @@ class CudaExecutor : public StepExecutor {
     cuda::PinnedBuffer<cuda::SamplingParams> params;
     cuda::PinnedBuffer<int32_t> history, history_len, ids;
     cuda::PinnedBuffer<cuda::RowLogprobs> logprobs;
+    cuda::PinnedBuffer<cuda::SamplingParams> scored_params;
+    cuda::PinnedBuffer<int32_t> scored_targets;
+    cuda::PinnedBuffer<cuda::RowLogprobs> scored;
   };
   // Launched steps until collected (at most two: the second fed by the first's samples),
   // alternating between two slots of pinned ids and events.
@@ -144,6 +154,7 @@ class CudaExecutor : public StepExecutor {
     int slot = 0;
     std::vector<int32_t> row_of_chunk;  // the ids_ row of each chunk's sample, -1: none
     int32_t logprob_rows = 0;           // rows whose log-probabilities came back
+    int32_t scored_rows = 0;            // prompt rows scored (ExecChunk::row_targets)
     StepOutput out;                     // its logits rows, copied back when launched
     bool cold = false, profiled = false;
   };

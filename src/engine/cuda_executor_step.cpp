@@ -32,6 +32,7 @@ void CudaExecutor::launch(std::span<const BlockCopy> copies, std::span<const Exe
   const int64_t events_before = ops_->one_time_events();
   slot_ = launched_.empty() ? 0 : 1 - launched_.back().slot;
   logprob_rows_ = 0;
+  scored_order_.clear();
   Launched step;
   step.slot = slot_;
   cudaStream_t stream = stream_.get();
@@ -55,6 +56,7 @@ void CudaExecutor::launch(std::span<const BlockCopy> copies, std::span<const Exe
   end_device_span();
   step.row_of_chunk = last_rows_;
   step.logprob_rows = logprob_rows_;
+  step.scored_rows = (int32_t)scored_order_.size();
   step.cold = graphs_.size() != graphs_before || ops_->one_time_events() != events_before;
   launched_.push_back(std::move(step));
   execute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -75,6 +77,14 @@ void CudaExecutor::collect(StepOutput& out) {
   for (size_t i = 0; i < step.row_of_chunk.size(); ++i)
     if (step.row_of_chunk[i] >= 0)
       out.sampled[i] = staging_[slot].ids[(size_t)step.row_of_chunk[i]];
+  out.row_logprobs.resize((size_t)step.scored_rows);
+  for (int32_t r = 0; r < step.scored_rows; ++r) {
+    const cuda::RowLogprobs& rl = staging_[slot].scored[(size_t)r];
+    SampledLogprobs& lp = out.row_logprobs[(size_t)r];
+    lp.present = true, lp.logprob = rl.chosen;
+    lp.top.clear();
+    for (int32_t t = 0; t < rl.n_top; ++t) lp.top.push_back({rl.top_ids[t], rl.top_logprobs[t]});
+  }
   out.logprobs.clear();
   if (step.logprob_rows > 0) {
     out.logprobs.resize(step.row_of_chunk.size());
@@ -156,7 +166,7 @@ void CudaExecutor::run_step(std::span<const ExecChunk> chunks, StepOutput& out) 
   cudaStream_t stream = stream_.get();
   // Logit rows: the device-sampled chunks' first (their ids come back), then every row the
   // engine samples or scores on the host, in chunk order (none for a chunk that wants none).
-  chunks_.clear(), order_.clear(), device_chunks_.clear();
+  chunks_.clear(), order_.clear(), device_chunks_.clear(), scored_order_.clear();
   std::vector<int32_t> host_rows;
   last_rows_.assign(chunks.size(), -1);
   int32_t row = 0;
@@ -169,18 +179,25 @@ void CudaExecutor::run_step(std::span<const ExecChunk> chunks, StepOutput& out) 
       last_rows_[i] = (int32_t)order_.size();
       order_.push_back(row), device_chunks_.push_back((int32_t)i);
     } else if (ec.wants_output || ec.all_logits) {
-      for (int32_t r = 0; r < rows; ++r) host_rows.push_back(row + r);
+      HABLAR_CHECK(
+          ec.row_targets.empty() || (ec.all_logits && ec.row_targets.size() == (size_t)rows),
+          "scored rows: one target per row of an all-logits chunk");
+      for (int32_t r = 0; r < rows; ++r)
+        (!ec.row_targets.empty() && ec.row_targets[(size_t)r] >= 0 ? scored_order_ : host_rows)
+            .push_back(row + r);
     }
     row += rows;
   }
   const size_t n_device = order_.size();
   order_.insert(order_.end(), host_rows.begin(), host_rows.end());
+  order_.insert(order_.end(), scored_order_.begin(), scored_order_.end());
   check_staged_chunks();
   ops_->begin(chunks_, order_);
   feed_tokens();
   begin_device_span();
   model::forward(c, weights_, *ops_);
   if (n_device > 0) sample_on_device(chunks, device_chunks_);
+  if (!scored_order_.empty()) score_rows(chunks, n_device + host_rows.size());
   const size_t V = (size_t)c.n_vocab;
   out.logits.resize(host_rows.size() * V);
   if (!host_rows.empty())
@@ -223,6 +240,39 @@ void CudaExecutor::sample_on_device(std::span<const ExecChunk> chunks,
   if (fed_history) cuda::feed_sampled_tokens(ids_.get(), history_.get(), (int)(n * stride), stream);
   const uint32_t* masks = stage_masks(chunks, device_chunks);
   sample_rows((int32_t)n, max_history > 0 ? history_.get() : nullptr, max_history, masks);
+}
+
+// The prompt rows scored on the device, logits rows [first_row, + scored_order_.size()): each
+// row's target's log-probability and its chunk's top n (token_logprobs.h, no history), copied
+// back to this slot's pinned staging.
+void CudaExecutor::score_rows(std::span<const ExecChunk> chunks, size_t first_row) {
+  SamplingStaging& st = staging_[(size_t)slot_];
+  size_t n = 0;
+  for (const ExecChunk& ec : chunks)
+    for (int32_t target : ec.row_targets) {
+      if (target < 0) continue;
+      HABLAR_CHECK(target < model_.config().n_vocab, "a scored row's target is out of range");
+      cuda::SamplingParams p;
+      p.n_logprobs = std::clamp(ec.n_row_logprobs, 0, cuda::kMaxTopLogprobs);
+      st.scored_params[n] = p;
+      st.scored_targets[n] = target;
+      n += 1;
+    }
+  HABLAR_CHECK(n == scored_order_.size(), "scored rows and targets disagree");
+  cudaStream_t stream = stream_.get();
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(scored_params_.get(), st.scored_params.get(),
+                                    n * sizeof(cuda::SamplingParams), cudaMemcpyHostToDevice,
+                                    stream));
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(scored_targets_.get(), st.scored_targets.get(),
+                                    n * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  const int vocab = model_.config().n_vocab;
+  const float* rows = ops_->device_logits() + first_row * (size_t)vocab;
+  cuda::token_logprobs_before_sampling(rows, (int)n, vocab, scored_params_.get(), nullptr, nullptr,
+                                       0, nullptr, scored_.get(), stream);
+  cuda::token_logprobs_after_sampling(rows, (int)n, vocab, scored_params_.get(), nullptr, nullptr,
+                                      0, nullptr, scored_targets_.get(), scored_.get(), stream);
+  HABLAR_CUDA_CHECK(cudaMemcpyAsync(st.scored.get(), scored_.get(), n * sizeof(cuda::RowLogprobs),
+                                    cudaMemcpyDeviceToHost, stream));
 }
 
 // Rows [0, rows) of the logits sampled, with the parameters and histories uploaded: the

@@ -277,8 +277,21 @@ double Engine::now_ms() const {
 // (position start_pos + j) gives the log-probability of the token at start_pos + j + 1. Items
 // already sent (before a preemption made the sequence compute its prompt again) are not
 // repeated. The first prompt token has no log-probability.
-void Engine::emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens,
-                                  const float* rows) {
+int32_t Engine::score_rows_on_device(const Active& a, int32_t start_pos, int32_t n_tokens,
+                                     std::vector<int32_t>& targets) const {
+  const Sequence& s = *a.seq;
+  targets.clear();
+  if (!executor_.samples_on_device() || a.request.n_prompt_logprobs > kMaxDeviceTopLogprobs)
+    return 0;
+  const int32_t n_scored = std::clamp(s.n_prompt - 1 - start_pos, 0, n_tokens);
+  for (int32_t j = 0; j < n_tokens; ++j)
+    targets.push_back(j < n_scored ? s.tokens[(size_t)(start_pos + j + 1)] : -1);
+  if (n_scored == 0) targets.clear();
+  return n_scored;
+}
+
+void Engine::emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens, const float* rows,
+                                  const SampledLogprobs* scored) {
   const Sequence& s = *a.seq;
   const size_t n_vocab = (size_t)executor_.n_vocab();
   if (a.prompt_items_sent == 0 && start_pos == 0) {
@@ -296,8 +309,13 @@ void Engine::emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens
     StreamItem item;
     item.kind = StreamItem::Kind::kPrompt;
     item.token = s.tokens[(size_t)target];
-    fill_logprobs(std::span<const float>(rows + (size_t)j * n_vocab, n_vocab), item.token,
-                  a.request.n_prompt_logprobs, item);
+    if (scored) {
+      item.logprob = scored[j].logprob;
+      item.top_logprobs = scored[j].top;
+    } else {
+      fill_logprobs(std::span<const float>(rows + (size_t)j * n_vocab, n_vocab), item.token,
+                    a.request.n_prompt_logprobs, item);
+    }
     deliver(a, std::move(item));
     a.prompt_items_sent = target + 1;
   }

@@ -265,8 +265,9 @@ class Engine {
     Sequence* seq;
     int32_t start_pos, n_tokens;
     bool on_device, all_logits, verify;
-    bool ends;   // it reaches the sequence's last token: its output is wanted
-    bool plain;  // advanced when launched (n_computed, a placeholder for its sample)
+    bool ends;             // it reaches the sequence's last token: its output is wanted
+    bool plain;            // advanced when launched (n_computed, a placeholder for its sample)
+    int32_t n_scored = 0;  // its first rows scored on the device (ExecChunk::row_targets)
   };
   struct LaunchedStep {
     uint64_t serial = 0;
@@ -330,7 +331,14 @@ class Engine {
   // Whether the device's sample for the chunk stands; if not, the chunk's last position is
   // left to compute again (the sequence's pending token) and sampled on the host next step.
   bool device_sample_stands(Active& a, int32_t token);
-  void emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens, const float* rows);
+  // Prompt tokens' log-probabilities from logits rows, or from rows scored on the device.
+  void emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens, const float* rows,
+                            const SampledLogprobs* scored = nullptr);
+  // The targets of a prompt chunk's rows scored on the device (into `targets`): row j's is
+  // the prompt token after it, -1 past the prompt; the number of scored rows (0: none, the
+  // executor samples on the host or the request asks for more than the device reports).
+  int32_t score_rows_on_device(const Active& a, int32_t start_pos, int32_t n_tokens,
+                               std::vector<int32_t>& targets) const;
   void finish(Active& a, FinishReason reason, const std::string& error = {});
   void publish_state(const StepPlan* plan, double step_seconds, int32_t n_prompt_tokens,
                      int32_t n_decode_tokens, double schedule_seconds = 0, double emit_seconds = 0);
@@ -367,7 +375,8 @@ class Engine {
   uint64_t n_launched_ahead_ = 0;  // steps launched while the one before was in flight
   double last_collect_ms_ = 0;     // now_ms() when the last collect ended
   std::chrono::steady_clock::time_point last_collect_;
-  std::vector<DeviceSampling> sampling_;  // per chunk, this step
+  std::vector<DeviceSampling> sampling_;           // per chunk, this step
+  std::vector<std::vector<int32_t>> row_targets_;  // per chunk, this step (score_rows_on_device)
   HandleWaker waker_;
   std::thread thread_;
 };

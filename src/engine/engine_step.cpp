@@ -101,6 +101,7 @@ void Engine::launch(StepPlan plan, Clock::time_point begun, double begun_ms) {
   std::vector<ExecChunk> chunks;
   chunks.reserve(plan.chunks.size());
   sampling_.resize(plan.chunks.size());
+  row_targets_.resize(plan.chunks.size());
   bool all_plain = true;
   for (const ScheduledChunk& c : plan.chunks) {
     const Sequence& s = *c.seq;
@@ -124,15 +125,20 @@ void Engine::launch(StepPlan plan, Clock::time_point begun, double begun_ms) {
     }
     // After a context shift the positions no longer split into prompt and generated ones.
     const int32_t prompt_len = s.n_discarded > 0 ? -1 : s.n_prompt;
+    std::vector<int32_t>& targets = row_targets_[chunks.size()];
+    const int32_t n_scored =
+        all_logits && !verify ? score_rows_on_device(a, c.start_pos, c.n_tokens, targets) : 0;
+    if (n_scored == 0) targets.clear();
     chunks.push_back({tokens, c.start_pos, std::span<const int32_t>(s.block_table), prompt_len,
-                      all_logits, sampling, feed, ends || all_logits});
+                      all_logits, sampling, feed, ends || all_logits,
+                      std::span<const int32_t>(targets), a.request.n_prompt_logprobs});
     const bool plain = !verify && !all_logits &&
                        (!ends || (sampling != nullptr && sampling->allowed == nullptr &&
                                   (!a.request.sampler || a.request.sampler->samples_ahead())));
     all_plain = all_plain && plain;
-    step.chunks.push_back(
-        {c.seq, c.start_pos, c.n_tokens, sampling != nullptr, all_logits, verify, ends, plain});
-    if (!sampling) step.n_rows += all_logits ? (size_t)c.n_tokens : ends ? 1 : 0;
+    step.chunks.push_back({c.seq, c.start_pos, c.n_tokens, sampling != nullptr, all_logits, verify,
+                           ends, plain, n_scored});
+    if (!sampling) step.n_rows += all_logits ? (size_t)(c.n_tokens - n_scored) : ends ? 1 : 0;
     if (s.n_generated() > 0 && c.start_pos == (int32_t)s.tokens.size() - 1) {
       step.n_decode_tokens += 1;  // the decode; a draft's tokens are priced apart (step_cost.h)
       (verify ? step.n_verify_tokens : step.n_prompt_tokens) += c.n_tokens - 1;
@@ -225,12 +231,18 @@ void Engine::take_output(const LaunchedStep& step) {
   HABLAR_CHECK(output_.logits.size() >= step.n_rows * n_vocab, "executor returned too few logits");
   HABLAR_CHECK(output_.sampled.size() == step.chunks.size(), "executor returned no sampled ids");
   float* logits = output_.logits.data();
-  size_t row = 0;
+  size_t row = 0, scored = 0;
   for (size_t i = 0; i < step.chunks.size(); ++i) {
     const LaunchedChunk& c = step.chunks[i];
-    const size_t rows = c.on_device ? 0 : c.all_logits ? (size_t)c.n_tokens : c.ends ? 1 : 0;
+    const size_t rows = c.on_device    ? 0
+                        : c.all_logits ? (size_t)(c.n_tokens - c.n_scored)
+                        : c.ends       ? 1
+                                       : 0;
     float* first_row = logits + row * n_vocab;
     row += rows;
+    const SampledLogprobs* first_scored = output_.row_logprobs.data() + scored;
+    scored += (size_t)c.n_scored;
+    HABLAR_CHECK(scored <= output_.row_logprobs.size(), "executor returned too few scored rows");
     auto it = active_.find(c.seq);
     if (it == active_.end()) continue;  // ended since its launch
     Active& a = *it->second;
@@ -246,7 +258,9 @@ void Engine::take_output(const LaunchedStep& step) {
       verify_and_emit(a, c.start_pos, c.n_tokens, first_row);
       continue;
     }
-    if (c.all_logits) emit_prompt_logprobs(a, c.start_pos, c.n_tokens, first_row);
+    if (c.all_logits)
+      emit_prompt_logprobs(a, c.start_pos, c.n_tokens, first_row,
+                           c.n_scored > 0 ? first_scored : nullptr);
     if (c.on_device && !device_sample_stands(a, output_.sampled[i])) {
       seq->n_computed += c.n_tokens - 1;  // the last position again, sampled on the host
       blocks_.register_full_blocks(*seq);

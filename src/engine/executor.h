@@ -84,16 +84,26 @@ struct ExecChunk {
   // False: neither a logits row nor a sample of this chunk is wanted (a prompt chunk before
   // its last): StepOutput has no row for it.
   bool wants_output = true;
+  // An all_logits chunk's rows scored on the device (only when samples_on_device()): row j
+  // with row_targets[j] >= 0 gives the log-probability of that token and the top
+  // n_row_logprobs (<= kMaxDeviceTopLogprobs) in StepOutput::row_logprobs instead of its
+  // logits; rows whose target is -1 still come back as logits rows. Empty: every row as logits.
+  std::span<const int32_t> row_targets;
+  int32_t n_row_logprobs = 0;
 };
 
 struct StepOutput {
   // Rows of n_vocab logits in chunk order, for the chunks without device sampling: one per
-  // token of an all_logits chunk, else one (for its last token) unless it wants no output.
+  // token of an all_logits chunk (but its rows scored on the device), else one (for its last
+  // token) unless it wants no output.
   std::vector<float> logits;
   // [n_chunks] the token sampled by the executor for a chunk with `sampling`, else -1.
   std::vector<int32_t> sampled;
   // [n_chunks] when some chunk's sampling asked for log-probabilities (else empty).
   std::vector<SampledLogprobs> logprobs;
+  // The rows scored on the device (ExecChunk::row_targets), in chunk and row order; `logprob`
+  // is the target's.
+  std::vector<SampledLogprobs> row_logprobs;
 };
 
 // One input of an embedding step: a whole sequence (encoder inputs are never split; no KV

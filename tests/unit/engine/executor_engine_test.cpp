@@ -272,7 +272,9 @@ std::vector<std::vector<StreamItem>> prompt_items(model::Model& model, DeviceKin
 TEST_P(ModelRunnerTest, PromptLogprobsAreTheModelsOwnOncePerToken) {
   const auto prompts = test_prompts();  // shared heads: the prefix cache must not serve them
   // Reference: every position's logits from one sequence alone.
+  // (On the CUDA executor the engine's prompt rows are scored on the device.)
   std::vector<std::vector<float>> want(prompts.size());
+  std::vector<std::vector<std::vector<TokenLogprob>>> want_top(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     auto executor = make_test_executor(*model_, GetParam(), 64);
     SequenceRunner alone(*executor, 1024, 96);
@@ -282,6 +284,7 @@ TEST_P(ModelRunnerTest, PromptLogprobsAreTheModelsOwnOncePerToken) {
     for (size_t t = 1; t < prompts[i].size(); ++t) {
       log_softmax(rows.subspan((t - 1) * n_vocab, n_vocab), logp);
       want[i].push_back(logp[(size_t)prompts[i][t]]);
+      want_top[i].push_back(top_logprobs(rows.subspan((t - 1) * n_vocab, n_vocab), 2));
     }
   }
   // Batched with 40-token prefill chunks (64 blocks), then squeezed so that sequences are
@@ -298,7 +301,11 @@ TEST_P(ModelRunnerTest, PromptLogprobsAreTheModelsOwnOncePerToken) {
         EXPECT_EQ(got[i][t].token, prompts[i][t]);
         if (t == 0) continue;
         EXPECT_NEAR(got[i][t].logprob, want[i][t - 1], 1e-4) << "request " << i << " pos " << t;
-        EXPECT_EQ(got[i][t].top_logprobs.size(), 2u);
+        ASSERT_EQ(got[i][t].top_logprobs.size(), 2u);
+        for (size_t k = 0; k < 2; ++k) {
+          EXPECT_EQ(got[i][t].top_logprobs[k].token, want_top[i][t - 1][k].token);
+          EXPECT_NEAR(got[i][t].top_logprobs[k].logprob, want_top[i][t - 1][k].logprob, 1e-4);
+        }
       }
       EXPECT_EQ(finals[i].finish_reason, FinishReason::kLength);
       EXPECT_EQ(finals[i].n_generated, 0);

@@ -149,6 +149,7 @@ class FakeExecutor : public StepExecutor {
     logits.clear();
     out.sampled.assign(chunks.size(), -1);
     out.logprobs.clear();
+    out.row_logprobs.clear();
     std::vector<float> row((size_t)n_vocab_);
     steps += 1;
     int32_t n_decode = 0, n_prompt = 0;
@@ -175,11 +176,24 @@ class FakeExecutor : public StepExecutor {
       for (int32_t pos = 0; pos < end; ++pos)
         seen[(size_t)pos] =
             cache_[slot(c.block_table[(size_t)(pos / block_size_)], pos % block_size_)];
+      // Row t's logits, or its target's log-probabilities where the chunk's rows are scored.
+      auto row_out = [&](size_t t) {
+        if (c.row_targets.empty() || c.row_targets[t] < 0) {
+          logits.insert(logits.end(), row.begin(), row.end());
+          return;
+        }
+        HABLAR_CHECK(device_sampling && c.all_logits, "rows scored on a host executor");
+        std::vector<float> logp(row.size());
+        log_softmax(row, logp);
+        out.row_logprobs.push_back(
+            {true, logp[(size_t)c.row_targets[t]], top_logprobs(row, c.n_row_logprobs)});
+        scored_rows += 1;
+      };
       if (c.all_logits) {  // a row per token: the distribution after each prefix
         for (size_t t = 0; t + 1 < c.tokens.size(); ++t) {
           reference_logits(std::span<const int32_t>(seen).first((size_t)c.start_pos + t + 1),
                            n_vocab_, row.data());
-          logits.insert(logits.end(), row.begin(), row.end());
+          row_out(t);
         }
       }
       reference_logits(seen, n_vocab_, row.data());
@@ -207,7 +221,9 @@ class FakeExecutor : public StepExecutor {
                              top_logprobs(raw, c.sampling->n_logprobs)};
           device_logprobs += 1;
         }
-      } else if (c.wants_output || c.all_logits) {
+      } else if (c.all_logits) {
+        row_out(c.tokens.size() - 1);
+      } else if (c.wants_output) {
         logits.insert(logits.end(), row.begin(), row.end());
       }
       tokens_computed += (int64_t)c.tokens.size();
@@ -222,6 +238,7 @@ class FakeExecutor : public StepExecutor {
   int64_t device_sampled = 0;
   int64_t device_masked = 0;    // device samples that applied a token mask
   int64_t device_logprobs = 0;  // device samples that reported log-probabilities
+  int64_t scored_rows = 0;      // prompt rows scored here (ExecChunk::row_targets)
   int64_t step_delay_us = 0;    // makes steps take device-like time
   // A simulated clock each step advances by base + per decode + per prompt token, for
   // deterministic tests of time budgets (EngineConfig::now_ms reads sim_now_ms).

@@ -284,6 +284,56 @@ TEST(StepAhead, TokenLogprobsComeWithTheDevicesSamples) {
   EXPECT_GT(exec.fed_chunks, 0);  // requests with log-probabilities launched ahead
 }
 
+// Prompt log-probabilities: a device executor scores the prompt rows itself (the target's
+// log-probability and the top n) and returns logits only for the rows it does not score, so
+// preempted and chunked prompts still give each prompt token once, the host's figures.
+TEST(StepAhead, PromptLogprobsAreScoredOnTheDevice) {
+  FeedingExecutor exec(12, 4);  // 48 positions: sequences are preempted
+  EngineConfig c = ending_config(4);
+  c.scheduler.max_prefill_chunk = 7;
+  Engine engine(c, exec);
+  std::mt19937 rng(41);
+  const int32_t asked[] = {0, 2, kMaxDeviceTopLogprobs, kMaxDeviceTopLogprobs + 1};
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 12; ++i) {
+    prompts.push_back(random_prompt(rng, 5 + 2 * i));
+    GenerateRequest g = request(prompts.back(), i % 3);  // 0 tokens: the prompt's scores alone
+    g.n_prompt_logprobs = asked[i % 4];
+    handles.push_back(engine.submit(std::move(g)));
+  }
+  for (size_t i = 0; i < handles.size(); ++i) {
+    std::vector<StreamItem> got;
+    std::vector<int32_t> tokens;
+    for (bool done = false; !done;) {
+      std::vector<StreamItem> items;
+      ASSERT_TRUE(handles[i]->wait(items, milliseconds(10000))) << "engine stalled";
+      for (StreamItem& it : items) {
+        if (it.kind == StreamItem::Kind::kFinal) done = true;
+        if (it.kind == StreamItem::Kind::kPrompt) got.push_back(std::move(it));
+        if (it.kind == StreamItem::Kind::kToken) tokens.push_back(it.token);
+      }
+    }
+    const std::vector<int32_t>& p = prompts[i];
+    ASSERT_EQ(got.size(), p.size()) << "request " << i;
+    EXPECT_FALSE(got[0].has_logprob);
+    for (size_t t = 1; t < p.size(); ++t) {
+      std::vector<float> row(kVocab), logp(kVocab);
+      test::reference_logits(std::span<const int32_t>(p).first(t), kVocab, row.data());
+      log_softmax(row, logp);
+      EXPECT_EQ(got[t].token, p[t]);
+      EXPECT_FLOAT_EQ(got[t].logprob, logp[(size_t)p[t]]) << "request " << i << " pos " << t;
+      const std::vector<TokenLogprob> top = top_logprobs(row, asked[i % 4]);
+      ASSERT_EQ(got[t].top_logprobs.size(), top.size()) << "request " << i;
+      for (size_t k = 0; k < top.size(); ++k)
+        EXPECT_EQ(got[t].top_logprobs[k].token, top[k].token) << "request " << i;
+    }
+    EXPECT_EQ(tokens, reference_until_end(p, (int32_t)(i % 3))) << "request " << i;
+  }
+  EXPECT_GT(exec.scored_rows, 0);
+  EXPECT_GT(engine.metrics().snapshot().preemptions_total, 0u);
+}
+
 // The step cost model learns what a step adds between two tokens of a stream. A step that
 // stayed in flight while the next one launched costs its device span (simulated here): the
 // wall time until its collection holds the next step's launch, so a decode-only step before
