@@ -273,14 +273,9 @@ double Engine::now_ms() const {
   return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count();
 }
 
-// Sends kPrompt items for the prompt tokens whose predecessors are in this chunk: row j
-// (position start_pos + j) gives the log-probability of the token at start_pos + j + 1. Items
-// already sent (before a preemption made the sequence compute its prompt again) are not
-// repeated. The first prompt token has no log-probability.
 int32_t Engine::score_rows_on_device(const Active& a, int32_t start_pos, int32_t n_tokens,
                                      std::vector<int32_t>& targets) const {
   const Sequence& s = *a.seq;
-  targets.clear();
   if (!executor_.samples_on_device() || a.request.n_prompt_logprobs > kMaxDeviceTopLogprobs)
     return 0;
   const int32_t n_scored = std::clamp(s.n_prompt - 1 - start_pos, 0, n_tokens);
@@ -290,6 +285,11 @@ int32_t Engine::score_rows_on_device(const Active& a, int32_t start_pos, int32_t
   return n_scored;
 }
 
+// Sends kPrompt items for the prompt tokens whose predecessors are in this chunk: row j
+// (position start_pos + j) gives the log-probability of the token at start_pos + j + 1. Items
+// already sent (before a preemption made the sequence compute its prompt again) are not
+// repeated. The first prompt token has no log-probability. `scored`: rows the executor
+// scored (score_rows_on_device), else `rows` of logits.
 void Engine::emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens, const float* rows,
                                   const SampledLogprobs* scored) {
   const Sequence& s = *a.seq;

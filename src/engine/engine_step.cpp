@@ -126,9 +126,9 @@ void Engine::launch(StepPlan plan, Clock::time_point begun, double begun_ms) {
     // After a context shift the positions no longer split into prompt and generated ones.
     const int32_t prompt_len = s.n_discarded > 0 ? -1 : s.n_prompt;
     std::vector<int32_t>& targets = row_targets_[chunks.size()];
+    targets.clear();  // (a prompt chunk's rows scored on the device fill it)
     const int32_t n_scored =
         all_logits && !verify ? score_rows_on_device(a, c.start_pos, c.n_tokens, targets) : 0;
-    if (n_scored == 0) targets.clear();
     chunks.push_back({tokens, c.start_pos, std::span<const int32_t>(s.block_table), prompt_len,
                       all_logits, sampling, feed, ends || all_logits,
                       std::span<const int32_t>(targets), a.request.n_prompt_logprobs});
