@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <random>
 
@@ -155,34 +156,41 @@ TEST_P(ModelRunnerTest, PenaltiesLaunchedAheadEqualOneStepAtATime) {
   EXPECT_GT(changed, 0);  // the penalties changed some output
 }
 
-// The generated token items of prompts run together, each request asking for n_logprobs.
-std::vector<std::vector<StreamItem>> token_items(const model::Model& m, DeviceKind device,
-                                                 const std::vector<std::vector<int32_t>>& prompts,
-                                                 int32_t n_logprobs) {
-  auto runner = make_test_executor(m, device, 64);
+// Runs prompts together (at most 8 at once, prompts in chunks of 40 tokens) through an engine
+// over n_blocks blocks, each request set up by `setup`; each request's items but the final
+// one, whose items go to `finals` when given.
+std::vector<std::vector<StreamItem>> run_together(
+    const model::Model& model, DeviceKind device, const std::vector<std::vector<int32_t>>& prompts,
+    int32_t n_blocks, const std::function<void(GenerateRequest&)>& setup,
+    std::vector<StreamItem>* finals = nullptr) {
+  auto runner = make_test_executor(model, device, n_blocks);
   EngineConfig c;
   c.n_ctx = 1024;
   c.scheduler = {.max_running = 8, .max_step_tokens = 96, .max_prefill_chunk = 40};
   Engine engine(c, *runner);
   std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (const auto& prompt : prompts) {
+  for (const auto& p : prompts) {
     GenerateRequest g;
-    g.prompt = prompt;
-    g.max_tokens = 10;
-    g.n_logprobs = n_logprobs;
+    g.prompt = p;
+    setup(g);
     handles.push_back(engine.submit(std::move(g)));
   }
   std::vector<std::vector<StreamItem>> out(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i)
+  for (size_t i = 0; i < prompts.size(); ++i) {
     for (bool done = false; !done;) {
       std::vector<StreamItem> items;
       EXPECT_TRUE(handles[i]->wait(items, milliseconds(60000))) << "engine stalled";
       if (items.empty()) break;
       for (auto& it : items) {
-        if (it.kind == StreamItem::Kind::kFinal) done = true;
-        if (it.kind == StreamItem::Kind::kToken) out[i].push_back(std::move(it));
+        if (it.kind == StreamItem::Kind::kFinal) {
+          done = true;
+          if (finals) finals->push_back(it);
+        } else {
+          out[i].push_back(it);
+        }
       }
     }
+  }
   return out;
 }
 
@@ -191,8 +199,14 @@ std::vector<std::vector<StreamItem>> token_items(const model::Model& m, DeviceKi
 // the host; both from the same rows, so the same tokens, figures and order.
 TEST_P(ModelRunnerTest, TokenLogprobsOfTheDeviceEqualTheHosts) {
   const auto prompts = test_prompts();
-  const auto device = token_items(*model_, GetParam(), prompts, 5);
-  const auto host = token_items(*model_, GetParam(), prompts, kMaxDeviceTopLogprobs + 1);
+  auto tokens_with = [&](int32_t n_logprobs) {
+    return run_together(*model_, GetParam(), prompts, 64, [&](GenerateRequest& g) {
+      g.max_tokens = 10;
+      g.n_logprobs = n_logprobs;
+    });
+  };
+  const auto device = tokens_with(5);
+  const auto host = tokens_with(kMaxDeviceTopLogprobs + 1);
   for (size_t i = 0; i < prompts.size(); ++i) {
     ASSERT_EQ(device[i].size(), 10u) << "request " << i;
     ASSERT_EQ(host[i].size(), 10u) << "request " << i;
@@ -232,43 +246,6 @@ TEST_P(ModelRunnerTest, PreemptionKeepsOutputs) {
   EXPECT_GT(m.preemptions_total, 0u);
 }
 
-// Each prompt's kPrompt items, through an engine with the given cache, for max_tokens = 0.
-std::vector<std::vector<StreamItem>> prompt_items(model::Model& model, DeviceKind device,
-                                                  const std::vector<std::vector<int32_t>>& prompts,
-                                                  int32_t n_blocks,
-                                                  std::vector<StreamItem>* finals) {
-  auto runner = make_test_executor(model, device, n_blocks);
-  EngineConfig c;
-  c.n_ctx = 1024;
-  c.scheduler = {.max_running = 8, .max_step_tokens = 96, .max_prefill_chunk = 40};
-  Engine engine(c, *runner);
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (const auto& p : prompts) {
-    GenerateRequest g;
-    g.prompt = p;
-    g.max_tokens = 0;
-    g.n_prompt_logprobs = 2;
-    handles.push_back(engine.submit(std::move(g)));
-  }
-  std::vector<std::vector<StreamItem>> out(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    for (bool done = false; !done;) {
-      std::vector<StreamItem> items;
-      EXPECT_TRUE(handles[i]->wait(items, milliseconds(60000))) << "engine stalled";
-      if (items.empty()) break;
-      for (auto& it : items) {
-        if (it.kind == StreamItem::Kind::kFinal) {
-          done = true;
-          finals->push_back(it);
-        } else {
-          out[i].push_back(it);
-        }
-      }
-    }
-  }
-  return out;
-}
-
 TEST_P(ModelRunnerTest, PromptLogprobsAreTheModelsOwnOncePerToken) {
   const auto prompts = test_prompts();  // shared heads: the prefix cache must not serve them
   // Reference: every position's logits from one sequence alone.
@@ -291,7 +268,9 @@ TEST_P(ModelRunnerTest, PromptLogprobsAreTheModelsOwnOncePerToken) {
   // preempted and compute their prompts again (10 blocks).
   for (int32_t n_blocks : {64, 10}) {
     std::vector<StreamItem> finals;
-    const auto got = prompt_items(*model_, GetParam(), prompts, n_blocks, &finals);
+    const auto got = run_together(
+        *model_, GetParam(), prompts, n_blocks,
+        [](GenerateRequest& g) { g.max_tokens = 0, g.n_prompt_logprobs = 2; }, &finals);
     ASSERT_EQ(finals.size(), prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i) {
       ASSERT_EQ(got[i].size(), prompts[i].size()) << "blocks " << n_blocks << " request " << i;
