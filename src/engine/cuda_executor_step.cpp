@@ -77,14 +77,15 @@ void CudaExecutor::collect(StepOutput& out) {
   for (size_t i = 0; i < step.row_of_chunk.size(); ++i)
     if (step.row_of_chunk[i] >= 0)
       out.sampled[i] = staging_[slot].ids[(size_t)step.row_of_chunk[i]];
-  out.row_logprobs.resize((size_t)step.scored_rows);
-  for (int32_t r = 0; r < step.scored_rows; ++r) {
-    const cuda::RowLogprobs& rl = staging_[slot].scored[(size_t)r];
-    SampledLogprobs& lp = out.row_logprobs[(size_t)r];
-    lp.present = true, lp.logprob = rl.chosen;
-    lp.top.clear();
+  // A row's log-probabilities as the engine takes them (rl.chosen: the sampled or target token's).
+  auto logprobs_of = [](const cuda::RowLogprobs& rl) {
+    SampledLogprobs lp{true, rl.chosen, {}};
     for (int32_t t = 0; t < rl.n_top; ++t) lp.top.push_back({rl.top_ids[t], rl.top_logprobs[t]});
-  }
+    return lp;
+  };
+  out.row_logprobs.clear();
+  for (int32_t r = 0; r < step.scored_rows; ++r)
+    out.row_logprobs.push_back(logprobs_of(staging_[slot].scored[(size_t)r]));
   out.logprobs.clear();
   if (step.logprob_rows > 0) {
     out.logprobs.resize(step.row_of_chunk.size());
@@ -92,10 +93,7 @@ void CudaExecutor::collect(StepOutput& out) {
       const int32_t row = step.row_of_chunk[i];
       if (row < 0 || row >= step.logprob_rows) continue;
       const cuda::RowLogprobs& rl = staging_[slot].logprobs[(size_t)row];
-      if (rl.n_top < 0) continue;
-      SampledLogprobs& lp = out.logprobs[i];
-      lp.present = true, lp.logprob = rl.chosen;
-      for (int32_t t = 0; t < rl.n_top; ++t) lp.top.push_back({rl.top_ids[t], rl.top_logprobs[t]});
+      if (rl.n_top >= 0) out.logprobs[i] = logprobs_of(rl);
     }
   }
   if (step.profiled) add_persistent_profile();
