@@ -8,18 +8,6 @@
 #include "engine/sequence_runner.h"
 
 namespace hablar::engine {
-namespace {
-
-// -log p(target) under softmax(row), in double.
-double nll_of(const float* row, int n_vocab, int32_t target) {
-  float max_logit = row[0];
-  for (int i = 1; i < n_vocab; ++i) max_logit = std::max(max_logit, row[i]);
-  double sum = 0.0;
-  for (int i = 0; i < n_vocab; ++i) sum += std::exp((double)(row[i] - max_logit));
-  return std::log(sum) - (double)(row[target] - max_logit);
-}
-
-}  // namespace
 
 PerplexityResult perplexity(const model::Model& model, StepExecutor& executor,
                             std::string_view text, int n_ctx, int n_batch, int max_chunks,
@@ -41,7 +29,6 @@ PerplexityResult perplexity_of_tokens(StepExecutor& executor, std::span<const in
                                                  " tokens, fewer than one chunk of " +
                                                  std::to_string(n_ctx));
   if (max_chunks > 0) n_chunks = std::min(n_chunks, max_chunks);
-  const int n_vocab = executor.n_vocab();
   const int first = n_ctx / 2;
   SequenceRunner seq(executor, n_ctx, n_batch);
   double sum = 0.0, sum_sq = 0.0;
@@ -52,10 +39,7 @@ PerplexityResult perplexity_of_tokens(StepExecutor& executor, std::span<const in
                                tokens.begin() + (ptrdiff_t)(c + 1) * n_ctx);
     if (bos_id >= 0) chunk[0] = bos_id;
     seq.reset();
-    std::span<const float> logits = seq.eval(chunk, true);
-    for (int j = first; j < n_ctx - 1; ++j) {
-      const double nll =
-          nll_of(logits.data() + (size_t)j * (size_t)n_vocab, n_vocab, chunk[(size_t)j + 1]);
+    for (const double nll : seq.next_token_nll(chunk, first)) {
       sum += nll;
       sum_sq += nll * nll;
       ++count;

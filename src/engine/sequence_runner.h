@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -22,6 +23,11 @@ class SequenceRunner {
   // ([n_vocab]), or of every token when all_logits ([tokens.size() x n_vocab]). Throws
   // Error(kResource) when the tokens do not fit in the context (nothing is evaluated).
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
+  // Appends tokens and returns -log p(tokens[j + 1]) for j in [first, tokens.size() - 1),
+  // each under softmax of row j (what eval(tokens, true) gives): an executor that samples on
+  // its device scores the rows there (ExecChunk::row_targets, no logits rows copied back),
+  // others return the rows, scored here in double.
+  std::vector<double> next_token_nll(std::span<const int32_t> tokens, int first);
 
   int n_past() const { return n_past_; }
   int n_ctx() const { return n_ctx_; }
@@ -37,6 +43,11 @@ class SequenceRunner {
   std::vector<int32_t> block_table_;
   StepOutput step_;
   std::vector<float> logits_;
+  std::vector<int32_t> targets_;
+  // Steps of at most n_batch tokens appending `tokens` (with row targets when not empty); after
+  // each, on_step(index of its first token, its token count) reads step_.
+  void append(std::span<const int32_t> tokens, bool all_logits, std::span<const int32_t> targets,
+              const std::function<void(size_t, size_t)>& on_step);
 };
 
 }  // namespace hablar::engine
