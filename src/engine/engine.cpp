@@ -19,10 +19,9 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 // The chosen token's log-probability under log_softmax(row), and the top k.
 void fill_logprobs(std::span<const float> row, int32_t chosen, int32_t k, StreamItem& item) {
-  std::vector<float> logp(row.size());
-  log_softmax(row, logp);
-  item.logprob = logp[(size_t)chosen];
-  if (k > 0) item.top_logprobs = top_logprobs(row, k);
+  const double lse = log_sum_exp(row);
+  item.logprob = (float)((double)row[(size_t)chosen] - lse);
+  if (k > 0) item.top_logprobs = top_logprobs(row, k, lse);
 }
 
 }  // namespace

@@ -347,33 +347,42 @@ void Sampler::report_candidates(SampleResult& result) const {
     result.post_top.push_back({cands_[i].id, cands_[i].p});
 }
 
-void log_softmax(std::span<const float> logits, std::span<float> out) {
-  HABLAR_CHECK(out.size() == logits.size(), "log_softmax output size");
+double log_sum_exp(std::span<const float> logits) {
   float max_logit = -std::numeric_limits<float>::infinity();
   for (float l : logits) max_logit = std::max(max_logit, l);
   double sum = 0.0;
   for (float l : logits) sum += std::exp((double)(l - max_logit));
-  const double lse = (double)max_logit + std::log(sum);
+  return (double)max_logit + std::log(sum);
+}
+
+void log_softmax(std::span<const float> logits, std::span<float> out) {
+  HABLAR_CHECK(out.size() == logits.size(), "log_softmax output size");
+  const double lse = log_sum_exp(logits);
   for (size_t i = 0; i < logits.size(); ++i) out[i] = (float)((double)logits[i] - lse);
 }
 
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int n) {
+  return top_logprobs(logits, n, log_sum_exp(logits));
+}
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int n, double lse) {
   n = std::min<int>(n, (int)logits.size());
   if (n <= 0) return {};
-  std::vector<int32_t> ids(logits.size());
-  std::iota(ids.begin(), ids.end(), 0);
   auto better = [&](int32_t a, int32_t b) {
     return logits[(size_t)a] > logits[(size_t)b] ||
            (logits[(size_t)a] == logits[(size_t)b] && a < b);
   };
-  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), better);
-  float max_logit = logits[(size_t)ids[0]];
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp((double)(l - max_logit));
-  const double lse = (double)max_logit + std::log(sum);
+  // One pass keeping the best n ids in order (insertions are rare after the first few).
+  std::vector<int32_t> best;
+  best.reserve((size_t)n + 1);
+  for (int32_t i = 0; i < (int32_t)logits.size(); ++i) {
+    if ((int)best.size() == n && !better(i, best.back())) continue;
+    best.insert(std::upper_bound(best.begin(), best.end(), i, better), i);
+    if ((int)best.size() > n) best.pop_back();
+  }
   std::vector<TokenLogprob> out((size_t)n);
   for (int i = 0; i < n; ++i)
-    out[(size_t)i] = {ids[(size_t)i], (float)((double)logits[(size_t)ids[(size_t)i]] - lse)};
+    out[(size_t)i] = {best[(size_t)i], (float)((double)logits[(size_t)best[(size_t)i]] - lse)};
   return out;
 }
 

@@ -133,11 +133,14 @@ class Sampler {
   float mirostat_mu_;             // the surprise bound mirostat steers (2 tau at first)
 };
 
-// log_softmax of a logits row into out (same size), numerically stable (max subtracted,
-// sum in double).
+// log(sum(exp(logit))) of a row, numerically stable (max subtracted, sum in double).
+double log_sum_exp(std::span<const float> logits);
+// log_softmax of a logits row into out (same size): logit - log_sum_exp, rounded to float.
 void log_softmax(std::span<const float> logits, std::span<float> out);
-// The n largest logits, most likely first, with their log-probabilities.
+// The n largest logits, most likely first (the lowest id among equals), with their
+// log-probabilities; `lse` the row's log_sum_exp when the caller has it.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int n);
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int n, double lse);
 // Index of the largest logit (the lowest index among equals).
 int32_t argmax(std::span<const float> logits);
 

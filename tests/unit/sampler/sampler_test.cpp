@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <random>
 #include <set>
 
 #include "core/error.h"
@@ -331,6 +333,29 @@ TEST(Sampler, LogitBiasBansAndBoosts) {
   const auto h = histogram(s, std::vector<float>{3.0f, 0.0f, 0.0f}, 2000);
   EXPECT_FALSE(h.count(0));
   EXPECT_GT(h.at(2), 1900);  // e^5 / (e^5 + 1)
+}
+
+// top_logprobs keeps its best n in one pass: the same ids, order (value descending, the
+// lowest id among equals) and figures as sorting the whole row, ties and -inf included.
+TEST(Sampler, TopLogprobsAreTheRowsSortedHead) {
+  std::mt19937 rng(9);
+  std::vector<float> row(5000);
+  for (float& v : row) v = (float)(rng() % 40) * 0.25f;  // many ties
+  row[17] = -std::numeric_limits<float>::infinity();
+  row[4000] = 20.0f;
+  const double lse = log_sum_exp(row);
+  for (int n : {1, 2, 7, 20, 100, 5000, 6000}) {
+    std::vector<int32_t> ids(row.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = (int32_t)i;
+    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    const std::vector<TokenLogprob> top = top_logprobs(row, n);
+    ASSERT_EQ(top.size(), (size_t)std::min<int>(n, (int)row.size()));
+    for (size_t k = 0; k < top.size(); ++k) {
+      ASSERT_EQ(top[k].token, ids[k]) << "n " << n << " rank " << k;
+      EXPECT_EQ(top[k].logprob, (float)((double)row[(size_t)ids[k]] - lse));
+    }
+  }
+  EXPECT_TRUE(top_logprobs(row, 0).empty());
 }
 
 TEST(Sampler, LogprobsAreRawLogSoftmax) {
