@@ -8,6 +8,7 @@
 #include <cuda/functional>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/float_order.cuh"
 #include "backend/cuda/sample_rng.h"
 #include "backend/cuda/sampling.h"
 
@@ -29,12 +30,6 @@ struct Shared {
   int index;
   float prefix[kThreads + 1];
 };
-
-// Monotone map of floats to unsigned integers (a < b  <=>  key(a) < key(b)).
-__device__ __forceinline__ uint32_t float_key(float f) {
-  const uint32_t b = __float_as_uint(f);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
 
 __device__ void apply_penalties(float* row, const SamplingParams& sp, const int32_t* hist, int len,
                                 int vocab) {

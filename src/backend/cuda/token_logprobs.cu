@@ -9,6 +9,7 @@
 #include <cuda/functional>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/float_order.cuh"
 #include "backend/cuda/token_logprobs.h"
 #include "core/error.h"
 
@@ -25,9 +26,7 @@ __device__ __forceinline__ bool ranks_before(float a, int ia, float b, int ib) {
 
 // Order-preserving key of (value, id): larger for a larger value, then for a lower id.
 __device__ __forceinline__ unsigned long long rank_key(float f, int id) {
-  const uint32_t b = __float_as_uint(f);
-  const uint32_t key = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-  return ((unsigned long long)key << 32) | (uint32_t) ~(uint32_t)id;
+  return ((unsigned long long)float_key(f) << 32) | (uint32_t) ~(uint32_t)id;
 }
 
 __global__ void __launch_bounds__(kThreads)
