@@ -28,6 +28,7 @@ import random
 import statistics
 import sys
 import time
+import zlib
 
 import httpx
 
@@ -63,6 +64,12 @@ def summary(values, scale=1e3):
             "p90": percentile(values, 90) * scale, "p99": percentile(values, 99) * scale}
 
 
+# Open-ended enough that a random-weight model's output fills max_tokens.
+NOTES_SCHEMA = {"type": "object", "required": ["title", "notes"],
+                "properties": {"title": {"type": "string"},
+                               "notes": {"type": "array", "items": {"type": "string"}}}}
+
+
 async def one_request(client, args, prompt, max_tokens):
     body = {"model": args.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
             "stream": True}
@@ -72,6 +79,11 @@ async def one_request(client, args, prompt, max_tokens):
         body["ignore_eos"] = True
     if args.logprobs is not None:
         body["logprobs"] = args.logprobs
+    # A share of the requests constrained to a JSON schema (chosen by the prompt, so the same
+    # requests in every run): structured output's masks on the server's sampling path.
+    if args.json_schema_share > 0 and zlib.crc32(repr(prompt).encode()) % 1000 < args.json_schema_share * 1000:
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": "notes", "schema": NOTES_SCHEMA}}
     t0 = time.perf_counter()
     times = []
     usage = None
@@ -307,6 +319,8 @@ def main():
                         "which a GPU server samples on the host)")
     p.add_argument("--logprobs", type=int, default=None,
                    help="ask for each token's log-probability and the top N (completions' logprobs)")
+    p.add_argument("--json-schema-share", type=float, default=0.0,
+                   help="share of requests with a JSON-schema response_format (structured output)")
     p.add_argument("--warmup", type=int, default=1, help="requests sent before measuring")
     p.add_argument("--client-processes", type=int, default=0,
                    help="processes driving the streams at a fixed concurrency (0: one per 16 "

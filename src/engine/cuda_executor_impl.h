@@ -100,6 +100,7 @@ class CudaExecutor : public StepExecutor {
   void sample_rows(int32_t rows, const int32_t* history, int max_history, const uint32_t* masks);
   const uint32_t* stage_masks(std::span<const ExecChunk> chunks,
                               std::span<const int32_t> row_chunks);
+  int32_t fed_sample(size_t chunk);
   void run_step(std::span<const ExecChunk> chunks, StepOutput& out);
   bool graph_eligible(std::span<const ExecChunk> chunks) const;
   void execute_graph(std::span<const ExecChunk> chunks, StepOutput& out);

@@ -118,7 +118,6 @@ void CudaExecutor::stage_fed_tokens(std::span<const ExecChunk> chunks) {
     HABLAR_CHECK(feeds_ && ec.tokens.size() == 1 && (size_t)ec.feed < last_rows_.size() &&
                      last_rows_[(size_t)ec.feed] >= 0,
                  "a fed chunk names no sample of the last launched step");
-    HABLAR_CHECK(!ec.sampling || !ec.sampling->allowed, "a fed chunk's sampling has a mask");
     HABLAR_CHECK(!ec.sampling || ec.sampling->history.empty() ||
                      ec.sampling->history.back() == kPendingToken,
                  "a fed chunk's penalties read a history without its pending token");
@@ -300,6 +299,16 @@ void CudaExecutor::sample_rows(int32_t rows, const int32_t* history, int max_his
                                     cudaMemcpyDeviceToHost, stream));
 }
 
+// A fed chunk's token on the host: the id the step launched before this one sampled in the
+// row it names, once that step has ended (its ids are copied back to its slot's staging).
+int32_t CudaExecutor::fed_sample(size_t chunk) {
+  HABLAR_CHECK(!launched_.empty() && chunk < fed_ids_.size() && fed_ids_[chunk] < 0,
+               "a fed chunk without a step before it");
+  const auto slot = (size_t)launched_.back().slot;
+  HABLAR_CUDA_CHECK(cudaEventSynchronize(span_end_[slot].get()));
+  return staging_[slot].ids[(size_t)(-1 - fed_ids_[chunk])];
+}
+
 // Token masks for the sampled rows (row r samples chunk row_chunks[r], -1: none), asked of
 // each chunk's mask source now that the forward is queued, so that the host computes them
 // while the device runs it; uploaded behind the forward. Null when no row is masked.
@@ -310,11 +319,12 @@ const uint32_t* CudaExecutor::stage_masks(std::span<const ExecChunk> chunks,
   if (masks_recorded_) HABLAR_CUDA_CHECK(cudaEventSynchronize(masks_done_.get()));
   for (size_t r = 0; r < row_chunks.size(); ++r) {
     if (row_chunks[r] < 0) continue;
-    const DeviceSampling* s = chunks[(size_t)row_chunks[r]].sampling;
+    const auto chunk = (size_t)row_chunks[r];
+    const DeviceSampling* s = chunks[chunk].sampling;
     if (!s || !s->allowed) continue;
     std::span<uint32_t> mask(host_masks_.get() + r * words, words);
     std::fill(mask.begin(), mask.end(), 0u);
-    s->allowed->fill_allowed(mask);
+    s->allowed->fill_allowed(mask, chunks[chunk].feed >= 0 ? fed_sample(chunk) : kPendingToken);
     last = r + 1;
   }
   if (last == 0) return nullptr;

@@ -344,11 +344,25 @@ int32_t Engine::choose_token(Active& a, float* logits_row, std::span<const int32
   return token;
 }
 
+std::span<const int32_t> Engine::known_history(const Active& a) {
+  if (!a.full_history.empty()) return a.full_history;  // (never holds placeholders)
+  return std::span<const int32_t>(a.seq->tokens).first(a.seq->tokens.size() - (size_t)a.n_ahead);
+}
+
 bool Engine::device_sample_stands(Active& a, int32_t token) {
-  if (!a.request.sampler || token < 0 || a.request.sampler->keeps_device_sample(token, a.history()))
+  if (!a.request.sampler || token < 0 ||
+      a.request.sampler->keeps_device_sample(token, known_history(a)))
     return true;
   a.sample_on_host = true;
   return false;
+}
+
+void Engine::take_back_refused(Active& a) {
+  Sequence& seq = *a.seq;
+  seq.tokens.resize(seq.tokens.size() - (size_t)a.n_ahead);
+  a.n_ahead = 0;
+  seq.n_computed = (int32_t)seq.tokens.size() - 1;
+  if (a.last_step > n_collected_) a.void_step = a.last_step;
 }
 
 StreamItem Engine::device_item(const Active& a, size_t chunk) const {

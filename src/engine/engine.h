@@ -53,10 +53,12 @@ class NextTokenSampler {
   // before it). False: the engine computes that position again and samples it on the host
   // (a grammar's token that would leave its sentence unfinishable within max_tokens).
   virtual bool keeps_device_sample(int32_t token, std::span<const int32_t> history) { return true; }
-  // Whether device_params() may be asked before the token just sampled is known (its
-  // history then ends with kPendingToken, which the executor fills in on its device) and
-  // every device sample stands (no grammar). Then the engine may launch the request's next
-  // step before the last one's token reaches the host.
+  // Whether device_params() may be asked before the token just sampled is known: its
+  // history then ends with kPendingToken, which the executor fills in on its device, and a
+  // mask source it gives learns that token from fill_allowed() (executor.h). Then the engine
+  // may launch the request's next step before the last one's token reaches the host. Where
+  // keeps_device_sample() then refuses that token, the step launched on it is void and the
+  // position is computed again (engine_step.cpp).
   virtual bool samples_ahead() const { return false; }
   // Whether device_params() gives the executor a history (penalties).
   virtual bool reads_history() const { return true; }
@@ -245,6 +247,9 @@ class Engine {
     SpecStats spec;                 // its drafted / accepted tokens
     std::vector<int32_t> verify;    // this step's verification chunk: last token + draft
     bool sample_on_host = false;    // the sampler refused the device's last sample
+    // A launched step whose chunk of this sequence read a refused sample: its output for it
+    // is dropped when collected (0: none).
+    uint64_t void_step = 0;
     // Placeholders at the end of seq->tokens for tokens sampled by launched steps that the
     // engine has not collected yet (engine_step.cpp), and the last step a chunk of it was
     // launched in (a finished request outlives that step).
@@ -331,6 +336,11 @@ class Engine {
   // Whether the device's sample for the chunk stands; if not, the chunk's last position is
   // left to compute again (the sequence's pending token) and sampled on the host next step.
   bool device_sample_stands(Active& a, int32_t token);
+  // After a refused sample of a chunk advanced at launch: the placeholders go, the last known
+  // position is computed again, and a later launched chunk of the sequence is void.
+  void take_back_refused(Active& a);
+  // The tokens the engine has seen (prompt and generated, no placeholders).
+  static std::span<const int32_t> known_history(const Active& a);
   // Prompt tokens' log-probabilities from logits rows, or from rows scored on the device.
   void emit_prompt_logprobs(Active& a, int32_t start_pos, int32_t n_tokens, const float* rows,
                             const SampledLogprobs* scored = nullptr);

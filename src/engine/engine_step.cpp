@@ -11,13 +11,19 @@
 //    (Active::n_ahead counts them). Collecting resolves each placeholder, oldest first, with
 //    the sampled token and emits it (stop checks, text) as before.
 //  - A chunk of N + 1 that reads a placeholder is fed (ExecChunk::feed) when it is a plain
-//    decode of it whose sampling the executor can finish (NextTokenSampler::samples_ahead:
-//    penalties whose history ends in the placeholder, which the executor fills in as well;
-//    no grammar mask). Where one is not, N is collected before N + 1 launches, as without
+//    decode of it whose sampler takes a pending token (NextTokenSampler::samples_ahead:
+//    penalties whose history ends in the placeholder, which the executor fills in as well; a
+//    grammar's mask, which the executor asks for once N's sample is on the host, while N + 1's
+//    forward runs). Where one is not, N is collected before N + 1 launches, as without
 //    stepping ahead, and N + 1's chunks of requests that ended meanwhile are dropped.
 //  - A step stays in flight only when every chunk is plain: host-sampled rows, logits of
-//    every token, draft verification, grammar masks and samples a sampler may refuse are
-//    handled when their step is collected, before anything else is planned.
+//    every token and draft verification are handled when their step is collected, before
+//    anything else is planned.
+//  - A device sample the request's sampler refuses when collected (a grammar's token that
+//    would leave its sentence unfinishable within max_tokens) takes back the sequence's
+//    placeholders: its last known position is computed again and sampled on the host, and a
+//    step launched on the refused token meanwhile is void for that sequence (its chunk's
+//    output is dropped when collected; its cache writes are overwritten by the recomputation).
 //  - A request that ends while a launched step still computes its next token never emits
 //    that token; its Active outlives the step (retired_) and its blocks are freed at once (the
 //    device runs steps in launch order, so a later step's writes to them come after).
@@ -133,7 +139,7 @@ void Engine::launch(StepPlan plan, Clock::time_point begun, double begun_ms) {
                       all_logits, sampling, feed, ends || all_logits,
                       std::span<const int32_t>(targets), a.request.n_prompt_logprobs});
     const bool plain = !verify && !all_logits &&
-                       (!ends || (sampling != nullptr && sampling->allowed == nullptr &&
+                       (!ends || (sampling != nullptr &&
                                   (!a.request.sampler || a.request.sampler->samples_ahead())));
     all_plain = all_plain && plain;
     step.chunks.push_back({c.seq, c.start_pos, c.n_tokens, sampling != nullptr, all_logits, verify,
@@ -247,10 +253,18 @@ void Engine::take_output(const LaunchedStep& step) {
     if (it == active_.end()) continue;  // ended since its launch
     Active& a = *it->second;
     Sequence* seq = c.seq;
+    if (a.void_step == step.serial) {  // it read a sample refused since its launch
+      a.void_step = 0;
+      continue;
+    }
     if (c.plain) {
       blocks_.register_full_blocks(*seq, (int32_t)seq->tokens.size() - a.n_ahead);
       if (!c.on_device) continue;
       HABLAR_CHECK(output_.sampled[i] >= 0, "executor did not sample a token");
+      if (!device_sample_stands(a, output_.sampled[i])) {
+        take_back_refused(a);
+        continue;
+      }
       emit_token(a, output_.sampled[i], device_item(a, i));
       continue;
     }

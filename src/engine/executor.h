@@ -24,8 +24,11 @@ class TokenMaskSource {
   virtual ~TokenMaskSource() = default;
   // Sets bit t % 32 of words[t / 32] for each token t that may come next; `words` holds
   // n_vocab bits (rounded up to whole words) and arrives zeroed. At least one bit must be
-  // set (a grammar at a dead end allows the end-of-generation tokens).
-  virtual void fill_allowed(std::span<uint32_t> words) = 0;
+  // set (a grammar at a dead end allows the end-of-generation tokens). `pending`: for a fed
+  // chunk (ExecChunk::feed), whose sampler saw a history ending in kPendingToken, the token
+  // the step before sampled there (the executor waits for it: that step ends while this
+  // one's forward runs); kPendingToken otherwise.
+  virtual void fill_allowed(std::span<uint32_t> words, int32_t pending) = 0;
 };
 
 // Sampling parameters an executor can apply on its own device (the CUDA executor samples

@@ -213,7 +213,9 @@ bool Scheduler::schedule_running(size_t index, const std::vector<Share>& shares,
       if (s.seq == seq) n = s.n;
     if (n <= 0) return true;  // no share this step; keeps its place
   }
-  if (config_.kv_window > 0) blocks_.release_before(*seq, seq->n_computed - config_.kv_window + 1);
+  // (One position more than the window reads: a step launched ahead may be taken back by a
+  // refused sample, engine_step.cpp, and the position before it computed again.)
+  if (config_.kv_window > 0) blocks_.release_before(*seq, seq->n_computed - config_.kv_window);
   while (!blocks_.allocate_slots(*seq, n, plan.copies)) {
     if (n > 1 && seq->n_pending() == 1) {  // no room to verify a draft: plain decode first
       seq->draft.clear();

@@ -360,6 +360,8 @@ void GrammarGate::feed(int32_t token) {
 }
 
 bool GrammarGate::advance(std::span<const int32_t> history) {
+  pending_ = !history.empty() && history.back() == engine::kPendingToken;
+  if (pending_) history = history.first(history.size() - 1);
   if (!start_) start_ = history.size();
   if (failed_) return true;  // only the end of generation
   try {
@@ -370,7 +372,31 @@ bool GrammarGate::advance(std::span<const int32_t> history) {
     log::warn("grammar stopped the sequence: {}", e.what());
     failed_ = true;
   }
-  return failed_ || matcher_ != nullptr;
+  return pending_ || failed_ || matcher_ != nullptr;
+}
+
+bool GrammarGate::resolve_pending(int32_t token) {
+  if (!pending_) return true;
+  pending_ = false;
+  const bool stands = fits(token, distance_limit_at(seen_));
+  ahead_ = Verdict{seen_, token, stands};
+  if (!stands) return false;  // the engine computes this position again
+  if (failed_) return true;   // (only the end of generation from here)
+  try {
+    feed(token);
+    seen_ += 1;
+  } catch (const std::exception& e) {
+    log::warn("grammar stopped the sequence: {}", e.what());
+    failed_ = true;
+  }
+  return true;
+}
+
+std::optional<bool> GrammarGate::verdict_ahead(int32_t token, size_t n_history) {
+  if (!ahead_ || ahead_->n_history != n_history || ahead_->token != token) return std::nullopt;
+  const bool stands = ahead_->stands;
+  ahead_.reset();
+  return stands;
 }
 
 void GrammarGate::constrain(std::span<float> logits, std::span<const int32_t> history) {
@@ -401,27 +427,32 @@ void GrammarGate::fill_allowed(std::span<uint32_t> words) {
     if ((size_t)id < words.size() * 32) words[(size_t)id >> 5] |= 1u << (id & 31);
 }
 
-std::optional<GrammarGate::Budget> GrammarGate::budget(std::span<const int32_t> history) {
+std::optional<GrammarGate::Budget> GrammarGate::budget(size_t n_history) {
   if (max_tokens_ <= 0 || !start_ || !matcher_ || failed_ || off_) return std::nullopt;
   try {
     const int32_t now = matcher_->distance_to_end();
     if (now >= grammar::kNoCompletion) return std::nullopt;
-    return Budget{max_tokens_ - (int32_t)(history.size() - *start_), now};
+    return Budget{max_tokens_ - (int32_t)(n_history - *start_), now};
   } catch (const std::exception&) {
     return std::nullopt;  // a grammar too ambiguous to follow here: constrain() deals with it
   }
 }
 
-int32_t GrammarGate::distance_limit(std::span<const int32_t> history) {
-  const std::optional<Budget> b = budget(history);
+int32_t GrammarGate::distance_limit_at(size_t n_history) {
+  const std::optional<Budget> b = budget(n_history);
   if (!b) return -1;
   // After the next token, left - 1 remain for the completion's bytes and then the end of
   // generation (without which the sequence would stop for its length, not its grammar).
   return std::max({b->left - 2, b->now - 1, 0});
 }
 
+int32_t GrammarGate::distance_limit(std::span<const int32_t> history) {
+  return distance_limit_at(history.size());
+}
+
+// (A pending token counts in the history's length; the grammar's state is the one before it.)
 bool GrammarGate::near_budget(std::span<const int32_t> history, int32_t margin) {
-  const std::optional<Budget> b = budget(history);
+  const std::optional<Budget> b = budget(history.size());
   return b && b->left - 2 - b->now < margin;
 }
 
@@ -462,7 +493,19 @@ bool GrammarSampler::device_params(std::span<const int32_t> history, engine::Dev
 }
 
 bool GrammarSampler::keeps_device_sample(int32_t token, std::span<const int32_t> history) {
+  // Judged already where the executor gave the token for the next step's mask (the grammar
+  // has taken it since, when it stood).
+  if (const std::optional<bool> v = gate_->verdict_ahead(token, history.size())) return *v;
   return gate_->fits(token, gate_->distance_limit(history));
+}
+
+void GrammarSampler::fill_allowed(std::span<uint32_t> words, int32_t pending) {
+  if (pending != engine::kPendingToken && !gate_->resolve_pending(pending)) {
+    // Refused: this step's sample is void (the engine computes the position again).
+    std::fill(words.begin(), words.end(), ~0u);
+    return;
+  }
+  gate_->fill_allowed(words);
 }
 
 nlohmann::json ollama_tool_calls(const std::vector<chat::ToolCall>& calls) {

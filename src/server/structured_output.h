@@ -79,8 +79,17 @@ class GrammarGate {
   // tokens generated since the last step and says whether a mask applies now (false while
   // waiting for the trigger, or when the grammar was left off); fill_allowed() then writes
   // it as bits (words zeroed, n_vocab bits): what constrain() would leave finite.
+  // A history that ends in engine::kPendingToken (a step launched before the last sample
+  // reached the host) is taken up to it, and a mask applies (all bits while nothing
+  // constrains); resolve_pending() then gives that token before fill_allowed().
   bool advance(std::span<const int32_t> history);
   void fill_allowed(std::span<uint32_t> words);
+  // The pending token: whether it stands (fits the budget, as keeps_device_sample() would
+  // judge it); if so, the grammar takes it. The verdict is kept for verdict_ahead(). True
+  // when no token is pending.
+  bool resolve_pending(int32_t token);
+  // The verdict resolve_pending() gave `token` after a history of `n_history` tokens, once.
+  std::optional<bool> verdict_ahead(int32_t token, size_t n_history);
   // The most bytes the grammar may still need after the next token (-1: no limit): the
   // tokens left after it less one for the end of generation, or, when the end is already
   // farther than that, one byte closer.
@@ -99,7 +108,8 @@ class GrammarGate {
   struct Budget {
     int32_t left, now;
   };
-  std::optional<Budget> budget(std::span<const int32_t> history);
+  std::optional<Budget> budget(size_t n_history);
+  int32_t distance_limit_at(size_t n_history);
   void feed(int32_t token);
 
   GrammarPtr grammar_;
@@ -110,6 +120,13 @@ class GrammarGate {
   bool failed_ = false;  // the grammar threw (too ambiguous): only the end of generation
   std::optional<size_t> start_;  // history length at the first step (the prompt)
   size_t seen_ = 0;
+  bool pending_ = false;  // the history advance() took ended in a token not yet known
+  struct Verdict {
+    size_t n_history;
+    int32_t token;
+    bool stands;
+  };
+  std::optional<Verdict> ahead_;  // resolve_pending()'s last, until verdict_ahead() takes it
   int32_t max_tokens_ = 0;
   std::vector<uint32_t> mask_;  // constrain()'s token bits
 };
@@ -132,7 +149,8 @@ class GrammarSampler : public engine::NextTokenSampler, public engine::TokenMask
   int32_t sample(std::span<float> logits, std::span<const int32_t> history) override;
   bool device_params(std::span<const int32_t> history, engine::DeviceSampling& out) override;
   bool keeps_device_sample(int32_t token, std::span<const int32_t> history) override;
-  void fill_allowed(std::span<uint32_t> words) override { gate_->fill_allowed(words); }
+  bool samples_ahead() const override { return inner_.samples_ahead(); }
+  void fill_allowed(std::span<uint32_t> words, int32_t pending) override;
   void report_post_sampling(std::shared_ptr<engine::PostSamplingLog> log, int n) {
     inner_.report_post_sampling(std::move(log), n);
   }

@@ -316,7 +316,7 @@ class MaskedGreedySampler : public NextTokenSampler, public TokenMaskSource {
     out.allowed = this;
     return true;
   }
-  void fill_allowed(std::span<uint32_t> words) override {
+  void fill_allowed(std::span<uint32_t> words, int32_t) override {
     for (int32_t t = 0; t < (int32_t)words.size() * 32; ++t)
       if (allowed(t, length_)) words[(size_t)t / 32] |= 1u << (t % 32);
   }

@@ -18,6 +18,7 @@
 #include "engine/sequence_runner.h"
 #include "formats/synthetic_model.h"
 #include "model/model.h"
+#include "pending_mask_sampler.h"
 #include "support/test_support.h"
 #include "tiny_models.h"
 
@@ -162,8 +163,8 @@ TEST_P(ModelRunnerTest, PenaltiesLaunchedAheadEqualOneStepAtATime) {
 std::vector<std::vector<StreamItem>> run_together(
     const model::Model& model, DeviceKind device, const std::vector<std::vector<int32_t>>& prompts,
     int32_t n_blocks, const std::function<void(GenerateRequest&)>& setup,
-    std::vector<StreamItem>* finals = nullptr) {
-  auto runner = make_test_executor(model, device, n_blocks);
+    std::vector<StreamItem>* finals = nullptr, bool launch_ahead = true) {
+  auto runner = make_test_executor(model, device, n_blocks, launch_ahead);
   EngineConfig c;
   c.n_ctx = 1024;
   c.scheduler = {.max_running = 8, .max_step_tokens = 96, .max_prefill_chunk = 40};
@@ -222,6 +223,43 @@ TEST_P(ModelRunnerTest, TokenLogprobsOfTheDeviceEqualTheHosts) {
       }
       EXPECT_EQ(d.top_logprobs[0].token, d.token);  // greedy
     }
+  }
+}
+
+// Masks that depend on the token before (a grammar's) with steps launched ahead: the CUDA
+// executor gives the mask source the last step's sample from its pinned copy once that step
+// ends, while the next forward runs; samples the sampler refuses void the step launched on
+// them. The outputs are those of one step at a time, and keep the sampler's rules.
+TEST_P(ModelRunnerTest, MasksOfPendingTokensLaunchedAheadEqualOneStepAtATime) {
+  const auto prompts = test_prompts();
+  auto counts = std::make_shared<test_sampling::PendingMaskSampler::Counts>();
+  auto tokens_of = [&](bool launch_ahead) {
+    const auto items = run_together(
+        *model_, GetParam(), prompts, 64,
+        [&](GenerateRequest& g) {
+          g.max_tokens = 16;
+          g.sampler = std::make_unique<test_sampling::PendingMaskSampler>(counts, true);
+        },
+        nullptr, launch_ahead);
+    std::vector<std::vector<int32_t>> out;
+    for (const auto& seq : items) {
+      out.emplace_back();
+      for (const StreamItem& it : seq) out.back().push_back(it.token);
+    }
+    return out;
+  };
+  const auto ahead = tokens_of(true);
+  const int ahead_masks = counts->masks_of_pending, ahead_refused = counts->refused;
+  const auto single = tokens_of(false);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(ahead[i].size(), 16u) << "request " << i;
+    EXPECT_EQ(ahead[i], single[i]) << "request " << i;
+    EXPECT_TRUE(test_sampling::keeps_pending_mask_rules(prompts[i], ahead[i])) << "request " << i;
+  }
+  if (GetParam() == DeviceKind::kCuda) {  // (the CPU's executor samples on the host)
+    EXPECT_GT(ahead_masks, 0);
+    EXPECT_GT(ahead_refused, 0);
+    EXPECT_EQ(counts->masks_of_pending, ahead_masks);  // none one step at a time
   }
 }
 

@@ -119,7 +119,9 @@ class FakeExecutor : public StepExecutor {
       fed_histories += 1;
     }
     outstanding_.emplace_back();
+    fed_tokens_ = fed;  // (a mask source of a fed chunk learns its token, executor.h)
     execute(copies, own, outstanding_.back());
+    fed_tokens_.clear();
     outstanding_ms_.push_back(step_log.back().ms);
     last_sampled_ = outstanding_.back().sampled;
     most_outstanding = std::max(most_outstanding, (int64_t)outstanding_.size());
@@ -203,7 +205,7 @@ class FakeExecutor : public StepExecutor {
         const std::vector<float> raw = row;  // the log-probabilities' row (executor.h)
         if (c.sampling->allowed) {           // the mask, as the CUDA sampler applies it
           std::vector<uint32_t> words(((size_t)n_vocab_ + 31) / 32, 0u);
-          c.sampling->allowed->fill_allowed(words);
+          c.sampling->allowed->fill_allowed(words, c.feed >= 0 ? fed_tokens_[i] : kPendingToken);
           for (int32_t v = 0; v < n_vocab_; ++v)
             if (!((words[(size_t)v / 32] >> (v % 32)) & 1u))
               row[(size_t)v] = -std::numeric_limits<float>::infinity();
@@ -268,6 +270,7 @@ class FakeExecutor : public StepExecutor {
   std::deque<StepOutput> outstanding_;
   std::deque<double> outstanding_ms_;  // their simulated times
   std::vector<int32_t> last_sampled_;  // the last launch's samples, per chunk
+  std::vector<int32_t> fed_tokens_;    // during a launch: each fed chunk's token
 };
 
 }  // namespace hablar::engine::test

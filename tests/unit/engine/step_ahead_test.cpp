@@ -12,6 +12,7 @@
 #include "engine/request_sampler.h"
 #include "engine_test_util.h"
 #include "fake_executor.h"
+#include "pending_mask_sampler.h"
 
 namespace hablar::engine {
 namespace {
@@ -169,6 +170,64 @@ TEST(StepAhead, PenaltiesAreFedTheirPendingToken) {
   EXPECT_GT(penalized, 0);  // the penalty changed some output
   EXPECT_GT(exec.fed_histories, 0);
   EXPECT_EQ(exec.device_sampled, 3 * 24);
+}
+
+// The greedy choice under PendingMaskSampler's rules (its mask, its refusals), until the end.
+std::vector<int32_t> reference_pending_mask(std::vector<int32_t> tokens, int32_t max_tokens) {
+  std::vector<int32_t> out;
+  std::vector<float> row(kVocab);
+  while ((int32_t)out.size() < max_tokens) {
+    test::reference_logits(tokens, kVocab, row.data());
+    for (int32_t t = 0; t < kVocab; ++t)
+      if (!test_sampling::PendingMaskSampler::allowed(t, tokens.back()) ||
+          test_sampling::PendingMaskSampler::refused(t))
+        row[(size_t)t] = -std::numeric_limits<float>::infinity();
+    const auto t = (int32_t)(std::max_element(row.begin(), row.end()) - row.begin());
+    out.push_back(t);
+    tokens.push_back(t);
+    if (t == kEndToken) break;
+  }
+  return out;
+}
+
+// Masks computed from the token before (a grammar's) launch ahead: the executor gives the
+// mask source the step before's sample. A device sample refused when collected voids the
+// step launched on it, whose cache writes the recomputation of that position overwrites;
+// under preemption and beside plain requests every output is still its solo run's.
+TEST(StepAhead, MasksOfPendingTokensAndRefusedSamplesKeepEveryOutput) {
+  for (const bool ahead : {true, false}) {
+    FeedingExecutor exec(24, 4);  // 96 positions for 6 sequences of up to about 36
+    Engine engine(ending_config(6), exec);
+    std::mt19937 rng(17);
+    auto counts = std::make_shared<test_sampling::PendingMaskSampler::Counts>();
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<int32_t> lengths;
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (int i = 0; i < 18; ++i) {
+      prompts.push_back(random_prompt(rng, 3 + (int32_t)(rng() % 14)));
+      lengths.push_back(4 + (int32_t)(rng() % 20));
+      GenerateRequest g = request(prompts.back(), lengths.back());
+      if (i % 3 != 2) g.sampler = std::make_unique<test_sampling::PendingMaskSampler>(counts, ahead);
+      handles.push_back(engine.submit(std::move(g)));
+    }
+    for (size_t i = 0; i < handles.size(); ++i) {
+      const Result r = collect(*handles[i]);
+      const std::vector<int32_t> want = i % 3 != 2
+                                            ? reference_pending_mask(prompts[i], lengths[i])
+                                            : reference_until_end(prompts[i], lengths[i]);
+      EXPECT_EQ(r.tokens, want) << "request " << i << (ahead ? ", ahead" : ", one at a time");
+    }
+    EXPECT_GT(counts->refused, 0);
+    EXPECT_EQ(counts->host_samples, counts->refused);  // each refusal sampled once on the host
+    if (ahead) {
+      EXPECT_GT(counts->masks_of_pending, 0);
+      EXPECT_EQ(exec.most_outstanding, 2);
+    } else {
+      EXPECT_EQ(counts->masks_of_pending, 0);
+    }
+    EXPECT_GT(engine.metrics().snapshot().preemptions_total, 0u);
+    EXPECT_TRUE(eventually(engine, [](const MetricsSnapshot& m) { return m.kv_blocks_used == 0; }));
+  }
 }
 
 // Requests of every kind in one stream of steps: plain ones (fed), ones whose sampling reads

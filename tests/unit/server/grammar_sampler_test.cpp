@@ -51,12 +51,23 @@ std::string text_of(const grammar::Vocab& v, const std::vector<int32_t>& tokens)
   return s;
 }
 
-std::vector<std::vector<int32_t>> run(bool on_device, int32_t max_tokens, int64_t* masked,
+enum class Sampling {
+  kHost,
+  kDevice,       // masks computed while each step's forward runs, one step at a time
+  kDeviceAhead,  // steps launched before the last one's tokens reach the host (fed)
+};
+
+struct DeviceCounts {
+  int64_t masked = 0, fed = 0, outstanding = 0;
+};
+
+std::vector<std::vector<int32_t>> run(Sampling mode, int32_t max_tokens, DeviceCounts* counts,
                                       int32_t host_margin = GrammarSampler::kDefaultHostMargin) {
   auto vocab = small_vocab();
   auto g = grammar::compile(grammar::parse_gbnf(kGbnf), vocab);
   engine::test::FakeExecutor exec(kVocab, 256, 4);
-  exec.device_sampling = on_device;
+  exec.device_sampling = mode != Sampling::kHost;
+  exec.feeds = mode == Sampling::kDeviceAhead;
   engine::EngineConfig c;
   c.n_ctx = 4096;
   c.scheduler = {.max_running = 8, .max_step_tokens = 64, .max_prefill_chunk = 32};
@@ -96,7 +107,7 @@ std::vector<std::vector<int32_t>> run(bool on_device, int32_t max_tokens, int64_
       outs.push_back(tokens);
     }
   }
-  if (masked) *masked = exec.device_masked;
+  if (counts) *counts = {exec.device_masked, exec.fed_chunks, exec.most_outstanding};
   return outs;
 }
 
@@ -105,26 +116,33 @@ TEST(GrammarSampler, DeviceMasksGiveTheHostOutputsAndWholeSentences) {
   const grammar::Grammar parsed = grammar::parse_gbnf(kGbnf);
   // Tight budgets: refusals happen (margin 0: the device samples up to the last token; the
   // default margin hands the steps near the budget to the host).
-  for (const int32_t margin : {0, 3, GrammarSampler::kDefaultHostMargin})
-    for (const int32_t max_tokens : {6, 9, 12, 17, 40, 80}) {
-      int64_t masked = 0;
-      const auto host = run(false, max_tokens, nullptr, margin);
-      const auto device = run(true, max_tokens, &masked, margin);
-      if (margin == 0) {
-        EXPECT_GT(masked, 0);
+  // Launched ahead, a step's mask comes from the token the step before sampled, given to the
+  // grammar before the engine has seen it; a refused one voids the step launched on it.
+  for (const Sampling mode : {Sampling::kDevice, Sampling::kDeviceAhead})
+    for (const int32_t margin : {0, 3, GrammarSampler::kDefaultHostMargin})
+      for (const int32_t max_tokens : {6, 9, 12, 17, 40, 80}) {
+        DeviceCounts counts;
+        const auto host = run(Sampling::kHost, max_tokens, nullptr, margin);
+        const auto device = run(mode, max_tokens, &counts, margin);
+        if (margin == 0) {
+          EXPECT_GT(counts.masked, 0);
+        }
+        if (mode == Sampling::kDeviceAhead && max_tokens >= 40) {
+          EXPECT_GT(counts.fed, 0) << "max_tokens " << max_tokens << ", margin " << margin;
+          EXPECT_EQ(counts.outstanding, 2);
+        }
+        ASSERT_EQ(host.size(), device.size());
+        for (size_t i = 0; i < host.size(); ++i) {
+          EXPECT_EQ(device[i], host[i]) << "request " << i << ", max_tokens " << max_tokens
+                                        << ", margin " << margin << ", mode " << (int)mode;
+          const std::string text = text_of(*vocab, device[i]);
+          grammar::Recognizer rec(parsed);
+          grammar::RecState st = rec.initial();
+          EXPECT_TRUE(rec.advance_bytes(st, text) && grammar::Recognizer::can_end(st))
+              << "not a sentence: " << text;
+          EXPECT_LE((int32_t)device[i].size(), max_tokens);
+        }
       }
-      ASSERT_EQ(host.size(), device.size());
-      for (size_t i = 0; i < host.size(); ++i) {
-        EXPECT_EQ(device[i], host[i])
-            << "request " << i << ", max_tokens " << max_tokens << ", margin " << margin;
-        const std::string text = text_of(*vocab, device[i]);
-        grammar::Recognizer rec(parsed);
-        grammar::RecState st = rec.initial();
-        EXPECT_TRUE(rec.advance_bytes(st, text) && grammar::Recognizer::can_end(st))
-            << "not a sentence: " << text;
-        EXPECT_LE((int32_t)device[i].size(), max_tokens);
-      }
-    }
 }
 
 }  // namespace
