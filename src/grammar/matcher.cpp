@@ -1,6 +1,7 @@
 #include "grammar/matcher.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -210,6 +211,7 @@ void GrammarMatcher::reset_dfa() {
   dstates_.clear();
   dfirst_.clear();
   ddist_.clear();
+  profile_state_ = -1;
   dnext_.clear();
   dtable_.clear();
   mask_slot_.clear();
@@ -270,6 +272,52 @@ int32_t GrammarMatcher::restrict_to_distance(std::span<float> logits, int32_t ma
   if (fits == 0) return (int32_t)over.size();
   for (int32_t id : over) logits[(size_t)id] = -std::numeric_limits<float>::infinity();
   return fits;
+}
+
+// Calls f(id) for each token whose bit is set, in id order, while it returns true.
+template <typename F>
+static void for_each_set_bit(std::span<const uint32_t> words, size_t n, F&& f) {
+  for (size_t w = 0; w * 32 < n; ++w)
+    for (uint32_t bits = words[w]; bits != 0; bits &= bits - 1) {
+      const size_t id = w * 32 + (size_t)std::countr_zero(bits);
+      if (id >= n || !f((int32_t)id)) return;
+    }
+}
+
+int32_t GrammarMatcher::restrict_mask_to_distance(std::span<uint32_t> words,
+                                                  int32_t max_distance) {
+  const size_t n = std::min(words.size() * 32, (size_t)vocab().n_vocab());
+  const bool profiled = profile_state_ == state_ && max_distance < kProfileOver;
+  std::vector<int32_t> over;  // allowed tokens that would leave too little room
+  int32_t fits = 0;
+  for_each_set_bit(words, n, [&](int32_t id) {
+    const uint8_t known = profiled ? profile_[(size_t)id] : kProfileOver;
+    if (known != kProfileOver ? known <= max_distance : distance_after(id) <= max_distance)
+      ++fits;
+    else
+      over.push_back(id);
+    return true;
+  });
+  if (fits == 0) return (int32_t)over.size();
+  for (int32_t id : over) words[(size_t)id >> 5] &= ~(1u << (id & 31));
+  return fits;
+}
+
+int32_t GrammarMatcher::max_distance_after() {
+  if (profile_state_ == state_) return profile_max_;
+  const size_t n = (size_t)vocab().n_vocab();
+  std::vector<uint32_t> allowed((n + 31) / 32);
+  fill_mask(allowed);
+  profile_.assign(n, kProfileOver);
+  int32_t most = 0;
+  for_each_set_bit(allowed, n, [&](int32_t id) {
+    const int32_t d = distance_after(id);
+    most = std::max(most, d);
+    profile_[(size_t)id] = (uint8_t)std::min<int32_t>(d, kProfileOver);
+    return true;
+  });
+  profile_state_ = state_, profile_max_ = most;
+  return most;
 }
 
 bool GrammarMatcher::accept_token(int32_t id) {

@@ -125,6 +125,15 @@ class GrammarMatcher {
   // as they were. Returns the tokens left allowed. Walks the whole vocabulary: meant for the
   // few steps where a sampled token would not fit a budget.
   int32_t restrict_to_distance(std::span<float> logits, int32_t max_distance);
+  // The same over a mask (words as fill_mask sets them, for a device that samples under
+  // it): clears the bits of tokens after which more than `max_distance` bytes are needed,
+  // unless that would clear every one. Returns the bits left.
+  int32_t restrict_mask_to_distance(std::span<uint32_t> words, int32_t max_distance);
+  // The largest distance_after over the tokens allowed now (kNoCompletion where one leaves
+  // no completion): a budget of that many bytes restricts nothing here. Walks the allowed
+  // tokens once for the state and keeps each one's distance (the last state's), so that
+  // restrict_mask_to_distance there reads them instead of walking again.
+  int32_t max_distance_after();
 
   bool can_end() const { return Recognizer::can_end(dstates_[(size_t)state_]); }
   bool must_end() const { return Recognizer::must_end(dstates_[(size_t)state_]); }
@@ -169,6 +178,12 @@ class GrammarMatcher {
   std::vector<std::array<int32_t, 256>> dnext_;
   std::vector<std::array<uint64_t, 4>> dfirst_;  // per state: first_bytes_of
   std::vector<int32_t> ddist_;                   // per state: state_distance, -1 not yet
+  // max_distance_after's walk of one state: each token's distance_after, clamped to
+  // kProfileOver (past it, or not allowed there: walked again when asked), and the largest.
+  static constexpr uint8_t kProfileOver = 255;
+  int32_t profile_state_ = -1;
+  int32_t profile_max_ = 0;
+  std::vector<uint8_t> profile_;
   std::vector<int32_t> dtable_;  // open addressing over dstates_ by content (-1 empty)
   // Per DFA state: its mask's slot in pool_, or kNever / kOnce (computed once, not kept).
   static constexpr int32_t kNever = -1;

@@ -392,6 +392,19 @@ bool GrammarGate::resolve_pending(int32_t token) {
   return true;
 }
 
+void GrammarGate::restrict_to_budget(std::span<uint32_t> words) {
+  const std::optional<Budget> b = budget(seen_);  // (seen_: the history the mask follows)
+  if (!b || b->left - 2 - b->now >= kBudgetWatch) return;
+  try {
+    const int32_t limit = distance_limit_at(seen_);
+    if (limit >= matcher_->max_distance_after()) return;
+    const size_t n = std::min(words.size(), ((size_t)grammar_->vocab->n_vocab() + 31) / 32);
+    matcher_->restrict_mask_to_distance(words.first(n), limit);
+  } catch (const std::exception& e) {
+    log::warn("grammar budget check skipped: {}", e.what());
+  }
+}
+
 std::optional<bool> GrammarGate::verdict_ahead(int32_t token, size_t n_history) {
   if (!ahead_ || ahead_->n_history != n_history || ahead_->token != token) return std::nullopt;
   const bool stands = ahead_->stands;
@@ -489,7 +502,7 @@ int32_t GrammarSampler::sample(std::span<float> logits, std::span<const int32_t>
 bool GrammarSampler::device_params(std::span<const int32_t> history, engine::DeviceSampling& out) {
   if (!inner_.device_params(history, out)) return false;
   out.allowed = gate_->advance(history) ? this : nullptr;
-  return !gate_->near_budget(history, host_margin_);
+  return host_margin_ <= 0 || !gate_->near_budget(history, host_margin_);
 }
 
 bool GrammarSampler::keeps_device_sample(int32_t token, std::span<const int32_t> history) {
@@ -506,6 +519,7 @@ void GrammarSampler::fill_allowed(std::span<uint32_t> words, int32_t pending) {
     return;
   }
   gate_->fill_allowed(words);
+  gate_->restrict_to_budget(words);
 }
 
 nlohmann::json ollama_tool_calls(const std::vector<chat::ToolCall>& calls) {

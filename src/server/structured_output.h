@@ -90,6 +90,12 @@ class GrammarGate {
   bool resolve_pending(int32_t token);
   // The verdict resolve_pending() gave `token` after a history of `n_history` tokens, once.
   std::optional<bool> verdict_ahead(int32_t token, size_t n_history);
+  // For a device that samples under fill_allowed()'s mask: near the budget (a slack of less
+  // than kBudgetWatch tokens), clears the tokens after which the grammar could no longer
+  // finish in time (unless none would be left), so that no device sample is refused; far
+  // from it, or where no allowed token could overrun it, nothing is walked.
+  void restrict_to_budget(std::span<uint32_t> words);
+  static constexpr int32_t kBudgetWatch = 32;
   // The most bytes the grammar may still need after the next token (-1: no limit): the
   // tokens left after it less one for the end of generation, or, when the end is already
   // farther than that, one byte closer.
@@ -134,13 +140,14 @@ class GrammarGate {
 // A request with an output grammar: the gate masks the logits, then the request's own
 // ParamsSampler samples. On an executor that samples on its device, the device gets the
 // sampler's parameters and the gate's mask (computed when the executor asks, while the
-// forward runs); a device sample that would leave the grammar unfinishable within the token
-// budget is refused (keeps_device_sample) and that position sampled again on the host. Within
-// `host_margin` tokens of the budget the host samples from the start (a refusal costs the
-// sequence a step).
+// forward runs), near the budget limited to the tokens that keep the grammar finishable in
+// time (GrammarGate::restrict_to_budget: the host's restriction, applied before the draw);
+// a device sample that would still leave it unfinishable is refused (keeps_device_sample)
+// and that position sampled again on the host. Within `host_margin` tokens of the budget the
+// host samples from the start (0, the default: never).
 class GrammarSampler : public engine::NextTokenSampler, public engine::TokenMaskSource {
  public:
-  static constexpr int32_t kDefaultHostMargin = 32;
+  static constexpr int32_t kDefaultHostMargin = 0;
   GrammarSampler(engine::SamplingParams params, int32_t n_vocab, std::unique_ptr<GrammarGate> gate,
                  int32_t host_margin = kDefaultHostMargin)
       : inner_(std::move(params), n_vocab), gate_(std::move(gate)), host_margin_(host_margin) {}

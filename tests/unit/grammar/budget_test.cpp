@@ -131,6 +131,55 @@ TEST(TokenBudget, RandomSamplingEndsAsAWholeDocument) {
   EXPECT_LT(without, n / 2) << "uniform sampling should rarely close the tree unaided";
 }
 
+// The mask's form of the restriction (for a device that samples under the mask) keeps the
+// same tokens as the logits' form, and the per-state bound says exactly when it restricts
+// anything: along random walks of a recursive JSON schema, at every limit up to the bound.
+TEST(TokenBudget, MaskRestrictionEqualsTheLogitsOneAndItsBound) {
+  const auto schema = nlohmann::ordered_json::parse(R"({"type": "object", "properties": {
+      "label": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#"}}},
+      "required": ["label", "children"]})");
+  auto cg = compile(parse_gbnf(json_schema_to_gbnf(schema), GbnfSource::kGenerated), gpt2_vocab());
+  const size_t n = (size_t)cg->vocab->n_vocab(), n_words = (n + 31) / 32;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  int restricted = 0;
+  for (uint32_t seed = 0; seed < 3; ++seed) {
+    GrammarMatcher m(cg);
+    std::mt19937 rng(seed);
+    for (int step = 0; step < 24 && !m.finished(); ++step) {
+      std::vector<uint32_t> mask(n_words);
+      m.fill_mask(mask);
+      int32_t most = 0;  // brute force over the allowed tokens
+      std::vector<int32_t> allowed;
+      for (size_t id = 0; id < n; ++id)
+        if ((mask[id / 32] >> (id % 32)) & 1u) {
+          allowed.push_back((int32_t)id);
+          most = std::max(most, m.distance_after((int32_t)id));
+        }
+      ASSERT_FALSE(allowed.empty());
+      auto check = [&](int32_t limit) {
+        std::vector<float> logits(n, 0.0f);
+        mask_logits(mask, logits);
+        const int32_t left = m.restrict_to_distance(logits, limit);
+        std::vector<uint32_t> words = mask;
+        EXPECT_EQ(m.restrict_mask_to_distance(words, limit), left);
+        for (size_t id = 0; id < n; ++id)
+          ASSERT_EQ((words[id / 32] >> (id % 32)) & 1u, logits[id] != ninf ? 1u : 0u)
+              << "token " << id << ", limit " << limit;
+        restricted += words != mask ? 1 : 0;
+        if (limit >= most) {
+          EXPECT_EQ(words, mask);  // at the bound nothing is cleared
+        }
+      };
+      const int32_t tightest = std::max(0, m.distance_to_end() - 1);
+      check(tightest);  // (a state first seen: walked; after max_distance_after: its distances)
+      EXPECT_EQ(m.max_distance_after(), most) << "seed " << seed << " step " << step;
+      for (int32_t limit = tightest; limit <= most; limit += 3) check(limit);
+      ASSERT_TRUE(m.accept_token(allowed[rng() % allowed.size()]));
+    }
+  }
+  EXPECT_GT(restricted, 0);
+}
+
 TEST(TokenBudget, NoFittingTokenChangesNothing) {
   auto cg = compile(parse_gbnf("root ::= \"abcdef\""), byte_vocab());
   GrammarMatcher m(cg);

@@ -58,7 +58,7 @@ enum class Sampling {
 };
 
 struct DeviceCounts {
-  int64_t masked = 0, fed = 0, outstanding = 0;
+  int64_t masked = 0, fed = 0, outstanding = 0, sampled = 0;
 };
 
 std::vector<std::vector<int32_t>> run(Sampling mode, int32_t max_tokens, DeviceCounts* counts,
@@ -107,25 +107,34 @@ std::vector<std::vector<int32_t>> run(Sampling mode, int32_t max_tokens, DeviceC
       outs.push_back(tokens);
     }
   }
-  if (counts) *counts = {exec.device_masked, exec.fed_chunks, exec.most_outstanding};
+  if (counts)
+    *counts = {exec.device_masked, exec.fed_chunks, exec.most_outstanding, exec.device_sampled};
   return outs;
 }
 
 TEST(GrammarSampler, DeviceMasksGiveTheHostOutputsAndWholeSentences) {
   auto vocab = small_vocab();
   const grammar::Grammar parsed = grammar::parse_gbnf(kGbnf);
-  // Tight budgets: refusals happen (margin 0: the device samples up to the last token; the
-  // default margin hands the steps near the budget to the host).
+  // Tight budgets (margin 0, the default: the device samples up to the last token, under
+  // masks limited to what fits the budget; 3 and 32: the steps near the budget go to the
+  // host).
   // Launched ahead, a step's mask comes from the token the step before sampled, given to the
   // grammar before the engine has seen it; a refused one voids the step launched on it.
   for (const Sampling mode : {Sampling::kDevice, Sampling::kDeviceAhead})
-    for (const int32_t margin : {0, 3, GrammarSampler::kDefaultHostMargin})
+    for (const int32_t margin : {0, 3, 32})
       for (const int32_t max_tokens : {6, 9, 12, 17, 40, 80}) {
         DeviceCounts counts;
         const auto host = run(Sampling::kHost, max_tokens, nullptr, margin);
         const auto device = run(mode, max_tokens, &counts, margin);
         if (margin == 0) {
           EXPECT_GT(counts.masked, 0);
+        }
+        // Near the budget the masks keep only tokens that fit it: one step at a time, every
+        // token was sampled on the device once (none refused, none left to the host).
+        if (mode == Sampling::kDevice && margin == 0) {
+          int64_t tokens = 0;
+          for (const auto& out : device) tokens += (int64_t)out.size();
+          EXPECT_EQ(counts.sampled, tokens) << "max_tokens " << max_tokens;
         }
         if (mode == Sampling::kDeviceAhead && max_tokens >= 40) {
           EXPECT_GT(counts.fed, 0) << "max_tokens " << max_tokens << ", margin " << margin;
