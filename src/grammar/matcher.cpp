@@ -284,8 +284,7 @@ static void for_each_set_bit(std::span<const uint32_t> words, size_t n, F&& f) {
     }
 }
 
-int32_t GrammarMatcher::restrict_mask_to_distance(std::span<uint32_t> words,
-                                                  int32_t max_distance) {
+int32_t GrammarMatcher::restrict_mask_to_distance(std::span<uint32_t> words, int32_t max_distance) {
   const size_t n = std::min(words.size() * 32, (size_t)vocab().n_vocab());
   const bool profiled = profile_state_ == state_ && max_distance < kProfileOver;
   std::vector<int32_t> over;  // allowed tokens that would leave too little room

@@ -207,14 +207,14 @@ TEST(StepAhead, MasksOfPendingTokensAndRefusedSamplesKeepEveryOutput) {
       prompts.push_back(random_prompt(rng, 3 + (int32_t)(rng() % 14)));
       lengths.push_back(4 + (int32_t)(rng() % 20));
       GenerateRequest g = request(prompts.back(), lengths.back());
-      if (i % 3 != 2) g.sampler = std::make_unique<test_sampling::PendingMaskSampler>(counts, ahead);
+      if (i % 3 != 2)
+        g.sampler = std::make_unique<test_sampling::PendingMaskSampler>(counts, ahead);
       handles.push_back(engine.submit(std::move(g)));
     }
     for (size_t i = 0; i < handles.size(); ++i) {
       const Result r = collect(*handles[i]);
-      const std::vector<int32_t> want = i % 3 != 2
-                                            ? reference_pending_mask(prompts[i], lengths[i])
-                                            : reference_until_end(prompts[i], lengths[i]);
+      const std::vector<int32_t> want = i % 3 != 2 ? reference_pending_mask(prompts[i], lengths[i])
+                                                   : reference_until_end(prompts[i], lengths[i]);
       EXPECT_EQ(r.tokens, want) << "request " << i << (ahead ? ", ahead" : ", one at a time");
     }
     EXPECT_GT(counts->refused, 0);
