@@ -32,6 +32,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/quant_blocks.h"
+#include "core/thread_pool.h"
 #include "engine/cuda_executor_embed.h"
 #include "engine/cuda_support.h"
 #include "engine/request_sampler.h"
@@ -180,6 +181,17 @@ class CudaExecutor : public StepExecutor {
   cuda::DeviceBuffer<uint32_t> masks_;
   cuda::PinnedBuffer<uint32_t> host_masks_;
   std::vector<int32_t> row_chunks_;  // per sampled row: its chunk, -1 for none
+  // The masks a step asks for, filled by a pool of host threads where there are several (a
+  // grammar's walk of its vocabulary near the token budget takes milliseconds; the requests'
+  // sources are independent); the pool starts with the first step that has several.
+  struct MaskJob {
+    size_t row;
+    TokenMaskSource* source;
+    int32_t pending;
+  };
+  std::vector<MaskJob> mask_jobs_;
+  std::unique_ptr<ThreadPool> mask_pool_;
+  void fill_masks();
   std::vector<SequenceChunk> chunks_;
   std::vector<int32_t> order_, device_chunks_;
   // Decode graphs by padded batch size and the context bound their attention is sized for.

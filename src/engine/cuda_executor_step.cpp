@@ -315,25 +315,44 @@ int32_t CudaExecutor::fed_sample(size_t chunk) {
 const uint32_t* CudaExecutor::stage_masks(std::span<const ExecChunk> chunks,
                                           std::span<const int32_t> row_chunks) {
   const size_t words = (size_t)mask_words_;
-  size_t last = 0;  // rows [0, last) are uploaded
   if (masks_recorded_) HABLAR_CUDA_CHECK(cudaEventSynchronize(masks_done_.get()));
+  mask_jobs_.clear();
   for (size_t r = 0; r < row_chunks.size(); ++r) {
     if (row_chunks[r] < 0) continue;
     const auto chunk = (size_t)row_chunks[r];
     const DeviceSampling* s = chunks[chunk].sampling;
     if (!s || !s->allowed) continue;
-    std::span<uint32_t> mask(host_masks_.get() + r * words, words);
-    std::fill(mask.begin(), mask.end(), 0u);
-    s->allowed->fill_allowed(mask, chunks[chunk].feed >= 0 ? fed_sample(chunk) : kPendingToken);
-    last = r + 1;
+    mask_jobs_.push_back(
+        {r, s->allowed, chunks[chunk].feed >= 0 ? fed_sample(chunk) : kPendingToken});
   }
-  if (last == 0) return nullptr;
+  if (mask_jobs_.empty()) return nullptr;
+  fill_masks();
+  const size_t last = mask_jobs_.back().row + 1;  // rows [0, last) are uploaded
   HABLAR_CUDA_CHECK(cudaMemcpyAsync(masks_.get(), host_masks_.get(),
                                     last * words * sizeof(uint32_t), cudaMemcpyHostToDevice,
                                     stream_.get()));
   masks_done_.record(stream_.get());
   masks_recorded_ = true;
   return masks_.get();
+}
+
+// Each job's mask into its row of the pinned masks: on this thread alone, or claimed one at a
+// time by the pool's threads where there are several.
+void CudaExecutor::fill_masks() {
+  const size_t words = (size_t)mask_words_;
+  auto fill = [&](const MaskJob& job) {
+    std::span<uint32_t> mask(host_masks_.get() + job.row * words, words);
+    std::fill(mask.begin(), mask.end(), 0u);
+    job.source->fill_allowed(mask, job.pending);
+  };
+  if (mask_jobs_.size() == 1) return fill(mask_jobs_[0]);
+  if (!mask_pool_)
+    mask_pool_ = std::make_unique<ThreadPool>(
+        (int)std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u));
+  std::atomic<size_t> next{0};
+  mask_pool_->run([&](int, int) {
+    for (size_t j; (j = next.fetch_add(1)) < mask_jobs_.size();) fill(mask_jobs_[j]);
+  });
 }
 
 // Mixture-of-experts steps are captured only when their expert products are sized on the

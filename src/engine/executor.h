@@ -18,7 +18,8 @@ namespace hablar::engine {
 
 // The tokens a device-sampled request may take next (a grammar's mask). The executor asks for
 // them after it has launched the step's forward, so that the host computes them while the
-// device runs it; they are applied on the device before the rest of the chain.
+// device runs it; they are applied on the device before the rest of the chain. The sources of
+// one step's rows may be asked at once, from several threads (each once a step).
 class TokenMaskSource {
  public:
   virtual ~TokenMaskSource() = default;

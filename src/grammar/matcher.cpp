@@ -211,6 +211,7 @@ void GrammarMatcher::reset_dfa() {
   dstates_.clear();
   dfirst_.clear();
   ddist_.clear();
+  dmax_.clear();
   profile_state_ = -1;
   dnext_.clear();
   dtable_.clear();
@@ -286,11 +287,11 @@ static void for_each_set_bit(std::span<const uint32_t> words, size_t n, F&& f) {
 
 int32_t GrammarMatcher::restrict_mask_to_distance(std::span<uint32_t> words, int32_t max_distance) {
   const size_t n = std::min(words.size() * 32, (size_t)vocab().n_vocab());
-  const bool profiled = profile_state_ == state_ && max_distance < kProfileOver;
+  if (profile_state_ != state_) profile_state();
   std::vector<int32_t> over;  // allowed tokens that would leave too little room
   int32_t fits = 0;
   for_each_set_bit(words, n, [&](int32_t id) {
-    const uint8_t known = profiled ? profile_[(size_t)id] : kProfileOver;
+    const uint8_t known = profile_[(size_t)id];
     if (known != kProfileOver ? known <= max_distance : distance_after(id) <= max_distance)
       ++fits;
     else
@@ -303,7 +304,12 @@ int32_t GrammarMatcher::restrict_mask_to_distance(std::span<uint32_t> words, int
 }
 
 int32_t GrammarMatcher::max_distance_after() {
-  if (profile_state_ == state_) return profile_max_;
+  const auto at = (size_t)state_;
+  if (at >= dmax_.size() || dmax_[at] < 0) profile_state();
+  return dmax_[at];
+}
+
+void GrammarMatcher::profile_state() {
   const size_t n = (size_t)vocab().n_vocab();
   std::vector<uint32_t> allowed((n + 31) / 32);
   fill_mask(allowed);
@@ -315,8 +321,9 @@ int32_t GrammarMatcher::max_distance_after() {
     profile_[(size_t)id] = (uint8_t)std::min<int32_t>(d, kProfileOver);
     return true;
   });
-  profile_state_ = state_, profile_max_ = most;
-  return most;
+  profile_state_ = state_;
+  if (dmax_.size() < dstates_.size()) dmax_.resize(dstates_.size(), -1);
+  dmax_[(size_t)state_] = most;
 }
 
 bool GrammarMatcher::accept_token(int32_t id) {

@@ -130,9 +130,7 @@ class GrammarMatcher {
   // unless that would clear every one. Returns the bits left.
   int32_t restrict_mask_to_distance(std::span<uint32_t> words, int32_t max_distance);
   // The largest distance_after over the tokens allowed now (kNoCompletion where one leaves
-  // no completion): a budget of that many bytes restricts nothing here. Walks the allowed
-  // tokens once for the state and keeps each one's distance (the last state's), so that
-  // restrict_mask_to_distance there reads them instead of walking again.
+  // no completion): a budget of that many bytes restricts nothing here. Kept per state.
   int32_t max_distance_after();
 
   bool can_end() const { return Recognizer::can_end(dstates_[(size_t)state_]); }
@@ -178,12 +176,15 @@ class GrammarMatcher {
   std::vector<std::array<int32_t, 256>> dnext_;
   std::vector<std::array<uint64_t, 4>> dfirst_;  // per state: first_bytes_of
   std::vector<int32_t> ddist_;                   // per state: state_distance, -1 not yet
-  // max_distance_after's walk of one state: each token's distance_after, clamped to
-  // kProfileOver (past it, or not allowed there: walked again when asked), and the largest.
+  // One walk of the current state's allowed tokens (max_distance_after's, kept for the
+  // restrictions that follow in that state): each token's distance_after, clamped to
+  // kProfileOver (past it, or not allowed there: computed again when asked), of the last
+  // state walked; and per state the largest (-1: not walked; grown lazily).
+  void profile_state();
   static constexpr uint8_t kProfileOver = 255;
   int32_t profile_state_ = -1;
-  int32_t profile_max_ = 0;
   std::vector<uint8_t> profile_;
+  std::vector<int32_t> dmax_;
   std::vector<int32_t> dtable_;  // open addressing over dstates_ by content (-1 empty)
   // Per DFA state: its mask's slot in pool_, or kNever / kOnce (computed once, not kept).
   static constexpr int32_t kNever = -1;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <memory>
 #include <span>
@@ -19,10 +20,10 @@ namespace hablar::engine::test_sampling {
 
 class PendingMaskSampler : public NextTokenSampler, public TokenMaskSource {
  public:
-  struct Counts {
-    int host_samples = 0;      // positions sampled on the host (after a refusal)
-    int refused = 0;           // device samples refused
-    int masks_of_pending = 0;  // masks computed from a token the executor gave
+  struct Counts {  // (masks of several requests may be filled at once: atomics)
+    std::atomic<int> host_samples = 0;      // positions sampled on the host (after a refusal)
+    std::atomic<int> refused = 0;           // device samples refused
+    std::atomic<int> masks_of_pending = 0;  // masks computed from a token the executor gave
   };
   PendingMaskSampler(std::shared_ptr<Counts> counts, bool ahead)
       : counts_(std::move(counts)), ahead_(ahead) {}
