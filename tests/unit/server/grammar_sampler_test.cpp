@@ -7,6 +7,7 @@
 #include <random>
 
 #include "../engine/fake_executor.h"
+#include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
@@ -152,6 +153,57 @@ TEST(GrammarSampler, DeviceMasksGiveTheHostOutputsAndWholeSentences) {
           EXPECT_LE((int32_t)device[i].size(), max_tokens);
         }
       }
+}
+
+// The CUDA executor fills a step's masks on several threads at once (one request's source per
+// thread; CudaExecutor::fill_masks): requests over one compiled grammar and vocabulary, near
+// their budgets (the walks of max_distance_after and the restrictions), give the same masks
+// filled at once as one after another.
+TEST(GrammarSampler, MasksFilledAtOnceEqualMasksFilledInTurn) {
+  auto vocab = small_vocab();
+  auto g = grammar::compile(grammar::parse_gbnf(kGbnf), vocab);
+  constexpr int kSources = 24;
+  const size_t words = (kVocab + 31) / 32;
+  auto masks_of = [&](bool at_once) {
+    std::vector<std::unique_ptr<GrammarSampler>> samplers;
+    std::vector<std::vector<int32_t>> histories;
+    std::mt19937 rng(9);
+    for (int i = 0; i < kSources; ++i) {
+      engine::SamplingParams p;
+      p.temperature = 0.0f;
+      const int32_t max_tokens = 6 + i % 10;  // near the budget: restricted masks
+      samplers.push_back(std::make_unique<GrammarSampler>(
+          p, kVocab, std::make_unique<GrammarGate>(g, "", "", max_tokens)));
+      std::vector<int32_t> h = {1, 2, 3};
+      // A few tokens of the grammar's own ("[", digits, ","), then a pending one.
+      const std::vector<int32_t> opening = {10, (int32_t)(rng() % 10), 12, (int32_t)(rng() % 10)};
+      h.insert(h.end(), opening.begin(), opening.begin() + 1 + i % 3);
+      if (i % 2) h.push_back(engine::kPendingToken);
+      engine::DeviceSampling out;
+      EXPECT_TRUE(samplers.back()->device_params(h, out));
+      histories.push_back(h);
+    }
+    std::vector<uint32_t> masks(kSources * words, 0u);
+    auto fill = [&](int i) {
+      const int32_t pending =
+          histories[(size_t)i].back() == engine::kPendingToken ? 1 + i % 9 : engine::kPendingToken;
+      samplers[(size_t)i]->fill_allowed(std::span<uint32_t>(masks.data() + i * words, words),
+                                        pending);
+    };
+    if (at_once) {
+      ThreadPool pool(6);
+      std::atomic<int> next{0};
+      pool.run([&](int, int) {
+        for (int i; (i = next.fetch_add(1)) < kSources;) fill(i);
+      });
+    } else {
+      for (int i = 0; i < kSources; ++i) fill(i);
+    }
+    return masks;
+  };
+  const std::vector<uint32_t> in_turn = masks_of(false);
+  EXPECT_NE(std::count(in_turn.begin(), in_turn.end(), 0u), (ptrdiff_t)in_turn.size());
+  for (int round = 0; round < 4; ++round) EXPECT_EQ(masks_of(true), in_turn) << "round " << round;
 }
 
 }  // namespace
