@@ -354,6 +354,7 @@ bool Engine::device_sample_stands(Active& a, int32_t token) {
       a.request.sampler->keeps_device_sample(token, known_history(a)))
     return true;
   a.sample_on_host = true;
+  metrics_.update([](MetricsSnapshot& m) { m.device_samples_refused_total += 1; });
   return false;
 }
 
@@ -362,7 +363,9 @@ void Engine::take_back_refused(Active& a) {
   seq.tokens.resize(seq.tokens.size() - (size_t)a.n_ahead);
   a.n_ahead = 0;
   seq.n_computed = (int32_t)seq.tokens.size() - 1;
-  if (a.last_step > n_collected_) a.void_step = a.last_step;
+  if (a.last_step <= n_collected_) return;
+  a.void_step = a.last_step;
+  metrics_.update([](MetricsSnapshot& m) { m.steps_voided_total += 1; });
 }
 
 StreamItem Engine::device_item(const Active& a, size_t chunk) const {

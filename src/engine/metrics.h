@@ -44,6 +44,11 @@ struct MetricsSnapshot {
   uint64_t steps_total = 0;
   // Steps launched while the step before them was still on the device (engine_step.cpp).
   uint64_t steps_launched_ahead_total = 0;
+  // Device samples the request's sampler refused (a grammar's token that would overrun the
+  // budget), each position computed again and sampled on the host; of them, those a step
+  // launched on the refused token had to be voided for.
+  uint64_t device_samples_refused_total = 0;
+  uint64_t steps_voided_total = 0;
   uint64_t embedding_inputs_total = 0;  // inputs embedded (engine/embedding.h)
   uint64_t embedding_steps_total = 0;
   double prompt_seconds_total = 0;  // step time spent on prompt tokens (share)

@@ -577,6 +577,14 @@ void metrics(HttpServer& server, const httplib::Request&, httplib::Response& res
          "Engine steps launched before the step ahead of them had finished on the device "
          "(their tokens fed there); the others waited for the last step's tokens.",
          (double)s.steps_launched_ahead_total);
+  metric("hablar_device_samples_refused_total", "counter",
+         "Device samples a request's sampler refused (an output grammar's token that would "
+         "overrun max_tokens), computed again and sampled on the host.",
+         (double)s.device_samples_refused_total);
+  metric("hablar_steps_voided_total", "counter",
+         "Of those, refused tokens a step had already been launched on (its output for that "
+         "sequence dropped).",
+         (double)s.steps_voided_total);
   metric("hablar_embedding_inputs_total", "counter", "Inputs embedded.",
          (double)s.embedding_inputs_total);
   metric("hablar_embedding_steps_total", "counter", "Embedding steps run.",

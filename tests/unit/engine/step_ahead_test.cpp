@@ -219,11 +219,15 @@ TEST(StepAhead, MasksOfPendingTokensAndRefusedSamplesKeepEveryOutput) {
     }
     EXPECT_GT(counts->refused, 0);
     EXPECT_EQ(counts->host_samples, counts->refused);  // each refusal sampled once on the host
+    const MetricsSnapshot m = engine.metrics().snapshot();
+    EXPECT_EQ(m.device_samples_refused_total, (uint64_t)counts->refused);
     if (ahead) {
       EXPECT_GT(counts->masks_of_pending, 0);
       EXPECT_EQ(exec.most_outstanding, 2);
+      EXPECT_GT(m.steps_voided_total, 0u);
     } else {
       EXPECT_EQ(counts->masks_of_pending, 0);
+      EXPECT_EQ(m.steps_voided_total, 0u);
     }
     EXPECT_GT(engine.metrics().snapshot().preemptions_total, 0u);
     EXPECT_TRUE(eventually(engine, [](const MetricsSnapshot& m) { return m.kv_blocks_used == 0; }));
