@@ -81,12 +81,18 @@ unpack_hablar() {
 }
 
 build_llamacpp() {
+  # A warm machine keeps /tmp between calls: a build of the same archive is reused.
+  local sum
+  sum=$(md5sum <"$root/.gpu/llamacpp-src.tar.gz")
+  if [ -x "$lcp/build/bin/llama-server" ] && [ "$(cat "$lcp/src.md5" 2>/dev/null)" = "$sum" ]; then
+    return 0
+  fi
   rm -rf "$lcp" && mkdir -p "$lcp" && tar xzf "$root/.gpu/llamacpp-src.tar.gz" -C "$lcp"
   cmake -S "$lcp/llama.cpp" -B "$lcp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >"$out/llamacpp-cmake.txt" 2>&1 &&
     ninja -C "$lcp/build" -j16 llama-bench llama-batched-bench llama-server \
-      >"$out/llamacpp-build.txt" 2>&1
+      >"$out/llamacpp-build.txt" 2>&1 && echo "$sum" >"$lcp/src.md5"
 }
 
 make_model() {  # shape -> path of a Q4_K_M file
