@@ -212,6 +212,8 @@ void GrammarMatcher::reset_dfa() {
   dfirst_.clear();
   ddist_.clear();
   dmax_.clear();
+  dkey_.clear();
+  dmask_.clear();
   profile_state_ = -1;
   dnext_.clear();
   dtable_.clear();
@@ -285,22 +287,48 @@ static void for_each_set_bit(std::span<const uint32_t> words, size_t n, F&& f) {
     }
 }
 
+// Where the words are the state's whole mask as the grammar keeps it (GrammarGate passes
+// them so), the restriction is a function of the state and the distance: kept for every
+// request of the grammar.
 int32_t GrammarMatcher::restrict_mask_to_distance(std::span<uint32_t> words, int32_t max_distance) {
   const size_t n = std::min(words.size() * 32, (size_t)vocab().n_vocab());
+  const bool whole = is_kept_mask(words);
+  if (whole) {
+    if (auto kept = g_->shared->restricted(key_of(state_), max_distance)) {
+      std::copy(kept->words.begin(), kept->words.end(), words.begin());
+      return kept->result;
+    }
+  }
   if (profile_state_ != state_) profile_state();
+  const std::vector<uint8_t>& profile = profile_->per_token;
   std::vector<int32_t> over;  // allowed tokens that would leave too little room
   int32_t fits = 0;
   for_each_set_bit(words, n, [&](int32_t id) {
-    const uint8_t known = profile_[(size_t)id];
-    if (known != kProfileOver ? known <= max_distance : distance_after(id) <= max_distance)
+    const uint8_t known = profile[(size_t)id];
+    if (known != SharedStates::Profile::kOver ? known <= max_distance
+                                              : distance_after(id) <= max_distance)
       ++fits;
     else
       over.push_back(id);
     return true;
   });
-  if (fits == 0) return (int32_t)over.size();
-  for (int32_t id : over) words[(size_t)id >> 5] &= ~(1u << (id & 31));
-  return fits;
+  const int32_t result = fits == 0 ? (int32_t)over.size() : fits;
+  if (fits != 0)
+    for (int32_t id : over) words[(size_t)id >> 5] &= ~(1u << (id & 31));
+  if (whole) {
+    auto r = std::make_shared<SharedStates::Restricted>();
+    r->words.assign(words.begin(), words.begin() + (ptrdiff_t)dmask_[(size_t)state_]->words.size());
+    r->result = result;
+    g_->shared->keep_restricted(key_of(state_), max_distance, std::move(r));
+  }
+  return result;
+}
+
+bool GrammarMatcher::is_kept_mask(std::span<const uint32_t> words) const {
+  if ((size_t)state_ >= dmask_.size() || !dmask_[(size_t)state_]) return false;
+  const std::vector<uint32_t>& kept = dmask_[(size_t)state_]->words;
+  return words.size() == kept.size() &&
+         std::memcmp(words.data(), kept.data(), kept.size() * sizeof(uint32_t)) == 0;
 }
 
 int32_t GrammarMatcher::max_distance_after() {
@@ -310,20 +338,34 @@ int32_t GrammarMatcher::max_distance_after() {
 }
 
 void GrammarMatcher::profile_state() {
-  const size_t n = (size_t)vocab().n_vocab();
-  std::vector<uint32_t> allowed((n + 31) / 32);
-  fill_mask(allowed);
-  profile_.assign(n, kProfileOver);
-  int32_t most = 0;
-  for_each_set_bit(allowed, n, [&](int32_t id) {
-    const int32_t d = distance_after(id);
-    most = std::max(most, d);
-    profile_[(size_t)id] = (uint8_t)std::min<int32_t>(d, kProfileOver);
-    return true;
-  });
+  const std::string key = key_of(state_);
+  std::shared_ptr<const SharedStates::Profile> profile = g_->shared->profile(key);
+  if (!profile) {
+    const size_t n = (size_t)vocab().n_vocab();
+    std::vector<uint32_t> allowed((n + 31) / 32);
+    fill_mask(allowed);
+    auto walked = std::make_shared<SharedStates::Profile>();
+    walked->per_token.assign(n, SharedStates::Profile::kOver);
+    for_each_set_bit(allowed, n, [&](int32_t id) {
+      const int32_t d = distance_after(id);
+      walked->most = std::max(walked->most, d);
+      walked->per_token[(size_t)id] = (uint8_t)std::min<int32_t>(d, SharedStates::Profile::kOver);
+      return true;
+    });
+    profile = g_->shared->keep_profile(key, walked);
+    if (!profile) profile = std::move(walked);
+  }
+  profile_ = std::move(profile);
   profile_state_ = state_;
   if (dmax_.size() < dstates_.size()) dmax_.resize(dstates_.size(), -1);
-  dmax_[(size_t)state_] = most;
+  dmax_[(size_t)state_] = profile_->most;
+}
+
+const std::string& GrammarMatcher::key_of(int32_t dstate) {
+  if ((size_t)dstate >= dkey_.size()) dkey_.resize(dstates_.size());
+  std::string& key = dkey_[(size_t)dstate];
+  if (key.empty()) key = state_key(dstates_[(size_t)dstate], rec_.arena());
+  return key;
 }
 
 bool GrammarMatcher::accept_token(int32_t id) {
@@ -532,14 +574,22 @@ bool GrammarMatcher::class_mask(std::span<uint32_t> words) {
   return true;
 }
 
-// A state's mask is kept the second time the state asks for it: most states of a document
-// come once (each position of an object is its own state), and copying their masks into the
-// cache cost about as much as computing them; states that come back (a string's next
-// character, an array's next item) come back many times.
+// A state's mask is kept for every matcher of the grammar where its budget allows
+// (SharedStates). Past it, a matcher keeps a mask itself the second time the state asks for
+// it: most states of a document come once (each position of an object is its own state), and
+// copying their masks into the cache cost about as much as computing them; states that come
+// back (a string's next character, an array's next item) come back many times.
 void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
   HABLAR_CHECK(words.size() * 32 >= (size_t)vocab().n_vocab(), "mask too small");
   const size_t n_words = ((size_t)vocab().n_vocab() + 31) / 32;
   if ((size_t)state_ >= mask_slot_.size()) mask_slot_.resize(dstates_.size(), kNever);
+  if ((size_t)state_ >= dmask_.size()) dmask_.resize(dstates_.size());
+  std::shared_ptr<const SharedStates::Mask>& shared = dmask_[(size_t)state_];
+  if (!shared && mask_slot_[(size_t)state_] < 0) shared = g_->shared->mask(key_of(state_));
+  if (shared) {
+    std::memcpy(words.data(), shared->words.data(), n_words * sizeof(uint32_t));
+    return;
+  }
   int32_t& slot = mask_slot_[(size_t)state_];
   if (slot >= 0) {
     std::memcpy(words.data(), pool_[(size_t)slot].data(), n_words * sizeof(uint32_t));
@@ -547,6 +597,10 @@ void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
   }
   compute_mask(words.first(n_words));
   ++masks_computed_;
+  auto computed = std::make_shared<SharedStates::Mask>();
+  computed->words.assign(words.begin(), words.begin() + (ptrdiff_t)n_words);
+  shared = g_->shared->keep_mask(key_of(state_), std::move(computed));
+  if (shared) return;
   if (slot == kNever) {
     slot = kOnce;
     return;

@@ -22,6 +22,7 @@
 
 #include "grammar/grammar.h"
 #include "grammar/recognizer.h"
+#include "grammar/shared_states.h"
 #include "grammar/token_trie.h"
 
 namespace hablar::tokenizer {
@@ -92,6 +93,9 @@ struct CompiledGrammar {
   std::vector<std::array<uint64_t, 4>> first_bytes;
   // Per element position: the fewest bytes that finish its alternative (completion_length.h).
   std::vector<int32_t> tail;
+  // Masks, distance profiles and restricted masks of the states walked so far, kept for
+  // every matcher of this grammar (shared_states.h; thread-safe).
+  std::shared_ptr<SharedStates> shared = std::make_shared<SharedStates>();
 };
 
 std::shared_ptr<const CompiledGrammar> compile(Grammar g, std::shared_ptr<const Vocab> vocab);
@@ -167,6 +171,10 @@ class GrammarMatcher {
   int32_t state_distance(int32_t dstate);
   void reset_dfa();
   void compute_mask(std::span<uint32_t> words);
+  // The state's content as SharedStates keys it (computed once per state).
+  const std::string& key_of(int32_t dstate);
+  // Where `words` is the current state's whole mask as the grammar keeps it.
+  bool is_kept_mask(std::span<const uint32_t> words) const;
 
   std::shared_ptr<const CompiledGrammar> g_;
   Recognizer rec_;
@@ -178,13 +186,15 @@ class GrammarMatcher {
   std::vector<int32_t> ddist_;                   // per state: state_distance, -1 not yet
   // One walk of the current state's allowed tokens (max_distance_after's, kept for the
   // restrictions that follow in that state): each token's distance_after, clamped to
-  // kProfileOver (past it, or not allowed there: computed again when asked), of the last
-  // state walked; and per state the largest (-1: not walked; grown lazily).
+  // SharedStates::Profile::kOver (past it, or not allowed there: computed again when asked),
+  // of the last state walked (the grammar's where it keeps it); and per state the largest
+  // (-1: not walked; grown lazily).
   void profile_state();
-  static constexpr uint8_t kProfileOver = 255;
   int32_t profile_state_ = -1;
-  std::vector<uint8_t> profile_;
+  std::shared_ptr<const SharedStates::Profile> profile_;
   std::vector<int32_t> dmax_;
+  std::vector<std::string> dkey_;                                // per state: key_of ("": not yet)
+  std::vector<std::shared_ptr<const SharedStates::Mask>> dmask_;  // per state: the grammar's mask
   std::vector<int32_t> dtable_;  // open addressing over dstates_ by content (-1 empty)
   // Per DFA state: its mask's slot in pool_, or kNever / kOnce (computed once, not kept).
   static constexpr int32_t kNever = -1;

@@ -1,0 +1,170 @@
+// A grammar's states shared by its requests (shared_states.h): the keys name a state's
+// content whatever the arena's numbering; masks, distance profiles and restricted masks
+// taken from the grammar equal those a matcher computes alone, across matchers that walk
+// different documents, at once on several threads, and with no budget at all.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "formats/gguf.h"
+#include "grammar/completion_length.h"
+#include "grammar/matcher.h"
+#include "grammar/regex.h"
+#include "support/test_support.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hablar::grammar {
+namespace {
+
+std::shared_ptr<const Vocab> qwen2_vocab() {
+  static std::shared_ptr<const Vocab> v = [] {
+    auto file = gguf::GgufFile::open(test::testdata_dir() + "/vocab/ggml-vocab-qwen2.gguf");
+    return Vocab::from_tokenizer(*tokenizer::Tokenizer::from_gguf(file));
+  }();
+  return v;
+}
+
+const char* kSchema = R"({"type": "object", "properties": {
+    "title": {"type": "string", "maxLength": 40}, "year": {"type": "integer"},
+    "tags": {"type": "array", "items": {"type": "string"}},
+    "score": {"type": "number"}}, "required": ["title", "year", "tags"]})";
+
+const char* kDocs[] = {
+    R"({"title": "A tale of two cities", "year": 1859, "tags": ["novel", "london"], "score": 4.5})",
+    R"({"title": "Hamlet", "year": 1603, "tags": []})",
+    R"({"title": "Dune \"the first\"", "year": 1965, "tags": ["sf", "desert", "spice"]})",
+};
+
+// The same grammar with its own store (a budget of `budget` bytes).
+std::shared_ptr<const CompiledGrammar> with_store(const std::shared_ptr<const CompiledGrammar>& g,
+                                                  size_t budget) {
+  auto copy = std::make_shared<CompiledGrammar>(*g);
+  copy->shared = std::make_shared<SharedStates>(budget);
+  return copy;
+}
+
+// What a matcher gives at each step of a document (greedy longest allowed token): the mask,
+// the largest distance after a token, and the mask restricted to the distance now + 1 and
+// now + 6.
+struct Walk {
+  std::vector<std::vector<uint32_t>> masks, restricted;
+  std::vector<int32_t> most, kept;
+  size_t computed = 0;
+};
+
+Walk walk(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
+  const Vocab& v = *g->vocab;
+  GrammarMatcher m(g);
+  Walk w;
+  std::vector<uint32_t> mask(((size_t)v.n_vocab() + 31) / 32);
+  for (size_t at = 0; at < text.size();) {
+    m.fill_mask(mask);
+    w.masks.push_back(mask);
+    w.most.push_back(m.max_distance_after());
+    for (int32_t slack : {1, 6}) {  // (two distances a state: kept apart)
+      m.fill_mask(mask);
+      w.kept.push_back(m.restrict_mask_to_distance(mask, m.distance_to_end() + slack));
+      w.restricted.push_back(mask);
+    }
+    m.fill_mask(mask);
+    int32_t best = -1;
+    size_t best_len = 0;
+    for (int32_t id = 0; id < v.n_vocab(); ++id) {
+      if (!((mask[(size_t)id >> 5] >> (id & 31)) & 1u) || !v.usable(id)) continue;
+      const std::string& b = v.bytes(id);
+      if (b.size() > best_len && text.compare(at, b.size(), b) == 0) best = id, best_len = b.size();
+    }
+    EXPECT_GE(best, 0) << "no allowed token continues " << text.substr(at);
+    if (best < 0 || !m.accept_token(best)) break;
+    at += best_len;
+  }
+  EXPECT_TRUE(m.can_end());
+  w.computed = m.masks_computed();
+  return w;
+}
+
+void expect_same(const Walk& a, const Walk& b, const char* what) {
+  ASSERT_EQ(a.masks.size(), b.masks.size()) << what;
+  for (size_t i = 0; i < a.masks.size(); ++i) {
+    EXPECT_EQ(a.masks[i], b.masks[i]) << what << ": mask of step " << i;
+    EXPECT_EQ(a.most[i], b.most[i]) << what << ": largest distance of step " << i;
+  }
+  ASSERT_EQ(a.kept.size(), b.kept.size()) << what;
+  for (size_t i = 0; i < a.kept.size(); ++i) {
+    EXPECT_EQ(a.kept[i], b.kept[i]) << what << ": restriction's count, entry " << i;
+    EXPECT_EQ(a.restricted[i], b.restricted[i]) << what << ": restricted mask, entry " << i;
+  }
+}
+
+std::shared_ptr<const CompiledGrammar> schema_grammar() {
+  return compile(parse_gbnf(json_schema_to_gbnf(nlohmann::ordered_json::parse(kSchema))),
+                 qwen2_vocab());
+}
+
+TEST(SharedStates, KeysNameAStatesContentWhateverTheArenasNumbering) {
+  const Grammar g = parse_gbnf(json_schema_to_gbnf(nlohmann::ordered_json::parse(kSchema)));
+  Recognizer plain(g), detoured(g);
+  RecState other = detoured.initial();  // nodes made in another order first
+  ASSERT_TRUE(detoured.advance_bytes(other, R"({"title": "x", "year": 12, "tags": ["q)"));
+  RecState a = plain.initial(), b = detoured.initial();
+  ASSERT_TRUE(plain.advance_bytes(a, R"({"title": "ab)"));
+  ASSERT_TRUE(detoured.advance_bytes(b, R"({"title": "ab)"));
+  EXPECT_EQ(state_key(a, plain.arena()), state_key(b, detoured.arena()));
+  RecState c = b;
+  ASSERT_TRUE(detoured.advance_bytes(c, "\""));
+  EXPECT_NE(state_key(c, detoured.arena()), state_key(b, detoured.arena()));
+  RecState mid = a;  // half a two-byte character
+  ASSERT_TRUE(plain.advance_bytes(mid, "\xC3"));
+  EXPECT_NE(state_key(mid, plain.arena()), state_key(a, plain.arena()));
+}
+
+TEST(SharedStates, LaterRequestsTakeTheGrammarsStatesAndGetWhatTheyWouldCompute) {
+  const auto shared = schema_grammar();
+  for (const char* doc : kDocs) {
+    const Walk alone = walk(with_store(shared, 0), doc);
+    const Walk first = walk(shared, doc);
+    const Walk again = walk(shared, doc);
+    expect_same(alone, first, "first request");
+    expect_same(alone, again, "second request");
+    EXPECT_GT(alone.computed, 0u);
+    EXPECT_EQ(again.computed, 0u) << "a request after one over the same document computes no mask";
+  }
+  // The documents share most states: a fourth request over another document of the schema
+  // computes few of its masks.
+  const Walk later = walk(shared, R"({"title": "Emma", "year": 1815, "tags": ["novel"]})");
+  const Walk later_alone =
+      walk(with_store(shared, 0), R"({"title": "Emma", "year": 1815, "tags": ["novel"]})");
+  expect_same(later_alone, later, "another document");
+  EXPECT_LT(later.computed * 4, later_alone.computed);
+  EXPECT_GT(shared->shared->entries(), 0u);
+  EXPECT_LE(shared->shared->bytes_kept(), SharedStates::kDefaultBudget);
+}
+
+TEST(SharedStates, RequestsOnSeveralThreadsAtOnceGetWhatTheyWouldCompute) {
+  const auto shared = schema_grammar();
+  std::vector<Walk> alone;
+  for (const char* doc : kDocs) alone.push_back(walk(with_store(shared, 0), doc));
+  std::vector<Walk> got(6);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t)
+    threads.emplace_back([&, t] { got[t] = walk(shared, kDocs[t % 3]); });
+  for (auto& th : threads) th.join();
+  for (size_t t = 0; t < got.size(); ++t) expect_same(alone[t % 3], got[t], kDocs[t % 3]);
+}
+
+TEST(SharedStates, ABudgetSpentKeepsNothingMoreAndChangesNoMask) {
+  const auto base = schema_grammar();
+  const Walk alone = walk(with_store(base, 0), kDocs[0]);
+  // Room for a handful of masks (19 KB each over Qwen's vocabulary), no profile.
+  const auto small = with_store(base, size_t{100} << 10);
+  const Walk first = walk(small, kDocs[0]), second = walk(small, kDocs[0]);
+  expect_same(alone, first, "small store, first");
+  expect_same(alone, second, "small store, second");
+  EXPECT_LE(small->shared->bytes_kept(), size_t{100} << 10);
+  EXPECT_GT(small->shared->entries(), 0u);
+  EXPECT_GT(second.computed, 0u);
+  EXPECT_LT(second.computed, alone.computed);
+}
+
+}  // namespace
+}  // namespace hablar::grammar
