@@ -11,7 +11,9 @@ matcher timing each full-vocabulary mask (including the last one, where only EOS
 follow), and this script replays the same token ids through XGrammar's GrammarMatcher
 (fill_next_token_bitmask on a preallocated bitmask, then accept_token), with XGrammar's
 TokenizerInfo built from the very same token bytes. Each matcher starts fresh per document,
-as a request does. Each side replays every document --repeat times (fresh matchers; hablar's
+as a request does (hablar's figures also for a later request of the same schema, whose states
+the first request's walk left to the grammar, and the time a token budget takes over each
+request's last 32 steps). Each side replays every document --repeat times (fresh matchers; hablar's
 grammar_bench is a new process each time, so its vocabulary-wide class tables are rebuilt)
 and keeps each step's fastest time, which filters out the shared machine's preemptions. Schemas XGrammar cannot compile, or whose document it refuses, are left
 out of both sides and counted. XGrammar's figures include one Python call (measured and printed).
@@ -127,17 +129,22 @@ def main():
                 run = [json.loads(l) for l in open(out_file)]
                 if ours is not None:
                     for o, r in zip(ours, run):
-                        o["ns"] = [min(a, b) for a, b in zip(o["ns"], r["ns"])]
+                        for k in ("ns", "ns_later", "budget_ns", "budget_ns_later"):
+                            o[k] = [min(a, b) for a, b in zip(o[k], r[k])]
                         o["compile_ns"] = min(o["compile_ns"], r["compile_ns"])
                 else:
                     ours = run
             theirs = xgrammar_side(vocab_file, cases, ours, args.repeat)
             h_ns, x_ns, h_first, x_first, h_comp, x_comp, skipped = [], [], [], [], [], [], []
+            h_later, budget_first, budget_later = [], [], []
             for c, o, t in zip(cases, ours, theirs):
                 if not o["ok"] or "error" in t:
                     skipped.append((c["name"], "hablar refused" if not o["ok"] else t["error"]))
                     continue
                 h_ns += o["ns"]
+                h_later += o["ns_later"]
+                budget_first.append(sum(o["budget_ns"]) / 1e6)
+                budget_later.append(sum(o["budget_ns_later"]) / 1e6)
                 x_ns += t["ns"]
                 h_first.append(o["ns"][0])
                 x_first.append(t["ns"][0])
@@ -145,16 +152,23 @@ def main():
                 x_comp.append(t["compile_ns"])
             report[label] = {"schemas": len(cases) - len(skipped), "skipped": skipped,
                              "hablar_mask": summary(h_ns), "xgrammar_mask": summary(x_ns),
+                             "hablar_later_mask": summary(h_later),
+                             "hablar_budget_ms_per_request": [sum(budget_first) / len(budget_first),
+                                                              sum(budget_later) / len(budget_later)],
                              "hablar_compile_ms_mean": sum(h_comp) / len(h_comp) / 1e6,
                              "xgrammar_compile_ms_mean": sum(x_comp) / len(x_comp) / 1e6}
             r = report[label]
             print(f"\n{label}: {r['schemas']} schemas, {r['hablar_mask']['n']} masks each side"
                   f" ({len(skipped)} schemas left out)")
             print(f"  {'':10} {'p50 us':>9} {'p90 us':>9} {'p99 us':>9} {'max us':>9} {'mean us':>9}")
-            for side in ("hablar", "xgrammar"):
-                s = r[f"{side}_mask"]
+            for side, key in (("hablar", "hablar_mask"), ("xgrammar", "xgrammar_mask"),
+                              ("hablar, a later request of the schema", "hablar_later_mask")):
+                s = r[key]
                 print(f"  {side:10} {s['p50_us']:9.1f} {s['p90_us']:9.1f} {s['p99_us']:9.1f}"
                       f" {s['max_us']:9.1f} {s['mean_us']:9.1f}")
+            b = r["hablar_budget_ms_per_request"]
+            print(f"  hablar's token budget over a request's last 32 steps (mean ms): first request "
+                  f"{b[0]:.2f}, a later one {b[1]:.2f}")
             print(f"  compile (mean ms): hablar {r['hablar_compile_ms_mean']:.2f}, "
                   f"xgrammar {r['xgrammar_compile_ms_mean']:.2f}")
             print(f"  a trivial XGrammar call from Python takes {CALL_NS / 1e3:.2f} us (in its figures)")

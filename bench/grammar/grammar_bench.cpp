@@ -7,7 +7,10 @@
 // tokens are replayed: before each token (and once more at the end, where only EOS may
 // follow) the full vocabulary mask is computed and timed; then the token is accepted. Each
 // output line gives the token ids, the mask times in ns and the compile time, so that
-// bench_grammar.py can replay the same ids through XGrammar. --dump-vocab writes each
+// bench_grammar.py can replay the same ids through XGrammar; then the same times for a later
+// request of the same grammar (a new matcher: the states the first one walked are the
+// grammar's, SharedStates), and for both requests the time a token budget takes in their
+// last 32 steps. --dump-vocab writes each
 // token's bytes as hex, one token a line ("-" for tokens no grammar may produce).
 #include <chrono>
 #include <cstdio>
@@ -42,6 +45,42 @@ void dump_vocab(const grammar::Vocab& v, const std::string& path) {
   }
 }
 
+// One request over `ids`: before each token (and once more at the end) the mask is timed;
+// within the last kBudgetSteps steps also what a token budget asks of the matcher there
+// (the largest distance after a token, and the mask restricted to the distance now + 8).
+constexpr size_t kBudgetSteps = 32;
+struct Replay {
+  std::vector<double> ns, budget_ns;
+  std::vector<int> fresh;  // per step: 1 when the mask was computed (not taken from a cache)
+  bool ok = true;
+};
+
+Replay replay(const std::shared_ptr<const grammar::CompiledGrammar>& g,
+              const std::vector<int32_t>& ids, std::vector<uint32_t>& mask) {
+  grammar::GrammarMatcher m(g);
+  Replay r;
+  for (size_t i = 0; i <= ids.size(); ++i) {
+    const size_t cached = m.masks_computed();
+    auto t0 = Clock::now();
+    m.fill_mask(mask);
+    r.ns.push_back(ns_since(t0));
+    r.fresh.push_back(m.masks_computed() != cached ? 1 : 0);
+    if (i + kBudgetSteps >= ids.size()) {
+      t0 = Clock::now();
+      if (m.max_distance_after() > m.distance_to_end() + 8)
+        m.restrict_mask_to_distance(mask, m.distance_to_end() + 8);
+      r.budget_ns.push_back(ns_since(t0));
+    }
+    if (i == ids.size()) break;
+    if (!m.accept_token(ids[i])) {
+      r.ok = false;
+      return r;
+    }
+  }
+  r.ok = m.can_end();
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -69,31 +108,18 @@ int main(int argc, char** argv) {
                                                 : grammar::json_schema_to_gbnf(c["schema"]);
     auto g = grammar::compile(grammar::parse_gbnf(gbnf, grammar::GbnfSource::kGenerated), vocab);
     const double compile_ns = ns_since(t0);
-    grammar::GrammarMatcher m(g);
     const std::string doc = c["doc"].get<std::string>();
     const auto ids = tok->encode(doc, false, false);
-    std::vector<double> times;
-    std::vector<int> fresh;  // per step: 1 when the mask was computed (not cached)
-    bool ok = true;
-    for (size_t i = 0; i <= ids.size(); ++i) {
-      const size_t cached = m.masks_computed();
-      t0 = Clock::now();
-      m.fill_mask(mask);
-      times.push_back(ns_since(t0));
-      fresh.push_back(m.masks_computed() != cached ? 1 : 0);
-      if (i == ids.size()) break;
-      if (!m.accept_token(ids[i])) {
-        ok = false;
-        std::fprintf(stderr, "refused token %d at %zu of: %s\n", ids[i], i, doc.c_str());
-        break;
-      }
-    }
-    if (ok && !m.can_end()) {
-      ok = false;
-      std::fprintf(stderr, "incomplete: %s\n", doc.c_str());
-    }
-    nlohmann::json r = {
-        {"ids", ids}, {"ns", times}, {"fresh", fresh}, {"compile_ns", compile_ns}, {"ok", ok}};
+    const Replay first = replay(g, ids, mask), later = replay(g, ids, mask);
+    if (!first.ok) std::fprintf(stderr, "refused or incomplete: %s\n", doc.c_str());
+    nlohmann::json r = {{"ids", ids},
+                        {"ns", first.ns},
+                        {"fresh", first.fresh},
+                        {"budget_ns", first.budget_ns},
+                        {"ns_later", later.ns},
+                        {"budget_ns_later", later.budget_ns},
+                        {"compile_ns", compile_ns},
+                        {"ok", first.ok && later.ok}};
     out << r.dump() << "\n";
   }
   return 0;

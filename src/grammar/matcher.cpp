@@ -293,8 +293,8 @@ static void for_each_set_bit(std::span<const uint32_t> words, size_t n, F&& f) {
 int32_t GrammarMatcher::restrict_mask_to_distance(std::span<uint32_t> words, int32_t max_distance) {
   const size_t n = std::min(words.size() * 32, (size_t)vocab().n_vocab());
   const bool whole = is_kept_mask(words);
-  if (whole) {
-    if (auto kept = g_->shared->restricted(key_of(state_), max_distance)) {
+  if (whole) {  // (a kept mask: the state has a key)
+    if (auto kept = g_->shared->restricted(*key_of(state_), max_distance)) {
       std::copy(kept->words.begin(), kept->words.end(), words.begin());
       return kept->result;
     }
@@ -319,7 +319,7 @@ int32_t GrammarMatcher::restrict_mask_to_distance(std::span<uint32_t> words, int
     auto r = std::make_shared<SharedStates::Restricted>();
     r->words.assign(words.begin(), words.begin() + (ptrdiff_t)dmask_[(size_t)state_]->words.size());
     r->result = result;
-    g_->shared->keep_restricted(key_of(state_), max_distance, std::move(r));
+    g_->shared->keep_restricted(*key_of(state_), max_distance, std::move(r));
   }
   return result;
 }
@@ -338,8 +338,10 @@ int32_t GrammarMatcher::max_distance_after() {
 }
 
 void GrammarMatcher::profile_state() {
-  const std::string key = key_of(state_);
-  std::shared_ptr<const SharedStates::Profile> profile = g_->shared->profile(key);
+  const std::string* at = key_of(state_);
+  const std::string key = at != nullptr ? *at : std::string();
+  std::shared_ptr<const SharedStates::Profile> profile =
+      key.empty() ? nullptr : g_->shared->profile(key);
   if (!profile) {
     const size_t n = (size_t)vocab().n_vocab();
     std::vector<uint32_t> allowed((n + 31) / 32);
@@ -352,7 +354,7 @@ void GrammarMatcher::profile_state() {
       walked->per_token[(size_t)id] = (uint8_t)std::min<int32_t>(d, SharedStates::Profile::kOver);
       return true;
     });
-    profile = g_->shared->keep_profile(key, walked);
+    if (!key.empty()) profile = g_->shared->keep_profile(key, walked);
     if (!profile) profile = std::move(walked);
   }
   profile_ = std::move(profile);
@@ -361,11 +363,14 @@ void GrammarMatcher::profile_state() {
   dmax_[(size_t)state_] = profile_->most;
 }
 
-const std::string& GrammarMatcher::key_of(int32_t dstate) {
+const std::string* GrammarMatcher::key_of(int32_t dstate) {
   if ((size_t)dstate >= dkey_.size()) dkey_.resize(dstates_.size());
   std::string& key = dkey_[(size_t)dstate];
-  if (key.empty()) key = state_key(dstates_[(size_t)dstate], rec_.arena());
-  return key;
+  if (key.empty()) {
+    key = state_key(dstates_[(size_t)dstate], rec_.arena(), kMaxKeyBytes);
+    if (key.empty()) key.assign(1, '\0');  // (a real key has at least six bytes)
+  }
+  return key.size() == 1 ? nullptr : &key;
 }
 
 bool GrammarMatcher::accept_token(int32_t id) {
@@ -585,7 +590,8 @@ void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
   if ((size_t)state_ >= mask_slot_.size()) mask_slot_.resize(dstates_.size(), kNever);
   if ((size_t)state_ >= dmask_.size()) dmask_.resize(dstates_.size());
   std::shared_ptr<const SharedStates::Mask>& shared = dmask_[(size_t)state_];
-  if (!shared && mask_slot_[(size_t)state_] < 0) shared = g_->shared->mask(key_of(state_));
+  if (!shared && mask_slot_[(size_t)state_] < 0)
+    if (const std::string* key = key_of(state_)) shared = g_->shared->mask(*key);
   if (shared) {
     std::memcpy(words.data(), shared->words.data(), n_words * sizeof(uint32_t));
     return;
@@ -599,8 +605,10 @@ void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
   ++masks_computed_;
   auto computed = std::make_shared<SharedStates::Mask>();
   computed->words.assign(words.begin(), words.begin() + (ptrdiff_t)n_words);
-  shared = g_->shared->keep_mask(key_of(state_), std::move(computed));
-  if (shared) return;
+  if (const std::string* key = key_of(state_)) {
+    shared = g_->shared->keep_mask(*key, std::move(computed));
+    if (shared) return;
+  }
   if (slot == kNever) {
     slot = kOnce;
     return;

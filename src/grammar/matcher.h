@@ -137,6 +137,10 @@ class GrammarMatcher {
   // no completion): a budget of that many bytes restricts nothing here. Kept per state.
   int32_t max_distance_after();
 
+  // States whose content takes more bytes than this are not kept for the grammar's other
+  // requests (state_key, shared_states.h).
+  static constexpr size_t kMaxKeyBytes = 4096;
+
   bool can_end() const { return Recognizer::can_end(dstates_[(size_t)state_]); }
   bool must_end() const { return Recognizer::must_end(dstates_[(size_t)state_]); }
   bool finished() const { return finished_; }
@@ -171,8 +175,9 @@ class GrammarMatcher {
   int32_t state_distance(int32_t dstate);
   void reset_dfa();
   void compute_mask(std::span<uint32_t> words);
-  // The state's content as SharedStates keys it (computed once per state).
-  const std::string& key_of(int32_t dstate);
+  // The state's content as SharedStates keys it (computed once per state), or null where
+  // it passes kMaxKeyBytes (such a state is computed alone, as without sharing).
+  const std::string* key_of(int32_t dstate);
   // Where `words` is the current state's whole mask as the grammar keeps it.
   bool is_kept_mask(std::span<const uint32_t> words) const;
 
@@ -193,7 +198,7 @@ class GrammarMatcher {
   int32_t profile_state_ = -1;
   std::shared_ptr<const SharedStates::Profile> profile_;
   std::vector<int32_t> dmax_;
-  std::vector<std::string> dkey_;                                // per state: key_of ("": not yet)
+  std::vector<std::string> dkey_;  // per state: key_of ("": not yet; one NUL: none)
   std::vector<std::shared_ptr<const SharedStates::Mask>> dmask_;  // per state: the grammar's mask
   std::vector<int32_t> dtable_;  // open addressing over dstates_ by content (-1 empty)
   // Per DFA state: its mask's slot in pool_, or kNever / kOnce (computed once, not kept).

@@ -20,17 +20,21 @@ void append_i32(std::string& out, int32_t v) {
 
 // Layout: partial (4 bytes), partial_left, partial_len, then per stack its positions from the
 // top down and a -2 after the bottom (kAccept: one -1); stacks in byte order of their parts.
-std::string state_key(const RecState& s, const StackArena& arena) {
+std::string state_key(const RecState& s, const StackArena& arena, size_t max_bytes) {
   std::vector<std::string> stacks;
   stacks.reserve(s.stacks.size());
+  size_t total = 6;
   for (int32_t id : s.stacks) {
     std::string chain;
     if (id == kAccept) {
       append_i32(chain, -1);
     } else {
-      for (int32_t n = id; n >= 0; n = arena.at(n).parent) append_i32(chain, arena.at(n).pos);
+      for (int32_t n = id; n >= 0 && total + chain.size() <= max_bytes; n = arena.at(n).parent)
+        append_i32(chain, arena.at(n).pos);
       append_i32(chain, -2);
     }
+    total += chain.size();
+    if (total > max_bytes) return "";
     stacks.push_back(std::move(chain));
   }
   std::sort(stacks.begin(), stacks.end());

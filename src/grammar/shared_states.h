@@ -25,8 +25,9 @@ namespace hablar::grammar {
 struct RecState;
 class StackArena;
 
-// The canonical content of a recognizer state (see above).
-std::string state_key(const RecState& s, const StackArena& arena);
+// The canonical content of a recognizer state (see above), or "" where it would pass
+// max_bytes (a state of thousands of stacks is not worth keeping by its content).
+std::string state_key(const RecState& s, const StackArena& arena, size_t max_bytes);
 
 class SharedStates {
  public:

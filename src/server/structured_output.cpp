@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "grammar/completion_length.h"
+#include "grammar/grammar_cache.h"
 #include "grammar/regex.h"
 #include "server/api_error.h"
 
@@ -86,8 +87,11 @@ std::shared_ptr<const grammar::Vocab> grammar_vocab(const ServingModel& m) {
 
 GrammarPtr compile_for_model(const ServingModel& m, const std::string& gbnf, const char* field,
                              grammar::GbnfSource source) {
+  // Requests with the same constraint share its compiled grammar, and so the states earlier
+  // ones walked (grammar::SharedStates).
+  static grammar::GrammarCache cache;
   try {
-    return grammar::compile(grammar::parse_gbnf(gbnf, source), grammar_vocab(m));
+    return cache.get(gbnf, source, grammar_vocab(m));
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kInvalidArgument) throw;
     bad_request(std::string("'") + field + "': " + e.what(), field);

@@ -4,10 +4,13 @@
 // different documents, at once on several threads, and with no budget at all.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
+#include "core/error.h"
 #include "formats/gguf.h"
 #include "grammar/completion_length.h"
+#include "grammar/grammar_cache.h"
 #include "grammar/matcher.h"
 #include "grammar/regex.h"
 #include "support/test_support.h"
@@ -109,13 +112,35 @@ TEST(SharedStates, KeysNameAStatesContentWhateverTheArenasNumbering) {
   RecState a = plain.initial(), b = detoured.initial();
   ASSERT_TRUE(plain.advance_bytes(a, R"({"title": "ab)"));
   ASSERT_TRUE(detoured.advance_bytes(b, R"({"title": "ab)"));
-  EXPECT_EQ(state_key(a, plain.arena()), state_key(b, detoured.arena()));
+  EXPECT_EQ(state_key(a, plain.arena(), 4096), state_key(b, detoured.arena(), 4096));
   RecState c = b;
   ASSERT_TRUE(detoured.advance_bytes(c, "\""));
-  EXPECT_NE(state_key(c, detoured.arena()), state_key(b, detoured.arena()));
+  EXPECT_NE(state_key(c, detoured.arena(), 4096), state_key(b, detoured.arena(), 4096));
   RecState mid = a;  // half a two-byte character
   ASSERT_TRUE(plain.advance_bytes(mid, "\xC3"));
-  EXPECT_NE(state_key(mid, plain.arena()), state_key(a, plain.arena()));
+  EXPECT_NE(state_key(mid, plain.arena(), 4096), state_key(a, plain.arena(), 4096));
+}
+
+// A state whose key would pass the bound (here: a thousand nested parentheses) is not kept
+// by content; its masks are still right.
+TEST(SharedStates, StatesOfLongKeysAreComputedAloneAndStillRight) {
+  const auto v = qwen2_vocab();
+  const auto g = compile(parse_gbnf("root ::= \"(\" root \")\" | \"x\"\n"), v);
+  Recognizer rec(g->grammar);
+  RecState deep = rec.initial();
+  ASSERT_TRUE(rec.advance_bytes(deep, std::string(1000, '(')));
+  EXPECT_EQ(state_key(deep, rec.arena(), GrammarMatcher::kMaxKeyBytes), "");
+  EXPECT_NE(state_key(deep, rec.arena(), 1 << 20), "");
+  GrammarMatcher m(g), alone(with_store(g, 0));
+  ASSERT_TRUE(m.accept_bytes(std::string(1000, '(')));
+  ASSERT_TRUE(alone.accept_bytes(std::string(1000, '(')));
+  const size_t kept = g->shared->entries();
+  std::vector<uint32_t> a(((size_t)v->n_vocab() + 31) / 32), b(a.size());
+  m.fill_mask(a);
+  alone.fill_mask(b);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(g->shared->entries(), kept);
+  EXPECT_GT(std::count_if(a.begin(), a.end(), [](uint32_t w) { return w != 0; }), 0);
 }
 
 TEST(SharedStates, LaterRequestsTakeTheGrammarsStatesAndGetWhatTheyWouldCompute) {
@@ -164,6 +189,35 @@ TEST(SharedStates, ABudgetSpentKeepsNothingMoreAndChangesNoMask) {
   EXPECT_GT(small->shared->entries(), 0u);
   EXPECT_GT(second.computed, 0u);
   EXPECT_LT(second.computed, alone.computed);
+}
+
+// Requests with the same constraint get one compiled grammar (so one store of states); other
+// texts, sources or vocabularies get their own; the least recently used goes past the
+// capacity; a text that does not parse throws and leaves nothing.
+TEST(GrammarCache, SameTextAndVocabularyShareOneGrammar) {
+  const auto v = qwen2_vocab();
+  GrammarCache cache(2);
+  const std::string a = "root ::= \"a\"+\n", b = "root ::= [0-9]+\n", c = "root ::= \"c\"\n";
+  const auto first = cache.get(a, GbnfSource::kUser, v);
+  EXPECT_EQ(cache.get(a, GbnfSource::kUser, v), first);
+  EXPECT_EQ(cache.compiles(), 1);
+  EXPECT_NE(cache.get(a, GbnfSource::kGenerated, v), first);
+  const auto other_vocab = std::make_shared<Vocab>(
+      std::vector<std::string>{"a", "b"}, std::vector<bool>{true, true}, std::vector<int32_t>{});
+  EXPECT_NE(cache.get(a, GbnfSource::kUser, other_vocab), first);
+  EXPECT_EQ(cache.compiles(), 3);
+  EXPECT_EQ(cache.size(), 2u);
+  const auto kept_b = cache.get(b, GbnfSource::kUser, v);
+  EXPECT_EQ(cache.get(b, GbnfSource::kUser, v), kept_b);
+  cache.get(c, GbnfSource::kUser, v);  // b was used last: the other vocabulary's grammar goes
+  EXPECT_EQ(cache.get(b, GbnfSource::kUser, v), kept_b);
+  EXPECT_EQ(cache.compiles(), 5);
+  EXPECT_THROW(cache.get("root ::= (\n", GbnfSource::kUser, v), hablar::Error);
+  EXPECT_EQ(cache.size(), 2u);
+  // A grammar that left the cache stays whole for the requests that hold it.
+  GrammarMatcher m(first);
+  EXPECT_TRUE(m.accept_bytes("aaa"));
+  EXPECT_TRUE(m.can_end());
 }
 
 }  // namespace
