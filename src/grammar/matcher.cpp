@@ -579,11 +579,13 @@ bool GrammarMatcher::class_mask(std::span<uint32_t> words) {
   return true;
 }
 
-// A state's mask is kept for every matcher of the grammar where its budget allows
-// (SharedStates). Past it, a matcher keeps a mask itself the second time the state asks for
-// it: most states of a document come once (each position of an object is its own state), and
-// copying their masks into the cache cost about as much as computing them; states that come
-// back (a string's next character, an array's next item) come back many times.
+// A state's mask is kept for every matcher of the grammar from its second computation on
+// where the grammar's budget allows (SharedStates::seen_again: most states of a document come
+// once per request, each position of an object its own state, and copying their masks cost
+// about as much as computing them; states that come back, a string's next character, an
+// array's next item, come back many times, and every request of a schema walks its states
+// again). Past the budget, or for a state of too long a key, a matcher keeps a mask itself
+// the second time the state asks for it.
 void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
   HABLAR_CHECK(words.size() * 32 >= (size_t)vocab().n_vocab(), "mask too small");
   const size_t n_words = ((size_t)vocab().n_vocab() + 31) / 32;
@@ -603,9 +605,10 @@ void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
   }
   compute_mask(words.first(n_words));
   ++masks_computed_;
-  auto computed = std::make_shared<SharedStates::Mask>();
-  computed->words.assign(words.begin(), words.begin() + (ptrdiff_t)n_words);
-  if (const std::string* key = key_of(state_)) {
+  const std::string* key = key_of(state_);
+  if (key != nullptr && g_->shared->seen_again(*key)) {
+    auto computed = std::make_shared<SharedStates::Mask>();
+    computed->words.assign(words.begin(), words.begin() + (ptrdiff_t)n_words);
     shared = g_->shared->keep_mask(*key, std::move(computed));
     if (shared) return;
   }

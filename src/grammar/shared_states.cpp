@@ -96,6 +96,19 @@ std::shared_ptr<const SharedStates::Restricted> SharedStates::keep_restricted(
   return keep(restricted_, key + '#' + std::to_string(distance), std::move(r), bytes);
 }
 
+bool SharedStates::seen_again(const std::string& key) {
+  {
+    std::shared_lock lock(mu_);
+    if (seen_.count(key) != 0) return true;
+  }
+  std::unique_lock lock(mu_);
+  const size_t bytes = key.size() + 64;
+  if (bytes_ + bytes > budget_) return false;
+  if (!seen_.insert(key).second) return true;
+  bytes_ += bytes;
+  return false;
+}
+
 size_t SharedStates::bytes_kept() const {
   std::shared_lock lock(mu_);
   return bytes_;

@@ -18,6 +18,7 @@
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace hablar::grammar {
@@ -64,6 +65,13 @@ class SharedStates {
   std::shared_ptr<const Restricted> keep_restricted(const std::string& key, int32_t distance,
                                                     std::shared_ptr<const Restricted> r);
 
+  // Whether a mask of this state was computed before (by any matcher of the grammar); notes
+  // it otherwise. Masks are kept from their state's second computation on: most states of a
+  // document come once per request, and copying a 19 KB mask costs about as much as a
+  // cheap mask's computation, so the first request pays no copies and the second the one
+  // computation more.
+  bool seen_again(const std::string& key);
+
   size_t bytes_kept() const;
   size_t entries() const;
 
@@ -82,6 +90,7 @@ class SharedStates {
   Map<Mask> masks_;
   Map<Profile> profiles_;
   Map<Restricted> restricted_;  // key: the state's key, '#', the distance
+  std::unordered_set<std::string> seen_;
 };
 
 }  // namespace hablar::grammar

@@ -86,6 +86,24 @@ Walk walk(const std::shared_ptr<const CompiledGrammar>& g, const std::string& te
   return w;
 }
 
+// The greedy longest-token spelling of `text` under no grammar.
+std::vector<int32_t> text_tokens(const Vocab& v, const std::string& text) {
+  std::vector<int32_t> ids;
+  for (size_t at = 0; at < text.size();) {
+    int32_t best = -1;
+    size_t best_len = 0;
+    for (int32_t id = 0; id < v.n_vocab(); ++id) {
+      const std::string& b = v.bytes(id);
+      if (v.usable(id) && b.size() > best_len && text.compare(at, b.size(), b) == 0)
+        best = id, best_len = b.size();
+    }
+    if (best < 0) break;
+    ids.push_back(best);
+    at += best_len;
+  }
+  return ids;
+}
+
 void expect_same(const Walk& a, const Walk& b, const char* what) {
   ASSERT_EQ(a.masks.size(), b.masks.size()) << what;
   for (size_t i = 0; i < a.masks.size(); ++i) {
@@ -163,6 +181,35 @@ TEST(SharedStates, LaterRequestsTakeTheGrammarsStatesAndGetWhatTheyWouldCompute)
   EXPECT_LT(later.computed * 4, later_alone.computed);
   EXPECT_GT(shared->shared->entries(), 0u);
   EXPECT_LE(shared->shared->bytes_kept(), SharedStates::kDefaultBudget);
+}
+
+// Masks alone (no budget): a state's mask is kept from its second computation on, so the
+// first request copies nothing it met once, the second computes those once more, and the
+// third computes none.
+TEST(SharedStates, MasksAreKeptFromTheirSecondComputation) {
+  const auto g = schema_grammar();
+  const auto masks_computed = [&](const std::string& text) {
+    GrammarMatcher m(g);
+    std::vector<std::vector<uint32_t>> masks;
+    std::vector<uint32_t> mask(((size_t)g->vocab->n_vocab() + 31) / 32);
+    for (int32_t id : text_tokens(*g->vocab, text)) {
+      m.fill_mask(mask);
+      masks.push_back(mask);
+      EXPECT_TRUE(m.accept_token(id));
+    }
+    return std::pair{m.masks_computed(), masks};
+  };
+  const auto [first, masks1] = masks_computed(kDocs[0]);
+  const size_t kept_after_first = g->shared->entries();
+  const auto [second, masks2] = masks_computed(kDocs[0]);
+  const auto [third, masks3] = masks_computed(kDocs[0]);
+  EXPECT_GT(first, 0u);
+  EXPECT_GT(second, 0u);
+  EXPECT_LE(second, first);
+  EXPECT_EQ(third, 0u);
+  EXPECT_GT(g->shared->entries(), kept_after_first);
+  EXPECT_EQ(masks1, masks2);
+  EXPECT_EQ(masks1, masks3);
 }
 
 TEST(SharedStates, RequestsOnSeveralThreadsAtOnceGetWhatTheyWouldCompute) {
