@@ -348,6 +348,7 @@ void GrammarMatcher::profile_state() {
     fill_mask(allowed);
     auto walked = std::make_shared<SharedStates::Profile>();
     walked->per_token.assign(n, SharedStates::Profile::kOver);
+    distances_of_pure_runs(allowed, *walked);  // (their bits cleared: the rest are walked)
     for_each_set_bit(allowed, n, [&](int32_t id) {
       const int32_t d = distance_after(id);
       walked->most = std::max(walked->most, d);
@@ -361,6 +362,32 @@ void GrammarMatcher::profile_state() {
   profile_state_ = state_;
   if (dmax_.size() < dstates_.size()) dmax_.resize(dstates_.size(), -1);
   dmax_[(size_t)state_] = profile_->most;
+}
+
+// In a class-uniform state (class_chain) a token that is a pure run of j characters of the
+// class leads to the chain's state after j characters whatever its characters, so its
+// distance is that state's: the bulk of the vocabulary in a string costs a bitset pass per
+// run length, not a walk per token.
+void GrammarMatcher::distances_of_pure_runs(std::vector<uint32_t>& allowed,
+                                            SharedStates::Profile& profile) {
+  const ClassTable* table = nullptr;
+  int32_t chain[ClassTable::kMaxRun + 1];
+  const int alive = class_chain(table, chain);
+  const size_t n_words = std::min(allowed.size(), (profile.per_token.size() + 31) / 32);
+  for (int j = 1; j < alive; ++j) {
+    const int32_t d = state_distance(chain[j]);
+    const auto code = (uint8_t)std::min<int32_t>(d, SharedStates::Profile::kOver);
+    const std::vector<uint32_t>& upto = table->upto(j);
+    const std::vector<uint32_t>& shorter = table->upto(j - 1);
+    for (size_t w = 0; w < n_words && w < upto.size(); ++w) {
+      uint32_t bits = allowed[w] & upto[w] & ~shorter[w];
+      if (bits == 0) continue;
+      allowed[w] &= ~bits;
+      profile.most = std::max(profile.most, d);
+      for (; bits != 0; bits &= bits - 1)
+        profile.per_token[w * 32 + (size_t)std::countr_zero(bits)] = code;
+    }
+  }
 }
 
 const std::string* GrammarMatcher::key_of(int32_t dstate) {
@@ -530,9 +557,10 @@ void GrammarMatcher::walk_subtree(const TokenTrie& trie, size_t begin, size_t en
   }
 }
 
-bool GrammarMatcher::class_mask(std::span<uint32_t> words) {
+int GrammarMatcher::class_chain(const ClassTable*& table,
+                                int32_t (&chain)[ClassTable::kMaxRun + 1]) {
   const RecState& s0 = dstates_[(size_t)state_];
-  if (s0.partial_left != 0) return false;
+  if (s0.partial_left != 0) return 0;
   // The run class: the smallest big class some stack waits for (the others must hold it
   // whole or not meet it: uniform()).
   uint32_t p = UINT32_MAX;
@@ -547,17 +575,15 @@ bool GrammarMatcher::class_mask(std::span<uint32_t> words) {
       p_size = size;
     }
   }
-  if (p == UINT32_MAX) return false;
-  const ClassTable* table = g_->canon_table[p].get();
-  if (table == nullptr) return false;
+  if (p == UINT32_MAX) return 0;
+  table = g_->canon_table[p].get();
+  if (table == nullptr) return 0;
   std::string sample;
   append_utf8(sample, g_->canon_sample[p]);
-  // The chain of states after 0, 1, 2, ... characters of the class, while each is uniform.
-  int32_t chain[ClassTable::kMaxRun + 1];
   int alive = 0;
   int32_t cur = state_;
   for (int j = 0; j <= ClassTable::kMaxRun; ++j) {
-    if (!uniform(cur, p)) return false;
+    if (!uniform(cur, p)) return 0;
     chain[j] = cur;
     alive = j + 1;
     if (j == ClassTable::kMaxRun) break;
@@ -567,6 +593,14 @@ bool GrammarMatcher::class_mask(std::span<uint32_t> words) {
     }
     if (cur == kDead) break;
   }
+  return alive;
+}
+
+bool GrammarMatcher::class_mask(std::span<uint32_t> words) {
+  const ClassTable* table = nullptr;
+  int32_t chain[ClassTable::kMaxRun + 1];
+  const int alive = class_chain(table, chain);
+  if (alive == 0) return false;
   // Pure runs of up to alive - 1 characters; cut-off characters after up to alive - 2 (one
   // more character of the class must still be allowed there).
   const std::vector<uint32_t>& pure = table->upto(alive - 1);

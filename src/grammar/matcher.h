@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "grammar/class_table.h"
 #include "grammar/grammar.h"
 #include "grammar/recognizer.h"
 #include "grammar/shared_states.h"
@@ -30,8 +31,6 @@ class Tokenizer;
 }
 
 namespace hablar::grammar {
-
-class ClassTable;
 
 class Vocab {
  public:
@@ -163,6 +162,12 @@ class GrammarMatcher {
   // The class-uniform path (class_table.h): false when the state is not one (then the
   // whole trie is walked).
   bool class_mask(std::span<uint32_t> words);
+  // The class-uniform view of the current state: the run class's table and the states after
+  // 0, 1, 2, ... characters of it while each is uniform (chain[0] the state itself); returns
+  // how many (0: not such a state).
+  int class_chain(const ClassTable*& table, int32_t (&chain)[ClassTable::kMaxRun + 1]);
+  // profile_state's pure class runs, whose bits it clears from `allowed`.
+  void distances_of_pure_runs(std::vector<uint32_t>& allowed, SharedStates::Profile& profile);
   // Every stack of the state either waits for class `canon` or for a class disjoint from it.
   bool uniform(int32_t state, uint32_t canon);
   bool disjoint(uint32_t class_a, uint32_t canon_b);
