@@ -1,8 +1,9 @@
 // What one grammar's states give every request that matches it: a state's token mask, its
 // distance profile (how many bytes each allowed token leaves to finish a sentence) and its
 // masks restricted to a distance. Every request of an application's schema walks the same
-// states, and the first walk of a state over a 150k-token vocabulary takes milliseconds
-// (a profile: about 5 ms on Qwen's), so each is computed once per grammar, not per request.
+// states, and the first walk of a state over a 150k-token vocabulary takes up to
+// milliseconds (a profile outside a class run: about 5 ms on Qwen's), so each is computed
+// once per grammar, not per request.
 //
 // Matchers number their states themselves (each has its own stack arena), so entries are
 // keyed by a state's content: state_key() writes the partial character and each stack as the
