@@ -14,16 +14,13 @@
 #include "grammar/regex.h"
 #include "support/test_support.h"
 #include "tokenizer/tokenizer.h"
+#include "vocab_fixture.h"
 
 namespace hablar::grammar {
 namespace {
 
 std::shared_ptr<const Vocab> gpt2_vocab() {
-  static std::shared_ptr<const Vocab> v = [] {
-    auto file = gguf::GgufFile::open(test::testdata_dir() + "/vocab/ggml-vocab-gpt-2.gguf");
-    return Vocab::from_tokenizer(*tokenizer::Tokenizer::from_gguf(file));
-  }();
-  return v;
+  return test_vocab::gguf_vocab("gpt-2");
 }
 
 // A vocabulary of single ASCII bytes plus an end token: distances in bytes are token counts.

@@ -10,21 +10,12 @@
 #include "grammar/regex.h"
 #include "support/test_support.h"
 #include "tokenizer/tokenizer.h"
+#include "vocab_fixture.h"
 
 namespace hablar::grammar {
 namespace {
 
-std::shared_ptr<const Vocab> gguf_vocab(const std::string& name) {
-  static std::map<std::string, std::shared_ptr<const Vocab>> cache;
-  auto& v = cache[name];
-  if (!v) {
-    const std::string path = test::testdata_dir() + "/vocab/ggml-vocab-" + name + ".gguf";
-    auto file = gguf::GgufFile::open(path);
-    auto tok = tokenizer::Tokenizer::from_gguf(file);
-    v = Vocab::from_tokenizer(*tok);
-  }
-  return v;
-}
+using test_vocab::gguf_vocab;
 
 // The oracle: the recognizer alone (no trie, no DFA, no cache), fed the bytes accepted so
 // far and then each token's bytes; EOS where the prefix is a complete sentence.

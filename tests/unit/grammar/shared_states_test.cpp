@@ -15,16 +15,13 @@
 #include "grammar/regex.h"
 #include "support/test_support.h"
 #include "tokenizer/tokenizer.h"
+#include "vocab_fixture.h"
 
 namespace hablar::grammar {
 namespace {
 
 std::shared_ptr<const Vocab> qwen2_vocab() {
-  static std::shared_ptr<const Vocab> v = [] {
-    auto file = gguf::GgufFile::open(test::testdata_dir() + "/vocab/ggml-vocab-qwen2.gguf");
-    return Vocab::from_tokenizer(*tokenizer::Tokenizer::from_gguf(file));
-  }();
-  return v;
+  return test_vocab::gguf_vocab("qwen2");
 }
 
 const char* kSchema = R"({"type": "object", "properties": {
