@@ -5,13 +5,15 @@
 //              llama-server's own {content} form)
 //   Ollama     POST /api/embed {input, truncate, dimensions}, /api/embeddings {prompt}
 //   rerank     POST /v1/rerank, /rerank, /v1/reranking {query, documents, top_n,
-//              return_documents} -> {results: [{index, relevance_score, document?}]}
+//              return_documents} -> {results: [{index, relevance_score, document?}]};
+//              TEI's {query, texts, raw_scores, return_text} -> [{index, score, text?}]
 // Every input goes through the engine (Engine::submit_embedding): the inputs of a request
 // and of concurrent requests share embedding steps.
 #include <httplib.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -37,12 +39,13 @@ void require_embeddings(const ServingModel& m) {
 
 // The inputs of an embedding request in every form llama-server reads (prompt_inputs.h):
 // texts (with BOS and the model's other added tokens), token ids, mixed lists, objects.
-// OpenAI's route refuses an empty text as OpenAI does; llama-server's embed what it gives.
+// An empty text is embedded as llama-server embeds it (its added tokens: BERT's [CLS] [SEP]);
+// one that gives no tokens at all is refused.
 std::vector<std::vector<int32_t>> read_inputs(const ServingModel& m, const json& in,
-                                              const std::string& param, bool allow_empty = true) {
+                                              const std::string& param) {
   PromptReading how{param,
                     [&m](const std::string& text) { return m.tok().encode(text, true, true); },
-                    2048, allow_empty};
+                    2048, /*allow_empty_text=*/true};
   return read_prompts(m, in, how);
 }
 
@@ -113,7 +116,7 @@ void openai_embeddings(ServingModel& m, const json& body, httplib::Response& res
   if (format != "float" && format != "base64")
     bad_request("'encoding_format' must be float or base64", "encoding_format");
   const int64_t dims = read_dimensions(m, body);
-  const engine::EmbedResult r = run_embeddings(m, read_inputs(m, *in, "input", false), m.pooling);
+  const engine::EmbedResult r = run_embeddings(m, read_inputs(m, *in, "input"), m.pooling);
   json data = json::array();
   for (size_t i = 0; i < r.vectors.size(); ++i) {
     std::vector<float> v = r.vectors[i];
@@ -234,7 +237,8 @@ void rerank(ServingModel& m, const json& body, httplib::Response& res) {
   auto q = body.find("query");
   if (q == body.end() || !q->is_string()) bad_request("'query' must be a text", "query");
   auto docs = body.find("documents");
-  if (docs == body.end()) docs = body.find("texts");  // TEI's name
+  const bool tei = docs == body.end() && body.contains("texts");  // TEI's request and answer
+  if (tei) docs = body.find("texts");
   if (docs == body.end() || !docs->is_array() || docs->empty())
     bad_request("'documents' must be a non-empty list", "documents");
   if (docs->size() > 2048) bad_request("'documents' holds more than 2048 documents", "documents");
@@ -262,6 +266,21 @@ void rerank(ServingModel& m, const json& body, httplib::Response& res) {
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return r.vectors[a].at(0) > r.vectors[b].at(0); });
+  if (tei) {
+    // Text Embeddings Inference's shape: a bare list, best first; scores through a sigmoid
+    // unless raw_scores asks for the classifier's logits.
+    const bool raw = opt_bool(body, "raw_scores").value_or(false);
+    const bool return_text = opt_bool(body, "return_text").value_or(false);
+    json list = json::array();
+    for (int64_t k = 0; k < top_n; ++k) {
+      const size_t i = order[(size_t)k];
+      const double logit = r.vectors[i].at(0);
+      json item = {{"index", i}, {"score", raw ? logit : 1.0 / (1.0 + std::exp(-logit))}};
+      if (return_text) item["text"] = texts[i];
+      list.push_back(std::move(item));
+    }
+    return send_json(res, list);
+  }
   json results = json::array();
   for (int64_t k = 0; k < top_n; ++k) {
     const size_t i = order[(size_t)k];

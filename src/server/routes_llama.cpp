@@ -386,9 +386,19 @@ void apply_template(HttpServer& server, const httplib::Request& req, httplib::Re
   json body = request_json(req);
   const ChatParts chat = chat_parts(req.body);
   const bool add_gen = opt_bool(body, "add_generation_prompt").value_or(true);
-  send_json(
-      res, {{"prompt",
-             render_chat(*m, chat.messages, chat.tools, add_gen, template_kwargs(*m, body)).text}});
+  std::string text =
+      render_chat(*m, chat.messages, chat.tools, add_gen, template_kwargs(*m, body)).text;
+  // The prompt as a client would post it to /completion, which adds the vocabulary's BOS
+  // (and EOS) itself: a template's own BOS / final EOS is left out, as llama-server does.
+  const auto& tok = m->tok();
+  auto piece = [&](int32_t id) { return id >= 0 ? tok.token_piece(id) : std::string(); };
+  if (const std::string bos = piece(tok.bos_id());
+      tok.add_bos() && !bos.empty() && text.starts_with(bos))
+    text.erase(0, bos.size());
+  if (const std::string eos = piece(tok.eos_id());
+      tok.add_eos() && !eos.empty() && text.ends_with(eos))
+    text.resize(text.size() - eos.size());
+  send_json(res, {{"prompt", text}});
 }
 
 json generation_settings(const ServingModel& m) {

@@ -188,8 +188,14 @@ def test_concurrent_requests_share_steps_and_match(bert):
     assert inputs == 16 * len(TEXTS) and steps < 16  # inputs of several requests per step
 
 
+def test_empty_text_is_embedded_as_its_added_tokens(bert):
+    # llama-server's behaviour (its tests: "do not crash on empty input"): [CLS] [SEP].
+    empty = post(bert, "/v1/embeddings", {"input": ""})
+    assert empty.status_code == 200 and empty.json()["usage"]["prompt_tokens"] == 2
+    assert len(empty.json()["data"][0]["embedding"]) == 128
+
+
 def test_errors_are_400s(bert):
-    assert post(bert, "/v1/embeddings", {"input": ""}).status_code == 400
     assert post(bert, "/v1/embeddings", {"input": []}).status_code == 400
     assert post(bert, "/v1/embeddings", {}).status_code == 400
     assert post(bert, "/v1/embeddings", {"input": "x", "encoding_format": "hex"}).status_code == 400
@@ -241,6 +247,27 @@ def test_rerank_matches_llama_cpp_order(reranker):
     assert [x["index"] for x in top] == want[:2] and "document" not in top[0]
     # A reranker does not give embeddings.
     assert post(reranker, "/v1/embeddings", {"input": "x"}).status_code == 400
+
+
+def test_rerank_in_text_embeddings_inference_shape(reranker):
+    """TEI's request ({query, texts}) gets TEI's answer: a bare list, best first, scores through
+    a sigmoid unless raw_scores; text with return_text; top_n applies."""
+    golden = json.loads((REPO / "tests/golden/embedding/bert-rank-f16.json").read_text())["rerank"]
+    plain = post(reranker, "/rerank", {"query": golden["query"], "documents": golden["documents"]})
+    logits = {x["index"]: x["relevance_score"] for x in plain.json()["results"]}
+    tei = post(reranker, "/rerank", {"query": golden["query"], "texts": golden["documents"],
+                                     "return_text": True})
+    assert tei.status_code == 200, tei.text
+    body = tei.json()
+    assert isinstance(body, list) and len(body) == len(golden["documents"])
+    assert [x["index"] for x in body] == [x["index"] for x in plain.json()["results"]]
+    for x in body:
+        assert set(x) == {"index", "score", "text"} and x["text"] == golden["documents"][x["index"]]
+        assert abs(x["score"] - 1 / (1 + np.exp(-logits[x["index"]]))) < 1e-6
+    raw = post(reranker, "/rerank", {"query": golden["query"], "texts": golden["documents"],
+                                     "raw_scores": True, "top_n": 2}).json()
+    assert len(raw) == 2 and all(set(x) == {"index", "score"} for x in raw)
+    assert all(abs(x["score"] - logits[x["index"]]) < 1e-6 for x in raw)
 
 
 def test_generative_model_needs_embedding_flag(server):

@@ -119,3 +119,29 @@ def test_infill_prompt_layout(fim_server):
                                                    "stream": False, "options": {"num_predict": 2}}).json()
     assert g["done"] is True and g["prompt_eval_count"] == expected - n_tokens("util.py\nx = 1") - \
         n_tokens("\n") - n_tokens(middle)
+
+
+def test_apply_template_leaves_the_bos_to_completion(tmp_path):
+    """A template that writes the BOS itself (Gemma's, Llama 2's, Command-R's): /apply-template
+    answers the prompt as a client posts it to /completion, which adds the vocabulary's BOS,
+    so the prompt is evaluated as the chat request's (one BOS, same tokens)."""
+    model = tmp_path / "spm.gguf"
+    subprocess.run([BIN, "make-model", "--arch", "llama", "--shape", "tiny", "--type", "q8_0", "-t", "1",
+                    "--vocab", str(TESTDATA / "vocab" / "ggml-vocab-llama-spm.gguf"), "-o", str(model)],
+                   check=True, capture_output=True)
+    template = tmp_path / "bos.jinja"
+    template.write_text("{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}[assistant] {% endif %}")
+    s = ServerProcess("-m", str(model), "-t", "2", "--chat-template-file", str(template)).wait_ready()
+    try:
+        messages = [{"role": "user", "content": "Hi there"}]
+        prompt = requests.post(s.url + "/apply-template", json={"messages": messages}).json()["prompt"]
+        assert prompt == "[user] Hi there\n[assistant] "
+        chat = requests.post(s.url + "/v1/chat/completions",
+                             json={"messages": messages, "max_tokens": 1}).json()
+        completion = requests.post(s.url + "/completion", json={"prompt": prompt, "n_predict": 1}).json()
+        assert completion["tokens_evaluated"] == chat["usage"]["prompt_tokens"]
+        ids = requests.post(s.url + "/tokenize", json={"content": prompt, "add_special": True}).json()["tokens"]
+        assert ids[0] == 1 and ids[1] != 1 and len(ids) == chat["usage"]["prompt_tokens"]  # <s> once
+    finally:
+        s.stop()
