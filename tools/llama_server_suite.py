@@ -5,9 +5,13 @@ against `hablar serve`: a measure of llama-server compatibility by tests no one 
 The suite starts its server through LLAMA_SERVER_BIN_PATH; this points it at a wrapper that
 runs `hablar serve` with every flag as given, except the model's location: the suite's
 models come from the Hugging Face hub (--hf-repo/--hf-file), which this machine does not
-reach, so they are replaced by the default model (SmolLM2-135M-Instruct). Tests that assert
-the hub models' exact text or token counts fail for that reason alone; the rest measure the
-server. The suite's session fixture that downloads every model is turned into a no-op.
+reach, so each of its small preset models is replaced by a stand-in of the same kind made by
+`hablar make-model` (random weights: a Llama over Llama's SentencePiece vocabulary for the
+stories260K models, one over a vocabulary with FIM tokens for infill, a BERT encoder over
+the bge vocabulary, a BERT reranker, a Mixtral-shaped MoE), and any other hub model by the
+default model (SmolLM2-135M-Instruct). Tests that assert the hub models' exact text or token
+counts fail for that reason alone; the rest measure the server. The suite's session fixture
+that downloads every model is turned into a no-op.
 
     .venv/bin/python tools/llama_server_suite.py [--sdist PATH] [pytest args, e.g. -k chat]
     (default files: the ones that need no multimodal, router, LoRA or draft model)
@@ -35,25 +39,58 @@ DEFAULT_FILES = [
     "test_security.py", "test_metrics.py", "test_ctx_shift.py", "test_infill.py",
     "test_template.py", "test_compat_anthropic.py", "test_compat_oai_responses.py",
     "test_ignore_eos.py", "test_embedding.py", "test_tool_call.py", "test_stream.py",
-    "test_compat_gcp.py", "test_sleep.py",
+    "test_compat_gcp.py", "test_sleep.py", "test_rerank.py",
 ]
+
+# The suite's preset hub models -> (file name, `hablar make-model` arguments).
+STAND_INS = {
+    "ggml-org/test-model-stories260K":
+        ("stories260K.gguf", ["--arch", "llama", "--shape", "tiny", "--vocab", "ggml-vocab-llama-spm.gguf"]),
+    "ggml-org/test-model-stories260K-infill":
+        ("infill.gguf", ["--arch", "llama", "--shape", "tiny", "--vocab", "ggml-vocab-deepseek-coder.gguf"]),
+    "ggml-org/models/bert-bge-small/ggml-model-f16.gguf":
+        ("bge.gguf", ["--arch", "bert", "--shape", "bert-tiny", "--vocab", "ggml-vocab-bert-bge.gguf"]),
+    "ggml-org/models/jina-reranker-v1-tiny-en/ggml-model-f16.gguf":
+        ("rerank.gguf", ["--arch", "bert", "--shape", "bert-tiny", "--rank-head",
+                         "--vocab", "ggml-vocab-bert-bge.gguf"]),
+    "ggml-org/stories15M_MOE/stories15M_MOE-F16.gguf":
+        ("moe.gguf", ["--arch", "mixtral", "--shape", "tiny", "--vocab", "ggml-vocab-llama-spm.gguf"]),
+}
 
 WRAPPER = """#!/usr/bin/env python3
 import os, sys
-args, out, model, i = sys.argv[1:], [], None, 0
+stand_ins, default = {stand_ins!r}, {model!r}
+args, out, repo, file, i = sys.argv[1:], [], None, None, 0
 while i < len(args):
-    if args[i] in ("--hf-repo", "--hf-file", "--model-url", "-hf", "-hff", "-mu"):
-        model = {model!r}
+    if args[i] in ("--hf-repo", "-hf", "-hfr", "--model-url", "-mu"):
+        repo = args[i + 1]
+        i += 2
+    elif args[i] in ("--hf-file", "-hff"):
+        file = args[i + 1]
         i += 2
     elif args[i] == "--offline":
         i += 1
     else:
         out.append(args[i])
         i += 1
-if model and "--model" not in out and "-m" not in out:
-    out = ["--model", model] + out
+if repo and "--model" not in out and "-m" not in out:
+    out = ["--model", stand_ins.get(repo + "/" + file if file else repo, default)] + out
 os.execv({binary!r}, ["hablar", "serve"] + out)
 """
+
+
+def make_stand_ins(binary: str, testdata: Path, into: Path) -> dict[str, str]:
+    """Writes the stand-in models once (kept in `into`); hub name -> path."""
+    into.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, (file, make_args) in STAND_INS.items():
+        path = into / file
+        if not path.exists():
+            args = [str(testdata / "vocab" / a) if a.endswith(".gguf") else a for a in make_args]
+            subprocess.run([binary, "make-model", *args, "--seed", "1", "-o", str(path)],
+                           check=True, capture_output=True)
+        paths[name] = str(path)
+    return paths
 
 
 def unpack(sdist: Path, into: Path) -> Path:
@@ -84,7 +121,10 @@ def main() -> int:
         conftest = tests / "conftest.py"
         conftest.write_text(conftest.read_text().replace("ServerPreset.load_all()", "pass"))
         wrapper = tests / "hablar-server"
-        wrapper.write_text(WRAPPER.format(model=args.model, binary=str(Path(args.bin).resolve())))
+        binary = str(Path(args.bin).resolve())
+        testdata = Path(os.environ.get("HABLAR_TESTDATA", REPO.parent / "shared" / "testdata"))
+        stand_ins = make_stand_ins(binary, testdata, HOME / "llama-suite-models")
+        wrapper.write_text(WRAPPER.format(stand_ins=stand_ins, model=args.model, binary=binary))
         wrapper.chmod(0o755)
         files = [a for a in pytest_args if a.endswith(".py")] or \
             [f"unit/{f}" for f in DEFAULT_FILES]

@@ -141,6 +141,15 @@ const std::string* builtin_chat_template(std::string_view name) {
   return it == t.end() ? nullptr : &it->second;
 }
 
+std::optional<std::string> chat_template_from_flag(const std::string& text) {
+  if (const std::string* builtin = builtin_chat_template(text)) return *builtin;
+  const bool tags = text.find("{{") != std::string::npos || text.find("{%") != std::string::npos ||
+                    text.find("{#") != std::string::npos;
+  const bool words = text.find_first_of(" \t\r\n") != std::string::npos;
+  if (tags || words) return text;
+  return std::nullopt;
+}
+
 std::string builtin_chat_template_names() {
   std::string names;
   for (const auto& [name, source] : templates()) names += (names.empty() ? "" : ", ") + name;

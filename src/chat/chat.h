@@ -108,6 +108,10 @@ const std::string& fallback_template_source(std::string_view architecture);
 // deepseek2, deepseek3, command-r, granite) as Jinja source; null for other names.
 const std::string* builtin_chat_template(std::string_view name);
 std::string builtin_chat_template_names();  // comma-separated, for error messages
+// --chat-template's text as llama-server reads it: a built-in name's source, or the text
+// itself where it is a template (Jinja tags, or words no name has: text with spaces renders
+// as itself); null for a single word that names no format (a misspelt name, refused).
+std::optional<std::string> chat_template_from_flag(const std::string& text);
 
 struct ToolCall {
   std::string id;

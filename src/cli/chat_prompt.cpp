@@ -23,10 +23,7 @@ std::string chat_template_source(const gguf::GgufFile& file, const std::string& 
   if (!override_file.empty()) return read_text_file(override_file, "chat template");
   if (!override_text.empty()) {
     // llama-server takes a built-in format's name or a Jinja template itself.
-    if (const std::string* builtin = chat::builtin_chat_template(override_text)) return *builtin;
-    if (override_text.find("{{") != std::string::npos ||
-        override_text.find("{%") != std::string::npos)
-      return override_text;
+    if (auto source = chat::chat_template_from_flag(override_text)) return *source;
     throw_error(ErrorKind::kInvalidArgument,
                 "--chat-template: unknown template name '" + override_text +
                     "' (built-in names: " + chat::builtin_chat_template_names() +

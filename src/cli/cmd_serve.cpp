@@ -306,9 +306,7 @@ void check_options(ServeOptions& o) {
     fail("--reasoning-format must be none, deepseek or auto (got '" + o.reasoning_format + "')");
   if (o.reasoning_budget < -1)
     fail("--reasoning-budget must be -1 (unlimited), 0 (thinking off) or a token count");
-  if (!o.chat_template.empty() && !chat::builtin_chat_template(o.chat_template) &&
-      o.chat_template.find("{{") == std::string::npos &&
-      o.chat_template.find("{%") == std::string::npos)
+  if (!o.chat_template.empty() && !chat::chat_template_from_flag(o.chat_template))
     fail("--chat-template: unknown template name '" + o.chat_template + "' (built-in names: " +
          chat::builtin_chat_template_names() + "; or give Jinja source, or --chat-template-file)");
   if (!o.chat_template_kwargs.empty()) {

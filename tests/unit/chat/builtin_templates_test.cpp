@@ -40,6 +40,22 @@ TEST(BuiltinTemplates, EveryNameRendersEveryMessageInOrder) {
   EXPECT_EQ(builtin_chat_template("no-such-format"), nullptr);
 }
 
+// --chat-template as llama-server reads it: a name, Jinja source, or text that renders as
+// itself; a single unknown word is a misspelt name.
+TEST(BuiltinTemplates, FlagTextIsANameOrATemplate) {
+  EXPECT_EQ(chat_template_from_flag("chatml"), *builtin_chat_template("chatml"));
+  EXPECT_EQ(chat_template_from_flag("{{ messages[0].content }}"), "{{ messages[0].content }}");
+  EXPECT_EQ(chat_template_from_flag("{% if true %}x{% endif %}"), "{% if true %}x{% endif %}");
+  EXPECT_EQ(chat_template_from_flag("This is not a chat template, it is"),
+            "This is not a chat template, it is");
+  EXPECT_EQ(chat_template_from_flag("chatml2"), std::nullopt);
+  EXPECT_EQ(chat_template_from_flag("llama-3"), std::nullopt);
+  ChatInput in;
+  in.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_EQ(apply_chat_template(ChatTemplate(*chat_template_from_flag("plain text")), in),
+            "plain text");
+}
+
 TEST(BuiltinTemplates, Llama3AndChatmlExactly) {
   ChatInput in;
   in.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Hi"}}});
