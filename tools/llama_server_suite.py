@@ -39,7 +39,7 @@ DEFAULT_FILES = [
     "test_security.py", "test_metrics.py", "test_ctx_shift.py", "test_infill.py",
     "test_template.py", "test_compat_anthropic.py", "test_compat_oai_responses.py",
     "test_ignore_eos.py", "test_embedding.py", "test_tool_call.py", "test_stream.py",
-    "test_compat_gcp.py", "test_sleep.py", "test_rerank.py",
+    "test_compat_gcp.py", "test_sleep.py", "test_rerank.py", "test_speculative.py",
 ]
 
 # The suite's preset hub models -> (file name, `hablar make-model` arguments).
@@ -55,6 +55,11 @@ STAND_INS = {
                          "--vocab", "ggml-vocab-bert-bge.gguf"]),
     "ggml-org/stories15M_MOE/stories15M_MOE-F16.gguf":
         ("moe.gguf", ["--arch", "mixtral", "--shape", "tiny", "--vocab", "ggml-vocab-llama-spm.gguf"]),
+}
+# Files tests fetch themselves into tests/tmp (download_file skips one already there).
+DOWNLOADS = {
+    "stories15M-q4_0.gguf":  # the draft model of test_speculative.py
+        ["--arch", "llama", "--shape", "tiny", "--type", "q4_0", "--vocab", "ggml-vocab-llama-spm.gguf"],
 }
 
 WRAPPER = """#!/usr/bin/env python3
@@ -79,17 +84,25 @@ os.execv({binary!r}, ["hablar", "serve"] + out)
 """
 
 
-def make_stand_ins(binary: str, testdata: Path, into: Path) -> dict[str, str]:
-    """Writes the stand-in models once (kept in `into`); hub name -> path."""
+def make_model(binary: str, testdata: Path, make_args: list[str], path: Path) -> None:
+    if not path.exists():
+        args = [str(testdata / "vocab" / a) if a.endswith(".gguf") else a for a in make_args]
+        subprocess.run([binary, "make-model", *args, "--seed", "1", "-o", str(path)],
+                       check=True, capture_output=True)
+
+
+def make_stand_ins(binary: str, testdata: Path, into: Path, tests: Path) -> dict[str, str]:
+    """Writes the stand-in models once (kept in `into`) and the files tests download into
+    tests/tmp; returns hub name -> path."""
     into.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, (file, make_args) in STAND_INS.items():
-        path = into / file
-        if not path.exists():
-            args = [str(testdata / "vocab" / a) if a.endswith(".gguf") else a for a in make_args]
-            subprocess.run([binary, "make-model", *args, "--seed", "1", "-o", str(path)],
-                           check=True, capture_output=True)
-        paths[name] = str(path)
+        make_model(binary, testdata, make_args, into / file)
+        paths[name] = str(into / file)
+    (tests / "tmp").mkdir(exist_ok=True)
+    for file, make_args in DOWNLOADS.items():
+        make_model(binary, testdata, make_args, into / file)
+        shutil.copy(into / file, tests / "tmp" / file)
     return paths
 
 
@@ -123,7 +136,7 @@ def main() -> int:
         wrapper = tests / "hablar-server"
         binary = str(Path(args.bin).resolve())
         testdata = Path(os.environ.get("HABLAR_TESTDATA", REPO.parent / "shared" / "testdata"))
-        stand_ins = make_stand_ins(binary, testdata, HOME / "llama-suite-models")
+        stand_ins = make_stand_ins(binary, testdata, HOME / "llama-suite-models", tests)
         wrapper.write_text(WRAPPER.format(stand_ins=stand_ins, model=args.model, binary=binary))
         wrapper.chmod(0o755)
         files = [a for a in pytest_args if a.endswith(".py")] or \
