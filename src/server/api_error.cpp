@@ -122,16 +122,19 @@ void check_json_depth(std::string_view text) {
                 " levels deep (the limit for JSON requests)");
 }
 
-nlohmann::json parse_body_object(const std::string& body) {
+nlohmann::json parse_body_json(const std::string& body) {
   check_json_depth(body);
-  nlohmann::json j;
   try {
-    j = nlohmann::json::parse(body);
+    return nlohmann::json::parse(body);
   } catch (const nlohmann::json::exception& e) {
     // parse_error, and out_of_range for numbers past double's range (1e99999): bad input.
     // The parser's message quotes the last token read; keep only a short piece of it.
     bad_request(std::string("the request body is not valid JSON: ") + text_excerpt(e.what(), 160));
   }
+}
+
+nlohmann::json parse_body_object(const std::string& body) {
+  nlohmann::json j = parse_body_json(body);
   if (!j.is_object()) bad_request("the request body must be a JSON object");
   return j;
 }

@@ -57,9 +57,13 @@ bool origin_allowed(const std::vector<std::string>& allowed, const std::string& 
 
 // Routes a load balancer polls: logged at debug level only, so that the default log shows
 // the traffic that matters.
+bool is_health(const std::string& path) {
+  return path == "/health" || path == "/v1/health" || path == "/health/live" ||
+         path == "/health/ready";
+}
+
 bool is_probe(const std::string& path) {
-  return path == "/health" || path == "/health/live" || path == "/health/ready" ||
-         path == "/metrics";
+  return is_health(path) || path == "/metrics";
 }
 
 }  // namespace
@@ -311,8 +315,8 @@ bool HttpServer::pre_route(const httplib::Request& req, httplib::Response& res) 
   }
   // Auth: Bearer key on every API route; health probes and the static page stay open.
   const bool open =
-      req.path == "/health" || req.path == "/health/live" || req.path == "/health/ready" ||
-      req.path == "/" || req.path == "/index.html" || req.path == "/favicon.ico" ||
+      is_health(req.path) || req.path == "/" || req.path == "/index.html" ||
+      req.path == "/favicon.ico" ||
       (!options_.predict_health_route.empty() && req.path == options_.predict_health_route);
   if (!options_.api_keys.empty() && !open) {
     const std::string auth = req.get_header_value("Authorization");

@@ -15,9 +15,9 @@ namespace hablar::server {
 namespace {
 
 // The read-only GET routes answered from the snapshot while asleep.
-constexpr const char* kSnapshotPaths[] = {"/health", "/health/ready", "/health/live",
-                                          "/props",  "/v1/models",    "/models",
-                                          "/slots",  "/metrics",      "/api/tags"};
+constexpr const char* kSnapshotPaths[] = {"/health",  "/v1/health", "/health/ready", "/health/live",
+                                          "/props",   "/v1/models", "/models",       "/slots",
+                                          "/metrics", "/api/tags"};
 constexpr auto kWatchPeriod = std::chrono::milliseconds(100);
 
 // Set while this thread runs a read-only route: reading the model's description is not a use

@@ -15,6 +15,8 @@ namespace hablar::server {
 
 // The request body as a JSON object: 400 for malformed JSON, invalid UTF-8 or a non-object.
 nlohmann::json parse_body_object(const std::string& body);
+// The same for a body of any JSON value (llama-server's /lora-adapters takes a list).
+nlohmann::json parse_body_json(const std::string& body);
 // 400 when JSON text nests deeper than kMaxJsonDepth (checked before any parse of request data).
 void check_json_depth(std::string_view text);
 

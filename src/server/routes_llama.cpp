@@ -430,6 +430,22 @@ void props(HttpServer& server, const httplib::Request&, httplib::Response& res) 
                   {"build_info", std::string("hablar ") + HABLAR_SERVER_VERSION}});
 }
 
+// llama-server's LoRA hot-swap routes. hablar loads no adapters (there is no --lora), so
+// the list is empty and a request to scale an adapter names one that does not exist.
+void lora_adapters(HttpServer&, const httplib::Request& req, httplib::Response& res) {
+  if (req.method == "GET") return send_json(res, json::array());
+  const json body = parse_body_json(req.body);
+  if (!body.is_array()) bad_request("the body must be a list of {id, scale}", "body");
+  for (const json& e : body) {
+    if (!e.is_object() || !e.contains("id") || !e["id"].is_number_integer())
+      bad_request("each entry must be {\"id\": integer, \"scale\": number}", "id");
+    bad_request("there is no LoRA adapter " + std::to_string(e["id"].get<int64_t>()) +
+                    ": this server loaded none",
+                "id");
+  }
+  send_json(res, {{"success", true}});
+}
+
 void slots(HttpServer& server, const httplib::Request&, httplib::Response& res) {
   if (!server.options().enable_slots)
     throw ApiError(501, "the /slots endpoint is disabled (start with --slots)");
@@ -654,6 +670,8 @@ void install_llama_routes(Router& http, HttpServer& server) {
   route(true, "/apply-template", apply_template);
   route(false, "/props", props);
   route(false, "/slots", slots);
+  route(false, "/lora-adapters", lora_adapters);
+  route(true, "/lora-adapters", lora_adapters);
   route(false, "/metrics", metrics);
   // Readiness: 503 while the model loads and while draining at shutdown, so that load
   // balancers send requests elsewhere. /health/ready is the same (Kubernetes' name).
@@ -665,6 +683,7 @@ void install_llama_routes(Router& http, HttpServer& server) {
     });
   };
   http.Get("/health", ready);
+  http.Get("/v1/health", ready);
   http.Get("/health/ready", ready);
   // Liveness: the process answers, whatever it is doing (loading, draining); a failed model
   // load is the one state a restart may cure.

@@ -159,6 +159,13 @@ engine::SamplingParams parse_sampling(const nlohmann::json& body, const ServingM
     if (*v >= 0 || openai) p.seed = (uint64_t)*v;  // llama.cpp: -1 = random
   }
   parse_logit_bias(body, p, m, openai ? 100 : 1e9);
+  // llama-server's per-request LoRA scales: hablar loads no adapters, so only an empty list
+  // means anything here (the one every route parses sampling through).
+  if (auto lora = body.find("lora"); lora != body.end() && !lora->is_null()) {
+    if (!lora->is_array()) bad_request("'lora' must be a list of {id, scale}", "lora");
+    if (!lora->empty())
+      bad_request("'lora' names an adapter, but this server loaded no LoRA adapters", "lora");
+  }
   try {
     p.validate();
   } catch (const Error& e) {
@@ -171,8 +178,7 @@ int32_t parse_priority(const nlohmann::json& body) {
   return (int32_t)opt_integer(body, "priority", INT32_MIN, INT32_MAX).value_or(0);
 }
 
-void parse_context_shift(const nlohmann::json& body, const char* keep_field,
-                         GenerationSpec& spec) {
+void parse_context_shift(const nlohmann::json& body, const char* keep_field, GenerationSpec& spec) {
   if (auto keep = opt_integer(body, keep_field, -1, INT32_MAX)) spec.n_keep = (int32_t)*keep;
   spec.n_discard = (int32_t)opt_integer(body, "n_discard", 0, INT32_MAX).value_or(0);
 }

@@ -124,3 +124,19 @@ def test_ollama_generate_context_continues_a_conversation(server):
         r = requests.post(server.url + "/api/generate", json={"prompt": "Hi", "context": bad,
                                                              "stream": False})
         assert r.status_code == 400 and "context" in r.json()["error"], bad
+
+
+def test_v1_health_and_lora_adapters(server):
+    """llama-server's /v1/health, and its LoRA routes answered truthfully: no adapters are
+    loaded, so the list is empty and naming an adapter (route or request) is a 400."""
+    assert requests.get(server.url + "/v1/health").json() == {"status": "ok"}
+    assert requests.get(server.url + "/lora-adapters").json() == []
+    assert requests.post(server.url + "/lora-adapters", json=[]).json() == {"success": True}
+    bad = requests.post(server.url + "/lora-adapters", json=[{"id": 0, "scale": 0.5}])
+    assert bad.status_code == 400 and "no LoRA adapter 0" in bad.json()["error"]["message"]
+    assert requests.post(server.url + "/lora-adapters", json={"id": 0}).status_code == 400
+    ok = requests.post(server.url + "/completion", json={"prompt": "Hi", "n_predict": 1, "lora": []})
+    assert ok.status_code == 200
+    refused = requests.post(server.url + "/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "lora": [{"id": 0, "scale": 1}]})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "lora"
