@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine: the same set-up as scripts/run.sh, then
-# every unit test (CTest), every Python test (pytest: oracles, CLI and server black-box tests)
-# and bounded fuzzing runs of the GGUF and Hugging Face readers and the server's request parsers. Exits non-zero if anything failed.
+# every unit test (CTest), every Python test (pytest: oracles, CLI and server black-box tests),
+# the llama.cpp server tests hablar passes (tools/llama_server_suite.py) and bounded fuzzing
+# runs of the GGUF and Hugging Face readers and the server's request parsers. Exits non-zero
+# if anything failed.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 install_system_packages
@@ -27,6 +29,11 @@ rc=$?
 set -e
 # 5 means pytest collected no tests; anything else non-zero is a failure.
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then status=1; fi
+
+say "llama.cpp's own server tests (the ones hablar passes: tests/compat/llama_server_passing.txt)"
+(cd "$HABLAR_ROOT" && "$HABLAR_VENV/bin/python" tools/llama_server_suite.py --fetch \
+  --passing tests/compat/llama_server_passing.txt --junitxml="$results/llama-server-suite.xml") ||
+  status=1
 
 if [ -x "$HABLAR_ROOT/scripts/fuzz-gguf.sh" ]; then
   say "fuzzing the GGUF reader"

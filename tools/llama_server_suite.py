@@ -13,8 +13,11 @@ default model (SmolLM2-135M-Instruct). Tests that assert the hub models' exact t
 counts fail for that reason alone; the rest measure the server. The suite's session fixture
 that downloads every model is turned into a no-op.
 
-    .venv/bin/python tools/llama_server_suite.py [--sdist PATH] [pytest args, e.g. -k chat]
-    (default files: the ones that need no multimodal, router, LoRA or draft model)
+    .venv/bin/python tools/llama_server_suite.py [--sdist PATH] [--fetch] [pytest args, e.g. -k chat]
+    (default files: the ones that need no multimodal, router or LoRA model)
+    .venv/bin/python tools/llama_server_suite.py --fetch --passing tests/compat/llama_server_passing.txt
+    (CI: only the tests hablar passes, listed by node id; any failure among them is a
+    regression of llama-server compatibility)
 
 Needs the sdist (pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36) and
 the suite's requirements (pytest, requests, openai, aiohttp, prometheus-client, wget,
@@ -122,7 +125,16 @@ def main() -> int:
     ap.add_argument("--bin", default=os.environ.get("HABLAR_BIN",
                                                     str(REPO / "build" / "src" / "cli" / "hablar")))
     ap.add_argument("--model", default=str(HOME / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--fetch", action="store_true",
+                    help="download the sdist from PyPI (pip) when it is not there yet")
+    ap.add_argument("--passing", type=Path,
+                    help="run only the node ids listed in this file (one per line, # comments)")
     args, pytest_args = ap.parse_known_args()
+    if not args.sdist.exists() and args.fetch:
+        args.sdist.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary",
+                        ":all:", "llama-cpp-python==0.3.36", "-d", str(args.sdist.parent)],
+                       check=True)
     if not args.sdist.exists():
         print(f"no sdist at {args.sdist}: pip download --no-deps --no-binary :all: "
               f"llama-cpp-python==0.3.36 -d {args.sdist.parent}", file=sys.stderr)
@@ -141,6 +153,9 @@ def main() -> int:
         wrapper.chmod(0o755)
         files = [a for a in pytest_args if a.endswith(".py")] or \
             [f"unit/{f}" for f in DEFAULT_FILES]
+        if args.passing:
+            files = [line.strip() for line in args.passing.read_text().splitlines()
+                     if line.strip() and not line.startswith("#")]
         rest = [a for a in pytest_args if not a.endswith(".py")]
         env = {**os.environ, "LLAMA_SERVER_BIN_PATH": str(wrapper)}
         return subprocess.call([sys.executable, "-m", "pytest", "-q", "-rf", "-p",
