@@ -55,13 +55,14 @@ bool origin_allowed(const std::vector<std::string>& allowed, const std::string& 
   return false;
 }
 
-// Routes a load balancer polls: logged at debug level only, so that the default log shows
-// the traffic that matters.
+// Health probes: open without an API key.
 bool is_health(const std::string& path) {
   return path == "/health" || path == "/v1/health" || path == "/health/live" ||
          path == "/health/ready";
 }
 
+// Routes a load balancer polls: logged at debug level only, so that the default log shows
+// the traffic that matters.
 bool is_probe(const std::string& path) {
   return is_health(path) || path == "/metrics";
 }
