@@ -10,6 +10,7 @@ query/document pair included).
 import base64
 import json
 import socket
+import time
 import subprocess
 
 import numpy as np
@@ -152,40 +153,57 @@ def test_langchain_openai_embeddings(bert):
     np.testing.assert_allclose(q, docs[2], atol=1e-6)
 
 
-def send_all_then_read(server, path, body, n):
-    """Sends n copies of one POST on n connections, every request whole before any answer is
-    read, so that they wait in the queue together (client threads may instead be so slow that
-    each request is served before the next arrives); returns the n parsed JSON answers."""
+def send_request(server, path, body):
+    """Writes one whole POST on a new connection without reading the answer."""
     payload = json.dumps(body).encode()
     head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
-    socks = [socket.create_connection(("127.0.0.1", server.port), timeout=60) for _ in range(n)]
-    for sock in socks:
-        sock.sendall(head + payload)
-    answers = []
-    for sock in socks:
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-        sock.close()
-        status, _, rest = data.partition(b"\r\n")
-        assert b" 200 " in status, status
-        answers.append(json.loads(rest.partition(b"\r\n\r\n")[2]))
-    return answers
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=120)
+    sock.sendall(head + payload)
+    return sock
+
+
+def read_answer(sock):
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    sock.close()
+    status, _, rest = data.partition(b"\r\n")
+    assert b" 200 " in status, status
+    return json.loads(rest.partition(b"\r\n\r\n")[2])
 
 
 def test_concurrent_requests_share_steps_and_match(bert):
+    """Requests that wait together share embedding steps. So that they do wait together
+    whatever the machine's load (a lone small request is done in about a millisecond, before
+    the next one is even parsed), a long request keeps the engine busy first: once it has
+    started, the 16 small ones are sent, and they queue behind it."""
     want = post(bert, "/v1/embeddings", {"input": TEXTS}).json()["data"]
+    long_inputs = [" ".join(["word"] * 480)] * 96  # a few to an engine step
+    steps_of = lambda m: m["hablar_embedding_steps_total"]
     before = bert.metrics()
-    results = send_all_then_read(bert, "/v1/embeddings", {"input": TEXTS}, 16)
+    post(bert, "/v1/embeddings", {"input": long_inputs})
+    long_alone = steps_of(bert.metrics()) - steps_of(before)
+    assert long_alone >= 12
+
+    before = bert.metrics()
+    long_sock = send_request(bert, "/v1/embeddings", {"input": long_inputs})
+    deadline = time.time() + 60
+    while steps_of(bert.metrics()) == steps_of(before):  # the long request has started
+        assert time.time() < deadline
+        time.sleep(0.002)
+    socks = [send_request(bert, "/v1/embeddings", {"input": TEXTS}) for _ in range(16)]
+    results = [read_answer(s) for s in socks]
+    assert len(read_answer(long_sock)["data"]) == len(long_inputs)
     for got in results:
         for a, b in zip(got["data"], want):
             np.testing.assert_allclose(a["embedding"], b["embedding"], atol=1e-7)
     after = bert.metrics()
-    assert after["hablar_requests_total"] - before["hablar_requests_total"] == 16
+    assert after["hablar_requests_total"] - before["hablar_requests_total"] == 17
     inputs = after["hablar_embedding_inputs_total"] - before["hablar_embedding_inputs_total"]
-    steps = after["hablar_embedding_steps_total"] - before["hablar_embedding_steps_total"]
-    assert inputs == 16 * len(TEXTS) and steps < 16  # inputs of several requests per step
+    steps = steps_of(after) - steps_of(before)
+    assert inputs == len(long_inputs) + 16 * len(TEXTS)
+    assert steps < long_alone + 16, (steps, long_alone)  # inputs of several requests per step
 
 
 def test_empty_text_is_embedded_as_its_added_tokens(bert):
