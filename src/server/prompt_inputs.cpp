@@ -47,8 +47,6 @@ std::vector<int32_t> read_one_prompt(const ServingModel& m, const json& prompt,
   const std::string& param = how.param;
   std::vector<int32_t> ids;
   auto add_text = [&](const std::string& text, bool first) {
-    if (text.empty() && !how.allow_empty_text)
-      bad_request("'" + param + "' holds an empty text", param);
     const std::vector<int32_t> t =
         first ? how.tokenize_first(text) : m.tok().encode(text, false, true);
     ids.insert(ids.end(), t.begin(), t.end());

@@ -20,8 +20,8 @@ struct PromptReading {
   std::string param;  // the request field, named in errors ("prompt", "input", "content")
   // Tokenizes a prompt's text that comes first (BOS and special tokens as the route wants).
   std::function<std::vector<int32_t>(const std::string&)> tokenize_first;
-  size_t max_prompts = 64;       // a longer list of prompts is refused
-  bool allow_empty_text = true;  // an empty text is a prompt of the tokens it gives (BOS)
+  size_t max_prompts = 64;  // a longer list of prompts is refused
+  // An empty text is a prompt of the tokens its tokenization adds (BOS, BERT's [CLS] [SEP]).
 };
 
 // One prompt's token ids; never empty (an empty prompt is a 400).

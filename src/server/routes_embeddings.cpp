@@ -43,9 +43,8 @@ void require_embeddings(const ServingModel& m) {
 // one that gives no tokens at all is refused.
 std::vector<std::vector<int32_t>> read_inputs(const ServingModel& m, const json& in,
                                               const std::string& param) {
-  PromptReading how{param,
-                    [&m](const std::string& text) { return m.tok().encode(text, true, true); },
-                    2048, /*allow_empty_text=*/true};
+  PromptReading how{
+      param, [&m](const std::string& text) { return m.tok().encode(text, true, true); }, 2048};
   return read_prompts(m, in, how);
 }
 
