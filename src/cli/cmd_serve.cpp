@@ -4,7 +4,7 @@
 //   --host --port -m/--model -c/--ctx-size -np/--parallel -t/--threads --temp --seed
 //   -n/--n-predict --alias --api-key --api-key-file --metrics --slots --jinja
 //   --chat-template-file -ngl/--n-gpu-layers -cb/--cont-batching --no-webui -b/--batch-size
-//   -to/--timeout --threads-http
+//   -to/--timeout --threads-http --slot-save-path
 // and its own for a public endpoint: --header-timeout --body-timeout --idle-timeout
 //   --max-connections --max-header-bytes --max-body --special-in-content (README.md)
 // llama-server spells some flags with one dash and several letters (-np, -ngl, -cb, -to,
@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -364,6 +365,13 @@ void check_options(ServeOptions& o) {
   configure_prediction(o);
   o.http.enable_metrics = o.metrics;
   o.http.enable_slots = !o.no_slots;
+  if (!o.http.slot_save_path.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.http.slot_save_path, ec);
+    if (!std::filesystem::is_directory(o.http.slot_save_path))
+      fail("--slot-save-path '" + o.http.slot_save_path + "' is not a directory and cannot be " +
+           "created" + (ec ? ": " + ec.message() : std::string()));
+  }
   o.http.enable_webui = !o.no_webui;
 }
 
@@ -574,6 +582,10 @@ CommandRegistration serve_registration{
       app.add_flag("--metrics", o->metrics, "enable /metrics (Prometheus)");
       app.add_flag("--slots", o->slots, "enable /slots (on by default)");
       app.add_flag("--no-slots", o->no_slots, "disable /slots");
+      app.add_option("--slot-save-path", o->http.slot_save_path,
+                     "directory for slot files: POST /slots/{id}?action=save|restore with "
+                     "{\"filename\"} saves a slot's cached K/V there or restores it "
+                     "(created if missing; without it save and restore answer 501)");
       app.add_option("--sleep-idle-seconds", o->sleep_idle_seconds,
                      "unload the model after this many seconds without a request that needs it "
                      "(freeing its memory, GPU memory included); the next such request loads it "

@@ -148,39 +148,129 @@ void BlockManager::release_block(int32_t id) {
   }
 }
 
-int32_t BlockManager::match_prefix(Sequence& seq) {
-  HABLAR_CHECK(seq.block_table.empty(), "match_prefix on a sequence that holds blocks");
-  const int32_t n_tokens = (int32_t)seq.tokens.size();
-  const int32_t n_full = n_tokens / block_size_;
+BlockManager::CachedPrefix BlockManager::cached_prefix(std::span<const int32_t> tokens,
+                                                       int32_t limit) const {
+  CachedPrefix p;
+  const size_t bs = (size_t)block_size_;
   uint64_t h = 0;
-  int32_t matched = 0;
-  seq.block_hashes.clear();
-  for (int32_t i = 0; i < n_full; ++i) {
-    std::span<const int32_t> toks(seq.tokens.data() + (size_t)i * block_size_, (size_t)block_size_);
+  for (size_t start = 0; start + bs <= tokens.size(); start += bs) {
+    const std::span<const int32_t> toks = tokens.subspan(start, bs);
     h = chain_hash(h, toks);
     auto it = hash_to_block_.find(h);
     if (it == hash_to_block_.end()) break;
     const Block& b = blocks_[(size_t)it->second];
     if (!std::equal(b.tokens.begin(), b.tokens.end(), toks.begin(), toks.end())) break;
-    take_cached_block(it->second);
-    seq.block_table.push_back(it->second);
-    seq.block_hashes.push_back(h);
-    matched += block_size_;
+    p.blocks.push_back(it->second);
+    p.hashes.push_back(h);
+    p.n_tokens += block_size_;
   }
-  // Then part of the next block: the offered continuation sharing the longest run of the
-  // tokens after the match, as far as it leaves one token to compute (a run that would all
-  // be computed again is not worth a copy-on-write).
-  const uint64_t parent = seq.block_hashes.empty() ? 0 : seq.block_hashes.back();
-  const std::span<const int32_t> rest(seq.tokens.data() + matched, (size_t)(n_tokens - matched));
-  const auto [block, run] = best_continuation(parent, rest, n_tokens - 1 - matched);
+  // Then part of the next block: the offered continuation sharing the longest run.
+  const uint64_t parent = p.hashes.empty() ? 0 : p.hashes.back();
+  const auto [block, run] =
+      best_continuation(parent, tokens.subspan((size_t)p.n_tokens), limit - p.n_tokens);
   if (block >= 0) {
-    take_cached_block(block);
-    seq.block_table.push_back(block);
-    matched += run;
+    p.blocks.push_back(block);
+    p.n_tokens += run;
   }
+  return p;
+}
+
+int32_t BlockManager::match_prefix(Sequence& seq) {
+  HABLAR_CHECK(seq.block_table.empty(), "match_prefix on a sequence that holds blocks");
+  const int32_t n_tokens = (int32_t)seq.tokens.size();
+  // The partial block's run leaves one token to compute (a run that would all be computed
+  // again is not worth a copy-on-write).
+  CachedPrefix p = cached_prefix(seq.tokens, n_tokens - 1);
+  for (int32_t id : p.blocks) take_cached_block(id);
+  seq.block_table = std::move(p.blocks);
+  seq.block_hashes = std::move(p.hashes);
   // Keep one token to compute: its logits give the next token.
-  seq.n_computed = std::min(matched, n_tokens - 1);
+  seq.n_computed = std::min(p.n_tokens, n_tokens - 1);
   return seq.n_computed;
+}
+
+bool BlockManager::begin_adoption(std::span<const int32_t> tokens, Adoption& adoption,
+                                  int32_t& needed) {
+  const size_t bs = (size_t)block_size_;
+  const size_t n_spans = (tokens.size() + bs - 1) / bs;
+  std::vector<int32_t> found(n_spans, -1);
+  uint64_t h = 0;
+  for (size_t i = 0; i < n_spans; ++i) {
+    const std::span<const int32_t> toks =
+        tokens.subspan(i * bs, std::min(bs, tokens.size() - i * bs));
+    if (toks.size() == bs) {
+      h = chain_hash(h, toks);
+      auto it = hash_to_block_.find(h);
+      if (it != hash_to_block_.end() &&
+          std::ranges::equal(blocks_[(size_t)it->second].tokens, toks))
+        found[i] = it->second;
+    } else if (const auto [block, run] = best_continuation(h, toks, (int32_t)toks.size());
+               block >= 0 && run == (int32_t)toks.size()) {
+      found[i] = block;
+    }
+  }
+  needed = (int32_t)std::ranges::count(found, -1);
+  int32_t found_free = 0;  // found blocks now in the free list: holding them takes them out
+  for (int32_t id : found)
+    if (id >= 0 && blocks_[(size_t)id].in_free_list) ++found_free;
+  if (needed > n_free() - found_free) return false;
+  adoption.blocks.clear();
+  adoption.fresh.clear();
+  adoption.tokens.assign(tokens.begin(), tokens.end());
+  for (int32_t id : found)  // held first, so that taking free blocks cannot evict them
+    if (id >= 0) take_cached_block(id);
+  for (int32_t id : found) {
+    adoption.blocks.push_back(id >= 0 ? id : take_free_block());
+    adoption.fresh.push_back(id < 0);
+  }
+  return true;
+}
+
+void BlockManager::end_adoption(Adoption& adoption, bool written) {
+  const std::span<const int32_t> tokens = adoption.tokens;
+  const size_t bs = (size_t)block_size_;
+  uint64_t h = 0;
+  for (size_t i = 0; written && i < adoption.blocks.size(); ++i) {
+    const std::span<const int32_t> toks =
+        tokens.subspan(i * bs, std::min(bs, tokens.size() - i * bs));
+    const uint64_t prev = h;
+    if (toks.size() == bs) h = chain_hash(prev, toks);
+    if (!adoption.fresh[i]) continue;
+    const int32_t id = adoption.blocks[i];
+    offer(id, prev, toks);
+    if (toks.size() < bs || hash_to_block_.count(h)) continue;
+    Block& b = blocks_[(size_t)id];
+    b.has_hash = true;
+    b.hash = h;
+    hash_to_block_[h] = id;
+  }
+  // Tail first, as free() does: the free list is LRU, so the head blocks outlive the tail.
+  for (auto it = adoption.blocks.rbegin(); it != adoption.blocks.rend(); ++it) release_block(*it);
+  adoption = Adoption{};
+}
+
+int32_t BlockManager::forget_prefix(std::span<const int32_t> tokens) {
+  const int32_t held = cached_prefix(tokens).n_tokens;
+  const size_t bs = (size_t)block_size_;
+  uint64_t h = 0;
+  std::vector<int32_t> ids;
+  for (size_t start = 0; start < tokens.size(); start += bs) {
+    const std::span<const int32_t> toks =
+        tokens.subspan(start, std::min(bs, tokens.size() - start));
+    // Every offer at this place that starts with the same token serves part of the prefix.
+    ids.clear();
+    auto [it, end] = continuations_.equal_range(continuation_key(h, toks[0]));
+    for (; it != end; ++it) {
+      const std::vector<int32_t>& have = blocks_[(size_t)it->second].tokens;
+      if (!have.empty() && have[0] == toks[0]) ids.push_back(it->second);
+    }
+    if (toks.size() == bs) {
+      h = chain_hash(h, toks);
+      if (auto f = hash_to_block_.find(h); f != hash_to_block_.end()) ids.push_back(f->second);
+    }
+    for (int32_t id : ids) withdraw(id);
+  }
+  return held;
 }
 
 int32_t BlockManager::blocks_needed(const Sequence& seq, int32_t n_new) const {

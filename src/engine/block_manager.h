@@ -97,6 +97,42 @@ class BlockManager {
   // first write into a shared partial block then copies it.
   void fork(const Sequence& parent, Sequence& child);
 
+  // K/V snapshots (engine/kv_snapshot.h) ------------------------------------------------
+  // The blocks that hold the K/V of the longest cached prefix of `tokens`: the registered
+  // full blocks that match, in order, then the offered block continuing them with the
+  // longest run of the next tokens (that run ending at `limit` tokens at most, which bounds
+  // only this partial block). n_tokens: the positions they hold; hashes: the chained hash of
+  // each full block among them.
+  struct CachedPrefix {
+    std::vector<int32_t> blocks;
+    std::vector<uint64_t> hashes;
+    int32_t n_tokens = 0;
+  };
+  CachedPrefix cached_prefix(std::span<const int32_t> tokens, int32_t limit = INT32_MAX) const;
+
+  // Restoring the K/V of positions [0, tokens.size()) into the cache, in two halves around
+  // the executor's writes. begin_adoption gives each block-sized span of the tokens a block:
+  // the one already caching that prefix (held, not written), else a free one to write
+  // (`fresh`). It changes nothing and returns false when the free blocks (cached ones
+  // evicted first, as any allocation does) are too few; `needed` says how many it wanted.
+  struct Adoption {
+    std::vector<int32_t> blocks;  // one per block of the tokens
+    std::vector<bool> fresh;      // whose K/V the caller writes
+    std::vector<int32_t> tokens;
+  };
+  bool begin_adoption(std::span<const int32_t> tokens, Adoption& adoption, int32_t& needed);
+  // Once the fresh blocks hold their K/V (written = true): registers them in the prefix cache
+  // as a sequence's computed blocks are (full blocks hashed and offered, a partial last block
+  // offered with its tokens). written = false (the writes failed): nothing is registered.
+  // Either way every block of the adoption is released (free, cached ones still cached).
+  void end_adoption(Adoption& adoption, bool written);
+
+  // Takes every prefix-cache entry of the tokens' blocks out of the cache: the full blocks'
+  // hashes and the offers (of full and partial blocks) at each of their block positions that
+  // start with the same token. Sequences holding those blocks keep using them; they are no
+  // longer found. Returns the positions the cache held before (cached_prefix's n_tokens).
+  int32_t forget_prefix(std::span<const int32_t> tokens);
+
   // Chained hash of one full block of tokens.
   static uint64_t chain_hash(uint64_t previous, std::span<const int32_t> block_tokens);
   // Where blocks continuing the prefix `previous` with `first_token` are offered.

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "engine/kv_snapshot.h"
 #include "model/forward.h"
 #include "model/weights.h"
 
@@ -60,6 +61,27 @@ void CpuExecutor::copy_block(const BlockCopy& copy) {
       std::memcpy(cache_.data() + layout_.offset(layer, kv, copy.dst, 0, 0, 0),
                   cache_.data() + layout_.offset(layer, kv, copy.src, 0, 0, 0),
                   layout_.block_elems(kv) * 2);
+}
+
+bool CpuExecutor::kv_snapshot_layout(KvCacheLayout* layout, std::string* why) const {
+  if (model_.config().embedding_only) {
+    if (why) *why = "this model embeds only: it keeps no KV cache to save or restore";
+    return false;
+  }
+  if (layout) *layout = layout_;
+  return true;
+}
+
+void CpuExecutor::read_kv_blocks(std::span<const int32_t> blocks, std::span<uint8_t> out) {
+  for_each_kv_copy(layout_, blocks, out.size(), [&](size_t units, size_t at, size_t bytes) {
+    std::memcpy(out.data() + at, cache_.data() + units, bytes);
+  });
+}
+
+void CpuExecutor::write_kv_blocks(std::span<const int32_t> blocks, std::span<const uint8_t> in) {
+  for_each_kv_copy(layout_, blocks, in.size(), [&](size_t units, size_t at, size_t bytes) {
+    std::memcpy(cache_.data() + units, in.data() + at, bytes);
+  });
 }
 
 void CpuExecutor::forward(std::span<const SequenceChunk> chunks, std::vector<float>& logits) {

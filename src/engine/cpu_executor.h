@@ -30,6 +30,9 @@ class CpuExecutor : public StepExecutor {
                StepOutput& out) override;
   std::string describe() const override;
   int32_t kv_window() const override { return model::kv_window(model_.config()); }
+  bool kv_snapshot_layout(KvCacheLayout* layout, std::string* why) const override;
+  void read_kv_blocks(std::span<const int32_t> blocks, std::span<uint8_t> out) override;
+  void write_kv_blocks(std::span<const int32_t> blocks, std::span<const uint8_t> in) override;
   bool can_embed(std::string* why) const override;
   void embed(std::span<const EmbedChunk> chunks,
              EmbedOutput& out) override;  // cpu_executor_embed.cpp

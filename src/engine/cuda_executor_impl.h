@@ -81,6 +81,10 @@ class CudaExecutor : public StepExecutor {
   bool feeds_tokens() const override { return feeds_; }
   void abandon() override;
   std::string describe() const override { return report_; }
+  // K/V snapshots (cuda_executor_kv.cpp): copies through pinned staging on the stream.
+  bool kv_snapshot_layout(KvCacheLayout* layout, std::string* why) const override;
+  void read_kv_blocks(std::span<const int32_t> blocks, std::span<uint8_t> out) override;
+  void write_kv_blocks(std::span<const int32_t> blocks, std::span<const uint8_t> in) override;
   bool can_embed(std::string* why) const override { return embedder_->can_embed(why); }
   void embed(std::span<const EmbedChunk> chunks, EmbedOutput& out) override {
     embedder_->embed(chunks, out);  // cuda_executor_embed.cpp
@@ -97,6 +101,8 @@ class CudaExecutor : public StepExecutor {
     return (layout_.block_elems(0) + layout_.block_elems(1)) * 2 * (size_t)layout_.n_layers;
   }
   void keep_bf16_weight_copies(const CudaExecutorOptions& o);
+  void copy_kv_blocks(std::span<const int32_t> blocks, uint8_t* host, size_t host_bytes,
+                      bool to_host);
   void sample_on_device(std::span<const ExecChunk> chunks, std::span<const int32_t> device_chunks);
   void sample_rows(int32_t rows, const int32_t* history, int max_history, const uint32_t* masks);
   const uint32_t* stage_masks(std::span<const ExecChunk> chunks,

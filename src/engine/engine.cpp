@@ -178,12 +178,50 @@ void Engine::shutdown(std::chrono::milliseconds grace) {
   thread_.join();
 }
 
+void Engine::run_between_steps(std::function<void(BlockManager&, StepExecutor&)> task) {
+  auto entry = std::make_unique<BetweenSteps>();
+  entry->task = std::move(task);
+  std::future<void> done = entry->done.get_future();
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (between_closed_ || stop_.load())
+      throw_error(ErrorKind::kResource, "the server is shutting down");
+    between_.push_back(std::move(entry));
+  }
+  queue_cv_.notify_all();
+  done.get();  // rethrows the task's exception
+}
+
+void Engine::run_between_steps_tasks() {
+  std::vector<std::unique_ptr<BetweenSteps>> tasks;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    tasks.swap(between_);
+  }
+  if (tasks.empty()) return;
+  try {
+    collect_all();  // nothing in flight: the cache holds what the block manager describes
+  } catch (...) {
+    for (auto& t : tasks) t->done.set_exception(std::current_exception());
+    throw;
+  }
+  for (auto& t : tasks) {
+    try {
+      t->task(blocks_, executor_);
+      t->done.set_value();
+    } catch (...) {
+      t->done.set_exception(std::current_exception());
+    }
+  }
+  publish_state(nullptr, 0, 0, 0);  // the cache's gauges
+}
+
 void Engine::intake() {
   std::vector<std::unique_ptr<Active>> fresh;
   {
     std::unique_lock<std::mutex> lock(queue_mu_);
-    if (incoming_.empty() && scheduler_.empty() && embeddings_.empty() && !in_flight_ &&
-        !stop_.load())
+    if (incoming_.empty() && between_.empty() && scheduler_.empty() && embeddings_.empty() &&
+        !in_flight_ && !stop_.load())
       queue_cv_.wait_for(lock, std::chrono::milliseconds(100));
     fresh.swap(incoming_);
   }
@@ -205,6 +243,7 @@ void Engine::loop() {
     try {
       intake();
       if (stop_.load()) break;
+      run_between_steps_tasks();
       if (!scheduler_.empty()) {
         step();
       } else if (in_flight_) {
@@ -228,8 +267,11 @@ void Engine::loop() {
     log::error("engine step failed: {}", e.what());
     abandon_in_flight();
   }
+  std::vector<std::unique_ptr<BetweenSteps>> unrun;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
+    between_closed_ = true;
+    unrun.swap(between_);
     for (auto& a : incoming_) {
       Sequence* seq = a->seq.get();
       scheduler_.add(seq);
@@ -241,6 +283,9 @@ void Engine::loop() {
   for (auto& [seq, a] : active_) rest.push_back(a.get());
   for (Active* a : rest) finish(*a, FinishReason::kCancelled, "the server is shutting down");
   retired_.clear();
+  for (auto& t : unrun)
+    t->done.set_exception(
+        std::make_exception_ptr(Error(ErrorKind::kResource, "the server is shutting down")));
   embeddings_.fail_all("the server is shutting down");
   n_queued_.store(0);
   publish_state(nullptr, 0, 0, 0);
@@ -474,6 +519,10 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
   // Tokens launched steps sample for it now are never emitted.
   seq.tokens.resize(seq.tokens.size() - (size_t)a.n_ahead);
   a.n_ahead = 0;
+  if (a.request.on_end) {  // (before the scheduler frees its blocks, which resets n_computed)
+    const int32_t n_cached = std::max(0, std::min(seq.n_computed, (int32_t)seq.tokens.size() - 1));
+    a.request.on_end->ended(std::span<const int32_t>(seq.tokens).first((size_t)n_cached));
+  }
   scheduler_.remove(&seq);
   seq.finish_reason = reason;
   if (!a.scheduled) n_queued_.fetch_sub(1);  // ended while still queued

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -90,6 +91,16 @@ struct ContextShift {
 ContextShift context_shift_keeping(int64_t n_keep, std::span<const int32_t> prompt, int32_t bos_id,
                                    int32_t n_discard);
 
+// Told on the step thread as a request ends (any reason), before its final item is delivered,
+// the tokens whose K/V it leaves in the cache: its positions [0, n) where n is what it
+// computed, at most all but the last sampled token (which has no K/V yet). The server's slots
+// remember them (server/slot_table.h). Must be quick and must not call into the engine.
+class RequestEndListener {
+ public:
+  virtual ~RequestEndListener() = default;
+  virtual void ended(std::span<const int32_t> cached_tokens) = 0;
+};
+
 struct GenerateRequest {
   std::vector<int32_t> prompt;
   // Generated-token limit: further bounded by the context, unless context_shift is set.
@@ -112,6 +123,8 @@ struct GenerateRequest {
   std::optional<ContextShift> context_shift;  // unset: a full context ends it (kLength)
   std::unique_ptr<NextTokenSampler> sampler;  // null: greedy (argmax)
   std::unique_ptr<OutputFilter> filter;       // null: no text
+  // Told as the request ends (RequestEndListener); null: nobody listens.
+  std::shared_ptr<RequestEndListener> on_end;
 };
 
 struct StreamItem {
@@ -216,6 +229,13 @@ class Engine {
   // input, one longer than the context, a token outside the vocabulary) or kResource.
   std::shared_ptr<EmbedHandle> submit_embedding(EmbedRequest request);
 
+  // Runs `task` on the step thread between two steps, with no step in flight (the cache
+  // holds exactly the K/V the block manager describes), and returns once it ran, rethrowing
+  // what it threw. K/V snapshots (engine/kv_snapshot.h) use it. Throws Error(kResource) when
+  // the engine stops before running it. The task must not wait for anything the step thread
+  // does (requests' items).
+  void run_between_steps(std::function<void(BlockManager&, StepExecutor&)> task);
+
   // Stops taking requests, lets in-flight ones finish for up to `grace`, cancels the rest,
   // and joins the step thread. Idempotent.
   void shutdown(std::chrono::milliseconds grace);
@@ -287,8 +307,16 @@ class Engine {
     double launch_ms = 0;  // the host's part: planning and launching it
   };
 
+  // A run_between_steps task, until the step thread ran it.
+  struct BetweenSteps {
+    std::function<void(BlockManager&, StepExecutor&)> task;
+    std::promise<void> done;
+  };
+
   void loop();
   void intake();
+  // The run_between_steps tasks queued so far, after collecting any step in flight.
+  void run_between_steps_tasks();
   // One turn: plans a step, launches it, and collects the step launched before it (or this
   // one, where it cannot stay in flight).
   void step();
@@ -372,6 +400,8 @@ class Engine {
   std::condition_variable queue_cv_;
   std::vector<std::unique_ptr<Active>> incoming_;  // submitted, not yet seen by the loop
   std::atomic<int32_t> n_queued_{0};  // submitted, never scheduled yet (not preempted ones)
+  std::vector<std::unique_ptr<BetweenSteps>> between_;  // queued tasks (under queue_mu_)
+  bool between_closed_ = false;  // the loop ended: no task runs any more (under queue_mu_)
   std::atomic<bool> accepting_{true};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> next_id_{1};

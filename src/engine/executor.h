@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/kv_layout.h"
 #include "core/pooling.h"
 #include "engine/block_manager.h"
 #include "engine/sampler.h"
@@ -190,6 +191,27 @@ class StepExecutor {
   // never touches block-table entries wholly before that, so the engine may give those
   // blocks back (BlockManager::release_before). 0: every block is kept.
   virtual int32_t kv_window() const { return 0; }
+  // K/V snapshots (engine/kv_snapshot.h). The cache's layout (n_blocks included) when its
+  // blocks can be copied out and back as bytes; false with `why` otherwise (the default: an
+  // executor whose cache is not a paged K/V pool of that layout).
+  virtual bool kv_snapshot_layout(KvCacheLayout* layout, std::string* why) const {
+    if (why) *why = "the " + device_name() + " executor cannot save or restore its KV cache";
+    return false;
+  }
+  // Copies the K/V of `blocks` into `out`: kv_block_bytes(layout) bytes per block, in the
+  // order of `blocks`, each block's regions in kv_block_regions order (every layer, K then
+  // V). Only between steps (nothing launched): the engine's run_between_steps.
+  virtual void read_kv_blocks(std::span<const int32_t> blocks, std::span<uint8_t> out) {
+    std::string why;
+    kv_snapshot_layout(nullptr, &why);
+    throw_error(ErrorKind::kUnsupported, why);
+  }
+  // The reverse: `in` (laid out as read_kv_blocks writes it) into `blocks`.
+  virtual void write_kv_blocks(std::span<const int32_t> blocks, std::span<const uint8_t> in) {
+    std::string why;
+    kv_snapshot_layout(nullptr, &why);
+    throw_error(ErrorKind::kUnsupported, why);
+  }
   // The kind of device the steps run on ("cpu", "cuda"), as /props reports it.
   virtual std::string device_name() const { return "cpu"; }
   // A line for the start-up report: device, weights, KV cache, workspace.

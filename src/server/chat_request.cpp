@@ -121,6 +121,7 @@ ChatRequest parse_chat_request(const json& body, const std::string& body_text, S
   r.spec.stop = opt_string_list(body, "stop", 16);
   r.spec.sampling = parse_sampling(body, m, Dialect::kOpenAI);
   r.spec.priority = parse_priority(body);
+  r.spec.id_slot = parse_id_slot(body, m);
   parse_context_shift(body, "n_keep", r.spec);
   r.spec.ignore_eos = opt_bool(body, "ignore_eos").value_or(false);  // llama-server's extension
   r.spec.speculative = parse_speculative(body, m);

@@ -412,6 +412,7 @@ void HttpServer::route(httplib::Request& req, httplib::Response& res) {
 void HttpServer::install_routes() {
   install_openai_routes(router_, *this);
   install_llama_routes(router_, *this);
+  install_slot_routes(router_, *this);
   install_ollama_routes(router_, *this);
   install_anthropic_routes(router_, *this);
   install_responses_routes(router_, *this);

@@ -47,6 +47,9 @@ struct ServerOptions {
   int shutdown_grace_seconds = 10;
   bool enable_metrics = false;
   bool enable_slots = true;
+  // --slot-save-path: the directory slot files are saved to and restored from
+  // (routes_slots.cpp); empty: save and restore answer 501.
+  std::string slot_save_path;
   bool enable_webui = true;
   // X-Hablar-Timings on every non-streamed generation (queued, prefill, decode, detokenize
   // ms and token counts); without it, only requests that send an X-Hablar-Timings header
@@ -186,6 +189,7 @@ int64_t steady_ns_now();
 // Route installers (routes_*.cpp).
 void install_openai_routes(Router& http, HttpServer& server);
 void install_llama_routes(Router& http, HttpServer& server);
+void install_slot_routes(Router& http, HttpServer& server);
 void install_ollama_routes(Router& http, HttpServer& server);
 void install_anthropic_routes(Router& http, HttpServer& server);
 void install_responses_routes(Router& http, HttpServer& server);

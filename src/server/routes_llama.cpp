@@ -1,5 +1,5 @@
 // llama.cpp-server-compatible routes: /completion, /tokenize, /detokenize, /apply-template,
-// /health, /props, /slots, /metrics.
+// /health, /props, /metrics (/slots: routes_slots.cpp).
 #include <httplib.h>
 
 #include <cmath>
@@ -115,7 +115,7 @@ json pick_fields(const json& full, const std::vector<std::string>& paths) {
 // line break (llama-server's infill clients use it); stopping_word: the stop string that
 // ended it.
 void final_fields(const ServingModel& m, json& j, const StreamItem& f,
-                  const std::vector<int32_t>& toks, bool has_new_line) {
+                  const std::vector<int32_t>& toks, bool has_new_line, int32_t id_slot) {
   const bool eog = !toks.empty() && m.tok().is_eog(toks.back());
   j["stop"] = true;
   j["has_new_line"] = has_new_line;
@@ -128,12 +128,13 @@ void final_fields(const ServingModel& m, json& j, const StreamItem& f,
   // As llama-server: the context filled (and shifted, or stopped the generation).
   j["truncated"] = f.n_discarded > 0 || (f.finish_reason == engine::FinishReason::kLength &&
                                          (int64_t)f.n_prompt + f.n_generated >= m.n_ctx);
-  j["id_slot"] = 0;
+  j["id_slot"] = id_slot;
   j["timings"] = timings_json(f);
 }
 
 json completion_result(const ServingModel& m, const CollectedOutput& out, size_t index,
-                       const CompletionShape& shape, const std::vector<int32_t>& prompt) {
+                       const CompletionShape& shape, const std::vector<int32_t>& prompt,
+                       int32_t id_slot) {
   std::vector<int32_t> toks;
   for (const auto& t : out.tokens) toks.push_back(t.token);
   json j = {{"content", out.text}, {"index", index}};
@@ -146,7 +147,7 @@ json completion_result(const ServingModel& m, const CollectedOutput& out, size_t
                           : post_probs_json(m, out.tokens[k], shape.post_logs[index]->take(k)));
     j["completion_probabilities"] = probs;
   }
-  final_fields(m, j, out.final, toks, out.text.find('\n') != std::string::npos);
+  final_fields(m, j, out.final, toks, out.text.find('\n') != std::string::npos, id_slot);
   j["generation_settings"] = shape.generation_settings;
   j["prompt"] = m.tok().decode(prompt, /*show_special=*/true);
   return shape.response_fields.empty() ? j : pick_fields(j, shape.response_fields);
@@ -207,7 +208,7 @@ void stream_completions(httplib::Response& res, std::shared_ptr<ServingModel> m,
         done = true;
         break;
       }
-      final_fields(*m, j, it, st->toks, st->new_line);
+      final_fields(*m, j, it, st->toks, st->new_line, slot_of_request(*m, handles[i]->id()));
       send(j);
       st->current += 1;
       st->toks.clear();
@@ -252,6 +253,7 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
   GenerationSpec spec;
   spec.sampling = parse_sampling(body, *m, Dialect::kLlama);
   spec.priority = parse_priority(body);
+  spec.id_slot = parse_id_slot(body, *m);
   parse_context_shift(body, "n_keep", spec);
   spec.speculative = parse_speculative(body, *m);
   spec.stop = opt_string_list(body, "stop", 64);
@@ -307,7 +309,8 @@ void run_completion(std::shared_ptr<ServingModel> m, const httplib::Request& req
     if (failed(out.final))
       for (auto& h : handles) h->cancel();
     check_final(out.final);
-    results.push_back(completion_result(*m, out, i, shape, prompts[i]));
+    results.push_back(
+        completion_result(*m, out, i, shape, prompts[i], slot_of_request(*m, handles[i]->id())));
     if (i == 0) first = out.final;
   }
   send_json(res, results.size() == 1 ? results[0] : results);
@@ -444,38 +447,6 @@ void lora_adapters(HttpServer&, const httplib::Request& req, httplib::Response& 
                 "id");
   }
   send_json(res, {{"success", true}});
-}
-
-void slots(HttpServer& server, const httplib::Request&, httplib::Response& res) {
-  if (!server.options().enable_slots)
-    throw ApiError(501, "the /slots endpoint is disabled (start with --slots)");
-  auto m = server.model_or_throw();
-  const engine::MetricsSnapshot s = m->engine->metrics().snapshot();
-  json out = json::array();
-  int id = 0;
-  for (const auto& slot : s.slots) {
-    json e = {{"id", id++},
-              {"id_task", slot.id},
-              {"n_ctx", m->n_ctx},
-              {"is_processing", true},
-              {"state", slot.running ? "running" : "waiting"},
-              {"n_prompt_tokens", slot.n_prompt},
-              {"n_decoded", slot.n_generated},
-              {"n_computed", slot.n_computed},
-              {"n_cached_prompt", slot.n_cached_prompt},
-              {"n_predict", slot.max_tokens}};
-    if (auto info = m->requests.find(slot.id)) {
-      e["prompt"] = info->prompt;
-      e["params"] = info->params;
-      e["t_elapsed_ms"] =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - info->start)
-              .count();
-    }
-    out.push_back(std::move(e));
-  }
-  for (; id < m->n_slots; ++id)
-    out.push_back({{"id", id}, {"id_task", -1}, {"n_ctx", m->n_ctx}, {"is_processing", false}});
-  send_json(res, out);
 }
 
 void histogram_text(std::ostringstream& o, const char* name, const char* help,
@@ -669,7 +640,6 @@ void install_llama_routes(Router& http, HttpServer& server) {
   route(true, "/detokenize", detokenize);
   route(true, "/apply-template", apply_template);
   route(false, "/props", props);
-  route(false, "/slots", slots);
   route(false, "/lora-adapters", lora_adapters);
   route(true, "/lora-adapters", lora_adapters);
   route(false, "/metrics", metrics);

@@ -361,6 +361,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
   const engine::SamplingParams sampling = parse_sampling(body, *m, Dialect::kOpenAI);
   const GrammarPtr grammar = openai_output_grammar(*m, req.body);
   const int32_t priority = parse_priority(body);
+  const int32_t id_slot = parse_id_slot(body, *m);
   // llama-server's extension, which benchmarks send to get outputs of full length.
   const bool ignore_eos = opt_bool(body, "ignore_eos").value_or(false);
   const auto speculative = parse_speculative(body, *m);
@@ -380,6 +381,7 @@ void completions(HttpServer& server, const httplib::Request& req, httplib::Respo
       spec.n_prompt_logprobs = n_prompt_logprobs;
       spec.grammar = grammar;
       spec.priority = priority;
+      spec.id_slot = id_slot;
       spec.ignore_eos = ignore_eos;
       spec.speculative = speculative;
       spec.n_keep = shift_fields.n_keep;

@@ -178,6 +178,10 @@ int32_t parse_priority(const nlohmann::json& body) {
   return (int32_t)opt_integer(body, "priority", INT32_MIN, INT32_MAX).value_or(0);
 }
 
+int32_t parse_id_slot(const nlohmann::json& body, const ServingModel& m) {
+  return (int32_t)opt_integer(body, "id_slot", -1, std::max(1, m.n_slots) - 1).value_or(-1);
+}
+
 void parse_context_shift(const nlohmann::json& body, const char* keep_field, GenerationSpec& spec) {
   if (auto keep = opt_integer(body, keep_field, -1, INT32_MAX)) spec.n_keep = (int32_t)*keep;
   spec.n_discard = (int32_t)opt_integer(body, "n_discard", 0, INT32_MAX).value_or(0);

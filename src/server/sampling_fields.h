@@ -19,11 +19,14 @@ engine::SamplingParams parse_sampling(const nlohmann::json& body, const ServingM
 // The scheduling `priority` (vLLM's: lower runs first; default 0), in every dialect.
 int32_t parse_priority(const nlohmann::json& body);
 
+// llama-server's `id_slot`: the slot the request runs on (server/slot_table.h); -1 or absent:
+// the server picks one. 400 unless -1 <= id_slot < the server's slots (-np).
+int32_t parse_id_slot(const nlohmann::json& body, const ServingModel& m);
+
 // Context shift fields (they matter under --context-shift only): `keep_field` ("n_keep", or
 // Ollama's "num_keep": prompt tokens kept, -1 all of them) and llama-server's "n_discard"
 // (tokens dropped per shift, 0: half). 400 naming the field when out of range.
-void parse_context_shift(const nlohmann::json& body, const char* keep_field,
-                         GenerationSpec& spec);
+void parse_context_shift(const nlohmann::json& body, const char* keep_field, GenerationSpec& spec);
 
 // llama-server's per-request draft lengths: "speculative.n_max", "speculative.n_min",
 // "speculative.p_min" (also as an object "speculative": {"n_max": ...}); fields left out

@@ -316,6 +316,20 @@ std::string prompt_preview(const ServingModel& m, std::span<const int32_t> promp
   return text.substr(0, n) + "...";
 }
 
+// Gives a request's slot back as the request ends, with the tokens it left in the cache.
+class SlotRelease : public engine::RequestEndListener {
+ public:
+  SlotRelease(std::shared_ptr<SlotTable> slots, int32_t slot)
+      : slots_(std::move(slots)), slot_(slot) {}
+  void ended(std::span<const int32_t> cached_tokens) override {
+    slots_->release(slot_, cached_tokens);
+  }
+
+ private:
+  std::shared_ptr<SlotTable> slots_;
+  int32_t slot_;
+};
+
 }  // namespace
 
 std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, GenerationSpec spec) {
@@ -374,12 +388,22 @@ std::shared_ptr<engine::RequestHandle> start_generation(ServingModel& m, Generat
   auto detokenize_ns = std::make_shared<std::atomic<int64_t>>(0);
   req.filter = std::make_unique<TimedFilter>(
       std::make_unique<engine::TextFilter>(m.tok(), std::move(spec.stop)), detokenize_ns);
+  // Its slot remembers the tokens it leaves in the cache as it ends (slot_table.h).
+  std::shared_ptr<SlotTable> slots = m.slot_table();
+  if (spec.id_slot >= slots->size())
+    bad_request("'id_slot' must be -1 or a slot id below " + std::to_string(slots->size()),
+                "id_slot");
+  const int32_t slot = slots->acquire(spec.id_slot, req.prompt);
+  req.on_end = std::make_shared<SlotRelease>(slots, slot);
   std::shared_ptr<engine::RequestHandle> handle;
   try {
     handle = m.engine->submit(std::move(req));
   } catch (const Error& e) {
+    slots->abandon(slot);
     throw ApiError(status_for_error_kind(e.kind()), e.what());
   }
+  slots->bind(slot, handle->id());
+  info.slot = slot;
   {
     DetokenizeClocks& c = detokenize_clocks();
     std::lock_guard<std::mutex> lock(c.mu);
@@ -452,6 +476,11 @@ nlohmann::json PromptProgress::state(int32_t processed) const {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
   return {{"total", total_}, {"cache", cache_}, {"processed", processed}, {"time_ms", ms}};
+}
+
+int32_t slot_of_request(const ServingModel& m, uint64_t request_id) {
+  const std::optional<RequestInfo> info = m.requests.find(request_id);
+  return info ? info->slot : 0;
 }
 
 std::optional<engine::SlotInfo> slot_of(const ServingModel& m, uint64_t request_id) {

@@ -21,6 +21,7 @@
 #include "engine/sampler.h"
 #include "grammar/matcher.h"
 #include "model/model.h"
+#include "server/slot_table.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hablar::server {
@@ -39,6 +40,7 @@ struct RequestInfo {
   std::string prompt;  // at most about 4 KiB of the prompt's text
   nlohmann::json params;
   std::chrono::steady_clock::time_point start;
+  int32_t slot = 0;  // the slot it runs on (slot_table.h)
 };
 class RequestRegistry {
  public:
@@ -116,6 +118,17 @@ struct ServingModel {
   bool verbose_replies = false;
 
   const tokenizer::Tokenizer& tok() const { return model->tokenizer(); }
+
+  // The -np slots (slot_table.h; n_slots of them, at least one), made on first use. Shared:
+  // the engine's requests release their slot as they end, until the engine is gone.
+  std::shared_ptr<SlotTable> slot_table() {
+    std::call_once(slots_made_, [this] { slots_ = std::make_shared<SlotTable>(n_slots); });
+    return slots_;
+  }
+
+ private:
+  std::once_flag slots_made_;
+  std::shared_ptr<SlotTable> slots_;
 };
 
 // One generation request in engine terms (no JSON).
@@ -135,6 +148,7 @@ struct GenerationSpec {
   std::string grammar_trigger;
   std::string grammar_context;
   int32_t priority = 0;  // scheduling rank: lower runs first
+  int32_t id_slot = -1;  // llama-server's id_slot: the slot it runs on (-1: the server picks)
   // speculative.n_max / n_min / p_min (llama-server's per-request fields); unset: the
   // server's --draft-max / --draft-min / --draft-p-min.
   std::optional<engine::DraftParams> speculative;
@@ -213,6 +227,9 @@ nlohmann::json timings_json(const engine::StreamItem& final);
 // Fills in what the server measured of a request beside the engine (detokenize_ms) when its
 // final item is read; every reader of final items calls it (collect_output, next_items).
 void note_final(const engine::RequestHandle& handle, engine::StreamItem& final);
+
+// The slot a request started by start_generation runs on (0 once its entry is gone).
+int32_t slot_of_request(const ServingModel& m, uint64_t request_id);
 
 // The /slots entry of a running request, if it is still listed.
 std::optional<engine::SlotInfo> slot_of(const ServingModel& m, uint64_t request_id);
