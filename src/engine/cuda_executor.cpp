@@ -94,7 +94,6 @@ CudaExecutor::CudaExecutor(const model::Model& model, const CudaExecutorOptions&
   masks_ = cuda::DeviceBuffer<uint32_t>(n * (size_t)mask_words_);
   host_masks_ = cuda::PinnedBuffer<uint32_t>(n * (size_t)mask_words_);
   plan_persistent_step(o);
-  plan_l2_warming(o);
   // Steps launched ahead need every sample in ids_ and no host read between steps (the
   // persistent step's profile stamps are read after each step).
   feeds_ = persistent_stamps_.size() == 0 &&
@@ -354,21 +353,6 @@ void CudaExecutor::plan_persistent_step(const CudaExecutorOptions& o) {
     if (recorded) why = plan.reason();
   }
   persistent_report_ = "one-token steps launch per op (persistent step: " + why + ")";
-}
-
-// The matrices each norm's successor reads (l2_warming.h), recorded from the model's forward;
-// the budget a share of the device's L2, so that what a norm warms stays there until read.
-void CudaExecutor::plan_l2_warming(const CudaExecutorOptions& o) {
-  const int share = cuda::lab_knob("HABLAR_L2_WARM", 0);  // percent of the L2
-  if (o.deterministic || model_.config().n_experts > 0 || share <= 0) return;
-  cuda::WeightOrderRecorder recorder(ops_->activations());
-  try {  // (phi2's LayerNorm block: not recorded, nothing warmed)
-    model::forward(model_.config(), weights_, recorder);
-  } catch (const Error&) {
-    return;
-  }
-  if (!recorder.usable()) return;
-  ops_->set_weight_order(recorder.segments(), cuda::device_l2_bytes() * (size_t)share / 100);
 }
 
 }  // namespace cuda_executor_detail

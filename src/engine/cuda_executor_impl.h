@@ -114,7 +114,6 @@ class CudaExecutor : public StepExecutor {
   void stage_graph_sampling(std::span<const ExecChunk> chunks, int32_t rows);
   cudaGraphExec_t graph_for(int32_t rows, int32_t context_bound);
   void plan_persistent_step(const CudaExecutorOptions& o);
-  void plan_l2_warming(const CudaExecutorOptions& o);
 
   const model::Model& model_;
   cuda::Stream stream_;

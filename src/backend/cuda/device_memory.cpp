@@ -25,16 +25,6 @@ int device_multiprocessors() {
   return count;
 }
 
-size_t device_l2_bytes() {
-  static const size_t bytes = [] {
-    int device = 0, l2 = 0;
-    if (cudaGetDevice(&device) == cudaSuccess)
-      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device);
-    return (size_t)l2;
-  }();
-  return bytes;
-}
-
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   HABLAR_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));

@@ -23,8 +23,6 @@ int device_count(std::string* reason = nullptr);
 // Multiprocessors of the current device (read once; 132, an H200's, if it cannot be read),
 // for sizing grids.
 int device_multiprocessors();
-// The current device's L2 cache in bytes (0 where it cannot be read).
-size_t device_l2_bytes();
 
 // Copies `bytes` host bytes to device memory and returns once they are there. cudaMemcpy from
 // pageable memory returns when the bytes are staged, before the DMA lands, and the copy is

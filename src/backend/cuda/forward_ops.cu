@@ -282,7 +282,6 @@ int32_t* ForwardOps::device_tokens() const {
 
 void ForwardOps::embed(const WeightView& table, float* x) {
   flush();
-  norms_in_forward_ = 0;
   const auto* inputs = static_cast<const int32_t*>(buf_->inputs.get());
   if (limits_.deterministic)
     return cpu_rounding_ops::embed(table, inputs + buf_->tokens, n_tokens_, x, stream_);
@@ -305,17 +304,9 @@ void ForwardOps::rmsnorm_for_products(const float* x, const float* weight, float
   norm_rows(x, weight, out, width, !bf16_only);
 }
 
-void ForwardOps::set_weight_order(std::vector<std::vector<WeightRange>> segments,
-                                  size_t l2_budget) {
-  weight_order_ = std::move(segments);
-  l2_warm_budget_ = l2_budget;
-}
-
 void ForwardOps::norm_rows(const float* x, const float* weight, float* out, int64_t width,
                            bool f32_out) {
   flush_row_work();
-  // The n-th norm warms the matrices read after the next one (segment n + 1).
-  const size_t after_next = (size_t)++norms_in_forward_ + 1;
   if (limits_.deterministic) {
     flush_add();
     return cpu_rounding_ops::rms_norm(x, weight, out, n_tokens_, (int)width, eps_, stream_);
@@ -344,10 +335,7 @@ void ForwardOps::norm_rows(const float* x, const float* weight, float* out, int6
     return;
   }
   if (writer_quantizes(n_tokens_, width)) {
-    const L2Prefetch warm = after_next < weight_order_.size()
-                                ? l2_prefetch_for(weight_order_[after_next], l2_warm_budget_)
-                                : L2Prefetch{};
-    add_rms_norm_q8(in, y, weight, out, rows, dim, eps_, buf_->int8_workspace.get(), stream_, warm);
+    add_rms_norm_q8(in, y, weight, out, rows, dim, eps_, buf_->int8_workspace.get(), stream_);
     add = {};
     buf_->q8_holds = out;
     return;

@@ -30,7 +30,6 @@
 #include "backend/cuda/attention_plan.h"
 #include "backend/cuda/decode_attention_params.h"
 #include "backend/cuda/device_memory.h"
-#include "backend/cuda/l2_warming.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/persistent_step.h"
 #include "core/kv_layout.h"
@@ -158,10 +157,6 @@ class ForwardOps {
   // pointers the uploads refill) and the model's shapes: what the persistent decode step of
   // one token reads (persistent_step.h).
   PersistentStepContext persistent_context() const;
-  // Which matrices follow each norm of the forward (WeightOrderRecorder's segments) and how
-  // many bytes a norm may warm in L2 at once: from then on, each norm of a one-token step
-  // requests the matrices read after the next norm into L2 (l2_warming.h). Empty: none.
-  void set_weight_order(std::vector<std::vector<WeightRange>> segments, size_t l2_budget);
   // Copies device rows to the host (synchronously; for debug dumps only).
   // Runs any queued work first.
   const float* host_rows(const float* rows, int64_t n, std::vector<float>& host);
@@ -261,9 +256,6 @@ class ForwardOps {
   int64_t writers_f16_from_ = INT64_MAX;
   int32_t n_logit_rows_ = 0;
   int32_t max_context_ = 0;  // the longest context (position + 1) of the step
-  std::vector<std::vector<WeightRange>> weight_order_;  // set_weight_order
-  size_t l2_warm_budget_ = 0;
-  int norms_in_forward_ = 0;  // norms (norm_rows) since the forward's embedding
   // Every chunk of the step is one token (a decode step): a sequence's earlier positions
   // were all stored by earlier steps (DecodeAttentionParams::prior_rows_settled).
   bool one_token_rows_ = false;

@@ -107,25 +107,10 @@ __device__ __forceinline__ float norm_row_in_registers(float* row, const float* 
   return inv_rms;
 }
 
-// Requests `warm`'s ranges into L2 (l2_warming.h), spread over the block's threads in 32 KB
-// pieces: bulk prefetches, issued and not waited for.
-__device__ __forceinline__ void request_into_l2(const L2Prefetch& warm) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr uint32_t kPiece = 32768;
-  for (int r = 0; r < warm.n; ++r)
-    for (uint32_t at = threadIdx.x * kPiece; at < warm.bytes[r]; at += blockDim.x * kPiece) {
-      const uint32_t size = min(kPiece, warm.bytes[r] - at);
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(warm.data[r] + at), "r"(size)
-                   : "memory");
-    }
-#endif
-}
-
 template <int kPer>
 __global__ void rms_norm_q8_kernel(float* x, const float* y, const float* __restrict__ weight,
                                    float* out, int dim, float eps, int8_t* __restrict__ codes,
-                                   float2* __restrict__ scales, L2Prefetch warm) {
-  if (blockIdx.x == 0) request_into_l2(warm);  // weights: nothing in the step writes them
+                                   float2* __restrict__ scales) {
   begin_dependent_kernel();
   using Reduce = cub::BlockReduce<float, kRowThreads>;
   __shared__ typename Reduce::TempStorage temp;
@@ -299,13 +284,12 @@ bool with_values_per_thread(int dim, Launch&& launch) {
 // rows wider than kRowThreads * 32 (none of today's models) take the norm and then
 // quantize_activations_q8, the same values in two launches.
 void launch_rms_norm_q8(float* x, const float* y, const float* weight, float* out, int rows,
-                        int dim, float eps, void* q8_workspace, cudaStream_t stream,
-                        const L2Prefetch& warm) {
+                        int dim, float eps, void* q8_workspace, cudaStream_t stream) {
   HABLAR_CHECK(dim % 32 == 0, "rms_norm_q8: the width must be a multiple of 32");
   const Q8Activations q = q8_layout(q8_workspace, rows, dim);
   const bool fused = with_values_per_thread(dim, [&](auto per) {
     launch_dependent(rms_norm_q8_kernel<decltype(per)::value>, dim3(rows), dim3(kRowThreads), 0,
-                     stream, x, y, weight, out, dim, eps, q.codes, q.scales, warm);
+                     stream, x, y, weight, out, dim, eps, q.codes, q.scales);
   });
   if (fused) return;
   norm_rows(x, y, weight, out, rows, dim, eps, stream);
@@ -458,13 +442,13 @@ void rms_norm_q8(const float* x, const float* weight, float* out, int rows, int 
   if (rows <= 0) return;
   // Without y the kernels only read x (the const_cast is never written through).
   launch_rms_norm_q8(const_cast<float*>(x), nullptr, weight, out, rows, dim, eps, q8_workspace,
-                     stream, L2Prefetch{});
+                     stream);
 }
 
 void add_rms_norm_q8(float* x, const float* y, const float* weight, float* out, int rows, int dim,
-                     float eps, void* q8_workspace, cudaStream_t stream, const L2Prefetch& warm) {
+                     float eps, void* q8_workspace, cudaStream_t stream) {
   if (rows <= 0) return;
-  launch_rms_norm_q8(x, y, weight, out, rows, dim, eps, q8_workspace, stream, warm);
+  launch_rms_norm_q8(x, y, weight, out, rows, dim, eps, q8_workspace, stream);
 }
 
 void rms_norm_f16(const float* x, const float* weight, float* out, int rows, int dim, float eps,

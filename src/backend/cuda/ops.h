@@ -6,7 +6,6 @@
 
 #include <cstdint>
 
-#include "backend/cuda/l2_warming.h"
 #include "core/layer_spec.h"
 #include "core/tensor_view.h"
 
@@ -26,10 +25,8 @@ void add_rms_norm(float* x, const float* y, const float* weight, float* out, int
 // for the int8 products that read them: one launch instead of two. dim a multiple of 32.
 void rms_norm_q8(const float* x, const float* weight, float* out, int rows, int dim, float eps,
                  void* q8_workspace, cudaStream_t stream);
-// `warm`: weights of later products to request into L2 as it starts (l2_warming.h).
 void add_rms_norm_q8(float* x, const float* y, const float* weight, float* out, int rows, int dim,
-                     float eps, void* q8_workspace, cudaStream_t stream,
-                     const L2Prefetch& warm = {});
+                     float eps, void* q8_workspace, cudaStream_t stream);
 // rms_norm / add_rms_norm with the same values, the output rows also written into
 // f16_workspace as the f16 rows of the f16 tensor-core products (convert_rows_to_f16's
 // layout, values and scales: matmul_f16.h): one launch instead of two. dim a multiple of 4.
