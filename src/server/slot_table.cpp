@@ -45,7 +45,9 @@ void SlotTable::release(int32_t slot, std::span<const int32_t> cached_tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   Slot& s = slots_.at((size_t)slot);
   s.running = std::max(0, s.running - 1);
-  s.history.assign(cached_tokens.begin(), cached_tokens.end());
+  // A request that left nothing computed (cancelled while queued, refused) leaves the
+  // slot's history, whose K/V it did not touch, as it was.
+  if (!cached_tokens.empty()) s.history.assign(cached_tokens.begin(), cached_tokens.end());
   s.last_used = ++clock_;
 }
 

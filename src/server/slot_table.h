@@ -30,7 +30,7 @@ class SlotTable {
   // The request now running on the slot (what /slots shows of it).
   void bind(int32_t slot, uint64_t request_id);
   // A request on the slot ended, leaving the K/V of `cached_tokens` in the cache: that is
-  // the slot's history now.
+  // the slot's history now (none: the history stays as it was).
   void release(int32_t slot, std::span<const int32_t> cached_tokens);
   // The request could not start: the slot is as it was (but for its use time).
   void abandon(int32_t slot);
