@@ -77,6 +77,8 @@ struct KvCacheLayout {
   HABLAR_KV_HD size_t bytes_per_token() const {
     return (size_t)n_layers * (size_t)n_kv_heads * (row_units(0) + row_units(1)) * 2;
   }
+  // Bytes one block of positions takes in every layer, K and V.
+  HABLAR_KV_HD size_t block_bytes() const { return bytes_per_token() * (size_t)block_size; }
 
   // Unit offset of (layer, kv, block, kv_head, slot, dim) from the cache's base (dim counts
   // units: elements for F16/BF16; 0, the row's start, for the quantized types). With K and V

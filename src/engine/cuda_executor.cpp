@@ -253,7 +253,7 @@ void CudaExecutor::keep_bf16_weight_copies(const CudaExecutorOptions& o) {
   double room = std::min(o.gpu_memory_utilization * (double)total - own - margin,
                          (double)free_bytes - margin);
   if (o.kv_tokens > 0) {
-    const double block_bytes = (double)kv_block_bytes();
+    const double block_bytes = (double)layout_.block_bytes();
     const double blocks = std::ceil((double)o.kv_tokens / layout_.block_size);
     room = (double)free_bytes - margin - blocks * block_bytes;
   }
@@ -262,7 +262,7 @@ void CudaExecutor::keep_bf16_weight_copies(const CudaExecutorOptions& o) {
 }
 
 void CudaExecutor::size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes) {
-  const size_t block_bytes = kv_block_bytes();
+  const size_t block_bytes = layout_.block_bytes();
   int64_t n_blocks = 0;
   if (o.kv_tokens > 0) {
     n_blocks = (o.kv_tokens + layout_.block_size - 1) / layout_.block_size;

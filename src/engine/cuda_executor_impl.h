@@ -96,10 +96,6 @@ class CudaExecutor : public StepExecutor {
   WeightView upload_matrix(const WeightView& w);
   std::vector<WeightView> upload_experts(const std::vector<WeightView>& experts);
   void size_kv_cache(const CudaExecutorOptions& o, size_t workspace_bytes);
-  // Bytes one block of positions takes over every layer, K and V.
-  size_t kv_block_bytes() const {
-    return (layout_.block_elems(0) + layout_.block_elems(1)) * 2 * (size_t)layout_.n_layers;
-  }
   void keep_bf16_weight_copies(const CudaExecutorOptions& o);
   void copy_kv_blocks(std::span<const int32_t> blocks, uint8_t* host, size_t host_bytes,
                       bool to_host);

@@ -35,7 +35,7 @@ void CudaExecutor::write_kv_blocks(std::span<const int32_t> blocks, std::span<co
 void CudaExecutor::copy_kv_blocks(std::span<const int32_t> blocks, uint8_t* host, size_t host_bytes,
                                   bool to_host) {
   HABLAR_CHECK(launched_.empty(), "K/V blocks copied while a step is in flight");
-  const size_t block_bytes = kv_block_bytes();  // (the same as engine::kv_block_bytes)
+  const size_t block_bytes = layout_.block_bytes();
   HABLAR_CHECK(host_bytes == blocks.size() * block_bytes, "K/V block copy of the wrong size");
   if (blocks.empty()) return;
   stream_.synchronize();  // every step's writes are in the cache

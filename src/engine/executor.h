@@ -198,7 +198,7 @@ class StepExecutor {
     if (why) *why = "the " + device_name() + " executor cannot save or restore its KV cache";
     return false;
   }
-  // Copies the K/V of `blocks` into `out`: kv_block_bytes(layout) bytes per block, in the
+  // Copies the K/V of `blocks` into `out`: layout.block_bytes() bytes per block, in the
   // order of `blocks`, each block's regions in kv_block_regions order (every layer, K then
   // V). Only between steps (nothing launched): the engine's run_between_steps.
   virtual void read_kv_blocks(std::span<const int32_t> blocks, std::span<uint8_t> out) {

@@ -204,14 +204,14 @@ KvSnapshot read_cached_prefix(BlockManager& blocks, StepExecutor& executor,
   const BlockManager::CachedPrefix p = blocks.cached_prefix(tokens);
   KvSnapshot s;
   s.tokens.assign(tokens.begin(), tokens.begin() + p.n_tokens);
-  s.kv.resize(p.blocks.size() * kv_block_bytes(layout));
+  s.kv.resize(p.blocks.size() * layout.block_bytes());
   if (!p.blocks.empty()) executor.read_kv_blocks(p.blocks, s.kv);
   return s;
 }
 
 void write_cached_prefix(BlockManager& blocks, StepExecutor& executor, const KvSnapshot& s) {
   const KvCacheLayout layout = snapshot_layout(executor);
-  const size_t block_bytes = kv_block_bytes(layout);
+  const size_t block_bytes = layout.block_bytes();
   const size_t n_blocks = blocks_for(s.tokens.size(), layout.block_size);
   if (s.kv.size() != n_blocks * block_bytes)
     throw_error(ErrorKind::kInvalidArgument,
@@ -267,7 +267,7 @@ int32_t forget_prefix(Engine& engine, std::span<const int32_t> tokens) {
 
 uint64_t write_slot_file(std::ostream& out, const KvSnapshot& s, const KvIdentity& id) {
   const KvCacheLayout& l = id.layout;
-  const size_t block_bytes = kv_block_bytes(l);
+  const size_t block_bytes = l.block_bytes();
   const size_t n_blocks = blocks_for(s.tokens.size(), l.block_size);
   HABLAR_CHECK(s.kv.size() == n_blocks * block_bytes, "a snapshot's K/V of the wrong size");
   HABLAR_CHECK(id.arch.size() <= kMaxArchBytes, "architecture name too long for a slot file");
@@ -306,7 +306,7 @@ KvSnapshot read_slot_file(std::istream& in, uint64_t file_size, const KvIdentity
     throw_error(ErrorKind::kInvalidArgument, "the slot file does not fit this server: " + why);
   const KvCacheLayout& l = here.layout;
   if (h.n_tokens != s.tokens.size() || h.n_blocks != blocks_for(h.n_tokens, l.block_size) ||
-      h.block_bytes != kv_block_bytes(l))
+      h.block_bytes != l.block_bytes())
     throw_error(ErrorKind::kFormat,
                 "the slot file's K/V section disagrees with its token list or geometry "
                 "(token count, block count or block size)");

@@ -30,11 +30,6 @@ namespace hablar::engine {
 
 class Engine;
 
-// Bytes one block takes over every layer, K and V.
-inline size_t kv_block_bytes(const KvCacheLayout& l) {
-  return (l.block_elems(0) + l.block_elems(1)) * 2 * (size_t)l.n_layers;
-}
-
 // The regions block `block` occupies in a cache of layout `l`, in a snapshot's order (layer 0
 // K, layer 0 V, layer 1 K, ...): fn(unit offset from the cache's base (2-byte units, as
 // KvCacheLayout counts), bytes). Each executor copies blocks by these.
@@ -52,7 +47,7 @@ void for_each_kv_region(const KvCacheLayout& l, int32_t block, Fn&& fn) {
 template <typename Copy>
 void for_each_kv_copy(const KvCacheLayout& l, std::span<const int32_t> blocks, size_t host_bytes,
                       Copy&& copy) {
-  HABLAR_CHECK(host_bytes == blocks.size() * kv_block_bytes(l), "K/V block copy of the wrong size");
+  HABLAR_CHECK(host_bytes == blocks.size() * l.block_bytes(), "K/V block copy of the wrong size");
   size_t at = 0;
   for (int32_t block : blocks) {
     HABLAR_CHECK(block >= 0 && block < l.n_blocks, "K/V block id outside the cache");
@@ -75,7 +70,7 @@ std::string identity_mismatch(const KvIdentity& saved, const KvIdentity& here);
 
 struct KvSnapshot {
   std::vector<int32_t> tokens;  // the positions the K/V covers, from 0
-  std::vector<uint8_t> kv;      // blocks_for(tokens) blocks of kv_block_bytes each
+  std::vector<uint8_t> kv;      // blocks_for(tokens) blocks of layout.block_bytes() each
 };
 
 // The step thread's side (inside Engine::run_between_steps). Both throw Error(kUnsupported)

@@ -184,7 +184,7 @@ TEST(KvSnapshotCopies, CopyOrderMatchesTheLayout) {
   std::vector<uint16_t> cache(l.total_elems());
   std::iota(cache.begin(), cache.end(), 0);
   const std::vector<int32_t> blocks = {3, 0};
-  std::vector<uint8_t> host(blocks.size() * kv_block_bytes(l));
+  std::vector<uint8_t> host(blocks.size() * l.block_bytes());
   for_each_kv_copy(l, blocks, host.size(), [&](size_t units, size_t at, size_t bytes) {
     std::memcpy(host.data() + at, cache.data() + units, bytes);
   });
@@ -200,14 +200,13 @@ TEST(KvSnapshotCopies, CopyOrderMatchesTheLayout) {
   EXPECT_EQ(i * 2, host.size());
   EXPECT_THROW(for_each_kv_copy(l, blocks, host.size() - 2, [](size_t, size_t, size_t) {}), Error);
   const std::vector<int32_t> outside = {5};
-  EXPECT_THROW(for_each_kv_copy(l, outside, kv_block_bytes(l), [](size_t, size_t, size_t) {}),
-               Error);
+  EXPECT_THROW(for_each_kv_copy(l, outside, l.block_bytes(), [](size_t, size_t, size_t) {}), Error);
 }
 
 KvSnapshot test_snapshot(const KvCacheLayout& l, int32_t n_tokens) {
   KvSnapshot s;
   s.tokens = iota_tokens(n_tokens, 1);
-  s.kv.resize((size_t)((n_tokens + l.block_size - 1) / l.block_size) * kv_block_bytes(l));
+  s.kv.resize((size_t)((n_tokens + l.block_size - 1) / l.block_size) * l.block_bytes());
   for (size_t i = 0; i < s.kv.size(); ++i) s.kv[i] = (uint8_t)(i * 7 + 3);
   return s;
 }
